@@ -1,0 +1,41 @@
+/* Small helpers every program needs: clocks, numbers and addresses from
+ * flags, randomness for jitter and tie-breaking, ids. */
+#ifndef IG_UTIL_H
+#define IG_UTIL_H
+
+#include <stdint.h>
+#include <stddef.h>
+
+/* Monotonic clock in milliseconds / microseconds. */
+uint64_t ig_now_ms(void);
+uint64_t ig_now_us(void);
+/* Wall clock, seconds since the epoch. */
+int64_t ig_wall_s(void);
+
+/* Parses a whole string as a base-10 integer within [min, max].
+ * Returns 0, or -1 with *err set (malloc'd) naming `what` and the value. */
+int ig_parse_long(const char *what, const char *s, long min, long max, long *out, char **err);
+/* Same for a finite double within [min, max]. */
+int ig_parse_double(const char *what, const char *s, double min, double max, double *out, char **err);
+/* Parses "HOST:PORT" (HOST may be empty = 0.0.0.0, or "[v6]"). Port 0..65535.
+ * Returns 0 with *host malloc'd, or -1 with *err set. */
+int ig_parse_hostport(const char *what, const char *s, char **host, int *port, char **err);
+
+/* malloc'd printf; aborts on out of memory (used only for messages). */
+char *ig_strdupf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Per-thread xorshift generator; seeded from the clock and thread unless
+ * ig_rand_seed is called. */
+void ig_rand_seed(uint64_t seed);
+uint64_t ig_rand_u64(void);
+/* Uniform in [0, n). n > 0. */
+uint64_t ig_rand_below(uint64_t n);
+double ig_rand_unit(void);
+
+/* 64-bit FNV-1a: a stable, fast, non-cryptographic hash (for seeding only). */
+uint64_t ig_hash64(const void *p, size_t n, uint64_t seed);
+
+/* Writes a random id of `hexlen` hex characters (+ NUL) into out. */
+void ig_random_hex(char *out, size_t hexlen);
+
+#endif

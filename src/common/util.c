@@ -1,0 +1,166 @@
+/* Clocks, flag parsing, randomness. Nothing here allocates on a hot path
+ * except the error messages. */
+#include "config.h"
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "infergate/util.h"
+
+uint64_t ig_now_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+uint64_t ig_now_ms(void) { return ig_now_us() / 1000u; }
+
+int64_t ig_wall_s(void) { return (int64_t)time(NULL); }
+
+char *ig_strdupf(const char *fmt, ...)
+{
+	va_list ap;
+	char *s = NULL;
+	va_start(ap, fmt);
+	if (vasprintf(&s, fmt, ap) < 0)
+		abort();
+	va_end(ap);
+	return s;
+}
+
+int ig_parse_long(const char *what, const char *s, long min, long max, long *out, char **err)
+{
+	char *end;
+	long v;
+
+	if (!s || !*s) {
+		*err = ig_strdupf("%s: missing value (expected an integer from %ld to %ld)", what, min, max);
+		return -1;
+	}
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (errno || *end) {
+		*err = ig_strdupf("%s: '%s' is not an integer", what, s);
+		return -1;
+	}
+	if (v < min || v > max) {
+		*err = ig_strdupf("%s: %ld is out of range (%ld..%ld)", what, v, min, max);
+		return -1;
+	}
+	*out = v;
+	return 0;
+}
+
+int ig_parse_double(const char *what, const char *s, double min, double max, double *out, char **err)
+{
+	char *end;
+	double v;
+
+	if (!s || !*s) {
+		*err = ig_strdupf("%s: missing value (expected a number from %g to %g)", what, min, max);
+		return -1;
+	}
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || *end || !isfinite(v)) {
+		*err = ig_strdupf("%s: '%s' is not a number", what, s);
+		return -1;
+	}
+	if (v < min || v > max) {
+		*err = ig_strdupf("%s: %g is out of range (%g..%g)", what, v, min, max);
+		return -1;
+	}
+	*out = v;
+	return 0;
+}
+
+int ig_parse_hostport(const char *what, const char *s, char **host, int *port, char **err)
+{
+	const char *colon, *hstart = s, *hend;
+	long p;
+	char *perr = NULL;
+
+	if (!s || !*s) {
+		*err = ig_strdupf("%s: missing value (expected HOST:PORT)", what);
+		return -1;
+	}
+	if (s[0] == '[') {
+		const char *rb = strchr(s, ']');
+		if (!rb || rb[1] != ':') {
+			*err = ig_strdupf("%s: '%s' is not HOST:PORT", what, s);
+			return -1;
+		}
+		hstart = s + 1;
+		hend = rb;
+		colon = rb + 1;
+	} else {
+		colon = strrchr(s, ':');
+		if (!colon) {
+			*err = ig_strdupf("%s: '%s' is not HOST:PORT (no port)", what, s);
+			return -1;
+		}
+		hend = colon;
+	}
+	if (ig_parse_long("port", colon + 1, 0, 65535, &p, &perr) < 0) {
+		*err = ig_strdupf("%s: '%s' has a bad port (%s)", what, s, perr);
+		free(perr);
+		return -1;
+	}
+	if (hend == hstart)
+		*host = strdup("0.0.0.0");
+	else
+		*host = strndup(hstart, (size_t)(hend - hstart));
+	*port = (int)p;
+	return 0;
+}
+
+static __thread uint64_t rng_state;
+
+void ig_rand_seed(uint64_t seed) { rng_state = seed ? seed : 0x9E3779B97F4A7C15ull; }
+
+uint64_t ig_rand_u64(void)
+{
+	if (!rng_state)
+		ig_rand_seed(ig_now_us() ^ ((uint64_t)(uintptr_t)pthread_self() << 17) ^ (uint64_t)clock());
+	/* xorshift64* */
+	uint64_t x = rng_state;
+	x ^= x >> 12;
+	x ^= x << 25;
+	x ^= x >> 27;
+	rng_state = x;
+	return x * 0x2545F4914F6CDD1Dull;
+}
+
+uint64_t ig_rand_below(uint64_t n) { return ig_rand_u64() % n; }
+
+double ig_rand_unit(void) { return (double)(ig_rand_u64() >> 11) / 9007199254740992.0; }
+
+uint64_t ig_hash64(const void *p, size_t n, uint64_t seed)
+{
+	const unsigned char *c = p;
+	uint64_t h = 0xcbf29ce484222325ull ^ seed;
+	for (size_t i = 0; i < n; i++) {
+		h ^= c[i];
+		h *= 0x100000001b3ull;
+	}
+	return h;
+}
+
+void ig_random_hex(char *out, size_t hexlen)
+{
+	static const char hex[] = "0123456789abcdef";
+	uint64_t r = 0;
+	for (size_t i = 0; i < hexlen; i++) {
+		if (i % 16 == 0)
+			r = ig_rand_u64();
+		out[i] = hex[r & 15];
+		r >>= 4;
+	}
+	out[hexlen] = '\0';
+}

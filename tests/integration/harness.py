@@ -1,0 +1,288 @@
+"""Integration test harness: real processes on free loopback ports, TAP output.
+
+Each test file does:
+
+    from harness import test, run, start_sim, http
+
+    @test
+    def sim_answers_health():
+        sim = start_sim()
+        status, headers, body = http("GET", sim.url + "/health")
+        assert status == 200, status
+
+    run()
+
+Every process started through `start()` (or a helper built on it) during a test
+is killed when that test ends, pass or fail, and again at interpreter exit and
+on SIGTERM/SIGINT. Output is TAP, one line per test, so automake's TAP driver
+counts test cases, not files.
+"""
+
+import atexit
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import urllib.parse
+
+BUILDDIR = os.environ.get("IG_BUILDDIR") or os.path.abspath(
+    os.path.join(os.path.dirname(__file__), "..", ".."))
+SRCDIR = os.environ.get("IG_SRCDIR") or BUILDDIR
+
+_tests = []
+_procs = []          # processes of the running test
+_all_procs = []      # every process ever started, for atexit
+
+
+def binary(name):
+    """Path of a program built in the build tree (infergate, infergate-sim, ...)."""
+    path = os.path.join(BUILDDIR, name)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path} is not built (run make first)")
+    return path
+
+
+def free_port():
+    """A port the kernel just handed out on 127.0.0.1 (free at this moment)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_listening(port, timeout=10.0, proc=None, host="127.0.0.1"):
+    """Wait until something accepts TCP connections on host:port."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"{proc.args[0]} exited with {proc.returncode} before listening:\n"
+                               + proc.read_log())
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.02)
+    raise TimeoutError(f"nothing listens on {host}:{port} after {timeout}s")
+
+
+class Proc(subprocess.Popen):
+    """A started program; .port and .url when it listens, .log_path for its stderr."""
+    port = None
+    url = None
+    log_path = None
+
+    def read_log(self):
+        try:
+            with open(self.log_path, "r", errors="replace") as f:
+                return f.read()
+        except (OSError, TypeError):
+            return ""
+
+    def stop(self, sig=signal.SIGTERM, timeout=10.0):
+        """Send sig, wait; SIGKILL if it does not exit. Returns the exit code."""
+        if self.poll() is None:
+            try:
+                os.killpg(self.pid, sig)
+            except ProcessLookupError:
+                pass
+            try:
+                self.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.pid, signal.SIGKILL)
+                self.wait()
+        return self.returncode
+
+
+def start(args, port=None, wait=True, env=None, stdout=None, stdin=None, timeout=10.0):
+    """Start a program in its own process group, stderr to a temp log file.
+
+    With port, wait until it listens there (unless wait=False). The process is
+    killed when the current test ends."""
+    log = tempfile.NamedTemporaryFile(prefix="ig-", suffix=".log", delete=False)
+    full_env = dict(os.environ)
+    if env:
+        full_env.update(env)
+    p = Proc([str(a) for a in args], stdout=stdout if stdout is not None else log,
+             stderr=log, stdin=stdin if stdin is not None else subprocess.DEVNULL,
+             env=full_env, start_new_session=True)
+    p.log_path = log.name
+    log.close()
+    _procs.append(p)
+    _all_procs.append(p)
+    if port is not None:
+        p.port = port
+        p.url = f"http://127.0.0.1:{port}"
+        if wait:
+            wait_listening(port, timeout=timeout, proc=p)
+    return p
+
+
+def start_sim(*extra, port=None, **kw):
+    """Start one infergate-sim on a free port (extra flags are passed on)."""
+    for attempt in range(3):
+        p_ = port or free_port()
+        try:
+            return start([binary("infergate-sim"), "--listen", f"127.0.0.1:{p_}", *extra],
+                         port=p_, **kw)
+        except RuntimeError:
+            if port or attempt == 2:
+                raise
+
+
+def start_sims(n, *extra, **kw):
+    return [start_sim(*extra, **kw) for _ in range(n)]
+
+
+def start_gateway(backends, *extra, port=None, config=None, **kw):
+    """Start infergate in front of the given backend URLs (or Proc objects)."""
+    urls = [b.url if hasattr(b, "url") else b for b in backends]
+    for attempt in range(3):
+        p_ = port or free_port()
+        args = [binary("infergate"), "--listen", f"127.0.0.1:{p_}"]
+        if config:
+            args += ["--config", config]
+        for u in urls:
+            args += ["--backend", u]
+        try:
+            return start(args + list(extra), port=p_, **kw)
+        except RuntimeError:
+            if port or attempt == 2:
+                raise
+
+
+def http(method, url, body=None, headers=None, timeout=30.0):
+    """One HTTP request. body may be bytes, str or a JSON-able object.
+    Returns (status, headers as a lower-cased dict, body bytes)."""
+    u = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=timeout)
+    hdrs = dict(headers or {})
+    if body is not None and not isinstance(body, (bytes, str)):
+        body = json.dumps(body)
+        hdrs.setdefault("Content-Type", "application/json")
+    if isinstance(body, str):
+        body = body.encode()
+    path = u.path or "/"
+    if u.query:
+        path += "?" + u.query
+    try:
+        conn.request(method, path, body=body, headers=hdrs)
+        r = conn.getresponse()
+        data = r.read()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, data
+    finally:
+        conn.close()
+
+
+def http_json(method, url, body=None, headers=None, timeout=30.0):
+    """Like http() but decodes the body as JSON: (status, headers, obj)."""
+    status, hdrs, data = http(method, url, body, headers, timeout)
+    try:
+        obj = json.loads(data) if data else None
+    except ValueError:
+        raise AssertionError(f"{method} {url}: {status} with a body that is not JSON: {data[:200]!r}")
+    return status, hdrs, obj
+
+
+def sse_events(data):
+    """Split an SSE body (bytes) into the payloads of its `data:` lines."""
+    out = []
+    for block in data.decode().split("\n\n"):
+        for line in block.split("\n"):
+            if line.startswith("data: "):
+                out.append(line[6:])
+    return out
+
+
+def assert_openai_error(status, obj, want_status, want_type=None):
+    """Asserts an OpenAI-shaped error body with the expected status."""
+    assert status == want_status, f"status {status}, want {want_status}: {obj}"
+    assert isinstance(obj, dict) and isinstance(obj.get("error"), dict), obj
+    e = obj["error"]
+    for k in ("message", "type", "param", "code"):
+        assert k in e, f"error lacks {k}: {obj}"
+    assert isinstance(e["message"], str) and e["message"], obj
+    if want_type:
+        assert e["type"] == want_type, obj
+
+
+def wait_until(pred, timeout=10.0, interval=0.05, what="condition"):
+    """Poll pred() until it returns a truthy value; returns it or raises."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = pred()
+        if last:
+            return last
+        time.sleep(interval)
+    raise TimeoutError(f"{what} not reached after {timeout}s (last: {last!r})")
+
+
+def test(fn):
+    """Register a test function."""
+    _tests.append(fn)
+    return fn
+
+
+def _kill_procs(procs):
+    for p in procs:
+        try:
+            p.stop(signal.SIGKILL, timeout=5)
+        except Exception:
+            pass
+
+
+def _cleanup_all():
+    _kill_procs(_all_procs)
+
+
+def _on_signal(signum, frame):
+    _cleanup_all()
+    sys.exit(128 + signum)
+
+
+def run():
+    """Run the registered tests (or those named in argv) and print TAP."""
+    atexit.register(_cleanup_all)
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    wanted = set(sys.argv[1:])
+    tests = [t for t in _tests if not wanted or t.__name__ in wanted]
+    print(f"1..{len(tests)}", flush=True)
+    failed = 0
+    for i, t in enumerate(tests, 1):
+        start_t = time.monotonic()
+        try:
+            t()
+            ok = True
+        except Exception:
+            ok = False
+            tb = traceback.format_exc()
+        logs = [(p.args[0], p.read_log()) for p in _procs] if not ok else []
+        _kill_procs(_procs)
+        for p in _procs:
+            if p.log_path:
+                try:
+                    os.unlink(p.log_path)
+                except OSError:
+                    pass
+        _procs.clear()
+        dt = time.monotonic() - start_t
+        if ok:
+            print(f"ok {i} - {t.__name__} ({dt:.1f}s)", flush=True)
+        else:
+            failed += 1
+            print(f"not ok {i} - {t.__name__} ({dt:.1f}s)", flush=True)
+            for line in tb.rstrip().split("\n"):
+                print("# " + line)
+            for name, log in logs:
+                tail = log.strip().split("\n")[-15:]
+                print(f"# --- last lines of {os.path.basename(name)}'s log:")
+                for line in tail:
+                    print("#   " + line)
+            sys.stdout.flush()
+    sys.exit(1 if failed else 0)

@@ -1,0 +1,111 @@
+/* Unit tests for src/common: buffers, flag parsing, errors. */
+#include "config.h"
+#include <check.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "infergate/buf.h"
+#include "infergate/oaerror.h"
+#include "infergate/util.h"
+
+START_TEST(buf_append_consume)
+{
+	struct ig_buf b;
+	ig_buf_init(&b);
+	for (int i = 0; i < 1000; i++)
+		ck_assert_int_eq(ig_buf_printf(&b, "%04d", i), 0);
+	ck_assert_uint_eq(ig_buf_pending(&b), 4000);
+	ck_assert(memcmp(ig_buf_head(&b), "0000000100020003", 16) == 0);
+	ig_buf_consume(&b, 3996);
+	ck_assert(memcmp(ig_buf_head(&b), "0999", 4) == 0);
+	ig_buf_consume(&b, 10);
+	ck_assert_uint_eq(ig_buf_pending(&b), 0);
+	ck_assert_int_eq(ig_buf_append(&b, "xy", 2), 0);
+	ck_assert(memcmp(ig_buf_head(&b), "xy", 2) == 0);
+	ig_buf_free(&b);
+}
+END_TEST
+
+START_TEST(parse_long_bounds)
+{
+	long v;
+	char *err = NULL;
+	ck_assert_int_eq(ig_parse_long("--retries", "3", 0, 10, &v, &err), 0);
+	ck_assert_int_eq(v, 3);
+	ck_assert_int_eq(ig_parse_long("--retries", "11", 0, 10, &v, &err), -1);
+	ck_assert_ptr_nonnull(strstr(err, "--retries"));
+	ck_assert_ptr_nonnull(strstr(err, "11"));
+	free(err);
+	ck_assert_int_eq(ig_parse_long("--retries", "3x", 0, 10, &v, &err), -1);
+	ck_assert_ptr_nonnull(strstr(err, "'3x'"));
+	free(err);
+}
+END_TEST
+
+START_TEST(parse_hostport)
+{
+	char *host = NULL, *err = NULL;
+	int port;
+	ck_assert_int_eq(ig_parse_hostport("--listen", "127.0.0.1:8080", &host, &port, &err), 0);
+	ck_assert_str_eq(host, "127.0.0.1");
+	ck_assert_int_eq(port, 8080);
+	free(host);
+	ck_assert_int_eq(ig_parse_hostport("--listen", ":9", &host, &port, &err), 0);
+	ck_assert_str_eq(host, "0.0.0.0");
+	free(host);
+	ck_assert_int_eq(ig_parse_hostport("--listen", "[::1]:7", &host, &port, &err), 0);
+	ck_assert_str_eq(host, "::1");
+	free(host);
+	ck_assert_int_eq(ig_parse_hostport("--listen", "localhost", &host, &port, &err), -1);
+	free(err);
+	ck_assert_int_eq(ig_parse_hostport("--listen", "a:70000", &host, &port, &err), -1);
+	ck_assert_ptr_nonnull(strstr(err, "70000"));
+	free(err);
+}
+END_TEST
+
+START_TEST(oaerror_shape)
+{
+	char *s = ig_oaerror_json("bad \"x\" \xff", "invalid_request_error", "model", NULL);
+	json_error_t e;
+	json_t *j = json_loads(s, 0, &e);
+	ck_assert_ptr_nonnull(j);
+	json_t *err = json_object_get(j, "error");
+	ck_assert_str_eq(json_string_value(json_object_get(err, "type")), "invalid_request_error");
+	ck_assert_str_eq(json_string_value(json_object_get(err, "param")), "model");
+	ck_assert(json_is_null(json_object_get(err, "code")));
+	ck_assert_str_eq(json_string_value(json_object_get(err, "message")), "bad \"x\" ?");
+	json_decref(j);
+	free(s);
+}
+END_TEST
+
+START_TEST(hash_and_rand)
+{
+	ck_assert_uint_eq(ig_hash64("abc", 3, 0), ig_hash64("abc", 3, 0));
+	ck_assert_uint_ne(ig_hash64("abc", 3, 0), ig_hash64("abc", 3, 1));
+	for (int i = 0; i < 1000; i++)
+		ck_assert_uint_lt(ig_rand_below(7), 7);
+	char id[33];
+	ig_random_hex(id, 32);
+	ck_assert_uint_eq(strlen(id), 32);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("common");
+	TCase *tc = tcase_create("core");
+	tcase_add_test(tc, buf_append_consume);
+	tcase_add_test(tc, parse_long_bounds);
+	tcase_add_test(tc, parse_hostport);
+	tcase_add_test(tc, oaerror_shape);
+	tcase_add_test(tc, hash_and_rand);
+	suite_add_tcase(s, tc);
+	SRunner *sr = srunner_create(s);
+	srunner_run_all(sr, CK_ENV);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
