@@ -1,0 +1,63 @@
+/* The gateway's configuration: one typed struct filled from a JSON file and
+ * then from flags, through one table of keys (src/gateway/config.c) that also
+ * gives bounds, defaults and --help text. Validation is complete before
+ * anything starts. */
+#ifndef IG_CONFIG_H
+#define IG_CONFIG_H
+
+#include <stdio.h>
+
+enum ig_policy {
+	IG_POLICY_LEAST_LOADED, /* fewest in flight relative to weight, rotating ties */
+	IG_POLICY_ROUND_ROBIN,  /* next healthy backend in turn */
+	IG_POLICY_RANDOM,       /* uniformly among eligible backends */
+	IG_POLICY_POWER_OF_TWO, /* two random candidates, the less loaded wins */
+};
+
+struct ig_backend_conf {
+	char *url;          /* normalised: scheme://host[:port][/prefix], no trailing slash */
+	long weight;        /* relative capacity, 1..1000 */
+	long max_inflight;  /* 0 = unlimited */
+};
+
+struct ig_config {
+	char *config_path;          /* the file read, NULL when flags only */
+	char *listen;               /* "HOST:PORT" as given */
+	char *listen_host;
+	int listen_port;
+	struct ig_backend_conf *backends;
+	size_t n_backends;
+	char *policy_name;
+	enum ig_policy policy;
+	char *health_path;
+	long health_interval_ms;
+	long health_timeout_ms;
+	long health_rise;
+	long health_fall;
+	long retries;
+	long max_inflight;          /* default per-backend limit, 0 = none */
+	long queue_size;
+	long queue_timeout_ms;
+	long max_body_bytes;
+	long connect_ms;
+	long idle_s;
+	long shutdown_grace_s;
+	long max_connections;
+	char *log_level;
+};
+
+/* Builds the configuration from argv (which may name --config FILE).
+ * Returns 0; 1 when the caller should exit 0 having printed something
+ * (--help, --version); -1 with every problem written to *err (malloc'd,
+ * one per line). --check-config sets *check_only. */
+int ig_config_from_args(struct ig_config *cfg, int argc, char **argv, int *check_only, char **err);
+/* Loads and validates a JSON file into a fresh config (for reload).
+ * Returns 0 or -1 with *err. */
+int ig_config_from_file(struct ig_config *cfg, const char *path, char **err);
+void ig_config_free(struct ig_config *cfg);
+/* The effective configuration as JSON (malloc'd). */
+char *ig_config_to_json(const struct ig_config *cfg);
+const char *ig_policy_name(enum ig_policy p);
+void ig_config_print_help(FILE *out);
+
+#endif

@@ -1,0 +1,22 @@
+/* Picking a backend for one request: the load-balancing policies. Each
+ * policy only chooses among eligible backends (up, under their limit, not
+ * already tried by this request); it never blocks and never allocates. */
+#ifndef IG_ROUTER_H
+#define IG_ROUTER_H
+
+#include "infergate/backend.h"
+
+enum ig_pick {
+	IG_PICK_OK,       /* *out is set; its inflight was incremented */
+	IG_PICK_BUSY,     /* healthy backends exist but all are at max_inflight */
+	IG_PICK_NONE,     /* no healthy backend that this request has not tried */
+};
+
+/* Picks a backend, skipping the `ntried` backends in `tried`, and reserves
+ * an in-flight slot on it. */
+enum ig_pick ig_router_pick(struct ig_pool *pool, enum ig_policy policy,
+			    struct ig_backend *const *tried, int ntried, struct ig_backend **out);
+/* Releases the slot taken by ig_router_pick. */
+void ig_router_release(struct ig_backend *b);
+
+#endif

@@ -1,0 +1,216 @@
+/* Backend health as a small state machine per backend (after HAProxy's
+ * checks and relayd's hce.c): active probes every interval, `fall`
+ * consecutive failures take a backend down, `rise` consecutive successes
+ * bring it back. Requests feed the same counters (passive checks), so a dead
+ * backend is ejected after its first failed requests rather than at the next
+ * probe. Probes are ordinary transfers in the reactor's curl multi: they
+ * never block a request. State changes are logged once per change.
+ * Not here: what the router does with the state (router.c). */
+#include "config.h"
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "infergate/gateway.h"
+#include "infergate/log.h"
+#include "infergate/util.h"
+
+#define MODELS_REFRESH_MS 30000
+
+enum probe_what {
+	PROBE_HEALTH, /* GET <url><health.path> */
+	PROBE_MODELS, /* GET <url>/v1/models, after a successful health probe */
+};
+
+struct ig_probe {
+	enum ig_xfer_kind kind; /* IG_XFER_PROBE; first for CURLOPT_PRIVATE */
+	struct ig_backend *b;
+	CURL *easy;
+	enum probe_what what;
+	struct ig_buf body;
+	uint64_t started_us;
+	bool running;
+};
+
+int ig_health_init(struct ig_gw *gw)
+{
+	uint64_t now = ig_now_ms();
+	gw->probes = calloc(gw->pool.n, sizeof(*gw->probes));
+	if (!gw->probes)
+		return -1;
+	for (size_t i = 0; i < gw->pool.n; i++) {
+		struct ig_probe *p = calloc(1, sizeof(*p));
+		if (!p)
+			return -1;
+		p->kind = IG_XFER_PROBE;
+		p->b = gw->pool.v[i];
+		ig_buf_init(&p->body);
+		gw->probes[i] = p;
+		p->b->next_probe_ms = now; /* probe at once: serve as soon as one is up */
+	}
+	return 0;
+}
+
+void ig_health_free(struct ig_gw *gw)
+{
+	if (!gw->probes)
+		return;
+	for (size_t i = 0; i < gw->pool.n; i++) {
+		struct ig_probe *p = gw->probes[i];
+		if (!p)
+			continue;
+		if (p->running && gw->multi)
+			curl_multi_remove_handle(gw->multi, p->easy);
+		if (p->easy)
+			curl_easy_cleanup(p->easy);
+		ig_buf_free(&p->body);
+		free(p);
+	}
+	free(gw->probes);
+	gw->probes = NULL;
+}
+
+static size_t on_probe_body(char *ptr, size_t size, size_t nmemb, void *userdata)
+{
+	struct ig_probe *p = userdata;
+	size_t n = size * nmemb;
+	if (p->body.len + n > 4 * 1024 * 1024 || ig_buf_append(&p->body, ptr, n) < 0)
+		return 0;
+	return n;
+}
+
+static void start_probe(struct ig_gw *gw, struct ig_probe *p, enum probe_what what)
+{
+	char url[2048];
+	const struct ig_config *cfg = gw->cfg;
+
+	snprintf(url, sizeof(url), "%s%s", p->b->url, what == PROBE_HEALTH ? cfg->health_path : "/v1/models");
+	if (p->easy)
+		curl_easy_reset(p->easy);
+	else
+		p->easy = curl_easy_init();
+	ig_buf_reset(&p->body);
+	p->what = what;
+	curl_easy_setopt(p->easy, CURLOPT_URL, url);
+	curl_easy_setopt(p->easy, CURLOPT_PRIVATE, p);
+	curl_easy_setopt(p->easy, CURLOPT_WRITEFUNCTION, on_probe_body);
+	curl_easy_setopt(p->easy, CURLOPT_WRITEDATA, p);
+	curl_easy_setopt(p->easy, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(p->easy, CURLOPT_TIMEOUT_MS, cfg->health_timeout_ms);
+	curl_easy_setopt(p->easy, CURLOPT_CONNECTTIMEOUT_MS,
+			 cfg->health_timeout_ms < cfg->connect_ms ? cfg->health_timeout_ms : cfg->connect_ms);
+	curl_easy_setopt(p->easy, CURLOPT_HTTP_CONTENT_DECODING, 0L);
+	p->started_us = ig_now_us();
+	if (curl_multi_add_handle(gw->multi, p->easy) == CURLM_OK) {
+		p->running = true;
+		p->b->probing = 1;
+	}
+}
+
+void ig_health_tick(struct ig_gw *gw, uint64_t now_ms)
+{
+	for (size_t i = 0; i < gw->pool.n; i++) {
+		struct ig_probe *p = gw->probes[i];
+		if (!p->running && now_ms >= p->b->next_probe_ms)
+			start_probe(gw, p, PROBE_HEALTH);
+	}
+}
+
+static void set_state(struct ig_gw *gw, struct ig_backend *b, int state, const char *why)
+{
+	if (atomic_load(&b->state) == state)
+		return;
+	atomic_store(&b->state, state);
+	if (state == IG_BACKEND_UP) {
+		b->seen_up = 1;
+		ig_log_info("backend %s is up (%s); %zu of %zu healthy", b->url, why, ig_pool_healthy(&gw->pool),
+			    gw->pool.n);
+		ig_proxy_drain_queue(gw);
+	} else {
+		ig_log_warn("backend %s is down (%s); %zu of %zu healthy", b->url, why, ig_pool_healthy(&gw->pool),
+			    gw->pool.n);
+	}
+}
+
+static void probe_result(struct ig_gw *gw, struct ig_backend *b, bool ok, const char *why)
+{
+	if (ok) {
+		b->consec_fail = 0;
+		b->consec_ok++;
+		/* The very first success counts as `rise`: a gateway that starts
+		 * next to healthy backends serves at once. */
+		if (b->consec_ok >= gw->cfg->health_rise || !b->seen_up)
+			set_state(gw, b, IG_BACKEND_UP, why);
+	} else {
+		b->consec_ok = 0;
+		b->consec_fail++;
+		if (b->consec_fail >= gw->cfg->health_fall)
+			set_state(gw, b, IG_BACKEND_DOWN, why);
+		else if (!b->seen_up && b->consec_fail == 1)
+			ig_log_warn("backend %s not reachable yet (%s)", b->url, why);
+	}
+}
+
+static void store_models(struct ig_backend *b, struct ig_buf *body)
+{
+	json_t *root = json_loadb(body->data ? body->data : "", body->len, 0, NULL);
+	json_t *data = json_object_get(root, "data");
+	if (json_is_array(data)) {
+		json_decref(b->models);
+		b->models = json_incref(data);
+	}
+	json_decref(root);
+}
+
+void ig_health_probe_done(struct ig_gw *gw, struct ig_probe *p, CURLcode result)
+{
+	struct ig_backend *b = p->b;
+	long status = 0;
+	uint64_t now = ig_now_ms();
+	char why[200];
+
+	curl_easy_getinfo(p->easy, CURLINFO_RESPONSE_CODE, &status);
+	curl_multi_remove_handle(gw->multi, p->easy);
+	p->running = false;
+	if (p->what == PROBE_MODELS) {
+		if (result == CURLE_OK && status == 200)
+			store_models(b, &p->body);
+		b->models_at_ms = now;
+	} else {
+		bool ok = result == CURLE_OK && status >= 200 && status < 300;
+		b->last_probe_ms = now;
+		b->last_probe_ok = ok;
+		b->last_probe_status = status;
+		b->last_probe_latency_ms = (double)(ig_now_us() - p->started_us) / 1000.0;
+		if (result != CURLE_OK)
+			snprintf(why, sizeof(why), "probe: %s", curl_easy_strerror(result));
+		else
+			snprintf(why, sizeof(why), "probe: HTTP %ld in %.1f ms", status, b->last_probe_latency_ms);
+		snprintf(b->last_probe_error, sizeof(b->last_probe_error), "%s", ok ? "" : why);
+		probe_result(gw, b, ok, why);
+		if (ok && atomic_load(&b->state) == IG_BACKEND_UP &&
+		    (!b->models || now - b->models_at_ms >= MODELS_REFRESH_MS)) {
+			start_probe(gw, p, PROBE_MODELS);
+			return;
+		}
+	}
+	b->probing = 0;
+	b->next_probe_ms = now + (uint64_t)gw->cfg->health_interval_ms;
+}
+
+void ig_health_passive_ok(struct ig_gw *gw IG_UNUSED, struct ig_backend *b)
+{
+	b->consec_fail = 0;
+}
+
+void ig_health_passive_fail(struct ig_gw *gw, struct ig_backend *b, enum ig_upstream_error e,
+			    const char *detail)
+{
+	char why[256];
+	snprintf(why, sizeof(why), "request: %s", detail);
+	b->consec_ok = 0;
+	b->consec_fail++;
+	/* A refused connection is not a fluke: eject at once. */
+	if (e == IG_UPERR_CONNECT || b->consec_fail >= gw->cfg->health_fall)
+		set_state(gw, b, IG_BACKEND_DOWN, why);
+}

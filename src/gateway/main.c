@@ -1,0 +1,54 @@
+/* infergate: configuration, then the reactor. Every configuration problem is
+ * reported here, before a socket is opened or a request sent. */
+#include "config.h"
+#include <curl/curl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "infergate/config.h"
+#include "infergate/gateway.h"
+#include "infergate/log.h"
+
+int main(int argc, char **argv)
+{
+	struct ig_config cfg;
+	struct ig_gw gw;
+	char *err = NULL;
+	int check_only = 0, rc;
+	enum ig_log_level level;
+
+	ig_log_set_ident("infergate");
+	rc = ig_config_from_args(&cfg, argc, argv, &check_only, &err);
+	if (rc == 1)
+		return 0;
+	if (rc < 0) {
+		fprintf(stderr, "infergate: configuration error%s:\n", check_only ? "s" : "");
+		for (char *line = strtok(err, "\n"); line; line = strtok(NULL, "\n"))
+			fprintf(stderr, "  %s\n", line);
+		free(err);
+		ig_config_free(&cfg);
+		return 2;
+	}
+	if (check_only) {
+		char *s = ig_config_to_json(&cfg);
+		printf("%s\n", s);
+		free(s);
+		ig_config_free(&cfg);
+		return 0;
+	}
+	if (ig_log_level_parse(cfg.log_level, &level) == 0)
+		ig_log_set_level(level);
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+	if (ig_gw_init(&gw, &cfg) < 0) {
+		ig_gw_free(&gw);
+		ig_config_free(&cfg);
+		curl_global_cleanup();
+		return 2;
+	}
+	rc = ig_gw_run(&gw);
+	ig_gw_free(&gw);
+	ig_config_free(&cfg);
+	curl_global_cleanup();
+	return rc;
+}

@@ -1,0 +1,659 @@
+/* The request object: it owns both halves of one proxied call, the client
+ * connection (suspended while it waits) and the upstream transfer, and moves
+ * one way: body read -> validated -> routed (or queued) -> transfer ->
+ * response bytes -> client. Retries happen here, only while no byte has been
+ * handed to the client.
+ * Not here: MHD callbacks that are not about one request (server.c), curl's
+ * socket plumbing (upstream.c), choosing a backend (router.c). */
+#include "config.h"
+#include <ctype.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/epoll.h>
+
+#include "infergate/gateway.h"
+#include "infergate/log.h"
+#include "infergate/oaerror.h"
+#include "infergate/router.h"
+#include "infergate/util.h"
+
+/* A streaming response may hold this much for a slow client before the
+ * upstream transfer is paused; it is resumed below the low mark. */
+#define STREAM_HIGH_WATER (256 * 1024)
+#define STREAM_LOW_WATER (64 * 1024)
+/* A non-streamed upstream body larger than this is refused (502). */
+#define MAX_BUFFERED_BODY (256L * 1024 * 1024)
+
+struct ig_req *ig_req_new(struct ig_gw *gw, struct MHD_Connection *conn, const char *route)
+{
+	struct ig_req *req = calloc(1, sizeof(*req));
+	if (!req)
+		return NULL;
+	req->kind = IG_XFER_REQUEST;
+	req->gw = gw;
+	req->conn = conn;
+	req->route = route;
+	req->phase = IG_REQ_READING;
+	req->max_tokens = -1;
+	req->client_fd = -1;
+	req->t_start_us = ig_now_us();
+	ig_buf_init(&req->body);
+	ig_buf_init(&req->resp);
+	ig_buf_init(&req->up_resp_headers);
+	req->next = gw->reqs;
+	if (gw->reqs)
+		gw->reqs->prev = req;
+	gw->reqs = req;
+	gw->nreqs++;
+	gw->stats.requests++;
+	return req;
+}
+
+void ig_req_free(struct ig_req *req)
+{
+	struct ig_gw *gw = req->gw;
+	if (req->prev)
+		req->prev->next = req->next;
+	else
+		gw->reqs = req->next;
+	if (req->next)
+		req->next->prev = req->prev;
+	gw->nreqs--;
+	ig_buf_free(&req->body);
+	ig_buf_free(&req->resp);
+	ig_buf_free(&req->up_resp_headers);
+	curl_slist_free_all(req->up_headers);
+	if (req->easy)
+		curl_easy_cleanup(req->easy);
+	free(req->model);
+	free(req->err_body);
+	free(req);
+}
+
+/* ---- client side: hang-up watch, suspend/resume ---- */
+
+static void watch_client(struct ig_req *req)
+{
+	if (req->watching || req->client_gone)
+		return;
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	if (!ci)
+		return;
+	/* Suspended connections do not notice a disconnect (MHD pitfall): watch
+	 * the socket for a hang-up ourselves. */
+	req->client_fd = ci->connect_fd;
+	req->client_ev = (struct ig_evsrc){IG_EV_CLIENT, req->client_fd, req};
+	struct epoll_event ev = {.events = EPOLLRDHUP, .data.ptr = &req->client_ev};
+	if (epoll_ctl(req->gw->epfd, EPOLL_CTL_ADD, req->client_fd, &ev) == 0)
+		req->watching = true;
+}
+
+static void unwatch_client(struct ig_req *req)
+{
+	if (req->watching) {
+		epoll_ctl(req->gw->epfd, EPOLL_CTL_DEL, req->client_fd, NULL);
+		req->watching = false;
+	}
+}
+
+static void suspend(struct ig_req *req)
+{
+	if (!req->suspended) {
+		MHD_suspend_connection(req->conn);
+		req->suspended = true;
+	}
+	watch_client(req);
+}
+
+/* ---- errors decided by the gateway ---- */
+
+static void set_error(struct ig_req *req, unsigned status, const char *code, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+static void set_error(struct ig_req *req, unsigned status, const char *code, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	free(req->err_body);
+	req->err_status = status;
+	req->err_body = ig_oaerror_json(msg, ig_oaerror_type_for_status(status), NULL, code);
+	req->phase = IG_REQ_FINISHED;
+}
+
+/* ---- queue ---- */
+
+static void enqueue(struct ig_req *req)
+{
+	struct ig_gw *gw = req->gw;
+	req->phase = IG_REQ_QUEUED;
+	req->q_deadline_ms = ig_now_ms() + (uint64_t)gw->cfg->queue_timeout_ms;
+	req->qnext = NULL;
+	req->qprev = gw->qtail;
+	if (gw->qtail)
+		gw->qtail->qnext = req;
+	else
+		gw->qhead = req;
+	gw->qtail = req;
+	gw->qlen++;
+}
+
+static void dequeue(struct ig_req *req)
+{
+	struct ig_gw *gw = req->gw;
+	if (req->qprev)
+		req->qprev->qnext = req->qnext;
+	else
+		gw->qhead = req->qnext;
+	if (req->qnext)
+		req->qnext->qprev = req->qprev;
+	else
+		gw->qtail = req->qprev;
+	req->qnext = req->qprev = NULL;
+	gw->qlen--;
+}
+
+/* ---- upstream transfer ---- */
+
+static int is_hop_by_hop(const char *name, size_t n)
+{
+	static const char *const names[] = {"connection", "keep-alive", "proxy-connection",
+		"proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers",
+		"transfer-encoding", "upgrade", "content-length", "host", "expect",
+		"accept-encoding", "x-request-id", "date"};
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (strlen(names[i]) == n && strncasecmp(name, names[i], n) == 0)
+			return 1;
+	return 0;
+}
+
+static size_t on_header(char *buf, size_t size, size_t nitems, void *userdata)
+{
+	struct ig_req *req = userdata;
+	size_t n = size * nitems;
+
+	if (n >= 5 && memcmp(buf, "HTTP/", 5) == 0) {
+		const char *sp = memchr(buf, ' ', n);
+		req->up_status = sp ? strtol(sp + 1, NULL, 10) : 0;
+		ig_buf_reset(&req->up_resp_headers);
+		req->headers_done = false;
+		return n;
+	}
+	if (n <= 2 && (buf[0] == '\r' || buf[0] == '\n')) {
+		if (req->up_status >= 200)
+			req->headers_done = true;
+		return n;
+	}
+	const char *colon = memchr(buf, ':', n);
+	if (!colon || colon == buf)
+		return n;
+	size_t nlen = (size_t)(colon - buf);
+	if (is_hop_by_hop(buf, nlen))
+		return n;
+	const char *v = colon + 1, *end = buf + n;
+	while (v < end && (*v == ' ' || *v == '\t'))
+		v++;
+	while (end > v && (end[-1] == '\r' || end[-1] == '\n' || end[-1] == ' ' || end[-1] == '\t'))
+		end--;
+	/* Header values go to MHD: no CR or LF may survive (STYLE.md pitfall). */
+	for (const char *p = v; p < end; p++)
+		if (*p == '\r' || *p == '\n')
+			return n;
+	ig_buf_append(&req->up_resp_headers, buf, nlen);
+	ig_buf_append(&req->up_resp_headers, "", 1);
+	ig_buf_append(&req->up_resp_headers, v, (size_t)(end - v));
+	ig_buf_append(&req->up_resp_headers, "", 1);
+	return n;
+}
+
+static bool streaming_ok(const struct ig_req *req)
+{
+	return req->stream && req->up_status >= 200 && req->up_status < 300;
+}
+
+static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
+{
+	struct ig_req *req = userdata;
+	size_t n = size * nmemb;
+
+	if (req->client_gone)
+		return 0;
+	if (!streaming_ok(req)) {
+		if (req->resp.len + n > MAX_BUFFERED_BODY || ig_buf_append(&req->resp, ptr, n) < 0)
+			return 0;
+		return n;
+	}
+	if (ig_buf_pending(&req->resp) >= STREAM_HIGH_WATER) {
+		req->paused = true; /* back-pressure: a slow client holds the backend */
+		return CURL_WRITEFUNC_PAUSE;
+	}
+	if (ig_buf_append(&req->resp, ptr, n) < 0)
+		return 0;
+	if (!req->committed) {
+		req->committed = true;
+		req->t_first_byte_us = ig_now_us();
+	}
+	ig_gw_resume(req->gw, req);
+	return n;
+}
+
+static void start_transfer(struct ig_req *req, struct ig_backend *b)
+{
+	struct ig_gw *gw = req->gw;
+	const struct ig_config *cfg = gw->cfg;
+	char url[2048];
+
+	req->backend = b;
+	req->tried[req->ntried++] = b;
+	req->phase = IG_REQ_UPSTREAM;
+	req->up_status = 0;
+	req->headers_done = false;
+	req->paused = false;
+	ig_buf_reset(&req->up_resp_headers);
+	ig_buf_reset(&req->resp);
+	if (req->easy)
+		curl_easy_reset(req->easy);
+	else
+		req->easy = curl_easy_init();
+	CURL *e = req->easy;
+	snprintf(url, sizeof(url), "%s%s", b->url, req->route);
+	curl_easy_setopt(e, CURLOPT_URL, url);
+	curl_easy_setopt(e, CURLOPT_PRIVATE, req);
+	curl_easy_setopt(e, CURLOPT_POST, 1L);
+	curl_easy_setopt(e, CURLOPT_POSTFIELDS, req->body.data ? req->body.data : "");
+	curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->body.len);
+	curl_easy_setopt(e, CURLOPT_HTTPHEADER, req->up_headers);
+	curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+	curl_easy_setopt(e, CURLOPT_HEADERDATA, req);
+	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
+	curl_easy_setopt(e, CURLOPT_WRITEDATA, req);
+	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(e, CURLOPT_HTTP_CONTENT_DECODING, 0L);
+	curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, cfg->connect_ms);
+	/* Idle limit, never a total one: a generation may run for many minutes. */
+	curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
+	curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, cfg->idle_s);
+	curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
+	curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+	CURLMcode mc = curl_multi_add_handle(gw->multi, e);
+	if (mc != CURLM_OK) {
+		ig_router_release(b);
+		set_error(req, 500, "internal_error", "cannot start the upstream transfer: %s",
+			  curl_multi_strerror(mc));
+		return;
+	}
+	req->in_multi = true;
+}
+
+enum route_result { ROUTE_STARTED, ROUTE_QUEUED, ROUTE_FAILED };
+
+static const char *uperr_name(enum ig_upstream_error e)
+{
+	static const char *n[] = {"none", "connect", "reset", "timeout", "status", "other"};
+	return n[e];
+}
+
+/* Finds a backend for req and starts it, queues it, or sets an error. */
+static enum route_result route(struct ig_req *req)
+{
+	struct ig_gw *gw = req->gw;
+	struct ig_backend *b = NULL;
+
+	switch (ig_router_pick(&gw->pool, gw->cfg->policy, req->tried, req->ntried, &b)) {
+	case IG_PICK_OK:
+		start_transfer(req, b);
+		return req->in_multi ? ROUTE_STARTED : ROUTE_FAILED;
+	case IG_PICK_BUSY:
+		if ((long)gw->qlen >= gw->cfg->queue_size) {
+			gw->stats.queue_rejected++;
+			set_error(req, 429, "queue_full",
+				  "every backend is at its in-flight limit and the queue is full (%ld waiting); retry later",
+				  gw->cfg->queue_size);
+			return ROUTE_FAILED;
+		}
+		enqueue(req);
+		return ROUTE_QUEUED;
+	case IG_PICK_NONE:
+		break;
+	}
+	if (req->ntried == 0)
+		set_error(req, 503, "no_healthy_backend", "no healthy backend (%zu configured, 0 up)", gw->pool.n);
+	else if (req->last_err == IG_UPERR_TIMEOUT)
+		set_error(req, 504, "backend_timeout", "backend %s sent nothing for %lds",
+			  req->backend->url, gw->cfg->idle_s);
+	else
+		set_error(req, 502, "backend_error", "backend failed after %d attempt(s), last %s: %s error",
+			  req->ntried, req->backend->url, uperr_name(req->last_err));
+	return ROUTE_FAILED;
+}
+
+/* ---- the request's life ---- */
+
+static enum MHD_Result collect_header(void *cls, enum MHD_ValueKind kind IG_UNUSED, const char *key,
+				       const char *value)
+{
+	struct ig_req *req = cls;
+	if (!key || !value || is_hop_by_hop(key, strlen(key)))
+		return MHD_YES;
+	char *line = ig_strdupf("%s: %s", key, value);
+	req->up_headers = curl_slist_append(req->up_headers, line);
+	free(line);
+	return MHD_YES;
+}
+
+static void pick_request_id(struct ig_req *req)
+{
+	const char *id = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "X-Request-Id");
+	if (id) {
+		size_t n = strlen(id);
+		bool ok = n > 0 && n < sizeof(req->request_id);
+		for (size_t i = 0; ok && i < n; i++)
+			ok = isalnum((unsigned char)id[i]) || strchr("-_.:", id[i]);
+		if (ok) {
+			memcpy(req->request_id, id, n + 1);
+			return;
+		}
+	}
+	ig_random_hex(req->request_id, 32);
+}
+
+/* Reads only what routing needs; the body itself is forwarded untouched. */
+static int inspect_body(struct ig_req *req)
+{
+	json_error_t jerr;
+	json_t *root = json_loadb(req->body.data ? req->body.data : "", req->body.len, 0, &jerr);
+
+	if (!root) {
+		set_error(req, 400, "invalid_json",
+			  "We could not parse the JSON body of your request: %s (line %d, column %d)",
+			  jerr.text, jerr.line, jerr.column);
+		return -1;
+	}
+	if (!json_is_object(root)) {
+		set_error(req, 400, "invalid_body", "the request body must be a JSON object");
+		json_decref(root);
+		return -1;
+	}
+	json_t *s = json_object_get(root, "stream");
+	if (s && !json_is_boolean(s) && !json_is_null(s)) {
+		set_error(req, 400, "invalid_type", "'stream' must be a boolean");
+		json_decref(root);
+		return -1;
+	}
+	req->stream = json_is_true(s);
+	json_t *m = json_object_get(root, "model");
+	if (json_is_string(m))
+		req->model = strdup(json_string_value(m));
+	json_t *mt = json_object_get(root, "max_tokens");
+	if (json_is_integer(mt))
+		req->max_tokens = (long)json_integer_value(mt);
+	json_decref(root);
+	return 0;
+}
+
+enum MHD_Result ig_req_start(struct ig_req *req)
+{
+	struct ig_gw *gw = req->gw;
+
+	pick_request_id(req);
+	if (req->too_large) {
+		set_error(req, 413, "request_too_large", "the request body is larger than %ld bytes",
+			  gw->cfg->max_body_bytes);
+		return ig_req_respond(req);
+	}
+	gw->stats.bytes_in += req->body.len;
+	if (inspect_body(req) < 0)
+		return ig_req_respond(req);
+	MHD_get_connection_values(req->conn, MHD_HEADER_KIND, collect_header, req);
+	char *line = ig_strdupf("X-Request-Id: %s", req->request_id);
+	req->up_headers = curl_slist_append(req->up_headers, line);
+	free(line);
+	if (!MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Content-Type"))
+		req->up_headers = curl_slist_append(req->up_headers, "Content-Type: application/json");
+	req->up_headers = curl_slist_append(req->up_headers, "Expect:");
+	if (route(req) == ROUTE_FAILED)
+		return ig_req_respond(req);
+	suspend(req);
+	return MHD_YES;
+}
+
+static void add_common_headers(struct ig_req *req, struct MHD_Response *r)
+{
+	MHD_add_response_header(r, "X-Request-Id", req->request_id);
+	if (req->backend && !req->err_status)
+		MHD_add_response_header(r, "X-Infergate-Backend", req->backend->url);
+}
+
+static void add_relayed_headers(struct ig_req *req, struct MHD_Response *r)
+{
+	const char *p = req->up_resp_headers.data, *end = p + req->up_resp_headers.len;
+	while (p && p < end) {
+		const char *name = p, *value = name + strlen(name) + 1;
+		p = value + strlen(value) + 1;
+		MHD_add_response_header(r, name, value);
+	}
+}
+
+static ssize_t read_stream(void *cls, uint64_t pos IG_UNUSED, char *buf, size_t max)
+{
+	struct ig_req *req = cls;
+	size_t n = ig_buf_pending(&req->resp);
+
+	if (req->client_gone)
+		return MHD_CONTENT_READER_END_WITH_ERROR;
+	if (n > 0) {
+		if (n > max)
+			n = max;
+		memcpy(buf, ig_buf_head(&req->resp), n);
+		ig_buf_consume(&req->resp, n);
+		req->gw->stats.bytes_out += n;
+		if (req->paused && req->in_multi && ig_buf_pending(&req->resp) < STREAM_LOW_WATER) {
+			req->paused = false;
+			curl_easy_pause(req->easy, CURLPAUSE_CONT);
+		}
+		return (ssize_t)n;
+	}
+	if (req->upstream_done)
+		return req->upstream_failed ? MHD_CONTENT_READER_END_WITH_ERROR
+					    : MHD_CONTENT_READER_END_OF_STREAM;
+	/* Nothing yet: suspend before returning 0, or MHD spins on us. */
+	suspend(req);
+	return 0;
+}
+
+static enum MHD_Result queue(struct ig_req *req, unsigned status, struct MHD_Response *r)
+{
+	struct ig_gw *gw = req->gw;
+	enum MHD_Result ret = MHD_queue_response(req->conn, status, r);
+	MHD_destroy_response(r);
+	if (status >= 100 && status < 600)
+		gw->stats.responses[status / 100]++;
+	return ret;
+}
+
+enum MHD_Result ig_req_respond(struct ig_req *req)
+{
+	struct MHD_Response *r;
+
+	if (req->client_gone)
+		return MHD_NO;
+	if (req->err_status) {
+		unwatch_client(req);
+		r = MHD_create_response_from_buffer(strlen(req->err_body), req->err_body, MHD_RESPMEM_MUST_COPY);
+		MHD_add_response_header(r, "Content-Type", "application/json");
+		if (req->err_status == 429 || req->err_status == 503)
+			MHD_add_response_header(r, "Retry-After", "1");
+		add_common_headers(req, r);
+		req->gw->stats.bytes_out += strlen(req->err_body);
+		return queue(req, req->err_status, r);
+	}
+	if (req->committed && streaming_ok(req)) {
+		r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, read_stream, req, NULL);
+		add_relayed_headers(req, r);
+		if (!MHD_get_response_header(r, "Content-Type"))
+			MHD_add_response_header(r, "Content-Type", "text/event-stream");
+		MHD_del_response_header(r, "Cache-Control", MHD_get_response_header(r, "Cache-Control"));
+		MHD_add_response_header(r, "Cache-Control", "no-cache");
+		MHD_add_response_header(r, "X-Accel-Buffering", "no");
+		add_common_headers(req, r);
+		return queue(req, (unsigned)req->up_status, r);
+	}
+	if (req->upstream_done) {
+		unwatch_client(req);
+		r = MHD_create_response_from_buffer(req->resp.len - req->resp.off,
+						    req->resp.data ? req->resp.data + req->resp.off : (char *)"",
+						    MHD_RESPMEM_MUST_COPY);
+		add_relayed_headers(req, r);
+		add_common_headers(req, r);
+		req->gw->stats.bytes_out += req->resp.len - req->resp.off;
+		return queue(req, (unsigned)req->up_status, r);
+	}
+	/* Resumed with nothing to say yet (a spurious wake-up): wait again. */
+	suspend(req);
+	return MHD_YES;
+}
+
+static enum ig_upstream_error classify(struct ig_req *req, CURLcode result)
+{
+	curl_off_t connect_us = 0;
+	if (result == CURLE_OK)
+		return (req->up_status == 502 || req->up_status == 503 || req->up_status == 504)
+			       ? IG_UPERR_STATUS : IG_UPERR_NONE;
+	curl_easy_getinfo(req->easy, CURLINFO_CONNECT_TIME_T, &connect_us);
+	switch (result) {
+	case CURLE_COULDNT_CONNECT:
+	case CURLE_COULDNT_RESOLVE_HOST:
+		return IG_UPERR_CONNECT;
+	case CURLE_OPERATION_TIMEDOUT:
+		return connect_us == 0 ? IG_UPERR_CONNECT : IG_UPERR_TIMEOUT;
+	case CURLE_RECV_ERROR:
+	case CURLE_SEND_ERROR:
+	case CURLE_GOT_NOTHING:
+	case CURLE_PARTIAL_FILE:
+		return IG_UPERR_RESET;
+	default:
+		return IG_UPERR_OTHER;
+	}
+}
+
+static void end_stream_with_error(struct ig_req *req, const char *why)
+{
+	char *err = ig_oaerror_json(why, "server_error", NULL, "backend_error");
+	ig_buf_printf(&req->resp, "data: %s\n\n", err);
+	free(err);
+	req->upstream_failed = true;
+}
+
+void ig_req_upstream_done(struct ig_req *req, CURLcode result)
+{
+	struct ig_gw *gw = req->gw;
+	struct ig_backend *b = req->backend;
+	enum ig_upstream_error e = classify(req, result);
+
+	curl_multi_remove_handle(gw->multi, req->easy);
+	req->in_multi = false;
+	ig_router_release(b);
+	if (e != IG_UPERR_NONE) {
+		char detail[256];
+		if (e == IG_UPERR_STATUS)
+			snprintf(detail, sizeof(detail), "HTTP %ld", req->up_status);
+		else
+			snprintf(detail, sizeof(detail), "%s", curl_easy_strerror(result));
+		req->last_err = e;
+		gw->stats.upstream_errors[e]++;
+		atomic_fetch_add(&b->failures, 1);
+		ig_health_passive_fail(gw, b, e, detail);
+		if (req->committed) {
+			ig_log_warn("request %s: backend %s failed mid-stream (%s)", req->request_id, b->url, detail);
+			end_stream_with_error(req, "the backend failed while streaming; the response is incomplete");
+		} else if (req->retries_done < gw->cfg->retries) {
+			req->retries_done++;
+			gw->stats.retries++;
+			atomic_fetch_add(&b->retried, 1);
+			ig_log_debug("request %s: retrying after %s from %s", req->request_id, detail, b->url);
+			if (route(req) != ROUTE_FAILED) {
+				ig_proxy_drain_queue(gw);
+				return;
+			}
+			/* Nowhere else to go: a backend's own 5xx answer says more
+			 * than ours. */
+			if (e == IG_UPERR_STATUS) {
+				req->err_status = 0;
+				req->backend = b;
+			}
+		} else if (e != IG_UPERR_STATUS) {
+			set_error(req, e == IG_UPERR_TIMEOUT ? 504 : 502,
+				  e == IG_UPERR_TIMEOUT ? "backend_timeout" : "backend_error",
+				  "backend %s failed: %s", b->url, detail);
+		}
+	} else {
+		atomic_fetch_add(&b->served, 1);
+		ig_health_passive_ok(gw, b);
+	}
+	req->upstream_done = true;
+	req->phase = IG_REQ_FINISHED;
+	ig_gw_resume(gw, req);
+	ig_proxy_drain_queue(gw);
+}
+
+void ig_req_client_gone(struct ig_req *req)
+{
+	struct ig_gw *gw = req->gw;
+
+	if (req->client_gone)
+		return;
+	req->client_gone = true;
+	unwatch_client(req);
+	if (req->in_multi) {
+		curl_multi_remove_handle(gw->multi, req->easy);
+		req->in_multi = false;
+		ig_router_release(req->backend);
+		atomic_fetch_add(&req->backend->aborted, 1);
+		gw->stats.client_aborts++;
+		ig_log_debug("request %s: client left, upstream transfer to %s aborted", req->request_id,
+			     req->backend->url);
+	}
+	if (req->phase == IG_REQ_QUEUED) {
+		dequeue(req);
+		gw->stats.client_aborts++;
+	}
+	req->phase = IG_REQ_FINISHED;
+	ig_gw_resume(gw, req); /* MHD must see the connection to close it */
+	ig_proxy_drain_queue(gw);
+}
+
+void ig_proxy_drain_queue(struct ig_gw *gw)
+{
+	while (gw->qhead) {
+		struct ig_req *req = gw->qhead;
+		struct ig_backend *b = NULL;
+		enum ig_pick p = ig_router_pick(&gw->pool, gw->cfg->policy, req->tried, req->ntried, &b);
+		if (p == IG_PICK_BUSY)
+			return;
+		dequeue(req);
+		if (p == IG_PICK_OK)
+			start_transfer(req, b);
+		else
+			set_error(req, 503, "no_healthy_backend", "no healthy backend while the request waited");
+		if (!req->in_multi)
+			ig_gw_resume(gw, req);
+	}
+}
+
+void ig_proxy_tick(struct ig_gw *gw, uint64_t now_ms)
+{
+	ig_proxy_drain_queue(gw);
+	/* One timeout for all, so the FIFO's head always expires first. */
+	while (gw->qhead && gw->qhead->q_deadline_ms <= now_ms) {
+		struct ig_req *req = gw->qhead;
+		dequeue(req);
+		gw->stats.queue_timeouts++;
+		set_error(req, 503, "queue_timeout", "waited %ld ms for a free backend; retry later",
+			  gw->cfg->queue_timeout_ms);
+		ig_gw_resume(gw, req);
+	}
+}

@@ -1,0 +1,291 @@
+/* The reactor: one epoll loop that drives libmicrohttpd (external mode, its
+ * epoll fd added to ours) and libcurl (multi_socket_action with a timerfd),
+ * plus a housekeeping tick, signals, and hang-up watches on suspended
+ * clients. Every MHD and curl call happens on this thread, so the hot path
+ * takes no locks (see STYLE.md, "Concurrency model").
+ * Not here: what a request does (proxy.c) or how MHD callbacks answer
+ * (server.c). */
+#include "config.h"
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include "infergate/gateway.h"
+#include "infergate/log.h"
+#include "infergate/util.h"
+
+#define TICK_MS 20
+
+static int add_fd(struct ig_gw *gw, int fd, uint32_t events, struct ig_evsrc *src)
+{
+	struct epoll_event ev = {.events = events, .data.ptr = src};
+	return epoll_ctl(gw->epfd, EPOLL_CTL_ADD, fd, &ev);
+}
+
+/* Binds the listening socket ourselves, so a busy port is reported with
+ * its cause. Returns the fd or -1 (logged). */
+static int bind_listen(const char *host, int port)
+{
+	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+				 .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+	struct addrinfo *res = NULL;
+	char portstr[16];
+	int fd = -1, one = 1;
+
+	snprintf(portstr, sizeof(portstr), "%d", port);
+	int rc = getaddrinfo(host, portstr, &hints, &res);
+	if (rc != 0) {
+		ig_log_error("listen: cannot resolve '%s': %s", host, gai_strerror(rc));
+		return -1;
+	}
+	fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		ig_log_error("listen: socket: %s", strerror(errno));
+		goto fail;
+	}
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(fd, res->ai_addr, res->ai_addrlen) < 0) {
+		ig_log_error("listen: cannot bind %s:%d: %s", host, port, strerror(errno));
+		goto fail;
+	}
+	if (listen(fd, 4096) < 0) {
+		ig_log_error("listen: %s:%d: %s", host, port, strerror(errno));
+		goto fail;
+	}
+	freeaddrinfo(res);
+	return fd;
+fail:
+	if (fd >= 0)
+		close(fd);
+	freeaddrinfo(res);
+	return -1;
+}
+
+static void raise_fd_limit(void)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+}
+
+static void mhd_log(void *cls IG_UNUSED, const char *fmt, va_list ap)
+{
+	char msg[512];
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	size_t n = strlen(msg);
+	while (n > 0 && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
+		msg[--n] = '\0';
+	ig_log_debug("mhd: %s", msg);
+}
+
+int ig_gw_init(struct ig_gw *gw, struct ig_config *cfg)
+{
+	sigset_t mask;
+	struct itimerspec tick = {{0, TICK_MS * 1000000L}, {0, TICK_MS * 1000000L}};
+
+	memset(gw, 0, sizeof(*gw));
+	gw->cfg = cfg;
+	gw->listen_fd = gw->epfd = gw->ctimer_fd = gw->tick_fd = gw->signal_fd = -1;
+	gw->started_ms = ig_now_ms();
+	raise_fd_limit();
+	signal(SIGPIPE, SIG_IGN);
+
+	if (ig_pool_init(&gw->pool, cfg) < 0)
+		return -1;
+	gw->listen_fd = bind_listen(cfg->listen_host, cfg->listen_port);
+	if (gw->listen_fd < 0)
+		return -1;
+	gw->epfd = epoll_create1(EPOLL_CLOEXEC);
+	gw->tick_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGHUP);
+	sigaddset(&mask, SIGUSR1);
+	sigprocmask(SIG_BLOCK, &mask, NULL);
+	gw->signal_fd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+	if (gw->epfd < 0 || gw->tick_fd < 0 || gw->signal_fd < 0) {
+		ig_log_error("%s: epoll/timerfd/signalfd: %s", __func__, strerror(errno));
+		return -1;
+	}
+	timerfd_settime(gw->tick_fd, 0, &tick, NULL);
+	gw->ev_tick = (struct ig_evsrc){IG_EV_TICK, gw->tick_fd, NULL};
+	gw->ev_signal = (struct ig_evsrc){IG_EV_SIGNAL, gw->signal_fd, NULL};
+	add_fd(gw, gw->tick_fd, EPOLLIN, &gw->ev_tick);
+	add_fd(gw, gw->signal_fd, EPOLLIN, &gw->ev_signal);
+
+	gw->mhd = MHD_start_daemon(MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG,
+				   0, NULL, NULL, ig_server_handler(), gw,
+				   MHD_OPTION_LISTEN_SOCKET, gw->listen_fd,
+				   MHD_OPTION_NOTIFY_COMPLETED, ig_server_completed, gw,
+				   MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
+				   MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
+				   MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024,
+				   MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+				   MHD_OPTION_END);
+	if (!gw->mhd) {
+		ig_log_error("%s: cannot start the HTTP server on %s", __func__, cfg->listen);
+		return -1;
+	}
+	const union MHD_DaemonInfo *info = MHD_get_daemon_info(gw->mhd, MHD_DAEMON_INFO_EPOLL_FD);
+	gw->ev_mhd = (struct ig_evsrc){IG_EV_MHD, info->epoll_fd, NULL};
+	add_fd(gw, info->epoll_fd, EPOLLIN, &gw->ev_mhd);
+
+	if (ig_upstream_init(gw) < 0 || ig_health_init(gw) < 0)
+		return -1;
+	return 0;
+}
+
+void ig_gw_resume(struct ig_gw *gw, struct ig_req *req)
+{
+	if (req->suspended) {
+		req->suspended = false;
+		MHD_resume_connection(req->conn);
+		gw->resume_pending = true;
+	}
+}
+
+static void begin_stop(struct ig_gw *gw, int signo)
+{
+	if (gw->stopping) {
+		ig_log_warn("second signal (%s): stopping now, %zu requests cut", strsignal(signo), gw->nreqs);
+		gw->stop_deadline_ms = 0;
+		return;
+	}
+	gw->stopping = true;
+	gw->stop_deadline_ms = ig_now_ms() + (uint64_t)gw->cfg->shutdown_grace_s * 1000u;
+	MHD_socket lfd = MHD_quiesce_daemon(gw->mhd);
+	if (lfd != MHD_INVALID_SOCKET) {
+		close(lfd);
+		gw->listen_fd = -1;
+	}
+	ig_log_info("%s: no longer accepting; %zu requests in flight, up to %lds to finish",
+		    strsignal(signo), gw->nreqs, gw->cfg->shutdown_grace_s);
+}
+
+static void on_signal(struct ig_gw *gw)
+{
+	struct signalfd_siginfo si;
+	while (read(gw->signal_fd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+		switch (si.ssi_signo) {
+		case SIGTERM:
+		case SIGINT:
+			begin_stop(gw, (int)si.ssi_signo);
+			break;
+		default:
+			ig_log_info("signal %s ignored", strsignal((int)si.ssi_signo));
+			break;
+		}
+	}
+}
+
+static void run_mhd(struct ig_gw *gw)
+{
+	/* Resumed connections are handled by the next MHD_run; a reader may
+	 * resume others while it runs, so go round until nothing is pending. */
+	for (int i = 0; i < 16; i++) {
+		gw->resume_pending = false;
+		MHD_run(gw->mhd);
+		if (!gw->resume_pending)
+			break;
+	}
+}
+
+int ig_gw_run(struct ig_gw *gw)
+{
+	struct epoll_event evs[512];
+
+	ig_log_info("listening on %s, %zu backends, policy %s", gw->cfg->listen, gw->pool.n,
+		    ig_policy_name(gw->cfg->policy));
+	for (;;) {
+		MHD_UNSIGNED_LONG_LONG mto = 0;
+		int timeout = -1;
+		if (gw->resume_pending || (MHD_get_timeout(gw->mhd, &mto) == MHD_YES && mto == 0))
+			timeout = 0;
+		int n = epoll_wait(gw->epfd, evs, (int)(sizeof(evs) / sizeof(evs[0])), timeout);
+		if (n < 0 && errno != EINTR) {
+			ig_log_error("%s: epoll_wait: %s", __func__, strerror(errno));
+			return 1;
+		}
+		bool tick = false;
+		for (int i = 0; i < n; i++) {
+			uint64_t junk;
+			if (evs[i].data.u64 & IG_EV_CURL_BIT) {
+				/* A curl socket: tagged by fd, not by pointer, so an event
+				 * for a socket curl closed earlier in this batch is harmless. */
+				ig_upstream_on_socket(gw, (int)(evs[i].data.u64 & 0xffffffffu), evs[i].events);
+				continue;
+			}
+			struct ig_evsrc *src = evs[i].data.ptr;
+			switch (src->kind) {
+			case IG_EV_MHD:
+			case IG_EV_CURL:
+				break;
+			case IG_EV_CTIMER:
+				if (read(gw->ctimer_fd, &junk, sizeof(junk)) < 0 && errno != EAGAIN)
+					ig_log_warn("%s: timerfd read: %s", __func__, strerror(errno));
+				ig_upstream_on_timer(gw);
+				break;
+			case IG_EV_TICK:
+				if (read(gw->tick_fd, &junk, sizeof(junk)) < 0 && errno != EAGAIN)
+					ig_log_warn("%s: timerfd read: %s", __func__, strerror(errno));
+				tick = true;
+				break;
+			case IG_EV_SIGNAL:
+				on_signal(gw);
+				break;
+			case IG_EV_CLIENT:
+				ig_req_client_gone(src->ptr);
+				break;
+			}
+		}
+		if (tick) {
+			uint64_t now = ig_now_ms();
+			ig_health_tick(gw, now);
+			ig_proxy_tick(gw, now);
+		}
+		run_mhd(gw);
+		if (gw->stopping && (gw->nreqs == 0 || ig_now_ms() >= gw->stop_deadline_ms))
+			break;
+	}
+	if (gw->nreqs)
+		ig_log_warn("grace period over: cutting %zu requests", gw->nreqs);
+	/* Abort what is left and let MHD see the connections once more. */
+	for (struct ig_req *r = gw->reqs; r; r = r->next)
+		ig_req_client_gone(r);
+	run_mhd(gw);
+	ig_log_info("stopped");
+	return 0;
+}
+
+void ig_gw_free(struct ig_gw *gw)
+{
+	if (gw->mhd) {
+		MHD_stop_daemon(gw->mhd); /* completion callbacks free the requests */
+		gw->mhd = NULL;
+	}
+	ig_health_free(gw);
+	ig_upstream_free(gw);
+	ig_pool_free(&gw->pool);
+	if (gw->listen_fd >= 0)
+		close(gw->listen_fd);
+	if (gw->epfd >= 0)
+		close(gw->epfd);
+	if (gw->tick_fd >= 0)
+		close(gw->tick_fd);
+	if (gw->signal_fd >= 0)
+		close(gw->signal_fd);
+	gw->listen_fd = gw->epfd = gw->tick_fd = gw->signal_fd = -1;
+}

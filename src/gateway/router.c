@@ -1,0 +1,101 @@
+/* Load-balancing policies. Load is compared as inflight / weight without
+ * division (a.inflight * b.weight vs b.inflight * a.weight). Ties are broken
+ * by a rotating start so that equal backends share work even when idle: the
+ * "always the first" bug that a plain argmin has.
+ * Not here: health (health.c) or what happens when nothing is eligible
+ * (proxy.c queues or answers). */
+#include "config.h"
+#include <stdlib.h>
+
+#include "infergate/router.h"
+#include "infergate/util.h"
+
+static int tried_already(struct ig_backend *b, struct ig_backend *const *tried, int ntried)
+{
+	for (int i = 0; i < ntried; i++)
+		if (tried[i] == b)
+			return 1;
+	return 0;
+}
+
+/* Returns 1 when a is strictly less loaded than b, relative to weights. */
+static int less_loaded(struct ig_backend *a, struct ig_backend *b)
+{
+	long la = atomic_load(&a->inflight), lb = atomic_load(&b->inflight);
+	return la * b->weight < lb * a->weight;
+}
+
+static int reserve(struct ig_backend *b)
+{
+	long cur = atomic_load(&b->inflight);
+	do {
+		if (b->max_inflight > 0 && cur >= b->max_inflight)
+			return 0;
+	} while (!atomic_compare_exchange_weak(&b->inflight, &cur, cur + 1));
+	return 1;
+}
+
+enum ig_pick ig_router_pick(struct ig_pool *pool, enum ig_policy policy,
+			    struct ig_backend *const *tried, int ntried, struct ig_backend **out)
+{
+	size_t n = pool->n;
+	struct ig_backend *elig[256];
+	struct ig_backend **cand = elig;
+	size_t k = 0, healthy = 0;
+	enum ig_pick res = IG_PICK_NONE;
+
+	if (n > 256 && !(cand = malloc(n * sizeof(*cand))))
+		return IG_PICK_NONE;
+	unsigned start = atomic_fetch_add(&pool->rotor, 1);
+	for (size_t i = 0; i < n; i++) {
+		struct ig_backend *b = pool->v[(start + i) % n];
+		if (atomic_load(&b->state) != IG_BACKEND_UP || tried_already(b, tried, ntried))
+			continue;
+		healthy++;
+		if (b->max_inflight > 0 && atomic_load(&b->inflight) >= b->max_inflight)
+			continue;
+		cand[k++] = b;
+	}
+	/* Candidates are in rotated order, so "first best" rotates among equals. */
+	while (k > 0) {
+		size_t pick = 0;
+		switch (policy) {
+		case IG_POLICY_LEAST_LOADED:
+			for (size_t i = 1; i < k; i++)
+				if (less_loaded(cand[i], cand[pick]))
+					pick = i;
+			break;
+		case IG_POLICY_ROUND_ROBIN:
+			pick = 0;
+			break;
+		case IG_POLICY_RANDOM:
+			pick = ig_rand_below(k);
+			break;
+		case IG_POLICY_POWER_OF_TWO:
+			if (k > 1) {
+				size_t a = ig_rand_below(k), b = ig_rand_below(k - 1);
+				if (b >= a)
+					b++;
+				pick = less_loaded(cand[b], cand[a]) ? b : a;
+			}
+			break;
+		}
+		if (reserve(cand[pick])) {
+			*out = cand[pick];
+			res = IG_PICK_OK;
+			goto done;
+		}
+		/* Lost a race for its last slot (several reactors): try the rest. */
+		cand[pick] = cand[--k];
+	}
+	res = healthy ? IG_PICK_BUSY : IG_PICK_NONE;
+done:
+	if (cand != elig)
+		free(cand);
+	return res;
+}
+
+void ig_router_release(struct ig_backend *b)
+{
+	atomic_fetch_sub(&b->inflight, 1);
+}

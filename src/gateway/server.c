@@ -1,0 +1,165 @@
+/* The client side: libmicrohttpd's access handler and completion callback.
+ * It routes paths, answers the gateway's own endpoints at once, reads
+ * proxied bodies (refusing oversized ones before reading them), and hands
+ * complete bodies to proxy.c.
+ * Not here: anything about backends or transfers. */
+#include "config.h"
+#include <stdlib.h>
+#include <string.h>
+
+#include "infergate/gateway.h"
+#include "infergate/log.h"
+#include "infergate/oaerror.h"
+
+/* A marker for "headers seen, not routed yet" (see handler). */
+static struct ig_req first_call;
+
+/* Routes forwarded to a backend, path as sent upstream. */
+static const char *const proxied[] = {"/v1/chat/completions", "/v1/completions", "/v1/embeddings"};
+
+enum MHD_Result ig_server_error(struct MHD_Connection *conn, unsigned status, const char *message,
+				const char *param, const char *code, const char *request_id)
+{
+	char *body = ig_oaerror_json(message, ig_oaerror_type_for_status(status), param, code);
+	struct MHD_Response *r = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+	MHD_add_response_header(r, "Content-Type", "application/json");
+	if (request_id)
+		MHD_add_response_header(r, "X-Request-Id", request_id);
+	if (status == 405) {
+		const char *allow = strcmp(code ? code : "", "post_only") == 0 ? "POST" : "GET, HEAD";
+		MHD_add_response_header(r, "Allow", allow);
+	}
+	enum MHD_Result ret = MHD_queue_response(conn, status, r);
+	MHD_destroy_response(r);
+	return ret;
+}
+
+static enum MHD_Result send_text(struct ig_gw *gw, struct MHD_Connection *conn, unsigned status,
+				 const char *ctype, char *body)
+{
+	struct MHD_Response *r = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+	MHD_add_response_header(r, "Content-Type", ctype);
+	MHD_add_response_header(r, "Cache-Control", "no-store");
+	gw->stats.responses[status / 100]++;
+	enum MHD_Result ret = MHD_queue_response(conn, status, r);
+	MHD_destroy_response(r);
+	return ret;
+}
+
+/* The gateway's own GET endpoints; returns -1 when path is not one. */
+static int local_endpoint(struct ig_gw *gw, struct MHD_Connection *conn, const char *path,
+			  const char *method, enum MHD_Result *ret)
+{
+	unsigned status = 200;
+	char *body;
+	const char *ctype = "application/json";
+
+	if (strcmp(path, "/health") == 0)
+		body = NULL;
+	else if (strcmp(path, "/health/backends") == 0 || strcmp(path, "/v1/models") == 0 ||
+		 strcmp(path, "/metrics") == 0)
+		body = NULL;
+	else
+		return -1;
+	if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
+		*ret = ig_server_error(conn, 405, "this endpoint only answers GET", NULL, "method_not_allowed", NULL);
+		return 0;
+	}
+	if (strcmp(path, "/health") == 0) {
+		body = ig_health_json(gw, &status);
+	} else if (strcmp(path, "/health/backends") == 0) {
+		body = ig_backends_json(gw);
+	} else if (strcmp(path, "/v1/models") == 0) {
+		body = ig_models_json(gw);
+	} else {
+		body = ig_metrics_text(gw);
+		ctype = "text/plain; version=0.0.4; charset=utf-8";
+	}
+	*ret = send_text(gw, conn, status, ctype, body);
+	return 0;
+}
+
+static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const char *url,
+			       const char *method, const char *version IG_UNUSED,
+			       const char *upload_data, size_t *upload_data_size, void **con_cls)
+{
+	struct ig_gw *gw = cls;
+	struct ig_req *req = *con_cls;
+
+	/* Answering on the first call makes MHD close the connection (it has
+	 * not seen the end of the request yet); the second call keeps it alive. */
+	if (!req) {
+		*con_cls = &first_call;
+		return MHD_YES;
+	}
+	if (req == &first_call) {
+		*con_cls = NULL;
+		enum MHD_Result ret;
+		const char *route = NULL;
+		for (size_t i = 0; i < sizeof(proxied) / sizeof(proxied[0]); i++)
+			if (strcmp(url, proxied[i]) == 0)
+				route = proxied[i];
+		if (!route) {
+			if (local_endpoint(gw, conn, url, method, &ret) == 0)
+				return ret;
+			gw->stats.responses[4]++;
+			return ig_server_error(conn, 404, "unknown path; this gateway serves /v1/chat/completions, "
+					       "/v1/completions, /v1/embeddings, /v1/models, /health, /metrics",
+					       NULL, "not_found", NULL);
+		}
+		if (strcmp(method, "POST") != 0) {
+			gw->stats.responses[4]++;
+			return ig_server_error(conn, 405, "this endpoint only accepts POST", NULL, "post_only", NULL);
+		}
+		if (gw->stopping) {
+			gw->stats.responses[5]++;
+			return ig_server_error(conn, 503, "the gateway is shutting down", NULL, "shutting_down", NULL);
+		}
+		req = ig_req_new(gw, conn, route);
+		if (!req)
+			return MHD_NO;
+		*con_cls = req;
+		/* Refuse an oversized body from its declared length, unread. */
+		const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
+		if (cl && strtoll(cl, NULL, 10) > gw->cfg->max_body_bytes) {
+			req->too_large = true;
+			return ig_req_start(req);
+		}
+	}
+	if (*upload_data_size) {
+		if (!req->too_large) {
+			if (req->body.len + *upload_data_size > (size_t)gw->cfg->max_body_bytes) {
+				req->too_large = true;
+				ig_buf_free(&req->body);
+			} else if (ig_buf_append(&req->body, upload_data, *upload_data_size) < 0) {
+				return MHD_NO;
+			}
+		}
+		*upload_data_size = 0;
+		return MHD_YES;
+	}
+	if (req->phase == IG_REQ_READING)
+		return ig_req_start(req);
+	return ig_req_respond(req);
+}
+
+MHD_AccessHandlerCallback ig_server_handler(void) { return handler; }
+
+void ig_server_completed(void *cls IG_UNUSED, struct MHD_Connection *conn IG_UNUSED, void **con_cls,
+			 enum MHD_RequestTerminationCode toe)
+{
+	struct ig_req *req = *con_cls;
+	if (!req || req == &first_call) {
+		*con_cls = NULL;
+		return;
+	}
+	if (!req->client_gone) {
+		if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
+			ig_log_debug("request %s: connection ended early (%d)", req->request_id, (int)toe);
+		/* The connection is finishing: it must not be resumed again. */
+		req->suspended = false;
+		ig_req_client_gone(req);
+	}
+	ig_req_free(req);
+	*con_cls = NULL;
+}

@@ -1,0 +1,122 @@
+/* libcurl multi glue, after curl's docs/examples/ephiperfifo.c: curl tells us
+ * which sockets to watch (socket callback) and when to wake it (timer
+ * callback, a timerfd); we call curl_multi_socket_action from the reactor.
+ * Keep-alive connections to each backend live in the multi's connection
+ * cache and are reused across requests.
+ * Not here: building a request's transfer (proxy.c) or a probe (health.c). */
+#include "config.h"
+#include <errno.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include "infergate/gateway.h"
+#include "infergate/log.h"
+
+static void check_done(struct ig_gw *gw)
+{
+	CURLMsg *msg;
+	int left;
+	while ((msg = curl_multi_info_read(gw->multi, &left))) {
+		if (msg->msg != CURLMSG_DONE)
+			continue;
+		CURL *easy = msg->easy_handle;
+		CURLcode result = msg->data.result;
+		void *priv = NULL;
+		curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **)&priv);
+		/* The message is invalid once the handle is removed: copy first. */
+		if (*(enum ig_xfer_kind *)priv == IG_XFER_REQUEST)
+			ig_req_upstream_done(priv, result);
+		else
+			ig_health_probe_done(gw, priv, result);
+	}
+}
+
+static int on_curl_socket(CURL *easy IG_UNUSED, curl_socket_t s, int what, void *userp,
+			  void *socketp)
+{
+	struct ig_gw *gw = userp;
+	struct epoll_event ev = {0};
+
+	if (what == CURL_POLL_REMOVE) {
+		epoll_ctl(gw->epfd, EPOLL_CTL_DEL, s, NULL);
+		curl_multi_assign(gw->multi, s, NULL);
+		return 0;
+	}
+	ev.events = (what & CURL_POLL_IN ? EPOLLIN : 0u) | (what & CURL_POLL_OUT ? EPOLLOUT : 0u);
+	ev.data.u64 = IG_EV_CURL_BIT | (uint32_t)s;
+	if (!socketp) {
+		if (epoll_ctl(gw->epfd, EPOLL_CTL_ADD, s, &ev) < 0 && errno == EEXIST)
+			epoll_ctl(gw->epfd, EPOLL_CTL_MOD, s, &ev);
+		curl_multi_assign(gw->multi, s, gw); /* any non-NULL marks "added" */
+	} else if (epoll_ctl(gw->epfd, EPOLL_CTL_MOD, s, &ev) < 0 && errno == ENOENT) {
+		epoll_ctl(gw->epfd, EPOLL_CTL_ADD, s, &ev);
+	}
+	return 0;
+}
+
+static int on_curl_timer(CURLM *multi IG_UNUSED, long timeout_ms, void *userp)
+{
+	struct ig_gw *gw = userp;
+	struct itimerspec its = {{0, 0}, {0, 0}};
+
+	if (timeout_ms == 0)
+		its.it_value.tv_nsec = 1; /* soonest: we may not call curl from here */
+	else if (timeout_ms > 0) {
+		its.it_value.tv_sec = timeout_ms / 1000;
+		its.it_value.tv_nsec = (timeout_ms % 1000) * 1000000L;
+	}
+	timerfd_settime(gw->ctimer_fd, 0, &its, NULL);
+	return 0;
+}
+
+int ig_upstream_init(struct ig_gw *gw)
+{
+	gw->ctimer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	gw->multi = curl_multi_init();
+	if (gw->ctimer_fd < 0 || !gw->multi) {
+		ig_log_error("%s: cannot create the curl multi handle or its timer", __func__);
+		return -1;
+	}
+	gw->ev_ctimer = (struct ig_evsrc){IG_EV_CTIMER, gw->ctimer_fd, NULL};
+	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &gw->ev_ctimer};
+	epoll_ctl(gw->epfd, EPOLL_CTL_ADD, gw->ctimer_fd, &ev);
+	curl_multi_setopt(gw->multi, CURLMOPT_SOCKETFUNCTION, on_curl_socket);
+	curl_multi_setopt(gw->multi, CURLMOPT_SOCKETDATA, gw);
+	curl_multi_setopt(gw->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer);
+	curl_multi_setopt(gw->multi, CURLMOPT_TIMERDATA, gw);
+	/* Keep enough idle connections to reuse one per in-flight request. */
+	curl_multi_setopt(gw->multi, CURLMOPT_MAXCONNECTS, (long)gw->cfg->max_connections);
+	return 0;
+}
+
+void ig_upstream_free(struct ig_gw *gw)
+{
+	if (gw->multi)
+		curl_multi_cleanup(gw->multi);
+	gw->multi = NULL;
+	if (gw->ctimer_fd >= 0)
+		close(gw->ctimer_fd);
+	gw->ctimer_fd = -1;
+}
+
+void ig_upstream_on_socket(struct ig_gw *gw, int fd, uint32_t events)
+{
+	int running, flags = 0;
+	if (events & (EPOLLIN | EPOLLHUP))
+		flags |= CURL_CSELECT_IN;
+	if (events & EPOLLOUT)
+		flags |= CURL_CSELECT_OUT;
+	if (events & EPOLLERR)
+		flags |= CURL_CSELECT_ERR;
+	curl_multi_socket_action(gw->multi, fd, flags, &running);
+	check_done(gw);
+}
+
+void ig_upstream_on_timer(struct ig_gw *gw)
+{
+	int running;
+	curl_multi_socket_action(gw->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+	check_done(gw);
+}
