@@ -222,6 +222,35 @@ def wait_until(pred, timeout=10.0, interval=0.05, what="condition"):
     raise TimeoutError(f"{what} not reached after {timeout}s (last: {last!r})")
 
 
+def parallel(fn, items, workers=64):
+    """Run fn(item) for every item on a thread pool; returns results in order.
+    An exception in any call is raised here."""
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(max_workers=workers) as ex:
+        return list(ex.map(fn, items))
+
+
+def chat_body(prompt, **extra):
+    """A chat completion request body for one user prompt."""
+    body = {"model": extra.pop("model", "sim-model"),
+            "messages": [{"role": "user", "content": prompt}]}
+    body.update(extra)
+    return body
+
+
+def metric(text, name):
+    """Value of one Prometheus sample (exact name with labels) in a /metrics text."""
+    if isinstance(text, bytes):
+        text = text.decode()
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        parts = line.rsplit(" ", 1)
+        if len(parts) == 2 and parts[0] == name:
+            return float(parts[1])
+    raise KeyError(f"metric {name} not found")
+
+
 def test(fn):
     """Register a test function."""
     _tests.append(fn)

@@ -1,0 +1,164 @@
+/* Unit tests for the gateway's configuration and router. */
+#include "config.h"
+#include <check.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "infergate/config.h"
+#include "infergate/router.h"
+
+static char *write_tmp(const char *text)
+{
+	char *path = strdup("/tmp/igcfgXXXXXX");
+	int fd = mkstemp(path);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+	close(fd);
+	return path;
+}
+
+static int load_args(struct ig_config *cfg, char **err, int argc, ...)
+{
+	char *argv[32] = {"infergate"};
+	va_list ap;
+	va_start(ap, argc);
+	for (int i = 0; i < argc; i++)
+		argv[i + 1] = va_arg(ap, char *);
+	va_end(ap);
+	int check = 0;
+	return ig_config_from_args(cfg, argc + 1, argv, &check, err);
+}
+
+START_TEST(config_file_and_flag_override)
+{
+	char *path = write_tmp("{\"backends\": [\"http://a:1/\", {\"url\": \"http://b:2\", \"weight\": 3, "
+			       "\"max_inflight\": 5}], \"health\": {\"fall\": 4}, \"retries\": 1}");
+	struct ig_config cfg;
+	char *err = NULL;
+	ck_assert_int_eq(load_args(&cfg, &err, 4, "--config", path, "--retries", "3"), 0);
+	ck_assert_uint_eq(cfg.n_backends, 2);
+	ck_assert_str_eq(cfg.backends[0].url, "http://a:1");
+	ck_assert_int_eq(cfg.backends[1].weight, 3);
+	ck_assert_int_eq(cfg.backends[1].max_inflight, 5);
+	ck_assert_int_eq(cfg.health_fall, 4);
+	ck_assert_int_eq(cfg.health_rise, 2);
+	ck_assert_int_eq(cfg.retries, 3);
+	ck_assert_str_eq(cfg.listen_host, "127.0.0.1");
+	ck_assert_int_eq(cfg.listen_port, 8080);
+	ig_config_free(&cfg);
+	unlink(path);
+	free(path);
+}
+END_TEST
+
+START_TEST(config_names_every_problem)
+{
+	char *path = write_tmp("{\"backends\": [\"http://a:1\", \"http://a:1/\", 7], \"polcy\": \"x\", "
+			       "\"health\": {\"rise\": 0}, \"timeouts\": {\"idle\": 1}}");
+	struct ig_config cfg;
+	char *err = NULL;
+	ck_assert_int_eq(load_args(&cfg, &err, 2, "--config", path), -1);
+	ck_assert_ptr_nonnull(strstr(err, "listed twice"));
+	ck_assert_ptr_nonnull(strstr(err, "backends[2]"));
+	ck_assert_ptr_nonnull(strstr(err, "unknown key 'polcy' (did you mean 'policy'?)"));
+	ck_assert_ptr_nonnull(strstr(err, "health.rise"));
+	ck_assert_ptr_nonnull(strstr(err, "timeouts.idle"));
+	free(err);
+	ig_config_free(&cfg);
+	unlink(path);
+	free(path);
+}
+END_TEST
+
+static struct ig_pool make_pool(int n)
+{
+	struct ig_pool pool = {0};
+	pool.v = calloc((size_t)n, sizeof(*pool.v));
+	for (int i = 0; i < n; i++) {
+		struct ig_backend *b = calloc(1, sizeof(*b));
+		b->id = i;
+		b->weight = 1;
+		atomic_init(&b->state, IG_BACKEND_UP);
+		pool.v[pool.n++] = b;
+	}
+	return pool;
+}
+
+static void free_pool(struct ig_pool *pool)
+{
+	for (size_t i = 0; i < pool->n; i++)
+		free(pool->v[i]);
+	free(pool->v);
+}
+
+START_TEST(least_loaded_rotates_ties)
+{
+	struct ig_pool pool = make_pool(4);
+	int hits[4] = {0};
+	for (int i = 0; i < 400; i++) {
+		struct ig_backend *b;
+		ck_assert_int_eq(ig_router_pick(&pool, IG_POLICY_LEAST_LOADED, NULL, 0, &b), IG_PICK_OK);
+		hits[b->id]++;
+		ig_router_release(b); /* always idle: every pick is a 4-way tie */
+	}
+	for (int i = 0; i < 4; i++)
+		ck_assert_int_eq(hits[i], 100);
+	free_pool(&pool);
+}
+END_TEST
+
+START_TEST(least_loaded_follows_load_and_weight)
+{
+	struct ig_pool pool = make_pool(3);
+	struct ig_backend *b;
+	pool.v[0]->weight = 2;
+	atomic_store(&pool.v[0]->inflight, 3); /* 1.5 per unit */
+	atomic_store(&pool.v[1]->inflight, 1);
+	atomic_store(&pool.v[2]->inflight, 2);
+	ck_assert_int_eq(ig_router_pick(&pool, IG_POLICY_LEAST_LOADED, NULL, 0, &b), IG_PICK_OK);
+	ck_assert_int_eq(b->id, 1);
+	ck_assert_int_eq(atomic_load(&b->inflight), 2);
+	/* Excluding what was tried, and skipping down backends. */
+	struct ig_backend *tried[1] = {pool.v[1]};
+	atomic_store(&pool.v[2]->state, IG_BACKEND_DOWN);
+	ck_assert_int_eq(ig_router_pick(&pool, IG_POLICY_LEAST_LOADED, tried, 1, &b), IG_PICK_OK);
+	ck_assert_int_eq(b->id, 0);
+	free_pool(&pool);
+}
+END_TEST
+
+START_TEST(limits_give_busy_then_none)
+{
+	struct ig_pool pool = make_pool(2);
+	struct ig_backend *b;
+	pool.v[0]->max_inflight = 1;
+	pool.v[1]->max_inflight = 1;
+	ck_assert_int_eq(ig_router_pick(&pool, IG_POLICY_ROUND_ROBIN, NULL, 0, &b), IG_PICK_OK);
+	ck_assert_int_eq(ig_router_pick(&pool, IG_POLICY_ROUND_ROBIN, NULL, 0, &b), IG_PICK_OK);
+	ck_assert_int_eq(ig_router_pick(&pool, IG_POLICY_POWER_OF_TWO, NULL, 0, &b), IG_PICK_BUSY);
+	atomic_store(&pool.v[0]->state, IG_BACKEND_DOWN);
+	atomic_store(&pool.v[1]->state, IG_BACKEND_DOWN);
+	ck_assert_int_eq(ig_router_pick(&pool, IG_POLICY_RANDOM, NULL, 0, &b), IG_PICK_NONE);
+	free_pool(&pool);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("gateway");
+	TCase *tc = tcase_create("core");
+	tcase_add_test(tc, config_file_and_flag_override);
+	tcase_add_test(tc, config_names_every_problem);
+	tcase_add_test(tc, least_loaded_rotates_ties);
+	tcase_add_test(tc, least_loaded_follows_load_and_weight);
+	tcase_add_test(tc, limits_give_busy_then_none);
+	suite_add_tcase(s, tc);
+	SRunner *sr = srunner_create(s);
+	srunner_run_all(sr, CK_ENV);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
