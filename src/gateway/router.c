@@ -6,6 +6,7 @@
  * (proxy.c queues or answers). */
 #include "config.h"
 #include <stdlib.h>
+#include <string.h>
 
 #include "infergate/router.h"
 #include "infergate/util.h"
@@ -46,15 +47,27 @@ enum ig_pick ig_router_pick(struct ig_pool *pool, enum ig_policy policy,
 
 	if (n > 256 && !(cand = malloc(n * sizeof(*cand))))
 		return IG_PICK_NONE;
-	unsigned start = atomic_fetch_add(&pool->rotor, 1);
 	for (size_t i = 0; i < n; i++) {
-		struct ig_backend *b = pool->v[(start + i) % n];
+		struct ig_backend *b = pool->v[i];
 		if (atomic_load(&b->state) != IG_BACKEND_UP || tried_already(b, tried, ntried))
 			continue;
 		healthy++;
 		if (b->max_inflight > 0 && atomic_load(&b->inflight) >= b->max_inflight)
 			continue;
 		cand[k++] = b;
+	}
+	/* Rotate among the eligible ones (not among all: a down backend would
+	 * hand its turn to its neighbour and skew the split). */
+	if (k > 1) {
+		size_t start = atomic_fetch_add(&pool->rotor, 1) % k;
+		struct ig_backend *tmp[256], **t = k <= 256 ? tmp : malloc(k * sizeof(*t));
+		if (t) {
+			for (size_t i = 0; i < k; i++)
+				t[i] = cand[(start + i) % k];
+			memcpy(cand, t, k * sizeof(*t));
+			if (t != tmp)
+				free(t);
+		}
 	}
 	/* Candidates are in rotated order, so "first best" rotates among equals. */
 	while (k > 0) {

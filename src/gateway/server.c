@@ -4,6 +4,7 @@
  * complete bodies to proxy.c.
  * Not here: anything about backends or transfers. */
 #include "config.h"
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -89,6 +90,15 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
 	/* Answering on the first call makes MHD close the connection (it has
 	 * not seen the end of the request yet); the second call keeps it alive. */
 	if (!req) {
+		/* An oversized body is refused from its declared length, unread
+		 * (MHD then closes the connection: the body is never consumed). */
+		const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
+		if (cl && strtoll(cl, NULL, 10) > gw->cfg->max_body_bytes && strcmp(method, "POST") == 0) {
+			char msg[128];
+			snprintf(msg, sizeof(msg), "the request body is larger than %ld bytes", gw->cfg->max_body_bytes);
+			gw->stats.responses[4]++;
+			return ig_server_error(conn, 413, msg, NULL, "request_too_large", NULL);
+		}
 		*con_cls = &first_call;
 		return MHD_YES;
 	}
@@ -119,12 +129,6 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
 		if (!req)
 			return MHD_NO;
 		*con_cls = req;
-		/* Refuse an oversized body from its declared length, unread. */
-		const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
-		if (cl && strtoll(cl, NULL, 10) > gw->cfg->max_body_bytes) {
-			req->too_large = true;
-			return ig_req_start(req);
-		}
 	}
 	if (*upload_data_size) {
 		if (!req->too_large) {
