@@ -496,7 +496,12 @@ enum MHD_Result ig_req_respond(struct ig_req *req)
 		add_relayed_headers(req, r);
 		if (!MHD_get_response_header(r, "Content-Type"))
 			MHD_add_response_header(r, "Content-Type", "text/event-stream");
-		MHD_del_response_header(r, "Cache-Control", MHD_get_response_header(r, "Cache-Control"));
+		const char *cc = MHD_get_response_header(r, "Cache-Control");
+		if (cc) {
+			char *copy = strdup(cc);
+			MHD_del_response_header(r, "Cache-Control", copy);
+			free(copy);
+		}
 		MHD_add_response_header(r, "Cache-Control", "no-cache");
 		MHD_add_response_header(r, "X-Accel-Buffering", "no");
 		add_common_headers(req, r);

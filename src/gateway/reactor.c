@@ -71,13 +71,23 @@ fail:
 	return -1;
 }
 
-static void raise_fd_limit(void)
+/* Each stream holds two descriptors (client and backend): 10,000 streams
+ * need more than the usual soft limit. Root may also raise the hard one. */
+static void raise_fd_limit(long want)
 {
 	struct rlimit rl;
-	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-		rl.rlim_cur = rl.rlim_max;
-		setrlimit(RLIMIT_NOFILE, &rl);
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+		return;
+	if ((long)rl.rlim_max < want) {
+		struct rlimit more = {(rlim_t)want, (rlim_t)want};
+		if (setrlimit(RLIMIT_NOFILE, &more) == 0)
+			return;
 	}
+	rl.rlim_cur = rl.rlim_max;
+	setrlimit(RLIMIT_NOFILE, &rl);
+	if ((long)rl.rlim_max < want)
+		ig_log_warn("open files limited to %ld: fewer than %ld connections can be held",
+			    (long)rl.rlim_max, want);
 }
 
 static void mhd_log(void *cls IG_UNUSED, const char *fmt, va_list ap)
@@ -99,7 +109,7 @@ int ig_gw_init(struct ig_gw *gw, struct ig_config *cfg)
 	gw->cfg = cfg;
 	gw->listen_fd = gw->epfd = gw->ctimer_fd = gw->tick_fd = gw->signal_fd = -1;
 	gw->started_ms = ig_now_ms();
-	raise_fd_limit();
+	raise_fd_limit(2 * cfg->max_connections + 1024);
 	signal(SIGPIPE, SIG_IGN);
 
 	if (ig_pool_init(&gw->pool, cfg) < 0)

@@ -1,0 +1,101 @@
+#!/bin/sh
+# infergate quick start, for a fresh Debian 12 machine (as root).
+#   sh etc/quickstart.sh demo   seven simulated backends, the gateway, and a
+#                               generated corpus pushed through it
+#   sh etc/quickstart.sh test   the whole test suite; ends with "N passed, N failed"
+# Builds out of tree in ./build. IG_SKIP_DEPS=1 skips apt-get.
+set -eu
+
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=${IG_BUILD:-$SRC/build}
+JOBS=$(nproc 2>/dev/null || echo 2)
+DEPS="build-essential autoconf automake libtool pkg-config libmicrohttpd-dev libcurl4-openssl-dev
+      libjansson-dev libssl-dev check python3 curl nodejs npm"
+
+deps() {
+	[ "${IG_SKIP_DEPS:-0}" = 1 ] && return 0
+	missing=""
+	for p in $DEPS; do
+		dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
+	done
+	[ -z "$missing" ] && return 0
+	echo "== installing:$missing"
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
+}
+
+build() {
+	deps
+	if [ ! -x "$SRC/configure" ] || [ "$SRC/configure.ac" -nt "$SRC/configure" ]; then
+		(cd "$SRC" && autoreconf -fi >/dev/null 2>&1)
+	fi
+	mkdir -p "$BUILD"
+	cd "$BUILD"
+	[ -f Makefile ] || "$SRC/configure" -q ${IG_CONFIGURE_FLAGS:-}
+	make -s -j"$JOBS" >/dev/null
+}
+
+# Counts test cases (TAP lines, via automake's .trs files) and prints the total.
+summarize() {
+	pass=$(cat $(find "$BUILD" -name '*.trs') 2>/dev/null | grep -c '^:test-result: PASS' || true)
+	fail=$(cat $(find "$BUILD" -name '*.trs') 2>/dev/null | grep -c -E '^:test-result: (FAIL|ERROR|XPASS)' || true)
+	skip=$(cat $(find "$BUILD" -name '*.trs') 2>/dev/null | grep -c '^:test-result: SKIP' || true)
+	[ "$skip" -gt 0 ] && echo "($skip skipped)"
+	echo "$pass passed, $fail failed"
+	[ "$fail" -eq 0 ]
+}
+
+run_tests() {
+	build
+	cd "$BUILD"
+	find . -name '*.trs' -delete
+	rc=0
+	make -j"${IG_TEST_JOBS:-2}" check >/dev/null 2>&1 || rc=$?
+	# Show what failed, with the harness's diagnostics.
+	for trs in $(grep -l -E '^:test-result: (FAIL|ERROR|XPASS)' $(find . -name '*.trs') 2>/dev/null); do
+		echo "== ${trs%.trs}.log"
+		grep -E '^(not ok|#)' "${trs%.trs}.log" | head -60
+	done
+	summarize || rc=1
+	return $rc
+}
+
+demo() {
+	build
+	cd "$BUILD"
+	work=$(mktemp -d /tmp/infergate-demo.XXXXXX)
+	pids=""
+	trap 'kill $pids 2>/dev/null; wait 2>/dev/null; echo "== stopped; files in $work"' EXIT INT TERM
+	echo "== starting seven simulated inference servers on 127.0.0.1:30001-30007"
+	for i in 1 2 3 4 5 6 7; do
+		./infergate-sim --listen 127.0.0.1:3000$i --model sim-model --tokens-per-second 150 \
+			--ttft-ms 30 --max-running 48 --seed $i 2>"$work/sim$i.log" &
+		pids="$pids $!"
+	done
+	echo "== starting the gateway on 127.0.0.1:8080 (config: etc/infergate.json)"
+	./infergate --config "$SRC/etc/infergate.json" 2>"$work/gateway.log" &
+	pids="$pids $!"
+	for _ in $(seq 50); do
+		curl -sf localhost:8080/health >/dev/null 2>&1 && break
+		sleep 0.1
+	done
+	echo "\$ curl -s localhost:8080/health"
+	curl -s localhost:8080/health; echo
+	echo "\$ curl -s localhost:8080/v1/chat/completions -d '{\"model\": \"sim-model\", \"messages\": [{\"role\": \"user\", \"content\": \"Hello\"}], \"max_tokens\": 12}'"
+	curl -s localhost:8080/v1/chat/completions \
+		-d '{"model": "sim-model", "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 12}'
+	echo
+	n=${IG_DEMO_PROMPTS:-3000}
+	echo "== generating $n prompts and pushing them through the gateway (concurrency 256)"
+	./infergate-bulk generate --count "$n" --seed 1 --output "$work/corpus.jsonl"
+	./infergate-bulk --input "$work/corpus.jsonl" --output "$work/results.jsonl" \
+		--model sim-model --concurrency 256 --summary-json "$work/summary.json"
+	echo "== $(wc -l <"$work/results.jsonl") results in $work/results.jsonl"
+}
+
+case "${1:-}" in
+demo) demo ;;
+test) run_tests ;;
+build) build ;;
+*) echo "usage: sh etc/quickstart.sh demo|test|build" >&2; exit 2 ;;
+esac

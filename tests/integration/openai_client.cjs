@@ -1,0 +1,39 @@
+// The official OpenAI Node client, unmodified, pointed at infergate.
+// Usage: node openai_client.cjs BASE_URL MODEL  -> prints one JSON line of results.
+const OpenAI = require('openai');
+
+async function main() {
+  const [baseURL, model] = process.argv.slice(2);
+  const client = new OpenAI({ baseURL: baseURL + '/v1', apiKey: 'unused', maxRetries: 0 });
+  const out = {};
+  const chat = await client.chat.completions.create({
+    model, messages: [{ role: 'user', content: 'Hello from the official client' }], max_tokens: 12,
+  });
+  out.chat = { object: chat.object, content: chat.choices[0].message.content,
+               finish_reason: chat.choices[0].finish_reason, usage: chat.usage };
+  const stream = await client.chat.completions.create({
+    model, messages: [{ role: 'user', content: 'Hello from the official client' }], max_tokens: 12,
+    stream: true, stream_options: { include_usage: true },
+  });
+  let text = '', chunks = 0, usage = null;
+  for await (const chunk of stream) {
+    chunks++;
+    if (chunk.usage) usage = chunk.usage;
+    for (const c of chunk.choices) text += (c.delta && c.delta.content) || '';
+  }
+  out.stream = { text, chunks, usage };
+  const cmpl = await client.completions.create({ model, prompt: 'Once upon a time', max_tokens: 7 });
+  out.completion = { object: cmpl.object, text: cmpl.choices[0].text, usage: cmpl.usage };
+  const models = await client.models.list();
+  out.models = [];
+  for await (const m of models) out.models.push(m.id);
+  try {
+    await client.chat.completions.create({ model, messages: 'not a list' });
+    out.error = null;
+  } catch (e) {
+    out.error = { status: e.status, name: e.constructor.name };
+  }
+  console.log(JSON.stringify(out));
+}
+
+main().catch((e) => { console.error(e); process.exit(1); });
