@@ -1,0 +1,323 @@
+/* infergate-bulk's internal interfaces: the options, the run's counters, and
+ * one section per module (corpus, idset, journal, stream, scheduler,
+ * progress, report, generate). Nothing here is used by the other programs,
+ * which is why it lives next to the sources and not in include/infergate. */
+#ifndef IG_BULK_H
+#define IG_BULK_H
+
+#include <jansson.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+#include "infergate/buf.h"
+
+/* Exit codes, documented in --help. */
+enum {
+	BULK_EXIT_OK = 0,        /* every selected line is in OUTPUT */
+	BULK_EXIT_ERRORS = 1,    /* complete, but some lines are in the errors file */
+	BULK_EXIT_USAGE = 2,     /* bad flag or preflight problem: nothing was sent */
+	BULK_EXIT_STOPPED = 3,   /* stopped early (signal, full disk): rerun with --resume */
+};
+
+/* ---------------------------------------------------------------- options */
+
+enum ig_endpoint {
+	IG_EP_CHAT,        /* /v1/chat/completions */
+	IG_EP_COMPLETIONS, /* /v1/completions */
+	IG_EP_EMBEDDINGS,  /* /v1/embeddings (Batch lines only) */
+	IG_EP_COUNT,
+};
+
+struct bulk_opts {
+	char *input;
+	char *output;
+	char *errors;           /* default: OUTPUT minus .jsonl, plus .errors.jsonl */
+	char *url;              /* normalised: no trailing slash, no trailing /v1 */
+	char *api_key_env;
+	char *api_key;          /* value of that variable, not owned */
+	char *model;
+	long max_tokens;        /* -1: not set */
+	double temperature;
+	int have_temperature;
+	int endpoint;           /* -1 auto (messages->chat, prompt->completions), or IG_EP_* */
+	long concurrency;
+	double rate;            /* requests/s cap, 0 = none */
+	long retries;
+	long backoff_ms;        /* first retry delay, doubling up to 30 s */
+	long idle_timeout_s;
+	long connect_timeout_s;
+	char *progress_file;
+	char *summary_json;
+	long shard_k, shard_n;
+	int resume;
+	int dry_run;
+	int stream;
+	long progress_interval_s; /* plain progress lines when stderr is not a TTY */
+};
+
+/* --------------------------------------------------------------- corpus */
+
+/* Defaults a line may not set itself, from the flags. */
+struct bulk_defaults {
+	const char *model;
+	long max_tokens;        /* -1: leave alone */
+	double temperature;
+	int have_temperature;
+	int endpoint;           /* -1 auto */
+	int stream;             /* force "stream": true + include_usage */
+};
+
+/* One input line, normalised into a request. */
+struct bulk_line {
+	char *custom_id;        /* malloc'd */
+	enum ig_endpoint ep;
+	json_t *body;           /* owned; model/max_tokens/... filled in */
+	const char *model;      /* inside body, NULL when none */
+	int stream;             /* body.stream is true */
+};
+
+/* Parses one input line (without its newline). lineno is 1-based and names
+ * the default custom_id "line-N". Returns 0, or -1 with *err (malloc'd). */
+int ig_corpus_parse(const char *text, size_t len, long lineno, const struct bulk_defaults *d,
+		    struct bulk_line *out, char **err);
+void ig_bulk_line_clear(struct bulk_line *l);
+const char *ig_endpoint_path(enum ig_endpoint ep);
+const char *ig_endpoint_name(enum ig_endpoint ep);
+
+/* Sequential reader of request lines: blank lines are skipped (they keep
+ * their line numbers but have no index). One line in memory at a time. */
+struct ig_corpus_reader {
+	FILE *f;
+	char *line;
+	size_t cap;
+	size_t len;
+	long lineno;            /* 1-based physical line of the current line */
+	long index;             /* 0-based index among request lines */
+};
+
+/* Returns 0, or -1 with *err. */
+int ig_corpus_open(struct ig_corpus_reader *r, const char *path, char **err);
+/* Returns 1 with the next request line in r->line/r->len, 0 at the end,
+ * -1 on a read error (errno set). */
+int ig_corpus_next(struct ig_corpus_reader *r);
+void ig_corpus_close(struct ig_corpus_reader *r);
+
+/* ---------------------------------------------------------------- idset */
+
+/* Open-addressing set of 64-bit hashes with an optional 64-bit value: 8 or
+ * 16 bytes per id, so a million ids cost megabytes, not the strings. A hash
+ * is not an identity: callers re-check exact strings when a hash is present. */
+struct ig_idset {
+	uint64_t *keys;         /* 0 = empty */
+	uint64_t *vals;         /* NULL when the set has no values */
+	size_t cap;             /* power of two */
+	size_t len;
+};
+
+uint64_t ig_id_hash(const char *s, size_t n);   /* never 0 */
+/* Returns 0, or -1 out of memory. */
+int ig_idset_init(struct ig_idset *s, int with_vals);
+void ig_idset_free(struct ig_idset *s);
+/* Returns 1 added, 0 already present (*old gets its value when non-NULL),
+ * -1 out of memory. */
+int ig_idset_add(struct ig_idset *s, uint64_t h, uint64_t val, uint64_t *old);
+/* Returns 1 present (*val gets its value when non-NULL), 0 absent. */
+int ig_idset_get(const struct ig_idset *s, uint64_t h, uint64_t *val);
+
+/* -------------------------------------------------------------- journal */
+
+/* The result files: append-only, one JSON object per line, each line written
+ * with one write(2) so a crash leaves at most one torn line, at the end. */
+struct ig_journal {
+	int fd;
+	char *path;
+	off_t size;             /* bytes of complete lines */
+	int regular;            /* a regular file (not /dev/null, a pipe...) */
+};
+
+/* Opens for appending (creates it). Returns 0, or -1 with *err. */
+int ig_journal_open(struct ig_journal *j, const char *path, char **err);
+/* Appends one line (ending in \n) with one write(2). On a short or failed
+ * write the file is cut back to its previous size; returns -1 with errno. */
+int ig_journal_append(struct ig_journal *j, const char *line, size_t len);
+int ig_journal_sync(struct ig_journal *j);
+void ig_journal_close(struct ig_journal *j);
+
+/* Ids already written by earlier runs, from OUTPUT and the errors file.
+ * Keeps hashes and line offsets only; membership is confirmed by re-reading
+ * the line at that offset, so a hash collision can never skip a line. */
+struct ig_doneset {
+	struct ig_idset set;    /* hash -> (offset << 1) | file (0 output, 1 errors) */
+	int fd[2];
+	off_t valid[2];         /* size up to the last complete line */
+	off_t size[2];          /* size on disk (valid + torn tail) */
+	char **extra;           /* ids whose hash collided with another done id */
+	unsigned char *extra_file;
+	size_t n_extra;
+	long count[2];          /* distinct ids per file */
+	long dup_lines;         /* lines whose id was already seen (both files count) */
+	long in_both;           /* ids present in both files */
+};
+
+void ig_doneset_init(struct ig_doneset *d);
+/* Scans both files (a missing file is empty). A torn last line is measured,
+ * not cut (see ig_doneset_cut_torn). Returns 0, or -1 with *err naming the
+ * file and line. */
+int ig_doneset_load(struct ig_doneset *d, const char *output, const char *errors, char **err);
+/* Returns 0 not done, 1 done in OUTPUT, 2 done in the errors file. */
+int ig_doneset_find(struct ig_doneset *d, const char *id, size_t len);
+/* Cuts the torn tails found by load. Returns 0, or -1 with *err. */
+int ig_doneset_cut_torn(struct ig_doneset *d, const char *output, const char *errors, char **err);
+void ig_doneset_free(struct ig_doneset *d);
+
+/* Result lines in the OpenAI Batch output format, malloc'd, ending in \n.
+ * body may be NULL (JSON null), a JSON object or a string. */
+char *ig_journal_ok_line(const char *custom_id, long status, const char *request_id,
+			 json_t *body, size_t *len);
+/* status 0: "response" is null (no HTTP answer). */
+char *ig_journal_error_line(const char *custom_id, long status, const char *request_id,
+			    json_t *body, const char *code, const char *message, size_t *len);
+
+/* --------------------------------------------------------------- stream */
+
+/* Incremental Server-Sent-Events parser that rebuilds the non-streaming
+ * body (chat.completion or text_completion) from the chunks, so the output
+ * file looks the same with or without --stream. */
+struct ig_sse {
+	struct ig_buf pending;  /* bytes of an incomplete line */
+	json_t *meta;           /* id, created, model, system_fingerprint of the first chunk */
+	struct ig_buf *text;    /* per choice index */
+	json_t **finish;        /* per choice index */
+	size_t n_choices;
+	json_t *usage;
+	json_t *error;          /* an {"error": ...} event */
+	int done;               /* saw data: [DONE] */
+	int first_token;        /* saw a chunk with text */
+	int bad;                /* a chunk that is not JSON */
+};
+
+void ig_sse_init(struct ig_sse *s);
+void ig_sse_free(struct ig_sse *s);
+/* Feeds bytes; returns 1 when this call delivered the first token, else 0;
+ * -1 out of memory. */
+int ig_sse_feed(struct ig_sse *s, const char *p, size_t n);
+/* The rebuilt body (new reference), or NULL with *err (static text). */
+json_t *ig_sse_body(struct ig_sse *s, enum ig_endpoint ep, const char **err);
+
+/* --------------------------------------------------------------- report */
+
+/* Log-bucketed histogram of microseconds: about 1.5% precision in 20 KB,
+ * whatever the number of samples, so percentiles cost no memory per line. */
+#define IG_HIST_SUB 64
+#define IG_HIST_EXP 40
+struct ig_hist {
+	uint64_t bucket[IG_HIST_EXP * IG_HIST_SUB];
+	uint64_t n;
+	uint64_t max;
+	double sum;
+};
+
+void ig_hist_add(struct ig_hist *h, uint64_t us);
+/* q in [0, 1]; returns microseconds (0 when empty). */
+uint64_t ig_hist_quantile(const struct ig_hist *h, double q);
+
+struct ig_errcount {
+	char code[48];
+	long n;
+};
+
+/* What the run did; shared by the scheduler, progress and report. */
+struct bulk_stats {
+	long requests;          /* request lines in the input */
+	long selected;          /* in this shard */
+	long resumed_ok;        /* already in OUTPUT */
+	long resumed_err;       /* already in the errors file */
+	long to_send;           /* selected - resumed */
+	long ok;                /* written to OUTPUT by this run */
+	long failed;            /* written to the errors file by this run */
+	long attempts;          /* HTTP requests started */
+	long retries;
+	long in_flight;         /* transfers in progress */
+	long waiting;           /* requests waiting for a retry */
+	uint64_t input_tokens;
+	uint64_t output_tokens;
+	uint64_t start_us;
+	uint64_t end_us;
+	int stopping;           /* a signal or a write failure: no new requests */
+	int interrupted;        /* by a signal */
+	char *fatal;            /* why the run stopped early, malloc'd */
+	struct ig_hist *latency;
+	struct ig_hist *ttft;
+	struct ig_errcount *errs;
+	size_t n_errs;
+};
+
+void ig_stats_count_error(struct bulk_stats *st, const char *code);
+/* Prints the summary for people (to f) and writes --summary-json when set.
+ * Returns 0, or -1 when the JSON file could not be written (logged). */
+int ig_report_summary(const struct bulk_opts *o, const struct bulk_stats *st, FILE *f, int exit_code);
+json_t *ig_report_json(const struct bulk_opts *o, const struct bulk_stats *st, int exit_code);
+/* Writes text to path through a temp file and rename(2), so a reader never
+ * sees half a file. Returns 0, or -1 with errno. */
+int ig_write_atomic(const char *path, const char *text);
+/* "1h02m03s" style durations for people. */
+void ig_fmt_duration(char *out, size_t n, double seconds);
+
+/* ------------------------------------------------------------- progress */
+
+#define IG_PROGRESS_WINDOW 10
+struct ig_progress {
+	int tty;
+	const char *file;
+	long interval_s;
+	uint64_t last_draw_us;
+	uint64_t last_file_us;
+	uint64_t last_plain_us;
+	/* one sample per second for the moving rate */
+	uint64_t sample_us[IG_PROGRESS_WINDOW];
+	long sample_done[IG_PROGRESS_WINDOW];
+	uint64_t sample_tok[IG_PROGRESS_WINDOW];
+	unsigned n_samples, next_sample;
+	uint64_t last_sample_us;
+	int drawn;              /* a live line is on the terminal */
+};
+
+void ig_progress_init(struct ig_progress *p, const char *file, long interval_s);
+/* Called often; draws and writes only when due (or always with force). */
+void ig_progress_tick(struct ig_progress *p, const struct bulk_stats *st, int force);
+/* Final update: the live line gets its newline, the file its final state. */
+void ig_progress_finish(struct ig_progress *p, const struct bulk_stats *st);
+/* The figures as JSON (also what the file holds). */
+json_t *ig_progress_json(struct ig_progress *p, const struct bulk_stats *st, const char *state);
+
+/* ------------------------------------------------------------ scheduler */
+
+/* Feeds the request lines selected by the shard and not skipped into
+ * exactly `concurrency` transfers, retries, writes results. */
+struct bulk_run {
+	const struct bulk_opts *opts;
+	struct bulk_defaults defaults;
+	struct ig_corpus_reader reader;
+	const uint8_t *skip;    /* bit per request index: already done */
+	struct ig_journal out;
+	struct ig_journal err;
+	struct bulk_stats *stats;
+	struct ig_progress *progress;
+	int sigfd;              /* read end of the self-pipe the signal handler writes */
+	volatile int *signals;  /* how many SIGINT/SIGTERM arrived */
+};
+
+/* Returns 0 when it ran to the end or was stopped cleanly (stats->stopping,
+ * stats->fatal tell which), -1 on a setup failure (logged). */
+int ig_sched_run(struct bulk_run *run);
+
+/* ------------------------------------------------------------- generate */
+
+/* `infergate-bulk generate ...`: returns the exit code. */
+int ig_generate_main(int argc, char **argv);
+/* Writes the synthetic line number i (0-based) for a seed into b (no \n). */
+void ig_generate_line(struct ig_buf *b, uint64_t seed, long i, enum ig_endpoint kind,
+		      const char *model, long max_tokens);
+
+#endif

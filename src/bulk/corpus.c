@@ -1,0 +1,389 @@
+/* The input corpus: reading it line by line, and turning one line (OpenAI
+ * Batch request, chat shorthand or prompt shorthand) into the request body
+ * that is sent. Not for deciding what to send (main.c) or sending it. */
+#include "config.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "infergate/util.h"
+#include "bulk.h"
+
+static const char *ep_paths[IG_EP_COUNT] = {
+	"/v1/chat/completions",
+	"/v1/completions",
+	"/v1/embeddings",
+};
+static const char *ep_names[IG_EP_COUNT] = {"chat", "completions", "embeddings"};
+
+const char *ig_endpoint_path(enum ig_endpoint ep) { return ep_paths[ep]; }
+const char *ig_endpoint_name(enum ig_endpoint ep) { return ep_names[ep]; }
+
+void ig_bulk_line_clear(struct bulk_line *l)
+{
+	free(l->custom_id);
+	json_decref(l->body);
+	memset(l, 0, sizeof(*l));
+}
+
+static int blank(const char *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (p[i] != ' ' && p[i] != '\t' && p[i] != '\r')
+			return 0;
+	return 1;
+}
+
+/* Fills what the line did not set from the flags, and forces streaming. */
+static int apply_defaults(struct bulk_line *l, const struct bulk_defaults *d, char **err)
+{
+	json_t *b = l->body;
+
+	if (!json_object_get(b, "model") && d->model)
+		json_object_set_new(b, "model", json_string(d->model));
+	json_t *m = json_object_get(b, "model");
+	if (m && !json_is_string(m)) {
+		*err = ig_strdupf("\"model\" must be a string");
+		return -1;
+	}
+	l->model = m ? json_string_value(m) : NULL;
+	if (!l->model || !*l->model) {
+		*err = ig_strdupf("no model: give --model or set \"model\" in the line");
+		return -1;
+	}
+	if (l->ep == IG_EP_EMBEDDINGS) {
+		if (json_is_true(json_object_get(b, "stream"))) {
+			*err = ig_strdupf("embeddings cannot stream");
+			return -1;
+		}
+		return 0;
+	}
+	if (d->max_tokens >= 0 && !json_object_get(b, "max_tokens") &&
+	    !json_object_get(b, "max_completion_tokens"))
+		json_object_set_new(b, "max_tokens", json_integer(d->max_tokens));
+	if (d->have_temperature && !json_object_get(b, "temperature"))
+		json_object_set_new(b, "temperature", json_real(d->temperature));
+	if (d->stream)
+		json_object_set_new(b, "stream", json_true());
+	json_t *s = json_object_get(b, "stream");
+	if (s && !json_is_boolean(s)) {
+		*err = ig_strdupf("\"stream\" must be true or false");
+		return -1;
+	}
+	l->stream = json_is_true(s);
+	if (l->stream) {
+		/* usage only arrives in a final chunk when asked for */
+		json_t *so = json_object_get(b, "stream_options");
+		if (!so) {
+			so = json_object();
+			json_object_set_new(b, "stream_options", so);
+		}
+		if (!json_is_object(so)) {
+			*err = ig_strdupf("\"stream_options\" must be an object");
+			return -1;
+		}
+		json_object_set_new(so, "include_usage", json_true());
+	}
+	return 0;
+}
+
+static int parse_custom_id(json_t *obj, long lineno, struct bulk_line *out, char **err)
+{
+	json_t *id = json_object_get(obj, "custom_id");
+	if (!id || json_is_null(id)) {
+		out->custom_id = ig_strdupf("line-%ld", lineno);
+		return 0;
+	}
+	if (!json_is_string(id)) {
+		*err = ig_strdupf("\"custom_id\" must be a string");
+		return -1;
+	}
+	if (json_string_length(id) == 0) {
+		*err = ig_strdupf("\"custom_id\" is empty");
+		return -1;
+	}
+	if (strlen(json_string_value(id)) != json_string_length(id)) {
+		*err = ig_strdupf("\"custom_id\" contains a NUL character");
+		return -1;
+	}
+	out->custom_id = strdup(json_string_value(id));
+	return 0;
+}
+
+/* An OpenAI Batch request line. */
+static int parse_batch(json_t *obj, struct bulk_line *out, char **err)
+{
+	json_t *method = json_object_get(obj, "method");
+	if (method && (!json_is_string(method) || strcmp(json_string_value(method), "POST") != 0)) {
+		*err = ig_strdupf("\"method\" must be \"POST\"");
+		return -1;
+	}
+	json_t *url = json_object_get(obj, "url");
+	if (!json_is_string(url)) {
+		*err = ig_strdupf("\"url\" must be a string such as \"/v1/chat/completions\"");
+		return -1;
+	}
+	const char *u = json_string_value(url);
+	int ep = -1;
+	for (int i = 0; i < IG_EP_COUNT; i++) {
+		/* "/v1/x" or the path without /v1, as some tools write it */
+		if (strcmp(u, ep_paths[i]) == 0 || strcmp(u, ep_paths[i] + 3) == 0)
+			ep = i;
+	}
+	if (ep < 0) {
+		*err = ig_strdupf("\"url\" '%s' is not /v1/chat/completions, /v1/completions or /v1/embeddings", u);
+		return -1;
+	}
+	json_t *body = json_object_get(obj, "body");
+	if (!json_is_object(body)) {
+		*err = ig_strdupf("\"body\" must be a JSON object");
+		return -1;
+	}
+	out->ep = (enum ig_endpoint)ep;
+	out->body = json_deep_copy(body);
+	if (ep == IG_EP_CHAT && !json_is_array(json_object_get(body, "messages"))) {
+		*err = ig_strdupf("\"body\" of a chat request needs a \"messages\" array");
+		return -1;
+	}
+	if (ep == IG_EP_COMPLETIONS && !json_object_get(body, "prompt")) {
+		*err = ig_strdupf("\"body\" of a completions request needs a \"prompt\"");
+		return -1;
+	}
+	if (ep == IG_EP_EMBEDDINGS && !json_object_get(body, "input")) {
+		*err = ig_strdupf("\"body\" of an embeddings request needs an \"input\"");
+		return -1;
+	}
+	return 0;
+}
+
+/* A shorthand line: the body itself, with custom_id beside its fields. */
+static int parse_shorthand(json_t *obj, const struct bulk_defaults *d, struct bulk_line *out, char **err)
+{
+	json_t *messages = json_object_get(obj, "messages");
+	json_t *prompt = json_object_get(obj, "prompt");
+
+	if (messages && prompt) {
+		*err = ig_strdupf("a line has \"messages\" or \"prompt\", not both");
+		return -1;
+	}
+	if (messages) {
+		if (!json_is_array(messages) || json_array_size(messages) == 0) {
+			*err = ig_strdupf("\"messages\" must be a non-empty array");
+			return -1;
+		}
+		if (d->endpoint == IG_EP_COMPLETIONS) {
+			*err = ig_strdupf("a \"messages\" line cannot go to --endpoint completions");
+			return -1;
+		}
+		out->ep = IG_EP_CHAT;
+	} else if (prompt) {
+		if (!json_is_string(prompt) && !json_is_array(prompt)) {
+			*err = ig_strdupf("\"prompt\" must be a string or an array");
+			return -1;
+		}
+		out->ep = d->endpoint == IG_EP_CHAT ? IG_EP_CHAT : IG_EP_COMPLETIONS;
+	} else {
+		*err = ig_strdupf("the line has none of \"body\" (Batch), \"messages\" or \"prompt\"");
+		return -1;
+	}
+	out->body = json_deep_copy(obj);
+	json_object_del(out->body, "custom_id");
+	if (prompt && out->ep == IG_EP_CHAT) {
+		if (!json_is_string(prompt)) {
+			*err = ig_strdupf("a \"prompt\" array cannot go to --endpoint chat");
+			return -1;
+		}
+		json_t *msgs = json_pack("[{s:s, s:O}]", "role", "user", "content", prompt);
+		json_object_del(out->body, "prompt");
+		json_object_set_new(out->body, "messages", msgs);
+	}
+	return 0;
+}
+
+int ig_corpus_parse(const char *text, size_t len, long lineno, const struct bulk_defaults *d,
+		    struct bulk_line *out, char **err)
+{
+	json_error_t je;
+	json_t *obj;
+	char *why = NULL;
+
+	memset(out, 0, sizeof(*out));
+	obj = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+	if (!obj) {
+		*err = ig_strdupf("line %ld: not JSON (%s at column %d)", lineno, je.text, je.column);
+		return -1;
+	}
+	if (!json_is_object(obj)) {
+		why = ig_strdupf("not a JSON object");
+		goto fail;
+	}
+	if (parse_custom_id(obj, lineno, out, &why) < 0)
+		goto fail;
+	if (json_object_get(obj, "body") || json_object_get(obj, "url")) {
+		if (parse_batch(obj, out, &why) < 0)
+			goto fail;
+	} else if (parse_shorthand(obj, d, out, &why) < 0) {
+		goto fail;
+	}
+	if (apply_defaults(out, d, &why) < 0)
+		goto fail;
+	json_decref(obj);
+	return 0;
+fail:
+	*err = out->custom_id ? ig_strdupf("line %ld (custom_id '%s'): %s", lineno, out->custom_id, why)
+			      : ig_strdupf("line %ld: %s", lineno, why);
+	free(why);
+	json_decref(obj);
+	ig_bulk_line_clear(out);
+	return -1;
+}
+
+int ig_corpus_open(struct ig_corpus_reader *r, const char *path, char **err)
+{
+	struct stat st;
+
+	memset(r, 0, sizeof(*r));
+	r->index = -1;
+	r->f = fopen(path, "re");
+	if (!r->f) {
+		*err = ig_strdupf("--input %s: %s", path, strerror(errno));
+		return -1;
+	}
+	if (fstat(fileno(r->f), &st) < 0 || !S_ISREG(st.st_mode)) {
+		*err = ig_strdupf("--input %s: not a regular file (it is read twice)", path);
+		fclose(r->f);
+		r->f = NULL;
+		return -1;
+	}
+	posix_fadvise(fileno(r->f), 0, 0, POSIX_FADV_SEQUENTIAL);
+	return 0;
+}
+
+int ig_corpus_next(struct ig_corpus_reader *r)
+{
+	for (;;) {
+		errno = 0;
+		ssize_t n = getline(&r->line, &r->cap, r->f);
+		if (n < 0)
+			return ferror(r->f) ? -1 : 0;
+		r->lineno++;
+		if (n > 0 && r->line[n - 1] == '\n')
+			r->line[--n] = '\0';
+		if (blank(r->line, (size_t)n))
+			continue;
+		r->len = (size_t)n;
+		r->index++;
+		return 1;
+	}
+}
+
+void ig_corpus_close(struct ig_corpus_reader *r)
+{
+	if (r->f)
+		fclose(r->f);
+	free(r->line);
+	memset(r, 0, sizeof(*r));
+}
+
+/* ---- idset: the ids of the corpus and of finished results, as hashes ---- */
+
+static uint64_t fmix64(uint64_t k)
+{
+	k ^= k >> 33;
+	k *= 0xff51afd7ed558ccdull;
+	k ^= k >> 33;
+	k *= 0xc4ceb9fe1a85ec53ull;
+	k ^= k >> 33;
+	return k;
+}
+
+uint64_t ig_id_hash(const char *s, size_t n)
+{
+	uint64_t h = fmix64(ig_hash64(s, n, 0) ^ ((uint64_t)n << 56));
+	return h ? h : 1;
+}
+
+int ig_idset_init(struct ig_idset *s, int with_vals)
+{
+	s->cap = 1024;
+	s->len = 0;
+	s->keys = calloc(s->cap, sizeof(*s->keys));
+	s->vals = with_vals ? calloc(s->cap, sizeof(*s->vals)) : NULL;
+	if (!s->keys || (with_vals && !s->vals)) {
+		ig_idset_free(s);
+		return -1;
+	}
+	return 0;
+}
+
+void ig_idset_free(struct ig_idset *s)
+{
+	free(s->keys);
+	free(s->vals);
+	memset(s, 0, sizeof(*s));
+}
+
+static size_t slot_of(const struct ig_idset *s, uint64_t h)
+{
+	size_t i = (size_t)h & (s->cap - 1);
+	while (s->keys[i] && s->keys[i] != h)
+		i = (i + 1) & (s->cap - 1);
+	return i;
+}
+
+static int grow(struct ig_idset *s)
+{
+	struct ig_idset n = {0};
+	n.cap = s->cap * 2;
+	n.keys = calloc(n.cap, sizeof(*n.keys));
+	if (s->vals)
+		n.vals = calloc(n.cap, sizeof(*n.vals));
+	if (!n.keys || (s->vals && !n.vals)) {
+		free(n.keys);
+		free(n.vals);
+		return -1;
+	}
+	for (size_t i = 0; i < s->cap; i++) {
+		if (!s->keys[i])
+			continue;
+		size_t j = slot_of(&n, s->keys[i]);
+		n.keys[j] = s->keys[i];
+		if (n.vals)
+			n.vals[j] = s->vals[i];
+	}
+	n.len = s->len;
+	free(s->keys);
+	free(s->vals);
+	*s = n;
+	return 0;
+}
+
+int ig_idset_add(struct ig_idset *s, uint64_t h, uint64_t val, uint64_t *old)
+{
+	/* load factor 0.75 keeps probes short and the table at 11-21 bytes/id */
+	if ((s->len + 1) * 4 > s->cap * 3 && grow(s) < 0)
+		return -1;
+	size_t i = slot_of(s, h);
+	if (s->keys[i]) {
+		if (old)
+			*old = s->vals ? s->vals[i] : 0;
+		return 0;
+	}
+	s->keys[i] = h;
+	if (s->vals)
+		s->vals[i] = val;
+	s->len++;
+	return 1;
+}
+
+int ig_idset_get(const struct ig_idset *s, uint64_t h, uint64_t *val)
+{
+	size_t i = slot_of(s, h);
+	if (!s->keys[i])
+		return 0;
+	if (val)
+		*val = s->vals ? s->vals[i] : 0;
+	return 1;
+}

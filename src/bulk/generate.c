@@ -1,0 +1,206 @@
+/* `infergate-bulk generate`: synthetic corpora for rehearsals, tests and
+ * benchmarks. Line i depends only on (seed, i), so a corpus can be rebuilt
+ * or extended byte for byte. Prompt lengths are log-uniform (many short,
+ * some long), as in real batch jobs. */
+#include "config.h"
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "infergate/log.h"
+#include "infergate/util.h"
+#include "bulk.h"
+
+static const char *words[] = {
+	"the", "model", "answer", "question", "data", "summary", "report", "review", "customer",
+	"product", "shipping", "delay", "refund", "quality", "excellent", "poor", "battery", "screen",
+	"price", "value", "service", "support", "team", "meeting", "schedule", "project", "deadline",
+	"budget", "risk", "plan", "analysis", "result", "experiment", "sample", "protein", "cell",
+	"gene", "climate", "ocean", "forest", "river", "mountain", "city", "history", "museum",
+	"painting", "music", "rhythm", "melody", "novel", "chapter", "character", "dialogue", "scene",
+	"code", "function", "variable", "loop", "memory", "thread", "network", "packet", "latency",
+	"server", "client", "request", "response", "token", "batch", "queue", "cache", "index",
+	"and", "or", "but", "because", "although", "while", "after", "before", "during", "with",
+	"without", "about", "against", "between", "into", "through", "over", "under", "again",
+	"quickly", "slowly", "carefully", "clearly", "rarely", "often", "never", "always",
+	"describe", "explain", "compare", "list", "translate", "classify", "rewrite", "extract",
+	"café", "naïve", "déjà", "Zürich", "東京", "データ", "ünïcödé", "\"quoted\"", "back\\slash",
+	"tab\there", "new\nline", "emoji-🙂", "x", "yes", "no", "maybe", "42", "3.14", "2024",
+};
+static const char *tasks[] = {
+	"Summarize the following text in one sentence:",
+	"Classify the sentiment of this review as positive, negative or neutral:",
+	"Translate into French:",
+	"Extract the named entities from:",
+	"Answer the question briefly:",
+	"Rewrite this more politely:",
+	"Write a short title for:",
+	"List three keywords for:",
+};
+static const char *systems[] = {
+	"You are a helpful assistant.",
+	"You are a terse assistant. Answer in at most two sentences.",
+	"You label data for a research project. Output only the label.",
+};
+
+#define N_WORDS (sizeof(words) / sizeof(words[0]))
+
+static uint64_t splitmix(uint64_t *x)
+{
+	uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+	return z ^ (z >> 31);
+}
+
+static double unit(uint64_t *x) { return (double)(splitmix(x) >> 11) / 9007199254740992.0; }
+
+void ig_generate_line(struct ig_buf *b, uint64_t seed, long i, enum ig_endpoint kind,
+		      const char *model, long max_tokens)
+{
+	uint64_t st = seed * 0x2545F4914F6CDD1Dull ^ (uint64_t)i * 0x9E3779B97F4A7C15ull;
+	struct ig_buf text;
+	char id[32];
+
+	splitmix(&st);
+	ig_buf_init(&text);
+	/* log-uniform between 4 and 300 words: mean about 70 */
+	double r = unit(&st);
+	long n = (long)(4.0 * exp(r * log(300.0 / 4.0)));
+	ig_buf_printf(&text, "%s", tasks[splitmix(&st) % (sizeof(tasks) / sizeof(tasks[0]))]);
+	for (long w = 0; w < n; w++)
+		ig_buf_printf(&text, " %s", words[splitmix(&st) % N_WORDS]);
+
+	json_t *body = json_object();
+	if (model)
+		json_object_set_new(body, "model", json_string(model));
+	json_t *content = json_stringn(text.data, text.len);
+	if (kind == IG_EP_CHAT) {
+		json_t *msgs = json_array();
+		if (splitmix(&st) % 5 == 0)
+			json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "system", "content",
+						 systems[splitmix(&st) % (sizeof(systems) / sizeof(systems[0]))]));
+		json_array_append_new(msgs, json_pack("{s:s, s:o}", "role", "user", "content", content));
+		json_object_set_new(body, "messages", msgs);
+	} else {
+		json_object_set_new(body, "prompt", content);
+	}
+	if (max_tokens > 0)
+		json_object_set_new(body, "max_tokens", json_integer(max_tokens));
+	snprintf(id, sizeof(id), "req-%09ld", i + 1);
+	json_t *line = json_pack("{s:s, s:s, s:s, s:o}", "custom_id", id, "method", "POST",
+				 "url", ig_endpoint_path(kind), "body", body);
+	char *s = json_dumps(line, JSON_COMPACT);
+	json_decref(line);
+	ig_buf_printf(b, "%s", s ? s : "");
+	free(s);
+	ig_buf_free(&text);
+}
+
+static void gen_usage(FILE *f)
+{
+	fprintf(f,
+		"Usage: infergate-bulk generate --count N --output FILE [options]\n"
+		"Writes N synthetic requests in the OpenAI Batch format (custom_id req-000000001 ...),\n"
+		"prompt lengths log-uniform from 4 to 300 words; line i depends only on --seed and i.\n"
+		"\n"
+		"  --count N        number of lines (1..1000000000)\n"
+		"  --output FILE    where to write (written to FILE.tmp, then renamed; - for stdout)\n"
+		"  --seed S         seed (default 1)\n"
+		"  --kind K         chat (default: /v1/chat/completions) or completions (/v1/completions)\n"
+		"  --model NAME     put \"model\" in each body (default: none, give --model to the run)\n"
+		"  --max-tokens N   put \"max_tokens\" in each body (default: none)\n"
+		"  --help\n"
+		"\n"
+		"Example: infergate-bulk generate --count 902087 --seed 1 --output corpus.jsonl\n");
+}
+
+int ig_generate_main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"count", required_argument, NULL, 'c'}, {"output", required_argument, NULL, 'o'},
+		{"seed", required_argument, NULL, 's'}, {"kind", required_argument, NULL, 'k'},
+		{"model", required_argument, NULL, 'm'}, {"max-tokens", required_argument, NULL, 't'},
+		{"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0},
+	};
+	long count = -1, seed = 1, max_tokens = -1;
+	const char *output = NULL, *model = NULL;
+	enum ig_endpoint kind = IG_EP_CHAT;
+	char *err = NULL;
+	int c;
+
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		int bad = 0;
+		switch (c) {
+		case 'c': bad = ig_parse_long("--count", optarg, 1, 1000000000L, &count, &err); break;
+		case 's': bad = ig_parse_long("--seed", optarg, 0, 0x7fffffffffffffffL, &seed, &err); break;
+		case 't': bad = ig_parse_long("--max-tokens", optarg, 1, 10000000L, &max_tokens, &err); break;
+		case 'o': output = optarg; break;
+		case 'm': model = optarg; break;
+		case 'k':
+			if (strcmp(optarg, "chat") == 0)
+				kind = IG_EP_CHAT;
+			else if (strcmp(optarg, "completions") == 0)
+				kind = IG_EP_COMPLETIONS;
+			else
+				err = ig_strdupf("--kind: '%s' is not chat or completions", optarg), bad = -1;
+			break;
+		case 'h': gen_usage(stdout); return 0;
+		default: gen_usage(stderr); return BULK_EXIT_USAGE;
+		}
+		if (bad) {
+			fprintf(stderr, "infergate-bulk generate: %s\n", err);
+			free(err);
+			return BULK_EXIT_USAGE;
+		}
+	}
+	if (optind < argc || count < 0 || !output) {
+		fprintf(stderr, "infergate-bulk generate: %s\n",
+			optind < argc ? "unexpected argument" : count < 0 ? "--count is required" : "--output is required");
+		gen_usage(stderr);
+		return BULK_EXIT_USAGE;
+	}
+
+	int to_stdout = strcmp(output, "-") == 0;
+	char *tmp = to_stdout ? NULL : ig_strdupf("%s.tmp", output);
+	FILE *f = to_stdout ? stdout : fopen(tmp, "we");
+	if (!f) {
+		fprintf(stderr, "infergate-bulk generate: %s: %s\n", tmp, strerror(errno));
+		free(tmp);
+		return BULK_EXIT_USAGE;
+	}
+	struct ig_buf b;
+	ig_buf_init(&b);
+	int ok = 1;
+	for (long i = 0; i < count && ok; i++) {
+		ig_generate_line(&b, (uint64_t)seed, i, kind, model, max_tokens);
+		ig_buf_append(&b, "\n", 1);
+		if (b.len > (1 << 20) || i + 1 == count) {
+			ok = fwrite(b.data, 1, b.len, f) == b.len;
+			ig_buf_reset(&b);
+		}
+	}
+	ig_buf_free(&b);
+	if (fflush(f) != 0)
+		ok = 0;
+	if (!to_stdout && fclose(f) != 0)
+		ok = 0;
+	if (ok && tmp && rename(tmp, output) < 0)
+		ok = 0;
+	if (!ok) {
+		fprintf(stderr, "infergate-bulk generate: writing %s: %s\n", output, strerror(errno));
+		if (tmp)
+			unlink(tmp);
+		free(tmp);
+		return 1;
+	}
+	free(tmp);
+	if (!to_stdout)
+		fprintf(stderr, "infergate-bulk generate: wrote %ld lines to %s\n", count, output);
+	return 0;
+}

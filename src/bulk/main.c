@@ -1,0 +1,798 @@
+/* infergate-bulk: push a JSONL corpus (OpenAI Batch format) through any
+ * OpenAI-compatible URL, exactly once, resumable.
+ *
+ * This file is the order of events: flags, then the preflight (every check
+ * that can fail runs before the first request: the flags, the files, every
+ * line of the input, the ids already done, the server and its models), then
+ * the run, then the summary and the exit code. The run itself is in
+ * scheduler.c. Memory stays flat with the corpus size: the preflight keeps
+ * 8-16 bytes per id (hashes), the run reads the input again as a stream. */
+#include "config.h"
+#include <curl/curl.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <libgen.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "infergate/buf.h"
+#include "infergate/log.h"
+#include "infergate/util.h"
+#include "bulk.h"
+
+/* ------------------------------------------------------------------ flags */
+
+enum flag_kind {
+	F_STR,    /* char * */
+	F_LONG,   /* long within [min, max] */
+	F_DOUBLE, /* double within [min, max] */
+	F_BOOL,   /* int, no argument */
+	F_OTHER,  /* parsed by parse_other() */
+};
+
+struct flag {
+	const char *name;
+	enum flag_kind kind;
+	double min, max;
+	const char *def;        /* default, parsed like a given value; NULL: none */
+	const char *arg;        /* placeholder in --help */
+	const char *help;
+	size_t off;             /* into struct bulk_opts */
+};
+
+#define O(field) offsetof(struct bulk_opts, field)
+/* One table gives the parser, the defaults, the bounds and --help. */
+static const struct flag flags[] = {
+	{"input", F_STR, 0, 0, NULL, "FILE", "JSONL corpus: OpenAI Batch lines or shorthand lines (required)", O(input)},
+	{"output", F_STR, 0, 0, NULL, "FILE", "results, one Batch output line per request (required)", O(output)},
+	{"errors", F_STR, 0, 0, NULL, "FILE", "failed requests (default: OUTPUT with .errors.jsonl)", O(errors)},
+	{"url", F_STR, 0, 0, "http://127.0.0.1:8080", "URL", "OpenAI-compatible server or gateway; a trailing /v1 is fine", O(url)},
+	{"api-key-env", F_STR, 0, 0, NULL, "VAR", "send Authorization: Bearer $VAR", O(api_key_env)},
+	{"model", F_STR, 0, 0, NULL, "NAME", "model for lines that do not name one", O(model)},
+	{"max-tokens", F_LONG, 1, 10000000, NULL, "N", "max_tokens for lines that do not set it", O(max_tokens)},
+	{"temperature", F_DOUBLE, 0, 2, NULL, "X", "temperature for lines that do not set it", O(temperature)},
+	{"endpoint", F_OTHER, 0, 0, NULL, "chat|completions", "where shorthand prompt lines go (default: prompt "
+	 "lines to completions, messages lines to chat)", O(endpoint)},
+	{"concurrency", F_LONG, 1, 20000, "64", "N", "requests in flight at all times", O(concurrency)},
+	{"rate", F_DOUBLE, 0, 1000000, "0", "N", "at most N requests started per second (0: no cap)", O(rate)},
+	{"retries", F_LONG, 0, 100, "5", "N", "retries of 408/429/5xx/connection errors/timeouts", O(retries)},
+	{"backoff-ms", F_LONG, 1, 60000, "500", "N", "first retry delay; doubles per retry up to 30 s, "
+	 "jittered; Retry-After wins when longer", O(backoff_ms)},
+	{"idle-timeout-s", F_LONG, 1, 86400, "300", "N", "abandon and retry a request with no byte for N s", O(idle_timeout_s)},
+	{"connect-timeout-s", F_LONG, 1, 600, "10", "N", "TCP connect timeout", O(connect_timeout_s)},
+	{"progress-file", F_STR, 0, 0, NULL, "FILE", "JSON progress, rewritten atomically every second", O(progress_file)},
+	{"progress-interval-s", F_LONG, 1, 3600, "5", "N", "plain progress line period when stderr is not a terminal",
+	 O(progress_interval_s)},
+	{"summary-json", F_STR, 0, 0, NULL, "FILE", "final summary as JSON", O(summary_json)},
+	{"shard", F_OTHER, 0, 0, "0/1", "K/N", "take the lines whose 0-based index modulo N is K", O(shard_k)},
+	{"resume", F_BOOL, 0, 0, NULL, NULL, "continue into an existing OUTPUT, skipping ids done", O(resume)},
+	{"dry-run", F_BOOL, 0, 0, NULL, NULL, "run every check, print the plan, send nothing", O(dry_run)},
+	{"stream", F_BOOL, 0, 0, NULL, NULL, "stream responses (measures time to first token)", O(stream)},
+	{"log-level", F_OTHER, 0, 0, "info", "LEVEL", "debug|info|warn|error", 0},
+	{"help", F_OTHER, 0, 0, NULL, NULL, "this text", 0},
+	{"version", F_OTHER, 0, 0, NULL, NULL, "print the version", 0},
+};
+#define N_FLAGS (sizeof(flags) / sizeof(flags[0]))
+
+static void usage(FILE *f)
+{
+	fprintf(f, "Usage: infergate-bulk --input FILE --output FILE [options]\n"
+		   "       infergate-bulk generate --count N --output FILE [--seed S] [--kind chat|completions]\n"
+		   "\nPushes every line of a JSONL corpus through an OpenAI-compatible server, exactly once,\n"
+		   "resumable. Everything is checked before the first request is sent.\n\nOptions:\n");
+	for (size_t i = 0; i < N_FLAGS; i++) {
+		char left[64];
+		snprintf(left, sizeof(left), "--%s%s%s", flags[i].name, flags[i].arg ? " " : "",
+			 flags[i].arg ? flags[i].arg : "");
+		fprintf(f, "  %-28s %s", left, flags[i].help);
+		if (flags[i].def)
+			fprintf(f, " [%s]", flags[i].def);
+		fprintf(f, "\n");
+	}
+	fprintf(f, "\nInput lines: {\"custom_id\", \"method\": \"POST\", \"url\": \"/v1/chat/completions\", \"body\": {...}}\n"
+		   "  (url may also be /v1/completions or /v1/embeddings), or {\"custom_id\"?, \"messages\": [...], ...},\n"
+		   "  or {\"custom_id\"?, \"prompt\": \"...\", ...}. A missing custom_id becomes line-N (1-based).\n"
+		   "Output lines: {\"id\", \"custom_id\", \"response\": {\"status_code\", \"request_id\", \"body\"}, \"error\": null}\n"
+		   "Errors lines: {\"id\", \"custom_id\", \"response\": null or {...}, \"error\": {\"code\", \"message\"}}\n"
+		   "\nExit status: 0 every line is in OUTPUT; 1 complete, some lines are in the errors file;\n"
+		   "  2 bad flag or preflight problem (nothing was sent); 3 stopped early by a signal or a\n"
+		   "  write failure (rerun with --resume). A second SIGINT/SIGTERM exits at once with 130.\n");
+}
+
+static int parse_other(const struct flag *fl, const char *v, struct bulk_opts *o, char **err)
+{
+	if (strcmp(fl->name, "endpoint") == 0) {
+		if (strcmp(v, "chat") == 0)
+			o->endpoint = IG_EP_CHAT;
+		else if (strcmp(v, "completions") == 0)
+			o->endpoint = IG_EP_COMPLETIONS;
+		else {
+			*err = ig_strdupf("--endpoint: '%s' is not chat or completions", v);
+			return -1;
+		}
+	} else if (strcmp(fl->name, "shard") == 0) {
+		char *end;
+		errno = 0;
+		long k = strtol(v, &end, 10);
+		long n = *end == '/' ? strtol(end + 1, &end, 10) : -1;
+		if (errno || *end || n < 1 || n > 1000000 || k < 0 || k >= n || !*v) {
+			*err = ig_strdupf("--shard: '%s' is not K/N with 0 <= K < N (e.g. 0/4)", v);
+			return -1;
+		}
+		o->shard_k = k;
+		o->shard_n = n;
+	} else if (strcmp(fl->name, "log-level") == 0) {
+		enum ig_log_level l;
+		if (ig_log_level_parse(v, &l) < 0) {
+			*err = ig_strdupf("--log-level: '%s' is not debug, info, warn or error", v);
+			return -1;
+		}
+		ig_log_set_level(l);
+	}
+	return 0;
+}
+
+static int set_flag(const struct flag *fl, const char *v, struct bulk_opts *o, char **err)
+{
+	char *base = (char *)o;
+	char *what = ig_strdupf("--%s", fl->name);
+	int rc = 0;
+
+	switch (fl->kind) {
+	case F_STR:
+		if (!*v) {
+			*err = ig_strdupf("%s: empty value", what);
+			rc = -1;
+		} else {
+			*(char **)(base + fl->off) = (char *)v;
+		}
+		break;
+	case F_LONG:
+		rc = ig_parse_long(what, v, (long)fl->min, (long)fl->max, (long *)(base + fl->off), err);
+		break;
+	case F_DOUBLE:
+		rc = ig_parse_double(what, v, fl->min, fl->max, (double *)(base + fl->off), err);
+		if (rc == 0 && fl->off == O(temperature))
+			o->have_temperature = 1;
+		break;
+	case F_BOOL:
+		*(int *)(base + fl->off) = 1;
+		break;
+	case F_OTHER:
+		rc = parse_other(fl, v, o, err);
+		break;
+	}
+	free(what);
+	return rc;
+}
+
+/* Normalises --url: no trailing slashes, no trailing /v1 (the paths add it). */
+static char *normalise_url(const char *u, char **err)
+{
+	if (strncmp(u, "http://", 7) != 0 && strncmp(u, "https://", 8) != 0) {
+		*err = ig_strdupf("--url: '%s' does not start with http:// or https://", u);
+		return NULL;
+	}
+	char *s = strdup(u);
+	size_t n = strlen(s);
+	while (n > 0 && s[n - 1] == '/')
+		s[--n] = '\0';
+	if (n >= 3 && strcmp(s + n - 3, "/v1") == 0)
+		s[n - 3] = '\0';
+	return s;
+}
+
+/* Returns 0 to run, 1 to exit 0 (--help, --version), -1 on a bad flag. */
+static int parse_flags(int argc, char **argv, struct bulk_opts *o, char **err)
+{
+	struct option lo[N_FLAGS + 1];
+
+	memset(o, 0, sizeof(*o));
+	o->max_tokens = -1;
+	o->endpoint = -1;
+	for (size_t i = 0; i < N_FLAGS; i++) {
+		lo[i].name = flags[i].name;
+		lo[i].has_arg = flags[i].kind == F_BOOL || !flags[i].arg ? no_argument : required_argument;
+		lo[i].flag = NULL;
+		lo[i].val = 256 + (int)i;
+		if (flags[i].def && set_flag(&flags[i], flags[i].def, o, err) < 0)
+			return -1;
+	}
+	memset(&lo[N_FLAGS], 0, sizeof(lo[N_FLAGS]));
+	opterr = 0;
+	optind = 1;
+	for (;;) {
+		int c = getopt_long(argc, argv, "", lo, NULL);
+		if (c == -1)
+			break;
+		if (c < 256) {
+			*err = c == ':' || (optopt >= 256)
+				       ? ig_strdupf("%s needs a value", argv[optind - 1])
+				       : ig_strdupf("unknown flag '%s' (see --help)", argv[optind - 1]);
+			return -1;
+		}
+		const struct flag *fl = &flags[c - 256];
+		if (strcmp(fl->name, "help") == 0) {
+			usage(stdout);
+			return 1;
+		}
+		if (strcmp(fl->name, "version") == 0) {
+			printf("infergate-bulk %s\n", PACKAGE_VERSION);
+			return 1;
+		}
+		if (set_flag(fl, optarg ? optarg : "", o, err) < 0)
+			return -1;
+	}
+	if (optind < argc) {
+		*err = ig_strdupf("unexpected argument '%s' (see --help)", argv[optind]);
+		return -1;
+	}
+	if (!o->input || !o->output) {
+		*err = ig_strdupf("%s is required (see --help)", !o->input ? "--input" : "--output");
+		return -1;
+	}
+	char *url = normalise_url(o->url, err);
+	if (!url)
+		return -1;
+	o->url = url;
+	if (o->errors) {
+		o->errors = strdup(o->errors);
+	} else {
+		size_t n = strlen(o->output);
+		if (n > 6 && strcmp(o->output + n - 6, ".jsonl") == 0)
+			o->errors = ig_strdupf("%.*s.errors.jsonl", (int)(n - 6), o->output);
+		else
+			o->errors = ig_strdupf("%s.errors.jsonl", o->output);
+	}
+	if (o->api_key_env) {
+		o->api_key = getenv(o->api_key_env);
+		if (!o->api_key || !*o->api_key) {
+			*err = ig_strdupf("--api-key-env: the environment variable %s is not set", o->api_key_env);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* -------------------------------------------------------------- preflight */
+
+struct model_use {
+	char *name;
+	long lines;
+	long first_line;
+};
+
+struct preflight {
+	struct ig_buf problems;         /* one "  - ..." line each */
+	long n_problems;
+	struct ig_doneset done;
+	uint8_t *skip;                  /* bit per request index */
+	size_t skip_bytes;
+	struct model_use *models;
+	size_t n_models;
+	long per_ep[IG_EP_COUNT];       /* selected and not done */
+	long first_line, last_line;
+	long foreign_done;              /* done ids that are not lines of this shard */
+};
+
+static void problem(struct preflight *pf, const char *fmt, ...) IG_PRINTF(2, 3);
+static void problem(struct preflight *pf, const char *fmt, ...)
+{
+	va_list ap;
+	char *s;
+	pf->n_problems++;
+	if (pf->n_problems > 20) /* the rest are counted */
+		return;
+	va_start(ap, fmt);
+	if (vasprintf(&s, fmt, ap) < 0)
+		abort();
+	va_end(ap);
+	ig_buf_printf(&pf->problems, "  - %s\n", s);
+	free(s);
+}
+
+static void dir_writable(struct preflight *pf, const char *what, const char *path)
+{
+	char *copy = strdup(path);
+	const char *dir = dirname(copy);
+	if (access(dir, W_OK | X_OK) < 0)
+		problem(pf, "%s %s: the directory %s is not writable (%s)", what, path, dir, strerror(errno));
+	free(copy);
+}
+
+static void check_files(const struct bulk_opts *o, struct preflight *pf)
+{
+	struct stat in, st;
+	int have_in = stat(o->input, &in) == 0;
+
+	if (!have_in)
+		problem(pf, "--input %s: %s", o->input, strerror(errno));
+	const char *outs[2] = {o->output, o->errors};
+	const char *names[2] = {"--output", "--errors"};
+	for (int i = 0; i < 2; i++) {
+		if (stat(outs[i], &st) == 0) {
+			if (S_ISDIR(st.st_mode))
+				problem(pf, "%s %s is a directory", names[i], outs[i]);
+			else if (have_in && st.st_dev == in.st_dev && st.st_ino == in.st_ino)
+				problem(pf, "%s %s is the input file", names[i], outs[i]);
+			else if (!o->resume && S_ISREG(st.st_mode) && (i == 0 || st.st_size > 0))
+				problem(pf, "%s %s exists: give --resume to continue it, or choose another file "
+					"(nothing is overwritten)", names[i], outs[i]);
+			else if (access(outs[i], W_OK) < 0)
+				problem(pf, "%s %s: %s", names[i], outs[i], strerror(errno));
+		} else {
+			dir_writable(pf, names[i], outs[i]);
+		}
+	}
+	if (strcmp(o->output, o->errors) == 0)
+		problem(pf, "--output and --errors are the same file");
+	if (o->progress_file)
+		dir_writable(pf, "--progress-file", o->progress_file);
+	if (o->summary_json)
+		dir_writable(pf, "--summary-json", o->summary_json);
+}
+
+static void note_model(struct preflight *pf, const char *m, long lineno)
+{
+	for (size_t i = 0; i < pf->n_models; i++) {
+		if (strcmp(pf->models[i].name, m) == 0) {
+			pf->models[i].lines++;
+			return;
+		}
+	}
+	if (pf->n_models >= 1000) /* a corpus with more models than this is not a plan */
+		return;
+	struct model_use *mu = realloc(pf->models, (pf->n_models + 1) * sizeof(*mu));
+	if (!mu)
+		abort();
+	pf->models = mu;
+	mu[pf->n_models++] = (struct model_use){strdup(m), 1, lineno};
+}
+
+static int set_bit(struct preflight *pf, long i)
+{
+	size_t byte = (size_t)i >> 3;
+	if (byte >= pf->skip_bytes) {
+		size_t n = pf->skip_bytes ? pf->skip_bytes * 2 : 4096;
+		while (n <= byte)
+			n *= 2;
+		uint8_t *s = realloc(pf->skip, n);
+		if (!s)
+			return -1;
+		memset(s + pf->skip_bytes, 0, n - pf->skip_bytes);
+		pf->skip = s;
+		pf->skip_bytes = n;
+	}
+	pf->skip[byte] |= (uint8_t)(1u << (i & 7));
+	return 0;
+}
+
+struct dup_cand {
+	uint64_t h;
+	char *id;
+	long lineno;
+};
+
+static int cmp_cand(const void *a, const void *b)
+{
+	const struct dup_cand *x = a, *y = b;
+	if (x->h != y->h)
+		return x->h < y->h ? -1 : 1;
+	int c = strcmp(x->id, y->id);
+	if (c)
+		return c;
+	return x->lineno < y->lineno ? -1 : x->lineno > y->lineno;
+}
+
+/* Second look at the ids whose hash was seen twice: compares the strings,
+ * so a hash collision is never called a duplicate, and names both lines. */
+static void confirm_duplicates(const struct bulk_opts *o, const struct bulk_defaults *d,
+			       const struct ig_idset *ambiguous, struct preflight *pf)
+{
+	struct ig_corpus_reader r;
+	struct dup_cand *c = NULL;
+	size_t n = 0, cap = 0;
+	char *err = NULL;
+
+	if (ig_corpus_open(&r, o->input, &err) < 0) {
+		problem(pf, "%s", err);
+		free(err);
+		return;
+	}
+	while (ig_corpus_next(&r) > 0) {
+		struct bulk_line l;
+		if (ig_corpus_parse(r.line, r.len, r.lineno, d, &l, &err) < 0) {
+			free(err);
+			continue;
+		}
+		uint64_t h = ig_id_hash(l.custom_id, strlen(l.custom_id));
+		if (ig_idset_get(ambiguous, h, NULL)) {
+			if (n == cap) {
+				cap = cap ? cap * 2 : 64;
+				struct dup_cand *nc = realloc(c, cap * sizeof(*c));
+				if (!nc)
+					abort();
+				c = nc;
+			}
+			c[n++] = (struct dup_cand){h, l.custom_id, r.lineno};
+			l.custom_id = NULL;
+		}
+		ig_bulk_line_clear(&l);
+	}
+	ig_corpus_close(&r);
+	qsort(c, n, sizeof(*c), cmp_cand);
+	for (size_t i = 1; i < n; i++) {
+		size_t first = i - 1;
+		while (first > 0 && c[first - 1].h == c[i].h && strcmp(c[first - 1].id, c[i].id) == 0)
+			first--;
+		if (c[i].h == c[i - 1].h && strcmp(c[i].id, c[i - 1].id) == 0)
+			problem(pf, "line %ld: duplicate custom_id '%s' (first at line %ld)", c[i].lineno, c[i].id,
+				c[first].lineno);
+	}
+	for (size_t i = 0; i < n; i++)
+		free(c[i].id);
+	free(c);
+}
+
+/* Reads the whole input once: every line parsed, ids checked, ids already
+ * done marked in pf->skip, models noted. */
+static void scan_input(const struct bulk_opts *o, const struct bulk_defaults *d,
+		       struct preflight *pf, struct bulk_stats *st)
+{
+	struct ig_corpus_reader r;
+	struct ig_idset ids, ambiguous;
+	char *err = NULL;
+	int got;
+
+	if (ig_corpus_open(&r, o->input, &err) < 0) {
+		problem(pf, "%s", err);
+		free(err);
+		return;
+	}
+	if (ig_idset_init(&ids, 0) < 0 || ig_idset_init(&ambiguous, 0) < 0)
+		abort();
+	while ((got = ig_corpus_next(&r)) > 0) {
+		struct bulk_line l;
+		st->requests++;
+		if (ig_corpus_parse(r.line, r.len, r.lineno, d, &l, &err) < 0) {
+			problem(pf, "%s", err);
+			free(err);
+			continue;
+		}
+		size_t idlen = strlen(l.custom_id);
+		uint64_t h = ig_id_hash(l.custom_id, idlen);
+		int added = ig_idset_add(&ids, h, 0, NULL);
+		if (added < 0 || (added == 0 && ig_idset_add(&ambiguous, h, 0, NULL) < 0)) {
+			problem(pf, "out of memory at line %ld", r.lineno);
+			ig_bulk_line_clear(&l);
+			break;
+		}
+		if (r.index % o->shard_n == o->shard_k) {
+			st->selected++;
+			if (!pf->first_line)
+				pf->first_line = r.lineno;
+			pf->last_line = r.lineno;
+			int done = o->resume ? ig_doneset_find(&pf->done, l.custom_id, idlen) : 0;
+			if (done) {
+				if (done == 1)
+					st->resumed_ok++;
+				else
+					st->resumed_err++;
+				if (set_bit(pf, r.index) < 0)
+					abort();
+			} else {
+				pf->per_ep[l.ep]++;
+				note_model(pf, l.model, r.lineno);
+			}
+		}
+		ig_bulk_line_clear(&l);
+	}
+	if (got < 0)
+		problem(pf, "--input %s: read error: %s", o->input, strerror(errno));
+	if (st->requests == 0 && got == 0)
+		problem(pf, "--input %s has no request lines", o->input);
+	ig_corpus_close(&r);
+	if (ambiguous.len > 0)
+		confirm_duplicates(o, d, &ambiguous, pf);
+	ig_idset_free(&ids);
+	ig_idset_free(&ambiguous);
+	st->to_send = st->selected - st->resumed_ok - st->resumed_err;
+	pf->foreign_done = pf->done.count[0] + pf->done.count[1] - st->resumed_ok - st->resumed_err;
+}
+
+static size_t collect(char *p, size_t size, size_t n, void *ud)
+{
+	struct ig_buf *b = ud;
+	if (ig_buf_pending(b) + size * n > (64u << 20))
+		return 0;
+	return ig_buf_append(b, p, size * n) < 0 ? 0 : size * n;
+}
+
+/* GET /v1/models: the server answers and serves every model the lines use. */
+static void check_server(const struct bulk_opts *o, struct preflight *pf)
+{
+	char *url = ig_strdupf("%s/v1/models", o->url);
+	char errbuf[CURL_ERROR_SIZE] = "";
+	struct ig_buf body;
+	struct curl_slist *h = NULL;
+	long status = 0;
+	json_t *j = NULL;
+
+	ig_buf_init(&body);
+	CURL *e = curl_easy_init();
+	if (!e)
+		abort();
+	if (o->api_key) {
+		char *a = ig_strdupf("Authorization: Bearer %s", o->api_key);
+		h = curl_slist_append(h, a);
+		free(a);
+	}
+	curl_easy_setopt(e, CURLOPT_URL, url);
+	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(e, CURLOPT_HTTPHEADER, h);
+	curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, o->connect_timeout_s * 1000L);
+	curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, 30000L); /* a listing, not a generation */
+	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, collect);
+	curl_easy_setopt(e, CURLOPT_WRITEDATA, &body);
+	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, errbuf);
+	CURLcode rc = curl_easy_perform(e);
+	if (rc != CURLE_OK) {
+		problem(pf, "cannot reach %s: %s", url, errbuf[0] ? errbuf : curl_easy_strerror(rc));
+		goto out;
+	}
+	curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
+	j = json_loadb(body.data ? body.data : "", ig_buf_pending(&body), 0, NULL);
+	if (status != 200) {
+		json_t *m = json_object_get(json_object_get(j, "error"), "message");
+		problem(pf, "%s answered HTTP %ld%s%s%s", url, status, json_is_string(m) ? " (" : "",
+			json_is_string(m) ? json_string_value(m) : "", json_is_string(m) ? ")" : "");
+		goto out;
+	}
+	json_t *data = json_object_get(j, "data");
+	if (!json_is_array(data)) {
+		problem(pf, "%s: the answer has no \"data\" list of models", url);
+		goto out;
+	}
+	for (size_t i = 0; i < pf->n_models; i++) {
+		size_t k;
+		json_t *m;
+		int found = 0;
+		json_array_foreach(data, k, m) {
+			json_t *id = json_object_get(m, "id");
+			if (json_is_string(id) && strcmp(json_string_value(id), pf->models[i].name) == 0)
+				found = 1;
+		}
+		if (found)
+			continue;
+		struct ig_buf served;
+		ig_buf_init(&served);
+		json_array_foreach(data, k, m) {
+			json_t *id = json_object_get(m, "id");
+			if (json_is_string(id) && k < 10)
+				ig_buf_printf(&served, "%s%s", k ? ", " : "", json_string_value(id));
+		}
+		problem(pf, "model '%s' (used by %ld lines, first at line %ld) is not served by %s (it serves: %s)",
+			pf->models[i].name, pf->models[i].lines, pf->models[i].first_line, o->url,
+			served.len ? served.data : "nothing");
+		ig_buf_free(&served);
+	}
+out:
+	json_decref(j);
+	ig_buf_free(&body);
+	curl_slist_free_all(h);
+	curl_easy_cleanup(e);
+	free(url);
+}
+
+static void print_plan(FILE *f, const struct bulk_opts *o, const struct preflight *pf, const struct bulk_stats *st)
+{
+	fprintf(f, "infergate-bulk plan%s:\n", o->dry_run ? " (dry run: nothing sent)" : "");
+	fprintf(f, "  input        %s: %ld request lines\n", o->input, st->requests);
+	fprintf(f, "  shard        %ld/%ld: %ld lines selected", o->shard_k, o->shard_n, st->selected);
+	if (st->selected)
+		fprintf(f, " (lines %ld..%ld)", pf->first_line, pf->last_line);
+	fprintf(f, "\n");
+	if (o->resume)
+		fprintf(f, "  resume       %ld already in OUTPUT, %ld in the errors file%s\n", st->resumed_ok,
+			st->resumed_err, pf->foreign_done > 0 ? " (plus ids of other inputs or shards)" : "");
+	fprintf(f, "  to send      %ld requests (chat %ld, completions %ld, embeddings %ld)\n", st->to_send,
+		pf->per_ep[IG_EP_CHAT], pf->per_ep[IG_EP_COMPLETIONS], pf->per_ep[IG_EP_EMBEDDINGS]);
+	fprintf(f, "  models       ");
+	for (size_t i = 0; i < pf->n_models; i++)
+		fprintf(f, "%s%s (%ld)", i ? ", " : "", pf->models[i].name, pf->models[i].lines);
+	fprintf(f, "%s\n", pf->n_models ? "" : "-");
+	fprintf(f, "  url          %s (models listed: yes)\n", o->url);
+	fprintf(f, "  concurrency  %ld, rate %s, retries %ld, idle timeout %ld s, stream %s\n", o->concurrency,
+		o->rate > 0 ? "capped" : "no cap", o->retries, o->idle_timeout_s, o->stream ? "yes" : "no");
+	if (o->rate > 0)
+		fprintf(f, "  rate cap     %.1f requests/s\n", o->rate);
+	fprintf(f, "  output       %s\n  errors       %s\n", o->output, o->errors);
+	fflush(f);
+}
+
+/* ------------------------------------------------------------------- run */
+
+static int sig_pipe[2] = {-1, -1};
+static volatile sig_atomic_t n_signals;
+static volatile int signals_seen;
+
+static void on_signal(int signo IG_UNUSED)
+{
+	int saved = errno;
+	if (++n_signals >= 2) {
+		static const char msg[] = "\ninfergate-bulk: second signal, exiting now (the run stays resumable)\n";
+		ssize_t IG_UNUSED w = write(STDERR_FILENO, msg, sizeof(msg) - 1);
+		_exit(130);
+	}
+	signals_seen = 1;
+	ssize_t IG_UNUSED w = write(sig_pipe[1], "s", 1);
+	errno = saved;
+}
+
+static int setup_signals(void)
+{
+	struct sigaction sa;
+	if (pipe2(sig_pipe, O_NONBLOCK | O_CLOEXEC) < 0)
+		return -1;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_signal;
+	sa.sa_flags = SA_RESTART;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	signal(SIGXFSZ, SIG_IGN); /* a file size limit is a write error we report */
+	return 0;
+}
+
+static void raise_fd_limit(long need)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < (rlim_t)need + 64) {
+		rl.rlim_cur = rl.rlim_max < (rlim_t)need + 64 ? rl.rlim_max : (rlim_t)need + 64;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+}
+
+static int run(struct bulk_opts *o, struct preflight *pf, struct bulk_stats *st)
+{
+	struct bulk_run r;
+	struct ig_progress prog;
+	char *err = NULL;
+	int rc = BULK_EXIT_OK;
+
+	memset(&r, 0, sizeof(r));
+	r.out.fd = r.err.fd = -1;
+	if (o->resume && ig_doneset_cut_torn(&pf->done, o->output, o->errors, &err) < 0)
+		goto fail;
+	if (ig_journal_open(&r.out, o->output, &err) < 0 || ig_journal_open(&r.err, o->errors, &err) < 0)
+		goto fail;
+	if (ig_corpus_open(&r.reader, o->input, &err) < 0)
+		goto fail;
+	if (setup_signals() < 0) {
+		err = ig_strdupf("pipe: %s", strerror(errno));
+		goto fail;
+	}
+	raise_fd_limit(o->concurrency);
+	r.opts = o;
+	r.defaults = (struct bulk_defaults){o->model, o->max_tokens, o->temperature, o->have_temperature,
+					    o->endpoint, o->stream};
+	r.skip = pf->skip;
+	r.stats = st;
+	r.progress = &prog;
+	r.sigfd = sig_pipe[0];
+	r.signals = &signals_seen;
+	ig_progress_init(&prog, o->progress_file, o->progress_interval_s);
+	ig_log_info("sending %ld requests to %s (%ld selected, %ld already done), concurrency %ld",
+		    st->to_send, o->url, st->selected, st->resumed_ok + st->resumed_err, o->concurrency);
+	st->start_us = ig_now_us();
+	ig_progress_tick(&prog, st, 1);
+	if (ig_sched_run(&r) < 0 && !st->fatal)
+		st->fatal = ig_strdupf("the scheduler could not start");
+	st->end_us = ig_now_us();
+	ig_progress_finish(&prog, st);
+	if (st->fatal)
+		ig_log_error("%s", st->fatal);
+
+	long done = st->resumed_ok + st->resumed_err + st->ok + st->failed;
+	if (done < st->selected)
+		rc = BULK_EXIT_STOPPED;
+	else if (st->resumed_err + st->failed > 0)
+		rc = BULK_EXIT_ERRORS;
+	ig_report_summary(o, st, stdout, rc);
+	goto out;
+fail:
+	ig_log_error("%s", err);
+	free(err);
+	rc = BULK_EXIT_STOPPED;
+out:
+	ig_corpus_close(&r.reader);
+	ig_journal_close(&r.out);
+	ig_journal_close(&r.err);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	struct bulk_opts o;
+	struct preflight pf;
+	struct bulk_stats st;
+	struct ig_hist *hists = NULL;
+	char *err = NULL;
+	int rc;
+
+	ig_log_set_ident("infergate-bulk");
+	if (argc > 1 && strcmp(argv[1], "generate") == 0)
+		return ig_generate_main(argc - 1, argv + 1);
+	rc = parse_flags(argc, argv, &o, &err);
+	if (rc != 0) {
+		if (rc < 0) {
+			fprintf(stderr, "infergate-bulk: %s\n", err);
+			free(err);
+		}
+		return rc < 0 ? BULK_EXIT_USAGE : 0;
+	}
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+	memset(&pf, 0, sizeof(pf));
+	memset(&st, 0, sizeof(st));
+	ig_buf_init(&pf.problems);
+	ig_doneset_init(&pf.done);
+	hists = calloc(2, sizeof(*hists));
+	if (!hists)
+		abort();
+	st.latency = &hists[0];
+	st.ttft = &hists[1];
+
+	/* preflight: every check, all problems reported together */
+	struct bulk_defaults d = {o.model, o.max_tokens, o.temperature, o.have_temperature, o.endpoint, o.stream};
+	check_files(&o, &pf);
+	if (o.resume && pf.n_problems == 0 && ig_doneset_load(&pf.done, o.output, o.errors, &err) < 0) {
+		problem(&pf, "%s", err);
+		free(err);
+	}
+	if (pf.n_problems == 0)
+		scan_input(&o, &d, &pf, &st);
+	if (pf.n_problems == 0 && (st.to_send > 0 || o.dry_run))
+		check_server(&o, &pf);
+	if (pf.n_problems > 0) {
+		fprintf(stderr, "infergate-bulk: preflight failed, nothing was sent:\n%s", pf.problems.data);
+		if (pf.n_problems > 20)
+			fprintf(stderr, "  ... and %ld more problems\n", pf.n_problems - 20);
+		rc = BULK_EXIT_USAGE;
+		goto out;
+	}
+	if (pf.done.dup_lines || pf.done.in_both)
+		ig_log_warn("%ld result lines repeat an id already seen (%ld ids are in both files); "
+			    "they were written by another tool or run", pf.done.dup_lines, pf.done.in_both);
+	if (pf.foreign_done > 0)
+		ig_log_warn("%ld ids in %s / %s are not lines of this input and shard; they are left alone",
+			    pf.foreign_done, o.output, o.errors);
+	if (o.dry_run) {
+		print_plan(stdout, &o, &pf, &st);
+		rc = 0;
+		goto out;
+	}
+	rc = run(&o, &pf, &st);
+out:
+	ig_doneset_free(&pf.done);
+	ig_buf_free(&pf.problems);
+	for (size_t i = 0; i < pf.n_models; i++)
+		free(pf.models[i].name);
+	free(pf.models);
+	free(pf.skip);
+	free(st.errs);
+	free(st.fatal);
+	free(hists);
+	free(o.url);
+	free(o.errors);
+	curl_global_cleanup();
+	return rc;
+}

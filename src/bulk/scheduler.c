@@ -1,0 +1,649 @@
+/* The run: one thread, one curl multi handle, exactly --concurrency
+ * transfers in flight while there is work. Each finished transfer frees a
+ * slot that the next request takes at once (no waves). A request that failed
+ * in a way worth retrying waits out its backoff outside the slots, in a pool
+ * bounded by --concurrency (when it is full, no new lines are read: a failing
+ * server slows the run down instead of draining the corpus into errors).
+ * Not for choosing lines (main.c) or formatting result lines (journal.c). */
+#include "config.h"
+#include <curl/curl.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "infergate/log.h"
+#include "infergate/util.h"
+#include "bulk.h"
+
+#define MAX_RESPONSE_BYTES (256u << 20) /* a response bigger than this is a bug somewhere */
+#define MAX_BACKOFF_US (30u * 1000000u)
+#define MAX_RETRY_AFTER_S 300
+
+struct job {
+	char *custom_id;
+	char *body;             /* the request, serialised once */
+	size_t body_len;
+	enum ig_endpoint ep;
+	int stream;
+	long lineno;
+	int attempt;            /* retries done so far */
+	uint64_t due_us;        /* while waiting: not before */
+	uint64_t start_us;      /* of the current attempt */
+	size_t slot;            /* index in sched.active while in flight */
+	CURL *easy;
+	/* per attempt */
+	struct ig_buf resp;
+	int checked_type;
+	int sse_mode;
+	struct ig_sse sse;
+	uint64_t ttft_us;
+	int too_large;
+	char request_id[128];
+	long retry_after_s;     /* -1: none */
+	char errbuf[CURL_ERROR_SIZE];
+};
+
+struct sched {
+	struct bulk_run *run;
+	const struct bulk_opts *o;
+	struct bulk_stats *st;
+	CURLM *multi;
+	struct curl_slist *headers;
+	char *urls[IG_EP_COUNT];
+	CURL **idle;            /* easy handles ready for reuse */
+	size_t n_idle;
+	struct job **active;    /* in flight, unordered */
+	struct job **waiting;   /* waiting for a retry, unordered */
+	int reader_done;
+	double tokens;          /* --rate bucket */
+	uint64_t tokens_at;
+};
+
+static void job_free(struct job *j)
+{
+	if (!j)
+		return;
+	free(j->custom_id);
+	free(j->body);
+	ig_buf_free(&j->resp);
+	ig_sse_free(&j->sse);
+	free(j);
+}
+
+static void reset_attempt(struct job *j)
+{
+	ig_buf_free(&j->resp);
+	ig_sse_free(&j->sse);
+	ig_sse_init(&j->sse);
+	j->checked_type = j->sse_mode = j->too_large = 0;
+	j->ttft_us = 0;
+	j->request_id[0] = '\0';
+	j->retry_after_s = -1;
+	j->errbuf[0] = '\0';
+}
+
+/* ------------------------------------------------------------ callbacks */
+
+static size_t on_body(char *p, size_t size, size_t n, void *ud)
+{
+	struct job *j = ud;
+	size_t len = size * n;
+
+	if (!j->checked_type) {
+		long code = 0;
+		char *ct = NULL;
+		j->checked_type = 1;
+		curl_easy_getinfo(j->easy, CURLINFO_RESPONSE_CODE, &code);
+		curl_easy_getinfo(j->easy, CURLINFO_CONTENT_TYPE, &ct);
+		j->sse_mode = code / 100 == 2 && ct && strncasecmp(ct, "text/event-stream", 17) == 0;
+	}
+	if (j->sse_mode) {
+		int r = ig_sse_feed(&j->sse, p, len);
+		if (r < 0)
+			return 0;
+		if (r == 1)
+			j->ttft_us = ig_now_us() - j->start_us;
+		return len;
+	}
+	if (ig_buf_pending(&j->resp) + len > MAX_RESPONSE_BYTES) {
+		j->too_large = 1;
+		return 0;
+	}
+	return ig_buf_append(&j->resp, p, len) < 0 ? 0 : len;
+}
+
+static void header_value(const char *p, size_t n, const char *name, char *out, size_t cap)
+{
+	size_t k = strlen(name);
+	if (n <= k || strncasecmp(p, name, k) != 0 || p[k] != ':')
+		return;
+	p += k + 1;
+	n -= k + 1;
+	while (n && (*p == ' ' || *p == '\t')) {
+		p++;
+		n--;
+	}
+	while (n && (p[n - 1] == '\r' || p[n - 1] == '\n' || p[n - 1] == ' '))
+		n--;
+	if (n >= cap)
+		n = cap - 1;
+	memcpy(out, p, n);
+	out[n] = '\0';
+}
+
+static size_t on_header(char *p, size_t size, size_t n, void *ud)
+{
+	struct job *j = ud;
+	size_t len = size * n;
+	char ra[64] = "";
+
+	if (len >= 5 && memcmp(p, "HTTP/", 5) == 0) { /* a new response (after 1xx) */
+		j->request_id[0] = '\0';
+		j->retry_after_s = -1;
+	}
+	header_value(p, len, "x-request-id", j->request_id, sizeof(j->request_id));
+	header_value(p, len, "retry-after", ra, sizeof(ra));
+	if (ra[0]) {
+		char *end;
+		long s = strtol(ra, &end, 10);
+		if (*end == '\0' && s >= 0) {
+			j->retry_after_s = s;
+		} else {
+			time_t t = curl_getdate(ra, NULL);
+			if (t > 0)
+				j->retry_after_s = t > time(NULL) ? (long)(t - time(NULL)) : 0;
+		}
+	}
+	return len;
+}
+
+/* ------------------------------------------------------------ the slots */
+
+static CURL *easy_get(struct sched *s)
+{
+	if (s->n_idle)
+		return s->idle[--s->n_idle];
+	CURL *e = curl_easy_init();
+	if (!e)
+		return NULL;
+	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(e, CURLOPT_HTTPHEADER, s->headers);
+	curl_easy_setopt(e, CURLOPT_POST, 1L);
+	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
+	curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+	curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, s->o->connect_timeout_s * 1000L);
+	/* no byte for idle_timeout_s: abandon and retry; never a total timeout,
+	 * long generations are normal */
+	curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
+	curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, s->o->idle_timeout_s);
+	curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+	curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
+	curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
+	return e;
+}
+
+static void easy_put(struct sched *s, CURL *e)
+{
+	/* at most `concurrency` handles exist, and idle has that room */
+	s->idle[s->n_idle++] = e;
+}
+
+static int start(struct sched *s, struct job *j)
+{
+	CURL *e = easy_get(s);
+	if (!e)
+		return -1;
+	reset_attempt(j);
+	j->easy = e;
+	curl_easy_setopt(e, CURLOPT_URL, s->urls[j->ep]);
+	curl_easy_setopt(e, CURLOPT_POSTFIELDS, j->body);
+	curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)j->body_len);
+	curl_easy_setopt(e, CURLOPT_WRITEDATA, j);
+	curl_easy_setopt(e, CURLOPT_HEADERDATA, j);
+	curl_easy_setopt(e, CURLOPT_PRIVATE, j);
+	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, j->errbuf);
+	if (curl_multi_add_handle(s->multi, e) != CURLM_OK) {
+		j->easy = NULL;
+		easy_put(s, e);
+		return -1;
+	}
+	j->start_us = ig_now_us();
+	j->slot = (size_t)s->st->in_flight;
+	s->active[s->st->in_flight++] = j;
+	s->st->attempts++;
+	return 0;
+}
+
+/* Takes j out of the multi handle and the active slots. */
+static void detach(struct sched *s, struct job *j)
+{
+	curl_multi_remove_handle(s->multi, j->easy);
+	easy_put(s, j->easy);
+	j->easy = NULL;
+	struct job *last = s->active[--s->st->in_flight];
+	s->active[j->slot] = last;
+	last->slot = j->slot;
+}
+
+static int skip_bit(const uint8_t *bits, long i) { return bits && (bits[i >> 3] >> (i & 7)) & 1; }
+
+/* The next selected, not yet done line as a job; NULL at the end or on a
+ * problem (which stops the run). */
+static struct job *next_line(struct sched *s)
+{
+	struct bulk_run *run = s->run;
+	struct ig_corpus_reader *r = &run->reader;
+	const struct bulk_opts *o = s->o;
+
+	for (;;) {
+		int got = ig_corpus_next(r);
+		if (got <= 0) {
+			if (got < 0) {
+				s->st->fatal = ig_strdupf("reading %s: %s", o->input, strerror(errno));
+				s->st->stopping = 1;
+			}
+			s->reader_done = 1;
+			return NULL;
+		}
+		if (r->index % o->shard_n != o->shard_k || skip_bit(run->skip, r->index))
+			continue;
+		struct bulk_line l;
+		char *err = NULL;
+		if (ig_corpus_parse(r->line, r->len, r->lineno, &run->defaults, &l, &err) < 0) {
+			s->st->fatal = ig_strdupf("%s changed since the preflight check: %s", o->input, err);
+			free(err);
+			s->st->stopping = 1;
+			s->reader_done = 1;
+			return NULL;
+		}
+		struct job *j = calloc(1, sizeof(*j));
+		if (j)
+			j->body = json_dumps(l.body, JSON_COMPACT);
+		if (!j || !j->body) {
+			free(j);
+			ig_bulk_line_clear(&l);
+			s->st->fatal = ig_strdupf("out of memory");
+			s->st->stopping = 1;
+			return NULL;
+		}
+		j->body_len = strlen(j->body);
+		j->custom_id = l.custom_id;
+		l.custom_id = NULL;
+		j->ep = l.ep;
+		j->stream = l.stream;
+		j->lineno = r->lineno;
+		ig_sse_init(&j->sse);
+		ig_buf_init(&j->resp);
+		ig_bulk_line_clear(&l);
+		return j;
+	}
+}
+
+/* A waiting job whose backoff is over, the earliest first; or NULL. */
+static struct job *take_due(struct sched *s, uint64_t now)
+{
+	long best = -1;
+	for (long i = 0; i < s->st->waiting; i++)
+		if (s->waiting[i]->due_us <= now && (best < 0 || s->waiting[i]->due_us < s->waiting[best]->due_us))
+			best = i;
+	if (best < 0)
+		return NULL;
+	struct job *j = s->waiting[best];
+	s->waiting[best] = s->waiting[--s->st->waiting];
+	return j;
+}
+
+static int rate_ok(struct sched *s, uint64_t now)
+{
+	if (s->o->rate <= 0)
+		return 1;
+	double burst = s->o->rate < 1 ? 1 : s->o->rate;
+	s->tokens += (double)(now - s->tokens_at) / 1e6 * s->o->rate;
+	s->tokens_at = now;
+	if (s->tokens > burst)
+		s->tokens = burst;
+	return s->tokens >= 1.0;
+}
+
+static void fill(struct sched *s)
+{
+	uint64_t now = ig_now_us();
+	while (!s->st->stopping && s->st->in_flight < s->o->concurrency && rate_ok(s, now)) {
+		struct job *j = take_due(s, now);
+		if (!j) {
+			if (s->reader_done || s->st->waiting >= s->o->concurrency)
+				return;
+			j = next_line(s);
+			if (!j)
+				return;
+		}
+		if (start(s, j) < 0) {
+			s->st->fatal = ig_strdupf("cannot start a transfer (out of memory?)");
+			s->st->stopping = 1;
+			job_free(j);
+			return;
+		}
+		if (s->o->rate > 0)
+			s->tokens -= 1.0;
+	}
+}
+
+/* ------------------------------------------------------------- results */
+
+static void write_result(struct sched *s, struct job *j, struct ig_journal *jr, char *line, size_t len)
+{
+	if (s->st->fatal) { /* after a failed write nothing more is written */
+		free(line);
+		return;
+	}
+	if (!line) {
+		s->st->fatal = ig_strdupf("out of memory formatting the result of '%s'", j->custom_id);
+		s->st->stopping = 1;
+		return;
+	}
+	if (ig_journal_append(jr, line, len) < 0) {
+		int e = errno;
+		s->st->fatal = ig_strdupf("cannot write %s: %s%s; the run stopped and can be resumed "
+					  "with --resume once that is fixed", jr->path, strerror(e),
+					  e == ENOSPC ? " (the disk is full)" : "");
+		s->st->stopping = 1;
+	}
+	free(line);
+}
+
+static void retry_later(struct sched *s, struct job *j, const char *code)
+{
+	uint64_t base = (uint64_t)s->o->backoff_ms * 1000u << (j->attempt < 20 ? j->attempt : 20);
+	if (base > MAX_BACKOFF_US)
+		base = MAX_BACKOFF_US;
+	/* full jitter over the upper half: spread out, never much shorter */
+	uint64_t delay = base / 2 + ig_rand_below(base / 2 + 1);
+	if (j->retry_after_s >= 0) {
+		uint64_t ra = (uint64_t)(j->retry_after_s > MAX_RETRY_AFTER_S ? MAX_RETRY_AFTER_S : j->retry_after_s) * 1000000u;
+		if (ra > delay)
+			delay = ra;
+	}
+	j->attempt++;
+	j->due_us = ig_now_us() + delay;
+	s->st->retries++;
+	s->waiting[s->st->waiting++] = j;
+	ig_log_debug("%s (line %ld): %s, retry %d in %.2fs", j->custom_id, j->lineno, code,
+		     j->attempt, (double)delay / 1e6);
+}
+
+/* A body that is not JSON, as a JSON string (bytes that are not ASCII
+ * become '?' when they are not valid UTF-8). */
+static json_t *text_body(struct ig_buf *b)
+{
+	size_t n = ig_buf_pending(b);
+	if (!n)
+		return json_string("");
+	json_t *t = json_stringn(b->data + b->off, n);
+	if (t)
+		return t;
+	char *c = b->data + b->off;
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)c[i] >= 0x80 || c[i] == '\0')
+			c[i] = '?';
+	t = json_stringn(c, n);
+	return t ? t : json_string("");
+}
+
+/* The server's error message from an OpenAI-shaped body, if any. */
+static const char *error_message(json_t *body)
+{
+	json_t *e = json_object_get(body, "error");
+	json_t *m = json_is_object(e) ? json_object_get(e, "message") : e;
+	return json_is_string(m) ? json_string_value(m) : NULL;
+}
+
+static void finished(struct sched *s, struct job *j, CURLcode rc)
+{
+	struct bulk_stats *st = s->st;
+	long status = 0;
+	json_t *body = NULL;
+	char code[48] = "";
+	char *message = NULL;
+	int retryable = 0;
+	uint64_t took = ig_now_us() - j->start_us;
+
+	curl_easy_getinfo(j->easy, CURLINFO_RESPONSE_CODE, &status);
+	detach(s, j);
+
+	if (rc != CURLE_OK) {
+		status = 0;
+		if (j->too_large) {
+			snprintf(code, sizeof(code), "response_too_large");
+			message = ig_strdupf("the response is bigger than %u MB", MAX_RESPONSE_BYTES >> 20);
+		} else {
+			snprintf(code, sizeof(code), "%s", rc == CURLE_OPERATION_TIMEDOUT ? "timeout" : "connection_error");
+			message = ig_strdupf("%s", j->errbuf[0] ? j->errbuf : curl_easy_strerror(rc));
+			retryable = 1;
+		}
+	} else if (status / 100 == 2) {
+		const char *why = NULL;
+		if (j->sse_mode) {
+			body = ig_sse_body(&j->sse, j->ep, &why);
+		} else {
+			body = json_loadb(ig_buf_head(&j->resp), ig_buf_pending(&j->resp), 0, NULL);
+			if (!json_is_object(body)) {
+				json_decref(body);
+				body = NULL;
+				why = "the body is not a JSON object";
+			}
+		}
+		if (!body) {
+			snprintf(code, sizeof(code), "invalid_response");
+			message = ig_strdupf("HTTP %ld but %s", status, why);
+			retryable = 1;
+			status = 0;
+		}
+	} else {
+		body = json_loadb(ig_buf_head(&j->resp), ig_buf_pending(&j->resp), 0, NULL);
+		if (!body)
+			body = text_body(&j->resp);
+		snprintf(code, sizeof(code), "http_%ld", status);
+		const char *m = error_message(body);
+		message = m ? ig_strdupf("%s", m) : ig_strdupf("HTTP %ld", status);
+		retryable = status == 408 || status == 429 || status >= 500;
+	}
+	if (!code[0] && !j->request_id[0]) {
+		json_t *id = json_object_get(body, "id");
+		if (json_is_string(id))
+			snprintf(j->request_id, sizeof(j->request_id), "%s", json_string_value(id));
+	}
+
+	if (!code[0]) { /* success */
+		size_t len;
+		char *line = ig_journal_ok_line(j->custom_id, status, j->request_id, body, &len);
+		write_result(s, j, &s->run->out, line, len);
+		if (!st->fatal) {
+			json_t *u = json_object_get(body, "usage");
+			json_t *pt = json_object_get(u, "prompt_tokens"), *ct = json_object_get(u, "completion_tokens");
+			if (json_is_integer(pt) && json_integer_value(pt) > 0)
+				st->input_tokens += (uint64_t)json_integer_value(pt);
+			if (json_is_integer(ct) && json_integer_value(ct) > 0)
+				st->output_tokens += (uint64_t)json_integer_value(ct);
+			ig_hist_add(st->latency, took);
+			if (j->sse_mode && j->ttft_us)
+				ig_hist_add(st->ttft, j->ttft_us);
+			st->ok++;
+		}
+		job_free(j);
+	} else if (retryable && !st->stopping && j->attempt < s->o->retries) {
+		retry_later(s, j, code);
+	} else if (retryable && st->stopping) {
+		/* cut short, not failed for good: left for --resume */
+		job_free(j);
+	} else {
+		size_t len;
+		char *m = retryable ? ig_strdupf("%s (after %d attempts)", message, j->attempt + 1) : NULL;
+		char *line = ig_journal_error_line(j->custom_id, status, j->request_id, status ? body : NULL,
+						   code, m ? m : message, &len);
+		free(m);
+		write_result(s, j, &s->run->err, line, len);
+		if (!st->fatal) {
+			st->failed++;
+			ig_stats_count_error(st, code);
+		}
+		ig_log_debug("%s (line %ld): %s for good: %s", j->custom_id, j->lineno, code, message);
+		job_free(j);
+	}
+	json_decref(body);
+	free(message);
+}
+
+/* ------------------------------------------------------------- the loop */
+
+static long poll_timeout_ms(struct sched *s)
+{
+	uint64_t now = ig_now_us();
+	long t = s->run->progress->tty ? 250 : 1000;
+	if (s->st->in_flight < s->o->concurrency && !s->st->stopping) {
+		for (long i = 0; i < s->st->waiting; i++) {
+			uint64_t due = s->waiting[i]->due_us;
+			long ms = due <= now ? 0 : (long)((due - now) / 1000 + 1);
+			if (ms < t)
+				t = ms;
+		}
+		if (s->o->rate > 0 && s->tokens < 1.0) {
+			long ms = (long)((1.0 - s->tokens) / s->o->rate * 1000.0) + 1;
+			if (ms < t)
+				t = ms;
+		}
+	}
+	return t;
+}
+
+static void abort_all(struct sched *s)
+{
+	while (s->st->in_flight > 0) {
+		struct job *j = s->active[0];
+		detach(s, j);
+		job_free(j);
+	}
+}
+
+static void drain_pipe(int fd)
+{
+	char b[64];
+	while (read(fd, b, sizeof(b)) > 0)
+		;
+}
+
+static int sched_init(struct sched *s, struct bulk_run *run)
+{
+	const struct bulk_opts *o = run->opts;
+	size_t n = (size_t)o->concurrency;
+
+	memset(s, 0, sizeof(*s));
+	s->run = run;
+	s->o = o;
+	s->st = run->stats;
+	s->multi = curl_multi_init();
+	s->idle = calloc(n, sizeof(*s->idle));
+	s->active = calloc(n, sizeof(*s->active));
+	s->waiting = calloc(n, sizeof(*s->waiting));
+	if (!s->multi || !s->idle || !s->active || !s->waiting)
+		return -1;
+	curl_multi_setopt(s->multi, CURLMOPT_MAXCONNECTS, (long)n + 8);
+	for (int i = 0; i < IG_EP_COUNT; i++)
+		s->urls[i] = ig_strdupf("%s%s", o->url, ig_endpoint_path((enum ig_endpoint)i));
+	s->headers = curl_slist_append(NULL, "Content-Type: application/json");
+	s->headers = curl_slist_append(s->headers, "Expect:"); /* no 100-continue round trip */
+	s->headers = curl_slist_append(s->headers, "User-Agent: infergate-bulk/" PACKAGE_VERSION);
+	if (o->api_key) {
+		char *h = ig_strdupf("Authorization: Bearer %s", o->api_key);
+		s->headers = curl_slist_append(s->headers, h);
+		free(h);
+	}
+	s->tokens = 1.0;
+	s->tokens_at = ig_now_us();
+	return s->headers ? 0 : -1;
+}
+
+static void sched_free(struct sched *s)
+{
+	abort_all(s);
+	for (long i = 0; i < s->st->waiting; i++)
+		job_free(s->waiting[i]);
+	s->st->waiting = 0;
+	for (size_t i = 0; i < s->n_idle; i++)
+		curl_easy_cleanup(s->idle[i]);
+	if (s->multi)
+		curl_multi_cleanup(s->multi);
+	curl_slist_free_all(s->headers);
+	for (int i = 0; i < IG_EP_COUNT; i++)
+		free(s->urls[i]);
+	free(s->idle);
+	free(s->active);
+	free(s->waiting);
+}
+
+int ig_sched_run(struct bulk_run *run)
+{
+	struct sched s;
+	struct bulk_stats *st = run->stats;
+	int announced = 0;
+	uint64_t last_sync = ig_now_us();
+
+	if (sched_init(&s, run) < 0) {
+		ig_log_error("%s: out of memory", __func__);
+		sched_free(&s);
+		return -1;
+	}
+	for (;;) {
+		if (*run->signals && !st->stopping) {
+			st->stopping = st->interrupted = 1;
+		}
+		if (st->stopping && !announced && st->interrupted) {
+			announced = 1;
+			if (run->progress->drawn)
+				fputs("\n", stderr);
+			ig_log_info("stopping: no new requests, waiting for %ld in flight "
+				    "(a second signal exits at once; the run stays resumable)", st->in_flight);
+		}
+		if (st->stopping) {
+			for (long i = 0; i < st->waiting; i++)
+				job_free(s.waiting[i]);
+			st->waiting = 0;
+			if (st->fatal)
+				abort_all(&s); /* a result that cannot be written must not be waited for */
+		}
+		fill(&s);
+		if (st->in_flight == 0 && st->waiting == 0 && (s.reader_done || st->stopping))
+			break;
+
+		struct curl_waitfd sig = {.fd = run->sigfd, .events = CURL_WAIT_POLLIN};
+		curl_multi_poll(s.multi, &sig, 1, (int)poll_timeout_ms(&s), NULL);
+		if (sig.revents)
+			drain_pipe(run->sigfd);
+		int running;
+		curl_multi_perform(s.multi, &running);
+		CURLMsg *msg;
+		int left;
+		while ((msg = curl_multi_info_read(s.multi, &left))) {
+			if (msg->msg != CURLMSG_DONE)
+				continue;
+			struct job *j = NULL;
+			curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&j);
+			finished(&s, j, msg->data.result);
+		}
+		uint64_t now = ig_now_us();
+		if (now - last_sync >= 1000000) {
+			/* results survive a kill -9 as soon as write(2) returns; this
+			 * is for a power cut */
+			ig_journal_sync(&run->out);
+			ig_journal_sync(&run->err);
+			last_sync = now;
+		}
+		ig_progress_tick(run->progress, st, 0);
+	}
+	ig_journal_sync(&run->out);
+	ig_journal_sync(&run->err);
+	sched_free(&s);
+	return 0;
+}

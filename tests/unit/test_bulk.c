@@ -1,0 +1,467 @@
+/* Unit tests for infergate-bulk: line parsing, the id sets, resume (torn
+ * lines, hash collisions), SSE rebuilding, histograms, the generator and the
+ * flags. The .c files are included so static functions can be tested. */
+#include "config.h"
+#include <check.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../../src/bulk/corpus.c"
+#include "../../src/bulk/journal.c"
+#include "../../src/bulk/stream.c"
+#include "../../src/bulk/report.c"
+#include "../../src/bulk/progress.c"
+#include "../../src/bulk/generate.c"
+#include "../../src/bulk/scheduler.c"
+#define main bulk_main
+#include "../../src/bulk/main.c"
+#undef main
+
+static const struct bulk_defaults no_defaults = {NULL, -1, 0, 0, -1, 0};
+
+static int parse(const char *text, const struct bulk_defaults *d, struct bulk_line *l, char **err)
+{
+	*err = NULL;
+	return ig_corpus_parse(text, strlen(text), 7, d, l, err);
+}
+
+START_TEST(corpus_batch_and_shorthand)
+{
+	struct bulk_line l;
+	char *err;
+	struct bulk_defaults d = {"dm", 32, 0.5, 1, -1, 0};
+
+	ck_assert_int_eq(parse("{\"custom_id\":\"a\",\"method\":\"POST\",\"url\":\"/v1/chat/completions\","
+			       "\"body\":{\"model\":\"x\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":5}}",
+			       &d, &l, &err), 0);
+	ck_assert_str_eq(l.custom_id, "a");
+	ck_assert_int_eq(l.ep, IG_EP_CHAT);
+	ck_assert_str_eq(l.model, "x");           /* the line wins over --model */
+	ck_assert_int_eq(json_integer_value(json_object_get(l.body, "max_tokens")), 5);
+	ck_assert(json_real_value(json_object_get(l.body, "temperature")) == 0.5);
+	ig_bulk_line_clear(&l);
+
+	/* prompt shorthand: completions by default, custom_id from the line number */
+	ck_assert_int_eq(parse("{\"prompt\":\"p\"}", &d, &l, &err), 0);
+	ck_assert_str_eq(l.custom_id, "line-7");
+	ck_assert_int_eq(l.ep, IG_EP_COMPLETIONS);
+	ck_assert_str_eq(l.model, "dm");
+	ck_assert_int_eq(json_integer_value(json_object_get(l.body, "max_tokens")), 32);
+	ig_bulk_line_clear(&l);
+
+	/* --endpoint chat turns a prompt into one user message */
+	d.endpoint = IG_EP_CHAT;
+	ck_assert_int_eq(parse("{\"custom_id\":\"c\",\"prompt\":\"p\"}", &d, &l, &err), 0);
+	ck_assert_int_eq(l.ep, IG_EP_CHAT);
+	ck_assert_ptr_null(json_object_get(l.body, "prompt"));
+	ck_assert_ptr_null(json_object_get(l.body, "custom_id"));
+	json_t *m = json_array_get(json_object_get(l.body, "messages"), 0);
+	ck_assert_str_eq(json_string_value(json_object_get(m, "content")), "p");
+	ig_bulk_line_clear(&l);
+
+	/* --stream asks for the usage chunk too */
+	d.stream = 1;
+	ck_assert_int_eq(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", &d, &l, &err), 0);
+	ck_assert(l.stream);
+	ck_assert(json_is_true(json_object_get(json_object_get(l.body, "stream_options"), "include_usage")));
+	ig_bulk_line_clear(&l);
+
+	ck_assert_int_eq(parse("{\"custom_id\":\"e\",\"url\":\"/v1/embeddings\",\"body\":{\"input\":\"x\"}}", &d, &l, &err), 0);
+	ck_assert_int_eq(l.ep, IG_EP_EMBEDDINGS);
+	ck_assert_ptr_null(json_object_get(l.body, "stream"));
+	ig_bulk_line_clear(&l);
+}
+END_TEST
+
+START_TEST(corpus_errors_name_the_line)
+{
+	struct bulk_line l;
+	char *err;
+	struct bulk_defaults d = no_defaults;
+	static const char *bad[][2] = {
+		{"{not json", "line 7: not JSON"},
+		{"[1,2]", "not a JSON object"},
+		{"{\"prompt\":\"p\"}", "no model"},
+		{"{\"custom_id\":5,\"prompt\":\"p\",\"model\":\"m\"}", "custom_id"},
+		{"{\"custom_id\":\"\",\"prompt\":\"p\",\"model\":\"m\"}", "empty"},
+		{"{\"custom_id\":\"z\",\"url\":\"/v1/images\",\"body\":{}}", "'/v1/images'"},
+		{"{\"custom_id\":\"z\",\"method\":\"GET\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"p\"}}", "POST"},
+		{"{\"custom_id\":\"z\",\"url\":\"/v1/chat/completions\",\"body\":{\"model\":\"m\"}}", "messages"},
+		{"{\"model\":\"m\"}", "none of"},
+		{"{\"model\":\"m\",\"messages\":[]}", "non-empty"},
+		{"{\"model\":\"m\",\"prompt\":\"a\",\"prompt\":\"b\"}", "not JSON"},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		ck_assert_int_eq(parse(bad[i][0], &d, &l, &err), -1);
+		ck_assert_msg(strstr(err, bad[i][1]) && strstr(err, "line 7"), "%s -> %s", bad[i][0], err);
+		ck_assert_ptr_null(l.body);
+		free(err);
+	}
+	d.endpoint = IG_EP_COMPLETIONS;
+	ck_assert_int_eq(parse("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", &d, &l, &err), -1);
+	ck_assert_ptr_nonnull(strstr(err, "--endpoint completions"));
+	free(err);
+}
+END_TEST
+
+START_TEST(idset_grows_and_finds)
+{
+	struct ig_idset s;
+	ck_assert_int_eq(ig_idset_init(&s, 1), 0);
+	for (uint64_t i = 1; i <= 200000; i++)
+		ck_assert_int_eq(ig_idset_add(&s, i * 0x9E3779B97F4A7C15ull | 1, i, NULL), 1);
+	ck_assert_uint_eq(s.len, 200000);
+	uint64_t v;
+	ck_assert_int_eq(ig_idset_add(&s, 5 * 0x9E3779B97F4A7C15ull | 1, 99, &v), 0);
+	ck_assert_uint_eq(v, 5);
+	ck_assert_int_eq(ig_idset_get(&s, 77 * 0x9E3779B97F4A7C15ull | 1, &v), 1);
+	ck_assert_uint_eq(v, 77);
+	ck_assert_int_eq(ig_idset_get(&s, 2, NULL), 0);
+	ck_assert_uint_ne(ig_id_hash("", 0), 0);
+	ck_assert_uint_ne(ig_id_hash("ab", 2), ig_id_hash("ba", 2));
+	ig_idset_free(&s);
+}
+END_TEST
+
+static char *tmp_path(const char *name)
+{
+	static char dir[64];
+	if (!dir[0]) {
+		snprintf(dir, sizeof(dir), "/tmp/test_bulk.XXXXXX");
+		ck_assert_ptr_nonnull(mkdtemp(dir));
+	}
+	return ig_strdupf("%s/%s", dir, name);
+}
+
+static void put_file(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs(text, f);
+	fclose(f);
+}
+
+START_TEST(doneset_resume_and_torn_line)
+{
+	char *out = tmp_path("out.jsonl"), *errs = tmp_path("out.errors.jsonl");
+	char *e = NULL;
+	struct ig_doneset d;
+
+	put_file(out, "{\"custom_id\":\"a\",\"response\":{}}\n{\"custom_id\":\"b\"}\n{\"custom_id\":\"c\",\"resp");
+	put_file(errs, "{\"custom_id\":\"x\",\"error\":{}}\n{\"custom_id\":\"b\"}\n");
+	ig_doneset_init(&d);
+	ck_assert_int_eq(ig_doneset_load(&d, out, errs, &e), 0);
+	ck_assert_int_eq(ig_doneset_find(&d, "a", 1), 1);
+	ck_assert_int_eq(ig_doneset_find(&d, "b", 1), 1);
+	ck_assert_int_eq(ig_doneset_find(&d, "x", 1), 2);
+	ck_assert_int_eq(ig_doneset_find(&d, "c", 1), 0); /* torn: not done */
+	ck_assert_int_eq(ig_doneset_find(&d, "zz", 2), 0);
+	ck_assert_int_eq(d.in_both, 1);
+	ck_assert_int_eq(d.count[0], 2);
+	ck_assert_int_eq(d.count[1], 1);
+	ck_assert_int_eq(ig_doneset_cut_torn(&d, out, errs, &e), 0);
+	FILE *f = fopen(out, "r");
+	char buf[256];
+	size_t n = fread(buf, 1, sizeof(buf), f);
+	fclose(f);
+	ck_assert_uint_eq(n, strlen("{\"custom_id\":\"a\",\"response\":{}}\n{\"custom_id\":\"b\"}\n"));
+
+	/* A hash that is present but belongs to another id: the re-read of the
+	 * line at the stored offset tells them apart, so "q" is not done even if
+	 * its hash were in the set (a simulated 64-bit collision). */
+	uint64_t hq = ig_id_hash("q", 1);
+	ck_assert_int_eq(ig_idset_add(&d.set, hq, (0ull << 1) | 0, NULL), 1); /* offset 0 holds "a" */
+	ck_assert_int_eq(ig_doneset_find(&d, "q", 1), 0);
+	/* and an id that collided at load time lives in the exact list */
+	ck_assert_int_eq(add_done(&d, "q", 1, 0), 0);
+	ck_assert_uint_eq(d.n_extra, 1);
+	ck_assert_int_eq(ig_doneset_find(&d, "q", 1), 2);
+	ig_doneset_free(&d);
+
+	/* a bad line that is not the last one is an error naming the file */
+	put_file(errs, "garbage\n{\"custom_id\":\"x\"}\n");
+	ig_doneset_init(&d);
+	ck_assert_int_eq(ig_doneset_load(&d, out, errs, &e), -1);
+	ck_assert_ptr_nonnull(strstr(e, "line 1"));
+	free(e);
+	ig_doneset_free(&d);
+	free(out);
+	free(errs);
+}
+END_TEST
+
+START_TEST(journal_lines_and_append)
+{
+	char *path = tmp_path("j.jsonl"), *e = NULL;
+	struct ig_journal j;
+	size_t len;
+	json_t *body = json_pack("{s:s}", "object", "chat.completion");
+
+	unlink(path);
+	ck_assert_int_eq(ig_journal_open(&j, path, &e), 0);
+	char *l1 = ig_journal_ok_line("id\"1", 200, "req-1", body, &len);
+	ck_assert_int_eq(ig_journal_append(&j, l1, len), 0);
+	ck_assert(l1[len - 1] == '\n');
+	json_t *o = json_loadb(l1, len, 0, NULL);
+	ck_assert_str_eq(json_string_value(json_object_get(o, "custom_id")), "id\"1");
+	ck_assert(json_is_null(json_object_get(o, "error")));
+	json_t *r = json_object_get(o, "response");
+	ck_assert_int_eq(json_integer_value(json_object_get(r, "status_code")), 200);
+	ck_assert_str_eq(json_string_value(json_object_get(r, "request_id")), "req-1");
+	ck_assert_ptr_nonnull(strstr(json_string_value(json_object_get(o, "id")), "batch_req_"));
+	json_decref(o);
+	char *l2 = ig_journal_error_line("id2", 0, NULL, NULL, "timeout", "no byte for 5 s", &len);
+	o = json_loadb(l2, len, 0, NULL);
+	ck_assert(json_is_null(json_object_get(o, "response")));
+	ck_assert_str_eq(json_string_value(json_object_get(json_object_get(o, "error"), "code")), "timeout");
+	json_decref(o);
+	ck_assert_int_eq(ig_journal_append(&j, l2, len), 0);
+	ig_journal_close(&j);
+	free(l1);
+	free(l2);
+	json_decref(body);
+	free(path);
+}
+END_TEST
+
+START_TEST(journal_full_disk_leaves_no_half_line)
+{
+	struct ig_journal j;
+	char *e = NULL;
+	if (access("/dev/full", W_OK) != 0)
+		return;
+	ck_assert_int_eq(ig_journal_open(&j, "/dev/full", &e), 0);
+	ck_assert_int_eq(ig_journal_append(&j, "{}\n", 3), -1);
+	ck_assert_int_eq(errno, ENOSPC);
+	ck_assert_int_eq(j.size, 0);
+	ig_journal_close(&j);
+}
+END_TEST
+
+static const char *chat_sse =
+	"data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":5,\"model\":\"m\","
+	"\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\n"
+	"data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hel\"},\"finish_reason\":null}]}\n\n"
+	"data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"lo \\u00e9\"},\"finish_reason\":null}]}\r\n\r\n"
+	": a comment\n\n"
+	"data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n"
+	"data: {\"id\":\"c1\",\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2}}\n\n"
+	"data: [DONE]\n\n";
+
+START_TEST(sse_rebuilds_chat_body_across_splits)
+{
+	size_t n = strlen(chat_sse);
+	for (size_t step = 1; step <= n; step += (step < 8 ? 1 : 37)) {
+		struct ig_sse s;
+		int firsts = 0;
+		const char *why = NULL;
+		ig_sse_init(&s);
+		for (size_t off = 0; off < n; off += step)
+			firsts += ig_sse_feed(&s, chat_sse + off, off + step > n ? n - off : step);
+		ck_assert_int_eq(firsts, 1);
+		json_t *b = ig_sse_body(&s, IG_EP_CHAT, &why);
+		ck_assert_ptr_nonnull(b);
+		ck_assert_str_eq(json_string_value(json_object_get(b, "object")), "chat.completion");
+		ck_assert_str_eq(json_string_value(json_object_get(b, "id")), "c1");
+		json_t *c = json_array_get(json_object_get(b, "choices"), 0);
+		ck_assert_str_eq(json_string_value(json_object_get(json_object_get(c, "message"), "content")), "Hello \xc3\xa9");
+		ck_assert_str_eq(json_string_value(json_object_get(c, "finish_reason")), "stop");
+		ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(b, "usage"), "completion_tokens")), 2);
+		json_decref(b);
+		ig_sse_free(&s);
+	}
+}
+END_TEST
+
+START_TEST(sse_incomplete_or_error_stream)
+{
+	struct ig_sse s;
+	const char *why = NULL;
+	ig_sse_init(&s);
+	ig_sse_feed(&s, "data: {\"choices\":[{\"index\":0,\"text\":\"a\"}]}\n\n", 44);
+	ck_assert_ptr_null(ig_sse_body(&s, IG_EP_COMPLETIONS, &why));
+	ck_assert_ptr_nonnull(strstr(why, "[DONE]"));
+	ig_sse_feed(&s, "data: [DONE]\n", 13);
+	json_t *b = ig_sse_body(&s, IG_EP_COMPLETIONS, &why);
+	ck_assert_str_eq(json_string_value(json_object_get(json_array_get(json_object_get(b, "choices"), 0), "text")), "a");
+	ck_assert_str_eq(json_string_value(json_object_get(b, "object")), "text_completion");
+	json_decref(b);
+	ig_sse_free(&s);
+
+	ig_sse_init(&s);
+	ig_sse_feed(&s, "data: {\"error\":{\"message\":\"boom\"}}\n\ndata: [DONE]\n\n", 50);
+	ck_assert_ptr_null(ig_sse_body(&s, IG_EP_CHAT, &why));
+	ck_assert_ptr_nonnull(strstr(why, "error"));
+	ig_sse_free(&s);
+}
+END_TEST
+
+START_TEST(hist_quantiles)
+{
+	struct ig_hist *h = calloc(1, sizeof(*h));
+	ck_assert_uint_eq(ig_hist_quantile(h, 0.5), 0);
+	for (uint64_t v = 1; v <= 100000; v++)
+		ig_hist_add(h, v);
+	double q[] = {0.5, 0.9, 0.99};
+	for (int i = 0; i < 3; i++) {
+		double want = q[i] * 100000, got = (double)ig_hist_quantile(h, q[i]);
+		ck_assert_msg(got > want * 0.98 && got < want * 1.02, "q%.2f: %f vs %f", q[i], got, want);
+	}
+	ck_assert_uint_eq(ig_hist_quantile(h, 1.0), 100000);
+	ig_hist_add(h, 1ull << 62); /* absurd values land in the last bucket */
+	ck_assert_uint_eq(h->max, 1ull << 62);
+	for (uint64_t v = 0; v < 5000000; v += 997)
+		ck_assert_uint_le(bucket_of(v), bucket_of(v + 1));
+	free(h);
+}
+END_TEST
+
+START_TEST(generator_is_deterministic_and_parses)
+{
+	struct ig_buf a, b;
+	struct bulk_defaults d = {"m", -1, 0, 0, -1, 0};
+	ig_buf_init(&a);
+	ig_buf_init(&b);
+	size_t min = (size_t)-1, max = 0;
+	for (long i = 0; i < 500; i++) {
+		ig_buf_reset(&a);
+		ig_buf_reset(&b);
+		ig_generate_line(&a, 42, i, i % 2 ? IG_EP_COMPLETIONS : IG_EP_CHAT, NULL, -1);
+		ig_generate_line(&b, 42, i, i % 2 ? IG_EP_COMPLETIONS : IG_EP_CHAT, NULL, -1);
+		ck_assert_uint_eq(a.len, b.len);
+		ck_assert(memcmp(a.data, b.data, a.len) == 0);
+		ck_assert_ptr_null(memchr(a.data, '\n', a.len));
+		struct bulk_line l;
+		char *err = NULL;
+		ck_assert_msg(ig_corpus_parse(a.data, a.len, i + 1, &d, &l, &err) == 0, "%s", err);
+		char want[32];
+		snprintf(want, sizeof(want), "req-%09ld", i + 1);
+		ck_assert_str_eq(l.custom_id, want);
+		ck_assert_int_eq(l.ep, i % 2 ? IG_EP_COMPLETIONS : IG_EP_CHAT);
+		ig_bulk_line_clear(&l);
+		if (a.len < min)
+			min = a.len;
+		if (a.len > max)
+			max = a.len;
+	}
+	ck_assert_uint_gt(max, min * 5); /* varied lengths */
+	ig_buf_reset(&b);
+	ig_generate_line(&b, 43, 0, IG_EP_CHAT, NULL, -1);
+	ig_buf_reset(&a);
+	ig_generate_line(&a, 42, 0, IG_EP_CHAT, NULL, -1);
+	ck_assert(a.len != b.len || memcmp(a.data, b.data, a.len) != 0);
+	ig_buf_free(&a);
+	ig_buf_free(&b);
+}
+END_TEST
+
+static int flags_of(const char *line, struct bulk_opts *o, char **err)
+{
+	char *argv[32], *copy = strdup(line);
+	int argc = 0;
+	for (char *t = strtok(copy, " "); t && argc < 31; t = strtok(NULL, " "))
+		argv[argc++] = t;
+	argv[argc] = NULL;
+	*err = NULL;
+	int rc = parse_flags(argc, argv, o, err);
+	if (rc == 0) {
+		free(o->url);
+		free(o->errors);
+	}
+	free(copy);
+	return rc;
+}
+
+START_TEST(flags_validate)
+{
+	struct bulk_opts o;
+	char *err;
+	ck_assert_int_eq(flags_of("b --input i --output out.jsonl", &o, &err), 0);
+	ck_assert_int_eq(o.concurrency, 64);
+	ck_assert_int_eq(o.retries, 5);
+	ck_assert_int_eq(o.shard_n, 1);
+	ck_assert_int_eq(flags_of("b --input i --output o --shard 2/3 --url http://h:1/v1/ --concurrency 5", &o, &err), 0);
+	ck_assert_int_eq(o.shard_k, 2);
+	ck_assert_int_eq(o.shard_n, 3);
+	static const char *bad[][2] = {
+		{"b --input i", "--output is required"},
+		{"b --input i --output o --shard 3/3", "--shard"},
+		{"b --input i --output o --shard x", "--shard"},
+		{"b --input i --output o --concurrency 0", "--concurrency"},
+		{"b --input i --output o --bogus", "unknown flag '--bogus'"},
+		{"b --input i --output o --url ftp://x", "--url"},
+		{"b --input i --output o --endpoint images", "--endpoint"},
+		{"b --input i --output o --api-key-env IG_TEST_NOT_SET_ANYWHERE", "not set"},
+		{"b --input i --output o extra", "unexpected argument"},
+		{"b --input i --output o --temperature 3", "--temperature"},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		ck_assert_int_eq(flags_of(bad[i][0], &o, &err), -1);
+		ck_assert_msg(strstr(err, bad[i][1]), "%s -> %s", bad[i][0], err);
+		free(err);
+	}
+	char *e = NULL, *u = normalise_url("http://h:1/v1/", &e);
+	ck_assert_str_eq(u, "http://h:1");
+	free(u);
+}
+END_TEST
+
+START_TEST(preflight_finds_duplicates_exactly)
+{
+	char *in = tmp_path("dup.jsonl");
+	struct bulk_opts o;
+	struct preflight pf;
+	struct bulk_stats st;
+	struct bulk_defaults d = {"m", -1, 0, 0, -1, 0};
+	put_file(in, "{\"custom_id\":\"a\",\"prompt\":\"x\"}\n\n{\"custom_id\":\"b\",\"prompt\":\"x\"}\n"
+		       "{\"prompt\":\"x\"}\n{\"custom_id\":\"a\",\"prompt\":\"y\"}\n{\"custom_id\":\"line-4\",\"prompt\":\"y\"}\n");
+	memset(&o, 0, sizeof(o));
+	memset(&pf, 0, sizeof(pf));
+	memset(&st, 0, sizeof(st));
+	ig_buf_init(&pf.problems);
+	ig_doneset_init(&pf.done);
+	o.input = in;
+	o.shard_n = 2;
+	o.shard_k = 1;
+	scan_input(&o, &d, &pf, &st);
+	ck_assert_int_eq(st.requests, 5);
+	ck_assert_int_eq(st.selected, 2); /* indexes 1 and 3: blank lines have no index */
+	ck_assert_int_eq(pf.n_problems, 2);
+	ck_assert_msg(strstr(pf.problems.data, "line 5: duplicate custom_id 'a' (first at line 1)"), "%s", pf.problems.data);
+	ck_assert_msg(strstr(pf.problems.data, "line 6: duplicate custom_id 'line-4' (first at line 4)"), "%s", pf.problems.data);
+	ig_buf_free(&pf.problems);
+	for (size_t i = 0; i < pf.n_models; i++)
+		free(pf.models[i].name);
+	free(pf.models);
+	free(pf.skip);
+	free(in);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("bulk");
+	TCase *tc = tcase_create("core");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, corpus_batch_and_shorthand);
+	tcase_add_test(tc, corpus_errors_name_the_line);
+	tcase_add_test(tc, idset_grows_and_finds);
+	tcase_add_test(tc, doneset_resume_and_torn_line);
+	tcase_add_test(tc, journal_lines_and_append);
+	tcase_add_test(tc, journal_full_disk_leaves_no_half_line);
+	tcase_add_test(tc, sse_rebuilds_chat_body_across_splits);
+	tcase_add_test(tc, sse_incomplete_or_error_stream);
+	tcase_add_test(tc, hist_quantiles);
+	tcase_add_test(tc, generator_is_deterministic_and_parses);
+	tcase_add_test(tc, flags_validate);
+	tcase_add_test(tc, preflight_finds_duplicates_exactly);
+	suite_add_tcase(s, tc);
+	SRunner *sr = srunner_create(s);
+	srunner_run_all(sr, CK_ENV);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
