@@ -1,0 +1,208 @@
+/* The one loop of infergate-sim: an epoll set holding MHD's epoll fd (MHD in
+ * external mode), a signalfd, and the sockets of suspended clients (watched
+ * for hang-up, which MHD cannot see while a connection is suspended). The
+ * timeout is the nearer of MHD's and the engine's next deadline. Everything
+ * runs on this thread, so resuming a connection needs no lock and no ITC. */
+#include "config.h"
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
+#include "infergate/log.h"
+#include "infergate/util.h"
+#include "sim.h"
+
+#define SIM_MAX_CONNECTIONS 20000
+
+static void mhd_log(void *cls IG_UNUSED, const char *fmt, va_list ap)
+{
+	char line[512];
+	vsnprintf(line, sizeof(line), fmt, ap);
+	size_t n = strlen(line);
+	while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+		line[--n] = '\0';
+	ig_log_warn("libmicrohttpd: %s", line);
+}
+
+/* 1,000 streams need more than the usual 1,024 descriptors: take what the
+ * hard limit allows, and keep MHD's connection limit below it. */
+static unsigned connection_limit(void)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+		return 1000;
+	if (rl.rlim_cur < rl.rlim_max) {
+		rlim_t want = rl.rlim_max == RLIM_INFINITY ? 65536 : rl.rlim_max;
+		struct rlimit nl = {want, rl.rlim_max};
+		if (setrlimit(RLIMIT_NOFILE, &nl) == 0)
+			rl.rlim_cur = want;
+	}
+	rlim_t cur = rl.rlim_cur == RLIM_INFINITY ? 65536 : rl.rlim_cur;
+	unsigned lim = cur > 64 ? (unsigned)(cur - 32) : 32;
+	return lim > SIM_MAX_CONNECTIONS ? SIM_MAX_CONNECTIONS : lim;
+}
+
+static int add_fd(struct sim *s, int fd, uint32_t events, struct sim_evsrc *src)
+{
+	struct epoll_event ev;
+	memset(&ev, 0, sizeof(ev));
+	ev.events = events;
+	ev.data.ptr = src;
+	return epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev);
+}
+
+int sim_reactor_init(struct sim *s)
+{
+	struct sim_conf *c = s->conf;
+	unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME;
+	sigset_t sigs;
+
+	if (c->addr.ss_family == AF_INET6)
+		flags |= MHD_USE_IPv6;
+
+	signal(SIGPIPE, SIG_IGN);
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGTERM);
+	sigprocmask(SIG_BLOCK, &sigs, NULL);
+	s->signal_fd = signalfd(-1, &sigs, SFD_CLOEXEC | SFD_NONBLOCK);
+	s->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (s->signal_fd < 0 || s->epfd < 0) {
+		ig_log_error("%s: epoll/signalfd: %s", __func__, strerror(errno));
+		return -1;
+	}
+
+	s->mhd = MHD_start_daemon(flags, 0, NULL, NULL, sim_server_handler, s,
+				  MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&c->addr,
+				  MHD_OPTION_NOTIFY_COMPLETED, sim_server_completed, s,
+				  MHD_OPTION_CONNECTION_LIMIT, connection_limit(),
+				  MHD_OPTION_LISTEN_BACKLOG_SIZE, 4096u,
+				  /* Idle keep-alive connections go after 10 minutes;
+				   * suspended ones (long generations) never time out. */
+				  MHD_OPTION_CONNECTION_TIMEOUT, 600u,
+				  MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+				  MHD_OPTION_END);
+	if (!s->mhd) {
+		ig_log_error("cannot listen on %s (address in use, or not a local address?)", c->listen);
+		return -1;
+	}
+	const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_EPOLL_FD);
+	s->ev_mhd.kind = SIM_EV_MHD;
+	s->ev_signal.kind = SIM_EV_SIGNAL;
+	if (!di || add_fd(s, di->epoll_fd, EPOLLIN, &s->ev_mhd) < 0 ||
+	    add_fd(s, s->signal_fd, EPOLLIN, &s->ev_signal) < 0) {
+		ig_log_error("%s: epoll_ctl: %s", __func__, strerror(errno));
+		return -1;
+	}
+	di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
+	ig_log_info("listening on http://%s%s%s:%u, model %s, %g tokens/s, TTFT %ld ms, %ld slots",
+		    flags & MHD_USE_IPv6 ? "[" : "", c->listen_host, flags & MHD_USE_IPv6 ? "]" : "",
+		    di ? (unsigned)di->port : (unsigned)c->listen_port, c->model, c->tokens_per_second,
+		    c->ttft_ms, c->max_running);
+	return 0;
+}
+
+void sim_reactor_watch(struct sim *s, struct sim_req *r)
+{
+	if (r->watching)
+		return;
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	if (!ci)
+		return;
+	r->fd = ci->connect_fd;
+	r->ev.kind = SIM_EV_CLIENT;
+	r->ev.ptr = r;
+	/* Edge-triggered hang-up only: a report comes once, and a client that
+	 * merely sends more bytes wakes nobody. */
+	if (add_fd(s, r->fd, EPOLLRDHUP | EPOLLET, &r->ev) == 0)
+		r->watching = true;
+	else
+		ig_log_warn("%s: epoll_ctl(%d): %s", __func__, r->fd, strerror(errno));
+}
+
+void sim_reactor_unwatch(struct sim *s, struct sim_req *r)
+{
+	if (!r->watching)
+		return;
+	epoll_ctl(s->epfd, EPOLL_CTL_DEL, r->fd, NULL);
+	r->watching = false;
+}
+
+static void wait_and_dispatch(struct sim *s)
+{
+	struct epoll_event evs[256];
+	uint64_t now = ig_now_us();
+	int timeout = -1;
+	MHD_UNSIGNED_LONG_LONG mt;
+
+	if (MHD_get_timeout(s->mhd, &mt) == MHD_YES)
+		timeout = mt > 3600000 ? 3600000 : (int)mt;
+	int et = sim_engine_timeout_ms(s, now);
+	if (et >= 0 && (timeout < 0 || et < timeout))
+		timeout = et;
+	if (s->need_mhd_run)
+		timeout = 0;
+	int n = epoll_wait(s->epfd, evs, sizeof(evs) / sizeof(evs[0]), timeout);
+	if (n < 0 && errno != EINTR)
+		ig_log_warn("%s: epoll_wait: %s", __func__, strerror(errno));
+	/* Requests are freed only inside MHD_run (completion callback), so every
+	 * pointer in this batch is still valid here. */
+	for (int i = 0; i < n; i++) {
+		struct sim_evsrc *src = evs[i].data.ptr;
+		if (src->kind == SIM_EV_CLIENT) {
+			sim_server_client_gone(src->ptr);
+		} else if (src->kind == SIM_EV_SIGNAL) {
+			struct signalfd_siginfo si;
+			while (read(s->signal_fd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+				ig_log_info("signal %u: stopping", si.ssi_signo);
+				s->stopping = true;
+			}
+		}
+	}
+	sim_engine_run(s, ig_now_us());
+	s->need_mhd_run = false;
+	MHD_run(s->mhd);
+}
+
+int sim_reactor_run(struct sim *s)
+{
+	while (!s->stopping)
+		wait_and_dispatch(s);
+	/* MHD must not be stopped with suspended connections: wake them all;
+	 * their reader or handler sees `stopping` and ends them. */
+	for (int round = 0; round < 10; round++) {
+		bool any = false;
+		for (struct sim_req *r = s->reqs; r; r = r->next) {
+			if (r->suspended) {
+				sim_req_wake(r);
+				any = true;
+			}
+		}
+		if (!any)
+			break;
+		MHD_run(s->mhd);
+	}
+	ig_log_info("stopped: %llu served, %llu aborted, %llu failed",
+		    (unsigned long long)s->st.served, (unsigned long long)s->st.aborted,
+		    (unsigned long long)s->st.failed);
+	return 0;
+}
+
+void sim_reactor_free(struct sim *s)
+{
+	if (s->mhd)
+		MHD_stop_daemon(s->mhd);
+	s->mhd = NULL;
+	if (s->epfd >= 0)
+		close(s->epfd);
+	if (s->signal_fd >= 0)
+		close(s->signal_fd);
+	s->epfd = s->signal_fd = -1;
+}
