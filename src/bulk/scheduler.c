@@ -32,6 +32,7 @@ struct job {
 	int attempt;            /* retries done so far */
 	uint64_t due_us;        /* while waiting: not before */
 	uint64_t start_us;      /* of the current attempt */
+	uint64_t last_io_us;    /* last response byte (or the start) */
 	size_t slot;            /* index in sched.active while in flight */
 	CURL *easy;
 	/* per attempt */
@@ -92,6 +93,7 @@ static size_t on_body(char *p, size_t size, size_t n, void *ud)
 	struct job *j = ud;
 	size_t len = size * n;
 
+	j->last_io_us = ig_now_us();
 	if (!j->checked_type) {
 		long code = 0;
 		char *ct = NULL;
@@ -140,6 +142,7 @@ static size_t on_header(char *p, size_t size, size_t n, void *ud)
 	size_t len = size * n;
 	char ra[64] = "";
 
+	j->last_io_us = ig_now_us();
 	if (len >= 5 && memcmp(p, "HTTP/", 5) == 0) { /* a new response (after 1xx) */
 		j->request_id[0] = '\0';
 		j->retry_after_s = -1;
@@ -210,7 +213,7 @@ static int start(struct sched *s, struct job *j)
 		easy_put(s, e);
 		return -1;
 	}
-	j->start_us = ig_now_us();
+	j->start_us = j->last_io_us = ig_now_us();
 	j->slot = (size_t)s->st->in_flight;
 	s->active[s->st->in_flight++] = j;
 	s->st->attempts++;
@@ -518,6 +521,20 @@ static long poll_timeout_ms(struct sched *s)
 	return t;
 }
 
+/* curl's low-speed check averages over several seconds; this one fires
+ * within a second of --idle-timeout-s without a byte. */
+static void expire_idle(struct sched *s, uint64_t now)
+{
+	uint64_t idle = (uint64_t)s->o->idle_timeout_s * 1000000u;
+	for (long i = s->st->in_flight - 1; i >= 0; i--) {
+		struct job *j = s->active[i];
+		if (now - j->last_io_us < idle)
+			continue;
+		snprintf(j->errbuf, sizeof(j->errbuf), "no byte from the server for %ld s", s->o->idle_timeout_s);
+		finished(s, j, CURLE_OPERATION_TIMEDOUT);
+	}
+}
+
 static void abort_all(struct sched *s)
 {
 	while (s->st->in_flight > 0) {
@@ -588,7 +605,7 @@ int ig_sched_run(struct bulk_run *run)
 	struct sched s;
 	struct bulk_stats *st = run->stats;
 	int announced = 0;
-	uint64_t last_sync = ig_now_us();
+	uint64_t last_sync = ig_now_us(), last_idle_check = last_sync;
 
 	if (sched_init(&s, run) < 0) {
 		ig_log_error("%s: out of memory", __func__);
@@ -616,6 +633,8 @@ int ig_sched_run(struct bulk_run *run)
 		fill(&s);
 		if (st->in_flight == 0 && st->waiting == 0 && (s.reader_done || st->stopping))
 			break;
+		/* after fill: the figures show the slots refilled, as they are */
+		ig_progress_tick(run->progress, st, 0);
 
 		struct curl_waitfd sig = {.fd = run->sigfd, .events = CURL_WAIT_POLLIN};
 		curl_multi_poll(s.multi, &sig, 1, (int)poll_timeout_ms(&s), NULL);
@@ -633,6 +652,10 @@ int ig_sched_run(struct bulk_run *run)
 			finished(&s, j, msg->data.result);
 		}
 		uint64_t now = ig_now_us();
+		if (now - last_idle_check >= 200000) {
+			expire_idle(&s, now);
+			last_idle_check = now;
+		}
 		if (now - last_sync >= 1000000) {
 			/* results survive a kill -9 as soon as write(2) returns; this
 			 * is for a power cut */
@@ -640,7 +663,6 @@ int ig_sched_run(struct bulk_run *run)
 			ig_journal_sync(&run->err);
 			last_sync = now;
 		}
-		ig_progress_tick(run->progress, st, 0);
 	}
 	ig_journal_sync(&run->out);
 	ig_journal_sync(&run->err);

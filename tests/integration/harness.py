@@ -20,6 +20,7 @@ counts test cases, not files.
 
 import atexit
 import http.client
+import http.client as _http_client  # the function http() below shadows the name `http`
 import json
 import os
 import signal
@@ -159,7 +160,7 @@ def http(method, url, body=None, headers=None, timeout=30.0):
     """One HTTP request. body may be bytes, str or a JSON-able object.
     Returns (status, headers as a lower-cased dict, body bytes)."""
     u = urllib.parse.urlsplit(url)
-    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=timeout)
+    conn = _http_client.HTTPConnection(u.hostname, u.port, timeout=timeout)
     hdrs = dict(headers or {})
     if body is not None and not isinstance(body, (bytes, str)):
         body = json.dumps(body)
@@ -251,6 +252,16 @@ def metric(text, name):
     raise KeyError(f"metric {name} not found")
 
 
+class Skip(Exception):
+    """Raised by a test that cannot run here; reported as TAP `ok N - name # SKIP why`."""
+
+
+def need_binary(name):
+    """Skip the current test unless the program is built (e.g. infergate)."""
+    if not os.path.exists(os.path.join(BUILDDIR, name)):
+        raise Skip(f"{name} is not built")
+
+
 def test(fn):
     """Register a test function."""
     _tests.append(fn)
@@ -285,9 +296,12 @@ def run():
     failed = 0
     for i, t in enumerate(tests, 1):
         start_t = time.monotonic()
+        skipped = None
         try:
             t()
             ok = True
+        except Skip as e:
+            ok, skipped = True, str(e)
         except Exception:
             ok = False
             tb = traceback.format_exc()
@@ -301,7 +315,9 @@ def run():
                     pass
         _procs.clear()
         dt = time.monotonic() - start_t
-        if ok:
+        if skipped is not None:
+            print(f"ok {i} - {t.__name__} # SKIP {skipped}", flush=True)
+        elif ok:
             print(f"ok {i} - {t.__name__} ({dt:.1f}s)", flush=True)
         else:
             failed += 1
