@@ -100,6 +100,7 @@ struct ig_req {
 	char *err_body;
 	enum ig_upstream_error last_err;
 	uint64_t t_start_us, t_first_byte_us, q_deadline_ms;
+	uint64_t last_io_ms;            /* last byte from the backend (idle timeout) */
 	struct ig_evsrc client_ev;
 	int client_fd;
 };
@@ -137,6 +138,7 @@ struct ig_gw {
 	bool stopping;
 	uint64_t stop_deadline_ms;
 	int exit_code;
+	uint64_t next_idle_scan_ms;
 };
 
 /* reactor.c */

@@ -228,11 +228,24 @@ static const char *suggest(const char *path)
 {
 	const char *best = NULL;
 	int bestd = 3;
+	static char sect[64];
 	for (size_t i = 0; i < NKEYS; i++) {
 		int d = levenshtein(path, keys[i].key);
 		if (d < bestd) {
 			bestd = d;
 			best = keys[i].key;
+		}
+		/* Also the section names ("health" for "helth"). */
+		const char *dot = strchr(keys[i].key, '.');
+		if (dot && (size_t)(dot - keys[i].key) < sizeof(sect)) {
+			char name[64];
+			snprintf(name, sizeof(name), "%.*s", (int)(dot - keys[i].key), keys[i].key);
+			d = levenshtein(path, name);
+			if (d < bestd) {
+				bestd = d;
+				snprintf(sect, sizeof(sect), "%s", name);
+				best = sect;
+			}
 		}
 	}
 	return best;

@@ -176,6 +176,7 @@ static size_t on_header(char *buf, size_t size, size_t nitems, void *userdata)
 	struct ig_req *req = userdata;
 	size_t n = size * nitems;
 
+	req->last_io_ms = ig_now_ms();
 	if (n >= 5 && memcmp(buf, "HTTP/", 5) == 0) {
 		const char *sp = memchr(buf, ' ', n);
 		req->up_status = sp ? strtol(sp + 1, NULL, 10) : 0;
@@ -222,6 +223,7 @@ static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
 
 	if (req->client_gone)
 		return 0;
+	req->last_io_ms = ig_now_ms();
 	if (!streaming_ok(req)) {
 		if (req->resp.len + n > MAX_BUFFERED_BODY || ig_buf_append(&req->resp, ptr, n) < 0)
 			return 0;
@@ -274,11 +276,12 @@ static void start_transfer(struct ig_req *req, struct ig_backend *b)
 	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(e, CURLOPT_HTTP_CONTENT_DECODING, 0L);
 	curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, cfg->connect_ms);
-	/* Idle limit, never a total one: a generation may run for many minutes. */
-	curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
-	curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, cfg->idle_s);
+	/* No total timeout: a generation may run for many minutes. The idle
+	 * limit is ours (ig_proxy_tick): curl's LOW_SPEED averages over several
+	 * seconds and would count the upload as activity. */
 	curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
 	curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+	req->last_io_ms = ig_now_ms();
 	CURLMcode mc = curl_multi_add_handle(gw->multi, e);
 	if (mc != CURLM_OK) {
 		ig_router_release(b);
@@ -553,21 +556,17 @@ static void end_stream_with_error(struct ig_req *req, const char *why)
 	req->upstream_failed = true;
 }
 
-void ig_req_upstream_done(struct ig_req *req, CURLcode result)
+/* One attempt ended (e says how): account for it, then retry, relay or
+ * answer. */
+static void end_attempt(struct ig_req *req, enum ig_upstream_error e, const char *detail)
 {
 	struct ig_gw *gw = req->gw;
 	struct ig_backend *b = req->backend;
-	enum ig_upstream_error e = classify(req, result);
 
 	curl_multi_remove_handle(gw->multi, req->easy);
 	req->in_multi = false;
 	ig_router_release(b);
 	if (e != IG_UPERR_NONE) {
-		char detail[256];
-		if (e == IG_UPERR_STATUS)
-			snprintf(detail, sizeof(detail), "HTTP %ld", req->up_status);
-		else
-			snprintf(detail, sizeof(detail), "%s", curl_easy_strerror(result));
 		req->last_err = e;
 		gw->stats.upstream_errors[e]++;
 		atomic_fetch_add(&b->failures, 1);
@@ -603,6 +602,18 @@ void ig_req_upstream_done(struct ig_req *req, CURLcode result)
 	req->phase = IG_REQ_FINISHED;
 	ig_gw_resume(gw, req);
 	ig_proxy_drain_queue(gw);
+}
+
+void ig_req_upstream_done(struct ig_req *req, CURLcode result)
+{
+	enum ig_upstream_error e = classify(req, result);
+	char detail[256];
+
+	if (e == IG_UPERR_STATUS)
+		snprintf(detail, sizeof(detail), "HTTP %ld", req->up_status);
+	else
+		snprintf(detail, sizeof(detail), "%s", curl_easy_strerror(result));
+	end_attempt(req, e, detail);
 }
 
 void ig_req_client_gone(struct ig_req *req)
@@ -649,8 +660,28 @@ void ig_proxy_drain_queue(struct ig_gw *gw)
 	}
 }
 
+/* Transfers with no byte from their backend for timeouts.idle_s. A paused
+ * transfer is waiting for a slow client, not for the backend. */
+static void scan_idle(struct ig_gw *gw, uint64_t now_ms)
+{
+	uint64_t limit = (uint64_t)gw->cfg->idle_s * 1000u;
+	struct ig_req *req = gw->reqs, *next;
+	for (; req; req = next) {
+		next = req->next;
+		if (req->in_multi && !req->paused && now_ms - req->last_io_ms >= limit) {
+			char detail[96];
+			snprintf(detail, sizeof(detail), "no byte for %lds", gw->cfg->idle_s);
+			end_attempt(req, IG_UPERR_TIMEOUT, detail);
+		}
+	}
+}
+
 void ig_proxy_tick(struct ig_gw *gw, uint64_t now_ms)
 {
+	if (now_ms >= gw->next_idle_scan_ms) {
+		gw->next_idle_scan_ms = now_ms + 250;
+		scan_idle(gw, now_ms);
+	}
 	ig_proxy_drain_queue(gw);
 	/* One timeout for all, so the FIFO's head always expires first. */
 	while (gw->qhead && gw->qhead->q_deadline_ms <= now_ms) {

@@ -12,8 +12,43 @@
 #include "infergate/log.h"
 #include "infergate/oaerror.h"
 
-/* A marker for "headers seen, not routed yet" (see handler). */
+/* How far past max_body_bytes a declared body is still read (and dropped). */
+#define DISCARD_BYTES (1024L * 1024)
+
+/* A marker kept in *con_cls between calls: "headers seen, not routed yet"
+ * (see handler). */
 static struct ig_req first_call;
+
+/* Errors decided before the body was read; MHD may not answer mid-body,
+ * so the body is dropped first and *con_cls points to one of these. */
+struct deferred {
+	unsigned status;
+	const char *message, *code;
+};
+static const struct deferred not_found = {404, "unknown path; this gateway serves /v1/chat/completions, "
+	"/v1/completions, /v1/embeddings, /v1/models, /health, /health/backends, /metrics", "not_found"};
+static const struct deferred post_only = {405, "this endpoint only accepts POST", "post_only"};
+static const struct deferred get_only = {405, "this endpoint only answers GET", "method_not_allowed"};
+static const struct deferred stopping = {503, "the gateway is shutting down", "shutting_down"};
+
+static int is_deferred(const void *p)
+{
+	return p == &not_found || p == &post_only || p == &get_only || p == &stopping;
+}
+
+/* Answers d now, or once the body (if any) has been read. */
+static enum MHD_Result answer_deferred(struct ig_gw *gw, struct MHD_Connection *conn, const struct deferred *d,
+				       size_t *upload_data_size, void **con_cls)
+{
+	if (*upload_data_size) {
+		*upload_data_size = 0;
+		*con_cls = (void *)d;
+		return MHD_YES;
+	}
+	*con_cls = NULL;
+	gw->stats.responses[d->status / 100]++;
+	return ig_server_error(conn, d->status, d->message, NULL, d->code, NULL);
+}
 
 /* Routes forwarded to a backend, path as sent upstream. */
 static const char *const proxied[] = {"/v1/chat/completions", "/v1/completions", "/v1/embeddings"};
@@ -47,7 +82,7 @@ static enum MHD_Result send_text(struct ig_gw *gw, struct MHD_Connection *conn, 
 	return ret;
 }
 
-/* The gateway's own GET endpoints; returns -1 when path is not one. */
+/* The gateway's own GET endpoints: 0 answered, 1 wrong method, -1 not one. */
 static int local_endpoint(struct ig_gw *gw, struct MHD_Connection *conn, const char *path,
 			  const char *method, enum MHD_Result *ret)
 {
@@ -62,10 +97,8 @@ static int local_endpoint(struct ig_gw *gw, struct MHD_Connection *conn, const c
 		body = NULL;
 	else
 		return -1;
-	if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
-		*ret = ig_server_error(conn, 405, "this endpoint only answers GET", NULL, "method_not_allowed", NULL);
-		return 0;
-	}
+	if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
+		return 1;
 	if (strcmp(path, "/health") == 0) {
 		body = ig_health_json(gw, &status);
 	} else if (strcmp(path, "/health/backends") == 0) {
@@ -90,10 +123,13 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
 	/* Answering on the first call makes MHD close the connection (it has
 	 * not seen the end of the request yet); the second call keeps it alive. */
 	if (!req) {
-		/* An oversized body is refused from its declared length, unread
-		 * (MHD then closes the connection: the body is never consumed). */
+		/* A body far over the limit is refused from its declared length,
+		 * unread; MHD then closes the connection. One only a little over
+		 * is read and dropped (below), so the client is not reset while
+		 * still sending and sees the 413. */
 		const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
-		if (cl && strtoll(cl, NULL, 10) > gw->cfg->max_body_bytes && strcmp(method, "POST") == 0) {
+		if (cl && strtoll(cl, NULL, 10) > gw->cfg->max_body_bytes + DISCARD_BYTES &&
+		    strcmp(method, "POST") == 0) {
 			char msg[128];
 			snprintf(msg, sizeof(msg), "the request body is larger than %ld bytes", gw->cfg->max_body_bytes);
 			gw->stats.responses[4]++;
@@ -102,6 +138,8 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
 		*con_cls = &first_call;
 		return MHD_YES;
 	}
+	if (is_deferred(req))
+		return answer_deferred(gw, conn, (const void *)req, upload_data_size, con_cls);
 	if (req == &first_call) {
 		*con_cls = NULL;
 		enum MHD_Result ret;
@@ -110,21 +148,17 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
 			if (strcmp(url, proxied[i]) == 0)
 				route = proxied[i];
 		if (!route) {
-			if (local_endpoint(gw, conn, url, method, &ret) == 0)
+			int local = local_endpoint(gw, conn, url, method, &ret);
+			if (local == 0)
 				return ret;
-			gw->stats.responses[4]++;
-			return ig_server_error(conn, 404, "unknown path; this gateway serves /v1/chat/completions, "
-					       "/v1/completions, /v1/embeddings, /v1/models, /health, /metrics",
-					       NULL, "not_found", NULL);
+			if (local == 1)
+				return answer_deferred(gw, conn, &get_only, upload_data_size, con_cls);
+			return answer_deferred(gw, conn, &not_found, upload_data_size, con_cls);
 		}
-		if (strcmp(method, "POST") != 0) {
-			gw->stats.responses[4]++;
-			return ig_server_error(conn, 405, "this endpoint only accepts POST", NULL, "post_only", NULL);
-		}
-		if (gw->stopping) {
-			gw->stats.responses[5]++;
-			return ig_server_error(conn, 503, "the gateway is shutting down", NULL, "shutting_down", NULL);
-		}
+		if (strcmp(method, "POST") != 0)
+			return answer_deferred(gw, conn, &post_only, upload_data_size, con_cls);
+		if (gw->stopping)
+			return answer_deferred(gw, conn, &stopping, upload_data_size, con_cls);
 		req = ig_req_new(gw, conn, route);
 		if (!req)
 			return MHD_NO;
@@ -153,7 +187,7 @@ void ig_server_completed(void *cls IG_UNUSED, struct MHD_Connection *conn IG_UNU
 			 enum MHD_RequestTerminationCode toe)
 {
 	struct ig_req *req = *con_cls;
-	if (!req || req == &first_call) {
+	if (!req || req == &first_call || is_deferred(req)) {
 		*con_cls = NULL;
 		return;
 	}

@@ -271,10 +271,10 @@ def client_disconnect_aborts_upstream():
         wait_until(lambda: sim_load(sim)["num_running_reqs"] == 1, timeout=5, what="running")
         if stream:
             assert b"data: " in s.recv(65536)
-        before = sim_counter(sim, "sim_requests_aborted_total")
+        before = sim_counter(sim, "infergate_sim_requests_aborted_total")
         t0 = time.monotonic()
         s.close()
-        wait_until(lambda: sim_counter(sim, "sim_requests_aborted_total") == before + 1,
+        wait_until(lambda: sim_counter(sim, "infergate_sim_requests_aborted_total") == before + 1,
                    timeout=1.0, what=f"abort seen by the backend (stream={stream})")
         assert time.monotonic() - t0 < 1.0
         wait_until(lambda: sim_load(sim)["num_running_reqs"] == 0, timeout=1.0, what="slot freed")
