@@ -6,6 +6,7 @@
 #include <jansson.h>
 #include <limits.h>
 #include <netdb.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,10 +108,11 @@ static int set_flag(struct sim_conf *c, const struct flag *f, const char *v, cha
 		break;
 	}
 	case F_STRING: {
-		json_t *j = json_string(v);
+		json_t *j = json_string(v); /* NULL when v is not UTF-8 */
+		bool utf8 = j != NULL;
 		size_t n = strlen(v);
 		json_decref(j);
-		if (n == 0 || n > 256 || !j) {
+		if (n == 0 || n > 256 || !utf8) {
 			*err = ig_strdupf("%s: '%s' is not a valid name (1..256 bytes of UTF-8)", f->name, v);
 			return -1;
 		}

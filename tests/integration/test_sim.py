@@ -468,8 +468,9 @@ def fault_slow_is_ten_times_slower():
     t0 = time.monotonic()
     _, events, _ = stream(sim, CHAT, chat_body("x", stream=True))
     slow = time.monotonic() - t0
-    # normal: 10 ms + 9 x 10 ms; slow: 100 ms + 9 x 100 ms.
-    assert slow >= 0.9 and slow > 4 * normal, (normal, slow)
+    # normal: 10 ms + 9 x 10 ms; slow: 100 ms + 9 x 100 ms. Only lower
+    # bounds: the sim is never faster than its pace, a busy machine is slower.
+    assert normal >= 0.095 and slow >= 0.95, (normal, slow)
     set_fault(sim, "ok")
     unpaced = start_sim("--tokens-per-second", "0", "--ttft-ms", "0", "--output-tokens", "5")
     set_fault(unpaced, "slow")
@@ -590,7 +591,8 @@ def _dechunk(body):
 def thousand_concurrent_streams():
     n = 1000
     _raise_nofile(4 * n)
-    sim = start_sim("--max-running", str(n), "--tokens-per-second", "10", "--output-tokens", "20",
+    # Each stream lasts about 4 s, so all 1,000 overlap even on a slow machine.
+    sim = start_sim("--max-running", str(n), "--tokens-per-second", "5", "--output-tokens", "20",
                     "--ttft-ms", "100")
     results = []
 
@@ -682,6 +684,13 @@ def sigterm_with_requests_in_flight_exits_cleanly():
     sim = start_sim("--max-running", "1", "--tokens-per-second", "5", "--output-tokens", "100")
     socks = [raw_post(sim, CHAT, chat_body("a", stream=True)), raw_post(sim, CHAT, chat_body("b"))]
     wait_until(lambda: running_waiting(sim) == (1, 1), timeout=5, what="busy")
+    # Requests dropped while queued are freed (LeakSanitizer checks this at
+    # the exit below when built with --enable-sanitizers).
+    dropped = [raw_post(sim, CHAT, chat_body(f"d{i}", stream=i % 2 == 0)) for i in range(40)]
+    wait_until(lambda: running_waiting(sim) == (1, 41), timeout=5, what="40 more queued")
+    for s in dropped:
+        s.close()
+    wait_until(lambda: aborted(sim) == 40, timeout=5, what="40 aborts")
     set_fault(sim, "hang")
     socks.append(raw_post(sim, COMP, {"prompt": "h"}))
     wait_until(lambda: load(sim)["num_hung_reqs"] == 1, timeout=5, what="hung")
