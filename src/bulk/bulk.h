@@ -300,6 +300,7 @@ struct bulk_run {
 	struct bulk_defaults defaults;
 	struct ig_corpus_reader reader;
 	const uint8_t *skip;    /* bit per request index: already done */
+	long skip_bits;         /* bits in skip; indexes beyond are not done */
 	struct ig_journal out;
 	struct ig_journal err;
 	struct bulk_stats *stats;

@@ -256,6 +256,9 @@ static int parse_flags(int argc, char **argv, struct bulk_opts *o, char **err)
 		o->api_key = getenv(o->api_key_env);
 		if (!o->api_key || !*o->api_key) {
 			*err = ig_strdupf("--api-key-env: the environment variable %s is not set", o->api_key_env);
+			free(o->url);
+			free(o->errors);
+			o->url = o->errors = NULL;
 			return -1;
 		}
 	}
@@ -686,6 +689,7 @@ static int run(struct bulk_opts *o, struct preflight *pf, struct bulk_stats *st)
 	r.defaults = (struct bulk_defaults){o->model, o->max_tokens, o->temperature, o->have_temperature,
 					    o->endpoint, o->stream};
 	r.skip = pf->skip;
+	r.skip_bits = (long)(pf->skip_bytes * 8);
 	r.stats = st;
 	r.progress = &prog;
 	r.sigfd = sig_pipe[0];

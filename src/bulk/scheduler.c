@@ -231,7 +231,10 @@ static void detach(struct sched *s, struct job *j)
 	last->slot = j->slot;
 }
 
-static int skip_bit(const uint8_t *bits, long i) { return bits && (bits[i >> 3] >> (i & 7)) & 1; }
+static int skip_bit(const uint8_t *bits, long n, long i)
+{
+	return bits && i < n && (bits[i >> 3] >> (i & 7)) & 1;
+}
 
 /* The next selected, not yet done line as a job; NULL at the end or on a
  * problem (which stops the run). */
@@ -251,7 +254,7 @@ static struct job *next_line(struct sched *s)
 			s->reader_done = 1;
 			return NULL;
 		}
-		if (r->index % o->shard_n != o->shard_k || skip_bit(run->skip, r->index))
+		if (r->index % o->shard_n != o->shard_k || skip_bit(run->skip, run->skip_bits, r->index))
 			continue;
 		struct bulk_line l;
 		char *err = NULL;

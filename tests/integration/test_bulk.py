@@ -247,6 +247,26 @@ def torn_last_line_is_cut_on_resume():
 
 
 @test
+def resume_of_a_prefix_sends_every_later_line():
+    """Ids done only near the start; the lines far beyond them must all be sent
+    (regression: the done-bitmap was sized by the last done line)."""
+    d = Dir()
+    sim = start_sim(*UNPACED)
+    generate(d("c.jsonl"), 40000, seed=8)
+    with open(d("c.jsonl")) as f, open(d("head.jsonl"), "w") as h:
+        for _ in range(500):
+            h.write(f.readline())
+    common = ["--output", d("o.jsonl"), "--url", sim.url, "--model", MODEL, "--concurrency", 64]
+    rc, out, err = bulk("--input", d("head.jsonl"), *common)
+    assert rc == 0, (rc, out, err)
+    rc, out, err = bulk("--input", d("c.jsonl"), *common, "--resume", "--summary-json", d("s.json"))
+    assert rc == 0, (rc, out, err)
+    s = json.load(open(d("s.json")))
+    assert s["resumed_ok"] == 500 and s["ok"] == 39500, s
+    exactly_once(d("c.jsonl"), d("o.jsonl"), d("o.errors.jsonl"))
+
+
+@test
 def sigint_stops_gracefully_and_resumes():
     d = Dir()
     sim = start_sim("--model", MODEL, "--tokens-per-second", "200", "--ttft-ms", "0", "--output-tokens", "20")
