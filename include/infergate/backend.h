@@ -16,17 +16,28 @@ enum ig_backend_state {
 	IG_BACKEND_DOWN,     /* `fall` consecutive failures, or never seen up */
 };
 
+enum ig_backend_admin {
+	IG_ADMIN_ENABLED,   /* takes new requests when up */
+	IG_ADMIN_DRAINING,  /* no new requests; in-flight ones finish */
+	IG_ADMIN_REMOVING,  /* draining, then removed from the table */
+};
+
+struct ig_probe;
+
 struct ig_backend {
-	int id;                 /* index in the table, stable for the process */
+	int id;                 /* stable for the process, never reused */
 	char *url;              /* normalised base URL, no trailing slash */
 	long weight;
 	long max_inflight;      /* 0 = unlimited */
 	_Atomic int state;      /* enum ig_backend_state */
+	_Atomic int admin;      /* enum ig_backend_admin */
 	atomic_long inflight;   /* requests through this gateway, now */
 	atomic_ulong served;    /* responses relayed (any status) */
 	atomic_ulong failures;  /* connect errors, resets, timeouts, 502/503/504 */
 	atomic_ulong retried;   /* requests moved from here to another backend */
 	atomic_ulong aborted;   /* upstream transfers cut because the client left */
+	atomic_ulong prompt_tokens;     /* from "usage" in responses */
+	atomic_ulong completion_tokens;
 	/* health, owned by the probing reactor */
 	int consec_ok, consec_fail;
 	int seen_up;            /* ever been up: first success counts as `rise` */
@@ -39,18 +50,32 @@ struct ig_backend {
 	char last_probe_error[256];
 	uint64_t models_at_ms;  /* when models were last fetched */
 	json_t *models;         /* the backend's /v1/models "data" array, or NULL */
+	struct ig_probe *probe; /* health.c's transfer state */
 };
 
 struct ig_pool {
 	struct ig_backend **v;
-	size_t n;
+	size_t n, cap;
+	int next_id;
 	atomic_uint rotor;      /* rotating start for ties and round-robin */
+	struct ig_backend **gone; /* removed backends: requests may still hold
+				   * their address in `tried`, so they live on */
+	size_t ngone;
 };
 
 /* Creates the table from the configuration. Returns 0 or -1. */
 int ig_pool_init(struct ig_pool *pool, const struct ig_config *cfg);
 void ig_pool_free(struct ig_pool *pool);
+/* Adds a backend (url already normalised); returns it or NULL. */
+struct ig_backend *ig_pool_add(struct ig_pool *pool, const char *url, long weight, long max_inflight);
+/* Takes b out of the table (its slot count must be zero). */
+void ig_pool_remove(struct ig_pool *pool, struct ig_backend *b);
+struct ig_backend *ig_pool_find_url(const struct ig_pool *pool, const char *url);
+struct ig_backend *ig_pool_find_id(const struct ig_pool *pool, int id);
+/* Backends that can take requests: up and enabled. */
 size_t ig_pool_healthy(const struct ig_pool *pool);
+int ig_backend_routable(const struct ig_backend *b);
 const char *ig_backend_state_name(int state);
+const char *ig_backend_admin_name(int admin);
 
 #endif

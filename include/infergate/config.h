@@ -44,6 +44,11 @@ struct ig_config {
 	long shutdown_grace_s;
 	long max_connections;
 	char *log_level;
+	char *access_log;           /* path, "-" for stdout, "" for none */
+	char *api_keys_file;        /* SHA-256 hex digests, one per line; "" = open */
+	char *admin_keys_file;      /* same, for /admin; "" = admin API off */
+	long auth_status;           /* 1: /metrics, /status, /health/backends need a key */
+	char *backend_api_key;      /* sent to backends as a bearer token */
 };
 
 /* Builds the configuration from argv (which may name --config FILE).
@@ -58,6 +63,9 @@ void ig_config_free(struct ig_config *cfg);
 /* The effective configuration as JSON (malloc'd). */
 char *ig_config_to_json(const struct ig_config *cfg);
 const char *ig_policy_name(enum ig_policy p);
+/* A backend URL in canonical form (scheme://host:port[/prefix]); malloc'd,
+ * or NULL with *why set. */
+char *ig_config_normalise_url(const char *in, const char **why);
 void ig_config_print_help(FILE *out);
 
 #endif

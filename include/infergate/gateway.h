@@ -14,6 +14,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "infergate/accesslog.h"
+#include "infergate/auth.h"
 #include "infergate/backend.h"
 #include "infergate/buf.h"
 #include "infergate/config.h"
@@ -44,6 +46,7 @@ struct ig_evsrc {
 enum ig_xfer_kind {
 	IG_XFER_REQUEST, /* a proxied client request */
 	IG_XFER_PROBE,   /* a health probe */
+	IG_XFER_ADMIN,   /* an /admin request reading its body (no transfer) */
 };
 
 enum ig_req_phase {
@@ -84,6 +87,7 @@ struct ig_req {
 	bool watching;               /* client fd in our epoll for hang-up */
 	bool in_multi;
 	char request_id[80];
+	char client[48];
 	char *model;
 	long max_tokens;
 	struct curl_slist *up_headers;  /* headers sent upstream */
@@ -101,6 +105,11 @@ struct ig_req {
 	enum ig_upstream_error last_err;
 	uint64_t t_start_us, t_first_byte_us, q_deadline_ms;
 	uint64_t last_io_ms;            /* last byte from the backend (idle timeout) */
+	struct ig_buf sse_line;         /* partial SSE line, to find the usage chunk */
+	long prompt_tokens, completion_tokens; /* from "usage", -1 when none */
+	unsigned status_sent;           /* what the client was answered */
+	uint64_t bytes_out;
+	uint64_t t_answer_us;           /* response handed to MHD */
 	struct ig_evsrc client_ev;
 	int client_fd;
 };
@@ -116,6 +125,7 @@ struct ig_stats {
 	uint64_t queue_timeouts;    /* 503 after waiting */
 	uint64_t upstream_errors[IG_UPERR_OTHER + 1];
 	uint64_t bytes_in, bytes_out;
+	uint64_t prompt_tokens, completion_tokens;
 };
 
 struct ig_gw {
@@ -132,13 +142,16 @@ struct ig_gw {
 	size_t nreqs;
 	struct ig_req *qhead, *qtail;  /* FIFO of QUEUED requests */
 	size_t qlen;
-	struct ig_probe **probes;      /* one per backend */
 	struct ig_stats stats;
 	uint64_t started_ms;
 	bool stopping;
 	uint64_t stop_deadline_ms;
 	int exit_code;
 	uint64_t next_idle_scan_ms;
+	struct ig_keyset api_keys, admin_keys;
+	struct ig_accesslog alog;
+	int argc;                      /* to re-read the configuration on SIGHUP */
+	char **argv;
 };
 
 /* reactor.c */
@@ -154,6 +167,8 @@ void ig_gw_resume(struct ig_gw *gw, struct ig_req *req);
 MHD_AccessHandlerCallback ig_server_handler(void);
 void ig_server_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 			 enum MHD_RequestTerminationCode toe);
+/* The client's address as text ("" when unknown). */
+void ig_server_client_addr(struct MHD_Connection *conn, char *out, size_t n);
 /* Queues an OpenAI-shaped error; returns MHD's result. */
 enum MHD_Result ig_server_error(struct MHD_Connection *conn, unsigned status, const char *message,
 				const char *param, const char *code, const char *request_id);
@@ -169,6 +184,8 @@ enum MHD_Result ig_req_respond(struct ig_req *req);
 void ig_req_client_gone(struct ig_req *req);
 /* A curl transfer of this request finished. */
 void ig_req_upstream_done(struct ig_req *req, CURLcode result);
+/* Writes the request's access log line (if the log is on). */
+void ig_req_log(struct ig_req *req, bool completed);
 /* Housekeeping: queue deadlines. */
 void ig_proxy_tick(struct ig_gw *gw, uint64_t now_ms);
 /* A backend slot was freed: start queued requests. */
@@ -183,6 +200,9 @@ void ig_upstream_on_timer(struct ig_gw *gw);
 /* health.c: active probes and passive accounting */
 int ig_health_init(struct ig_gw *gw);
 void ig_health_free(struct ig_gw *gw);
+/* Probe state for a backend added at run time / about to be removed. */
+int ig_health_add(struct ig_gw *gw, struct ig_backend *b);
+void ig_health_remove(struct ig_gw *gw, struct ig_backend *b);
 void ig_health_tick(struct ig_gw *gw, uint64_t now_ms);
 void ig_health_probe_done(struct ig_gw *gw, struct ig_probe *p, CURLcode result);
 /* A request to b succeeded / failed (passive checks). */
@@ -190,10 +210,22 @@ void ig_health_passive_ok(struct ig_gw *gw, struct ig_backend *b);
 void ig_health_passive_fail(struct ig_gw *gw, struct ig_backend *b, enum ig_upstream_error e,
 			    const char *detail);
 
+/* admin.c: runtime control and reload */
+/* Answers an /admin request (key already checked); body may be empty. */
+enum MHD_Result ig_admin_handle(struct ig_gw *gw, struct MHD_Connection *conn, const char *method,
+				const char *url, const char *body, size_t len);
+/* Finishes removals whose in-flight requests are done. */
+void ig_admin_tick(struct ig_gw *gw);
+/* SIGHUP: re-read the configuration; on any problem keep the running one. */
+void ig_gw_reload(struct ig_gw *gw);
+/* Loads keys and opens the access log for cfg; -1 with *err on a problem. */
+int ig_gw_load_files(struct ig_gw *gw, const struct ig_config *cfg, char **err);
+
 /* metrics.c: /metrics, /health, /health/backends, /v1/models bodies */
 char *ig_metrics_text(struct ig_gw *gw);
 char *ig_health_json(struct ig_gw *gw, unsigned *status);
 char *ig_backends_json(struct ig_gw *gw);
+json_t *ig_backend_to_json(const struct ig_backend *b, uint64_t now);
 char *ig_models_json(struct ig_gw *gw);
 
 #endif

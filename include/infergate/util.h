@@ -11,6 +11,8 @@ uint64_t ig_now_ms(void);
 uint64_t ig_now_us(void);
 /* Wall clock, seconds since the epoch. */
 int64_t ig_wall_s(void);
+/* Wall clock as "2026-12-02T08:29:36.123Z". */
+void ig_iso_time(char *out, size_t n);
 
 /* Parses a whole string as a base-10 integer within [min, max].
  * Returns 0, or -1 with *err set (malloc'd) naming `what` and the value. */

@@ -23,6 +23,16 @@ uint64_t ig_now_ms(void) { return ig_now_us() / 1000u; }
 
 int64_t ig_wall_s(void) { return (int64_t)time(NULL); }
 
+void ig_iso_time(char *out, size_t n)
+{
+	struct timespec ts;
+	struct tm tm;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	gmtime_r(&ts.tv_sec, &tm);
+	size_t k = strftime(out, n, "%Y-%m-%dT%H:%M:%S", &tm);
+	snprintf(out + k, n - k, ".%03ldZ", ts.tv_nsec / 1000000);
+}
+
 char *ig_strdupf(const char *fmt, ...)
 {
 	va_list ap;

@@ -1,51 +1,116 @@
-/* The backend table, built once from the configuration. */
+/* The backend table: built from the configuration, changed at run time by
+ * the admin API and by reloads (on the reactor thread only). */
 #include "config.h"
 #include <stdlib.h>
 #include <string.h>
 
 #include "infergate/backend.h"
 
+struct ig_backend *ig_pool_add(struct ig_pool *pool, const char *url, long weight, long max_inflight)
+{
+	if (pool->n == pool->cap) {
+		size_t cap = pool->cap ? pool->cap * 2 : 8;
+		struct ig_backend **v = realloc(pool->v, cap * sizeof(*v));
+		if (!v)
+			return NULL;
+		pool->v = v;
+		pool->cap = cap;
+	}
+	struct ig_backend *b = calloc(1, sizeof(*b));
+	if (!b || !(b->url = strdup(url))) {
+		free(b);
+		return NULL;
+	}
+	b->id = pool->next_id++;
+	b->weight = weight;
+	b->max_inflight = max_inflight;
+	atomic_init(&b->state, IG_BACKEND_DOWN);
+	atomic_init(&b->admin, IG_ADMIN_ENABLED);
+	pool->v[pool->n++] = b;
+	return b;
+}
+
 int ig_pool_init(struct ig_pool *pool, const struct ig_config *cfg)
 {
 	memset(pool, 0, sizeof(*pool));
-	pool->v = calloc(cfg->n_backends, sizeof(*pool->v));
-	if (!pool->v)
-		return -1;
-	for (size_t i = 0; i < cfg->n_backends; i++) {
-		struct ig_backend *b = calloc(1, sizeof(*b));
-		if (!b)
+	for (size_t i = 0; i < cfg->n_backends; i++)
+		if (!ig_pool_add(pool, cfg->backends[i].url, cfg->backends[i].weight, cfg->backends[i].max_inflight))
 			return -1;
-		b->id = (int)i;
-		b->url = strdup(cfg->backends[i].url);
-		b->weight = cfg->backends[i].weight;
-		b->max_inflight = cfg->backends[i].max_inflight;
-		atomic_init(&b->state, IG_BACKEND_DOWN);
-		pool->v[pool->n++] = b;
-	}
 	return 0;
+}
+
+void ig_pool_remove(struct ig_pool *pool, struct ig_backend *b)
+{
+	for (size_t i = 0; i < pool->n; i++) {
+		if (pool->v[i] != b)
+			continue;
+		memmove(&pool->v[i], &pool->v[i + 1], (pool->n - i - 1) * sizeof(*pool->v));
+		pool->n--;
+		struct ig_backend **g = realloc(pool->gone, (pool->ngone + 1) * sizeof(*g));
+		if (g) {
+			pool->gone = g;
+			pool->gone[pool->ngone++] = b;
+		}
+		json_decref(b->models);
+		b->models = NULL;
+		return;
+	}
+}
+
+static void backend_free(struct ig_backend *b)
+{
+	json_decref(b->models);
+	free(b->url);
+	free(b);
 }
 
 void ig_pool_free(struct ig_pool *pool)
 {
-	for (size_t i = 0; i < pool->n; i++) {
-		json_decref(pool->v[i]->models);
-		free(pool->v[i]->url);
-		free(pool->v[i]);
-	}
+	for (size_t i = 0; i < pool->n; i++)
+		backend_free(pool->v[i]);
+	for (size_t i = 0; i < pool->ngone; i++)
+		backend_free(pool->gone[i]);
 	free(pool->v);
-	pool->v = NULL;
-	pool->n = 0;
+	free(pool->gone);
+	memset(pool, 0, sizeof(*pool));
+}
+
+struct ig_backend *ig_pool_find_url(const struct ig_pool *pool, const char *url)
+{
+	for (size_t i = 0; i < pool->n; i++)
+		if (strcmp(pool->v[i]->url, url) == 0)
+			return pool->v[i];
+	return NULL;
+}
+
+struct ig_backend *ig_pool_find_id(const struct ig_pool *pool, int id)
+{
+	for (size_t i = 0; i < pool->n; i++)
+		if (pool->v[i]->id == id)
+			return pool->v[i];
+	return NULL;
+}
+
+int ig_backend_routable(const struct ig_backend *b)
+{
+	return atomic_load(&b->state) == IG_BACKEND_UP && atomic_load(&b->admin) == IG_ADMIN_ENABLED;
 }
 
 size_t ig_pool_healthy(const struct ig_pool *pool)
 {
 	size_t k = 0;
 	for (size_t i = 0; i < pool->n; i++)
-		k += atomic_load(&pool->v[i]->state) == IG_BACKEND_UP;
+		k += (size_t)ig_backend_routable(pool->v[i]);
 	return k;
 }
 
 const char *ig_backend_state_name(int state)
 {
 	return state == IG_BACKEND_UP ? "up" : "down";
+}
+
+const char *ig_backend_admin_name(int admin)
+{
+	static const char *names[] = {"enabled", "draining", "removing"};
+	return names[admin];
 }

@@ -72,6 +72,16 @@ static const struct key keys[] = {
 	 "client connections held at once"},
 	{"log_level", "--log-level", K_STR, OFF(log_level), 0, 0, 0, "info",
 	 "debug | info | warn | error"},
+	{"access_log", "--access-log", K_STR, OFF(access_log), 0, 0, 0, "",
+	 "JSON line per request to this file ('-' = stdout; reopened on SIGUSR1)"},
+	{"api_keys_file", "--api-keys-file", K_STR, OFF(api_keys_file), 0, 0, 0, "",
+	 "file of SHA-256 hex digests of accepted API keys (see --hash-key); empty = no keys needed"},
+	{"admin_keys_file", "--admin-keys-file", K_STR, OFF(admin_keys_file), 0, 0, 0, "",
+	 "file of SHA-256 digests of admin keys; empty = admin API off"},
+	{"auth_status", "--auth-status", K_INT, OFF(auth_status), 0, 1, 0, NULL,
+	 "1 = /metrics, /status and /health/backends need an API key too"},
+	{"backend_api_key", "--backend-api-key", K_STR, OFF(backend_api_key), 0, 0, 0, "",
+	 "bearer token sent to backends (the client's key is never forwarded when keys are on)"},
 };
 #define NKEYS (sizeof(keys) / sizeof(keys[0]))
 
@@ -116,8 +126,7 @@ static void backends_clear(struct ig_config *cfg)
 	cfg->n_backends = 0;
 }
 
-/* Normalises a backend URL; returns malloc'd text or NULL with a reason. */
-static char *normalise_url(const char *in, const char **why)
+char *ig_config_normalise_url(const char *in, const char **why)
 {
 	CURLU *u = curl_url();
 	char *scheme = NULL, *host = NULL, *port = NULL, *path = NULL, *query = NULL, *out = NULL;
@@ -159,7 +168,7 @@ static void add_backend(struct ig_config *cfg, struct ig_buf *errs, const char *
 			const char *url, long weight, long max_inflight)
 {
 	const char *why = NULL;
-	char *norm = normalise_url(url, &why);
+	char *norm = ig_config_normalise_url(url, &why);
 	if (!norm) {
 		problem(errs, "%s: '%s' is not a valid backend URL (%s)", where, url, why);
 		return;
@@ -489,6 +498,7 @@ void ig_config_print_help(FILE *out)
 		"An OpenAI-compatible gateway in front of N inference servers.\n\n"
 		"  --config FILE         JSON configuration (keys below); flags override it\n"
 		"  --check-config        validate, print the effective configuration, exit 0 (or 2)\n"
+		"  --hash-key            read an API key on stdin, print its SHA-256 digest\n"
 		"  --help, --version\n\n"
 		"Options (config key in brackets, default after '='):\n");
 	for (size_t i = 0; i < NKEYS; i++) {

@@ -32,42 +32,45 @@ struct ig_probe {
 	bool running;
 };
 
+int ig_health_add(struct ig_gw *gw IG_UNUSED, struct ig_backend *b)
+{
+	struct ig_probe *p = calloc(1, sizeof(*p));
+	if (!p)
+		return -1;
+	p->kind = IG_XFER_PROBE;
+	p->b = b;
+	ig_buf_init(&p->body);
+	b->probe = p;
+	b->next_probe_ms = ig_now_ms(); /* probe at once: serve as soon as one is up */
+	return 0;
+}
+
+void ig_health_remove(struct ig_gw *gw, struct ig_backend *b)
+{
+	struct ig_probe *p = b->probe;
+	if (!p)
+		return;
+	if (p->running && gw->multi)
+		curl_multi_remove_handle(gw->multi, p->easy);
+	if (p->easy)
+		curl_easy_cleanup(p->easy);
+	ig_buf_free(&p->body);
+	free(p);
+	b->probe = NULL;
+}
+
 int ig_health_init(struct ig_gw *gw)
 {
-	uint64_t now = ig_now_ms();
-	gw->probes = calloc(gw->pool.n, sizeof(*gw->probes));
-	if (!gw->probes)
-		return -1;
-	for (size_t i = 0; i < gw->pool.n; i++) {
-		struct ig_probe *p = calloc(1, sizeof(*p));
-		if (!p)
+	for (size_t i = 0; i < gw->pool.n; i++)
+		if (ig_health_add(gw, gw->pool.v[i]) < 0)
 			return -1;
-		p->kind = IG_XFER_PROBE;
-		p->b = gw->pool.v[i];
-		ig_buf_init(&p->body);
-		gw->probes[i] = p;
-		p->b->next_probe_ms = now; /* probe at once: serve as soon as one is up */
-	}
 	return 0;
 }
 
 void ig_health_free(struct ig_gw *gw)
 {
-	if (!gw->probes)
-		return;
-	for (size_t i = 0; i < gw->pool.n; i++) {
-		struct ig_probe *p = gw->probes[i];
-		if (!p)
-			continue;
-		if (p->running && gw->multi)
-			curl_multi_remove_handle(gw->multi, p->easy);
-		if (p->easy)
-			curl_easy_cleanup(p->easy);
-		ig_buf_free(&p->body);
-		free(p);
-	}
-	free(gw->probes);
-	gw->probes = NULL;
+	for (size_t i = 0; i < gw->pool.n; i++)
+		ig_health_remove(gw, gw->pool.v[i]);
 }
 
 static size_t on_probe_body(char *ptr, size_t size, size_t nmemb, void *userdata)
@@ -110,8 +113,8 @@ static void start_probe(struct ig_gw *gw, struct ig_probe *p, enum probe_what wh
 void ig_health_tick(struct ig_gw *gw, uint64_t now_ms)
 {
 	for (size_t i = 0; i < gw->pool.n; i++) {
-		struct ig_probe *p = gw->probes[i];
-		if (!p->running && now_ms >= p->b->next_probe_ms)
+		struct ig_probe *p = gw->pool.v[i]->probe;
+		if (p && !p->running && now_ms >= p->b->next_probe_ms)
 			start_probe(gw, p, PROBE_HEALTH);
 	}
 }

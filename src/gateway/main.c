@@ -6,9 +6,27 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "infergate/auth.h"
 #include "infergate/config.h"
 #include "infergate/gateway.h"
 #include "infergate/log.h"
+
+/* --hash-key: the digest to put in api_keys_file, from a key on stdin, so
+ * the key itself never appears in a command line or a file. */
+static int hash_key(void)
+{
+	char key[4096], hex[2 * IG_DIGEST_LEN + 1];
+	size_t n = fread(key, 1, sizeof(key) - 1, stdin);
+	while (n > 0 && (key[n - 1] == '\n' || key[n - 1] == '\r'))
+		n--;
+	if (n == 0) {
+		fprintf(stderr, "infergate: --hash-key: no key on standard input\n");
+		return 2;
+	}
+	ig_hash_key(key, n, hex);
+	printf("%s\n", hex);
+	return 0;
+}
 
 int main(int argc, char **argv)
 {
@@ -19,6 +37,8 @@ int main(int argc, char **argv)
 	enum ig_log_level level;
 
 	ig_log_set_ident("infergate");
+	if (argc == 2 && strcmp(argv[1], "--hash-key") == 0)
+		return hash_key();
 	rc = ig_config_from_args(&cfg, argc, argv, &check_only, &err);
 	if (rc == 1)
 		return 0;
@@ -40,7 +60,10 @@ int main(int argc, char **argv)
 	if (ig_log_level_parse(cfg.log_level, &level) == 0)
 		ig_log_set_level(level);
 	curl_global_init(CURL_GLOBAL_DEFAULT);
-	if (ig_gw_init(&gw, &cfg) < 0) {
+	rc = ig_gw_init(&gw, &cfg);
+	gw.argc = argc;
+	gw.argv = argv;
+	if (rc < 0) {
 		ig_gw_free(&gw);
 		ig_config_free(&cfg);
 		curl_global_cleanup();

@@ -26,34 +26,50 @@ char *ig_health_json(struct ig_gw *gw, unsigned *status)
 			      "healthy_backends", (json_int_t)k, "backends", (json_int_t)gw->pool.n));
 }
 
+json_t *ig_backend_to_json(const struct ig_backend *b, uint64_t now)
+{
+	json_t *o = json_pack("{s:I, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
+			      "id", (json_int_t)b->id, "url", b->url,
+			      "state", ig_backend_state_name(atomic_load(&b->state)),
+			      "admin", ig_backend_admin_name(atomic_load(&b->admin)),
+			      "weight", (json_int_t)b->weight, "max_inflight", (json_int_t)b->max_inflight,
+			      "inflight", (json_int_t)atomic_load(&b->inflight),
+			      "served", (json_int_t)atomic_load(&b->served),
+			      "failures", (json_int_t)atomic_load(&b->failures),
+			      "retried", (json_int_t)atomic_load(&b->retried),
+			      "aborted", (json_int_t)atomic_load(&b->aborted),
+			      "prompt_tokens", (json_int_t)atomic_load(&b->prompt_tokens),
+			      "completion_tokens", (json_int_t)atomic_load(&b->completion_tokens));
+	json_t *probe = json_object();
+	if (b->last_probe_ms) {
+		json_object_set_new(probe, "ok", json_boolean(b->last_probe_ok));
+		json_object_set_new(probe, "status", json_integer(b->last_probe_status));
+		json_object_set_new(probe, "latency_ms", json_real(b->last_probe_latency_ms));
+		json_object_set_new(probe, "age_ms", json_integer((json_int_t)(now - b->last_probe_ms)));
+		if (!b->last_probe_ok)
+			json_object_set_new(probe, "error", json_string(b->last_probe_error));
+	}
+	json_object_set_new(o, "last_probe", probe);
+	return o;
+}
+
 char *ig_backends_json(struct ig_gw *gw)
 {
 	json_t *arr = json_array();
 	uint64_t now = ig_now_ms();
-	for (size_t i = 0; i < gw->pool.n; i++) {
-		struct ig_backend *b = gw->pool.v[i];
-		json_t *o = json_pack("{s:I, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
-				      "id", (json_int_t)b->id, "url", b->url,
-				      "state", ig_backend_state_name(atomic_load(&b->state)),
-				      "weight", (json_int_t)b->weight, "max_inflight", (json_int_t)b->max_inflight,
-				      "inflight", (json_int_t)atomic_load(&b->inflight),
-				      "served", (json_int_t)atomic_load(&b->served),
-				      "failures", (json_int_t)atomic_load(&b->failures),
-				      "retried", (json_int_t)atomic_load(&b->retried),
-				      "aborted", (json_int_t)atomic_load(&b->aborted));
-		json_t *probe = json_object();
-		if (b->last_probe_ms) {
-			json_object_set_new(probe, "ok", json_boolean(b->last_probe_ok));
-			json_object_set_new(probe, "status", json_integer(b->last_probe_status));
-			json_object_set_new(probe, "latency_ms", json_real(b->last_probe_latency_ms));
-			json_object_set_new(probe, "age_ms", json_integer((json_int_t)(now - b->last_probe_ms)));
-			if (!b->last_probe_ok)
-				json_object_set_new(probe, "error", json_string(b->last_probe_error));
-		}
-		json_object_set_new(o, "last_probe", probe);
-		json_array_append_new(arr, o);
-	}
-	return dump(json_pack("{s:o}", "backends", arr));
+	for (size_t i = 0; i < gw->pool.n; i++)
+		json_array_append_new(arr, ig_backend_to_json(gw->pool.v[i], now));
+	json_t *g = json_pack("{s:s, s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
+			      "version", PACKAGE_VERSION,
+			      "uptime_s", (double)(now - gw->started_ms) / 1000.0,
+			      "requests", (json_int_t)gw->stats.requests,
+			      "inflight", (json_int_t)gw->nreqs,
+			      "queue_depth", (json_int_t)gw->qlen,
+			      "healthy_backends", (json_int_t)ig_pool_healthy(&gw->pool),
+			      "backends", (json_int_t)gw->pool.n,
+			      "prompt_tokens", (json_int_t)gw->stats.prompt_tokens,
+			      "completion_tokens", (json_int_t)gw->stats.completion_tokens);
+	return dump(json_pack("{s:o, s:o}", "gateway", g, "backends", arr));
 }
 
 char *ig_models_json(struct ig_gw *gw)

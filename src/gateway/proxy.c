@@ -42,6 +42,9 @@ struct ig_req *ig_req_new(struct ig_gw *gw, struct MHD_Connection *conn, const c
 	ig_buf_init(&req->body);
 	ig_buf_init(&req->resp);
 	ig_buf_init(&req->up_resp_headers);
+	ig_buf_init(&req->sse_line);
+	req->prompt_tokens = req->completion_tokens = -1;
+	ig_server_client_addr(conn, req->client, sizeof(req->client));
 	req->next = gw->reqs;
 	if (gw->reqs)
 		gw->reqs->prev = req;
@@ -64,6 +67,7 @@ void ig_req_free(struct ig_req *req)
 	ig_buf_free(&req->body);
 	ig_buf_free(&req->resp);
 	ig_buf_free(&req->up_resp_headers);
+	ig_buf_free(&req->sse_line);
 	curl_slist_free_all(req->up_headers);
 	if (req->easy)
 		curl_easy_cleanup(req->easy);
@@ -211,6 +215,51 @@ static size_t on_header(char *buf, size_t size, size_t nitems, void *userdata)
 	return n;
 }
 
+/* Takes prompt/completion tokens from a "usage" object, if it has them. */
+static void take_usage(struct ig_req *req, json_t *usage)
+{
+	json_t *p = json_object_get(usage, "prompt_tokens"), *c = json_object_get(usage, "completion_tokens");
+	if (json_is_integer(p))
+		req->prompt_tokens = (long)json_integer_value(p);
+	if (json_is_integer(c))
+		req->completion_tokens = (long)json_integer_value(c);
+}
+
+static void usage_from_json(struct ig_req *req, const char *text, size_t len)
+{
+	json_t *root = json_loadb(text, len, 0, NULL);
+	json_t *usage = json_object_get(root, "usage");
+	if (json_is_object(usage))
+		take_usage(req, usage);
+	json_decref(root);
+}
+
+/* Streams carry usage in one event (the last before [DONE] with
+ * include_usage, or on the final chunk with vLLM's continuous usage).
+ * Lines are assembled across writes; only lines that mention "usage" are
+ * parsed. Lines longer than 1 MiB are skipped. */
+static void scan_sse(struct ig_req *req, const char *p, size_t n)
+{
+	const char *end = p + n;
+	while (p < end) {
+		const char *nl = memchr(p, '\n', (size_t)(end - p));
+		size_t take = (size_t)((nl ? nl : end) - p);
+		if (req->sse_line.len + take <= 1024 * 1024)
+			ig_buf_append(&req->sse_line, p, take);
+		else
+			req->sse_line.len = 1024 * 1024 + 1; /* poisoned until the newline */
+		if (!nl)
+			return;
+		const char *line = req->sse_line.data;
+		size_t len = req->sse_line.len;
+		if (line && len > 6 && len <= 1024 * 1024 && memcmp(line, "data: ", 6) == 0 &&
+		    memmem(line, len, "\"usage\"", 7))
+			usage_from_json(req, line + 6, len - 6);
+		ig_buf_reset(&req->sse_line);
+		p = nl + 1;
+	}
+}
+
 static bool streaming_ok(const struct ig_req *req)
 {
 	return req->stream && req->up_status >= 200 && req->up_status < 300;
@@ -235,6 +284,7 @@ static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
 	}
 	if (ig_buf_append(&req->resp, ptr, n) < 0)
 		return 0;
+	scan_sse(req, ptr, n);
 	if (!req->committed) {
 		req->committed = true;
 		req->t_first_byte_us = ig_now_us();
@@ -257,6 +307,7 @@ static void start_transfer(struct ig_req *req, struct ig_backend *b)
 	req->paused = false;
 	ig_buf_reset(&req->up_resp_headers);
 	ig_buf_reset(&req->resp);
+	ig_buf_reset(&req->sse_line);
 	if (req->easy)
 		curl_easy_reset(req->easy);
 	else
@@ -340,7 +391,11 @@ static enum MHD_Result collect_header(void *cls, enum MHD_ValueKind kind IG_UNUS
 				       const char *value)
 {
 	struct ig_req *req = cls;
+	struct ig_gw *gw = req->gw;
 	if (!key || !value || is_hop_by_hop(key, strlen(key)))
+		return MHD_YES;
+	/* The gateway's own key stays here; a backend key replaces it. */
+	if (strcasecmp(key, "Authorization") == 0 && (gw->api_keys.enabled || *gw->cfg->backend_api_key))
 		return MHD_YES;
 	char *line = ig_strdupf("%s: %s", key, value);
 	req->up_headers = curl_slist_append(req->up_headers, line);
@@ -418,6 +473,11 @@ enum MHD_Result ig_req_start(struct ig_req *req)
 	if (!MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Content-Type"))
 		req->up_headers = curl_slist_append(req->up_headers, "Content-Type: application/json");
 	req->up_headers = curl_slist_append(req->up_headers, "Expect:");
+	if (*gw->cfg->backend_api_key) {
+		line = ig_strdupf("Authorization: Bearer %s", gw->cfg->backend_api_key);
+		req->up_headers = curl_slist_append(req->up_headers, line);
+		free(line);
+	}
 	if (route(req) == ROUTE_FAILED)
 		return ig_req_respond(req);
 	suspend(req);
@@ -454,6 +514,7 @@ static ssize_t read_stream(void *cls, uint64_t pos IG_UNUSED, char *buf, size_t 
 		memcpy(buf, ig_buf_head(&req->resp), n);
 		ig_buf_consume(&req->resp, n);
 		req->gw->stats.bytes_out += n;
+		req->bytes_out += n;
 		if (req->paused && req->in_multi && ig_buf_pending(&req->resp) < STREAM_LOW_WATER) {
 			req->paused = false;
 			curl_easy_pause(req->easy, CURLPAUSE_CONT);
@@ -475,6 +536,8 @@ static enum MHD_Result queue(struct ig_req *req, unsigned status, struct MHD_Res
 	MHD_destroy_response(r);
 	if (status >= 100 && status < 600)
 		gw->stats.responses[status / 100]++;
+	req->status_sent = status;
+	req->t_answer_us = ig_now_us();
 	return ret;
 }
 
@@ -492,6 +555,7 @@ enum MHD_Result ig_req_respond(struct ig_req *req)
 			MHD_add_response_header(r, "Retry-After", "1");
 		add_common_headers(req, r);
 		req->gw->stats.bytes_out += strlen(req->err_body);
+		req->bytes_out = strlen(req->err_body);
 		return queue(req, req->err_status, r);
 	}
 	if (req->committed && streaming_ok(req)) {
@@ -518,6 +582,7 @@ enum MHD_Result ig_req_respond(struct ig_req *req)
 		add_relayed_headers(req, r);
 		add_common_headers(req, r);
 		req->gw->stats.bytes_out += req->resp.len - req->resp.off;
+		req->bytes_out = req->resp.len - req->resp.off;
 		return queue(req, (unsigned)req->up_status, r);
 	}
 	/* Resumed with nothing to say yet (a spurious wake-up): wait again. */
@@ -597,6 +662,16 @@ static void end_attempt(struct ig_req *req, enum ig_upstream_error e, const char
 	} else {
 		atomic_fetch_add(&b->served, 1);
 		ig_health_passive_ok(gw, b);
+		if (!streaming_ok(req) && req->up_status >= 200 && req->up_status < 300 && req->resp.len)
+			usage_from_json(req, req->resp.data, req->resp.len);
+		if (req->prompt_tokens > 0) {
+			atomic_fetch_add(&b->prompt_tokens, (unsigned long)req->prompt_tokens);
+			gw->stats.prompt_tokens += (uint64_t)req->prompt_tokens;
+		}
+		if (req->completion_tokens > 0) {
+			atomic_fetch_add(&b->completion_tokens, (unsigned long)req->completion_tokens);
+			gw->stats.completion_tokens += (uint64_t)req->completion_tokens;
+		}
 	}
 	req->upstream_done = true;
 	req->phase = IG_REQ_FINISHED;
@@ -692,4 +767,34 @@ void ig_proxy_tick(struct ig_gw *gw, uint64_t now_ms)
 			  gw->cfg->queue_timeout_ms);
 		ig_gw_resume(gw, req);
 	}
+}
+
+void ig_req_log(struct ig_req *req, bool completed)
+{
+	struct ig_gw *gw = req->gw;
+	char ts[40];
+	uint64_t now = ig_now_us();
+
+	if (gw->alog.fd < 0)
+		return;
+	ig_iso_time(ts, sizeof(ts));
+	/* Time to first byte: the first streamed chunk, or the whole answer. */
+	uint64_t first = req->t_first_byte_us ? req->t_first_byte_us : req->t_answer_us;
+	json_t *e = json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:o, s:o, s:b, s:I, s:I, s:o, s:f, s:I, s:o, s:o, s:b}",
+			      "time", ts, "request_id", req->request_id, "client", req->client,
+			      "method", "POST", "path", req->route,
+			      "status", (json_int_t)req->status_sent,
+			      "backend", req->backend ? json_string(req->backend->url) : json_null(),
+			      "model", req->model ? json_string(req->model) : json_null(),
+			      "stream", req->stream,
+			      "bytes_in", (json_int_t)req->body.len,
+			      "bytes_out", (json_int_t)req->bytes_out,
+			      "ttfb_ms", first ? json_real((double)(first - req->t_start_us) / 1000.0) : json_null(),
+			      "duration_ms", (double)(now - req->t_start_us) / 1000.0,
+			      "retries", (json_int_t)req->retries_done,
+			      "prompt_tokens", req->prompt_tokens >= 0 ? json_integer(req->prompt_tokens) : json_null(),
+			      "completion_tokens",
+			      req->completion_tokens >= 0 ? json_integer(req->completion_tokens) : json_null(),
+			      "completed", completed);
+	ig_accesslog_write(&gw->alog, e);
 }

@@ -108,6 +108,13 @@ int ig_gw_init(struct ig_gw *gw, struct ig_config *cfg)
 	memset(gw, 0, sizeof(*gw));
 	gw->cfg = cfg;
 	gw->listen_fd = gw->epfd = gw->ctimer_fd = gw->tick_fd = gw->signal_fd = -1;
+	gw->alog.fd = -1;
+	char *err = NULL;
+	if (ig_gw_load_files(gw, cfg, &err) < 0) {
+		ig_log_error("%s", err);
+		free(err);
+		return -1;
+	}
 	gw->started_ms = ig_now_ms();
 	raise_fd_limit(2 * cfg->max_connections + 1024);
 	signal(SIGPIPE, SIG_IGN);
@@ -194,6 +201,12 @@ static void on_signal(struct ig_gw *gw)
 		case SIGINT:
 			begin_stop(gw, (int)si.ssi_signo);
 			break;
+		case SIGHUP:
+			ig_gw_reload(gw);
+			break;
+		case SIGUSR1:
+			ig_accesslog_reopen(&gw->alog);
+			break;
 		default:
 			ig_log_info("signal %s ignored", strsignal((int)si.ssi_signo));
 			break;
@@ -265,6 +278,7 @@ int ig_gw_run(struct ig_gw *gw)
 			uint64_t now = ig_now_ms();
 			ig_health_tick(gw, now);
 			ig_proxy_tick(gw, now);
+			ig_admin_tick(gw);
 		}
 		run_mhd(gw);
 		if (gw->stopping && (gw->nreqs == 0 || ig_now_ms() >= gw->stop_deadline_ms))
@@ -289,6 +303,9 @@ void ig_gw_free(struct ig_gw *gw)
 	ig_health_free(gw);
 	ig_upstream_free(gw);
 	ig_pool_free(&gw->pool);
+	ig_keyset_free(&gw->api_keys);
+	ig_keyset_free(&gw->admin_keys);
+	ig_accesslog_close(&gw->alog);
 	if (gw->listen_fd >= 0)
 		close(gw->listen_fd);
 	if (gw->epfd >= 0)

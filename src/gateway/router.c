@@ -49,7 +49,7 @@ enum ig_pick ig_router_pick(struct ig_pool *pool, enum ig_policy policy,
 		return IG_PICK_NONE;
 	for (size_t i = 0; i < n; i++) {
 		struct ig_backend *b = pool->v[i];
-		if (atomic_load(&b->state) != IG_BACKEND_UP || tried_already(b, tried, ntried))
+		if (!ig_backend_routable(b) || tried_already(b, tried, ntried))
 			continue;
 		healthy++;
 		if (b->max_inflight > 0 && atomic_load(&b->inflight) >= b->max_inflight)

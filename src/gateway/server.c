@@ -1,19 +1,29 @@
 /* The client side: libmicrohttpd's access handler and completion callback.
- * It routes paths, answers the gateway's own endpoints at once, reads
- * proxied bodies (refusing oversized ones before reading them), and hands
- * complete bodies to proxy.c.
+ * It routes paths, checks keys, answers the gateway's own endpoints at once,
+ * reads bodies (refusing oversized ones before reading them), and hands
+ * complete proxied bodies to proxy.c and admin bodies to admin.c.
  * Not here: anything about backends or transfers. */
 #include "config.h"
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "infergate/gateway.h"
 #include "infergate/log.h"
 #include "infergate/oaerror.h"
+#include "infergate/util.h"
 
 /* How far past max_body_bytes a declared body is still read (and dropped). */
 #define DISCARD_BYTES (1024L * 1024)
+/* Admin bodies are small JSON objects. */
+#define MAX_ADMIN_BODY (64 * 1024)
+
+/* The status page, generated from src/gateway/status.html at build time. */
+extern const unsigned char ig_status_html[];
+extern const size_t ig_status_html_len;
 
 /* A marker kept in *con_cls between calls: "headers seen, not routed yet"
  * (see handler). */
@@ -26,32 +36,59 @@ struct deferred {
 	const char *message, *code;
 };
 static const struct deferred not_found = {404, "unknown path; this gateway serves /v1/chat/completions, "
-	"/v1/completions, /v1/embeddings, /v1/models, /health, /health/backends, /metrics", "not_found"};
+	"/v1/completions, /v1/embeddings, /v1/models, /health, /health/backends, /metrics, /status", "not_found"};
 static const struct deferred post_only = {405, "this endpoint only accepts POST", "post_only"};
 static const struct deferred get_only = {405, "this endpoint only answers GET", "method_not_allowed"};
 static const struct deferred stopping = {503, "the gateway is shutting down", "shutting_down"};
+static const struct deferred no_key = {401, "missing or invalid API key (send Authorization: Bearer KEY)",
+	"invalid_api_key"};
+static const struct deferred no_admin_key = {401, "the admin API needs the admin key "
+	"(Authorization: Bearer ADMIN_KEY)", "invalid_api_key"};
+static const struct deferred admin_off = {403, "the admin API is off: set admin_keys_file to enable it",
+	"admin_disabled"};
 
 static int is_deferred(const void *p)
 {
-	return p == &not_found || p == &post_only || p == &get_only || p == &stopping;
+	return p == &not_found || p == &post_only || p == &get_only || p == &stopping || p == &no_key ||
+	       p == &no_admin_key || p == &admin_off;
 }
 
-/* Answers d now, or once the body (if any) has been read. */
-static enum MHD_Result answer_deferred(struct ig_gw *gw, struct MHD_Connection *conn, const struct deferred *d,
-				       size_t *upload_data_size, void **con_cls)
-{
-	if (*upload_data_size) {
-		*upload_data_size = 0;
-		*con_cls = (void *)d;
-		return MHD_YES;
-	}
-	*con_cls = NULL;
-	gw->stats.responses[d->status / 100]++;
-	return ig_server_error(conn, d->status, d->message, NULL, d->code, NULL);
-}
+/* An /admin request whose body is being read. */
+struct admin_req {
+	enum ig_xfer_kind kind; /* IG_XFER_ADMIN */
+	struct ig_buf body;
+	bool too_large;
+};
 
 /* Routes forwarded to a backend, path as sent upstream. */
 static const char *const proxied[] = {"/v1/chat/completions", "/v1/completions", "/v1/embeddings"};
+
+void ig_server_client_addr(struct MHD_Connection *conn, char *out, size_t n)
+{
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+	out[0] = '\0';
+	if (!ci || !ci->client_addr)
+		return;
+	const struct sockaddr *sa = ci->client_addr;
+	if (sa->sa_family == AF_INET)
+		inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, out, (socklen_t)n);
+	else if (sa->sa_family == AF_INET6)
+		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, out, (socklen_t)n);
+}
+
+/* Access log line for an answer that did not involve a backend. */
+static void log_local(struct ig_gw *gw, struct MHD_Connection *conn, const char *method, const char *url,
+		      unsigned status, size_t bytes_out)
+{
+	char client[64], ts[40];
+	if (gw->alog.fd < 0)
+		return;
+	ig_server_client_addr(conn, client, sizeof(client));
+	ig_iso_time(ts, sizeof(ts));
+	ig_accesslog_write(&gw->alog, json_pack("{s:s, s:s, s:s, s:s, s:I, s:I}", "time", ts, "client", client,
+						"method", method, "path", url, "status", (json_int_t)status,
+						"bytes_out", (json_int_t)bytes_out));
+}
 
 enum MHD_Result ig_server_error(struct MHD_Connection *conn, unsigned status, const char *message,
 				const char *param, const char *code, const char *request_id)
@@ -65,40 +102,72 @@ enum MHD_Result ig_server_error(struct MHD_Connection *conn, unsigned status, co
 		const char *allow = strcmp(code ? code : "", "post_only") == 0 ? "POST" : "GET, HEAD";
 		MHD_add_response_header(r, "Allow", allow);
 	}
+	if (status == 401)
+		MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
 	enum MHD_Result ret = MHD_queue_response(conn, status, r);
 	MHD_destroy_response(r);
 	return ret;
 }
 
-static enum MHD_Result send_text(struct ig_gw *gw, struct MHD_Connection *conn, unsigned status,
-				 const char *ctype, char *body)
+/* Answers d now, or once the body (if any) has been read. */
+static enum MHD_Result answer_deferred(struct ig_gw *gw, struct MHD_Connection *conn, const char *method,
+				       const char *url, const struct deferred *d, size_t *upload_data_size,
+				       void **con_cls)
 {
-	struct MHD_Response *r = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+	if (*upload_data_size) {
+		*upload_data_size = 0;
+		*con_cls = (void *)d;
+		return MHD_YES;
+	}
+	*con_cls = NULL;
+	gw->stats.responses[d->status / 100]++;
+	log_local(gw, conn, method, url, d->status, 0);
+	return ig_server_error(conn, d->status, d->message, NULL, d->code, NULL);
+}
+
+static enum MHD_Result send_body(struct ig_gw *gw, struct MHD_Connection *conn, const char *method,
+				 const char *url, unsigned status, const char *ctype, void *body, size_t len,
+				 enum MHD_ResponseMemoryMode mode)
+{
+	struct MHD_Response *r = MHD_create_response_from_buffer(len, body, mode);
 	MHD_add_response_header(r, "Content-Type", ctype);
 	MHD_add_response_header(r, "Cache-Control", "no-store");
 	gw->stats.responses[status / 100]++;
+	log_local(gw, conn, method, url, status, len);
 	enum MHD_Result ret = MHD_queue_response(conn, status, r);
 	MHD_destroy_response(r);
 	return ret;
 }
 
-/* The gateway's own GET endpoints: 0 answered, 1 wrong method, -1 not one. */
+static int has_key(struct ig_keyset *ks, struct MHD_Connection *conn)
+{
+	return ig_keyset_check(ks, MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization"));
+}
+
+/* The gateway's own GET endpoints: 0 answered, 1 wrong method, 2 needs a
+ * key, -1 not one of them. */
 static int local_endpoint(struct ig_gw *gw, struct MHD_Connection *conn, const char *path,
 			  const char *method, enum MHD_Result *ret)
 {
 	unsigned status = 200;
 	char *body;
 	const char *ctype = "application/json";
+	int is_status = strcmp(path, "/") == 0 || strcmp(path, "/status") == 0;
+	int watch = is_status || strcmp(path, "/health/backends") == 0 || strcmp(path, "/metrics") == 0;
 
-	if (strcmp(path, "/health") == 0)
-		body = NULL;
-	else if (strcmp(path, "/health/backends") == 0 || strcmp(path, "/v1/models") == 0 ||
-		 strcmp(path, "/metrics") == 0)
-		body = NULL;
-	else
+	if (!watch && strcmp(path, "/health") != 0 && strcmp(path, "/v1/models") != 0)
 		return -1;
 	if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
 		return 1;
+	/* /health stays open for load balancers; the model list is API. */
+	if (gw->api_keys.enabled && (strcmp(path, "/v1/models") == 0 || (watch && gw->cfg->auth_status)) &&
+	    !has_key(&gw->api_keys, conn))
+		return 2;
+	if (is_status) {
+		*ret = send_body(gw, conn, method, path, 200, "text/html; charset=utf-8", (void *)ig_status_html,
+				 ig_status_html_len, MHD_RESPMEM_PERSISTENT);
+		return 0;
+	}
 	if (strcmp(path, "/health") == 0) {
 		body = ig_health_json(gw, &status);
 	} else if (strcmp(path, "/health/backends") == 0) {
@@ -109,8 +178,34 @@ static int local_endpoint(struct ig_gw *gw, struct MHD_Connection *conn, const c
 		body = ig_metrics_text(gw);
 		ctype = "text/plain; version=0.0.4; charset=utf-8";
 	}
-	*ret = send_text(gw, conn, status, ctype, body);
+	*ret = send_body(gw, conn, method, path, status, ctype, body, strlen(body), MHD_RESPMEM_MUST_FREE);
 	return 0;
+}
+
+static enum MHD_Result admin_body(struct ig_gw *gw, struct MHD_Connection *conn, const char *method,
+				  const char *url, const char *upload_data, size_t *upload_data_size,
+				  void **con_cls)
+{
+	struct admin_req *ar = *con_cls;
+	if (*upload_data_size) {
+		if (ar->body.len + *upload_data_size > MAX_ADMIN_BODY)
+			ar->too_large = true;
+		else if (ig_buf_append(&ar->body, upload_data, *upload_data_size) < 0)
+			return MHD_NO;
+		*upload_data_size = 0;
+		return MHD_YES;
+	}
+	enum MHD_Result ret;
+	if (ar->too_large)
+		ret = ig_server_error(conn, 413, "admin bodies are small JSON objects", NULL, "request_too_large", NULL);
+	else
+		ret = ig_admin_handle(gw, conn, method, url, ar->body.data, ar->body.len);
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_HTTP_STATUS);
+	unsigned status = ci ? ci->http_status : 0;
+	if (status >= 100 && status < 600)
+		gw->stats.responses[status / 100]++;
+	log_local(gw, conn, method, url, status, 0);
+	return ret;
 }
 
 static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const char *url,
@@ -133,13 +228,16 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
 			char msg[128];
 			snprintf(msg, sizeof(msg), "the request body is larger than %ld bytes", gw->cfg->max_body_bytes);
 			gw->stats.responses[4]++;
+			log_local(gw, conn, method, url, 413, 0);
 			return ig_server_error(conn, 413, msg, NULL, "request_too_large", NULL);
 		}
 		*con_cls = &first_call;
 		return MHD_YES;
 	}
 	if (is_deferred(req))
-		return answer_deferred(gw, conn, (const void *)req, upload_data_size, con_cls);
+		return answer_deferred(gw, conn, method, url, (const void *)req, upload_data_size, con_cls);
+	if (req != &first_call && req->kind == IG_XFER_ADMIN)
+		return admin_body(gw, conn, method, url, upload_data, upload_data_size, con_cls);
 	if (req == &first_call) {
 		*con_cls = NULL;
 		enum MHD_Result ret;
@@ -147,18 +245,37 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
 		for (size_t i = 0; i < sizeof(proxied) / sizeof(proxied[0]); i++)
 			if (strcmp(url, proxied[i]) == 0)
 				route = proxied[i];
+		if (strncmp(url, "/admin/", 7) == 0 || strcmp(url, "/admin") == 0) {
+			if (!gw->admin_keys.enabled)
+				return answer_deferred(gw, conn, method, url, &admin_off, upload_data_size, con_cls);
+			if (!has_key(&gw->admin_keys, conn))
+				return answer_deferred(gw, conn, method, url, &no_admin_key, upload_data_size, con_cls);
+			struct admin_req *ar = calloc(1, sizeof(*ar));
+			if (!ar)
+				return MHD_NO;
+			ar->kind = IG_XFER_ADMIN;
+			ig_buf_init(&ar->body);
+			*con_cls = ar;
+			return admin_body(gw, conn, method, url, upload_data, upload_data_size, con_cls);
+		}
 		if (!route) {
-			int local = local_endpoint(gw, conn, url, method, &ret);
-			if (local == 0)
+			switch (local_endpoint(gw, conn, url, method, &ret)) {
+			case 0:
 				return ret;
-			if (local == 1)
-				return answer_deferred(gw, conn, &get_only, upload_data_size, con_cls);
-			return answer_deferred(gw, conn, &not_found, upload_data_size, con_cls);
+			case 1:
+				return answer_deferred(gw, conn, method, url, &get_only, upload_data_size, con_cls);
+			case 2:
+				return answer_deferred(gw, conn, method, url, &no_key, upload_data_size, con_cls);
+			default:
+				return answer_deferred(gw, conn, method, url, &not_found, upload_data_size, con_cls);
+			}
 		}
 		if (strcmp(method, "POST") != 0)
-			return answer_deferred(gw, conn, &post_only, upload_data_size, con_cls);
+			return answer_deferred(gw, conn, method, url, &post_only, upload_data_size, con_cls);
+		if (gw->api_keys.enabled && !has_key(&gw->api_keys, conn))
+			return answer_deferred(gw, conn, method, url, &no_key, upload_data_size, con_cls);
 		if (gw->stopping)
-			return answer_deferred(gw, conn, &stopping, upload_data_size, con_cls);
+			return answer_deferred(gw, conn, method, url, &stopping, upload_data_size, con_cls);
 		req = ig_req_new(gw, conn, route);
 		if (!req)
 			return MHD_NO;
@@ -187,8 +304,13 @@ void ig_server_completed(void *cls IG_UNUSED, struct MHD_Connection *conn IG_UNU
 			 enum MHD_RequestTerminationCode toe)
 {
 	struct ig_req *req = *con_cls;
-	if (!req || req == &first_call || is_deferred(req)) {
-		*con_cls = NULL;
+	*con_cls = NULL;
+	if (!req || req == &first_call || is_deferred(req))
+		return;
+	if (req->kind == IG_XFER_ADMIN) {
+		struct admin_req *ar = (void *)req;
+		ig_buf_free(&ar->body);
+		free(ar);
 		return;
 	}
 	if (!req->client_gone) {
@@ -198,6 +320,6 @@ void ig_server_completed(void *cls IG_UNUSED, struct MHD_Connection *conn IG_UNU
 		req->suspended = false;
 		ig_req_client_gone(req);
 	}
+	ig_req_log(req, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
 	ig_req_free(req);
-	*con_cls = NULL;
 }
