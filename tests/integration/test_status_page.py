@@ -1,0 +1,299 @@
+"""The live status page (GET / and GET /status) in a real browser.
+
+Debian's headless Chromium loads the page from a gateway with infergate-sim
+processes behind it, runs its JavaScript (which polls health/backends), and
+dumps the resulting DOM; the test checks what a person would see: every
+backend, which one is down, the request counters, the chart. A screenshot is
+kept as a test artefact in <build>/tests/status-page.png.
+
+Chromium is required, not optional: without it this test fails and says how
+to install it (CI installs it)."""
+
+import html.parser
+import os
+import shutil
+import struct
+import tempfile
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from harness import (BUILDDIR, SRCDIR, chat_body, http, http_json, run, start, start_gateway,
+                     start_sims, test, wait_until)
+
+FAST = ("--tokens-per-second", "0", "--ttft-ms", "0")
+QUICK_HEALTH = ("--health-interval-ms", "100", "--health-timeout-ms", "500")
+PAGE = os.path.join(SRCDIR, "src", "gateway", "status.html")
+SCREENSHOT = os.path.join(BUILDDIR, "tests", "status-page.png")
+
+
+def chromium_path():
+    path = os.environ.get("IG_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+    if not os.access(path, os.X_OK):
+        raise AssertionError("chromium is not installed; the status page test needs a real browser: "
+                             "apt-get install -y chromium")
+    return path
+
+
+def chromium(url, *extra, budget_ms=5000):
+    """Run headless Chromium on url with a fresh profile; returns its stdout.
+    The virtual time budget lets the page's timers and fetches run that long."""
+    with tempfile.TemporaryDirectory(prefix="ig-chromium-") as profile, \
+            tempfile.TemporaryFile() as out:
+        p = start([chromium_path(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                   "--no-first-run", "--disable-background-networking", "--disable-component-update",
+                   "--disable-sync", "--disable-dev-shm-usage", "--hide-scrollbars",
+                   f"--user-data-dir={profile}", f"--virtual-time-budget={budget_ms}", *extra, url],
+                  stdout=out)
+        rc = p.wait(timeout=120)
+        out.seek(0)
+        data = out.read().decode(errors="replace")
+        assert rc == 0, f"chromium exited with {rc}:\n{p.read_log()[-2000:]}"
+        return data
+
+
+class Dom(html.parser.HTMLParser):
+    """The parts of the dumped DOM the test reads: elements with an id (attrs
+    and text), backend rows (attrs and cell texts), tag counts inside #chart."""
+    VOID = {"meta", "link", "br", "img", "input", "hr", "col", "wbr", "source", "area", "base"}
+
+    def __init__(self, text):
+        super().__init__(convert_charrefs=True)
+        self.by_id = {}       # id -> {"tag", "attrs", "text"}
+        self.rows = {}        # backend url -> {"attrs", "cells": {class: text}}
+        self.body = {}
+        self.chart_tags = []
+        self._stack = []      # [tag, attrs, text parts]
+        self.feed(text)
+        self.close()
+
+    def handle_starttag(self, tag, attrs):
+        a = {k: (v if v is not None else "") for k, v in attrs}
+        if tag == "body":
+            self.body = a
+        if any(e[1].get("id") == "chart" for e in self._stack):
+            self.chart_tags.append(tag)
+        if tag in self.VOID:
+            return
+        self._stack.append([tag, a, []])
+
+    def handle_startendtag(self, tag, attrs):
+        if any(e[1].get("id") == "chart" for e in self._stack):
+            self.chart_tags.append(tag)
+
+    def handle_data(self, data):
+        for e in self._stack:
+            e[2].append(data)
+
+    def handle_endtag(self, tag):
+        while self._stack:
+            t, a, parts = self._stack.pop()
+            text = " ".join("".join(parts).split())
+            if "id" in a:
+                self.by_id[a["id"]] = {"tag": t, "attrs": a, "text": text}
+            if t in ("td", "th") and self._stack and self._stack[-1][0] == "tr":
+                self._stack[-1][1].setdefault("_cells", {})[a.get("class", "").split(" ")[0]] = text
+            if t == "tr" and "data-backend-url" in a:
+                self.rows[a["data-backend-url"]] = {"attrs": a, "cells": a.get("_cells", {})}
+            if t == tag:
+                break
+
+    def text(self, id_):
+        assert id_ in self.by_id, f"the page has no element #{id_}"
+        return self.by_id[id_]["text"]
+
+    def attr(self, id_, name):
+        assert id_ in self.by_id, f"the page has no element #{id_}"
+        return self.by_id[id_]["attrs"].get(name)
+
+
+def as_int(text):
+    return int(text.replace(",", ""))
+
+
+def png_size(path):
+    with open(path, "rb") as f:
+        head = f.read(24)
+    assert head[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
+    return struct.unpack(">II", head[16:24])
+
+
+def backends_json(gw):
+    st, _, obj = http_json("GET", gw.url + "/health/backends")
+    assert st == 200, st
+    return obj
+
+
+@test
+def status_page_shows_backends_counters_and_chart():
+    chromium_path()
+    sims = start_sims(3, *FAST)
+    gw = start_gateway(sims, *QUICK_HEALTH)
+    wait_until(lambda: http_json("GET", gw.url + "/health")[2]["healthy_backends"] == 3,
+               what="3 healthy backends")
+    for i in range(30):
+        st, _, body = http("POST", gw.url + "/v1/chat/completions",
+                           chat_body(f"status page prompt {i}", max_tokens=20))
+        assert st == 200, (st, body)
+    dead = sims[1]
+    dead.stop()
+    wait_until(lambda: {b["url"]: b["state"] for b in backends_json(gw)["backends"]}[dead.url] == "down",
+               what=f"{dead.url} down")
+
+    # The gateway serves the page itself, the same at / and /status.
+    st, hdrs, page = http("GET", gw.url + "/status")
+    assert st == 200, (st, page[:300])
+    assert hdrs.get("content-type", "").startswith("text/html"), hdrs
+    st_root, hdrs_root, page_root = http("GET", gw.url + "/")
+    assert st_root == 200 and page_root == page, (st_root, page_root[:300])
+    with open(PAGE, "rb") as f:
+        assert page == f.read(), "GET /status does not serve the current src/gateway/status.html " \
+                                 "(is the embedded copy rebuilt when the file changes?)"
+
+    dom = Dom(chromium(gw.url + "/status", "--dump-dom"))
+    # The script ran and read the gateway more than once (rates need two reads).
+    assert dom.body.get("data-status") == "ok", (dom.body, dom.by_id.get("banner"))
+    assert int(dom.body.get("data-polls", "0")) >= 2, dom.body
+
+    truth = backends_json(gw)
+    want = {b["url"]: b for b in truth["backends"]}
+    assert set(dom.rows) == {s.url for s in sims} == set(want), (sorted(dom.rows), [s.url for s in sims])
+    for s in sims:
+        row = dom.rows[s.url]
+        expect = "down" if s is dead else "up"
+        assert row["attrs"].get("data-state") == expect, (s.url, row)
+        assert row["cells"].get("state") == expect, (s.url, row["cells"])
+        assert row["cells"].get("url") == s.url, row["cells"]
+        # No traffic after the kill: what the page shows is what the gateway counts.
+        assert int(row["attrs"]["data-served"]) == want[s.url]["served"], (row, want[s.url])
+        assert as_int(row["cells"]["served"]) == want[s.url]["served"], (row, want[s.url])
+        if "admin" in want[s.url]:
+            assert row["attrs"].get("data-admin") == want[s.url]["admin"] == "enabled", row
+    assert sum(int(r["attrs"]["data-served"]) for r in dom.rows.values()) == 30, dom.rows
+
+    requests = as_int(dom.text("sum-requests"))
+    assert requests > 0 and int(dom.attr("sum-requests", "data-value")) == requests, dom.by_id["sum-requests"]
+    assert dom.text("sum-healthy") == "2 / 3", dom.text("sum-healthy")
+    if "gateway" in truth:
+        g = truth["gateway"]
+        assert dom.text("version") == g["version"], (dom.text("version"), g)
+        assert requests >= 30, requests
+        assert as_int(dom.text("sum-ctokens")) == g["completion_tokens"] > 0, (dom.text("sum-ctokens"), g)
+    # Rates: nothing moved while the page watched.
+    assert dom.text("sum-rps") == "0", dom.text("sum-rps")
+
+    assert dom.by_id.get("chart", {}).get("tag") == "svg", "no <svg id=chart>"
+    assert int(dom.attr("chart", "data-points")) >= 1, dom.by_id["chart"]
+    assert "path" in dom.chart_tags and "text" in dom.chart_tags, dom.chart_tags
+
+    os.makedirs(os.path.dirname(SCREENSHOT), exist_ok=True)
+    if os.path.exists(SCREENSHOT):
+        os.unlink(SCREENSHOT)
+    # Traffic while the screenshot is taken, so the artefact shows the chart
+    # and rates moving (the numbers follow Chromium's virtual clock).
+    stop = threading.Event()
+
+    def load():
+        i = 0
+        while not stop.is_set():
+            http("POST", gw.url + "/v1/chat/completions", chat_body(f"screenshot prompt {i}", max_tokens=20))
+            i += 1
+    workers = [threading.Thread(target=load, daemon=True) for _ in range(4)]
+    for w in workers:
+        w.start()
+    try:
+        chromium(gw.url + "/status", f"--screenshot={SCREENSHOT}", "--window-size=1280,800", budget_ms=8000)
+    finally:
+        stop.set()
+        for w in workers:
+            w.join(30)
+    assert os.path.getsize(SCREENSHOT) > 10000, os.path.getsize(SCREENSHOT)
+    assert png_size(SCREENSHOT) == (1280, 800), png_size(SCREENSHOT)
+
+
+class PageServer:
+    """Serves status.html under path prefixes, the way a reverse proxy would,
+    with health/backends broken in chosen ways (the gateway itself cannot be
+    made unreachable while it serves the page)."""
+
+    def __init__(self, gateway_url):
+        with open(PAGE, "rb") as f:
+            page = f.read()
+        calls = {"flaky": 0}
+        lock = threading.Lock()
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                prefix, _, rest = self.path.lstrip("/").partition("/")
+                status, ctype, body = 404, "text/plain", b"not found"
+                if rest == "status":
+                    status, ctype, body = 200, "text/html; charset=utf-8", page
+                elif rest == "health/backends" and prefix == "down":
+                    status, body = 503, b"upstream gone"
+                elif rest == "health/backends" and prefix == "flaky":
+                    with lock:
+                        calls["flaky"] += 1
+                        n = calls["flaky"]
+                    if n <= 2:
+                        status, body = 502, b"bad gateway"
+                    else:
+                        status, _, body = http("GET", gateway_url + "/health/backends")
+                        ctype = "application/json"
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.calls = calls
+        self.srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.srv.server_address[1]}"
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.srv.shutdown()
+        self.srv.server_close()
+
+
+@test
+def status_page_shows_unreachable_and_recovers_behind_a_prefix():
+    chromium_path()
+    sims = start_sims(2, *FAST)
+    gw = start_gateway(sims, *QUICK_HEALTH)
+    wait_until(lambda: http_json("GET", gw.url + "/health")[2]["healthy_backends"] == 2,
+               what="2 healthy backends")
+    srv = PageServer(gw.url)
+    try:
+        # Every read fails: a banner says so, and the page keeps trying.
+        dom = Dom(chromium(srv.url + "/down/status", "--dump-dom"))
+        assert dom.body.get("data-status") == "unreachable", dom.body
+        assert "unreachable" in dom.text("banner").lower(), dom.text("banner")
+        assert "503" in dom.text("banner"), dom.text("banner")
+        assert dom.rows == {}, dom.rows
+
+        # The first two reads fail, then the gateway answers (relative URL:
+        # /flaky/status reads /flaky/health/backends).
+        dom = Dom(chromium(srv.url + "/flaky/status", "--dump-dom"))
+        assert srv.calls["flaky"] >= 4, srv.calls
+        assert dom.body.get("data-status") == "ok", (dom.body, dom.by_id.get("banner"))
+        assert set(dom.rows) == {s.url for s in sims}, sorted(dom.rows)
+        assert all(r["attrs"]["data-state"] == "up" for r in dom.rows.values()), dom.rows
+        assert dom.text("sum-healthy") == "2 / 2", dom.text("sum-healthy")
+    finally:
+        srv.close()
+
+
+@test
+def status_page_is_small_and_self_contained():
+    with open(PAGE, "rb") as f:
+        page = f.read()
+    assert len(page) < 25 * 1024, len(page)
+    text = page.decode()
+    for needle in ("<script src", "<link", "@import", "url(http", "src=\"http", "href=\"http"):
+        assert needle not in text, f"status.html refers to an external asset: {needle}"
+
+
+if __name__ == "__main__":
+    run()
