@@ -38,6 +38,7 @@ struct ig_backend {
 	atomic_ulong aborted;   /* upstream transfers cut because the client left */
 	atomic_ulong prompt_tokens;     /* from "usage" in responses */
 	atomic_ulong completion_tokens;
+	atomic_ulong probes_ok, probes_failed;
 	/* health, owned by the probing reactor */
 	int consec_ok, consec_fail;
 	int seen_up;            /* ever been up: first success counts as `rise` */

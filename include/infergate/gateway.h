@@ -75,6 +75,7 @@ struct ig_req {
 	struct ig_req *qnext, *qprev;/* gw queue, when QUEUED */
 	enum ig_req_phase phase;
 	const char *route;           /* upstream path, e.g. "/v1/chat/completions" */
+	int route_idx;               /* index in ig_routes */
 	struct ig_buf body;
 	bool too_large;
 	bool stream;                 /* client asked for "stream": true */
@@ -116,7 +117,31 @@ struct ig_req {
 
 struct ig_probe;
 
+/* Latency histogram (Prometheus style: cumulative when printed). */
+#define IG_HIST_BUCKETS 16
+struct ig_hist {
+	uint64_t counts[IG_HIST_BUCKETS + 1]; /* last one: above every bound */
+	double sum;
+	uint64_t n;
+};
+
+/* Requests by route, status and backend: a short list (a few dozen
+ * combinations in practice), searched linearly. */
+struct ig_reqcount {
+	int route;          /* index in IG_ROUTES */
+	unsigned status;
+	char *backend;      /* URL, or "" when no backend answered */
+	uint64_t n;
+};
+
+#define IG_NROUTES 3
+extern const char *const ig_routes[IG_NROUTES];
+
 struct ig_stats {
+	struct ig_hist duration[IG_NROUTES];   /* whole request */
+	struct ig_hist ttfb[IG_NROUTES];       /* streams: first byte */
+	struct ig_reqcount *counts;
+	size_t ncounts;
 	uint64_t requests;          /* proxied requests received */
 	uint64_t responses[6];      /* by status class 1xx..5xx, index status/100 */
 	uint64_t retries;
@@ -223,6 +248,9 @@ int ig_gw_load_files(struct ig_gw *gw, const struct ig_config *cfg, char **err);
 
 /* metrics.c: /metrics, /health, /health/backends, /v1/models bodies */
 char *ig_metrics_text(struct ig_gw *gw);
+/* Counts a finished proxied request (status, latency, backend). */
+void ig_metrics_observe(struct ig_gw *gw, const struct ig_req *req);
+void ig_metrics_free(struct ig_gw *gw);
 char *ig_health_json(struct ig_gw *gw, unsigned *status);
 char *ig_backends_json(struct ig_gw *gw);
 json_t *ig_backend_to_json(const struct ig_backend *b, uint64_t now);

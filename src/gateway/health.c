@@ -190,6 +190,7 @@ void ig_health_probe_done(struct ig_gw *gw, struct ig_probe *p, CURLcode result)
 		else
 			snprintf(why, sizeof(why), "probe: HTTP %ld in %.1f ms", status, b->last_probe_latency_ms);
 		snprintf(b->last_probe_error, sizeof(b->last_probe_error), "%s", ok ? "" : why);
+		atomic_fetch_add(ok ? &b->probes_ok : &b->probes_failed, 1);
 		probe_result(gw, b, ok, why);
 		if (ok && atomic_load(&b->state) == IG_BACKEND_UP &&
 		    (!b->models || now - b->models_at_ms >= MODELS_REFRESH_MS)) {

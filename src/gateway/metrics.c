@@ -93,6 +93,89 @@ char *ig_models_json(struct ig_gw *gw)
 	return dump(json_pack("{s:s, s:o}", "object", "list", "data", data));
 }
 
+static const double bounds[IG_HIST_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
+						2.5, 5, 10, 30, 60, 120, 300, 600};
+
+static void observe(struct ig_hist *h, double seconds)
+{
+	int i = 0;
+	while (i < IG_HIST_BUCKETS && seconds > bounds[i])
+		i++;
+	h->counts[i]++;
+	h->sum += seconds;
+	h->n++;
+}
+
+void ig_metrics_observe(struct ig_gw *gw, const struct ig_req *req)
+{
+	struct ig_stats *s = &gw->stats;
+	const char *backend = req->backend ? req->backend->url : "";
+	uint64_t now = ig_now_us();
+
+	if (req->route_idx < 0 || req->route_idx >= IG_NROUTES || !req->status_sent)
+		return;
+	observe(&s->duration[req->route_idx], (double)(now - req->t_start_us) / 1e6);
+	if (req->stream && req->t_first_byte_us)
+		observe(&s->ttfb[req->route_idx], (double)(req->t_first_byte_us - req->t_start_us) / 1e6);
+	for (size_t i = 0; i < s->ncounts; i++) {
+		struct ig_reqcount *c = &s->counts[i];
+		if (c->route == req->route_idx && c->status == req->status_sent && strcmp(c->backend, backend) == 0) {
+			c->n++;
+			return;
+		}
+	}
+	struct ig_reqcount *v = realloc(s->counts, (s->ncounts + 1) * sizeof(*v));
+	if (!v)
+		return;
+	s->counts = v;
+	s->counts[s->ncounts++] = (struct ig_reqcount){req->route_idx, req->status_sent, strdup(backend), 1};
+}
+
+void ig_metrics_free(struct ig_gw *gw)
+{
+	for (size_t i = 0; i < gw->stats.ncounts; i++)
+		free(gw->stats.counts[i].backend);
+	free(gw->stats.counts);
+	gw->stats.counts = NULL;
+	gw->stats.ncounts = 0;
+}
+
+static void print_hist(struct ig_buf *b, const char *name, const char *help, const struct ig_hist *h)
+{
+	ig_buf_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+	for (int r = 0; r < IG_NROUTES; r++) {
+		uint64_t cum = 0;
+		for (int i = 0; i < IG_HIST_BUCKETS; i++) {
+			cum += h[r].counts[i];
+			ig_buf_printf(b, "%s_bucket{route=\"%s\",le=\"%g\"} %lu\n", name, ig_routes[r], bounds[i],
+				      (unsigned long)cum);
+		}
+		cum += h[r].counts[IG_HIST_BUCKETS];
+		ig_buf_printf(b, "%s_bucket{route=\"%s\",le=\"+Inf\"} %lu\n", name, ig_routes[r], (unsigned long)cum);
+		ig_buf_printf(b, "%s_sum{route=\"%s\"} %.6f\n%s_count{route=\"%s\"} %lu\n", name, ig_routes[r],
+			      h[r].sum, name, ig_routes[r], (unsigned long)h[r].n);
+	}
+}
+
+/* One per-backend series; `get` reads the value. */
+static void per_backend(struct ig_buf *b, struct ig_gw *gw, const char *name, const char *type,
+			const char *help, unsigned long (*get)(const struct ig_backend *))
+{
+	ig_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+	for (size_t i = 0; i < gw->pool.n; i++)
+		ig_buf_printf(b, "%s{backend=\"%s\"} %lu\n", name, gw->pool.v[i]->url, get(gw->pool.v[i]));
+}
+
+static unsigned long get_up(const struct ig_backend *x) { return atomic_load(&x->state) == IG_BACKEND_UP; }
+static unsigned long get_enabled(const struct ig_backend *x) { return atomic_load(&x->admin) == IG_ADMIN_ENABLED; }
+static unsigned long get_inflight(const struct ig_backend *x) { return (unsigned long)atomic_load(&x->inflight); }
+static unsigned long get_served(const struct ig_backend *x) { return atomic_load(&x->served); }
+static unsigned long get_failures(const struct ig_backend *x) { return atomic_load(&x->failures); }
+static unsigned long get_retried(const struct ig_backend *x) { return atomic_load(&x->retried); }
+static unsigned long get_aborted(const struct ig_backend *x) { return atomic_load(&x->aborted); }
+static unsigned long get_ptok(const struct ig_backend *x) { return atomic_load(&x->prompt_tokens); }
+static unsigned long get_ctok(const struct ig_backend *x) { return atomic_load(&x->completion_tokens); }
+
 char *ig_metrics_text(struct ig_gw *gw)
 {
 	struct ig_buf b;
@@ -104,13 +187,25 @@ char *ig_metrics_text(struct ig_gw *gw)
 		      "infergate_build_info{version=\"%s\"} 1\n", PACKAGE_VERSION);
 	ig_buf_printf(&b, "# HELP infergate_uptime_seconds Seconds since start.\n# TYPE infergate_uptime_seconds gauge\n"
 		      "infergate_uptime_seconds %.3f\n", (double)(ig_now_ms() - gw->started_ms) / 1000.0);
-	ig_buf_printf(&b, "# HELP infergate_requests_total Proxied requests received.\n"
-		      "# TYPE infergate_requests_total counter\ninfergate_requests_total %lu\n",
+	ig_buf_printf(&b, "# HELP infergate_requests_received_total Proxied requests received.\n"
+		      "# TYPE infergate_requests_received_total counter\ninfergate_requests_received_total %lu\n",
 		      (unsigned long)s->requests);
-	ig_buf_printf(&b, "# HELP infergate_responses_total Responses sent, by status class.\n"
+	ig_buf_printf(&b, "# HELP infergate_requests_total Proxied requests answered, by route, status and backend.\n"
+		      "# TYPE infergate_requests_total counter\n");
+	for (size_t i = 0; i < s->ncounts; i++)
+		ig_buf_printf(&b, "infergate_requests_total{route=\"%s\",code=\"%u\",backend=\"%s\"} %lu\n",
+			      ig_routes[s->counts[i].route], s->counts[i].status, s->counts[i].backend,
+			      (unsigned long)s->counts[i].n);
+	ig_buf_printf(&b, "# HELP infergate_responses_total Responses sent (all routes), by status class.\n"
 		      "# TYPE infergate_responses_total counter\n");
 	for (int c = 1; c <= 5; c++)
 		ig_buf_printf(&b, "infergate_responses_total{code=\"%dxx\"} %lu\n", c, (unsigned long)s->responses[c]);
+	print_hist(&b, "infergate_request_duration_seconds", "Time from request to the end of the answer.",
+		   s->duration);
+	print_hist(&b, "infergate_stream_first_byte_seconds", "Streams: time from request to the first byte relayed.",
+		   s->ttfb);
+	ig_buf_printf(&b, "# HELP infergate_inflight_requests Proxied requests being handled.\n"
+		      "# TYPE infergate_inflight_requests gauge\ninfergate_inflight_requests %zu\n", gw->nreqs);
 	ig_buf_printf(&b, "# HELP infergate_retries_total Requests moved to another backend.\n"
 		      "# TYPE infergate_retries_total counter\ninfergate_retries_total %lu\n", (unsigned long)s->retries);
 	ig_buf_printf(&b, "# HELP infergate_client_aborts_total Requests whose client left first.\n"
@@ -129,25 +224,31 @@ char *ig_metrics_text(struct ig_gw *gw)
 	for (int e = IG_UPERR_CONNECT; e <= IG_UPERR_OTHER; e++)
 		ig_buf_printf(&b, "infergate_upstream_errors_total{type=\"%s\"} %lu\n", uperr[e],
 			      (unsigned long)s->upstream_errors[e]);
-	ig_buf_printf(&b, "# HELP infergate_backend_up Backend health (1 up, 0 down).\n# TYPE infergate_backend_up gauge\n");
-	for (size_t i = 0; i < gw->pool.n; i++)
-		ig_buf_printf(&b, "infergate_backend_up{backend=\"%s\"} %d\n", gw->pool.v[i]->url,
-			      atomic_load(&gw->pool.v[i]->state) == IG_BACKEND_UP);
-	ig_buf_printf(&b, "# HELP infergate_backend_inflight Requests in flight per backend.\n"
-		      "# TYPE infergate_backend_inflight gauge\n");
-	for (size_t i = 0; i < gw->pool.n; i++)
-		ig_buf_printf(&b, "infergate_backend_inflight{backend=\"%s\"} %ld\n", gw->pool.v[i]->url,
-			      atomic_load(&gw->pool.v[i]->inflight));
-	ig_buf_printf(&b, "# HELP infergate_backend_served_total Responses relayed per backend.\n"
-		      "# TYPE infergate_backend_served_total counter\n");
-	for (size_t i = 0; i < gw->pool.n; i++)
-		ig_buf_printf(&b, "infergate_backend_served_total{backend=\"%s\"} %lu\n", gw->pool.v[i]->url,
-			      atomic_load(&gw->pool.v[i]->served));
-	ig_buf_printf(&b, "# HELP infergate_backend_failures_total Failed transfers per backend.\n"
-		      "# TYPE infergate_backend_failures_total counter\n");
-	for (size_t i = 0; i < gw->pool.n; i++)
-		ig_buf_printf(&b, "infergate_backend_failures_total{backend=\"%s\"} %lu\n", gw->pool.v[i]->url,
-			      atomic_load(&gw->pool.v[i]->failures));
+	ig_buf_printf(&b, "# HELP infergate_tokens_total Tokens reported in responses' usage.\n"
+		      "# TYPE infergate_tokens_total counter\n"
+		      "infergate_tokens_total{kind=\"prompt\"} %lu\ninfergate_tokens_total{kind=\"completion\"} %lu\n",
+		      (unsigned long)s->prompt_tokens, (unsigned long)s->completion_tokens);
+	per_backend(&b, gw, "infergate_backend_up", "gauge", "Backend health (1 up, 0 down).", get_up);
+	per_backend(&b, gw, "infergate_backend_enabled", "gauge", "1 unless drained or being removed.", get_enabled);
+	per_backend(&b, gw, "infergate_backend_inflight", "gauge", "Requests in flight per backend.", get_inflight);
+	per_backend(&b, gw, "infergate_backend_served_total", "counter", "Responses relayed per backend.", get_served);
+	per_backend(&b, gw, "infergate_backend_failures_total", "counter",
+		    "Failed transfers per backend (connect, reset, timeout, 502/503/504).", get_failures);
+	per_backend(&b, gw, "infergate_backend_retried_total", "counter",
+		    "Requests moved from this backend to another.", get_retried);
+	per_backend(&b, gw, "infergate_backend_aborted_total", "counter",
+		    "Transfers cut because the client left.", get_aborted);
+	per_backend(&b, gw, "infergate_backend_prompt_tokens_total", "counter", "Prompt tokens per backend.", get_ptok);
+	per_backend(&b, gw, "infergate_backend_completion_tokens_total", "counter", "Completion tokens per backend.",
+		    get_ctok);
+	ig_buf_printf(&b, "# HELP infergate_backend_probes_total Health probes by result.\n"
+		      "# TYPE infergate_backend_probes_total counter\n");
+	for (size_t i = 0; i < gw->pool.n; i++) {
+		const struct ig_backend *x = gw->pool.v[i];
+		ig_buf_printf(&b, "infergate_backend_probes_total{backend=\"%s\",result=\"ok\"} %lu\n"
+			      "infergate_backend_probes_total{backend=\"%s\",result=\"failed\"} %lu\n",
+			      x->url, atomic_load(&x->probes_ok), x->url, atomic_load(&x->probes_failed));
+	}
 	ig_buf_append(&b, "", 1);
 	char *out = strdup(ig_buf_head(&b));
 	ig_buf_free(&b);

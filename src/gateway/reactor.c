@@ -71,23 +71,25 @@ fail:
 	return -1;
 }
 
-/* Each stream holds two descriptors (client and backend): 10,000 streams
- * need more than the usual soft limit. Root may also raise the hard one. */
-static void raise_fd_limit(long want)
+/* Each proxied request holds two descriptors (client and backend): raise
+ * the soft limit to the hard one (root may raise the hard one too) and say
+ * how many requests that allows. Returns the limit. */
+static long raise_fd_limit(long want)
 {
 	struct rlimit rl;
 	if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
-		return;
+		return 1024;
 	if ((long)rl.rlim_max < want) {
 		struct rlimit more = {(rlim_t)want, (rlim_t)want};
 		if (setrlimit(RLIMIT_NOFILE, &more) == 0)
-			return;
+			return want;
 	}
 	rl.rlim_cur = rl.rlim_max;
 	setrlimit(RLIMIT_NOFILE, &rl);
 	if ((long)rl.rlim_max < want)
-		ig_log_warn("open files limited to %ld: fewer than %ld connections can be held",
-			    (long)rl.rlim_max, want);
+		ig_log_info("open-file limit %ld: about %ld requests can be proxied at once", (long)rl.rlim_max,
+			    ((long)rl.rlim_max - 64) / 2);
+	return (long)rl.rlim_max;
 }
 
 static void mhd_log(void *cls IG_UNUSED, const char *fmt, va_list ap)
@@ -116,7 +118,8 @@ int ig_gw_init(struct ig_gw *gw, struct ig_config *cfg)
 		return -1;
 	}
 	gw->started_ms = ig_now_ms();
-	raise_fd_limit(2 * cfg->max_connections + 1024);
+	long fds = raise_fd_limit(2 * cfg->max_connections + 64);
+	unsigned conn_limit = (unsigned)(cfg->max_connections < fds - 64 ? cfg->max_connections : fds - 64);
 	signal(SIGPIPE, SIG_IGN);
 
 	if (ig_pool_init(&gw->pool, cfg) < 0)
@@ -147,7 +150,7 @@ int ig_gw_init(struct ig_gw *gw, struct ig_config *cfg)
 				   0, NULL, NULL, ig_server_handler(), gw,
 				   MHD_OPTION_LISTEN_SOCKET, gw->listen_fd,
 				   MHD_OPTION_NOTIFY_COMPLETED, ig_server_completed, gw,
-				   MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
+				   MHD_OPTION_CONNECTION_LIMIT, conn_limit,
 				   MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
 				   MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024,
 				   MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
@@ -303,6 +306,7 @@ void ig_gw_free(struct ig_gw *gw)
 	ig_health_free(gw);
 	ig_upstream_free(gw);
 	ig_pool_free(&gw->pool);
+	ig_metrics_free(gw);
 	ig_keyset_free(&gw->api_keys);
 	ig_keyset_free(&gw->admin_keys);
 	ig_accesslog_close(&gw->alog);

@@ -61,7 +61,7 @@ struct admin_req {
 };
 
 /* Routes forwarded to a backend, path as sent upstream. */
-static const char *const proxied[] = {"/v1/chat/completions", "/v1/completions", "/v1/embeddings"};
+const char *const ig_routes[IG_NROUTES] = {"/v1/chat/completions", "/v1/completions", "/v1/embeddings"};
 
 void ig_server_client_addr(struct MHD_Connection *conn, char *out, size_t n)
 {
@@ -242,9 +242,12 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
 		*con_cls = NULL;
 		enum MHD_Result ret;
 		const char *route = NULL;
-		for (size_t i = 0; i < sizeof(proxied) / sizeof(proxied[0]); i++)
-			if (strcmp(url, proxied[i]) == 0)
-				route = proxied[i];
+		int route_idx = -1;
+		for (int i = 0; i < IG_NROUTES; i++)
+			if (strcmp(url, ig_routes[i]) == 0) {
+				route = ig_routes[i];
+				route_idx = i;
+			}
 		if (strncmp(url, "/admin/", 7) == 0 || strcmp(url, "/admin") == 0) {
 			if (!gw->admin_keys.enabled)
 				return answer_deferred(gw, conn, method, url, &admin_off, upload_data_size, con_cls);
@@ -279,6 +282,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
 		req = ig_req_new(gw, conn, route);
 		if (!req)
 			return MHD_NO;
+		req->route_idx = route_idx;
 		*con_cls = req;
 	}
 	if (*upload_data_size) {
@@ -320,6 +324,7 @@ void ig_server_completed(void *cls IG_UNUSED, struct MHD_Connection *conn IG_UNU
 		req->suspended = false;
 		ig_req_client_gone(req);
 	}
+	ig_metrics_observe(req->gw, req);
 	ig_req_log(req, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
 	ig_req_free(req);
 }

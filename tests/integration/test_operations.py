@@ -1,0 +1,302 @@
+"""Operating the gateway while it serves: metrics, admin API (drain, enable,
+add, remove), SIGHUP reloads, API keys, the access log."""
+
+import collections
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+
+from harness import (assert_openai_error, binary, chat_body, http, http_json, metric, parallel, run,
+                     sse_events, start, start_gateway, start_sim, start_sims, test, wait_until)
+
+FAST = ("--tokens-per-second", "0", "--ttft-ms", "0")
+ADMIN = {"Authorization": "Bearer admin-secret"}
+
+
+def tmpdir():
+    return tempfile.mkdtemp(prefix="ig-ops-")
+
+
+def hashed(key):
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def write(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def admin_files(d, api_keys=None):
+    cfg = {"admin_keys_file": write(os.path.join(d, "admin.keys"), hashed("admin-secret") + "\n")}
+    if api_keys:
+        cfg["api_keys_file"] = write(os.path.join(d, "api.keys"),
+                                     "# one digest per line\n" + "".join(hashed(k) + "\n" for k in api_keys))
+    return cfg
+
+
+def gateway_with_config(cfg, *extra):
+    d = tmpdir()
+    path = write(os.path.join(d, "gw.json"), json.dumps(cfg))
+    return start_gateway([], *extra, config=path), path
+
+
+def healthy(gw, n):
+    wait_until(lambda: http_json("GET", gw.url + "/health")[2]["healthy_backends"] == n, timeout=10,
+               what=f"{n} routable backends")
+
+
+def backends(gw):
+    return {b["url"]: b for b in http_json("GET", gw.url + "/health/backends")[2]["backends"]}
+
+
+@test
+def metrics_follow_a_scripted_run_and_pass_promtool():
+    sims = start_sims(2, *FAST)
+    gw = start_gateway(sims, "--health-interval-ms", "100")
+    healthy(gw, 2)
+    for i in range(10):
+        st, _, _ = http("POST", gw.url + "/v1/completions", {"prompt": f"m{i}", "max_tokens": 7})
+        assert st == 200
+    st, _, data = http("POST", gw.url + "/v1/chat/completions",
+                       chat_body("s", stream=True, max_tokens=5, stream_options={"include_usage": True}))
+    assert st == 200 and sse_events(data)[-1] == "[DONE]"
+    st, _, _ = http("POST", gw.url + "/v1/chat/completions", {"messages": "not a list"})
+    assert st == 400
+    _, _, text = http("GET", gw.url + "/metrics")
+    text = text.decode()
+    served = sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                 if line.startswith('infergate_requests_total{route="/v1/completions",code="200"'))
+    assert served == 10, text
+    assert metric(text, 'infergate_tokens_total{kind="completion"}') == 10 * 7 + 5
+    assert metric(text, 'infergate_request_duration_seconds_count{route="/v1/completions"}') == 10
+    assert metric(text, 'infergate_stream_first_byte_seconds_count{route="/v1/chat/completions"}') == 1
+    assert metric(text, 'infergate_backend_up{backend="%s"}' % sims[0].url) == 1
+    # A backend going down shows in the gauges and the probe counters.
+    sims[0].stop(signal.SIGKILL)
+    wait_until(lambda: metric(http("GET", gw.url + "/metrics")[2],
+                              'infergate_backend_up{backend="%s"}' % sims[0].url) == 0, timeout=5,
+               what="backend_up 0")
+    _, _, text = http("GET", gw.url + "/metrics")
+    assert metric(text, 'infergate_backend_probes_total{backend="%s",result="failed"}' % sims[0].url) >= 1
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool not found: apt-get install -y prometheus"
+    p = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, timeout=30)
+    assert p.returncode == 0 and not p.stdout.strip() and not p.stderr.strip(), (p.stdout, p.stderr)
+
+
+@test
+def drain_enable_add_remove_during_streams():
+    sims = start_sims(3, "--tokens-per-second", "400", "--ttft-ms", "5", "--output-tokens", "20")
+    d = tmpdir()
+    gw, _ = gateway_with_config({"backends": [s.url for s in sims], **admin_files(d)},
+                                "--health-interval-ms", "100")
+    healthy(gw, 3)
+    ids = {b["url"]: b["id"] for b in backends(gw).values()}
+    failures = collections.Counter()
+    served_by = collections.Counter()
+    phase = ["before"]
+    lock = threading.Lock()
+
+    def one(i):
+        with lock:
+            started_in = phase[0]
+        st, hdrs, data = http("POST", gw.url + "/v1/chat/completions", chat_body(f"d{i}", stream=True),
+                              timeout=60)
+        ok = st == 200 and sse_events(data)[-1] == "[DONE]"
+        with lock:
+            if not ok:
+                failures[st] += 1
+            served_by[(started_in, hdrs.get("x-infergate-backend"))] += 1
+
+    def script():
+        wait_until(lambda: sum(served_by.values()) >= 100, timeout=30)
+        # Drain sims[0]: nothing new reaches it, its in-flight count falls to 0.
+        st, _, obj = http_json("POST", f"{gw.url}/admin/backends/{ids[sims[0].url]}/drain", headers=ADMIN)
+        assert st == 200 and obj["admin"] == "draining", obj
+        with lock:
+            phase[0] = "drained"
+        wait_until(lambda: backends(gw)[sims[0].url]["inflight"] == 0, timeout=10, what="drained")
+        time.sleep(0.3)
+        st, _, obj = http_json("POST", f"{gw.url}/admin/backends/{ids[sims[0].url]}/enable", headers=ADMIN)
+        assert st == 200 and obj["admin"] == "enabled", obj
+        with lock:
+            phase[0] = "enabled"
+        # Remove sims[1]: drained, then gone from the table.
+        with lock:
+            phase[0] = "removing"
+        st, _, obj = http_json("DELETE", f"{gw.url}/admin/backends/{ids[sims[1].url]}", headers=ADMIN)
+        assert st == 202, obj
+        wait_until(lambda: sims[1].url not in backends(gw), timeout=10, what="removed")
+        # Add it back.
+        st, _, obj = http_json("POST", gw.url + "/admin/backends", {"url": sims[1].url}, headers=ADMIN)
+        assert st == 201 and obj["url"] == sims[1].url, obj
+        with lock:
+            phase[0] = "re-added"
+
+    t = threading.Thread(target=script)
+    t.start()
+    parallel(one, range(1000), workers=48)
+    t.join()
+    assert not failures, failures
+    # Requests sent after the drain call returned never reached the drained
+    # backend.
+    assert served_by[("drained", sims[0].url)] == 0, served_by
+    assert served_by[("before", sims[0].url)] > 0, served_by
+    healthy(gw, 3)
+    st, _, obj = http_json("POST", gw.url + "/admin/backends", {"url": "nope://x"}, headers=ADMIN)
+    assert_openai_error(st, obj, 400)
+    st, _, obj = http_json("POST", gw.url + "/admin/backends", {"url": sims[2].url}, headers=ADMIN)
+    assert_openai_error(st, obj, 409)
+    st, _, obj = http_json("POST", gw.url + "/admin/backends/999/drain", headers=ADMIN)
+    assert_openai_error(st, obj, 404)
+    st, _, obj = http_json("GET", gw.url + "/admin/backends")
+    assert_openai_error(st, obj, 401)
+
+
+@test
+def admin_api_is_off_without_admin_keys():
+    sim = start_sim(*FAST)
+    gw = start_gateway([sim])
+    st, _, obj = http_json("GET", gw.url + "/admin/backends", headers=ADMIN)
+    assert_openai_error(st, obj, 403)
+
+
+@test
+def sighup_reload_valid_and_invalid_under_load():
+    sims = start_sims(3, *FAST)
+    d = tmpdir()
+    cfg = {"backends": [sims[0].url, sims[1].url], "health": {"interval_ms": 100}}
+    gw, path = gateway_with_config(cfg)
+    healthy(gw, 2)
+    stop = threading.Event()
+    results = collections.Counter()
+
+    def load(_):
+        while not stop.is_set():
+            st, hdrs, _ = http("POST", gw.url + "/v1/completions", {"prompt": "r", "max_tokens": 3})
+            results[(st, hdrs.get("x-infergate-backend"))] += 1
+    threads = [threading.Thread(target=load, args=(i,)) for i in range(8)]
+    for th in threads:
+        th.start()
+    time.sleep(0.3)
+    # Valid: swap sims[0] for sims[2].
+    write(path, json.dumps({"backends": [sims[1].url, sims[2].url], "health": {"interval_ms": 100},
+                            "retries": 3}))
+    gw.send_signal(signal.SIGHUP)
+    wait_until(lambda: set(backends(gw)) == {sims[1].url, sims[2].url}, timeout=5, what="reloaded table")
+    wait_until(lambda: backends(gw)[sims[2].url]["state"] == "up", timeout=5)
+    time.sleep(0.3)
+    # Invalid: an unknown key. The running configuration stays.
+    write(path, json.dumps({"backends": [sims[0].url], "retrys": 1}))
+    gw.send_signal(signal.SIGHUP)
+    time.sleep(0.5)
+    stop.set()
+    for th in threads:
+        th.join()
+    assert set(backends(gw)) == {sims[1].url, sims[2].url}
+    bad = {k: v for k, v in results.items() if k[0] != 200}
+    assert not bad, bad
+    assert results[(200, sims[2].url)] > 0, results
+    log = gw.read_log()
+    assert "reload rejected" in log and "retrys" in log, log[-2000:]
+    assert "reload: configuration from" in log, log[-2000:]
+
+
+@test
+def api_keys_gate_requests_and_never_reach_logs():
+    sim = start_sim(*FAST)
+    d = tmpdir()
+    alog = os.path.join(d, "access.log")
+    cfg = {"backends": [sim.url], "access_log": alog, "log_level": "debug",
+           **admin_files(d, api_keys=["key-one", "key-two"])}
+    gw, _ = gateway_with_config(cfg)
+    healthy(gw, 1)
+    u = gw.url + "/v1/chat/completions"
+    st, _, _ = http("POST", u, chat_body("k"), {"Authorization": "Bearer key-two"})
+    assert st == 200
+    for hdrs in ({}, {"Authorization": "Bearer key-three"}, {"Authorization": "key-one"}):
+        st, h, obj = http_json("POST", u, chat_body("k"), hdrs)
+        assert_openai_error(st, obj, 401, "authentication_error")
+        assert h.get("www-authenticate") == "Bearer", h
+    st, _, obj = http_json("GET", gw.url + "/v1/models")
+    assert_openai_error(st, obj, 401)
+    assert http("GET", gw.url + "/health")[0] == 200          # load balancers need no key
+    assert http("GET", gw.url + "/metrics")[0] == 200         # auth_status is 0 by default
+    # The admin key is not an API key and the API key is not an admin key.
+    assert http("GET", gw.url + "/admin/backends", headers={"Authorization": "Bearer key-one"})[0] == 401
+    assert http("POST", u, chat_body("k"), ADMIN)[0] == 401
+    gw.stop()
+    logs = open(alog).read() + gw.read_log()
+    for secret in ("key-one", "key-two", "key-three", "admin-secret", "Bearer"):
+        assert secret not in logs, secret
+    # Comparisons go through OpenSSL's constant-time CRYPTO_memcmp.
+    nm = subprocess.run(["nm", "-D", binary("infergate")], capture_output=True, text=True)
+    assert "CRYPTO_memcmp" in nm.stdout
+
+
+@test
+def status_endpoints_can_require_a_key():
+    sim = start_sim(*FAST)
+    d = tmpdir()
+    gw, _ = gateway_with_config({"backends": [sim.url], "auth_status": 1,
+                                 **admin_files(d, api_keys=["k"])})
+    healthy(gw, 1)
+    for path in ("/metrics", "/status", "/health/backends"):
+        st = http("GET", gw.url + path)[0]
+        assert st == 401, (path, st)
+        st = http("GET", gw.url + path, headers={"Authorization": "Bearer k"})[0]
+        assert st == 200, (path, st)
+    st, hdrs, body = http("GET", gw.url + "/", headers={"Authorization": "Bearer k"})
+    assert st == 200 and hdrs["content-type"].startswith("text/html") and b"<html" in body.lower()
+    assert http("GET", gw.url + "/health")[0] == 200
+
+
+@test
+def hash_key_prints_the_sha256_digest():
+    p = subprocess.run([binary("infergate"), "--hash-key"], input="my key\n", capture_output=True,
+                       text=True, timeout=10)
+    assert p.returncode == 0 and p.stdout.strip() == hashed("my key"), p
+    d = tmpdir()
+    bad = write(os.path.join(d, "bad.keys"), "not-a-digest\n")
+    p = subprocess.run([binary("infergate"), "--backend", "http://127.0.0.1:1", "--listen", "127.0.0.1:0",
+                        "--api-keys-file", bad], capture_output=True, text=True, timeout=10)
+    assert p.returncode == 2 and "bad.keys:1" in p.stderr, p.stderr
+
+
+@test
+def access_log_lines_and_reopen_on_sigusr1():
+    sim = start_sim(*FAST)
+    d = tmpdir()
+    alog = os.path.join(d, "access.log")
+    gw = start_gateway([sim], "--access-log", alog)
+    healthy(gw, 1)
+    st, _, _ = http("POST", gw.url + "/v1/chat/completions", chat_body("log me", max_tokens=4),
+                    {"X-Request-Id": "req-42"})
+    assert st == 200
+    http("GET", gw.url + "/nothing")
+    wait_until(lambda: os.path.exists(alog) and len(open(alog).read().splitlines()) >= 3, timeout=5)
+    lines = [json.loads(x) for x in open(alog).read().splitlines()]
+    req = next(x for x in lines if x.get("request_id") == "req-42")
+    for k in ("time", "client", "method", "path", "status", "backend", "model", "stream", "bytes_in",
+              "bytes_out", "ttfb_ms", "duration_ms", "retries", "prompt_tokens", "completion_tokens"):
+        assert k in req, (k, req)
+    assert req["status"] == 200 and req["backend"] == sim.url and req["completion_tokens"] == 4, req
+    assert req["model"] == "sim-model" and req["stream"] is False and req["client"] == "127.0.0.1", req
+    assert any(x["path"] == "/nothing" and x["status"] == 404 for x in lines), lines
+    # logrotate: move the file away, SIGUSR1, new lines go to a new file.
+    os.rename(alog, alog + ".1")
+    gw.send_signal(signal.SIGUSR1)
+    wait_until(lambda: os.path.exists(alog), timeout=5, what="log reopened")
+    http("POST", gw.url + "/v1/completions", {"prompt": "after"})
+    wait_until(lambda: "/v1/completions" in open(alog).read(), timeout=5)
+    assert "/v1/completions" not in open(alog + ".1").read()
+
+
+run()
