@@ -39,6 +39,8 @@ struct ig_backend {
 	atomic_ulong prompt_tokens;     /* from "usage" in responses */
 	atomic_ulong completion_tokens;
 	atomic_ulong probes_ok, probes_failed;
+	atomic_long external_load; /* backend-reported load not sent by us (load_source backend) */
+	long reported_load;        /* last running + waiting the backend reported, -1 none */
 	/* health, owned by the probing reactor */
 	int consec_ok, consec_fail;
 	int seen_up;            /* ever been up: first success counts as `rise` */

@@ -49,6 +49,9 @@ struct ig_config {
 	char *admin_keys_file;      /* same, for /admin; "" = admin API off */
 	long auth_status;           /* 1: /metrics, /status, /health/backends need a key */
 	char *backend_api_key;      /* sent to backends as a bearer token */
+	char *load_source;          /* "gateway" or "backend" */
+	int load_from_backend;      /* load_source == "backend" */
+	char *load_path;            /* polled for the backend's own queue */
 };
 
 /* Builds the configuration from argv (which may name --config FILE).

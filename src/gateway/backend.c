@@ -26,6 +26,7 @@ struct ig_backend *ig_pool_add(struct ig_pool *pool, const char *url, long weigh
 	b->max_inflight = max_inflight;
 	atomic_init(&b->state, IG_BACKEND_DOWN);
 	atomic_init(&b->admin, IG_ADMIN_ENABLED);
+	b->reported_load = -1;
 	pool->v[pool->n++] = b;
 	return b;
 }

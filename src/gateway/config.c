@@ -80,6 +80,10 @@ static const struct key keys[] = {
 	 "file of SHA-256 digests of admin keys; empty = admin API off"},
 	{"auth_status", "--auth-status", K_INT, OFF(auth_status), 0, 1, 0, NULL,
 	 "1 = /metrics, /status and /health/backends need an API key too"},
+	{"load_source", "--load-source", K_STR, OFF(load_source), 0, 0, 0, "gateway",
+	 "gateway = count requests in flight here; backend = also the backend's own running + waiting"},
+	{"load_path", "--load-path", K_STR, OFF(load_path), 0, 0, 0, "/metrics",
+	 "with load_source backend: /metrics (SGLang or vLLM gauges) or /get_load (SGLang JSON)"},
 	{"backend_api_key", "--backend-api-key", K_STR, OFF(backend_api_key), 0, 0, 0, "",
 	 "bearer token sent to backends (the client's key is never forwarded when keys are on)"},
 };
@@ -451,6 +455,11 @@ static void finish(struct ig_config *cfg, const char *where_listen, struct ig_bu
 	if (strcmp(cfg->log_level, "debug") && strcmp(cfg->log_level, "info") &&
 	    strcmp(cfg->log_level, "warn") && strcmp(cfg->log_level, "error"))
 		problem(errs, "log_level: unknown level '%s' (debug, info, warn, error)", cfg->log_level);
+	if (strcmp(cfg->load_source, "gateway") != 0 && strcmp(cfg->load_source, "backend") != 0)
+		problem(errs, "load_source: unknown source '%s' (gateway, backend)", cfg->load_source);
+	cfg->load_from_backend = strcmp(cfg->load_source, "backend") == 0;
+	if (cfg->load_path[0] != '/')
+		problem(errs, "load_path: '%s' must start with '/'", cfg->load_path);
 	if (cfg->n_backends == 0)
 		problem(errs, "backends: no backend given (use --backend URL or \"backends\" in the config file)");
 	for (size_t i = 0; i < cfg->n_backends; i++)

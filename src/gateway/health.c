@@ -20,6 +20,7 @@
 enum probe_what {
 	PROBE_HEALTH, /* GET <url><health.path> */
 	PROBE_MODELS, /* GET <url>/v1/models, after a successful health probe */
+	PROBE_LOAD,   /* GET <url><load_path>, with load_source "backend" */
 };
 
 struct ig_probe {
@@ -87,7 +88,8 @@ static void start_probe(struct ig_gw *gw, struct ig_probe *p, enum probe_what wh
 	char url[2048];
 	const struct ig_config *cfg = gw->cfg;
 
-	snprintf(url, sizeof(url), "%s%s", p->b->url, what == PROBE_HEALTH ? cfg->health_path : "/v1/models");
+	snprintf(url, sizeof(url), "%s%s", p->b->url,
+		 what == PROBE_HEALTH ? cfg->health_path : what == PROBE_MODELS ? "/v1/models" : cfg->load_path);
 	if (p->easy)
 		curl_easy_reset(p->easy);
 	else
@@ -165,6 +167,59 @@ static void store_models(struct ig_backend *b, struct ig_buf *body)
 	json_decref(root);
 }
 
+/* Sums the first sample of each name in a Prometheus text; -1 when none. */
+static long prom_sum(const char *text, size_t len, const char *const *names)
+{
+	long total = -1;
+	for (const char *const *n = names; *n; n++) {
+		size_t nl = strlen(*n);
+		const char *p = text, *end = text + len;
+		while (p < end) {
+			const char *eol = memchr(p, '\n', (size_t)(end - p));
+			if (!eol)
+				eol = end;
+			if ((size_t)(eol - p) > nl && memcmp(p, *n, nl) == 0 && (p[nl] == '{' || p[nl] == ' ')) {
+				const char *sp = eol;
+				while (sp > p && sp[-1] != ' ')
+					sp--;
+				total = (total < 0 ? 0 : total) + (long)strtod(sp, NULL);
+				break;
+			}
+			p = eol + 1;
+		}
+	}
+	return total;
+}
+
+/* The backend's own count of running + waiting requests, from SGLang or
+ * vLLM /metrics gauges or SGLang's /get_load JSON; -1 when not found. */
+static long parse_load(const struct ig_buf *body)
+{
+	static const char *const sglang[] = {"sglang:num_running_reqs", "sglang:num_queue_reqs", NULL};
+	static const char *const vllm[] = {"vllm:num_requests_running", "vllm:num_requests_waiting", NULL};
+	const char *text = body->data ? body->data : "";
+	long v;
+
+	if ((v = prom_sum(text, body->len, sglang)) >= 0 || (v = prom_sum(text, body->len, vllm)) >= 0)
+		return v;
+	json_t *root = json_loadb(text, body->len, 0, NULL), *item;
+	size_t i;
+	v = -1;
+	if (json_is_object(root)) {
+		json_t *tmp = json_array();
+		json_array_append(tmp, root);
+		json_decref(root);
+		root = tmp;
+	}
+	json_array_foreach(root, i, item) { /* one object per data-parallel rank */
+		json_t *r = json_object_get(item, "num_running_reqs"), *w = json_object_get(item, "num_waiting_reqs");
+		if (json_is_integer(r) || json_is_integer(w))
+			v = (v < 0 ? 0 : v) + (long)json_integer_value(r) + (long)json_integer_value(w);
+	}
+	json_decref(root);
+	return v;
+}
+
 void ig_health_probe_done(struct ig_gw *gw, struct ig_probe *p, CURLcode result)
 {
 	struct ig_backend *b = p->b;
@@ -175,10 +230,20 @@ void ig_health_probe_done(struct ig_gw *gw, struct ig_probe *p, CURLcode result)
 	curl_easy_getinfo(p->easy, CURLINFO_RESPONSE_CODE, &status);
 	curl_multi_remove_handle(gw->multi, p->easy);
 	p->running = false;
-	if (p->what == PROBE_MODELS) {
+	if (p->what == PROBE_LOAD) {
+		long load = result == CURLE_OK && status == 200 ? parse_load(&p->body) : -1;
+		b->reported_load = load;
+		/* The backend's count includes ours: only the rest is external. */
+		long ext = load - atomic_load(&b->inflight);
+		atomic_store(&b->external_load, load >= 0 && ext > 0 ? ext : 0);
+	} else if (p->what == PROBE_MODELS) {
 		if (result == CURLE_OK && status == 200)
 			store_models(b, &p->body);
 		b->models_at_ms = now;
+		if (gw->cfg->load_from_backend) {
+			start_probe(gw, p, PROBE_LOAD);
+			return;
+		}
 	} else {
 		bool ok = result == CURLE_OK && status >= 200 && status < 300;
 		b->last_probe_ms = now;
@@ -197,6 +262,12 @@ void ig_health_probe_done(struct ig_gw *gw, struct ig_probe *p, CURLcode result)
 			start_probe(gw, p, PROBE_MODELS);
 			return;
 		}
+		if (ok && gw->cfg->load_from_backend) {
+			start_probe(gw, p, PROBE_LOAD);
+			return;
+		}
+		if (!ok)
+			atomic_store(&b->external_load, 0);
 	}
 	b->probing = 0;
 	b->next_probe_ms = now + (uint64_t)gw->cfg->health_interval_ms;

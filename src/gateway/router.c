@@ -22,7 +22,8 @@ static int tried_already(struct ig_backend *b, struct ig_backend *const *tried, 
 /* Returns 1 when a is strictly less loaded than b, relative to weights. */
 static int less_loaded(struct ig_backend *a, struct ig_backend *b)
 {
-	long la = atomic_load(&a->inflight), lb = atomic_load(&b->inflight);
+	long la = atomic_load(&a->inflight) + atomic_load(&a->external_load);
+	long lb = atomic_load(&b->inflight) + atomic_load(&b->external_load);
 	return la * b->weight < lb * a->weight;
 }
 

@@ -299,4 +299,40 @@ def access_log_lines_and_reopen_on_sigusr1():
     assert "/v1/completions" not in open(alog + ".1").read()
 
 
+@test
+def backend_load_counts_traffic_that_bypasses_the_gateway():
+    busy, idle = start_sims(2, "--tokens-per-second", "5", "--ttft-ms", "0", "--output-tokens", "50")
+    # 20 requests straight to `busy`, not through the gateway: they run ~10 s.
+    import socket as _s
+    held = []
+    body = json.dumps(chat_body("bypass")).encode()
+    for _ in range(20):
+        c = _s.create_connection(("127.0.0.1", busy.port))
+        c.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
+                  % (len(body), body))
+        held.append(c)
+    wait_until(lambda: http_json("GET", busy.url + "/get_load")[2]["num_running_reqs"] == 20, timeout=5)
+    for source, path, want_idle in (("backend", "/metrics", True), ("backend", "/get_load", True),
+                                    ("gateway", "/metrics", False)):
+        gw = start_gateway([busy, idle], "--load-source", source, "--health-interval-ms", "100",
+                           "--load-path", path)
+        healthy(gw, 2)
+        if source == "backend":
+            wait_until(lambda: backends(gw)[busy.url].get("external_load") == 20, timeout=5,
+                       what="external load polled")
+        got = collections.Counter()
+        def one(i):
+            st, hdrs, _ = http("POST", gw.url + "/v1/completions", {"prompt": "p", "max_tokens": 1})
+            assert st == 200
+            got[hdrs["x-infergate-backend"]] += 1
+        parallel(one, range(20), workers=10)
+        if want_idle:
+            assert got[idle.url] == 20, got      # 20 external requests outweigh ours
+        else:
+            assert got[busy.url] > 0, got        # blind to them, it shares the work
+        gw.stop()
+    for c in held:
+        c.close()
+
+
 run()
