@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""Part 1 and 6a: proxy overhead. requests/s and p50/p99 latency of small non-streamed chat
+completions, with wrk, for: direct (one backend), infergate, nginx and HAProxy (each in
+front of the same seven backends), in one run; then a sweep over connection counts and a
+PNG plot of requests/s versus connections.
+
+Backends: seven `infergate-sim --tokens-per-second 0 --ttft-ms 0 --output-tokens 16`
+(about 80-90k requests/s each alone on this machine). They answer a real OpenAI body of
+about 400 bytes, so every proxy does the work it does in production: parse a POST with a
+JSON body, forward it, relay the answer. (nginx `return 200` would answer faster but would
+not be an inference server; the point is the same backend behind every proxy.)
+
+Usage: python3 bench/proxy.py [--duration S] [--connections N] [--sweep 8,16,...]
+       [--sweep-duration S] [--no-sweep]
+Env: IG_BUILD (build dir, default ./build), IG_SKIP_DEPS=1 (no apt-get).
+"""
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+import benchlib as B  # noqa: E402
+
+PATH = "/v1/chat/completions"
+SIM_ARGS = ["--tokens-per-second", "0", "--ttft-ms", "0", "--output-tokens", "16"]
+
+
+def render(template, out, **subst):
+    with open(os.path.join(B.BENCH, "conf", template)) as f:
+        text = f.read()
+    for k, v in subst.items():
+        text = text.replace(f"@{k}@", str(v))
+    with open(out, "w") as f:
+        f.write(text)
+    return out
+
+
+def start_nginx(procs, backends, workdir, workers):
+    port = B.free_port()
+    for d in ("client_body", "proxy_temp"):
+        os.makedirs(os.path.join(workdir, d), exist_ok=True)
+    servers = "\n".join(f"        server {u[len('http://'):]};" for u in backends)
+    conf = render("nginx.conf.in", os.path.join(workdir, "nginx.conf"), WORKERS=workers,
+                  DIR=workdir, PORT=port, SERVERS=servers)
+    nginx = "nginx" if B.shutil.which("nginx") else "/usr/sbin/nginx"
+    p = procs.start("nginx", [nginx, "-c", conf, "-e", os.path.join(workdir, "nginx-error.log")])
+    url = f"http://127.0.0.1:{port}"
+    B.wait_http(url + "/health", proc=p)
+    return url, p
+
+
+def start_haproxy(procs, backends, workdir, workers):
+    port = B.free_port()
+    servers = "\n".join(f"    server s{i + 1} {u[len('http://'):]}" for i, u in enumerate(backends))
+    conf = render("haproxy.cfg.in", os.path.join(workdir, "haproxy.cfg"), WORKERS=workers,
+                  PORT=port, SERVERS=servers)
+    haproxy = "haproxy" if B.shutil.which("haproxy") else "/usr/sbin/haproxy"
+    p = procs.start("haproxy", [haproxy, "-db", "-f", conf])
+    url = f"http://127.0.0.1:{port}"
+    B.wait_http(url + "/health", proc=p)
+    return url, p
+
+
+def wrk(url, conns, seconds, threads):
+    """One wrk run; returns a dict of figures (req/s, latencies in ms, errors)."""
+    out = subprocess.run(["wrk", f"-t{threads}", f"-c{conns}", f"-d{seconds}s", "--latency",
+                          "-s", os.path.join(B.BENCH, "lib", "post.lua"), url + PATH],
+                         capture_output=True, text=True, timeout=seconds + 60).stdout
+    m = re.search(r"IG_RESULT (.*)", out)
+    if not m:
+        sys.exit("wrk printed no result:\n" + out)
+    f = {k: int(v) for k, v in (kv.split("=") for kv in m.group(1).split())}
+    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    errors = (f["errors_connect"] + f["errors_read"] + f["errors_write"] + f["errors_timeout"]
+              + (int(non2xx.group(1)) if non2xx else 0))
+    return {"rps": f["requests"] / (f["duration_us"] / 1e6), "p50_ms": f["p50_us"] / 1000,
+            "p99_ms": f["p99_us"] / 1000, "max_ms": f["max_us"] / 1000,
+            "requests": f["requests"], "errors": errors}
+
+
+def measure(target, url, pgid, conns, seconds, threads):
+    wrk(url, conns, 1, threads)                      # warm-up: connections, caches
+    pids = B.group_pids(pgid)
+    c0, t0 = B.cpu_seconds(pids), time.time()
+    r = wrk(url, conns, seconds, threads)
+    r["cpu_pct"] = 100 * (B.cpu_seconds(pids) - c0) / (time.time() - t0)
+    r["target"], r["conns"] = target, conns
+    B.log(f"{target:9} c={conns:<4} {r['rps']:>9.0f} req/s  p50 {r['p50_ms']:.2f} ms  "
+          f"p99 {r['p99_ms']:.2f} ms  cpu {r['cpu_pct']:.0f}%  errors {r['errors']}")
+    return r
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--duration", type=int, default=10, help="seconds per main run [10]")
+    ap.add_argument("--connections", type=int, default=64, help="connections of the main run [64]")
+    ap.add_argument("--sweep", default="8,16,32,64,128,256", help="connection counts of the plot")
+    ap.add_argument("--sweep-duration", type=int, default=5, help="seconds per sweep point [5]")
+    ap.add_argument("--no-sweep", action="store_true")
+    ap.add_argument("--wrk-threads", type=int, default=os.cpu_count() or 2)
+    args = ap.parse_args()
+
+    B.need(("wrk", "wrk"), ("nginx", "nginx-light"), ("haproxy", "haproxy"))
+    mach = B.machine()
+    workdir = os.path.join(B.TMP, f"proxy-{os.getpid()}")
+    procs = B.Procs(workdir)
+    workers = os.cpu_count() or 2
+
+    sims, _ = B.start_sims(procs, 7, SIM_ARGS)
+    gw_url, gw = B.start_gateway(procs, sims)
+    ng_url, ng = start_nginx(procs, sims, workdir, workers)
+    ha_url, ha = start_haproxy(procs, sims, workdir, workers)
+    direct = procs.procs[0]  # the first simulator, alone
+    targets = [("direct", sims[0], direct.pid), ("infergate", gw_url, gw.pid),
+               ("nginx", ng_url, ng.pid), ("haproxy", ha_url, ha.pid)]
+    B.log(f"backends {' '.join(sims)}; gateway {gw_url}, nginx {ng_url}, haproxy {ha_url}")
+
+    main_runs = {t: measure(t, u, pg, args.connections, args.duration, args.wrk_threads)
+                 for t, u, pg in targets}
+
+    sweep = []
+    if not args.no_sweep:
+        for c in [int(x) for x in args.sweep.split(",")]:
+            for t, u, pg in targets:
+                sweep.append(measure(t, u, pg, c, args.sweep_duration, args.wrk_threads))
+
+    ig, ngx, hap = main_runs["infergate"], main_runs["nginx"], main_runs["haproxy"]
+    rows = [[t, f"{r['rps']:,.0f}", f"{r['p50_ms']:.2f}", f"{r['p99_ms']:.2f}",
+             f"{r['cpu_pct']:.0f}%", f"{r['rps'] / max(r['cpu_pct'], 1) * 100:,.0f}",
+             r["errors"]] for t, r in main_runs.items()]
+    table = B.md_table(["target", "req/s", "p50 ms", "p99 ms", "CPU (proxy/backend)",
+                        "req per CPU-s", "errors"], rows)
+    ratios = {"rps_infergate_over_nginx": ig["rps"] / ngx["rps"],
+              "rps_infergate_over_haproxy": ig["rps"] / hap["rps"],
+              "p99_infergate_over_nginx": ig["p99_ms"] / ngx["p99_ms"],
+              "p99_infergate_over_haproxy": ig["p99_ms"] / hap["p99_ms"]}
+    table += "\n\n" + B.md_table(
+        ["ratio", "vs nginx", "vs HAProxy"],
+        [["req/s infergate / other", f"{ratios['rps_infergate_over_nginx']:.2f}",
+          f"{ratios['rps_infergate_over_haproxy']:.2f}"],
+         ["p99 infergate / other", f"{ratios['p99_infergate_over_nginx']:.2f}",
+          f"{ratios['p99_infergate_over_haproxy']:.2f}"]])
+    notes = (f"wrk -t{args.wrk_threads} -c{args.connections} -d{args.duration}s with "
+             f"bench/lib/post.lua (one-message chat body, 16-token answer); backends: seven "
+             f"`infergate-sim {' '.join(SIM_ARGS)}` (direct = the first one alone). nginx "
+             f"{workers} workers, HAProxy nbthread {workers} (configs in bench/conf/); infergate "
+             f"as of this commit runs one reactor thread. CPU = the target's processes "
+             f"(user+system) during the run; everything, wrk included, shares {workers} cores.")
+    if sweep:
+        dat = os.path.join(B.RESULTS, "proxy-sweep.dat")
+        conns = sorted({r["conns"] for r in sweep})
+        with open(dat, "w") as f:
+            f.write("# connections direct infergate nginx haproxy (requests/s)\n")
+            for c in conns:
+                byt = {r["target"]: r["rps"] for r in sweep if r["conns"] == c}
+                f.write(f"{c} {byt['direct']:.0f} {byt['infergate']:.0f} {byt['nginx']:.0f} "
+                        f"{byt['haproxy']:.0f}\n")
+        B.gnuplot("proxy-sweep.gp", DAT=dat, PNG=os.path.join(B.RESULTS, "proxy-sweep.png"),
+                  TITLE=f"req/s vs connections ({workers} cores, wrk -t{args.wrk_threads}, "
+                        f"{args.sweep_duration} s per point)")
+        srows = []
+        for c in conns:
+            byt = {r["target"]: r for r in sweep if r["conns"] == c}
+            srows.append([c] + [f"{byt[t]['rps']:,.0f} / {byt[t]['p99_ms']:.1f}"
+                                for t in ("direct", "infergate", "nginx", "haproxy")])
+        table += "\n\nSweep (req/s / p99 ms), plot in results/proxy-sweep.png:\n\n" + B.md_table(
+            ["connections", "direct", "infergate", "nginx", "haproxy"], srows)
+    B.record("proxy", "Proxy overhead", B.command_line(), mach,
+             {"main": main_runs, "ratios": ratios, "sweep": sweep}, table, notes)
+
+
+if __name__ == "__main__":
+    main()
