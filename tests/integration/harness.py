@@ -268,6 +268,144 @@ def test(fn):
     return fn
 
 
+_todo = {}
+
+
+def todo(reason):
+    """Marks a test as a known bug (put it under @test): its result is printed
+    with a TAP `# TODO reason` directive, so a failure is reported but does not
+    fail the suite, and a pass (XPASS) tells that the marker can go."""
+    def mark(fn):
+        _todo[fn.__name__] = reason
+        return fn
+    return mark
+
+
+class FakeBackend:
+    """A scripted HTTP/1.1 server on a free loopback port, for backends that
+    misbehave in ways infergate-sim does not (garbage, truncated bodies,
+    early closes) and for seeing the exact request bytes the gateway sends.
+
+    handler(fb, req, sock) answers one request; req is a dict with method,
+    path, headers (list of (name, value) as received), raw (header bytes) and
+    body. It writes to sock itself and returns False to close the connection.
+    The default handler answers GET /health, GET /v1/models and any POST like
+    a small OpenAI server. Every request is appended to fb.requests.
+    Stopped with the other processes of the test."""
+
+    args = ["fake-backend"]
+    log_path = None
+
+    def __init__(self, handler=None, model="sim-model"):
+        import threading
+        self.handler = handler or FakeBackend.answer_ok
+        self.model = model
+        self.requests = []
+        self.lock = threading.Lock()
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(512)
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.closed = False
+        self.conns = []
+        threading.Thread(target=self._accept, daemon=True).start()
+        _procs.append(self)
+        _all_procs.append(self)
+
+    def _accept(self):
+        import threading
+        while not self.closed:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns.append(c)
+            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
+
+    def _serve(self, c):
+        buf = b""
+        try:
+            while not self.closed:
+                while b"\r\n\r\n" not in buf:
+                    d = c.recv(65536)
+                    if not d:
+                        return
+                    buf += d
+                head, buf = buf.split(b"\r\n\r\n", 1)
+                lines = head.split(b"\r\n")
+                method, path = lines[0].decode("latin-1").split(" ")[:2]
+                headers = []
+                for ln in lines[1:]:
+                    k, _, v = ln.decode("latin-1").partition(":")
+                    headers.append((k, v.strip()))
+                n = int(dict((k.lower(), v) for k, v in headers).get("content-length", "0") or 0)
+                while len(buf) < n:
+                    d = c.recv(65536)
+                    if not d:
+                        return
+                    buf += d
+                body, buf = buf[:n], buf[n:]
+                req = {"method": method, "path": path, "headers": headers, "raw": head, "body": body}
+                with self.lock:
+                    self.requests.append(req)
+                if self.handler(self, req, c) is False:
+                    return
+        except OSError:
+            pass
+        finally:
+            try:
+                c.close()
+            except OSError:
+                pass
+
+    def posts(self):
+        with self.lock:
+            return [r for r in self.requests if r["method"] == "POST"]
+
+    @staticmethod
+    def reply(sock, status, body, ctype="application/json", extra=b""):
+        if not isinstance(body, bytes):
+            body = json.dumps(body).encode()
+        sock.sendall(b"HTTP/1.1 %d X\r\nContent-Type: %s\r\nContent-Length: %d\r\n%s\r\n%s"
+                     % (status, ctype.encode(), len(body), extra, body))
+
+    @staticmethod
+    def answer_ok(fb, req, sock):
+        if req["method"] == "GET" and req["path"] == "/v1/models":
+            FakeBackend.reply(sock, 200, {"object": "list", "data": [{"id": fb.model, "object": "model"}]})
+        elif req["method"] == "GET":
+            FakeBackend.reply(sock, 200, b"ok", "text/plain")
+        else:
+            FakeBackend.reply(sock, 200, {"id": "fake-1", "object": "chat.completion", "model": fb.model,
+                                          "choices": [{"index": 0, "finish_reason": "stop",
+                                                       "message": {"role": "assistant", "content": "fake"}}],
+                                          "usage": {"prompt_tokens": 1, "completion_tokens": 1}})
+        return True
+
+    # The interface of Proc that the test runner uses.
+    def read_log(self):
+        with self.lock:
+            return "\n".join(f"{r['method']} {r['path']}" for r in self.requests[-15:])
+
+    def poll(self):
+        return 0 if self.closed else None
+
+    def stop(self, sig=None, timeout=None):
+        self.closed = True
+        for s in [self.sock] + self.conns:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            try:
+                s.close()
+            except OSError:
+                pass
+        return 0
+
+
 def _kill_procs(procs):
     for p in procs:
         try:
@@ -315,13 +453,16 @@ def run():
                     pass
         _procs.clear()
         dt = time.monotonic() - start_t
+        todo_reason = _todo.get(t.__name__)
+        directive = f" # TODO {todo_reason}" if todo_reason else ""
         if skipped is not None:
             print(f"ok {i} - {t.__name__} # SKIP {skipped}", flush=True)
         elif ok:
-            print(f"ok {i} - {t.__name__} ({dt:.1f}s)", flush=True)
+            print(f"ok {i} - {t.__name__} ({dt:.1f}s){directive}", flush=True)
         else:
-            failed += 1
-            print(f"not ok {i} - {t.__name__} ({dt:.1f}s)", flush=True)
+            if not todo_reason:
+                failed += 1
+            print(f"not ok {i} - {t.__name__} ({dt:.1f}s){directive}", flush=True)
             for line in tb.rstrip().split("\n"):
                 print("# " + line)
             for name, log in logs:
