@@ -54,6 +54,7 @@ struct ig_backend {
 	uint64_t models_at_ms;  /* when models were last fetched */
 	json_t *models;         /* the backend's /v1/models "data" array, or NULL */
 	struct ig_probe *probe; /* health.c's transfer state */
+	char *discover;         /* the discover URL it came from, NULL if configured */
 };
 
 struct ig_pool {

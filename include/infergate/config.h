@@ -18,6 +18,8 @@ struct ig_backend_conf {
 	char *url;          /* normalised: scheme://host[:port][/prefix], no trailing slash */
 	long weight;        /* relative capacity, 1..1000 */
 	long max_inflight;  /* 0 = unlimited */
+	int discover;       /* url names a DNS name: every address it resolves to
+			     * becomes a backend (discover.c) */
 };
 
 struct ig_config {
@@ -52,6 +54,7 @@ struct ig_config {
 	char *load_source;          /* "gateway" or "backend" */
 	int load_from_backend;      /* load_source == "backend" */
 	char *load_path;            /* polled for the backend's own queue */
+	long discover_interval_s;   /* how often discovered names are resolved again */
 };
 
 /* Builds the configuration from argv (which may name --config FILE).

@@ -30,6 +30,7 @@ enum ig_evkind {
 	IG_EV_TICK,     /* housekeeping timer: probes, queue deadlines */
 	IG_EV_SIGNAL,   /* signalfd */
 	IG_EV_CLIENT,   /* a suspended client's socket, watched for hang-up */
+	IG_EV_DISCOVER, /* eventfd: DNS discovery has results */
 };
 
 /* epoll data for curl sockets: this bit set, the fd in the low 32 bits
@@ -175,6 +176,7 @@ struct ig_gw {
 	uint64_t next_idle_scan_ms;
 	struct ig_keyset api_keys, admin_keys;
 	struct ig_accesslog alog;
+	struct ig_discovery *discovery;  /* NULL without discover entries */
 	int argc;                      /* to re-read the configuration on SIGHUP */
 	char **argv;
 };
@@ -245,6 +247,12 @@ void ig_admin_tick(struct ig_gw *gw);
 void ig_gw_reload(struct ig_gw *gw);
 /* Loads keys and opens the access log for cfg; -1 with *err on a problem. */
 int ig_gw_load_files(struct ig_gw *gw, const struct ig_config *cfg, char **err);
+
+/* discover.c: DNS discovery of backends */
+/* Starts resolving the config's discover entries (none: does nothing). */
+int ig_discovery_start(struct ig_gw *gw);
+void ig_discovery_stop(struct ig_gw *gw);
+void ig_discovery_on_event(struct ig_gw *gw);
 
 /* metrics.c: /metrics, /health, /health/backends, /v1/models bodies */
 char *ig_metrics_text(struct ig_gw *gw);

@@ -214,6 +214,8 @@ void ig_gw_reload(struct ig_gw *gw)
 	/* Backends: the file is the source of truth. */
 	for (size_t i = 0; i < nc.n_backends; i++) {
 		struct ig_backend_conf *bc = &nc.backends[i];
+		if (bc->discover)
+			continue;
 		struct ig_backend *b = ig_pool_find_url(&gw->pool, bc->url);
 		if (b) {
 			b->weight = bc->weight;
@@ -232,7 +234,8 @@ void ig_gw_reload(struct ig_gw *gw)
 		struct ig_backend *b = gw->pool.v[i];
 		int keep = 0;
 		for (size_t j = 0; j < nc.n_backends && !keep; j++)
-			keep = strcmp(nc.backends[j].url, b->url) == 0;
+			keep = strcmp(nc.backends[j].url, b->discover ? b->discover : b->url) == 0 &&
+			       nc.backends[j].discover == (b->discover != NULL);
 		if (!keep && atomic_load(&b->admin) != IG_ADMIN_REMOVING) {
 			atomic_store(&b->admin, IG_ADMIN_REMOVING);
 			removed++;
@@ -252,6 +255,10 @@ void ig_gw_reload(struct ig_gw *gw)
 	struct ig_config old = *gw->cfg;
 	*gw->cfg = nc;
 	ig_config_free(&old);
+	/* Discovery restarts with the new names and interval. */
+	ig_discovery_stop(gw);
+	if (ig_discovery_start(gw) < 0)
+		ig_log_error("reload: DNS discovery could not restart");
 	enum ig_log_level level;
 	if (ig_log_level_parse(gw->cfg->log_level, &level) == 0)
 		ig_log_set_level(level);

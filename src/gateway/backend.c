@@ -35,7 +35,8 @@ int ig_pool_init(struct ig_pool *pool, const struct ig_config *cfg)
 {
 	memset(pool, 0, sizeof(*pool));
 	for (size_t i = 0; i < cfg->n_backends; i++)
-		if (!ig_pool_add(pool, cfg->backends[i].url, cfg->backends[i].weight, cfg->backends[i].max_inflight))
+		if (!cfg->backends[i].discover &&
+		    !ig_pool_add(pool, cfg->backends[i].url, cfg->backends[i].weight, cfg->backends[i].max_inflight))
 			return -1;
 	return 0;
 }
@@ -61,6 +62,7 @@ void ig_pool_remove(struct ig_pool *pool, struct ig_backend *b)
 static void backend_free(struct ig_backend *b)
 {
 	json_decref(b->models);
+	free(b->discover);
 	free(b->url);
 	free(b);
 }

@@ -21,7 +21,8 @@ enum ktype {
 	K_STR,      /* string */
 	K_LISTEN,   /* HOST:PORT */
 	K_POLICY,   /* one of the policy names */
-	K_BACKENDS, /* list of URLs or {url, weight, max_inflight} */
+	K_BACKENDS, /* list of URLs or {url | discover, weight, max_inflight} */
+	K_DISCOVER, /* flag only: one discovered name */
 };
 
 struct key {
@@ -40,6 +41,11 @@ static const struct key keys[] = {
 	 "address to serve on, HOST:PORT"},
 	{"backends", "--backend", K_BACKENDS, OFF(backends), 0, 0, 0, NULL,
 	 "backend base URL (repeatable; replaces the file's list); in the file a list of URL strings or {\"url\", \"weight\", \"max_inflight\"}"},
+	{"backends", "--discover", K_DISCOVER, OFF(backends), 0, 0, 0, NULL,
+	 "backend URL whose host is a DNS name: every address it resolves to becomes a backend (repeatable; "
+	 "in the file {\"discover\": URL})"},
+	{"discover_interval_s", "--discover-interval-s", K_INT, OFF(discover_interval_s), 1, 86400, 10, NULL,
+	 "how often discovered names are resolved again"},
 	{"policy", "--policy", K_POLICY, OFF(policy_name), 0, 0, 0, "least-loaded",
 	 "least-loaded | round-robin | random | power-of-two"},
 	{"health.path", "--health-path", K_STR, OFF(health_path), 0, 0, 0, "/health",
@@ -169,7 +175,7 @@ done:
 }
 
 static void add_backend(struct ig_config *cfg, struct ig_buf *errs, const char *where,
-			const char *url, long weight, long max_inflight)
+			const char *url, long weight, long max_inflight, int discover)
 {
 	const char *why = NULL;
 	char *norm = ig_config_normalise_url(url, &why);
@@ -187,7 +193,7 @@ static void add_backend(struct ig_config *cfg, struct ig_buf *errs, const char *
 	cfg->backends = realloc(cfg->backends, (cfg->n_backends + 1) * sizeof(*cfg->backends));
 	if (!cfg->backends)
 		abort();
-	cfg->backends[cfg->n_backends++] = (struct ig_backend_conf){norm, weight, max_inflight};
+	cfg->backends[cfg->n_backends++] = (struct ig_backend_conf){norm, weight, max_inflight, discover};
 }
 
 /* Sets one key from a string (flag) value. */
@@ -213,7 +219,10 @@ static void set_from_string(struct ig_config *cfg, const struct key *k, const ch
 		*FIELD(cfg, k, char *) = strdup(val);
 		break;
 	case K_BACKENDS:
-		add_backend(cfg, errs, what, val, 1, -1);
+		add_backend(cfg, errs, what, val, 1, -1, 0);
+		break;
+	case K_DISCOVER:
+		add_backend(cfg, errs, what, val, 1, -1, 1);
 		break;
 	}
 }
@@ -287,7 +296,7 @@ static void json_backends(struct ig_config *cfg, json_t *v, const char *where, s
 		char ctx[512];
 		snprintf(ctx, sizeof(ctx), "%s: backends[%zu]", where, i);
 		if (json_is_string(b)) {
-			add_backend(cfg, errs, ctx, json_string_value(b), 1, -1);
+			add_backend(cfg, errs, ctx, json_string_value(b), 1, -1, 0);
 			continue;
 		}
 		if (!json_is_object(b)) {
@@ -295,11 +304,11 @@ static void json_backends(struct ig_config *cfg, json_t *v, const char *where, s
 			continue;
 		}
 		const char *bk;
-		json_t *bv, *url = json_object_get(b, "url");
+		json_t *bv, *url = json_object_get(b, "url"), *disc = json_object_get(b, "discover");
 		long weight = 1, maxin = -1;
 		int ok = 1;
 		json_object_foreach(b, bk, bv) {
-			if (strcmp(bk, "url") == 0)
+			if (strcmp(bk, "url") == 0 || strcmp(bk, "discover") == 0)
 				continue;
 			if (strcmp(bk, "weight") == 0 || strcmp(bk, "max_inflight") == 0) {
 				long lo = bk[0] == 'w' ? 1 : 0, hi = bk[0] == 'w' ? 1000 : 1000000;
@@ -315,15 +324,15 @@ static void json_backends(struct ig_config *cfg, json_t *v, const char *where, s
 				}
 				continue;
 			}
-			problem(errs, "%s: unknown key '%s' (expected url, weight, max_inflight)", ctx, bk);
+			problem(errs, "%s: unknown key '%s' (expected url or discover, weight, max_inflight)", ctx, bk);
 			ok = 0;
 		}
-		if (!json_is_string(url)) {
-			problem(errs, "%s: \"url\" is missing or not a string", ctx);
+		if (!!url == !!disc || !json_is_string(url ? url : disc)) {
+			problem(errs, "%s: give one of \"url\" or \"discover\", as a string", ctx);
 			continue;
 		}
 		if (ok)
-			add_backend(cfg, errs, ctx, json_string_value(url), weight, maxin);
+			add_backend(cfg, errs, ctx, json_string_value(url ? url : disc), weight, maxin, disc != NULL);
 	}
 }
 
@@ -358,6 +367,8 @@ static void json_value(struct ig_config *cfg, const struct key *k, json_t *v, co
 	case K_BACKENDS:
 		json_backends(cfg, v, where, errs);
 		return;
+	case K_DISCOVER:
+		return; /* flag only */
 	}
 }
 
@@ -431,7 +442,7 @@ static void set_defaults(struct ig_config *cfg)
 		const struct key *k = &keys[i];
 		if (k->type == K_INT)
 			*FIELD(cfg, k, long) = k->def;
-		else if (k->type != K_BACKENDS && k->sdef)
+		else if (k->type != K_BACKENDS && k->type != K_DISCOVER && k->sdef)
 			*FIELD(cfg, k, char *) = strdup(k->sdef);
 	}
 }
@@ -583,7 +594,7 @@ int ig_config_from_args(struct ig_config *cfg, int argc, char **argv, int *check
 		}
 		if (is_config)
 			continue;
-		if (k->type == K_BACKENDS && !flag_backends) {
+		if ((k->type == K_BACKENDS || k->type == K_DISCOVER) && !flag_backends) {
 			backends_clear(cfg); /* flags replace the file's list */
 			flag_backends = 1;
 		}
@@ -602,7 +613,7 @@ void ig_config_free(struct ig_config *cfg)
 {
 	for (size_t i = 0; i < NKEYS; i++) {
 		const struct key *k = &keys[i];
-		if (k->type != K_INT && k->type != K_BACKENDS) {
+		if (k->type != K_INT && k->type != K_BACKENDS && k->type != K_DISCOVER) {
 			free(*FIELD(cfg, k, char *));
 			*FIELD(cfg, k, char *) = NULL;
 		}
@@ -631,10 +642,14 @@ char *ig_config_to_json(const struct ig_config *cfg)
 		case K_BACKENDS:
 			v = json_array();
 			for (size_t b = 0; b < cfg->n_backends; b++)
-				json_array_append_new(v, json_pack("{s:s, s:I, s:I}", "url", cfg->backends[b].url,
+				json_array_append_new(v, json_pack("{s:s, s:I, s:I}",
+								   cfg->backends[b].discover ? "discover" : "url",
+								   cfg->backends[b].url,
 								   "weight", (json_int_t)cfg->backends[b].weight,
 								   "max_inflight", (json_int_t)cfg->backends[b].max_inflight));
 			break;
+		case K_DISCOVER:
+			continue; /* shown under "backends" */
 		}
 		const char *dot = strchr(k->key, '.');
 		if (dot) {

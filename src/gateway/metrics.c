@@ -50,6 +50,8 @@ json_t *ig_backend_to_json(const struct ig_backend *b, uint64_t now)
 			json_object_set_new(probe, "error", json_string(b->last_probe_error));
 	}
 	json_object_set_new(o, "last_probe", probe);
+	if (b->discover)
+		json_object_set_new(o, "discovered_from", json_string(b->discover));
 	if (b->reported_load >= 0) {
 		json_object_set_new(o, "reported_load", json_integer(b->reported_load));
 		json_object_set_new(o, "external_load", json_integer(atomic_load(&b->external_load)));

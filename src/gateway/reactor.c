@@ -163,7 +163,7 @@ int ig_gw_init(struct ig_gw *gw, struct ig_config *cfg)
 	gw->ev_mhd = (struct ig_evsrc){IG_EV_MHD, info->epoll_fd, NULL};
 	add_fd(gw, info->epoll_fd, EPOLLIN, &gw->ev_mhd);
 
-	if (ig_upstream_init(gw) < 0 || ig_health_init(gw) < 0)
+	if (ig_upstream_init(gw) < 0 || ig_health_init(gw) < 0 || ig_discovery_start(gw) < 0)
 		return -1;
 	return 0;
 }
@@ -275,6 +275,9 @@ int ig_gw_run(struct ig_gw *gw)
 			case IG_EV_CLIENT:
 				ig_req_client_gone(src->ptr);
 				break;
+			case IG_EV_DISCOVER:
+				ig_discovery_on_event(gw);
+				break;
 			}
 		}
 		if (tick) {
@@ -303,6 +306,7 @@ void ig_gw_free(struct ig_gw *gw)
 		MHD_stop_daemon(gw->mhd); /* completion callbacks free the requests */
 		gw->mhd = NULL;
 	}
+	ig_discovery_stop(gw);
 	ig_health_free(gw);
 	ig_upstream_free(gw);
 	ig_pool_free(&gw->pool);
