@@ -394,6 +394,19 @@ static enum MHD_Result collect_header(void *cls, enum MHD_ValueKind kind IG_UNUS
 	struct ig_gw *gw = req->gw;
 	if (!key || !value || is_hop_by_hop(key, strlen(key)))
 		return MHD_YES;
+	/* Headers named in Connection are hop-by-hop too (RFC 9110 7.6.1). */
+	const char *conn = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Connection");
+	if (conn) {
+		size_t kl = strlen(key);
+		for (const char *p = conn; *p;) {
+			while (*p == ' ' || *p == ',' || *p == '\t')
+				p++;
+			size_t n = strcspn(p, " ,\t");
+			if (n == kl && strncasecmp(p, key, n) == 0)
+				return MHD_YES;
+			p += n;
+		}
+	}
 	/* The gateway's own key stays here; a backend key replaces it. */
 	if (strcasecmp(key, "Authorization") == 0 && (gw->api_keys.enabled || *gw->cfg->backend_api_key))
 		return MHD_YES;
