@@ -1,0 +1,109 @@
+#!/bin/sh
+# Builds the libFuzzer targets of infergate with ASan + UBSan and runs each
+# for FUZZ_SECONDS (default 30), failing on any crash, leak, UB or broken
+# invariant. Regression inputs (tests/fuzz/corpus/<target>/crash-*) and the
+# seeds are replayed first.
+#
+#   sh tests/fuzz/run.sh                   # every target, 30 s each
+#   FUZZ_SECONDS=600 sh tests/fuzz/run.sh sse resume
+#   FUZZ_BUILD=/tmp/f sh tests/fuzz/run.sh   # where binaries and new inputs go
+#   FUZZ_EXTRA_CFLAGS=-fno-sanitize=pointer-overflow sh tests/fuzz/run.sh
+#                                          # look past a known finding
+#
+# Needs clang with libFuzzer (Debian: apt-get install -y clang) and the
+# -dev packages the project builds with. Prints one line per target and a
+# summary; exit 0 only when every target ran clean.
+set -eu
+
+here=$(cd "$(dirname "$0")" && pwd)
+src=$(cd "$here/../.." && pwd)
+secs=${FUZZ_SECONDS:-30}
+build=${FUZZ_BUILD:-${TMPDIR:-/tmp}/infergate-fuzz}
+cc=${FUZZ_CC:-clang}
+all="config inspect sse corpus_line resume"
+targets=${*:-$all}
+
+command -v "$cc" >/dev/null 2>&1 || { echo "FAIL: $cc not found (apt-get install -y clang)"; exit 1; }
+mkdir -p "$build"
+# A config.h of our own, so the fuzz build does not depend on ./configure.
+cat > "$build/config.h" <<'H'
+#define PACKAGE "infergate"
+#define PACKAGE_NAME "infergate"
+#define PACKAGE_VERSION "fuzz"
+#define PACKAGE_STRING "infergate fuzz"
+#define VERSION "fuzz"
+H
+
+pkgs="libmicrohttpd libcurl jansson libcrypto"
+cflags="-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
+  -fno-omit-frame-pointer -D_GNU_SOURCE -I$build -I$src/include -I$src/src/bulk
+  $(pkg-config --cflags $pkgs) ${FUZZ_EXTRA_CFLAGS:-}"
+libs="$(pkg-config --libs $pkgs) -lm -pthread"
+common="$src/src/common/log.c $src/src/common/buf.c $src/src/common/util.c $src/src/common/oaerror.c"
+# Every gateway file but main.c and proxy.c (fuzz_inspect.c includes it),
+# plus the embedded status page when the tree has one.
+gateway_rest=""
+for f in "$src"/src/gateway/*.c; do
+	case $f in */main.c|*/proxy.c|*/status_html.c) continue ;; esac
+	gateway_rest="$gateway_rest $f"
+done
+if [ -f "$src/src/gateway/embed.sh" ] && [ -f "$src/src/gateway/status.html" ]; then
+	sh "$src/src/gateway/embed.sh" "$src/src/gateway/status.html" ig_status_html >"$build/status_html.c"
+	gateway_rest="$gateway_rest $build/status_html.c"
+fi
+bulk="$src/src/bulk/corpus.c $src/src/bulk/journal.c $src/src/bulk/stream.c"
+
+sources() {
+	case $1 in
+	config) echo "$here/fuzz_config.c $src/src/gateway/config.c $common" ;;
+	inspect) echo "$here/fuzz_inspect.c $gateway_rest $common" ;;
+	sse|corpus_line|resume) echo "$here/fuzz_$1.c $bulk $common" ;;
+	*) echo "unknown target '$1' (targets: $all)" >&2; exit 2 ;;
+	esac
+}
+
+failed=0
+summary=""
+for t in $targets; do
+	bin="$build/fuzz_$t"
+	# shellcheck disable=SC2046,SC2086
+	if ! $cc $cflags -o "$bin" $(sources "$t") $libs 2>"$build/$t.build.log"; then
+		cat "$build/$t.build.log"
+		echo "FAIL: fuzz_$t does not build"
+		failed=1
+		continue
+	fi
+	seeds="$here/corpus/$t"
+	work="$build/corpus-$t"
+	mkdir -p "$work" "$build/crashes"
+	log="$build/$t.log"
+	export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}"
+	export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+	# Replay the seeds and earlier crashes (one run each) before fuzzing.
+	if ! "$bin" -runs=0 -artifact_prefix="$build/crashes/$t-" "$seeds" >"$log.replay" 2>&1; then
+		tail -40 "$log.replay"
+		echo "FAIL: fuzz_$t crashes on a seed or regression input in $seeds"
+		failed=1
+		summary="$summary
+  $t: FAIL on a stored input"
+		continue
+	fi
+	if "$bin" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
+		-print_final_stats=1 -artifact_prefix="$build/crashes/$t-" \
+		"$work" "$seeds" >"$log" 2>&1; then
+		runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+		cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1)
+		echo "ok: fuzz_$t ${runs:-?} executions in ${secs}s ($cov, corpus $(ls "$work" | wc -l) inputs)"
+		summary="$summary
+  $t: ${runs:-?} executions, no crash"
+	else
+		grep -A40 -m1 'ERROR\|runtime error\|==ERROR\|deadly signal\|out-of-memory\|timeout' "$log" | head -60
+		echo "FAIL: fuzz_$t found a crash; input in $build/crashes/ (log $log)"
+		summary="$summary
+  $t: CRASH, see $log"
+		failed=1
+	fi
+done
+echo "fuzz summary (${secs}s per target):$summary"
+if [ "$failed" = 0 ]; then echo "PASS"; else echo "FAIL"; fi
+exit "$failed"
