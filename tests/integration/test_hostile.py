@@ -356,7 +356,6 @@ def hop_by_hop_headers_are_not_forwarded():
     assert dict((k.lower(), v) for k, v in fb.posts()[-1]["headers"])["x-request-id"] == rs[0][1]["x-request-id"]
 
 
-@todo("headers named in Connection (RFC 9110 7.6.1) are forwarded to the backend")
 @test
 def headers_named_in_connection_are_not_forwarded():
     fb = FakeBackend()
