@@ -94,6 +94,8 @@ struct ig_corpus_reader {
 	size_t len;
 	long lineno;            /* 1-based physical line of the current line */
 	long index;             /* 0-based index among request lines */
+	off_t offset;           /* byte offset where the current line starts */
+	off_t next_offset;      /* where the next physical line starts */
 };
 
 /* Returns 0, or -1 with *err. */
@@ -102,6 +104,10 @@ int ig_corpus_open(struct ig_corpus_reader *r, const char *path, char **err);
  * -1 on a read error (errno set). */
 int ig_corpus_next(struct ig_corpus_reader *r);
 void ig_corpus_close(struct ig_corpus_reader *r);
+/* The custom_id of a corpus line as the run names it ("line-N" from lineno
+ * when it has none), without building the request. Returns 0 with *id
+ * (malloc'd) and *derived (1 when it came from lineno), or -1 with *err. */
+int ig_corpus_line_id(const char *text, size_t len, long lineno, char **id, int *derived, char **err);
 
 /* ---------------------------------------------------------------- idset */
 
@@ -124,6 +130,9 @@ void ig_idset_free(struct ig_idset *s);
 int ig_idset_add(struct ig_idset *s, uint64_t h, uint64_t val, uint64_t *old);
 /* Returns 1 present (*val gets its value when non-NULL), 0 absent. */
 int ig_idset_get(const struct ig_idset *s, uint64_t h, uint64_t *val);
+/* Where the value of h lives, to update it in place; NULL when h is absent
+ * or the set has no values. Valid until the next ig_idset_add. */
+uint64_t *ig_idset_val(struct ig_idset *s, uint64_t h);
 
 /* -------------------------------------------------------------- journal */
 
@@ -143,6 +152,10 @@ int ig_journal_open(struct ig_journal *j, const char *path, char **err);
 int ig_journal_append(struct ig_journal *j, const char *line, size_t len);
 int ig_journal_sync(struct ig_journal *j);
 void ig_journal_close(struct ig_journal *j);
+/* The errors file that goes with an OUTPUT when --errors is not given:
+ * "x.jsonl" -> "x.errors.jsonl", anything else gets ".errors.jsonl" added.
+ * malloc'd. */
+char *ig_journal_errors_path(const char *output);
 
 /* Ids already written by earlier runs, from OUTPUT and the errors file.
  * Keeps hashes and line offsets only; membership is confirmed by re-reading
@@ -312,6 +325,12 @@ struct bulk_run {
 /* Returns 0 when it ran to the end or was stopped cleanly (stats->stopping,
  * stats->fatal tell which), -1 on a setup failure (logged). */
 int ig_sched_run(struct bulk_run *run);
+
+/* ---------------------------------------------------------------- merge */
+
+/* `infergate-bulk merge ...` (also `--merge`): joins shard results and
+ * checks that every corpus id is present exactly once; returns the exit code. */
+int ig_merge_main(int argc, char **argv);
 
 /* ------------------------------------------------------------- generate */
 

@@ -240,6 +240,32 @@ fail:
 	return -1;
 }
 
+int ig_corpus_line_id(const char *text, size_t len, long lineno, char **id, int *derived, char **err)
+{
+	struct bulk_line l;
+	char *why = NULL;
+	json_t *obj = json_loadb(text, len, JSON_REJECT_DUPLICATES, NULL);
+
+	memset(&l, 0, sizeof(l));
+	*id = NULL;
+	if (!json_is_object(obj)) {
+		*err = ig_strdupf("line %ld: not a JSON object", lineno);
+		json_decref(obj);
+		return -1;
+	}
+	json_t *given = json_object_get(obj, "custom_id");
+	*derived = !given || json_is_null(given);
+	if (parse_custom_id(obj, lineno, &l, &why) < 0) {
+		*err = ig_strdupf("line %ld: %s", lineno, why);
+		free(why);
+		json_decref(obj);
+		return -1;
+	}
+	json_decref(obj);
+	*id = l.custom_id;
+	return 0;
+}
+
 int ig_corpus_open(struct ig_corpus_reader *r, const char *path, char **err)
 {
 	struct stat st;
@@ -269,6 +295,8 @@ int ig_corpus_next(struct ig_corpus_reader *r)
 		if (n < 0)
 			return ferror(r->f) ? -1 : 0;
 		r->lineno++;
+		r->offset = r->next_offset;
+		r->next_offset += n;
 		if (n > 0 && r->line[n - 1] == '\n')
 			r->line[--n] = '\0';
 		if (blank(r->line, (size_t)n))
@@ -376,6 +404,14 @@ int ig_idset_add(struct ig_idset *s, uint64_t h, uint64_t val, uint64_t *old)
 		s->vals[i] = val;
 	s->len++;
 	return 1;
+}
+
+uint64_t *ig_idset_val(struct ig_idset *s, uint64_t h)
+{
+	if (!s->vals || !s->keys)
+		return NULL;
+	size_t i = slot_of(s, h);
+	return s->keys[i] ? &s->vals[i] : NULL;
 }
 
 int ig_idset_get(const struct ig_idset *s, uint64_t h, uint64_t *val)

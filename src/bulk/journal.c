@@ -75,6 +75,14 @@ void ig_journal_close(struct ig_journal *j)
 	j->fd = -1;
 }
 
+char *ig_journal_errors_path(const char *output)
+{
+	size_t n = strlen(output);
+	if (n > 6 && strcmp(output + n - 6, ".jsonl") == 0)
+		return ig_strdupf("%.*s.errors.jsonl", (int)(n - 6), output);
+	return ig_strdupf("%s.errors.jsonl", output);
+}
+
 /* ------------------------------------------------------------ result lines */
 
 static char *dump_line(json_t *obj, size_t *len)

@@ -86,6 +86,7 @@ static void usage(FILE *f)
 {
 	fprintf(f, "Usage: infergate-bulk --input FILE --output FILE [options]\n"
 		   "       infergate-bulk generate --count N --output FILE [--seed S] [--kind chat|completions]\n"
+		   "       infergate-bulk merge --input CORPUS [--output MERGED] SHARD_OUTPUT... (see merge --help)\n"
 		   "\nPushes every line of a JSONL corpus through an OpenAI-compatible server, exactly once,\n"
 		   "resumable. Everything is checked before the first request is sent.\n\nOptions:\n");
 	for (size_t i = 0; i < N_FLAGS; i++) {
@@ -243,15 +244,7 @@ static int parse_flags(int argc, char **argv, struct bulk_opts *o, char **err)
 	if (!url)
 		return -1;
 	o->url = url;
-	if (o->errors) {
-		o->errors = strdup(o->errors);
-	} else {
-		size_t n = strlen(o->output);
-		if (n > 6 && strcmp(o->output + n - 6, ".jsonl") == 0)
-			o->errors = ig_strdupf("%.*s.errors.jsonl", (int)(n - 6), o->output);
-		else
-			o->errors = ig_strdupf("%s.errors.jsonl", o->output);
-	}
+	o->errors = o->errors ? strdup(o->errors) : ig_journal_errors_path(o->output);
 	if (o->api_key_env) {
 		o->api_key = getenv(o->api_key_env);
 		if (!o->api_key || !*o->api_key) {
@@ -736,6 +729,8 @@ int main(int argc, char **argv)
 	ig_log_set_ident("infergate-bulk");
 	if (argc > 1 && strcmp(argv[1], "generate") == 0)
 		return ig_generate_main(argc - 1, argv + 1);
+	if (argc > 1 && (strcmp(argv[1], "merge") == 0 || strcmp(argv[1], "--merge") == 0))
+		return ig_merge_main(argc - 1, argv + 1);
 	rc = parse_flags(argc, argv, &o, &err);
 	if (rc != 0) {
 		if (rc < 0) {

@@ -16,6 +16,7 @@
 #include "../../src/bulk/progress.c"
 #include "../../src/bulk/generate.c"
 #include "../../src/bulk/scheduler.c"
+#include "../../src/bulk/merge.c"
 #define main bulk_main
 #include "../../src/bulk/main.c"
 #undef main
