@@ -566,7 +566,10 @@ static int sched_init(struct sched *s, struct bulk_run *run)
 	s->multi = curl_multi_init();
 	s->idle = calloc(n, sizeof(*s->idle));
 	s->active = calloc(n, sizeof(*s->active));
-	s->waiting = calloc(n, sizeof(*s->waiting));
+	/* New lines are read only while fewer than n wait, and at most n are in
+	 * flight, so up to 2n - 1 can end up waiting at once (all of them
+	 * failing together, as when the server is down). */
+	s->waiting = calloc(2 * n, sizeof(*s->waiting));
 	if (!s->multi || !s->idle || !s->active || !s->waiting)
 		return -1;
 	curl_multi_setopt(s->multi, CURLMOPT_MAXCONNECTS, (long)n + 8);
