@@ -45,6 +45,7 @@ struct ig_config {
 	long idle_s;
 	long shutdown_grace_s;
 	long max_connections;
+	long client_timeout_s;      /* idle client connections are closed after this */
 	char *log_level;
 	char *access_log;           /* path, "-" for stdout, "" for none */
 	char *api_keys_file;        /* SHA-256 hex digests, one per line; "" = open */

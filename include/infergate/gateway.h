@@ -84,6 +84,8 @@ struct ig_req {
 	bool committed;              /* response bytes handed to MHD: no retry */
 	bool upstream_done;
 	bool upstream_failed;        /* ended with an error after commit */
+	bool sse;                    /* the streamed body is text/event-stream */
+	size_t ready;                /* pending resp bytes that end a whole SSE event */
 	bool client_gone;
 	bool paused;                 /* curl transfer paused for back-pressure */
 	bool watching;               /* client fd in our epoll for hang-up */

@@ -76,6 +76,8 @@ static const struct key keys[] = {
 	 "on SIGTERM/SIGINT, how long in-flight requests may finish"},
 	{"max_connections", "--max-connections", K_INT, OFF(max_connections), 16, 1000000, 20000, NULL,
 	 "client connections held at once"},
+	{"client_timeout_s", "--client-timeout-s", K_INT, OFF(client_timeout_s), 1, 86400, 60, NULL,
+	 "a client connection idle this long (no byte while we wait for its request) is closed"},
 	{"log_level", "--log-level", K_STR, OFF(log_level), 0, 0, 0, "info",
 	 "debug | info | warn | error"},
 	{"access_log", "--access-log", K_STR, OFF(access_log), 0, 0, 0, "",

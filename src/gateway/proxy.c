@@ -260,6 +260,41 @@ static void scan_sse(struct ig_req *req, const char *p, size_t n)
 	}
 }
 
+/* The value of a header relayed from the backend, or NULL. */
+static const char *header_value(const struct ig_req *req, const char *name)
+{
+	const char *p = req->up_resp_headers.data, *end = p + req->up_resp_headers.len;
+	while (p && p < end) {
+		const char *n = p, *v = n + strlen(n) + 1;
+		if (strcasecmp(n, name) == 0)
+			return v;
+		p = v + strlen(v) + 1;
+	}
+	return NULL;
+}
+
+/* SSE events are relayed whole: bytes up to the last blank line are ready,
+ * a partial event waits for its end. If the backend dies mid-event, the
+ * client then gets whole events and an error event, never a torn one glued
+ * to the error. Other streamed bodies are relayed as they come. */
+static void mark_ready(struct ig_req *req, size_t scanned_before)
+{
+	size_t pending = ig_buf_pending(&req->resp);
+	if (!req->sse) {
+		req->ready = pending;
+		return;
+	}
+	const char *h = ig_buf_head(&req->resp);
+	size_t from = scanned_before > 2 ? scanned_before - 2 : 0;
+	for (size_t i = pending; i-- > from + 1;) {
+		if (h[i] == '\n' && (h[i - 1] == '\n' || (h[i - 1] == '\r' && i >= 2 && h[i - 2] == '\n'))) {
+			if (i + 1 > req->ready)
+				req->ready = i + 1;
+			return;
+		}
+	}
+}
+
 static bool streaming_ok(const struct ig_req *req)
 {
 	return req->stream && req->up_status >= 200 && req->up_status < 300;
@@ -278,13 +313,25 @@ static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
 			return 0;
 		return n;
 	}
-	if (ig_buf_pending(&req->resp) >= STREAM_HIGH_WATER) {
-		req->paused = true; /* back-pressure: a slow client holds the backend */
+	/* Back-pressure: a slow client holds the backend (unless nothing can
+	 * be sent yet: one event bigger than the high mark must complete). */
+	if (ig_buf_pending(&req->resp) >= STREAM_HIGH_WATER && req->ready > 0) {
+		req->paused = true;
 		return CURL_WRITEFUNC_PAUSE;
 	}
+	if (req->resp.len + n > MAX_BUFFERED_BODY)
+		return 0;
+	if (!req->committed) {
+		const char *ct = header_value(req, "Content-Type");
+		req->sse = ct && strncasecmp(ct, "text/event-stream", 17) == 0;
+	}
+	size_t before = ig_buf_pending(&req->resp);
 	if (ig_buf_append(&req->resp, ptr, n) < 0)
 		return 0;
 	scan_sse(req, ptr, n);
+	mark_ready(req, before);
+	if (req->ready == 0)
+		return n; /* half an event: nothing to relay yet */
 	if (!req->committed) {
 		req->committed = true;
 		req->t_first_byte_us = ig_now_us();
@@ -308,6 +355,7 @@ static void start_transfer(struct ig_req *req, struct ig_backend *b)
 	ig_buf_reset(&req->up_resp_headers);
 	ig_buf_reset(&req->resp);
 	ig_buf_reset(&req->sse_line);
+	req->ready = 0;
 	if (req->easy)
 		curl_easy_reset(req->easy);
 	else
@@ -521,11 +569,16 @@ static ssize_t read_stream(void *cls, uint64_t pos IG_UNUSED, char *buf, size_t 
 
 	if (req->client_gone)
 		return MHD_CONTENT_READER_END_WITH_ERROR;
+	if (req->upstream_done)
+		req->ready = n; /* the end: whatever is left goes */
+	if (n > req->ready)
+		n = req->ready;
 	if (n > 0) {
 		if (n > max)
 			n = max;
 		memcpy(buf, ig_buf_head(&req->resp), n);
 		ig_buf_consume(&req->resp, n);
+		req->ready -= n;
 		req->gw->stats.bytes_out += n;
 		req->bytes_out += n;
 		if (req->paused && req->in_multi && ig_buf_pending(&req->resp) < STREAM_LOW_WATER) {
@@ -629,7 +682,10 @@ static enum ig_upstream_error classify(struct ig_req *req, CURLcode result)
 static void end_stream_with_error(struct ig_req *req, const char *why)
 {
 	char *err = ig_oaerror_json(why, "server_error", NULL, "backend_error");
+	/* Drop the torn event the backend left: only whole events go out. */
+	req->resp.len = req->resp.off + req->ready;
 	ig_buf_printf(&req->resp, "data: %s\n\n", err);
+	req->ready = ig_buf_pending(&req->resp);
 	free(err);
 	req->upstream_failed = true;
 }

@@ -151,7 +151,9 @@ int ig_gw_init(struct ig_gw *gw, struct ig_config *cfg)
 				   MHD_OPTION_LISTEN_SOCKET, gw->listen_fd,
 				   MHD_OPTION_NOTIFY_COMPLETED, ig_server_completed, gw,
 				   MHD_OPTION_CONNECTION_LIMIT, conn_limit,
-				   MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
+				   /* Idle and half-sent requests (slowloris); suspended
+				    * connections, waiting on a backend, never time out. */
+				   MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->client_timeout_s,
 				   MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024,
 				   MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
 				   MHD_OPTION_END);

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 
 #include "infergate/gateway.h"
@@ -107,6 +108,71 @@ enum MHD_Result ig_server_error(struct MHD_Connection *conn, unsigned status, co
 	enum MHD_Result ret = MHD_queue_response(conn, status, r);
 	MHD_destroy_response(r);
 	return ret;
+}
+
+/* Request framing that a proxy must refuse (RFC 9112 6.1, 6.3, 5): more
+ * than one Content-Length, Content-Length with Transfer-Encoding, a
+ * Transfer-Encoding other than "chunked", or a header name that is not a
+ * token or a value with control characters. Refused before any body byte
+ * is read, with the connection closed, so that no byte of an ambiguous
+ * message can be taken for a request of its own. */
+struct framing {
+	int content_lengths, transfer_encodings, bad;
+	const char *why;
+};
+
+static int is_tchar(unsigned char c)
+{
+	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+	       (c && strchr("!#$%&'*+-.^_`|~", c));
+}
+
+static enum MHD_Result check_header(void *cls, enum MHD_ValueKind kind IG_UNUSED, const char *key,
+				    const char *value)
+{
+	struct framing *f = cls;
+	if (!key || !*key) {
+		f->bad = 1;
+		f->why = "empty header name";
+		return MHD_YES;
+	}
+	for (const unsigned char *p = (const unsigned char *)key; *p; p++)
+		if (!is_tchar(*p)) {
+			f->bad = 1;
+			f->why = "a header name that is not a token";
+			return MHD_YES;
+		}
+	for (const unsigned char *p = (const unsigned char *)(value ? value : ""); *p; p++)
+		if ((*p < 0x20 && *p != '\t') || *p == 0x7f) {
+			f->bad = 1;
+			f->why = "a control character in a header value";
+			return MHD_YES;
+		}
+	if (strcasecmp(key, "Content-Length") == 0)
+		f->content_lengths++;
+	if (strcasecmp(key, "Transfer-Encoding") == 0) {
+		f->transfer_encodings++;
+		if (!value || strcasecmp(value, "chunked") != 0) {
+			f->bad = 1;
+			f->why = "a Transfer-Encoding other than chunked";
+		}
+	}
+	return MHD_YES;
+}
+
+static const char *bad_framing(struct MHD_Connection *conn)
+{
+	struct framing f = {0, 0, 0, NULL};
+	MHD_get_connection_values(conn, MHD_HEADER_KIND, check_header, &f);
+	if (f.bad)
+		return f.why;
+	if (f.content_lengths > 1)
+		return "more than one Content-Length";
+	if (f.transfer_encodings > 1)
+		return "more than one Transfer-Encoding";
+	if (f.content_lengths && f.transfer_encodings)
+		return "both Content-Length and Transfer-Encoding";
+	return NULL;
 }
 
 /* Answers d now, or once the body (if any) has been read. */
@@ -218,6 +284,20 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
 	/* Answering on the first call makes MHD close the connection (it has
 	 * not seen the end of the request yet); the second call keeps it alive. */
 	if (!req) {
+		const char *why = bad_framing(conn);
+		if (why) {
+			char msg[160];
+			snprintf(msg, sizeof(msg), "malformed request: %s", why);
+			gw->stats.responses[4]++;
+			log_local(gw, conn, method, url, 400, 0);
+			char *body = ig_oaerror_json(msg, "invalid_request_error", NULL, "bad_request");
+			struct MHD_Response *r = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+			MHD_add_response_header(r, "Content-Type", "application/json");
+			MHD_add_response_header(r, "Connection", "close");
+			enum MHD_Result ret = MHD_queue_response(conn, 400, r);
+			MHD_destroy_response(r);
+			return ret;
+		}
 		/* A body far over the limit is refused from its declared length,
 		 * unread; MHD then closes the connection. One only a little over
 		 * is read and dropped (below), so the client is not reset while
