@@ -19,10 +19,9 @@ import time
 
 from harness import (FakeBackend, Skip, assert_openai_error, binary, chat_body, http, http_json,
                      metric, parallel, run, sse_events, start, start_gateway, start_sim, start_sims,
-                     test, todo, wait_until)
+                     test, wait_until)
 
-BULK_RETRY_POOL = ("infergate-bulk overflows its retry pool (scheduler.c: waiting[] holds --concurrency "
-                   "jobs, up to 2x concurrency - 1 can wait) when a server fails many requests at once")
+
 
 MODEL = "sim-model"
 FAST = ("--tokens-per-second", "0", "--ttft-ms", "0")
@@ -358,8 +357,6 @@ def garbage_answers_are_retried_on_a_good_backend_or_reported():
         fb.stop()
 
 
-@todo("a stream cut mid-event gets the error event glued to the partial event "
-      "('data: {\"truncdata: {\"error\"...'), so no client can parse it")
 @test
 def truncated_stream_from_a_backend_ends_with_an_error_event():
     def handler(fb, req, sock):
@@ -450,7 +447,6 @@ def flapping_backend_changes_state_no_faster_than_rise_and_fall():
 
 # --------------------------------------------- outages during a bulk run
 
-@todo(BULK_RETRY_POOL)
 @test
 def bulk_waits_out_a_server_that_fails_everything_for_a_while():
     # The smallest reproduction of the retry-pool overflow: every request
@@ -472,7 +468,6 @@ def bulk_waits_out_a_server_that_fails_everything_for_a_while():
         d.cleanup()
 
 
-@todo(BULK_RETRY_POOL)
 @test
 def all_backends_down_for_five_seconds_mid_bulk_run():
     d = Dir()
@@ -507,7 +502,6 @@ def all_backends_down_for_five_seconds_mid_bulk_run():
         d.cleanup()
 
 
-@todo(BULK_RETRY_POOL)
 @test
 def gateway_restarted_mid_bulk_run():
     d = Dir()
