@@ -20,7 +20,9 @@ int ig_buf_append(struct ig_buf *b, const void *p, size_t n);
 int ig_buf_printf(struct ig_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Bytes not yet consumed. */
 static inline size_t ig_buf_pending(const struct ig_buf *b) { return b->len - b->off; }
-static inline const char *ig_buf_head(const struct ig_buf *b) { return b->data + b->off; }
+/* Never NULL: an empty buffer that never allocated gives "" (NULL + 0 is
+ * undefined behaviour, and callers hand this to memchr and memcpy). */
+static inline const char *ig_buf_head(const struct ig_buf *b) { return b->data ? b->data + b->off : ""; }
 /* Marks n pending bytes consumed; compacts when everything is consumed. */
 void ig_buf_consume(struct ig_buf *b, size_t n);
 void ig_buf_reset(struct ig_buf *b);
