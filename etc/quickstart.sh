@@ -2,7 +2,11 @@
 # infergate quick start, for a fresh Debian 12 machine (as root).
 #   sh etc/quickstart.sh demo   seven simulated backends, the gateway, and a
 #                               generated corpus pushed through it
-#   sh etc/quickstart.sh test   the whole test suite; ends with "N passed, N failed"
+#   sh etc/quickstart.sh test   the whole test suite: make check, then again under
+#                               ASan+UBSan, the gateway under valgrind, and each
+#                               fuzz target for FUZZ_SECONDS (default 15); ends
+#                               with "N passed, N failed"
+#   sh etc/quickstart.sh check  make check only (a minute or two)
 # Builds out of tree in ./build. IG_SKIP_DEPS=1 skips apt-get.
 set -eu
 
@@ -10,7 +14,8 @@ SRC=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${IG_BUILD:-$SRC/build}
 JOBS=$(nproc 2>/dev/null || echo 2)
 DEPS="build-essential autoconf automake libtool pkg-config libmicrohttpd-dev libcurl4-openssl-dev
-      libjansson-dev libssl-dev check python3 curl nodejs npm prometheus chromium"
+      libjansson-dev libssl-dev check python3 python3-yaml curl nodejs npm prometheus chromium
+      clang valgrind"
 
 deps() {
 	[ "${IG_SKIP_DEPS:-0}" = 1 ] && return 0
@@ -35,27 +40,53 @@ build() {
 	make -s -j"$JOBS" >/dev/null
 }
 
-# Counts test cases (TAP lines, via automake's .trs files) and prints the total.
+# Counts test cases: TAP lines of every test program (automake's .trs files,
+# in the plain and the sanitizer builds), plus the valgrind and fuzz checks.
 summarize() {
-	pass=$(cat $(find "$BUILD" -name '*.trs') 2>/dev/null | grep -c '^:test-result: PASS' || true)
-	fail=$(cat $(find "$BUILD" -name '*.trs') 2>/dev/null | grep -c -E '^:test-result: (FAIL|ERROR|XPASS)' || true)
-	skip=$(cat $(find "$BUILD" -name '*.trs') 2>/dev/null | grep -c '^:test-result: SKIP' || true)
+	trs=$(find "$BUILD" -name '*.trs' 2>/dev/null)
+	pass=0; fail=0; skip=0
+	if [ -n "$trs" ]; then
+		pass=$(cat $trs | grep -c '^:test-result: PASS' || true)
+		fail=$(cat $trs | grep -c -E '^:test-result: (FAIL|ERROR|XPASS)' || true)
+		skip=$(cat $trs | grep -c '^:test-result: SKIP' || true)
+	fi
+	for log in "$BUILD/sanitize.log" "$BUILD/fuzz.log"; do
+		[ -f "$log" ] || continue
+		pass=$((pass + $(grep -c -E '^ok [0-9]+ - valgrind|^ok: fuzz_' "$log" || true)))
+		fail=$((fail + $(grep -c -E '^not ok [0-9]+ - valgrind|^FAIL: fuzz_|^FAIL: clang' "$log" || true)))
+	done
 	[ "$skip" -gt 0 ] && echo "($skip skipped)"
 	echo "$pass passed, $fail failed"
 	[ "$fail" -eq 0 ]
 }
 
-run_tests() {
-	build
-	cd "$BUILD"
-	find . -name '*.trs' -delete
-	rc=0
-	make -j"${IG_TEST_JOBS:-2}" check >/dev/null 2>&1 || rc=$?
-	# Show what failed, with the harness's diagnostics.
-	for trs in $(grep -l -E '^:test-result: (FAIL|ERROR|XPASS)' $(find . -name '*.trs') 2>/dev/null); do
+show_failures() {
+	for trs in $(grep -l -E '^:test-result: (FAIL|ERROR|XPASS)' $(find "$1" -name '*.trs') 2>/dev/null); do
 		echo "== ${trs%.trs}.log"
 		grep -E '^(not ok|#)' "${trs%.trs}.log" | head -60
 	done
+}
+
+run_tests() {
+	build
+	cd "$BUILD"
+	find "$BUILD" -name '*.trs' -delete
+	rm -f "$BUILD/sanitize.log" "$BUILD/fuzz.log"
+	rc=0
+	echo "== make check"
+	make -j"${IG_TEST_JOBS:-2}" check >"$BUILD/check.log" 2>&1 || rc=$?
+	show_failures "$BUILD"
+	if [ "${1:-full}" = full ]; then
+		echo "== the same under ASan+UBSan, and the gateway under valgrind (tests/sanitize.sh)"
+		SAN_BUILD="$BUILD/sanitize" SAN_JOBS="${IG_TEST_JOBS:-2}" sh "$SRC/tests/sanitize.sh" \
+			>"$BUILD/sanitize.log" 2>&1 || rc=1
+		grep -E '^(ok|not ok)' "$BUILD/sanitize.log" || true
+		show_failures "$BUILD/sanitize"
+		echo "== fuzzing, ${FUZZ_SECONDS:-15} s per target (tests/fuzz/run.sh)"
+		FUZZ_SECONDS="${FUZZ_SECONDS:-15}" FUZZ_BUILD="$BUILD/fuzz" sh "$SRC/tests/fuzz/run.sh" \
+			>"$BUILD/fuzz.log" 2>&1 || rc=1
+		grep -E '^(ok:|FAIL)' "$BUILD/fuzz.log" || true
+	fi
 	summarize || rc=1
 	return $rc
 }
@@ -95,7 +126,8 @@ demo() {
 
 case "${1:-}" in
 demo) demo ;;
-test) run_tests ;;
+test) run_tests full ;;
+check) run_tests quick ;;
 build) build ;;
-*) echo "usage: sh etc/quickstart.sh demo|test|build" >&2; exit 2 ;;
+*) echo "usage: sh etc/quickstart.sh demo|test|check|build" >&2; exit 2 ;;
 esac
