@@ -65,7 +65,7 @@ def run_policy(policy, corpus, m, conc, cap_s, workdir):
                              "--progress-interval-s", "30"])
     t0 = time.time()
     t_fault = None
-    done = 0
+    done = done_at_fault = 0
     while p.poll() is None:
         time.sleep(0.2)
         try:
@@ -76,6 +76,7 @@ def run_policy(policy, corpus, m, conc, cap_s, workdir):
         if t_fault is None and done >= m // 2:
             B.http(sims[SLOW] + "/sim/fault", {"mode": "slow"})
             t_fault = time.time() - t0
+            done_at_fault = done
             B.log(f"{policy}: {done} done at {t_fault:.1f} s: {sims[SLOW]} is now slow")
         if time.time() - t0 > cap_s:
             B.log(f"{policy}: stopped at the {cap_s} s cap with {done} of {m} done")
@@ -94,7 +95,8 @@ def run_policy(policy, corpus, m, conc, cap_s, workdir):
         wall, done = s["wall_time_s"], s["ok"]
     procs.stop_all()
     return {"policy": policy, "done": done, "wall_s": wall, "rps": done / wall,
-            "capped": capped, "fault_at_s": t_fault,
+            "capped": capped, "fault_at_s": t_fault, "done_at_fault": done_at_fault,
+            "rps_before_fault": done_at_fault / t_fault if t_fault else None,
             "served": [served.get(u, 0) for u in sims]}
 
 
@@ -127,17 +129,23 @@ def main():
         B.log(f"{pol}: {r['done']} in {r['wall_s']:.1f} s = {r['rps']:.1f} req/s "
               f"({100 * r['rps'] / ideal:.0f}% of ideal); served per backend {r['served']}")
         runs.append(r)
+    def first_half(r):
+        if not r["rps_before_fault"]:
+            return "-"
+        return f"{r['rps_before_fault']:.1f} ({100 * r['rps_before_fault'] / c_before:.0f}%)"
     rows = [[r["policy"], f"{r['done']:,}{' (capped)' if r['capped'] else ''}",
              f"{r['wall_s']:.1f}", f"{r['rps']:.1f}", f"{r['rps'] * TOKENS:,.0f}",
-             f"{100 * r['rps'] / ideal:.1f}%", " ".join(str(x) for x in r["served"])]
+             f"{100 * r['rps'] / ideal:.1f}%", first_half(r),
+             " ".join(str(x) for x in r["served"])]
             for r in runs]
     rows.append(["ideal", f"{args.requests:,}", f"{ideal_t:.1f}", f"{ideal:.1f}",
-                 f"{ideal * TOKENS:,.0f}", "100%",
+                 f"{ideal * TOKENS:,.0f}", "100%", f"{c_before:.1f} (100%)",
                  " ".join(f"{c / c_before * args.requests / 2 + c2 / c_after * args.requests / 2:.0f}"
                           for c, c2 in zip(caps, caps[:SLOW] + [c_after - c_before + caps[SLOW]]
                                            + caps[SLOW + 1:]))])
     table = B.md_table(["policy", "requests done", "wall s", "req/s", "output tok/s",
-                        "of ideal", "served per backend (sim1..sim7)"], rows)
+                        "of ideal", "req/s until the fault (of sum)",
+                        "served per backend (sim1..sim7)"], rows)
     sims_desc = ", ".join(f"sim{i + 1} {s} slots x {r} tok/s = {c:.1f} req/s"
                           for i, ((s, r), c) in enumerate(zip(SIMS, caps)))
     notes = (f"Simulators (`--output-tokens {TOKENS} --ttft-ms {TTFT_MS}`): {sims_desc}; "

@@ -5,7 +5,8 @@ set title "@TITLE@"
 set xlabel "connections (wrk)"
 set ylabel "requests/s"
 set logscale x 2
-set xtics (8,16,32,64,128,256,512)
+set xrange [6:340]
+set xtics (8,16,32,64,128,256)
 set format y "%.0s%c"
 set yrange [0:*]
 set grid
