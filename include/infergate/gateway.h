@@ -26,7 +26,6 @@
 enum ig_evkind {
 	IG_EV_MHD,      /* the MHD daemon's epoll fd */
 	IG_EV_CURL,     /* a curl socket */
-	IG_EV_CTIMER,   /* curl's timer (timerfd) */
 	IG_EV_TICK,     /* housekeeping timer: probes, queue deadlines */
 	IG_EV_SIGNAL,   /* signalfd */
 	IG_EV_CLIENT,   /* a suspended client's socket, watched for hang-up */
@@ -160,8 +159,11 @@ struct ig_gw {
 	struct ig_config *cfg;
 	struct ig_pool pool;
 	int epfd;
-	struct ig_evsrc ev_mhd, ev_ctimer, ev_tick, ev_signal;
-	int ctimer_fd, tick_fd, signal_fd;
+	struct ig_evsrc ev_mhd, ev_tick, ev_signal;
+	int tick_fd, signal_fd;
+	uint64_t curl_deadline_us;     /* when curl wants its timeout action */
+	CURL **easy_free;              /* reset easy handles kept for reuse */
+	size_t neasy_free;
 	int listen_fd;
 	struct MHD_Daemon *mhd;
 	CURLM *multi;
@@ -189,6 +191,10 @@ int ig_gw_init(struct ig_gw *gw, struct ig_config *cfg);
 /* Runs until a stop signal and the grace period; returns the exit code. */
 int ig_gw_run(struct ig_gw *gw);
 void ig_gw_free(struct ig_gw *gw);
+/* An easy handle from the free list (or a new one); and back (NULL is
+ * fine). Saves an allocation and setup per request. */
+CURL *ig_gw_easy_get(struct ig_gw *gw);
+void ig_gw_easy_put(struct ig_gw *gw, CURL *easy);
 /* Asks the loop to run MHD again (after MHD_resume_connection). */
 void ig_gw_resume(struct ig_gw *gw, struct ig_req *req);
 

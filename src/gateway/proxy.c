@@ -69,8 +69,7 @@ void ig_req_free(struct ig_req *req)
 	ig_buf_free(&req->up_resp_headers);
 	ig_buf_free(&req->sse_line);
 	curl_slist_free_all(req->up_headers);
-	if (req->easy)
-		curl_easy_cleanup(req->easy);
+	ig_gw_easy_put(gw, req->easy);
 	free(req->model);
 	free(req->err_body);
 	free(req);
@@ -359,7 +358,7 @@ static void start_transfer(struct ig_req *req, struct ig_backend *b)
 	if (req->easy)
 		curl_easy_reset(req->easy);
 	else
-		req->easy = curl_easy_init();
+		req->easy = ig_gw_easy_get(gw);
 	CURL *e = req->easy;
 	snprintf(url, sizeof(url), "%s%s", b->url, req->route);
 	curl_easy_setopt(e, CURLOPT_URL, url);
@@ -380,6 +379,8 @@ static void start_transfer(struct ig_req *req, struct ig_backend *b)
 	 * seconds and would count the upload as activity. */
 	curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
 	curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+	if (req->stream) /* SSE chunks are small; 10,000 streams x 16 KiB is not */
+		curl_easy_setopt(e, CURLOPT_BUFFERSIZE, 4096L);
 	req->last_io_ms = ig_now_ms();
 	CURLMcode mc = curl_multi_add_handle(gw->multi, e);
 	if (mc != CURLM_OK) {
@@ -625,7 +626,8 @@ enum MHD_Result ig_req_respond(struct ig_req *req)
 		return queue(req, req->err_status, r);
 	}
 	if (req->committed && streaming_ok(req)) {
-		r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, read_stream, req, NULL);
+		/* Small blocks: a held stream should cost little (10,000 of them). */
+		r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4 * 1024, read_stream, req, NULL);
 		add_relayed_headers(req, r);
 		if (!MHD_get_response_header(r, "Content-Type"))
 			MHD_add_response_header(r, "Content-Type", "text/event-stream");

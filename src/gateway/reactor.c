@@ -109,7 +109,7 @@ int ig_gw_init(struct ig_gw *gw, struct ig_config *cfg)
 
 	memset(gw, 0, sizeof(*gw));
 	gw->cfg = cfg;
-	gw->listen_fd = gw->epfd = gw->ctimer_fd = gw->tick_fd = gw->signal_fd = -1;
+	gw->listen_fd = gw->epfd = gw->tick_fd = gw->signal_fd = -1;
 	gw->alog.fd = -1;
 	char *err = NULL;
 	if (ig_gw_load_files(gw, cfg, &err) < 0) {
@@ -154,7 +154,10 @@ int ig_gw_init(struct ig_gw *gw, struct ig_config *cfg)
 				   /* Idle and half-sent requests (slowloris); suspended
 				    * connections, waiting on a backend, never time out. */
 				   MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->client_timeout_s,
-				   MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024,
+				   /* Per connection: request headers must fit (about
+				    * 32 KiB; more is 431), and 10,000 held streams
+				    * must not cost 10,000 x 64 KiB. */
+				   MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)32 * 1024,
 				   MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
 				   MHD_OPTION_END);
 	if (!gw->mhd) {
@@ -242,6 +245,10 @@ int ig_gw_run(struct ig_gw *gw)
 		int timeout = -1;
 		if (gw->resume_pending || (MHD_get_timeout(gw->mhd, &mto) == MHD_YES && mto == 0))
 			timeout = 0;
+		if (timeout != 0 && gw->curl_deadline_us != UINT64_MAX) {
+			uint64_t now = ig_now_us();
+			timeout = gw->curl_deadline_us <= now ? 0 : (int)((gw->curl_deadline_us - now + 999) / 1000);
+		}
 		int n = epoll_wait(gw->epfd, evs, (int)(sizeof(evs) / sizeof(evs[0])), timeout);
 		if (n < 0 && errno != EINTR) {
 			ig_log_error("%s: epoll_wait: %s", __func__, strerror(errno));
@@ -261,11 +268,6 @@ int ig_gw_run(struct ig_gw *gw)
 			case IG_EV_MHD:
 			case IG_EV_CURL:
 				break;
-			case IG_EV_CTIMER:
-				if (read(gw->ctimer_fd, &junk, sizeof(junk)) < 0 && errno != EAGAIN)
-					ig_log_warn("%s: timerfd read: %s", __func__, strerror(errno));
-				ig_upstream_on_timer(gw);
-				break;
 			case IG_EV_TICK:
 				if (read(gw->tick_fd, &junk, sizeof(junk)) < 0 && errno != EAGAIN)
 					ig_log_warn("%s: timerfd read: %s", __func__, strerror(errno));
@@ -282,6 +284,8 @@ int ig_gw_run(struct ig_gw *gw)
 				break;
 			}
 		}
+		if (gw->curl_deadline_us != UINT64_MAX && ig_now_us() >= gw->curl_deadline_us)
+			ig_upstream_on_timer(gw);
 		if (tick) {
 			uint64_t now = ig_now_ms();
 			ig_health_tick(gw, now);

@@ -6,13 +6,14 @@
  * Not here: building a request's transfer (proxy.c) or a probe (health.c). */
 #include "config.h"
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include "infergate/gateway.h"
 #include "infergate/log.h"
+#include "infergate/util.h"
 
 static void check_done(struct ig_gw *gw)
 {
@@ -56,32 +57,25 @@ static int on_curl_socket(CURL *easy IG_UNUSED, curl_socket_t s, int what, void 
 	return 0;
 }
 
+/* curl asks to be called back in timeout_ms (0: at once, -1: never). We
+ * only note the deadline; the reactor's epoll_wait timeout honours it. A
+ * timerfd re-armed here cost a syscall per request (a third of the
+ * gateway's CPU in bench/results/profile-notes.md). */
 static int on_curl_timer(CURLM *multi IG_UNUSED, long timeout_ms, void *userp)
 {
 	struct ig_gw *gw = userp;
-	struct itimerspec its = {{0, 0}, {0, 0}};
-
-	if (timeout_ms == 0)
-		its.it_value.tv_nsec = 1; /* soonest: we may not call curl from here */
-	else if (timeout_ms > 0) {
-		its.it_value.tv_sec = timeout_ms / 1000;
-		its.it_value.tv_nsec = (timeout_ms % 1000) * 1000000L;
-	}
-	timerfd_settime(gw->ctimer_fd, 0, &its, NULL);
+	gw->curl_deadline_us = timeout_ms < 0 ? UINT64_MAX : ig_now_us() + (uint64_t)timeout_ms * 1000u;
 	return 0;
 }
 
 int ig_upstream_init(struct ig_gw *gw)
 {
-	gw->ctimer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	gw->curl_deadline_us = UINT64_MAX;
 	gw->multi = curl_multi_init();
-	if (gw->ctimer_fd < 0 || !gw->multi) {
-		ig_log_error("%s: cannot create the curl multi handle or its timer", __func__);
+	if (!gw->multi) {
+		ig_log_error("%s: cannot create the curl multi handle", __func__);
 		return -1;
 	}
-	gw->ev_ctimer = (struct ig_evsrc){IG_EV_CTIMER, gw->ctimer_fd, NULL};
-	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &gw->ev_ctimer};
-	epoll_ctl(gw->epfd, EPOLL_CTL_ADD, gw->ctimer_fd, &ev);
 	curl_multi_setopt(gw->multi, CURLMOPT_SOCKETFUNCTION, on_curl_socket);
 	curl_multi_setopt(gw->multi, CURLMOPT_SOCKETDATA, gw);
 	curl_multi_setopt(gw->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer);
@@ -93,12 +87,14 @@ int ig_upstream_init(struct ig_gw *gw)
 
 void ig_upstream_free(struct ig_gw *gw)
 {
+	for (size_t i = 0; i < gw->neasy_free; i++)
+		curl_easy_cleanup(gw->easy_free[i]);
+	free(gw->easy_free);
+	gw->easy_free = NULL;
+	gw->neasy_free = 0;
 	if (gw->multi)
 		curl_multi_cleanup(gw->multi);
 	gw->multi = NULL;
-	if (gw->ctimer_fd >= 0)
-		close(gw->ctimer_fd);
-	gw->ctimer_fd = -1;
 }
 
 void ig_upstream_on_socket(struct ig_gw *gw, int fd, uint32_t events)
@@ -117,6 +113,30 @@ void ig_upstream_on_socket(struct ig_gw *gw, int fd, uint32_t events)
 void ig_upstream_on_timer(struct ig_gw *gw)
 {
 	int running;
+	gw->curl_deadline_us = UINT64_MAX; /* the callback may set a new one */
 	curl_multi_socket_action(gw->multi, CURL_SOCKET_TIMEOUT, 0, &running);
 	check_done(gw);
+}
+
+#define EASY_FREE_MAX 1024
+
+CURL *ig_gw_easy_get(struct ig_gw *gw)
+{
+	if (gw->neasy_free > 0)
+		return gw->easy_free[--gw->neasy_free];
+	return curl_easy_init();
+}
+
+void ig_gw_easy_put(struct ig_gw *gw, CURL *easy)
+{
+	if (!easy)
+		return;
+	if (!gw->easy_free)
+		gw->easy_free = calloc(EASY_FREE_MAX, sizeof(*gw->easy_free));
+	if (gw->easy_free && gw->neasy_free < EASY_FREE_MAX) {
+		curl_easy_reset(easy);
+		gw->easy_free[gw->neasy_free++] = easy;
+	} else {
+		curl_easy_cleanup(easy);
+	}
 }
