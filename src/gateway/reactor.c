@@ -155,9 +155,10 @@ int ig_gw_init(struct ig_gw *gw, struct ig_config *cfg)
 				    * connections, waiting on a backend, never time out. */
 				   MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->client_timeout_s,
 				   /* Per connection: request headers must fit (about
-				    * 32 KiB; more is 431), and 10,000 held streams
-				    * must not cost 10,000 x 64 KiB. */
-				   MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)32 * 1024,
+				    * 12 KiB; more is 431, as most servers do), and
+				    * 10,000 held streams
+				    * must not cost 10,000 x 64 KiB (MHD zeroes it). */
+				   MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)16 * 1024,
 				   MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
 				   MHD_OPTION_END);
 	if (!gw->mhd) {
