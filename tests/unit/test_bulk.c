@@ -19,6 +19,7 @@
 #include "../../src/bulk/merge.c"
 #define main bulk_main
 #include "../../src/bulk/main.c"
+#include "check_main.h"
 #undef main
 
 static const struct bulk_defaults no_defaults = {NULL, -1, 0, 0, -1, 0};
@@ -460,9 +461,5 @@ int main(void)
 	tcase_add_test(tc, flags_validate);
 	tcase_add_test(tc, preflight_finds_duplicates_exactly);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_ENV);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return ig_check_run(s);
 }

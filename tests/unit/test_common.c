@@ -8,6 +8,7 @@
 #include "infergate/buf.h"
 #include "infergate/oaerror.h"
 #include "infergate/util.h"
+#include "check_main.h"
 
 START_TEST(buf_append_consume)
 {
@@ -103,9 +104,5 @@ int main(void)
 	tcase_add_test(tc, oaerror_shape);
 	tcase_add_test(tc, hash_and_rand);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_ENV);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return ig_check_run(s);
 }

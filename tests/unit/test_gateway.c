@@ -9,6 +9,7 @@
 
 #include "infergate/config.h"
 #include "infergate/router.h"
+#include "check_main.h"
 
 static char *write_tmp(const char *text)
 {
@@ -156,9 +157,5 @@ int main(void)
 	tcase_add_test(tc, least_loaded_follows_load_and_weight);
 	tcase_add_test(tc, limits_give_busy_then_none);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_ENV);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return ig_check_run(s);
 }

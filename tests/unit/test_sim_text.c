@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "sim.h"
+#include "check_main.h"
 
 /* The first n tokens for a prompt and seed, concatenated. */
 static char *answer(const char *prompt, uint64_t seed, long n)
@@ -106,9 +107,5 @@ int main(void)
 	tcase_add_test(tc, natural_length_in_range);
 	tcase_add_test(tc, prompt_tokens);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_ENV);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return ig_check_run(s);
 }
