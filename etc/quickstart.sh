@@ -14,8 +14,7 @@ SRC=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${IG_BUILD:-$SRC/build}
 JOBS=$(nproc 2>/dev/null || echo 2)
 DEPS="build-essential autoconf automake libtool pkg-config libmicrohttpd-dev libcurl4-openssl-dev
-      libjansson-dev libssl-dev check python3 python3-yaml curl nodejs npm prometheus chromium
-      clang valgrind"
+      libjansson-dev libssl-dev check python3 python3-yaml curl prometheus chromium clang valgrind"
 
 deps() {
 	[ "${IG_SKIP_DEPS:-0}" = 1 ] && return 0
@@ -23,6 +22,9 @@ deps() {
 	for p in $DEPS; do
 		dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
 	done
+	# A Node.js with npm may come from elsewhere (NodeSource's nodejs
+	# conflicts with Debian's npm): only install Debian's when none is there.
+	command -v npm >/dev/null 2>&1 && command -v node >/dev/null 2>&1 || missing="$missing nodejs npm"
 	[ -z "$missing" ] && return 0
 	echo "== installing:$missing"
 	apt-get update -qq
