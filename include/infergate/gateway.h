@@ -108,6 +108,7 @@ struct ig_req {
 	enum ig_upstream_error last_err;
 	uint64_t t_start_us, t_first_byte_us, q_deadline_ms;
 	uint64_t last_io_ms;            /* last byte from the backend (idle timeout) */
+	uint64_t suspended_at_ms;       /* when it was last suspended */
 	struct ig_buf sse_line;         /* partial SSE line, to find the usage chunk */
 	long prompt_tokens, completion_tokens; /* from "usage", -1 when none */
 	unsigned status_sent;           /* what the client was answered */
@@ -178,6 +179,7 @@ struct ig_gw {
 	uint64_t stop_deadline_ms;
 	int exit_code;
 	uint64_t next_idle_scan_ms;
+	uint64_t next_watch_scan_ms;
 	struct ig_keyset api_keys, admin_keys;
 	struct ig_accesslog alog;
 	struct ig_discovery *discovery;  /* NULL without discover entries */

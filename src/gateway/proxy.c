@@ -102,13 +102,19 @@ static void unwatch_client(struct ig_req *req)
 	}
 }
 
+/* The hang-up watch costs two epoll_ctl calls, so it is set only on
+ * requests that stay suspended a while (ig_proxy_tick): a quick answer
+ * needs none, and a stream that keeps flowing sees its client leave at the
+ * next write anyway. */
+#define WATCH_AFTER_MS 100
+
 static void suspend(struct ig_req *req)
 {
 	if (!req->suspended) {
 		MHD_suspend_connection(req->conn);
 		req->suspended = true;
+		req->suspended_at_ms = ig_now_ms();
 	}
-	watch_client(req);
 }
 
 /* ---- errors decided by the gateway ---- */
@@ -822,8 +828,19 @@ static void scan_idle(struct ig_gw *gw, uint64_t now_ms)
 	}
 }
 
+static void scan_watch(struct ig_gw *gw, uint64_t now_ms)
+{
+	for (struct ig_req *req = gw->reqs; req; req = req->next)
+		if (req->suspended && !req->watching && now_ms - req->suspended_at_ms >= WATCH_AFTER_MS)
+			watch_client(req);
+}
+
 void ig_proxy_tick(struct ig_gw *gw, uint64_t now_ms)
 {
+	if (now_ms >= gw->next_watch_scan_ms) {
+		gw->next_watch_scan_ms = now_ms + WATCH_AFTER_MS / 2;
+		scan_watch(gw, now_ms);
+	}
 	if (now_ms >= gw->next_idle_scan_ms) {
 		gw->next_idle_scan_ms = now_ms + 250;
 		scan_idle(gw, now_ms);
