@@ -163,6 +163,8 @@ struct ig_gw {
 	struct ig_evsrc ev_mhd, ev_tick, ev_signal;
 	int tick_fd, signal_fd;
 	uint64_t curl_deadline_us;     /* when curl wants its timeout action */
+	uint32_t *curl_fds;            /* upstream.c: epoll state of curl sockets, by fd */
+	size_t ncurl_fds;
 	CURL **easy_free;              /* reset easy handles kept for reuse */
 	size_t neasy_free;
 	int listen_fd;
@@ -233,6 +235,9 @@ int ig_upstream_init(struct ig_gw *gw);
 void ig_upstream_free(struct ig_gw *gw);
 void ig_upstream_on_socket(struct ig_gw *gw, int fd, uint32_t events);
 void ig_upstream_on_timer(struct ig_gw *gw);
+/* Every easy handle must go through this: curl's socket closes are how
+ * sockets leave the reactor's epoll set. */
+void ig_upstream_watch_closes(struct ig_gw *gw, CURL *easy);
 
 /* health.c: active probes and passive accounting */
 int ig_health_init(struct ig_gw *gw);

@@ -105,6 +105,7 @@ static void start_probe(struct ig_gw *gw, struct ig_probe *p, enum probe_what wh
 	curl_easy_setopt(p->easy, CURLOPT_CONNECTTIMEOUT_MS,
 			 cfg->health_timeout_ms < cfg->connect_ms ? cfg->health_timeout_ms : cfg->connect_ms);
 	curl_easy_setopt(p->easy, CURLOPT_HTTP_CONTENT_DECODING, 0L);
+	ig_upstream_watch_closes(gw, p->easy);
 	p->started_us = ig_now_us();
 	if (curl_multi_add_handle(gw->multi, p->easy) == CURLM_OK) {
 		p->running = true;

@@ -385,6 +385,7 @@ static void start_transfer(struct ig_req *req, struct ig_backend *b)
 	 * seconds and would count the upload as activity. */
 	curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
 	curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+	ig_upstream_watch_closes(gw, e);
 	if (req->stream) /* SSE chunks are small; 10,000 streams x 16 KiB is not */
 		curl_easy_setopt(e, CURLOPT_BUFFERSIZE, 4096L);
 	req->last_io_ms = ig_now_ms();

@@ -1,14 +1,18 @@
 /* libcurl multi glue, after curl's docs/examples/ephiperfifo.c: curl tells us
  * which sockets to watch (socket callback) and when to wake it (timer
- * callback, a timerfd); we call curl_multi_socket_action from the reactor.
+ * callback); we call curl_multi_socket_action from the reactor.
  * Keep-alive connections to each backend live in the multi's connection
- * cache and are reused across requests.
+ * cache and are reused across requests. A socket stays in our epoll set
+ * while its connection idles in that cache, so a reused connection costs
+ * no epoll_ctl at all; it leaves the set when curl closes it (close
+ * callback) or when it stirs while idle (the backend closed it).
  * Not here: building a request's transfer (proxy.c) or a probe (health.c). */
 #include "config.h"
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "infergate/gateway.h"
@@ -34,27 +38,90 @@ static void check_done(struct ig_gw *gw)
 	}
 }
 
+/* Registration state of curl's sockets, by fd. */
+enum {
+	FD_TRANSIENT = 1u << 29,  /* not a connection (the resolver's socketpair):
+				   * curl closes it without the close callback */
+	FD_REGISTERED = 1u << 30, /* in our epoll set, with the events below */
+	FD_WANTED = 1u << 31,     /* curl watches it now (else: idle in the cache) */
+};
+#define FD_EVENTS(st) ((st) & (EPOLLIN | EPOLLOUT))
+
+static uint32_t *fd_slot(struct ig_gw *gw, int fd)
+{
+	if (fd < 0)
+		return NULL;
+	if ((size_t)fd >= gw->ncurl_fds) {
+		size_t n = gw->ncurl_fds ? gw->ncurl_fds : 1024;
+		while (n <= (size_t)fd)
+			n *= 2;
+		uint32_t *v = realloc(gw->curl_fds, n * sizeof(*v));
+		if (!v)
+			return NULL;
+		memset(v + gw->ncurl_fds, 0, (n - gw->ncurl_fds) * sizeof(*v));
+		gw->curl_fds = v;
+		gw->ncurl_fds = n;
+	}
+	return &gw->curl_fds[fd];
+}
+
+static void unregister(struct ig_gw *gw, int fd)
+{
+	uint32_t *st = fd_slot(gw, fd);
+	if (st && (*st & FD_REGISTERED))
+		epoll_ctl(gw->epfd, EPOLL_CTL_DEL, fd, NULL);
+	if (st)
+		*st = 0;
+}
+
 static int on_curl_socket(CURL *easy IG_UNUSED, curl_socket_t s, int what, void *userp,
-			  void *socketp)
+			  void *socketp IG_UNUSED)
 {
 	struct ig_gw *gw = userp;
-	struct epoll_event ev = {0};
+	uint32_t *st = fd_slot(gw, s);
 
-	if (what == CURL_POLL_REMOVE) {
-		epoll_ctl(gw->epfd, EPOLL_CTL_DEL, s, NULL);
-		curl_multi_assign(gw->multi, s, NULL);
+	if (!st) { /* out of memory: plain add/remove */
+		if (what == CURL_POLL_REMOVE)
+			epoll_ctl(gw->epfd, EPOLL_CTL_DEL, s, NULL);
 		return 0;
 	}
-	ev.events = (what & CURL_POLL_IN ? EPOLLIN : 0u) | (what & CURL_POLL_OUT ? EPOLLOUT : 0u);
-	ev.data.u64 = IG_EV_CURL_BIT | (uint32_t)s;
-	if (!socketp) {
+	if (what == CURL_POLL_REMOVE) {
+		if (*st & FD_TRANSIENT)
+			unregister(gw, s);
+		else
+			*st &= ~FD_WANTED; /* a connection: stays registered while it idles */
+		return 0;
+	}
+	uint32_t events = (what & CURL_POLL_IN ? EPOLLIN : 0u) | (what & CURL_POLL_OUT ? EPOLLOUT : 0u);
+	struct epoll_event ev = {.events = events, .data.u64 = IG_EV_CURL_BIT | (uint32_t)s};
+	if (!(*st & FD_REGISTERED)) {
+		struct sockaddr_storage ss;
+		socklen_t len = sizeof(ss);
+		uint32_t transient = getsockname(s, (struct sockaddr *)&ss, &len) < 0 ||
+				     (ss.ss_family != AF_INET && ss.ss_family != AF_INET6) ? FD_TRANSIENT : 0;
 		if (epoll_ctl(gw->epfd, EPOLL_CTL_ADD, s, &ev) < 0 && errno == EEXIST)
 			epoll_ctl(gw->epfd, EPOLL_CTL_MOD, s, &ev);
-		curl_multi_assign(gw->multi, s, gw); /* any non-NULL marks "added" */
-	} else if (epoll_ctl(gw->epfd, EPOLL_CTL_MOD, s, &ev) < 0 && errno == ENOENT) {
-		epoll_ctl(gw->epfd, EPOLL_CTL_ADD, s, &ev);
+		*st = FD_REGISTERED | FD_WANTED | transient | events;
+		return 0;
 	}
+	if (FD_EVENTS(*st) != events)
+		epoll_ctl(gw->epfd, EPOLL_CTL_MOD, s, &ev);
+	*st = FD_REGISTERED | FD_WANTED | (*st & FD_TRANSIENT) | events;
 	return 0;
+}
+
+/* curl closes a connection: leave the set first (the fd number will be
+ * reused by the next socket, ours or MHD's). */
+static int on_curl_close(void *clientp, curl_socket_t s)
+{
+	unregister(clientp, s);
+	return close(s);
+}
+
+void ig_upstream_watch_closes(struct ig_gw *gw, CURL *easy)
+{
+	curl_easy_setopt(easy, CURLOPT_CLOSESOCKETFUNCTION, on_curl_close);
+	curl_easy_setopt(easy, CURLOPT_CLOSESOCKETDATA, gw);
 }
 
 /* curl asks to be called back in timeout_ms (0: at once, -1: never). We
@@ -87,6 +154,7 @@ int ig_upstream_init(struct ig_gw *gw)
 
 void ig_upstream_free(struct ig_gw *gw)
 {
+	/* Cached connections are closed here, through on_curl_close. */
 	for (size_t i = 0; i < gw->neasy_free; i++)
 		curl_easy_cleanup(gw->easy_free[i]);
 	free(gw->easy_free);
@@ -95,11 +163,22 @@ void ig_upstream_free(struct ig_gw *gw)
 	if (gw->multi)
 		curl_multi_cleanup(gw->multi);
 	gw->multi = NULL;
+	free(gw->curl_fds);
+	gw->curl_fds = NULL;
+	gw->ncurl_fds = 0;
 }
 
 void ig_upstream_on_socket(struct ig_gw *gw, int fd, uint32_t events)
 {
 	int running, flags = 0;
+	uint32_t *st = fd_slot(gw, fd);
+	if (st && !(*st & FD_WANTED)) {
+		/* An idle cached connection stirred: the backend closed it or
+		 * sent something unasked. Stop watching; curl finds it dead when
+		 * it next tries to reuse it. */
+		unregister(gw, fd);
+		return;
+	}
 	if (events & (EPOLLIN | EPOLLHUP))
 		flags |= CURL_CSELECT_IN;
 	if (events & EPOLLOUT)
