@@ -387,7 +387,7 @@ static void start_transfer(struct ig_req *req, struct ig_backend *b)
 	curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
 	ig_upstream_watch_closes(gw, e);
 	if (req->stream) /* SSE chunks are small; 10,000 streams x 16 KiB is not */
-		curl_easy_setopt(e, CURLOPT_BUFFERSIZE, 4096L);
+		curl_easy_setopt(e, CURLOPT_BUFFERSIZE, 1024L); /* curl's minimum */
 	req->last_io_ms = ig_now_ms();
 	CURLMcode mc = curl_multi_add_handle(gw->multi, e);
 	if (mc != CURLM_OK) {
@@ -634,7 +634,7 @@ enum MHD_Result ig_req_respond(struct ig_req *req)
 	}
 	if (req->committed && streaming_ok(req)) {
 		/* Small blocks: a held stream should cost little (10,000 of them). */
-		r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4 * 1024, read_stream, req, NULL);
+		r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 2 * 1024, read_stream, req, NULL);
 		add_relayed_headers(req, r);
 		if (!MHD_get_response_header(r, "Content-Type"))
 			MHD_add_response_header(r, "Content-Type", "text/event-stream");
