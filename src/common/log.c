@@ -5,10 +5,10 @@
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "infergate/log.h"
+#include "infergate/util.h"
 
 static enum ig_log_level current_level = IG_LOG_INFO;
 static const char *ident = "infergate";
@@ -33,18 +33,14 @@ void ig_log(enum ig_log_level level, const char *fmt, ...)
 {
 	static const char *tags[] = {"debug", "info", "warn", "error"};
 	char line[2048];
-	struct timespec ts;
-	struct tm tm;
 	size_t n;
 	va_list ap;
 
 	if (level < current_level)
 		return;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	gmtime_r(&ts.tv_sec, &tm);
-	n = strftime(line, sizeof(line), "%Y-%m-%dT%H:%M:%S", &tm);
-	n += (size_t)snprintf(line + n, sizeof(line) - n, ".%03ldZ %s %s: ",
-			      ts.tv_nsec / 1000000, ident, tags[level]);
+	ig_iso_time(line, sizeof(line));
+	n = strlen(line);
+	n += (size_t)snprintf(line + n, sizeof(line) - n, " %s %s: ", ident, tags[level]);
 	va_start(ap, fmt);
 	int m = vsnprintf(line + n, sizeof(line) - n, fmt, ap);
 	va_end(ap);
