@@ -13,15 +13,21 @@
 #include "infergate/oaerror.h"
 #include "infergate/util.h"
 
-static enum MHD_Result send_json(struct MHD_Connection *conn, unsigned status, json_t *j)
+/* Queues a JSON text (malloc'd; MHD frees it). */
+static enum MHD_Result send_text(struct MHD_Connection *conn, unsigned status, char *s)
 {
-	char *s = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6));
-	json_decref(j);
 	struct MHD_Response *r = MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE);
 	MHD_add_response_header(r, "Content-Type", "application/json");
 	enum MHD_Result ret = MHD_queue_response(conn, status, r);
 	MHD_destroy_response(r);
 	return ret;
+}
+
+static enum MHD_Result send_json(struct MHD_Connection *conn, unsigned status, json_t *j)
+{
+	char *s = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6));
+	json_decref(j);
+	return send_text(conn, status, s);
 }
 
 static enum MHD_Result backend_answer(struct MHD_Connection *conn, unsigned status, struct ig_backend *b)
@@ -91,14 +97,8 @@ enum MHD_Result ig_admin_handle(struct ig_gw *gw, struct MHD_Connection *conn, c
 	int id = -1, n = 0;
 
 	if (strcmp(url, "/admin/backends") == 0) {
-		if (strcmp(method, "GET") == 0) {
-			char *s = ig_backends_json(gw);
-			struct MHD_Response *r = MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE);
-			MHD_add_response_header(r, "Content-Type", "application/json");
-			enum MHD_Result ret = MHD_queue_response(conn, 200, r);
-			MHD_destroy_response(r);
-			return ret;
-		}
+		if (strcmp(method, "GET") == 0)
+			return send_text(conn, 200, ig_backends_json(gw));
 		if (strcmp(method, "POST") == 0)
 			return add_backend(gw, conn, body, len);
 		return ig_server_error(conn, 405, "GET or POST /admin/backends", NULL, "method_not_allowed", NULL);

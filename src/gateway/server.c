@@ -91,8 +91,10 @@ static void log_local(struct ig_gw *gw, struct MHD_Connection *conn, const char 
 						"bytes_out", (json_int_t)bytes_out));
 }
 
-enum MHD_Result ig_server_error(struct MHD_Connection *conn, unsigned status, const char *message,
-				const char *param, const char *code, const char *request_id)
+/* Queues an OpenAI-shaped error; with close, MHD closes the connection
+ * after it (the rest of the request cannot be trusted). */
+static enum MHD_Result queue_error(struct MHD_Connection *conn, unsigned status, const char *message,
+				   const char *param, const char *code, const char *request_id, bool close)
 {
 	char *body = ig_oaerror_json(message, ig_oaerror_type_for_status(status), param, code);
 	struct MHD_Response *r = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
@@ -105,9 +107,28 @@ enum MHD_Result ig_server_error(struct MHD_Connection *conn, unsigned status, co
 	}
 	if (status == 401)
 		MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
+	if (close)
+		MHD_add_response_header(r, "Connection", "close");
 	enum MHD_Result ret = MHD_queue_response(conn, status, r);
 	MHD_destroy_response(r);
 	return ret;
+}
+
+enum MHD_Result ig_server_error(struct MHD_Connection *conn, unsigned status, const char *message,
+				const char *param, const char *code, const char *request_id)
+{
+	return queue_error(conn, status, message, param, code, request_id, false);
+}
+
+/* An error the gateway answers itself, before any proxying: counted and
+ * logged like every local answer. */
+static enum MHD_Result local_error(struct ig_gw *gw, struct MHD_Connection *conn, const char *method,
+				   const char *url, unsigned status, const char *message, const char *code,
+				   bool close)
+{
+	gw->stats.responses[status / 100]++;
+	log_local(gw, conn, method, url, status, 0);
+	return queue_error(conn, status, message, NULL, code, NULL, close);
 }
 
 /* Request framing that a proxy must refuse (RFC 9112 6.1, 6.3, 5): more
@@ -186,9 +207,7 @@ static enum MHD_Result answer_deferred(struct ig_gw *gw, struct MHD_Connection *
 		return MHD_YES;
 	}
 	*con_cls = NULL;
-	gw->stats.responses[d->status / 100]++;
-	log_local(gw, conn, method, url, d->status, 0);
-	return ig_server_error(conn, d->status, d->message, NULL, d->code, NULL);
+	return local_error(gw, conn, method, url, d->status, d->message, d->code, false);
 }
 
 static enum MHD_Result send_body(struct ig_gw *gw, struct MHD_Connection *conn, const char *method,
@@ -288,15 +307,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
 		if (why) {
 			char msg[160];
 			snprintf(msg, sizeof(msg), "malformed request: %s", why);
-			gw->stats.responses[4]++;
-			log_local(gw, conn, method, url, 400, 0);
-			char *body = ig_oaerror_json(msg, "invalid_request_error", NULL, "bad_request");
-			struct MHD_Response *r = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
-			MHD_add_response_header(r, "Content-Type", "application/json");
-			MHD_add_response_header(r, "Connection", "close");
-			enum MHD_Result ret = MHD_queue_response(conn, 400, r);
-			MHD_destroy_response(r);
-			return ret;
+			return local_error(gw, conn, method, url, 400, msg, "bad_request", true);
 		}
 		/* A body far over the limit is refused from its declared length,
 		 * unread; MHD then closes the connection. One only a little over
@@ -307,9 +318,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
 		    strcmp(method, "POST") == 0) {
 			char msg[128];
 			snprintf(msg, sizeof(msg), "the request body is larger than %ld bytes", gw->cfg->max_body_bytes);
-			gw->stats.responses[4]++;
-			log_local(gw, conn, method, url, 413, 0);
-			return ig_server_error(conn, 413, msg, NULL, "request_too_large", NULL);
+			return local_error(gw, conn, method, url, 413, msg, "request_too_large", false);
 		}
 		*con_cls = &first_call;
 		return MHD_YES;
