@@ -74,8 +74,7 @@ struct ig_req {
 	struct ig_req *prev, *next;  /* gw->reqs: every live request */
 	struct ig_req *qnext, *qprev;/* gw queue, when QUEUED */
 	enum ig_req_phase phase;
-	const char *route;           /* upstream path, e.g. "/v1/chat/completions" */
-	int route_idx;               /* index in ig_routes */
+	int route_idx;               /* upstream path: ig_routes[route_idx] */
 	struct ig_buf body;
 	bool too_large;
 	bool stream;                 /* client asked for "stream": true */
@@ -213,7 +212,7 @@ enum MHD_Result ig_server_error(struct MHD_Connection *conn, unsigned status, co
 				const char *param, const char *code, const char *request_id);
 
 /* proxy.c: the request object */
-struct ig_req *ig_req_new(struct ig_gw *gw, struct MHD_Connection *conn, const char *route);
+struct ig_req *ig_req_new(struct ig_gw *gw, struct MHD_Connection *conn, int route_idx);
 void ig_req_free(struct ig_req *req);
 /* Body complete: validate and dispatch. Returns the MHD result; may suspend. */
 enum MHD_Result ig_req_start(struct ig_req *req);

@@ -26,7 +26,7 @@
 /* A non-streamed upstream body larger than this is refused (502). */
 #define MAX_BUFFERED_BODY (256L * 1024 * 1024)
 
-struct ig_req *ig_req_new(struct ig_gw *gw, struct MHD_Connection *conn, const char *route)
+struct ig_req *ig_req_new(struct ig_gw *gw, struct MHD_Connection *conn, int route_idx)
 {
 	struct ig_req *req = calloc(1, sizeof(*req));
 	if (!req)
@@ -34,7 +34,7 @@ struct ig_req *ig_req_new(struct ig_gw *gw, struct MHD_Connection *conn, const c
 	req->kind = IG_XFER_REQUEST;
 	req->gw = gw;
 	req->conn = conn;
-	req->route = route;
+	req->route_idx = route_idx;
 	req->phase = IG_REQ_READING;
 	req->max_tokens = -1;
 	req->client_fd = -1;
@@ -366,7 +366,7 @@ static void start_transfer(struct ig_req *req, struct ig_backend *b)
 	else
 		req->easy = ig_gw_easy_get(gw);
 	CURL *e = req->easy;
-	snprintf(url, sizeof(url), "%s%s", b->url, req->route);
+	snprintf(url, sizeof(url), "%s%s", b->url, ig_routes[req->route_idx]);
 	curl_easy_setopt(e, CURLOPT_URL, url);
 	curl_easy_setopt(e, CURLOPT_PRIVATE, req);
 	curl_easy_setopt(e, CURLOPT_POST, 1L);
@@ -443,15 +443,21 @@ static enum route_result route(struct ig_req *req)
 
 /* ---- the request's life ---- */
 
+struct collect {
+	struct ig_req *req;
+	const char *connection; /* the request's Connection header, or NULL */
+};
+
 static enum MHD_Result collect_header(void *cls, enum MHD_ValueKind kind IG_UNUSED, const char *key,
-				       const char *value)
+				      const char *value)
 {
-	struct ig_req *req = cls;
+	const struct collect *c = cls;
+	struct ig_req *req = c->req;
 	struct ig_gw *gw = req->gw;
 	if (!key || !value || is_hop_by_hop(key, strlen(key)))
 		return MHD_YES;
 	/* Headers named in Connection are hop-by-hop too (RFC 9110 7.6.1). */
-	const char *conn = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Connection");
+	const char *conn = c->connection;
 	if (conn) {
 		size_t kl = strlen(key);
 		for (const char *p = conn; *p;) {
@@ -535,7 +541,8 @@ enum MHD_Result ig_req_start(struct ig_req *req)
 	gw->stats.bytes_in += req->body.len;
 	if (inspect_body(req) < 0)
 		return ig_req_respond(req);
-	MHD_get_connection_values(req->conn, MHD_HEADER_KIND, collect_header, req);
+	struct collect c = {req, MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Connection")};
+	MHD_get_connection_values(req->conn, MHD_HEADER_KIND, collect_header, &c);
 	char *line = ig_strdupf("X-Request-Id: %s", req->request_id);
 	req->up_headers = curl_slist_append(req->up_headers, line);
 	free(line);
@@ -603,9 +610,13 @@ static ssize_t read_stream(void *cls, uint64_t pos IG_UNUSED, char *buf, size_t 
 	return 0;
 }
 
-static enum MHD_Result queue(struct ig_req *req, unsigned status, struct MHD_Response *r)
+/* Queues r; body_len counts bytes sent at once (a stream counts its own, as
+ * read_stream hands them out). */
+static enum MHD_Result queue(struct ig_req *req, unsigned status, struct MHD_Response *r, size_t body_len)
 {
 	struct ig_gw *gw = req->gw;
+	gw->stats.bytes_out += body_len;
+	req->bytes_out += body_len;
 	enum MHD_Result ret = MHD_queue_response(req->conn, status, r);
 	MHD_destroy_response(r);
 	if (status >= 100 && status < 600)
@@ -628,9 +639,7 @@ enum MHD_Result ig_req_respond(struct ig_req *req)
 		if (req->err_status == 429 || req->err_status == 503)
 			MHD_add_response_header(r, "Retry-After", "1");
 		add_common_headers(req, r);
-		req->gw->stats.bytes_out += strlen(req->err_body);
-		req->bytes_out = strlen(req->err_body);
-		return queue(req, req->err_status, r);
+		return queue(req, req->err_status, r, strlen(req->err_body));
 	}
 	if (req->committed && streaming_ok(req)) {
 		/* Small blocks: a held stream should cost little (10,000 of them). */
@@ -647,18 +656,15 @@ enum MHD_Result ig_req_respond(struct ig_req *req)
 		MHD_add_response_header(r, "Cache-Control", "no-cache");
 		MHD_add_response_header(r, "X-Accel-Buffering", "no");
 		add_common_headers(req, r);
-		return queue(req, (unsigned)req->up_status, r);
+		return queue(req, (unsigned)req->up_status, r, 0);
 	}
 	if (req->upstream_done) {
 		unwatch_client(req);
-		r = MHD_create_response_from_buffer(req->resp.len - req->resp.off,
-						    req->resp.data ? req->resp.data + req->resp.off : (char *)"",
+		r = MHD_create_response_from_buffer(ig_buf_pending(&req->resp), (void *)ig_buf_head(&req->resp),
 						    MHD_RESPMEM_MUST_COPY);
 		add_relayed_headers(req, r);
 		add_common_headers(req, r);
-		req->gw->stats.bytes_out += req->resp.len - req->resp.off;
-		req->bytes_out = req->resp.len - req->resp.off;
-		return queue(req, (unsigned)req->up_status, r);
+		return queue(req, (unsigned)req->up_status, r, ig_buf_pending(&req->resp));
 	}
 	/* Resumed with nothing to say yet (a spurious wake-up): wait again. */
 	suspend(req);
@@ -871,7 +877,7 @@ void ig_req_log(struct ig_req *req, bool completed)
 	uint64_t first = req->t_first_byte_us ? req->t_first_byte_us : req->t_answer_us;
 	json_t *e = json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:o, s:o, s:b, s:I, s:I, s:o, s:f, s:I, s:o, s:o, s:b}",
 			      "time", ts, "request_id", req->request_id, "client", req->client,
-			      "method", "POST", "path", req->route,
+			      "method", "POST", "path", ig_routes[req->route_idx],
 			      "status", (json_int_t)req->status_sent,
 			      "backend", req->backend ? json_string(req->backend->url) : json_null(),
 			      "model", req->model ? json_string(req->model) : json_null(),

@@ -330,13 +330,10 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
 	if (req == &first_call) {
 		*con_cls = NULL;
 		enum MHD_Result ret;
-		const char *route = NULL;
 		int route_idx = -1;
 		for (int i = 0; i < IG_NROUTES; i++)
-			if (strcmp(url, ig_routes[i]) == 0) {
-				route = ig_routes[i];
+			if (strcmp(url, ig_routes[i]) == 0)
 				route_idx = i;
-			}
 		if (strncmp(url, "/admin/", 7) == 0 || strcmp(url, "/admin") == 0) {
 			if (!gw->admin_keys.enabled)
 				return answer_deferred(gw, conn, method, url, &admin_off, upload_data_size, con_cls);
@@ -350,7 +347,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
 			*con_cls = ar;
 			return admin_body(gw, conn, method, url, upload_data, upload_data_size, con_cls);
 		}
-		if (!route) {
+		if (route_idx < 0) {
 			switch (local_endpoint(gw, conn, url, method, &ret)) {
 			case 0:
 				return ret;
@@ -368,10 +365,9 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
 			return answer_deferred(gw, conn, method, url, &no_key, upload_data_size, con_cls);
 		if (gw->stopping)
 			return answer_deferred(gw, conn, method, url, &stopping, upload_data_size, con_cls);
-		req = ig_req_new(gw, conn, route);
+		req = ig_req_new(gw, conn, route_idx);
 		if (!req)
 			return MHD_NO;
-		req->route_idx = route_idx;
 		*con_cls = req;
 	}
 	if (*upload_data_size) {
