@@ -17,6 +17,7 @@
 #include "../../src/bulk/journal.c"
 #include "../../src/bulk/report.c"
 #include "../../src/bulk/merge.c"
+#include "check_main.h"
 
 static char dir[64];
 
@@ -403,10 +404,7 @@ int main(void)
 	snprintf(dir, sizeof(dir), "/tmp/test_bulk_merge.XXXXXX");
 	if (!mkdtemp(dir))
 		return EXIT_FAILURE;
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_ENV);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
+	int rc = ig_check_run(s);
 	nftw(dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return rc;
 }
