@@ -23,6 +23,11 @@ int ig_parse_double(const char *what, const char *s, double min, double max, dou
  * Returns 0 with *host malloc'd, or -1 with *err set. */
 int ig_parse_hostport(const char *what, const char *s, char **host, int *port, char **err);
 
+/* Raises the open-file soft limit to the hard one, or to `want` when the
+ * hard limit is lower and the process may raise it (root). Returns the
+ * soft limit now in effect (1024 when it cannot be read). */
+long ig_raise_nofile(long want);
+
 /* malloc'd printf; aborts on out of memory (used only for messages). */
 char *ig_strdupf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "infergate/util.h"
@@ -31,6 +32,25 @@ void ig_iso_time(char *out, size_t n)
 	gmtime_r(&ts.tv_sec, &tm);
 	size_t k = strftime(out, n, "%Y-%m-%dT%H:%M:%S", &tm);
 	snprintf(out + k, n - k, ".%03ldZ", ts.tv_nsec / 1000000);
+}
+
+long ig_raise_nofile(long want)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+		return 1024;
+	if (rl.rlim_max != RLIM_INFINITY && (long)rl.rlim_max < want) {
+		struct rlimit more = {(rlim_t)want, (rlim_t)want};
+		if (setrlimit(RLIMIT_NOFILE, &more) == 0)
+			return want;
+	}
+	rlim_t target = rl.rlim_max == RLIM_INFINITY ? (rlim_t)want : rl.rlim_max;
+	if (rl.rlim_cur < target) {
+		struct rlimit nl = {target, rl.rlim_max};
+		if (setrlimit(RLIMIT_NOFILE, &nl) == 0)
+			rl.rlim_cur = target;
+	}
+	return rl.rlim_cur == RLIM_INFINITY ? want : (long)rl.rlim_cur;
 }
 
 char *ig_strdupf(const char *fmt, ...)

@@ -14,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/timerfd.h>
@@ -76,20 +75,10 @@ fail:
  * how many requests that allows. Returns the limit. */
 static long raise_fd_limit(long want)
 {
-	struct rlimit rl;
-	if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
-		return 1024;
-	if ((long)rl.rlim_max < want) {
-		struct rlimit more = {(rlim_t)want, (rlim_t)want};
-		if (setrlimit(RLIMIT_NOFILE, &more) == 0)
-			return want;
-	}
-	rl.rlim_cur = rl.rlim_max;
-	setrlimit(RLIMIT_NOFILE, &rl);
-	if ((long)rl.rlim_max < want)
-		ig_log_info("open-file limit %ld: about %ld requests can be proxied at once", (long)rl.rlim_max,
-			    ((long)rl.rlim_max - 64) / 2);
-	return (long)rl.rlim_max;
+	long lim = ig_raise_nofile(want);
+	if (lim < want)
+		ig_log_info("open-file limit %ld: about %ld requests can be proxied at once", lim, (lim - 64) / 2);
+	return lim;
 }
 
 static void mhd_log(void *cls IG_UNUSED, const char *fmt, va_list ap)

@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -34,16 +33,7 @@ static void mhd_log(void *cls IG_UNUSED, const char *fmt, va_list ap)
  * hard limit allows, and keep MHD's connection limit below it. */
 static unsigned connection_limit(void)
 {
-	struct rlimit rl;
-	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
-		return 1000;
-	if (rl.rlim_cur < rl.rlim_max) {
-		rlim_t want = rl.rlim_max == RLIM_INFINITY ? 65536 : rl.rlim_max;
-		struct rlimit nl = {want, rl.rlim_max};
-		if (setrlimit(RLIMIT_NOFILE, &nl) == 0)
-			rl.rlim_cur = want;
-	}
-	rlim_t cur = rl.rlim_cur == RLIM_INFINITY ? 65536 : rl.rlim_cur;
+	long cur = ig_raise_nofile(SIM_MAX_CONNECTIONS + 32);
 	unsigned lim = cur > 64 ? (unsigned)(cur - 32) : 32;
 	return lim > SIM_MAX_CONNECTIONS ? SIM_MAX_CONNECTIONS : lim;
 }
