@@ -24,6 +24,13 @@ enum ig_backend_admin {
 
 struct ig_probe;
 
+/* What a backend's load reports taught about its capacity (router.h). */
+struct ig_slots {
+	long cur;   /* the limit now (0 = none learned) */
+	long peak;  /* the most it was seen running while it queued */
+	int calm;   /* reports in a row without a queue while we were at cur */
+};
+
 struct ig_backend {
 	int id;                 /* stable for the process, never reused */
 	char *url;              /* normalised base URL, no trailing slash */
@@ -41,6 +48,11 @@ struct ig_backend {
 	atomic_ulong probes_ok, probes_failed;
 	atomic_long external_load; /* backend-reported load not sent by us (load_source backend) */
 	long reported_load;        /* last running + waiting the backend reported, -1 none */
+	long reported_waiting;     /* of which waiting in its own queue, -1 none */
+	atomic_long slots;         /* learned from load reports (learn.cur): the
+				    * requests it runs at once, 0 = not known; the
+				    * limit when max_inflight is not set */
+	struct ig_slots learn;     /* owned by the probing reactor (router.h) */
 	/* health, owned by the probing reactor */
 	int consec_ok, consec_fail;
 	int seen_up;            /* ever been up: first success counts as `rise` */
@@ -79,6 +91,9 @@ struct ig_backend *ig_pool_find_id(const struct ig_pool *pool, int id);
 /* Backends that can take requests: up and enabled. */
 size_t ig_pool_healthy(const struct ig_pool *pool);
 int ig_backend_routable(const struct ig_backend *b);
+/* Requests this gateway may have in flight on b: max_inflight when set,
+ * else the learned slot count; 0 = no limit. */
+long ig_backend_limit(const struct ig_backend *b);
 const char *ig_backend_state_name(int state);
 const char *ig_backend_admin_name(int admin);
 

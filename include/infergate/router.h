@@ -18,5 +18,16 @@ enum ig_pick ig_router_pick(struct ig_pool *pool, enum ig_policy policy,
 			    struct ig_backend *const *tried, int ntried, struct ig_backend **out);
 /* Releases the slot taken by ig_router_pick. */
 void ig_router_release(struct ig_backend *b);
+/* Reports between probes above the peak: a backend that queues cannot run
+ * more, so going past what it ran costs a request waiting there. */
+#define IG_SLOTS_PROBE_AFTER 5
+
+/* Learns from one load report of a backend: `running` and `waiting` in its
+ * own queue (-1 unknown), `ours` of them in flight from this gateway.
+ * A backend that queues is full: the limit becomes what it runs. Without a
+ * queue while we are at the limit, the limit climbs back towards the peak
+ * (a queue seen in passing can undercount), and past it only after
+ * IG_SLOTS_PROBE_AFTER calm reports, by an eighth. Returns the new limit. */
+long ig_slots_learn(struct ig_slots *s, long running, long waiting, long ours);
 
 #endif

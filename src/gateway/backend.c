@@ -26,7 +26,7 @@ struct ig_backend *ig_pool_add(struct ig_pool *pool, const char *url, long weigh
 	b->max_inflight = max_inflight;
 	atomic_init(&b->state, IG_BACKEND_DOWN);
 	atomic_init(&b->admin, IG_ADMIN_ENABLED);
-	b->reported_load = -1;
+	b->reported_load = b->reported_waiting = -1;
 	pool->v[pool->n++] = b;
 	return b;
 }
@@ -92,6 +92,11 @@ struct ig_backend *ig_pool_find_id(const struct ig_pool *pool, int id)
 		if (pool->v[i]->id == id)
 			return pool->v[i];
 	return NULL;
+}
+
+long ig_backend_limit(const struct ig_backend *b)
+{
+	return b->max_inflight > 0 ? b->max_inflight : atomic_load(&b->slots);
 }
 
 int ig_backend_routable(const struct ig_backend *b)

@@ -88,8 +88,10 @@ static const struct key keys[] = {
 	 "file of SHA-256 digests of admin keys; empty = admin API off"},
 	{"auth_status", "--auth-status", K_INT, OFF(auth_status), 0, 1, 0, NULL,
 	 "1 = /metrics, /status and /health/backends need an API key too"},
-	{"load_source", "--load-source", K_STR, OFF(load_source), 0, 0, 0, "gateway",
-	 "gateway = count requests in flight here; backend = also the backend's own running + waiting"},
+	{"load_source", "--load-source", K_STR, OFF(load_source), 0, 0, 0, "backend",
+	 "backend = requests in flight here plus the backend's own running + waiting, read every health "
+	 "interval; a backend that queues is held to what it runs at once (learned max_inflight) and the "
+	 "rest waits here; gateway = only requests in flight here"},
 	{"load_path", "--load-path", K_STR, OFF(load_path), 0, 0, 0, "/metrics",
 	 "with load_source backend: /metrics (SGLang or vLLM gauges) or /get_load (SGLang JSON)"},
 	{"backend_api_key", "--backend-api-key", K_STR, OFF(backend_api_key), 0, 0, 0, "",

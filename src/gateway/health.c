@@ -13,6 +13,7 @@
 
 #include "infergate/gateway.h"
 #include "infergate/log.h"
+#include "infergate/router.h"
 #include "infergate/util.h"
 
 #define MODELS_REFRESH_MS 30000
@@ -135,6 +136,9 @@ static void set_state(struct ig_gw *gw, struct ig_backend *b, int state, const c
 	} else {
 		ig_log_warn("backend %s is down (%s); %zu of %zu healthy", b->url, why, ig_pool_healthy(&gw->pool),
 			    gw->pool.n);
+		/* It may come back restarted with another capacity: learn anew. */
+		b->learn = (struct ig_slots){0};
+		atomic_store(&b->slots, 0);
 	}
 }
 
@@ -168,44 +172,47 @@ static void store_models(struct ig_backend *b, struct ig_buf *body)
 	json_decref(root);
 }
 
-/* Sums the first sample of each name in a Prometheus text; -1 when none. */
-static long prom_sum(const char *text, size_t len, const char *const *names)
+/* The first sample of a metric in a Prometheus text; -1 when absent. */
+static long prom_value(const char *text, size_t len, const char *name)
 {
-	long total = -1;
-	for (const char *const *n = names; *n; n++) {
-		size_t nl = strlen(*n);
-		const char *p = text, *end = text + len;
-		while (p < end) {
-			const char *eol = memchr(p, '\n', (size_t)(end - p));
-			if (!eol)
-				eol = end;
-			if ((size_t)(eol - p) > nl && memcmp(p, *n, nl) == 0 && (p[nl] == '{' || p[nl] == ' ')) {
-				const char *sp = eol;
-				while (sp > p && sp[-1] != ' ')
-					sp--;
-				total = (total < 0 ? 0 : total) + (long)strtod(sp, NULL);
-				break;
-			}
-			p = eol + 1;
+	size_t nl = strlen(name);
+	const char *p = text, *end = text + len;
+	while (p < end) {
+		const char *eol = memchr(p, '\n', (size_t)(end - p));
+		if (!eol)
+			eol = end;
+		if ((size_t)(eol - p) > nl && memcmp(p, name, nl) == 0 && (p[nl] == '{' || p[nl] == ' ')) {
+			const char *sp = eol;
+			while (sp > p && sp[-1] != ' ')
+				sp--;
+			return (long)strtod(sp, NULL);
 		}
+		p = eol + 1;
 	}
-	return total;
+	return -1;
 }
 
-/* The backend's own count of running + waiting requests, from SGLang or
+/* The backend's own counts of running and waiting requests, from SGLang or
  * vLLM /metrics gauges or SGLang's /get_load JSON; -1 when not found. */
-static long parse_load(const struct ig_buf *body)
+static void parse_load(const struct ig_buf *body, long *running, long *waiting)
 {
-	static const char *const sglang[] = {"sglang:num_running_reqs", "sglang:num_queue_reqs", NULL};
-	static const char *const vllm[] = {"vllm:num_requests_running", "vllm:num_requests_waiting", NULL};
+	static const char *const gauges[][2] = {
+		{"sglang:num_running_reqs", "sglang:num_queue_reqs"},
+		{"vllm:num_requests_running", "vllm:num_requests_waiting"},
+	};
 	const char *text = body->data ? body->data : "";
-	long v;
 
-	if ((v = prom_sum(text, body->len, sglang)) >= 0 || (v = prom_sum(text, body->len, vllm)) >= 0)
-		return v;
+	for (size_t g = 0; g < sizeof(gauges) / sizeof(gauges[0]); g++) {
+		*running = prom_value(text, body->len, gauges[g][0]);
+		*waiting = prom_value(text, body->len, gauges[g][1]);
+		if (*running >= 0 || *waiting >= 0) {
+			*running = *running < 0 ? 0 : *running;
+			*waiting = *waiting < 0 ? 0 : *waiting;
+			return;
+		}
+	}
 	json_t *root = json_loadb(text, body->len, 0, NULL), *item;
 	size_t i;
-	v = -1;
 	if (json_is_object(root)) {
 		json_t *tmp = json_array();
 		json_array_append(tmp, root);
@@ -214,11 +221,36 @@ static long parse_load(const struct ig_buf *body)
 	}
 	json_array_foreach(root, i, item) { /* one object per data-parallel rank */
 		json_t *r = json_object_get(item, "num_running_reqs"), *w = json_object_get(item, "num_waiting_reqs");
-		if (json_is_integer(r) || json_is_integer(w))
-			v = (v < 0 ? 0 : v) + (long)json_integer_value(r) + (long)json_integer_value(w);
+		if (json_is_integer(r) || json_is_integer(w)) {
+			*running = (*running < 0 ? 0 : *running) + (long)json_integer_value(r);
+			*waiting = (*waiting < 0 ? 0 : *waiting) + (long)json_integer_value(w);
+		}
 	}
 	json_decref(root);
-	return v;
+}
+
+/* A load report: the backend's load beyond ours, and the slot count it
+ * shows (see ig_router_learn_slots). */
+static void take_load(struct ig_gw *gw, struct ig_backend *b, long running, long waiting)
+{
+	long ours = atomic_load(&b->inflight);
+	long load = running < 0 ? -1 : running + waiting;
+	b->reported_load = load;
+	b->reported_waiting = running < 0 ? -1 : waiting;
+	/* The backend's count includes ours: only the rest is external. */
+	long ext = load - ours;
+	atomic_store(&b->external_load, load >= 0 && ext > 0 ? ext : 0);
+	long cur = b->learn.cur, learned = ig_slots_learn(&b->learn, running, waiting, ours);
+	if (learned == cur)
+		return;
+	atomic_store(&b->slots, learned);
+	if (learned < cur || cur == 0)
+		ig_log_info("backend %s queues: it runs %ld requests at once (%ld waiting); "
+			    "at most %ld in flight from here", b->url, running, waiting, learned);
+	else
+		ig_log_debug("backend %s: no queue at %ld in flight, now up to %ld", b->url, ours, learned);
+	if (learned > cur)
+		ig_proxy_drain_queue(gw);
 }
 
 void ig_health_probe_done(struct ig_gw *gw, struct ig_probe *p, CURLcode result)
@@ -232,11 +264,10 @@ void ig_health_probe_done(struct ig_gw *gw, struct ig_probe *p, CURLcode result)
 	curl_multi_remove_handle(gw->multi, p->easy);
 	p->running = false;
 	if (p->what == PROBE_LOAD) {
-		long load = result == CURLE_OK && status == 200 ? parse_load(&p->body) : -1;
-		b->reported_load = load;
-		/* The backend's count includes ours: only the rest is external. */
-		long ext = load - atomic_load(&b->inflight);
-		atomic_store(&b->external_load, load >= 0 && ext > 0 ? ext : 0);
+		long running = -1, waiting = -1;
+		if (result == CURLE_OK && status == 200)
+			parse_load(&p->body, &running, &waiting);
+		take_load(gw, b, running, waiting);
 	} else if (p->what == PROBE_MODELS) {
 		if (result == CURLE_OK && status == 200)
 			store_models(b, &p->body);

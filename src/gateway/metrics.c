@@ -52,8 +52,11 @@ json_t *ig_backend_to_json(const struct ig_backend *b, uint64_t now)
 	json_object_set_new(o, "last_probe", probe);
 	if (b->discover)
 		json_object_set_new(o, "discovered_from", json_string(b->discover));
+	if (atomic_load(&b->slots) > 0)
+		json_object_set_new(o, "learned_slots", json_integer(atomic_load(&b->slots)));
 	if (b->reported_load >= 0) {
 		json_object_set_new(o, "reported_load", json_integer(b->reported_load));
+		json_object_set_new(o, "reported_waiting", json_integer(b->reported_waiting));
 		json_object_set_new(o, "external_load", json_integer(atomic_load(&b->external_load)));
 	}
 	return o;
@@ -175,6 +178,7 @@ static void per_backend(struct ig_buf *b, struct ig_gw *gw, const char *name, co
 static unsigned long get_up(const struct ig_backend *x) { return atomic_load(&x->state) == IG_BACKEND_UP; }
 static unsigned long get_enabled(const struct ig_backend *x) { return atomic_load(&x->admin) == IG_ADMIN_ENABLED; }
 static unsigned long get_inflight(const struct ig_backend *x) { return (unsigned long)atomic_load(&x->inflight); }
+static unsigned long get_limit(const struct ig_backend *x) { return (unsigned long)ig_backend_limit(x); }
 static unsigned long get_served(const struct ig_backend *x) { return atomic_load(&x->served); }
 static unsigned long get_failures(const struct ig_backend *x) { return atomic_load(&x->failures); }
 static unsigned long get_retried(const struct ig_backend *x) { return atomic_load(&x->retried); }
@@ -237,6 +241,9 @@ char *ig_metrics_text(struct ig_gw *gw)
 	per_backend(&b, gw, "infergate_backend_up", "gauge", "Backend health (1 up, 0 down).", get_up);
 	per_backend(&b, gw, "infergate_backend_enabled", "gauge", "1 unless drained or being removed.", get_enabled);
 	per_backend(&b, gw, "infergate_backend_inflight", "gauge", "Requests in flight per backend.", get_inflight);
+	per_backend(&b, gw, "infergate_backend_limit", "gauge",
+		    "Requests allowed in flight per backend: max_inflight, or the slot count learned from the "
+		    "backend's own load report (0 = no limit).", get_limit);
 	per_backend(&b, gw, "infergate_backend_served_total", "counter", "Responses relayed per backend.", get_served);
 	per_backend(&b, gw, "infergate_backend_failures_total", "counter",
 		    "Failed transfers per backend (connect, reset, timeout, 502/503/504).", get_failures);

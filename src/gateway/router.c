@@ -29,9 +29,9 @@ static int less_loaded(struct ig_backend *a, struct ig_backend *b)
 
 static int reserve(struct ig_backend *b)
 {
-	long cur = atomic_load(&b->inflight);
+	long cur = atomic_load(&b->inflight), limit = ig_backend_limit(b);
 	do {
-		if (b->max_inflight > 0 && cur >= b->max_inflight)
+		if (limit > 0 && cur >= limit)
 			return 0;
 	} while (!atomic_compare_exchange_weak(&b->inflight, &cur, cur + 1));
 	return 1;
@@ -53,7 +53,8 @@ enum ig_pick ig_router_pick(struct ig_pool *pool, enum ig_policy policy,
 		if (!ig_backend_routable(b) || tried_already(b, tried, ntried))
 			continue;
 		healthy++;
-		if (b->max_inflight > 0 && atomic_load(&b->inflight) >= b->max_inflight)
+		long limit = ig_backend_limit(b);
+		if (limit > 0 && atomic_load(&b->inflight) >= limit)
 			continue;
 		cand[k++] = b;
 	}
@@ -112,4 +113,29 @@ done:
 void ig_router_release(struct ig_backend *b)
 {
 	atomic_fetch_sub(&b->inflight, 1);
+}
+
+long ig_slots_learn(struct ig_slots *s, long running, long waiting, long ours)
+{
+	if (running < 0 || waiting < 0)
+		return s->cur;
+	if (waiting > 0) {
+		s->cur = running > 0 ? running : 1;
+		if (s->cur > s->peak)
+			s->peak = s->cur;
+		s->calm = 0;
+		return s->cur;
+	}
+	if (s->cur == 0 || ours < s->cur) {
+		s->calm = 0;
+		return s->cur;
+	}
+	long step = s->cur / 8 > 1 ? s->cur / 8 : 1;
+	if (s->cur < s->peak)
+		s->cur = s->cur + step < s->peak ? s->cur + step : s->peak;
+	else if (++s->calm >= IG_SLOTS_PROBE_AFTER) {
+		s->cur += step;
+		s->calm = 0;
+	}
+	return s->cur;
 }

@@ -338,4 +338,56 @@ def backend_load_counts_traffic_that_bypasses_the_gateway():
         c.close()
 
 
+@test
+def a_backend_that_queues_is_held_to_what_it_runs_and_the_rest_waits_here():
+    # Two backends of equal speed (0.25 s a request), 2 and 6 slots. The first wave overfills
+    # both; their load reports teach the gateway what each runs at once. In the second wave
+    # the backends never queue more than a probe's worth (the gateway holds the rest), and the
+    # work splits by slots (1:3), not by requests in flight (1:1, what a blind gateway does).
+    for source in ("backend", "gateway"):
+        small = start_sim("--max-running", "2", "--tokens-per-second", "40", "--ttft-ms", "0",
+                          "--output-tokens", "10")
+        big = start_sim("--max-running", "6", "--tokens-per-second", "40", "--ttft-ms", "0",
+                        "--output-tokens", "10")
+        gw = start_gateway([small, big], "--load-source", source, "--health-interval-ms", "100",
+                           "--load-path", "/get_load")
+        healthy(gw, 2)
+        def wave(tag):
+            got = collections.Counter()
+            def one(i):
+                st, hdrs, _ = http("POST", gw.url + "/v1/completions", {"prompt": f"{tag}{i}"})
+                assert st == 200, st
+                got[hdrs["x-infergate-backend"]] += 1
+            parallel(one, range(48), workers=48)
+            return got
+        wave("a")
+        if source == "backend":
+            b = backends(gw)
+            assert b[small.url]["learned_slots"] == 2 and b[big.url]["learned_slots"] == 6, b
+            m = http("GET", gw.url + "/metrics")[2]
+            assert metric(m, f'infergate_backend_limit{{backend="{big.url}"}}') == 6
+        waiting, queued, stop = [], [], threading.Event()
+        def watch():
+            while not stop.is_set():
+                waiting.append(max(http_json("GET", s.url + "/get_load")[2]["num_waiting_reqs"]
+                                   for s in (small, big)))
+                queued.append(http_json("GET", gw.url + "/health/backends")[2]["gateway"]["queue_depth"])
+                time.sleep(0.02)
+        t = threading.Thread(target=watch)
+        t.start()
+        got = wave("b")
+        stop.set()
+        t.join()
+        if source == "backend":
+            assert max(waiting) <= 1, max(waiting)       # a probe past the peak at most
+            assert max(queued) >= 20, max(queued)        # the surplus waited here
+            assert got[big.url] >= 2 * got[small.url], got
+        else:
+            assert max(waiting) >= 10, max(waiting)      # blind: the backends hold the queue
+            assert max(queued) == 0
+            assert got[big.url] < 2 * got[small.url], got
+        for p in (gw, small, big):
+            p.stop()
+
+
 run()

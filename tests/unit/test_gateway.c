@@ -147,6 +147,47 @@ START_TEST(limits_give_busy_then_none)
 }
 END_TEST
 
+START_TEST(slots_learned_from_load_reports)
+{
+	struct ig_slots s = {0};
+	/* Nothing reported, or no queue and no limit yet: nothing learned. */
+	ck_assert_int_eq(ig_slots_learn(&s, -1, -1, 5), 0);
+	ck_assert_int_eq(ig_slots_learn(&s, 12, 0, 12), 0);
+	/* It queues: full at what it runs. */
+	ck_assert_int_eq(ig_slots_learn(&s, 16, 40, 56), 16);
+	/* A queue seen in passing undercounts; no queue at the limit climbs
+	 * back by an eighth, to the peak and no further at once. */
+	ck_assert_int_eq(ig_slots_learn(&s, 9, 1, 10), 9);
+	ck_assert_int_eq(ig_slots_learn(&s, 9, 0, 9), 10);
+	ck_assert_int_eq(ig_slots_learn(&s, 10, 0, 10), 11);
+	for (int i = 0; i < 6; i++)
+		ig_slots_learn(&s, s.cur, 0, s.cur);
+	ck_assert_int_eq(s.cur, 16);
+	/* Below the limit without a queue: nothing changes. */
+	ck_assert_int_eq(ig_slots_learn(&s, 10, 0, 10), 16);
+	/* Past the peak only after IG_SLOTS_PROBE_AFTER calm reports at it. */
+	for (int i = 1; i < IG_SLOTS_PROBE_AFTER; i++)
+		ck_assert_int_eq(ig_slots_learn(&s, 16, 0, 16), 16);
+	ck_assert_int_eq(ig_slots_learn(&s, 16, 0, 16), 18);
+	/* ...and back when that made it queue; the peak stays. */
+	ck_assert_int_eq(ig_slots_learn(&s, 16, 2, 18), 16);
+	ck_assert_int_eq(s.peak, 16);
+	ck_assert_int_eq(ig_slots_learn(&s, 0, 3, 3), 1);
+
+	/* The learned count limits like max_inflight; max_inflight wins. */
+	struct ig_pool pool = make_pool(1);
+	struct ig_backend *b;
+	atomic_store(&pool.v[0]->slots, 2);
+	ck_assert_int_eq(ig_router_pick(&pool, IG_POLICY_LEAST_LOADED, NULL, 0, &b), IG_PICK_OK);
+	ck_assert_int_eq(ig_router_pick(&pool, IG_POLICY_LEAST_LOADED, NULL, 0, &b), IG_PICK_OK);
+	ck_assert_int_eq(ig_router_pick(&pool, IG_POLICY_LEAST_LOADED, NULL, 0, &b), IG_PICK_BUSY);
+	pool.v[0]->max_inflight = 3;
+	ck_assert_int_eq(ig_backend_limit(pool.v[0]), 3);
+	ck_assert_int_eq(ig_router_pick(&pool, IG_POLICY_LEAST_LOADED, NULL, 0, &b), IG_PICK_OK);
+	free_pool(&pool);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("gateway");
@@ -156,6 +197,7 @@ int main(void)
 	tcase_add_test(tc, least_loaded_rotates_ties);
 	tcase_add_test(tc, least_loaded_follows_load_and_weight);
 	tcase_add_test(tc, limits_give_busy_then_none);
+	tcase_add_test(tc, slots_learned_from_load_reports);
 	suite_add_tcase(s, tc);
 	return ig_check_run(s);
 }
