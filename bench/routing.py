@@ -54,6 +54,10 @@ def run_policy(policy, corpus, m, conc, cap_s, workdir):
                        "backends": [{"url": u, "max_inflight": s}
                                     for u, (s, _) in zip(sims, SIMS)]}, f)
         gw, gwp = B.start_gateway(procs, sims, config=cfg)   # --listen overrides the file
+    elif policy == "least-loaded+gateway-load":
+        # blind to the backends' own queues: counts only its own requests in flight
+        gw, gwp = B.start_gateway(procs, sims, extra=["--policy", "least-loaded",
+                                                      "--load-source", "gateway"])
     else:
         gw, gwp = B.start_gateway(procs, sims, extra=["--policy", policy])
     out = os.path.join(procs.workdir, "out.jsonl")
@@ -105,7 +109,7 @@ def main():
     ap.add_argument("--requests", type=int, default=6000, help="workload size M [6000]")
     ap.add_argument("--concurrency", type=int, default=448, help="requests in flight C [448]")
     ap.add_argument("--policies", default="least-loaded,power-of-two,round-robin,"
-                                          "least-loaded+max_inflight")
+                                          "least-loaded+gateway-load,least-loaded+max_inflight")
     ap.add_argument("--time-cap", type=int, default=120, help="seconds per policy at most [120]")
     args = ap.parse_args()
 
@@ -153,9 +157,12 @@ def main():
              f"requests are done (then {c_after:.1f} req/s in all). Workload: "
              f"`infergate-bulk --concurrency {args.concurrency}` over {args.requests:,} "
              f"generated prompts, a fresh set of simulators and gateway per policy. "
-             f"least-loaded+max_inflight: least-loaded with each backend's `max_inflight` set "
-             f"to its slot count (what SGLang's /get_load reports as max_running_requests), so "
-             f"the surplus waits in the gateway's queue instead of behind a slow backend.")
+             f"The first three use the defaults (load_source backend: each backend's slot count "
+             f"is learned from its own load report, and the surplus waits in the gateway's "
+             f"queue). least-loaded+gateway-load: `--load-source gateway`, blind to the "
+             f"backends' queues (the default before this was learned). "
+             f"least-loaded+max_inflight: each backend's `max_inflight` set by hand to its slot "
+             f"count, the reference for what learning should reach.")
     B.record("routing", "Routing quality", B.command_line(), mach,
              {"ideal_rps": ideal, "capacity_before": c_before, "capacity_after": c_after,
               "runs": runs}, table, notes)
