@@ -12,7 +12,7 @@ import tempfile
 import threading
 import time
 
-from harness import (assert_openai_error, binary, chat_body, http, http_json, metric, parallel, run,
+from harness import (FakeBackend, assert_openai_error, binary, chat_body, http, http_json, metric, parallel, run,
                      sse_events, start, start_gateway, start_sim, start_sims, test, wait_until)
 
 FAST = ("--tokens-per-second", "0", "--ttft-ms", "0")
@@ -388,6 +388,31 @@ def a_backend_that_queues_is_held_to_what_it_runs_and_the_rest_waits_here():
             assert got[big.url] < 2 * got[small.url], got
         for p in (gw, small, big):
             p.stop()
+
+
+@test
+def token_counts_come_from_the_top_level_usage_whatever_the_text_says():
+    # The gateway reads only the value of the last "usage" key; text that quotes a usage
+    # object, a "usage" string value, and whitespace before the colon must not fool it.
+    bodies = [b'{"choices":[{"message":{"content":"say \\"usage\\": {\\"prompt_tokens\\": 999}"}}],'
+              b' "usage" :\n {"prompt_tokens": 7, "completion_tokens": 3}, "note": "usage"}',
+              b'{"choices":[{"message":{"content":"no usage here"}}]}',
+              b'{"usage": {"prompt_tokens": 5, "completion_tokens": 2}, "choices": []}']
+    def handler(fb, req, sock):
+        if req["method"] == "POST":
+            FakeBackend.reply(sock, 200, bodies[len(fb.posts()) - 1])
+        else:
+            FakeBackend.answer_ok(fb, req, sock)
+        return True
+    fb = FakeBackend(handler)
+    gw = start_gateway([fb], "--load-source", "gateway")
+    healthy(gw, 1)
+    for i, want in enumerate(bodies):
+        st, _, got = http("POST", gw.url + "/v1/chat/completions", chat_body(f"u{i}"))
+        assert st == 200 and got == want, (st, got)   # relayed byte for byte
+    m = http("GET", gw.url + "/metrics")[2]
+    assert metric(m, 'infergate_tokens_total{kind="prompt"}') == 12, m
+    assert metric(m, 'infergate_tokens_total{kind="completion"}') == 5, m
 
 
 run()
