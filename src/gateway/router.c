@@ -120,7 +120,11 @@ long ig_slots_learn(struct ig_slots *s, long running, long waiting, long ours)
 	if (running < 0 || waiting < 0)
 		return s->cur;
 	if (waiting > 0) {
-		s->cur = running > 0 ? running : 1;
+		/* Our share of what it runs: all of it when we are its only
+		 * client, 1/M when M gateways (or other clients) load it alike. */
+		long total = running + waiting, mine = ours < total ? ours : total;
+		long share = (long)(((long long)running * mine + total - 1) / total);
+		s->cur = share > 0 ? share : 1;
 		if (s->cur > s->peak)
 			s->peak = s->cur;
 		s->calm = 0;

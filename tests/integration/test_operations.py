@@ -391,6 +391,38 @@ def a_backend_that_queues_is_held_to_what_it_runs_and_the_rest_waits_here():
 
 
 @test
+def gateways_sharing_a_backend_each_learn_their_share_of_its_slots():
+    # One backend of 4 slots (0.25 s a request) behind two gateways, each sending half the
+    # work: each learns 2 (not 4, which together would make it queue 4), so in the second
+    # wave the backend queues at most what the two probes past the peak add.
+    sim = start_sim("--max-running", "4", "--tokens-per-second", "40", "--ttft-ms", "0",
+                    "--output-tokens", "10")
+    gws = [start_gateway([sim], "--health-interval-ms", "100", "--load-path", "/get_load")
+           for _ in range(2)]
+    for gw in gws:
+        healthy(gw, 1)
+    def wave(tag):
+        def one(i):
+            st, _, _ = http("POST", gws[i % 2].url + "/v1/completions", {"prompt": f"{tag}{i}"})
+            assert st == 200, st
+        parallel(one, range(48), workers=48)
+    wave("a")
+    learned = [backends(gw)[sim.url].get("learned_slots") for gw in gws]
+    assert all(x in (2, 3) for x in learned), learned   # 3: one probe past the peak
+    waiting, stop = [], threading.Event()
+    def watch():
+        while not stop.is_set():
+            waiting.append(http_json("GET", sim.url + "/get_load")[2]["num_waiting_reqs"])
+            time.sleep(0.02)
+    t = threading.Thread(target=watch)
+    t.start()
+    wave("b")
+    stop.set()
+    t.join()
+    assert max(waiting) <= 2, max(waiting)
+
+
+@test
 def token_counts_come_from_the_top_level_usage_whatever_the_text_says():
     # The gateway reads only the value of the last "usage" key; text that quotes a usage
     # object, a "usage" string value, and whitespace before the colon must not fool it.

@@ -153,11 +153,16 @@ START_TEST(slots_learned_from_load_reports)
 	/* Nothing reported, or no queue and no limit yet: nothing learned. */
 	ck_assert_int_eq(ig_slots_learn(&s, -1, -1, 5), 0);
 	ck_assert_int_eq(ig_slots_learn(&s, 12, 0, 12), 0);
-	/* It queues: full at what it runs. */
+	/* It queues, with others' requests too: our share of what it runs
+	 * (rounded up); alone there, all it runs. */
+	struct ig_slots shared = {0};
+	ck_assert_int_eq(ig_slots_learn(&shared, 16, 16, 16), 8);
+	ck_assert_int_eq(ig_slots_learn(&shared, 16, 14, 10), 6);
 	ck_assert_int_eq(ig_slots_learn(&s, 16, 40, 56), 16);
+	ck_assert_int_eq(ig_slots_learn(&s, 16, 40, 60), 16); /* counts drift: at most all */
 	/* A queue seen in passing undercounts; no queue at the limit climbs
 	 * back by an eighth, to the peak and no further at once. */
-	ck_assert_int_eq(ig_slots_learn(&s, 9, 1, 10), 9);
+	ck_assert_int_eq(ig_slots_learn(&s, 9, 1, 10), 9);   /* alone: 9 x 10/10 */
 	ck_assert_int_eq(ig_slots_learn(&s, 9, 0, 9), 10);
 	ck_assert_int_eq(ig_slots_learn(&s, 10, 0, 10), 11);
 	for (int i = 0; i < 6; i++)
@@ -172,7 +177,7 @@ START_TEST(slots_learned_from_load_reports)
 	/* ...and back when that made it queue; the peak stays. */
 	ck_assert_int_eq(ig_slots_learn(&s, 16, 2, 18), 16);
 	ck_assert_int_eq(s.peak, 16);
-	ck_assert_int_eq(ig_slots_learn(&s, 0, 3, 3), 1);
+	ck_assert_int_eq(ig_slots_learn(&s, 0, 3, 3), 1);    /* never below one */
 
 	/* The learned count limits like max_inflight; max_inflight wins. */
 	struct ig_pool pool = make_pool(1);
