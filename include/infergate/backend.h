@@ -27,7 +27,7 @@ struct ig_probe;
 /* What a backend's load reports taught about its capacity (router.h). */
 struct ig_slots {
 	long cur;   /* the limit now (0 = none learned) */
-	long peak;  /* the most it was seen running while it queued */
+	long peak;  /* the highest limit learned while it queued */
 	int calm;   /* reports in a row without a queue while we were at cur */
 };
 

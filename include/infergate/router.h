@@ -25,11 +25,10 @@ void ig_router_release(struct ig_backend *b);
 /* Learns from one load report of a backend: `running` and `waiting` in its
  * own queue (-1 unknown), `ours` of them in flight from this gateway.
  * A backend that queues is full: the limit becomes our share of what it
- * runs (running x ours / (running + waiting), rounded up; all of it when we
- * are its only client, so that gateways sharing it do not overfill it
- * together). Without a
- * queue while we are at the limit, the limit climbs back towards the peak
- * (a queue seen in passing can undercount), and past it only after
+ * runs, running x ours / (running + waiting) rounded up (all of it when we
+ * are its only client; gateways sharing it so do not overfill it together).
+ * Without a queue while we are at the limit, the limit climbs back towards
+ * the peak (a queue seen in passing can undercount), and past it only after
  * IG_SLOTS_PROBE_AFTER calm reports, by an eighth. Returns the new limit. */
 long ig_slots_learn(struct ig_slots *s, long running, long waiting, long ours);
 

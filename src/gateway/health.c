@@ -230,7 +230,7 @@ static void parse_load(const struct ig_buf *body, long *running, long *waiting)
 }
 
 /* A load report: the backend's load beyond ours, and the slot count it
- * shows (see ig_router_learn_slots). */
+ * shows (see ig_slots_learn). */
 static void take_load(struct ig_gw *gw, struct ig_backend *b, long running, long waiting)
 {
 	long ours = atomic_load(&b->inflight);
