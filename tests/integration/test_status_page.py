@@ -10,6 +10,7 @@ Chromium is required, not optional: without it this test fails and says how
 to install it (CI installs it)."""
 
 import html.parser
+import json
 import os
 import shutil
 import struct
@@ -238,6 +239,14 @@ class PageServer:
                     else:
                         status, _, body = http("GET", gateway_url + "/health/backends")
                         ctype = "application/json"
+                elif rest == "health/backends" and prefix == "limits":
+                    # the gateway's answer, with a set max_inflight and a learned count
+                    status, _, body = http("GET", gateway_url + "/health/backends")
+                    j = json.loads(body)
+                    j["backends"][0]["max_inflight"] = 5
+                    j["backends"][1]["max_inflight"] = 0
+                    j["backends"][1]["learned_slots"] = 7
+                    body, ctype = json.dumps(j).encode(), "application/json"
                 self.send_response(status)
                 self.send_header("Content-Type", ctype)
                 self.send_header("Content-Length", str(len(body)))
@@ -281,6 +290,11 @@ def status_page_shows_unreachable_and_recovers_behind_a_prefix():
         assert set(dom.rows) == {s.url for s in sims}, sorted(dom.rows)
         assert all(r["attrs"]["data-state"] == "up" for r in dom.rows.values()), dom.rows
         assert dom.text("sum-healthy") == "2 / 2", dom.text("sum-healthy")
+
+        # A backend's limit follows its in-flight count: max_inflight, else the learned one.
+        dom = Dom(chromium(srv.url + "/limits/status", "--dump-dom"))
+        cells = [dom.rows[s.url]["cells"]["inflight"] for s in sims]
+        assert cells == ["0 / 5", "0 / 7"], cells
     finally:
         srv.close()
 
