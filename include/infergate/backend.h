@@ -49,6 +49,7 @@ struct ig_backend {
 	atomic_long external_load; /* backend-reported load not sent by us (load_source backend) */
 	long reported_load;        /* last running + waiting the backend reported, -1 none */
 	long reported_waiting;     /* of which waiting in its own queue, -1 none */
+	const char *load_path;     /* where that was read (static string), NULL before */
 	atomic_long slots;         /* learned from load reports (learn.cur): the
 				    * requests it runs at once, 0 = not known; the
 				    * limit when max_inflight is not set */

@@ -93,8 +93,9 @@ static const struct key keys[] = {
 	 "backend = requests in flight here plus the backend's own running + waiting, read every health "
 	 "interval; a backend that queues is held to what it runs at once (learned max_inflight) and the "
 	 "rest waits here; gateway = only requests in flight here"},
-	{"load_path", "--load-path", K_STR, OFF(load_path), 0, 0, 0, "/metrics",
-	 "with load_source backend: /metrics (SGLang or vLLM gauges) or /get_load (SGLang JSON)"},
+	{"load_path", "--load-path", K_STR, OFF(load_path), 0, 0, 0, "auto",
+	 "with load_source backend: auto (/metrics, then /v1/loads, then /get_load, until one tells), "
+	 "/metrics (SGLang or vLLM gauges), /v1/loads or /get_load (SGLang JSON)"},
 	{"backend_api_key", "--backend-api-key", K_STR, OFF(backend_api_key), 0, 0, 0, "",
 	 "bearer token sent to backends (the client's key is never forwarded when keys are on)"},
 };
@@ -474,8 +475,8 @@ static void finish(struct ig_config *cfg, const char *where_listen, struct ig_bu
 	if (strcmp(cfg->load_source, "gateway") != 0 && strcmp(cfg->load_source, "backend") != 0)
 		problem(errs, "load_source: unknown source '%s' (gateway, backend)", cfg->load_source);
 	cfg->load_from_backend = strcmp(cfg->load_source, "backend") == 0;
-	if (cfg->load_path[0] != '/')
-		problem(errs, "load_path: '%s' must start with '/'", cfg->load_path);
+	if (cfg->load_path[0] != '/' && strcmp(cfg->load_path, "auto") != 0)
+		problem(errs, "load_path: '%s' must be auto or a path starting with '/'", cfg->load_path);
 	if (cfg->n_backends == 0)
 		problem(errs, "backends: no backend given (use --backend URL or \"backends\" in the config file)");
 	for (size_t i = 0; i < cfg->n_backends; i++)

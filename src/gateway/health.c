@@ -24,6 +24,12 @@ enum probe_what {
 	PROBE_LOAD,   /* GET <url><load_path>, with load_source "backend" */
 };
 
+/* load_path "auto": where SGLang and vLLM tell their load, tried in turn
+ * until one answers with it (SGLang serves /metrics only with
+ * --enable-metrics; /v1/loads is newer than /get_load). */
+static const char *const auto_load_paths[] = {"/metrics", "/v1/loads", "/get_load"};
+#define N_AUTO_LOAD_PATHS (sizeof(auto_load_paths) / sizeof(auto_load_paths[0]))
+
 struct ig_probe {
 	enum ig_xfer_kind kind; /* IG_XFER_PROBE; first for CURLOPT_PRIVATE */
 	struct ig_backend *b;
@@ -32,6 +38,7 @@ struct ig_probe {
 	struct ig_buf body;
 	uint64_t started_us;
 	bool running;
+	size_t load_path;       /* index in auto_load_paths, with load_path "auto" */
 };
 
 int ig_health_add(struct ig_gw *gw IG_UNUSED, struct ig_backend *b)
@@ -88,9 +95,10 @@ static void start_probe(struct ig_gw *gw, struct ig_probe *p, enum probe_what wh
 {
 	char url[2048];
 	const struct ig_config *cfg = gw->cfg;
+	const char *load_path = strcmp(cfg->load_path, "auto") == 0 ? auto_load_paths[p->load_path] : cfg->load_path;
 
 	snprintf(url, sizeof(url), "%s%s", p->b->url,
-		 what == PROBE_HEALTH ? cfg->health_path : what == PROBE_MODELS ? "/v1/models" : cfg->load_path);
+		 what == PROBE_HEALTH ? cfg->health_path : what == PROBE_MODELS ? "/v1/models" : load_path);
 	if (p->easy)
 		curl_easy_reset(p->easy);
 	else
@@ -213,7 +221,11 @@ static void parse_load(const struct ig_buf *body, long *running, long *waiting)
 	}
 	json_t *root = json_loadb(text, body->len, 0, NULL), *item;
 	size_t i;
-	if (json_is_object(root)) {
+	if (json_is_array(json_object_get(root, "loads"))) { /* SGLang /v1/loads */
+		json_t *loads = json_incref(json_object_get(root, "loads"));
+		json_decref(root);
+		root = loads;
+	} else if (json_is_object(root)) {
 		json_t *tmp = json_array();
 		json_array_append(tmp, root);
 		json_decref(root);
@@ -221,10 +233,14 @@ static void parse_load(const struct ig_buf *body, long *running, long *waiting)
 	}
 	json_array_foreach(root, i, item) { /* one object per data-parallel rank */
 		json_t *r = json_object_get(item, "num_running_reqs"), *w = json_object_get(item, "num_waiting_reqs");
-		if (json_is_integer(r) || json_is_integer(w)) {
-			*running = (*running < 0 ? 0 : *running) + (long)json_integer_value(r);
-			*waiting = (*waiting < 0 ? 0 : *waiting) + (long)json_integer_value(w);
-		}
+		json_t *all = json_object_get(item, "num_reqs"); /* older /get_load: running + waiting */
+		if (!json_is_integer(r) && !json_is_integer(w))
+			continue;
+		long nw = (long)json_integer_value(w);
+		long nr = json_is_integer(r) ? (long)json_integer_value(r)
+					    : json_is_integer(all) ? (long)json_integer_value(all) - nw : 0;
+		*running = (*running < 0 ? 0 : *running) + (nr > 0 ? nr : 0);
+		*waiting = (*waiting < 0 ? 0 : *waiting) + (nw > 0 ? nw : 0);
 	}
 	json_decref(root);
 }
@@ -267,6 +283,9 @@ void ig_health_probe_done(struct ig_gw *gw, struct ig_probe *p, CURLcode result)
 		long running = -1, waiting = -1;
 		if (result == CURLE_OK && status == 200)
 			parse_load(&p->body, &running, &waiting);
+		b->load_path = strcmp(gw->cfg->load_path, "auto") == 0 ? auto_load_paths[p->load_path] : gw->cfg->load_path;
+		if (running < 0 && strcmp(gw->cfg->load_path, "auto") == 0)
+			p->load_path = (p->load_path + 1) % N_AUTO_LOAD_PATHS; /* try the next one next time */
 		take_load(gw, b, running, waiting);
 	} else if (p->what == PROBE_MODELS) {
 		if (result == CURLE_OK && status == 200)

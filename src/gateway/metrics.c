@@ -57,6 +57,8 @@ json_t *ig_backend_to_json(const struct ig_backend *b, uint64_t now)
 	if (b->reported_load >= 0) {
 		json_object_set_new(o, "reported_load", json_integer(b->reported_load));
 		json_object_set_new(o, "reported_waiting", json_integer(b->reported_waiting));
+		if (b->load_path)
+			json_object_set_new(o, "load_path", json_string(b->load_path));
 		json_object_set_new(o, "external_load", json_integer(atomic_load(&b->external_load)));
 	}
 	return o;

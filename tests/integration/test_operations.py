@@ -427,6 +427,50 @@ def gateways_sharing_a_backend_each_learn_their_share_of_its_slots():
 
 
 @test
+def load_path_auto_finds_where_each_server_tells_its_load():
+    # Three servers that tell their load in the three places SGLang and vLLM use: Prometheus
+    # gauges at /metrics (vLLM; SGLang with --enable-metrics), SGLang's /v1/loads, and the
+    # older /get_load whose num_reqs counts running + waiting. Default settings find each.
+    answers = {
+        "/metrics": (200, b"# TYPE vllm:num_requests_running gauge\n"
+                          b'vllm:num_requests_running{model_name="m"} 3.0\n'
+                          b'vllm:num_requests_waiting{model_name="m"} 2.0\n', "text/plain"),
+        "/v1/loads": (200, {"loads": [{"dp_rank": 0, "num_running_reqs": 4, "num_waiting_reqs": 1},
+                                      {"dp_rank": 1, "num_running_reqs": 2, "num_waiting_reqs": 0}]},
+                      "application/json"),
+        "/get_load": (200, [{"dp_rank": 0, "num_reqs": 9, "num_waiting_reqs": 4, "num_tokens": 100}],
+                      "application/json"),
+    }
+    def serving(path):
+        def handler(fb, req, sock):
+            if req["method"] == "GET" and req["path"] == path:
+                st, body, ctype = answers[path]
+                FakeBackend.reply(sock, st, body, ctype)
+            elif req["method"] == "GET" and req["path"] in answers:
+                FakeBackend.reply(sock, 404, b"not found", "text/plain")
+            else:
+                FakeBackend.answer_ok(fb, req, sock)
+            return True
+        return handler
+    fbs = {path: FakeBackend(serving(path)) for path in answers}
+    gw = start_gateway(list(fbs.values()), "--health-interval-ms", "50")
+    healthy(gw, 3)
+    want = {"/metrics": (5, 2), "/v1/loads": (7, 1), "/get_load": (9, 4)}
+    def found():
+        b = backends(gw)
+        return all(b[fb.url].get("load_path") == path and
+                   (b[fb.url].get("reported_load"), b[fb.url].get("reported_waiting")) == want[path]
+                   for path, fb in fbs.items())
+    wait_until(found, timeout=10, what="each server's load read where it tells it")
+    # Once found, a server is not asked elsewhere again.
+    n = {path: len(fb.requests) for path, fb in fbs.items()}
+    time.sleep(0.5)
+    for path, fb in fbs.items():
+        asked = {r["path"] for r in fb.requests[n[path]:]} & set(answers)
+        assert asked == {path}, (path, asked)
+
+
+@test
 def token_counts_come_from_the_top_level_usage_whatever_the_text_says():
     # The gateway reads only the value of the last "usage" key; text that quotes a usage
     # object, a "usage" string value, and whitespace before the colon must not fool it.
