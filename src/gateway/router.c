@@ -11,7 +11,7 @@
 #include "infergate/router.h"
 #include "infergate/util.h"
 
-static int tried_already(struct ig_backend *b, struct ig_backend *const *tried, int ntried)
+static int tried_already(const struct ig_backend *b, struct ig_backend *const *tried, int ntried)
 {
 	for (int i = 0; i < ntried; i++)
 		if (tried[i] == b)
