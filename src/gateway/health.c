@@ -180,6 +180,14 @@ static void store_models(struct ig_backend *b, struct ig_buf *body)
 	json_decref(root);
 }
 
+/* A count a backend reported, made sane: the text is the backend's, so
+ * negative, NaN or absurdly large values must not reach integer arithmetic. */
+#define LOAD_MAX 1000000000L
+static long sane_count(double v)
+{
+	return v >= 0 ? (v < (double)LOAD_MAX ? (long)v : LOAD_MAX) : 0;
+}
+
 /* The first sample of a metric in a Prometheus text; -1 when absent. */
 static long prom_value(const char *text, size_t len, const char *name)
 {
@@ -193,7 +201,7 @@ static long prom_value(const char *text, size_t len, const char *name)
 			const char *sp = eol;
 			while (sp > p && sp[-1] != ' ')
 				sp--;
-			return (long)strtod(sp, NULL);
+			return sane_count(strtod(sp, NULL));
 		}
 		p = eol + 1;
 	}
@@ -236,11 +244,15 @@ static void parse_load(const struct ig_buf *body, long *running, long *waiting)
 		json_t *all = json_object_get(item, "num_reqs"); /* older /get_load: running + waiting */
 		if (!json_is_integer(r) && !json_is_integer(w))
 			continue;
-		long nw = (long)json_integer_value(w);
-		long nr = json_is_integer(r) ? (long)json_integer_value(r)
-					    : json_is_integer(all) ? (long)json_integer_value(all) - nw : 0;
-		*running = (*running < 0 ? 0 : *running) + (nr > 0 ? nr : 0);
-		*waiting = (*waiting < 0 ? 0 : *waiting) + (nw > 0 ? nw : 0);
+		long nw = sane_count((double)json_integer_value(w));
+		long nr = json_is_integer(r) ? sane_count((double)json_integer_value(r))
+			  : json_is_integer(all) ? sane_count((double)json_integer_value(all) - (double)nw) : 0;
+		*running = (*running < 0 ? 0 : *running) + nr;
+		*waiting = (*waiting < 0 ? 0 : *waiting) + nw;
+		if (*running > LOAD_MAX)
+			*running = LOAD_MAX;
+		if (*waiting > LOAD_MAX)
+			*waiting = LOAD_MAX;
 	}
 	json_decref(root);
 }

@@ -20,7 +20,7 @@ src=$(cd "$here/../.." && pwd)
 secs=${FUZZ_SECONDS:-30}
 build=${FUZZ_BUILD:-${TMPDIR:-/tmp}/infergate-fuzz}
 cc=${FUZZ_CC:-clang}
-all="config inspect sse corpus_line resume"
+all="config inspect load sse corpus_line resume"
 targets=${*:-$all}
 
 command -v "$cc" >/dev/null 2>&1 || { echo "FAIL: $cc not found (apt-get install -y clang)"; exit 1; }
@@ -57,6 +57,7 @@ sources() {
 	case $1 in
 	config) echo "$here/fuzz_config.c $src/src/gateway/config.c $common" ;;
 	inspect) echo "$here/fuzz_inspect.c $gateway_rest $common" ;;
+	load) echo "$here/fuzz_load.c $src/src/gateway/proxy.c $(echo "$gateway_rest" | tr ' ' '\n' | grep -v '/health\.c$' | tr '\n' ' ') $common" ;;
 	sse|corpus_line|resume) echo "$here/fuzz_$1.c $bulk $common" ;;
 	*) echo "unknown target '$1' (targets: $all)" >&2; exit 2 ;;
 	esac

@@ -1,0 +1,45 @@
+/* libFuzzer target: the gateway's reading of a backend's load report
+ * (health.c parse_load: Prometheus gauges of SGLang and vLLM, SGLang's
+ * /v1/loads and /get_load JSON) and the slot-count rule fed with what it
+ * read (router.c ig_slots_learn). A report is the backend's text, so any
+ * bytes must give either "nothing found" (-1, -1) or two counts in
+ * 0..LOAD_MAX, and the rule must keep its invariants over any sequence.
+ * Includes health.c to reach the static parser, as fuzz_inspect does. */
+#include "../../src/gateway/health.c"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	struct ig_buf body;
+	long running = -1, waiting = -1;
+
+	ig_buf_init(&body);
+	ig_buf_append(&body, data, size);
+	parse_load(&body, &running, &waiting);
+	ig_buf_free(&body);
+	if ((running < 0) != (waiting < 0))
+		abort(); /* both found or neither */
+	if (running > LOAD_MAX || waiting > LOAD_MAX || running < -1 || waiting < -1)
+		abort();
+
+	/* The same bytes as a sequence of reports (running, waiting, ours). */
+	struct ig_slots s = {0};
+	for (size_t i = 0; i + 3 <= size; i += 3) {
+		long r = data[i] == 255 ? -1 : data[i], w = data[i + 1] == 255 ? -1 : data[i + 1];
+		long ours = data[i + 2];
+		long before = s.cur;
+		long cur = ig_slots_learn(&s, r, w, ours);
+		if (cur != s.cur || cur < 0 || s.peak < 0 || s.calm < 0 || s.calm >= IG_SLOTS_PROBE_AFTER)
+			abort();
+		if (r < 0 || w < 0) {
+			if (cur != before)
+				abort(); /* nothing reported: nothing learned */
+		} else if (w > 0) {
+			/* queueing: at least one, at most what it runs (or one) */
+			if (cur < 1 || cur > (r > 1 ? r : 1) || s.peak < cur)
+				abort();
+		} else if (cur < before) {
+			abort(); /* no queue never lowers the limit */
+		}
+	}
+	return 0;
+}
