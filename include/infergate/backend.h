@@ -49,7 +49,8 @@ struct ig_backend {
 	atomic_long external_load; /* backend-reported load not sent by us (load_source backend) */
 	long reported_load;        /* last running + waiting the backend reported, -1 none */
 	long reported_waiting;     /* of which waiting in its own queue, -1 none */
-	const char *load_path;     /* where that was read (static string), NULL before */
+	const char *load_path;     /* load_path auto: where it was read (a static
+				    * string); NULL before, or with a set path */
 	atomic_long slots;         /* learned from load reports (learn.cur): the
 				    * requests it runs at once, 0 = not known; the
 				    * limit when max_inflight is not set */

@@ -295,9 +295,14 @@ void ig_health_probe_done(struct ig_gw *gw, struct ig_probe *p, CURLcode result)
 		long running = -1, waiting = -1;
 		if (result == CURLE_OK && status == 200)
 			parse_load(&p->body, &running, &waiting);
-		b->load_path = strcmp(gw->cfg->load_path, "auto") == 0 ? auto_load_paths[p->load_path] : gw->cfg->load_path;
-		if (running < 0 && strcmp(gw->cfg->load_path, "auto") == 0)
-			p->load_path = (p->load_path + 1) % N_AUTO_LOAD_PATHS; /* try the next one next time */
+		if (strcmp(gw->cfg->load_path, "auto") == 0) {
+			if (running >= 0)
+				b->load_path = auto_load_paths[p->load_path];
+			else /* try the next one next time */
+				p->load_path = (p->load_path + 1) % N_AUTO_LOAD_PATHS;
+		} else {
+			b->load_path = NULL; /* the configured one (a reload may free its string) */
+		}
 		take_load(gw, b, running, waiting);
 	} else if (p->what == PROBE_MODELS) {
 		if (result == CURLE_OK && status == 200)
