@@ -159,6 +159,36 @@ def ten_thousand_through_gateway_and_seven_sims():
 
 
 @test
+def concurrency_far_above_the_slots_waits_in_the_gateway_not_in_errors():
+    # 1,200 prompts at concurrency 1,100 through servers of 2, 4 and 6 slots (0.05 s a
+    # request): the servers queue at first, the gateway learns their slots and holds the
+    # surplus, over 1,024 of them (default settings: the queue was 1,024 long before), and the
+    # run completes with no request refused, timed out or retried.
+    need_binary("infergate")
+    d = Dir()
+    sims = [start_sim("--model", MODEL, "--max-running", n, "--tokens-per-second", "200",
+                      "--ttft-ms", "0", "--output-tokens", "10") for n in (2, 4, 6)]
+    gw = start_gateway(sims, "--health-interval-ms", "200")
+    wait_until(lambda: http_json("GET", gw.url + "/health")[2]["healthy_backends"] == 3, timeout=10,
+               what="3 healthy backends")
+    generate(d("c.jsonl"), 1200, seed=12)
+    rc, out, err = bulk("--input", d("c.jsonl"), "--output", d("o.jsonl"), "--url", gw.url,
+                        "--model", MODEL, "--concurrency", 1100, "--summary-json", d("s.json"))
+    assert rc == 0, (rc, out, err)
+    s = json.load(open(d("s.json")))
+    assert s["ok"] == 1200 and s["errors"] == 0 and s["retries"] == 0, s
+    assert len(set(ids(d("o.jsonl")))) == 1200
+    m = http("GET", gw.url + "/metrics")[2]
+    assert metric(m, "infergate_queue_rejected_total") == 0
+    assert metric(m, "infergate_queue_timeouts_total") == 0
+    b = {x["url"]: x for x in http_json("GET", gw.url + "/health/backends")[2]["backends"]}
+    learned = [b[sim.url].get("learned_slots") for sim in sims]
+    assert learned[0] in (2, 3) and learned[1] in (4, 5) and learned[2] in (6, 7), learned
+    served = [b[sim.url]["served"] for sim in sims]
+    assert served[2] > served[1] > served[0], served   # by slots, not evenly
+
+
+@test
 def direct_to_one_sim_bodies_match():
     d = Dir()
     sim = start_sim(*UNPACED)
