@@ -163,7 +163,8 @@ def concurrency_far_above_the_slots_waits_in_the_gateway_not_in_errors():
     # 1,200 prompts at concurrency 1,100 through servers of 2, 4 and 6 slots (0.05 s a
     # request): the servers queue at first, the gateway learns their slots and holds the
     # surplus, over 1,024 of them (default settings: the queue was 1,024 long before), and the
-    # run completes with no request refused, timed out or retried.
+    # run completes with no request refused, timed out or retried. (How the work splits is not
+    # asserted: most of this burst reaches the servers before their first load report, evenly.)
     need_binary("infergate")
     d = Dir()
     sims = [start_sim("--model", MODEL, "--max-running", n, "--tokens-per-second", "200",
@@ -184,8 +185,6 @@ def concurrency_far_above_the_slots_waits_in_the_gateway_not_in_errors():
     b = {x["url"]: x for x in http_json("GET", gw.url + "/health/backends")[2]["backends"]}
     learned = [b[sim.url].get("learned_slots") for sim in sims]
     assert learned[0] in (2, 3) and learned[1] in (4, 5) and learned[2] in (6, 7), learned
-    served = [b[sim.url]["served"] for sim in sims]
-    assert served[2] > served[1] > served[0], served   # by slots, not evenly
 
 
 @test
