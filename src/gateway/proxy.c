@@ -255,7 +255,7 @@ static void usage_from_json(struct ig_req *req, const char *text, size_t len)
 
 /* Streams carry usage in one event (the last before [DONE] with
  * include_usage, or on the final chunk with vLLM's continuous usage).
- * Lines are assembled across writes; only lines that mention "usage" are
+ * Lines are assembled across writes; only the value of a "usage" key is
  * parsed. Lines longer than 1 MiB are skipped. */
 static void scan_sse(struct ig_req *req, const char *p, size_t n)
 {
@@ -271,9 +271,8 @@ static void scan_sse(struct ig_req *req, const char *p, size_t n)
 			return;
 		const char *line = req->sse_line.data;
 		size_t len = req->sse_line.len;
-		if (line && len > 6 && len <= 1024 * 1024 && memcmp(line, "data: ", 6) == 0 &&
-		    memmem(line, len, "\"usage\"", 7))
-			usage_from_json(req, line + 6, len - 6);
+		if (line && len > 6 && len <= 1024 * 1024 && memcmp(line, "data: ", 6) == 0)
+			usage_from_json(req, line + 6, len - 6); /* finds "usage" or returns */
 		ig_buf_reset(&req->sse_line);
 		p = nl + 1;
 	}
