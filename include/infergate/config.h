@@ -55,6 +55,7 @@ struct ig_config {
 	char *load_source;          /* "gateway" or "backend" */
 	int load_from_backend;      /* load_source == "backend" */
 	char *load_path;            /* polled for the backend's own queue */
+	int load_path_auto;         /* load_path == "auto" */
 	long discover_interval_s;   /* how often discovered names are resolved again */
 };
 

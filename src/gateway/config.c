@@ -475,7 +475,8 @@ static void finish(struct ig_config *cfg, const char *where_listen, struct ig_bu
 	if (strcmp(cfg->load_source, "gateway") != 0 && strcmp(cfg->load_source, "backend") != 0)
 		problem(errs, "load_source: unknown source '%s' (gateway, backend)", cfg->load_source);
 	cfg->load_from_backend = strcmp(cfg->load_source, "backend") == 0;
-	if (cfg->load_path[0] != '/' && strcmp(cfg->load_path, "auto") != 0)
+	cfg->load_path_auto = strcmp(cfg->load_path, "auto") == 0;
+	if (cfg->load_path[0] != '/' && !cfg->load_path_auto)
 		problem(errs, "load_path: '%s' must be auto or a path starting with '/'", cfg->load_path);
 	if (cfg->n_backends == 0)
 		problem(errs, "backends: no backend given (use --backend URL or \"backends\" in the config file)");

@@ -95,7 +95,7 @@ static void start_probe(struct ig_gw *gw, struct ig_probe *p, enum probe_what wh
 {
 	char url[2048];
 	const struct ig_config *cfg = gw->cfg;
-	const char *load_path = strcmp(cfg->load_path, "auto") == 0 ? auto_load_paths[p->load_path] : cfg->load_path;
+	const char *load_path = cfg->load_path_auto ? auto_load_paths[p->load_path] : cfg->load_path;
 
 	snprintf(url, sizeof(url), "%s%s", p->b->url,
 		 what == PROBE_HEALTH ? cfg->health_path : what == PROBE_MODELS ? "/v1/models" : load_path);
@@ -264,7 +264,7 @@ static void take_load(struct ig_gw *gw, struct ig_backend *b, long running, long
 	long ours = atomic_load(&b->inflight);
 	long load = running < 0 ? -1 : running + waiting;
 	b->reported_load = load;
-	b->reported_waiting = running < 0 ? -1 : waiting;
+	b->reported_waiting = waiting; /* -1 with running: parse_load gives both or neither */
 	/* The backend's count includes ours: only the rest is external. */
 	long ext = load - ours;
 	atomic_store(&b->external_load, load >= 0 && ext > 0 ? ext : 0);
@@ -295,7 +295,7 @@ void ig_health_probe_done(struct ig_gw *gw, struct ig_probe *p, CURLcode result)
 		long running = -1, waiting = -1;
 		if (result == CURLE_OK && status == 200)
 			parse_load(&p->body, &running, &waiting);
-		if (strcmp(gw->cfg->load_path, "auto") == 0) {
+		if (gw->cfg->load_path_auto) {
 			if (running >= 0)
 				b->load_path = auto_load_paths[p->load_path];
 			else /* try the next one next time */
