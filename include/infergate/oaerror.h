@@ -1,7 +1,13 @@
 /* OpenAI-shaped error bodies: {"error": {"message", "type", "param", "code"}}.
- * Every program that answers HTTP builds its errors here, so they agree. */
+ * Every program that answers HTTP builds its errors here, so they agree; and
+ * every program that reads a server's error reads it here, whatever shape the
+ * server used. */
 #ifndef IG_OAERROR_H
 #define IG_OAERROR_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
 
 /* Returns a malloc'd JSON text. type is e.g. "invalid_request_error",
  * "server_error", "rate_limit_error"; param and code may be NULL (JSON null). */
@@ -9,5 +15,32 @@ char *ig_oaerror_json(const char *message, const char *type, const char *param, 
 
 /* The OpenAI error type that goes with an HTTP status. */
 const char *ig_oaerror_type_for_status(unsigned status);
+
+/* What a server's error says, read from any of the shapes real servers use:
+ *   OpenAI, vLLM:  {"error": {"message", "type", "param", "code"}}
+ *   SGLang:        {"object": "error", "message", "type", "param", "code": 400}
+ *   SGLang auth:   {"error": "Unauthorized"}
+ *   FastAPI:       {"detail": "Not Found"} or {"detail": [{"loc", "msg", ...}]}
+ * Each member is a new reference, or NULL when the body has none. */
+struct ig_oaerror {
+	json_t *message; /* a string */
+	json_t *type;    /* a string */
+	json_t *param;
+	json_t *code;    /* an integer (SGLang, vLLM: the HTTP status) or a string */
+	bool nested;     /* already {"error": {"message": ...}}: OpenAI's shape */
+};
+
+/* Reads the error in a parsed body. Returns 0 when the body is an error in
+ * one of the shapes above, -1 when it is not (a completion, say). */
+int ig_oaerror_read(json_t *body, struct ig_oaerror *out);
+void ig_oaerror_clear(struct ig_oaerror *e);
+/* The HTTP status an error names in its integer code (400..599), else 0. */
+unsigned ig_oaerror_status(const struct ig_oaerror *e);
+
+/* An error answer of a server with the given status, in OpenAI's shape:
+ * NULL when body already is (relay it as it is), else a malloc'd JSON text
+ * that keeps the server's message, type, param and code (a body that is not
+ * JSON becomes the message). */
+char *ig_oaerror_normalize(unsigned status, const char *body, size_t len);
 
 #endif

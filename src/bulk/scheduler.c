@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "infergate/log.h"
+#include "infergate/oaerror.h"
 #include "infergate/util.h"
 #include "bulk.h"
 
@@ -398,12 +399,36 @@ static json_t *text_body(struct ig_buf *b)
 	return t ? t : json_string("");
 }
 
-/* The server's error message from an OpenAI-shaped body, if any. */
-static const char *error_message(json_t *body)
+/* The server's error message, in whatever shape it came (OpenAI's, SGLang's
+ * flat one, FastAPI's detail), as a malloc'd string; NULL when none. */
+static char *error_message(json_t *body)
 {
-	json_t *e = json_object_get(body, "error");
-	json_t *m = json_is_object(e) ? json_object_get(e, "message") : e;
-	return json_is_string(m) ? json_string_value(m) : NULL;
+	struct ig_oaerror e;
+	char *m = ig_oaerror_read(body, &e) == 0 ? strdup(json_string_value(e.message)) : NULL;
+	ig_oaerror_clear(&e);
+	return m;
+}
+
+/* A body that says 200 but carries an error: an error event in a stream
+ * (SGLang and vLLM send `data: {"error": {...}}` then [DONE] when a request
+ * fails after its headers went out), or an error object as the whole body.
+ * Sets code, message and retryable from the error's own status (its
+ * integer code), as if the server had answered with it. Returns 1 when the
+ * body is such an error, else 0. */
+static int error_in_200(json_t *body, char *code, size_t ncode, char **message, int *retryable)
+{
+	struct ig_oaerror e;
+	if (ig_oaerror_read(body, &e) < 0)
+		return 0;
+	unsigned st = ig_oaerror_status(&e);
+	if (st)
+		snprintf(code, ncode, "http_%u", st);
+	else
+		snprintf(code, ncode, "stream_error");
+	*message = strdup(json_string_value(e.message));
+	*retryable = st ? st == 408 || st == 429 || st >= 500 : 1;
+	ig_oaerror_clear(&e);
+	return 1;
 }
 
 static void finished(struct sched *s, struct job *j, CURLcode rc)
@@ -431,7 +456,10 @@ static void finished(struct sched *s, struct job *j, CURLcode rc)
 		}
 	} else if (status / 100 == 2) {
 		const char *why = NULL;
-		if (j->sse_mode) {
+		if (j->sse_mode && j->sse.error) {
+			body = json_incref(j->sse.error);
+			error_in_200(body, code, sizeof(code), &message, &retryable);
+		} else if (j->sse_mode) {
 			body = ig_sse_body(&j->sse, j->ep, &why);
 		} else {
 			body = json_loadb(ig_buf_head(&j->resp), ig_buf_pending(&j->resp), 0, NULL);
@@ -439,9 +467,11 @@ static void finished(struct sched *s, struct job *j, CURLcode rc)
 				json_decref(body);
 				body = NULL;
 				why = "the body is not a JSON object";
+			} else {
+				error_in_200(body, code, sizeof(code), &message, &retryable);
 			}
 		}
-		if (!body) {
+		if (!body && !code[0]) {
 			snprintf(code, sizeof(code), "invalid_response");
 			message = ig_strdupf("HTTP %ld but %s", status, why);
 			retryable = 1;
@@ -452,8 +482,9 @@ static void finished(struct sched *s, struct job *j, CURLcode rc)
 		if (!body)
 			body = text_body(&j->resp);
 		snprintf(code, sizeof(code), "http_%ld", status);
-		const char *m = error_message(body);
-		message = m ? ig_strdupf("%s", m) : ig_strdupf("HTTP %ld", status);
+		message = error_message(body);
+		if (!message)
+			message = ig_strdupf("HTTP %ld", status);
 		retryable = status == 408 || status == 429 || status >= 500;
 	}
 	if (!code[0] && !j->request_id[0]) {

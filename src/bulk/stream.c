@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "bulk.h"
+#include "infergate/oaerror.h"
 
 void ig_sse_init(struct ig_sse *s)
 {
@@ -66,7 +67,10 @@ static int event(struct ig_sse *s, const char *p, size_t n)
 		json_decref(o);
 		return 0;
 	}
-	if (json_object_get(o, "error")) {
+	struct ig_oaerror e; /* {"error": {...}}, or SGLang's flat shape */
+	int is_error = ig_oaerror_read(o, &e) == 0;
+	ig_oaerror_clear(&e);
+	if (is_error) {
 		json_decref(s->error);
 		s->error = json_incref(o);
 		json_decref(o);

@@ -1,10 +1,12 @@
-/* OpenAI-shaped error bodies, built with jansson so messages are escaped. */
+/* OpenAI-shaped error bodies, built with jansson so messages are escaped;
+ * and servers' errors read from whatever shape they came in. */
 #include "config.h"
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "infergate/oaerror.h"
+#include "infergate/util.h"
 
 /* A JSON string even for bytes that are not UTF-8 (a client's path, say):
  * those bytes become '?', so an error body can always be built. */
@@ -49,4 +51,139 @@ const char *ig_oaerror_type_for_status(unsigned status)
 	case 429: return "rate_limit_error";
 	default:  return status >= 500 ? "server_error" : "invalid_request_error";
 	}
+}
+
+/* FastAPI's validation detail: [{"loc": ["body", "x"], "msg": "..."}, ...]
+ * as "body.x: ...; ...". */
+static json_t *detail_message(json_t *detail)
+{
+	if (json_is_string(detail))
+		return json_incref(detail);
+	if (!json_is_array(detail))
+		return NULL;
+	char buf[1024];
+	size_t n = 0, i;
+	json_t *item;
+	buf[0] = '\0';
+	json_array_foreach(detail, i, item) {
+		json_t *msg = json_object_get(item, "msg"), *loc = json_object_get(item, "loc");
+		if (!json_is_string(msg))
+			continue;
+		size_t k, w;
+		json_t *part;
+		if (n > 0 && n < sizeof(buf))
+			n += (size_t)snprintf(buf + n, sizeof(buf) - n, "; ");
+		json_array_foreach(loc, k, part) {
+			if (n >= sizeof(buf))
+				break;
+			if (json_is_string(part))
+				w = (size_t)snprintf(buf + n, sizeof(buf) - n, "%s%s", k ? "." : "", json_string_value(part));
+			else if (json_is_integer(part))
+				w = (size_t)snprintf(buf + n, sizeof(buf) - n, "[%lld]", (long long)json_integer_value(part));
+			else
+				w = 0;
+			n += w;
+		}
+		if (n < sizeof(buf))
+			n += (size_t)snprintf(buf + n, sizeof(buf) - n, "%s%s", json_array_size(loc) ? ": " : "",
+					      json_string_value(msg));
+	}
+	return n ? safe_string(buf) : NULL;
+}
+
+static json_t *string_or_null(json_t *v)
+{
+	return json_is_string(v) ? json_incref(v) : NULL;
+}
+
+int ig_oaerror_read(json_t *body, struct ig_oaerror *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (!json_is_object(body))
+		return -1;
+	json_t *err = json_object_get(body, "error");
+	json_t *src = NULL;
+	if (json_is_object(err) && json_is_string(json_object_get(err, "message"))) {
+		src = err; /* OpenAI, vLLM, and SGLang's streamed errors */
+		out->nested = true;
+	} else if (json_is_string(json_object_get(body, "message")) &&
+		   (json_is_string(json_object_get(body, "type")) ||
+		    json_object_get(body, "code") || json_is_string(json_object_get(body, "object")))) {
+		src = body; /* SGLang's ErrorResponse, flat */
+	}
+	if (src) {
+		out->message = json_incref(json_object_get(src, "message"));
+		out->type = string_or_null(json_object_get(src, "type"));
+		json_t *p = json_object_get(src, "param"), *c = json_object_get(src, "code");
+		out->param = p && !json_is_null(p) ? json_incref(p) : NULL;
+		out->code = c && !json_is_null(c) ? json_incref(c) : NULL;
+		return 0;
+	}
+	if (json_is_string(err)) { /* SGLang's API-key middleware */
+		out->message = json_incref(err);
+		return 0;
+	}
+	json_t *detail = detail_message(json_object_get(body, "detail")); /* FastAPI */
+	if (detail) {
+		out->message = detail;
+		return 0;
+	}
+	return -1;
+}
+
+void ig_oaerror_clear(struct ig_oaerror *e)
+{
+	json_decref(e->message);
+	json_decref(e->type);
+	json_decref(e->param);
+	json_decref(e->code);
+	memset(e, 0, sizeof(*e));
+}
+
+unsigned ig_oaerror_status(const struct ig_oaerror *e)
+{
+	json_int_t c = json_is_integer(e->code) ? json_integer_value(e->code) : 0;
+	return c >= 400 && c <= 599 ? (unsigned)c : 0;
+}
+
+/* At most this much of a body that is not JSON becomes the message. */
+#define TEXT_MESSAGE_MAX 1000
+
+char *ig_oaerror_normalize(unsigned status, const char *body, size_t len)
+{
+	json_t *root = json_loadb(body ? body : "", len, 0, NULL);
+	struct ig_oaerror e;
+	char *out;
+
+	if (ig_oaerror_read(root, &e) == 0 && e.nested) {
+		ig_oaerror_clear(&e);
+		json_decref(root);
+		return NULL;
+	}
+	if (!e.message) { /* plain text, or JSON in no known shape */
+		size_t n = len < TEXT_MESSAGE_MAX ? len : TEXT_MESSAGE_MAX;
+		while (n > 0 && (body[n - 1] == '\n' || body[n - 1] == '\r' || body[n - 1] == ' '))
+			n--;
+		char *text = n ? strndup(body, n) : ig_strdupf("HTTP %u from the backend", status);
+		if (!text)
+			abort();
+		for (char *p = text; *p; p++) /* one line, whatever it held */
+			if (*p == '\n' || *p == '\r' || *p == '\t')
+				*p = ' ';
+		e.message = safe_string(text);
+		free(text);
+	}
+	json_t *err = json_pack("{s:{s:O, s:o, s:o, s:o}}", "error", "message", e.message,
+				"type", e.type ? json_incref(e.type) : json_string(ig_oaerror_type_for_status(status)),
+				"param", e.param ? json_incref(e.param) : json_null(),
+				"code", e.code ? json_incref(e.code) : json_null());
+	if (!err)
+		abort();
+	out = json_dumps(err, JSON_COMPACT);
+	json_decref(err);
+	ig_oaerror_clear(&e);
+	json_decref(root);
+	if (!out)
+		abort();
+	return out;
 }

@@ -4,7 +4,9 @@
 #define IG_CHECK_MAIN_H
 
 #include <check.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static inline int ig_check_run(Suite *s)
 {
@@ -13,6 +15,37 @@ static inline int ig_check_run(Suite *s)
 	int failed = srunner_ntests_failed(sr);
 	srunner_free(sr);
 	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
+
+/* A file of tests/fixtures (real servers' payloads), without its leading
+ * `//` lines, which name the upstream source it follows. malloc'd, with its
+ * length in *len; the test fails when it cannot be read. */
+static inline char *ig_fixture(const char *name, size_t *len)
+{
+	const char *src = getenv("IG_SRCDIR");
+	char path[1024];
+	snprintf(path, sizeof(path), "%s/tests/fixtures/%s", src ? src : "..", name);
+	FILE *f = fopen(path, "rb");
+	ck_assert_msg(f != NULL, "cannot open fixture %s", path);
+	char *text = NULL;
+	size_t cap = 0, n = 0, got;
+	do {
+		if (n + 4096 > cap) {
+			cap = (n + 4096) * 2;
+			text = realloc(text, cap);
+			ck_assert_ptr_nonnull(text);
+		}
+		got = fread(text + n, 1, cap - n - 1, f);
+		n += got;
+	} while (got > 0);
+	fclose(f);
+	text[n] = '\0';
+	char *p = text;
+	while (strncmp(p, "//", 2) == 0 && strchr(p, '\n'))
+		p = strchr(p, '\n') + 1;
+	*len = n - (size_t)(p - text);
+	memmove(text, p, *len + 1);
+	return text;
 }
 
 #endif
