@@ -29,6 +29,11 @@ struct ig_slots {
 	long cur;   /* the limit now (0 = none learned) */
 	long peak;  /* the highest limit learned while it queued */
 	int calm;   /* reports in a row without a queue while we were at cur */
+	/* the previous report, to tell a stale one (ig_slots_report) */
+	long last_running, last_waiting; /* -1 none */
+	long last_ours;
+	unsigned long last_done;
+	unsigned long stale;             /* reports set aside as stale */
 };
 
 struct ig_backend {
@@ -46,9 +51,12 @@ struct ig_backend {
 	atomic_ulong prompt_tokens;     /* from "usage" in responses */
 	atomic_ulong completion_tokens;
 	atomic_ulong probes_ok, probes_failed;
+	atomic_ulong probes_slow;  /* timed out while requests were answered: not counted */
 	atomic_long external_load; /* backend-reported load not sent by us (load_source backend) */
 	long reported_load;        /* last running + waiting the backend reported, -1 none */
 	long reported_waiting;     /* of which waiting in its own queue, -1 none */
+	atomic_long inflight_peak; /* the most in flight since the last report */
+	uint64_t last_io_ms;       /* last byte from it for one of our requests */
 	const char *load_path;     /* load_path auto: where it was read (a static
 				    * string); NULL before, or with a set path */
 	atomic_long slots;         /* learned from load reports (learn.cur): the

@@ -4,6 +4,8 @@
 #ifndef IG_ROUTER_H
 #define IG_ROUTER_H
 
+#include <stdbool.h>
+
 #include "infergate/backend.h"
 
 enum ig_pick {
@@ -31,5 +33,21 @@ void ig_router_release(struct ig_backend *b);
  * the peak (a queue seen in passing can undercount), and past it only after
  * IG_SLOTS_PROBE_AFTER calm reports, by an eighth. Returns the new limit. */
 long ig_slots_learn(struct ig_slots *s, long running, long waiting, long ours);
+
+/* Takes one load report, guarded against stale ones, and learns from it.
+ * A report tells the backend's state at some moment since the previous
+ * one, not now (SGLang's /metrics gauges are refreshed only when its
+ * scheduler logs: each prefill batch, every 40 decode steps, every 30 s
+ * when idle, so a queue can show long after it is gone):
+ * - it is weighed against `peak`, the most requests this gateway had in
+ *   flight there since the previous report, not `ours` now;
+ * - a queue while we had nothing there says nothing of our share;
+ * - counts that repeat the previous report's exactly while our own traffic
+ *   there moved (`ours` or `done`, our finished requests, changed) are stale:
+ *   a live server's counts would have moved too.
+ * What is not learned from leaves the limit as it was. Returns the limit;
+ * *stale tells whether the report was set aside as stale. */
+long ig_slots_report(struct ig_slots *s, long running, long waiting, long ours, long peak, unsigned long done,
+		     bool *stale);
 
 #endif

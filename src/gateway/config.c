@@ -52,8 +52,9 @@ static const struct key keys[] = {
 	 "path probed on each backend"},
 	{"health.interval_ms", "--health-interval-ms", K_INT, OFF(health_interval_ms), 50, 3600000, 2000, NULL,
 	 "time between probes of one backend"},
-	{"health.timeout_ms", "--health-timeout-ms", K_INT, OFF(health_timeout_ms), 10, 600000, 1000, NULL,
-	 "a probe slower than this fails"},
+	{"health.timeout_ms", "--health-timeout-ms", K_INT, OFF(health_timeout_ms), 10, 600000, 5000, NULL,
+	 "a probe slower than this fails, unless the backend is answering requests meanwhile "
+	 "(SGLang's /health runs a generation and takes over 1 s)"},
 	{"health.rise", "--health-rise", K_INT, OFF(health_rise), 1, 100, 2, NULL,
 	 "consecutive successes that bring a backend up"},
 	{"health.fall", "--health-fall", K_INT, OFF(health_fall), 1, 100, 3, NULL,

@@ -8,10 +8,12 @@
  * Not here: what the router does with the state (router.c). */
 #include "config.h"
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "infergate/gateway.h"
+#include "infergate/loadreport.h"
 #include "infergate/log.h"
 #include "infergate/router.h"
 #include "infergate/util.h"
@@ -25,9 +27,14 @@ enum probe_what {
 };
 
 /* load_path "auto": where SGLang and vLLM tell their load, tried in turn
- * until one answers with it (SGLang serves /metrics only with
- * --enable-metrics; /v1/loads is newer than /get_load). */
-static const char *const auto_load_paths[] = {"/metrics", "/v1/loads", "/get_load"};
+ * until one answers with it. Live sources first: SGLang computes /v1/loads
+ * when asked (sgl-project/sglang python/sglang/srt/entrypoints/v1_loads.py),
+ * while its /metrics gauges are refreshed only when the scheduler logs (each
+ * prefill batch, every 40 decode steps, every 30 s when idle) and are served
+ * only with --enable-metrics. vLLM has no /v1/loads; its /metrics gauges are
+ * set on every engine step (vllm/v1/metrics/loggers.py), so live. /get_load
+ * is SGLang's older, deprecated form. */
+static const char *const auto_load_paths[] = {"/v1/loads", "/metrics", "/get_load"};
 #define N_AUTO_LOAD_PATHS (sizeof(auto_load_paths) / sizeof(auto_load_paths[0]))
 
 struct ig_probe {
@@ -36,6 +43,7 @@ struct ig_probe {
 	CURL *easy;
 	enum probe_what what;
 	struct ig_buf body;
+	struct curl_slist *headers; /* the backend key, when there is one */
 	uint64_t started_us;
 	bool running;
 	size_t load_path;       /* index in auto_load_paths, with load_path "auto" */
@@ -63,6 +71,7 @@ void ig_health_remove(struct ig_gw *gw, struct ig_backend *b)
 		curl_multi_remove_handle(gw->multi, p->easy);
 	if (p->easy)
 		curl_easy_cleanup(p->easy);
+	curl_slist_free_all(p->headers);
 	ig_buf_free(&p->body);
 	free(p);
 	b->probe = NULL;
@@ -114,6 +123,17 @@ static void start_probe(struct ig_gw *gw, struct ig_probe *p, enum probe_what wh
 	curl_easy_setopt(p->easy, CURLOPT_CONNECTTIMEOUT_MS,
 			 cfg->health_timeout_ms < cfg->connect_ms ? cfg->health_timeout_ms : cfg->connect_ms);
 	curl_easy_setopt(p->easy, CURLOPT_HTTP_CONTENT_DECODING, 0L);
+	/* SGLang's API-key middleware exempts only /health*, /ready* and
+	 * /metrics (python/sglang/srt/utils/auth.py): /v1/models and the load
+	 * paths need the key like any request. */
+	curl_slist_free_all(p->headers);
+	p->headers = NULL;
+	if (*cfg->backend_api_key) {
+		char *line = ig_strdupf("Authorization: Bearer %s", cfg->backend_api_key);
+		p->headers = curl_slist_append(NULL, line);
+		free(line);
+		curl_easy_setopt(p->easy, CURLOPT_HTTPHEADER, p->headers);
+	}
 	ig_upstream_watch_closes(gw, p->easy);
 	p->started_us = ig_now_us();
 	if (curl_multi_add_handle(gw->multi, p->easy) == CURLM_OK) {
@@ -145,7 +165,7 @@ static void set_state(struct ig_gw *gw, struct ig_backend *b, int state, const c
 		ig_log_warn("backend %s is down (%s); %zu of %zu healthy", b->url, why, ig_pool_healthy(&gw->pool),
 			    gw->pool.n);
 		/* It may come back restarted with another capacity: learn anew. */
-		b->learn = (struct ig_slots){0};
+		b->learn = (struct ig_slots){.last_running = -1, .last_waiting = -1};
 		atomic_store(&b->slots, 0);
 	}
 }
@@ -180,95 +200,24 @@ static void store_models(struct ig_backend *b, struct ig_buf *body)
 	json_decref(root);
 }
 
-/* A count a backend reported, made sane: the text is the backend's, so
- * negative, NaN or absurdly large values must not reach integer arithmetic. */
-#define LOAD_MAX 1000000000L
-static long sane_count(double v)
-{
-	return v >= 0 ? (v < (double)LOAD_MAX ? (long)v : LOAD_MAX) : 0;
-}
-
-/* The first sample of a metric in a Prometheus text; -1 when absent. */
-static long prom_value(const char *text, size_t len, const char *name)
-{
-	size_t nl = strlen(name);
-	const char *p = text, *end = text + len;
-	while (p < end) {
-		const char *eol = memchr(p, '\n', (size_t)(end - p));
-		if (!eol)
-			eol = end;
-		if ((size_t)(eol - p) > nl && memcmp(p, name, nl) == 0 && (p[nl] == '{' || p[nl] == ' ')) {
-			const char *sp = eol;
-			while (sp > p && sp[-1] != ' ')
-				sp--;
-			return sane_count(strtod(sp, NULL));
-		}
-		p = eol + 1;
-	}
-	return -1;
-}
-
-/* The backend's own counts of running and waiting requests, from SGLang or
- * vLLM /metrics gauges or SGLang's /get_load JSON; -1 when not found. */
-static void parse_load(const struct ig_buf *body, long *running, long *waiting)
-{
-	static const char *const gauges[][2] = {
-		{"sglang:num_running_reqs", "sglang:num_queue_reqs"},
-		{"vllm:num_requests_running", "vllm:num_requests_waiting"},
-	};
-	const char *text = body->data ? body->data : "";
-
-	for (size_t g = 0; g < sizeof(gauges) / sizeof(gauges[0]); g++) {
-		*running = prom_value(text, body->len, gauges[g][0]);
-		*waiting = prom_value(text, body->len, gauges[g][1]);
-		if (*running >= 0 || *waiting >= 0) {
-			*running = *running < 0 ? 0 : *running;
-			*waiting = *waiting < 0 ? 0 : *waiting;
-			return;
-		}
-	}
-	json_t *root = json_loadb(text, body->len, 0, NULL), *item;
-	size_t i;
-	if (json_is_array(json_object_get(root, "loads"))) { /* SGLang /v1/loads */
-		json_t *loads = json_incref(json_object_get(root, "loads"));
-		json_decref(root);
-		root = loads;
-	} else if (json_is_object(root)) {
-		json_t *tmp = json_array();
-		json_array_append(tmp, root);
-		json_decref(root);
-		root = tmp;
-	}
-	json_array_foreach(root, i, item) { /* one object per data-parallel rank */
-		json_t *r = json_object_get(item, "num_running_reqs"), *w = json_object_get(item, "num_waiting_reqs");
-		json_t *all = json_object_get(item, "num_reqs"); /* older /get_load: running + waiting */
-		if (!json_is_integer(r) && !json_is_integer(w))
-			continue;
-		long nw = sane_count((double)json_integer_value(w));
-		long nr = json_is_integer(r) ? sane_count((double)json_integer_value(r))
-			  : json_is_integer(all) ? sane_count((double)json_integer_value(all) - (double)nw) : 0;
-		*running = (*running < 0 ? 0 : *running) + nr;
-		*waiting = (*waiting < 0 ? 0 : *waiting) + nw;
-		if (*running > LOAD_MAX)
-			*running = LOAD_MAX;
-		if (*waiting > LOAD_MAX)
-			*waiting = LOAD_MAX;
-	}
-	json_decref(root);
-}
-
 /* A load report: the backend's load beyond ours, and the slot count it
- * shows (see ig_slots_learn). */
+ * shows, unless it is stale (see ig_slots_report). */
 static void take_load(struct ig_gw *gw, struct ig_backend *b, long running, long waiting)
 {
 	long ours = atomic_load(&b->inflight);
+	long peak = atomic_exchange(&b->inflight_peak, ours);
+	unsigned long done = atomic_load(&b->served) + atomic_load(&b->failures) + atomic_load(&b->aborted);
 	long load = running < 0 ? -1 : running + waiting;
+	long cur = b->learn.cur;
+	bool stale;
+	long learned = ig_slots_report(&b->learn, running, waiting, ours, peak, done, &stale);
+
 	b->reported_load = load;
-	b->reported_waiting = waiting; /* -1 with running: parse_load gives both or neither */
-	/* The backend's count includes ours: only the rest is external. */
+	b->reported_waiting = waiting; /* -1 with running: ig_load_parse gives both or neither */
+	/* The backend's count includes ours: only the rest is external. A
+	 * stale report's is not believed either. */
 	long ext = load - ours;
-	atomic_store(&b->external_load, load >= 0 && ext > 0 ? ext : 0);
-	long cur = b->learn.cur, learned = ig_slots_learn(&b->learn, running, waiting, ours);
+	atomic_store(&b->external_load, load >= 0 && ext > 0 && !stale ? ext : 0);
 	if (learned == cur)
 		return;
 	atomic_store(&b->slots, learned);
@@ -276,7 +225,7 @@ static void take_load(struct ig_gw *gw, struct ig_backend *b, long running, long
 		ig_log_info("backend %s queues: it runs %ld requests at once (%ld waiting); "
 			    "at most %ld in flight from here", b->url, running, waiting, learned);
 	else
-		ig_log_debug("backend %s: no queue at %ld in flight, now up to %ld", b->url, ours, learned);
+		ig_log_debug("backend %s: no queue at %ld in flight, now up to %ld", b->url, peak, learned);
 	if (learned > cur)
 		ig_proxy_drain_queue(gw);
 }
@@ -294,7 +243,7 @@ void ig_health_probe_done(struct ig_gw *gw, struct ig_probe *p, CURLcode result)
 	if (p->what == PROBE_LOAD) {
 		long running = -1, waiting = -1;
 		if (result == CURLE_OK && status == 200)
-			parse_load(&p->body, &running, &waiting);
+			ig_load_parse(ig_buf_head(&p->body), ig_buf_pending(&p->body), &running, &waiting);
 		if (gw->cfg->load_path_auto) {
 			if (running >= 0)
 				b->load_path = auto_load_paths[p->load_path];
@@ -314,17 +263,32 @@ void ig_health_probe_done(struct ig_gw *gw, struct ig_probe *p, CURLcode result)
 		}
 	} else {
 		bool ok = result == CURLE_OK && status >= 200 && status < 300;
+		/* A probe that timed out while the backend kept answering our
+		 * requests is slow, not failed: SGLang's /health runs a generation
+		 * and, when busy, waits for any output (http_server.py
+		 * health_generate), which a long prefill can delay. It counts
+		 * neither way; the requests themselves feed the passive checks. */
+		bool slow = result == CURLE_OPERATION_TIMEDOUT && atomic_load(&b->state) == IG_BACKEND_UP &&
+			    b->last_io_ms >= p->started_us / 1000;
 		b->last_probe_ms = now;
 		b->last_probe_ok = ok;
 		b->last_probe_status = status;
 		b->last_probe_latency_ms = (double)(ig_now_us() - p->started_us) / 1000.0;
-		if (result != CURLE_OK)
+		if (slow)
+			snprintf(why, sizeof(why), "probe: no answer in %ld ms, but requests are answered: "
+				 "not counted as a failure", gw->cfg->health_timeout_ms);
+		else if (result != CURLE_OK)
 			snprintf(why, sizeof(why), "probe: %s", curl_easy_strerror(result));
 		else
 			snprintf(why, sizeof(why), "probe: HTTP %ld in %.1f ms", status, b->last_probe_latency_ms);
 		snprintf(b->last_probe_error, sizeof(b->last_probe_error), "%s", ok ? "" : why);
-		atomic_fetch_add(ok ? &b->probes_ok : &b->probes_failed, 1);
-		probe_result(gw, b, ok, why);
+		if (slow) {
+			atomic_fetch_add(&b->probes_slow, 1);
+			ok = true; /* for what follows: the load report is still wanted */
+		} else {
+			atomic_fetch_add(ok ? &b->probes_ok : &b->probes_failed, 1);
+			probe_result(gw, b, ok, why);
+		}
 		if (ok && atomic_load(&b->state) == IG_BACKEND_UP &&
 		    (!b->models || now - b->models_at_ms >= MODELS_REFRESH_MS)) {
 			start_probe(gw, p, PROBE_MODELS);

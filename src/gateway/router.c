@@ -34,6 +34,10 @@ static int reserve(struct ig_backend *b)
 		if (limit > 0 && cur >= limit)
 			return 0;
 	} while (!atomic_compare_exchange_weak(&b->inflight, &cur, cur + 1));
+	/* The most in flight since the last load report (health.c take_load). */
+	long peak = atomic_load(&b->inflight_peak);
+	while (cur + 1 > peak && !atomic_compare_exchange_weak(&b->inflight_peak, &peak, cur + 1))
+		;
 	return 1;
 }
 
@@ -142,4 +146,25 @@ long ig_slots_learn(struct ig_slots *s, long running, long waiting, long ours)
 		s->calm = 0;
 	}
 	return s->cur;
+}
+
+long ig_slots_report(struct ig_slots *s, long running, long waiting, long ours, long peak, unsigned long done,
+		     bool *stale)
+{
+	bool moved = done != s->last_done || ours != s->last_ours;
+	*stale = running >= 0 && running + waiting > 0 && running == s->last_running &&
+		 waiting == s->last_waiting && moved;
+	s->last_running = running;
+	s->last_waiting = waiting;
+	s->last_ours = ours;
+	s->last_done = done;
+	if (*stale) {
+		s->stale++;
+		return s->cur;
+	}
+	if (peak < ours)
+		peak = ours;
+	if (waiting > 0 && peak == 0)
+		return s->cur;
+	return ig_slots_learn(s, running, waiting, peak);
 }

@@ -1,24 +1,24 @@
 /* libFuzzer target: the gateway's reading of a backend's load report
- * (health.c parse_load: Prometheus gauges of SGLang and vLLM, SGLang's
+ * (loadreport.c ig_load_parse: Prometheus gauges of SGLang and vLLM, SGLang's
  * /v1/loads and /get_load JSON) and the slot-count rule fed with what it
  * read (router.c ig_slots_learn). A report is the backend's text, so any
  * bytes must give either "nothing found" (-1, -1) or two counts in
- * 0..LOAD_MAX, and the rule must keep its invariants over any sequence.
- * Includes health.c to reach the static parser, as fuzz_inspect does. */
-#include "../../src/gateway/health.c"
+ * 0..IG_LOAD_MAX, and the rule must keep its invariants over any sequence. */
+#include "config.h"
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "infergate/loadreport.h"
+#include "infergate/router.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	struct ig_buf body;
 	long running = -1, waiting = -1;
 
-	ig_buf_init(&body);
-	ig_buf_append(&body, data, size);
-	parse_load(&body, &running, &waiting);
-	ig_buf_free(&body);
+	ig_load_parse((const char *)data, size, &running, &waiting);
 	if ((running < 0) != (waiting < 0))
 		abort(); /* both found or neither */
-	if (running > LOAD_MAX || waiting > LOAD_MAX || running < -1 || waiting < -1)
+	if (running > IG_LOAD_MAX || waiting > IG_LOAD_MAX || running < -1 || waiting < -1)
 		abort();
 
 	/* The same bytes as a sequence of reports (running, waiting, ours). */

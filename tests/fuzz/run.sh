@@ -40,20 +40,20 @@ cflags="-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefin
   $(pkg-config --cflags $pkgs) ${FUZZ_EXTRA_CFLAGS:-}"
 libs="$(pkg-config --libs $pkgs) -lm -pthread"
 common="$src/src/common/log.c $src/src/common/buf.c $src/src/common/util.c $src/src/common/oaerror.c"
-# Every gateway file but main.c and the one a target includes (proxy.c in
-# fuzz_inspect.c, health.c in fuzz_load.c), plus the embedded status page
-# when the tree has one.
+# Every gateway file but main.c (gateway_all), and but the one a target
+# includes (proxy.c in fuzz_inspect.c: gateway_rest), plus the embedded
+# status page when the tree has one.
 gateway_rest=""
-gateway_no_health=""
+gateway_all=""
 for f in "$src"/src/gateway/*.c; do
 	case $f in */main.c|*/status_html.c) continue ;; esac
+	gateway_all="$gateway_all $f"
 	case $f in */proxy.c) ;; *) gateway_rest="$gateway_rest $f" ;; esac
-	case $f in */health.c) ;; *) gateway_no_health="$gateway_no_health $f" ;; esac
 done
 if [ -f "$src/src/gateway/embed.sh" ] && [ -f "$src/src/gateway/status.html" ]; then
 	sh "$src/src/gateway/embed.sh" "$src/src/gateway/status.html" ig_status_html >"$build/status_html.c"
 	gateway_rest="$gateway_rest $build/status_html.c"
-	gateway_no_health="$gateway_no_health $build/status_html.c"
+	gateway_all="$gateway_all $build/status_html.c"
 fi
 bulk="$src/src/bulk/corpus.c $src/src/bulk/journal.c $src/src/bulk/stream.c"
 
@@ -61,7 +61,7 @@ sources() {
 	case $1 in
 	config) echo "$here/fuzz_config.c $src/src/gateway/config.c $common" ;;
 	inspect) echo "$here/fuzz_inspect.c $gateway_rest $common" ;;
-	load) echo "$here/fuzz_load.c $gateway_no_health $common" ;;
+	load) echo "$here/fuzz_load.c $gateway_all $common" ;;
 	sse|corpus_line|resume) echo "$here/fuzz_$1.c $bulk $common" ;;
 	*) echo "unknown target '$1' (targets: $all)" >&2; exit 2 ;;
 	esac

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "infergate/config.h"
+#include "infergate/loadreport.h"
 #include "infergate/router.h"
 #include "check_main.h"
 
@@ -193,6 +194,83 @@ START_TEST(slots_learned_from_load_reports)
 }
 END_TEST
 
+START_TEST(stale_load_reports_teach_nothing)
+{
+	struct ig_slots s = {.last_running = -1, .last_waiting = -1};
+	bool stale;
+	/* A burst: 16 of ours there, it runs 4 and queues 12. */
+	ck_assert_int_eq(ig_slots_report(&s, 4, 12, 16, 16, 0, &stale), 4);
+	ck_assert(!stale);
+	/* The burst ends between two reports; the report shows the queue as it
+	 * was (SGLang's gauges) while we have 0 left: weighed against the 16 we
+	 * had since the last report, not the 0 now (the old rule gave 1). */
+	ck_assert_int_eq(ig_slots_report(&s, 4, 10, 0, 16, 16, &stale), 4);
+	ck_assert(!stale);
+	/* The same counts again while our traffic moved: stale, set aside. */
+	ck_assert_int_eq(ig_slots_report(&s, 4, 10, 3, 3, 18, &stale), 4);
+	ck_assert(stale);
+	ck_assert_uint_eq(s.stale, 1);
+	/* A queue while we had nothing there: says nothing of our share. */
+	ck_assert_int_eq(ig_slots_report(&s, 4, 9, 0, 0, 21, &stale), 4);
+	ck_assert(!stale);
+	/* The same counts while our traffic did not move: a steady server,
+	 * not stale (and still nothing of ours there). */
+	ck_assert_int_eq(ig_slots_report(&s, 4, 9, 0, 0, 21, &stale), 4);
+	ck_assert(!stale);
+	/* Fresh counts with ours in them: learned as before. Other clients
+	 * hold half of it: our share is 2. */
+	ck_assert_int_eq(ig_slots_report(&s, 4, 4, 4, 4, 21, &stale), 2);
+	ck_assert(!stale);
+	/* An idle server repeating 0/0 is never stale. */
+	ig_slots_report(&s, 0, 0, 0, 0, 30, &stale);
+	ig_slots_report(&s, 0, 0, 1, 1, 31, &stale);
+	ck_assert(!stale);
+}
+END_TEST
+
+/* Real servers' load reports (tests/fixtures, each naming its upstream
+ * source): every series counts once, whatever its labels. */
+static void load_of(const char *fixture, long want_running, long want_waiting)
+{
+	size_t len;
+	char *text = ig_fixture(fixture, &len);
+	long running = -2, waiting = -2;
+	ig_load_parse(text, len, &running, &waiting);
+	ck_assert_msg(running == want_running && waiting == want_waiting, "%s: %ld running, %ld waiting; want %ld, %ld",
+		      fixture, running, waiting, want_running, want_waiting);
+	free(text);
+}
+
+START_TEST(load_reports_as_real_servers_print_them)
+{
+	load_of("sglang-metrics-dp2.prom", 12, 5);            /* one series per dp_rank */
+	load_of("sglang-metrics-dp4-rank0-idle.prom", 9, 3);  /* the first series is 0/0 */
+	load_of("sglang-metrics-priority.prom", 8, 4);        /* priority="" totals only */
+	load_of("vllm-metrics-engines.prom", 12, 5);          /* one series per engine */
+	load_of("metrics-timestamps.prom", 4, 1);             /* the value, not the timestamp */
+	load_of("sglang-v1-loads.json", 12, 5);
+	load_of("sglang-get-load.json", 12, 5);               /* num_reqs - num_waiting_reqs */
+	/* Nothing in them tells a load. */
+	load_of("sglang-error-flat.json", -1, -1);
+	load_of("fastapi-detail.json", -1, -1);
+
+	long r = -2, w = -2;
+	const char *cut = "sglang:num_running_reqs{model_name=\"a\",dp_rank=\"0\"";  /* torn labels */
+	ig_load_parse(cut, strlen(cut), &r, &w);
+	ck_assert_int_eq(r, -1);
+	const char *odd = "sglang:num_running_reqs{a=\"x\\\"}\"} 3\nsglang:num_running_reqs 2 17\n"
+			  "sglang:num_queue_reqs_total 9\nsglang:num_queue_reqs{} NaN\n"
+			  "sglang:num_running_reqs{b=\"\"} 1e300\n";
+	ig_load_parse(odd, strlen(odd), &r, &w);
+	ck_assert_int_eq(r, IG_LOAD_MAX); /* 3 + 2 + clamped 1e300 */
+	ck_assert_int_eq(w, 0);           /* NaN is 0; _total is another metric */
+	const char *few = "sglang:num_running_reqs 3\nsglang:num_running_reqs{x=\"1\"} 2 1733212800000";
+	ig_load_parse(few, strlen(few), &r, &w);
+	ck_assert_int_eq(r, 5);
+	ck_assert_int_eq(w, 0);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("gateway");
@@ -203,6 +281,8 @@ int main(void)
 	tcase_add_test(tc, least_loaded_follows_load_and_weight);
 	tcase_add_test(tc, limits_give_busy_then_none);
 	tcase_add_test(tc, slots_learned_from_load_reports);
+	tcase_add_test(tc, load_reports_as_real_servers_print_them);
+	tcase_add_test(tc, stale_load_reports_teach_nothing);
 	suite_add_tcase(s, tc);
 	return ig_check_run(s);
 }
