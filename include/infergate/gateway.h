@@ -110,6 +110,10 @@ struct ig_req {
 	uint64_t suspended_at_ms;       /* when it was last suspended */
 	struct ig_buf sse_line;         /* partial SSE line, to find the usage chunk */
 	long prompt_tokens, completion_tokens; /* from "usage", -1 when none */
+	unsigned stream_error;          /* a 200 stream that carried an error event:
+					 * the status it names (counted and logged
+					 * as that), 0 when none */
+	char *stream_error_msg;         /* its message, for the access log */
 	unsigned status_sent;           /* what the client was answered */
 	uint64_t bytes_out;
 	uint64_t t_answer_us;           /* response handed to MHD */
@@ -150,6 +154,7 @@ struct ig_stats {
 	uint64_t client_aborts;
 	uint64_t queue_rejected;    /* 429 */
 	uint64_t queue_timeouts;    /* 503 after waiting */
+	uint64_t stream_errors;     /* 200 streams that carried an error event */
 	uint64_t upstream_errors[IG_UPERR_OTHER + 1];
 	uint64_t bytes_in, bytes_out;
 	uint64_t prompt_tokens, completion_tokens;

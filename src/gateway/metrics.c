@@ -49,6 +49,7 @@ json_t *ig_backend_to_json(const struct ig_backend *b, uint64_t now)
 		if (!b->last_probe_ok)
 			json_object_set_new(probe, "error", json_string(b->last_probe_error));
 	}
+	json_object_set_new(probe, "slow", json_integer((json_int_t)atomic_load(&b->probes_slow)));
 	json_object_set_new(o, "last_probe", probe);
 	if (b->discover)
 		json_object_set_new(o, "discovered_from", json_string(b->discover));
@@ -60,6 +61,7 @@ json_t *ig_backend_to_json(const struct ig_backend *b, uint64_t now)
 		if (b->load_path)
 			json_object_set_new(o, "load_path", json_string(b->load_path));
 		json_object_set_new(o, "external_load", json_integer(atomic_load(&b->external_load)));
+		json_object_set_new(o, "stale_reports", json_integer((json_int_t)b->learn.stale));
 	}
 	return o;
 }
@@ -125,12 +127,17 @@ void ig_metrics_observe(struct ig_gw *gw, const struct ig_req *req)
 
 	if (req->route_idx < 0 || req->route_idx >= IG_NROUTES || !req->status_sent)
 		return;
+	/* A 200 stream that carried an error event failed: it counts as the
+	 * status of its error, as it would have without streaming. */
+	unsigned status = req->stream_error ? req->stream_error : req->status_sent;
+	if (req->stream_error)
+		s->stream_errors++;
 	observe(&s->duration[req->route_idx], (double)(now - req->t_start_us) / 1e6);
 	if (req->stream && req->t_first_byte_us)
 		observe(&s->ttfb[req->route_idx], (double)(req->t_first_byte_us - req->t_start_us) / 1e6);
 	for (size_t i = 0; i < s->ncounts; i++) {
 		struct ig_reqcount *c = &s->counts[i];
-		if (c->route == req->route_idx && c->status == req->status_sent && strcmp(c->backend, backend) == 0) {
+		if (c->route == req->route_idx && c->status == status && strcmp(c->backend, backend) == 0) {
 			c->n++;
 			return;
 		}
@@ -139,7 +146,7 @@ void ig_metrics_observe(struct ig_gw *gw, const struct ig_req *req)
 	if (!v)
 		return;
 	s->counts = v;
-	s->counts[s->ncounts++] = (struct ig_reqcount){req->route_idx, req->status_sent, strdup(backend), 1};
+	s->counts[s->ncounts++] = (struct ig_reqcount){req->route_idx, status, strdup(backend), 1};
 }
 
 void ig_metrics_free(struct ig_gw *gw)
@@ -202,7 +209,8 @@ char *ig_metrics_text(struct ig_gw *gw)
 	ig_buf_printf(&b, "# HELP infergate_requests_received_total Proxied requests received.\n"
 		      "# TYPE infergate_requests_received_total counter\ninfergate_requests_received_total %lu\n",
 		      (unsigned long)s->requests);
-	ig_buf_printf(&b, "# HELP infergate_requests_total Proxied requests answered, by route, status and backend.\n"
+	ig_buf_printf(&b, "# HELP infergate_requests_total Proxied requests answered, by route, status and backend "
+		      "(a 200 stream that carried an error event counts as the error's status).\n"
 		      "# TYPE infergate_requests_total counter\n");
 	for (size_t i = 0; i < s->ncounts; i++)
 		ig_buf_printf(&b, "infergate_requests_total{route=\"%s\",code=\"%u\",backend=\"%s\"} %lu\n",
@@ -231,6 +239,10 @@ char *ig_metrics_text(struct ig_gw *gw)
 	ig_buf_printf(&b, "# HELP infergate_queue_timeouts_total Requests that waited too long (503).\n"
 		      "# TYPE infergate_queue_timeouts_total counter\ninfergate_queue_timeouts_total %lu\n",
 		      (unsigned long)s->queue_timeouts);
+	ig_buf_printf(&b, "# HELP infergate_stream_errors_total Streams answered 200 that carried an error event "
+		      "(the backend's, or the gateway's when a backend failed mid-stream).\n"
+		      "# TYPE infergate_stream_errors_total counter\ninfergate_stream_errors_total %lu\n",
+		      (unsigned long)s->stream_errors);
 	ig_buf_printf(&b, "# HELP infergate_upstream_errors_total Upstream failures by type.\n"
 		      "# TYPE infergate_upstream_errors_total counter\n");
 	for (int e = IG_UPERR_CONNECT; e <= IG_UPERR_OTHER; e++)
@@ -256,13 +268,16 @@ char *ig_metrics_text(struct ig_gw *gw)
 	per_backend(&b, gw, "infergate_backend_prompt_tokens_total", "counter", "Prompt tokens per backend.", get_ptok);
 	per_backend(&b, gw, "infergate_backend_completion_tokens_total", "counter", "Completion tokens per backend.",
 		    get_ctok);
-	ig_buf_printf(&b, "# HELP infergate_backend_probes_total Health probes by result.\n"
+	ig_buf_printf(&b, "# HELP infergate_backend_probes_total Health probes by result (slow: timed out while "
+		      "requests were answered, not counted as a failure).\n"
 		      "# TYPE infergate_backend_probes_total counter\n");
 	for (size_t i = 0; i < gw->pool.n; i++) {
 		const struct ig_backend *x = gw->pool.v[i];
 		ig_buf_printf(&b, "infergate_backend_probes_total{backend=\"%s\",result=\"ok\"} %lu\n"
-			      "infergate_backend_probes_total{backend=\"%s\",result=\"failed\"} %lu\n",
-			      x->url, atomic_load(&x->probes_ok), x->url, atomic_load(&x->probes_failed));
+			      "infergate_backend_probes_total{backend=\"%s\",result=\"failed\"} %lu\n"
+			      "infergate_backend_probes_total{backend=\"%s\",result=\"slow\"} %lu\n",
+			      x->url, atomic_load(&x->probes_ok), x->url, atomic_load(&x->probes_failed),
+			      x->url, atomic_load(&x->probes_slow));
 	}
 	ig_buf_append(&b, "", 1);
 	char *out = strdup(ig_buf_head(&b));

@@ -72,6 +72,7 @@ void ig_req_free(struct ig_req *req)
 	ig_gw_easy_put(gw, req->easy);
 	free(req->model);
 	free(req->err_body);
+	free(req->stream_error_msg);
 	free(req);
 }
 
@@ -185,7 +186,7 @@ static size_t on_header(char *buf, size_t size, size_t nitems, void *userdata)
 	struct ig_req *req = userdata;
 	size_t n = size * nitems;
 
-	req->last_io_ms = ig_now_ms();
+	req->last_io_ms = req->backend->last_io_ms = ig_now_ms();
 	if (n >= 5 && memcmp(buf, "HTTP/", 5) == 0) {
 		const char *sp = memchr(buf, ' ', n);
 		req->up_status = sp ? strtol(sp + 1, NULL, 10) : 0;
@@ -253,13 +254,59 @@ static void usage_from_json(struct ig_req *req, const char *text, size_t len)
 	json_decref(usage);
 }
 
+/* Replaces the n bytes that end `tail` bytes before the end of b with w
+ * (wn bytes). Positions counted from the end survive a reserve()'s move.
+ * Returns 0 or -1 (b unchanged). */
+static int buf_replace_back(struct ig_buf *b, size_t tail, size_t n, const char *w, size_t wn)
+{
+	char *saved = tail ? malloc(tail) : NULL;
+	if (tail && !saved)
+		return -1;
+	memcpy(saved, b->data + b->len - tail, tail);
+	b->len -= tail + n;
+	int rc = ig_buf_append(b, w, wn) < 0 || ig_buf_append(b, saved, tail) < 0 ? -1 : 0;
+	free(saved);
+	return rc;
+}
+
+/* An error event in a stream that was answered 200: SGLang and vLLM send
+ * `data: {"error": {...}}` then `data: [DONE]` when a request fails after
+ * the headers went out (SGLang's serving_base.py
+ * create_streaming_error_response). The request failed: it is counted and
+ * logged as the error's status, not as the 200. An event in SGLang's flat
+ * shape is rewritten into OpenAI's, which is what OpenAI clients look for.
+ * Returns the rewritten payload (malloc'd) or NULL. */
+static char *stream_error(struct ig_req *req, const char *payload, size_t len)
+{
+	json_t *o = json_loadb(payload, len, 0, NULL);
+	struct ig_oaerror e;
+	char *rewritten = NULL;
+
+	if (ig_oaerror_read(o, &e) == 0) {
+		unsigned st = ig_oaerror_status(&e);
+		req->stream_error = st ? st : 500;
+		free(req->stream_error_msg);
+		req->stream_error_msg = strdup(json_string_value(e.message));
+		if (!e.nested)
+			rewritten = ig_oaerror_normalize(req->stream_error, payload, len);
+	}
+	ig_oaerror_clear(&e);
+	json_decref(o);
+	return rewritten;
+}
+
 /* Streams carry usage in one event (the last before [DONE] with
- * include_usage, or on the final chunk with vLLM's continuous usage).
- * Lines are assembled across writes; only the value of a "usage" key is
- * parsed. Lines longer than 1 MiB are skipped. */
-static void scan_sse(struct ig_req *req, const char *p, size_t n)
+ * include_usage, or on the final chunk with vLLM's continuous usage), and
+ * may carry an error event. Lines are assembled across writes; only a line
+ * that names "usage" or "error" is parsed, and of "usage" only its value.
+ * `data:` may be followed by a space or not (the SSE standard); lines
+ * longer than 1 MiB are skipped. p..n were just appended to req->resp.
+ * Returns the lowest position (in req->resp's pending bytes) that a
+ * rewritten event changed, or SIZE_MAX. */
+static size_t scan_sse(struct ig_req *req, const char *p, size_t n)
 {
 	const char *end = p + n;
+	size_t changed = SIZE_MAX;
 	while (p < end) {
 		const char *nl = memchr(p, '\n', (size_t)(end - p));
 		size_t take = (size_t)((nl ? nl : end) - p);
@@ -268,14 +315,34 @@ static void scan_sse(struct ig_req *req, const char *p, size_t n)
 		else
 			req->sse_line.len = 1024 * 1024 + 1; /* poisoned until the newline */
 		if (!nl)
-			return;
+			return changed;
 		const char *line = req->sse_line.data;
 		size_t len = req->sse_line.len;
-		if (line && len > 6 && len <= 1024 * 1024 && memcmp(line, "data: ", 6) == 0)
-			usage_from_json(req, line + 6, len - 6); /* finds "usage" or returns */
+		if (line && len > 5 && len <= 1024 * 1024 && memcmp(line, "data:", 5) == 0) {
+			size_t skip = line[5] == ' ' ? 6 : 5;
+			const char *d = line + skip;
+			size_t dn = len - skip;
+			if (dn > 0 && d[dn - 1] == '\r')
+				dn--;
+			usage_from_json(req, d, dn); /* finds "usage" or returns */
+			char *fixed = memmem(d, dn, "\"error\"", 7) ? stream_error(req, d, dn) : NULL;
+			if (fixed && req->sse) {
+				/* The line ends at nl, (end - nl) bytes before the end of resp. */
+				size_t tail = (size_t)(end - nl);
+				char *w = ig_strdupf("data: %s", fixed);
+				if (buf_replace_back(&req->resp, tail, len, w, strlen(w)) == 0) {
+					size_t at = ig_buf_pending(&req->resp) - tail - strlen(w);
+					if (at < changed)
+						changed = at;
+				}
+				free(w);
+			}
+			free(fixed);
+		}
 		ig_buf_reset(&req->sse_line);
 		p = nl + 1;
 	}
+	return changed;
 }
 
 /* The value of a header relayed from the backend, or NULL. */
@@ -325,7 +392,7 @@ static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
 
 	if (req->client_gone)
 		return 0;
-	req->last_io_ms = ig_now_ms();
+	req->last_io_ms = req->backend->last_io_ms = ig_now_ms();
 	if (!streaming_ok(req)) {
 		if (req->resp.len + n > MAX_BUFFERED_BODY || ig_buf_append(&req->resp, ptr, n) < 0)
 			return 0;
@@ -346,8 +413,8 @@ static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
 	size_t before = ig_buf_pending(&req->resp);
 	if (ig_buf_append(&req->resp, ptr, n) < 0)
 		return 0;
-	scan_sse(req, ptr, n);
-	mark_ready(req, before);
+	size_t changed = scan_sse(req, ptr, n);
+	mark_ready(req, changed < before ? changed : before);
 	if (req->ready == 0)
 		return n; /* half an event: nothing to relay yet */
 	if (!req->committed) {
@@ -374,6 +441,7 @@ static void start_transfer(struct ig_req *req, struct ig_backend *b)
 	ig_buf_reset(&req->resp);
 	ig_buf_reset(&req->sse_line);
 	req->ready = 0;
+	req->stream_error = 0;
 	if (req->easy)
 		curl_easy_reset(req->easy);
 	else
@@ -580,13 +648,15 @@ static void add_common_headers(struct ig_req *req, struct MHD_Response *r)
 		MHD_add_response_header(r, "X-Infergate-Backend", req->backend->url);
 }
 
-static void add_relayed_headers(struct ig_req *req, struct MHD_Response *r)
+/* Relays the backend's response headers, but `skip` (NULL: none). */
+static void add_relayed_headers(struct ig_req *req, struct MHD_Response *r, const char *skip)
 {
 	const char *p = req->up_resp_headers.data, *end = p + req->up_resp_headers.len;
 	while (p && p < end) {
 		const char *name = p, *value = name + strlen(name) + 1;
 		p = value + strlen(value) + 1;
-		MHD_add_response_header(r, name, value);
+		if (!skip || strcasecmp(name, skip) != 0)
+			MHD_add_response_header(r, name, value);
 	}
 }
 
@@ -657,7 +727,7 @@ enum MHD_Result ig_req_respond(struct ig_req *req)
 	if (req->committed && streaming_ok(req)) {
 		/* Small blocks: a held stream should cost little (10,000 of them). */
 		r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 2 * 1024, read_stream, req, NULL);
-		add_relayed_headers(req, r);
+		add_relayed_headers(req, r, NULL);
 		if (!MHD_get_response_header(r, "Content-Type"))
 			MHD_add_response_header(r, "Content-Type", "text/event-stream");
 		const char *cc = MHD_get_response_header(r, "Cache-Control");
@@ -673,9 +743,21 @@ enum MHD_Result ig_req_respond(struct ig_req *req)
 	}
 	if (req->upstream_done) {
 		unwatch_client(req);
+		/* The client gets OpenAI's error shape whatever the backend used
+		 * (SGLang answers flat, FastAPI {"detail"}), message kept. */
+		char *oa = req->up_status >= 400 ? ig_oaerror_normalize((unsigned)req->up_status,
+			ig_buf_head(&req->resp), ig_buf_pending(&req->resp)) : NULL;
+		if (oa) {
+			size_t n = strlen(oa);
+			r = MHD_create_response_from_buffer(n, oa, MHD_RESPMEM_MUST_FREE);
+			add_relayed_headers(req, r, "Content-Type");
+			MHD_add_response_header(r, "Content-Type", "application/json");
+			add_common_headers(req, r);
+			return queue(req, (unsigned)req->up_status, r, n);
+		}
 		r = MHD_create_response_from_buffer(ig_buf_pending(&req->resp), (void *)ig_buf_head(&req->resp),
 						    MHD_RESPMEM_MUST_COPY);
-		add_relayed_headers(req, r);
+		add_relayed_headers(req, r, NULL);
 		add_common_headers(req, r);
 		return queue(req, (unsigned)req->up_status, r, ig_buf_pending(&req->resp));
 	}
@@ -710,6 +792,9 @@ static enum ig_upstream_error classify(struct ig_req *req, CURLcode result)
 static void end_stream_with_error(struct ig_req *req, const char *why)
 {
 	char *err = ig_oaerror_json(why, "server_error", NULL, "backend_error");
+	req->stream_error = 502;
+	free(req->stream_error_msg);
+	req->stream_error_msg = strdup(why);
 	/* Drop the torn event the backend left: only whole events go out. */
 	req->resp.len = req->resp.off + req->ready;
 	ig_buf_printf(&req->resp, "data: %s\n\n", err);
@@ -888,10 +973,14 @@ void ig_req_log(struct ig_req *req, bool completed)
 	ig_iso_time(ts, sizeof(ts));
 	/* Time to first byte: the first streamed chunk, or the whole answer. */
 	uint64_t first = req->t_first_byte_us ? req->t_first_byte_us : req->t_answer_us;
-	json_t *e = json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:o, s:o, s:b, s:I, s:I, s:o, s:f, s:I, s:o, s:o, s:b}",
+	/* A stream that carried an error event is logged as the error's status
+	 * (status_sent says what went on the wire) with its message. */
+	json_t *e = json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:o, s:o, s:o, s:b, s:I, s:I, s:o, s:f, s:I, s:o, s:o, s:b}",
 			      "time", ts, "request_id", req->request_id, "client", req->client,
 			      "method", "POST", "path", ig_routes[req->route_idx],
-			      "status", (json_int_t)req->status_sent,
+			      "status", (json_int_t)(req->stream_error ? req->stream_error : req->status_sent),
+			      "status_sent", (json_int_t)req->status_sent,
+			      "error", req->stream_error_msg ? json_string(req->stream_error_msg) : json_null(),
 			      "backend", req->backend ? json_string(req->backend->url) : json_null(),
 			      "model", req->model ? json_string(req->model) : json_null(),
 			      "stream", req->stream,
