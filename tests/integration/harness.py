@@ -189,6 +189,16 @@ def http_json(method, url, body=None, headers=None, timeout=30.0):
     return status, hdrs, obj
 
 
+def fixture(name):
+    """A file of tests/fixtures (a real server's payload) as bytes, without its
+    leading `//` lines, which name the upstream source it follows."""
+    with open(os.path.join(SRCDIR, "tests", "fixtures", name), "rb") as f:
+        lines = f.read().split(b"\n")
+    while lines and lines[0].startswith(b"//"):
+        lines.pop(0)
+    return b"\n".join(lines)
+
+
 def sse_events(data):
     """Split an SSE body (bytes) into the payloads of its `data:` lines."""
     out = []

@@ -1,0 +1,223 @@
+"""The gateway in front of servers that behave as SGLang and vLLM really do
+(sgl-project/sglang, vllm-project/vllm), not as our simulator once did:
+a /health that takes over a second, load gauges with one series per
+data-parallel rank or engine and per priority, /metrics that goes stale, API
+keys on every path but /health and /metrics, errors in their own shapes and
+inside 200 streams. The payloads come from tests/fixtures (each names the
+upstream file it follows), served by scripted fake backends, and from
+infergate-sim's switches for each behaviour (in both flavours)."""
+
+import json
+import os
+import tempfile
+import threading
+import time
+
+from harness import (FakeBackend, assert_openai_error, chat_body, fixture, http, http_json, metric, parallel,
+                     run, sse_events, start_gateway, start_sim, test, wait_until)
+
+
+def backends(gw):
+    return {b["url"]: b for b in http_json("GET", gw.url + "/health/backends")[2]["backends"]}
+
+
+def healthy(gw, n=1, timeout=15):
+    wait_until(lambda: http_json("GET", gw.url + "/health")[2].get("healthy_backends") == n,
+               timeout=timeout, what=f"{n} healthy backend(s)")
+
+
+def serving(routes):
+    """A FakeBackend handler: routes maps (method, path) to (status, body, content type);
+    anything else gets the default small OpenAI server's answer."""
+    def handler(fb, req, sock):
+        key = (req["method"], req["path"].split("?")[0])
+        if key in routes:
+            st, body, ctype = routes[key]
+            FakeBackend.reply(sock, st, body, ctype)
+        else:
+            FakeBackend.answer_ok(fb, req, sock)
+        return True
+    return handler
+
+
+# ---- errors in the shapes real servers answer with ----
+
+@test
+def backend_errors_reach_clients_in_openai_shape_with_their_message():
+    cases = [
+        # (fixture or bytes, status, want message start, want type, want code)
+        ("sglang-error-flat.json", 400, "Requested token count exceeds the model's maximum context length",
+         "BadRequestError", 400),
+        ("sglang-error-validation.json", 400, "1 validation error for ChatCompletionRequest", "Bad Request", 400),
+        ("fastapi-detail.json", 422, "body.messages: Field required", "invalid_request_error", None),
+        ("sglang-error-auth.json", 401, "Unauthorized", "authentication_error", None),
+        (b"Internal Server Error", 500, "Internal Server Error", "server_error", None),
+    ]
+    for src, status, message, etype, code in cases:
+        body = fixture(src) if isinstance(src, str) else src
+        ctype = "application/json" if isinstance(src, str) else "text/plain"
+        fb = FakeBackend(serving({("POST", "/v1/chat/completions"): (status, body, ctype)}))
+        gw = start_gateway([fb], "--retries", "0")
+        healthy(gw)
+        st, hdrs, obj = http_json("POST", gw.url + "/v1/chat/completions", chat_body("hi"))
+        assert_openai_error(st, obj, status, etype)
+        assert obj["error"]["message"].startswith(message), (src, obj)
+        assert obj["error"]["code"] == code, (src, obj)
+        assert hdrs["content-type"] == "application/json", hdrs
+        assert hdrs["x-infergate-backend"] == fb.url, hdrs
+        gw.stop()
+        fb.stop()
+    # vLLM's errors are OpenAI's shape already: relayed byte for byte.
+    body = fixture("vllm-error-404.json")
+    fb = FakeBackend(serving({("POST", "/v1/chat/completions"): (404, body, "application/json")}))
+    gw = start_gateway([fb], "--retries", "0")
+    healthy(gw)
+    st, _, data = http("POST", gw.url + "/v1/chat/completions", chat_body("hi", model="llama-70b"))
+    assert st == 404 and data == body, (st, data)
+
+
+@test
+def a_stream_that_carries_an_error_event_counts_as_failed():
+    alog = tempfile.NamedTemporaryFile(prefix="ig-alog-", suffix=".jsonl", delete=False).name
+    stream = fixture("sglang-error-stream.sse")
+    # The same stream with the error event in SGLang's flat shape and `data:` without the space.
+    flat = stream.replace(b'data: {"error": {"object": "error"', b'data:{"object": "error"').replace(
+        b'"code": 400}}', b'"code": 400}')
+    assert flat != stream
+    for body, name in ((stream, "nested"), (flat, "flat")):
+        fb = FakeBackend(serving({("POST", "/v1/chat/completions"): (200, body, "text/event-stream")}))
+        gw = start_gateway([fb], "--access-log", alog)
+        healthy(gw)
+        st, hdrs, data = http("POST", gw.url + "/v1/chat/completions", chat_body("hi", stream=True))
+        assert st == 200, (st, data)
+        events = sse_events(data)
+        assert events[-1] == "[DONE]", events
+        err = json.loads(events[-2])
+        # What an OpenAI client looks for: {"error": {"message", ...}} (the flat one rewritten).
+        assert err["error"]["message"].startswith("Requested token count exceeds"), (name, err)
+        assert err["error"]["code"] == 400 and err["error"]["type"] == "BadRequestError", (name, err)
+        assert json.loads(events[1])["choices"][0]["delta"]["content"] == "Once", (name, events)
+        # Counted as what it was: a 400, not a success.
+        _, _, text = http("GET", gw.url + "/metrics")
+        assert metric(text, f'infergate_requests_total{{route="/v1/chat/completions",code="400",'
+                            f'backend="{fb.url}"}}') == 1, (name, text.decode()[:3000])
+        assert metric(text, "infergate_stream_errors_total") == 1, name
+        assert b'code="200"' not in text, name
+        gw.stop()
+        fb.stop()
+        with open(alog) as f:
+            line = [json.loads(x) for x in f.read().splitlines()
+                    if json.loads(x)["path"] == "/v1/chat/completions"][-1]
+        assert line["status"] == 400 and line["status_sent"] == 200, (name, line)
+        assert line["error"].startswith("Requested token count exceeds"), (name, line)
+        assert line["stream"] is True, line
+    os.unlink(alog)
+
+
+# ---- probes: keys, slow /health ----
+
+@test
+def probes_send_the_backend_key_on_every_path():
+    # SGLang's API-key middleware lets only /health*, /ready* and /metrics through without
+    # the key (python/sglang/srt/utils/auth.py); without it the model list and the load
+    # stay unknown.
+    key = "sk-backend-7f3a"
+    def handler(fb, req, sock):
+        path = req["path"].split("?")[0]
+        auth = dict((k.lower(), v) for k, v in req["headers"]).get("authorization")
+        if not (path.startswith("/health") or path.startswith("/metrics")) and auth != f"Bearer {key}":
+            FakeBackend.reply(sock, 401, fixture("sglang-error-auth.json"))
+        elif path == "/v1/loads":
+            FakeBackend.reply(sock, 200, fixture("sglang-v1-loads.json"))
+        else:
+            FakeBackend.answer_ok(fb, req, sock)
+        return True
+    fb = FakeBackend(handler, model="qwen3")
+    gw = start_gateway([fb], "--backend-api-key", key, "--health-interval-ms", "100")
+    healthy(gw)
+    wait_until(lambda: backends(gw)[fb.url].get("reported_load") == 17, what="load learned through the key")
+    assert backends(gw)[fb.url]["load_path"] == "/v1/loads"
+    models = wait_until(lambda: http_json("GET", gw.url + "/v1/models")[2]["data"], what="models")
+    assert [m["id"] for m in models] == ["qwen3"], models
+    gets = [r for r in fb.requests if r["method"] == "GET"]
+    for path in ("/health", "/v1/models", "/v1/loads"):
+        seen = [dict((k.lower(), v) for k, v in r["headers"]).get("authorization")
+                for r in gets if r["path"] == path]
+        assert seen and all(a == f"Bearer {key}" for a in seen), (path, seen)
+    st, _, obj = http_json("POST", gw.url + "/v1/chat/completions", chat_body("hi", model="qwen3"))
+    assert st == 200, obj
+
+
+@test
+def a_slow_probe_is_not_a_failure_while_requests_are_answered():
+    # SGLang's /health waits for any output of its scheduler (http_server.py health_generate):
+    # a long prefill can hold it past the probe timeout while requests still flow. Here the
+    # probe hangs after the first ones; a tight timeout with fall 1 would take the backend
+    # down at the first slow probe, were requests not answered meanwhile.
+    probes = {"n": 0}
+    def handler(fb, req, sock):
+        if req["path"] == "/health":
+            probes["n"] += 1
+            if probes["n"] > 2:
+                time.sleep(1.0)
+            FakeBackend.reply(sock, 200, b"", "text/plain")
+        else:
+            FakeBackend.answer_ok(fb, req, sock)
+        return True
+    fb = FakeBackend(handler)
+    gw = start_gateway([fb], "--health-timeout-ms", "300", "--health-interval-ms", "100",
+                       "--health-fall", "1", "--load-source", "gateway")
+    healthy(gw)
+    stop = threading.Event()
+    codes = []
+    def traffic():
+        while not stop.is_set():
+            codes.append(http("POST", gw.url + "/v1/chat/completions", chat_body("hi"))[0])
+            time.sleep(0.01)
+    t = threading.Thread(target=traffic)
+    t.start()
+    try:
+        wait_until(lambda: backends(gw)[fb.url]["last_probe"].get("slow", 0) >= 3, timeout=20,
+                   what="three slow probes")
+        b = backends(gw)[fb.url]
+        assert b["state"] == "up", b
+        assert "requests are answered" in b["last_probe"].get("error", ""), b
+    finally:
+        stop.set()
+        t.join()
+    assert codes and set(codes) == {200}, set(codes)
+    assert "is down" not in gw.read_log(), gw.read_log()
+    # Without requests, the next slow probe is a failure again: down (fall 1).
+    wait_until(lambda: backends(gw)[fb.url]["state"] == "down", timeout=20, what="down without traffic")
+    _, _, text = http("GET", gw.url + "/metrics")
+    assert metric(text, f'infergate_backend_probes_total{{backend="{fb.url}",result="slow"}}') >= 3
+
+
+# ---- load reports ----
+
+@test
+def load_reports_of_real_servers_are_summed_once():
+    cases = [("/metrics", "sglang-metrics-dp2.prom", 17, 5), ("/metrics", "sglang-metrics-dp4-rank0-idle.prom", 12, 3),
+             ("/metrics", "sglang-metrics-priority.prom", 12, 4), ("/metrics", "vllm-metrics-engines.prom", 17, 5),
+             ("/metrics", "metrics-timestamps.prom", 5, 1), ("/v1/loads", "sglang-v1-loads.json", 17, 5),
+             ("/get_load", "sglang-get-load.json", 17, 5)]
+    fbs = []
+    for path, name, load, waiting in cases:
+        ctype = "text/plain" if name.endswith(".prom") else "application/json"
+        fb = FakeBackend(serving({("GET", path): (200, fixture(name), ctype)}))
+        fbs.append((fb, path, name, load, waiting))
+    gw = start_gateway([f[0] for f in fbs], "--health-interval-ms", "100")
+    healthy(gw, len(fbs))
+    def read():
+        b = backends(gw)
+        return all(b[fb.url].get("load_path") == path and b[fb.url].get("reported_load") == load
+                   and b[fb.url].get("reported_waiting") == waiting for fb, path, _, load, waiting in fbs)
+    try:
+        wait_until(read, timeout=10, what="every report read")
+    except TimeoutError:
+        b = backends(gw)
+        raise AssertionError([(name, b[fb.url].get("reported_load"), b[fb.url].get("reported_waiting"), load, waiting)
+                              for fb, _, name, load, waiting in fbs])
+
+
+run()
