@@ -1,10 +1,13 @@
-/* The engine: what a GPU batch does, minus the GPU. A request holds one of
- * --max-running slots from admission to its last token; the rest wait in a
- * FIFO. Running requests sit in a min-heap by their next deadline (first
- * token after TTFT, then one token per 1/tokens-per-second), so one timer
- * serves thousands of streams. Tokens go into req->out as SSE chunks, or, for
- * a non-streamed request, the whole JSON answer is written when the last
- * token is due. Not the HTTP side: server.c turns req->out into responses. */
+/* The engine: what a GPU batch does, minus the GPU. Requests go round-robin
+ * to --dp-ranks ranks; on its rank a request holds one of --max-running
+ * slots from admission to its last token, the rest wait in the rank's FIFO.
+ * Running requests of every rank sit in one min-heap by their next deadline
+ * (first token after TTFT, then one token per 1/tokens-per-second), so one
+ * timer serves thousands of streams. Tokens go into req->out as SSE chunks,
+ * or, for a non-streamed request, the whole JSON answer is written when the
+ * last token is due. The engine also keeps what SGLang's scheduler would
+ * last have logged (--metrics-refresh sglang) and the deferred /health
+ * answers. Not the HTTP side: server.c turns req->out into responses. */
 #include "config.h"
 #include <math.h>
 #include <stdlib.h>
@@ -29,6 +32,14 @@ int sim_fault_parse(const char *name, enum sim_fault *out)
 	return -1;
 }
 
+/* SGLang's decode_log_interval default (python/sglang/srt/server_args.py):
+ * the scheduler logs its stats every 40 decode steps. */
+#define DECODE_LOG_STEPS 40
+/* "During idle time, also collect metrics every 30 seconds" (after
+ * sgl-project/sglang python/sglang/srt/managers/scheduler_runtime_checker_mixin.py). */
+#define IDLE_LOG_US (30u * 1000000u)
+
+/* Returns 0, or -1 when out of memory (logged). */
 int sim_engine_init(struct sim *s, struct sim_conf *conf)
 {
 	memset(s, 0, sizeof(*s));
@@ -36,7 +47,21 @@ int sim_engine_init(struct sim *s, struct sim_conf *conf)
 	s->epfd = s->signal_fd = -1;
 	s->fault = SIM_FAULT_OK;
 	s->fail_rng = (uint64_t)conf->seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull;
+	/* A different constant: the same --seed gives an unrelated sequence,
+	 * so --stream-fail-rate never shifts which requests --fail-rate fails. */
+	s->stream_fail_rng = (uint64_t)conf->seed * 0xD1B54A32D192ED03ull + 0x8CB92BA72F3D8DD7ull;
 	s->started = ig_wall_s();
+	s->nranks = conf->dp_ranks;
+	s->ranks = calloc((size_t)s->nranks, sizeof(*s->ranks));
+	if (!s->ranks) {
+		ig_log_error("%s: out of memory", __func__);
+		return -1;
+	}
+	uint64_t now = ig_now_us();
+	for (long i = 0; i < s->nranks; i++) {
+		s->ranks[i].idx = (int)i;
+		s->ranks[i].last_log_us = now;
+	}
 	return 0;
 }
 
@@ -45,6 +70,25 @@ void sim_engine_free(struct sim *s)
 	free(s->heap);
 	s->heap = NULL;
 	s->heap_len = s->heap_cap = 0;
+	for (long i = 0; s->ranks && i < s->nranks; i++) {
+		free(s->ranks[i].prios);
+		free(s->ranks[i].snap.prio);
+	}
+	free(s->ranks);
+	s->ranks = NULL;
+	s->nranks = 0;
+}
+
+/* xorshift64 on a generator of its own, so --seed makes the draws
+ * reproducible whatever else draws random numbers. True with probability p. */
+static bool draw(uint64_t *state, double p)
+{
+	uint64_t x = *state;
+	x ^= x << 13;
+	x ^= x >> 7;
+	x ^= x << 17;
+	*state = x;
+	return (double)(x >> 11) / 9007199254740992.0 < p;
 }
 
 bool sim_engine_should_fail(struct sim *s)
@@ -53,14 +97,12 @@ bool sim_engine_should_fail(struct sim *s)
 		return true;
 	if (s->conf->fail_rate <= 0)
 		return false;
-	/* xorshift64: its own stream, so --seed makes the failures reproducible
-	 * whatever else draws random numbers. */
-	uint64_t x = s->fail_rng;
-	x ^= x << 13;
-	x ^= x >> 7;
-	x ^= x << 17;
-	s->fail_rng = x;
-	return (double)(x >> 11) / 9007199254740992.0 < s->conf->fail_rate;
+	return draw(&s->fail_rng, s->conf->fail_rate);
+}
+
+bool sim_engine_should_fail_stream(struct sim *s)
+{
+	return s->conf->stream_fail_rate > 0 && draw(&s->stream_fail_rng, s->conf->stream_fail_rate);
 }
 
 /* ---- the deadline heap ---- */
@@ -135,32 +177,156 @@ static void heap_later(struct sim *s, struct sim_req *r)
 	sift_down(s, (size_t)r->heap_idx);
 }
 
-/* ---- the wait queue ---- */
+/* ---- lists: a rank's wait queue, the deferred /health answers ---- */
+
+static void list_push(struct sim_req **head, struct sim_req **tail, struct sim_req *r)
+{
+	r->qnext = NULL;
+	r->qprev = *tail;
+	if (*tail)
+		(*tail)->qnext = r;
+	else
+		*head = r;
+	*tail = r;
+}
+
+static void list_unlink(struct sim_req **head, struct sim_req **tail, struct sim_req *r)
+{
+	if (r->qprev)
+		r->qprev->qnext = r->qnext;
+	else
+		*head = r->qnext;
+	if (r->qnext)
+		r->qnext->qprev = r->qprev;
+	else
+		*tail = r->qprev;
+	r->qprev = r->qnext = NULL;
+}
 
 static void queue_push(struct sim *s, struct sim_req *r)
 {
-	r->qnext = NULL;
-	r->qprev = s->qtail;
-	if (s->qtail)
-		s->qtail->qnext = r;
-	else
-		s->qhead = r;
-	s->qtail = r;
+	list_push(&r->rank->qhead, &r->rank->qtail, r);
+	r->rank->waiting++;
 	s->waiting++;
 }
 
 static void queue_unlink(struct sim *s, struct sim_req *r)
 {
-	if (r->qprev)
-		r->qprev->qnext = r->qnext;
-	else
-		s->qhead = r->qnext;
-	if (r->qnext)
-		r->qnext->qprev = r->qprev;
-	else
-		s->qtail = r->qprev;
-	r->qprev = r->qnext = NULL;
+	list_unlink(&r->rank->qhead, &r->rank->qtail, r);
+	r->rank->waiting--;
 	s->waiting--;
+}
+
+/* Every --health-delay-ms is the same, so appending keeps the list in
+ * deadline order: no heap needed. */
+void sim_engine_defer(struct sim *s, struct sim_req *r)
+{
+	r->state = SIM_REQ_DELAYED;
+	r->deadline_us = ig_now_us() + (uint64_t)s->conf->health_delay_ms * 1000u;
+	list_push(&s->dhead, &s->dtail, r);
+}
+
+/* ---- priorities and the gauges of /metrics ---- */
+
+/* Remembers a priority submitted to rk: SGLang keeps every priority it has
+ * seen in _known_priorities and prints it from then on, at 0 when empty
+ * (after sgl-project/sglang python/sglang/srt/observability/metrics_collector.py
+ * _log_gauge_queue_count). */
+static void note_priority(struct sim_rank *rk, long prio)
+{
+	size_t i = 0;
+	while (i < rk->nprios && rk->prios[i] < prio)
+		i++;
+	if (i < rk->nprios && rk->prios[i] == prio)
+		return;
+	if (rk->nprios == rk->prios_cap) {
+		size_t cap = rk->prios_cap ? rk->prios_cap * 2 : 8;
+		long *p = realloc(rk->prios, cap * sizeof(*p));
+		if (!p)
+			abort(); /* a few bytes per distinct priority */
+		rk->prios = p;
+		rk->prios_cap = cap;
+	}
+	memmove(rk->prios + i + 1, rk->prios + i, (rk->nprios - i) * sizeof(*rk->prios));
+	rk->prios[i] = prio;
+	rk->nprios++;
+}
+
+enum {
+	SNAP_RUNNING = 1, /* the running counts */
+	SNAP_WAITING = 2, /* the waiting counts */
+};
+
+/* Copies the rank's counts now into its snapshot. SNAP_RUNNING resets the
+ * per-priority list to the known priorities, so it comes first when both
+ * halves are taken at different moments. */
+static void snap_take(struct sim *s, struct sim_rank *rk, int what)
+{
+	struct sim_gauges *g = &rk->snap;
+
+	if (what & SNAP_RUNNING) {
+		g->running = rk->running;
+		/* Priorities only accumulate, so the array grows with them. */
+		if (rk->nprios > g->nprio) {
+			struct sim_prio_count *p = realloc(g->prio, rk->nprios * sizeof(*p));
+			if (!p)
+				abort(); /* a few bytes per distinct priority */
+			g->prio = p;
+		}
+		g->nprio = rk->nprios;
+		for (size_t i = 0; i < g->nprio; i++) {
+			g->prio[i].priority = rk->prios[i];
+			g->prio[i].running = g->prio[i].waiting = 0;
+		}
+	}
+	if (what & SNAP_WAITING) {
+		g->waiting = rk->waiting;
+		for (size_t i = 0; i < g->nprio; i++)
+			g->prio[i].waiting = 0;
+	}
+	if (g->nprio == 0)
+		return;
+	for (struct sim_req *r = s->reqs; r; r = r->next) {
+		if (r->rank != rk || (r->state != SIM_REQ_RUNNING && r->state != SIM_REQ_QUEUED))
+			continue;
+		size_t i = 0;
+		while (i < g->nprio && g->prio[i].priority != r->priority)
+			i++;
+		if (i == g->nprio)
+			continue; /* submitted after this snapshot's list was made */
+		if (r->state == SIM_REQ_RUNNING && (what & SNAP_RUNNING))
+			g->prio[i].running++;
+		else if (r->state == SIM_REQ_QUEUED && (what & SNAP_WAITING))
+			g->prio[i].waiting++;
+	}
+}
+
+const struct sim_gauges *sim_engine_gauges(struct sim *s, struct sim_rank *rk)
+{
+	if (s->conf->metrics_refresh == SIM_REFRESH_LIVE)
+		snap_take(s, rk, SNAP_RUNNING | SNAP_WAITING);
+	return &rk->snap;
+}
+
+static bool sglang_refresh(const struct sim *s)
+{
+	return s->conf->metrics_refresh == SIM_REFRESH_SGLANG;
+}
+
+/* The time between two decode-stats logs: 40 decode steps, one step per
+ * 1/tokens-per-second while the rank runs anything. 0 when unpaced. */
+static uint64_t decode_log_us(const struct sim *s)
+{
+	double tps = s->conf->tokens_per_second;
+	return tps > 0 ? (uint64_t)ceil(DECODE_LOG_STEPS * 1e6 / tps) : 0;
+}
+
+/* A decode step's log: the running batch and the queue as they are now. */
+static void log_decode(struct sim *s, struct sim_rank *rk, uint64_t now)
+{
+	snap_take(s, rk, SNAP_RUNNING | SNAP_WAITING);
+	rk->last_log_us = now;
+	rk->finished_since_log = 0;
 }
 
 /* ---- pacing ---- */
@@ -175,6 +341,7 @@ static uint64_t token_time(const struct sim_req *r, long i)
 
 static void start(struct sim *s, struct sim_req *r, uint64_t now)
 {
+	struct sim_rank *rk = r->rank;
 	double tps = s->conf->tokens_per_second;
 	uint64_t ttft_us = (uint64_t)s->conf->ttft_ms * 1000u;
 
@@ -187,28 +354,68 @@ static void start(struct sim *s, struct sim_req *r, uint64_t now)
 	r->t_first_us = now + ttft_us;
 	r->state = SIM_REQ_RUNNING;
 	s->running++;
+	if (rk->running++ == 0 && sglang_refresh(s) && decode_log_us(s) > 0)
+		rk->next_log_us = now + decode_log_us(s); /* decode steps begin */
 	r->deadline_us = r->stream ? r->t_first_us : token_time(r, r->n_tokens - 1);
 	heap_push(s, r);
 }
 
-/* Fills free slots from the head of the queue. */
-static void admit(struct sim *s, uint64_t now)
+/* Fills the rank's free slots from the head of its queue: one prefill
+ * batch. SGLang logs each prefill batch with the running batch as it was
+ * before the new requests join and the queue after they left it (after
+ * sgl-project/sglang python/sglang/srt/observability/scheduler_metrics_mixin.py
+ * report_prefill_stats: PrefillStats.from_adder(adder, running_batch.reqs)). */
+static void admit(struct sim *s, struct sim_rank *rk, uint64_t now)
 {
-	while (s->qhead && s->running < s->conf->max_running) {
-		struct sim_req *r = s->qhead;
+	bool log = sglang_refresh(s) && rk->qhead && rk->running < s->conf->max_running;
+
+	if (log)
+		snap_take(s, rk, SNAP_RUNNING);
+	while (rk->qhead && rk->running < s->conf->max_running) {
+		struct sim_req *r = rk->qhead;
 		queue_unlink(s, r);
 		start(s, r, now);
 	}
+	if (log) {
+		snap_take(s, rk, SNAP_WAITING);
+		rk->last_log_us = now;
+	}
 }
 
-static void finish(struct sim *s, struct sim_req *r, uint64_t now)
+/* r no longer holds its slot. */
+static void release(struct sim *s, struct sim_req *r, uint64_t now)
 {
+	struct sim_rank *rk = r->rank;
+
 	heap_remove(s, r);
 	s->running--;
+	if (--rk->running == 0)
+		rk->next_log_us = 0; /* no decode steps while nothing runs */
+	admit(s, rk, now);
+}
+
+/* The generation ended: completed, or cut by --stream-fail-rate (failed). */
+static void finish(struct sim *s, struct sim_req *r, uint64_t now, bool failed)
+{
+	struct sim_rank *rk = r->rank;
+
 	r->state = SIM_REQ_DONE;
-	s->st.served++;
-	s->st.prompt_tokens += (uint64_t)r->prompt_tokens;
-	admit(s, now);
+	if (failed) {
+		s->st.stream_failed++;
+	} else {
+		s->st.served++;
+		s->st.prompt_tokens += (uint64_t)r->prompt_tokens;
+		rk->prompt_tokens += (uint64_t)r->prompt_tokens;
+		if (r->length_cut)
+			rk->finished_length++;
+		else
+			rk->finished_stop++;
+	}
+	release(s, r, now);
+	/* Unpaced, a decode step has no length in time: count finished
+	 * requests as steps instead. */
+	if (sglang_refresh(s) && decode_log_us(s) == 0 && ++rk->finished_since_log >= DECODE_LOG_STEPS)
+		log_decode(s, rk, now);
 }
 
 /* ---- output ---- */
@@ -283,6 +490,29 @@ static void emit_full(struct sim *s, struct sim_req *r)
 		      r->kind == SIM_CHAT ? "}" : "", finish_reason(r),
 		      r->prompt_tokens, r->n_tokens, r->prompt_tokens + r->n_tokens);
 	s->st.generation_tokens += (uint64_t)r->n_tokens;
+	r->rank->generation_tokens += (uint64_t)r->n_tokens;
+}
+
+/* The end of a stream that fails midway, as the server writes it after the
+ * 200 went out: an error event, then [DONE]. SGLang: a scheduler abort with
+ * a status becomes create_streaming_error_response(message, code.name,
+ * code.value), the flat error nested under "error" by json.dumps (after
+ * sgl-project/sglang python/sglang/srt/entrypoints/openai/serving_completions.py
+ * and serving_base.py). vLLM: a GenerationError becomes "Internal server
+ * error", type InternalServerError, code 500 (vllm-project/vllm
+ * vllm/entrypoints/openai/engine/serving.py
+ * _convert_generation_error_to_streaming_response). Both json.dumps, hence
+ * the spaces. */
+static void emit_stream_error(struct sim *s, struct ig_buf *o)
+{
+	if (s->conf->flavor == SIM_FLAVOR_VLLM)
+		ig_buf_printf(o, "data: {\"error\": {\"message\": \"Internal server error\", "
+			      "\"type\": \"InternalServerError\", \"param\": null, \"code\": 500}}\n\n");
+	else
+		ig_buf_printf(o, "data: {\"error\": {\"object\": \"error\", \"message\": "
+			      "\"Simulated generation failure (--stream-fail-rate).\", "
+			      "\"type\": \"INTERNAL_SERVER_ERROR\", \"param\": null, \"code\": 500}}\n\n");
+	ig_buf_printf(o, "data: [DONE]\n\n");
 }
 
 /* r is RUNNING and its deadline has come. */
@@ -290,7 +520,7 @@ static void step(struct sim *s, struct sim_req *r, uint64_t now)
 {
 	if (!r->stream) {
 		emit_full(s, r);
-		finish(s, r, now);
+		finish(s, r, now, false);
 		sim_req_wake(r);
 		return;
 	}
@@ -306,16 +536,23 @@ static void step(struct sim *s, struct sim_req *r, uint64_t now)
 		if (d < (double)due)
 			due = (long)d;
 	}
+	if (r->fail_at >= 0 && due > r->fail_at)
+		due = r->fail_at;
 	/* Tokens that fell due together (a late wake-up, or a pace above the
 	 * timer's resolution) go out together, still one chunk each. */
 	while (r->emitted < due) {
 		emit_token(&r->out, r);
 		r->emitted++;
 		s->st.generation_tokens++;
+		r->rank->generation_tokens++;
 	}
-	if (r->emitted >= r->n_tokens) {
+	if (r->emitted == r->fail_at) {
+		emit_stream_error(s, &r->out);
+		ig_log_debug("%s: %s failed after %ld tokens (--stream-fail-rate)", __func__, r->id, r->emitted);
+		finish(s, r, now, true);
+	} else if (r->emitted >= r->n_tokens) {
 		emit_end(&r->out, r);
-		finish(s, r, now);
+		finish(s, r, now, false);
 	} else {
 		r->deadline_us = token_time(r, r->emitted);
 		if (r->deadline_us <= now)
@@ -335,30 +572,109 @@ void sim_engine_submit(struct sim *s, struct sim_req *r)
 		s->hung++;
 		return;
 	}
+	/* SGLang's data-parallel controller sends each request to the next
+	 * rank in turn: load_balance_method "auto" is round_robin outside
+	 * PD disaggregation (after sgl-project/sglang
+	 * python/sglang/srt/managers/data_parallel_controller.py
+	 * round_robin_scheduler, python/sglang/srt/server_args.py). */
+	r->rank = &s->ranks[s->rr_next];
+	s->rr_next = (s->rr_next + 1) % s->nranks;
+	if (s->conf->priority_scheduling)
+		note_priority(r->rank, r->priority);
 	r->state = SIM_REQ_QUEUED;
 	queue_push(s, r);
-	admit(s, now);
+	admit(s, r->rank, now);
 	/* An unpaced request is answered before the handler returns: no
 	 * suspend, no resume, no second trip through the loop. */
 	if (r->state == SIM_REQ_RUNNING && r->deadline_us <= now)
 		step(s, r, now);
 }
 
+/* When the rank's snapshot is next refreshed without an admission: the
+ * next decode-stats log while it runs, 30 s after the last log while it
+ * is idle. 0 when never (live gauges). */
+static uint64_t next_refresh(const struct sim *s, const struct sim_rank *rk)
+{
+	if (!sglang_refresh(s))
+		return 0;
+	if (rk->running > 0)
+		return rk->next_log_us; /* 0 when unpaced: counted in finish() */
+	if (rk->waiting == 0)
+		return rk->last_log_us + IDLE_LOG_US;
+	return 0;
+}
+
 void sim_engine_run(struct sim *s, uint64_t now_us)
 {
 	while (s->heap_len > 0 && s->heap[0]->deadline_us <= now_us)
 		step(s, s->heap[0], now_us);
+	while (s->dhead && s->dhead->deadline_us <= now_us) {
+		struct sim_req *r = s->dhead;
+		list_unlink(&s->dhead, &s->dtail, r);
+		r->state = SIM_REQ_DONE;
+		sim_req_wake(r);
+	}
+	for (long i = 0; i < s->nranks; i++) {
+		struct sim_rank *rk = &s->ranks[i];
+		uint64_t due = next_refresh(s, rk);
+		if (due == 0 || due > now_us)
+			continue;
+		log_decode(s, rk, now_us);
+		if (rk->running > 0) {
+			rk->next_log_us += decode_log_us(s);
+			if (rk->next_log_us <= now_us) /* a late wake-up: no burst of logs */
+				rk->next_log_us = now_us + decode_log_us(s);
+		}
+	}
 }
 
 int sim_engine_timeout_ms(struct sim *s, uint64_t now_us)
 {
-	if (s->heap_len == 0)
+	uint64_t d = s->heap_len > 0 ? s->heap[0]->deadline_us : 0;
+
+	if (s->dhead && (d == 0 || s->dhead->deadline_us < d))
+		d = s->dhead->deadline_us;
+	for (long i = 0; i < s->nranks; i++) {
+		uint64_t r = next_refresh(s, &s->ranks[i]);
+		if (r != 0 && (d == 0 || r < d))
+			d = r;
+	}
+	if (d == 0)
 		return -1;
-	uint64_t d = s->heap[0]->deadline_us;
 	if (d <= now_us)
 		return 0;
 	uint64_t ms = (d - now_us + 999) / 1000;
 	return ms > 3600000 ? 3600000 : (int)ms;
+}
+
+/* How many of r's tokens exist by now: all streamed ones, or for a
+ * non-streamed answer (written only at its end) those its pace made due. */
+static long tokens_so_far(const struct sim_req *r, uint64_t now)
+{
+	if (r->stream || now < r->t_first_us)
+		return r->emitted;
+	if (r->tps <= 0)
+		return r->n_tokens;
+	double d = floor((double)(now - r->t_first_us) * r->tps / 1e6) + 1;
+	return d < (double)r->n_tokens ? (long)d : r->n_tokens;
+}
+
+void sim_engine_rank_tokens(struct sim *s, const struct sim_rank *rk, uint64_t now_us,
+			    long *used, long *pending, double *tokens_per_s)
+{
+	*used = *pending = 0;
+	*tokens_per_s = 0;
+	for (const struct sim_req *r = s->reqs; r; r = r->next) {
+		if (r->rank != rk)
+			continue;
+		if (r->state == SIM_REQ_RUNNING) {
+			*used += r->prompt_tokens + tokens_so_far(r, now_us);
+			if (now_us >= r->t_first_us)
+				*tokens_per_s += r->tps;
+		} else if (r->state == SIM_REQ_QUEUED) {
+			*pending += r->prompt_tokens;
+		}
+	}
 }
 
 void sim_engine_abort(struct sim *s, struct sim_req *r)
@@ -368,13 +684,16 @@ void sim_engine_abort(struct sim *s, struct sim_req *r)
 		queue_unlink(s, r);
 		break;
 	case SIM_REQ_RUNNING:
-		heap_remove(s, r);
-		s->running--;
-		admit(s, ig_now_us());
+		release(s, r, ig_now_us());
 		break;
 	case SIM_REQ_HUNG:
 		s->hung--;
 		break;
+	case SIM_REQ_DELAYED:
+		/* A health probe that left: not a completion, not counted. */
+		list_unlink(&s->dhead, &s->dtail, r);
+		r->state = SIM_REQ_ABORTED;
+		return;
 	default:
 		return; /* not started, or already finished: nothing to stop */
 	}

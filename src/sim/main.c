@@ -21,6 +21,8 @@ enum ftype {
 	F_LONG,   /* integer within [min, max] */
 	F_DOUBLE, /* number within [min, max] */
 	F_LEVEL,  /* log level name */
+	F_CHOICE, /* one of the metavar's "a|b" words, stored as its index (int) */
+	F_BOOL,   /* takes no value: present = true (bool); "=0"/"=1" also work */
 };
 
 static const struct flag {
@@ -50,6 +52,24 @@ static const struct flag {
 	 "seed of the answer text and of --fail-rate draws"},
 	{"--log-level", F_LEVEL, "LEVEL", 0, 0, "info", offsetof(struct sim_conf, log_level),
 	 "debug, info, warn or error"},
+	{"--flavor", F_CHOICE, "sglang|vllm", 0, 0, "sglang", offsetof(struct sim_conf, flavor),
+	 "which server to imitate: metric names and labels, error shapes, load endpoints"},
+	{"--health-delay-ms", F_LONG, "N", 0, 600000, "0", offsetof(struct sim_conf, health_delay_ms),
+	 "GET /health and /health_generate answer after N ms (SGLang runs a one-token generation)"},
+	{"--dp-ranks", F_LONG, "N", 1, 64, "1", offsetof(struct sim_conf, dp_ranks),
+	 "data-parallel ranks, each with its own --max-running slots and FIFO; requests go round-robin"},
+	{"--enable-priority-scheduling", F_BOOL, "", 0, 0, "0", offsetof(struct sim_conf, priority_scheduling),
+	 "accept an integer \"priority\" per request and print per-priority gauge series "
+	 "(sglang; scheduling stays FIFO)"},
+	{"--metrics-refresh", F_CHOICE, "live|sglang", 0, 0, "live", offsetof(struct sim_conf, metrics_refresh),
+	 "sglang: the /metrics running/queue gauges change only when SGLang would log stats "
+	 "(prefill batch, every 40 decode steps, every 30 s idle)"},
+	{"--api-key", F_STRING, "KEY", 0, 0, NULL, offsetof(struct sim_conf, api_key),
+	 "require 'Authorization: Bearer KEY' (or x-api-key, sglang) as the real server does"},
+	{"--context-length", F_LONG, "N", 0, 100000000, "0", offsetof(struct sim_conf, context_length),
+	 "reject prompts + max_tokens that do not fit N tokens with the server's 400; 0 = no check"},
+	{"--stream-fail-rate", F_DOUBLE, "P", 0, 1, "0", offsetof(struct sim_conf, stream_fail_rate),
+	 "fraction of streams that end with an error event after half their tokens (HTTP 200 already sent)"},
 };
 #define NFLAGS (sizeof(flags) / sizeof(flags[0]))
 
@@ -57,20 +77,26 @@ void sim_conf_print_help(FILE *out)
 {
 	fprintf(out,
 		"Usage: infergate-sim [FLAGS]\n"
-		"A simulated SGLang-style inference server: OpenAI chat and text completions,\n"
+		"A simulated SGLang or vLLM inference server: OpenAI chat and text completions,\n"
 		"streamed or not, with deterministic text, batch slots, pacing and fault injection.\n\n"
 		"Flags:\n");
 	for (size_t i = 0; i < NFLAGS; i++) {
 		char left[64];
-		snprintf(left, sizeof(left), "%s %s", flags[i].name, flags[i].metavar);
-		fprintf(out, "  %-26s %s (default %s)\n", left, flags[i].help, flags[i].def);
+		snprintf(left, sizeof(left), "%s%s%s", flags[i].name, flags[i].metavar[0] ? " " : "",
+			 flags[i].metavar);
+		if (flags[i].type == F_BOOL)
+			fprintf(out, "  %-30s %s (default off)\n", left, flags[i].help);
+		else
+			fprintf(out, "  %-30s %s (default %s)\n", left, flags[i].help,
+				flags[i].def ? flags[i].def : "none");
 	}
-	fprintf(out, "  %-26s %s\n  %-26s %s\n", "--help", "print this help and exit",
+	fprintf(out, "  %-30s %s\n  %-30s %s\n", "--help", "print this help and exit",
 		"--version", "print the version and exit");
 	fprintf(out,
 		"\nEndpoints: POST /v1/chat/completions, POST /v1/completions, GET /health,\n"
-		"GET /v1/models, GET /get_load, GET /metrics, GET|POST /sim/fault\n"
-		"({\"mode\": \"ok\"|\"error\"|\"hang\"|\"slow\"|\"down\"}).\n");
+		"GET /health_generate, GET /v1/models, GET /metrics; sglang only: GET /v1/loads,\n"
+		"GET /get_load, GET /get_model_info. Test control (never needs the key):\n"
+		"GET /sim/state, GET|POST /sim/fault ({\"mode\": \"ok\"|\"error\"|\"hang\"|\"slow\"|\"down\"}).\n");
 }
 
 /* Stores one flag's value. Returns 0 or -1 with *err. */
@@ -143,6 +169,30 @@ static int set_flag(struct sim_conf *c, const struct flag *f, const char *v, cha
 		}
 		break;
 	}
+	case F_CHOICE: {
+		size_t vl = strlen(v);
+		int idx = 0;
+		for (const char *w = f->metavar; *w; idx++) {
+			size_t wl = strcspn(w, "|");
+			if (wl == vl && strncmp(w, v, vl) == 0) {
+				*(int *)(base + f->off) = idx;
+				return 0;
+			}
+			w += wl + (w[wl] == '|');
+		}
+		*err = ig_strdupf("%s: '%s' is not one of %s", f->name, v, f->metavar);
+		return -1;
+	}
+	case F_BOOL:
+		if (strcmp(v, "1") == 0 || strcmp(v, "true") == 0) {
+			*(bool *)(base + f->off) = true;
+		} else if (strcmp(v, "0") == 0 || strcmp(v, "false") == 0) {
+			*(bool *)(base + f->off) = false;
+		} else {
+			*err = ig_strdupf("%s: '%s' is not 0, 1, true or false (the flag alone means 1)", f->name, v);
+			return -1;
+		}
+		return 0;
 	}
 	char **slot = (char **)(base + f->off);
 	free(*slot);
@@ -156,7 +206,7 @@ int sim_conf_from_args(struct sim_conf *c, int argc, char **argv, char **err)
 {
 	memset(c, 0, sizeof(*c));
 	for (size_t i = 0; i < NFLAGS; i++)
-		if (set_flag(c, &flags[i], flags[i].def, err) < 0)
+		if (flags[i].def && set_flag(c, &flags[i], flags[i].def, err) < 0)
 			return -1; /* a bad default is a bug; say so anyway */
 
 	for (int i = 1; i < argc; i++) {
@@ -186,6 +236,8 @@ int sim_conf_from_args(struct sim_conf *c, int argc, char **argv, char **err)
 		const char *v;
 		if (eq) {
 			v = eq + 1;
+		} else if (f->type == F_BOOL) {
+			v = "1"; /* a switch: the next argument is not its value */
 		} else if (i + 1 < argc) {
 			v = argv[++i];
 		} else {
@@ -194,6 +246,16 @@ int sim_conf_from_args(struct sim_conf *c, int argc, char **argv, char **err)
 		}
 		if (set_flag(c, f, v, err) < 0)
 			return -1;
+	}
+	/* These only change what SGLang prints: with vLLM's names they would
+	 * silently do nothing, and a test relying on them would prove nothing. */
+	if (c->flavor == SIM_FLAVOR_VLLM && c->metrics_refresh == SIM_REFRESH_SGLANG) {
+		*err = ig_strdupf("--metrics-refresh: 'sglang' needs --flavor sglang");
+		return -1;
+	}
+	if (c->flavor == SIM_FLAVOR_VLLM && c->priority_scheduling) {
+		*err = ig_strdupf("--enable-priority-scheduling: needs --flavor sglang (vLLM prints no per-priority series)");
+		return -1;
 	}
 	return 0;
 }
@@ -204,6 +266,7 @@ void sim_conf_free(struct sim_conf *c)
 	free(c->listen_host);
 	free(c->model);
 	free(c->log_level);
+	free(c->api_key);
 	memset(c, 0, sizeof(*c));
 }
 
@@ -228,9 +291,8 @@ int main(int argc, char **argv)
 	if (ig_log_level_parse(conf.log_level, &lv) == 0)
 		ig_log_set_level(lv);
 
-	sim_engine_init(&sim, &conf);
 	rc = 1;
-	if (sim_reactor_init(&sim) == 0)
+	if (sim_engine_init(&sim, &conf) == 0 && sim_reactor_init(&sim) == 0)
 		rc = sim_reactor_run(&sim);
 	sim_reactor_free(&sim);
 	sim_engine_free(&sim);

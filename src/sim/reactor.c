@@ -91,10 +91,11 @@ int sim_reactor_init(struct sim *s)
 		return -1;
 	}
 	di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
-	ig_log_info("listening on http://%s%s%s:%u, model %s, %g tokens/s, TTFT %ld ms, %ld slots",
+	ig_log_info("listening on http://%s%s%s:%u as %s, model %s, %g tokens/s, TTFT %ld ms, %ld slots x %ld ranks",
 		    flags & MHD_USE_IPv6 ? "[" : "", c->listen_host, flags & MHD_USE_IPv6 ? "]" : "",
-		    di ? (unsigned)di->port : (unsigned)c->listen_port, c->model, c->tokens_per_second,
-		    c->ttft_ms, c->max_running);
+		    di ? (unsigned)di->port : (unsigned)c->listen_port,
+		    c->flavor == SIM_FLAVOR_VLLM ? "vllm" : "sglang", c->model, c->tokens_per_second,
+		    c->ttft_ms, c->max_running, c->dp_ranks);
 	return 0;
 }
 

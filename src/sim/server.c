@@ -1,12 +1,17 @@
-/* The HTTP side of infergate-sim: routing, request parsing and validation,
- * OpenAI-shaped errors, the read-only endpoints, fault switching, and turning
- * the engine's output into MHD responses (a content reader for streams, one
- * buffer otherwise). Scheduling and text are not here: see engine.c, text.c. */
+/* The HTTP side of infergate-sim: routing, the API key, request parsing and
+ * validation, errors in the shape of the server imitated (--flavor), the
+ * read-only endpoints, fault switching, and turning the engine's output into
+ * MHD responses (a content reader for streams, one buffer otherwise).
+ * Scheduling and text are not here: see engine.c, text.c. */
 #include "config.h"
+#include <errno.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <time.h>
 
 #include "infergate/log.h"
 #include "infergate/oaerror.h"
@@ -16,30 +21,47 @@
 enum route {
 	R_CHAT,        /* POST /v1/chat/completions */
 	R_COMPLETIONS, /* POST /v1/completions */
-	R_HEALTH,      /* GET /health: 200 "ok", 503 when down */
+	R_HEALTH,      /* GET /health: empty 200, 503 when down */
 	R_MODELS,      /* GET /v1/models */
-	R_LOAD,        /* GET /get_load */
+	R_LOAD,        /* GET /get_load (SGLang, deprecated) */
+	R_LOADS,       /* GET /v1/loads (SGLang) */
 	R_MODEL_INFO,  /* GET /get_model_info (SGLang) */
 	R_METRICS,     /* GET /metrics */
+	R_STATE,       /* GET /sim/state: the simulator's live counts */
 	R_FAULT,       /* GET or POST /sim/fault */
 };
+
+#define SGLANG (1u << SIM_FLAVOR_SGLANG)
+#define VLLM (1u << SIM_FLAVOR_VLLM)
 
 static const struct {
 	const char *path;
 	enum route route;
 	bool get, post;
 	const char *allow; /* for 405 */
+	unsigned flavors;  /* the servers that have it; elsewhere 404 */
 } routes[] = {
-	{"/v1/chat/completions", R_CHAT, false, true, "POST"},
-	{"/v1/completions", R_COMPLETIONS, false, true, "POST"},
-	{"/health", R_HEALTH, true, false, "GET, HEAD"},
-	{"/health_generate", R_HEALTH, true, false, "GET, HEAD"},
-	{"/v1/models", R_MODELS, true, false, "GET, HEAD"},
-	{"/get_load", R_LOAD, true, false, "GET, HEAD"},
-	{"/get_model_info", R_MODEL_INFO, true, false, "GET, HEAD"},
-	{"/metrics", R_METRICS, true, false, "GET, HEAD"},
-	{"/sim/fault", R_FAULT, true, true, "GET, HEAD, POST"},
+	{"/v1/chat/completions", R_CHAT, false, true, "POST", SGLANG | VLLM},
+	{"/v1/completions", R_COMPLETIONS, false, true, "POST", SGLANG | VLLM},
+	{"/health", R_HEALTH, true, false, "GET, HEAD", SGLANG | VLLM},
+	{"/health_generate", R_HEALTH, true, false, "GET, HEAD", SGLANG},
+	{"/v1/models", R_MODELS, true, false, "GET, HEAD", SGLANG | VLLM},
+	{"/get_load", R_LOAD, true, false, "GET, HEAD", SGLANG},
+	{"/v1/loads", R_LOADS, true, false, "GET, HEAD", SGLANG},
+	{"/get_model_info", R_MODEL_INFO, true, false, "GET, HEAD", SGLANG},
+	{"/metrics", R_METRICS, true, false, "GET, HEAD", SGLANG | VLLM},
+	{"/sim/state", R_STATE, true, false, "GET, HEAD", SGLANG | VLLM},
+	{"/sim/fault", R_FAULT, true, true, "GET, HEAD, POST", SGLANG | VLLM},
 };
+
+/* Error types. Validation errors (bad JSON, a field of the wrong type) go
+ * through the servers' RequestValidationError handlers, which answer 400
+ * with HTTPStatus.BAD_REQUEST.phrase as the type (after sgl-project/sglang
+ * python/sglang/srt/entrypoints/http_server.py, vllm-project/vllm
+ * vllm/entrypoints/openai/server_utils.py validation_exception_handler);
+ * the serving code's own errors use create_error_response's names. */
+#define T_VALIDATION "Bad Request"
+#define T_BAD_REQUEST "BadRequestError"
 
 /* ---- responses ---- */
 
@@ -66,13 +88,62 @@ static enum MHD_Result respond_json(struct MHD_Connection *conn, unsigned status
 	return respond(conn, status, body, "application/json", NULL);
 }
 
-/* An OpenAI-shaped error; 4xx answers count as invalid requests. */
+/* A response with no body and no Content-Type, as FastAPI's
+ * Response(status_code=...) sends it. */
+static enum MHD_Result respond_empty(struct MHD_Connection *conn, unsigned status)
+{
+	struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+	if (!resp)
+		return MHD_NO;
+	enum MHD_Result ret = MHD_queue_response(conn, status, resp);
+	MHD_destroy_response(resp);
+	return ret;
+}
+
+static char *dump(json_t *j)
+{
+	char *s = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+	json_decref(j);
+	if (!s)
+		abort();
+	return s;
+}
+
+/* Messages may quote the client's bytes (a model name, a JSON parse
+ * error): anything outside printable ASCII becomes '?', so the body can
+ * always be built. Returns msg, changed in place. */
+static char *ascii(char *msg)
+{
+	for (unsigned char *p = (unsigned char *)msg; *p; p++)
+		if (*p < 0x20 || *p > 0x7e)
+			*p = '?';
+	return msg;
+}
+
+/* The error type create_error_response callers use for a status. */
+static const char *type_for_status(unsigned status)
+{
+	switch (status) {
+	case 400: return T_BAD_REQUEST;
+	case 404: return "NotFoundError";
+	case 413: return "Request Entity Too Large"; /* the framework's, as for validation */
+	case 503: return "ServiceUnavailableError";
+	default:  return status >= 500 ? "InternalServerError" : T_BAD_REQUEST;
+	}
+}
+
+/* An error in the imitated server's shape. SGLang's is flat (after
+ * sgl-project/sglang python/sglang/srt/entrypoints/openai/serving_base.py
+ * create_error_response, ErrorResponse in .../openai/protocol.py); vLLM's
+ * nests it under "error" (vllm-project/vllm
+ * vllm/entrypoints/openai/engine/protocol.py ErrorResponse, ErrorInfo).
+ * type NULL: the usual one for the status. 4xx answers count as invalid. */
 static enum MHD_Result respond_error(struct sim *s, struct MHD_Connection *conn, unsigned status,
-				     const char *allow, const char *param, const char *fmt, ...)
+				     const char *type, const char *param, const char *fmt, ...)
 	IG_PRINTF(6, 7);
 
 static enum MHD_Result respond_error(struct sim *s, struct MHD_Connection *conn, unsigned status,
-				     const char *allow, const char *param, const char *fmt, ...)
+				     const char *type, const char *param, const char *fmt, ...)
 {
 	char *msg = NULL;
 	va_list ap;
@@ -82,40 +153,227 @@ static enum MHD_Result respond_error(struct sim *s, struct MHD_Connection *conn,
 	va_end(ap);
 	if (status >= 400 && status < 500)
 		s->st.invalid++;
-	char *body = ig_oaerror_json(msg ? msg : "error", ig_oaerror_type_for_status(status), param, NULL);
+	if (!type)
+		type = type_for_status(status);
+	const char *m = msg ? ascii(msg) : "error";
+	json_t *jp = param ? json_string(param) : json_null();
+	json_t *j;
+	if (s->conf->flavor == SIM_FLAVOR_VLLM)
+		j = json_pack("{s:{s:s, s:s, s:o, s:i}}", "error", "message", m, "type", type, "param", jp,
+			      "code", (int)status);
+	else
+		j = json_pack("{s:s, s:s, s:s, s:o, s:i}", "object", "error", "message", m, "type", type,
+			      "param", jp, "code", (int)status);
 	free(msg);
-	return respond(conn, status, body, "application/json", allow);
+	return respond_json(conn, status, dump(j));
 }
 
-static char *dump(json_t *j)
+/* FastAPI's own answers for a path or method no route takes. */
+static enum MHD_Result respond_detail(struct sim *s, struct MHD_Connection *conn, unsigned status,
+				      const char *detail, const char *allow)
 {
-	char *s = json_dumps(j, JSON_COMPACT);
-	json_decref(j);
-	if (!s)
-		abort();
-	return s;
+	s->st.invalid++;
+	return respond(conn, status, dump(json_pack("{s:s}", "detail", detail)), "application/json", allow);
+}
+
+/* The simulator's own test-control endpoints keep the OpenAI shape,
+ * whatever the flavor: they are no server's. */
+static enum MHD_Result respond_oaerror(struct sim *s, struct MHD_Connection *conn, unsigned status,
+				       const char *param, const char *msg)
+{
+	if (status >= 400 && status < 500)
+		s->st.invalid++;
+	return respond_json(conn, status, ig_oaerror_json(msg, ig_oaerror_type_for_status(status), param, NULL));
+}
+
+/* ---- the API key ---- */
+
+/* Paths the key does not guard. SGLang lets OPTIONS and /health*, /ready*,
+ * /metrics* through (after sgl-project/sglang python/sglang/srt/utils/auth.py
+ * decide_request_auth); vLLM guards only paths under /v1 (vllm-project/vllm
+ * vllm/entrypoints/openai/server_utils.py AuthenticationMiddleware). The
+ * simulator's /sim/ control endpoints are open in both: tests need them. */
+static bool key_exempt(const struct sim *s, const char *method, const char *url)
+{
+	if (strcmp(method, "OPTIONS") == 0 || strncmp(url, "/sim/", 5) == 0)
+		return true;
+	if (s->conf->flavor == SIM_FLAVOR_VLLM)
+		return strncmp(url, "/v1", 3) != 0;
+	return strncmp(url, "/health", 7) == 0 || strncmp(url, "/ready", 6) == 0 ||
+	       strncmp(url, "/metrics", 8) == 0;
+}
+
+/* Compares in time that depends on the key's length only, never on where
+ * the bytes differ (the servers use secrets.compare_digest). */
+static bool key_equal(const char *given, const char *key)
+{
+	size_t gl = strlen(given), kl = strlen(key);
+	unsigned diff = gl != kl;
+	for (size_t i = 0; i < kl; i++)
+		diff |= (unsigned char)key[i] ^ (unsigned char)(i < gl ? given[i] : 0);
+	return diff == 0;
+}
+
+/* `Authorization: Bearer KEY` (the scheme in any case) in both; SGLang also
+ * takes `x-api-key: KEY`. */
+static bool key_given(const struct sim *s, struct MHD_Connection *conn)
+{
+	const char *key = s->conf->api_key;
+	const char *authz = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+	if (authz && strncasecmp(authz, "bearer ", 7) == 0 && key_equal(authz + 7, key))
+		return true;
+	if (s->conf->flavor == SIM_FLAVOR_VLLM)
+		return false;
+	const char *x = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "x-api-key");
+	return x && key_equal(x, key);
 }
 
 /* ---- read-only endpoints ---- */
 
+/* Token capacity of one rank's KV cache, for /v1/loads: a fixed number,
+ * as SGLang's max_total_num_tokens is fixed at startup. */
+#define SIM_KV_TOKENS 1048576
+
+static const char *const flavor_names[] = {"sglang", "vllm"};
+
 static char *models_json(struct sim *s)
 {
-	return dump(json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:s, s:n, s:i}]}",
+	long len = s->conf->context_length > 0 ? s->conf->context_length : 32768;
+	return dump(json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:s, s:n, s:I}]}",
 			      "object", "list", "data",
 			      "id", s->conf->model, "object", "model", "created", (json_int_t)s->started,
 			      "owned_by", "infergate-sim", "root", s->conf->model, "parent",
-			      "max_model_len", 32768));
+			      "max_model_len", (json_int_t)len));
 }
 
-static char *load_json(struct sim *s)
+static double wall_now(void)
 {
-	return dump(json_pack("{s:I, s:I, s:I, s:I, s:I, s:s}",
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static double round_to(double v, double unit)
+{
+	return round(v / unit) * unit;
+}
+
+/* One rank's entry of /v1/loads, GetLoadsReqOutput's core fields (after
+ * sgl-project/sglang python/sglang/srt/managers/io_struct.py and
+ * python/sglang/srt/observability/scheduler_metrics_mixin.py get_loads).
+ * num_total_tokens is taken as the tokens the rank holds plus those its
+ * queue brings, so /get_load's num_pending_tokens (total - used) is the
+ * queue's tokens: our reading, not confirmed in SGLang's source. */
+static json_t *rank_load(struct sim *s, const struct sim_rank *rk, uint64_t now, double ts)
+{
+	long used, pending;
+	double tps;
+	sim_engine_rank_tokens(s, rk, now, &used, &pending, &tps);
+	return json_pack("{s:i, s:f, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:I}",
+			 "dp_rank", rk->idx, "timestamp", ts,
+			 "num_running_reqs", (json_int_t)rk->running,
+			 "num_waiting_reqs", (json_int_t)rk->waiting,
+			 "num_used_tokens", (json_int_t)used,
+			 "num_total_tokens", (json_int_t)(used + pending),
+			 "max_total_num_tokens", (json_int_t)SIM_KV_TOKENS,
+			 "token_usage", round_to((double)used / SIM_KV_TOKENS, 1e-4),
+			 "gen_throughput", round_to(tps, 1e-2),
+			 "cache_hit_rate", 0.0,
+			 "utilization", round_to((double)rk->running / (double)s->conf->max_running, 1e-4),
+			 "max_running_requests", (json_int_t)s->conf->max_running);
+}
+
+/* The ranks a ?dp_rank=K query selects: [*lo, *hi). Returns 0, or -1 when
+ * K is not an integer (FastAPI's validation: 400). */
+static int rank_range(struct sim *s, struct MHD_Connection *conn, long *lo, long *hi)
+{
+	const char *q = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "dp_rank");
+	*lo = 0;
+	*hi = s->nranks;
+	if (!q)
+		return 0;
+	char *end;
+	errno = 0;
+	long k = strtol(q, &end, 10);
+	if (*q == '\0' || *end != '\0' || errno != 0)
+		return -1;
+	/* A rank that does not exist matches nothing: an empty list. */
+	*lo = k >= 0 && k < s->nranks ? k : 0;
+	*hi = k >= 0 && k < s->nranks ? k + 1 : 0;
+	return 0;
+}
+
+/* GET /v1/loads (after sgl-project/sglang
+ * python/sglang/srt/entrypoints/v1_loads.py get_loads): the
+ * include/format parameters are not modelled. */
+static enum MHD_Result answer_loads(struct sim *s, struct MHD_Connection *conn)
+{
+	long lo, hi;
+	if (rank_range(s, conn, &lo, &hi) < 0)
+		return respond_error(s, conn, 400, T_VALIDATION, NULL,
+				     "dp_rank: Input should be a valid integer, unable to parse string as an integer");
+	double ts = wall_now();
+	time_t secs = (time_t)ts;
+	struct tm tm;
+	char iso[64];
+	gmtime_r(&secs, &tm);
+	size_t n = strftime(iso, sizeof(iso), "%Y-%m-%dT%H:%M:%S", &tm);
+	/* datetime.now(timezone.utc).isoformat() */
+	snprintf(iso + n, sizeof(iso) - n, ".%06ld+00:00", (long)((ts - (double)secs) * 1e6) % 1000000);
+	json_t *loads = json_array();
+	uint64_t now = ig_now_us();
+	for (long i = lo; i < hi; i++)
+		json_array_append_new(loads, rank_load(s, &s->ranks[i], now, ts));
+	return respond_json(conn, 200, dump(json_pack("{s:s, s:s, s:s, s:i, s:o}", "timestamp", iso,
+						      "version", PACKAGE_VERSION, "accelerator", "sim",
+						      "num_accelerators", 1, "loads", loads)));
+}
+
+/* GET /get_load, deprecated in SGLang for /v1/loads but still answered:
+ * one object per rank (after sgl-project/sglang
+ * python/sglang/srt/entrypoints/http_server.py get_load). SGLang warns on
+ * every call; once is enough here. */
+static enum MHD_Result answer_get_load(struct sim *s, struct MHD_Connection *conn)
+{
+	if (!s->load_warned) {
+		ig_log_warn("Endpoint '/get_load' is deprecated and will be removed in a future version. "
+			    "Please use '/v1/loads' instead.");
+		s->load_warned = true;
+	}
+	json_t *arr = json_array();
+	uint64_t now = ig_now_us();
+	double ts = wall_now();
+	for (long i = 0; i < s->nranks; i++) {
+		const struct sim_rank *rk = &s->ranks[i];
+		long used, pending;
+		double tps;
+		sim_engine_rank_tokens(s, rk, now, &used, &pending, &tps);
+		json_array_append_new(arr, json_pack("{s:i, s:I, s:I, s:I, s:I, s:f}", "dp_rank", rk->idx,
+						     "num_reqs", (json_int_t)(rk->running + rk->waiting),
+						     "num_waiting_reqs", (json_int_t)rk->waiting,
+						     "num_tokens", (json_int_t)(used + pending),
+						     "num_pending_tokens", (json_int_t)pending,
+						     "ts_tic", ts));
+	}
+	return respond_json(conn, 200, dump(arr));
+}
+
+/* GET /sim/state: what tests and people want to know, always live. */
+static char *state_json(struct sim *s)
+{
+	json_t *ranks = json_array();
+	for (long i = 0; i < s->nranks; i++)
+		json_array_append_new(ranks, json_pack("{s:I, s:I}",
+						       "num_running_reqs", (json_int_t)s->ranks[i].running,
+						       "num_waiting_reqs", (json_int_t)s->ranks[i].waiting));
+	return dump(json_pack("{s:I, s:I, s:I, s:I, s:s, s:s, s:o}",
 			      "num_running_reqs", (json_int_t)s->running,
 			      "num_waiting_reqs", (json_int_t)s->waiting,
-			      "num_reqs", (json_int_t)(s->running + s->waiting),
 			      "num_hung_reqs", (json_int_t)s->hung,
 			      "max_running_requests", (json_int_t)s->conf->max_running,
-			      "fault", sim_fault_name(s->fault)));
+			      "fault", sim_fault_name(s->fault),
+			      "flavor", flavor_names[s->conf->flavor],
+			      "ranks", ranks));
 }
 
 /* A Prometheus label value: \, " and newline escaped. */
@@ -139,22 +397,134 @@ static void metric(struct ig_buf *o, const char *name, const char *type, const c
 	ig_buf_printf(o, "\"} %llu\n", (unsigned long long)value);
 }
 
+static void help_type(struct ig_buf *o, const char *name, const char *type, const char *help)
+{
+	ig_buf_printf(o, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* SGLang's label set, sorted by name as prometheus_client prints it:
+ * dp_rank only with more than one rank, priority only with
+ * --enable-priority-scheduling ("" for totals). After sgl-project/sglang
+ * python/sglang/srt/observability/scheduler_metrics_mixin.py init_metrics. */
+static void sglang_sample(struct ig_buf *o, struct sim *s, const char *name, const struct sim_rank *rk,
+			  const char *priority, uint64_t value)
+{
+	ig_buf_printf(o, "%s{", name);
+	if (s->nranks > 1)
+		ig_buf_printf(o, "dp_rank=\"%d\",", rk->idx);
+	ig_buf_printf(o, "engine_type=\"unified\",model_name=\"");
+	label_value(o, s->conf->model);
+	ig_buf_printf(o, "\",moe_ep_rank=\"0\",pp_rank=\"0\",");
+	if (s->conf->priority_scheduling)
+		ig_buf_printf(o, "priority=\"%s\",", priority);
+	/* prometheus_client prints floats: 4.0 */
+	ig_buf_printf(o, "tp_rank=\"0\"} %llu.0\n", (unsigned long long)value);
+}
+
+/* One SGLang gauge over the ranks: the total under priority="", then one
+ * series per priority the rank has seen (after sgl-project/sglang
+ * python/sglang/srt/observability/metrics_collector.py _log_gauge_queue_count). */
+static void sglang_gauge(struct ig_buf *o, struct sim *s, const char *name, const char *help, bool running)
+{
+	help_type(o, name, "gauge", help);
+	for (long i = 0; i < s->nranks; i++) {
+		const struct sim_gauges *g = &s->ranks[i].snap;
+		sglang_sample(o, s, name, &s->ranks[i], "", (uint64_t)(running ? g->running : g->waiting));
+		for (size_t k = 0; k < g->nprio; k++) {
+			char prio[24];
+			snprintf(prio, sizeof(prio), "%ld", g->prio[k].priority);
+			sglang_sample(o, s, name, &s->ranks[i], prio,
+				      (uint64_t)(running ? g->prio[k].running : g->prio[k].waiting));
+		}
+	}
+}
+
+enum rank_counter {
+	C_PROMPT,     /* prompt tokens of served requests */
+	C_GENERATION, /* tokens produced */
+	C_REQUESTS,   /* served requests */
+};
+
+static uint64_t rank_counter(const struct sim_rank *rk, enum rank_counter c)
+{
+	switch (c) {
+	case C_PROMPT:     return rk->prompt_tokens;
+	case C_GENERATION: return rk->generation_tokens;
+	default:           return rk->finished_stop + rk->finished_length;
+	}
+}
+
+static void sglang_counter(struct ig_buf *o, struct sim *s, const char *name, const char *help,
+			   enum rank_counter c)
+{
+	help_type(o, name, "counter", help);
+	for (long i = 0; i < s->nranks; i++)
+		sglang_sample(o, s, name, &s->ranks[i], "", rank_counter(&s->ranks[i], c));
+}
+
+static void sglang_metrics(struct ig_buf *o, struct sim *s)
+{
+	for (long i = 0; i < s->nranks; i++)
+		sim_engine_gauges(s, &s->ranks[i]); /* live: read now; sglang: the last log */
+	sglang_gauge(o, s, "sglang:num_running_reqs", "The number of running requests.", true);
+	sglang_gauge(o, s, "sglang:num_queue_reqs", "The number of requests in the waiting queue.", false);
+	sglang_counter(o, s, "sglang:prompt_tokens_total", "Number of prefill tokens processed.", C_PROMPT);
+	sglang_counter(o, s, "sglang:generation_tokens_total", "Number of generation tokens processed.",
+		       C_GENERATION);
+	sglang_counter(o, s, "sglang:num_requests_total", "Number of requests processed.", C_REQUESTS);
+}
+
+/* vLLM labels each series with model_name and engine (the DP rank), always
+ * live: the engine refreshes them every step (after vllm-project/vllm
+ * vllm/v1/metrics/loggers.py PrometheusStatLogger). */
+static void vllm_sample(struct ig_buf *o, struct sim *s, const char *name, long engine, const char *extra,
+			uint64_t value)
+{
+	ig_buf_printf(o, "%s{engine=\"%ld\",%smodel_name=\"", name, engine, extra);
+	label_value(o, s->conf->model);
+	ig_buf_printf(o, "\"} %llu.0\n", (unsigned long long)value);
+}
+
+static void vllm_metrics(struct ig_buf *o, struct sim *s)
+{
+	help_type(o, "vllm:num_requests_running", "gauge", "Number of requests in model execution batches.");
+	for (long i = 0; i < s->nranks; i++)
+		vllm_sample(o, s, "vllm:num_requests_running", i, "", (uint64_t)s->ranks[i].running);
+	help_type(o, "vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.");
+	for (long i = 0; i < s->nranks; i++)
+		vllm_sample(o, s, "vllm:num_requests_waiting", i, "", (uint64_t)s->ranks[i].waiting);
+	help_type(o, "vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.");
+	for (long i = 0; i < s->nranks; i++)
+		vllm_sample(o, s, "vllm:prompt_tokens_total", i, "", s->ranks[i].prompt_tokens);
+	help_type(o, "vllm:generation_tokens_total", "counter", "Number of generation tokens processed.");
+	for (long i = 0; i < s->nranks; i++)
+		vllm_sample(o, s, "vllm:generation_tokens_total", i, "", s->ranks[i].generation_tokens);
+	help_type(o, "vllm:request_success_total", "counter", "Count of successfully processed requests.");
+	for (long i = 0; i < s->nranks; i++) {
+		vllm_sample(o, s, "vllm:request_success_total", i, "finished_reason=\"length\",",
+			    s->ranks[i].finished_length);
+		vllm_sample(o, s, "vllm:request_success_total", i, "finished_reason=\"stop\",",
+			    s->ranks[i].finished_stop);
+	}
+}
+
 static char *metrics_text(struct sim *s)
 {
 	struct ig_buf o;
 	const char *m = s->conf->model;
 
 	ig_buf_init(&o);
-	metric(&o, "sglang:num_running_reqs", "gauge", "The number of running requests.", m, (uint64_t)s->running);
-	metric(&o, "sglang:num_queue_reqs", "gauge", "The number of requests in the waiting queue.", m, (uint64_t)s->waiting);
-	metric(&o, "sglang:prompt_tokens_total", "counter", "Number of prefill tokens processed.", m, s->st.prompt_tokens);
-	metric(&o, "sglang:generation_tokens_total", "counter", "Number of generation tokens processed.", m, s->st.generation_tokens);
-	metric(&o, "sglang:num_requests_total", "counter", "Number of requests processed.", m, s->st.served);
+	if (s->conf->flavor == SIM_FLAVOR_VLLM)
+		vllm_metrics(&o, s);
+	else
+		sglang_metrics(&o, s);
 	metric(&o, "infergate_sim_requests_served_total", "counter", "Completions generated to the end.", m, s->st.served);
 	metric(&o, "infergate_sim_requests_aborted_total", "counter", "Completions stopped because the client disconnected.", m, s->st.aborted);
 	metric(&o, "infergate_sim_requests_failed_total", "counter", "Completions answered 500 by fault injection (--fail-rate, mode error).", m, s->st.failed);
 	metric(&o, "infergate_sim_requests_rejected_total", "counter", "Completions answered 503 in mode down.", m, s->st.rejected);
 	metric(&o, "infergate_sim_requests_invalid_total", "counter", "Requests answered 4xx.", m, s->st.invalid);
+	metric(&o, "infergate_sim_requests_stream_failed_total", "counter",
+	       "Streams ended by an error event midway (--stream-fail-rate).", m, s->st.stream_failed);
 	metric(&o, "infergate_sim_num_hung_reqs", "gauge", "Completions held without an answer in mode hang.", m, (uint64_t)s->hung);
 	metric(&o, "infergate_sim_max_running_reqs", "gauge", "Batch slots (--max-running).", m, (uint64_t)s->conf->max_running);
 	ig_buf_printf(&o, "# HELP infergate_sim_fault_mode The fault mode in force (1) and the others (0).\n"
@@ -167,19 +537,30 @@ static char *metrics_text(struct sim *s)
 	return o.data; /* off is 0: never consumed */
 }
 
+/* /health and /health_generate answer with no body in both servers: 200,
+ * or 503 when the server cannot serve (after sgl-project/sglang
+ * python/sglang/srt/entrypoints/http_server.py health_generate,
+ * vllm-project/vllm vllm/entrypoints/serve/instrumentator/health.py). */
+static enum MHD_Result answer_health(struct sim *s, struct MHD_Connection *conn)
+{
+	return respond_empty(conn, s->fault == SIM_FAULT_DOWN ? 503 : 200);
+}
+
 static enum MHD_Result answer_get(struct sim *s, struct MHD_Connection *conn, enum route route)
 {
 	switch (route) {
 	case R_HEALTH:
-		if (s->fault == SIM_FAULT_DOWN)
-			return respond(conn, 503, strdup("down"), "text/plain", NULL);
-		return respond(conn, 200, strdup("ok"), "text/plain", NULL);
+		return answer_health(s, conn);
 	case R_MODELS:
 		if (s->fault == SIM_FAULT_DOWN)
 			return respond_error(s, conn, 503, NULL, NULL, "infergate-sim is down (fault mode down)");
 		return respond_json(conn, 200, models_json(s));
 	case R_LOAD:
-		return respond_json(conn, 200, load_json(s));
+		return answer_get_load(s, conn);
+	case R_LOADS:
+		return answer_loads(s, conn);
+	case R_STATE:
+		return respond_json(conn, 200, state_json(s));
 	case R_MODEL_INFO:
 		return respond_json(conn, 200, dump(json_pack("{s:s, s:s, s:b}", "model_path", s->conf->model,
 							      "tokenizer_path", s->conf->model,
@@ -206,6 +587,7 @@ static struct sim_req *req_new(struct sim *s, struct MHD_Connection *conn, enum 
 	r->state = SIM_REQ_READING;
 	r->heap_idx = -1;
 	r->fd = -1;
+	r->fail_at = -1;
 	ig_buf_init(&r->body);
 	ig_buf_init(&r->out);
 	r->next = s->reqs;
@@ -262,14 +644,31 @@ void sim_server_client_gone(struct sim_req *r)
 
 /* ---- parsing ---- */
 
-/* A parse failure: the message and the offending parameter. */
+/* Why a request is refused: the answer's status, type, param and message
+ * (malloc'd). */
 struct perr {
-	char *msg;
+	unsigned status;
+	const char *type;
 	const char *param;
+	char *msg;
 };
 
-static int fail(struct perr *e, const char *param, char *msg)
+/* A request the servers' schema validation would refuse: 400, param null
+ * (FastAPI's handler names the field in the message, not in param). */
+static int fail(struct perr *e, char *msg)
 {
+	e->status = 400;
+	e->type = T_VALIDATION;
+	e->param = NULL;
+	e->msg = msg;
+	return -1;
+}
+
+/* Any other refusal. */
+static int refuse(struct perr *e, unsigned status, const char *type, const char *param, char *msg)
+{
+	e->status = status;
+	e->type = type;
 	e->param = param;
 	e->msg = msg;
 	return -1;
@@ -306,30 +705,30 @@ static int prompt_text(struct sim_req *r, json_t *root, struct ig_buf *p, struct
 	if (r->kind == SIM_CHAT) {
 		json_t *msgs = json_object_get(root, "messages");
 		if (!msgs)
-			return fail(e, "messages", strdup("'messages' is required"));
+			return fail(e, strdup("'messages' is required"));
 		if (!json_is_array(msgs) || json_array_size(msgs) == 0)
-			return fail(e, "messages", strdup("'messages' must be a non-empty array"));
+			return fail(e, strdup("'messages' must be a non-empty array"));
 		size_t i;
 		json_t *m;
 		json_array_foreach(msgs, i, m) {
 			json_t *role = json_is_object(m) ? json_object_get(m, "role") : NULL;
 			if (!json_is_string(role))
-				return fail(e, "messages", ig_strdupf("messages[%zu] must be an object with a string 'role'", i));
+				return fail(e, ig_strdupf("messages[%zu] must be an object with a string 'role'", i));
 			ig_buf_append(p, json_string_value(role), json_string_length(role));
 			ig_buf_append(p, "\n", 1);
 			if (add_content(p, json_object_get(m, "content")) < 0)
-				return fail(e, "messages", ig_strdupf("messages[%zu].content must be a string, null or an array of parts", i));
+				return fail(e, ig_strdupf("messages[%zu].content must be a string, null or an array of parts", i));
 			ig_buf_append(p, "\n", 1);
 		}
 		return 0;
 	}
 	json_t *prompt = json_object_get(root, "prompt");
 	if (!prompt)
-		return fail(e, "prompt", strdup("'prompt' is required"));
+		return fail(e, strdup("'prompt' is required"));
 	if (json_is_array(prompt) && json_array_size(prompt) == 1)
 		prompt = json_array_get(prompt, 0);
 	if (!json_is_string(prompt))
-		return fail(e, "prompt", strdup("'prompt' must be a string (or an array of one string)"));
+		return fail(e, strdup("'prompt' must be a string (or an array of one string)"));
 	ig_buf_append(p, json_string_value(prompt), json_string_length(prompt));
 	return 0;
 }
@@ -342,9 +741,53 @@ static int get_limit(json_t *root, const char *key, long *out, struct perr *e)
 	if (!v || json_is_null(v))
 		return 0;
 	if (!json_is_integer(v) || json_integer_value(v) < 1)
-		return fail(e, key, ig_strdupf("'%s' must be an integer of at least 1", key));
+		return fail(e, ig_strdupf("'%s' must be an integer of at least 1", key));
 	json_int_t n = json_integer_value(v);
 	*out = n > 1000000000 ? 1000000000 : (long)n;
+	return 0;
+}
+
+/* The context-length check of the imitated server, with its message (an
+ * input tokens, max_new the max_tokens asked, 0 when none). Returns 0 or -1
+ * with *e. SGLang: an input of at least the context, or input + max_new
+ * reaching it (after sgl-project/sglang
+ * python/sglang/srt/managers/tokenizer_manager.py _validate_one_request).
+ * vLLM: an input of at least the context, or input + max_tokens above it
+ * (vllm-project/vllm vllm/entrypoints/openai/engine/serving.py
+ * _validate_input). Both answer 400 BadRequestError, streamed or not:
+ * SGLang's serving_chat.py and serving_completions.py run the generator's
+ * first step before sending 200 ("Kick-start the generator to trigger
+ * validation before HTTP 200 is sent"), vLLM validates before generating. */
+static int check_context(struct sim *s, long in, long max_new, struct perr *e)
+{
+	long ctx = s->conf->context_length;
+
+	if (ctx <= 0)
+		return 0;
+	if (s->conf->flavor == SIM_FLAVOR_VLLM) {
+		if (in >= ctx)
+			return refuse(e, 400, T_BAD_REQUEST, "input_tokens",
+				      ig_strdupf("This model's maximum context length is %ld tokens. However, your "
+						 "request has %ld input tokens. Please reduce the length of the input "
+						 "messages.", ctx, in));
+		if (max_new > 0 && in + max_new > ctx)
+			return refuse(e, 400, T_BAD_REQUEST, "max_tokens",
+				      ig_strdupf("'max_tokens' or 'max_completion_tokens' is too large: %ld. This "
+						 "model's maximum context length is %ld tokens and your request has "
+						 "%ld input tokens (%ld > %ld - %ld).", max_new, ctx, in, max_new, ctx, in));
+		return 0;
+	}
+	if (in >= ctx)
+		return refuse(e, 400, T_BAD_REQUEST, NULL,
+			      ig_strdupf("The input (%ld tokens) is longer than the model's context length (%ld tokens).",
+					 in, ctx));
+	if (max_new > 0 && in + max_new >= ctx)
+		return refuse(e, 400, T_BAD_REQUEST, NULL,
+			      ig_strdupf("Requested token count exceeds the model's maximum context length of %ld "
+					 "tokens. You requested a total of %ld tokens: %ld tokens from the input "
+					 "messages and %ld tokens for the completion. Please reduce the number of "
+					 "tokens in the input messages or the completion to fit within the limit.",
+					 ctx, in + max_new, in, max_new));
 	return 0;
 }
 
@@ -358,21 +801,21 @@ static int parse_completion(struct sim *s, struct sim_req *r, struct perr *e)
 
 	ig_buf_init(&p);
 	if (!root) {
-		fail(e, NULL, ig_strdupf("invalid JSON body: %s (line %d, column %d)", jerr.text, jerr.line, jerr.column));
+		fail(e, ig_strdupf("invalid JSON body: %s (line %d, column %d)", jerr.text, jerr.line, jerr.column));
 		goto out;
 	}
 	if (!json_is_object(root)) {
-		fail(e, NULL, strdup("the request body must be a JSON object"));
+		fail(e, strdup("the request body must be a JSON object"));
 		goto out;
 	}
 	json_t *model = json_object_get(root, "model");
 	if (model && !json_is_null(model) && !json_is_string(model)) {
-		fail(e, "model", strdup("'model' must be a string"));
+		fail(e, strdup("'model' must be a string"));
 		goto out;
 	}
 	json_t *stream = json_object_get(root, "stream");
 	if (stream && !json_is_null(stream) && !json_is_boolean(stream)) {
-		fail(e, "stream", strdup("'stream' must be a boolean"));
+		fail(e, strdup("'stream' must be a boolean"));
 		goto out;
 	}
 	r->stream = json_is_true(stream);
@@ -380,7 +823,7 @@ static int parse_completion(struct sim *s, struct sim_req *r, struct perr *e)
 	if (so && !json_is_null(so)) {
 		json_t *iu = json_is_object(so) ? json_object_get(so, "include_usage") : NULL;
 		if (!json_is_object(so) || (iu && !json_is_null(iu) && !json_is_boolean(iu))) {
-			fail(e, "stream_options", strdup("'stream_options' must be an object with a boolean 'include_usage'"));
+			fail(e, strdup("'stream_options' must be an object with a boolean 'include_usage'"));
 			goto out;
 		}
 		r->include_usage = r->stream && json_is_true(iu);
@@ -391,11 +834,29 @@ static int parse_completion(struct sim *s, struct sim_req *r, struct perr *e)
 		goto out;
 	json_t *n = json_object_get(root, "n");
 	if (n && !json_is_null(n) && !(json_is_integer(n) && json_integer_value(n) == 1)) {
-		fail(e, "n", strdup("'n' must be 1 (infergate-sim answers one choice)"));
+		fail(e, strdup("'n' must be 1 (infergate-sim answers one choice)"));
 		goto out;
+	}
+	json_t *prio = json_object_get(root, "priority");
+	if (s->conf->priority_scheduling && prio && !json_is_null(prio)) {
+		if (!json_is_integer(prio)) {
+			fail(e, strdup("'priority' must be an integer"));
+			goto out;
+		}
+		json_int_t v = json_integer_value(prio);
+		r->priority = v > 1000000000 ? 1000000000 : v < -1000000000 ? -1000000000 : (long)v;
 	}
 	if (prompt_text(r, root, &p, e) < 0)
 		goto out;
+	/* vLLM serves its model names only; SGLang answers whatever a request
+	 * names (vllm-project/vllm vllm/entrypoints/openai/engine/serving.py
+	 * _check_model: a missing or empty name is the served model). */
+	if (s->conf->flavor == SIM_FLAVOR_VLLM && json_is_string(model) && json_string_length(model) > 0 &&
+	    strcmp(json_string_value(model), s->conf->model) != 0) {
+		refuse(e, 404, "NotFoundError", "model",
+		       ig_strdupf("The model `%s` does not exist.", json_string_value(model)));
+		goto out;
+	}
 
 	const char *name = json_is_string(model) && json_string_length(model) > 0 ? json_string_value(model)
 										   : s->conf->model;
@@ -406,6 +867,8 @@ static int parse_completion(struct sim *s, struct sim_req *r, struct perr *e)
 		abort();
 	r->text_seed = sim_text_seed(p.data ? p.data : "", p.len, (uint64_t)s->conf->seed);
 	r->prompt_tokens = sim_text_prompt_tokens(p.len);
+	if (check_context(s, r->prompt_tokens, max_completion_tokens > 0 ? max_completion_tokens : max_tokens, e) < 0)
+		goto out;
 	long natural = s->conf->output_tokens > 0 ? s->conf->output_tokens : sim_text_natural_tokens(r->text_seed);
 	long limit = max_tokens;
 	if (max_completion_tokens > 0 && (limit == 0 || max_completion_tokens < limit))
@@ -465,12 +928,14 @@ static enum MHD_Result set_fault(struct sim *s, struct sim_req *r)
 	enum MHD_Result ret;
 
 	r->state = SIM_REQ_DONE;
-	if (!root)
-		ret = respond_error(s, r->conn, 400, NULL, NULL, "invalid JSON body: %s", jerr.text);
-	else if (!json_is_string(mode) || sim_fault_parse(json_string_value(mode), &f) < 0)
-		ret = respond_error(s, r->conn, 400, NULL, "mode",
-				    "'mode' must be one of \"ok\", \"error\", \"hang\", \"slow\", \"down\"");
-	else {
+	if (!root) {
+		char *msg = ig_strdupf("invalid JSON body: %s", jerr.text);
+		ret = respond_oaerror(s, r->conn, 400, NULL, msg);
+		free(msg);
+	} else if (!json_is_string(mode) || sim_fault_parse(json_string_value(mode), &f) < 0) {
+		ret = respond_oaerror(s, r->conn, 400, "mode",
+				      "'mode' must be one of \"ok\", \"error\", \"hang\", \"slow\", \"down\"");
+	} else {
 		enum sim_fault old = s->fault;
 		s->fault = f;
 		if (old != f)
@@ -485,8 +950,13 @@ static enum MHD_Result set_fault(struct sim *s, struct sim_req *r)
 /* The body is complete: validate, then answer, stream, queue or hang. */
 static enum MHD_Result start_request(struct sim *s, struct sim_req *r)
 {
-	struct perr e = {NULL, NULL};
+	struct perr e = {0, NULL, NULL, NULL};
 
+	if (r->kind == SIM_HEALTH) {
+		sim_engine_defer(s, r);
+		suspend(r);
+		return MHD_YES;
+	}
 	if (r->too_large) {
 		r->state = SIM_REQ_DONE;
 		return respond_error(s, r->conn, 413, NULL, NULL, "request body larger than %u bytes", SIM_MAX_BODY);
@@ -501,7 +971,7 @@ static enum MHD_Result start_request(struct sim *s, struct sim_req *r)
 	}
 	if (parse_completion(s, r, &e) < 0) {
 		r->state = SIM_REQ_DONE;
-		enum MHD_Result ret = respond_error(s, r->conn, 400, NULL, e.param, "%s", e.msg);
+		enum MHD_Result ret = respond_error(s, r->conn, e.status, e.type, e.param, "%s", e.msg);
 		free(e.msg);
 		return ret;
 	}
@@ -509,9 +979,12 @@ static enum MHD_Result start_request(struct sim *s, struct sim_req *r)
 	if (sim_engine_should_fail(s)) {
 		r->state = SIM_REQ_DONE;
 		s->st.failed++;
-		return respond_error(s, r->conn, 500, NULL, NULL, "simulated server failure (%s)",
+		/* serving_base.py handle_request's catch-all: "Internal server error: ..." */
+		return respond_error(s, r->conn, 500, NULL, NULL, "Internal server error: simulated server failure (%s)",
 				     s->fault == SIM_FAULT_ERROR ? "fault mode error" : "--fail-rate");
 	}
+	if (r->stream && sim_engine_should_fail_stream(s))
+		r->fail_at = r->n_tokens / 2; /* about half the answer, then the error */
 	memcpy(r->id, r->kind == SIM_CHAT ? "chatcmpl-" : "cmpl-", r->kind == SIM_CHAT ? 9 : 5);
 	ig_random_hex(r->id + (r->kind == SIM_CHAT ? 9 : 5), 24);
 	r->created = ig_wall_s();
@@ -546,12 +1019,18 @@ enum MHD_Result sim_server_handler(void *cls, struct MHD_Connection *conn, const
 	struct sim_req *r = *con_cls;
 
 	if (!r) {
+		/* The servers check the key in a middleware, before routing: an
+		 * unknown path without the key is 401, not 404. */
+		if (s->conf->api_key && !key_exempt(s, method, url) && !key_given(s, conn)) {
+			s->st.invalid++;
+			return respond_json(conn, 401, dump(json_pack("{s:s}", "error", "Unauthorized")));
+		}
 		size_t i;
 		for (i = 0; i < sizeof(routes) / sizeof(routes[0]); i++)
-			if (strcmp(url, routes[i].path) == 0)
+			if (strcmp(url, routes[i].path) == 0 && (routes[i].flavors & (1u << s->conf->flavor)))
 				break;
 		if (i == sizeof(routes) / sizeof(routes[0]))
-			return respond_error(s, conn, 404, NULL, NULL, "no such endpoint: %s %s", method, url);
+			return respond_detail(s, conn, 404, "Not Found", NULL);
 		bool get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
 		if (routes[i].post && strcmp(method, "POST") == 0) {
 			enum sim_kind kind = routes[i].route == R_CHAT ? SIM_CHAT
@@ -562,10 +1041,18 @@ enum MHD_Result sim_server_handler(void *cls, struct MHD_Connection *conn, const
 			*con_cls = r;
 			return MHD_YES;
 		}
+		/* A health probe to delay: it needs a request object to wait in. */
+		if (routes[i].route == R_HEALTH && get && s->conf->health_delay_ms > 0 &&
+		    s->fault != SIM_FAULT_DOWN && !s->stopping) {
+			r = req_new(s, conn, SIM_HEALTH);
+			if (!r)
+				return MHD_NO;
+			*con_cls = r;
+			return MHD_YES;
+		}
 		if (routes[i].get && get)
 			return answer_get(s, conn, routes[i].route);
-		return respond_error(s, conn, 405, routes[i].allow, NULL, "method %s not allowed on %s (allowed: %s)",
-				     method, url, routes[i].allow);
+		return respond_detail(s, conn, 405, "Method Not Allowed", routes[i].allow);
 	}
 	if (*upload_data_size > 0) {
 		if (!r->too_large && (r->body.len + *upload_data_size > SIM_MAX_BODY ||
@@ -581,6 +1068,8 @@ enum MHD_Result sim_server_handler(void *cls, struct MHD_Connection *conn, const
 	/* Called again after a resume. */
 	if (r->client_gone || s->stopping)
 		return MHD_NO;
+	if (r->kind == SIM_HEALTH && r->state == SIM_REQ_DONE)
+		return answer_health(s, conn);
 	if (r->state == SIM_REQ_DONE && !r->stream)
 		return respond_final(r);
 	suspend(r);

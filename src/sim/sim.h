@@ -24,6 +24,19 @@
 
 /* ---- flags (main.c) ---- */
 
+/* Which real server the simulator imitates (--flavor; the order is the
+ * flag's metavar "sglang|vllm"). */
+enum sim_flavor {
+	SIM_FLAVOR_SGLANG, /* sglang: gauges, flat errors, /v1/loads and /get_load */
+	SIM_FLAVOR_VLLM,   /* vllm: gauges, nested errors, the model name checked */
+};
+
+/* When the SGLang gauges in /metrics change (--metrics-refresh, "live|sglang"). */
+enum sim_refresh {
+	SIM_REFRESH_LIVE,   /* at every scrape */
+	SIM_REFRESH_SGLANG, /* only when SGLang's scheduler would log its stats */
+};
+
 struct sim_conf {
 	char *listen;             /* "HOST:PORT" as given */
 	char *listen_host;
@@ -38,6 +51,14 @@ struct sim_conf {
 	double fail_rate;         /* fraction of completions answered 500 */
 	long seed;
 	char *log_level;
+	int flavor;               /* enum sim_flavor */
+	long health_delay_ms;     /* /health answers after this long */
+	long dp_ranks;            /* data-parallel ranks, each with max_running slots */
+	bool priority_scheduling; /* per-priority gauge series (sglang) */
+	int metrics_refresh;      /* enum sim_refresh */
+	char *api_key;            /* NULL: no key needed */
+	long context_length;      /* 0: prompts and max_tokens are not checked */
+	double stream_fail_rate;  /* fraction of streams that fail midway */
 };
 
 /* Fills conf from argv. Returns 0; 1 after printing --help or --version
@@ -71,6 +92,7 @@ enum sim_kind {
 	SIM_CHAT,       /* POST /v1/chat/completions */
 	SIM_COMPLETION, /* POST /v1/completions */
 	SIM_FAULT_SET,  /* POST /sim/fault */
+	SIM_HEALTH,     /* GET /health with --health-delay-ms: a deferred answer */
 };
 
 enum sim_state {
@@ -78,6 +100,7 @@ enum sim_state {
 	SIM_REQ_QUEUED,  /* waiting for a batch slot (FIFO) */
 	SIM_REQ_RUNNING, /* holds a slot: TTFT wait or decoding */
 	SIM_REQ_HUNG,    /* hang fault: accepted, never answered, no slot */
+	SIM_REQ_DELAYED, /* a /health answer waiting for --health-delay-ms */
 	SIM_REQ_DONE,    /* generation finished; bytes may still be going out */
 	SIM_REQ_ABORTED, /* the client left before the end */
 };
@@ -91,6 +114,7 @@ enum sim_fault {
 };
 
 struct sim;
+struct sim_rank;
 
 /* What an epoll event in the reactor belongs to. */
 enum sim_evkind {
@@ -108,7 +132,9 @@ struct sim_req {
 	struct sim *sim;
 	struct MHD_Connection *conn;
 	struct sim_req *prev, *next;   /* sim->reqs: every live request */
-	struct sim_req *qprev, *qnext; /* sim's wait queue, when QUEUED */
+	struct sim_req *qprev, *qnext; /* its rank's wait queue when QUEUED, the
+					* deferred answers when DELAYED */
+	struct sim_rank *rank;         /* from submission on; NULL when hung */
 	long heap_idx;                 /* in sim's deadline heap, or -1 */
 	enum sim_kind kind;
 	enum sim_state state;
@@ -131,9 +157,11 @@ struct sim_req {
 	long prompt_tokens;
 	long n_tokens;                 /* tokens this answer will have */
 	long emitted;                  /* tokens streamed so far */
+	long priority;                 /* "priority" (--enable-priority-scheduling) */
+	long fail_at;                  /* the stream fails after this many tokens; -1 never */
 	double tps;                    /* pace for this request, 0 = unpaced */
 	uint64_t t_first_us;           /* when the first token is due */
-	uint64_t deadline_us;          /* next engine event */
+	uint64_t deadline_us;          /* next engine event; the answer, when DELAYED */
 };
 
 /* ---- the simulator (engine.c) ---- */
@@ -146,6 +174,35 @@ struct sim_stats {
 	uint64_t invalid;           /* 4xx answers */
 	uint64_t prompt_tokens;     /* of served requests */
 	uint64_t generation_tokens; /* tokens produced, aborted ones included */
+	uint64_t stream_failed;     /* streams ended by --stream-fail-rate */
+};
+
+/* The running and waiting counts the gauges of /metrics show for one rank,
+ * in total and per priority. */
+struct sim_gauges {
+	long running, waiting;
+	size_t nprio;
+	struct sim_prio_count {
+		long priority, running, waiting;
+	} *prio;                    /* malloc'd; the rank's known priorities */
+};
+
+/* One data-parallel rank: an independent scheduler with its own slots and
+ * FIFO (SGLang runs one scheduler process per DP rank). */
+struct sim_rank {
+	int idx;
+	long running, waiting;
+	struct sim_req *qhead, *qtail;
+	long *prios;                /* every priority submitted here, ascending
+				     * (only with --enable-priority-scheduling) */
+	size_t nprios, prios_cap;
+	struct sim_gauges snap;     /* what /metrics shows */
+	uint64_t next_log_us;       /* next decode-stats refresh; 0 while idle */
+	uint64_t last_log_us;       /* last refresh of snap */
+	long finished_since_log;    /* unpaced: a decode refresh every 40 */
+	/* per-rank counters (SGLang and vLLM print one series per rank):
+	 * prompts and finish reasons of served requests, every token produced */
+	uint64_t prompt_tokens, generation_tokens, finished_stop, finished_length;
 };
 
 struct sim {
@@ -155,14 +212,19 @@ struct sim {
 	struct sim_evsrc ev_mhd, ev_signal;
 	enum sim_fault fault;
 	uint64_t fail_rng;          /* --fail-rate draws, seeded from --seed */
-	long running, waiting, hung;
-	struct sim_req *qhead, *qtail;
+	uint64_t stream_fail_rng;   /* --stream-fail-rate draws: its own stream */
+	long running, waiting, hung; /* totals over the ranks */
+	struct sim_rank *ranks;     /* --dp-ranks of them */
+	long nranks;
+	long rr_next;               /* the rank the next request goes to */
+	struct sim_req *dhead, *dtail; /* DELAYED /health answers, oldest first */
 	struct sim_req **heap;      /* RUNNING requests by deadline_us */
 	size_t heap_len, heap_cap;
 	struct sim_req *reqs;       /* every live request */
 	size_t nreqs;
 	bool need_mhd_run;          /* a connection was resumed */
 	bool stopping;
+	bool load_warned;           /* /get_load's deprecation logged */
 	struct sim_stats st;
 	int64_t started;
 };
@@ -180,6 +242,17 @@ int sim_engine_timeout_ms(struct sim *s, uint64_t now_us);
 void sim_engine_abort(struct sim *s, struct sim_req *r);
 /* True when this completion should get an injected 500. */
 bool sim_engine_should_fail(struct sim *s);
+/* True when this stream should fail midway (--stream-fail-rate). */
+bool sim_engine_should_fail_stream(struct sim *s);
+/* Holds a /health answer for --health-delay-ms; it is woken DONE. */
+void sim_engine_defer(struct sim *s, struct sim_req *r);
+/* The gauges /metrics shows for a rank: its last logged snapshot, or the
+ * live counts (refreshed by this call) with --metrics-refresh live. */
+const struct sim_gauges *sim_engine_gauges(struct sim *s, struct sim_rank *rk);
+/* The tokens a rank holds (prompt and generated so far of its running
+ * requests), those its waiting requests bring, and its decode rate. */
+void sim_engine_rank_tokens(struct sim *s, const struct sim_rank *rk, uint64_t now_us,
+			    long *used, long *pending, double *tokens_per_s);
 const char *sim_fault_name(enum sim_fault f);
 /* Returns 0 and sets *out, or -1 for an unknown name. */
 int sim_fault_parse(const char *name, enum sim_fault *out);

@@ -203,7 +203,7 @@ def non_streamed_requests_in_flight_on_a_killed_backend_are_retried():
     for t in threads:
         t.start()
     # Every request is mid-generation (60 tokens at 50/s) when the victim dies.
-    wait_until(lambda: http_json("GET", victim.url + "/get_load")[2]["num_running_reqs"] >= 5,
+    wait_until(lambda: http_json("GET", victim.url + "/sim/state")[2]["num_running_reqs"] >= 5,
                timeout=10, what="requests running on the victim")
     time.sleep(0.2)
     victim.send_signal(signal.SIGKILL)

@@ -254,7 +254,7 @@ def sim_counter(sim, name):
 
 
 def sim_load(sim):
-    _, _, obj = http_json("GET", sim.url + "/get_load")
+    _, _, obj = http_json("GET", sim.url + "/sim/state")
     return obj
 
 

@@ -314,7 +314,7 @@ def backend_load_counts_traffic_that_bypasses_the_gateway():
         c.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
                   % (len(body), body))
         held.append(c)
-    wait_until(lambda: http_json("GET", busy.url + "/get_load")[2]["num_running_reqs"] == 20, timeout=5)
+    wait_until(lambda: http_json("GET", busy.url + "/sim/state")[2]["num_running_reqs"] == 20, timeout=5)
     for source, path, want_idle in (("backend", "/metrics", True), ("backend", "/get_load", True),
                                     ("gateway", "/metrics", False)):
         gw = start_gateway([busy, idle], "--load-source", source, "--health-interval-ms", "100",
@@ -370,7 +370,7 @@ def a_backend_that_queues_is_held_to_what_it_runs_and_the_rest_waits_here():
         waiting, queued, stop = [], [], threading.Event()
         def watch():
             while not stop.is_set():
-                waiting.append(max(http_json("GET", s.url + "/get_load")[2]["num_waiting_reqs"]
+                waiting.append(max(http_json("GET", s.url + "/sim/state")[2]["num_waiting_reqs"]
                                    for s in (small, big)))
                 queued.append(http_json("GET", gw.url + "/health/backends")[2]["gateway"]["queue_depth"])
                 time.sleep(0.02)
@@ -415,7 +415,7 @@ def gateways_sharing_a_backend_each_learn_their_share_of_its_slots():
     waiting, stop = [], threading.Event()
     def watch():
         while not stop.is_set():
-            waiting.append(http_json("GET", sim.url + "/get_load")[2]["num_waiting_reqs"])
+            waiting.append(http_json("GET", sim.url + "/sim/state")[2]["num_waiting_reqs"])
             time.sleep(0.02)
     t = threading.Thread(target=watch)
     t.start()

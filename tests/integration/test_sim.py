@@ -1,7 +1,7 @@
 """Integration tests of infergate-sim: real processes on loopback ports.
 
 Each test asserts what a client would notice: bytes, status codes, counts in
-/get_load and /metrics, exit codes and messages.
+/sim/state, /v1/loads, /get_load and /metrics, exit codes and messages.
 """
 
 import asyncio
@@ -43,7 +43,8 @@ def stream(sim, path, body):
 
 
 def load(sim):
-    status, _, obj = http_json("GET", sim.url + "/get_load")
+    """The simulator's live counts (GET /sim/state)."""
+    status, _, obj = http_json("GET", sim.url + "/sim/state")
     assert status == 200, status
     return obj
 
@@ -61,6 +62,37 @@ def metrics(sim):
                 name += "{" + name_labels.split("{", 1)[1]
             out[name] = float(value)
     return out
+
+
+def samples(sim, name, headers=None):
+    """Every sample of one metric as [(labels dict, value)]."""
+    status, _, data = http("GET", sim.url + "/metrics", headers=headers)
+    assert status == 200, status
+    out = []
+    for line in data.decode().splitlines():
+        if line.startswith(name + "{"):
+            labels, value = line[len(name) + 1:].rsplit("} ", 1)
+            out.append((dict(re.findall(r'([a-zA-Z_]+)="((?:[^"\\]|\\.)*)"', labels)), float(value)))
+    return out
+
+
+def gauge(sim, name, **want):
+    """The value of the one sample of `name` whose labels include `want`."""
+    got = [v for labels, v in samples(sim, name) if all(labels.get(k) == str(x) for k, x in want.items())]
+    assert len(got) == 1, (name, want, samples(sim, name))
+    return got[0]
+
+
+def assert_flat_error(status, obj, want_status, want_type=None):
+    """SGLang's error body: flat {"object": "error", "message", "type", "param", "code"}
+    (python/sglang/srt/entrypoints/openai/serving_base.py create_error_response)."""
+    assert status == want_status, f"status {status}, want {want_status}: {obj}"
+    assert isinstance(obj, dict) and obj.get("object") == "error", obj
+    assert set(obj) == {"object", "message", "type", "param", "code"}, obj
+    assert isinstance(obj["message"], str) and obj["message"], obj
+    assert obj["code"] == want_status, obj
+    if want_type:
+        assert obj["type"] == want_type, obj
 
 
 def aborted(sim):
@@ -93,7 +125,9 @@ def help_and_version_exit_0():
     p = subprocess.run([binary("infergate-sim"), "--help"], capture_output=True, text=True, timeout=10)
     assert p.returncode == 0, p
     for flag in ("--listen", "--model", "--tokens-per-second", "--ttft-ms", "--max-running",
-                 "--output-tokens", "--fail-rate", "--seed", "--version"):
+                 "--output-tokens", "--fail-rate", "--seed", "--version", "--flavor",
+                 "--health-delay-ms", "--dp-ranks", "--enable-priority-scheduling",
+                 "--metrics-refresh", "--api-key", "--context-length", "--stream-fail-rate"):
         assert flag in p.stdout, flag
     p = subprocess.run([binary("infergate-sim"), "--version"], capture_output=True, text=True, timeout=10)
     assert p.returncode == 0 and re.match(r"infergate-sim \d+\.\d+", p.stdout), p
@@ -115,6 +149,21 @@ def bad_flags_exit_2_naming_the_flag():
         (["--log-level", "loud"], "loud"),
         (["--model"], "--model"),
         (["stray"], "stray"),
+        (["--flavor", "tgi"], "--flavor"),
+        (["--flavor", "SGLang"], "SGLang"),
+        (["--health-delay-ms", "600001"], "--health-delay-ms"),
+        (["--health-delay-ms", "-1"], "--health-delay-ms"),
+        (["--dp-ranks", "0"], "--dp-ranks"),
+        (["--dp-ranks", "65"], "--dp-ranks"),
+        (["--enable-priority-scheduling=yes"], "--enable-priority-scheduling"),
+        (["--metrics-refresh", "sometimes"], "--metrics-refresh"),
+        (["--api-key", ""], "--api-key"),
+        (["--api-key"], "--api-key"),
+        (["--context-length", "-5"], "--context-length"),
+        (["--stream-fail-rate", "2"], "--stream-fail-rate"),
+        (["--stream-fail-rate", "x"], "--stream-fail-rate"),
+        (["--flavor", "vllm", "--metrics-refresh", "sglang"], "--metrics-refresh"),
+        (["--flavor", "vllm", "--enable-priority-scheduling"], "--enable-priority-scheduling"),
     ]
     for args, needle in cases:
         p = subprocess.run([binary("infergate-sim")] + args, capture_output=True, text=True, timeout=10)
@@ -137,8 +186,10 @@ def port_in_use_fails_with_message():
 @test
 def health_models_and_model_echo():
     sim = start_sim("--model", "llama-sim", "--tokens-per-second", "0", "--ttft-ms", "0")
-    status, hdrs, body = http("GET", sim.url + "/health")
-    assert (status, body) == (200, b"ok"), (status, body)
+    # Both real servers answer /health with an empty body.
+    for path in ("/health", "/health_generate"):
+        status, hdrs, body = http("GET", sim.url + path)
+        assert (status, body) == (200, b""), (path, status, body)
     status, _, obj = http_json("GET", sim.url + "/v1/models")
     assert status == 200 and obj["object"] == "list", obj
     assert [m["id"] for m in obj["data"]] == ["llama-sim"] and obj["data"][0]["object"] == "model", obj
@@ -401,7 +452,7 @@ def fault_error_and_fail_rate():
     set_fault(sim, "error")
     for body in (chat_body("x"), chat_body("x", stream=True)):
         status, _, obj = http_json("POST", sim.url + CHAT, body)
-        assert_openai_error(status, obj, 500, "server_error")
+        assert_flat_error(status, obj, 500, "InternalServerError")
     assert http("GET", sim.url + "/health")[0] == 200
     assert metrics(sim)["infergate_sim_requests_failed_total"] == 2
     assert metrics(sim)['infergate_sim_fault_mode{mode="error"}'] == 1
@@ -425,12 +476,13 @@ def fault_error_and_fail_rate():
 def fault_down():
     sim = start_sim("--tokens-per-second", "0", "--ttft-ms", "0")
     set_fault(sim, "down")
-    assert http("GET", sim.url + "/health")[0] == 503
+    assert http("GET", sim.url + "/health")[::2] == (503, b"")
     status, _, obj = http_json("POST", sim.url + CHAT, chat_body("x"))
-    assert_openai_error(status, obj, 503, "server_error")
+    assert_flat_error(status, obj, 503, "ServiceUnavailableError")
     status, _, obj = http_json("POST", sim.url + COMP, {"prompt": "x", "stream": True})
-    assert_openai_error(status, obj, 503)
-    assert http("GET", sim.url + "/get_load")[0] == 200
+    assert_flat_error(status, obj, 503)
+    for path in ("/get_load", "/v1/loads", "/sim/state"):
+        assert http("GET", sim.url + path)[0] == 200, path
     assert metrics(sim)["infergate_sim_requests_rejected_total"] == 2
     set_fault(sim, "ok")
     assert http("GET", sim.url + "/health") [:1] == (200,)
@@ -495,48 +547,62 @@ def fault_mode_rejects_bad_input():
 # ---- bad requests ----
 
 @test
-def bad_requests_get_openai_errors():
+def bad_requests_get_the_servers_errors():
     sim = start_sim("--tokens-per-second", "0", "--ttft-ms", "0")
+    # Validation errors: SGLang's RequestValidationError handler answers 400,
+    # flat, type "Bad Request", param null; the message names the field.
     cases = [
-        ("POST", CHAT, "{not json", 400, None),
-        ("POST", CHAT, "", 400, None),
-        ("POST", CHAT, "[1, 2]", 400, None),
-        ("POST", CHAT, '"text"', 400, None),
-        ("POST", CHAT, {"model": "m"}, 400, "messages"),
-        ("POST", CHAT, {"messages": []}, 400, "messages"),
-        ("POST", CHAT, {"messages": "hi"}, 400, "messages"),
-        ("POST", CHAT, {"messages": [{"content": "no role"}]}, 400, "messages"),
-        ("POST", CHAT, {"messages": [{"role": "user", "content": 5}]}, 400, "messages"),
-        ("POST", CHAT, chat_body("x", max_tokens=0), 400, "max_tokens"),
-        ("POST", CHAT, chat_body("x", max_tokens="5"), 400, "max_tokens"),
-        ("POST", CHAT, chat_body("x", stream="yes"), 400, "stream"),
-        ("POST", CHAT, chat_body("x", n=3), 400, "n"),
-        ("POST", CHAT, dict(chat_body("x"), model=7), 400, "model"),
-        ("POST", COMP, {"model": "m"}, 400, "prompt"),
-        ("POST", COMP, {"prompt": 42}, 400, "prompt"),
-        ("GET", "/v1/nothing", None, 404, None),
-        ("POST", "/", "{}", 404, None),
-        ("GET", CHAT, None, 405, None),
-        ("DELETE", COMP, None, 405, None),
-        ("POST", "/health", "{}", 405, None),
-        ("PUT", "/metrics", None, 405, None),
+        ("POST", CHAT, "{not json", "JSON"),
+        ("POST", CHAT, "", "JSON"),
+        ("POST", CHAT, "[1, 2]", "object"),
+        ("POST", CHAT, '"text"', "JSON"),
+        ("POST", CHAT, {"model": "m"}, "messages"),
+        ("POST", CHAT, {"messages": []}, "messages"),
+        ("POST", CHAT, {"messages": "hi"}, "messages"),
+        ("POST", CHAT, {"messages": [{"content": "no role"}]}, "messages"),
+        ("POST", CHAT, {"messages": [{"role": "user", "content": 5}]}, "messages"),
+        ("POST", CHAT, chat_body("x", max_tokens=0), "max_tokens"),
+        ("POST", CHAT, chat_body("x", max_tokens="5"), "max_tokens"),
+        ("POST", CHAT, chat_body("x", stream="yes"), "stream"),
+        ("POST", CHAT, chat_body("x", n=3), "'n'"),
+        ("POST", CHAT, dict(chat_body("x"), model=7), "model"),
+        ("POST", COMP, {"model": "m"}, "prompt"),
+        ("POST", COMP, {"prompt": 42}, "prompt"),
     ]
-    for method, path, body, want, param in cases:
+    for method, path, body, needle in cases:
         status, hdrs, obj = http_json(method, sim.url + path, body)
-        assert_openai_error(status, obj, want)
-        if param:
-            assert obj["error"]["param"] == param, (path, body, obj)
+        assert_flat_error(status, obj, 400, "Bad Request")
+        assert obj["param"] is None and needle in obj["message"], (body, obj)
+        assert hdrs["content-type"] == "application/json", hdrs
+    # Paths and methods no route takes: FastAPI's own bodies.
+    routing = [
+        ("GET", "/v1/nothing", None, 404),
+        ("POST", "/", "{}", 404),
+        ("GET", "/sim/nothing", None, 404),
+        ("GET", CHAT, None, 405),
+        ("DELETE", COMP, None, 405),
+        ("POST", "/health", "{}", 405),
+        ("PUT", "/metrics", None, 405),
+        ("POST", "/v1/loads", "{}", 405),
+        ("POST", "/sim/state", "{}", 405),
+    ]
+    for method, path, body, want in routing:
+        status, hdrs, obj = http_json(method, sim.url + path, body)
+        assert status == want, (method, path, status, obj)
+        assert obj == {"detail": "Not Found" if want == 404 else "Method Not Allowed"}, (path, obj)
         if want == 405:
             assert "allow" in hdrs, (path, hdrs)
             assert method not in hdrs["allow"], hdrs
     assert http("GET", sim.url + "/v1/nothing")[1]["content-type"] == "application/json"
-    assert metrics(sim)["infergate_sim_requests_invalid_total"] == len(cases) + 1
+    assert metrics(sim)["infergate_sim_requests_invalid_total"] == len(cases) + len(routing) + 1
     # Array content parts and a one-string prompt list are accepted.
     chat(sim, [{"type": "text", "text": "hello"}])
     status, _, obj = http_json("POST", sim.url + COMP, {"prompt": ["hello"]})
     assert status == 200, obj
     status, _, obj = http_json("POST", sim.url + CHAT, "x" * (17 * 1024 * 1024))
-    assert_openai_error(status, obj, 413)
+    assert_flat_error(status, obj, 413)
+    # Without --enable-priority-scheduling a "priority" is not looked at.
+    assert chat(sim, "x", priority="high")["object"] == "chat.completion"
 
 
 @test
@@ -568,6 +634,425 @@ def metrics_are_valid_prometheus_text():
         assert typed.get(name) == "counter", name
     m = metrics(sim)
     assert m["infergate_sim_requests_served_total"] == 1 and m["sglang:generation_tokens_total"] > 0, m
+
+
+# ---- behaviours of the real servers ----
+
+@test
+def health_delay_defers_the_answer_without_blocking():
+    delay = 4.0
+    sim = start_sim("--health-delay-ms", str(int(delay * 1000)), "--tokens-per-second", "0", "--ttft-ms", "0")
+    done = {}
+
+    def probe(method, path):
+        t0 = time.monotonic()
+        status, _, body = http(method, sim.url + path)
+        done[(method, path)] = (status, body, time.monotonic() - t0, time.monotonic())
+
+    probes = [("GET", "/health"), ("GET", "/health_generate"), ("HEAD", "/health")]
+    threads = [threading.Thread(target=probe, args=p) for p in probes]
+    for t in threads:
+        t.start()
+    time.sleep(0.3)   # let the probes arrive: not an assertion
+    # Meanwhile the reactor answers everything else.
+    chat(sim, "meanwhile")
+    assert http_json("GET", sim.url + "/v1/models")[0] == 200
+    assert http("GET", sim.url + "/metrics")[0] == 200
+    answered_others = time.monotonic()
+    # A probe whose client leaves during the delay is dropped quietly.
+    gone = socket.create_connection(("127.0.0.1", sim.port))
+    gone.sendall(b"GET /health HTTP/1.1\r\nHost: sim\r\n\r\n")
+    gone.close()
+    for t in threads:
+        t.join(60)
+    assert sorted(done) == sorted(probes), done
+    for key, (status, body, dt, finished) in done.items():
+        assert (status, body) == (200, b""), (key, status, body)
+        assert dt >= delay, f"{key} answered after {dt:.3f}s, before the {delay}s delay"
+        assert finished > answered_others, "another request waited for the health probe"
+    # Down: 503 with no body, without the delay's wait being needed.
+    set_fault(sim, "down")
+    assert http("GET", sim.url + "/health")[::2] == (503, b"")
+    set_fault(sim, "ok")
+    assert http("GET", sim.url + "/health")[::2] == (200, b"")
+    assert sim.stop(signal.SIGTERM) == 0, sim.read_log()
+    assert "LeakSanitizer" not in sim.read_log()
+
+
+@test
+def dp_ranks_split_requests_round_robin():
+    sim = start_sim("--dp-ranks", "4", "--max-running", "1", "--tokens-per-second", "5",
+                    "--output-tokens", "100", "--ttft-ms", "0")
+    socks = [raw_post(sim, CHAT, chat_body(f"r{i}", stream=i % 2 == 0)) for i in range(4)]
+    try:
+        # Four long requests: one on each rank (round-robin), none waiting.
+        wait_until(lambda: running_waiting(sim) == (4, 0), timeout=5, what="4 running")
+        assert [(r["num_running_reqs"], r["num_waiting_reqs"]) for r in load(sim)["ranks"]] == [(1, 0)] * 4
+        # Four more: each rank has its own slot and its own queue.
+        socks += [raw_post(sim, CHAT, chat_body(f"r{i}")) for i in range(4, 8)]
+        wait_until(lambda: running_waiting(sim) == (4, 4), timeout=5, what="4 running, 4 waiting")
+        assert [(r["num_running_reqs"], r["num_waiting_reqs"]) for r in load(sim)["ranks"]] == [(1, 1)] * 4
+        status, _, obj = http_json("GET", sim.url + "/v1/loads")
+        assert status == 200, obj
+        assert [(x["dp_rank"], x["num_running_reqs"], x["num_waiting_reqs"]) for x in obj["loads"]] == \
+            [(i, 1, 1) for i in range(4)], obj
+        status, _, arr = http_json("GET", sim.url + "/get_load")
+        assert [(x["dp_rank"], x["num_reqs"], x["num_waiting_reqs"]) for x in arr] == \
+            [(i, 2, 1) for i in range(4)], arr
+        for name in ("sglang:num_running_reqs", "sglang:num_queue_reqs"):
+            got = sorted((labels["dp_rank"], v) for labels, v in samples(sim, name))
+            assert got == [(str(i), 1.0) for i in range(4)], (name, got)
+        # A client leaves: only its rank changes (its waiting request moves up).
+        socks[0].close()
+        wait_until(lambda: sorted((r["num_running_reqs"], r["num_waiting_reqs"]) for r in load(sim)["ranks"])
+                   == [(1, 0), (1, 1), (1, 1), (1, 1)], timeout=5, what="one rank's queue moved up")
+    finally:
+        for s in socks:
+            s.close()
+    wait_until(lambda: running_waiting(sim) == (0, 0), timeout=5, what="all gone")
+    # One rank (the default): no dp_rank label, one series.
+    one = start_sim("--tokens-per-second", "0", "--ttft-ms", "0")
+    (labels, v), = samples(one, "sglang:num_running_reqs")
+    assert labels == {"engine_type": "unified", "model_name": "sim-model", "moe_ep_rank": "0",
+                      "pp_rank": "0", "tp_rank": "0"}, labels
+    assert len(http_json("GET", one.url + "/v1/loads")[2]["loads"]) == 1
+
+
+@test
+def priority_series_for_every_priority_seen():
+    sim = start_sim("--enable-priority-scheduling", "--max-running", "1", "--tokens-per-second", "5",
+                    "--output-tokens", "100", "--ttft-ms", "0")
+    for bad in ("high", 1.5, [1], True):
+        status, _, obj = http_json("POST", sim.url + CHAT, chat_body("x", priority=bad))
+        assert_flat_error(status, obj, 400, "Bad Request")
+        assert "priority" in obj["message"], obj
+
+    def by_priority(name):
+        return {labels["priority"]: v for labels, v in samples(sim, name)}
+
+    # Before any request: the total only, under priority="".
+    assert by_priority("sglang:num_running_reqs") == {"": 0}
+    socks = [raw_post(sim, CHAT, chat_body("a", priority=5))]
+    try:
+        wait_until(lambda: running_waiting(sim) == (1, 0), timeout=5, what="a running")
+        socks += [raw_post(sim, CHAT, chat_body("b", priority=0)), raw_post(sim, COMP, {"prompt": "c", "priority": 5}),
+                  raw_post(sim, CHAT, chat_body("d")), raw_post(sim, CHAT, chat_body("e", priority=-2))]
+        wait_until(lambda: running_waiting(sim) == (1, 4), timeout=5, what="4 waiting")
+        assert by_priority("sglang:num_running_reqs") == {"": 1, "-2": 0, "0": 0, "5": 1}
+        assert by_priority("sglang:num_queue_reqs") == {"": 4, "-2": 1, "0": 2, "5": 1}
+    finally:
+        for s in socks:
+            s.close()
+    wait_until(lambda: running_waiting(sim) == (0, 0), timeout=5, what="all gone")
+    # A priority seen once keeps its series, at 0.
+    for name in ("sglang:num_running_reqs", "sglang:num_queue_reqs"):
+        assert by_priority(name) == {"": 0, "-2": 0, "0": 0, "5": 0}, name
+    # The other SGLang metrics carry priority="" too.
+    assert {labels["priority"] for labels, _ in samples(sim, "sglang:num_requests_total")} == {""}
+
+
+@test
+def metrics_refresh_sglang_leaves_gauges_stale():
+    # max_tokens 1 and a 1 s TTFT: `a` holds the only slot for a second.
+    # 40 decode steps at 2 tokens/s: a decode log only every 20 s.
+    sim = start_sim("--metrics-refresh", "sglang", "--max-running", "1", "--tokens-per-second", "2",
+                    "--ttft-ms", "1000", "--output-tokens", "1000")
+    socks = [raw_post(sim, CHAT, chat_body("a", max_tokens=1))]
+    try:
+        wait_until(lambda: running_waiting(sim) == (1, 0), timeout=5, what="a running")
+        for i, name in enumerate("bcd"):   # one by one: b, c, d queue in this order
+            socks.append(raw_post(sim, CHAT, chat_body(name)))
+            wait_until(lambda: running_waiting(sim) == (1, i + 1), timeout=5, what=f"{name} queued")
+        # When `a` ends, b gets the slot: SGLang logs that prefill batch with
+        # the queue it leaves behind (c, d) and the batch before b joined.
+        wait_until(lambda: metrics(sim)["sglang:num_queue_reqs"] == 2, timeout=10, what="prefill log")
+        assert metrics(sim)["sglang:num_running_reqs"] == 0
+        assert running_waiting(sim) == (1, 2)
+        # The queued clients leave, then the running one: nothing is logged.
+        for s in socks[2:]:
+            s.close()
+        wait_until(lambda: running_waiting(sim) == (1, 0), timeout=5, what="c, d gone")
+        socks[1].close()
+        wait_until(lambda: running_waiting(sim) == (0, 0), timeout=5, what="b gone")
+    finally:
+        for s in socks:
+            s.close()
+    # The live endpoints say idle; /metrics still shows the burst (until the
+    # 30 s idle refresh).
+    loads = http_json("GET", sim.url + "/v1/loads")[2]["loads"]
+    assert [(x["num_running_reqs"], x["num_waiting_reqs"]) for x in loads] == [(0, 0)], loads
+    assert [(x["num_reqs"], x["num_waiting_reqs"]) for x in http_json("GET", sim.url + "/get_load")[2]] == [(0, 0)]
+    m = metrics(sim)
+    assert m["sglang:num_queue_reqs"] == 2 and m["sglang:num_running_reqs"] == 0, m
+    # Live (the default) follows at once.
+    live = start_sim("--max-running", "1", "--tokens-per-second", "2", "--ttft-ms", "0", "--output-tokens", "1000")
+    s1, s2 = raw_post(live, CHAT, chat_body("a")), raw_post(live, CHAT, chat_body("b"))
+    wait_until(lambda: (metrics(live)["sglang:num_running_reqs"], metrics(live)["sglang:num_queue_reqs"]) == (1, 1),
+               timeout=5, what="live gauges")
+    s1.close()
+    s2.close()
+    wait_until(lambda: metrics(live)["sglang:num_running_reqs"] == 0, timeout=5, what="live gauges back to 0")
+
+
+@test
+def decode_steps_refresh_sglang_gauges():
+    # 40 steps at 100 tokens/s: a decode log every 0.4 s while a request runs.
+    sim = start_sim("--metrics-refresh", "sglang", "--max-running", "1", "--tokens-per-second", "100",
+                    "--ttft-ms", "0", "--output-tokens", "100000")
+    socks = [raw_post(sim, CHAT, chat_body("a"))]
+    try:
+        wait_until(lambda: running_waiting(sim) == (1, 0), timeout=5, what="a running")
+        # a's own prefill log counted the batch before it joined.
+        socks += [raw_post(sim, CHAT, chat_body(f"w{i}")) for i in range(3)]
+        wait_until(lambda: running_waiting(sim) == (1, 3), timeout=5, what="3 waiting")
+        wait_until(lambda: (metrics(sim)["sglang:num_running_reqs"], metrics(sim)["sglang:num_queue_reqs"]) == (1, 3),
+                   timeout=10, what="a decode log")
+    finally:
+        for s in socks:
+            s.close()
+
+
+@test
+def load_endpoints_have_sglang_shapes():
+    from datetime import datetime, timedelta
+    sim = start_sim("--dp-ranks", "2", "--max-running", "1", "--tokens-per-second", "5",
+                    "--output-tokens", "100", "--ttft-ms", "0")
+    version = subprocess.run([binary("infergate-sim"), "--version"], capture_output=True, text=True).stdout.split()[1]
+    socks = [raw_post(sim, COMP, {"prompt": "p" * 400 + str(i)}) for i in range(3)]
+    try:
+        wait_until(lambda: running_waiting(sim) == (2, 1), timeout=5, what="2 running, 1 waiting")
+        before = time.time()
+        status, hdrs, obj = http_json("GET", sim.url + "/v1/loads")
+        assert status == 200 and hdrs["content-type"] == "application/json", (status, hdrs)
+        assert set(obj) == {"timestamp", "version", "accelerator", "num_accelerators", "loads"}, obj
+        assert datetime.fromisoformat(obj["timestamp"]).utcoffset() == timedelta(0), obj["timestamp"]
+        assert (obj["version"], obj["accelerator"], obj["num_accelerators"]) == (version, "sim", 1), obj
+        fields = {"dp_rank", "timestamp", "num_running_reqs", "num_waiting_reqs", "num_used_tokens",
+                  "num_total_tokens", "max_total_num_tokens", "token_usage", "gen_throughput",
+                  "cache_hit_rate", "utilization", "max_running_requests"}
+        loads = obj["loads"]
+        assert [x["dp_rank"] for x in loads] == [0, 1], loads
+        for x in loads:
+            assert set(x) == fields, x
+            assert isinstance(x["timestamp"], float) and x["timestamp"] >= before - 1, x
+            assert x["max_running_requests"] == 1 and x["num_running_reqs"] == 1, x
+            assert x["num_used_tokens"] > 100 and 0 < x["token_usage"] <= 1, x   # prompts of 100+ tokens
+            assert x["utilization"] == 1.0 and x["gen_throughput"] == 5.0, x
+        # Round-robin: request 3 waits on rank 0; its tokens are pending there.
+        assert [x["num_waiting_reqs"] for x in loads] == [1, 0], loads
+        pending = [x["num_total_tokens"] - x["num_used_tokens"] for x in loads]
+        assert pending[0] > 100 and pending[1] == 0, loads
+        one = http_json("GET", sim.url + "/v1/loads?dp_rank=1")[2]["loads"]
+        assert [x["dp_rank"] for x in one] == [1], one
+        assert http_json("GET", sim.url + "/v1/loads?dp_rank=9")[2]["loads"] == []
+        status, _, err = http_json("GET", sim.url + "/v1/loads?dp_rank=x")
+        assert_flat_error(status, err, 400, "Bad Request")
+        # The deprecated /get_load: an array, one object per rank.
+        for _ in range(2):
+            status, _, arr = http_json("GET", sim.url + "/get_load")
+        assert status == 200 and isinstance(arr, list), arr
+        assert [set(x) for x in arr] == [{"dp_rank", "num_reqs", "num_waiting_reqs", "num_tokens",
+                                          "num_pending_tokens", "ts_tic"}] * 2, arr
+        assert [(x["dp_rank"], x["num_reqs"], x["num_waiting_reqs"]) for x in arr] == [(0, 2, 1), (1, 1, 0)], arr
+        assert [x["num_pending_tokens"] for x in arr] == pending, (arr, pending)
+        assert all(x["num_tokens"] >= x["num_pending_tokens"] and isinstance(x["ts_tic"], float) for x in arr), arr
+        assert sim.read_log().count("'/get_load' is deprecated") == 1, sim.read_log()
+        # /sim/state: the live totals and the ranks.
+        st = load(sim)
+        assert st == {"num_running_reqs": 2, "num_waiting_reqs": 1, "num_hung_reqs": 0, "max_running_requests": 1,
+                      "fault": "ok", "flavor": "sglang",
+                      "ranks": [{"num_running_reqs": 1, "num_waiting_reqs": 1},
+                                {"num_running_reqs": 1, "num_waiting_reqs": 0}]}, st
+    finally:
+        for s in socks:
+            s.close()
+
+
+@test
+def api_key_as_sglang_checks_it():
+    sim = start_sim("--api-key", "s3cret", "--tokens-per-second", "0", "--ttft-ms", "0")
+    guarded = [("POST", CHAT, chat_body("x")), ("POST", COMP, {"prompt": "x"}), ("GET", "/v1/models", None),
+               ("GET", "/v1/loads", None), ("GET", "/get_load", None), ("GET", "/get_model_info", None),
+               ("GET", "/no/such/path", None)]
+    wrong = [{}, {"Authorization": "Bearer s3cre"}, {"Authorization": "Bearer s3cret2"},
+             {"Authorization": "Basic s3cret"}, {"Authorization": "s3cret"}, {"x-api-key": "S3CRET"},
+             {"Authorization": "Bearer  s3cret"}]
+    for method, path, body in guarded:
+        for headers in wrong:
+            status, _, obj = http_json(method, sim.url + path, body, headers=headers)
+            assert (status, obj) == (401, {"error": "Unauthorized"}), (path, headers, status, obj)
+    for headers in ({"Authorization": "Bearer s3cret"}, {"Authorization": "bearer s3cret"},
+                    {"x-api-key": "s3cret"}):
+        status, _, obj = http_json("POST", sim.url + CHAT, chat_body("x"), headers=headers)
+        assert status == 200 and obj["object"] == "chat.completion", (headers, status, obj)
+        assert http("GET", sim.url + "/v1/loads", headers=headers)[0] == 200
+    # Probes, scrapes and the simulator's own control endpoints need no key.
+    assert http("GET", sim.url + "/health")[::2] == (200, b"")
+    assert http("GET", sim.url + "/health_generate")[::2] == (200, b"")
+    assert http("GET", sim.url + "/metrics")[0] == 200
+    assert http("GET", sim.url + "/sim/state")[0] == 200
+    set_fault(sim, "ok")
+    assert http("OPTIONS", sim.url + "/v1/models")[0] == 405   # allowed through, then no such method
+    # vLLM guards /v1 paths only, with Bearer only.
+    v = start_sim("--flavor", "vllm", "--api-key", "s3cret", "--tokens-per-second", "0", "--ttft-ms", "0")
+    for path in ("/v1/models", "/v1/loads", "/v1/nothing"):
+        assert http_json("GET", v.url + path)[::2] == (401, {"error": "Unauthorized"}), path
+    assert http_json("GET", v.url + "/v1/models", headers={"x-api-key": "s3cret"})[0] == 401
+    assert http_json("GET", v.url + "/v1/models", headers={"Authorization": "Bearer s3cret"})[0] == 200
+    assert http("GET", v.url + "/health")[::2] == (200, b"")
+    assert http("GET", v.url + "/metrics")[0] == 200
+    assert http_json("GET", v.url + "/nothing")[::2] == (404, {"detail": "Not Found"})
+
+
+@test
+def flavor_vllm_names_errors_and_endpoints():
+    sim = start_sim("--flavor", "vllm", "--model", "llama", "--dp-ranks", "2", "--max-running", "1",
+                    "--tokens-per-second", "5", "--output-tokens", "100", "--ttft-ms", "0")
+    status, _, obj = http_json("POST", sim.url + CHAT, chat_body("x", model="other"))
+    assert (status, obj) == (404, {"error": {"message": "The model `other` does not exist.", "type": "NotFoundError",
+                                             "param": "model", "code": 404}}), (status, obj)
+    status, _, obj = http_json("POST", sim.url + COMP, {"model": "gpt-4", "prompt": "x", "stream": True})
+    assert status == 404 and obj["error"]["param"] == "model", obj
+    # The served name, or none, is fine.
+    for body in (chat_body("x", model="llama", max_tokens=1), {"messages": [{"role": "user", "content": "x"}],
+                                                               "max_tokens": 1}):
+        status, _, obj = http_json("POST", sim.url + CHAT, body)
+        assert status == 200 and obj["model"] == "llama", obj
+    # Errors are nested: {"error": {"message", "type", "param", "code"}}.
+    for body in ({"model": "llama"}, "{nope", chat_body("x", model="llama", max_tokens=0)):
+        status, _, obj = http_json("POST", sim.url + CHAT, body)
+        assert_openai_error(status, obj, 400, "Bad Request")
+        assert set(obj) == {"error"} and set(obj["error"]) == {"message", "type", "param", "code"}, obj
+        assert obj["error"]["code"] == 400, obj
+    set_fault(sim, "error")
+    status, _, obj = http_json("POST", sim.url + CHAT, chat_body("x", model="llama"))
+    assert_openai_error(status, obj, 500, "InternalServerError")
+    set_fault(sim, "ok")
+    # SGLang's endpoints do not exist: FastAPI's 404.
+    for path in ("/v1/loads", "/get_load", "/get_model_info", "/health_generate"):
+        assert http_json("GET", sim.url + path)[::2] == (404, {"detail": "Not Found"}), path
+    assert http("GET", sim.url + "/health")[::2] == (200, b"")
+    assert http_json("GET", sim.url + "/sim/state")[2]["flavor"] == "vllm"
+    # Gauges per engine (= DP rank), live.
+    socks = [raw_post(sim, CHAT, chat_body(f"r{i}", model="llama")) for i in range(3)]
+    try:
+        wait_until(lambda: running_waiting(sim) == (2, 1), timeout=5, what="2 running, 1 waiting")
+        run = samples(sim, "vllm:num_requests_running")
+        assert sorted((labels["engine"], v) for labels, v in run) == [("0", 1.0), ("1", 1.0)], run
+        assert all(labels == {"engine": labels["engine"], "model_name": "llama"} for labels, _ in run), run
+        wait = samples(sim, "vllm:num_requests_waiting")
+        assert sorted(v for _, v in wait) == [0.0, 1.0], wait
+    finally:
+        for s in socks:
+            s.close()
+    wait_until(lambda: sum(v for _, v in samples(sim, "vllm:num_requests_running")) == 0, timeout=5,
+               what="gauges back to 0")
+    text = http("GET", sim.url + "/metrics")[2].decode()
+    assert "sglang:" not in text, text
+    ok = [v for labels, v in samples(sim, "vllm:request_success_total") if labels["finished_reason"] == "length"]
+    assert sum(ok) == 2, samples(sim, "vllm:request_success_total")
+    assert sum(v for _, v in samples(sim, "vllm:generation_tokens_total")) >= 2
+    assert sum(v for _, v in samples(sim, "vllm:prompt_tokens_total")) > 0
+
+
+SGLANG_TOO_LONG = ("Requested token count exceeds the model's maximum context length of {ctx} tokens. You requested "
+                   "a total of {total} tokens: {n} tokens from the input messages and {m} tokens for the completion. "
+                   "Please reduce the number of tokens in the input messages or the completion to fit within the limit.")
+
+
+@test
+def context_length_is_checked_like_sglang():
+    sim = start_sim("--context-length", "100", "--tokens-per-second", "0", "--ttft-ms", "0")
+    assert http_json("GET", sim.url + "/v1/models")[2]["data"][0]["max_model_len"] == 100
+    prompt = "x" * 40   # 10 tokens
+    # 10 + 89 < 100 fits; 10 + 90 reaches the limit.
+    status, _, obj = http_json("POST", sim.url + COMP, {"prompt": prompt, "max_tokens": 89})
+    assert status == 200 and obj["usage"]["prompt_tokens"] == 10, obj
+    for stream in (False, True):
+        for key in ("max_tokens", "max_completion_tokens"):
+            status, hdrs, obj = http_json("POST", sim.url + COMP, {"prompt": prompt, key: 90, "stream": stream})
+            assert_flat_error(status, obj, 400, "BadRequestError")
+            # Streamed too: SGLang runs the generator's first step before the 200.
+            assert hdrs["content-type"] == "application/json", hdrs
+            assert obj["message"] == SGLANG_TOO_LONG.format(ctx=100, total=100, n=10, m=90), obj
+            assert obj["param"] is None, obj
+    # Chat counts the rendered messages.
+    n = chat(sim, "hello there", max_tokens=1)["usage"]["prompt_tokens"]
+    for stream in (False, True):
+        status, hdrs, obj = http_json("POST", sim.url + CHAT, chat_body("hello there", max_tokens=100 - n,
+                                                                       stream=stream))
+        assert_flat_error(status, obj, 400, "BadRequestError")
+        assert obj["message"] == SGLANG_TOO_LONG.format(ctx=100, total=100, n=n, m=100 - n), obj
+    # An input alone at the limit.
+    status, _, obj = http_json("POST", sim.url + COMP, {"prompt": "y" * 400})
+    assert_flat_error(status, obj, 400, "BadRequestError")
+    assert obj["message"] == "The input (100 tokens) is longer than the model's context length (100 tokens).", obj
+    # Without max_tokens a fitting prompt passes.
+    assert http_json("POST", sim.url + COMP, {"prompt": "y" * 396})[0] == 200
+    # vLLM: its own messages, nested, with the param; input + max_tokens may equal the limit.
+    v = start_sim("--flavor", "vllm", "--context-length", "100", "--tokens-per-second", "0", "--ttft-ms", "0")
+    assert http_json("POST", v.url + COMP, {"prompt": prompt, "max_tokens": 90})[0] == 200
+    for stream in (False, True):
+        status, _, obj = http_json("POST", v.url + COMP, {"prompt": prompt, "max_tokens": 91, "stream": stream})
+        assert (status, obj) == (400, {"error": {
+            "message": "'max_tokens' or 'max_completion_tokens' is too large: 91. This model's maximum context "
+                       "length is 100 tokens and your request has 10 input tokens (91 > 100 - 10).",
+            "type": "BadRequestError", "param": "max_tokens", "code": 400}}), obj
+    status, _, obj = http_json("POST", v.url + COMP, {"prompt": "y" * 400})
+    assert (status, obj) == (400, {"error": {
+        "message": "This model's maximum context length is 100 tokens. However, your request has 100 input tokens. "
+                   "Please reduce the length of the input messages.",
+        "type": "BadRequestError", "param": "input_tokens", "code": 400}}), obj
+
+
+@test
+def stream_fail_rate_ends_streams_with_an_error_event():
+    sim = start_sim("--stream-fail-rate", "1", "--tokens-per-second", "0", "--ttft-ms", "0", "--output-tokens", "10")
+    for path, body in ((CHAT, chat_body("x", stream=True)), (COMP, {"prompt": "x", "stream": True})):
+        status, hdrs, data = http("POST", sim.url + path, body)
+        assert status == 200 and hdrs["content-type"].startswith("text/event-stream"), (status, hdrs)
+        # SGLang writes json.dumps of the flat error nested under "error".
+        assert data.endswith(b'data: {"error": {"object": "error", "message": "Simulated generation failure '
+                             b'(--stream-fail-rate).", "type": "INTERNAL_SERVER_ERROR", "param": null, '
+                             b'"code": 500}}\n\ndata: [DONE]\n\n'), data[-300:]
+        events = [json.loads(e) for e in sse_events(data)[:-2]]
+        texts = [e["choices"][0]["delta"].get("content") if path == CHAT else e["choices"][0]["text"]
+                 for e in events]
+        assert len([t for t in texts if t]) == 5, texts   # half of the 10 tokens
+        assert all(e["choices"][0]["finish_reason"] is None for e in events), events
+    # Non-streamed answers are not affected.
+    assert chat(sim, "x")["choices"][0]["finish_reason"] == "stop"
+    m = metrics(sim)
+    assert m["infergate_sim_requests_stream_failed_total"] == 2 and m["infergate_sim_requests_served_total"] == 1, m
+
+    def pattern(s, n=50):
+        out = []
+        for i in range(n):
+            status, _, data = http("POST", s.url + COMP, {"prompt": f"p{i}", "stream": True})
+            assert status == 200 and data.endswith(b"data: [DONE]\n\n"), (status, data[-200:])
+            out.append(b'data: {"error"' in data)
+        return out
+
+    flags = ("--stream-fail-rate", "0.2", "--seed", "7", "--tokens-per-second", "0", "--ttft-ms", "0")
+    a, b = start_sim(*flags), start_sim(*flags)
+    pa, pb = pattern(a), pattern(b)
+    assert 0 < sum(pa) < 50, pa
+    assert pa == pb, "the same --seed failed different streams"
+    assert metrics(a)["infergate_sim_requests_stream_failed_total"] == sum(pa)
+    # Its own generator: adding it does not change which requests --fail-rate fails.
+    base = ("--fail-rate", "0.5", "--seed", "3", "--tokens-per-second", "0", "--ttft-ms", "0")
+    c, d = start_sim(*base), start_sim(*base, "--stream-fail-rate", "0.5")
+    statuses = [[http("POST", s.url + COMP, {"prompt": f"q{i}", "stream": True})[0] for i in range(40)]
+                for s in (c, d)]
+    assert statuses[0] == statuses[1] and set(statuses[0]) == {200, 500}, statuses
+    assert metrics(d)["infergate_sim_requests_stream_failed_total"] > 0
+    # vLLM's event: the nested ErrorResponse of a GenerationError.
+    v = start_sim("--flavor", "vllm", "--stream-fail-rate", "1", "--tokens-per-second", "0", "--ttft-ms", "0")
+    status, _, data = http("POST", v.url + CHAT, chat_body("x", stream=True, model="sim-model"))
+    assert status == 200 and sse_events(data)[-1] == "[DONE]", data[-200:]
+    assert json.loads(sse_events(data)[-2]) == {"error": {"message": "Internal server error",
+                                                          "type": "InternalServerError", "param": None,
+                                                          "code": 500}}, data[-300:]
 
 
 # ---- scale ----
