@@ -1,10 +1,40 @@
 // The official OpenAI Node client, unmodified, pointed at infergate.
 // Usage: node openai_client.cjs BASE_URL MODEL  -> prints one JSON line of results.
+//        node openai_client.cjs BASE_URL MODEL errors  -> what the client makes of a
+//        backend's error answer (max_tokens 100000) and of an error event in a stream.
 const OpenAI = require('openai');
 
+function described(e) {
+  return { status: e.status === undefined ? null : e.status, name: e.constructor.name,
+           isAPIError: e instanceof OpenAI.APIError, message: e.message,
+           error: e.error === undefined ? null : e.error };
+}
+
+async function errors(client, model) {
+  const out = {};
+  try {
+    await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'hi' }], max_tokens: 100000 });
+    out.flat = null;
+  } catch (e) {
+    out.flat = described(e);
+  }
+  let chunks = 0;
+  try {
+    const stream = await client.chat.completions.create({
+      model, messages: [{ role: 'user', content: 'a stream that fails' }], max_tokens: 20, stream: true });
+    for await (const chunk of stream) chunks++;
+    out.stream = null;
+  } catch (e) {
+    out.stream = described(e);
+  }
+  out.stream_chunks = chunks;
+  console.log(JSON.stringify(out));
+}
+
 async function main() {
-  const [baseURL, model] = process.argv.slice(2);
+  const [baseURL, model, mode] = process.argv.slice(2);
   const client = new OpenAI({ baseURL: baseURL + '/v1', apiKey: 'unused', maxRetries: 0 });
+  if (mode === 'errors') return errors(client, model);
   const out = {};
   const chat = await client.chat.completions.create({
     model, messages: [{ role: 'user', content: 'Hello from the official client' }], max_tokens: 12,

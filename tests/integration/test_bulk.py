@@ -12,8 +12,8 @@ import subprocess
 import tempfile
 import time
 
-from harness import (BUILDDIR, Skip, binary, http, http_json, metric, need_binary, parallel, run,
-                     start, start_gateway, start_sim, start_sims, test, wait_until)
+from harness import (BUILDDIR, FakeBackend, Skip, binary, fixture, http, http_json, metric, need_binary, parallel,
+                     run, start, start_gateway, start_sim, start_sims, test, wait_until)
 
 MODEL = "m"
 UNPACED = ("--model", MODEL, "--tokens-per-second", "0", "--ttft-ms", "0")
@@ -76,7 +76,8 @@ def sim_requests(sim):
                  "infergate_sim_requests_invalid_total", "infergate_sim_requests_rejected_total",
                  "infergate_sim_requests_aborted_total"):
         total += metric(text, f'{name}{{model_name="{MODEL}"}}')
-    total += metric(text, f'sglang:num_requests_total{{model_name="{MODEL}"}}')
+    total += metric(text, f'sglang:num_requests_total{{engine_type="unified",model_name="{MODEL}",'
+                          f'moe_ep_rank="0",pp_rank="0",tp_rank="0"}}')
     return total
 
 
@@ -358,7 +359,9 @@ def http_400_is_not_retried_and_lands_in_errors():
     e = lines(d("o.errors.jsonl"))
     assert len(e) == 1 and e[0]["custom_id"] == "bad", e
     assert e[0]["error"]["code"] == "http_400" and e[0]["error"]["message"], e
-    assert e[0]["response"]["status_code"] == 400 and "error" in e[0]["response"]["body"], e
+    # The server's own body, as it answered (SGLang's flat error), and its message.
+    assert e[0]["response"]["status_code"] == 400 and e[0]["response"]["body"]["object"] == "error", e
+    assert e[0]["error"]["message"] == e[0]["response"]["body"]["message"], e
     assert sorted(ids(d("o.jsonl"))) == [f"g{i}" for i in range(5)]
     _, _, text = http("GET", sim.url + "/metrics")
     assert metric(text, f'infergate_sim_requests_invalid_total{{model_name="{MODEL}"}}') == 1   # sent once
@@ -368,6 +371,75 @@ def http_400_is_not_retried_and_lands_in_errors():
     rc, out, err = bulk("--input", d("c.jsonl"), "--output", d("o.jsonl"), "--url", sim.url, "--model", MODEL,
                         "--resume")
     assert rc == 1 and "6 done, 0 remaining" in out, (rc, out)
+
+
+@test
+def streams_that_fail_midway_are_retried_into_the_output():
+    # A fifth of the streams end with SGLang's error event after half their tokens (HTTP 200
+    # already sent). Each is a failed attempt, retried; none becomes an output line.
+    need_binary("infergate")
+    d = Dir()
+    sims = start_sims(2, *UNPACED, "--stream-fail-rate", "0.2", "--seed", "5")
+    gw = start_gateway(sims)
+    wait_until(lambda: http("GET", gw.url + "/v1/models")[0] == 200, timeout=10, what="gateway lists models")
+    generate(d("c.jsonl"), 500, seed=11)
+    rc, out, err = bulk("--input", d("c.jsonl"), "--output", d("o.jsonl"), "--url", gw.url, "--model", MODEL,
+                        "--stream", "--retries", 12, "--backoff-ms", 5, "--concurrency", 32,
+                        "--summary-json", d("s.json"))
+    assert rc == 0, (rc, out, err)
+    exactly_once(d("c.jsonl"), d("o.jsonl"), d("o.errors.jsonl"))
+    assert lines(d("o.errors.jsonl")) == []
+    failed = sum(metric(http("GET", sim.url + "/metrics")[2],
+                        f'infergate_sim_requests_stream_failed_total{{model_name="{MODEL}"}}') for sim in sims)
+    s = json.load(open(d("s.json")))
+    assert 50 < failed < 250 and s["retries"] == failed and s["attempts"] == 500 + failed, (failed, s)
+    for o in lines(d("o.jsonl")):   # whole answers only
+        b = o["response"]["body"]
+        assert b["choices"][0]["finish_reason"] in ("stop", "length"), o
+        assert b["usage"]["completion_tokens"] > 0, o
+    _, _, text = http("GET", gw.url + "/metrics")
+    assert metric(text, "infergate_stream_errors_total") == failed, failed
+
+
+@test
+def sglang_errors_land_in_errors_with_the_servers_message_and_code():
+    # SGLang's context-length check answers 400 with its flat error body (streamed or not:
+    # its serving code validates before the 200); a request that fails after its 200 gets
+    # `data: {"error": {..., "code": 400}}` then [DONE] (tests/fixtures/sglang-error-stream.sse).
+    # Both: not retried, filed as http_400 with the server's message, never an output line.
+    d = Dir()
+    sim = start_sim(*UNPACED, "--context-length", "64")
+    write_lines(d("c.jsonl"), [{"custom_id": "ok", "prompt": "short", "max_tokens": 8},
+                               {"custom_id": "long", "prompt": "short", "max_tokens": 500}])
+    for stream in ((), ("--stream",)):
+        for f in ("o.jsonl", "o.errors.jsonl"):
+            if os.path.exists(d(f)):
+                os.unlink(d(f))
+        rc, out, err = bulk("--input", d("c.jsonl"), "--output", d("o.jsonl"), "--url", sim.url, "--model", MODEL,
+                            *stream, "--backoff-ms", 1, "--summary-json", d("s.json"))
+        assert rc == 1, (stream, rc, out, err)
+        assert ids(d("o.jsonl")) == ["ok"]
+        e = lines(d("o.errors.jsonl"))
+        assert len(e) == 1 and e[0]["custom_id"] == "long", e
+        assert e[0]["error"]["code"] == "http_400", e
+        assert "maximum context length of 64 tokens" in e[0]["error"]["message"], e
+        s = json.load(open(d("s.json")))
+        assert s["retries"] == 0 and s["errors_by_code"] == {"http_400": 1}, s
+
+    events = fixture("sglang-error-stream.sse")
+    fb = FakeBackend(lambda fb, req, sock: (FakeBackend.reply(sock, 200, events, "text/event-stream")
+                                            if req["method"] == "POST" else FakeBackend.answer_ok(fb, req, sock))
+                     or True, model=MODEL)
+    write_lines(d("c2.jsonl"), [{"custom_id": "x", "messages": [{"role": "user", "content": "hi"}]}])
+    rc, out, err = bulk("--input", d("c2.jsonl"), "--output", d("o2.jsonl"), "--url", fb.url, "--model", MODEL,
+                        "--stream", "--backoff-ms", 1, "--summary-json", d("s2.json"))
+    assert rc == 1, (rc, out, err)
+    assert lines(d("o2.jsonl")) == []
+    e = lines(d("o2.errors.jsonl"))
+    assert len(e) == 1 and e[0]["error"]["code"] == "http_400", e
+    assert e[0]["error"]["message"].startswith("Requested token count exceeds"), e
+    assert e[0]["response"]["status_code"] == 200 and e[0]["response"]["body"]["error"]["code"] == 400, e
+    assert len(fb.posts()) == 1   # not retried
 
 
 @test

@@ -7,7 +7,8 @@ import json
 import os
 import subprocess
 
-from harness import BUILDDIR, SRCDIR, http_json, run, start_gateway, start_sims, test, wait_until
+from harness import (BUILDDIR, SRCDIR, http, http_json, run, sse_events, start_gateway, start_sim, start_sims, test,
+                     wait_until)
 
 VERSION = os.environ.get("OPENAI_NPM_VERSION", "6.49.0")
 PREFIX = os.path.join(BUILDDIR, "tests", "node-deps")
@@ -43,6 +44,40 @@ def official_openai_client_works_unmodified():
     assert out["models"] == ["sim-model"], out
     # The backend's 400 reaches the client as the SDK's BadRequestError.
     assert out["error"] == {"status": 400, "name": "BadRequestError"}, out
+
+
+@test
+def sglang_errors_reach_the_official_client_as_api_errors():
+    # SGLang answers a too-long request with a flat 400 ({"object": "error", "message", ...}),
+    # and a request that fails after its 200 with `data: {"error": {...}}`: through the gateway
+    # the official client raises its own APIError with the server's message for both.
+    node_path = ensure_openai()
+    sim = start_sim("--context-length", "4096", "--stream-fail-rate", "1", "--tokens-per-second", "500",
+                    "--ttft-ms", "5")
+    gw = start_gateway([sim])
+    wait_until(lambda: http_json("GET", gw.url + "/v1/models")[2]["data"], timeout=10, what="models")
+    # What the sim itself says, to compare messages with.
+    st, _, flat = http_json("POST", sim.url + "/v1/chat/completions",
+                            {"model": "sim-model", "messages": [{"role": "user", "content": "hi"}],
+                             "max_tokens": 100000})
+    assert st == 400 and flat["object"] == "error", flat
+    st, _, data = http("POST", sim.url + "/v1/chat/completions",
+                       {"model": "sim-model", "messages": [{"role": "user", "content": "a stream that fails"}],
+                        "max_tokens": 20, "stream": True})
+    event = json.loads([e for e in sse_events(data) if e != "[DONE]"][-1])
+    assert st == 200 and "error" in event, (st, data)
+    p = subprocess.run(["node", os.path.join(SRCDIR, "tests", "integration", "openai_client.cjs"),
+                        gw.url, "sim-model", "errors"], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "NODE_PATH": node_path})
+    assert p.returncode == 0, p.stderr[-3000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    f = out["flat"]
+    assert f and f["isAPIError"] and f["name"] == "BadRequestError" and f["status"] == 400, out
+    assert flat["message"] in f["message"], (flat, f)
+    s = out["stream"]
+    assert s and s["isAPIError"], out
+    assert event["error"]["message"] in s["message"], (event, s)
+    assert out["stream_chunks"] >= 1, out   # the tokens before the failure came through
 
 
 run()

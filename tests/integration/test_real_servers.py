@@ -220,4 +220,201 @@ def load_reports_of_real_servers_are_summed_once():
                               for fb, _, name, load, waiting in fbs])
 
 
+# ---- the same behaviours from infergate-sim's switches ----
+
+def state(sim):
+    return http_json("GET", sim.url + "/sim/state")[2]
+
+
+class Held:
+    """Completion requests sent on raw sockets and held open (the caller closes them)."""
+
+    def __init__(self):
+        import socket
+        self.socket = socket
+        self.socks = []
+
+    def send(self, url, body, path="/v1/chat/completions", headers=b""):
+        host, port = url.split("//")[1].split(":")
+        s = self.socket.create_connection((host, int(port)))
+        data = json.dumps(body).encode()
+        s.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n%s"
+                  b"Content-Length: %d\r\n\r\n%s" % (path.encode(), headers, len(data), data))
+        self.socks.append(s)
+        return s
+
+    def close(self):
+        for s in self.socks:
+            s.close()
+        self.socks = []
+
+
+@test
+def sglang_health_of_over_a_second_is_up_with_default_settings():
+    sim = start_sim("--health-delay-ms", "1050")
+    gw = start_gateway([sim])
+    healthy(gw)
+    st, hdrs, obj = http_json("POST", gw.url + "/v1/chat/completions", chat_body("hi"))
+    assert st == 200 and hdrs["x-infergate-backend"] == sim.url, obj
+    assert backends(gw)[sim.url]["last_probe"]["latency_ms"] >= 1050
+    # The old default, 1000 ms, never sees it up.
+    old = start_gateway([sim], "--health-timeout-ms", "1000", "--health-interval-ms", "100")
+    wait_until(lambda: backends(old)[sim.url]["last_probe"].get("status") == 0 and
+               http("GET", old.url + "/metrics")[2].count(b'result="failed"} 0') == 0, timeout=20,
+               what="failed probes")
+    assert http("GET", old.url + "/health")[0] == 503
+    assert backends(old)[sim.url]["state"] == "down"
+
+
+def expect_load(gw, sim, what):
+    """Waits until the gateway's reading of sim's load equals the sim's own totals."""
+    def same():
+        st, b = state(sim), backends(gw)[sim.url]
+        want = (st["num_running_reqs"] + st["num_waiting_reqs"], st["num_waiting_reqs"])
+        got = (b.get("reported_load"), b.get("reported_waiting"))
+        return (got == want, got, want)
+    try:
+        wait_until(lambda: same()[0], timeout=10, what=what)
+    except TimeoutError:
+        raise AssertionError(f"{what}: gateway read {same()[1]}, the sim has {same()[2]}")
+
+
+@test
+def data_parallel_ranks_and_engines_are_summed():
+    # N ranks with 2 slots each, requests round-robin over the ranks; the ones that land on
+    # rank 0 finish at once, the others run for seconds and queue 1 per rank: rank 0 idle,
+    # the others 2 running and 1 waiting. Every load path, both flavours.
+    cases = [("sglang", 2, "/metrics"), ("sglang", 4, "/metrics"), ("sglang", 4, "/v1/loads"),
+             ("sglang", 4, "/get_load"), ("vllm", 4, "/metrics")]
+    for flavor, ranks, path in cases:
+        sim = start_sim("--flavor", flavor, "--dp-ranks", str(ranks), "--max-running", "2",
+                        "--tokens-per-second", "10", "--output-tokens", "300", "--ttft-ms", "0")
+        gw = start_gateway([sim], "--load-path", path, "--health-interval-ms", "100")
+        healthy(gw)
+        held = Held()
+        for i in range(3 * ranks):
+            body = chat_body(f"r{i}", stream=True, max_tokens=1 if i % ranks == 0 else 300)
+            held.send(sim.url, body)
+            # In order: each one accepted (the short ones gone) before the next is sent.
+            long_sent = i + 1 - (i // ranks + 1)
+            wait_until(lambda: state(sim)["num_running_reqs"] + state(sim)["num_waiting_reqs"] == long_sent,
+                       timeout=5, what="request accepted")
+        ranks_now = state(sim)["ranks"]
+        assert ranks_now[0]["num_running_reqs"] == 0 and ranks_now[0]["num_waiting_reqs"] == 0, ranks_now
+        assert all(r["num_running_reqs"] == 2 and r["num_waiting_reqs"] == 1 for r in ranks_now[1:]), ranks_now
+        expect_load(gw, sim, f"{flavor}, {ranks} ranks, {path}")
+        assert backends(gw)[sim.url]["reported_load"] == 3 * (ranks - 1)
+        held.close()
+        gw.stop()
+        sim.stop()
+
+
+@test
+def sglang_priority_series_are_not_counted_twice():
+    sim = start_sim("--enable-priority-scheduling", "--dp-ranks", "2", "--max-running", "2",
+                    "--tokens-per-second", "10", "--output-tokens", "300", "--ttft-ms", "0")
+    gw = start_gateway([sim], "--load-path", "/metrics", "--health-interval-ms", "100")
+    healthy(gw)
+    held = Held()
+    for i in range(7):
+        held.send(sim.url, chat_body(f"p{i}", stream=True, priority=5 if i % 3 else 0))
+    wait_until(lambda: state(sim)["num_running_reqs"] + state(sim)["num_waiting_reqs"] == 7, what="7 at the sim")
+    text = http("GET", sim.url + "/metrics")[2].decode()
+    assert 'priority=""' in text and 'priority="5"' in text, text
+    expect_load(gw, sim, "priority series")
+    assert backends(gw)[sim.url]["reported_load"] == 7
+    held.close()
+
+
+@test
+def a_stale_sglang_report_after_a_burst_does_not_shrink_the_learned_slots():
+    # SGLang refreshes its /metrics gauges only when its scheduler logs; requests that leave
+    # its queue without being scheduled (their clients gave up) leave the queue on show until
+    # the 30 s idle refresh. The learned slot count must not fall to 1 on it.
+    sim = start_sim("--metrics-refresh", "sglang", "--max-running", "4", "--tokens-per-second", "40",
+                    "--output-tokens", "400", "--ttft-ms", "0")
+    gw = start_gateway([sim], "--load-path", "/metrics", "--health-interval-ms", "100")
+    healthy(gw)
+    held = Held()
+    for i in range(16):
+        held.send(gw.url, chat_body(f"s{i}", stream=True))
+    wait_until(lambda: backends(gw)[sim.url].get("learned_slots") == 4, timeout=15, what="4 slots learned")
+    held.close()   # every client leaves: the gateway aborts, the sim is idle
+    wait_until(lambda: state(sim)["num_running_reqs"] + state(sim)["num_waiting_reqs"] == 0, what="sim idle")
+    text = http("GET", sim.url + "/metrics")[2].decode()
+    queued = [l for l in text.splitlines() if l.startswith("sglang:num_queue_reqs")]
+    assert queued and float(queued[0].rsplit(" ", 1)[1]) > 0, queued   # the stale report is real
+
+    def probes():
+        _, _, t = http("GET", gw.url + "/metrics")
+        return metric(t, f'infergate_backend_probes_total{{backend="{sim.url}",result="ok"}}')
+    n = probes()
+    wait_until(lambda: probes() >= n + 10, timeout=20, what="ten more probes")
+    b = backends(gw)[sim.url]
+    assert b["learned_slots"] == 4, b
+    assert b["reported_waiting"] > 0, b
+    assert "at most 1 in flight" not in gw.read_log(), gw.read_log()
+
+
+@test
+def with_the_backend_key_models_and_load_are_learned():
+    key = "sk-sim-backend"
+    sim = start_sim("--api-key", key, "--model", "qwen3")
+    gw = start_gateway([sim], "--backend-api-key", key, "--health-interval-ms", "100")
+    healthy(gw)
+    wait_until(lambda: backends(gw)[sim.url].get("load_path") == "/v1/loads", what="load read at /v1/loads")
+    models = wait_until(lambda: http_json("GET", gw.url + "/v1/models")[2]["data"], what="models")
+    assert [m["id"] for m in models] == ["qwen3"], models
+    st, _, obj = http_json("POST", gw.url + "/v1/chat/completions", chat_body("hi", model="qwen3"))
+    assert st == 200, obj
+    # Without it: SGLang's {"error": "Unauthorized"} reaches the client in OpenAI's shape.
+    gw2 = start_gateway([sim], "--health-interval-ms", "100")
+    healthy(gw2)
+    st, _, obj = http_json("POST", gw2.url + "/v1/chat/completions", chat_body("hi", model="qwen3"))
+    assert_openai_error(st, obj, 401, "authentication_error")
+    assert obj["error"]["message"] == "Unauthorized", obj
+    assert "load_path" not in backends(gw2)[sim.url], backends(gw2)
+    assert http_json("GET", gw2.url + "/v1/models")[2]["data"] == []
+
+
+@test
+def context_length_errors_of_both_flavours_reach_the_client_as_openai_errors():
+    for flavor in ("sglang", "vllm"):
+        sim = start_sim("--flavor", flavor, "--context-length", "64", "--tokens-per-second", "0", "--ttft-ms", "0")
+        gw = start_gateway([sim])
+        healthy(gw)
+        direct = http("POST", sim.url + "/v1/chat/completions", chat_body("hi", max_tokens=100))
+        st, hdrs, obj = http_json("POST", gw.url + "/v1/chat/completions", chat_body("hi", max_tokens=100))
+        assert_openai_error(st, obj, 400)
+        assert direct[0] == 400
+        d = json.loads(direct[2])
+        want = d["message"] if flavor == "sglang" else d["error"]["message"]
+        assert obj["error"]["message"] == want and "context length" in want, (flavor, obj, d)
+        # Streamed: whatever status the server gives, the client sees the message in OpenAI's shape.
+        st, _, data = http("POST", gw.url + "/v1/completions", {"model": "sim-model", "prompt": "hi",
+                                                                "max_tokens": 100, "stream": True})
+        if st == 200:
+            err = json.loads([e for e in sse_events(data) if e != "[DONE]"][-1])["error"]
+        else:
+            err = json.loads(data)["error"]
+            assert st == 400, (st, data)
+        assert "context length" in err["message"], (flavor, st, data)
+        _, _, text = http("GET", gw.url + "/metrics")
+        assert metric(text, f'infergate_requests_total{{route="/v1/completions",code="400",'
+                            f'backend="{sim.url}"}}') == 1, (flavor, st)
+        gw.stop()
+        sim.stop()
+
+
+@test
+def vllm_unknown_model_is_a_404_relayed_as_is():
+    sim = start_sim("--flavor", "vllm", "--model", "llama")
+    gw = start_gateway([sim])
+    healthy(gw)
+    st, _, obj = http_json("POST", gw.url + "/v1/chat/completions", chat_body("hi", model="mistral"))
+    assert_openai_error(st, obj, 404)
+    assert obj["error"]["message"] == "The model `mistral` does not exist.", obj
+    assert obj["error"]["param"] == "model" and obj["error"]["code"] == 404, obj
+
+
 run()
