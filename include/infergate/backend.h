@@ -6,6 +6,7 @@
 
 #include <jansson.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -34,6 +35,7 @@ struct ig_slots {
 	long last_ours;
 	unsigned long last_done;
 	unsigned long stale;             /* reports set aside as stale */
+	bool last_stale;                 /* the previous one was */
 };
 
 struct ig_backend {

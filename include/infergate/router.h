@@ -44,7 +44,8 @@ long ig_slots_learn(struct ig_slots *s, long running, long waiting, long ours);
  * - a queue while we had nothing there says nothing of our share;
  * - counts that repeat the previous report's exactly while our own traffic
  *   there moved (`ours` or `done`, our finished requests, changed) are stale:
- *   a live server's counts would have moved too.
+ *   a live server's counts would have moved too; and they stay stale while
+ *   they repeat.
  * What is not learned from leaves the limit as it was. Returns the limit;
  * *stale tells whether the report was set aside as stale. */
 long ig_slots_report(struct ig_slots *s, long running, long waiting, long ours, long peak, unsigned long done,

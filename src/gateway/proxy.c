@@ -259,10 +259,11 @@ static void usage_from_json(struct ig_req *req, const char *text, size_t len)
  * Returns 0 or -1 (b unchanged). */
 static int buf_replace_back(struct ig_buf *b, size_t tail, size_t n, const char *w, size_t wn)
 {
-	char *saved = tail ? malloc(tail) : NULL;
-	if (tail && !saved)
+	char *saved = malloc(tail + 1);
+	if (!saved)
 		return -1;
-	memcpy(saved, b->data + b->len - tail, tail);
+	if (tail)
+		memcpy(saved, b->data + b->len - tail, tail);
 	b->len -= tail + n;
 	int rc = ig_buf_append(b, w, wn) < 0 || ig_buf_append(b, saved, tail) < 0 ? -1 : 0;
 	free(saved);

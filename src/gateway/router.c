@@ -152,8 +152,11 @@ long ig_slots_report(struct ig_slots *s, long running, long waiting, long ours, 
 		     bool *stale)
 {
 	bool moved = done != s->last_done || ours != s->last_ours;
-	*stale = running >= 0 && running + waiting > 0 && running == s->last_running &&
-		 waiting == s->last_waiting && moved;
+	bool same = running >= 0 && running + waiting > 0 && running == s->last_running &&
+		    waiting == s->last_waiting;
+	/* Once seen stale, the same counts stay stale until they change. */
+	*stale = same && (moved || s->last_stale);
+	s->last_stale = *stale;
 	s->last_running = running;
 	s->last_waiting = waiting;
 	s->last_ours = ours;

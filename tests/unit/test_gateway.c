@@ -210,6 +210,10 @@ START_TEST(stale_load_reports_teach_nothing)
 	ck_assert_int_eq(ig_slots_report(&s, 4, 10, 3, 3, 18, &stale), 4);
 	ck_assert(stale);
 	ck_assert_uint_eq(s.stale, 1);
+	/* ...and while they repeat, even when our traffic holds still (weighed
+	 * against our 3 they would give 1). */
+	ck_assert_int_eq(ig_slots_report(&s, 4, 10, 3, 3, 18, &stale), 4);
+	ck_assert(stale);
 	/* A queue while we had nothing there: says nothing of our share. */
 	ck_assert_int_eq(ig_slots_report(&s, 4, 9, 0, 0, 21, &stale), 4);
 	ck_assert(!stale);
