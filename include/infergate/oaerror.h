@@ -37,6 +37,10 @@ void ig_oaerror_clear(struct ig_oaerror *e);
 /* The HTTP status an error names in its integer code (400..599), else 0. */
 unsigned ig_oaerror_status(const struct ig_oaerror *e);
 
+/* e (its message set) in OpenAI's shape, as a malloc'd JSON text; a member
+ * it lacks is null, its type the one for `status`. */
+char *ig_oaerror_to_json(const struct ig_oaerror *e, unsigned status);
+
 /* An error answer of a server with the given status, in OpenAI's shape:
  * NULL when body already is (relay it as it is), else a malloc'd JSON text
  * that keeps the server's message, type, param and code (a body that is not

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "infergate/buf.h"
 #include "infergate/oaerror.h"
 #include "infergate/util.h"
 
@@ -54,41 +55,40 @@ const char *ig_oaerror_type_for_status(unsigned status)
 }
 
 /* FastAPI's validation detail: [{"loc": ["body", "x"], "msg": "..."}, ...]
- * as "body.x: ...; ...". */
+ * as "body.x: ...; ...", at most DETAIL_MESSAGE_MAX bytes. */
+#define DETAIL_MESSAGE_MAX 1023
 static json_t *detail_message(json_t *detail)
 {
 	if (json_is_string(detail))
 		return json_incref(detail);
 	if (!json_is_array(detail))
 		return NULL;
-	char buf[1024];
-	size_t n = 0, i;
-	json_t *item;
-	buf[0] = '\0';
+	struct ig_buf b;
+	size_t i, k;
+	json_t *item, *part;
+	ig_buf_init(&b);
 	json_array_foreach(detail, i, item) {
 		json_t *msg = json_object_get(item, "msg"), *loc = json_object_get(item, "loc");
 		if (!json_is_string(msg))
 			continue;
-		size_t k, w;
-		json_t *part;
-		if (n > 0 && n < sizeof(buf))
-			n += (size_t)snprintf(buf + n, sizeof(buf) - n, "; ");
+		if (b.len)
+			ig_buf_printf(&b, "; ");
 		json_array_foreach(loc, k, part) {
-			if (n >= sizeof(buf))
-				break;
 			if (json_is_string(part))
-				w = (size_t)snprintf(buf + n, sizeof(buf) - n, "%s%s", k ? "." : "", json_string_value(part));
+				ig_buf_printf(&b, "%s%s", k ? "." : "", json_string_value(part));
 			else if (json_is_integer(part))
-				w = (size_t)snprintf(buf + n, sizeof(buf) - n, "[%lld]", (long long)json_integer_value(part));
-			else
-				w = 0;
-			n += w;
+				ig_buf_printf(&b, "[%lld]", (long long)json_integer_value(part));
 		}
-		if (n < sizeof(buf))
-			n += (size_t)snprintf(buf + n, sizeof(buf) - n, "%s%s", json_array_size(loc) ? ": " : "",
-					      json_string_value(msg));
+		ig_buf_printf(&b, "%s%s", json_array_size(loc) ? ": " : "", json_string_value(msg));
 	}
-	return n ? safe_string(buf) : NULL;
+	json_t *m = NULL;
+	if (b.len && ig_buf_append(&b, "", 1) == 0) {
+		if (b.len > DETAIL_MESSAGE_MAX)
+			b.data[DETAIL_MESSAGE_MAX] = '\0';
+		m = safe_string(ig_buf_head(&b));
+	}
+	ig_buf_free(&b);
+	return m;
 }
 
 static json_t *string_or_null(json_t *v)
@@ -149,17 +149,29 @@ unsigned ig_oaerror_status(const struct ig_oaerror *e)
 /* At most this much of a body that is not JSON becomes the message. */
 #define TEXT_MESSAGE_MAX 1000
 
+char *ig_oaerror_to_json(const struct ig_oaerror *e, unsigned status)
+{
+	json_t *err = json_pack("{s:{s:O, s:o, s:o, s:o}}", "error", "message", e->message,
+				"type", e->type ? json_incref(e->type) : json_string(ig_oaerror_type_for_status(status)),
+				"param", e->param ? json_incref(e->param) : json_null(),
+				"code", e->code ? json_incref(e->code) : json_null());
+	if (!err)
+		abort();
+	char *out = json_dumps(err, JSON_COMPACT);
+	json_decref(err);
+	if (!out)
+		abort();
+	return out;
+}
+
 char *ig_oaerror_normalize(unsigned status, const char *body, size_t len)
 {
 	json_t *root = json_loadb(body ? body : "", len, 0, NULL);
 	struct ig_oaerror e;
-	char *out;
+	char *out = NULL;
 
-	if (ig_oaerror_read(root, &e) == 0 && e.nested) {
-		ig_oaerror_clear(&e);
-		json_decref(root);
-		return NULL;
-	}
+	if (ig_oaerror_read(root, &e) == 0 && e.nested)
+		goto done;
 	if (!e.message) { /* plain text, or JSON in no known shape */
 		size_t n = len < TEXT_MESSAGE_MAX ? len : TEXT_MESSAGE_MAX;
 		while (n > 0 && (body[n - 1] == '\n' || body[n - 1] == '\r' || body[n - 1] == ' '))
@@ -173,17 +185,9 @@ char *ig_oaerror_normalize(unsigned status, const char *body, size_t len)
 		e.message = safe_string(text);
 		free(text);
 	}
-	json_t *err = json_pack("{s:{s:O, s:o, s:o, s:o}}", "error", "message", e.message,
-				"type", e.type ? json_incref(e.type) : json_string(ig_oaerror_type_for_status(status)),
-				"param", e.param ? json_incref(e.param) : json_null(),
-				"code", e.code ? json_incref(e.code) : json_null());
-	if (!err)
-		abort();
-	out = json_dumps(err, JSON_COMPACT);
-	json_decref(err);
+	out = ig_oaerror_to_json(&e, status);
+done:
 	ig_oaerror_clear(&e);
 	json_decref(root);
-	if (!out)
-		abort();
 	return out;
 }

@@ -289,7 +289,7 @@ static char *stream_error(struct ig_req *req, const char *payload, size_t len)
 		free(req->stream_error_msg);
 		req->stream_error_msg = strdup(json_string_value(e.message));
 		if (!e.nested)
-			rewritten = ig_oaerror_normalize(req->stream_error, payload, len);
+			rewritten = ig_oaerror_to_json(&e, req->stream_error);
 	}
 	ig_oaerror_clear(&e);
 	json_decref(o);
