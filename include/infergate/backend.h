@@ -38,6 +38,12 @@ struct ig_slots {
 	bool last_stale;                 /* the previous one was */
 };
 
+/* Nothing learned, no previous report (a new backend, or one that went down). */
+static inline void ig_slots_reset(struct ig_slots *s)
+{
+	*s = (struct ig_slots){.last_running = -1, .last_waiting = -1};
+}
+
 struct ig_backend {
 	int id;                 /* stable for the process, never reused */
 	char *url;              /* normalised base URL, no trailing slash */

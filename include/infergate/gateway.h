@@ -227,6 +227,13 @@ enum MHD_Result ig_req_respond(struct ig_req *req);
 void ig_req_client_gone(struct ig_req *req);
 /* A curl transfer of this request finished. */
 void ig_req_upstream_done(struct ig_req *req, CURLcode result);
+/* The status a request ended with: what was sent, or the status named by
+ * the error event a 200 stream carried (metrics and the access log count it
+ * as that). */
+static inline unsigned ig_req_status(const struct ig_req *req)
+{
+	return req->stream_error ? req->stream_error : req->status_sent;
+}
 /* Writes the request's access log line (if the log is on). */
 void ig_req_log(struct ig_req *req, bool completed);
 /* Housekeeping: queue deadlines. */

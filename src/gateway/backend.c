@@ -27,7 +27,7 @@ struct ig_backend *ig_pool_add(struct ig_pool *pool, const char *url, long weigh
 	atomic_init(&b->state, IG_BACKEND_DOWN);
 	atomic_init(&b->admin, IG_ADMIN_ENABLED);
 	b->reported_load = b->reported_waiting = -1;
-	b->learn.last_running = b->learn.last_waiting = -1;
+	ig_slots_reset(&b->learn);
 	pool->v[pool->n++] = b;
 	return b;
 }

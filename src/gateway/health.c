@@ -165,7 +165,7 @@ static void set_state(struct ig_gw *gw, struct ig_backend *b, int state, const c
 		ig_log_warn("backend %s is down (%s); %zu of %zu healthy", b->url, why, ig_pool_healthy(&gw->pool),
 			    gw->pool.n);
 		/* It may come back restarted with another capacity: learn anew. */
-		b->learn = (struct ig_slots){.last_running = -1, .last_waiting = -1};
+		ig_slots_reset(&b->learn);
 		atomic_store(&b->slots, 0);
 	}
 }

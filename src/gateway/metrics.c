@@ -129,7 +129,7 @@ void ig_metrics_observe(struct ig_gw *gw, const struct ig_req *req)
 		return;
 	/* A 200 stream that carried an error event failed: it counts as the
 	 * status of its error, as it would have without streaming. */
-	unsigned status = req->stream_error ? req->stream_error : req->status_sent;
+	unsigned status = ig_req_status(req);
 	if (req->stream_error)
 		s->stream_errors++;
 	observe(&s->duration[req->route_idx], (double)(now - req->t_start_us) / 1e6);

@@ -979,7 +979,7 @@ void ig_req_log(struct ig_req *req, bool completed)
 	json_t *e = json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:o, s:o, s:o, s:b, s:I, s:I, s:o, s:f, s:I, s:o, s:o, s:b}",
 			      "time", ts, "request_id", req->request_id, "client", req->client,
 			      "method", "POST", "path", ig_routes[req->route_idx],
-			      "status", (json_int_t)(req->stream_error ? req->stream_error : req->status_sent),
+			      "status", (json_int_t)ig_req_status(req),
 			      "status_sent", (json_int_t)req->status_sent,
 			      "error", req->stream_error_msg ? json_string(req->stream_error_msg) : json_null(),
 			      "backend", req->backend ? json_string(req->backend->url) : json_null(),
