@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
+#include <openssl/crypto.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -203,15 +204,13 @@ static bool key_exempt(const struct sim *s, const char *method, const char *url)
 	       strncmp(url, "/metrics", 8) == 0;
 }
 
-/* Compares in time that depends on the key's length only, never on where
- * the bytes differ (the servers use secrets.compare_digest). */
+/* Compares in time that never depends on where the bytes differ, with
+ * OpenSSL's CRYPTO_memcmp as the gateway does (the servers use Python's
+ * secrets.compare_digest, which, like this, tells only a length mismatch). */
 static bool key_equal(const char *given, const char *key)
 {
-	size_t gl = strlen(given), kl = strlen(key);
-	unsigned diff = gl != kl;
-	for (size_t i = 0; i < kl; i++)
-		diff |= (unsigned char)key[i] ^ (unsigned char)(i < gl ? given[i] : 0);
-	return diff == 0;
+	size_t kl = strlen(key);
+	return strlen(given) == kl && CRYPTO_memcmp(given, key, kl) == 0;
 }
 
 /* `Authorization: Bearer KEY` (the scheme in any case) in both; SGLang also
