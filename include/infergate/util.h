@@ -31,8 +31,15 @@ long ig_raise_nofile(long want);
 /* malloc'd printf; aborts on out of memory (used only for messages). */
 char *ig_strdupf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-/* Per-thread xorshift generator; seeded from the clock and thread unless
- * ig_rand_seed is called. */
+/* The one pseudo-random generator of the tree: splitmix64. Every state
+ * gives a well-mixed output, so nearby seeds (prompt hashes that differ in
+ * one byte) still give unrelated sequences. ig_rand_next advances a state of
+ * the caller's (reproducible runs: texts, corpora); ig_rand_u64 and the rest
+ * use a per-thread state seeded from the clock and thread unless
+ * ig_rand_seed is called (jitter, tie-breaking, ids). */
+uint64_t ig_rand_next(uint64_t *state);
+/* Uniform in [0, 1) from a caller's state. */
+double ig_rand_next_unit(uint64_t *state);
 void ig_rand_seed(uint64_t seed);
 uint64_t ig_rand_u64(void);
 /* Uniform in [0, n). n > 0. */

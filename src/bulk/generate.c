@@ -49,16 +49,6 @@ static const char *systems[] = {
 
 #define N_WORDS (sizeof(words) / sizeof(words[0]))
 
-static uint64_t splitmix(uint64_t *x)
-{
-	uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
-	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-	return z ^ (z >> 31);
-}
-
-static double unit(uint64_t *x) { return (double)(splitmix(x) >> 11) / 9007199254740992.0; }
-
 void ig_generate_line(struct ig_buf *b, uint64_t seed, long i, enum ig_endpoint kind,
 		      const char *model, long max_tokens)
 {
@@ -66,14 +56,14 @@ void ig_generate_line(struct ig_buf *b, uint64_t seed, long i, enum ig_endpoint 
 	struct ig_buf text;
 	char id[32];
 
-	splitmix(&st);
+	ig_rand_next(&st);
 	ig_buf_init(&text);
 	/* log-uniform between 4 and 300 words: mean about 70 */
-	double r = unit(&st);
+	double r = ig_rand_next_unit(&st);
 	long n = (long)(4.0 * exp(r * log(300.0 / 4.0)));
-	ig_buf_printf(&text, "%s", tasks[splitmix(&st) % (sizeof(tasks) / sizeof(tasks[0]))]);
+	ig_buf_printf(&text, "%s", tasks[ig_rand_next(&st) % (sizeof(tasks) / sizeof(tasks[0]))]);
 	for (long w = 0; w < n; w++)
-		ig_buf_printf(&text, " %s", words[splitmix(&st) % N_WORDS]);
+		ig_buf_printf(&text, " %s", words[ig_rand_next(&st) % N_WORDS]);
 
 	json_t *body = json_object();
 	if (model)
@@ -81,9 +71,9 @@ void ig_generate_line(struct ig_buf *b, uint64_t seed, long i, enum ig_endpoint 
 	json_t *content = json_stringn(text.data, text.len);
 	if (kind == IG_EP_CHAT) {
 		json_t *msgs = json_array();
-		if (splitmix(&st) % 5 == 0)
+		if (ig_rand_next(&st) % 5 == 0)
 			json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "system", "content",
-						 systems[splitmix(&st) % (sizeof(systems) / sizeof(systems[0]))]));
+						 systems[ig_rand_next(&st) % (sizeof(systems) / sizeof(systems[0]))]));
 		json_array_append_new(msgs, json_pack("{s:s, s:o}", "role", "user", "content", content));
 		json_object_set_new(body, "messages", msgs);
 	} else {

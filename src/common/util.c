@@ -154,17 +154,21 @@ static __thread uint64_t rng_state;
 
 void ig_rand_seed(uint64_t seed) { rng_state = seed ? seed : 0x9E3779B97F4A7C15ull; }
 
+uint64_t ig_rand_next(uint64_t *state)
+{
+	uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+	return z ^ (z >> 31);
+}
+
+double ig_rand_next_unit(uint64_t *state) { return (double)(ig_rand_next(state) >> 11) / 9007199254740992.0; }
+
 uint64_t ig_rand_u64(void)
 {
 	if (!rng_state)
 		ig_rand_seed(ig_now_us() ^ ((uint64_t)(uintptr_t)pthread_self() << 17) ^ (uint64_t)clock());
-	/* xorshift64* */
-	uint64_t x = rng_state;
-	x ^= x >> 12;
-	x ^= x << 25;
-	x ^= x >> 27;
-	rng_state = x;
-	return x * 0x2545F4914F6CDD1Dull;
+	return ig_rand_next(&rng_state);
 }
 
 uint64_t ig_rand_below(uint64_t n) { return ig_rand_u64() % n; }

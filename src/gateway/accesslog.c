@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "infergate/accesslog.h"
+#include "accesslog.h"
 #include "infergate/log.h"
 #include "infergate/util.h"
 

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "infergate/gateway.h"
+#include "gateway.h"
 #include "infergate/log.h"
 #include "infergate/oaerror.h"
 #include "infergate/util.h"
@@ -55,7 +55,7 @@ static enum MHD_Result add_backend(struct ig_gw *gw, struct MHD_Connection *conn
 		return ig_server_error(conn, 400, "weight must be 1..1000 and max_inflight 0..1000000", NULL,
 				       "invalid_value", NULL);
 	}
-	char *url = ig_config_normalise_url(json_string_value(json_object_get(root, "url")), &why);
+	char *url = ig_conf_normalise_url(json_string_value(json_object_get(root, "url")), &why);
 	if (!url) {
 		snprintf(msg, sizeof(msg), "'%s' is not a valid backend URL (%s)",
 			 json_string_value(json_object_get(root, "url")), why);
@@ -162,7 +162,7 @@ void ig_admin_tick(struct ig_gw *gw)
 	}
 }
 
-int ig_gw_load_files(struct ig_gw *gw, const struct ig_config *cfg, char **err)
+int ig_gw_load_files(struct ig_gw *gw, const struct ig_conf *cfg, char **err)
 {
 	struct ig_keyset api, admin;
 	struct ig_accesslog alog = {-1, NULL};
@@ -193,7 +193,7 @@ int ig_gw_load_files(struct ig_gw *gw, const struct ig_config *cfg, char **err)
 
 void ig_gw_reload(struct ig_gw *gw)
 {
-	struct ig_config nc;
+	struct ig_conf nc;
 	char *err = NULL;
 	int check = 0, added = 0, removed = 0;
 
@@ -201,12 +201,12 @@ void ig_gw_reload(struct ig_gw *gw)
 		ig_log_warn("reload: started without --config, nothing to re-read");
 		return;
 	}
-	if (ig_config_from_args(&nc, gw->argc, gw->argv, &check, &err) != 0 ||
+	if (ig_conf_from_args(&nc, gw->argc, gw->argv, &check, &err) != 0 ||
 	    ig_gw_load_files(gw, &nc, &err) < 0) {
 		for (char *line = strtok(err, "\n"); line; line = strtok(NULL, "\n"))
 			ig_log_error("reload rejected, running configuration kept: %s", line);
 		free(err);
-		ig_config_free(&nc);
+		ig_conf_free(&nc);
 		return;
 	}
 	if (strcmp(nc.listen, gw->cfg->listen) != 0 || nc.max_connections != gw->cfg->max_connections)
@@ -252,9 +252,9 @@ void ig_gw_reload(struct ig_gw *gw)
 	gw->cfg->listen_host = NULL;
 	nc.listen_port = gw->cfg->listen_port;
 	nc.max_connections = gw->cfg->max_connections;
-	struct ig_config old = *gw->cfg;
+	struct ig_conf old = *gw->cfg;
 	*gw->cfg = nc;
-	ig_config_free(&old);
+	ig_conf_free(&old);
 	/* Discovery restarts with the new names and interval. */
 	ig_discovery_stop(gw);
 	if (ig_discovery_start(gw) < 0)

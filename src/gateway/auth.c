@@ -12,7 +12,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "infergate/auth.h"
+#include "auth.h"
 #include "infergate/util.h"
 
 static int hexval(int c)

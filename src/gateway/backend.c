@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "infergate/backend.h"
+#include "backend.h"
 
 struct ig_backend *ig_pool_add(struct ig_pool *pool, const char *url, long weight, long max_inflight)
 {
@@ -32,7 +32,7 @@ struct ig_backend *ig_pool_add(struct ig_pool *pool, const char *url, long weigh
 	return b;
 }
 
-int ig_pool_init(struct ig_pool *pool, const struct ig_config *cfg)
+int ig_pool_init(struct ig_pool *pool, const struct ig_conf *cfg)
 {
 	memset(pool, 0, sizeof(*pool));
 	for (size_t i = 0; i < cfg->n_backends; i++)

@@ -21,7 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "infergate/gateway.h"
+#include "gateway.h"
 #include "infergate/log.h"
 #include "infergate/util.h"
 
@@ -164,7 +164,7 @@ static int split_url(struct entry *e)
 
 int ig_discovery_start(struct ig_gw *gw)
 {
-	const struct ig_config *cfg = gw->cfg;
+	const struct ig_conf *cfg = gw->cfg;
 	size_t n = 0;
 	for (size_t i = 0; i < cfg->n_backends; i++)
 		n += (size_t)cfg->backends[i].discover;

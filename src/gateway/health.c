@@ -12,10 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "infergate/gateway.h"
-#include "infergate/loadreport.h"
+#include "gateway.h"
+#include "loadreport.h"
 #include "infergate/log.h"
-#include "infergate/router.h"
+#include "router.h"
 #include "infergate/util.h"
 
 #define MODELS_REFRESH_MS 30000
@@ -103,7 +103,7 @@ static size_t on_probe_body(char *ptr, size_t size, size_t nmemb, void *userdata
 static void start_probe(struct ig_gw *gw, struct ig_probe *p, enum probe_what what)
 {
 	char url[2048];
-	const struct ig_config *cfg = gw->cfg;
+	const struct ig_conf *cfg = gw->cfg;
 	const char *load_path = cfg->load_path_auto ? auto_load_paths[p->load_path] : cfg->load_path;
 
 	snprintf(url, sizeof(url), "%s%s", p->b->url,

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "infergate/loadreport.h"
+#include "loadreport.h"
 
 /* A count a backend reported, made sane: the text is the backend's, so
  * negative, NaN or absurdly large values must not reach integer arithmetic. */

@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "infergate/auth.h"
-#include "infergate/config.h"
-#include "infergate/gateway.h"
+#include "auth.h"
+#include "conf.h"
+#include "gateway.h"
 #include "infergate/log.h"
 
 /* --hash-key: the digest to put in api_keys_file, from a key on stdin, so
@@ -30,7 +30,7 @@ static int hash_key(void)
 
 int main(int argc, char **argv)
 {
-	struct ig_config cfg;
+	struct ig_conf cfg;
 	struct ig_gw gw;
 	char *err = NULL;
 	int check_only = 0, rc;
@@ -39,7 +39,7 @@ int main(int argc, char **argv)
 	ig_log_set_ident("infergate");
 	if (argc == 2 && strcmp(argv[1], "--hash-key") == 0)
 		return hash_key();
-	rc = ig_config_from_args(&cfg, argc, argv, &check_only, &err);
+	rc = ig_conf_from_args(&cfg, argc, argv, &check_only, &err);
 	if (rc == 1)
 		return 0;
 	if (rc < 0) {
@@ -47,14 +47,14 @@ int main(int argc, char **argv)
 		for (char *line = strtok(err, "\n"); line; line = strtok(NULL, "\n"))
 			fprintf(stderr, "  %s\n", line);
 		free(err);
-		ig_config_free(&cfg);
+		ig_conf_free(&cfg);
 		return 2;
 	}
 	if (check_only) {
-		char *s = ig_config_to_json(&cfg);
+		char *s = ig_conf_to_json(&cfg);
 		printf("%s\n", s);
 		free(s);
-		ig_config_free(&cfg);
+		ig_conf_free(&cfg);
 		return 0;
 	}
 	if (ig_log_level_parse(cfg.log_level, &level) == 0)
@@ -65,13 +65,13 @@ int main(int argc, char **argv)
 	gw.argv = argv;
 	if (rc < 0) {
 		ig_gw_free(&gw);
-		ig_config_free(&cfg);
+		ig_conf_free(&cfg);
 		curl_global_cleanup();
 		return 2;
 	}
 	rc = ig_gw_run(&gw);
 	ig_gw_free(&gw);
-	ig_config_free(&cfg);
+	ig_conf_free(&cfg);
 	curl_global_cleanup();
 	return rc;
 }

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "infergate/buf.h"
-#include "infergate/gateway.h"
+#include "gateway.h"
 #include "infergate/util.h"
 
 static char *dump(json_t *j)

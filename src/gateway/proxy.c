@@ -13,10 +13,10 @@
 #include <strings.h>
 #include <sys/epoll.h>
 
-#include "infergate/gateway.h"
+#include "gateway.h"
 #include "infergate/log.h"
 #include "infergate/oaerror.h"
-#include "infergate/router.h"
+#include "router.h"
 #include "infergate/util.h"
 
 /* A streaming response may hold this much for a slow client before the
@@ -429,7 +429,7 @@ static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
 static void start_transfer(struct ig_req *req, struct ig_backend *b)
 {
 	struct ig_gw *gw = req->gw;
-	const struct ig_config *cfg = gw->cfg;
+	const struct ig_conf *cfg = gw->cfg;
 	char url[2048];
 
 	req->backend = b;

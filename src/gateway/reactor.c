@@ -19,7 +19,7 @@
 #include <sys/timerfd.h>
 #include <unistd.h>
 
-#include "infergate/gateway.h"
+#include "gateway.h"
 #include "infergate/log.h"
 #include "infergate/util.h"
 
@@ -91,7 +91,7 @@ static void mhd_log(void *cls IG_UNUSED, const char *fmt, va_list ap)
 	ig_log_debug("mhd: %s", msg);
 }
 
-int ig_gw_init(struct ig_gw *gw, struct ig_config *cfg)
+int ig_gw_init(struct ig_gw *gw, struct ig_conf *cfg)
 {
 	sigset_t mask;
 	struct itimerspec tick = {{0, TICK_MS * 1000000L}, {0, TICK_MS * 1000000L}};

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "infergate/router.h"
+#include "router.h"
 #include "infergate/util.h"
 
 static int tried_already(const struct ig_backend *b, struct ig_backend *const *tried, int ntried)

@@ -12,7 +12,7 @@
 #include <strings.h>
 #include <sys/socket.h>
 
-#include "infergate/gateway.h"
+#include "gateway.h"
 #include "infergate/log.h"
 #include "infergate/oaerror.h"
 #include "infergate/util.h"

@@ -15,7 +15,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "infergate/gateway.h"
+#include "gateway.h"
 #include "infergate/log.h"
 #include "infergate/util.h"
 

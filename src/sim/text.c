@@ -25,16 +25,6 @@ static const char *const words[] = {
 };
 #define NWORDS (sizeof(words) / sizeof(words[0]))
 
-/* splitmix64: every state gives a well-mixed output, so nearby seeds
- * (prompt hashes that differ in one byte) still give unrelated texts. */
-static uint64_t splitmix(uint64_t *state)
-{
-	uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-	return z ^ (z >> 31);
-}
-
 uint64_t sim_text_seed(const void *prompt, size_t n, uint64_t seed)
 {
 	return ig_hash64(prompt, n, seed * 0x9E3779B97F4A7C15ull + 1);
@@ -49,7 +39,7 @@ void sim_text_init(struct sim_text *t, uint64_t text_seed)
 
 size_t sim_text_next(struct sim_text *t, char *out)
 {
-	uint64_t r = splitmix(&t->state);
+	uint64_t r = ig_rand_next(&t->state);
 	const char *w = words[r % NWORDS];
 	size_t n = 0;
 
@@ -76,7 +66,7 @@ size_t sim_text_next(struct sim_text *t, char *out)
 long sim_text_natural_tokens(uint64_t text_seed)
 {
 	uint64_t st = text_seed ^ 0x5851F42D4C957F2Dull;
-	return 16 + (long)(splitmix(&st) % 241);
+	return 16 + (long)(ig_rand_next(&st) % 241);
 }
 
 long sim_text_prompt_tokens(size_t bytes)

@@ -1,5 +1,5 @@
 /* libFuzzer target: the gateway's configuration file parser
- * (ig_config_from_file), fed through an in-memory file (memfd). On success
+ * (ig_conf_from_file), fed through an in-memory file (memfd). On success
  * the effective configuration must print as JSON and load again to the same
  * text: what --check-config shows is what the gateway runs with. */
 #include "config.h"
@@ -11,11 +11,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "infergate/config.h"
+#include "conf.h"
 
 static int memfd = -1;
 
-static int load(const uint8_t *data, size_t size, struct ig_config *cfg, char **err)
+static int load(const uint8_t *data, size_t size, struct ig_conf *cfg, char **err)
 {
 	char path[64];
 	if (memfd < 0)
@@ -23,39 +23,39 @@ static int load(const uint8_t *data, size_t size, struct ig_config *cfg, char **
 	if (memfd < 0 || ftruncate(memfd, 0) < 0 || pwrite(memfd, data, size, 0) != (ssize_t)size)
 		abort();
 	snprintf(path, sizeof(path), "/proc/self/fd/%d", memfd);
-	return ig_config_from_file(cfg, path, err);
+	return ig_conf_from_file(cfg, path, err);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	struct ig_config cfg;
+	struct ig_conf cfg;
 	char *err = NULL;
 
 	if (load(data, size, &cfg, &err) < 0) {
 		if (!err || !*err)
 			abort(); /* a refused file must say why */
 		free(err);
-		ig_config_free(&cfg);
+		ig_conf_free(&cfg);
 		return 0;
 	}
-	char *js = ig_config_to_json(&cfg);
+	char *js = ig_conf_to_json(&cfg);
 	if (!js)
 		abort();
 	/* Round trip: the printed configuration is itself valid and stable. */
-	struct ig_config again;
+	struct ig_conf again;
 	char *err2 = NULL;
 	if (load((const uint8_t *)js, strlen(js), &again, &err2) < 0) {
 		fprintf(stderr, "printed configuration does not load:\n%s\n%s\n", js, err2);
 		abort();
 	}
-	char *js2 = ig_config_to_json(&again);
+	char *js2 = ig_conf_to_json(&again);
 	if (strcmp(js, js2) != 0) {
 		fprintf(stderr, "round trip differs:\n%s\n---\n%s\n", js, js2);
 		abort();
 	}
 	free(js);
 	free(js2);
-	ig_config_free(&again);
-	ig_config_free(&cfg);
+	ig_conf_free(&again);
+	ig_conf_free(&cfg);
 	return 0;
 }

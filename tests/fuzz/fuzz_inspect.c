@@ -10,7 +10,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	struct ig_config cfg;
+	struct ig_conf cfg;
 	struct ig_gw gw;
 	struct ig_req req;
 

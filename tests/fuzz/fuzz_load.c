@@ -8,8 +8,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "infergate/loadreport.h"
-#include "infergate/router.h"
+#include "loadreport.h"
+#include "router.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -36,7 +36,7 @@ H
 
 pkgs="libmicrohttpd libcurl jansson libcrypto"
 cflags="-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-  -fno-omit-frame-pointer -D_GNU_SOURCE -I$build -I$src/include -I$src/src/bulk
+  -fno-omit-frame-pointer -D_GNU_SOURCE -I$build -I$src/include -I$src/src/bulk -I$src/src/gateway
   $(pkg-config --cflags $pkgs) ${FUZZ_EXTRA_CFLAGS:-}"
 libs="$(pkg-config --libs $pkgs) -lm -pthread"
 common="$src/src/common/log.c $src/src/common/buf.c $src/src/common/util.c $src/src/common/oaerror.c"
@@ -59,7 +59,7 @@ bulk="$src/src/bulk/corpus.c $src/src/bulk/journal.c $src/src/bulk/stream.c"
 
 sources() {
 	case $1 in
-	config) echo "$here/fuzz_config.c $src/src/gateway/config.c $common" ;;
+	config) echo "$here/fuzz_config.c $src/src/gateway/conf.c $common" ;;
 	inspect) echo "$here/fuzz_inspect.c $gateway_rest $common" ;;
 	load) echo "$here/fuzz_load.c $gateway_all $common" ;;
 	sse|corpus_line|resume) echo "$here/fuzz_$1.c $bulk $common" ;;

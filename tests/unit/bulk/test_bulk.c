@@ -9,17 +9,17 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../../src/bulk/corpus.c"
-#include "../../src/bulk/journal.c"
-#include "../../src/bulk/stream.c"
-#include "../../src/bulk/report.c"
-#include "../../src/bulk/progress.c"
-#include "../../src/bulk/generate.c"
-#include "../../src/bulk/scheduler.c"
-#include "../../src/bulk/merge.c"
+#include "../../../src/bulk/corpus.c"
+#include "../../../src/bulk/journal.c"
+#include "../../../src/bulk/stream.c"
+#include "../../../src/bulk/report.c"
+#include "../../../src/bulk/progress.c"
+#include "../../../src/bulk/generate.c"
+#include "../../../src/bulk/scheduler.c"
+#include "../../../src/bulk/merge.c"
 #define main bulk_main
-#include "../../src/bulk/main.c"
-#include "check_main.h"
+#include "../../../src/bulk/main.c"
+#include "../check_main.h"
 #undef main
 
 static const struct bulk_defaults no_defaults = {NULL, -1, 0, 0, -1, 0};

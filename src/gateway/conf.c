@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "infergate/buf.h"
-#include "infergate/config.h"
+#include "conf.h"
 #include "infergate/util.h"
 
 enum ktype {
@@ -35,7 +35,7 @@ struct key {
 	const char *help;
 };
 
-#define OFF(f) offsetof(struct ig_config, f)
+#define OFF(f) offsetof(struct ig_conf, f)
 static const struct key keys[] = {
 	{"listen", "--listen", K_LISTEN, OFF(listen), 0, 0, 0, "127.0.0.1:8080",
 	 "address to serve on, HOST:PORT"},
@@ -134,7 +134,7 @@ static void problem(struct ig_buf *errs, const char *fmt, ...)
 	free(s);
 }
 
-static void backends_clear(struct ig_config *cfg)
+static void backends_clear(struct ig_conf *cfg)
 {
 	for (size_t i = 0; i < cfg->n_backends; i++)
 		free(cfg->backends[i].url);
@@ -143,7 +143,7 @@ static void backends_clear(struct ig_config *cfg)
 	cfg->n_backends = 0;
 }
 
-char *ig_config_normalise_url(const char *in, const char **why)
+char *ig_conf_normalise_url(const char *in, const char **why)
 {
 	CURLU *u = curl_url();
 	char *scheme = NULL, *host = NULL, *port = NULL, *path = NULL, *query = NULL, *out = NULL;
@@ -181,11 +181,11 @@ done:
 	return out;
 }
 
-static void add_backend(struct ig_config *cfg, struct ig_buf *errs, const char *where,
+static void add_backend(struct ig_conf *cfg, struct ig_buf *errs, const char *where,
 			const char *url, long weight, long max_inflight, int discover)
 {
 	const char *why = NULL;
-	char *norm = ig_config_normalise_url(url, &why);
+	char *norm = ig_conf_normalise_url(url, &why);
 	if (!norm) {
 		problem(errs, "%s: '%s' is not a valid backend URL (%s)", where, url, why);
 		return;
@@ -204,7 +204,7 @@ static void add_backend(struct ig_config *cfg, struct ig_buf *errs, const char *
 }
 
 /* Sets one key from a string (flag) value. */
-static void set_from_string(struct ig_config *cfg, const struct key *k, const char *what,
+static void set_from_string(struct ig_conf *cfg, const struct key *k, const char *what,
 			    const char *val, struct ig_buf *errs)
 {
 	char *err = NULL;
@@ -289,7 +289,7 @@ static void unknown_key(struct ig_buf *errs, const char *where, const char *path
 		problem(errs, "%s: unknown key '%s'", where, path);
 }
 
-static void json_backends(struct ig_config *cfg, json_t *v, const char *where, struct ig_buf *errs)
+static void json_backends(struct ig_conf *cfg, json_t *v, const char *where, struct ig_buf *errs)
 {
 	size_t i;
 	json_t *b;
@@ -343,7 +343,7 @@ static void json_backends(struct ig_config *cfg, json_t *v, const char *where, s
 	}
 }
 
-static void json_value(struct ig_config *cfg, const struct key *k, json_t *v, const char *where,
+static void json_value(struct ig_conf *cfg, const struct key *k, json_t *v, const char *where,
 		       struct ig_buf *errs)
 {
 	char *txt;
@@ -396,7 +396,7 @@ static int is_section(const char *name)
 	return 0;
 }
 
-static void load_file(struct ig_config *cfg, const char *path, struct ig_buf *errs)
+static void load_file(struct ig_conf *cfg, const char *path, struct ig_buf *errs)
 {
 	json_error_t jerr;
 	json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
@@ -442,7 +442,7 @@ static void load_file(struct ig_config *cfg, const char *path, struct ig_buf *er
 	json_decref(root);
 }
 
-static void set_defaults(struct ig_config *cfg)
+static void set_defaults(struct ig_conf *cfg)
 {
 	memset(cfg, 0, sizeof(*cfg));
 	for (size_t i = 0; i < NKEYS; i++) {
@@ -455,7 +455,7 @@ static void set_defaults(struct ig_config *cfg)
 }
 
 /* Checks the cross-field rules and derives typed fields from strings. */
-static void finish(struct ig_config *cfg, const char *where_listen, struct ig_buf *errs)
+static void finish(struct ig_conf *cfg, const char *where_listen, struct ig_buf *errs)
 {
 	char *err = NULL;
 
@@ -494,7 +494,7 @@ static char *take_errors(struct ig_buf *errs)
 	return s;
 }
 
-int ig_config_from_file(struct ig_config *cfg, const char *path, char **err)
+int ig_conf_from_file(struct ig_conf *cfg, const char *path, char **err)
 {
 	struct ig_buf errs;
 	ig_buf_init(&errs);
@@ -519,7 +519,7 @@ static const struct key *find_flag(const char *flag)
 	return NULL;
 }
 
-void ig_config_print_help(FILE *out)
+void ig_conf_print_help(FILE *out)
 {
 	fprintf(out,
 		"Usage: infergate [--config FILE] [--backend URL]... [options]\n"
@@ -540,7 +540,7 @@ void ig_config_print_help(FILE *out)
 	}
 }
 
-int ig_config_from_args(struct ig_config *cfg, int argc, char **argv, int *check_only, char **err)
+int ig_conf_from_args(struct ig_conf *cfg, int argc, char **argv, int *check_only, char **err)
 {
 	struct ig_buf errs;
 	const char *config_path = NULL;
@@ -551,7 +551,7 @@ int ig_config_from_args(struct ig_config *cfg, int argc, char **argv, int *check
 	/* First pass: the file, so that flags override it wherever they stand. */
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-			ig_config_print_help(stdout);
+			ig_conf_print_help(stdout);
 			return 1;
 		}
 		if (strcmp(argv[i], "--version") == 0) {
@@ -617,7 +617,7 @@ int ig_config_from_args(struct ig_config *cfg, int argc, char **argv, int *check
 	return 0;
 }
 
-void ig_config_free(struct ig_config *cfg)
+void ig_conf_free(struct ig_conf *cfg)
 {
 	for (size_t i = 0; i < NKEYS; i++) {
 		const struct key *k = &keys[i];
@@ -632,7 +632,7 @@ void ig_config_free(struct ig_config *cfg)
 	cfg->listen_host = cfg->config_path = NULL;
 }
 
-char *ig_config_to_json(const struct ig_config *cfg)
+char *ig_conf_to_json(const struct ig_conf *cfg)
 {
 	json_t *root = json_object();
 	for (size_t i = 0; i < NKEYS; i++) {

@@ -6,7 +6,7 @@
 
 #include <stdbool.h>
 
-#include "infergate/backend.h"
+#include "backend.h"
 
 enum ig_pick {
 	IG_PICK_OK,       /* *out is set; its inflight was incremented */

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "sim.h"
-#include "check_main.h"
+#include "../check_main.h"
 
 /* The first n tokens for a prompt and seed, concatenated. */
 static char *answer(const char *prompt, uint64_t seed, long n)

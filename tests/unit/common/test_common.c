@@ -8,7 +8,7 @@
 #include "infergate/buf.h"
 #include "infergate/oaerror.h"
 #include "infergate/util.h"
-#include "check_main.h"
+#include "../check_main.h"
 
 START_TEST(buf_append_consume)
 {

@@ -1,9 +1,9 @@
 /* The gateway's configuration: one typed struct filled from a JSON file and
- * then from flags, through one table of keys (src/gateway/config.c) that also
+ * then from flags, through one table of keys (src/gateway/conf.c) that also
  * gives bounds, defaults and --help text. Validation is complete before
  * anything starts. */
-#ifndef IG_CONFIG_H
-#define IG_CONFIG_H
+#ifndef IG_CONF_H
+#define IG_CONF_H
 
 #include <stdio.h>
 
@@ -22,7 +22,7 @@ struct ig_backend_conf {
 			     * becomes a backend (discover.c) */
 };
 
-struct ig_config {
+struct ig_conf {
 	char *config_path;          /* the file read, NULL when flags only */
 	char *listen;               /* "HOST:PORT" as given */
 	char *listen_host;
@@ -63,17 +63,17 @@ struct ig_config {
  * Returns 0; 1 when the caller should exit 0 having printed something
  * (--help, --version); -1 with every problem written to *err (malloc'd,
  * one per line). --check-config sets *check_only. */
-int ig_config_from_args(struct ig_config *cfg, int argc, char **argv, int *check_only, char **err);
+int ig_conf_from_args(struct ig_conf *cfg, int argc, char **argv, int *check_only, char **err);
 /* Loads and validates a JSON file into a fresh config (for reload).
  * Returns 0 or -1 with *err. */
-int ig_config_from_file(struct ig_config *cfg, const char *path, char **err);
-void ig_config_free(struct ig_config *cfg);
+int ig_conf_from_file(struct ig_conf *cfg, const char *path, char **err);
+void ig_conf_free(struct ig_conf *cfg);
 /* The effective configuration as JSON (malloc'd). */
-char *ig_config_to_json(const struct ig_config *cfg);
+char *ig_conf_to_json(const struct ig_conf *cfg);
 const char *ig_policy_name(enum ig_policy p);
 /* A backend URL in canonical form (scheme://host:port[/prefix]); malloc'd,
  * or NULL with *why set. */
-char *ig_config_normalise_url(const char *in, const char **why);
-void ig_config_print_help(FILE *out);
+char *ig_conf_normalise_url(const char *in, const char **why);
+void ig_conf_print_help(FILE *out);
 
 #endif

@@ -14,11 +14,11 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "infergate/accesslog.h"
-#include "infergate/auth.h"
-#include "infergate/backend.h"
+#include "accesslog.h"
+#include "auth.h"
+#include "backend.h"
 #include "infergate/buf.h"
-#include "infergate/config.h"
+#include "conf.h"
 
 #define IG_MAX_TRIES 21 /* retries <= 20, plus the first attempt */
 
@@ -161,7 +161,7 @@ struct ig_stats {
 };
 
 struct ig_gw {
-	struct ig_config *cfg;
+	struct ig_conf *cfg;
 	struct ig_pool pool;
 	int epfd;
 	struct ig_evsrc ev_mhd, ev_tick, ev_signal;
@@ -195,7 +195,7 @@ struct ig_gw {
 
 /* reactor.c */
 /* Sets up epoll, timers, signals, MHD and curl. Returns 0 or -1 (logged). */
-int ig_gw_init(struct ig_gw *gw, struct ig_config *cfg);
+int ig_gw_init(struct ig_gw *gw, struct ig_conf *cfg);
 /* Runs until a stop signal and the grace period; returns the exit code. */
 int ig_gw_run(struct ig_gw *gw);
 void ig_gw_free(struct ig_gw *gw);
@@ -272,7 +272,7 @@ void ig_admin_tick(struct ig_gw *gw);
 /* SIGHUP: re-read the configuration; on any problem keep the running one. */
 void ig_gw_reload(struct ig_gw *gw);
 /* Loads keys and opens the access log for cfg; -1 with *err on a problem. */
-int ig_gw_load_files(struct ig_gw *gw, const struct ig_config *cfg, char **err);
+int ig_gw_load_files(struct ig_gw *gw, const struct ig_conf *cfg, char **err);
 
 /* discover.c: DNS discovery of backends */
 /* Starts resolving the config's discover entries (none: does nothing). */

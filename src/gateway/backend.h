@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "infergate/config.h"
+#include "conf.h"
 
 enum ig_backend_state {
 	IG_BACKEND_UP,       /* serving: probes and requests succeed */
@@ -98,7 +98,7 @@ struct ig_pool {
 };
 
 /* Creates the table from the configuration. Returns 0 or -1. */
-int ig_pool_init(struct ig_pool *pool, const struct ig_config *cfg);
+int ig_pool_init(struct ig_pool *pool, const struct ig_conf *cfg);
 void ig_pool_free(struct ig_pool *pool);
 /* Adds a backend (url already normalised); returns it or NULL. */
 struct ig_backend *ig_pool_add(struct ig_pool *pool, const char *url, long weight, long max_inflight);

@@ -1,4 +1,5 @@
-/* Unit tests for the gateway's configuration and router. */
+/* Unit tests for the router (src/gateway/router.c): policies, limits, slot
+ * counts learned from load reports. */
 #include "config.h"
 #include <check.h>
 #include <stdarg.h>
@@ -7,73 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "infergate/config.h"
-#include "infergate/loadreport.h"
-#include "infergate/router.h"
-#include "check_main.h"
-
-static char *write_tmp(const char *text)
-{
-	char *path = strdup("/tmp/igcfgXXXXXX");
-	int fd = mkstemp(path);
-	ck_assert_int_ge(fd, 0);
-	ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
-	close(fd);
-	return path;
-}
-
-static int load_args(struct ig_config *cfg, char **err, int argc, ...)
-{
-	char *argv[32] = {"infergate"};
-	va_list ap;
-	va_start(ap, argc);
-	for (int i = 0; i < argc; i++)
-		argv[i + 1] = va_arg(ap, char *);
-	va_end(ap);
-	int check = 0;
-	return ig_config_from_args(cfg, argc + 1, argv, &check, err);
-}
-
-START_TEST(config_file_and_flag_override)
-{
-	char *path = write_tmp("{\"backends\": [\"http://a:1/\", {\"url\": \"http://b:2\", \"weight\": 3, "
-			       "\"max_inflight\": 5}], \"health\": {\"fall\": 4}, \"retries\": 1}");
-	struct ig_config cfg;
-	char *err = NULL;
-	ck_assert_int_eq(load_args(&cfg, &err, 4, "--config", path, "--retries", "3"), 0);
-	ck_assert_uint_eq(cfg.n_backends, 2);
-	ck_assert_str_eq(cfg.backends[0].url, "http://a:1");
-	ck_assert_int_eq(cfg.backends[1].weight, 3);
-	ck_assert_int_eq(cfg.backends[1].max_inflight, 5);
-	ck_assert_int_eq(cfg.health_fall, 4);
-	ck_assert_int_eq(cfg.health_rise, 2);
-	ck_assert_int_eq(cfg.retries, 3);
-	ck_assert_str_eq(cfg.listen_host, "127.0.0.1");
-	ck_assert_int_eq(cfg.listen_port, 8080);
-	ig_config_free(&cfg);
-	unlink(path);
-	free(path);
-}
-END_TEST
-
-START_TEST(config_names_every_problem)
-{
-	char *path = write_tmp("{\"backends\": [\"http://a:1\", \"http://a:1/\", 7], \"polcy\": \"x\", "
-			       "\"health\": {\"rise\": 0}, \"timeouts\": {\"idle\": 1}}");
-	struct ig_config cfg;
-	char *err = NULL;
-	ck_assert_int_eq(load_args(&cfg, &err, 2, "--config", path), -1);
-	ck_assert_ptr_nonnull(strstr(err, "listed twice"));
-	ck_assert_ptr_nonnull(strstr(err, "backends[2]"));
-	ck_assert_ptr_nonnull(strstr(err, "unknown key 'polcy' (did you mean 'policy'?)"));
-	ck_assert_ptr_nonnull(strstr(err, "health.rise"));
-	ck_assert_ptr_nonnull(strstr(err, "timeouts.idle"));
-	free(err);
-	ig_config_free(&cfg);
-	unlink(path);
-	free(path);
-}
-END_TEST
+#include "router.h"
+#include "../check_main.h"
 
 static struct ig_pool make_pool(int n)
 {
@@ -233,60 +169,14 @@ START_TEST(stale_load_reports_teach_nothing)
 }
 END_TEST
 
-/* Real servers' load reports (tests/fixtures, each naming its upstream
- * source): every series counts once, whatever its labels. */
-static void load_of(const char *fixture, long want_running, long want_waiting)
-{
-	size_t len;
-	char *text = ig_fixture(fixture, &len);
-	long running = -2, waiting = -2;
-	ig_load_parse(text, len, &running, &waiting);
-	ck_assert_msg(running == want_running && waiting == want_waiting, "%s: %ld running, %ld waiting; want %ld, %ld",
-		      fixture, running, waiting, want_running, want_waiting);
-	free(text);
-}
-
-START_TEST(load_reports_as_real_servers_print_them)
-{
-	load_of("sglang-metrics-dp2.prom", 12, 5);            /* one series per dp_rank */
-	load_of("sglang-metrics-dp4-rank0-idle.prom", 9, 3);  /* the first series is 0/0 */
-	load_of("sglang-metrics-priority.prom", 8, 4);        /* priority="" totals only */
-	load_of("vllm-metrics-engines.prom", 12, 5);          /* one series per engine */
-	load_of("metrics-timestamps.prom", 4, 1);             /* the value, not the timestamp */
-	load_of("sglang-v1-loads.json", 12, 5);
-	load_of("sglang-get-load.json", 12, 5);               /* num_reqs - num_waiting_reqs */
-	/* Nothing in them tells a load. */
-	load_of("sglang-error-flat.json", -1, -1);
-	load_of("fastapi-detail.json", -1, -1);
-
-	long r = -2, w = -2;
-	const char *cut = "sglang:num_running_reqs{model_name=\"a\",dp_rank=\"0\"";  /* torn labels */
-	ig_load_parse(cut, strlen(cut), &r, &w);
-	ck_assert_int_eq(r, -1);
-	const char *odd = "sglang:num_running_reqs{a=\"x\\\"}\"} 3\nsglang:num_running_reqs 2 17\n"
-			  "sglang:num_queue_reqs_total 9\nsglang:num_queue_reqs{} NaN\n"
-			  "sglang:num_running_reqs{b=\"\"} 1e300\n";
-	ig_load_parse(odd, strlen(odd), &r, &w);
-	ck_assert_int_eq(r, IG_LOAD_MAX); /* 3 + 2 + clamped 1e300 */
-	ck_assert_int_eq(w, 0);           /* NaN is 0; _total is another metric */
-	const char *few = "sglang:num_running_reqs 3\nsglang:num_running_reqs{x=\"1\"} 2 1733212800000";
-	ig_load_parse(few, strlen(few), &r, &w);
-	ck_assert_int_eq(r, 5);
-	ck_assert_int_eq(w, 0);
-}
-END_TEST
-
 int main(void)
 {
-	Suite *s = suite_create("gateway");
+	Suite *s = suite_create("router");
 	TCase *tc = tcase_create("core");
-	tcase_add_test(tc, config_file_and_flag_override);
-	tcase_add_test(tc, config_names_every_problem);
 	tcase_add_test(tc, least_loaded_rotates_ties);
 	tcase_add_test(tc, least_loaded_follows_load_and_weight);
 	tcase_add_test(tc, limits_give_busy_then_none);
 	tcase_add_test(tc, slots_learned_from_load_reports);
-	tcase_add_test(tc, load_reports_as_real_servers_print_them);
 	tcase_add_test(tc, stale_load_reports_teach_nothing);
 	suite_add_tcase(s, tc);
 	return ig_check_run(s);

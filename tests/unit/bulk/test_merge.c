@@ -13,11 +13,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../../src/bulk/corpus.c"
-#include "../../src/bulk/journal.c"
-#include "../../src/bulk/report.c"
-#include "../../src/bulk/merge.c"
-#include "check_main.h"
+#include "../../../src/bulk/corpus.c"
+#include "../../../src/bulk/journal.c"
+#include "../../../src/bulk/report.c"
+#include "../../../src/bulk/merge.c"
+#include "../check_main.h"
 
 static char dir[64];
 

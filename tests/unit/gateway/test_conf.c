@@ -1,0 +1,84 @@
+/* Unit tests for the gateway's configuration (src/gateway/conf.c). */
+#include "config.h"
+#include <check.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "conf.h"
+#include "../check_main.h"
+
+static char *write_tmp(const char *text)
+{
+	char *path = strdup("/tmp/igcfgXXXXXX");
+	int fd = mkstemp(path);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+	close(fd);
+	return path;
+}
+
+static int load_args(struct ig_conf *cfg, char **err, int argc, ...)
+{
+	char *argv[32] = {"infergate"};
+	va_list ap;
+	va_start(ap, argc);
+	for (int i = 0; i < argc; i++)
+		argv[i + 1] = va_arg(ap, char *);
+	va_end(ap);
+	int check = 0;
+	return ig_conf_from_args(cfg, argc + 1, argv, &check, err);
+}
+
+START_TEST(config_file_and_flag_override)
+{
+	char *path = write_tmp("{\"backends\": [\"http://a:1/\", {\"url\": \"http://b:2\", \"weight\": 3, "
+			       "\"max_inflight\": 5}], \"health\": {\"fall\": 4}, \"retries\": 1}");
+	struct ig_conf cfg;
+	char *err = NULL;
+	ck_assert_int_eq(load_args(&cfg, &err, 4, "--config", path, "--retries", "3"), 0);
+	ck_assert_uint_eq(cfg.n_backends, 2);
+	ck_assert_str_eq(cfg.backends[0].url, "http://a:1");
+	ck_assert_int_eq(cfg.backends[1].weight, 3);
+	ck_assert_int_eq(cfg.backends[1].max_inflight, 5);
+	ck_assert_int_eq(cfg.health_fall, 4);
+	ck_assert_int_eq(cfg.health_rise, 2);
+	ck_assert_int_eq(cfg.retries, 3);
+	ck_assert_str_eq(cfg.listen_host, "127.0.0.1");
+	ck_assert_int_eq(cfg.listen_port, 8080);
+	ig_conf_free(&cfg);
+	unlink(path);
+	free(path);
+}
+END_TEST
+
+START_TEST(config_names_every_problem)
+{
+	char *path = write_tmp("{\"backends\": [\"http://a:1\", \"http://a:1/\", 7], \"polcy\": \"x\", "
+			       "\"health\": {\"rise\": 0}, \"timeouts\": {\"idle\": 1}}");
+	struct ig_conf cfg;
+	char *err = NULL;
+	ck_assert_int_eq(load_args(&cfg, &err, 2, "--config", path), -1);
+	ck_assert_ptr_nonnull(strstr(err, "listed twice"));
+	ck_assert_ptr_nonnull(strstr(err, "backends[2]"));
+	ck_assert_ptr_nonnull(strstr(err, "unknown key 'polcy' (did you mean 'policy'?)"));
+	ck_assert_ptr_nonnull(strstr(err, "health.rise"));
+	ck_assert_ptr_nonnull(strstr(err, "timeouts.idle"));
+	free(err);
+	ig_conf_free(&cfg);
+	unlink(path);
+	free(path);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("conf");
+	TCase *tc = tcase_create("core");
+	tcase_add_test(tc, config_file_and_flag_override);
+	tcase_add_test(tc, config_names_every_problem);
+	suite_add_tcase(s, tc);
+	return ig_check_run(s);
+}
