@@ -67,18 +67,22 @@ def parse(code, header):
     initializers. A prototype is the interface of the module that defines
     the function, not a use of it."""
     names, used, stmt, depth = set(), set(), [], 0
+    carry = ""  # "static struct x {...} v[] = {": the head before the struct body
     for m in re.finditer(r"[{};]|[^{};]+", code):
         tok = m.group(0)
         if depth > 0 or (stmt and "=" in "".join(stmt)):
             used.update(IDENT.findall(tok))
         if tok == "{":
             if depth == 0:
-                head = "".join(stmt)
+                head = carry + "".join(stmt)
+                carry = ""
                 if "=" in head:  # initialised variable: int x[] = {...}
                     name = re.findall(r"(\w+)\s*(?:\[[^\]]*\]\s*)*=", head)
                     if name and not re.search(r"\bstatic\b", head) and not header:
                         names.add(name[-1])
-                elif "(" in head and not re.match(r"\s*(typedef|struct|enum|union)\b[^(]*$", head):
+                elif re.match(r"\s*(static\s+)?(const\s+)?(struct|enum|union)\b[^(]*$", head):
+                    carry = "static " if re.search(r"\bstatic\b", head) else ""
+                elif "(" in head and not re.match(r"\s*typedef\b", head):
                     name = re.findall(r"(\w+)\s*\(", head)
                     name = [x for x in name if x not in KEYWORDS]
                     is_static = re.search(r"\bstatic\b", head)
@@ -92,7 +96,8 @@ def parse(code, header):
                 stmt = []
         elif tok == ";":
             if depth == 0:
-                head = "".join(stmt)
+                head = carry + "".join(stmt)
+                carry = ""
                 if (not header and "(" not in head and not re.search(r"\b(static|extern|typedef)\b", head)
                         and not re.match(r"\s*(struct|enum|union)\s+\w+\s*$", head)):
                     name = re.findall(r"(\w+)\s*(?:\[[^\]]*\]\s*)*$", head)
