@@ -6,6 +6,10 @@
 #include <stdint.h>
 #include <stddef.h>
 
+/* The object that holds `ptr` in its field `member` (a callback handed a
+ * pointer to an embedded struct finds its owner). */
+#define IG_CONTAINER_OF(ptr, type, member) ((type *)(void *)((char *)(ptr) - offsetof(type, member)))
+
 /* Monotonic clock in milliseconds / microseconds. */
 uint64_t ig_now_ms(void);
 uint64_t ig_now_us(void);

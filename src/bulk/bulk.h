@@ -11,6 +11,7 @@
 #include <sys/types.h>
 
 #include "infergate/buf.h"
+#include "infergate/sse.h"
 
 /* Exit codes, documented in --help. */
 enum {
@@ -197,8 +198,8 @@ char *ig_journal_error_line(const char *custom_id, long status, const char *requ
 /* Incremental Server-Sent-Events parser that rebuilds the non-streaming
  * body (chat.completion or text_completion) from the chunks, so the output
  * file looks the same with or without --stream. */
-struct ig_sse {
-	struct ig_buf pending;  /* bytes of an incomplete line */
+struct ig_stream {
+	struct ig_sse lines;    /* the SSE line splitter (src/common) */
 	json_t *meta;           /* id, created, model, system_fingerprint of the first chunk */
 	struct ig_buf *text;    /* per choice index */
 	json_t **finish;        /* per choice index */
@@ -210,13 +211,13 @@ struct ig_sse {
 	int bad;                /* a chunk that is not JSON */
 };
 
-void ig_sse_init(struct ig_sse *s);
-void ig_sse_free(struct ig_sse *s);
+void ig_stream_init(struct ig_stream *s);
+void ig_stream_free(struct ig_stream *s);
 /* Feeds bytes; returns 1 when this call delivered the first token, else 0;
  * -1 out of memory. */
-int ig_sse_feed(struct ig_sse *s, const char *p, size_t n);
+int ig_stream_feed(struct ig_stream *s, const char *p, size_t n);
 /* The rebuilt body (new reference), or NULL with *err (static text). */
-json_t *ig_sse_body(struct ig_sse *s, enum ig_endpoint ep, const char **err);
+json_t *ig_stream_body(struct ig_stream *s, enum ig_endpoint ep, const char **err);
 
 /* --------------------------------------------------------------- report */
 

@@ -40,7 +40,7 @@ struct job {
 	struct ig_buf resp;
 	int checked_type;
 	int sse_mode;
-	struct ig_sse sse;
+	struct ig_stream sse;
 	uint64_t ttft_us;
 	int too_large;
 	char request_id[128];
@@ -71,15 +71,15 @@ static void job_free(struct job *j)
 	free(j->custom_id);
 	free(j->body);
 	ig_buf_free(&j->resp);
-	ig_sse_free(&j->sse);
+	ig_stream_free(&j->sse);
 	free(j);
 }
 
 static void reset_attempt(struct job *j)
 {
 	ig_buf_free(&j->resp);
-	ig_sse_free(&j->sse);
-	ig_sse_init(&j->sse);
+	ig_stream_free(&j->sse);
+	ig_stream_init(&j->sse);
 	j->checked_type = j->sse_mode = j->too_large = 0;
 	j->ttft_us = 0;
 	j->request_id[0] = '\0';
@@ -104,7 +104,7 @@ static size_t on_body(char *p, size_t size, size_t n, void *ud)
 		j->sse_mode = code / 100 == 2 && ct && strncasecmp(ct, "text/event-stream", 17) == 0;
 	}
 	if (j->sse_mode) {
-		int r = ig_sse_feed(&j->sse, p, len);
+		int r = ig_stream_feed(&j->sse, p, len);
 		if (r < 0)
 			return 0;
 		if (r == 1)
@@ -282,7 +282,7 @@ static struct job *next_line(struct sched *s)
 		j->ep = l.ep;
 		j->stream = l.stream;
 		j->lineno = r->lineno;
-		ig_sse_init(&j->sse);
+		ig_stream_init(&j->sse);
 		ig_buf_init(&j->resp);
 		ig_bulk_line_clear(&l);
 		return j;
@@ -460,7 +460,7 @@ static void finished(struct sched *s, struct job *j, CURLcode rc)
 			body = json_incref(j->sse.error);
 			error_in_200(body, code, sizeof(code), &message, &retryable);
 		} else if (j->sse_mode) {
-			body = ig_sse_body(&j->sse, j->ep, &why);
+			body = ig_stream_body(&j->sse, j->ep, &why);
 		} else {
 			body = json_loadb(ig_buf_head(&j->resp), ig_buf_pending(&j->resp), 0, NULL);
 			if (!json_is_object(body)) {

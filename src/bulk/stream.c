@@ -7,17 +7,18 @@
 #include <string.h>
 
 #include "bulk.h"
+#include "infergate/log.h"
 #include "infergate/oaerror.h"
 
-void ig_sse_init(struct ig_sse *s)
+void ig_stream_init(struct ig_stream *s)
 {
 	memset(s, 0, sizeof(*s));
-	ig_buf_init(&s->pending);
+	ig_sse_init(&s->lines);
 }
 
-void ig_sse_free(struct ig_sse *s)
+void ig_stream_free(struct ig_stream *s)
 {
-	ig_buf_free(&s->pending);
+	ig_sse_free(&s->lines);
 	json_decref(s->meta);
 	json_decref(s->usage);
 	json_decref(s->error);
@@ -30,7 +31,7 @@ void ig_sse_free(struct ig_sse *s)
 	memset(s, 0, sizeof(*s));
 }
 
-static int ensure_choice(struct ig_sse *s, size_t idx)
+static int ensure_choice(struct ig_stream *s, size_t idx)
 {
 	if (idx < s->n_choices)
 		return 0;
@@ -53,7 +54,7 @@ static int ensure_choice(struct ig_sse *s, size_t idx)
 }
 
 /* One `data:` payload. Returns 1 when it carried the first token. */
-static int event(struct ig_sse *s, const char *p, size_t n)
+static int event(struct ig_stream *s, const char *p, size_t n)
 {
 	int first = 0;
 
@@ -119,38 +120,29 @@ static int event(struct ig_sse *s, const char *p, size_t n)
 	return first;
 }
 
-int ig_sse_feed(struct ig_sse *s, const char *p, size_t n)
-{
-	int first = 0;
+struct feed {
+	struct ig_stream *s;
+	int first;
+};
 
-	if (ig_buf_append(&s->pending, p, n) < 0)
-		return -1;
-	for (;;) {
-		const char *head = ig_buf_head(&s->pending);
-		size_t avail = ig_buf_pending(&s->pending);
-		const char *nl = memchr(head, '\n', avail);
-		if (!nl)
-			break;
-		size_t len = (size_t)(nl - head);
-		size_t eat = len + 1;
-		if (len > 0 && head[len - 1] == '\r')
-			len--;
-		if (len >= 5 && memcmp(head, "data:", 5) == 0) {
-			const char *d = head + 5;
-			size_t dn = len - 5;
-			if (dn > 0 && *d == ' ') {
-				d++;
-				dn--;
-			}
-			if (event(s, d, dn))
-				first = 1;
-		}
-		ig_buf_consume(&s->pending, eat);
-	}
-	return first;
+static void on_data(void *arg, const char *p, size_t n, size_t line_len IG_UNUSED, size_t rest IG_UNUSED)
+{
+	struct feed *f = arg;
+	if (!p)
+		f->s->bad = 1; /* a chunk too long to read */
+	else if (event(f->s, p, n))
+		f->first = 1;
 }
 
-json_t *ig_sse_body(struct ig_sse *s, enum ig_endpoint ep, const char **err)
+int ig_stream_feed(struct ig_stream *s, const char *p, size_t n)
+{
+	struct feed f = {s, 0};
+	if (ig_sse_feed(&s->lines, p, n, on_data, &f) < 0)
+		return -1;
+	return f.first;
+}
+
+json_t *ig_stream_body(struct ig_stream *s, enum ig_endpoint ep, const char **err)
 {
 	if (s->error) {
 		*err = "the stream carried an error event";

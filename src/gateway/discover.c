@@ -6,7 +6,7 @@
  * new addresses are added (and probed before they serve), vanished ones are
  * drained and then removed, so no request in flight is dropped. A failed
  * resolution changes nothing.
- * Not here: probing (health.c) or removal after draining (admin.c). */
+ * Not here: probing, and removal after draining (health.c). */
 #include "config.h"
 #include <curl/curl.h>
 #include <errno.h>
@@ -21,7 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "gateway.h"
+#include "discover.h"
+#include "health.h"
 #include "infergate/log.h"
 #include "infergate/util.h"
 
@@ -51,7 +52,7 @@ struct ig_discovery {
 	bool stop;
 	struct result *results;     /* filled by the thread, taken by the reactor */
 	int efd;
-	struct ig_evsrc ev;
+	struct ig_event ev;      /* the eventfd, handled by on_results */
 };
 
 static void result_free(struct result *r)
@@ -162,7 +163,9 @@ static int split_url(struct entry *e)
 	return ok ? 0 : -1;
 }
 
-int ig_discovery_start(struct ig_gw *gw)
+static void on_results(struct ig_event *ev, uint32_t events);
+
+int ig_discover_start(struct ig_gw *gw)
 {
 	const struct ig_conf *cfg = gw->cfg;
 	size_t n = 0;
@@ -186,20 +189,19 @@ int ig_discovery_start(struct ig_gw *gw)
 		if (split_url(e) < 0) {
 			ig_log_error("discover: cannot parse '%s'", e->name_url);
 			gw->discovery = d;
-			ig_discovery_stop(gw);
+			ig_discover_stop(gw);
 			return -1;
 		}
 	}
 	pthread_mutex_init(&d->mu, NULL);
 	pthread_cond_init(&d->cv, NULL);
 	d->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	d->ev = (struct ig_evsrc){IG_EV_DISCOVER, d->efd, d};
-	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &d->ev};
-	epoll_ctl(gw->epfd, EPOLL_CTL_ADD, d->efd, &ev);
+	d->ev = (struct ig_event){d->efd, on_results, gw};
+	ig_event_add(gw, &d->ev, EPOLLIN);
 	gw->discovery = d;
 	if (pthread_create(&d->thread, NULL, resolver, d) != 0) {
 		ig_log_error("discover: cannot start the resolver thread");
-		ig_discovery_stop(gw);
+		ig_discover_stop(gw);
 		return -1;
 	}
 	d->running = true;
@@ -207,7 +209,7 @@ int ig_discovery_start(struct ig_gw *gw)
 	return 0;
 }
 
-void ig_discovery_stop(struct ig_gw *gw)
+void ig_discover_stop(struct ig_gw *gw)
 {
 	struct ig_discovery *d = gw->discovery;
 	if (!d)
@@ -222,7 +224,7 @@ void ig_discovery_stop(struct ig_gw *gw)
 		pthread_cond_destroy(&d->cv);
 	}
 	if (d->efd > 0) {
-		epoll_ctl(gw->epfd, EPOLL_CTL_DEL, d->efd, NULL);
+		ig_event_del(gw, &d->ev);
 		close(d->efd);
 	}
 	while (d->results) {
@@ -292,8 +294,10 @@ static void apply(struct ig_gw *gw, struct entry *e, struct result *r)
 	}
 }
 
-void ig_discovery_on_event(struct ig_gw *gw)
+/* The resolver thread posted results (its eventfd is readable). */
+static void on_results(struct ig_event *ev, uint32_t events IG_UNUSED)
 {
+	struct ig_gw *gw = ev->data;
 	struct ig_discovery *d = gw->discovery;
 	uint64_t junk;
 	if (!d)
@@ -312,5 +316,5 @@ void ig_discovery_on_event(struct ig_gw *gw)
 			apply(gw, e, r);
 		result_free(r);
 	}
-	ig_admin_tick(gw);
+	ig_health_reap(gw);
 }

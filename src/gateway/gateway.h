@@ -1,11 +1,19 @@
-/* The gateway process: one reactor (epoll loop) that owns an MHD daemon in
- * external mode, a curl multi handle and the request objects. Everything in
- * this header is touched by the reactor thread only, except the backend
- * counters (atomics, see backend.h).
+/* The gateway process's shared state: the one `struct ig_gw` every module is
+ * handed, the event sources the reactor dispatches, and the deferred actions
+ * it runs once per loop turn. Types and flags only: no module's functions
+ * are declared here, so including this header ties a file to no module
+ * above it. Everything here is touched by the reactor thread only, except
+ * the backend counters (atomics, see backend.h).
  *
- * Data flows one way: server.c (client request) -> proxy.c (request object,
- * routing, queue, retries) -> upstream.c (curl) -> proxy.c (response bytes)
- * -> server.c (MHD response) -> client. */
+ * The layers, calls only going down (README, "How it is built"):
+ *   reactor.c                          the loop; owns every event source
+ *   server.c  admin.c  reload.c  discover.c
+ *   proxy.c                            the request object, queue, retries, SSE relay
+ *   router.c  upstream.c  health.c  metrics.c  accesslog.c
+ *   backend.c  loadreport.c  auth.c  conf.c  (and this header)
+ * A lower layer reports back through a callback stored in the object it was
+ * handed (struct ig_event, struct ig_xfer, struct ig_call) or by setting a
+ * flag below that the reactor acts on. */
 #ifndef IG_GATEWAY_H
 #define IG_GATEWAY_H
 
@@ -13,49 +21,72 @@
 #include <microhttpd.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/epoll.h>
 
 #include "accesslog.h"
 #include "auth.h"
 #include "backend.h"
-#include "infergate/buf.h"
 #include "conf.h"
+#include "infergate/list.h"
 
-#define IG_MAX_TRIES 21 /* retries <= 20, plus the first attempt */
-
-/* What an epoll event belongs to. */
-enum ig_evkind {
-	IG_EV_MHD,      /* the MHD daemon's epoll fd */
-	IG_EV_CURL,     /* a curl socket */
-	IG_EV_TICK,     /* housekeeping timer: probes, queue deadlines */
-	IG_EV_SIGNAL,   /* signalfd */
-	IG_EV_CLIENT,   /* a suspended client's socket, watched for hang-up */
-	IG_EV_DISCOVER, /* eventfd: DNS discovery has results */
+/* An event source of the reactor's epoll set: it carries its own handler
+ * (Redis's aeFileProc, nginx's ev->handler), so the loop needs no switch
+ * over kinds. */
+struct ig_event {
+	int fd;
+	void (*handler)(struct ig_event *ev, uint32_t events);
+	void *data;
 };
 
 /* epoll data for curl sockets: this bit set, the fd in the low 32 bits
- * (user-space pointers never have bit 63 set on Linux). */
+ * (user-space pointers never have bit 63 set on Linux). Tagged by fd, not
+ * by pointer, so an event for a socket curl closed earlier in the same
+ * batch is harmless (upstream.c). */
 #define IG_EV_CURL_BIT (1ull << 63)
 
-struct ig_evsrc {
-	enum ig_evkind kind;
-	int fd;
-	void *ptr;
+/* What the MHD access handler calls for one connection's request: *con_cls
+ * always points to one of these, embedded in the object that answers (a
+ * proxied request, an admin call, or a fixed answer), so the server tells
+ * objects apart by the function they carry, not by a tag. */
+struct ig_gw;
+
+struct ig_call {
+	enum MHD_Result (*on_request)(struct ig_call *call, struct ig_gw *gw, struct MHD_Connection *conn,
+				      const char *url, const char *method, const char *upload_data,
+				      size_t *upload_data_size, void **con_cls);
+	/* The connection is done with the request (MHD_OPTION_NOTIFY_COMPLETED);
+	 * frees what the call owns. NULL: nothing to do. */
+	void (*on_completed)(struct ig_call *call, enum MHD_RequestTerminationCode toe);
 };
 
-/* Kinds of curl transfers, the first field of every CURLOPT_PRIVATE. */
-enum ig_xfer_kind {
-	IG_XFER_REQUEST, /* a proxied client request */
-	IG_XFER_PROBE,   /* a health probe */
-	IG_XFER_ADMIN,   /* an /admin request reading its body (no transfer) */
+/* Routes forwarded to a backend, by index (path as sent upstream). */
+#define IG_NROUTES 3
+static inline const char *ig_route_path(int route)
+{
+	static const char *const paths[IG_NROUTES] = {"/v1/chat/completions", "/v1/completions",
+						      "/v1/embeddings"};
+	return route >= 0 && route < IG_NROUTES ? paths[route] : "";
+}
+
+/* Latency histogram (Prometheus style: cumulative when printed). */
+#define IG_HIST_BUCKETS 16
+struct ig_metrics_hist {
+	uint64_t counts[IG_HIST_BUCKETS + 1]; /* last one: above every bound */
+	double sum;
+	uint64_t n;
 };
 
-enum ig_req_phase {
-	IG_REQ_READING,  /* receiving the client body */
-	IG_REQ_QUEUED,   /* waiting for a backend slot */
-	IG_REQ_UPSTREAM, /* transfer running */
-	IG_REQ_FINISHED, /* answer decided (response or error) */
+/* Requests by route, status and backend: a short list (a few dozen
+ * combinations in practice), searched linearly. */
+struct ig_reqcount {
+	int route;          /* index for ig_route_path */
+	unsigned status;
+	char *backend;      /* URL, or "" when no backend answered */
+	uint64_t n;
 };
 
+/* Kinds of upstream failure (upstream.c classifies, proxy.c and health.c
+ * count them). */
 enum ig_upstream_error {
 	IG_UPERR_NONE,
 	IG_UPERR_CONNECT, /* refused, unreachable, connect timeout */
@@ -65,87 +96,10 @@ enum ig_upstream_error {
 	IG_UPERR_OTHER,
 };
 
-struct ig_gw;
-
-struct ig_req {
-	enum ig_xfer_kind kind;      /* IG_XFER_REQUEST; first for CURLOPT_PRIVATE */
-	struct ig_gw *gw;
-	struct MHD_Connection *conn;
-	struct ig_req *prev, *next;  /* gw->reqs: every live request */
-	struct ig_req *qnext, *qprev;/* gw queue, when QUEUED */
-	enum ig_req_phase phase;
-	int route_idx;               /* upstream path: ig_routes[route_idx] */
-	struct ig_buf body;
-	bool too_large;
-	bool stream;                 /* client asked for "stream": true */
-	bool suspended;              /* MHD connection suspended by us */
-	bool committed;              /* response bytes handed to MHD: no retry */
-	bool upstream_done;
-	bool upstream_failed;        /* ended with an error after commit */
-	bool sse;                    /* the streamed body is text/event-stream */
-	size_t ready;                /* pending resp bytes that end a whole SSE event */
-	bool client_gone;
-	bool paused;                 /* curl transfer paused for back-pressure */
-	bool watching;               /* client fd in our epoll for hang-up */
-	bool in_multi;
-	char request_id[80];
-	char client[48];
-	char *model;
-	long max_tokens;
-	struct curl_slist *up_headers;  /* headers sent upstream */
-	CURL *easy;
-	struct ig_backend *backend;     /* current attempt */
-	struct ig_backend *tried[IG_MAX_TRIES];
-	int ntried;
-	int retries_done;
-	long up_status;
-	struct ig_buf up_resp_headers;  /* "Name\0Value\0" pairs to relay */
-	bool headers_done;
-	struct ig_buf resp;             /* response body bytes not yet sent */
-	unsigned err_status;            /* error answer decided by the gateway */
-	char *err_body;
-	enum ig_upstream_error last_err;
-	uint64_t t_start_us, t_first_byte_us, q_deadline_ms;
-	uint64_t last_io_ms;            /* last byte from the backend (idle timeout) */
-	uint64_t suspended_at_ms;       /* when it was last suspended */
-	struct ig_buf sse_line;         /* partial SSE line, to find the usage chunk */
-	long prompt_tokens, completion_tokens; /* from "usage", -1 when none */
-	unsigned stream_error;          /* a 200 stream that carried an error event:
-					 * the status it names (counted and logged
-					 * as that), 0 when none */
-	char *stream_error_msg;         /* its message, for the access log */
-	unsigned status_sent;           /* what the client was answered */
-	uint64_t bytes_out;
-	uint64_t t_answer_us;           /* response handed to MHD */
-	struct ig_evsrc client_ev;
-	int client_fd;
-};
-
-struct ig_probe;
-
-/* Latency histogram (Prometheus style: cumulative when printed). */
-#define IG_HIST_BUCKETS 16
-struct ig_hist {
-	uint64_t counts[IG_HIST_BUCKETS + 1]; /* last one: above every bound */
-	double sum;
-	uint64_t n;
-};
-
-/* Requests by route, status and backend: a short list (a few dozen
- * combinations in practice), searched linearly. */
-struct ig_reqcount {
-	int route;          /* index in IG_ROUTES */
-	unsigned status;
-	char *backend;      /* URL, or "" when no backend answered */
-	uint64_t n;
-};
-
-#define IG_NROUTES 3
-extern const char *const ig_routes[IG_NROUTES];
-
+/* Counters written where things happen, printed by metrics.c. */
 struct ig_stats {
-	struct ig_hist duration[IG_NROUTES];   /* whole request */
-	struct ig_hist ttfb[IG_NROUTES];       /* streams: first byte */
+	struct ig_metrics_hist duration[IG_NROUTES];   /* whole request */
+	struct ig_metrics_hist ttfb[IG_NROUTES];       /* streams: first byte */
 	struct ig_reqcount *counts;
 	size_t ncounts;
 	uint64_t requests;          /* proxied requests received */
@@ -160,12 +114,14 @@ struct ig_stats {
 	uint64_t prompt_tokens, completion_tokens;
 };
 
+struct ig_discovery;
+
 struct ig_gw {
 	struct ig_conf *cfg;
 	struct ig_pool pool;
 	int epfd;
-	struct ig_evsrc ev_mhd, ev_tick, ev_signal;
-	int tick_fd, signal_fd;
+	struct ig_event ev_mhd, ev_tick, ev_signal;
+	bool tick_due;                 /* the housekeeping timer fired this turn */
 	uint64_t curl_deadline_us;     /* when curl wants its timeout action */
 	uint32_t *curl_fds;            /* upstream.c: epoll state of curl sockets, by fd */
 	size_t ncurl_fds;
@@ -174,16 +130,18 @@ struct ig_gw {
 	int listen_fd;
 	struct MHD_Daemon *mhd;
 	CURLM *multi;
-	bool resume_pending;
-	struct ig_req *reqs;           /* all live requests */
+	/* Deferred actions, run by the reactor once per loop turn. */
+	bool resume_pending;           /* a connection was resumed: run MHD again */
+	bool drain_pending;            /* a slot or backend freed up: start queued requests */
+	bool reap_pending;             /* a removed backend may have no request left */
+	struct ig_list reqs;           /* every live proxied request (struct ig_req) */
 	size_t nreqs;
-	struct ig_req *qhead, *qtail;  /* FIFO of QUEUED requests */
+	struct ig_list queue;          /* FIFO of requests waiting for a slot */
 	size_t qlen;
 	struct ig_stats stats;
 	uint64_t started_ms;
 	bool stopping;
 	uint64_t stop_deadline_ms;
-	int exit_code;
 	uint64_t next_idle_scan_ms;
 	uint64_t next_watch_scan_ms;
 	struct ig_keyset api_keys, admin_keys;
@@ -193,101 +151,17 @@ struct ig_gw {
 	char **argv;
 };
 
-/* reactor.c */
-/* Sets up epoll, timers, signals, MHD and curl. Returns 0 or -1 (logged). */
-int ig_gw_init(struct ig_gw *gw, struct ig_conf *cfg);
-/* Runs until a stop signal and the grace period; returns the exit code. */
-int ig_gw_run(struct ig_gw *gw);
-void ig_gw_free(struct ig_gw *gw);
-/* An easy handle from the free list (or a new one); and back (NULL is
- * fine). Saves an allocation and setup per request. */
-CURL *ig_gw_easy_get(struct ig_gw *gw);
-void ig_gw_easy_put(struct ig_gw *gw, CURL *easy);
-/* Asks the loop to run MHD again (after MHD_resume_connection). */
-void ig_gw_resume(struct ig_gw *gw, struct ig_req *req);
-
-/* server.c: the MHD side */
-MHD_AccessHandlerCallback ig_server_handler(void);
-void ig_server_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
-			 enum MHD_RequestTerminationCode toe);
-/* The client's address as text ("" when unknown). */
-void ig_server_client_addr(struct MHD_Connection *conn, char *out, size_t n);
-/* Queues an OpenAI-shaped error; returns MHD's result. */
-enum MHD_Result ig_server_error(struct MHD_Connection *conn, unsigned status, const char *message,
-				const char *param, const char *code, const char *request_id);
-
-/* proxy.c: the request object */
-struct ig_req *ig_req_new(struct ig_gw *gw, struct MHD_Connection *conn, int route_idx);
-void ig_req_free(struct ig_req *req);
-/* Body complete: validate and dispatch. Returns the MHD result; may suspend. */
-enum MHD_Result ig_req_start(struct ig_req *req);
-/* Called by the access handler after a resume: queue whatever is decided. */
-enum MHD_Result ig_req_respond(struct ig_req *req);
-/* The client left (completion callback or hang-up): abort everything. */
-void ig_req_client_gone(struct ig_req *req);
-/* A curl transfer of this request finished. */
-void ig_req_upstream_done(struct ig_req *req, CURLcode result);
-/* The status a request ended with: what was sent, or the status named by
- * the error event a 200 stream carried (metrics and the access log count it
- * as that). */
-static inline unsigned ig_req_status(const struct ig_req *req)
+/* Adds / removes an event source to / from the reactor's epoll set.
+ * Returns 0 or -1 (errno set). */
+static inline int ig_event_add(struct ig_gw *gw, struct ig_event *ev, uint32_t events)
 {
-	return req->stream_error ? req->stream_error : req->status_sent;
+	struct epoll_event e = {.events = events, .data.ptr = ev};
+	return epoll_ctl(gw->epfd, EPOLL_CTL_ADD, ev->fd, &e);
 }
-/* Writes the request's access log line (if the log is on). */
-void ig_req_log(struct ig_req *req, bool completed);
-/* Housekeeping: queue deadlines. */
-void ig_proxy_tick(struct ig_gw *gw, uint64_t now_ms);
-/* A backend slot was freed: start queued requests. */
-void ig_proxy_drain_queue(struct ig_gw *gw);
 
-/* upstream.c: curl multi glue */
-int ig_upstream_init(struct ig_gw *gw);
-void ig_upstream_free(struct ig_gw *gw);
-void ig_upstream_on_socket(struct ig_gw *gw, int fd, uint32_t events);
-void ig_upstream_on_timer(struct ig_gw *gw);
-/* Every easy handle must go through this: curl's socket closes are how
- * sockets leave the reactor's epoll set. */
-void ig_upstream_watch_closes(struct ig_gw *gw, CURL *easy);
-
-/* health.c: active probes and passive accounting */
-int ig_health_init(struct ig_gw *gw);
-void ig_health_free(struct ig_gw *gw);
-/* Probe state for a backend added at run time / about to be removed. */
-int ig_health_add(struct ig_gw *gw, struct ig_backend *b);
-void ig_health_remove(struct ig_gw *gw, struct ig_backend *b);
-void ig_health_tick(struct ig_gw *gw, uint64_t now_ms);
-void ig_health_probe_done(struct ig_gw *gw, struct ig_probe *p, CURLcode result);
-/* A request to b succeeded / failed (passive checks). */
-void ig_health_passive_ok(struct ig_gw *gw, struct ig_backend *b);
-void ig_health_passive_fail(struct ig_gw *gw, struct ig_backend *b, enum ig_upstream_error e,
-			    const char *detail);
-
-/* admin.c: runtime control and reload */
-/* Answers an /admin request (key already checked); body may be empty. */
-enum MHD_Result ig_admin_handle(struct ig_gw *gw, struct MHD_Connection *conn, const char *method,
-				const char *url, const char *body, size_t len);
-/* Finishes removals whose in-flight requests are done. */
-void ig_admin_tick(struct ig_gw *gw);
-/* SIGHUP: re-read the configuration; on any problem keep the running one. */
-void ig_gw_reload(struct ig_gw *gw);
-/* Loads keys and opens the access log for cfg; -1 with *err on a problem. */
-int ig_gw_load_files(struct ig_gw *gw, const struct ig_conf *cfg, char **err);
-
-/* discover.c: DNS discovery of backends */
-/* Starts resolving the config's discover entries (none: does nothing). */
-int ig_discovery_start(struct ig_gw *gw);
-void ig_discovery_stop(struct ig_gw *gw);
-void ig_discovery_on_event(struct ig_gw *gw);
-
-/* metrics.c: /metrics, /health, /health/backends, /v1/models bodies */
-char *ig_metrics_text(struct ig_gw *gw);
-/* Counts a finished proxied request (status, latency, backend). */
-void ig_metrics_observe(struct ig_gw *gw, const struct ig_req *req);
-void ig_metrics_free(struct ig_gw *gw);
-char *ig_health_json(struct ig_gw *gw, unsigned *status);
-char *ig_backends_json(struct ig_gw *gw);
-json_t *ig_backend_to_json(const struct ig_backend *b, uint64_t now);
-char *ig_models_json(struct ig_gw *gw);
+static inline void ig_event_del(struct ig_gw *gw, struct ig_event *ev)
+{
+	epoll_ctl(gw->epfd, EPOLL_CTL_DEL, ev->fd, NULL);
+}
 
 #endif

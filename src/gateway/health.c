@@ -5,6 +5,8 @@
  * backend is ejected after its first failed requests rather than at the next
  * probe. Probes are ordinary transfers in the reactor's curl multi: they
  * never block a request. State changes are logged once per change.
+ * A backend coming up or learning more slots sets gw->drain_pending: the
+ * reactor then starts queued requests (proxy.c), which sits above us.
  * Not here: what the router does with the state (router.c). */
 #include "config.h"
 #include <jansson.h>
@@ -12,11 +14,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gateway.h"
-#include "loadreport.h"
+#include "health.h"
+#include "infergate/buf.h"
 #include "infergate/log.h"
-#include "router.h"
 #include "infergate/util.h"
+#include "loadreport.h"
+#include "router.h"
+#include "upstream.h"
 
 #define MODELS_REFRESH_MS 30000
 
@@ -38,9 +42,9 @@ static const char *const auto_load_paths[] = {"/v1/loads", "/metrics", "/get_loa
 #define N_AUTO_LOAD_PATHS (sizeof(auto_load_paths) / sizeof(auto_load_paths[0]))
 
 struct ig_probe {
-	enum ig_xfer_kind kind; /* IG_XFER_PROBE; first for CURLOPT_PRIVATE */
+	struct ig_xfer xfer;    /* the probe's transfer; its end: probe_done */
+	struct ig_gw *gw;
 	struct ig_backend *b;
-	CURL *easy;
 	enum probe_what what;
 	struct ig_buf body;
 	struct curl_slist *headers; /* the backend key, when there is one */
@@ -49,12 +53,15 @@ struct ig_probe {
 	size_t load_path;       /* index in auto_load_paths, with load_path "auto" */
 };
 
-int ig_health_add(struct ig_gw *gw IG_UNUSED, struct ig_backend *b)
+static void probe_done(struct ig_xfer *x, CURLcode result);
+
+int ig_health_add(struct ig_gw *gw, struct ig_backend *b)
 {
 	struct ig_probe *p = calloc(1, sizeof(*p));
 	if (!p)
 		return -1;
-	p->kind = IG_XFER_PROBE;
+	p->xfer.done = probe_done;
+	p->gw = gw;
 	p->b = b;
 	ig_buf_init(&p->body);
 	b->probe = p;
@@ -67,10 +74,9 @@ void ig_health_remove(struct ig_gw *gw, struct ig_backend *b)
 	struct ig_probe *p = b->probe;
 	if (!p)
 		return;
-	if (p->running && gw->multi)
-		curl_multi_remove_handle(gw->multi, p->easy);
-	if (p->easy)
-		curl_easy_cleanup(p->easy);
+	ig_upstream_stop(gw, &p->xfer);
+	if (p->xfer.easy)
+		curl_easy_cleanup(p->xfer.easy);
 	curl_slist_free_all(p->headers);
 	ig_buf_free(&p->body);
 	free(p);
@@ -108,21 +114,20 @@ static void start_probe(struct ig_gw *gw, struct ig_probe *p, enum probe_what wh
 
 	snprintf(url, sizeof(url), "%s%s", p->b->url,
 		 what == PROBE_HEALTH ? cfg->health_path : what == PROBE_MODELS ? "/v1/models" : load_path);
-	if (p->easy)
-		curl_easy_reset(p->easy);
+	if (p->xfer.easy)
+		curl_easy_reset(p->xfer.easy);
 	else
-		p->easy = curl_easy_init();
+		p->xfer.easy = curl_easy_init();
 	ig_buf_reset(&p->body);
 	p->what = what;
-	curl_easy_setopt(p->easy, CURLOPT_URL, url);
-	curl_easy_setopt(p->easy, CURLOPT_PRIVATE, p);
-	curl_easy_setopt(p->easy, CURLOPT_WRITEFUNCTION, on_probe_body);
-	curl_easy_setopt(p->easy, CURLOPT_WRITEDATA, p);
-	curl_easy_setopt(p->easy, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(p->easy, CURLOPT_TIMEOUT_MS, cfg->health_timeout_ms);
-	curl_easy_setopt(p->easy, CURLOPT_CONNECTTIMEOUT_MS,
+	curl_easy_setopt(p->xfer.easy, CURLOPT_URL, url);
+	curl_easy_setopt(p->xfer.easy, CURLOPT_WRITEFUNCTION, on_probe_body);
+	curl_easy_setopt(p->xfer.easy, CURLOPT_WRITEDATA, p);
+	curl_easy_setopt(p->xfer.easy, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(p->xfer.easy, CURLOPT_TIMEOUT_MS, cfg->health_timeout_ms);
+	curl_easy_setopt(p->xfer.easy, CURLOPT_CONNECTTIMEOUT_MS,
 			 cfg->health_timeout_ms < cfg->connect_ms ? cfg->health_timeout_ms : cfg->connect_ms);
-	curl_easy_setopt(p->easy, CURLOPT_HTTP_CONTENT_DECODING, 0L);
+	curl_easy_setopt(p->xfer.easy, CURLOPT_HTTP_CONTENT_DECODING, 0L);
 	/* SGLang's API-key middleware exempts only /health*, /ready* and
 	 * /metrics (python/sglang/srt/utils/auth.py): /v1/models and the load
 	 * paths need the key like any request. */
@@ -132,21 +137,18 @@ static void start_probe(struct ig_gw *gw, struct ig_probe *p, enum probe_what wh
 		char *line = ig_strdupf("Authorization: Bearer %s", cfg->backend_api_key);
 		p->headers = curl_slist_append(NULL, line);
 		free(line);
-		curl_easy_setopt(p->easy, CURLOPT_HTTPHEADER, p->headers);
+		curl_easy_setopt(p->xfer.easy, CURLOPT_HTTPHEADER, p->headers);
 	}
-	ig_upstream_watch_closes(gw, p->easy);
 	p->started_us = ig_now_us();
-	if (curl_multi_add_handle(gw->multi, p->easy) == CURLM_OK) {
-		p->running = true;
+	if (ig_upstream_start(gw, &p->xfer) == CURLM_OK)
 		p->b->probing = 1;
-	}
 }
 
 void ig_health_tick(struct ig_gw *gw, uint64_t now_ms)
 {
 	for (size_t i = 0; i < gw->pool.n; i++) {
 		struct ig_probe *p = gw->pool.v[i]->probe;
-		if (p && !p->running && now_ms >= p->b->next_probe_ms)
+		if (p && !p->xfer.running && now_ms >= p->b->next_probe_ms)
 			start_probe(gw, p, PROBE_HEALTH);
 	}
 }
@@ -160,7 +162,7 @@ static void set_state(struct ig_gw *gw, struct ig_backend *b, int state, const c
 		b->seen_up = 1;
 		ig_log_info("backend %s is up (%s); %zu of %zu healthy", b->url, why, ig_pool_healthy(&gw->pool),
 			    gw->pool.n);
-		ig_proxy_drain_queue(gw);
+		gw->drain_pending = true;
 	} else {
 		ig_log_warn("backend %s is down (%s); %zu of %zu healthy", b->url, why, ig_pool_healthy(&gw->pool),
 			    gw->pool.n);
@@ -227,19 +229,19 @@ static void take_load(struct ig_gw *gw, struct ig_backend *b, long running, long
 	else
 		ig_log_debug("backend %s: no queue at %ld in flight, now up to %ld", b->url, peak, learned);
 	if (learned > cur)
-		ig_proxy_drain_queue(gw);
+		gw->drain_pending = true;
 }
 
-void ig_health_probe_done(struct ig_gw *gw, struct ig_probe *p, CURLcode result)
+static void probe_done(struct ig_xfer *x, CURLcode result)
 {
+	struct ig_probe *p = IG_CONTAINER_OF(x, struct ig_probe, xfer);
+	struct ig_gw *gw = p->gw;
 	struct ig_backend *b = p->b;
 	long status = 0;
 	uint64_t now = ig_now_ms();
 	char why[200];
 
-	curl_easy_getinfo(p->easy, CURLINFO_RESPONSE_CODE, &status);
-	curl_multi_remove_handle(gw->multi, p->easy);
-	p->running = false;
+	curl_easy_getinfo(p->xfer.easy, CURLINFO_RESPONSE_CODE, &status);
 	if (p->what == PROBE_LOAD) {
 		long running = -1, waiting = -1;
 		if (result == CURLE_OK && status == 200)
@@ -320,4 +322,16 @@ void ig_health_passive_fail(struct ig_gw *gw, struct ig_backend *b, enum ig_upst
 	/* A refused connection is not a fluke: eject at once. */
 	if (e == IG_UPERR_CONNECT || b->consec_fail >= gw->cfg->health_fall)
 		set_state(gw, b, IG_BACKEND_DOWN, why);
+}
+
+void ig_health_reap(struct ig_gw *gw)
+{
+	for (size_t i = gw->pool.n; i-- > 0;) {
+		struct ig_backend *b = gw->pool.v[i];
+		if (atomic_load(&b->admin) != IG_ADMIN_REMOVING || atomic_load(&b->inflight) > 0)
+			continue;
+		ig_log_info("backend %s (id %d) removed", b->url, b->id);
+		ig_health_remove(gw, b);
+		ig_pool_remove(&gw->pool, b);
+	}
 }

@@ -8,7 +8,7 @@
 
 #include "auth.h"
 #include "conf.h"
-#include "gateway.h"
+#include "reactor.h"
 #include "infergate/log.h"
 
 /* --hash-key: the digest to put in api_keys_file, from a key on stdin, so
@@ -60,17 +60,17 @@ int main(int argc, char **argv)
 	if (ig_log_level_parse(cfg.log_level, &level) == 0)
 		ig_log_set_level(level);
 	curl_global_init(CURL_GLOBAL_DEFAULT);
-	rc = ig_gw_init(&gw, &cfg);
+	rc = ig_reactor_init(&gw, &cfg);
 	gw.argc = argc;
 	gw.argv = argv;
 	if (rc < 0) {
-		ig_gw_free(&gw);
+		ig_reactor_free(&gw);
 		ig_conf_free(&cfg);
 		curl_global_cleanup();
 		return 2;
 	}
-	rc = ig_gw_run(&gw);
-	ig_gw_free(&gw);
+	rc = ig_reactor_run(&gw);
+	ig_reactor_free(&gw);
 	ig_conf_free(&cfg);
 	curl_global_cleanup();
 	return rc;

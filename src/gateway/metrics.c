@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "infergate/buf.h"
-#include "gateway.h"
+#include "metrics.h"
 #include "infergate/util.h"
 
 static char *dump(json_t *j)
@@ -18,7 +18,7 @@ static char *dump(json_t *j)
 	return s;
 }
 
-char *ig_health_json(struct ig_gw *gw, unsigned *status)
+char *ig_metrics_health_json(struct ig_gw *gw, unsigned *status)
 {
 	size_t k = ig_pool_healthy(&gw->pool);
 	*status = k > 0 ? 200 : 503;
@@ -26,7 +26,7 @@ char *ig_health_json(struct ig_gw *gw, unsigned *status)
 			      "healthy_backends", (json_int_t)k, "backends", (json_int_t)gw->pool.n));
 }
 
-json_t *ig_backend_to_json(const struct ig_backend *b, uint64_t now)
+json_t *ig_metrics_backend_json(const struct ig_backend *b, uint64_t now)
 {
 	json_t *o = json_pack("{s:I, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
 			      "id", (json_int_t)b->id, "url", b->url,
@@ -66,12 +66,12 @@ json_t *ig_backend_to_json(const struct ig_backend *b, uint64_t now)
 	return o;
 }
 
-char *ig_backends_json(struct ig_gw *gw)
+char *ig_metrics_backends_json(struct ig_gw *gw)
 {
 	json_t *arr = json_array();
 	uint64_t now = ig_now_ms();
 	for (size_t i = 0; i < gw->pool.n; i++)
-		json_array_append_new(arr, ig_backend_to_json(gw->pool.v[i], now));
+		json_array_append_new(arr, ig_metrics_backend_json(gw->pool.v[i], now));
 	json_t *g = json_pack("{s:s, s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
 			      "version", PACKAGE_VERSION,
 			      "uptime_s", (double)(now - gw->started_ms) / 1000.0,
@@ -85,7 +85,7 @@ char *ig_backends_json(struct ig_gw *gw)
 	return dump(json_pack("{s:o, s:o}", "gateway", g, "backends", arr));
 }
 
-char *ig_models_json(struct ig_gw *gw)
+char *ig_metrics_models_json(struct ig_gw *gw)
 {
 	json_t *data = json_array(), *seen = json_object();
 	for (size_t i = 0; i < gw->pool.n; i++) {
@@ -109,7 +109,7 @@ char *ig_models_json(struct ig_gw *gw)
 static const double bounds[IG_HIST_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
 						2.5, 5, 10, 30, 60, 120, 300, 600};
 
-static void observe(struct ig_hist *h, double seconds)
+static void observe(struct ig_metrics_hist *h, double seconds)
 {
 	int i = 0;
 	while (i < IG_HIST_BUCKETS && seconds > bounds[i])
@@ -119,25 +119,21 @@ static void observe(struct ig_hist *h, double seconds)
 	h->n++;
 }
 
-void ig_metrics_observe(struct ig_gw *gw, const struct ig_req *req)
+void ig_metrics_observe(struct ig_gw *gw, int route, unsigned status, bool stream_error, const char *backend,
+			uint64_t duration_us, int64_t ttfb_us)
 {
 	struct ig_stats *s = &gw->stats;
-	const char *backend = req->backend ? req->backend->url : "";
-	uint64_t now = ig_now_us();
 
-	if (req->route_idx < 0 || req->route_idx >= IG_NROUTES || !req->status_sent)
+	if (route < 0 || route >= IG_NROUTES || !status)
 		return;
-	/* A 200 stream that carried an error event failed: it counts as the
-	 * status of its error, as it would have without streaming. */
-	unsigned status = ig_req_status(req);
-	if (req->stream_error)
+	if (stream_error)
 		s->stream_errors++;
-	observe(&s->duration[req->route_idx], (double)(now - req->t_start_us) / 1e6);
-	if (req->stream && req->t_first_byte_us)
-		observe(&s->ttfb[req->route_idx], (double)(req->t_first_byte_us - req->t_start_us) / 1e6);
+	observe(&s->duration[route], (double)duration_us / 1e6);
+	if (ttfb_us >= 0)
+		observe(&s->ttfb[route], (double)ttfb_us / 1e6);
 	for (size_t i = 0; i < s->ncounts; i++) {
 		struct ig_reqcount *c = &s->counts[i];
-		if (c->route == req->route_idx && c->status == status && strcmp(c->backend, backend) == 0) {
+		if (c->route == route && c->status == status && strcmp(c->backend, backend) == 0) {
 			c->n++;
 			return;
 		}
@@ -146,7 +142,7 @@ void ig_metrics_observe(struct ig_gw *gw, const struct ig_req *req)
 	if (!v)
 		return;
 	s->counts = v;
-	s->counts[s->ncounts++] = (struct ig_reqcount){req->route_idx, status, strdup(backend), 1};
+	s->counts[s->ncounts++] = (struct ig_reqcount){route, status, strdup(backend), 1};
 }
 
 void ig_metrics_free(struct ig_gw *gw)
@@ -158,20 +154,20 @@ void ig_metrics_free(struct ig_gw *gw)
 	gw->stats.ncounts = 0;
 }
 
-static void print_hist(struct ig_buf *b, const char *name, const char *help, const struct ig_hist *h)
+static void print_hist(struct ig_buf *b, const char *name, const char *help, const struct ig_metrics_hist *h)
 {
 	ig_buf_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
 	for (int r = 0; r < IG_NROUTES; r++) {
 		uint64_t cum = 0;
 		for (int i = 0; i < IG_HIST_BUCKETS; i++) {
 			cum += h[r].counts[i];
-			ig_buf_printf(b, "%s_bucket{route=\"%s\",le=\"%g\"} %lu\n", name, ig_routes[r], bounds[i],
+			ig_buf_printf(b, "%s_bucket{route=\"%s\",le=\"%g\"} %lu\n", name, ig_route_path(r), bounds[i],
 				      (unsigned long)cum);
 		}
 		cum += h[r].counts[IG_HIST_BUCKETS];
-		ig_buf_printf(b, "%s_bucket{route=\"%s\",le=\"+Inf\"} %lu\n", name, ig_routes[r], (unsigned long)cum);
-		ig_buf_printf(b, "%s_sum{route=\"%s\"} %.6f\n%s_count{route=\"%s\"} %lu\n", name, ig_routes[r],
-			      h[r].sum, name, ig_routes[r], (unsigned long)h[r].n);
+		ig_buf_printf(b, "%s_bucket{route=\"%s\",le=\"+Inf\"} %lu\n", name, ig_route_path(r), (unsigned long)cum);
+		ig_buf_printf(b, "%s_sum{route=\"%s\"} %.6f\n%s_count{route=\"%s\"} %lu\n", name, ig_route_path(r),
+			      h[r].sum, name, ig_route_path(r), (unsigned long)h[r].n);
 	}
 }
 
@@ -214,7 +210,7 @@ char *ig_metrics_text(struct ig_gw *gw)
 		      "# TYPE infergate_requests_total counter\n");
 	for (size_t i = 0; i < s->ncounts; i++)
 		ig_buf_printf(&b, "infergate_requests_total{route=\"%s\",code=\"%u\",backend=\"%s\"} %lu\n",
-			      ig_routes[s->counts[i].route], s->counts[i].status, s->counts[i].backend,
+			      ig_route_path(s->counts[i].route), s->counts[i].status, s->counts[i].backend,
 			      (unsigned long)s->counts[i].n);
 	ig_buf_printf(&b, "# HELP infergate_responses_total Responses sent (all routes), by status class.\n"
 		      "# TYPE infergate_responses_total counter\n");

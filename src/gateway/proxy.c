@@ -3,7 +3,11 @@
  * one way: body read -> validated -> routed (or queued) -> transfer ->
  * response bytes -> client. Retries happen here, only while no byte has been
  * handed to the client.
- * Not here: MHD callbacks that are not about one request (server.c), curl's
+ * Its MHD side is req->call (body, answer, completion), set up by
+ * server.c's handler; its upstream side is req->xfer, whose end upstream.c
+ * reports through xfer.done. Resuming a connection and draining the queue
+ * set flags the reactor acts on once per loop turn.
+ * Not here: routing paths and the gateway's own endpoints (server.c), curl's
  * socket plumbing (upstream.c), choosing a backend (router.c). */
 #include "config.h"
 #include <ctype.h>
@@ -13,11 +17,15 @@
 #include <strings.h>
 #include <sys/epoll.h>
 
-#include "gateway.h"
+#include "health.h"
+#include "infergate/httpd.h"
 #include "infergate/log.h"
 #include "infergate/oaerror.h"
-#include "router.h"
+#include "infergate/sse.h"
 #include "infergate/util.h"
+#include "metrics.h"
+#include "proxy.h"
+#include "router.h"
 
 /* A streaming response may hold this much for a slow client before the
  * upstream transfer is paused; it is resumed below the low mark. */
@@ -26,50 +34,50 @@
 /* A non-streamed upstream body larger than this is refused (502). */
 #define MAX_BUFFERED_BODY (256L * 1024 * 1024)
 
+static enum MHD_Result on_request(struct ig_call *call, struct ig_gw *gw, struct MHD_Connection *conn,
+				  const char *url, const char *method, const char *upload_data,
+				  size_t *upload_data_size, void **con_cls);
+static void on_completed(struct ig_call *call, enum MHD_RequestTerminationCode toe);
+static void on_upstream_done(struct ig_xfer *x, CURLcode result);
+
 struct ig_req *ig_req_new(struct ig_gw *gw, struct MHD_Connection *conn, int route_idx)
 {
 	struct ig_req *req = calloc(1, sizeof(*req));
 	if (!req)
 		return NULL;
-	req->kind = IG_XFER_REQUEST;
+	req->call = (struct ig_call){on_request, on_completed};
+	req->xfer.done = on_upstream_done;
 	req->gw = gw;
 	req->conn = conn;
 	req->route_idx = route_idx;
 	req->phase = IG_REQ_READING;
 	req->max_tokens = -1;
-	req->client_fd = -1;
+	req->client_ev = (struct ig_event){-1, NULL, req};
 	req->t_start_us = ig_now_us();
 	ig_buf_init(&req->body);
 	ig_buf_init(&req->resp);
 	ig_buf_init(&req->up_resp_headers);
-	ig_buf_init(&req->sse_line);
+	ig_sse_init(&req->sse_lines);
+	ig_list_init(&req->qlink);
 	req->prompt_tokens = req->completion_tokens = -1;
-	ig_server_client_addr(conn, req->client, sizeof(req->client));
-	req->next = gw->reqs;
-	if (gw->reqs)
-		gw->reqs->prev = req;
-	gw->reqs = req;
+	ig_httpd_client_addr(conn, req->client, sizeof(req->client));
+	ig_list_append(&gw->reqs, &req->link);
 	gw->nreqs++;
 	gw->stats.requests++;
 	return req;
 }
 
-void ig_req_free(struct ig_req *req)
+static void req_free(struct ig_req *req)
 {
 	struct ig_gw *gw = req->gw;
-	if (req->prev)
-		req->prev->next = req->next;
-	else
-		gw->reqs = req->next;
-	if (req->next)
-		req->next->prev = req->prev;
+	ig_list_del(&req->link);
 	gw->nreqs--;
 	ig_buf_free(&req->body);
 	ig_buf_free(&req->resp);
 	ig_buf_free(&req->up_resp_headers);
-	ig_buf_free(&req->sse_line);
+	ig_sse_free(&req->sse_lines);
 	curl_slist_free_all(req->up_headers);
-	ig_gw_easy_put(gw, req->easy);
+	ig_upstream_easy_put(gw, req->xfer.easy);
 	free(req->model);
 	free(req->err_body);
 	free(req->stream_error_msg);
@@ -77,6 +85,12 @@ void ig_req_free(struct ig_req *req)
 }
 
 /* ---- client side: hang-up watch, suspend/resume ---- */
+
+/* The client's socket hung up while its connection was suspended. */
+static void on_client_hangup(struct ig_event *ev, uint32_t events IG_UNUSED)
+{
+	ig_req_client_gone(ev->data);
+}
 
 static void watch_client(struct ig_req *req)
 {
@@ -88,17 +102,15 @@ static void watch_client(struct ig_req *req)
 		return;
 	/* Suspended connections do not notice a disconnect (MHD pitfall): watch
 	 * the socket for a hang-up ourselves. */
-	req->client_fd = ci->connect_fd;
-	req->client_ev = (struct ig_evsrc){IG_EV_CLIENT, req->client_fd, req};
-	struct epoll_event ev = {.events = EPOLLRDHUP, .data.ptr = &req->client_ev};
-	if (epoll_ctl(req->gw->epfd, EPOLL_CTL_ADD, req->client_fd, &ev) == 0)
+	req->client_ev = (struct ig_event){ci->connect_fd, on_client_hangup, req};
+	if (ig_event_add(req->gw, &req->client_ev, EPOLLRDHUP) == 0)
 		req->watching = true;
 }
 
 static void unwatch_client(struct ig_req *req)
 {
 	if (req->watching) {
-		epoll_ctl(req->gw->epfd, EPOLL_CTL_DEL, req->client_fd, NULL);
+		ig_event_del(req->gw, &req->client_ev);
 		req->watching = false;
 	}
 }
@@ -115,6 +127,18 @@ static void suspend(struct ig_req *req)
 		MHD_suspend_connection(req->conn);
 		req->suspended = true;
 		req->suspended_at_ms = ig_now_ms();
+	}
+}
+
+/* Lets MHD see the connection again; the reactor runs MHD for it before
+ * it next waits (resume_pending). Resuming one that is not suspended is
+ * undefined in MHD, hence the flag. */
+static void resume(struct ig_req *req)
+{
+	if (req->suspended) {
+		req->suspended = false;
+		MHD_resume_connection(req->conn);
+		req->gw->resume_pending = true;
 	}
 }
 
@@ -142,29 +166,14 @@ static void enqueue(struct ig_req *req)
 	struct ig_gw *gw = req->gw;
 	req->phase = IG_REQ_QUEUED;
 	req->q_deadline_ms = ig_now_ms() + (uint64_t)gw->cfg->queue_timeout_ms;
-	req->qnext = NULL;
-	req->qprev = gw->qtail;
-	if (gw->qtail)
-		gw->qtail->qnext = req;
-	else
-		gw->qhead = req;
-	gw->qtail = req;
+	ig_list_append(&gw->queue, &req->qlink);
 	gw->qlen++;
 }
 
 static void dequeue(struct ig_req *req)
 {
-	struct ig_gw *gw = req->gw;
-	if (req->qprev)
-		req->qprev->qnext = req->qnext;
-	else
-		gw->qhead = req->qnext;
-	if (req->qnext)
-		req->qnext->qprev = req->qprev;
-	else
-		gw->qtail = req->qprev;
-	req->qnext = req->qprev = NULL;
-	gw->qlen--;
+	ig_list_del(&req->qlink);
+	req->gw->qlen--;
 }
 
 /* ---- upstream transfer ---- */
@@ -298,52 +307,42 @@ static char *stream_error(struct ig_req *req, const char *payload, size_t len)
 
 /* Streams carry usage in one event (the last before [DONE] with
  * include_usage, or on the final chunk with vLLM's continuous usage), and
- * may carry an error event. Lines are assembled across writes; only a line
- * that names "usage" or "error" is parsed, and of "usage" only its value.
- * `data:` may be followed by a space or not (the SSE standard); lines
- * longer than 1 MiB are skipped. p..n were just appended to req->resp.
- * Returns the lowest position (in req->resp's pending bytes) that a
- * rewritten event changed, or SIZE_MAX. */
+ * may carry an error event. Only a data line that names "usage" or "error"
+ * is parsed, and of "usage" only its value. */
+struct scan {
+	struct ig_req *req;
+	size_t changed; /* lowest pending position a rewrite changed, or SIZE_MAX */
+};
+
+static void on_sse_data(void *arg, const char *d, size_t dn, size_t line_len, size_t rest)
+{
+	struct scan *sc = arg;
+	struct ig_req *req = sc->req;
+	if (!d)
+		return; /* longer than IG_SSE_MAX_LINE: relayed, not read */
+	usage_from_json(req, d, dn); /* finds "usage" or returns */
+	char *fixed = memmem(d, dn, "\"error\"", 7) ? stream_error(req, d, dn) : NULL;
+	if (fixed && req->sse) {
+		/* The line ends at its LF, rest + 1 bytes before the end of resp. */
+		size_t tail = rest + 1;
+		char *w = ig_strdupf("data: %s", fixed);
+		if (buf_replace_back(&req->resp, tail, line_len, w, strlen(w)) == 0) {
+			size_t at = ig_buf_pending(&req->resp) - tail - strlen(w);
+			if (at < sc->changed)
+				sc->changed = at;
+		}
+		free(w);
+	}
+	free(fixed);
+}
+
+/* p..n were just appended to req->resp. Returns the lowest position (in
+ * req->resp's pending bytes) that a rewritten event changed, or SIZE_MAX. */
 static size_t scan_sse(struct ig_req *req, const char *p, size_t n)
 {
-	const char *end = p + n;
-	size_t changed = SIZE_MAX;
-	while (p < end) {
-		const char *nl = memchr(p, '\n', (size_t)(end - p));
-		size_t take = (size_t)((nl ? nl : end) - p);
-		if (req->sse_line.len + take <= 1024 * 1024)
-			ig_buf_append(&req->sse_line, p, take);
-		else
-			req->sse_line.len = 1024 * 1024 + 1; /* poisoned until the newline */
-		if (!nl)
-			return changed;
-		const char *line = req->sse_line.data;
-		size_t len = req->sse_line.len;
-		if (line && len > 5 && len <= 1024 * 1024 && memcmp(line, "data:", 5) == 0) {
-			size_t skip = line[5] == ' ' ? 6 : 5;
-			const char *d = line + skip;
-			size_t dn = len - skip;
-			if (dn > 0 && d[dn - 1] == '\r')
-				dn--;
-			usage_from_json(req, d, dn); /* finds "usage" or returns */
-			char *fixed = memmem(d, dn, "\"error\"", 7) ? stream_error(req, d, dn) : NULL;
-			if (fixed && req->sse) {
-				/* The line ends at nl, (end - nl) bytes before the end of resp. */
-				size_t tail = (size_t)(end - nl);
-				char *w = ig_strdupf("data: %s", fixed);
-				if (buf_replace_back(&req->resp, tail, len, w, strlen(w)) == 0) {
-					size_t at = ig_buf_pending(&req->resp) - tail - strlen(w);
-					if (at < changed)
-						changed = at;
-				}
-				free(w);
-			}
-			free(fixed);
-		}
-		ig_buf_reset(&req->sse_line);
-		p = nl + 1;
-	}
-	return changed;
+	struct scan sc = {req, SIZE_MAX};
+	ig_sse_feed(&req->sse_lines, p, n, on_sse_data, &sc);
+	return sc.changed;
 }
 
 /* The value of a header relayed from the backend, or NULL. */
@@ -422,7 +421,7 @@ static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
 		req->committed = true;
 		req->t_first_byte_us = ig_now_us();
 	}
-	ig_gw_resume(req->gw, req);
+	resume(req);
 	return n;
 }
 
@@ -440,17 +439,16 @@ static void start_transfer(struct ig_req *req, struct ig_backend *b)
 	req->paused = false;
 	ig_buf_reset(&req->up_resp_headers);
 	ig_buf_reset(&req->resp);
-	ig_buf_reset(&req->sse_line);
+	ig_sse_reset(&req->sse_lines);
 	req->ready = 0;
 	req->stream_error = 0;
-	if (req->easy)
-		curl_easy_reset(req->easy);
+	if (req->xfer.easy)
+		curl_easy_reset(req->xfer.easy);
 	else
-		req->easy = ig_gw_easy_get(gw);
-	CURL *e = req->easy;
-	snprintf(url, sizeof(url), "%s%s", b->url, ig_routes[req->route_idx]);
+		req->xfer.easy = ig_upstream_easy_get(gw);
+	CURL *e = req->xfer.easy;
+	snprintf(url, sizeof(url), "%s%s", b->url, ig_route_path(req->route_idx));
 	curl_easy_setopt(e, CURLOPT_URL, url);
-	curl_easy_setopt(e, CURLOPT_PRIVATE, req);
 	curl_easy_setopt(e, CURLOPT_POST, 1L);
 	curl_easy_setopt(e, CURLOPT_POSTFIELDS, req->body.data ? req->body.data : "");
 	curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->body.len);
@@ -467,18 +465,16 @@ static void start_transfer(struct ig_req *req, struct ig_backend *b)
 	 * seconds and would count the upload as activity. */
 	curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
 	curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
-	ig_upstream_watch_closes(gw, e);
 	if (req->stream) /* SSE chunks are small; 10,000 streams x 16 KiB is not */
 		curl_easy_setopt(e, CURLOPT_BUFFERSIZE, 1024L); /* curl's minimum */
 	req->last_io_ms = ig_now_ms();
-	CURLMcode mc = curl_multi_add_handle(gw->multi, e);
+	CURLMcode mc = ig_upstream_start(gw, &req->xfer);
 	if (mc != CURLM_OK) {
 		ig_router_release(b);
 		set_error(req, 500, "internal_error", "cannot start the upstream transfer: %s",
 			  curl_multi_strerror(mc));
 		return;
 	}
-	req->in_multi = true;
 }
 
 enum route_result { ROUTE_STARTED, ROUTE_QUEUED, ROUTE_FAILED };
@@ -498,7 +494,7 @@ static enum route_result route(struct ig_req *req)
 	switch (ig_router_pick(&gw->pool, gw->cfg->policy, req->tried, req->ntried, &b)) {
 	case IG_PICK_OK:
 		start_transfer(req, b);
-		return req->in_multi ? ROUTE_STARTED : ROUTE_FAILED;
+		return req->xfer.running ? ROUTE_STARTED : ROUTE_FAILED;
 	case IG_PICK_BUSY:
 		if ((long)gw->qlen >= gw->cfg->queue_size) {
 			gw->stats.queue_rejected++;
@@ -610,7 +606,10 @@ static int inspect_body(struct ig_req *req)
 	return 0;
 }
 
-enum MHD_Result ig_req_start(struct ig_req *req)
+static enum MHD_Result respond(struct ig_req *req);
+
+/* The body is complete: validate, route, and answer or suspend. */
+static enum MHD_Result start(struct ig_req *req)
 {
 	struct ig_gw *gw = req->gw;
 
@@ -618,11 +617,11 @@ enum MHD_Result ig_req_start(struct ig_req *req)
 	if (req->too_large) {
 		set_error(req, 413, "request_too_large", "the request body is larger than %ld bytes",
 			  gw->cfg->max_body_bytes);
-		return ig_req_respond(req);
+		return respond(req);
 	}
 	gw->stats.bytes_in += req->body.len;
 	if (inspect_body(req) < 0)
-		return ig_req_respond(req);
+		return respond(req);
 	struct collect c = {req, MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Connection")};
 	MHD_get_connection_values(req->conn, MHD_HEADER_KIND, collect_header, &c);
 	char *line = ig_strdupf("X-Request-Id: %s", req->request_id);
@@ -637,7 +636,7 @@ enum MHD_Result ig_req_start(struct ig_req *req)
 		free(line);
 	}
 	if (route(req) == ROUTE_FAILED)
-		return ig_req_respond(req);
+		return respond(req);
 	suspend(req);
 	return MHD_YES;
 }
@@ -680,9 +679,9 @@ static ssize_t read_stream(void *cls, uint64_t pos IG_UNUSED, char *buf, size_t 
 		req->ready -= n;
 		req->gw->stats.bytes_out += n;
 		req->bytes_out += n;
-		if (req->paused && req->in_multi && ig_buf_pending(&req->resp) < STREAM_LOW_WATER) {
+		if (req->paused && req->xfer.running && ig_buf_pending(&req->resp) < STREAM_LOW_WATER) {
 			req->paused = false;
-			curl_easy_pause(req->easy, CURLPAUSE_CONT);
+			curl_easy_pause(req->xfer.easy, CURLPAUSE_CONT);
 		}
 		return (ssize_t)n;
 	}
@@ -710,7 +709,8 @@ static enum MHD_Result queue(struct ig_req *req, unsigned status, struct MHD_Res
 	return ret;
 }
 
-enum MHD_Result ig_req_respond(struct ig_req *req)
+/* Queues whatever is decided (called again after each resume). */
+static enum MHD_Result respond(struct ig_req *req)
 {
 	struct MHD_Response *r;
 
@@ -773,7 +773,7 @@ static enum ig_upstream_error classify(struct ig_req *req, CURLcode result)
 	if (result == CURLE_OK)
 		return (req->up_status == 502 || req->up_status == 503 || req->up_status == 504)
 			       ? IG_UPERR_STATUS : IG_UPERR_NONE;
-	curl_easy_getinfo(req->easy, CURLINFO_CONNECT_TIME_T, &connect_us);
+	curl_easy_getinfo(req->xfer.easy, CURLINFO_CONNECT_TIME_T, &connect_us);
 	switch (result) {
 	case CURLE_COULDNT_CONNECT:
 	case CURLE_COULDNT_RESOLVE_HOST:
@@ -811,8 +811,7 @@ static void end_attempt(struct ig_req *req, enum ig_upstream_error e, const char
 	struct ig_gw *gw = req->gw;
 	struct ig_backend *b = req->backend;
 
-	curl_multi_remove_handle(gw->multi, req->easy);
-	req->in_multi = false;
+	ig_upstream_stop(gw, &req->xfer); /* when it ends early: idle timeout */
 	ig_router_release(b);
 	if (e != IG_UPERR_NONE) {
 		req->last_err = e;
@@ -858,12 +857,13 @@ static void end_attempt(struct ig_req *req, enum ig_upstream_error e, const char
 	}
 	req->upstream_done = true;
 	req->phase = IG_REQ_FINISHED;
-	ig_gw_resume(gw, req);
+	resume(req);
 	ig_proxy_drain_queue(gw);
 }
 
-void ig_req_upstream_done(struct ig_req *req, CURLcode result)
+static void on_upstream_done(struct ig_xfer *x, CURLcode result)
 {
+	struct ig_req *req = IG_CONTAINER_OF(x, struct ig_req, xfer);
 	enum ig_upstream_error e = classify(req, result);
 	char detail[256];
 
@@ -882,9 +882,8 @@ void ig_req_client_gone(struct ig_req *req)
 		return;
 	req->client_gone = true;
 	unwatch_client(req);
-	if (req->in_multi) {
-		curl_multi_remove_handle(gw->multi, req->easy);
-		req->in_multi = false;
+	if (req->xfer.running) {
+		ig_upstream_stop(gw, &req->xfer);
 		ig_router_release(req->backend);
 		atomic_fetch_add(&req->backend->aborted, 1);
 		gw->stats.client_aborts++;
@@ -896,14 +895,14 @@ void ig_req_client_gone(struct ig_req *req)
 		gw->stats.client_aborts++;
 	}
 	req->phase = IG_REQ_FINISHED;
-	ig_gw_resume(gw, req); /* MHD must see the connection to close it */
+	resume(req); /* MHD must see the connection to close it */
 	ig_proxy_drain_queue(gw);
 }
 
 void ig_proxy_drain_queue(struct ig_gw *gw)
 {
-	while (gw->qhead) {
-		struct ig_req *req = gw->qhead;
+	struct ig_req *req;
+	while ((req = IG_LIST_FIRST(&gw->queue, struct ig_req, qlink))) {
 		struct ig_backend *b = NULL;
 		enum ig_pick p = ig_router_pick(&gw->pool, gw->cfg->policy, req->tried, req->ntried, &b);
 		if (p == IG_PICK_BUSY)
@@ -913,8 +912,8 @@ void ig_proxy_drain_queue(struct ig_gw *gw)
 			start_transfer(req, b);
 		else
 			set_error(req, 503, "no_healthy_backend", "no healthy backend while the request waited");
-		if (!req->in_multi)
-			ig_gw_resume(gw, req);
+		if (!req->xfer.running)
+			resume(req);
 	}
 }
 
@@ -923,10 +922,9 @@ void ig_proxy_drain_queue(struct ig_gw *gw)
 static void scan_idle(struct ig_gw *gw, uint64_t now_ms)
 {
 	uint64_t limit = (uint64_t)gw->cfg->idle_s * 1000u;
-	struct ig_req *req = gw->reqs, *next;
-	for (; req; req = next) {
-		next = req->next;
-		if (req->in_multi && !req->paused && now_ms - req->last_io_ms >= limit) {
+	struct ig_req *req, *next;
+	IG_LIST_FOREACH_SAFE(req, next, &gw->reqs, struct ig_req, link) {
+		if (req->xfer.running && !req->paused && now_ms - req->last_io_ms >= limit) {
 			char detail[96];
 			snprintf(detail, sizeof(detail), "no byte for %lds", gw->cfg->idle_s);
 			end_attempt(req, IG_UPERR_TIMEOUT, detail);
@@ -936,7 +934,8 @@ static void scan_idle(struct ig_gw *gw, uint64_t now_ms)
 
 static void scan_watch(struct ig_gw *gw, uint64_t now_ms)
 {
-	for (struct ig_req *req = gw->reqs; req; req = req->next)
+	struct ig_req *req;
+	IG_LIST_FOREACH(req, &gw->reqs, struct ig_req, link)
 		if (req->suspended && !req->watching && now_ms - req->suspended_at_ms >= WATCH_AFTER_MS)
 			watch_client(req);
 }
@@ -953,17 +952,17 @@ void ig_proxy_tick(struct ig_gw *gw, uint64_t now_ms)
 	}
 	ig_proxy_drain_queue(gw);
 	/* One timeout for all, so the FIFO's head always expires first. */
-	while (gw->qhead && gw->qhead->q_deadline_ms <= now_ms) {
-		struct ig_req *req = gw->qhead;
+	struct ig_req *req;
+	while ((req = IG_LIST_FIRST(&gw->queue, struct ig_req, qlink)) && req->q_deadline_ms <= now_ms) {
 		dequeue(req);
 		gw->stats.queue_timeouts++;
 		set_error(req, 503, "queue_timeout", "waited %ld ms for a free backend; retry later",
 			  gw->cfg->queue_timeout_ms);
-		ig_gw_resume(gw, req);
+		resume(req);
 	}
 }
 
-void ig_req_log(struct ig_req *req, bool completed)
+static void req_log(struct ig_req *req, bool completed)
 {
 	struct ig_gw *gw = req->gw;
 	char ts[40];
@@ -978,7 +977,7 @@ void ig_req_log(struct ig_req *req, bool completed)
 	 * (status_sent says what went on the wire) with its message. */
 	json_t *e = json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:o, s:o, s:o, s:b, s:I, s:I, s:o, s:f, s:I, s:o, s:o, s:b}",
 			      "time", ts, "request_id", req->request_id, "client", req->client,
-			      "method", "POST", "path", ig_routes[req->route_idx],
+			      "method", "POST", "path", ig_route_path(req->route_idx),
 			      "status", (json_int_t)ig_req_status(req),
 			      "status_sent", (json_int_t)req->status_sent,
 			      "error", req->stream_error_msg ? json_string(req->stream_error_msg) : json_null(),
@@ -995,4 +994,52 @@ void ig_req_log(struct ig_req *req, bool completed)
 			      req->completion_tokens >= 0 ? json_integer(req->completion_tokens) : json_null(),
 			      "completed", completed);
 	ig_accesslog_write(&gw->alog, e);
+}
+
+/* ---- the MHD side: req->call ---- */
+
+/* MHD's access handler for this request: body bytes, then the end of the
+ * body (start), then a call after every resume (respond). */
+static enum MHD_Result on_request(struct ig_call *call, struct ig_gw *gw, struct MHD_Connection *conn IG_UNUSED,
+				  const char *url IG_UNUSED, const char *method IG_UNUSED,
+				  const char *upload_data, size_t *upload_data_size, void **con_cls IG_UNUSED)
+{
+	struct ig_req *req = IG_CONTAINER_OF(call, struct ig_req, call);
+	if (*upload_data_size) {
+		if (!req->too_large) {
+			if (req->body.len + *upload_data_size > (size_t)gw->cfg->max_body_bytes) {
+				req->too_large = true;
+				ig_buf_free(&req->body);
+			} else if (ig_buf_append(&req->body, upload_data, *upload_data_size) < 0) {
+				return MHD_NO;
+			}
+		}
+		*upload_data_size = 0;
+		return MHD_YES;
+	}
+	if (req->phase == IG_REQ_READING)
+		return start(req);
+	return respond(req);
+}
+
+/* The connection is done with the request: count it, log it, free it. */
+static void on_completed(struct ig_call *call, enum MHD_RequestTerminationCode toe)
+{
+	struct ig_req *req = IG_CONTAINER_OF(call, struct ig_req, call);
+	if (!req->client_gone) {
+		if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
+			ig_log_debug("request %s: connection ended early (%d)", req->request_id, (int)toe);
+		/* The connection is finishing: it must not be resumed again. */
+		req->suspended = false;
+		ig_req_client_gone(req);
+	}
+	if (req->status_sent) {
+		uint64_t now = ig_now_us();
+		ig_metrics_observe(req->gw, req->route_idx, ig_req_status(req), req->stream_error != 0,
+				   req->backend ? req->backend->url : "", now - req->t_start_us,
+				   req->stream && req->t_first_byte_us ? (int64_t)(req->t_first_byte_us - req->t_start_us)
+								       : -1);
+	}
+	req_log(req, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
+	req_free(req);
 }

@@ -1,8 +1,11 @@
 /* The reactor: one epoll loop that drives libmicrohttpd (external mode, its
  * epoll fd added to ours) and libcurl (multi_socket_action with a timerfd),
- * plus a housekeeping tick, signals, and hang-up watches on suspended
- * clients. Every MHD and curl call happens on this thread, so the hot path
- * takes no locks (see STYLE.md, "Concurrency model").
+ * plus a housekeeping tick, signals, and the event sources other modules add
+ * (hang-up watches on suspended clients, discovery's eventfd), each with
+ * its handler. Every MHD and curl call happens on this thread, so the hot
+ * path takes no locks (see STYLE.md, "Concurrency model"). The top of the
+ * gateway's layers: it calls down into every module and none calls it;
+ * they ask for deferred work through gw's flags, done here once per turn.
  * Not here: what a request does (proxy.c) or how MHD callbacks answer
  * (server.c). */
 #include "config.h"
@@ -19,17 +22,19 @@
 #include <sys/timerfd.h>
 #include <unistd.h>
 
-#include "gateway.h"
+#include "discover.h"
+#include "health.h"
 #include "infergate/log.h"
 #include "infergate/util.h"
+#include "metrics.h"
+#include "proxy.h"
+#include "reactor.h"
+#include "reload.h"
+#include "router.h"
+#include "server.h"
+#include "upstream.h"
 
 #define TICK_MS 20
-
-static int add_fd(struct ig_gw *gw, int fd, uint32_t events, struct ig_evsrc *src)
-{
-	struct epoll_event ev = {.events = events, .data.ptr = src};
-	return epoll_ctl(gw->epfd, EPOLL_CTL_ADD, fd, &ev);
-}
 
 /* Binds the listening socket ourselves, so a busy port is reported with
  * its cause. Returns the fd or -1 (logged). */
@@ -81,27 +86,37 @@ static long raise_fd_limit(long want)
 	return lim;
 }
 
-static void mhd_log(void *cls IG_UNUSED, const char *fmt, va_list ap)
+static void on_signal(struct ig_event *ev, uint32_t events);
+
+/* The housekeeping timer: its work runs after the events of the turn. */
+static void on_tick(struct ig_event *ev, uint32_t events IG_UNUSED)
 {
-	char msg[512];
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	size_t n = strlen(msg);
-	while (n > 0 && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
-		msg[--n] = '\0';
-	ig_log_debug("mhd: %s", msg);
+	struct ig_gw *gw = ev->data;
+	uint64_t junk;
+	if (read(ev->fd, &junk, sizeof(junk)) < 0 && errno != EAGAIN)
+		ig_log_warn("%s: timerfd read: %s", __func__, strerror(errno));
+	gw->tick_due = true;
 }
 
-int ig_gw_init(struct ig_gw *gw, struct ig_conf *cfg)
+/* MHD's epoll fd: MHD runs once per turn anyway (run_mhd). */
+static void on_mhd(struct ig_event *ev IG_UNUSED, uint32_t events IG_UNUSED) {}
+
+int ig_reactor_init(struct ig_gw *gw, struct ig_conf *cfg)
 {
 	sigset_t mask;
 	struct itimerspec tick = {{0, TICK_MS * 1000000L}, {0, TICK_MS * 1000000L}};
 
 	memset(gw, 0, sizeof(*gw));
 	gw->cfg = cfg;
-	gw->listen_fd = gw->epfd = gw->tick_fd = gw->signal_fd = -1;
+	gw->listen_fd = gw->epfd = -1;
+	gw->ev_tick = (struct ig_event){-1, on_tick, gw};
+	gw->ev_signal = (struct ig_event){-1, on_signal, gw};
+	gw->ev_mhd = (struct ig_event){-1, on_mhd, gw};
 	gw->alog.fd = -1;
+	ig_list_init(&gw->reqs);
+	ig_list_init(&gw->queue);
 	char *err = NULL;
-	if (ig_gw_load_files(gw, cfg, &err) < 0) {
+	if (ig_reload_files(gw, cfg, &err) < 0) {
 		ig_log_error("%s", err);
 		free(err);
 		return -1;
@@ -117,59 +132,31 @@ int ig_gw_init(struct ig_gw *gw, struct ig_conf *cfg)
 	if (gw->listen_fd < 0)
 		return -1;
 	gw->epfd = epoll_create1(EPOLL_CLOEXEC);
-	gw->tick_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	gw->ev_tick.fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGTERM);
 	sigaddset(&mask, SIGINT);
 	sigaddset(&mask, SIGHUP);
 	sigaddset(&mask, SIGUSR1);
 	sigprocmask(SIG_BLOCK, &mask, NULL);
-	gw->signal_fd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
-	if (gw->epfd < 0 || gw->tick_fd < 0 || gw->signal_fd < 0) {
+	gw->ev_signal.fd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+	if (gw->epfd < 0 || gw->ev_tick.fd < 0 || gw->ev_signal.fd < 0) {
 		ig_log_error("%s: epoll/timerfd/signalfd: %s", __func__, strerror(errno));
 		return -1;
 	}
-	timerfd_settime(gw->tick_fd, 0, &tick, NULL);
-	gw->ev_tick = (struct ig_evsrc){IG_EV_TICK, gw->tick_fd, NULL};
-	gw->ev_signal = (struct ig_evsrc){IG_EV_SIGNAL, gw->signal_fd, NULL};
-	add_fd(gw, gw->tick_fd, EPOLLIN, &gw->ev_tick);
-	add_fd(gw, gw->signal_fd, EPOLLIN, &gw->ev_signal);
+	timerfd_settime(gw->ev_tick.fd, 0, &tick, NULL);
+	ig_event_add(gw, &gw->ev_tick, EPOLLIN);
+	ig_event_add(gw, &gw->ev_signal, EPOLLIN);
 
-	gw->mhd = MHD_start_daemon(MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG,
-				   0, NULL, NULL, ig_server_handler(), gw,
-				   MHD_OPTION_LISTEN_SOCKET, gw->listen_fd,
-				   MHD_OPTION_NOTIFY_COMPLETED, ig_server_completed, gw,
-				   MHD_OPTION_CONNECTION_LIMIT, conn_limit,
-				   /* Idle and half-sent requests (slowloris); suspended
-				    * connections, waiting on a backend, never time out. */
-				   MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->client_timeout_s,
-				   /* Per connection: request headers must fit (about
-				    * 12 KiB; more is 431, as most servers do), and
-				    * 10,000 held streams
-				    * must not cost 10,000 x 64 KiB (MHD zeroes it). */
-				   MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)16 * 1024,
-				   MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
-				   MHD_OPTION_END);
-	if (!gw->mhd) {
-		ig_log_error("%s: cannot start the HTTP server on %s", __func__, cfg->listen);
+	if (ig_server_start(gw, conn_limit) < 0)
 		return -1;
-	}
 	const union MHD_DaemonInfo *info = MHD_get_daemon_info(gw->mhd, MHD_DAEMON_INFO_EPOLL_FD);
-	gw->ev_mhd = (struct ig_evsrc){IG_EV_MHD, info->epoll_fd, NULL};
-	add_fd(gw, info->epoll_fd, EPOLLIN, &gw->ev_mhd);
+	gw->ev_mhd.fd = info->epoll_fd;
+	ig_event_add(gw, &gw->ev_mhd, EPOLLIN);
 
-	if (ig_upstream_init(gw) < 0 || ig_health_init(gw) < 0 || ig_discovery_start(gw) < 0)
+	if (ig_upstream_init(gw) < 0 || ig_health_init(gw) < 0 || ig_discover_start(gw) < 0)
 		return -1;
 	return 0;
-}
-
-void ig_gw_resume(struct ig_gw *gw, struct ig_req *req)
-{
-	if (req->suspended) {
-		req->suspended = false;
-		MHD_resume_connection(req->conn);
-		gw->resume_pending = true;
-	}
 }
 
 static void begin_stop(struct ig_gw *gw, int signo)
@@ -190,17 +177,18 @@ static void begin_stop(struct ig_gw *gw, int signo)
 		    strsignal(signo), gw->nreqs, gw->cfg->shutdown_grace_s);
 }
 
-static void on_signal(struct ig_gw *gw)
+static void on_signal(struct ig_event *ev, uint32_t events IG_UNUSED)
 {
+	struct ig_gw *gw = ev->data;
 	struct signalfd_siginfo si;
-	while (read(gw->signal_fd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+	while (read(ev->fd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
 		switch (si.ssi_signo) {
 		case SIGTERM:
 		case SIGINT:
 			begin_stop(gw, (int)si.ssi_signo);
 			break;
 		case SIGHUP:
-			ig_gw_reload(gw);
+			ig_reload(gw);
 			break;
 		case SIGUSR1:
 			ig_accesslog_reopen(&gw->alog);
@@ -224,7 +212,24 @@ static void run_mhd(struct ig_gw *gw)
 	}
 }
 
-int ig_gw_run(struct ig_gw *gw)
+/* The work other modules deferred to this turn's end (gw's flags). */
+static void deferred(struct ig_gw *gw)
+{
+	if (gw->tick_due) {
+		uint64_t now = ig_now_ms();
+		gw->tick_due = false;
+		ig_health_tick(gw, now);
+		ig_proxy_tick(gw, now); /* drains the queue too */
+		ig_health_reap(gw);
+		gw->drain_pending = false;
+	}
+	if (gw->drain_pending) {
+		gw->drain_pending = false;
+		ig_proxy_drain_queue(gw);
+	}
+}
+
+int ig_reactor_run(struct ig_gw *gw)
 {
 	struct epoll_event evs[512];
 
@@ -244,44 +249,17 @@ int ig_gw_run(struct ig_gw *gw)
 			ig_log_error("%s: epoll_wait: %s", __func__, strerror(errno));
 			return 1;
 		}
-		bool tick = false;
 		for (int i = 0; i < n; i++) {
-			uint64_t junk;
 			if (evs[i].data.u64 & IG_EV_CURL_BIT) {
-				/* A curl socket: tagged by fd, not by pointer, so an event
-				 * for a socket curl closed earlier in this batch is harmless. */
 				ig_upstream_on_socket(gw, (int)(evs[i].data.u64 & 0xffffffffu), evs[i].events);
 				continue;
 			}
-			struct ig_evsrc *src = evs[i].data.ptr;
-			switch (src->kind) {
-			case IG_EV_MHD:
-			case IG_EV_CURL:
-				break;
-			case IG_EV_TICK:
-				if (read(gw->tick_fd, &junk, sizeof(junk)) < 0 && errno != EAGAIN)
-					ig_log_warn("%s: timerfd read: %s", __func__, strerror(errno));
-				tick = true;
-				break;
-			case IG_EV_SIGNAL:
-				on_signal(gw);
-				break;
-			case IG_EV_CLIENT:
-				ig_req_client_gone(src->ptr);
-				break;
-			case IG_EV_DISCOVER:
-				ig_discovery_on_event(gw);
-				break;
-			}
+			struct ig_event *ev = evs[i].data.ptr;
+			ev->handler(ev, evs[i].events);
 		}
 		if (gw->curl_deadline_us != UINT64_MAX && ig_now_us() >= gw->curl_deadline_us)
 			ig_upstream_on_timer(gw);
-		if (tick) {
-			uint64_t now = ig_now_ms();
-			ig_health_tick(gw, now);
-			ig_proxy_tick(gw, now);
-			ig_admin_tick(gw);
-		}
+		deferred(gw);
 		run_mhd(gw);
 		if (gw->stopping && (gw->nreqs == 0 || ig_now_ms() >= gw->stop_deadline_ms))
 			break;
@@ -289,20 +267,21 @@ int ig_gw_run(struct ig_gw *gw)
 	if (gw->nreqs)
 		ig_log_warn("grace period over: cutting %zu requests", gw->nreqs);
 	/* Abort what is left and let MHD see the connections once more. */
-	for (struct ig_req *r = gw->reqs; r; r = r->next)
+	struct ig_req *r;
+	IG_LIST_FOREACH(r, &gw->reqs, struct ig_req, link)
 		ig_req_client_gone(r);
 	run_mhd(gw);
 	ig_log_info("stopped");
 	return 0;
 }
 
-void ig_gw_free(struct ig_gw *gw)
+void ig_reactor_free(struct ig_gw *gw)
 {
 	if (gw->mhd) {
 		MHD_stop_daemon(gw->mhd); /* completion callbacks free the requests */
 		gw->mhd = NULL;
 	}
-	ig_discovery_stop(gw);
+	ig_discover_stop(gw);
 	ig_health_free(gw);
 	ig_upstream_free(gw);
 	ig_pool_free(&gw->pool);
@@ -314,9 +293,9 @@ void ig_gw_free(struct ig_gw *gw)
 		close(gw->listen_fd);
 	if (gw->epfd >= 0)
 		close(gw->epfd);
-	if (gw->tick_fd >= 0)
-		close(gw->tick_fd);
-	if (gw->signal_fd >= 0)
-		close(gw->signal_fd);
-	gw->listen_fd = gw->epfd = gw->tick_fd = gw->signal_fd = -1;
+	if (gw->ev_tick.fd >= 0)
+		close(gw->ev_tick.fd);
+	if (gw->ev_signal.fd >= 0)
+		close(gw->ev_signal.fd);
+	gw->listen_fd = gw->epfd = gw->ev_tick.fd = gw->ev_signal.fd = -1;
 }

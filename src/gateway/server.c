@@ -1,7 +1,10 @@
-/* The client side: libmicrohttpd's access handler and completion callback.
- * It routes paths, checks keys, answers the gateway's own endpoints at once,
- * reads bodies (refusing oversized ones before reading them), and hands
- * complete proxied bodies to proxy.c and admin bodies to admin.c.
+/* The client side: the libmicrohttpd daemon, its access handler and its
+ * completion callback. It refuses ambiguous framing and oversized bodies
+ * before reading them, routes paths, checks keys, answers the gateway's own
+ * endpoints at once, reads admin bodies for admin.c, and gives each proxied
+ * request to a request object (proxy.c). From then on *con_cls points to
+ * that object's struct ig_call, and MHD's calls go to the functions it
+ * carries: the handler needs no switch over kinds of objects.
  * Not here: anything about backends or transfers. */
 #include "config.h"
 #include <arpa/inet.h>
@@ -12,10 +15,13 @@
 #include <strings.h>
 #include <sys/socket.h>
 
-#include "gateway.h"
+#include "admin.h"
+#include "infergate/httpd.h"
 #include "infergate/log.h"
-#include "infergate/oaerror.h"
 #include "infergate/util.h"
+#include "metrics.h"
+#include "proxy.h"
+#include "server.h"
 
 /* How far past max_body_bytes a declared body is still read (and dropped). */
 #define DISCARD_BYTES (1024L * 1024)
@@ -26,56 +32,42 @@
 extern const unsigned char ig_status_html[];
 extern const size_t ig_status_html_len;
 
-/* A marker kept in *con_cls between calls: "headers seen, not routed yet"
- * (see handler). */
-static struct ig_req first_call;
-
 /* Errors decided before the body was read; MHD may not answer mid-body,
  * so the body is dropped first and *con_cls points to one of these. */
 struct deferred {
+	struct ig_call call; /* answer_deferred */
 	unsigned status;
 	const char *message, *code;
 };
-static const struct deferred not_found = {404, "unknown path; this gateway serves /v1/chat/completions, "
-	"/v1/completions, /v1/embeddings, /v1/models, /health, /health/backends, /metrics, /status", "not_found"};
-static const struct deferred post_only = {405, "this endpoint only accepts POST", "post_only"};
-static const struct deferred get_only = {405, "this endpoint only answers GET", "method_not_allowed"};
-static const struct deferred stopping = {503, "the gateway is shutting down", "shutting_down"};
-static const struct deferred no_key = {401, "missing or invalid API key (send Authorization: Bearer KEY)",
-	"invalid_api_key"};
-static const struct deferred no_admin_key = {401, "the admin API needs the admin key "
-	"(Authorization: Bearer ADMIN_KEY)", "invalid_api_key"};
-static const struct deferred admin_off = {403, "the admin API is off: set admin_keys_file to enable it",
-	"admin_disabled"};
+static enum MHD_Result answer_deferred(struct ig_call *call, struct ig_gw *gw, struct MHD_Connection *conn,
+				       const char *url, const char *method, const char *upload_data,
+				       size_t *upload_data_size, void **con_cls);
+#define DEFERRED(status, message, code) {{answer_deferred, NULL}, status, message, code}
+static const struct deferred not_found = DEFERRED(404, "unknown path; this gateway serves /v1/chat/completions, "
+	"/v1/completions, /v1/embeddings, /v1/models, /health, /health/backends, /metrics, /status", "not_found");
+static const struct deferred post_only = DEFERRED(405, "this endpoint only accepts POST", "post_only");
+static const struct deferred get_only = DEFERRED(405, "this endpoint only answers GET", "method_not_allowed");
+static const struct deferred stopping = DEFERRED(503, "the gateway is shutting down", "shutting_down");
+static const struct deferred no_key = DEFERRED(401, "missing or invalid API key (send Authorization: Bearer KEY)",
+	"invalid_api_key");
+static const struct deferred no_admin_key = DEFERRED(401, "the admin API needs the admin key "
+	"(Authorization: Bearer ADMIN_KEY)", "invalid_api_key");
+static const struct deferred admin_off = DEFERRED(403, "the admin API is off: set admin_keys_file to enable it",
+	"admin_disabled");
 
-static int is_deferred(const void *p)
-{
-	return p == &not_found || p == &post_only || p == &get_only || p == &stopping || p == &no_key ||
-	       p == &no_admin_key || p == &admin_off;
-}
+/* "Headers seen, not routed yet": kept in *con_cls between the first call
+ * (answering then would make MHD close the connection) and the second. */
+static enum MHD_Result route(struct ig_call *call, struct ig_gw *gw, struct MHD_Connection *conn,
+			     const char *url, const char *method, const char *upload_data, size_t *upload_data_size,
+			     void **con_cls);
+static struct ig_call first_call = {route, NULL};
 
 /* An /admin request whose body is being read. */
 struct admin_req {
-	enum ig_xfer_kind kind; /* IG_XFER_ADMIN */
+	struct ig_call call; /* admin_body, admin_free */
 	struct ig_buf body;
 	bool too_large;
 };
-
-/* Routes forwarded to a backend, path as sent upstream. */
-const char *const ig_routes[IG_NROUTES] = {"/v1/chat/completions", "/v1/completions", "/v1/embeddings"};
-
-void ig_server_client_addr(struct MHD_Connection *conn, char *out, size_t n)
-{
-	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-	out[0] = '\0';
-	if (!ci || !ci->client_addr)
-		return;
-	const struct sockaddr *sa = ci->client_addr;
-	if (sa->sa_family == AF_INET)
-		inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, out, (socklen_t)n);
-	else if (sa->sa_family == AF_INET6)
-		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, out, (socklen_t)n);
-}
 
 /* Access log line for an answer that did not involve a backend. */
 static void log_local(struct ig_gw *gw, struct MHD_Connection *conn, const char *method, const char *url,
@@ -84,40 +76,11 @@ static void log_local(struct ig_gw *gw, struct MHD_Connection *conn, const char 
 	char client[64], ts[40];
 	if (gw->alog.fd < 0)
 		return;
-	ig_server_client_addr(conn, client, sizeof(client));
+	ig_httpd_client_addr(conn, client, sizeof(client));
 	ig_iso_time(ts, sizeof(ts));
 	ig_accesslog_write(&gw->alog, json_pack("{s:s, s:s, s:s, s:s, s:I, s:I}", "time", ts, "client", client,
 						"method", method, "path", url, "status", (json_int_t)status,
 						"bytes_out", (json_int_t)bytes_out));
-}
-
-/* Queues an OpenAI-shaped error; with close, MHD closes the connection
- * after it (the rest of the request cannot be trusted). */
-static enum MHD_Result queue_error(struct MHD_Connection *conn, unsigned status, const char *message,
-				   const char *param, const char *code, const char *request_id, bool close)
-{
-	char *body = ig_oaerror_json(message, ig_oaerror_type_for_status(status), param, code);
-	struct MHD_Response *r = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
-	MHD_add_response_header(r, "Content-Type", "application/json");
-	if (request_id)
-		MHD_add_response_header(r, "X-Request-Id", request_id);
-	if (status == 405) {
-		const char *allow = strcmp(code ? code : "", "post_only") == 0 ? "POST" : "GET, HEAD";
-		MHD_add_response_header(r, "Allow", allow);
-	}
-	if (status == 401)
-		MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
-	if (close)
-		MHD_add_response_header(r, "Connection", "close");
-	enum MHD_Result ret = MHD_queue_response(conn, status, r);
-	MHD_destroy_response(r);
-	return ret;
-}
-
-enum MHD_Result ig_server_error(struct MHD_Connection *conn, unsigned status, const char *message,
-				const char *param, const char *code, const char *request_id)
-{
-	return queue_error(conn, status, message, param, code, request_id, false);
 }
 
 /* An error the gateway answers itself, before any proxying: counted and
@@ -128,7 +91,7 @@ static enum MHD_Result local_error(struct ig_gw *gw, struct MHD_Connection *conn
 {
 	gw->stats.responses[status / 100]++;
 	log_local(gw, conn, method, url, status, 0);
-	return queue_error(conn, status, message, NULL, code, NULL, close);
+	return ig_httpd_error(conn, status, message, NULL, code, NULL, close);
 }
 
 /* Request framing that a proxy must refuse (RFC 9112 6.1, 6.3, 5): more
@@ -196,18 +159,25 @@ static const char *bad_framing(struct MHD_Connection *conn)
 	return NULL;
 }
 
-/* Answers d now, or once the body (if any) has been read. */
-static enum MHD_Result answer_deferred(struct ig_gw *gw, struct MHD_Connection *conn, const char *method,
-				       const char *url, const struct deferred *d, size_t *upload_data_size,
-				       void **con_cls)
+/* Answers a deferred error once the body (if any) has been read. */
+static enum MHD_Result answer_deferred(struct ig_call *call, struct ig_gw *gw, struct MHD_Connection *conn,
+				       const char *url, const char *method, const char *upload_data IG_UNUSED,
+				       size_t *upload_data_size, void **con_cls)
 {
+	const struct deferred *d = IG_CONTAINER_OF(call, const struct deferred, call);
 	if (*upload_data_size) {
 		*upload_data_size = 0;
-		*con_cls = (void *)d;
+		*con_cls = call;
 		return MHD_YES;
 	}
 	*con_cls = NULL;
 	return local_error(gw, conn, method, url, d->status, d->message, d->code, false);
+}
+
+static enum MHD_Result defer(const struct deferred *d, struct ig_gw *gw, struct MHD_Connection *conn,
+			     const char *url, const char *method, size_t *upload_data_size, void **con_cls)
+{
+	return answer_deferred((struct ig_call *)&d->call, gw, conn, url, method, NULL, upload_data_size, con_cls);
 }
 
 static enum MHD_Result send_body(struct ig_gw *gw, struct MHD_Connection *conn, const char *method,
@@ -254,11 +224,11 @@ static int local_endpoint(struct ig_gw *gw, struct MHD_Connection *conn, const c
 		return 0;
 	}
 	if (strcmp(path, "/health") == 0) {
-		body = ig_health_json(gw, &status);
+		body = ig_metrics_health_json(gw, &status);
 	} else if (strcmp(path, "/health/backends") == 0) {
-		body = ig_backends_json(gw);
+		body = ig_metrics_backends_json(gw);
 	} else if (strcmp(path, "/v1/models") == 0) {
-		body = ig_models_json(gw);
+		body = ig_metrics_models_json(gw);
 	} else {
 		body = ig_metrics_text(gw);
 		ctype = "text/plain; version=0.0.4; charset=utf-8";
@@ -267,11 +237,11 @@ static int local_endpoint(struct ig_gw *gw, struct MHD_Connection *conn, const c
 	return 0;
 }
 
-static enum MHD_Result admin_body(struct ig_gw *gw, struct MHD_Connection *conn, const char *method,
-				  const char *url, const char *upload_data, size_t *upload_data_size,
-				  void **con_cls)
+static enum MHD_Result admin_body(struct ig_call *call, struct ig_gw *gw, struct MHD_Connection *conn,
+				  const char *url, const char *method, const char *upload_data,
+				  size_t *upload_data_size, void **con_cls IG_UNUSED)
 {
-	struct admin_req *ar = *con_cls;
+	struct admin_req *ar = IG_CONTAINER_OF(call, struct admin_req, call);
 	if (*upload_data_size) {
 		if (ar->body.len + *upload_data_size > MAX_ADMIN_BODY)
 			ar->too_large = true;
@@ -282,7 +252,8 @@ static enum MHD_Result admin_body(struct ig_gw *gw, struct MHD_Connection *conn,
 	}
 	enum MHD_Result ret;
 	if (ar->too_large)
-		ret = ig_server_error(conn, 413, "admin bodies are small JSON objects", NULL, "request_too_large", NULL);
+		ret = ig_httpd_error(conn, 413, "admin bodies are small JSON objects", NULL, "request_too_large", NULL,
+				     false);
 	else
 		ret = ig_admin_handle(gw, conn, method, url, ar->body.data, ar->body.len);
 	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_HTTP_STATUS);
@@ -293,16 +264,73 @@ static enum MHD_Result admin_body(struct ig_gw *gw, struct MHD_Connection *conn,
 	return ret;
 }
 
+static void admin_free(struct ig_call *call, enum MHD_RequestTerminationCode toe IG_UNUSED)
+{
+	struct admin_req *ar = IG_CONTAINER_OF(call, struct admin_req, call);
+	ig_buf_free(&ar->body);
+	free(ar);
+}
+
+/* The second call: the request's path and method decide who answers. */
+static enum MHD_Result route(struct ig_call *call IG_UNUSED, struct ig_gw *gw, struct MHD_Connection *conn,
+			     const char *url, const char *method, const char *upload_data, size_t *upload_data_size,
+			     void **con_cls)
+{
+	enum MHD_Result ret;
+	int route_idx = -1;
+
+	*con_cls = NULL;
+	for (int i = 0; i < IG_NROUTES; i++)
+		if (strcmp(url, ig_route_path(i)) == 0)
+			route_idx = i;
+	if (strncmp(url, "/admin/", 7) == 0 || strcmp(url, "/admin") == 0) {
+		if (!gw->admin_keys.enabled)
+			return defer(&admin_off, gw, conn, url, method, upload_data_size, con_cls);
+		if (!has_key(&gw->admin_keys, conn))
+			return defer(&no_admin_key, gw, conn, url, method, upload_data_size, con_cls);
+		struct admin_req *ar = calloc(1, sizeof(*ar));
+		if (!ar)
+			return MHD_NO;
+		ar->call = (struct ig_call){admin_body, admin_free};
+		ig_buf_init(&ar->body);
+		*con_cls = &ar->call;
+		return admin_body(&ar->call, gw, conn, url, method, upload_data, upload_data_size, con_cls);
+	}
+	if (route_idx < 0) {
+		switch (local_endpoint(gw, conn, url, method, &ret)) {
+		case 0:
+			return ret;
+		case 1:
+			return defer(&get_only, gw, conn, url, method, upload_data_size, con_cls);
+		case 2:
+			return defer(&no_key, gw, conn, url, method, upload_data_size, con_cls);
+		default:
+			return defer(&not_found, gw, conn, url, method, upload_data_size, con_cls);
+		}
+	}
+	if (strcmp(method, "POST") != 0)
+		return defer(&post_only, gw, conn, url, method, upload_data_size, con_cls);
+	if (gw->api_keys.enabled && !has_key(&gw->api_keys, conn))
+		return defer(&no_key, gw, conn, url, method, upload_data_size, con_cls);
+	if (gw->stopping)
+		return defer(&stopping, gw, conn, url, method, upload_data_size, con_cls);
+	struct ig_req *req = ig_req_new(gw, conn, route_idx);
+	if (!req)
+		return MHD_NO;
+	*con_cls = &req->call;
+	return req->call.on_request(&req->call, gw, conn, url, method, upload_data, upload_data_size, con_cls);
+}
+
 static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const char *url,
 			       const char *method, const char *version IG_UNUSED,
 			       const char *upload_data, size_t *upload_data_size, void **con_cls)
 {
 	struct ig_gw *gw = cls;
-	struct ig_req *req = *con_cls;
+	struct ig_call *call = *con_cls;
 
 	/* Answering on the first call makes MHD close the connection (it has
 	 * not seen the end of the request yet); the second call keeps it alive. */
-	if (!req) {
+	if (!call) {
 		const char *why = bad_framing(conn);
 		if (why) {
 			char msg[160];
@@ -311,7 +339,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
 		}
 		/* A body far over the limit is refused from its declared length,
 		 * unread; MHD then closes the connection. One only a little over
-		 * is read and dropped (below), so the client is not reset while
+		 * is read and dropped (proxy.c), so the client is not reset while
 		 * still sending and sees the 413. */
 		const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
 		if (cl && strtoll(cl, NULL, 10) > gw->cfg->max_body_bytes + DISCARD_BYTES &&
@@ -323,93 +351,38 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
 		*con_cls = &first_call;
 		return MHD_YES;
 	}
-	if (is_deferred(req))
-		return answer_deferred(gw, conn, method, url, (const void *)req, upload_data_size, con_cls);
-	if (req != &first_call && req->kind == IG_XFER_ADMIN)
-		return admin_body(gw, conn, method, url, upload_data, upload_data_size, con_cls);
-	if (req == &first_call) {
-		*con_cls = NULL;
-		enum MHD_Result ret;
-		int route_idx = -1;
-		for (int i = 0; i < IG_NROUTES; i++)
-			if (strcmp(url, ig_routes[i]) == 0)
-				route_idx = i;
-		if (strncmp(url, "/admin/", 7) == 0 || strcmp(url, "/admin") == 0) {
-			if (!gw->admin_keys.enabled)
-				return answer_deferred(gw, conn, method, url, &admin_off, upload_data_size, con_cls);
-			if (!has_key(&gw->admin_keys, conn))
-				return answer_deferred(gw, conn, method, url, &no_admin_key, upload_data_size, con_cls);
-			struct admin_req *ar = calloc(1, sizeof(*ar));
-			if (!ar)
-				return MHD_NO;
-			ar->kind = IG_XFER_ADMIN;
-			ig_buf_init(&ar->body);
-			*con_cls = ar;
-			return admin_body(gw, conn, method, url, upload_data, upload_data_size, con_cls);
-		}
-		if (route_idx < 0) {
-			switch (local_endpoint(gw, conn, url, method, &ret)) {
-			case 0:
-				return ret;
-			case 1:
-				return answer_deferred(gw, conn, method, url, &get_only, upload_data_size, con_cls);
-			case 2:
-				return answer_deferred(gw, conn, method, url, &no_key, upload_data_size, con_cls);
-			default:
-				return answer_deferred(gw, conn, method, url, &not_found, upload_data_size, con_cls);
-			}
-		}
-		if (strcmp(method, "POST") != 0)
-			return answer_deferred(gw, conn, method, url, &post_only, upload_data_size, con_cls);
-		if (gw->api_keys.enabled && !has_key(&gw->api_keys, conn))
-			return answer_deferred(gw, conn, method, url, &no_key, upload_data_size, con_cls);
-		if (gw->stopping)
-			return answer_deferred(gw, conn, method, url, &stopping, upload_data_size, con_cls);
-		req = ig_req_new(gw, conn, route_idx);
-		if (!req)
-			return MHD_NO;
-		*con_cls = req;
-	}
-	if (*upload_data_size) {
-		if (!req->too_large) {
-			if (req->body.len + *upload_data_size > (size_t)gw->cfg->max_body_bytes) {
-				req->too_large = true;
-				ig_buf_free(&req->body);
-			} else if (ig_buf_append(&req->body, upload_data, *upload_data_size) < 0) {
-				return MHD_NO;
-			}
-		}
-		*upload_data_size = 0;
-		return MHD_YES;
-	}
-	if (req->phase == IG_REQ_READING)
-		return ig_req_start(req);
-	return ig_req_respond(req);
+	return call->on_request(call, gw, conn, url, method, upload_data, upload_data_size, con_cls);
 }
 
-MHD_AccessHandlerCallback ig_server_handler(void) { return handler; }
-
-void ig_server_completed(void *cls IG_UNUSED, struct MHD_Connection *conn IG_UNUSED, void **con_cls,
-			 enum MHD_RequestTerminationCode toe)
+static void completed(void *cls IG_UNUSED, struct MHD_Connection *conn IG_UNUSED, void **con_cls,
+		      enum MHD_RequestTerminationCode toe)
 {
-	struct ig_req *req = *con_cls;
+	struct ig_call *call = *con_cls;
 	*con_cls = NULL;
-	if (!req || req == &first_call || is_deferred(req))
-		return;
-	if (req->kind == IG_XFER_ADMIN) {
-		struct admin_req *ar = (void *)req;
-		ig_buf_free(&ar->body);
-		free(ar);
-		return;
+	if (call && call->on_completed)
+		call->on_completed(call, toe);
+}
+
+int ig_server_start(struct ig_gw *gw, unsigned conn_limit)
+{
+	gw->mhd = MHD_start_daemon(MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG,
+				   0, NULL, NULL, handler, gw,
+				   MHD_OPTION_LISTEN_SOCKET, gw->listen_fd,
+				   MHD_OPTION_NOTIFY_COMPLETED, completed, gw,
+				   MHD_OPTION_CONNECTION_LIMIT, conn_limit,
+				   /* Idle and half-sent requests (slowloris); suspended
+				    * connections, waiting on a backend, never time out. */
+				   MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)gw->cfg->client_timeout_s,
+				   /* Per connection: request headers must fit (about
+				    * 12 KiB; more is 431, as most servers do), and
+				    * 10,000 held streams
+				    * must not cost 10,000 x 64 KiB (MHD zeroes it). */
+				   MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)16 * 1024,
+				   MHD_OPTION_EXTERNAL_LOGGER, ig_httpd_log, NULL,
+				   MHD_OPTION_END);
+	if (!gw->mhd) {
+		ig_log_error("%s: cannot start the HTTP server on %s", __func__, gw->cfg->listen);
+		return -1;
 	}
-	if (!req->client_gone) {
-		if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
-			ig_log_debug("request %s: connection ended early (%d)", req->request_id, (int)toe);
-		/* The connection is finishing: it must not be resumed again. */
-		req->suspended = false;
-		ig_req_client_gone(req);
-	}
-	ig_metrics_observe(req->gw, req);
-	ig_req_log(req, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
-	ig_req_free(req);
+	return 0;
 }

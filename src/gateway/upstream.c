@@ -6,7 +6,8 @@
  * while its connection idles in that cache, so a reused connection costs
  * no epoll_ctl at all; it leaves the set when curl closes it (close
  * callback) or when it stirs while idle (the backend closed it).
- * Not here: building a request's transfer (proxy.c) or a probe (health.c). */
+ * Not here: building a request's transfer (proxy.c) or a probe (health.c);
+ * those hand a `struct ig_xfer` with their completion callback. */
 #include "config.h"
 #include <errno.h>
 #include <stdlib.h>
@@ -15,9 +16,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "gateway.h"
 #include "infergate/log.h"
 #include "infergate/util.h"
+#include "upstream.h"
 
 static void check_done(struct ig_gw *gw)
 {
@@ -26,15 +27,14 @@ static void check_done(struct ig_gw *gw)
 	while ((msg = curl_multi_info_read(gw->multi, &left))) {
 		if (msg->msg != CURLMSG_DONE)
 			continue;
+		/* The message is invalid once the handle is removed: copy first. */
 		CURL *easy = msg->easy_handle;
 		CURLcode result = msg->data.result;
-		void *priv = NULL;
-		curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **)&priv);
-		/* The message is invalid once the handle is removed: copy first. */
-		if (*(enum ig_xfer_kind *)priv == IG_XFER_REQUEST)
-			ig_req_upstream_done(priv, result);
-		else
-			ig_health_probe_done(gw, priv, result);
+		struct ig_xfer *x = NULL;
+		curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **)&x);
+		curl_multi_remove_handle(gw->multi, easy);
+		x->running = false;
+		x->done(x, result);
 	}
 }
 
@@ -118,10 +118,22 @@ static int on_curl_close(void *clientp, curl_socket_t s)
 	return close(s);
 }
 
-void ig_upstream_watch_closes(struct ig_gw *gw, CURL *easy)
+CURLMcode ig_upstream_start(struct ig_gw *gw, struct ig_xfer *x)
 {
-	curl_easy_setopt(easy, CURLOPT_CLOSESOCKETFUNCTION, on_curl_close);
-	curl_easy_setopt(easy, CURLOPT_CLOSESOCKETDATA, gw);
+	curl_easy_setopt(x->easy, CURLOPT_PRIVATE, x);
+	/* curl's socket closes are how sockets leave our epoll set. */
+	curl_easy_setopt(x->easy, CURLOPT_CLOSESOCKETFUNCTION, on_curl_close);
+	curl_easy_setopt(x->easy, CURLOPT_CLOSESOCKETDATA, gw);
+	CURLMcode mc = curl_multi_add_handle(gw->multi, x->easy);
+	x->running = mc == CURLM_OK;
+	return mc;
+}
+
+void ig_upstream_stop(struct ig_gw *gw, struct ig_xfer *x)
+{
+	if (x->running && gw->multi)
+		curl_multi_remove_handle(gw->multi, x->easy);
+	x->running = false;
 }
 
 /* curl asks to be called back in timeout_ms (0: at once, -1: never). We
@@ -199,14 +211,14 @@ void ig_upstream_on_timer(struct ig_gw *gw)
 
 #define EASY_FREE_MAX 1024
 
-CURL *ig_gw_easy_get(struct ig_gw *gw)
+CURL *ig_upstream_easy_get(struct ig_gw *gw)
 {
 	if (gw->neasy_free > 0)
 		return gw->easy_free[--gw->neasy_free];
 	return curl_easy_init();
 }
 
-void ig_gw_easy_put(struct ig_gw *gw, CURL *easy)
+void ig_upstream_easy_put(struct ig_gw *gw, CURL *easy)
 {
 	if (!easy)
 		return;

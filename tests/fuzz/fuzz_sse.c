@@ -11,22 +11,22 @@
 
 static char *run(const uint8_t *p, size_t n, unsigned step, int *first_count)
 {
-	struct ig_sse s;
+	struct ig_stream s;
 	const char *why = NULL;
 
-	ig_sse_init(&s);
+	ig_stream_init(&s);
 	*first_count = 0;
 	for (size_t off = 0; off < n;) {
 		size_t k = step ? step : n;
 		if (k > n - off)
 			k = n - off;
-		int r = ig_sse_feed(&s, (const char *)p + off, k);
+		int r = ig_stream_feed(&s, (const char *)p + off, k);
 		if (r < 0)
 			abort();
 		*first_count += r;
 		off += k;
 	}
-	json_t *b = ig_sse_body(&s, (p && n && (p[0] & 1)) ? IG_EP_COMPLETIONS : IG_EP_CHAT, &why);
+	json_t *b = ig_stream_body(&s, (p && n && (p[0] & 1)) ? IG_EP_COMPLETIONS : IG_EP_CHAT, &why);
 	char *out;
 	if (b) {
 		out = json_dumps(b, JSON_COMPACT | JSON_SORT_KEYS);
@@ -38,7 +38,7 @@ static char *run(const uint8_t *p, size_t n, unsigned step, int *first_count)
 			abort();
 		out = strdup(why);
 	}
-	ig_sse_free(&s);
+	ig_stream_free(&s);
 	return out;
 }
 

@@ -39,40 +39,47 @@ cflags="-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefin
   -fno-omit-frame-pointer -D_GNU_SOURCE -I$build -I$src/include -I$src/src/bulk -I$src/src/gateway
   $(pkg-config --cflags $pkgs) ${FUZZ_EXTRA_CFLAGS:-}"
 libs="$(pkg-config --libs $pkgs) -lm -pthread"
-common="$src/src/common/log.c $src/src/common/buf.c $src/src/common/util.c $src/src/common/oaerror.c"
-# Every gateway file but main.c (gateway_all), and but the one a target
-# includes (proxy.c in fuzz_inspect.c: gateway_rest), plus the embedded
-# status page when the tree has one.
-gateway_rest=""
-gateway_all=""
-for f in "$src"/src/gateway/*.c; do
-	case $f in */main.c|*/status_html.c) continue ;; esac
-	gateway_all="$gateway_all $f"
-	case $f in */proxy.c) ;; *) gateway_rest="$gateway_rest $f" ;; esac
-done
-if [ -f "$src/src/gateway/embed.sh" ] && [ -f "$src/src/gateway/status.html" ]; then
-	sh "$src/src/gateway/embed.sh" "$src/src/gateway/status.html" ig_status_html >"$build/status_html.c"
-	gateway_rest="$gateway_rest $build/status_html.c"
-	gateway_all="$gateway_all $build/status_html.c"
-fi
-bulk="$src/src/bulk/corpus.c $src/src/bulk/journal.c $src/src/bulk/stream.c"
-
-sources() {
-	case $1 in
-	config) echo "$here/fuzz_config.c $src/src/gateway/conf.c $common" ;;
-	inspect) echo "$here/fuzz_inspect.c $gateway_rest $common" ;;
-	load) echo "$here/fuzz_load.c $gateway_all $common" ;;
-	sse|corpus_line|resume) echo "$here/fuzz_$1.c $bulk $common" ;;
-	*) echo "unknown target '$1' (targets: $all)" >&2; exit 2 ;;
-	esac
+# The tree's code, built once with the fuzzing flags into one archive per
+# program (as `make` builds libigcommon.a and libiggateway.a): each target
+# links only the objects it needs. A target that includes a .c (to reach its
+# static functions) takes that file's symbols from itself.
+archive() { # name files...
+	name=$1
+	shift
+	mkdir -p "$build/obj/$name"
+	objs=""
+	for f in "$@"; do
+		o="$build/obj/$name/$(basename "$f" .c).o"
+		# shellcheck disable=SC2086
+		$cc $cflags -c "$f" -o "$o" 2>>"$build/lib$name.build.log" || return 1
+		objs="$objs $o"
+	done
+	rm -f "$build/lib$name.a"
+	# shellcheck disable=SC2086
+	ar cr "$build/lib$name.a" $objs
 }
+rm -f "$build"/lib*.build.log
+[ -f "$src/src/gateway/embed.sh" ] &&
+	sh "$src/src/gateway/embed.sh" "$src/src/gateway/status.html" ig_status_html >"$build/status_html.c"
+if ! archive common "$src"/src/common/*.c ||
+   ! archive gateway $(ls "$src"/src/gateway/*.c | grep -v '/main\.c$') "$build/status_html.c" ||
+   ! archive bulk $(ls "$src"/src/bulk/*.c | grep -v '/main\.c$'); then
+	cat "$build"/lib*.build.log
+	echo "FAIL: the tree does not build with $cc for fuzzing"
+	exit 1
+fi
+archives="$build/libgateway.a $build/libbulk.a $build/libcommon.a"
+
+for t in $targets; do
+	case " $all " in *" $t "*) ;; *) echo "unknown target '$t' (targets: $all)" >&2; exit 2 ;; esac
+done
 
 failed=0
 summary=""
 for t in $targets; do
 	bin="$build/fuzz_$t"
 	# shellcheck disable=SC2046,SC2086
-	if ! $cc $cflags -o "$bin" $(sources "$t") $libs 2>"$build/$t.build.log"; then
+	if ! $cc $cflags -o "$bin" "$here/fuzz_$t.c" $archives $libs 2>"$build/$t.build.log"; then
 		cat "$build/$t.build.log"
 		echo "FAIL: fuzz_$t does not build"
 		failed=1

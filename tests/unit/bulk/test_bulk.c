@@ -257,14 +257,14 @@ START_TEST(sse_rebuilds_chat_body_across_splits)
 {
 	size_t n = strlen(chat_sse);
 	for (size_t step = 1; step <= n; step += (step < 8 ? 1 : 37)) {
-		struct ig_sse s;
+		struct ig_stream s;
 		int firsts = 0;
 		const char *why = NULL;
-		ig_sse_init(&s);
+		ig_stream_init(&s);
 		for (size_t off = 0; off < n; off += step)
-			firsts += ig_sse_feed(&s, chat_sse + off, off + step > n ? n - off : step);
+			firsts += ig_stream_feed(&s, chat_sse + off, off + step > n ? n - off : step);
 		ck_assert_int_eq(firsts, 1);
-		json_t *b = ig_sse_body(&s, IG_EP_CHAT, &why);
+		json_t *b = ig_stream_body(&s, IG_EP_CHAT, &why);
 		ck_assert_ptr_nonnull(b);
 		ck_assert_str_eq(json_string_value(json_object_get(b, "object")), "chat.completion");
 		ck_assert_str_eq(json_string_value(json_object_get(b, "id")), "c1");
@@ -273,31 +273,31 @@ START_TEST(sse_rebuilds_chat_body_across_splits)
 		ck_assert_str_eq(json_string_value(json_object_get(c, "finish_reason")), "stop");
 		ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(b, "usage"), "completion_tokens")), 2);
 		json_decref(b);
-		ig_sse_free(&s);
+		ig_stream_free(&s);
 	}
 }
 END_TEST
 
 START_TEST(sse_incomplete_or_error_stream)
 {
-	struct ig_sse s;
+	struct ig_stream s;
 	const char *why = NULL;
-	ig_sse_init(&s);
-	ig_sse_feed(&s, "data: {\"choices\":[{\"index\":0,\"text\":\"a\"}]}\n\n", 44);
-	ck_assert_ptr_null(ig_sse_body(&s, IG_EP_COMPLETIONS, &why));
+	ig_stream_init(&s);
+	ig_stream_feed(&s, "data: {\"choices\":[{\"index\":0,\"text\":\"a\"}]}\n\n", 44);
+	ck_assert_ptr_null(ig_stream_body(&s, IG_EP_COMPLETIONS, &why));
 	ck_assert_ptr_nonnull(strstr(why, "[DONE]"));
-	ig_sse_feed(&s, "data: [DONE]\n", 13);
-	json_t *b = ig_sse_body(&s, IG_EP_COMPLETIONS, &why);
+	ig_stream_feed(&s, "data: [DONE]\n", 13);
+	json_t *b = ig_stream_body(&s, IG_EP_COMPLETIONS, &why);
 	ck_assert_str_eq(json_string_value(json_object_get(json_array_get(json_object_get(b, "choices"), 0), "text")), "a");
 	ck_assert_str_eq(json_string_value(json_object_get(b, "object")), "text_completion");
 	json_decref(b);
-	ig_sse_free(&s);
+	ig_stream_free(&s);
 
-	ig_sse_init(&s);
-	ig_sse_feed(&s, "data: {\"error\":{\"message\":\"boom\"}}\n\ndata: [DONE]\n\n", 50);
-	ck_assert_ptr_null(ig_sse_body(&s, IG_EP_CHAT, &why));
+	ig_stream_init(&s);
+	ig_stream_feed(&s, "data: {\"error\":{\"message\":\"boom\"}}\n\ndata: [DONE]\n\n", 50);
+	ck_assert_ptr_null(ig_stream_body(&s, IG_EP_CHAT, &why));
 	ck_assert_ptr_nonnull(strstr(why, "error"));
-	ig_sse_free(&s);
+	ig_stream_free(&s);
 }
 END_TEST
 

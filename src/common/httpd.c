@@ -1,0 +1,58 @@
+/* libmicrohttpd helpers shared by the gateway and the simulator
+ * (include/infergate/httpd.h). */
+#include "config.h"
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "infergate/httpd.h"
+#include "infergate/log.h"
+#include "infergate/oaerror.h"
+
+void ig_httpd_log(void *cls, const char *fmt, va_list ap)
+{
+	(void)cls;
+	char msg[512];
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	size_t n = strlen(msg);
+	while (n > 0 && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
+		msg[--n] = '\0';
+	ig_log_debug("mhd: %s", msg);
+}
+
+void ig_httpd_client_addr(struct MHD_Connection *conn, char *out, size_t n)
+{
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+	out[0] = '\0';
+	if (!ci || !ci->client_addr)
+		return;
+	const struct sockaddr *sa = ci->client_addr;
+	if (sa->sa_family == AF_INET)
+		inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, out, (socklen_t)n);
+	else if (sa->sa_family == AF_INET6)
+		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, out, (socklen_t)n);
+}
+
+enum MHD_Result ig_httpd_error(struct MHD_Connection *conn, unsigned status, const char *message,
+			       const char *param, const char *code, const char *request_id, bool close)
+{
+	char *body = ig_oaerror_json(message, ig_oaerror_type_for_status(status), param, code);
+	struct MHD_Response *r = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+	MHD_add_response_header(r, "Content-Type", "application/json");
+	if (request_id)
+		MHD_add_response_header(r, "X-Request-Id", request_id);
+	if (status == 405) {
+		const char *allow = strcmp(code ? code : "", "post_only") == 0 ? "POST" : "GET, HEAD";
+		MHD_add_response_header(r, "Allow", allow);
+	}
+	if (status == 401)
+		MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
+	if (close)
+		MHD_add_response_header(r, "Connection", "close");
+	enum MHD_Result ret = MHD_queue_response(conn, status, r);
+	MHD_destroy_response(r);
+	return ret;
+}

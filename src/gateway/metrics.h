@@ -1,0 +1,29 @@
+/* The gateway's self-reports: bodies for /health, /health/backends,
+ * /v1/models and /metrics, and the counting of finished requests. Reads
+ * everything, changes nothing but the counters in gw->stats. */
+#ifndef IG_METRICS_H
+#define IG_METRICS_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gateway.h"
+
+/* Counts a finished proxied request: its route, the status it ended with,
+ * whether a 200 stream carried an error event, the backend that answered
+ * ("" none), its duration and, for streams, the time to the first byte
+ * (-1: none). */
+void ig_metrics_observe(struct ig_gw *gw, int route, unsigned status, bool stream_error, const char *backend,
+			uint64_t duration_us, int64_t ttfb_us);
+void ig_metrics_free(struct ig_gw *gw);
+
+/* Bodies, malloc'd. */
+char *ig_metrics_text(struct ig_gw *gw);
+/* /health: *status is 200 with a healthy backend, else 503. */
+char *ig_metrics_health_json(struct ig_gw *gw, unsigned *status);
+char *ig_metrics_backends_json(struct ig_gw *gw);
+json_t *ig_metrics_backend_json(const struct ig_backend *b, uint64_t now);
+char *ig_metrics_models_json(struct ig_gw *gw);
+
+#endif

@@ -1,0 +1,95 @@
+/* The request object: one proxied call, owning both halves (the client
+ * connection and the upstream transfer), and the queue of requests waiting
+ * for a backend slot. See proxy.c for its life. */
+#ifndef IG_PROXY_H
+#define IG_PROXY_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gateway.h"
+#include "infergate/buf.h"
+#include "infergate/sse.h"
+#include "upstream.h"
+
+#define IG_MAX_TRIES 21 /* retries <= 20, plus the first attempt */
+
+enum ig_req_phase {
+	IG_REQ_READING,  /* receiving the client body */
+	IG_REQ_QUEUED,   /* waiting for a backend slot */
+	IG_REQ_UPSTREAM, /* transfer running */
+	IG_REQ_FINISHED, /* answer decided (response or error) */
+};
+
+struct ig_req {
+	struct ig_call call;         /* what MHD's handler calls (*con_cls) */
+	struct ig_xfer xfer;         /* the upstream transfer of the current attempt */
+	struct ig_gw *gw;
+	struct MHD_Connection *conn;
+	struct ig_list link;         /* gw->reqs: every live request */
+	struct ig_list qlink;        /* gw->queue, when QUEUED */
+	enum ig_req_phase phase;
+	int route_idx;               /* upstream path: ig_route_path(route_idx) */
+	struct ig_buf body;
+	bool too_large;
+	bool stream;                 /* client asked for "stream": true */
+	bool suspended;              /* MHD connection suspended by us */
+	bool committed;              /* response bytes handed to MHD: no retry */
+	bool upstream_done;
+	bool upstream_failed;        /* ended with an error after commit */
+	bool sse;                    /* the streamed body is text/event-stream */
+	size_t ready;                /* pending resp bytes that end a whole SSE event */
+	bool client_gone;
+	bool paused;                 /* curl transfer paused for back-pressure */
+	bool watching;               /* client fd in our epoll for hang-up */
+	char request_id[80];
+	char client[48];
+	char *model;
+	long max_tokens;
+	struct curl_slist *up_headers;  /* headers sent upstream */
+	struct ig_backend *backend;     /* current attempt */
+	struct ig_backend *tried[IG_MAX_TRIES];
+	int ntried;
+	int retries_done;
+	long up_status;
+	struct ig_buf up_resp_headers;  /* "Name\0Value\0" pairs to relay */
+	bool headers_done;
+	struct ig_buf resp;             /* response body bytes not yet sent */
+	unsigned err_status;            /* error answer decided by the gateway */
+	char *err_body;
+	enum ig_upstream_error last_err;
+	uint64_t t_start_us, t_first_byte_us, q_deadline_ms;
+	uint64_t last_io_ms;            /* last byte from the backend (idle timeout) */
+	uint64_t suspended_at_ms;       /* when it was last suspended */
+	struct ig_sse sse_lines;        /* SSE lines, to find usage and error events */
+	long prompt_tokens, completion_tokens; /* from "usage", -1 when none */
+	unsigned stream_error;          /* a 200 stream that carried an error event:
+					 * the status it names (counted and logged
+					 * as that), 0 when none */
+	char *stream_error_msg;         /* its message, for the access log */
+	unsigned status_sent;           /* what the client was answered */
+	uint64_t bytes_out;
+	uint64_t t_answer_us;           /* response handed to MHD */
+	struct ig_event client_ev;      /* hang-up watch on the client's socket */
+};
+
+/* A new request for a proxied route; its call (req->call) reads the body,
+ * then validates, routes and answers. NULL when out of memory. */
+struct ig_req *ig_req_new(struct ig_gw *gw, struct MHD_Connection *conn, int route_idx);
+/* The client left or the gateway stops: abort everything, let MHD close. */
+void ig_req_client_gone(struct ig_req *req);
+/* The status a request ended with: what was sent, or the status named by
+ * the error event a 200 stream carried (metrics and the access log count it
+ * as that). */
+static inline unsigned ig_req_status(const struct ig_req *req)
+{
+	return req->stream_error ? req->stream_error : req->status_sent;
+}
+
+/* Once per loop turn and on the housekeeping tick: idle timeouts, hang-up
+ * watches, queue deadlines. */
+void ig_proxy_tick(struct ig_gw *gw, uint64_t now_ms);
+/* Starts queued requests while backends have slots. */
+void ig_proxy_drain_queue(struct ig_gw *gw);
+
+#endif

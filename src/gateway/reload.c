@@ -1,0 +1,120 @@
+/* SIGHUP: re-read the configuration file and apply what can change without
+ * a restart (backends, policy, limits, keys, the access log, discovery).
+ * Every check runs first; on any problem the running configuration stays,
+ * untouched. Also loads the key files and opens the access log at start.
+ * Not here: parsing the configuration (conf.c). */
+#include "config.h"
+#include <stdlib.h>
+#include <string.h>
+
+#include "discover.h"
+#include "health.h"
+#include "infergate/log.h"
+#include "reload.h"
+#include "router.h"
+
+int ig_reload_files(struct ig_gw *gw, const struct ig_conf *cfg, char **err)
+{
+	struct ig_keyset api, admin;
+	struct ig_accesslog alog = {-1, NULL};
+	int new_log = !gw->alog.path != !*cfg->access_log ||
+		      (gw->alog.path && strcmp(gw->alog.path, cfg->access_log) != 0);
+
+	if (ig_keyset_load(&api, "api_keys_file", cfg->api_keys_file, err) < 0)
+		return -1;
+	if (ig_keyset_load(&admin, "admin_keys_file", cfg->admin_keys_file, err) < 0) {
+		ig_keyset_free(&api);
+		return -1;
+	}
+	if (new_log && ig_accesslog_open(&alog, cfg->access_log, err) < 0) {
+		ig_keyset_free(&api);
+		ig_keyset_free(&admin);
+		return -1;
+	}
+	ig_keyset_free(&gw->api_keys);
+	ig_keyset_free(&gw->admin_keys);
+	gw->api_keys = api;
+	gw->admin_keys = admin;
+	if (new_log) {
+		ig_accesslog_close(&gw->alog);
+		gw->alog = alog;
+	}
+	return 0;
+}
+
+void ig_reload(struct ig_gw *gw)
+{
+	struct ig_conf nc;
+	char *err = NULL;
+	int check = 0, added = 0, removed = 0;
+
+	if (!gw->cfg->config_path) {
+		ig_log_warn("reload: started without --config, nothing to re-read");
+		return;
+	}
+	if (ig_conf_from_args(&nc, gw->argc, gw->argv, &check, &err) != 0 ||
+	    ig_reload_files(gw, &nc, &err) < 0) {
+		for (char *line = strtok(err, "\n"); line; line = strtok(NULL, "\n"))
+			ig_log_error("reload rejected, running configuration kept: %s", line);
+		free(err);
+		ig_conf_free(&nc);
+		return;
+	}
+	if (strcmp(nc.listen, gw->cfg->listen) != 0 || nc.max_connections != gw->cfg->max_connections)
+		ig_log_warn("reload: listen and max_connections need a restart; keeping %s", gw->cfg->listen);
+	/* Backends: the file is the source of truth. */
+	for (size_t i = 0; i < nc.n_backends; i++) {
+		struct ig_backend_conf *bc = &nc.backends[i];
+		if (bc->discover)
+			continue;
+		struct ig_backend *b = ig_pool_find_url(&gw->pool, bc->url);
+		if (b) {
+			b->weight = bc->weight;
+			b->max_inflight = bc->max_inflight;
+			if (atomic_load(&b->admin) == IG_ADMIN_REMOVING)
+				atomic_store(&b->admin, IG_ADMIN_ENABLED);
+			continue;
+		}
+		b = ig_pool_add(&gw->pool, bc->url, bc->weight, bc->max_inflight);
+		if (b && ig_health_add(gw, b) == 0) {
+			added++;
+			ig_log_info("reload: backend %s added (id %d)", b->url, b->id);
+		}
+	}
+	for (size_t i = 0; i < gw->pool.n; i++) {
+		struct ig_backend *b = gw->pool.v[i];
+		int keep = 0;
+		for (size_t j = 0; j < nc.n_backends && !keep; j++)
+			keep = strcmp(nc.backends[j].url, b->discover ? b->discover : b->url) == 0 &&
+			       nc.backends[j].discover == (b->discover != NULL);
+		if (!keep && atomic_load(&b->admin) != IG_ADMIN_REMOVING) {
+			atomic_store(&b->admin, IG_ADMIN_REMOVING);
+			removed++;
+			ig_log_info("reload: backend %s (id %d) draining for removal, %ld in flight", b->url, b->id,
+				    atomic_load(&b->inflight));
+		}
+	}
+	/* Keep what cannot change without a restart. */
+	free(nc.listen);
+	nc.listen = gw->cfg->listen;
+	gw->cfg->listen = NULL;
+	free(nc.listen_host);
+	nc.listen_host = gw->cfg->listen_host;
+	gw->cfg->listen_host = NULL;
+	nc.listen_port = gw->cfg->listen_port;
+	nc.max_connections = gw->cfg->max_connections;
+	struct ig_conf old = *gw->cfg;
+	*gw->cfg = nc;
+	ig_conf_free(&old);
+	/* Discovery restarts with the new names and interval. */
+	ig_discover_stop(gw);
+	if (ig_discover_start(gw) < 0)
+		ig_log_error("reload: DNS discovery could not restart");
+	enum ig_log_level level;
+	if (ig_log_level_parse(gw->cfg->log_level, &level) == 0)
+		ig_log_set_level(level);
+	ig_log_info("reload: configuration from %s applied (%d backends added, %d removed, policy %s)",
+		    gw->cfg->config_path, added, removed, ig_policy_name(gw->cfg->policy));
+	ig_health_reap(gw);
+	gw->drain_pending = true;
+}

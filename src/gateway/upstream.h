@@ -1,0 +1,40 @@
+/* libcurl multi glue: the reactor hands curl's socket events and timer here;
+ * a transfer is a `struct ig_xfer` embedded in the object that started it
+ * (a proxied request, a health probe), and its end is reported through the
+ * callback stored in it. Knows nothing of requests or probes. */
+#ifndef IG_UPSTREAM_H
+#define IG_UPSTREAM_H
+
+#include <curl/curl.h>
+#include <stdbool.h>
+
+#include "gateway.h"
+
+struct ig_xfer {
+	CURL *easy;
+	/* The transfer ended: called once, after the handle left the multi
+	 * (curl_easy_getinfo still works). */
+	void (*done)(struct ig_xfer *x, CURLcode result);
+	bool running;   /* in the multi */
+};
+
+/* Returns 0, or -1 (logged). */
+int ig_upstream_init(struct ig_gw *gw);
+void ig_upstream_free(struct ig_gw *gw);
+/* The reactor's calls: a curl socket is ready / curl's timer expired. */
+void ig_upstream_on_socket(struct ig_gw *gw, int fd, uint32_t events);
+void ig_upstream_on_timer(struct ig_gw *gw);
+
+/* An easy handle from the free list (or a new one); and back (NULL is
+ * fine). Saves an allocation and setup per request. */
+CURL *ig_upstream_easy_get(struct ig_gw *gw);
+void ig_upstream_easy_put(struct ig_gw *gw, CURL *easy);
+
+/* Starts x->easy (its options set by the caller) in the multi; x->done is
+ * called when it ends. Returns CURLM_OK or curl's error. */
+CURLMcode ig_upstream_start(struct ig_gw *gw, struct ig_xfer *x);
+/* Takes a running transfer out of the multi without calling x->done (the
+ * caller ends it: idle timeout, client gone). Nothing when not running. */
+void ig_upstream_stop(struct ig_gw *gw, struct ig_xfer *x);
+
+#endif
