@@ -2,10 +2,11 @@
 # infergate quick start, for a fresh Debian 12 machine (as root).
 #   sh etc/quickstart.sh demo   seven simulated backends, the gateway, and a
 #                               generated corpus pushed through it
-#   sh etc/quickstart.sh test   the whole test suite: make check, then again under
-#                               ASan+UBSan, the gateway under valgrind, and each
-#                               fuzz target for FUZZ_SECONDS (default 15); ends
-#                               with "N passed, N failed"
+#   sh etc/quickstart.sh test   the whole test suite: make check, check-asan
+#                               (make check again under ASan+UBSan),
+#                               check-valgrind (the gateway under memcheck) and
+#                               check-fuzz (each fuzz target for FUZZ_SECONDS,
+#                               default 15); ends with "N passed, N failed"
 #   sh etc/quickstart.sh check  make check only (a minute or two)
 # Builds out of tree in ./build. IG_SKIP_DEPS=1 skips apt-get.
 set -eu
@@ -84,14 +85,12 @@ run_tests() {
 	make -j"${IG_TEST_JOBS:-2}" check >"$BUILD/check.log" 2>&1 || rc=$?
 	show_failures "$BUILD"
 	if [ "${1:-full}" = full ]; then
-		echo "== the same under ASan+UBSan, and the gateway under valgrind (tests/sanitize.sh)"
-		SAN_BUILD="$BUILD/sanitize" SAN_JOBS="${IG_TEST_JOBS:-2}" sh "$SRC/tests/sanitize.sh" \
-			>"$BUILD/sanitize.log" 2>&1 || rc=1
+		echo "== make check-asan check-valgrind: the same under ASan+UBSan, the gateway under valgrind"
+		SAN_JOBS="${IG_TEST_JOBS:-2}" make -k check-asan check-valgrind >"$BUILD/sanitize.log" 2>&1 || rc=1
 		grep -E '^(ok|not ok)' "$BUILD/sanitize.log" || true
 		show_failures "$BUILD/sanitize"
-		echo "== fuzzing, ${FUZZ_SECONDS:-15} s per target (tests/fuzz/run.sh)"
-		FUZZ_SECONDS="${FUZZ_SECONDS:-15}" FUZZ_BUILD="$BUILD/fuzz" sh "$SRC/tests/fuzz/run.sh" \
-			>"$BUILD/fuzz.log" 2>&1 || rc=1
+		echo "== make check-fuzz: ${FUZZ_SECONDS:-15} s per target"
+		FUZZ_SECONDS="${FUZZ_SECONDS:-15}" make check-fuzz >"$BUILD/fuzz.log" 2>&1 || rc=1
 		grep -E '^(ok:|FAIL)' "$BUILD/fuzz.log" || true
 	fi
 	summarize || rc=1
