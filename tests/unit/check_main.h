@@ -8,14 +8,31 @@
 #include <stdlib.h>
 #include <string.h>
 
-static inline int ig_check_run(Suite *s)
+static inline int ig_check_run(const char *name, const TTest *const *tests, size_t n)
 {
+	Suite *s = suite_create(name);
+	TCase *tc = tcase_create("core");
+	/* A guard against a hang, not a limit on speed: tests assert counts
+	 * and bytes, and run slowly under ASan (Check's default is 4 s). */
+	tcase_set_timeout(tc, 600);
+	for (size_t i = 0; i < n; i++)
+		tcase_add_test(tc, tests[i]);
+	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_ENV);
 	int failed = srunner_ntests_failed(sr);
 	srunner_free(sr);
 	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }
+
+/* The test program's main: runs the named tests (START_TEST names) in
+ * order as one suite. */
+#define IG_CHECK_MAIN(suite, ...)                                               \
+	int main(void)                                                          \
+	{                                                                       \
+		const TTest *const tests[] = {__VA_ARGS__};                     \
+		return ig_check_run(suite, tests, sizeof(tests) / sizeof(tests[0])); \
+	}
 
 /* A file of tests/fixtures (real servers' payloads), without its leading
  * `//` lines, which name the upstream source it follows. malloc'd, with its

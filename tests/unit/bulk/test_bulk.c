@@ -443,23 +443,7 @@ START_TEST(preflight_finds_duplicates_exactly)
 }
 END_TEST
 
-int main(void)
-{
-	Suite *s = suite_create("bulk");
-	TCase *tc = tcase_create("core");
-	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, corpus_batch_and_shorthand);
-	tcase_add_test(tc, corpus_errors_name_the_line);
-	tcase_add_test(tc, idset_grows_and_finds);
-	tcase_add_test(tc, doneset_resume_and_torn_line);
-	tcase_add_test(tc, journal_lines_and_append);
-	tcase_add_test(tc, journal_full_disk_leaves_no_half_line);
-	tcase_add_test(tc, sse_rebuilds_chat_body_across_splits);
-	tcase_add_test(tc, sse_incomplete_or_error_stream);
-	tcase_add_test(tc, hist_quantiles);
-	tcase_add_test(tc, generator_is_deterministic_and_parses);
-	tcase_add_test(tc, flags_validate);
-	tcase_add_test(tc, preflight_finds_duplicates_exactly);
-	suite_add_tcase(s, tc);
-	return ig_check_run(s);
-}
+IG_CHECK_MAIN("bulk", corpus_batch_and_shorthand, corpus_errors_name_the_line, idset_grows_and_finds,
+	      doneset_resume_and_torn_line, journal_lines_and_append, journal_full_disk_leaves_no_half_line,
+	      sse_rebuilds_chat_body_across_splits, sse_incomplete_or_error_stream, hist_quantiles,
+	      generator_is_deterministic_and_parses, flags_validate, preflight_finds_duplicates_exactly)

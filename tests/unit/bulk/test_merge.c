@@ -389,22 +389,14 @@ static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ft
 
 int main(void)
 {
-	Suite *s = suite_create("bulk_merge");
-	TCase *tc = tcase_create("core");
-	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, exact_merge_copies_lines_and_errors);
-	tcase_add_test(tc, missing_duplicated_unknown_exit_1_and_write_nothing);
-	tcase_add_test(tc, torn_last_line_counts_as_missing);
-	tcase_add_test(tc, usage_errors_exit_2);
-	tcase_add_test(tc, hash_collisions_are_resolved_by_the_strings);
-	tcase_add_test(tc, memory_per_id_is_bounded);
-	tcase_add_test(tc, corpus_line_id_and_offsets);
-	suite_add_tcase(s, tc);
+	const TTest *const tests[] = {exact_merge_copies_lines_and_errors, missing_duplicated_unknown_exit_1_and_write_nothing,
+				      torn_last_line_counts_as_missing, usage_errors_exit_2,
+				      hash_collisions_are_resolved_by_the_strings, memory_per_id_is_bounded, corpus_line_id_and_offsets};
 	/* made here, so that the forked tests share it and it is removed at the end */
 	snprintf(dir, sizeof(dir), "/tmp/test_bulk_merge.XXXXXX");
 	if (!mkdtemp(dir))
 		return EXIT_FAILURE;
-	int rc = ig_check_run(s);
+	int rc = ig_check_run("bulk_merge", tests, sizeof(tests) / sizeof(tests[0]));
 	nftw(dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);
 	return rc;
 }

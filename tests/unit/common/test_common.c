@@ -179,16 +179,5 @@ START_TEST(hash_and_rand)
 }
 END_TEST
 
-int main(void)
-{
-	Suite *s = suite_create("common");
-	TCase *tc = tcase_create("core");
-	tcase_add_test(tc, buf_append_consume);
-	tcase_add_test(tc, parse_long_bounds);
-	tcase_add_test(tc, parse_hostport);
-	tcase_add_test(tc, oaerror_shape);
-	tcase_add_test(tc, oaerror_from_real_servers);
-	tcase_add_test(tc, hash_and_rand);
-	suite_add_tcase(s, tc);
-	return ig_check_run(s);
-}
+IG_CHECK_MAIN("common", buf_append_consume, parse_long_bounds, parse_hostport, oaerror_shape,
+	      oaerror_from_real_servers, hash_and_rand)

@@ -126,14 +126,5 @@ START_TEST(list_order_and_safe_delete)
 }
 END_TEST
 
-int main(void)
-{
-	Suite *s = suite_create("sse");
-	TCase *tc = tcase_create("core");
-	tcase_add_test(tc, data_lines_with_any_framing);
-	tcase_add_test(tc, lines_split_at_every_byte);
-	tcase_add_test(tc, overlong_lines_are_bounded);
-	tcase_add_test(tc, list_order_and_safe_delete);
-	suite_add_tcase(s, tc);
-	return ig_check_run(s);
-}
+IG_CHECK_MAIN("sse", data_lines_with_any_framing, lines_split_at_every_byte,
+	      overlong_lines_are_bounded, list_order_and_safe_delete)

@@ -73,12 +73,4 @@ START_TEST(config_names_every_problem)
 }
 END_TEST
 
-int main(void)
-{
-	Suite *s = suite_create("conf");
-	TCase *tc = tcase_create("core");
-	tcase_add_test(tc, config_file_and_flag_override);
-	tcase_add_test(tc, config_names_every_problem);
-	suite_add_tcase(s, tc);
-	return ig_check_run(s);
-}
+IG_CHECK_MAIN("conf", config_file_and_flag_override, config_names_every_problem)

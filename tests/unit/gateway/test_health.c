@@ -147,14 +147,5 @@ START_TEST(removed_backends_leave_when_drained)
 }
 END_TEST
 
-int main(void)
-{
-	Suite *s = suite_create("health");
-	TCase *tc = tcase_create("core");
-	tcase_add_test(tc, probes_rise_and_fall);
-	tcase_add_test(tc, requests_eject_a_backend);
-	tcase_add_test(tc, load_reports_teach_slots);
-	tcase_add_test(tc, removed_backends_leave_when_drained);
-	suite_add_tcase(s, tc);
-	return ig_check_run(s);
-}
+IG_CHECK_MAIN("health", probes_rise_and_fall, requests_eject_a_backend,
+	      load_reports_teach_slots, removed_backends_leave_when_drained)

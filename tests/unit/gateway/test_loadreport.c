@@ -55,11 +55,4 @@ START_TEST(load_reports_as_real_servers_print_them)
 }
 END_TEST
 
-int main(void)
-{
-	Suite *s = suite_create("loadreport");
-	TCase *tc = tcase_create("core");
-	tcase_add_test(tc, load_reports_as_real_servers_print_them);
-	suite_add_tcase(s, tc);
-	return ig_check_run(s);
-}
+IG_CHECK_MAIN("loadreport", load_reports_as_real_servers_print_them)

@@ -211,16 +211,7 @@ START_TEST(queue_is_fifo_and_bounded)
 }
 END_TEST
 
-int main(void)
-{
-	Suite *s = suite_create("proxy");
-	TCase *tc = tcase_create("core");
-	tcase_add_test(tc, hop_by_hop_headers_are_not_relayed);
-	tcase_add_test(tc, usage_is_read_from_the_last_usage_key);
-	tcase_add_test(tc, sse_usage_with_any_framing_split_anywhere);
-	tcase_add_test(tc, sse_error_events_count_and_flat_ones_are_rewritten);
-	tcase_add_test(tc, torn_event_is_replaced_by_an_error_event);
-	tcase_add_test(tc, queue_is_fifo_and_bounded);
-	suite_add_tcase(s, tc);
-	return ig_check_run(s);
-}
+IG_CHECK_MAIN("proxy", hop_by_hop_headers_are_not_relayed,
+	      usage_is_read_from_the_last_usage_key, sse_usage_with_any_framing_split_anywhere,
+	      sse_error_events_count_and_flat_ones_are_rewritten,
+	      torn_event_is_replaced_by_an_error_event, queue_is_fifo_and_bounded)

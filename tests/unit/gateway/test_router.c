@@ -169,15 +169,6 @@ START_TEST(stale_load_reports_teach_nothing)
 }
 END_TEST
 
-int main(void)
-{
-	Suite *s = suite_create("router");
-	TCase *tc = tcase_create("core");
-	tcase_add_test(tc, least_loaded_rotates_ties);
-	tcase_add_test(tc, least_loaded_follows_load_and_weight);
-	tcase_add_test(tc, limits_give_busy_then_none);
-	tcase_add_test(tc, slots_learned_from_load_reports);
-	tcase_add_test(tc, stale_load_reports_teach_nothing);
-	suite_add_tcase(s, tc);
-	return ig_check_run(s);
-}
+IG_CHECK_MAIN("router", least_loaded_rotates_ties, least_loaded_follows_load_and_weight,
+	      limits_give_busy_then_none, slots_learned_from_load_reports,
+	      stale_load_reports_teach_nothing)

@@ -97,15 +97,5 @@ START_TEST(prompt_tokens)
 }
 END_TEST
 
-int main(void)
-{
-	Suite *s = suite_create("sim_text");
-	TCase *tc = tcase_create("core");
-	tcase_add_test(tc, same_prompt_same_text);
-	tcase_add_test(tc, seed_and_prompt_change_text);
-	tcase_add_test(tc, tokens_are_json_safe_words);
-	tcase_add_test(tc, natural_length_in_range);
-	tcase_add_test(tc, prompt_tokens);
-	suite_add_tcase(s, tc);
-	return ig_check_run(s);
-}
+IG_CHECK_MAIN("sim_text", same_prompt_same_text, seed_and_prompt_change_text,
+	      tokens_are_json_safe_words, natural_length_in_range, prompt_tokens)
