@@ -82,9 +82,9 @@ struct bulk_line {
  * the default custom_id "line-N". Returns 0, or -1 with *err (malloc'd). */
 int ig_corpus_parse(const char *text, size_t len, long lineno, const struct bulk_defaults *d,
 		    struct bulk_line *out, char **err);
-void ig_bulk_line_clear(struct bulk_line *l);
-const char *ig_endpoint_path(enum ig_endpoint ep);
-const char *ig_endpoint_name(enum ig_endpoint ep);
+void ig_corpus_line_clear(struct bulk_line *l);
+const char *ig_corpus_endpoint_path(enum ig_endpoint ep);
+const char *ig_corpus_endpoint_name(enum ig_endpoint ep);
 
 /* Sequential reader of request lines: blank lines are skipped (they keep
  * their line numbers but have no index). One line in memory at a time. */
@@ -122,7 +122,7 @@ struct ig_idset {
 	size_t len;
 };
 
-uint64_t ig_id_hash(const char *s, size_t n);   /* never 0 */
+uint64_t ig_idset_hash(const char *s, size_t n);   /* never 0 */
 /* Returns 0, or -1 out of memory. */
 int ig_idset_init(struct ig_idset *s, int with_vals);
 void ig_idset_free(struct ig_idset *s);
@@ -174,16 +174,16 @@ struct ig_doneset {
 	long in_both;           /* ids present in both files */
 };
 
-void ig_doneset_init(struct ig_doneset *d);
+void ig_journal_done_init(struct ig_doneset *d);
 /* Scans both files (a missing file is empty). A torn last line is measured,
- * not cut (see ig_doneset_cut_torn). Returns 0, or -1 with *err naming the
+ * not cut (see ig_journal_done_cut_torn). Returns 0, or -1 with *err naming the
  * file and line. */
-int ig_doneset_load(struct ig_doneset *d, const char *output, const char *errors, char **err);
+int ig_journal_done_load(struct ig_doneset *d, const char *output, const char *errors, char **err);
 /* Returns 0 not done, 1 done in OUTPUT, 2 done in the errors file. */
-int ig_doneset_find(struct ig_doneset *d, const char *id, size_t len);
+int ig_journal_done_find(struct ig_doneset *d, const char *id, size_t len);
 /* Cuts the torn tails found by load. Returns 0, or -1 with *err. */
-int ig_doneset_cut_torn(struct ig_doneset *d, const char *output, const char *errors, char **err);
-void ig_doneset_free(struct ig_doneset *d);
+int ig_journal_done_cut_torn(struct ig_doneset *d, const char *output, const char *errors, char **err);
+void ig_journal_done_free(struct ig_doneset *d);
 
 /* Result lines in the OpenAI Batch output format, malloc'd, ending in \n.
  * body may be NULL (JSON null), a JSON object or a string. */
@@ -225,16 +225,16 @@ json_t *ig_stream_body(struct ig_stream *s, enum ig_endpoint ep, const char **er
  * whatever the number of samples, so percentiles cost no memory per line. */
 #define IG_HIST_SUB 64
 #define IG_HIST_EXP 40
-struct ig_hist {
+struct ig_report_hist {
 	uint64_t bucket[IG_HIST_EXP * IG_HIST_SUB];
 	uint64_t n;
 	uint64_t max;
 	double sum;
 };
 
-void ig_hist_add(struct ig_hist *h, uint64_t us);
+void ig_report_hist_add(struct ig_report_hist *h, uint64_t us);
 /* q in [0, 1]; returns microseconds (0 when empty). */
-uint64_t ig_hist_quantile(const struct ig_hist *h, double q);
+uint64_t ig_report_hist_quantile(const struct ig_report_hist *h, double q);
 
 struct ig_errcount {
 	char code[48];
@@ -261,22 +261,22 @@ struct bulk_stats {
 	int stopping;           /* a signal or a write failure: no new requests */
 	int interrupted;        /* by a signal */
 	char *fatal;            /* why the run stopped early, malloc'd */
-	struct ig_hist *latency;
-	struct ig_hist *ttft;
+	struct ig_report_hist *latency;
+	struct ig_report_hist *ttft;
 	struct ig_errcount *errs;
 	size_t n_errs;
 };
 
-void ig_stats_count_error(struct bulk_stats *st, const char *code);
+void ig_report_count_error(struct bulk_stats *st, const char *code);
 /* Prints the summary for people (to f) and writes --summary-json when set.
  * Returns 0, or -1 when the JSON file could not be written (logged). */
 int ig_report_summary(const struct bulk_opts *o, const struct bulk_stats *st, FILE *f, int exit_code);
 json_t *ig_report_json(const struct bulk_opts *o, const struct bulk_stats *st, int exit_code);
 /* Writes text to path through a temp file and rename(2), so a reader never
  * sees half a file. Returns 0, or -1 with errno. */
-int ig_write_atomic(const char *path, const char *text);
+int ig_report_write_atomic(const char *path, const char *text);
 /* "1h02m03s" style durations for people. */
-void ig_fmt_duration(char *out, size_t n, double seconds);
+void ig_report_duration(char *out, size_t n, double seconds);
 
 /* ------------------------------------------------------------- progress */
 
@@ -325,7 +325,7 @@ struct bulk_run {
 
 /* Returns 0 when it ran to the end or was stopped cleanly (stats->stopping,
  * stats->fatal tell which), -1 on a setup failure (logged). */
-int ig_sched_run(struct bulk_run *run);
+int ig_scheduler_run(struct bulk_run *run);
 
 /* ---------------------------------------------------------------- merge */
 

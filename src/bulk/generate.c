@@ -83,7 +83,7 @@ void ig_generate_line(struct ig_buf *b, uint64_t seed, long i, enum ig_endpoint 
 		json_object_set_new(body, "max_tokens", json_integer(max_tokens));
 	snprintf(id, sizeof(id), "req-%09ld", i + 1);
 	json_t *line = json_pack("{s:s, s:s, s:s, s:o}", "custom_id", id, "method", "POST",
-				 "url", ig_endpoint_path(kind), "body", body);
+				 "url", ig_corpus_endpoint_path(kind), "body", body);
 	char *s = json_dumps(line, JSON_COMPACT);
 	json_decref(line);
 	ig_buf_printf(b, "%s", s ? s : "");

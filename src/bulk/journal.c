@@ -143,13 +143,13 @@ char *ig_journal_error_line(const char *custom_id, long status, const char *requ
 
 /* ---------------------------------------------------------------- resume */
 
-void ig_doneset_init(struct ig_doneset *d)
+void ig_journal_done_init(struct ig_doneset *d)
 {
 	memset(d, 0, sizeof(*d));
 	d->fd[0] = d->fd[1] = -1;
 }
 
-void ig_doneset_free(struct ig_doneset *d)
+void ig_journal_done_free(struct ig_doneset *d)
 {
 	ig_idset_free(&d->set);
 	for (int i = 0; i < 2; i++)
@@ -159,7 +159,7 @@ void ig_doneset_free(struct ig_doneset *d)
 		free(d->extra[i]);
 	free(d->extra);
 	free(d->extra_file);
-	ig_doneset_init(d);
+	ig_journal_done_init(d);
 }
 
 /* The custom_id of a result line (malloc'd), or NULL when the line is not
@@ -210,7 +210,7 @@ static int find_extra(const struct ig_doneset *d, const char *id)
 static int add_done(struct ig_doneset *d, const char *id, int f, off_t off)
 {
 	uint64_t old;
-	int r = ig_idset_add(&d->set, ig_id_hash(id, strlen(id)), ((uint64_t)off << 1) | (uint64_t)f, &old);
+	int r = ig_idset_add(&d->set, ig_idset_hash(id, strlen(id)), ((uint64_t)off << 1) | (uint64_t)f, &old);
 	if (r != 0)
 		return r < 0 ? -1 : 0;
 	/* the hash is known: the same id again, or a different id (collision) */
@@ -305,7 +305,7 @@ fail:
 	return -1;
 }
 
-int ig_doneset_load(struct ig_doneset *d, const char *output, const char *errors, char **err)
+int ig_journal_done_load(struct ig_doneset *d, const char *output, const char *errors, char **err)
 {
 	if (ig_idset_init(&d->set, 1) < 0) {
 		*err = ig_strdupf("out of memory");
@@ -323,12 +323,12 @@ int ig_doneset_load(struct ig_doneset *d, const char *output, const char *errors
 	return 0;
 }
 
-int ig_doneset_find(struct ig_doneset *d, const char *id, size_t len)
+int ig_journal_done_find(struct ig_doneset *d, const char *id, size_t len)
 {
 	uint64_t v;
 	if (!d->set.keys)
 		return 0;
-	if (ig_idset_get(&d->set, ig_id_hash(id, len), &v)) {
+	if (ig_idset_get(&d->set, ig_idset_hash(id, len), &v)) {
 		char *prev = id_at(d, (int)(v & 1), (off_t)(v >> 1));
 		int same = prev && strlen(prev) == len && memcmp(prev, id, len) == 0;
 		free(prev);
@@ -339,7 +339,7 @@ int ig_doneset_find(struct ig_doneset *d, const char *id, size_t len)
 	return 0;
 }
 
-int ig_doneset_cut_torn(struct ig_doneset *d, const char *output, const char *errors, char **err)
+int ig_journal_done_cut_torn(struct ig_doneset *d, const char *output, const char *errors, char **err)
 {
 	const char *paths[2] = {output, errors};
 	for (int f = 0; f < 2; f++) {

@@ -409,7 +409,7 @@ static void confirm_duplicates(const struct bulk_opts *o, const struct bulk_defa
 			free(err);
 			continue;
 		}
-		uint64_t h = ig_id_hash(l.custom_id, strlen(l.custom_id));
+		uint64_t h = ig_idset_hash(l.custom_id, strlen(l.custom_id));
 		if (ig_idset_get(ambiguous, h, NULL)) {
 			if (n == cap) {
 				cap = cap ? cap * 2 : 64;
@@ -421,7 +421,7 @@ static void confirm_duplicates(const struct bulk_opts *o, const struct bulk_defa
 			c[n++] = (struct dup_cand){h, l.custom_id, r.lineno};
 			l.custom_id = NULL;
 		}
-		ig_bulk_line_clear(&l);
+		ig_corpus_line_clear(&l);
 	}
 	ig_corpus_close(&r);
 	qsort(c, n, sizeof(*c), cmp_cand);
@@ -464,11 +464,11 @@ static void scan_input(const struct bulk_opts *o, const struct bulk_defaults *d,
 			continue;
 		}
 		size_t idlen = strlen(l.custom_id);
-		uint64_t h = ig_id_hash(l.custom_id, idlen);
+		uint64_t h = ig_idset_hash(l.custom_id, idlen);
 		int added = ig_idset_add(&ids, h, 0, NULL);
 		if (added < 0 || (added == 0 && ig_idset_add(&ambiguous, h, 0, NULL) < 0)) {
 			problem(pf, "out of memory at line %ld", r.lineno);
-			ig_bulk_line_clear(&l);
+			ig_corpus_line_clear(&l);
 			break;
 		}
 		if (r.index % o->shard_n == o->shard_k) {
@@ -476,7 +476,7 @@ static void scan_input(const struct bulk_opts *o, const struct bulk_defaults *d,
 			if (!pf->first_line)
 				pf->first_line = r.lineno;
 			pf->last_line = r.lineno;
-			int done = o->resume ? ig_doneset_find(&pf->done, l.custom_id, idlen) : 0;
+			int done = o->resume ? ig_journal_done_find(&pf->done, l.custom_id, idlen) : 0;
 			if (done) {
 				if (done == 1)
 					st->resumed_ok++;
@@ -489,7 +489,7 @@ static void scan_input(const struct bulk_opts *o, const struct bulk_defaults *d,
 				note_model(pf, l.model, r.lineno);
 			}
 		}
-		ig_bulk_line_clear(&l);
+		ig_corpus_line_clear(&l);
 	}
 	if (got < 0)
 		problem(pf, "--input %s: read error: %s", o->input, strerror(errno));
@@ -667,7 +667,7 @@ static int run(struct bulk_opts *o, struct preflight *pf, struct bulk_stats *st)
 
 	memset(&r, 0, sizeof(r));
 	r.out.fd = r.err.fd = -1;
-	if (o->resume && ig_doneset_cut_torn(&pf->done, o->output, o->errors, &err) < 0)
+	if (o->resume && ig_journal_done_cut_torn(&pf->done, o->output, o->errors, &err) < 0)
 		goto fail;
 	if (ig_journal_open(&r.out, o->output, &err) < 0 || ig_journal_open(&r.err, o->errors, &err) < 0)
 		goto fail;
@@ -692,7 +692,7 @@ static int run(struct bulk_opts *o, struct preflight *pf, struct bulk_stats *st)
 		    st->to_send, o->url, st->selected, st->resumed_ok + st->resumed_err, o->concurrency);
 	st->start_us = ig_now_us();
 	ig_progress_tick(&prog, st, 1);
-	if (ig_sched_run(&r) < 0 && !st->fatal)
+	if (ig_scheduler_run(&r) < 0 && !st->fatal)
 		st->fatal = ig_strdupf("the scheduler could not start");
 	st->end_us = ig_now_us();
 	ig_progress_finish(&prog, st);
@@ -722,7 +722,7 @@ int main(int argc, char **argv)
 	struct bulk_opts o;
 	struct preflight pf;
 	struct bulk_stats st;
-	struct ig_hist *hists = NULL;
+	struct ig_report_hist *hists = NULL;
 	char *err = NULL;
 	int rc;
 
@@ -743,7 +743,7 @@ int main(int argc, char **argv)
 	memset(&pf, 0, sizeof(pf));
 	memset(&st, 0, sizeof(st));
 	ig_buf_init(&pf.problems);
-	ig_doneset_init(&pf.done);
+	ig_journal_done_init(&pf.done);
 	hists = calloc(2, sizeof(*hists));
 	if (!hists)
 		abort();
@@ -753,7 +753,7 @@ int main(int argc, char **argv)
 	/* preflight: every check, all problems reported together */
 	struct bulk_defaults d = {o.model, o.max_tokens, o.temperature, o.have_temperature, o.endpoint, o.stream};
 	check_files(&o, &pf);
-	if (o.resume && pf.n_problems == 0 && ig_doneset_load(&pf.done, o.output, o.errors, &err) < 0) {
+	if (o.resume && pf.n_problems == 0 && ig_journal_done_load(&pf.done, o.output, o.errors, &err) < 0) {
 		problem(&pf, "%s", err);
 		free(err);
 	}
@@ -781,7 +781,7 @@ int main(int argc, char **argv)
 	}
 	rc = run(&o, &pf, &st);
 out:
-	ig_doneset_free(&pf.done);
+	ig_journal_done_free(&pf.done);
 	ig_buf_free(&pf.problems);
 	for (size_t i = 0; i < pf.n_models; i++)
 		free(pf.models[i].name);

@@ -380,7 +380,7 @@ static void mg_load_exact(struct merge *m)
 			free(err);
 			continue;
 		}
-		if (!ig_idset_get(&m->ambiguous, ig_id_hash(id, strlen(id)), NULL)) {
+		if (!ig_idset_get(&m->ambiguous, ig_idset_hash(id, strlen(id)), NULL)) {
 			free(id);
 			continue;
 		}
@@ -429,7 +429,7 @@ static void mg_load_corpus(struct merge *m)
 			free(err);
 			continue;
 		}
-		uint64_t h = ig_id_hash(id, strlen(id));
+		uint64_t h = ig_idset_hash(id, strlen(id));
 		free(id);
 		int added = ig_idset_add(&m->ids, h, MG_VAL(derived ? (uint64_t)r.lineno : (uint64_t)r.offset, derived), NULL);
 		if (added == 0)
@@ -486,7 +486,7 @@ static int mg_cmp_key(const void *key, const void *e)
  * id, -1 when the corpus cannot be read again. */
 static int mg_find(struct merge *m, const char *id, size_t len, uint64_t **val, struct mg_exact **ex)
 {
-	uint64_t h = ig_id_hash(id, len);
+	uint64_t h = ig_idset_hash(id, len);
 	int same;
 
 	*val = NULL;
@@ -650,7 +650,7 @@ static void mg_scan_file(struct merge *m, struct mg_file *rf)
 
 static long mg_count_of(struct merge *m, const char *id)
 {
-	uint64_t h = ig_id_hash(id, strlen(id));
+	uint64_t h = ig_idset_hash(id, strlen(id));
 	if (m->ambiguous.len && ig_idset_get(&m->ambiguous, h, NULL)) {
 		struct mg_exact *ex = bsearch(id, m->exact, m->n_exact, sizeof(*m->exact), mg_cmp_key);
 		return ex ? ex->count : 0;
@@ -879,7 +879,7 @@ int ig_merge_main(int argc, char **argv)
 		json_t *j = mg_json(&m, exact);
 		char *text = json_dumps(j, JSON_INDENT(2));
 		json_decref(j);
-		if (!text || ig_write_atomic(m.summary_json, text) < 0) {
+		if (!text || ig_report_write_atomic(m.summary_json, text) < 0) {
 			fprintf(stderr, "infergate-bulk merge: --summary-json %s: %s\n", m.summary_json, strerror(errno));
 			rc = rc ? rc : BULK_EXIT_USAGE;
 		}

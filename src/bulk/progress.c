@@ -95,7 +95,7 @@ static void format_line(struct ig_progress *p, const struct bulk_stats *st, char
 	if (left <= 0)
 		snprintf(eta, sizeof(eta), "0s");
 	else if (rps > 0)
-		ig_fmt_duration(eta, sizeof(eta), left / rps);
+		ig_report_duration(eta, sizeof(eta), left / rps);
 	else
 		snprintf(eta, sizeof(eta), "?");
 	int k = snprintf(out, n, "%ld/%ld %.1f%% | %.1f req/s | %.0f tok/s | in flight %ld | errors %ld",
@@ -114,7 +114,7 @@ static void write_file(struct ig_progress *p, const struct bulk_stats *st, const
 	json_decref(j);
 	char *text = ig_strdupf("%s\n", s ? s : "{}");
 	free(s);
-	if (ig_write_atomic(p->file, text) < 0)
+	if (ig_report_write_atomic(p->file, text) < 0)
 		ig_log_warn("--progress-file %s: %s", p->file, strerror(errno));
 	free(text);
 }

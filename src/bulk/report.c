@@ -34,7 +34,7 @@ static uint64_t bucket_mid(size_t i)
 	return (sub << shift) + ((1ull << shift) >> 1);
 }
 
-void ig_hist_add(struct ig_hist *h, uint64_t us)
+void ig_report_hist_add(struct ig_report_hist *h, uint64_t us)
 {
 	h->bucket[bucket_of(us)]++;
 	h->n++;
@@ -43,7 +43,7 @@ void ig_hist_add(struct ig_hist *h, uint64_t us)
 		h->max = us;
 }
 
-uint64_t ig_hist_quantile(const struct ig_hist *h, double q)
+uint64_t ig_report_hist_quantile(const struct ig_report_hist *h, double q)
 {
 	if (!h->n)
 		return 0;
@@ -63,7 +63,7 @@ uint64_t ig_hist_quantile(const struct ig_hist *h, double q)
 	return h->max;
 }
 
-void ig_stats_count_error(struct bulk_stats *st, const char *code)
+void ig_report_count_error(struct bulk_stats *st, const char *code)
 {
 	for (size_t i = 0; i < st->n_errs; i++) {
 		if (strcmp(st->errs[i].code, code) == 0) {
@@ -79,7 +79,7 @@ void ig_stats_count_error(struct bulk_stats *st, const char *code)
 	e[st->n_errs++].n = 1;
 }
 
-void ig_fmt_duration(char *out, size_t n, double s)
+void ig_report_duration(char *out, size_t n, double s)
 {
 	if (s < 0 || s != s) {
 		snprintf(out, n, "?");
@@ -134,16 +134,16 @@ json_t *ig_report_json(const struct bulk_opts *o, const struct bulk_stats *st, i
 	json_object_set_new(j, "input_tokens", json_integer((json_int_t)st->input_tokens));
 	json_object_set_new(j, "output_tokens", json_integer((json_int_t)st->output_tokens));
 	json_object_set_new(j, "output_tokens_per_s", json_real(wall > 0 ? (double)st->output_tokens / wall : 0));
-	const struct ig_hist *l = st->latency;
+	const struct ig_report_hist *l = st->latency;
 	json_object_set_new(j, "latency_ms", json_pack("{s:o, s:o, s:o, s:o, s:o, s:I}",
-		"p50", ms(ig_hist_quantile(l, 0.5)), "p90", ms(ig_hist_quantile(l, 0.9)),
-		"p99", ms(ig_hist_quantile(l, 0.99)), "max", ms(l->max),
+		"p50", ms(ig_report_hist_quantile(l, 0.5)), "p90", ms(ig_report_hist_quantile(l, 0.9)),
+		"p99", ms(ig_report_hist_quantile(l, 0.99)), "max", ms(l->max),
 		"mean", json_real(l->n ? l->sum / (double)l->n / 1000.0 : 0), "count", (json_int_t)l->n));
-	const struct ig_hist *t = st->ttft;
+	const struct ig_report_hist *t = st->ttft;
 	if (o->stream || t->n)
 		json_object_set_new(j, "ttft_ms", json_pack("{s:o, s:o, s:o, s:I}",
-			"p50", ms(ig_hist_quantile(t, 0.5)), "p90", ms(ig_hist_quantile(t, 0.9)),
-			"p99", ms(ig_hist_quantile(t, 0.99)), "count", (json_int_t)t->n));
+			"p50", ms(ig_report_hist_quantile(t, 0.5)), "p90", ms(ig_report_hist_quantile(t, 0.9)),
+			"p99", ms(ig_report_hist_quantile(t, 0.99)), "count", (json_int_t)t->n));
 	else
 		json_object_set_new(j, "ttft_ms", json_null());
 	json_t *e = json_object();
@@ -155,7 +155,7 @@ json_t *ig_report_json(const struct bulk_opts *o, const struct bulk_stats *st, i
 
 /* Writes text to path through a temp file and rename, so a reader never
  * sees half a file. Returns 0 or -1 (errno). */
-int ig_write_atomic(const char *path, const char *text)
+int ig_report_write_atomic(const char *path, const char *text)
 {
 	char *tmp = ig_strdupf("%s.tmp.%ld", path, (long)getpid());
 	FILE *f = fopen(tmp, "we");
@@ -173,16 +173,16 @@ int ig_write_atomic(const char *path, const char *text)
 	return -1;
 }
 
-static void lat_line(FILE *f, const char *what, const struct ig_hist *h, int p90)
+static void lat_line(FILE *f, const char *what, const struct ig_report_hist *h, int p90)
 {
 	if (!h->n) {
 		fprintf(f, "  %-10s -\n", what);
 		return;
 	}
-	fprintf(f, "  %-10s p50 %.1f ms", what, ig_hist_quantile(h, 0.5) / 1000.0);
+	fprintf(f, "  %-10s p50 %.1f ms", what, ig_report_hist_quantile(h, 0.5) / 1000.0);
 	if (p90)
-		fprintf(f, ", p90 %.1f ms", ig_hist_quantile(h, 0.9) / 1000.0);
-	fprintf(f, ", p99 %.1f ms, max %.1f ms\n", ig_hist_quantile(h, 0.99) / 1000.0, h->max / 1000.0);
+		fprintf(f, ", p90 %.1f ms", ig_report_hist_quantile(h, 0.9) / 1000.0);
+	fprintf(f, ", p99 %.1f ms, max %.1f ms\n", ig_report_hist_quantile(h, 0.99) / 1000.0, h->max / 1000.0);
 }
 
 int ig_report_summary(const struct bulk_opts *o, const struct bulk_stats *st, FILE *f, int exit_code)
@@ -192,7 +192,7 @@ int ig_report_summary(const struct bulk_opts *o, const struct bulk_stats *st, FI
 	char dur[32];
 	int rc = 0;
 
-	ig_fmt_duration(dur, sizeof(dur), wall);
+	ig_report_duration(dur, sizeof(dur), wall);
 	fprintf(f, "infergate-bulk: %s\n", done >= st->selected ? "complete"
 			: st->interrupted ? "stopped by a signal (resume with --resume)"
 			: "stopped early (resume with --resume)");
@@ -227,7 +227,7 @@ int ig_report_summary(const struct bulk_opts *o, const struct bulk_stats *st, FI
 		json_decref(j);
 		char *text = ig_strdupf("%s\n", s ? s : "{}");
 		free(s);
-		if (ig_write_atomic(o->summary_json, text) < 0) {
+		if (ig_report_write_atomic(o->summary_json, text) < 0) {
 			ig_log_error("--summary-json %s: %s", o->summary_json, strerror(errno));
 			rc = -1;
 		}

@@ -271,7 +271,7 @@ static struct job *next_line(struct sched *s)
 			j->body = json_dumps(l.body, JSON_COMPACT);
 		if (!j || !j->body) {
 			free(j);
-			ig_bulk_line_clear(&l);
+			ig_corpus_line_clear(&l);
 			s->st->fatal = ig_strdupf("out of memory");
 			s->st->stopping = 1;
 			return NULL;
@@ -284,7 +284,7 @@ static struct job *next_line(struct sched *s)
 		j->lineno = r->lineno;
 		ig_stream_init(&j->sse);
 		ig_buf_init(&j->resp);
-		ig_bulk_line_clear(&l);
+		ig_corpus_line_clear(&l);
 		return j;
 	}
 }
@@ -504,9 +504,9 @@ static void finished(struct sched *s, struct job *j, CURLcode rc)
 				st->input_tokens += (uint64_t)json_integer_value(pt);
 			if (json_is_integer(ct) && json_integer_value(ct) > 0)
 				st->output_tokens += (uint64_t)json_integer_value(ct);
-			ig_hist_add(st->latency, took);
+			ig_report_hist_add(st->latency, took);
 			if (j->sse_mode && j->ttft_us)
-				ig_hist_add(st->ttft, j->ttft_us);
+				ig_report_hist_add(st->ttft, j->ttft_us);
 			st->ok++;
 		}
 		job_free(j);
@@ -524,7 +524,7 @@ static void finished(struct sched *s, struct job *j, CURLcode rc)
 		write_result(s, j, &s->run->err, line, len);
 		if (!st->fatal) {
 			st->failed++;
-			ig_stats_count_error(st, code);
+			ig_report_count_error(st, code);
 		}
 		ig_log_debug("%s (line %ld): %s for good: %s", j->custom_id, j->lineno, code, message);
 		job_free(j);
@@ -605,7 +605,7 @@ static int sched_init(struct sched *s, struct bulk_run *run)
 		return -1;
 	curl_multi_setopt(s->multi, CURLMOPT_MAXCONNECTS, (long)n + 8);
 	for (int i = 0; i < IG_EP_COUNT; i++)
-		s->urls[i] = ig_strdupf("%s%s", o->url, ig_endpoint_path((enum ig_endpoint)i));
+		s->urls[i] = ig_strdupf("%s%s", o->url, ig_corpus_endpoint_path((enum ig_endpoint)i));
 	s->headers = curl_slist_append(NULL, "Content-Type: application/json");
 	s->headers = curl_slist_append(s->headers, "Expect:"); /* no 100-continue round trip */
 	s->headers = curl_slist_append(s->headers, "User-Agent: infergate-bulk/" PACKAGE_VERSION);
@@ -637,7 +637,7 @@ static void sched_free(struct sched *s)
 	free(s->waiting);
 }
 
-int ig_sched_run(struct bulk_run *run)
+int ig_scheduler_run(struct bulk_run *run)
 {
 	struct sched s;
 	struct bulk_stats *st = run->stats;

@@ -48,6 +48,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (!s)
 		abort();
 	free(s);
-	ig_bulk_line_clear(&l);
+	ig_corpus_line_clear(&l);
 	return 0;
 }

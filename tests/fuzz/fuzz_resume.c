@@ -1,4 +1,4 @@
-/* libFuzzer target: infergate-bulk's resume scanner (ig_doneset_load and
+/* libFuzzer target: infergate-bulk's resume scanner (ig_journal_done_load and
  * friends, src/bulk/journal.c) over an OUTPUT and an errors file. The input
  * is split at the first 0xff byte: before it the output file, after it the
  * errors file. When the scan accepts the files, every complete line's
@@ -38,7 +38,7 @@ static void check_found(struct ig_doneset *d, const uint8_t *p, size_t n, size_t
 		json_t *id = json_object_get(o, "custom_id");
 		if (json_is_string(id) && strlen(json_string_value(id)) == json_string_length(id)) {
 			const char *s = json_string_value(id);
-			if (ig_doneset_find(d, s, strlen(s)) == 0) {
+			if (ig_journal_done_find(d, s, strlen(s)) == 0) {
 				fprintf(stderr, "id '%s' not found after a successful load\n", s);
 				abort();
 			}
@@ -59,12 +59,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	put(0, data, n0);
 	put(1, p1, n1);
-	ig_doneset_init(&d);
-	if (ig_doneset_load(&d, paths[0], paths[1], &err) < 0) {
+	ig_journal_done_init(&d);
+	if (ig_journal_done_load(&d, paths[0], paths[1], &err) < 0) {
 		if (!err || !*err)
 			abort();
 		free(err);
-		ig_doneset_free(&d);
+		ig_journal_done_free(&d);
 		return 0;
 	}
 	if (d.valid[0] > (off_t)n0 || d.valid[1] > (off_t)n1)
@@ -75,8 +75,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		abort();
 	check_found(&d, data, n0, (size_t)d.valid[0]);
 	check_found(&d, p1, n1, (size_t)d.valid[1]);
-	if (ig_doneset_find(&d, "\x01never-an-id", 12) != 0)
+	if (ig_journal_done_find(&d, "\x01never-an-id", 12) != 0)
 		abort();
-	ig_doneset_free(&d);
+	ig_journal_done_free(&d);
 	return 0;
 }

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "../../../src/bulk/corpus.c"
+#include "../../../src/bulk/idset.c"
 #include "../../../src/bulk/journal.c"
 #include "../../../src/bulk/stream.c"
 #include "../../../src/bulk/report.c"
@@ -44,7 +45,7 @@ START_TEST(corpus_batch_and_shorthand)
 	ck_assert_str_eq(l.model, "x");           /* the line wins over --model */
 	ck_assert_int_eq(json_integer_value(json_object_get(l.body, "max_tokens")), 5);
 	ck_assert(json_real_value(json_object_get(l.body, "temperature")) == 0.5);
-	ig_bulk_line_clear(&l);
+	ig_corpus_line_clear(&l);
 
 	/* prompt shorthand: completions by default, custom_id from the line number */
 	ck_assert_int_eq(parse("{\"prompt\":\"p\"}", &d, &l, &err), 0);
@@ -52,7 +53,7 @@ START_TEST(corpus_batch_and_shorthand)
 	ck_assert_int_eq(l.ep, IG_EP_COMPLETIONS);
 	ck_assert_str_eq(l.model, "dm");
 	ck_assert_int_eq(json_integer_value(json_object_get(l.body, "max_tokens")), 32);
-	ig_bulk_line_clear(&l);
+	ig_corpus_line_clear(&l);
 
 	/* --endpoint chat turns a prompt into one user message */
 	d.endpoint = IG_EP_CHAT;
@@ -62,19 +63,19 @@ START_TEST(corpus_batch_and_shorthand)
 	ck_assert_ptr_null(json_object_get(l.body, "custom_id"));
 	json_t *m = json_array_get(json_object_get(l.body, "messages"), 0);
 	ck_assert_str_eq(json_string_value(json_object_get(m, "content")), "p");
-	ig_bulk_line_clear(&l);
+	ig_corpus_line_clear(&l);
 
 	/* --stream asks for the usage chunk too */
 	d.stream = 1;
 	ck_assert_int_eq(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", &d, &l, &err), 0);
 	ck_assert(l.stream);
 	ck_assert(json_is_true(json_object_get(json_object_get(l.body, "stream_options"), "include_usage")));
-	ig_bulk_line_clear(&l);
+	ig_corpus_line_clear(&l);
 
 	ck_assert_int_eq(parse("{\"custom_id\":\"e\",\"url\":\"/v1/embeddings\",\"body\":{\"input\":\"x\"}}", &d, &l, &err), 0);
 	ck_assert_int_eq(l.ep, IG_EP_EMBEDDINGS);
 	ck_assert_ptr_null(json_object_get(l.body, "stream"));
-	ig_bulk_line_clear(&l);
+	ig_corpus_line_clear(&l);
 }
 END_TEST
 
@@ -122,8 +123,8 @@ START_TEST(idset_grows_and_finds)
 	ck_assert_int_eq(ig_idset_get(&s, 77 * 0x9E3779B97F4A7C15ull | 1, &v), 1);
 	ck_assert_uint_eq(v, 77);
 	ck_assert_int_eq(ig_idset_get(&s, 2, NULL), 0);
-	ck_assert_uint_ne(ig_id_hash("", 0), 0);
-	ck_assert_uint_ne(ig_id_hash("ab", 2), ig_id_hash("ba", 2));
+	ck_assert_uint_ne(ig_idset_hash("", 0), 0);
+	ck_assert_uint_ne(ig_idset_hash("ab", 2), ig_idset_hash("ba", 2));
 	ig_idset_free(&s);
 }
 END_TEST
@@ -154,17 +155,17 @@ START_TEST(doneset_resume_and_torn_line)
 
 	put_file(out, "{\"custom_id\":\"a\",\"response\":{}}\n{\"custom_id\":\"b\"}\n{\"custom_id\":\"c\",\"resp");
 	put_file(errs, "{\"custom_id\":\"x\",\"error\":{}}\n{\"custom_id\":\"b\"}\n");
-	ig_doneset_init(&d);
-	ck_assert_int_eq(ig_doneset_load(&d, out, errs, &e), 0);
-	ck_assert_int_eq(ig_doneset_find(&d, "a", 1), 1);
-	ck_assert_int_eq(ig_doneset_find(&d, "b", 1), 1);
-	ck_assert_int_eq(ig_doneset_find(&d, "x", 1), 2);
-	ck_assert_int_eq(ig_doneset_find(&d, "c", 1), 0); /* torn: not done */
-	ck_assert_int_eq(ig_doneset_find(&d, "zz", 2), 0);
+	ig_journal_done_init(&d);
+	ck_assert_int_eq(ig_journal_done_load(&d, out, errs, &e), 0);
+	ck_assert_int_eq(ig_journal_done_find(&d, "a", 1), 1);
+	ck_assert_int_eq(ig_journal_done_find(&d, "b", 1), 1);
+	ck_assert_int_eq(ig_journal_done_find(&d, "x", 1), 2);
+	ck_assert_int_eq(ig_journal_done_find(&d, "c", 1), 0); /* torn: not done */
+	ck_assert_int_eq(ig_journal_done_find(&d, "zz", 2), 0);
 	ck_assert_int_eq(d.in_both, 1);
 	ck_assert_int_eq(d.count[0], 2);
 	ck_assert_int_eq(d.count[1], 1);
-	ck_assert_int_eq(ig_doneset_cut_torn(&d, out, errs, &e), 0);
+	ck_assert_int_eq(ig_journal_done_cut_torn(&d, out, errs, &e), 0);
 	FILE *f = fopen(out, "r");
 	char buf[256];
 	size_t n = fread(buf, 1, sizeof(buf), f);
@@ -174,22 +175,22 @@ START_TEST(doneset_resume_and_torn_line)
 	/* A hash that is present but belongs to another id: the re-read of the
 	 * line at the stored offset tells them apart, so "q" is not done even if
 	 * its hash were in the set (a simulated 64-bit collision). */
-	uint64_t hq = ig_id_hash("q", 1);
+	uint64_t hq = ig_idset_hash("q", 1);
 	ck_assert_int_eq(ig_idset_add(&d.set, hq, (0ull << 1) | 0, NULL), 1); /* offset 0 holds "a" */
-	ck_assert_int_eq(ig_doneset_find(&d, "q", 1), 0);
+	ck_assert_int_eq(ig_journal_done_find(&d, "q", 1), 0);
 	/* and an id that collided at load time lives in the exact list */
 	ck_assert_int_eq(add_done(&d, "q", 1, 0), 0);
 	ck_assert_uint_eq(d.n_extra, 1);
-	ck_assert_int_eq(ig_doneset_find(&d, "q", 1), 2);
-	ig_doneset_free(&d);
+	ck_assert_int_eq(ig_journal_done_find(&d, "q", 1), 2);
+	ig_journal_done_free(&d);
 
 	/* a bad line that is not the last one is an error naming the file */
 	put_file(errs, "garbage\n{\"custom_id\":\"x\"}\n");
-	ig_doneset_init(&d);
-	ck_assert_int_eq(ig_doneset_load(&d, out, errs, &e), -1);
+	ig_journal_done_init(&d);
+	ck_assert_int_eq(ig_journal_done_load(&d, out, errs, &e), -1);
 	ck_assert_ptr_nonnull(strstr(e, "line 1"));
 	free(e);
-	ig_doneset_free(&d);
+	ig_journal_done_free(&d);
 	free(out);
 	free(errs);
 }
@@ -303,17 +304,17 @@ END_TEST
 
 START_TEST(hist_quantiles)
 {
-	struct ig_hist *h = calloc(1, sizeof(*h));
-	ck_assert_uint_eq(ig_hist_quantile(h, 0.5), 0);
+	struct ig_report_hist *h = calloc(1, sizeof(*h));
+	ck_assert_uint_eq(ig_report_hist_quantile(h, 0.5), 0);
 	for (uint64_t v = 1; v <= 100000; v++)
-		ig_hist_add(h, v);
+		ig_report_hist_add(h, v);
 	double q[] = {0.5, 0.9, 0.99};
 	for (int i = 0; i < 3; i++) {
-		double want = q[i] * 100000, got = (double)ig_hist_quantile(h, q[i]);
+		double want = q[i] * 100000, got = (double)ig_report_hist_quantile(h, q[i]);
 		ck_assert_msg(got > want * 0.98 && got < want * 1.02, "q%.2f: %f vs %f", q[i], got, want);
 	}
-	ck_assert_uint_eq(ig_hist_quantile(h, 1.0), 100000);
-	ig_hist_add(h, 1ull << 62); /* absurd values land in the last bucket */
+	ck_assert_uint_eq(ig_report_hist_quantile(h, 1.0), 100000);
+	ig_report_hist_add(h, 1ull << 62); /* absurd values land in the last bucket */
 	ck_assert_uint_eq(h->max, 1ull << 62);
 	for (uint64_t v = 0; v < 5000000; v += 997)
 		ck_assert_uint_le(bucket_of(v), bucket_of(v + 1));
@@ -343,7 +344,7 @@ START_TEST(generator_is_deterministic_and_parses)
 		snprintf(want, sizeof(want), "req-%09ld", i + 1);
 		ck_assert_str_eq(l.custom_id, want);
 		ck_assert_int_eq(l.ep, i % 2 ? IG_EP_COMPLETIONS : IG_EP_CHAT);
-		ig_bulk_line_clear(&l);
+		ig_corpus_line_clear(&l);
 		if (a.len < min)
 			min = a.len;
 		if (a.len > max)
@@ -424,7 +425,7 @@ START_TEST(preflight_finds_duplicates_exactly)
 	memset(&pf, 0, sizeof(pf));
 	memset(&st, 0, sizeof(st));
 	ig_buf_init(&pf.problems);
-	ig_doneset_init(&pf.done);
+	ig_journal_done_init(&pf.done);
 	o.input = in;
 	o.shard_n = 2;
 	o.shard_k = 1;

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "../../../src/bulk/corpus.c"
+#include "../../../src/bulk/idset.c"
 #include "../../../src/bulk/journal.c"
 #include "../../../src/bulk/report.c"
 #include "../../../src/bulk/merge.c"
@@ -297,17 +298,17 @@ START_TEST(hash_collisions_are_resolved_by_the_strings)
 	ck_assert_int_eq(mg_find(&m, "line-4", 6, &v, &ex), 1);
 	ck_assert_int_eq(mg_find(&m, "line-5", 6, &v, &ex), 0);
 	ck_assert_int_eq(mg_find(&m, "a\0b", 3, &v, &ex), 0);
-	uint64_t *a = ig_idset_val(&m.ids, ig_id_hash("a", 1));
+	uint64_t *a = ig_idset_val(&m.ids, ig_idset_hash("a", 1));
 	ck_assert_ptr_nonnull(a);
 	/* "q" collides with "a": same value, so the same corpus line */
-	ck_assert_int_eq(ig_idset_add(&m.ids, ig_id_hash("q", 1), *ig_idset_val(&m.ids, ig_id_hash("a", 1)), NULL), 1);
+	ck_assert_int_eq(ig_idset_add(&m.ids, ig_idset_hash("q", 1), *ig_idset_val(&m.ids, ig_idset_hash("a", 1)), NULL), 1);
 	ck_assert_int_eq(mg_find(&m, "q", 1, &v, &ex), 0);
 	ck_assert_int_eq(mg_find(&m, "a", 1, &v, &ex), 1);
 	/* and "line-4" colliding with a derived id compares the derived name */
-	ck_assert_int_eq(ig_idset_add(&m.ids, ig_id_hash("r", 1), *ig_idset_val(&m.ids, ig_id_hash("line-4", 6)), NULL), 1);
+	ck_assert_int_eq(ig_idset_add(&m.ids, ig_idset_hash("r", 1), *ig_idset_val(&m.ids, ig_idset_hash("line-4", 6)), NULL), 1);
 	ck_assert_int_eq(mg_find(&m, "r", 1, &v, &ex), 0);
 	/* two corpus ids sharing a hash: both kept as strings */
-	ck_assert_int_eq(ig_idset_add(&m.ambiguous, ig_id_hash("b", 1), 0, NULL), 1);
+	ck_assert_int_eq(ig_idset_add(&m.ambiguous, ig_idset_hash("b", 1), 0, NULL), 1);
 	mg_load_exact(&m);
 	ck_assert_uint_eq(m.n_exact, 1);
 	ck_assert_int_eq(mg_find(&m, "b", 1, &v, &ex), 1);
@@ -327,11 +328,11 @@ START_TEST(memory_per_id_is_bounded)
 	char id[32];
 	for (long i = 0; i < 902087; i++) {
 		int n = snprintf(id, sizeof(id), "req-%09ld", i);
-		ck_assert_int_eq(ig_idset_add(&s, ig_id_hash(id, (size_t)n), MG_VAL(i * 700, 0), NULL), 1);
+		ck_assert_int_eq(ig_idset_add(&s, ig_idset_hash(id, (size_t)n), MG_VAL(i * 700, 0), NULL), 1);
 	}
 	size_t bytes = s.cap * (sizeof(*s.keys) + sizeof(*s.vals));
 	ck_assert_msg(bytes <= 40u << 20, "%zu bytes", bytes);
-	uint64_t *v = ig_idset_val(&s, ig_id_hash("req-000000007", 13));
+	uint64_t *v = ig_idset_val(&s, ig_idset_hash("req-000000007", 13));
 	ck_assert_ptr_nonnull(v);
 	ck_assert_uint_eq(MG_WHERE(*v), 7 * 700);
 	(*v)++;
