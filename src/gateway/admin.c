@@ -66,7 +66,7 @@ static enum MHD_Result add_backend(struct ig_gw *gw, struct MHD_Connection *conn
 		json_decref(root);
 		return ig_httpd_error(conn, 400, msg, "url", "invalid_url", NULL, false);
 	}
-	struct ig_backend *b = ig_pool_find_url(&gw->pool, url);
+	struct ig_backend *b = ig_backend_pool_find_url(&gw->pool, url);
 	if (b && atomic_load(&b->admin) != IG_ADMIN_REMOVING) {
 		snprintf(msg, sizeof(msg), "backend %s is already in the table (id %d)", url, b->id);
 		free(url);
@@ -84,7 +84,7 @@ static enum MHD_Result add_backend(struct ig_gw *gw, struct MHD_Connection *conn
 		free(url);
 		return backend_answer(conn, 200, b);
 	}
-	b = ig_pool_add(&gw->pool, url, weight, maxin);
+	b = ig_backend_pool_add(&gw->pool, url, weight, maxin);
 	free(url);
 	if (!b || ig_health_add(gw, b) < 0)
 		return ig_httpd_error(conn, 500, "out of memory", NULL, "internal_error", NULL, false);
@@ -117,7 +117,7 @@ enum MHD_Result ig_admin_handle(struct ig_gw *gw, struct MHD_Connection *conn, c
 		snprintf(action, sizeof(action), "%s", rest + 1);
 	else if (*rest)
 		return ig_httpd_error(conn, 404, "expected /admin/backends/{id}[/drain|/enable]", NULL, "not_found", NULL, false);
-	struct ig_backend *b = ig_pool_find_id(&gw->pool, id);
+	struct ig_backend *b = ig_backend_pool_find_id(&gw->pool, id);
 	if (!b) {
 		char msg[96];
 		snprintf(msg, sizeof(msg), "no backend with id %d", id);

@@ -6,7 +6,7 @@
 
 #include "backend.h"
 
-struct ig_backend *ig_pool_add(struct ig_pool *pool, const char *url, long weight, long max_inflight)
+struct ig_backend *ig_backend_pool_add(struct ig_pool *pool, const char *url, long weight, long max_inflight)
 {
 	if (pool->n == pool->cap) {
 		size_t cap = pool->cap ? pool->cap * 2 : 8;
@@ -27,22 +27,22 @@ struct ig_backend *ig_pool_add(struct ig_pool *pool, const char *url, long weigh
 	atomic_init(&b->state, IG_BACKEND_DOWN);
 	atomic_init(&b->admin, IG_ADMIN_ENABLED);
 	b->reported_load = b->reported_waiting = -1;
-	ig_slots_reset(&b->learn);
+	ig_backend_slots_reset(&b->learn);
 	pool->v[pool->n++] = b;
 	return b;
 }
 
-int ig_pool_init(struct ig_pool *pool, const struct ig_conf *cfg)
+int ig_backend_pool_init(struct ig_pool *pool, const struct ig_conf *cfg)
 {
 	memset(pool, 0, sizeof(*pool));
 	for (size_t i = 0; i < cfg->n_backends; i++)
 		if (!cfg->backends[i].discover &&
-		    !ig_pool_add(pool, cfg->backends[i].url, cfg->backends[i].weight, cfg->backends[i].max_inflight))
+		    !ig_backend_pool_add(pool, cfg->backends[i].url, cfg->backends[i].weight, cfg->backends[i].max_inflight))
 			return -1;
 	return 0;
 }
 
-void ig_pool_remove(struct ig_pool *pool, struct ig_backend *b)
+void ig_backend_pool_remove(struct ig_pool *pool, struct ig_backend *b)
 {
 	for (size_t i = 0; i < pool->n; i++) {
 		if (pool->v[i] != b)
@@ -68,7 +68,7 @@ static void backend_free(struct ig_backend *b)
 	free(b);
 }
 
-void ig_pool_free(struct ig_pool *pool)
+void ig_backend_pool_free(struct ig_pool *pool)
 {
 	for (size_t i = 0; i < pool->n; i++)
 		backend_free(pool->v[i]);
@@ -79,7 +79,7 @@ void ig_pool_free(struct ig_pool *pool)
 	memset(pool, 0, sizeof(*pool));
 }
 
-struct ig_backend *ig_pool_find_url(const struct ig_pool *pool, const char *url)
+struct ig_backend *ig_backend_pool_find_url(const struct ig_pool *pool, const char *url)
 {
 	for (size_t i = 0; i < pool->n; i++)
 		if (strcmp(pool->v[i]->url, url) == 0)
@@ -87,7 +87,7 @@ struct ig_backend *ig_pool_find_url(const struct ig_pool *pool, const char *url)
 	return NULL;
 }
 
-struct ig_backend *ig_pool_find_id(const struct ig_pool *pool, int id)
+struct ig_backend *ig_backend_pool_find_id(const struct ig_pool *pool, int id)
 {
 	for (size_t i = 0; i < pool->n; i++)
 		if (pool->v[i]->id == id)
@@ -105,7 +105,7 @@ int ig_backend_routable(const struct ig_backend *b)
 	return atomic_load(&b->state) == IG_BACKEND_UP && atomic_load(&b->admin) == IG_ADMIN_ENABLED;
 }
 
-size_t ig_pool_healthy(const struct ig_pool *pool)
+size_t ig_backend_pool_healthy(const struct ig_pool *pool)
 {
 	size_t k = 0;
 	for (size_t i = 0; i < pool->n; i++)

@@ -30,7 +30,7 @@ struct ig_slots {
 	long cur;   /* the limit now (0 = none learned) */
 	long peak;  /* the highest limit learned while it queued */
 	int calm;   /* reports in a row without a queue while we were at cur */
-	/* the previous report, to tell a stale one (ig_slots_report) */
+	/* the previous report, to tell a stale one (ig_router_slots_report) */
 	long last_running, last_waiting; /* -1 none */
 	long last_ours;
 	unsigned long last_done;
@@ -39,7 +39,7 @@ struct ig_slots {
 };
 
 /* Nothing learned, no previous report (a new backend, or one that went down). */
-static inline void ig_slots_reset(struct ig_slots *s)
+static inline void ig_backend_slots_reset(struct ig_slots *s)
 {
 	*s = (struct ig_slots){.last_running = -1, .last_waiting = -1};
 }
@@ -98,16 +98,16 @@ struct ig_pool {
 };
 
 /* Creates the table from the configuration. Returns 0 or -1. */
-int ig_pool_init(struct ig_pool *pool, const struct ig_conf *cfg);
-void ig_pool_free(struct ig_pool *pool);
+int ig_backend_pool_init(struct ig_pool *pool, const struct ig_conf *cfg);
+void ig_backend_pool_free(struct ig_pool *pool);
 /* Adds a backend (url already normalised); returns it or NULL. */
-struct ig_backend *ig_pool_add(struct ig_pool *pool, const char *url, long weight, long max_inflight);
+struct ig_backend *ig_backend_pool_add(struct ig_pool *pool, const char *url, long weight, long max_inflight);
 /* Takes b out of the table (its slot count must be zero). */
-void ig_pool_remove(struct ig_pool *pool, struct ig_backend *b);
-struct ig_backend *ig_pool_find_url(const struct ig_pool *pool, const char *url);
-struct ig_backend *ig_pool_find_id(const struct ig_pool *pool, int id);
+void ig_backend_pool_remove(struct ig_pool *pool, struct ig_backend *b);
+struct ig_backend *ig_backend_pool_find_url(const struct ig_pool *pool, const char *url);
+struct ig_backend *ig_backend_pool_find_id(const struct ig_pool *pool, int id);
 /* Backends that can take requests: up and enabled. */
-size_t ig_pool_healthy(const struct ig_pool *pool);
+size_t ig_backend_pool_healthy(const struct ig_pool *pool);
 int ig_backend_routable(const struct ig_backend *b);
 /* Requests this gateway may have in flight on b: max_inflight when set,
  * else the learned slot count; 0 = no limit. */

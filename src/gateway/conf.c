@@ -102,7 +102,7 @@ static const struct key keys[] = {
 };
 #define NKEYS (sizeof(keys) / sizeof(keys[0]))
 
-const char *ig_policy_name(enum ig_policy p)
+const char *ig_conf_policy_name(enum ig_policy p)
 {
 	static const char *names[] = {"least-loaded", "round-robin", "random", "power-of-two"};
 	return names[p];
@@ -111,7 +111,7 @@ const char *ig_policy_name(enum ig_policy p)
 static int policy_parse(const char *s, enum ig_policy *out)
 {
 	for (int p = IG_POLICY_LEAST_LOADED; p <= IG_POLICY_POWER_OF_TWO; p++) {
-		if (strcmp(s, ig_policy_name((enum ig_policy)p)) == 0) {
+		if (strcmp(s, ig_conf_policy_name((enum ig_policy)p)) == 0) {
 			*out = (enum ig_policy)p;
 			return 0;
 		}

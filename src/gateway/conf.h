@@ -70,7 +70,7 @@ int ig_conf_from_file(struct ig_conf *cfg, const char *path, char **err);
 void ig_conf_free(struct ig_conf *cfg);
 /* The effective configuration as JSON (malloc'd). */
 char *ig_conf_to_json(const struct ig_conf *cfg);
-const char *ig_policy_name(enum ig_policy p);
+const char *ig_conf_policy_name(enum ig_policy p);
 /* A backend URL in canonical form (scheme://host:port[/prefix]); malloc'd,
  * or NULL with *why set. */
 char *ig_conf_normalise_url(const char *in, const char **why);

@@ -266,7 +266,7 @@ static void apply(struct ig_gw *gw, struct entry *e, struct result *r)
 		ig_log_info("discover: %s resolves again", e->name_url);
 	e->last_ok = 1;
 	for (size_t i = 0; i < r->n; i++) {
-		struct ig_backend *b = ig_pool_find_url(&gw->pool, r->urls[i]);
+		struct ig_backend *b = ig_backend_pool_find_url(&gw->pool, r->urls[i]);
 		if (b) {
 			if (b->discover && atomic_load(&b->admin) == IG_ADMIN_REMOVING) {
 				atomic_store(&b->admin, IG_ADMIN_ENABLED);
@@ -274,7 +274,7 @@ static void apply(struct ig_gw *gw, struct entry *e, struct result *r)
 			}
 			continue;
 		}
-		b = ig_pool_add(&gw->pool, r->urls[i], e->weight, e->max_inflight);
+		b = ig_backend_pool_add(&gw->pool, r->urls[i], e->weight, e->max_inflight);
 		if (!b)
 			continue;
 		b->discover = strdup(e->name_url);

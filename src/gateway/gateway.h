@@ -24,7 +24,7 @@
 #include <sys/epoll.h>
 
 #include "accesslog.h"
-#include "auth.h"
+#include "keyset.h"
 #include "backend.h"
 #include "conf.h"
 #include "infergate/list.h"

@@ -160,14 +160,14 @@ static void set_state(struct ig_gw *gw, struct ig_backend *b, int state, const c
 	atomic_store(&b->state, state);
 	if (state == IG_BACKEND_UP) {
 		b->seen_up = 1;
-		ig_log_info("backend %s is up (%s); %zu of %zu healthy", b->url, why, ig_pool_healthy(&gw->pool),
+		ig_log_info("backend %s is up (%s); %zu of %zu healthy", b->url, why, ig_backend_pool_healthy(&gw->pool),
 			    gw->pool.n);
 		gw->drain_pending = true;
 	} else {
-		ig_log_warn("backend %s is down (%s); %zu of %zu healthy", b->url, why, ig_pool_healthy(&gw->pool),
+		ig_log_warn("backend %s is down (%s); %zu of %zu healthy", b->url, why, ig_backend_pool_healthy(&gw->pool),
 			    gw->pool.n);
 		/* It may come back restarted with another capacity: learn anew. */
-		ig_slots_reset(&b->learn);
+		ig_backend_slots_reset(&b->learn);
 		atomic_store(&b->slots, 0);
 	}
 }
@@ -203,7 +203,7 @@ static void store_models(struct ig_backend *b, struct ig_buf *body)
 }
 
 /* A load report: the backend's load beyond ours, and the slot count it
- * shows, unless it is stale (see ig_slots_report). */
+ * shows, unless it is stale (see ig_router_slots_report). */
 static void take_load(struct ig_gw *gw, struct ig_backend *b, long running, long waiting)
 {
 	long ours = atomic_load(&b->inflight);
@@ -212,10 +212,10 @@ static void take_load(struct ig_gw *gw, struct ig_backend *b, long running, long
 	long load = running < 0 ? -1 : running + waiting;
 	long cur = b->learn.cur;
 	bool stale;
-	long learned = ig_slots_report(&b->learn, running, waiting, ours, peak, done, &stale);
+	long learned = ig_router_slots_report(&b->learn, running, waiting, ours, peak, done, &stale);
 
 	b->reported_load = load;
-	b->reported_waiting = waiting; /* -1 with running: ig_load_parse gives both or neither */
+	b->reported_waiting = waiting; /* -1 with running: ig_loadreport_parse gives both or neither */
 	/* The backend's count includes ours: only the rest is external. A
 	 * stale report's is not believed either. */
 	long ext = load - ours;
@@ -245,7 +245,7 @@ static void probe_done(struct ig_xfer *x, CURLcode result)
 	if (p->what == PROBE_LOAD) {
 		long running = -1, waiting = -1;
 		if (result == CURLE_OK && status == 200)
-			ig_load_parse(ig_buf_head(&p->body), ig_buf_pending(&p->body), &running, &waiting);
+			ig_loadreport_parse(ig_buf_head(&p->body), ig_buf_pending(&p->body), &running, &waiting);
 		if (gw->cfg->load_path_auto) {
 			if (running >= 0)
 				b->load_path = auto_load_paths[p->load_path];
@@ -332,6 +332,6 @@ void ig_health_reap(struct ig_gw *gw)
 			continue;
 		ig_log_info("backend %s (id %d) removed", b->url, b->id);
 		ig_health_remove(gw, b);
-		ig_pool_remove(&gw->pool, b);
+		ig_backend_pool_remove(&gw->pool, b);
 	}
 }

@@ -2,7 +2,7 @@
  * how many wait in its queue, from the places SGLang and vLLM tell it.
  * The text is the backend's: any bytes must give a sane answer.
  * Not here: when reports are fetched (health.c) or what is learned from
- * them (router.c ig_slots_learn). */
+ * them (router.c ig_router_slots_learn). */
 #include "config.h"
 #include <ctype.h>
 #include <jansson.h>
@@ -16,7 +16,7 @@
  * negative, NaN or absurdly large values must not reach integer arithmetic. */
 static long sane_count(double v)
 {
-	return v >= 0 ? (v < (double)IG_LOAD_MAX ? (long)v : IG_LOAD_MAX) : 0;
+	return v >= 0 ? (v < (double)IG_LOADREPORT_MAX ? (long)v : IG_LOADREPORT_MAX) : 0;
 }
 
 /* Reads one label set `{name="value",...}` at p (up to end); returns the
@@ -84,8 +84,8 @@ static long prom_sum(const char *text, size_t len, const char *name)
 			double v = strtod(num, &num_end);
 			if (q && k > 0 && *num_end == '\0' && !per_priority) {
 				sum = (sum < 0 ? 0 : sum) + sane_count(v);
-				if (sum > IG_LOAD_MAX)
-					sum = IG_LOAD_MAX;
+				if (sum > IG_LOADREPORT_MAX)
+					sum = IG_LOADREPORT_MAX;
 			}
 		}
 		p = eol + 1;
@@ -93,7 +93,7 @@ static long prom_sum(const char *text, size_t len, const char *name)
 	return sum;
 }
 
-void ig_load_parse(const char *text, size_t len, long *running, long *waiting)
+void ig_loadreport_parse(const char *text, size_t len, long *running, long *waiting)
 {
 	static const char *const gauges[][2] = {
 		{"sglang:num_running_reqs", "sglang:num_queue_reqs"},
@@ -131,10 +131,10 @@ void ig_load_parse(const char *text, size_t len, long *running, long *waiting)
 			  : json_is_integer(all) ? sane_count((double)json_integer_value(all) - (double)nw) : 0;
 		*running = (*running < 0 ? 0 : *running) + nr;
 		*waiting = (*waiting < 0 ? 0 : *waiting) + nw;
-		if (*running > IG_LOAD_MAX)
-			*running = IG_LOAD_MAX;
-		if (*waiting > IG_LOAD_MAX)
-			*waiting = IG_LOAD_MAX;
+		if (*running > IG_LOADREPORT_MAX)
+			*running = IG_LOADREPORT_MAX;
+		if (*waiting > IG_LOADREPORT_MAX)
+			*waiting = IG_LOADREPORT_MAX;
 	}
 	json_decref(root);
 }

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "auth.h"
+#include "keyset.h"
 #include "conf.h"
 #include "reactor.h"
 #include "infergate/log.h"
@@ -23,7 +23,7 @@ static int hash_key(void)
 		fprintf(stderr, "infergate: --hash-key: no key on standard input\n");
 		return 2;
 	}
-	ig_hash_key(key, n, hex);
+	ig_keyset_hash(key, n, hex);
 	printf("%s\n", hex);
 	return 0;
 }

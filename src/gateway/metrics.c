@@ -20,7 +20,7 @@ static char *dump(json_t *j)
 
 char *ig_metrics_health_json(struct ig_gw *gw, unsigned *status)
 {
-	size_t k = ig_pool_healthy(&gw->pool);
+	size_t k = ig_backend_pool_healthy(&gw->pool);
 	*status = k > 0 ? 200 : 503;
 	return dump(json_pack("{s:s, s:I, s:I}", "status", k > 0 ? "ok" : "unavailable",
 			      "healthy_backends", (json_int_t)k, "backends", (json_int_t)gw->pool.n));
@@ -78,7 +78,7 @@ char *ig_metrics_backends_json(struct ig_gw *gw)
 			      "requests", (json_int_t)gw->stats.requests,
 			      "inflight", (json_int_t)gw->nreqs,
 			      "queue_depth", (json_int_t)gw->qlen,
-			      "healthy_backends", (json_int_t)ig_pool_healthy(&gw->pool),
+			      "healthy_backends", (json_int_t)ig_backend_pool_healthy(&gw->pool),
 			      "backends", (json_int_t)gw->pool.n,
 			      "prompt_tokens", (json_int_t)gw->stats.prompt_tokens,
 			      "completion_tokens", (json_int_t)gw->stats.completion_tokens);

@@ -40,7 +40,7 @@ static enum MHD_Result on_request(struct ig_call *call, struct ig_gw *gw, struct
 static void on_completed(struct ig_call *call, enum MHD_RequestTerminationCode toe);
 static void on_upstream_done(struct ig_xfer *x, CURLcode result);
 
-struct ig_req *ig_req_new(struct ig_gw *gw, struct MHD_Connection *conn, int route_idx)
+struct ig_req *ig_proxy_req_new(struct ig_gw *gw, struct MHD_Connection *conn, int route_idx)
 {
 	struct ig_req *req = calloc(1, sizeof(*req));
 	if (!req)
@@ -89,7 +89,7 @@ static void req_free(struct ig_req *req)
 /* The client's socket hung up while its connection was suspended. */
 static void on_client_hangup(struct ig_event *ev, uint32_t events IG_UNUSED)
 {
-	ig_req_client_gone(ev->data);
+	ig_proxy_req_client_gone(ev->data);
 }
 
 static void watch_client(struct ig_req *req)
@@ -874,7 +874,7 @@ static void on_upstream_done(struct ig_xfer *x, CURLcode result)
 	end_attempt(req, e, detail);
 }
 
-void ig_req_client_gone(struct ig_req *req)
+void ig_proxy_req_client_gone(struct ig_req *req)
 {
 	struct ig_gw *gw = req->gw;
 
@@ -978,7 +978,7 @@ static void req_log(struct ig_req *req, bool completed)
 	json_t *e = json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:o, s:o, s:o, s:b, s:I, s:I, s:o, s:f, s:I, s:o, s:o, s:b}",
 			      "time", ts, "request_id", req->request_id, "client", req->client,
 			      "method", "POST", "path", ig_route_path(req->route_idx),
-			      "status", (json_int_t)ig_req_status(req),
+			      "status", (json_int_t)ig_proxy_req_status(req),
 			      "status_sent", (json_int_t)req->status_sent,
 			      "error", req->stream_error_msg ? json_string(req->stream_error_msg) : json_null(),
 			      "backend", req->backend ? json_string(req->backend->url) : json_null(),
@@ -1031,11 +1031,11 @@ static void on_completed(struct ig_call *call, enum MHD_RequestTerminationCode t
 			ig_log_debug("request %s: connection ended early (%d)", req->request_id, (int)toe);
 		/* The connection is finishing: it must not be resumed again. */
 		req->suspended = false;
-		ig_req_client_gone(req);
+		ig_proxy_req_client_gone(req);
 	}
 	if (req->status_sent) {
 		uint64_t now = ig_now_us();
-		ig_metrics_observe(req->gw, req->route_idx, ig_req_status(req), req->stream_error != 0,
+		ig_metrics_observe(req->gw, req->route_idx, ig_proxy_req_status(req), req->stream_error != 0,
 				   req->backend ? req->backend->url : "", now - req->t_start_us,
 				   req->stream && req->t_first_byte_us ? (int64_t)(req->t_first_byte_us - req->t_start_us)
 								       : -1);

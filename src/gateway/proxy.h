@@ -75,13 +75,13 @@ struct ig_req {
 
 /* A new request for a proxied route; its call (req->call) reads the body,
  * then validates, routes and answers. NULL when out of memory. */
-struct ig_req *ig_req_new(struct ig_gw *gw, struct MHD_Connection *conn, int route_idx);
+struct ig_req *ig_proxy_req_new(struct ig_gw *gw, struct MHD_Connection *conn, int route_idx);
 /* The client left or the gateway stops: abort everything, let MHD close. */
-void ig_req_client_gone(struct ig_req *req);
+void ig_proxy_req_client_gone(struct ig_req *req);
 /* The status a request ended with: what was sent, or the status named by
  * the error event a 200 stream carried (metrics and the access log count it
  * as that). */
-static inline unsigned ig_req_status(const struct ig_req *req)
+static inline unsigned ig_proxy_req_status(const struct ig_req *req)
 {
 	return req->stream_error ? req->stream_error : req->status_sent;
 }

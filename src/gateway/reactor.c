@@ -126,7 +126,7 @@ int ig_reactor_init(struct ig_gw *gw, struct ig_conf *cfg)
 	unsigned conn_limit = (unsigned)(cfg->max_connections < fds - 64 ? cfg->max_connections : fds - 64);
 	signal(SIGPIPE, SIG_IGN);
 
-	if (ig_pool_init(&gw->pool, cfg) < 0)
+	if (ig_backend_pool_init(&gw->pool, cfg) < 0)
 		return -1;
 	gw->listen_fd = bind_listen(cfg->listen_host, cfg->listen_port);
 	if (gw->listen_fd < 0)
@@ -234,7 +234,7 @@ int ig_reactor_run(struct ig_gw *gw)
 	struct epoll_event evs[512];
 
 	ig_log_info("listening on %s, %zu backends, policy %s", gw->cfg->listen, gw->pool.n,
-		    ig_policy_name(gw->cfg->policy));
+		    ig_conf_policy_name(gw->cfg->policy));
 	for (;;) {
 		MHD_UNSIGNED_LONG_LONG mto = 0;
 		int timeout = -1;
@@ -269,7 +269,7 @@ int ig_reactor_run(struct ig_gw *gw)
 	/* Abort what is left and let MHD see the connections once more. */
 	struct ig_req *r;
 	IG_LIST_FOREACH(r, &gw->reqs, struct ig_req, link)
-		ig_req_client_gone(r);
+		ig_proxy_req_client_gone(r);
 	run_mhd(gw);
 	ig_log_info("stopped");
 	return 0;
@@ -284,7 +284,7 @@ void ig_reactor_free(struct ig_gw *gw)
 	ig_discover_stop(gw);
 	ig_health_free(gw);
 	ig_upstream_free(gw);
-	ig_pool_free(&gw->pool);
+	ig_backend_pool_free(&gw->pool);
 	ig_metrics_free(gw);
 	ig_keyset_free(&gw->api_keys);
 	ig_keyset_free(&gw->admin_keys);

@@ -67,7 +67,7 @@ void ig_reload(struct ig_gw *gw)
 		struct ig_backend_conf *bc = &nc.backends[i];
 		if (bc->discover)
 			continue;
-		struct ig_backend *b = ig_pool_find_url(&gw->pool, bc->url);
+		struct ig_backend *b = ig_backend_pool_find_url(&gw->pool, bc->url);
 		if (b) {
 			b->weight = bc->weight;
 			b->max_inflight = bc->max_inflight;
@@ -75,7 +75,7 @@ void ig_reload(struct ig_gw *gw)
 				atomic_store(&b->admin, IG_ADMIN_ENABLED);
 			continue;
 		}
-		b = ig_pool_add(&gw->pool, bc->url, bc->weight, bc->max_inflight);
+		b = ig_backend_pool_add(&gw->pool, bc->url, bc->weight, bc->max_inflight);
 		if (b && ig_health_add(gw, b) == 0) {
 			added++;
 			ig_log_info("reload: backend %s added (id %d)", b->url, b->id);
@@ -114,7 +114,7 @@ void ig_reload(struct ig_gw *gw)
 	if (ig_log_level_parse(gw->cfg->log_level, &level) == 0)
 		ig_log_set_level(level);
 	ig_log_info("reload: configuration from %s applied (%d backends added, %d removed, policy %s)",
-		    gw->cfg->config_path, added, removed, ig_policy_name(gw->cfg->policy));
+		    gw->cfg->config_path, added, removed, ig_conf_policy_name(gw->cfg->policy));
 	ig_health_reap(gw);
 	gw->drain_pending = true;
 }

@@ -119,7 +119,7 @@ void ig_router_release(struct ig_backend *b)
 	atomic_fetch_sub(&b->inflight, 1);
 }
 
-long ig_slots_learn(struct ig_slots *s, long running, long waiting, long ours)
+long ig_router_slots_learn(struct ig_slots *s, long running, long waiting, long ours)
 {
 	if (running < 0 || waiting < 0)
 		return s->cur;
@@ -148,7 +148,7 @@ long ig_slots_learn(struct ig_slots *s, long running, long waiting, long ours)
 	return s->cur;
 }
 
-long ig_slots_report(struct ig_slots *s, long running, long waiting, long ours, long peak, unsigned long done,
+long ig_router_slots_report(struct ig_slots *s, long running, long waiting, long ours, long peak, unsigned long done,
 		     bool *stale)
 {
 	bool moved = done != s->last_done || ours != s->last_ours;
@@ -169,5 +169,5 @@ long ig_slots_report(struct ig_slots *s, long running, long waiting, long ours, 
 		peak = ours;
 	if (waiting > 0 && peak == 0)
 		return s->cur;
-	return ig_slots_learn(s, running, waiting, peak);
+	return ig_router_slots_learn(s, running, waiting, peak);
 }

@@ -32,7 +32,7 @@ void ig_router_release(struct ig_backend *b);
  * Without a queue while we are at the limit, the limit climbs back towards
  * the peak (a queue seen in passing can undercount), and past it only after
  * IG_SLOTS_PROBE_AFTER calm reports, by an eighth. Returns the new limit. */
-long ig_slots_learn(struct ig_slots *s, long running, long waiting, long ours);
+long ig_router_slots_learn(struct ig_slots *s, long running, long waiting, long ours);
 
 /* Takes one load report, guarded against stale ones, and learns from it.
  * A report tells the backend's state at some moment since the previous
@@ -48,7 +48,7 @@ long ig_slots_learn(struct ig_slots *s, long running, long waiting, long ours);
  *   they repeat.
  * What is not learned from leaves the limit as it was. Returns the limit;
  * *stale tells whether the report was set aside as stale. */
-long ig_slots_report(struct ig_slots *s, long running, long waiting, long ours, long peak, unsigned long done,
+long ig_router_slots_report(struct ig_slots *s, long running, long waiting, long ours, long peak, unsigned long done,
 		     bool *stale);
 
 #endif

@@ -314,7 +314,7 @@ static enum MHD_Result route(struct ig_call *call IG_UNUSED, struct ig_gw *gw, s
 		return defer(&no_key, gw, conn, url, method, upload_data_size, con_cls);
 	if (gw->stopping)
 		return defer(&stopping, gw, conn, url, method, upload_data_size, con_cls);
-	struct ig_req *req = ig_req_new(gw, conn, route_idx);
+	struct ig_req *req = ig_proxy_req_new(gw, conn, route_idx);
 	if (!req)
 		return MHD_NO;
 	*con_cls = &req->call;

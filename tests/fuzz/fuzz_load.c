@@ -1,9 +1,9 @@
 /* libFuzzer target: the gateway's reading of a backend's load report
- * (loadreport.c ig_load_parse: Prometheus gauges of SGLang and vLLM, SGLang's
+ * (loadreport.c ig_loadreport_parse: Prometheus gauges of SGLang and vLLM, SGLang's
  * /v1/loads and /get_load JSON) and the slot-count rule fed with what it
- * read (router.c ig_slots_learn). A report is the backend's text, so any
+ * read (router.c ig_router_slots_learn). A report is the backend's text, so any
  * bytes must give either "nothing found" (-1, -1) or two counts in
- * 0..IG_LOAD_MAX, and the rule must keep its invariants over any sequence. */
+ * 0..IG_LOADREPORT_MAX, and the rule must keep its invariants over any sequence. */
 #include "config.h"
 #include <stdint.h>
 #include <stdlib.h>
@@ -15,10 +15,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	long running = -1, waiting = -1;
 
-	ig_load_parse((const char *)data, size, &running, &waiting);
+	ig_loadreport_parse((const char *)data, size, &running, &waiting);
 	if ((running < 0) != (waiting < 0))
 		abort(); /* both found or neither */
-	if (running > IG_LOAD_MAX || waiting > IG_LOAD_MAX || running < -1 || waiting < -1)
+	if (running > IG_LOADREPORT_MAX || waiting > IG_LOADREPORT_MAX || running < -1 || waiting < -1)
 		abort();
 
 	/* The same bytes as a sequence of reports (running, waiting, ours). */
@@ -27,7 +27,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		long r = data[i] == 255 ? -1 : data[i], w = data[i + 1] == 255 ? -1 : data[i + 1];
 		long ours = data[i + 2];
 		long before = s.cur;
-		long cur = ig_slots_learn(&s, r, w, ours);
+		long cur = ig_router_slots_learn(&s, r, w, ours);
 		if (cur != s.cur || cur < 0 || s.peak < 0 || s.calm < 0 || s.calm >= IG_SLOTS_PROBE_AFTER)
 			abort();
 		if (r < 0 || w < 0) {

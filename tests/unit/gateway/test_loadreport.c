@@ -19,7 +19,7 @@ static void load_of(const char *fixture, long want_running, long want_waiting)
 	size_t len;
 	char *text = ig_fixture(fixture, &len);
 	long running = -2, waiting = -2;
-	ig_load_parse(text, len, &running, &waiting);
+	ig_loadreport_parse(text, len, &running, &waiting);
 	ck_assert_msg(running == want_running && waiting == want_waiting, "%s: %ld running, %ld waiting; want %ld, %ld",
 		      fixture, running, waiting, want_running, want_waiting);
 	free(text);
@@ -40,16 +40,16 @@ START_TEST(load_reports_as_real_servers_print_them)
 
 	long r = -2, w = -2;
 	const char *cut = "sglang:num_running_reqs{model_name=\"a\",dp_rank=\"0\"";  /* torn labels */
-	ig_load_parse(cut, strlen(cut), &r, &w);
+	ig_loadreport_parse(cut, strlen(cut), &r, &w);
 	ck_assert_int_eq(r, -1);
 	const char *odd = "sglang:num_running_reqs{a=\"x\\\"}\"} 3\nsglang:num_running_reqs 2 17\n"
 			  "sglang:num_queue_reqs_total 9\nsglang:num_queue_reqs{} NaN\n"
 			  "sglang:num_running_reqs{b=\"\"} 1e300\n";
-	ig_load_parse(odd, strlen(odd), &r, &w);
-	ck_assert_int_eq(r, IG_LOAD_MAX); /* 3 + 2 + clamped 1e300 */
+	ig_loadreport_parse(odd, strlen(odd), &r, &w);
+	ck_assert_int_eq(r, IG_LOADREPORT_MAX); /* 3 + 2 + clamped 1e300 */
 	ck_assert_int_eq(w, 0);           /* NaN is 0; _total is another metric */
 	const char *few = "sglang:num_running_reqs 3\nsglang:num_running_reqs{x=\"1\"} 2 1733212800000";
-	ig_load_parse(few, strlen(few), &r, &w);
+	ig_loadreport_parse(few, strlen(few), &r, &w);
 	ck_assert_int_eq(r, 5);
 	ck_assert_int_eq(w, 0);
 }

@@ -176,7 +176,7 @@ START_TEST(queue_is_fifo_and_bounded)
 	gw.cfg = &cfg;
 	ig_list_init(&gw.reqs);
 	ig_list_init(&gw.queue);
-	struct ig_backend *b = ig_pool_add(&gw.pool, "http://127.0.0.1:9", 1, 1);
+	struct ig_backend *b = ig_backend_pool_add(&gw.pool, "http://127.0.0.1:9", 1, 1);
 	ck_assert_ptr_nonnull(b);
 	atomic_store(&b->state, IG_BACKEND_UP);
 	atomic_store(&b->inflight, 1); /* its one slot is taken */
@@ -207,7 +207,7 @@ START_TEST(queue_is_fifo_and_bounded)
 	ck_assert(ig_list_empty(&gw.queue));
 	free(r[1].err_body);
 	free(r[2].err_body);
-	ig_pool_free(&gw.pool);
+	ig_backend_pool_free(&gw.pool);
 }
 END_TEST
 

@@ -1,7 +1,7 @@
 /* API keys: only SHA-256 digests are stored (never the keys); a request's
  * bearer token is hashed and compared in constant time with every digest. */
-#ifndef IG_AUTH_H
-#define IG_AUTH_H
+#ifndef IG_KEYSET_H
+#define IG_KEYSET_H
 
 #include <stddef.h>
 
@@ -21,6 +21,6 @@ void ig_keyset_free(struct ig_keyset *ks);
 /* 1 when the Authorization header value ("Bearer KEY") matches a digest. */
 int ig_keyset_check(const struct ig_keyset *ks, const char *authorization);
 /* Hex SHA-256 of key (65 bytes out). */
-void ig_hash_key(const char *key, size_t len, char out[2 * IG_DIGEST_LEN + 1]);
+void ig_keyset_hash(const char *key, size_t len, char out[2 * IG_DIGEST_LEN + 1]);
 
 #endif

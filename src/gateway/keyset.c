@@ -12,7 +12,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "auth.h"
+#include "keyset.h"
 #include "infergate/util.h"
 
 static int hexval(int c)
@@ -106,7 +106,7 @@ int ig_keyset_check(const struct ig_keyset *ks, const char *authorization)
 	return ok;
 }
 
-void ig_hash_key(const char *key, size_t len, char out[2 * IG_DIGEST_LEN + 1])
+void ig_keyset_hash(const char *key, size_t len, char out[2 * IG_DIGEST_LEN + 1])
 {
 	static const char hex[] = "0123456789abcdef";
 	unsigned char d[IG_DIGEST_LEN];
