@@ -7,7 +7,9 @@
  * or, for a non-streamed request, the whole JSON answer is written when the
  * last token is due. The engine also keeps what SGLang's scheduler would
  * last have logged (--metrics-refresh sglang) and the deferred /health
- * answers. Not the HTTP side: server.c turns req->out into responses. */
+ * answers. It knows nothing of HTTP: whoever submitted a request is told
+ * through the request's `wake` callback that req->out has new bytes or the
+ * answer is complete (server.c hands them to MHD). */
 #include "config.h"
 #include <math.h>
 #include <stdlib.h>
@@ -15,13 +17,13 @@
 
 #include "infergate/log.h"
 #include "infergate/util.h"
-#include "sim.h"
+#include "engine.h"
 
 static const char *const fault_names[] = {"ok", "error", "hang", "slow", "down"};
 
-const char *sim_fault_name(enum sim_fault f) { return fault_names[f]; }
+const char *sim_engine_fault_name(enum sim_fault f) { return fault_names[f]; }
 
-int sim_fault_parse(const char *name, enum sim_fault *out)
+int sim_engine_fault_parse(const char *name, enum sim_fault *out)
 {
 	for (unsigned i = 0; i < sizeof(fault_names) / sizeof(fault_names[0]); i++) {
 		if (strcmp(name, fault_names[i]) == 0) {
@@ -32,6 +34,31 @@ int sim_fault_parse(const char *name, enum sim_fault *out)
 	return -1;
 }
 
+void sim_engine_req_init(struct sim_req *r, enum sim_kind kind)
+{
+	memset(r, 0, sizeof(*r));
+	r->kind = kind;
+	r->state = SIM_REQ_READING;
+	r->fail_at = -1;
+	r->heap_idx = -1;
+	ig_list_init(&r->qlink);
+	ig_buf_init(&r->out);
+}
+
+void sim_engine_req_free(struct sim_req *r)
+{
+	ig_buf_free(&r->out);
+	free(r->model_json);
+	r->model_json = NULL;
+}
+
+/* Tells r's owner there is something new to send. */
+static void wake(struct sim_req *r)
+{
+	if (r->wake)
+		r->wake(r);
+}
+
 /* SGLang's decode_log_interval default (python/sglang/srt/server_args.py):
  * the scheduler logs its stats every 40 decode steps. */
 #define DECODE_LOG_STEPS 40
@@ -40,11 +67,11 @@ int sim_fault_parse(const char *name, enum sim_fault *out)
 #define IDLE_LOG_US (30u * 1000000u)
 
 /* Returns 0, or -1 when out of memory (logged). */
-int sim_engine_init(struct sim *s, struct sim_conf *conf)
+int sim_engine_init(struct sim_engine *s, const struct sim_conf *conf)
 {
 	memset(s, 0, sizeof(*s));
 	s->conf = conf;
-	s->epfd = s->signal_fd = -1;
+	ig_list_init(&s->delayed);
 	s->fault = SIM_FAULT_OK;
 	s->fail_rng = (uint64_t)conf->seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull;
 	/* A different constant: the same --seed gives an unrelated sequence,
@@ -61,11 +88,12 @@ int sim_engine_init(struct sim *s, struct sim_conf *conf)
 	for (long i = 0; i < s->nranks; i++) {
 		s->ranks[i].idx = (int)i;
 		s->ranks[i].last_log_us = now;
+		ig_list_init(&s->ranks[i].queue);
 	}
 	return 0;
 }
 
-void sim_engine_free(struct sim *s)
+void sim_engine_free(struct sim_engine *s)
 {
 	free(s->heap);
 	s->heap = NULL;
@@ -91,7 +119,7 @@ static bool draw(uint64_t *state, double p)
 	return (double)(x >> 11) / 9007199254740992.0 < p;
 }
 
-bool sim_engine_should_fail(struct sim *s)
+bool sim_engine_should_fail(struct sim_engine *s)
 {
 	if (s->fault == SIM_FAULT_ERROR)
 		return true;
@@ -100,20 +128,20 @@ bool sim_engine_should_fail(struct sim *s)
 	return draw(&s->fail_rng, s->conf->fail_rate);
 }
 
-bool sim_engine_should_fail_stream(struct sim *s)
+bool sim_engine_should_fail_stream(struct sim_engine *s)
 {
 	return s->conf->stream_fail_rate > 0 && draw(&s->stream_fail_rng, s->conf->stream_fail_rate);
 }
 
 /* ---- the deadline heap ---- */
 
-static void heap_set(struct sim *s, size_t i, struct sim_req *r)
+static void heap_set(struct sim_engine *s, size_t i, struct sim_req *r)
 {
 	s->heap[i] = r;
 	r->heap_idx = (long)i;
 }
 
-static void sift_up(struct sim *s, size_t i)
+static void sift_up(struct sim_engine *s, size_t i)
 {
 	struct sim_req *r = s->heap[i];
 	while (i > 0) {
@@ -126,7 +154,7 @@ static void sift_up(struct sim *s, size_t i)
 	heap_set(s, i, r);
 }
 
-static void sift_down(struct sim *s, size_t i)
+static void sift_down(struct sim_engine *s, size_t i)
 {
 	struct sim_req *r = s->heap[i];
 	for (;;) {
@@ -143,7 +171,7 @@ static void sift_down(struct sim *s, size_t i)
 	heap_set(s, i, r);
 }
 
-static void heap_push(struct sim *s, struct sim_req *r)
+static void heap_push(struct sim_engine *s, struct sim_req *r)
 {
 	if (s->heap_len == s->heap_cap) {
 		size_t cap = s->heap_cap ? s->heap_cap * 2 : 256;
@@ -157,7 +185,7 @@ static void heap_push(struct sim *s, struct sim_req *r)
 	sift_up(s, s->heap_len - 1);
 }
 
-static void heap_remove(struct sim *s, struct sim_req *r)
+static void heap_remove(struct sim_engine *s, struct sim_req *r)
 {
 	if (r->heap_idx < 0)
 		return;
@@ -172,58 +200,34 @@ static void heap_remove(struct sim *s, struct sim_req *r)
 }
 
 /* r's deadline moved later: restore the heap order. */
-static void heap_later(struct sim *s, struct sim_req *r)
+static void heap_later(struct sim_engine *s, struct sim_req *r)
 {
 	sift_down(s, (size_t)r->heap_idx);
 }
 
-/* ---- lists: a rank's wait queue, the deferred /health answers ---- */
+/* ---- a rank's wait queue, the deferred /health answers ---- */
 
-static void list_push(struct sim_req **head, struct sim_req **tail, struct sim_req *r)
+static void queue_push(struct sim_engine *s, struct sim_req *r)
 {
-	r->qnext = NULL;
-	r->qprev = *tail;
-	if (*tail)
-		(*tail)->qnext = r;
-	else
-		*head = r;
-	*tail = r;
-}
-
-static void list_unlink(struct sim_req **head, struct sim_req **tail, struct sim_req *r)
-{
-	if (r->qprev)
-		r->qprev->qnext = r->qnext;
-	else
-		*head = r->qnext;
-	if (r->qnext)
-		r->qnext->qprev = r->qprev;
-	else
-		*tail = r->qprev;
-	r->qprev = r->qnext = NULL;
-}
-
-static void queue_push(struct sim *s, struct sim_req *r)
-{
-	list_push(&r->rank->qhead, &r->rank->qtail, r);
+	ig_list_append(&r->rank->queue, &r->qlink);
 	r->rank->waiting++;
 	s->waiting++;
 }
 
-static void queue_unlink(struct sim *s, struct sim_req *r)
+static void queue_unlink(struct sim_engine *s, struct sim_req *r)
 {
-	list_unlink(&r->rank->qhead, &r->rank->qtail, r);
+	ig_list_del(&r->qlink);
 	r->rank->waiting--;
 	s->waiting--;
 }
 
 /* Every --health-delay-ms is the same, so appending keeps the list in
  * deadline order: no heap needed. */
-void sim_engine_defer(struct sim *s, struct sim_req *r)
+void sim_engine_defer(struct sim_engine *s, struct sim_req *r)
 {
 	r->state = SIM_REQ_DELAYED;
 	r->deadline_us = ig_now_us() + (uint64_t)s->conf->health_delay_ms * 1000u;
-	list_push(&s->dhead, &s->dtail, r);
+	ig_list_append(&s->delayed, &r->qlink);
 }
 
 /* ---- priorities and the gauges of /metrics ---- */
@@ -257,10 +261,23 @@ enum {
 	SNAP_WAITING = 2, /* the waiting counts */
 };
 
+/* The snapshot's count for r's priority when r is on rank rk, or NULL
+ * (another rank, or submitted after this snapshot's list was made). */
+static struct sim_prio_count *prio_count(struct sim_gauges *g, const struct sim_req *r,
+					 const struct sim_rank *rk)
+{
+	if (r->rank != rk)
+		return NULL;
+	for (size_t i = 0; i < g->nprio; i++)
+		if (g->prio[i].priority == r->priority)
+			return &g->prio[i];
+	return NULL;
+}
+
 /* Copies the rank's counts now into its snapshot. SNAP_RUNNING resets the
  * per-priority list to the known priorities, so it comes first when both
  * halves are taken at different moments. */
-static void snap_take(struct sim *s, struct sim_rank *rk, int what)
+static void snap_take(struct sim_engine *s, struct sim_rank *rk, int what)
 {
 	struct sim_gauges *g = &rk->snap;
 
@@ -286,43 +303,47 @@ static void snap_take(struct sim *s, struct sim_rank *rk, int what)
 	}
 	if (g->nprio == 0)
 		return;
-	for (struct sim_req *r = s->reqs; r; r = r->next) {
-		if (r->rank != rk || (r->state != SIM_REQ_RUNNING && r->state != SIM_REQ_QUEUED))
-			continue;
-		size_t i = 0;
-		while (i < g->nprio && g->prio[i].priority != r->priority)
-			i++;
-		if (i == g->nprio)
-			continue; /* submitted after this snapshot's list was made */
-		if (r->state == SIM_REQ_RUNNING && (what & SNAP_RUNNING))
-			g->prio[i].running++;
-		else if (r->state == SIM_REQ_QUEUED && (what & SNAP_WAITING))
-			g->prio[i].waiting++;
+	/* Every RUNNING request is in the heap, every QUEUED one in its rank's
+	 * queue. */
+	if (what & SNAP_RUNNING) {
+		for (size_t h = 0; h < s->heap_len; h++) {
+			struct sim_prio_count *pc = prio_count(g, s->heap[h], rk);
+			if (pc)
+				pc->running++;
+		}
+	}
+	if (what & SNAP_WAITING) {
+		struct sim_req *r;
+		IG_LIST_FOREACH(r, &rk->queue, struct sim_req, qlink) {
+			struct sim_prio_count *pc = prio_count(g, r, rk);
+			if (pc)
+				pc->waiting++;
+		}
 	}
 }
 
-const struct sim_gauges *sim_engine_gauges(struct sim *s, struct sim_rank *rk)
+const struct sim_gauges *sim_engine_gauges(struct sim_engine *s, struct sim_rank *rk)
 {
 	if (s->conf->metrics_refresh == SIM_REFRESH_LIVE)
 		snap_take(s, rk, SNAP_RUNNING | SNAP_WAITING);
 	return &rk->snap;
 }
 
-static bool sglang_refresh(const struct sim *s)
+static bool sglang_refresh(const struct sim_engine *s)
 {
 	return s->conf->metrics_refresh == SIM_REFRESH_SGLANG;
 }
 
 /* The time between two decode-stats logs: 40 decode steps, one step per
  * 1/tokens-per-second while the rank runs anything. 0 when unpaced. */
-static uint64_t decode_log_us(const struct sim *s)
+static uint64_t decode_log_us(const struct sim_engine *s)
 {
 	double tps = s->conf->tokens_per_second;
 	return tps > 0 ? (uint64_t)ceil(DECODE_LOG_STEPS * 1e6 / tps) : 0;
 }
 
 /* A decode step's log: the running batch and the queue as they are now. */
-static void log_decode(struct sim *s, struct sim_rank *rk, uint64_t now)
+static void log_decode(struct sim_engine *s, struct sim_rank *rk, uint64_t now)
 {
 	snap_take(s, rk, SNAP_RUNNING | SNAP_WAITING);
 	rk->last_log_us = now;
@@ -339,7 +360,7 @@ static uint64_t token_time(const struct sim_req *r, long i)
 	return r->t_first_us + (uint64_t)ceil((double)i * 1e6 / r->tps);
 }
 
-static void start(struct sim *s, struct sim_req *r, uint64_t now)
+static void start(struct sim_engine *s, struct sim_req *r, uint64_t now)
 {
 	struct sim_rank *rk = r->rank;
 	double tps = s->conf->tokens_per_second;
@@ -365,14 +386,14 @@ static void start(struct sim *s, struct sim_req *r, uint64_t now)
  * before the new requests join and the queue after they left it (after
  * sgl-project/sglang python/sglang/srt/observability/scheduler_metrics_mixin.py
  * report_prefill_stats: PrefillStats.from_adder(adder, running_batch.reqs)). */
-static void admit(struct sim *s, struct sim_rank *rk, uint64_t now)
+static void admit(struct sim_engine *s, struct sim_rank *rk, uint64_t now)
 {
-	bool log = sglang_refresh(s) && rk->qhead && rk->running < s->conf->max_running;
+	bool log = sglang_refresh(s) && !ig_list_empty(&rk->queue) && rk->running < s->conf->max_running;
 
 	if (log)
 		snap_take(s, rk, SNAP_RUNNING);
-	while (rk->qhead && rk->running < s->conf->max_running) {
-		struct sim_req *r = rk->qhead;
+	while (!ig_list_empty(&rk->queue) && rk->running < s->conf->max_running) {
+		struct sim_req *r = IG_LIST_FIRST(&rk->queue, struct sim_req, qlink);
 		queue_unlink(s, r);
 		start(s, r, now);
 	}
@@ -383,7 +404,7 @@ static void admit(struct sim *s, struct sim_rank *rk, uint64_t now)
 }
 
 /* r no longer holds its slot. */
-static void release(struct sim *s, struct sim_req *r, uint64_t now)
+static void release(struct sim_engine *s, struct sim_req *r, uint64_t now)
 {
 	struct sim_rank *rk = r->rank;
 
@@ -395,7 +416,7 @@ static void release(struct sim *s, struct sim_req *r, uint64_t now)
 }
 
 /* The generation ended: completed, or cut by --stream-fail-rate (failed). */
-static void finish(struct sim *s, struct sim_req *r, uint64_t now, bool failed)
+static void finish(struct sim_engine *s, struct sim_req *r, uint64_t now, bool failed)
 {
 	struct sim_rank *rk = r->rank;
 
@@ -469,7 +490,7 @@ static void emit_end(struct ig_buf *o, struct sim_req *r)
 }
 
 /* The whole non-streamed answer, written when its last token is due. */
-static void emit_full(struct sim *s, struct sim_req *r)
+static void emit_full(struct sim_engine *s, struct sim_req *r)
 {
 	struct ig_buf *o = &r->out;
 	char tok[SIM_TOKEN_MAX + 1];
@@ -503,7 +524,7 @@ static void emit_full(struct sim *s, struct sim_req *r)
  * vllm/entrypoints/openai/engine/serving.py
  * _convert_generation_error_to_streaming_response). Both json.dumps, hence
  * the spaces. */
-static void emit_stream_error(struct sim *s, struct ig_buf *o)
+static void emit_stream_error(struct sim_engine *s, struct ig_buf *o)
 {
 	if (s->conf->flavor == SIM_FLAVOR_VLLM)
 		ig_buf_printf(o, "data: {\"error\": {\"message\": \"Internal server error\", "
@@ -516,12 +537,12 @@ static void emit_stream_error(struct sim *s, struct ig_buf *o)
 }
 
 /* r is RUNNING and its deadline has come. */
-static void step(struct sim *s, struct sim_req *r, uint64_t now)
+static void step(struct sim_engine *s, struct sim_req *r, uint64_t now)
 {
 	if (!r->stream) {
 		emit_full(s, r);
 		finish(s, r, now, false);
-		sim_req_wake(r);
+		wake(r);
 		return;
 	}
 	if (r->emitted == 0 && r->kind == SIM_CHAT) {
@@ -559,10 +580,10 @@ static void step(struct sim *s, struct sim_req *r, uint64_t now)
 			r->deadline_us = now + 1;
 		heap_later(s, r);
 	}
-	sim_req_wake(r);
+	wake(r);
 }
 
-void sim_engine_submit(struct sim *s, struct sim_req *r)
+void sim_engine_submit(struct sim_engine *s, struct sim_req *r)
 {
 	uint64_t now = ig_now_us();
 
@@ -593,7 +614,7 @@ void sim_engine_submit(struct sim *s, struct sim_req *r)
 /* When the rank's snapshot is next refreshed without an admission: the
  * next decode-stats log while it runs, 30 s after the last log while it
  * is idle. 0 when never (live gauges). */
-static uint64_t next_refresh(const struct sim *s, const struct sim_rank *rk)
+static uint64_t next_refresh(const struct sim_engine *s, const struct sim_rank *rk)
 {
 	if (!sglang_refresh(s))
 		return 0;
@@ -604,15 +625,15 @@ static uint64_t next_refresh(const struct sim *s, const struct sim_rank *rk)
 	return 0;
 }
 
-void sim_engine_run(struct sim *s, uint64_t now_us)
+void sim_engine_run(struct sim_engine *s, uint64_t now_us)
 {
 	while (s->heap_len > 0 && s->heap[0]->deadline_us <= now_us)
 		step(s, s->heap[0], now_us);
-	while (s->dhead && s->dhead->deadline_us <= now_us) {
-		struct sim_req *r = s->dhead;
-		list_unlink(&s->dhead, &s->dtail, r);
+	struct sim_req *r;
+	while ((r = IG_LIST_FIRST(&s->delayed, struct sim_req, qlink)) && r->deadline_us <= now_us) {
+		ig_list_del(&r->qlink);
 		r->state = SIM_REQ_DONE;
-		sim_req_wake(r);
+		wake(r);
 	}
 	for (long i = 0; i < s->nranks; i++) {
 		struct sim_rank *rk = &s->ranks[i];
@@ -628,12 +649,13 @@ void sim_engine_run(struct sim *s, uint64_t now_us)
 	}
 }
 
-int sim_engine_timeout_ms(struct sim *s, uint64_t now_us)
+int sim_engine_timeout_ms(struct sim_engine *s, uint64_t now_us)
 {
 	uint64_t d = s->heap_len > 0 ? s->heap[0]->deadline_us : 0;
 
-	if (s->dhead && (d == 0 || s->dhead->deadline_us < d))
-		d = s->dhead->deadline_us;
+	const struct sim_req *first = IG_LIST_FIRST(&s->delayed, struct sim_req, qlink);
+	if (first && (d == 0 || first->deadline_us < d))
+		d = first->deadline_us;
 	for (long i = 0; i < s->nranks; i++) {
 		uint64_t r = next_refresh(s, &s->ranks[i]);
 		if (r != 0 && (d == 0 || r < d))
@@ -659,25 +681,25 @@ static long tokens_so_far(const struct sim_req *r, uint64_t now)
 	return d < (double)r->n_tokens ? (long)d : r->n_tokens;
 }
 
-void sim_engine_rank_tokens(struct sim *s, const struct sim_rank *rk, uint64_t now_us,
+void sim_engine_rank_tokens(const struct sim_engine *s, const struct sim_rank *rk, uint64_t now_us,
 			    long *used, long *pending, double *tokens_per_s)
 {
 	*used = *pending = 0;
 	*tokens_per_s = 0;
-	for (const struct sim_req *r = s->reqs; r; r = r->next) {
+	for (size_t h = 0; h < s->heap_len; h++) {
+		const struct sim_req *r = s->heap[h];
 		if (r->rank != rk)
 			continue;
-		if (r->state == SIM_REQ_RUNNING) {
-			*used += r->prompt_tokens + tokens_so_far(r, now_us);
-			if (now_us >= r->t_first_us)
-				*tokens_per_s += r->tps;
-		} else if (r->state == SIM_REQ_QUEUED) {
-			*pending += r->prompt_tokens;
-		}
+		*used += r->prompt_tokens + tokens_so_far(r, now_us);
+		if (now_us >= r->t_first_us)
+			*tokens_per_s += r->tps;
 	}
+	const struct sim_req *r;
+	IG_LIST_FOREACH(r, &rk->queue, const struct sim_req, qlink)
+		*pending += r->prompt_tokens;
 }
 
-void sim_engine_abort(struct sim *s, struct sim_req *r)
+void sim_engine_abort(struct sim_engine *s, struct sim_req *r)
 {
 	switch (r->state) {
 	case SIM_REQ_QUEUED:
@@ -691,7 +713,7 @@ void sim_engine_abort(struct sim *s, struct sim_req *r)
 		break;
 	case SIM_REQ_DELAYED:
 		/* A health probe that left: not a completion, not counted. */
-		list_unlink(&s->dhead, &s->dtail, r);
+		ig_list_del(&r->qlink);
 		r->state = SIM_REQ_ABORTED;
 		return;
 	default:

@@ -3,9 +3,13 @@
 #include "config.h"
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "infergate/log.h"
-#include "sim.h"
+#include "conf.h"
+#include "engine.h"
+#include "reactor.h"
+#include "server.h"
 
 int main(int argc, char **argv)
 {
@@ -29,10 +33,14 @@ int main(int argc, char **argv)
 		ig_log_set_level(lv);
 
 	rc = 1;
-	if (sim_engine_init(&sim, &conf) == 0 && sim_reactor_init(&sim) == 0)
+	memset(&sim, 0, sizeof(sim));
+	sim.conf = &conf;
+	sim.epfd = sim.signal_fd = -1;
+	sim_server_init(&sim);
+	if (sim_engine_init(&sim.eng, &conf) == 0 && sim_reactor_init(&sim) == 0)
 		rc = sim_reactor_run(&sim);
 	sim_reactor_free(&sim);
-	sim_engine_free(&sim);
+	sim_engine_free(&sim.eng);
 	sim_conf_free(&conf);
 	return rc;
 }

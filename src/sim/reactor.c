@@ -13,21 +13,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "infergate/httpd.h"
 #include "infergate/log.h"
 #include "infergate/util.h"
-#include "sim.h"
+#include "reactor.h"
+#include "server.h"
 
 #define SIM_MAX_CONNECTIONS 20000
-
-static void mhd_log(void *cls IG_UNUSED, const char *fmt, va_list ap)
-{
-	char line[512];
-	vsnprintf(line, sizeof(line), fmt, ap);
-	size_t n = strlen(line);
-	while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
-		line[--n] = '\0';
-	ig_log_warn("libmicrohttpd: %s", line);
-}
 
 /* 1,000 streams need more than the usual 1,024 descriptors: take what the
  * hard limit allows, and keep MHD's connection limit below it. */
@@ -38,13 +30,15 @@ static unsigned connection_limit(void)
 	return lim > SIM_MAX_CONNECTIONS ? SIM_MAX_CONNECTIONS : lim;
 }
 
-static int add_fd(struct sim *s, int fd, uint32_t events, struct sim_evsrc *src)
+/* SIGINT, SIGTERM: stop taking work; sim_reactor_run ends the rest. */
+static void on_signal(struct sim_event *ev, uint32_t events IG_UNUSED)
 {
-	struct epoll_event ev;
-	memset(&ev, 0, sizeof(ev));
-	ev.events = events;
-	ev.data.ptr = src;
-	return epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev);
+	struct sim *s = ev->data;
+	struct signalfd_siginfo si;
+	while (read(s->signal_fd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+		ig_log_info("signal %u: stopping", si.ssi_signo);
+		s->stopping = true;
+	}
 }
 
 int sim_reactor_init(struct sim *s)
@@ -76,17 +70,17 @@ int sim_reactor_init(struct sim *s)
 				  /* Idle keep-alive connections go after 10 minutes;
 				   * suspended ones (long generations) never time out. */
 				  MHD_OPTION_CONNECTION_TIMEOUT, 600u,
-				  MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+				  MHD_OPTION_EXTERNAL_LOGGER, ig_httpd_log, NULL,
 				  MHD_OPTION_END);
 	if (!s->mhd) {
 		ig_log_error("cannot listen on %s (address in use, or not a local address?)", c->listen);
 		return -1;
 	}
 	const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_EPOLL_FD);
-	s->ev_mhd.kind = SIM_EV_MHD;
-	s->ev_signal.kind = SIM_EV_SIGNAL;
-	if (!di || add_fd(s, di->epoll_fd, EPOLLIN, &s->ev_mhd) < 0 ||
-	    add_fd(s, s->signal_fd, EPOLLIN, &s->ev_signal) < 0) {
+	/* MHD's fd needs no handler: every loop turn ends with MHD_run. */
+	s->ev_mhd = (struct sim_event){.fd = di ? di->epoll_fd : -1, .handler = NULL, .data = s};
+	s->ev_signal = (struct sim_event){.fd = s->signal_fd, .handler = on_signal, .data = s};
+	if (!di || sim_event_add(s, &s->ev_mhd, EPOLLIN) < 0 || sim_event_add(s, &s->ev_signal, EPOLLIN) < 0) {
 		ig_log_error("%s: epoll_ctl: %s", __func__, strerror(errno));
 		return -1;
 	}
@@ -99,32 +93,6 @@ int sim_reactor_init(struct sim *s)
 	return 0;
 }
 
-void sim_reactor_watch(struct sim *s, struct sim_req *r)
-{
-	if (r->watching)
-		return;
-	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-	if (!ci)
-		return;
-	r->fd = ci->connect_fd;
-	r->ev.kind = SIM_EV_CLIENT;
-	r->ev.ptr = r;
-	/* Edge-triggered hang-up only: a report comes once, and a client that
-	 * merely sends more bytes wakes nobody. */
-	if (add_fd(s, r->fd, EPOLLRDHUP | EPOLLET, &r->ev) == 0)
-		r->watching = true;
-	else
-		ig_log_warn("%s: epoll_ctl(%d): %s", __func__, r->fd, strerror(errno));
-}
-
-void sim_reactor_unwatch(struct sim *s, struct sim_req *r)
-{
-	if (!r->watching)
-		return;
-	epoll_ctl(s->epfd, EPOLL_CTL_DEL, r->fd, NULL);
-	r->watching = false;
-}
-
 static void wait_and_dispatch(struct sim *s)
 {
 	struct epoll_event evs[256];
@@ -134,7 +102,7 @@ static void wait_and_dispatch(struct sim *s)
 
 	if (MHD_get_timeout(s->mhd, &mt) == MHD_YES)
 		timeout = mt > 3600000 ? 3600000 : (int)mt;
-	int et = sim_engine_timeout_ms(s, now);
+	int et = sim_engine_timeout_ms(&s->eng, now);
 	if (et >= 0 && (timeout < 0 || et < timeout))
 		timeout = et;
 	if (s->need_mhd_run)
@@ -145,18 +113,11 @@ static void wait_and_dispatch(struct sim *s)
 	/* Requests are freed only inside MHD_run (completion callback), so every
 	 * pointer in this batch is still valid here. */
 	for (int i = 0; i < n; i++) {
-		struct sim_evsrc *src = evs[i].data.ptr;
-		if (src->kind == SIM_EV_CLIENT) {
-			sim_server_client_gone(src->ptr);
-		} else if (src->kind == SIM_EV_SIGNAL) {
-			struct signalfd_siginfo si;
-			while (read(s->signal_fd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
-				ig_log_info("signal %u: stopping", si.ssi_signo);
-				s->stopping = true;
-			}
-		}
+		struct sim_event *ev = evs[i].data.ptr;
+		if (ev->handler)
+			ev->handler(ev, evs[i].events);
 	}
-	sim_engine_run(s, ig_now_us());
+	sim_engine_run(&s->eng, ig_now_us());
 	s->need_mhd_run = false;
 	MHD_run(s->mhd);
 }
@@ -167,21 +128,11 @@ int sim_reactor_run(struct sim *s)
 		wait_and_dispatch(s);
 	/* MHD must not be stopped with suspended connections: wake them all;
 	 * their reader or handler sees `stopping` and ends them. */
-	for (int round = 0; round < 10; round++) {
-		bool any = false;
-		for (struct sim_req *r = s->reqs; r; r = r->next) {
-			if (r->suspended) {
-				sim_req_wake(r);
-				any = true;
-			}
-		}
-		if (!any)
-			break;
+	for (int round = 0; round < 10 && sim_server_wake_all(s); round++)
 		MHD_run(s->mhd);
-	}
 	ig_log_info("stopped: %llu served, %llu aborted, %llu failed",
-		    (unsigned long long)s->st.served, (unsigned long long)s->st.aborted,
-		    (unsigned long long)s->st.failed);
+		    (unsigned long long)s->eng.st.served, (unsigned long long)s->eng.st.aborted,
+		    (unsigned long long)s->eng.st.failed);
 	return 0;
 }
 

@@ -17,7 +17,7 @@
 #include "infergate/log.h"
 #include "infergate/oaerror.h"
 #include "infergate/util.h"
-#include "sim.h"
+#include "server.h"
 
 enum route {
 	R_CHAT,        /* POST /v1/chat/completions */
@@ -153,7 +153,7 @@ static enum MHD_Result respond_error(struct sim *s, struct MHD_Connection *conn,
 		msg = NULL;
 	va_end(ap);
 	if (status >= 400 && status < 500)
-		s->st.invalid++;
+		s->eng.st.invalid++;
 	if (!type)
 		type = type_for_status(status);
 	const char *m = msg ? ascii(msg) : "error";
@@ -173,7 +173,7 @@ static enum MHD_Result respond_error(struct sim *s, struct MHD_Connection *conn,
 static enum MHD_Result respond_detail(struct sim *s, struct MHD_Connection *conn, unsigned status,
 				      const char *detail, const char *allow)
 {
-	s->st.invalid++;
+	s->eng.st.invalid++;
 	return respond(conn, status, dump(json_pack("{s:s}", "detail", detail)), "application/json", allow);
 }
 
@@ -183,7 +183,7 @@ static enum MHD_Result respond_oaerror(struct sim *s, struct MHD_Connection *con
 				       const char *param, const char *msg)
 {
 	if (status >= 400 && status < 500)
-		s->st.invalid++;
+		s->eng.st.invalid++;
 	return respond_json(conn, status, ig_oaerror_json(msg, ig_oaerror_type_for_status(status), param, NULL));
 }
 
@@ -240,7 +240,7 @@ static char *models_json(struct sim *s)
 	long len = s->conf->context_length > 0 ? s->conf->context_length : 32768;
 	return dump(json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:s, s:n, s:I}]}",
 			      "object", "list", "data",
-			      "id", s->conf->model, "object", "model", "created", (json_int_t)s->started,
+			      "id", s->conf->model, "object", "model", "created", (json_int_t)s->eng.started,
 			      "owned_by", "infergate-sim", "root", s->conf->model, "parent",
 			      "max_model_len", (json_int_t)len));
 }
@@ -267,7 +267,7 @@ static json_t *rank_load(struct sim *s, const struct sim_rank *rk, uint64_t now,
 {
 	long used, pending;
 	double tps;
-	sim_engine_rank_tokens(s, rk, now, &used, &pending, &tps);
+	sim_engine_rank_tokens(&s->eng, rk, now, &used, &pending, &tps);
 	return json_pack("{s:i, s:f, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:I}",
 			 "dp_rank", rk->idx, "timestamp", ts,
 			 "num_running_reqs", (json_int_t)rk->running,
@@ -288,7 +288,7 @@ static int rank_range(struct sim *s, struct MHD_Connection *conn, long *lo, long
 {
 	const char *q = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "dp_rank");
 	*lo = 0;
-	*hi = s->nranks;
+	*hi = s->eng.nranks;
 	if (!q)
 		return 0;
 	char *end;
@@ -297,8 +297,8 @@ static int rank_range(struct sim *s, struct MHD_Connection *conn, long *lo, long
 	if (*q == '\0' || *end != '\0' || errno != 0)
 		return -1;
 	/* A rank that does not exist matches nothing: an empty list. */
-	*lo = k >= 0 && k < s->nranks ? k : 0;
-	*hi = k >= 0 && k < s->nranks ? k + 1 : 0;
+	*lo = k >= 0 && k < s->eng.nranks ? k : 0;
+	*hi = k >= 0 && k < s->eng.nranks ? k + 1 : 0;
 	return 0;
 }
 
@@ -322,7 +322,7 @@ static enum MHD_Result answer_loads(struct sim *s, struct MHD_Connection *conn)
 	json_t *loads = json_array();
 	uint64_t now = ig_now_us();
 	for (long i = lo; i < hi; i++)
-		json_array_append_new(loads, rank_load(s, &s->ranks[i], now, ts));
+		json_array_append_new(loads, rank_load(s, &s->eng.ranks[i], now, ts));
 	return respond_json(conn, 200, dump(json_pack("{s:s, s:s, s:s, s:i, s:o}", "timestamp", iso,
 						      "version", PACKAGE_VERSION, "accelerator", "sim",
 						      "num_accelerators", 1, "loads", loads)));
@@ -342,11 +342,11 @@ static enum MHD_Result answer_get_load(struct sim *s, struct MHD_Connection *con
 	json_t *arr = json_array();
 	uint64_t now = ig_now_us();
 	double ts = wall_now();
-	for (long i = 0; i < s->nranks; i++) {
-		const struct sim_rank *rk = &s->ranks[i];
+	for (long i = 0; i < s->eng.nranks; i++) {
+		const struct sim_rank *rk = &s->eng.ranks[i];
 		long used, pending;
 		double tps;
-		sim_engine_rank_tokens(s, rk, now, &used, &pending, &tps);
+		sim_engine_rank_tokens(&s->eng, rk, now, &used, &pending, &tps);
 		json_array_append_new(arr, json_pack("{s:i, s:I, s:I, s:I, s:I, s:f}", "dp_rank", rk->idx,
 						     "num_reqs", (json_int_t)(rk->running + rk->waiting),
 						     "num_waiting_reqs", (json_int_t)rk->waiting,
@@ -361,16 +361,16 @@ static enum MHD_Result answer_get_load(struct sim *s, struct MHD_Connection *con
 static char *state_json(struct sim *s)
 {
 	json_t *ranks = json_array();
-	for (long i = 0; i < s->nranks; i++)
+	for (long i = 0; i < s->eng.nranks; i++)
 		json_array_append_new(ranks, json_pack("{s:I, s:I}",
-						       "num_running_reqs", (json_int_t)s->ranks[i].running,
-						       "num_waiting_reqs", (json_int_t)s->ranks[i].waiting));
+						       "num_running_reqs", (json_int_t)s->eng.ranks[i].running,
+						       "num_waiting_reqs", (json_int_t)s->eng.ranks[i].waiting));
 	return dump(json_pack("{s:I, s:I, s:I, s:I, s:s, s:s, s:o}",
-			      "num_running_reqs", (json_int_t)s->running,
-			      "num_waiting_reqs", (json_int_t)s->waiting,
-			      "num_hung_reqs", (json_int_t)s->hung,
+			      "num_running_reqs", (json_int_t)s->eng.running,
+			      "num_waiting_reqs", (json_int_t)s->eng.waiting,
+			      "num_hung_reqs", (json_int_t)s->eng.hung,
 			      "max_running_requests", (json_int_t)s->conf->max_running,
-			      "fault", sim_fault_name(s->fault),
+			      "fault", sim_engine_fault_name(s->eng.fault),
 			      "flavor", flavor_names[s->conf->flavor],
 			      "ranks", ranks));
 }
@@ -409,7 +409,7 @@ static void sglang_sample(struct ig_buf *o, struct sim *s, const char *name, con
 			  const char *priority, uint64_t value)
 {
 	ig_buf_printf(o, "%s{", name);
-	if (s->nranks > 1)
+	if (s->eng.nranks > 1)
 		ig_buf_printf(o, "dp_rank=\"%d\",", rk->idx);
 	ig_buf_printf(o, "engine_type=\"unified\",model_name=\"");
 	label_value(o, s->conf->model);
@@ -426,13 +426,13 @@ static void sglang_sample(struct ig_buf *o, struct sim *s, const char *name, con
 static void sglang_gauge(struct ig_buf *o, struct sim *s, const char *name, const char *help, bool running)
 {
 	help_type(o, name, "gauge", help);
-	for (long i = 0; i < s->nranks; i++) {
-		const struct sim_gauges *g = &s->ranks[i].snap;
-		sglang_sample(o, s, name, &s->ranks[i], "", (uint64_t)(running ? g->running : g->waiting));
+	for (long i = 0; i < s->eng.nranks; i++) {
+		const struct sim_gauges *g = &s->eng.ranks[i].snap;
+		sglang_sample(o, s, name, &s->eng.ranks[i], "", (uint64_t)(running ? g->running : g->waiting));
 		for (size_t k = 0; k < g->nprio; k++) {
 			char prio[24];
 			snprintf(prio, sizeof(prio), "%ld", g->prio[k].priority);
-			sglang_sample(o, s, name, &s->ranks[i], prio,
+			sglang_sample(o, s, name, &s->eng.ranks[i], prio,
 				      (uint64_t)(running ? g->prio[k].running : g->prio[k].waiting));
 		}
 	}
@@ -457,14 +457,14 @@ static void sglang_counter(struct ig_buf *o, struct sim *s, const char *name, co
 			   enum rank_counter c)
 {
 	help_type(o, name, "counter", help);
-	for (long i = 0; i < s->nranks; i++)
-		sglang_sample(o, s, name, &s->ranks[i], "", rank_counter(&s->ranks[i], c));
+	for (long i = 0; i < s->eng.nranks; i++)
+		sglang_sample(o, s, name, &s->eng.ranks[i], "", rank_counter(&s->eng.ranks[i], c));
 }
 
 static void sglang_metrics(struct ig_buf *o, struct sim *s)
 {
-	for (long i = 0; i < s->nranks; i++)
-		sim_engine_gauges(s, &s->ranks[i]); /* live: read now; sglang: the last log */
+	for (long i = 0; i < s->eng.nranks; i++)
+		sim_engine_gauges(&s->eng, &s->eng.ranks[i]); /* live: read now; sglang: the last log */
 	sglang_gauge(o, s, "sglang:num_running_reqs", "The number of running requests.", true);
 	sglang_gauge(o, s, "sglang:num_queue_reqs", "The number of requests in the waiting queue.", false);
 	sglang_counter(o, s, "sglang:prompt_tokens_total", "Number of prefill tokens processed.", C_PROMPT);
@@ -487,23 +487,23 @@ static void vllm_sample(struct ig_buf *o, struct sim *s, const char *name, long 
 static void vllm_metrics(struct ig_buf *o, struct sim *s)
 {
 	help_type(o, "vllm:num_requests_running", "gauge", "Number of requests in model execution batches.");
-	for (long i = 0; i < s->nranks; i++)
-		vllm_sample(o, s, "vllm:num_requests_running", i, "", (uint64_t)s->ranks[i].running);
+	for (long i = 0; i < s->eng.nranks; i++)
+		vllm_sample(o, s, "vllm:num_requests_running", i, "", (uint64_t)s->eng.ranks[i].running);
 	help_type(o, "vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.");
-	for (long i = 0; i < s->nranks; i++)
-		vllm_sample(o, s, "vllm:num_requests_waiting", i, "", (uint64_t)s->ranks[i].waiting);
+	for (long i = 0; i < s->eng.nranks; i++)
+		vllm_sample(o, s, "vllm:num_requests_waiting", i, "", (uint64_t)s->eng.ranks[i].waiting);
 	help_type(o, "vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.");
-	for (long i = 0; i < s->nranks; i++)
-		vllm_sample(o, s, "vllm:prompt_tokens_total", i, "", s->ranks[i].prompt_tokens);
+	for (long i = 0; i < s->eng.nranks; i++)
+		vllm_sample(o, s, "vllm:prompt_tokens_total", i, "", s->eng.ranks[i].prompt_tokens);
 	help_type(o, "vllm:generation_tokens_total", "counter", "Number of generation tokens processed.");
-	for (long i = 0; i < s->nranks; i++)
-		vllm_sample(o, s, "vllm:generation_tokens_total", i, "", s->ranks[i].generation_tokens);
+	for (long i = 0; i < s->eng.nranks; i++)
+		vllm_sample(o, s, "vllm:generation_tokens_total", i, "", s->eng.ranks[i].generation_tokens);
 	help_type(o, "vllm:request_success_total", "counter", "Count of successfully processed requests.");
-	for (long i = 0; i < s->nranks; i++) {
+	for (long i = 0; i < s->eng.nranks; i++) {
 		vllm_sample(o, s, "vllm:request_success_total", i, "finished_reason=\"length\",",
-			    s->ranks[i].finished_length);
+			    s->eng.ranks[i].finished_length);
 		vllm_sample(o, s, "vllm:request_success_total", i, "finished_reason=\"stop\",",
-			    s->ranks[i].finished_stop);
+			    s->eng.ranks[i].finished_stop);
 	}
 }
 
@@ -517,20 +517,20 @@ static char *metrics_text(struct sim *s)
 		vllm_metrics(&o, s);
 	else
 		sglang_metrics(&o, s);
-	metric(&o, "infergate_sim_requests_served_total", "counter", "Completions generated to the end.", m, s->st.served);
-	metric(&o, "infergate_sim_requests_aborted_total", "counter", "Completions stopped because the client disconnected.", m, s->st.aborted);
-	metric(&o, "infergate_sim_requests_failed_total", "counter", "Completions answered 500 by fault injection (--fail-rate, mode error).", m, s->st.failed);
-	metric(&o, "infergate_sim_requests_rejected_total", "counter", "Completions answered 503 in mode down.", m, s->st.rejected);
-	metric(&o, "infergate_sim_requests_invalid_total", "counter", "Requests answered 4xx.", m, s->st.invalid);
+	metric(&o, "infergate_sim_requests_served_total", "counter", "Completions generated to the end.", m, s->eng.st.served);
+	metric(&o, "infergate_sim_requests_aborted_total", "counter", "Completions stopped because the client disconnected.", m, s->eng.st.aborted);
+	metric(&o, "infergate_sim_requests_failed_total", "counter", "Completions answered 500 by fault injection (--fail-rate, mode error).", m, s->eng.st.failed);
+	metric(&o, "infergate_sim_requests_rejected_total", "counter", "Completions answered 503 in mode down.", m, s->eng.st.rejected);
+	metric(&o, "infergate_sim_requests_invalid_total", "counter", "Requests answered 4xx.", m, s->eng.st.invalid);
 	metric(&o, "infergate_sim_requests_stream_failed_total", "counter",
-	       "Streams ended by an error event midway (--stream-fail-rate).", m, s->st.stream_failed);
-	metric(&o, "infergate_sim_num_hung_reqs", "gauge", "Completions held without an answer in mode hang.", m, (uint64_t)s->hung);
+	       "Streams ended by an error event midway (--stream-fail-rate).", m, s->eng.st.stream_failed);
+	metric(&o, "infergate_sim_num_hung_reqs", "gauge", "Completions held without an answer in mode hang.", m, (uint64_t)s->eng.hung);
 	metric(&o, "infergate_sim_max_running_reqs", "gauge", "Batch slots (--max-running).", m, (uint64_t)s->conf->max_running);
 	ig_buf_printf(&o, "# HELP infergate_sim_fault_mode The fault mode in force (1) and the others (0).\n"
 		      "# TYPE infergate_sim_fault_mode gauge\n");
 	for (int f = SIM_FAULT_OK; f <= SIM_FAULT_DOWN; f++)
-		ig_buf_printf(&o, "infergate_sim_fault_mode{mode=\"%s\"} %d\n", sim_fault_name((enum sim_fault)f),
-			      (int)s->fault == f);
+		ig_buf_printf(&o, "infergate_sim_fault_mode{mode=\"%s\"} %d\n", sim_engine_fault_name((enum sim_fault)f),
+			      (int)s->eng.fault == f);
 	if (ig_buf_append(&o, "", 1) < 0)
 		abort();
 	return o.data; /* off is 0: never consumed */
@@ -542,7 +542,7 @@ static char *metrics_text(struct sim *s)
  * vllm-project/vllm vllm/entrypoints/serve/instrumentator/health.py). */
 static enum MHD_Result answer_health(struct sim *s, struct MHD_Connection *conn)
 {
-	return respond_empty(conn, s->fault == SIM_FAULT_DOWN ? 503 : 200);
+	return respond_empty(conn, s->eng.fault == SIM_FAULT_DOWN ? 503 : 200);
 }
 
 static enum MHD_Result answer_get(struct sim *s, struct MHD_Connection *conn, enum route route)
@@ -551,7 +551,7 @@ static enum MHD_Result answer_get(struct sim *s, struct MHD_Connection *conn, en
 	case R_HEALTH:
 		return answer_health(s, conn);
 	case R_MODELS:
-		if (s->fault == SIM_FAULT_DOWN)
+		if (s->eng.fault == SIM_FAULT_DOWN)
 			return respond_error(s, conn, 503, NULL, NULL, "infergate-sim is down (fault mode down)");
 		return respond_json(conn, 200, models_json(s));
 	case R_LOAD:
@@ -567,7 +567,7 @@ static enum MHD_Result answer_get(struct sim *s, struct MHD_Connection *conn, en
 	case R_METRICS:
 		return respond(conn, 200, metrics_text(s), "text/plain; version=0.0.4; charset=utf-8", NULL);
 	case R_FAULT:
-		return respond_json(conn, 200, dump(json_pack("{s:s}", "mode", sim_fault_name(s->fault))));
+		return respond_json(conn, 200, dump(json_pack("{s:s}", "mode", sim_engine_fault_name(s->eng.fault))));
 	default:
 		return MHD_NO;
 	}
@@ -575,70 +575,122 @@ static enum MHD_Result answer_get(struct sim *s, struct MHD_Connection *conn, en
 
 /* ---- the request object ---- */
 
-static struct sim_req *req_new(struct sim *s, struct MHD_Connection *conn, enum sim_kind kind)
+/* One HTTP request that needs an object of its own (a completion, a fault
+ * switch, a delayed /health): the engine's request and what only the HTTP
+ * side knows about it. *con_cls points to it. */
+struct sim_call {
+	struct sim_req req;            /* what the engine sees */
+	struct sim *sim;
+	struct MHD_Connection *conn;
+	struct ig_list link;           /* sim->calls */
+	struct sim_event ev;           /* the client socket, watched for hang-up
+					* while the connection is suspended */
+	bool watching;                 /* ev is in the reactor's epoll set */
+	bool suspended;                /* MHD connection suspended by us */
+	bool client_gone;
+	bool too_large;                /* body over SIM_MAX_BODY: 413 */
+	struct ig_buf body;            /* request body */
+};
+
+static void wake(struct sim_req *r);
+static void client_hangup(struct sim_event *ev, uint32_t events);
+
+static struct sim_call *call_new(struct sim *s, struct MHD_Connection *conn, enum sim_kind kind)
 {
-	struct sim_req *r = calloc(1, sizeof(*r));
-	if (!r)
+	struct sim_call *c = calloc(1, sizeof(*c));
+	if (!c)
 		return NULL;
-	r->sim = s;
-	r->conn = conn;
-	r->kind = kind;
-	r->state = SIM_REQ_READING;
-	r->heap_idx = -1;
-	r->fd = -1;
-	r->fail_at = -1;
-	ig_buf_init(&r->body);
-	ig_buf_init(&r->out);
-	r->next = s->reqs;
-	if (s->reqs)
-		s->reqs->prev = r;
-	s->reqs = r;
-	s->nreqs++;
-	return r;
+	sim_engine_req_init(&c->req, kind);
+	c->req.wake = wake;
+	c->sim = s;
+	c->conn = conn;
+	c->ev.fd = -1;
+	c->ev.handler = client_hangup;
+	c->ev.data = c;
+	ig_buf_init(&c->body);
+	ig_list_append(&s->calls, &c->link);
+	s->ncalls++;
+	return c;
 }
 
-void sim_req_free(struct sim_req *r)
+static void call_free(struct sim_call *c)
 {
-	struct sim *s = r->sim;
-	sim_reactor_unwatch(s, r);
-	if (r->prev)
-		r->prev->next = r->next;
+	if (c->watching)
+		sim_event_del(c->sim, &c->ev);
+	ig_list_del(&c->link);
+	c->sim->ncalls--;
+	ig_buf_free(&c->body);
+	sim_engine_req_free(&c->req);
+	free(c);
+}
+
+/* Parks the connection until the engine has something for it; meanwhile
+ * the reactor watches the client socket, since MHD does not while a
+ * connection is suspended. */
+static void suspend(struct sim_call *c)
+{
+	MHD_suspend_connection(c->conn);
+	c->suspended = true;
+	if (c->watching)
+		return;
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	if (!ci)
+		return;
+	c->ev.fd = ci->connect_fd;
+	/* Edge-triggered hang-up only: a report comes once, and a client that
+	 * merely sends more bytes wakes nobody. */
+	if (sim_event_add(c->sim, &c->ev, EPOLLRDHUP | EPOLLET) == 0)
+		c->watching = true;
 	else
-		s->reqs = r->next;
-	if (r->next)
-		r->next->prev = r->prev;
-	s->nreqs--;
-	ig_buf_free(&r->body);
-	ig_buf_free(&r->out);
-	free(r->model_json);
-	free(r);
+		ig_log_warn("%s: epoll_ctl(%d): %s", __func__, c->ev.fd, strerror(errno));
 }
 
-static void suspend(struct sim_req *r)
+/* Resumes a suspended connection so MHD picks up new bytes or the end. */
+static void resume(struct sim_call *c)
 {
-	MHD_suspend_connection(r->conn);
-	r->suspended = true;
-	sim_reactor_watch(r->sim, r);
-}
-
-void sim_req_wake(struct sim_req *r)
-{
-	if (!r->suspended)
+	if (!c->suspended)
 		return;
-	r->suspended = false;
-	MHD_resume_connection(r->conn);
-	r->sim->need_mhd_run = true;
+	c->suspended = false;
+	MHD_resume_connection(c->conn);
+	c->sim->need_mhd_run = true;
 }
 
-void sim_server_client_gone(struct sim_req *r)
+/* The engine's callback: r->out has bytes, or the answer is complete. */
+static void wake(struct sim_req *r)
 {
-	if (r->client_gone)
+	resume(IG_CONTAINER_OF(r, struct sim_call, req));
+}
+
+/* The reactor saw the client socket hang up. */
+static void client_hangup(struct sim_event *ev, uint32_t events IG_UNUSED)
+{
+	struct sim_call *c = ev->data;
+	if (c->client_gone)
 		return;
-	r->client_gone = true;
-	sim_engine_abort(r->sim, r);
+	c->client_gone = true;
+	sim_engine_abort(&c->sim->eng, &c->req);
 	/* Let MHD see the end now: the reader or handler answers with an error
 	 * and MHD closes the connection. */
-	sim_req_wake(r);
+	resume(c);
+}
+
+bool sim_server_wake_all(struct sim *s)
+{
+	bool any = false;
+	struct sim_call *c;
+	IG_LIST_FOREACH(c, &s->calls, struct sim_call, link) {
+		if (c->suspended) {
+			resume(c);
+			any = true;
+		}
+	}
+	return any;
+}
+
+void sim_server_init(struct sim *s)
+{
+	ig_list_init(&s->calls);
+	s->ncalls = 0;
 }
 
 /* ---- parsing ---- */
@@ -791,10 +843,10 @@ static int check_context(struct sim *s, long in, long max_new, struct perr *e)
 }
 
 /* Reads a completion request into r. Returns 0 or -1 with *e. */
-static int parse_completion(struct sim *s, struct sim_req *r, struct perr *e)
+static int parse_completion(struct sim *s, struct sim_req *r, const struct ig_buf *body, struct perr *e)
 {
 	json_error_t jerr;
-	json_t *root = json_loadb(r->body.data ? r->body.data : "", r->body.len, 0, &jerr);
+	json_t *root = json_loadb(body->data ? body->data : "", body->len, 0, &jerr);
 	struct ig_buf p;
 	int ret = -1;
 
@@ -889,9 +941,10 @@ out:
 
 static ssize_t stream_reader(void *cls, uint64_t pos IG_UNUSED, char *buf, size_t max)
 {
-	struct sim_req *r = cls;
+	struct sim_call *c = cls;
+	struct sim_req *r = &c->req;
 
-	if (r->client_gone || r->sim->stopping)
+	if (c->client_gone || c->sim->stopping)
 		return MHD_CONTENT_READER_END_WITH_ERROR;
 	size_t n = ig_buf_pending(&r->out);
 	if (n > 0) {
@@ -904,109 +957,112 @@ static ssize_t stream_reader(void *cls, uint64_t pos IG_UNUSED, char *buf, size_
 	if (r->state == SIM_REQ_DONE)
 		return MHD_CONTENT_READER_END_OF_STREAM;
 	/* Nothing yet: returning 0 without suspending would spin. */
-	suspend(r);
+	suspend(c);
 	return 0;
 }
 
 /* The finished non-streamed answer: hand r->out to MHD without a copy. */
-static enum MHD_Result respond_final(struct sim_req *r)
+static enum MHD_Result respond_final(struct sim_call *c)
 {
+	struct sim_req *r = &c->req;
+
 	if (r->out.off != 0 || ig_buf_append(&r->out, "", 1) < 0)
 		return MHD_NO;
 	char *body = r->out.data;
 	ig_buf_init(&r->out);
-	return respond_json(r->conn, 200, body);
+	return respond_json(c->conn, 200, body);
 }
 
-static enum MHD_Result set_fault(struct sim *s, struct sim_req *r)
+static enum MHD_Result set_fault(struct sim *s, struct sim_call *c)
 {
 	json_error_t jerr;
-	json_t *root = json_loadb(r->body.data ? r->body.data : "", r->body.len, 0, &jerr);
+	json_t *root = json_loadb(c->body.data ? c->body.data : "", c->body.len, 0, &jerr);
 	json_t *mode = json_is_object(root) ? json_object_get(root, "mode") : NULL;
 	enum sim_fault f;
 	enum MHD_Result ret;
 
-	r->state = SIM_REQ_DONE;
+	c->req.state = SIM_REQ_DONE;
 	if (!root) {
 		char *msg = ig_strdupf("invalid JSON body: %s", jerr.text);
-		ret = respond_oaerror(s, r->conn, 400, NULL, msg);
+		ret = respond_oaerror(s, c->conn, 400, NULL, msg);
 		free(msg);
-	} else if (!json_is_string(mode) || sim_fault_parse(json_string_value(mode), &f) < 0) {
-		ret = respond_oaerror(s, r->conn, 400, "mode",
+	} else if (!json_is_string(mode) || sim_engine_fault_parse(json_string_value(mode), &f) < 0) {
+		ret = respond_oaerror(s, c->conn, 400, "mode",
 				      "'mode' must be one of \"ok\", \"error\", \"hang\", \"slow\", \"down\"");
 	} else {
-		enum sim_fault old = s->fault;
-		s->fault = f;
+		enum sim_fault old = s->eng.fault;
+		s->eng.fault = f;
 		if (old != f)
-			ig_log_info("fault mode %s -> %s", sim_fault_name(old), sim_fault_name(f));
-		ret = respond_json(r->conn, 200, dump(json_pack("{s:s, s:s}", "mode", sim_fault_name(f),
-								 "previous", sim_fault_name(old))));
+			ig_log_info("fault mode %s -> %s", sim_engine_fault_name(old), sim_engine_fault_name(f));
+		ret = respond_json(c->conn, 200, dump(json_pack("{s:s, s:s}", "mode", sim_engine_fault_name(f),
+								 "previous", sim_engine_fault_name(old))));
 	}
 	json_decref(root);
 	return ret;
 }
 
 /* The body is complete: validate, then answer, stream, queue or hang. */
-static enum MHD_Result start_request(struct sim *s, struct sim_req *r)
+static enum MHD_Result start_request(struct sim *s, struct sim_call *c)
 {
+	struct sim_req *r = &c->req;
 	struct perr e = {0, NULL, NULL, NULL};
 
 	if (r->kind == SIM_HEALTH) {
-		sim_engine_defer(s, r);
-		suspend(r);
+		sim_engine_defer(&s->eng, r);
+		suspend(c);
 		return MHD_YES;
 	}
-	if (r->too_large) {
+	if (c->too_large) {
 		r->state = SIM_REQ_DONE;
-		return respond_error(s, r->conn, 413, NULL, NULL, "request body larger than %u bytes", SIM_MAX_BODY);
+		return respond_error(s, c->conn, 413, NULL, NULL, "request body larger than %u bytes", SIM_MAX_BODY);
 	}
 	if (r->kind == SIM_FAULT_SET)
-		return set_fault(s, r);
-	if (s->stopping || s->fault == SIM_FAULT_DOWN) {
+		return set_fault(s, c);
+	if (s->stopping || s->eng.fault == SIM_FAULT_DOWN) {
 		r->state = SIM_REQ_DONE;
-		s->st.rejected++;
-		return respond_error(s, r->conn, 503, NULL, NULL, "infergate-sim is %s",
+		s->eng.st.rejected++;
+		return respond_error(s, c->conn, 503, NULL, NULL, "infergate-sim is %s",
 				     s->stopping ? "shutting down" : "down (fault mode down)");
 	}
-	if (parse_completion(s, r, &e) < 0) {
+	if (parse_completion(s, r, &c->body, &e) < 0) {
 		r->state = SIM_REQ_DONE;
-		enum MHD_Result ret = respond_error(s, r->conn, e.status, e.type, e.param, "%s", e.msg);
+		enum MHD_Result ret = respond_error(s, c->conn, e.status, e.type, e.param, "%s", e.msg);
 		free(e.msg);
 		return ret;
 	}
-	ig_buf_free(&r->body);
-	if (sim_engine_should_fail(s)) {
+	ig_buf_free(&c->body);
+	if (sim_engine_should_fail(&s->eng)) {
 		r->state = SIM_REQ_DONE;
-		s->st.failed++;
+		s->eng.st.failed++;
 		/* serving_base.py handle_request's catch-all: "Internal server error: ..." */
-		return respond_error(s, r->conn, 500, NULL, NULL, "Internal server error: simulated server failure (%s)",
-				     s->fault == SIM_FAULT_ERROR ? "fault mode error" : "--fail-rate");
+		return respond_error(s, c->conn, 500, NULL, NULL, "Internal server error: simulated server failure (%s)",
+				     s->eng.fault == SIM_FAULT_ERROR ? "fault mode error" : "--fail-rate");
 	}
-	if (r->stream && sim_engine_should_fail_stream(s))
+	if (r->stream && sim_engine_should_fail_stream(&s->eng))
 		r->fail_at = r->n_tokens / 2; /* about half the answer, then the error */
 	memcpy(r->id, r->kind == SIM_CHAT ? "chatcmpl-" : "cmpl-", r->kind == SIM_CHAT ? 9 : 5);
 	ig_random_hex(r->id + (r->kind == SIM_CHAT ? 9 : 5), 24);
 	r->created = ig_wall_s();
 
-	sim_engine_submit(s, r);
+	sim_engine_submit(&s->eng, r);
 	if (r->state == SIM_REQ_HUNG) {
-		suspend(r);
+		suspend(c);
 		return MHD_YES;
 	}
 	if (r->stream) {
 		struct MHD_Response *resp =
-			MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, r, NULL);
+			MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, c, NULL);
 		if (!resp)
 			return MHD_NO;
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-		enum MHD_Result ret = MHD_queue_response(r->conn, 200, resp);
+		enum MHD_Result ret = MHD_queue_response(c->conn, 200, resp);
 		MHD_destroy_response(resp);
 		return ret;
 	}
 	if (r->state == SIM_REQ_DONE)
-		return respond_final(r);
-	suspend(r);
+		return respond_final(c);
+	suspend(c);
 	return MHD_YES;
 }
 
@@ -1015,13 +1071,13 @@ enum MHD_Result sim_server_handler(void *cls, struct MHD_Connection *conn, const
 				   const char *upload_data, size_t *upload_data_size, void **con_cls)
 {
 	struct sim *s = cls;
-	struct sim_req *r = *con_cls;
+	struct sim_call *c = *con_cls;
 
-	if (!r) {
+	if (!c) {
 		/* The servers check the key in a middleware, before routing: an
 		 * unknown path without the key is 401, not 404. */
 		if (s->conf->api_key && !key_exempt(s, method, url) && !key_given(s, conn)) {
-			s->st.invalid++;
+			s->eng.st.invalid++;
 			return respond_json(conn, 401, dump(json_pack("{s:s}", "error", "Unauthorized")));
 		}
 		size_t i;
@@ -1034,19 +1090,19 @@ enum MHD_Result sim_server_handler(void *cls, struct MHD_Connection *conn, const
 		if (routes[i].post && strcmp(method, "POST") == 0) {
 			enum sim_kind kind = routes[i].route == R_CHAT ? SIM_CHAT
 					   : routes[i].route == R_COMPLETIONS ? SIM_COMPLETION : SIM_FAULT_SET;
-			r = req_new(s, conn, kind);
-			if (!r)
+			c = call_new(s, conn, kind);
+			if (!c)
 				return MHD_NO;
-			*con_cls = r;
+			*con_cls = c;
 			return MHD_YES;
 		}
 		/* A health probe to delay: it needs a request object to wait in. */
 		if (routes[i].route == R_HEALTH && get && s->conf->health_delay_ms > 0 &&
-		    s->fault != SIM_FAULT_DOWN && !s->stopping) {
-			r = req_new(s, conn, SIM_HEALTH);
-			if (!r)
+		    s->eng.fault != SIM_FAULT_DOWN && !s->stopping) {
+			c = call_new(s, conn, SIM_HEALTH);
+			if (!c)
 				return MHD_NO;
-			*con_cls = r;
+			*con_cls = c;
 			return MHD_YES;
 		}
 		if (routes[i].get && get)
@@ -1054,35 +1110,36 @@ enum MHD_Result sim_server_handler(void *cls, struct MHD_Connection *conn, const
 		return respond_detail(s, conn, 405, "Method Not Allowed", routes[i].allow);
 	}
 	if (*upload_data_size > 0) {
-		if (!r->too_large && (r->body.len + *upload_data_size > SIM_MAX_BODY ||
-				      ig_buf_append(&r->body, upload_data, *upload_data_size) < 0)) {
-			r->too_large = true;
-			ig_buf_free(&r->body);
+		if (!c->too_large && (c->body.len + *upload_data_size > SIM_MAX_BODY ||
+				      ig_buf_append(&c->body, upload_data, *upload_data_size) < 0)) {
+			c->too_large = true;
+			ig_buf_free(&c->body);
 		}
 		*upload_data_size = 0;
 		return MHD_YES;
 	}
+	struct sim_req *r = &c->req;
 	if (r->state == SIM_REQ_READING)
-		return start_request(s, r);
+		return start_request(s, c);
 	/* Called again after a resume. */
-	if (r->client_gone || s->stopping)
+	if (c->client_gone || s->stopping)
 		return MHD_NO;
 	if (r->kind == SIM_HEALTH && r->state == SIM_REQ_DONE)
 		return answer_health(s, conn);
 	if (r->state == SIM_REQ_DONE && !r->stream)
-		return respond_final(r);
-	suspend(r);
+		return respond_final(c);
+	suspend(c);
 	return MHD_YES;
 }
 
 void sim_server_completed(void *cls IG_UNUSED, struct MHD_Connection *conn IG_UNUSED, void **con_cls,
 			  enum MHD_RequestTerminationCode toe IG_UNUSED)
 {
-	struct sim_req *r = *con_cls;
-	if (!r)
+	struct sim_call *c = *con_cls;
+	if (!c)
 		return;
 	*con_cls = NULL;
 	/* MHD noticed the disconnect itself (the connection was not suspended). */
-	sim_engine_abort(r->sim, r);
-	sim_req_free(r);
+	sim_engine_abort(&c->sim->eng, &c->req);
+	call_free(c);
 }

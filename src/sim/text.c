@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "infergate/util.h"
-#include "sim.h"
+#include "text.h"
 
 static const char *const words[] = {
 	"the", "of", "and", "to", "in", "a", "is", "that", "for", "it",

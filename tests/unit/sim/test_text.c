@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sim.h"
+#include "text.h"
 #include "../check_main.h"
 
 /* The first n tokens for a prompt and seed, concatenated. */

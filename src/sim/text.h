@@ -1,0 +1,29 @@
+/* The simulator's deterministic answer text (text.c): the same prompt and
+ * --seed give the same words, with the shared splitmix64 generator. */
+#ifndef IG_SIM_TEXT_H
+#define IG_SIM_TEXT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SIM_TOKEN_MAX 32                 /* longest token text, bytes */
+
+struct sim_text {
+	uint64_t state;      /* splitmix64 */
+	unsigned long index; /* tokens produced so far */
+	bool capitalize;     /* next word starts a sentence */
+};
+
+/* The seed of a prompt's answer: same prompt bytes and --seed, same text. */
+uint64_t sim_text_seed(const void *prompt, size_t n, uint64_t seed);
+void sim_text_init(struct sim_text *t, uint64_t text_seed);
+/* Writes the next token (NUL-terminated, at most SIM_TOKEN_MAX bytes, JSON-safe
+ * ASCII) into out; returns its length. */
+size_t sim_text_next(struct sim_text *t, char *out);
+/* The answer's natural length in tokens, 16..256, from the same seed. */
+long sim_text_natural_tokens(uint64_t text_seed);
+/* Tokens the prompt counts as: about one per 4 bytes, at least 1. */
+long sim_text_prompt_tokens(size_t bytes);
+
+#endif
