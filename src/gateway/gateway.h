@@ -133,7 +133,6 @@ struct ig_gw {
 	/* Deferred actions, run by the reactor once per loop turn. */
 	bool resume_pending;           /* a connection was resumed: run MHD again */
 	bool drain_pending;            /* a slot or backend freed up: start queued requests */
-	bool reap_pending;             /* a removed backend may have no request left */
 	struct ig_list reqs;           /* every live proxied request (struct ig_req) */
 	size_t nreqs;
 	struct ig_list queue;          /* FIFO of requests waiting for a slot */
