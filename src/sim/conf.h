@@ -32,7 +32,7 @@ struct sim_conf {
 	long output_tokens;       /* 0 = a deterministic length per prompt */
 	double fail_rate;         /* fraction of completions answered 500 */
 	long seed;
-	char *log_level;
+	int log_level;            /* enum ig_log_level */
 	int flavor;               /* enum sim_flavor */
 	long health_delay_ms;     /* /health answers after this long */
 	long dp_ranks;            /* data-parallel ranks, each with max_running slots */

@@ -28,9 +28,7 @@ int main(int argc, char **argv)
 		sim_conf_free(&conf);
 		return rc < 0 ? 2 : 0;
 	}
-	enum ig_log_level lv;
-	if (ig_log_level_parse(conf.log_level, &lv) == 0)
-		ig_log_set_level(lv);
+	ig_log_set_level((enum ig_log_level)conf.log_level);
 
 	rc = 1;
 	memset(&sim, 0, sizeof(sim));
