@@ -6,6 +6,7 @@
 #define IG_BULK_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <sys/types.h>
@@ -51,10 +52,11 @@ struct bulk_opts {
 	char *progress_file;
 	char *summary_json;
 	long shard_k, shard_n;
-	int resume;
-	int dry_run;
-	int stream;
+	bool resume;
+	bool dry_run;
+	bool stream;
 	long progress_interval_s; /* plain progress lines when stderr is not a TTY */
+	int log_level;          /* enum ig_log_level */
 };
 
 /* --------------------------------------------------------------- corpus */

@@ -4,13 +4,14 @@
  * some long), as in real batch jobs. */
 #include "config.h"
 #include <errno.h>
-#include <getopt.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "infergate/flags.h"
 #include "infergate/log.h"
 #include "infergate/util.h"
 #include "bulk.h"
@@ -91,70 +92,84 @@ void ig_generate_line(struct ig_buf *b, uint64_t seed, long i, enum ig_endpoint 
 	ig_buf_free(&text);
 }
 
-static void gen_usage(FILE *f)
-{
-	fprintf(f,
-		"Usage: infergate-bulk generate --count N --output FILE [options]\n"
-		"Writes N synthetic requests in the OpenAI Batch format (custom_id req-000000001 ...),\n"
-		"prompt lengths log-uniform from 4 to 300 words; line i depends only on --seed and i.\n"
-		"\n"
-		"  --count N        number of lines (1..1000000000)\n"
-		"  --output FILE    where to write (written to FILE.tmp, then renamed; - for stdout)\n"
-		"  --seed S         seed (default 1)\n"
-		"  --kind K         chat (default: /v1/chat/completions) or completions (/v1/completions)\n"
-		"  --model NAME     put \"model\" in each body (default: none, give --model to the run)\n"
-		"  --max-tokens N   put \"max_tokens\" in each body (default: none)\n"
-		"  --help\n"
-		"\n"
-		"Example: infergate-bulk generate --count 902087 --seed 1 --output corpus.jsonl\n");
-}
+struct gen_opts {
+	long count;      /* -1 until given */
+	char *output;
+	long seed;
+	int kind;        /* enum ig_endpoint: chat or completions */
+	char *model;
+	long max_tokens; /* -1: none in the bodies */
+};
+
+#define G(field) offsetof(struct gen_opts, field)
+static const struct ig_flag gen_flags[] = {
+	{.name = "--count", .type = IG_FLAG_LONG, .off = G(count), .min = 1, .max = 1000000000, .metavar = "N",
+	 .help = "number of lines (required)"},
+	{.name = "--output", .type = IG_FLAG_STRING, .off = G(output), .metavar = "FILE",
+	 .help = "where to write (written to FILE.tmp, then renamed; - for stdout) (required)"},
+	{.name = "--seed", .type = IG_FLAG_LONG, .off = G(seed), .min = 0, .max = 9223372036854775807.0, .def = "1",
+	 .metavar = "S", .help = "seed"},
+	{.name = "--kind", .type = IG_FLAG_CHOICE, .off = G(kind), .def = "chat", .metavar = "chat|completions",
+	 .bad = "%s: '%s' is not chat or completions",
+	 .help = "chat: /v1/chat/completions lines; completions: /v1/completions lines"},
+	{.name = "--model", .type = IG_FLAG_STRING, .off = G(model), .metavar = "NAME",
+	 .help = "put \"model\" in each body (default: none, give --model to the run)"},
+	{.name = "--max-tokens", .type = IG_FLAG_LONG, .off = G(max_tokens), .min = 1, .max = 10000000,
+	 .metavar = "N", .help = "put \"max_tokens\" in each body (default: none)"},
+};
+
+static const struct ig_flags gen_spec = {
+	.prog = "infergate-bulk generate",
+	.usage = "Usage: infergate-bulk generate --count N --output FILE [options]\n"
+		 "Writes N synthetic requests in the OpenAI Batch format (custom_id req-000000001 ...),\n"
+		 "prompt lengths log-uniform from 4 to 300 words; line i depends only on --seed and i.\n\n",
+	.epilog = "\nExample: infergate-bulk generate --count 902087 --seed 1 --output corpus.jsonl\n",
+	.flags = gen_flags,
+	.n = sizeof(gen_flags) / sizeof(gen_flags[0]),
+	.unknown = "unknown flag '%s' (see generate --help)",
+	.missing = "%s needs a value",
+	.positional = "unexpected argument '%s' (see generate --help)",
+};
+
+static int generate(const struct gen_opts *o);
 
 int ig_generate_main(int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{"count", required_argument, NULL, 'c'}, {"output", required_argument, NULL, 'o'},
-		{"seed", required_argument, NULL, 's'}, {"kind", required_argument, NULL, 'k'},
-		{"model", required_argument, NULL, 'm'}, {"max-tokens", required_argument, NULL, 't'},
-		{"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0},
-	};
-	long count = -1, seed = 1, max_tokens = -1;
-	const char *output = NULL, *model = NULL;
-	enum ig_endpoint kind = IG_EP_CHAT;
+	struct gen_opts o = {.count = -1, .max_tokens = -1};
+	struct ig_buf errs;
 	char *err = NULL;
-	int c;
+	int rc;
 
-	optind = 1;
-	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-		int bad = 0;
-		switch (c) {
-		case 'c': bad = ig_parse_long("--count", optarg, 1, 1000000000L, &count, &err); break;
-		case 's': bad = ig_parse_long("--seed", optarg, 0, 0x7fffffffffffffffL, &seed, &err); break;
-		case 't': bad = ig_parse_long("--max-tokens", optarg, 1, 10000000L, &max_tokens, &err); break;
-		case 'o': output = optarg; break;
-		case 'm': model = optarg; break;
-		case 'k':
-			if (strcmp(optarg, "chat") == 0)
-				kind = IG_EP_CHAT;
-			else if (strcmp(optarg, "completions") == 0)
-				kind = IG_EP_COMPLETIONS;
-			else
-				err = ig_strdupf("--kind: '%s' is not chat or completions", optarg), bad = -1;
-			break;
-		case 'h': gen_usage(stdout); return 0;
-		default: gen_usage(stderr); return BULK_EXIT_USAGE;
-		}
-		if (bad) {
-			fprintf(stderr, "infergate-bulk generate: %s\n", err);
-			free(err);
-			return BULK_EXIT_USAGE;
-		}
-	}
-	if (optind < argc || count < 0 || !output) {
-		fprintf(stderr, "infergate-bulk generate: %s\n",
-			optind < argc ? "unexpected argument" : count < 0 ? "--count is required" : "--output is required");
-		gen_usage(stderr);
+	ig_buf_init(&errs);
+	if (ig_flags_defaults(&gen_spec, &o, &err) < 0 || (rc = ig_flags_parse(&gen_spec, &o, argc, argv, NULL, &errs)) < 0) {
+		if (!err)
+			err = ig_flags_errors(&errs);
+		fprintf(stderr, "infergate-bulk generate: %s\n", err);
+		free(err);
+		ig_buf_free(&errs);
+		ig_flags_free(&gen_spec, &o);
 		return BULK_EXIT_USAGE;
 	}
+	ig_buf_free(&errs);
+	if (rc == 0 && (o.count < 0 || !o.output)) {
+		fprintf(stderr, "infergate-bulk generate: %s\n", o.count < 0 ? "--count is required" : "--output is required");
+		ig_flags_print_help(&gen_spec, stderr);
+		rc = -1;
+	}
+	if (rc == 0)
+		rc = generate(&o);
+	else
+		rc = rc > 0 ? 0 : BULK_EXIT_USAGE;
+	ig_flags_free(&gen_spec, &o);
+	return rc;
+}
+
+/* Writes the corpus. Returns the exit status. */
+static int generate(const struct gen_opts *o)
+{
+	const char *output = o->output, *model = o->model;
+	long count = o->count, seed = o->seed, max_tokens = o->max_tokens;
+	enum ig_endpoint kind = (enum ig_endpoint)o->kind;
 
 	int to_stdout = strcmp(output, "-") == 0;
 	char *tmp = to_stdout ? NULL : ig_strdupf("%s.tmp", output);

@@ -11,7 +11,6 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <libgen.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -24,155 +23,124 @@
 #include <unistd.h>
 
 #include "infergate/buf.h"
+#include "infergate/flags.h"
 #include "infergate/log.h"
 #include "infergate/util.h"
 #include "bulk.h"
 
 /* ------------------------------------------------------------------ flags */
 
-enum flag_kind {
-	F_STR,    /* char * */
-	F_LONG,   /* long within [min, max] */
-	F_DOUBLE, /* double within [min, max] */
-	F_BOOL,   /* int, no argument */
-	F_OTHER,  /* parsed by parse_other() */
-};
-
-struct flag {
-	const char *name;
-	enum flag_kind kind;
-	double min, max;
-	const char *def;        /* default, parsed like a given value; NULL: none */
-	const char *arg;        /* placeholder in --help */
-	const char *help;
-	size_t off;             /* into struct bulk_opts */
-};
-
-#define O(field) offsetof(struct bulk_opts, field)
-/* One table gives the parser, the defaults, the bounds and --help. */
-static const struct flag flags[] = {
-	{"input", F_STR, 0, 0, NULL, "FILE", "JSONL corpus: OpenAI Batch lines or shorthand lines (required)", O(input)},
-	{"output", F_STR, 0, 0, NULL, "FILE", "results, one Batch output line per request (required)", O(output)},
-	{"errors", F_STR, 0, 0, NULL, "FILE", "failed requests (default: OUTPUT with .errors.jsonl)", O(errors)},
-	{"url", F_STR, 0, 0, "http://127.0.0.1:8080", "URL", "OpenAI-compatible server or gateway; a trailing /v1 is fine", O(url)},
-	{"api-key-env", F_STR, 0, 0, NULL, "VAR", "send Authorization: Bearer $VAR", O(api_key_env)},
-	{"model", F_STR, 0, 0, NULL, "NAME", "model for lines that do not name one", O(model)},
-	{"max-tokens", F_LONG, 1, 10000000, NULL, "N", "max_tokens for lines that do not set it", O(max_tokens)},
-	{"temperature", F_DOUBLE, 0, 2, NULL, "X", "temperature for lines that do not set it", O(temperature)},
-	{"endpoint", F_OTHER, 0, 0, NULL, "chat|completions", "where shorthand prompt lines go (default: prompt "
-	 "lines to completions, messages lines to chat)", O(endpoint)},
-	{"concurrency", F_LONG, 1, 20000, "64", "N", "requests in flight at all times", O(concurrency)},
-	{"rate", F_DOUBLE, 0, 1000000, "0", "N", "at most N requests started per second (0: no cap)", O(rate)},
-	{"retries", F_LONG, 0, 100, "5", "N", "retries of 408/429/5xx/connection errors/timeouts", O(retries)},
-	{"backoff-ms", F_LONG, 1, 60000, "500", "N", "first retry delay; doubles per retry up to 30 s, "
-	 "jittered; Retry-After wins when longer", O(backoff_ms)},
-	{"idle-timeout-s", F_LONG, 1, 86400, "300", "N", "abandon and retry a request with no byte for N s", O(idle_timeout_s)},
-	{"connect-timeout-s", F_LONG, 1, 600, "10", "N", "TCP connect timeout", O(connect_timeout_s)},
-	{"progress-file", F_STR, 0, 0, NULL, "FILE", "JSON progress, rewritten atomically every second", O(progress_file)},
-	{"progress-interval-s", F_LONG, 1, 3600, "5", "N", "plain progress line period when stderr is not a terminal",
-	 O(progress_interval_s)},
-	{"summary-json", F_STR, 0, 0, NULL, "FILE", "final summary as JSON", O(summary_json)},
-	{"shard", F_OTHER, 0, 0, "0/1", "K/N", "take the lines whose 0-based index modulo N is K", O(shard_k)},
-	{"resume", F_BOOL, 0, 0, NULL, NULL, "continue into an existing OUTPUT, skipping ids done", O(resume)},
-	{"dry-run", F_BOOL, 0, 0, NULL, NULL, "run every check, print the plan, send nothing", O(dry_run)},
-	{"stream", F_BOOL, 0, 0, NULL, NULL, "stream responses (measures time to first token)", O(stream)},
-	{"log-level", F_OTHER, 0, 0, "info", "LEVEL", "debug|info|warn|error", 0},
-	{"help", F_OTHER, 0, 0, NULL, NULL, "this text", 0},
-	{"version", F_OTHER, 0, 0, NULL, NULL, "print the version", 0},
-};
-#define N_FLAGS (sizeof(flags) / sizeof(flags[0]))
-
-static void usage(FILE *f)
+/* A file name, variable or model: not empty. */
+static int check_nonempty(void *target IG_UNUSED, const struct ig_flag *f IG_UNUSED, const char *what,
+			  const char *v, char **err)
 {
-	fprintf(f, "Usage: infergate-bulk --input FILE --output FILE [options]\n"
-		   "       infergate-bulk generate --count N --output FILE [--seed S] [--kind chat|completions]\n"
-		   "       infergate-bulk merge --input CORPUS [--output MERGED] SHARD_OUTPUT... (see merge --help)\n"
-		   "\nPushes every line of a JSONL corpus through an OpenAI-compatible server, exactly once,\n"
-		   "resumable. Everything is checked before the first request is sent.\n\nOptions:\n");
-	for (size_t i = 0; i < N_FLAGS; i++) {
-		char left[64];
-		snprintf(left, sizeof(left), "--%s%s%s", flags[i].name, flags[i].arg ? " " : "",
-			 flags[i].arg ? flags[i].arg : "");
-		fprintf(f, "  %-28s %s", left, flags[i].help);
-		if (flags[i].def)
-			fprintf(f, " [%s]", flags[i].def);
-		fprintf(f, "\n");
-	}
-	fprintf(f, "\nInput lines: {\"custom_id\", \"method\": \"POST\", \"url\": \"/v1/chat/completions\", \"body\": {...}}\n"
-		   "  (url may also be /v1/completions or /v1/embeddings), or {\"custom_id\"?, \"messages\": [...], ...},\n"
-		   "  or {\"custom_id\"?, \"prompt\": \"...\", ...}. A missing custom_id becomes line-N (1-based).\n"
-		   "Output lines: {\"id\", \"custom_id\", \"response\": {\"status_code\", \"request_id\", \"body\"}, \"error\": null}\n"
-		   "Errors lines: {\"id\", \"custom_id\", \"response\": null or {...}, \"error\": {\"code\", \"message\"}}\n"
-		   "\nExit status: 0 every line is in OUTPUT; 1 complete, some lines are in the errors file;\n"
-		   "  2 bad flag or preflight problem (nothing was sent); 3 stopped early by a signal or a\n"
-		   "  write failure (rerun with --resume). A second SIGINT/SIGTERM exits at once with 130.\n");
+	if (*v)
+		return 0;
+	*err = ig_strdupf("%s: empty value", what);
+	return -1;
 }
 
-static int parse_other(const struct flag *fl, const char *v, struct bulk_opts *o, char **err)
+static int parse_temperature(void *target, const struct ig_flag *f, const char *what, const char *v, char **err)
 {
-	if (strcmp(fl->name, "endpoint") == 0) {
-		if (strcmp(v, "chat") == 0)
-			o->endpoint = IG_EP_CHAT;
-		else if (strcmp(v, "completions") == 0)
-			o->endpoint = IG_EP_COMPLETIONS;
-		else {
-			*err = ig_strdupf("--endpoint: '%s' is not chat or completions", v);
-			return -1;
-		}
-	} else if (strcmp(fl->name, "shard") == 0) {
-		char *end;
-		errno = 0;
-		long k = strtol(v, &end, 10);
-		long n = *end == '/' ? strtol(end + 1, &end, 10) : -1;
-		if (errno || *end || n < 1 || n > 1000000 || k < 0 || k >= n || !*v) {
-			*err = ig_strdupf("--shard: '%s' is not K/N with 0 <= K < N (e.g. 0/4)", v);
-			return -1;
-		}
-		o->shard_k = k;
-		o->shard_n = n;
-	} else if (strcmp(fl->name, "log-level") == 0) {
-		enum ig_log_level l;
-		if (ig_log_level_parse(v, &l) < 0) {
-			*err = ig_strdupf("--log-level: '%s' is not debug, info, warn or error", v);
-			return -1;
-		}
-		ig_log_set_level(l);
-	}
+	struct bulk_opts *o = target;
+	if (ig_parse_double(what, v, f->min, f->max, &o->temperature, err) < 0)
+		return -1;
+	o->have_temperature = 1;
 	return 0;
 }
 
-static int set_flag(const struct flag *fl, const char *v, struct bulk_opts *o, char **err)
+static int parse_shard(void *target, const struct ig_flag *f IG_UNUSED, const char *what, const char *v, char **err)
 {
-	char *base = (char *)o;
-	char *what = ig_strdupf("--%s", fl->name);
-	int rc = 0;
-
-	switch (fl->kind) {
-	case F_STR:
-		if (!*v) {
-			*err = ig_strdupf("%s: empty value", what);
-			rc = -1;
-		} else {
-			*(char **)(base + fl->off) = (char *)v;
-		}
-		break;
-	case F_LONG:
-		rc = ig_parse_long(what, v, (long)fl->min, (long)fl->max, (long *)(base + fl->off), err);
-		break;
-	case F_DOUBLE:
-		rc = ig_parse_double(what, v, fl->min, fl->max, (double *)(base + fl->off), err);
-		if (rc == 0 && fl->off == O(temperature))
-			o->have_temperature = 1;
-		break;
-	case F_BOOL:
-		*(int *)(base + fl->off) = 1;
-		break;
-	case F_OTHER:
-		rc = parse_other(fl, v, o, err);
-		break;
+	struct bulk_opts *o = target;
+	char *end;
+	errno = 0;
+	long k = strtol(v, &end, 10);
+	long n = *end == '/' ? strtol(end + 1, &end, 10) : -1;
+	if (errno || *end || n < 1 || n > 1000000 || k < 0 || k >= n || !*v) {
+		*err = ig_strdupf("%s: '%s' is not K/N with 0 <= K < N (e.g. 0/4)", what, v);
+		return -1;
 	}
-	free(what);
-	return rc;
+	o->shard_k = k;
+	o->shard_n = n;
+	return 0;
+}
+
+#define O(field) offsetof(struct bulk_opts, field)
+#define FILE_FLAG(flag, field, text) \
+	{.name = flag, .type = IG_FLAG_STRING, .off = O(field), .metavar = "FILE", .parse = check_nonempty, .help = text}
+/* One table gives the parser, the defaults, the bounds and --help. */
+static const struct ig_flag flags[] = {
+	FILE_FLAG("--input", input, "JSONL corpus: OpenAI Batch lines or shorthand lines (required)"),
+	FILE_FLAG("--output", output, "results, one Batch output line per request (required)"),
+	FILE_FLAG("--errors", errors, "failed requests (default: OUTPUT with .errors.jsonl)"),
+	{.name = "--url", .type = IG_FLAG_STRING, .off = O(url), .def = "http://127.0.0.1:8080", .metavar = "URL",
+	 .parse = check_nonempty, .help = "OpenAI-compatible server or gateway; a trailing /v1 is fine"},
+	{.name = "--api-key-env", .type = IG_FLAG_STRING, .off = O(api_key_env), .metavar = "VAR",
+	 .parse = check_nonempty, .help = "send Authorization: Bearer $VAR"},
+	{.name = "--model", .type = IG_FLAG_STRING, .off = O(model), .metavar = "NAME", .parse = check_nonempty,
+	 .help = "model for lines that do not name one"},
+	{.name = "--max-tokens", .type = IG_FLAG_LONG, .off = O(max_tokens), .min = 1, .max = 10000000,
+	 .metavar = "N", .help = "max_tokens for lines that do not set it"},
+	{.name = "--temperature", .type = IG_FLAG_CUSTOM, .min = 0, .max = 2, .metavar = "X",
+	 .parse = parse_temperature, .help = "temperature for lines that do not set it"},
+	{.name = "--endpoint", .type = IG_FLAG_CHOICE, .off = O(endpoint), .metavar = "chat|completions",
+	 .bad = "%s: '%s' is not chat or completions",
+	 .help = "where shorthand prompt lines go (default: prompt lines to completions, messages lines to chat)"},
+	{.name = "--concurrency", .type = IG_FLAG_LONG, .off = O(concurrency), .min = 1, .max = 20000, .def = "64",
+	 .metavar = "N", .help = "requests in flight at all times"},
+	{.name = "--rate", .type = IG_FLAG_DOUBLE, .off = O(rate), .min = 0, .max = 1000000, .def = "0",
+	 .metavar = "N", .help = "at most N requests started per second (0: no cap)"},
+	{.name = "--retries", .type = IG_FLAG_LONG, .off = O(retries), .min = 0, .max = 100, .def = "5",
+	 .metavar = "N", .help = "retries of 408/429/5xx/connection errors/timeouts"},
+	{.name = "--backoff-ms", .type = IG_FLAG_LONG, .off = O(backoff_ms), .min = 1, .max = 60000, .def = "500",
+	 .metavar = "N",
+	 .help = "first retry delay; doubles per retry up to 30 s, jittered; Retry-After wins when longer"},
+	{.name = "--idle-timeout-s", .type = IG_FLAG_LONG, .off = O(idle_timeout_s), .min = 1, .max = 86400,
+	 .def = "300", .metavar = "N", .help = "abandon and retry a request with no byte for N s"},
+	{.name = "--connect-timeout-s", .type = IG_FLAG_LONG, .off = O(connect_timeout_s), .min = 1, .max = 600,
+	 .def = "10", .metavar = "N", .help = "TCP connect timeout"},
+	FILE_FLAG("--progress-file", progress_file, "JSON progress, rewritten atomically every second"),
+	{.name = "--progress-interval-s", .type = IG_FLAG_LONG, .off = O(progress_interval_s), .min = 1,
+	 .max = 3600, .def = "5", .metavar = "N", .help = "plain progress line period when stderr is not a terminal"},
+	FILE_FLAG("--summary-json", summary_json, "final summary as JSON"),
+	{.name = "--shard", .type = IG_FLAG_CUSTOM, .def = "0/1", .metavar = "K/N", .parse = parse_shard,
+	 .help = "take the lines whose 0-based index modulo N is K"},
+	{.name = "--resume", .type = IG_FLAG_SWITCH, .off = O(resume),
+	 .help = "continue into an existing OUTPUT, skipping ids done"},
+	{.name = "--dry-run", .type = IG_FLAG_SWITCH, .off = O(dry_run),
+	 .help = "run every check, print the plan, send nothing"},
+	{.name = "--stream", .type = IG_FLAG_SWITCH, .off = O(stream),
+	 .help = "stream responses (measures time to first token)"},
+	{.name = "--log-level", .type = IG_FLAG_CHOICE, .off = O(log_level), .def = "info",
+	 .metavar = "debug|info|warn|error", .bad = "%s: '%s' is not debug, info, warn or error",
+	 .help = "what to log"},
+};
+
+static const struct ig_flags spec = {
+	.prog = "infergate-bulk",
+	.usage = "Usage: infergate-bulk --input FILE --output FILE [options]\n"
+		 "       infergate-bulk generate --count N --output FILE [--seed S] [--kind chat|completions]\n"
+		 "       infergate-bulk merge --input CORPUS [--output MERGED] SHARD_OUTPUT... (see merge --help)\n"
+		 "\nPushes every line of a JSONL corpus through an OpenAI-compatible server, exactly once,\n"
+		 "resumable. Everything is checked before the first request is sent.\n\nOptions:\n",
+	.epilog = "\nInput lines: {\"custom_id\", \"method\": \"POST\", \"url\": \"/v1/chat/completions\", \"body\": {...}}\n"
+		  "  (url may also be /v1/completions or /v1/embeddings), or {\"custom_id\"?, \"messages\": [...], ...},\n"
+		  "  or {\"custom_id\"?, \"prompt\": \"...\", ...}. A missing custom_id becomes line-N (1-based).\n"
+		  "Output lines: {\"id\", \"custom_id\", \"response\": {\"status_code\", \"request_id\", \"body\"}, \"error\": null}\n"
+		  "Errors lines: {\"id\", \"custom_id\", \"response\": null or {...}, \"error\": {\"code\", \"message\"}}\n"
+		  "\nExit status: 0 every line is in OUTPUT; 1 complete, some lines are in the errors file;\n"
+		  "  2 bad flag or preflight problem (nothing was sent); 3 stopped early by a signal or a\n"
+		  "  write failure (rerun with --resume). A second SIGINT/SIGTERM exits at once with 130.\n",
+	.flags = flags,
+	.n = sizeof(flags) / sizeof(flags[0]),
+	.unknown = "unknown flag '%s' (see --help)",
+	.missing = "%s needs a value",
+	.positional = "unexpected argument '%s' (see --help)",
+};
+
+static void opts_free(struct bulk_opts *o)
+{
+	ig_flags_free(&spec, o);
 }
 
 /* Normalises --url: no trailing slashes, no trailing /v1 (the paths add it). */
@@ -191,51 +159,27 @@ static char *normalise_url(const char *u, char **err)
 	return s;
 }
 
-/* Returns 0 to run, 1 to exit 0 (--help, --version), -1 on a bad flag. */
+/* Returns 0 to run, 1 to exit 0 (--help, --version), -1 on a bad flag
+ * (*err). Whatever the result, opts_free() releases o. */
 static int parse_flags(int argc, char **argv, struct bulk_opts *o, char **err)
 {
-	struct option lo[N_FLAGS + 1];
+	struct ig_buf errs;
 
 	memset(o, 0, sizeof(*o));
 	o->max_tokens = -1;
 	o->endpoint = -1;
-	for (size_t i = 0; i < N_FLAGS; i++) {
-		lo[i].name = flags[i].name;
-		lo[i].has_arg = flags[i].kind == F_BOOL || !flags[i].arg ? no_argument : required_argument;
-		lo[i].flag = NULL;
-		lo[i].val = 256 + (int)i;
-		if (flags[i].def && set_flag(&flags[i], flags[i].def, o, err) < 0)
-			return -1;
-	}
-	memset(&lo[N_FLAGS], 0, sizeof(lo[N_FLAGS]));
-	opterr = 0;
-	optind = 1;
-	for (;;) {
-		int c = getopt_long(argc, argv, "", lo, NULL);
-		if (c == -1)
-			break;
-		if (c < 256) {
-			*err = c == ':' || (optopt >= 256)
-				       ? ig_strdupf("%s needs a value", argv[optind - 1])
-				       : ig_strdupf("unknown flag '%s' (see --help)", argv[optind - 1]);
-			return -1;
-		}
-		const struct flag *fl = &flags[c - 256];
-		if (strcmp(fl->name, "help") == 0) {
-			usage(stdout);
-			return 1;
-		}
-		if (strcmp(fl->name, "version") == 0) {
-			printf("infergate-bulk %s\n", PACKAGE_VERSION);
-			return 1;
-		}
-		if (set_flag(fl, optarg ? optarg : "", o, err) < 0)
-			return -1;
-	}
-	if (optind < argc) {
-		*err = ig_strdupf("unexpected argument '%s' (see --help)", argv[optind]);
+	if (ig_flags_defaults(&spec, o, err) < 0)
+		return -1;
+	ig_buf_init(&errs);
+	int rc = ig_flags_parse(&spec, o, argc, argv, NULL, &errs);
+	if (rc < 0) {
+		*err = ig_flags_errors(&errs);
 		return -1;
 	}
+	ig_buf_free(&errs);
+	if (rc > 0)
+		return 1;
+	ig_log_set_level((enum ig_log_level)o->log_level);
 	if (!o->input || !o->output) {
 		*err = ig_strdupf("%s is required (see --help)", !o->input ? "--input" : "--output");
 		return -1;
@@ -243,15 +187,14 @@ static int parse_flags(int argc, char **argv, struct bulk_opts *o, char **err)
 	char *url = normalise_url(o->url, err);
 	if (!url)
 		return -1;
+	free(o->url);
 	o->url = url;
-	o->errors = o->errors ? strdup(o->errors) : ig_journal_errors_path(o->output);
+	if (!o->errors)
+		o->errors = ig_journal_errors_path(o->output);
 	if (o->api_key_env) {
 		o->api_key = getenv(o->api_key_env);
 		if (!o->api_key || !*o->api_key) {
 			*err = ig_strdupf("--api-key-env: the environment variable %s is not set", o->api_key_env);
-			free(o->url);
-			free(o->errors);
-			o->url = o->errors = NULL;
 			return -1;
 		}
 	}
@@ -737,6 +680,7 @@ int main(int argc, char **argv)
 			fprintf(stderr, "infergate-bulk: %s\n", err);
 			free(err);
 		}
+		opts_free(&o);
 		return rc < 0 ? BULK_EXIT_USAGE : 0;
 	}
 	curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -790,8 +734,7 @@ out:
 	free(st.errs);
 	free(st.fatal);
 	free(hists);
-	free(o.url);
-	free(o.errors);
+	opts_free(&o);
 	curl_global_cleanup();
 	return rc;
 }

@@ -15,9 +15,9 @@
 #include "config.h"
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <libgen.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "infergate/buf.h"
+#include "infergate/flags.h"
 #include "infergate/log.h"
 #include "infergate/util.h"
 #include "bulk.h"
@@ -62,10 +63,11 @@ struct mg_finding {             /* one kind of finding: a count and the first MG
 };
 
 struct merge {
-	const char *input, *output, *summary_json;
+	char *input, *output, *summary_json; /* the flags (flags.c frees them) */
+	char *errors_flag;          /* --errors as given */
 	char *errors;               /* the merged errors file (malloc'd), NULL without --output */
 	long shards;                /* --shards N: missing ids per shard; 0 off */
-	int force;
+	bool force;
 	struct mg_file *files;
 	size_t n_files;
 
@@ -141,6 +143,8 @@ static void mg_init(struct merge *m)
 	}
 }
 
+static const struct ig_flags mg_spec; /* the flags, below */
+
 static void mg_free(struct merge *m)
 {
 	/* temp files still here: the merge was not exact or failed */
@@ -177,36 +181,50 @@ static void mg_free(struct merge *m)
 	}
 	ig_buf_free(&m->problems);
 	free(m->errors);
+	ig_flags_free(&mg_spec, m);
 	memset(m, 0, sizeof(*m));
 	m->corpus_fd = -1;
 }
 
-static void mg_usage(FILE *f)
-{
-	fprintf(f,
-		"Usage: infergate-bulk merge --input CORPUS [--output MERGED] [options] SHARD_OUTPUT...\n"
-		"       (infergate-bulk --merge ... is the same)\n"
-		"\nJoins the result files of a sharded run and checks that every custom_id of CORPUS is\n"
-		"named by exactly one line of them: none missing, none twice, none that is not in CORPUS.\n"
-		"The errors file next to each SHARD_OUTPUT (named as a run names it) is read too; errors\n"
-		"files may also be given by name. When the check passes and --output is given, result\n"
-		"lines are copied byte for byte to MERGED and error lines to its errors file, as one\n"
-		"unsharded run would have written them; otherwise nothing is written.\n"
-		"\nOptions:\n"
-		"  --input FILE          the corpus the shards ran (required)\n"
-		"  --output FILE         merged results (without it: check only)\n"
-		"  --errors FILE         merged error lines (default: MERGED with .errors.jsonl)\n"
-		"  --shards N            the run had N shards: count missing ids per shard K/N\n"
-		"  --force               replace an existing MERGED and errors file\n"
-		"  --summary-json FILE   the findings as JSON\n"
-		"  --help                this text\n"
-		"\nAn id in an errors file counts as present (its request ended, and failed for good): such\n"
-		"ids are counted and listed, and their lines go to the merged errors file, not to MERGED.\n"
-		"A torn last line (a shard killed and not resumed) is ignored, so its id is missing.\n"
-		"\nExit status: 0 exact: every id exactly once (some possibly in errors files);\n"
-		"  1 ids missing, duplicated or unknown (listed; nothing written); 2 bad flag, unreadable or\n"
-		"  malformed file, or a write failure (nothing written).\n");
-}
+#define M(field) offsetof(struct merge, field)
+static const struct ig_flag mg_flag_table[] = {
+	{.name = "--input", .type = IG_FLAG_STRING, .off = M(input), .metavar = "FILE",
+	 .help = "the corpus the shards ran (required)"},
+	{.name = "--output", .type = IG_FLAG_STRING, .off = M(output), .metavar = "FILE",
+	 .help = "merged results (without it: check only)"},
+	{.name = "--errors", .type = IG_FLAG_STRING, .off = M(errors_flag), .metavar = "FILE",
+	 .help = "merged error lines (default: MERGED with .errors.jsonl)"},
+	{.name = "--shards", .type = IG_FLAG_LONG, .off = M(shards), .min = 1, .max = 1000000, .metavar = "N",
+	 .help = "the run had N shards: count missing ids per shard K/N"},
+	{.name = "--force", .type = IG_FLAG_SWITCH, .off = M(force),
+	 .help = "replace an existing MERGED and errors file"},
+	{.name = "--summary-json", .type = IG_FLAG_STRING, .off = M(summary_json), .metavar = "FILE",
+	 .help = "the findings as JSON"},
+};
+
+static const struct ig_flags mg_spec = {
+	.prog = "infergate-bulk merge",
+	.usage = "Usage: infergate-bulk merge --input CORPUS [--output MERGED] [options] SHARD_OUTPUT...\n"
+		 "       (infergate-bulk --merge ... is the same)\n"
+		 "\nJoins the result files of a sharded run and checks that every custom_id of CORPUS is\n"
+		 "named by exactly one line of them: none missing, none twice, none that is not in CORPUS.\n"
+		 "The errors file next to each SHARD_OUTPUT (named as a run names it) is read too; errors\n"
+		 "files may also be given by name. When the check passes and --output is given, result\n"
+		 "lines are copied byte for byte to MERGED and error lines to its errors file, as one\n"
+		 "unsharded run would have written them; otherwise nothing is written.\n"
+		 "\nOptions:\n",
+	.epilog = "\nAn id in an errors file counts as present (its request ended, and failed for good): such\n"
+		  "ids are counted and listed, and their lines go to the merged errors file, not to MERGED.\n"
+		  "A torn last line (a shard killed and not resumed) is ignored, so its id is missing.\n"
+		  "\nExit status: 0 exact: every id exactly once (some possibly in errors files);\n"
+		  "  1 ids missing, duplicated or unknown (listed; nothing written); 2 bad flag, unreadable or\n"
+		  "  malformed file, or a write failure (nothing written).\n",
+	.flags = mg_flag_table,
+	.n = sizeof(mg_flag_table) / sizeof(mg_flag_table[0]),
+	.unknown = "unknown flag '%s' (see merge --help)",
+	.missing = "%s needs a value",
+	.positional = NULL, /* the shard outputs */
+};
 
 static int mg_has_suffix(const char *s, const char *suffix)
 {
@@ -246,55 +264,36 @@ static int mg_add_file(struct merge *m, const char *path, int derived)
 	return 1;
 }
 
-/* Returns 0 to merge, 1 to exit 0 (--help), -1 on a bad flag (*err). */
-static int mg_flags(struct merge *m, int argc, char **argv, char **err)
+/* Returns 0 to merge, 1 to exit 0 (--help), -1 on a bad flag (*err). The
+ * shard outputs are moved to argv[1..*nargs]. */
+static int mg_flags(struct merge *m, int argc, char **argv, int *nargs, char **err)
 {
-	static const struct option lo[] = {
-		{"input", required_argument, NULL, 'i'},
-		{"output", required_argument, NULL, 'o'},
-		{"errors", required_argument, NULL, 'e'},
-		{"shards", required_argument, NULL, 'n'},
-		{"force", no_argument, NULL, 'f'},
-		{"summary-json", required_argument, NULL, 's'},
-		{"help", no_argument, NULL, 'h'},
-		{NULL, 0, NULL, 0},
-	};
-	const char *errors = NULL;
-	int c;
+	struct ig_buf errs;
 
-	opterr = 0;
-	optind = 1;
-	while ((c = getopt_long(argc, argv, ":", lo, NULL)) != -1) {
-		switch (c) {
-		case 'i': m->input = optarg; break;
-		case 'o': m->output = optarg; break;
-		case 'e': errors = optarg; break;
-		case 'f': m->force = 1; break;
-		case 's': m->summary_json = optarg; break;
-		case 'n':
-			if (ig_parse_long("--shards", optarg, 1, 1000000, &m->shards, err) < 0)
-				return -1;
-			break;
-		case 'h': mg_usage(stdout); return 1;
-		case ':': *err = ig_strdupf("%s needs a value", argv[optind - 1]); return -1;
-		default: *err = ig_strdupf("unknown flag '%s' (see merge --help)", argv[optind - 1]); return -1;
-		}
+	ig_buf_init(&errs);
+	int rc = ig_flags_parse(&mg_spec, m, argc, argv, nargs, &errs);
+	if (rc != 0) {
+		if (rc < 0)
+			*err = ig_flags_errors(&errs);
+		ig_buf_free(&errs);
+		return rc;
 	}
+	ig_buf_free(&errs);
 	if (!m->input) {
 		*err = ig_strdupf("--input CORPUS is required (see merge --help)");
 		return -1;
 	}
-	if (optind >= argc) {
+	if (*nargs == 0) {
 		*err = ig_strdupf("no shard output files given (see merge --help)");
 		return -1;
 	}
-	if (errors && !m->output) {
+	if (m->errors_flag && !m->output) {
 		*err = ig_strdupf("--errors names the merged errors file: it needs --output");
 		return -1;
 	}
 	if (m->output)
-		m->errors = errors ? strdup(errors) : ig_journal_errors_path(m->output);
-	for (int i = optind; i < argc; i++)
+		m->errors = m->errors_flag ? strdup(m->errors_flag) : ig_journal_errors_path(m->output);
+	for (int i = 1; i <= *nargs; i++)
 		if (!*argv[i]) {
 			*err = ig_strdupf("an empty file name");
 			return -1;
@@ -840,7 +839,8 @@ int ig_merge_main(int argc, char **argv)
 
 	ig_log_set_ident("infergate-bulk merge");
 	mg_init(&m);
-	rc = mg_flags(&m, argc, argv, &err);
+	int nargs = 0;
+	rc = mg_flags(&m, argc, argv, &nargs, &err);
 	if (rc != 0) {
 		if (rc < 0) {
 			fprintf(stderr, "infergate-bulk merge: %s\n", err);
@@ -849,7 +849,7 @@ int ig_merge_main(int argc, char **argv)
 		rc = rc < 0 ? BULK_EXIT_USAGE : 0;
 		goto out;
 	}
-	mg_check_files(&m, argc - optind, argv + optind);
+	mg_check_files(&m, nargs, argv + 1);
 	if (m.n_problems == 0)
 		mg_load_corpus(&m);
 	if (m.n_problems == 0 && m.output)

@@ -370,10 +370,7 @@ static int flags_of(const char *line, struct bulk_opts *o, char **err)
 	argv[argc] = NULL;
 	*err = NULL;
 	int rc = parse_flags(argc, argv, o, err);
-	if (rc == 0) {
-		free(o->url);
-		free(o->errors);
-	}
+	opts_free(o); /* the strings; the numbers stay for the checks */
 	free(copy);
 	return rc;
 }
