@@ -5,6 +5,7 @@
 #ifndef IG_CONF_H
 #define IG_CONF_H
 
+#include <stdbool.h>
 #include <stdio.h>
 
 enum ig_policy {
@@ -29,8 +30,7 @@ struct ig_conf {
 	int listen_port;
 	struct ig_backend_conf *backends;
 	size_t n_backends;
-	char *policy_name;
-	enum ig_policy policy;
+	int policy;                 /* enum ig_policy */
 	char *health_path;
 	long health_interval_ms;
 	long health_timeout_ms;
@@ -46,24 +46,25 @@ struct ig_conf {
 	long shutdown_grace_s;
 	long max_connections;
 	long client_timeout_s;      /* idle client connections are closed after this */
-	char *log_level;
+	int log_level;              /* enum ig_log_level */
 	char *access_log;           /* path, "-" for stdout, "" for none */
 	char *api_keys_file;        /* SHA-256 hex digests, one per line; "" = open */
 	char *admin_keys_file;      /* same, for /admin; "" = admin API off */
 	long auth_status;           /* 1: /metrics, /status, /health/backends need a key */
 	char *backend_api_key;      /* sent to backends as a bearer token */
-	char *load_source;          /* "gateway" or "backend" */
-	int load_from_backend;      /* load_source == "backend" */
+	int load_from_backend;      /* load_source: 0 "gateway", 1 "backend" */
 	char *load_path;            /* polled for the backend's own queue */
 	int load_path_auto;         /* load_path == "auto" */
 	long discover_interval_s;   /* how often discovered names are resolved again */
+	bool backends_from_flags;   /* a --backend or --discover replaced the file's list */
+	bool check_only;            /* --check-config */
 };
 
 /* Builds the configuration from argv (which may name --config FILE).
  * Returns 0; 1 when the caller should exit 0 having printed something
  * (--help, --version); -1 with every problem written to *err (malloc'd,
- * one per line). --check-config sets *check_only. */
-int ig_conf_from_args(struct ig_conf *cfg, int argc, char **argv, int *check_only, char **err);
+ * one per line). --check-config sets cfg->check_only. */
+int ig_conf_from_args(struct ig_conf *cfg, int argc, char **argv, char **err);
 /* Loads and validates a JSON file into a fresh config (for reload).
  * Returns 0 or -1 with *err. */
 int ig_conf_from_file(struct ig_conf *cfg, const char *path, char **err);

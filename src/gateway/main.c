@@ -33,32 +33,30 @@ int main(int argc, char **argv)
 	struct ig_conf cfg;
 	struct ig_gw gw;
 	char *err = NULL;
-	int check_only = 0, rc;
-	enum ig_log_level level;
+	int rc;
 
 	ig_log_set_ident("infergate");
 	if (argc == 2 && strcmp(argv[1], "--hash-key") == 0)
 		return hash_key();
-	rc = ig_conf_from_args(&cfg, argc, argv, &check_only, &err);
+	rc = ig_conf_from_args(&cfg, argc, argv, &err);
 	if (rc == 1)
 		return 0;
 	if (rc < 0) {
-		fprintf(stderr, "infergate: configuration error%s:\n", check_only ? "s" : "");
+		fprintf(stderr, "infergate: configuration error%s:\n", cfg.check_only ? "s" : "");
 		for (char *line = strtok(err, "\n"); line; line = strtok(NULL, "\n"))
 			fprintf(stderr, "  %s\n", line);
 		free(err);
 		ig_conf_free(&cfg);
 		return 2;
 	}
-	if (check_only) {
+	if (cfg.check_only) {
 		char *s = ig_conf_to_json(&cfg);
 		printf("%s\n", s);
 		free(s);
 		ig_conf_free(&cfg);
 		return 0;
 	}
-	if (ig_log_level_parse(cfg.log_level, &level) == 0)
-		ig_log_set_level(level);
+	ig_log_set_level((enum ig_log_level)cfg.log_level);
 	curl_global_init(CURL_GLOBAL_DEFAULT);
 	rc = ig_reactor_init(&gw, &cfg);
 	gw.argc = argc;

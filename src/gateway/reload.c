@@ -46,13 +46,13 @@ void ig_reload(struct ig_gw *gw)
 {
 	struct ig_conf nc;
 	char *err = NULL;
-	int check = 0, added = 0, removed = 0;
+	int added = 0, removed = 0;
 
 	if (!gw->cfg->config_path) {
 		ig_log_warn("reload: started without --config, nothing to re-read");
 		return;
 	}
-	if (ig_conf_from_args(&nc, gw->argc, gw->argv, &check, &err) != 0 ||
+	if (ig_conf_from_args(&nc, gw->argc, gw->argv, &err) != 0 ||
 	    ig_reload_files(gw, &nc, &err) < 0) {
 		for (char *line = strtok(err, "\n"); line; line = strtok(NULL, "\n"))
 			ig_log_error("reload rejected, running configuration kept: %s", line);
@@ -110,9 +110,7 @@ void ig_reload(struct ig_gw *gw)
 	ig_discover_stop(gw);
 	if (ig_discover_start(gw) < 0)
 		ig_log_error("reload: DNS discovery could not restart");
-	enum ig_log_level level;
-	if (ig_log_level_parse(gw->cfg->log_level, &level) == 0)
-		ig_log_set_level(level);
+	ig_log_set_level((enum ig_log_level)gw->cfg->log_level);
 	ig_log_info("reload: configuration from %s applied (%d backends added, %d removed, policy %s)",
 		    gw->cfg->config_path, added, removed, ig_conf_policy_name(gw->cfg->policy));
 	ig_health_reap(gw);

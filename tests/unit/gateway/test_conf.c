@@ -28,8 +28,7 @@ static int load_args(struct ig_conf *cfg, char **err, int argc, ...)
 	for (int i = 0; i < argc; i++)
 		argv[i + 1] = va_arg(ap, char *);
 	va_end(ap);
-	int check = 0;
-	return ig_conf_from_args(cfg, argc + 1, argv, &check, err);
+	return ig_conf_from_args(cfg, argc + 1, argv, err);
 }
 
 START_TEST(config_file_and_flag_override)

@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""The README's flag tables and the programs' --help agree: both come from
+the flag tables in the sources (the flag library), and this test is what keeps
+the README honest. Every flag --help prints is documented in its README
+section, and every flag a README table names is one --help prints."""
+import os
+import re
+import subprocess
+
+from harness import binary, run, test
+
+FLAG = re.compile(r"--[a-z0-9][a-z0-9-]*")
+# a flag at the start of a --help line: "  --name METAVAR   help"
+HELP_FLAG = re.compile(r"^  (--[a-z0-9][a-z0-9-]*)", re.M)
+
+
+def readme_section(title):
+    src = os.environ.get("IG_SRCDIR") or os.path.join(os.path.dirname(__file__), "..", "..")
+    with open(os.path.join(src, "README.md")) as f:
+        text = f.read()
+    start = text.index("\n" + title + "\n") + 1
+    level = len(title) - len(title.lstrip("#"))
+    # the section runs to the next heading of the same or a higher level
+    end = re.compile(r"^#{1,%d} " % level, re.M).search(text, start + len(title))
+    return text[start:end.start() if end else len(text)]
+
+
+def table_flags(section, column):
+    """Flags named in the given column of the section's table rows."""
+    flags = set()
+    for line in section.splitlines():
+        if not line.startswith("|") or line.startswith("|---"):
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) > column:
+            flags |= set(FLAG.findall(cells[column]))
+    return flags
+
+
+def help_flags(*argv):
+    p = subprocess.run([binary(argv[0]), *argv[1:], "--help"], capture_output=True, text=True, timeout=10)
+    assert p.returncode == 0, p
+    found = set(HELP_FLAG.findall(p.stdout))
+    assert "--help" in found, p.stdout
+    return found
+
+
+def agree(section_title, column, *argv):
+    section = readme_section(section_title)
+    in_table = table_flags(section, column)
+    assert in_table, f"no flags found in the table of '{section_title}'"
+    in_help = help_flags(*argv)
+    undocumented = in_help - set(FLAG.findall(section))
+    assert not undocumented, f"{' '.join(argv)} --help lists {sorted(undocumented)}, '{section_title}' does not"
+    unknown = in_table - in_help
+    assert not unknown, f"'{section_title}' documents {sorted(unknown)}, {' '.join(argv)} --help does not"
+
+
+@test
+def gateway_configuration_table_matches_help():
+    agree("### Configuration", 1, "infergate")
+
+
+@test
+def bulk_reference_table_matches_help():
+    agree("## infergate-bulk reference", 0, "infergate-bulk")
+
+
+@test
+def sim_reference_table_matches_help():
+    agree("## infergate-sim reference", 0, "infergate-sim")
+
+
+@test
+def the_check_finds_a_flag_missing_from_help():
+    # the comparison itself can fail: a README line naming a flag no program has
+    section = "| `--no-such-flag` | | |\n"
+    assert table_flags(section, 0) == {"--no-such-flag"}
+    assert "--no-such-flag" not in help_flags("infergate-sim")
+
+
+run()
