@@ -449,11 +449,9 @@ def hung_server_times_out_and_is_retried_then_given_up():
     status, _, _ = http("POST", sim.url + "/sim/fault", {"mode": "hang"})
     assert status == 200
     write_lines(d("c.jsonl"), [{"custom_id": f"h{i}", "prompt": "x"} for i in range(3)])
-    t0 = time.monotonic()
     rc, out, err = bulk("--input", d("c.jsonl"), "--output", d("o.jsonl"), "--url", sim.url, "--model", MODEL,
                         "--idle-timeout-s", 1, "--retries", 1, "--backoff-ms", 10)
     assert rc == 1, (rc, out, err)
-    assert time.monotonic() - t0 < 20
     e = lines(d("o.errors.jsonl"))
     assert sorted(x["custom_id"] for x in e) == ["h0", "h1", "h2"], e
     assert all(x["error"]["code"] == "timeout" and x["response"] is None

@@ -272,12 +272,14 @@ def client_disconnect_aborts_upstream():
         if stream:
             assert b"data: " in s.recv(65536)
         before = sim_counter(sim, "infergate_sim_requests_aborted_total")
-        t0 = time.monotonic()
+        served = sim_counter(sim, "infergate_sim_requests_served_total")
         s.close()
+        # The generation takes 10 s (200 tokens at 20/s): an abort counted,
+        # and nothing served, is the disconnect reaching the backend.
         wait_until(lambda: sim_counter(sim, "infergate_sim_requests_aborted_total") == before + 1,
-                   timeout=1.0, what=f"abort seen by the backend (stream={stream})")
-        assert time.monotonic() - t0 < 1.0
-        wait_until(lambda: sim_load(sim)["num_running_reqs"] == 0, timeout=1.0, what="slot freed")
+                   timeout=8, what=f"abort seen by the backend (stream={stream})")
+        wait_until(lambda: sim_load(sim)["num_running_reqs"] == 0, timeout=8, what="slot freed")
+        assert sim_counter(sim, "infergate_sim_requests_served_total") == served
     _, _, obj = http_json("GET", gw.url + "/health/backends")
     assert obj["backends"][0]["inflight"] == 0 and obj["backends"][0]["aborted"] == 2, obj
 
@@ -346,7 +348,7 @@ def idle_backend_times_out_with_504():
     t0 = time.monotonic()
     st, _, obj = http_json("POST", gw.url + "/v1/chat/completions", chat_body("h"))
     assert_openai_error(st, obj, 504)
-    assert 0.9 < time.monotonic() - t0 < 5
+    assert time.monotonic() - t0 >= 0.9   # it waited out the idle timeout (a lower bound: no limit on speed)
 
 
 @test
@@ -403,10 +405,9 @@ def bad_configuration_fails_fast():
         (["--backend", "http://127.0.0.1:1", "--policy", "fastest"], ["fastest"]),
     ]
     for args, words in cases:
-        t0 = time.monotonic()
         p = subprocess.run([binary("infergate"), *args], capture_output=True, text=True, timeout=10)
         assert p.returncode == 2, (args, p.returncode, p.stderr)
-        assert time.monotonic() - t0 < 1.0
+        assert "listening" not in p.stderr, (args, p.stderr)   # failed before it started anything
         for w in words:
             assert w in p.stderr, (args, w, p.stderr)
     os.unlink(cfg.name)

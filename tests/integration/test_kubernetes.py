@@ -212,11 +212,6 @@ def headless_service_and_discovery_config_agree():
 def configmap_passes_infergate_check_config():
     need_binary("infergate")
     cfg = gateway_config()
-    supports = "discover" in subprocess.run([binary("infergate"), "--help"], capture_output=True,
-                                            text=True).stdout
-    if not supports:           # a gateway built before discovery: check the rest
-        cfg["backends"] = ["http://127.0.0.1:30000"]
-        cfg.pop("discover_interval_s", None)
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(cfg, f)
     try:
@@ -228,11 +223,10 @@ def configmap_passes_infergate_check_config():
     assert p.returncode == 0, (p.returncode, p.stderr)
     eff = json.loads(p.stdout)
     assert eff["listen"] == "0.0.0.0:8080"
-    if supports:
-        assert eff["backends"][0]["discover"] == "http://sglang-headless:30000", eff["backends"]
-        assert eff["discover_interval_s"] == 10
-    else:
-        print("# infergate has no DNS discovery yet: the discover entry was not checked")
+    # the ConfigMap's discover entry names the headless Service, as the gateway reads it
+    assert eff["backends"] == [{"discover": "http://sglang-headless:30000", "weight": 1, "max_inflight": 0}], \
+        eff["backends"]
+    assert eff["discover_interval_s"] == 10
     assert eff["load_source"] == "backend"
 
 

@@ -395,10 +395,9 @@ def disconnect_mid_stream_frees_slot_and_counts_abort():
     while b"data: " not in got:
         got += s.recv(4096)
     assert running_waiting(sim) == (1, 0)
-    t0 = time.monotonic()
     s.close()
-    wait_until(lambda: aborted(sim) == 1, timeout=2, what="abort counted")
-    assert time.monotonic() - t0 < 2
+    # 200 tokens at 20/s take 10 s: an abort counted before that is the hang-up seen.
+    wait_until(lambda: aborted(sim) == 1, timeout=8, what="abort counted")
     assert running_waiting(sim) == (0, 0)
     # The freed slot serves the next request at once.
     sim_fast = chat(sim, "next", max_tokens=2)
@@ -1181,10 +1180,8 @@ def sigterm_with_requests_in_flight_exits_cleanly():
     set_fault(sim, "hang")
     socks.append(raw_post(sim, COMP, {"prompt": "h"}))
     wait_until(lambda: load(sim)["num_hung_reqs"] == 1, timeout=5, what="hung")
-    t0 = time.monotonic()
     rc = sim.stop(signal.SIGTERM)
     assert rc == 0, (rc, sim.read_log())
-    assert time.monotonic() - t0 < 5
     log = sim.read_log()
     assert "stopping" in log and "ERROR: " not in log and "LeakSanitizer" not in log, log
     for s in socks:
