@@ -267,9 +267,10 @@ class Skip(Exception):
 
 
 def need_binary(name):
-    """Skip the current test unless the program is built (e.g. infergate)."""
+    """Fails the current test unless the program is built (e.g. infergate):
+    the suite runs after `make`, so a missing program is a broken build."""
     if not os.path.exists(os.path.join(BUILDDIR, name)):
-        raise Skip(f"{name} is not built")
+        raise AssertionError(f"{name} is not built in {BUILDDIR} (run make first)")
 
 
 def test(fn):

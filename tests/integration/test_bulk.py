@@ -12,7 +12,7 @@ import subprocess
 import tempfile
 import time
 
-from harness import (BUILDDIR, FakeBackend, Skip, binary, fixture, http, http_json, metric, need_binary, parallel,
+from harness import (BUILDDIR, FakeBackend, binary, fixture, http, http_json, metric, need_binary, parallel,
                      run, start, start_gateway, start_sim, start_sims, test, wait_until)
 
 MODEL = "m"

@@ -15,7 +15,7 @@ import signal
 import subprocess
 import tempfile
 
-from harness import (BUILDDIR, SRCDIR, Skip, binary, http, need_binary, run, start, start_gateway,
+from harness import (BUILDDIR, SRCDIR, binary, http, need_binary, run, start, start_gateway,
                      start_sims, test, wait_until)
 
 try:
@@ -32,7 +32,7 @@ DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 def docs():
     """Every document of every etc/kubernetes/*.yaml, with its file name."""
     if yaml is None:
-        raise Skip("python3-yaml is not installed (apt-get install python3-yaml)")
+        raise AssertionError("python3-yaml is not installed (apt-get install -y python3-yaml)")
     out = []
     for name in sorted(os.listdir(KDIR)):
         if name.endswith((".yaml", ".yml")):
@@ -305,7 +305,7 @@ def shard_scripts_and_merge_command_run_on_loopback():
     and the Service URL the local gateway."""
     need_binary("infergate")
     if not shutil.which("curl"):
-        raise Skip("curl is not installed (the script waits for the gateway with it)")
+        raise AssertionError("curl is not installed (apt-get install -y curl): the script waits for the gateway with it")
     job = shard_job()
     c, script = shard_script(job)
     n = job["spec"]["completions"]
@@ -345,7 +345,7 @@ def shard_script_passes_sigterm_on_and_the_retry_resumes():
     exits 3 (the Job retries); the retry resumes and completes the shard."""
     need_binary("infergate")
     if not shutil.which("curl"):
-        raise Skip("curl is not installed (the script waits for the gateway with it)")
+        raise AssertionError("curl is not installed (apt-get install -y curl): the script waits for the gateway with it")
     job = shard_job()
     c, script = shard_script(job)
     model = {e["name"]: e["value"] for e in c["env"]}["MODEL"]
