@@ -39,8 +39,10 @@ int main(int argc, char **argv)
 	if (argc == 2 && strcmp(argv[1], "--hash-key") == 0)
 		return hash_key();
 	rc = ig_conf_from_args(&cfg, argc, argv, &err);
-	if (rc == 1)
+	if (rc == 1) {
+		ig_conf_free(&cfg);
 		return 0;
+	}
 	if (rc < 0) {
 		fprintf(stderr, "infergate: configuration error%s:\n", cfg.check_only ? "s" : "");
 		for (char *line = strtok(err, "\n"); line; line = strtok(NULL, "\n"))
