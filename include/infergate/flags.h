@@ -103,6 +103,9 @@ void ig_flags_print_help(const struct ig_flags *spec, FILE *out);
 const struct ig_flag *ig_flags_find(const struct ig_flags *spec, const char *name);
 /* Frees the STRING fields and sets them to NULL. */
 void ig_flags_free(const struct ig_flags *spec, void *target);
+/* Appends one problem (printf-style) as a line to errs: for a program's
+ * own checks next to the library's. */
+void ig_flags_problem(struct ig_buf *errs, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The problems collected in errs as one malloc'd string, lines joined by
  * '\n' without a trailing one; errs is freed. */
 char *ig_flags_errors(struct ig_buf *errs);

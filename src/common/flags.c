@@ -15,8 +15,7 @@
 
 #define FIELD(target, f, T) ((T *)(void *)((char *)(target) + (f)->off))
 
-static void problem(struct ig_buf *errs, const char *fmt, ...) IG_PRINTF(2, 3);
-static void problem(struct ig_buf *errs, const char *fmt, ...)
+void ig_flags_problem(struct ig_buf *errs, const char *fmt, ...)
 {
 	char *s = NULL;
 	va_list ap;
@@ -167,7 +166,7 @@ int ig_flags_parse(const struct ig_flags *spec, void *target, int argc, char **a
 			}
 			if (spec->positional) {
 				char *m = format(spec->positional, a, NULL);
-				problem(errs, "%s", m);
+				ig_flags_problem(errs, "%s", m);
 				free(m);
 				failed = true;
 				if (!spec->all_problems)
@@ -206,7 +205,7 @@ int ig_flags_parse(const struct ig_flags *spec, void *target, int argc, char **a
 			set_value(target, f, name, v, &err);
 		free(name);
 		if (err) {
-			problem(errs, "%s", err);
+			ig_flags_problem(errs, "%s", err);
 			free(err);
 			failed = true;
 			if (!spec->all_problems)
@@ -272,9 +271,9 @@ static void unknown_key(const struct ig_flags *spec, struct ig_buf *errs, const 
 {
 	char near[128];
 	if (suggest(spec, path, near, sizeof(near)))
-		problem(errs, "%s: unknown key '%s' (did you mean '%s'?)", where, path, near);
+		ig_flags_problem(errs, "%s: unknown key '%s' (did you mean '%s'?)", where, path, near);
 	else
-		problem(errs, "%s: unknown key '%s'", where, path);
+		ig_flags_problem(errs, "%s: unknown key '%s'", where, path);
 }
 
 static const struct ig_flag *find_key(const struct ig_flags *spec, const char *path)
@@ -299,7 +298,7 @@ static bool is_section(const struct ig_flags *spec, const char *name)
 static void json_problem(struct ig_buf *errs, const char *where, const char *key, json_t *v, const char *is_not)
 {
 	char *txt = json_dumps(v, JSON_ENCODE_ANY);
-	problem(errs, "%s: key '%s': %s is not %s", where, key, txt ? txt : "?", is_not);
+	ig_flags_problem(errs, "%s: key '%s': %s is not %s", where, key, txt ? txt : "?", is_not);
 	free(txt);
 }
 
@@ -349,7 +348,7 @@ static void json_value(void *target, const struct ig_flag *f, json_t *v, const c
 	}
 	char *what = ig_strdupf("%s: %s", where, f->key);
 	if (set_value(target, f, what, json_string_value(v), &err) < 0) {
-		problem(errs, "%s", err);
+		ig_flags_problem(errs, "%s", err);
 		free(err);
 	}
 	free(what);
@@ -367,7 +366,7 @@ void ig_flags_from_json(const struct ig_flags *spec, void *target, json_t *root,
 			json_value(target, f, v, where, errs);
 		} else if (is_section(spec, name)) {
 			if (!json_is_object(v)) {
-				problem(errs, "%s: key '%s' must be an object", where, name);
+				ig_flags_problem(errs, "%s: key '%s' must be an object", where, name);
 				continue;
 			}
 			const char *sub;

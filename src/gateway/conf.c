@@ -19,20 +19,7 @@
 #include "infergate/util.h"
 #include "conf.h"
 
-#define FIELD(cfg, f, T) ((T *)(void *)((char *)(cfg) + (f)->off))
-
-static void problem(struct ig_buf *errs, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void problem(struct ig_buf *errs, const char *fmt, ...)
-{
-	char *s = NULL;
-	va_list ap;
-	va_start(ap, fmt);
-	if (vasprintf(&s, fmt, ap) < 0)
-		abort();
-	va_end(ap);
-	ig_buf_printf(errs, "%s\n", s);
-	free(s);
-}
+#define problem ig_flags_problem
 
 static void backends_clear(struct ig_conf *cfg)
 {
