@@ -19,8 +19,6 @@
 #include "infergate/util.h"
 #include "conf.h"
 
-#define problem ig_flags_problem
-
 static void backends_clear(struct ig_conf *cfg)
 {
 	for (size_t i = 0; i < cfg->n_backends; i++)
@@ -229,7 +227,7 @@ static void backend_or_problem(struct ig_conf *cfg, struct ig_buf *errs, const c
 {
 	char *err = NULL;
 	if (add_backend(cfg, where, url, weight, max_inflight, discover, &err) < 0) {
-		problem(errs, "%s", err);
+		ig_flags_problem(errs, "%s", err);
 		free(err);
 	}
 }
@@ -242,7 +240,7 @@ static void parse_backends_json(void *target, const struct ig_flag *f IG_UNUSED,
 	json_t *b;
 
 	if (!json_is_array(v)) {
-		problem(errs, "%s: key 'backends' must be a list", where);
+		ig_flags_problem(errs, "%s: key 'backends' must be a list", where);
 		return;
 	}
 	backends_clear(cfg);
@@ -254,7 +252,7 @@ static void parse_backends_json(void *target, const struct ig_flag *f IG_UNUSED,
 			continue;
 		}
 		if (!json_is_object(b)) {
-			problem(errs, "%s must be a URL string or an object with \"url\"", ctx);
+			ig_flags_problem(errs, "%s must be a URL string or an object with \"url\"", ctx);
 			continue;
 		}
 		const char *bk;
@@ -268,7 +266,7 @@ static void parse_backends_json(void *target, const struct ig_flag *f IG_UNUSED,
 				long lo = bk[0] == 'w' ? 1 : 0, hi = bk[0] == 'w' ? 1000 : 1000000;
 				if (!json_is_integer(bv) || json_integer_value(bv) < lo || json_integer_value(bv) > hi) {
 					char *txt = json_dumps(bv, JSON_ENCODE_ANY);
-					problem(errs, "%s.%s: %s is not an integer in %ld..%ld", ctx, bk, txt ? txt : "?", lo, hi);
+					ig_flags_problem(errs, "%s.%s: %s is not an integer in %ld..%ld", ctx, bk, txt ? txt : "?", lo, hi);
 					free(txt);
 					ok = 0;
 				} else if (bk[0] == 'w') {
@@ -278,11 +276,11 @@ static void parse_backends_json(void *target, const struct ig_flag *f IG_UNUSED,
 				}
 				continue;
 			}
-			problem(errs, "%s: unknown key '%s' (expected url or discover, weight, max_inflight)", ctx, bk);
+			ig_flags_problem(errs, "%s: unknown key '%s' (expected url or discover, weight, max_inflight)", ctx, bk);
 			ok = 0;
 		}
 		if (!!url == !!disc || !json_is_string(url ? url : disc)) {
-			problem(errs, "%s: give one of \"url\" or \"discover\", as a string", ctx);
+			ig_flags_problem(errs, "%s: give one of \"url\" or \"discover\", as a string", ctx);
 			continue;
 		}
 		if (ok)
@@ -297,13 +295,13 @@ static void load_file(struct ig_conf *cfg, const char *path, struct ig_buf *errs
 
 	if (!root) {
 		if (jerr.line > 0)
-			problem(errs, "%s:%d:%d: %s", path, jerr.line, jerr.column, jerr.text);
+			ig_flags_problem(errs, "%s:%d:%d: %s", path, jerr.line, jerr.column, jerr.text);
 		else
-			problem(errs, "%s: %s", path, jerr.text);
+			ig_flags_problem(errs, "%s: %s", path, jerr.text);
 		return;
 	}
 	if (!json_is_object(root)) {
-		problem(errs, "%s: the configuration must be a JSON object", path);
+		ig_flags_problem(errs, "%s: the configuration must be a JSON object", path);
 		json_decref(root);
 		return;
 	}
@@ -327,16 +325,16 @@ static void finish(struct ig_conf *cfg, const char *where_listen, struct ig_buf 
 	free(cfg->listen_host);
 	cfg->listen_host = NULL;
 	if (ig_parse_hostport(where_listen, cfg->listen, &cfg->listen_host, &cfg->listen_port, &err) < 0) {
-		problem(errs, "%s", err);
+		ig_flags_problem(errs, "%s", err);
 		free(err);
 	}
 	if (cfg->health_path[0] != '/')
-		problem(errs, "health.path: '%s' must start with '/'", cfg->health_path);
+		ig_flags_problem(errs, "health.path: '%s' must start with '/'", cfg->health_path);
 	cfg->load_path_auto = strcmp(cfg->load_path, "auto") == 0;
 	if (cfg->load_path[0] != '/' && !cfg->load_path_auto)
-		problem(errs, "load_path: '%s' must be auto or a path starting with '/'", cfg->load_path);
+		ig_flags_problem(errs, "load_path: '%s' must be auto or a path starting with '/'", cfg->load_path);
 	if (cfg->n_backends == 0)
-		problem(errs, "backends: no backend given (use --backend URL or \"backends\" in the config file)");
+		ig_flags_problem(errs, "backends: no backend given (use --backend URL or \"backends\" in the config file)");
 	for (size_t i = 0; i < cfg->n_backends; i++)
 		if (cfg->backends[i].max_inflight < 0)
 			cfg->backends[i].max_inflight = cfg->max_inflight;
