@@ -7,7 +7,6 @@
 #include "config.h"
 #include <curl/curl.h>
 #include <jansson.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
