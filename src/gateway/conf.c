@@ -166,12 +166,25 @@ char *ig_conf_normalise_url(const char *in, const char **why)
 		*why = "no host";
 		goto done;
 	}
+	/* curl decodes a percent-encoded host ("%ff") into raw bytes: only a
+	 * DNS name, an IPv4 or a bracketed IPv6 address is a backend's host. */
+	if (strspn(host, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_[]:") != strlen(host)) {
+		*why = "the host must be a DNS name (letters, digits, '.', '-', '_'; an international name in its "
+		       "xn-- form) or an IP address";
+		goto done;
+	}
 	if (curl_url_get(u, CURLUPART_QUERY, &query, 0) == CURLUE_OK && query) {
 		*why = "a backend URL takes no query string";
 		goto done;
 	}
 	curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT);
 	curl_url_get(u, CURLUPART_PATH, &path, 0);
+	for (const char *c = path ? path : ""; *c; c++) {
+		if ((unsigned char)*c <= 0x20 || (unsigned char)*c >= 0x7f) {
+			*why = "the path must be ASCII (percent-encode other bytes)";
+			goto done;
+		}
+	}
 	size_t plen = path ? strlen(path) : 0;
 	while (plen > 0 && path[plen - 1] == '/')
 		plen--;

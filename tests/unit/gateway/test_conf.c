@@ -72,4 +72,32 @@ START_TEST(config_names_every_problem)
 }
 END_TEST
 
-IG_CHECK_MAIN("conf", config_file_and_flag_override, config_names_every_problem)
+/* curl decodes "%ff" in a host to a raw byte: such a URL is refused, so
+ * that --check-config can print every backend it accepted (as UTF-8 JSON). */
+START_TEST(config_backend_url_bytes)
+{
+	struct ig_conf cfg;
+	char *err = NULL;
+	ck_assert_int_eq(load_args(&cfg, &err, 6, "--backend", "http://%ff/", "--backend", "http://h/\xc3",
+				   "--backend", "http://h/%ff/"),
+			 -1);
+	ck_assert_ptr_nonnull(strstr(err, "--backend: 'http://%ff/' is not a valid backend URL (the host must be"));
+	ck_assert_ptr_null(strstr(err, "http://h/%ff/"));
+	ig_conf_free(&cfg);
+	free(err);
+	err = NULL;
+	ck_assert_int_eq(load_args(&cfg, &err, 2, "--backend", "http://h/a\xc3\xa4"), -1);
+	ck_assert_ptr_nonnull(strstr(err, "the path must be ASCII"));
+	ig_conf_free(&cfg);
+	free(err);
+	err = NULL;
+	ck_assert_int_eq(load_args(&cfg, &err, 2, "--backend", "http://[::1]:9/v1%ff/"), 0);
+	ck_assert_str_eq(cfg.backends[0].url, "http://[::1]:9/v1%ff");
+	char *js = ig_conf_to_json(&cfg);
+	ck_assert_ptr_nonnull(strstr(js, "\"url\": \"http://[::1]:9/v1%ff\""));
+	free(js);
+	ig_conf_free(&cfg);
+}
+END_TEST
+
+IG_CHECK_MAIN("conf", config_file_and_flag_override, config_names_every_problem, config_backend_url_bytes)
