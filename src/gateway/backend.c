@@ -35,11 +35,91 @@ struct ig_backend *ig_backend_pool_add(struct ig_pool *pool, const char *url, lo
 int ig_backend_pool_init(struct ig_pool *pool, const struct ig_conf *cfg)
 {
 	memset(pool, 0, sizeof(*pool));
-	for (size_t i = 0; i < cfg->n_backends; i++)
-		if (!cfg->backends[i].discover &&
-		    !ig_backend_pool_add(pool, cfg->backends[i].url, cfg->backends[i].weight, cfg->backends[i].max_inflight))
+	for (size_t i = 0; i < cfg->n_backends; i++) {
+		const struct ig_backend_conf *bc = &cfg->backends[i];
+		struct ig_backend *b;
+		if (bc->discover)
+			continue;
+		if (!(b = ig_backend_pool_add(pool, bc->url, bc->weight, bc->max_inflight)) ||
+		    ig_backend_set_models(b, bc->models, bc->n_models) < 0)
 			return -1;
+	}
 	return 0;
+}
+
+static void models_conf_free(struct ig_backend *b)
+{
+	for (size_t i = 0; i < b->n_models_conf; i++)
+		free(b->models_conf[i]);
+	free(b->models_conf);
+	b->models_conf = NULL;
+	b->n_models_conf = 0;
+}
+
+int ig_backend_set_models(struct ig_backend *b, char *const *models, size_t n)
+{
+	char **v = n ? calloc(n, sizeof(*v)) : NULL;
+	if (n && !v)
+		return -1;
+	for (size_t i = 0; i < n; i++) {
+		if (!(v[i] = strdup(models[i]))) {
+			while (i-- > 0)
+				free(v[i]);
+			free(v);
+			return -1;
+		}
+	}
+	models_conf_free(b);
+	b->models_conf = v;
+	b->n_models_conf = n;
+	return 0;
+}
+
+bool ig_backend_names_model(const struct ig_backend *b, const char *model)
+{
+	if (b->models_conf) {
+		for (size_t i = 0; i < b->n_models_conf; i++)
+			if (strcmp(b->models_conf[i], model) == 0)
+				return true;
+		return false;
+	}
+	size_t i;
+	json_t *m;
+	json_array_foreach(b->models, i, m) {
+		const char *id = json_string_value(json_object_get(m, "id"));
+		if (id && strcmp(id, model) == 0)
+			return true;
+	}
+	return false;
+}
+
+enum ig_serves ig_backend_serves(const struct ig_backend *b, const char *model)
+{
+	if (ig_backend_names_model(b, model))
+		return IG_SERVES_YES;
+	if (b->models_conf)
+		return IG_SERVES_NO;
+	if (b->models_any)
+		return IG_SERVES_YES;
+	return b->models ? IG_SERVES_NO : IG_SERVES_UNKNOWN;
+}
+
+json_t *ig_backend_model_names(const struct ig_backend *b)
+{
+	json_t *names = json_array();
+	if (b->models_conf) {
+		for (size_t i = 0; i < b->n_models_conf; i++)
+			json_array_append_new(names, json_string(b->models_conf[i]));
+		return names;
+	}
+	size_t i;
+	json_t *m;
+	json_array_foreach(b->models, i, m) {
+		json_t *id = json_object_get(m, "id");
+		if (json_is_string(id))
+			json_array_append(names, id);
+	}
+	return names;
 }
 
 void ig_backend_pool_remove(struct ig_pool *pool, struct ig_backend *b)
@@ -62,6 +142,7 @@ void ig_backend_pool_remove(struct ig_pool *pool, struct ig_backend *b)
 
 static void backend_free(struct ig_backend *b)
 {
+	models_conf_free(b);
 	json_decref(b->models);
 	free(b->discover);
 	free(b->url);

@@ -81,8 +81,14 @@ struct ig_backend {
 	long last_probe_status; /* HTTP status, 0 when none */
 	double last_probe_latency_ms;
 	char last_probe_error[256];
+	/* The models it serves: configured (models_conf), else learned from its
+	 * /v1/models (models); see ig_backend_serves. */
+	char **models_conf;     /* NULL: learn them */
+	size_t n_models_conf;
 	uint64_t models_at_ms;  /* when models were last fetched */
 	json_t *models;         /* the backend's /v1/models "data" array, or NULL */
+	bool models_any;        /* its /v1/models answered an error: it is sent any
+				 * model, as before routing by model */
 	struct ig_probe *probe; /* health.c's transfer state */
 	char *discover;         /* the discover URL it came from, NULL if configured */
 };
@@ -96,6 +102,22 @@ struct ig_pool {
 				   * their address in `tried`, so they live on */
 	size_t ngone;
 };
+
+enum ig_serves {
+	IG_SERVES_NO,      /* another model's backend */
+	IG_SERVES_YES,     /* named in its configured or learned list (or models_any) */
+	IG_SERVES_UNKNOWN, /* its list is not learned yet */
+};
+
+/* Whether b's configured or learned list names `model`. */
+bool ig_backend_names_model(const struct ig_backend *b, const char *model);
+/* Whether b serves `model` (a served name, not an alias). */
+enum ig_serves ig_backend_serves(const struct ig_backend *b, const char *model);
+/* Sets the configured models (copied; n == 0: learn them). Returns 0 or -1. */
+int ig_backend_set_models(struct ig_backend *b, char *const *models, size_t n);
+/* The model names b serves now (configured, else learned), each once, in
+ * its order, as a JSON array of strings (new reference). */
+json_t *ig_backend_model_names(const struct ig_backend *b);
 
 /* Creates the table from the configuration. Returns 0 or -1. */
 int ig_backend_pool_init(struct ig_pool *pool, const struct ig_conf *cfg);

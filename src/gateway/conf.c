@@ -18,18 +18,41 @@
 #include "infergate/util.h"
 #include "conf.h"
 
+static void models_free(char **v, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(v[i]);
+	free(v);
+}
+
 static void backends_clear(struct ig_conf *cfg)
 {
-	for (size_t i = 0; i < cfg->n_backends; i++)
+	for (size_t i = 0; i < cfg->n_backends; i++) {
 		free(cfg->backends[i].url);
+		models_free(cfg->backends[i].models, cfg->backends[i].n_models);
+	}
 	free(cfg->backends);
 	cfg->backends = NULL;
 	cfg->n_backends = 0;
 }
 
+static void aliases_clear(struct ig_conf *cfg)
+{
+	for (size_t i = 0; i < cfg->n_aliases; i++) {
+		free(cfg->aliases[i].alias);
+		free(cfg->aliases[i].model);
+	}
+	free(cfg->aliases);
+	cfg->aliases = NULL;
+	cfg->n_aliases = 0;
+}
+
 static int parse_backend_flag(void *target, const struct ig_flag *f, const char *what, const char *v, char **err);
 static void parse_backends_json(void *target, const struct ig_flag *f, json_t *v, const char *where,
 				struct ig_buf *errs);
+static int parse_alias_flag(void *target, const struct ig_flag *f, const char *what, const char *v, char **err);
+static void parse_aliases_json(void *target, const struct ig_flag *f, json_t *v, const char *where,
+			       struct ig_buf *errs);
 
 /* --config is read before the other flags (conf_from_args); here it only
  * takes its value. */
@@ -49,11 +72,16 @@ static const struct ig_flag keys[] = {
 	 .metavar = "HOST:PORT", .help = "address to serve on"},
 	{.name = "--backend", .key = "backends", .type = IG_FLAG_CUSTOM, .metavar = "URL",
 	 .parse = parse_backend_flag, .parse_json = parse_backends_json,
-	 .help = "backend base URL (repeatable; replaces the file's list); in the file a list of URL strings "
-		 "or {\"url\", \"weight\", \"max_inflight\"}"},
+	 .help = "backend base URL, URL#MODEL,MODEL... to name the models it serves (else they are learned "
+		 "from its /v1/models); repeatable, replaces the file's list; in the file a list of URL strings "
+		 "or {\"url\", \"weight\", \"max_inflight\", \"models\": [...]}"},
+	{.name = "--model-alias", .key = "model_aliases", .type = IG_FLAG_CUSTOM, .metavar = "ALIAS=MODEL",
+	 .parse = parse_alias_flag, .parse_json = parse_aliases_json,
+	 .help = "a client's model name that is served as MODEL (the forwarded body names MODEL); repeatable, "
+		 "replaces the file's map; in the file {\"ALIAS\": \"MODEL\", ...}"},
 	{.name = "--discover", .type = IG_FLAG_CUSTOM, .metavar = "URL", .parse = parse_backend_flag,
 	 .help = "backend URL whose host is a DNS name: every address it resolves to becomes a backend "
-		 "(repeatable; in the file {\"discover\": URL} in backends)"},
+		 "(URL#MODEL,... as for --backend; repeatable; in the file {\"discover\": URL} in backends)"},
 	{.name = "--discover-interval-s", .key = "discover_interval_s", .type = IG_FLAG_LONG,
 	 .off = OFF(discover_interval_s), .min = 1, .max = 86400, .def = "10", .metavar = "N",
 	 .help = "how often discovered names are resolved again"},
@@ -199,46 +227,117 @@ done:
 	return out;
 }
 
-/* Adds a backend. Returns 0, or -1 with *err naming `where`. */
+/* A model name as a client sends it: not empty, no control characters
+ * (it is printed in logs and in metric labels). NULL, or why not. */
+static const char *bad_model_name(const char *m)
+{
+	if (!*m)
+		return "empty";
+	if (strlen(m) > 256)
+		return "longer than 256 bytes";
+	for (const char *c = m; *c; c++)
+		if ((unsigned char)*c < 0x20 || *c == 0x7f)
+			return "has a control character";
+	return NULL;
+}
+
+/* Adds a model name to a backend's list. Returns 0, or -1 with *err. */
+static int add_model(struct ig_backend_conf *bc, const char *where, const char *m, char **err)
+{
+	const char *why = bad_model_name(m);
+	if (why) {
+		*err = ig_strdupf("%s: model name '%s' is %s", where, m, why);
+		return -1;
+	}
+	for (size_t i = 0; i < bc->n_models; i++) {
+		if (strcmp(bc->models[i], m) == 0) {
+			*err = ig_strdupf("%s: model '%s' is listed twice", where, m);
+			return -1;
+		}
+	}
+	char **v = realloc(bc->models, (bc->n_models + 1) * sizeof(*v));
+	if (!v || !(v[bc->n_models] = strdup(m)))
+		abort();
+	bc->models = v;
+	bc->n_models++;
+	return 0;
+}
+
+/* Adds a backend; it takes `models` (n of them, malloc'd). Returns 0, or
+ * -1 with *err naming `where` (models freed). */
 static int add_backend(struct ig_conf *cfg, const char *where, const char *url, long weight, long max_inflight,
-		       int discover, char **err)
+		       int discover, char **models, size_t n_models, char **err)
 {
 	const char *why = NULL;
 	char *norm = ig_conf_normalise_url(url, &why);
 	if (!norm) {
 		*err = ig_strdupf("%s: '%s' is not a valid backend URL (%s)", where, url, why);
+		models_free(models, n_models);
 		return -1;
 	}
 	for (size_t i = 0; i < cfg->n_backends; i++) {
 		if (strcmp(cfg->backends[i].url, norm) == 0) {
 			*err = ig_strdupf("%s: backend '%s' is listed twice", where, url);
 			free(norm);
+			models_free(models, n_models);
 			return -1;
 		}
 	}
 	cfg->backends = realloc(cfg->backends, (cfg->n_backends + 1) * sizeof(*cfg->backends));
 	if (!cfg->backends)
 		abort();
-	cfg->backends[cfg->n_backends++] = (struct ig_backend_conf){norm, weight, max_inflight, discover};
+	cfg->backends[cfg->n_backends++] =
+		(struct ig_backend_conf){norm, weight, max_inflight, discover, models, n_models};
 	return 0;
 }
 
-/* --backend and --discover: the first of them replaces the file's list. */
+/* --backend and --discover, URL or URL#MODEL,MODEL: the first of them
+ * replaces the file's list. */
 static int parse_backend_flag(void *target, const struct ig_flag *f, const char *what, const char *v, char **err)
 {
 	struct ig_conf *cfg = target;
+	struct ig_backend_conf names = {0};
 	if (!cfg->backends_from_flags) {
 		backends_clear(cfg);
 		cfg->backends_from_flags = true;
 	}
-	return add_backend(cfg, what, v, 1, -1, strcmp(f->name, "--discover") == 0, err);
+	const char *hash = strchr(v, '#');
+	char *url = hash ? strndup(v, (size_t)(hash - v)) : strdup(v);
+	if (hash) {
+		char *list = strdup(hash + 1), *save = NULL;
+		if (!*list) {
+			*err = ig_strdupf("%s: '%s': no model after '#' (URL#MODEL,MODEL...)", what, v);
+			free(list);
+			free(url);
+			return -1;
+		}
+		for (char *m = strtok_r(list, ",", &save); m; m = strtok_r(NULL, ",", &save)) {
+			if (add_model(&names, what, m, err) < 0) {
+				free(list);
+				free(url);
+				models_free(names.models, names.n_models);
+				return -1;
+			}
+		}
+		free(list);
+		if (names.n_models == 0 || v[strlen(v) - 1] == ',' || strstr(hash, ",,") || hash[1] == ',') {
+			*err = ig_strdupf("%s: '%s': an empty model name in the list after '#'", what, v);
+			free(url);
+			models_free(names.models, names.n_models);
+			return -1;
+		}
+	}
+	int rc = add_backend(cfg, what, url, 1, -1, strcmp(f->name, "--discover") == 0, names.models, names.n_models,
+			     err);
+	free(url);
+	return rc;
 }
 
 static void backend_or_problem(struct ig_conf *cfg, struct ig_buf *errs, const char *where, const char *url,
-			       long weight, long max_inflight, int discover)
+			       long weight, long max_inflight, int discover, char **models, size_t n_models)
 {
 	char *err = NULL;
-	if (add_backend(cfg, where, url, weight, max_inflight, discover, &err) < 0) {
+	if (add_backend(cfg, where, url, weight, max_inflight, discover, models, n_models, &err) < 0) {
 		ig_flags_problem(errs, "%s", err);
 		free(err);
 	}
@@ -260,7 +359,7 @@ static void parse_backends_json(void *target, const struct ig_flag *f IG_UNUSED,
 		char ctx[512];
 		snprintf(ctx, sizeof(ctx), "%s: backends[%zu]", where, i);
 		if (json_is_string(b)) {
-			backend_or_problem(cfg, errs, ctx, json_string_value(b), 1, -1, 0);
+			backend_or_problem(cfg, errs, ctx, json_string_value(b), 1, -1, 0, NULL, 0);
 			continue;
 		}
 		if (!json_is_object(b)) {
@@ -271,9 +370,33 @@ static void parse_backends_json(void *target, const struct ig_flag *f IG_UNUSED,
 		json_t *bv, *url = json_object_get(b, "url"), *disc = json_object_get(b, "discover");
 		long weight = 1, maxin = -1;
 		int ok = 1;
+		struct ig_backend_conf names = {0};
 		json_object_foreach(b, bk, bv) {
 			if (strcmp(bk, "url") == 0 || strcmp(bk, "discover") == 0)
 				continue;
+			if (strcmp(bk, "models") == 0) {
+				size_t mi;
+				json_t *mv;
+				char mctx[600];
+				snprintf(mctx, sizeof(mctx), "%s.models", ctx);
+				if (!json_is_array(bv) || json_array_size(bv) == 0) {
+					ig_flags_problem(errs, "%s must be a non-empty list of model names", mctx);
+					ok = 0;
+					continue;
+				}
+				json_array_foreach(bv, mi, mv) {
+					char *err = NULL;
+					if (!json_is_string(mv)) {
+						ig_flags_problem(errs, "%s[%zu] must be a string", mctx, mi);
+						ok = 0;
+					} else if (add_model(&names, mctx, json_string_value(mv), &err) < 0) {
+						ig_flags_problem(errs, "%s", err);
+						free(err);
+						ok = 0;
+					}
+				}
+				continue;
+			}
 			if (strcmp(bk, "weight") == 0 || strcmp(bk, "max_inflight") == 0) {
 				long lo = bk[0] == 'w' ? 1 : 0, hi = bk[0] == 'w' ? 1000 : 1000000;
 				if (!json_is_integer(bv) || json_integer_value(bv) < lo || json_integer_value(bv) > hi) {
@@ -288,16 +411,97 @@ static void parse_backends_json(void *target, const struct ig_flag *f IG_UNUSED,
 				}
 				continue;
 			}
-			ig_flags_problem(errs, "%s: unknown key '%s' (expected url or discover, weight, max_inflight)", ctx, bk);
+			ig_flags_problem(errs, "%s: unknown key '%s' (expected url or discover, weight, max_inflight, models)",
+					 ctx, bk);
 			ok = 0;
 		}
 		if (!!url == !!disc || !json_is_string(url ? url : disc)) {
 			ig_flags_problem(errs, "%s: give one of \"url\" or \"discover\", as a string", ctx);
-			continue;
+			ok = 0;
 		}
 		if (ok)
-			backend_or_problem(cfg, errs, ctx, json_string_value(url ? url : disc), weight, maxin, disc != NULL);
+			backend_or_problem(cfg, errs, ctx, json_string_value(url ? url : disc), weight, maxin, disc != NULL,
+					   names.models, names.n_models);
+		else
+			models_free(names.models, names.n_models);
 	}
+}
+
+/* Adds alias -> model. Returns 0, or -1 with *err. */
+static int add_alias(struct ig_conf *cfg, const char *where, const char *alias, const char *model, char **err)
+{
+	const char *why = bad_model_name(alias);
+	if (why || (why = bad_model_name(model))) {
+		*err = ig_strdupf("%s: '%s' -> '%s': a model name is %s", where, alias, model, why);
+		return -1;
+	}
+	if (strcmp(alias, model) == 0) {
+		*err = ig_strdupf("%s: '%s' is an alias of itself", where, alias);
+		return -1;
+	}
+	for (size_t i = 0; i < cfg->n_aliases; i++) {
+		if (strcmp(cfg->aliases[i].alias, alias) == 0) {
+			*err = ig_strdupf("%s: alias '%s' is given twice", where, alias);
+			return -1;
+		}
+	}
+	struct ig_model_alias *v = realloc(cfg->aliases, (cfg->n_aliases + 1) * sizeof(*v));
+	if (!v)
+		abort();
+	cfg->aliases = v;
+	v[cfg->n_aliases++] = (struct ig_model_alias){strdup(alias), strdup(model)};
+	return 0;
+}
+
+static int parse_alias_flag(void *target, const struct ig_flag *f IG_UNUSED, const char *what, const char *v,
+			    char **err)
+{
+	struct ig_conf *cfg = target;
+	if (!cfg->aliases_from_flags) {
+		aliases_clear(cfg);
+		cfg->aliases_from_flags = true;
+	}
+	const char *eq = strchr(v, '=');
+	if (!eq) {
+		*err = ig_strdupf("%s: '%s' is not ALIAS=MODEL", what, v);
+		return -1;
+	}
+	char *alias = strndup(v, (size_t)(eq - v));
+	int rc = add_alias(cfg, what, alias, eq + 1, err);
+	free(alias);
+	return rc;
+}
+
+static void parse_aliases_json(void *target, const struct ig_flag *f IG_UNUSED, json_t *v, const char *where,
+			       struct ig_buf *errs)
+{
+	struct ig_conf *cfg = target;
+	const char *alias;
+	json_t *m;
+
+	if (!json_is_object(v)) {
+		ig_flags_problem(errs, "%s: key 'model_aliases' must be an object {\"ALIAS\": \"MODEL\"}", where);
+		return;
+	}
+	aliases_clear(cfg);
+	json_object_foreach(v, alias, m) {
+		char *err = NULL, ctx[600];
+		snprintf(ctx, sizeof(ctx), "%s: model_aliases", where);
+		if (!json_is_string(m))
+			ig_flags_problem(errs, "%s.%s must be a model name (a string)", ctx, alias);
+		else if (add_alias(cfg, ctx, alias, json_string_value(m), &err) < 0) {
+			ig_flags_problem(errs, "%s", err);
+			free(err);
+		}
+	}
+}
+
+const char *ig_conf_alias_target(const struct ig_conf *cfg, const char *name)
+{
+	for (size_t i = 0; i < cfg->n_aliases; i++)
+		if (strcmp(cfg->aliases[i].alias, name) == 0)
+			return cfg->aliases[i].model;
+	return NULL;
 }
 
 static void load_file(struct ig_conf *cfg, const char *path, struct ig_buf *errs)
@@ -350,6 +554,19 @@ static void finish(struct ig_conf *cfg, const char *where_listen, struct ig_buf 
 	for (size_t i = 0; i < cfg->n_backends; i++)
 		if (cfg->backends[i].max_inflight < 0)
 			cfg->backends[i].max_inflight = cfg->max_inflight;
+	/* An alias names a served model, never another alias; a configured
+	 * model name cannot be an alias (which would it be?). */
+	for (size_t i = 0; i < cfg->n_aliases; i++) {
+		const struct ig_model_alias *a = &cfg->aliases[i];
+		if (ig_conf_alias_target(cfg, a->model))
+			ig_flags_problem(errs, "model_aliases: '%s' -> '%s', which is itself an alias (name the served model)",
+					 a->alias, a->model);
+		for (size_t b = 0; b < cfg->n_backends; b++)
+			for (size_t m = 0; m < cfg->backends[b].n_models; m++)
+				if (strcmp(cfg->backends[b].models[m], a->alias) == 0)
+					ig_flags_problem(errs, "model_aliases: '%s' is also a model that backend %s serves",
+							 a->alias, cfg->backends[b].url);
+	}
 }
 
 static char *take_errors(struct ig_buf *errs)
@@ -418,6 +635,7 @@ void ig_conf_free(struct ig_conf *cfg)
 {
 	ig_flags_free(&spec, cfg);
 	backends_clear(cfg);
+	aliases_clear(cfg);
 	free(cfg->listen_host);
 	free(cfg->config_path);
 	cfg->listen_host = cfg->config_path = NULL;
@@ -433,12 +651,23 @@ char *ig_conf_to_json(const struct ig_conf *cfg)
 			continue; /* a flag only (--discover entries are shown under "backends") */
 		if (k->parse_json == parse_backends_json) {
 			v = json_array();
-			for (size_t b = 0; b < cfg->n_backends; b++)
-				json_array_append_new(v, json_pack("{s:s, s:I, s:I}",
-								   cfg->backends[b].discover ? "discover" : "url",
-								   cfg->backends[b].url,
-								   "weight", (json_int_t)cfg->backends[b].weight,
-								   "max_inflight", (json_int_t)cfg->backends[b].max_inflight));
+			for (size_t b = 0; b < cfg->n_backends; b++) {
+				const struct ig_backend_conf *bc = &cfg->backends[b];
+				json_t *o = json_pack("{s:s, s:I, s:I}", bc->discover ? "discover" : "url", bc->url,
+						      "weight", (json_int_t)bc->weight, "max_inflight",
+						      (json_int_t)bc->max_inflight);
+				if (bc->n_models) {
+					json_t *ms = json_array();
+					for (size_t m = 0; m < bc->n_models; m++)
+						json_array_append_new(ms, json_string(bc->models[m]));
+					json_object_set_new(o, "models", ms);
+				}
+				json_array_append_new(v, o);
+			}
+		} else if (k->parse_json == parse_aliases_json) {
+			v = json_object();
+			for (size_t a = 0; a < cfg->n_aliases; a++)
+				json_object_set_new(v, cfg->aliases[a].alias, json_string(cfg->aliases[a].model));
 		} else {
 			v = ig_flags_value_json(k, cfg);
 		}

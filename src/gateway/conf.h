@@ -21,6 +21,14 @@ struct ig_backend_conf {
 	long max_inflight;  /* 0 = unlimited */
 	int discover;       /* url names a DNS name: every address it resolves to
 			     * becomes a backend (discover.c) */
+	char **models;      /* the models it serves; NULL: learned from its /v1/models */
+	size_t n_models;
+};
+
+/* A client's name for a model and the served name it stands for. */
+struct ig_model_alias {
+	char *alias;
+	char *model;
 };
 
 struct ig_conf {
@@ -56,7 +64,10 @@ struct ig_conf {
 	char *load_path;            /* polled for the backend's own queue */
 	int load_path_auto;         /* load_path == "auto" */
 	long discover_interval_s;   /* how often discovered names are resolved again */
+	struct ig_model_alias *aliases; /* model_aliases */
+	size_t n_aliases;
 	bool backends_from_flags;   /* a --backend or --discover replaced the file's list */
+	bool aliases_from_flags;    /* a --model-alias replaced the file's map */
 	bool check_only;            /* --check-config */
 };
 
@@ -76,5 +87,8 @@ const char *ig_conf_policy_name(enum ig_policy p);
  * or NULL with *why set. */
 char *ig_conf_normalise_url(const char *in, const char **why);
 void ig_conf_print_help(FILE *out);
+/* The served name a client's model name stands for (an alias's target), or
+ * NULL when it is no alias. */
+const char *ig_conf_alias_target(const struct ig_conf *cfg, const char *name);
 
 #endif

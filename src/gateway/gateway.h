@@ -28,6 +28,7 @@
 #include "backend.h"
 #include "conf.h"
 #include "infergate/list.h"
+#include "sched.h"
 
 /* An event source of the reactor's epoll set: it carries its own handler
  * (Redis's aeFileProc, nginx's ev->handler), so the loop needs no switch
@@ -133,10 +134,12 @@ struct ig_gw {
 	/* Deferred actions, run by the reactor once per loop turn. */
 	bool resume_pending;           /* a connection was resumed: run MHD again */
 	bool drain_pending;            /* a slot or backend freed up: start queued requests */
+	bool models_dirty;             /* a backend's models, state or presence changed:
+					* rebuild the per-model pools (sched.h) */
 	struct ig_list reqs;           /* every live proxied request (struct ig_req) */
 	size_t nreqs;
-	struct ig_list queue;          /* FIFO of requests waiting for a slot */
-	size_t qlen;
+	struct ig_sched sched;         /* per-model pools and wait queues */
+	size_t qlen;                   /* requests waiting, all models */
 	struct ig_stats stats;
 	uint64_t started_ms;
 	bool stopping;

@@ -66,6 +66,7 @@ int ig_health_add(struct ig_gw *gw, struct ig_backend *b)
 	ig_buf_init(&p->body);
 	b->probe = p;
 	b->next_probe_ms = ig_now_ms(); /* probe at once: serve as soon as one is up */
+	gw->models_dirty = true;        /* a new member of its models' pools */
 	return 0;
 }
 
@@ -81,6 +82,7 @@ void ig_health_remove(struct ig_gw *gw, struct ig_backend *b)
 	ig_buf_free(&p->body);
 	free(p);
 	b->probe = NULL;
+	gw->models_dirty = true;
 }
 
 int ig_health_init(struct ig_gw *gw)
@@ -158,6 +160,7 @@ static void set_state(struct ig_gw *gw, struct ig_backend *b, int state, const c
 	if (atomic_load(&b->state) == state)
 		return;
 	atomic_store(&b->state, state);
+	gw->models_dirty = true; /* unknown lists count as up or down (sched.h) */
 	if (state == IG_BACKEND_UP) {
 		b->seen_up = 1;
 		ig_log_info("backend %s is up (%s); %zu of %zu healthy", b->url, why, ig_backend_pool_healthy(&gw->pool),
@@ -191,14 +194,55 @@ static void probe_result(struct ig_gw *gw, struct ig_backend *b, bool ok, const 
 	}
 }
 
-static void store_models(struct ig_backend *b, struct ig_buf *body)
+/* The ids of a /v1/models "data" array, in order, joined by ",". */
+static char *model_ids(json_t *data)
 {
-	json_t *root = json_loadb(body->data ? body->data : "", body->len, 0, NULL);
-	json_t *data = json_object_get(root, "data");
-	if (json_is_array(data)) {
-		json_decref(b->models);
-		b->models = json_incref(data);
+	struct ig_buf ids;
+	size_t i;
+	json_t *m;
+	ig_buf_init(&ids);
+	json_array_foreach(data, i, m) {
+		const char *id = json_string_value(json_object_get(m, "id"));
+		if (id)
+			ig_buf_printf(&ids, "%s%s", i ? "," : "", id);
 	}
+	ig_buf_append(&ids, "", 1);
+	char *s = strdup(ig_buf_head(&ids));
+	ig_buf_free(&ids);
+	return s;
+}
+
+/* What /v1/models answered: the list of models a backend serves (unless
+ * configured). An error answer (a server without /v1/models) makes it a
+ * backend for any model; a failed transfer teaches nothing. */
+static void store_models(struct ig_gw *gw, struct ig_backend *b, CURLcode result, long status, struct ig_buf *body)
+{
+	if (result != CURLE_OK)
+		return;
+	json_t *root = status == 200 ? json_loadb(body->data ? body->data : "", body->len, 0, NULL) : NULL;
+	json_t *data = json_object_get(root, "data");
+	if (!json_is_array(data)) {
+		if (!b->models_any && !b->models_conf)
+			ig_log_warn("backend %s: GET /v1/models answered HTTP %ld without a list of models; it is sent "
+				    "requests for any model (name its models in the configuration: URL#MODEL)",
+				    b->url, status);
+		if (!b->models_any)
+			gw->models_dirty = true;
+		b->models_any = true;
+		json_decref(root);
+		return;
+	}
+	char *before = b->models ? model_ids(b->models) : NULL, *after = model_ids(data);
+	if (!before || strcmp(before, after) != 0 || b->models_any) {
+		if (!b->models_conf)
+			ig_log_info("backend %s serves: %s", b->url, *after ? after : "(no model)");
+		gw->models_dirty = true;
+	}
+	free(before);
+	free(after);
+	b->models_any = false;
+	json_decref(b->models);
+	b->models = json_incref(data);
 	json_decref(root);
 }
 
@@ -256,8 +300,7 @@ static void probe_done(struct ig_xfer *x, CURLcode result)
 		}
 		take_load(gw, b, running, waiting);
 	} else if (p->what == PROBE_MODELS) {
-		if (result == CURLE_OK && status == 200)
-			store_models(b, &p->body);
+		store_models(gw, b, result, status, &p->body);
 		b->models_at_ms = now;
 		if (gw->cfg->load_from_backend) {
 			start_probe(gw, p, PROBE_LOAD);
@@ -292,7 +335,7 @@ static void probe_done(struct ig_xfer *x, CURLcode result)
 			probe_result(gw, b, ok, why);
 		}
 		if (ok && atomic_load(&b->state) == IG_BACKEND_UP &&
-		    (!b->models || now - b->models_at_ms >= MODELS_REFRESH_MS)) {
+		    ((!b->models && !b->models_any) || now - b->models_at_ms >= MODELS_REFRESH_MS)) {
 			start_probe(gw, p, PROBE_MODELS);
 			return;
 		}

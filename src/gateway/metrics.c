@@ -1,11 +1,12 @@
 /* The gateway's self-reports: /health (for load balancers and curl -f),
- * /health/backends (per-backend detail), /v1/models (union of healthy
- * backends' models) and /metrics (Prometheus text). Each builds a body from
+ * /health/backends (per-backend and per-model detail), /v1/models (the
+ * served models and their aliases) and /metrics (Prometheus text). Each builds a body from
  * counters; none changes state. */
 #include "config.h"
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "infergate/buf.h"
 #include "metrics.h"
@@ -55,6 +56,9 @@ json_t *ig_metrics_backend_json(const struct ig_backend *b, uint64_t now)
 		json_object_set_new(o, "discovered_from", json_string(b->discover));
 	if (atomic_load(&b->slots) > 0)
 		json_object_set_new(o, "learned_slots", json_integer(atomic_load(&b->slots)));
+	json_object_set_new(o, "models", ig_backend_model_names(b));
+	json_object_set_new(o, "models_from", json_string(b->models_conf ? "config" : b->models ? "backend"
+							  : b->models_any ? "any" : "unknown"));
 	if (b->reported_load >= 0) {
 		json_object_set_new(o, "reported_load", json_integer(b->reported_load));
 		json_object_set_new(o, "reported_waiting", json_integer(b->reported_waiting));
@@ -62,6 +66,36 @@ json_t *ig_metrics_backend_json(const struct ig_backend *b, uint64_t now)
 			json_object_set_new(o, "load_path", json_string(b->load_path));
 		json_object_set_new(o, "external_load", json_integer(atomic_load(&b->external_load)));
 		json_object_set_new(o, "stale_reports", json_integer((json_int_t)b->learn.stale));
+	}
+	return o;
+}
+
+/* The aliases that name m, as a JSON array. */
+static json_t *aliases_of(const struct ig_gw *gw, const char *model)
+{
+	json_t *a = json_array();
+	for (size_t i = 0; i < gw->cfg->n_aliases; i++)
+		if (strcmp(gw->cfg->aliases[i].model, model) == 0)
+			json_array_append_new(a, json_string(gw->cfg->aliases[i].alias));
+	return a;
+}
+
+/* Per model: its pool, queue and counters. */
+static json_t *models_detail(struct ig_gw *gw)
+{
+	json_t *o = json_object();
+	for (size_t i = 0; i < gw->sched.n; i++) {
+		const struct ig_model *m = gw->sched.v[i];
+		json_t *urls = json_array();
+		for (size_t j = 0; j < m->nbackends; j++)
+			json_array_append_new(urls, json_string(m->backends[j]->url));
+		json_object_set_new(o, m->name,
+				    json_pack("{s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}", "backends", urls,
+					      "backends_healthy", (json_int_t)ig_sched_healthy(m),
+					      "queue_depth", (json_int_t)m->qlen, "inflight", (json_int_t)m->inflight,
+					      "requests", (json_int_t)m->requests, "queued", (json_int_t)m->queued,
+					      "queue_rejected", (json_int_t)m->rejected,
+					      "queue_timeouts", (json_int_t)m->timeouts, "aliases", aliases_of(gw, m->name)));
 	}
 	return o;
 }
@@ -82,27 +116,56 @@ char *ig_metrics_backends_json(struct ig_gw *gw)
 			      "backends", (json_int_t)gw->pool.n,
 			      "prompt_tokens", (json_int_t)gw->stats.prompt_tokens,
 			      "completion_tokens", (json_int_t)gw->stats.completion_tokens);
-	return dump(json_pack("{s:o, s:o}", "gateway", g, "backends", arr));
+	return dump(json_pack("{s:o, s:o, s:o}", "gateway", g, "backends", arr, "models", models_detail(gw)));
 }
 
-char *ig_metrics_models_json(struct ig_gw *gw)
+/* The entry a backend's own /v1/models gave for `name` (the first backend
+ * that lists it), or NULL. */
+static json_t *backend_entry(const struct ig_model *m)
 {
-	json_t *data = json_array(), *seen = json_object();
-	for (size_t i = 0; i < gw->pool.n; i++) {
-		struct ig_backend *b = gw->pool.v[i];
+	for (size_t i = 0; i < m->nbackends; i++) {
 		size_t j;
-		json_t *m;
-		if (atomic_load(&b->state) != IG_BACKEND_UP || !b->models)
-			continue;
-		json_array_foreach(b->models, j, m) {
-			const char *id = json_string_value(json_object_get(m, "id"));
-			if (!id || json_object_get(seen, id))
-				continue;
-			json_object_set_new(seen, id, json_true());
-			json_array_append(data, m);
+		json_t *e;
+		json_array_foreach(m->backends[i]->models, j, e) {
+			const char *id = json_string_value(json_object_get(e, "id"));
+			if (id && strcmp(id, m->name) == 0)
+				return e;
 		}
 	}
-	json_decref(seen);
+	return NULL;
+}
+
+/* OpenAI's list shape: the served models (a backend's own entry when it
+ * gave one), then the aliases; each with an "infergate" object telling how
+ * many backends serve it and how many of them are healthy. */
+char *ig_metrics_models_json(struct ig_gw *gw)
+{
+	json_t *data = json_array();
+	json_int_t created = (json_int_t)(time(NULL) - (time_t)((ig_now_ms() - gw->started_ms) / 1000));
+	for (size_t i = 0; i < gw->sched.n; i++) {
+		const struct ig_model *m = gw->sched.v[i];
+		bool named = false;
+		for (size_t j = 0; j < m->nbackends && !named; j++)
+			named = ig_backend_names_model(m->backends[j], m->name);
+		if (!named)
+			continue; /* a name only backends taking any model would serve */
+		json_t *own = backend_entry(m);
+		json_t *e = own ? json_deep_copy(own)
+				: json_pack("{s:s, s:s, s:I, s:s}", "id", m->name, "object", "model", "created", created,
+					    "owned_by", "infergate");
+		json_object_set_new(e, "infergate", json_pack("{s:I, s:I}", "backends", (json_int_t)m->nbackends,
+							      "backends_healthy", (json_int_t)ig_sched_healthy(m)));
+		json_array_append_new(data, e);
+	}
+	for (size_t i = 0; i < gw->cfg->n_aliases; i++) {
+		const struct ig_model_alias *a = &gw->cfg->aliases[i];
+		const struct ig_model *m = ig_sched_find(&gw->sched, a->model);
+		json_array_append_new(data, json_pack("{s:s, s:s, s:I, s:s, s:s, s:{s:s, s:I, s:I}}", "id", a->alias,
+						      "object", "model", "created", created, "owned_by", "infergate",
+						      "root", a->model, "infergate", "alias_of", a->model, "backends",
+						      (json_int_t)(m ? m->nbackends : 0), "backends_healthy",
+						      (json_int_t)(m ? ig_sched_healthy(m) : 0)));
+	}
 	return dump(json_pack("{s:s, s:o}", "object", "list", "data", data));
 }
 
@@ -191,6 +254,46 @@ static unsigned long get_aborted(const struct ig_backend *x) { return atomic_loa
 static unsigned long get_ptok(const struct ig_backend *x) { return atomic_load(&x->prompt_tokens); }
 static unsigned long get_ctok(const struct ig_backend *x) { return atomic_load(&x->completion_tokens); }
 
+/* A Prometheus label value: backslash, quote and newline escaped. */
+static void label(struct ig_buf *b, const char *v)
+{
+	for (; *v; v++) {
+		if (*v == '\\' || *v == '"')
+			ig_buf_printf(b, "\\%c", *v);
+		else if (*v == '\n')
+			ig_buf_append(b, "\\n", 2);
+		else
+			ig_buf_append(b, v, 1);
+	}
+}
+
+static void per_model(struct ig_buf *b, struct ig_gw *gw)
+{
+	static const struct {
+		const char *name, *type, *help;
+	} series[] = {
+		{"infergate_model_queue_depth", "gauge", "Requests waiting for a slot, per model."},
+		{"infergate_model_inflight", "gauge", "Requests on a backend, per model."},
+		{"infergate_model_backends_healthy", "gauge", "Healthy backends that serve the model."},
+		{"infergate_model_requests_total", "counter", "Requests routed or queued, per model."},
+		{"infergate_model_queued_total", "counter", "Requests that waited in the model's queue."},
+		{"infergate_model_queue_rejected_total", "counter", "Requests refused with 429 (the model's queue full)."},
+		{"infergate_model_queue_timeouts_total", "counter", "Requests that waited too long (503), per model."},
+	};
+	for (size_t k = 0; k < sizeof(series) / sizeof(series[0]); k++) {
+		ig_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", series[k].name, series[k].help, series[k].name,
+			      series[k].type);
+		for (size_t i = 0; i < gw->sched.n; i++) {
+			const struct ig_model *m = gw->sched.v[i];
+			uint64_t v[] = {m->qlen, (uint64_t)m->inflight, ig_sched_healthy(m), m->requests, m->queued,
+					m->rejected, m->timeouts};
+			ig_buf_printf(b, "%s{model=\"", series[k].name);
+			label(b, m->name);
+			ig_buf_printf(b, "\"} %llu\n", (unsigned long long)v[k]);
+		}
+	}
+}
+
 char *ig_metrics_text(struct ig_gw *gw)
 {
 	struct ig_buf b;
@@ -248,6 +351,7 @@ char *ig_metrics_text(struct ig_gw *gw)
 		      "# TYPE infergate_tokens_total counter\n"
 		      "infergate_tokens_total{kind=\"prompt\"} %lu\ninfergate_tokens_total{kind=\"completion\"} %lu\n",
 		      (unsigned long)s->prompt_tokens, (unsigned long)s->completion_tokens);
+	per_model(&b, gw);
 	per_backend(&b, gw, "infergate_backend_up", "gauge", "Backend health (1 up, 0 down).", get_up);
 	per_backend(&b, gw, "infergate_backend_enabled", "gauge", "1 unless drained or being removed.", get_enabled);
 	per_backend(&b, gw, "infergate_backend_inflight", "gauge", "Requests in flight per backend.", get_inflight);

@@ -26,6 +26,7 @@
 #include "metrics.h"
 #include "proxy.h"
 #include "router.h"
+#include "sched.h"
 
 /* A streaming response may hold this much for a slow client before the
  * upstream transfer is paused; it is resumed below the low mark. */
@@ -78,7 +79,10 @@ static void req_free(struct ig_req *req)
 	ig_sse_free(&req->sse_lines);
 	curl_slist_free_all(req->up_headers);
 	ig_upstream_easy_put(gw, req->xfer.easy);
+	if (req->m)
+		ig_sched_release(&gw->sched, req->m);
 	free(req->model);
+	free(req->alias);
 	free(req->err_body);
 	free(req->stream_error_msg);
 	free(req);
@@ -159,22 +163,57 @@ static void set_error(struct ig_req *req, unsigned status, const char *code, con
 	req->phase = IG_REQ_FINISHED;
 }
 
+/* A 400 about one field of the request body, as OpenAI words it. */
+static void set_param_error(struct ig_req *req, const char *param, const char *code, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+static void set_param_error(struct ig_req *req, const char *param, const char *code, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	free(req->err_body);
+	req->err_status = 400;
+	req->err_body = ig_oaerror_json(msg, "invalid_request_error", param, code);
+	req->phase = IG_REQ_FINISHED;
+}
+
 /* ---- queue ---- */
 
+/* Each model has its own queue (sched.h): a request for an idle model
+ * never waits behind another's. queue_size and queue_timeout_ms apply to
+ * each. */
 static void enqueue(struct ig_req *req)
 {
 	struct ig_gw *gw = req->gw;
 	req->phase = IG_REQ_QUEUED;
-	req->q_deadline_ms = ig_now_ms() + (uint64_t)gw->cfg->queue_timeout_ms;
-	ig_list_append(&gw->queue, &req->qlink);
+	req->queued_ms = ig_now_ms();
+	req->q_deadline_ms = req->queued_ms + (uint64_t)gw->cfg->queue_timeout_ms;
+	if (!req->was_queued)
+		req->m->queued++;
+	req->was_queued = true;
+	ig_list_append(&req->m->queue, &req->qlink);
+	req->m->qlen++;
 	gw->qlen++;
 }
 
 static void dequeue(struct ig_req *req)
 {
 	ig_list_del(&req->qlink);
+	req->m->qlen--;
 	req->gw->qlen--;
+	req->queue_wait_ms += ig_now_ms() - req->queued_ms;
 }
+
+/* Gives back the backend slot of the current attempt. */
+static void release_slot(struct ig_req *req)
+{
+	ig_router_release(req->backend);
+	req->m->inflight--;
+}
+
+enum route_result { ROUTE_STARTED, ROUTE_QUEUED, ROUTE_FAILED };
 
 /* ---- upstream transfer ---- */
 
@@ -433,6 +472,7 @@ static void start_transfer(struct ig_req *req, struct ig_backend *b)
 
 	req->backend = b;
 	req->tried[req->ntried++] = b;
+	req->m->inflight++;
 	req->phase = IG_REQ_UPSTREAM;
 	req->up_status = 0;
 	req->headers_done = false;
@@ -470,14 +510,13 @@ static void start_transfer(struct ig_req *req, struct ig_backend *b)
 	req->last_io_ms = ig_now_ms();
 	CURLMcode mc = ig_upstream_start(gw, &req->xfer);
 	if (mc != CURLM_OK) {
-		ig_router_release(b);
+		release_slot(req);
 		set_error(req, 500, "internal_error", "cannot start the upstream transfer: %s",
 			  curl_multi_strerror(mc));
 		return;
 	}
 }
 
-enum route_result { ROUTE_STARTED, ROUTE_QUEUED, ROUTE_FAILED };
 
 static const char *uperr_name(enum ig_upstream_error e)
 {
@@ -485,37 +524,95 @@ static const char *uperr_name(enum ig_upstream_error e)
 	return n[e];
 }
 
-/* Finds a backend for req and starts it, queues it, or sets an error. */
+/* The answer for a model no known backend serves: 404 when every
+ * backend's list is known, else 503 (the others' may name it once up). */
+static void not_served(struct ig_req *req)
+{
+	struct ig_gw *gw = req->gw;
+	const struct ig_sched *s = &gw->sched;
+	char served[300] = "", shown[300];
+	size_t k = 0;
+
+	if (s->unknown_down > 0) {
+		set_error(req, 503, "no_healthy_backend",
+			  "no healthy backend serves the model '%s': %zu backend(s) are down and their models are not "
+			  "known yet",
+			  req->model, s->unknown_down);
+		return;
+	}
+	for (size_t i = 0; i < s->n; i++) {
+		const struct ig_model *m = s->v[i];
+		if (m->nbackends == 0)
+			continue;
+		size_t at = strlen(served);
+		snprintf(served + at, sizeof(served) - at, "%s%s", k++ ? ", " : "", m->name);
+	}
+	for (size_t i = 0; i < gw->cfg->n_aliases; i++) {
+		size_t at = strlen(served);
+		snprintf(served + at, sizeof(served) - at, "%s%s (alias)", k++ ? ", " : "", gw->cfg->aliases[i].alias);
+	}
+	if (req->alias)
+		snprintf(shown, sizeof(shown), "%s' (an alias of '%s')", req->alias, req->model);
+	else
+		snprintf(shown, sizeof(shown), "%s'", req->model);
+	free(req->err_body);
+	char msg[768];
+	snprintf(msg, sizeof(msg), "The model '%s does not exist or is not served here; served: %s", shown,
+		 k ? served : "none yet");
+	req->err_status = 404;
+	req->err_body = ig_oaerror_json(msg, "invalid_request_error", "model", "model_not_found");
+	req->phase = IG_REQ_FINISHED;
+}
+
+/* Queues req in its model's queue, or sets 429 when that is full. */
+static enum route_result wait_or_refuse(struct ig_req *req)
+{
+	struct ig_gw *gw = req->gw;
+	if ((long)req->m->qlen >= gw->cfg->queue_size) {
+		gw->stats.queue_rejected++;
+		req->m->rejected++;
+		set_error(req, 429, "queue_full",
+			  "every backend of the model '%s' is at its in-flight limit and its queue is full (%ld "
+			  "waiting); retry later",
+			  req->model, gw->cfg->queue_size);
+		return ROUTE_FAILED;
+	}
+	enqueue(req);
+	return ROUTE_QUEUED;
+}
+
+/* Finds a backend among those that serve req's model and starts it, queues
+ * it, or sets an error. */
 static enum route_result route(struct ig_req *req)
 {
 	struct ig_gw *gw = req->gw;
+	struct ig_model *m = req->m;
 	struct ig_backend *b = NULL;
 
-	switch (ig_router_pick(&gw->pool, gw->cfg->policy, req->tried, req->ntried, &b)) {
+	switch (ig_router_pick(m->backends, m->nbackends, &m->rotor, gw->cfg->policy, req->tried, req->ntried, &b)) {
 	case IG_PICK_OK:
 		start_transfer(req, b);
 		return req->xfer.running ? ROUTE_STARTED : ROUTE_FAILED;
 	case IG_PICK_BUSY:
-		if ((long)gw->qlen >= gw->cfg->queue_size) {
-			gw->stats.queue_rejected++;
-			set_error(req, 429, "queue_full",
-				  "every backend is at its in-flight limit and the queue is full (%ld waiting); retry later",
-				  gw->cfg->queue_size);
-			return ROUTE_FAILED;
-		}
-		enqueue(req);
-		return ROUTE_QUEUED;
+		return wait_or_refuse(req);
 	case IG_PICK_NONE:
 		break;
 	}
-	if (req->ntried == 0)
-		set_error(req, 503, "no_healthy_backend", "no healthy backend (%zu configured, 0 up)", gw->pool.n);
-	else if (req->last_err == IG_UPERR_TIMEOUT)
+	if (req->ntried == 0 && m->nbackends == 0) {
+		/* Some backend's list is not learned yet: it may serve it. */
+		if (gw->sched.unknown_up > 0)
+			return wait_or_refuse(req);
+		not_served(req);
+	} else if (req->ntried == 0) {
+		set_error(req, 503, "no_healthy_backend", "no healthy backend serves the model '%s' (%zu of them, 0 up)",
+			  req->model, m->nbackends);
+	} else if (req->last_err == IG_UPERR_TIMEOUT) {
 		set_error(req, 504, "backend_timeout", "backend %s sent nothing for %lds",
 			  req->backend->url, gw->cfg->idle_s);
-	else
+	} else {
 		set_error(req, 502, "backend_error", "backend failed after %d attempt(s), last %s: %s error",
 			  req->ntried, req->backend->url, uperr_name(req->last_err));
+	}
 	return ROUTE_FAILED;
 }
 
@@ -572,7 +669,85 @@ static void pick_request_id(struct ig_req *req)
 	ig_random_hex(req->request_id, 32);
 }
 
-/* Reads only what routing needs; the body itself is forwarded untouched. */
+/* "a string", "an integer", ...: what OpenAI's messages call a JSON value. */
+static const char *json_kind(const json_t *v)
+{
+	switch (json_typeof(v)) {
+	case JSON_OBJECT:
+		return "an object";
+	case JSON_ARRAY:
+		return "an array";
+	case JSON_STRING:
+		return "a string";
+	case JSON_INTEGER:
+		return "an integer";
+	case JSON_REAL:
+		return "a decimal";
+	case JSON_TRUE:
+	case JSON_FALSE:
+		return "a boolean";
+	case JSON_NULL:
+		break;
+	}
+	return "null";
+}
+
+/* The fields the gateway itself reads, checked as OpenAI does (everything
+ * else is the backend's business). Returns 0, or -1 with a 400 set. */
+static int check_fields(struct ig_req *req, json_t *root)
+{
+	json_t *v = json_object_get(root, "model");
+	if (!v) {
+		set_param_error(req, "model", "missing_required_parameter", "you must provide a model parameter");
+		return -1;
+	}
+	if (!json_is_string(v)) {
+		set_param_error(req, "model", "invalid_type", "Invalid type for 'model': expected a string, but got %s instead.",
+				json_kind(v));
+		return -1;
+	}
+	if (json_string_length(v) == 0 || strlen(json_string_value(v)) != json_string_length(v)) {
+		set_param_error(req, "model", "empty_string",
+				"Invalid 'model': empty string. Expected a non-empty model name.");
+		return -1;
+	}
+	v = json_object_get(root, "stream");
+	if (v && !json_is_boolean(v) && !json_is_null(v)) {
+		set_param_error(req, "stream", "invalid_type", "Invalid type for 'stream': expected a boolean, but got %s instead.",
+				json_kind(v));
+		return -1;
+	}
+	static const char *const counts[] = {"max_tokens", "max_completion_tokens"};
+	for (size_t i = 0; i < 2; i++) {
+		v = json_object_get(root, counts[i]);
+		if (!v || json_is_null(v))
+			continue;
+		if (!json_is_integer(v)) {
+			set_param_error(req, counts[i], "invalid_type",
+					"Invalid type for '%s': expected an integer, but got %s instead.", counts[i],
+					json_kind(v));
+			return -1;
+		}
+		if (json_integer_value(v) < 1) {
+			set_param_error(req, counts[i], "integer_below_min_value",
+					"Invalid '%s': integer below minimum value. Expected a value >= 1, but got %lld "
+					"instead.",
+					counts[i], (long long)json_integer_value(v));
+			return -1;
+		}
+	}
+	v = json_object_get(root, "stream_options");
+	if (v && !json_is_object(v) && !json_is_null(v)) {
+		set_param_error(req, "stream_options", "invalid_type",
+				"Invalid type for 'stream_options': expected an object, but got %s instead.", json_kind(v));
+		return -1;
+	}
+	return 0;
+}
+
+/* Reads and checks what routing needs. The body is forwarded byte for
+ * byte, unless its model is an alias: then it is re-serialised naming the
+ * served model. Returns 0 or -1 (error set). */
 static int inspect_body(struct ig_req *req)
 {
 	json_error_t jerr;
@@ -589,19 +764,32 @@ static int inspect_body(struct ig_req *req)
 		json_decref(root);
 		return -1;
 	}
-	json_t *s = json_object_get(root, "stream");
-	if (s && !json_is_boolean(s) && !json_is_null(s)) {
-		set_error(req, 400, "invalid_type", "'stream' must be a boolean");
+	if (check_fields(req, root) < 0) {
 		json_decref(root);
 		return -1;
 	}
-	req->stream = json_is_true(s);
-	json_t *m = json_object_get(root, "model");
-	if (json_is_string(m))
-		req->model = strdup(json_string_value(m));
+	req->stream = json_is_true(json_object_get(root, "stream"));
+	const char *model = json_string_value(json_object_get(root, "model"));
+	const char *served = ig_conf_alias_target(req->gw->cfg, model);
+	req->model = strdup(served ? served : model);
 	json_t *mt = json_object_get(root, "max_tokens");
+	if (!json_is_integer(mt))
+		mt = json_object_get(root, "max_completion_tokens");
 	if (json_is_integer(mt))
 		req->max_tokens = (long)json_integer_value(mt);
+	if (served) {
+		req->alias = strdup(model);
+		json_object_set_new(root, "model", json_string(served));
+		char *text = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
+		ig_buf_reset(&req->body);
+		if (!text || ig_buf_append(&req->body, text, strlen(text)) < 0) {
+			free(text);
+			json_decref(root);
+			set_error(req, 500, "internal_error", "out of memory");
+			return -1;
+		}
+		free(text);
+	}
 	json_decref(root);
 	return 0;
 }
@@ -622,6 +810,12 @@ static enum MHD_Result start(struct ig_req *req)
 	gw->stats.bytes_in += req->body.len;
 	if (inspect_body(req) < 0)
 		return respond(req);
+	if (!(req->m = ig_sched_get(&gw->sched, &gw->pool, req->model))) {
+		set_error(req, 500, "internal_error", "out of memory");
+		return respond(req);
+	}
+	ig_sched_hold(req->m);
+	req->m->requests++;
 	struct collect c = {req, MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Connection")};
 	MHD_get_connection_values(req->conn, MHD_HEADER_KIND, collect_header, &c);
 	char *line = ig_strdupf("X-Request-Id: %s", req->request_id);
@@ -646,6 +840,11 @@ static void add_common_headers(struct ig_req *req, struct MHD_Response *r)
 	MHD_add_response_header(r, "X-Request-Id", req->request_id);
 	if (req->backend && !req->err_status)
 		MHD_add_response_header(r, "X-Infergate-Backend", req->backend->url);
+	if (req->was_queued) {
+		char ms[24];
+		snprintf(ms, sizeof(ms), "%llu", (unsigned long long)req->queue_wait_ms);
+		MHD_add_response_header(r, "X-Infergate-Queued-Ms", ms);
+	}
 }
 
 /* Relays the backend's response headers, but `skip` (NULL: none). */
@@ -812,7 +1011,7 @@ static void end_attempt(struct ig_req *req, enum ig_upstream_error e, const char
 	struct ig_backend *b = req->backend;
 
 	ig_upstream_stop(gw, &req->xfer); /* when it ends early: idle timeout */
-	ig_router_release(b);
+	release_slot(req);
 	if (e != IG_UPERR_NONE) {
 		req->last_err = e;
 		gw->stats.upstream_errors[e]++;
@@ -884,7 +1083,7 @@ void ig_proxy_req_client_gone(struct ig_req *req)
 	unwatch_client(req);
 	if (req->xfer.running) {
 		ig_upstream_stop(gw, &req->xfer);
-		ig_router_release(req->backend);
+		release_slot(req);
 		atomic_fetch_add(&req->backend->aborted, 1);
 		gw->stats.client_aborts++;
 		ig_log_debug("request %s: client left, upstream transfer to %s aborted", req->request_id,
@@ -899,21 +1098,39 @@ void ig_proxy_req_client_gone(struct ig_req *req)
 	ig_proxy_drain_queue(gw);
 }
 
+/* Starts waiting requests while their models' backends have slots, one
+ * model after another (one request each per round), so that a model whose
+ * backends are busy never holds up another's. */
 void ig_proxy_drain_queue(struct ig_gw *gw)
 {
-	struct ig_req *req;
-	while ((req = IG_LIST_FIRST(&gw->queue, struct ig_req, qlink))) {
-		struct ig_backend *b = NULL;
-		enum ig_pick p = ig_router_pick(&gw->pool, gw->cfg->policy, req->tried, req->ntried, &b);
-		if (p == IG_PICK_BUSY)
-			return;
-		dequeue(req);
-		if (p == IG_PICK_OK)
-			start_transfer(req, b);
-		else
-			set_error(req, 503, "no_healthy_backend", "no healthy backend while the request waited");
-		if (!req->xfer.running)
-			resume(req);
+	struct ig_sched *s = &gw->sched;
+	bool progress = gw->qlen > 0;
+
+	while (progress) {
+		progress = false;
+		for (size_t k = 0; k < s->n; k++) {
+			struct ig_model *m = s->v[(s->next + k) % s->n];
+			struct ig_req *req = IG_LIST_FIRST(&m->queue, struct ig_req, qlink);
+			struct ig_backend *b = NULL;
+			if (!req)
+				continue;
+			enum ig_pick p = ig_router_pick(m->backends, m->nbackends, &m->rotor, gw->cfg->policy, req->tried,
+							req->ntried, &b);
+			if (p == IG_PICK_BUSY || (p == IG_PICK_NONE && m->nbackends == 0 && s->unknown_up > 0))
+				continue;
+			dequeue(req);
+			progress = true;
+			if (p == IG_PICK_OK)
+				start_transfer(req, b);
+			else if (m->nbackends == 0)
+				not_served(req);
+			else
+				set_error(req, 503, "no_healthy_backend",
+					  "no healthy backend serves the model '%s' any more while the request waited", req->model);
+			if (!req->xfer.running)
+				resume(req);
+		}
+		s->next++;
 	}
 }
 
@@ -951,14 +1168,18 @@ void ig_proxy_tick(struct ig_gw *gw, uint64_t now_ms)
 		scan_idle(gw, now_ms);
 	}
 	ig_proxy_drain_queue(gw);
-	/* One timeout for all, so the FIFO's head always expires first. */
-	struct ig_req *req;
-	while ((req = IG_LIST_FIRST(&gw->queue, struct ig_req, qlink)) && req->q_deadline_ms <= now_ms) {
-		dequeue(req);
-		gw->stats.queue_timeouts++;
-		set_error(req, 503, "queue_timeout", "waited %ld ms for a free backend; retry later",
-			  gw->cfg->queue_timeout_ms);
-		resume(req);
+	/* One timeout for all, so each queue's head always expires first. */
+	for (size_t i = 0; i < gw->sched.n && gw->qlen; i++) {
+		struct ig_model *m = gw->sched.v[i];
+		struct ig_req *req;
+		while ((req = IG_LIST_FIRST(&m->queue, struct ig_req, qlink)) && req->q_deadline_ms <= now_ms) {
+			dequeue(req);
+			gw->stats.queue_timeouts++;
+			m->timeouts++;
+			set_error(req, 503, "queue_timeout", "waited %ld ms for a free backend; retry later",
+				  gw->cfg->queue_timeout_ms);
+			resume(req);
+		}
 	}
 }
 
@@ -975,7 +1196,7 @@ static void req_log(struct ig_req *req, bool completed)
 	uint64_t first = req->t_first_byte_us ? req->t_first_byte_us : req->t_answer_us;
 	/* A stream that carried an error event is logged as the error's status
 	 * (status_sent says what went on the wire) with its message. */
-	json_t *e = json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:o, s:o, s:o, s:b, s:I, s:I, s:o, s:f, s:I, s:o, s:o, s:b}",
+	json_t *e = json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:o, s:o, s:o, s:o, s:b, s:I, s:I, s:o, s:f, s:I, s:o, s:o, s:b}",
 			      "time", ts, "request_id", req->request_id, "client", req->client,
 			      "method", "POST", "path", ig_route_path(req->route_idx),
 			      "status", (json_int_t)ig_proxy_req_status(req),
@@ -983,6 +1204,7 @@ static void req_log(struct ig_req *req, bool completed)
 			      "error", req->stream_error_msg ? json_string(req->stream_error_msg) : json_null(),
 			      "backend", req->backend ? json_string(req->backend->url) : json_null(),
 			      "model", req->model ? json_string(req->model) : json_null(),
+			      "alias", req->alias ? json_string(req->alias) : json_null(),
 			      "stream", req->stream,
 			      "bytes_in", (json_int_t)req->body.len,
 			      "bytes_out", (json_int_t)req->bytes_out,

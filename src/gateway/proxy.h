@@ -27,7 +27,7 @@ struct ig_req {
 	struct ig_gw *gw;
 	struct MHD_Connection *conn;
 	struct ig_list link;         /* gw->reqs: every live request */
-	struct ig_list qlink;        /* gw->queue, when QUEUED */
+	struct ig_list qlink;        /* m->queue, when QUEUED */
 	enum ig_req_phase phase;
 	int route_idx;               /* upstream path: ig_route_path(route_idx) */
 	struct ig_buf body;
@@ -44,7 +44,12 @@ struct ig_req {
 	bool watching;               /* client fd in our epoll for hang-up */
 	char request_id[80];
 	char client[48];
-	char *model;
+	char *model;                 /* the served name (an alias resolved) */
+	char *alias;                 /* the client's name when it was an alias */
+	struct ig_model *m;          /* its model's pool and queue (held) */
+	uint64_t queued_ms;          /* when it last entered the queue, 0 never */
+	uint64_t queue_wait_ms;      /* time spent waiting, in total */
+	bool was_queued;
 	long max_tokens;
 	struct curl_slist *up_headers;  /* headers sent upstream */
 	struct ig_backend *backend;     /* current attempt */

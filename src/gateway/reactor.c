@@ -114,7 +114,6 @@ int ig_reactor_init(struct ig_gw *gw, struct ig_conf *cfg)
 	gw->ev_mhd = (struct ig_event){-1, on_mhd, gw};
 	gw->alog.fd = -1;
 	ig_list_init(&gw->reqs);
-	ig_list_init(&gw->queue);
 	char *err = NULL;
 	if (ig_reload_files(gw, cfg, &err) < 0) {
 		ig_log_error("%s", err);
@@ -127,6 +126,9 @@ int ig_reactor_init(struct ig_gw *gw, struct ig_conf *cfg)
 	signal(SIGPIPE, SIG_IGN);
 
 	if (ig_backend_pool_init(&gw->pool, cfg) < 0)
+		return -1;
+	ig_sched_init(&gw->sched);
+	if (ig_sched_rebuild(&gw->sched, &gw->pool) < 0)
 		return -1;
 	gw->listen_fd = bind_listen(cfg->listen_host, cfg->listen_port);
 	if (gw->listen_fd < 0)
@@ -221,7 +223,13 @@ static void deferred(struct ig_gw *gw)
 		ig_health_tick(gw, now);
 		ig_proxy_tick(gw, now); /* drains the queue too */
 		ig_health_reap(gw);
-		gw->drain_pending = false;
+		gw->drain_pending = gw->models_dirty;
+	}
+	if (gw->models_dirty) {
+		gw->models_dirty = false;
+		if (ig_sched_rebuild(&gw->sched, &gw->pool) < 0)
+			gw->models_dirty = true; /* out of memory: next turn */
+		gw->drain_pending = true;
 	}
 	if (gw->drain_pending) {
 		gw->drain_pending = false;
@@ -284,6 +292,7 @@ void ig_reactor_free(struct ig_gw *gw)
 	ig_discover_stop(gw);
 	ig_health_free(gw);
 	ig_upstream_free(gw);
+	ig_sched_free(&gw->sched);
 	ig_backend_pool_free(&gw->pool);
 	ig_metrics_free(gw);
 	ig_keyset_free(&gw->api_keys);

@@ -41,10 +41,9 @@ static int reserve(struct ig_backend *b)
 	return 1;
 }
 
-enum ig_pick ig_router_pick(struct ig_pool *pool, enum ig_policy policy,
+enum ig_pick ig_router_pick(struct ig_backend *const *v, size_t n, atomic_uint *rotor, enum ig_policy policy,
 			    struct ig_backend *const *tried, int ntried, struct ig_backend **out)
 {
-	size_t n = pool->n;
 	struct ig_backend *elig[256];
 	struct ig_backend **cand = elig;
 	size_t k = 0, healthy = 0;
@@ -53,7 +52,7 @@ enum ig_pick ig_router_pick(struct ig_pool *pool, enum ig_policy policy,
 	if (n > 256 && !(cand = malloc(n * sizeof(*cand))))
 		return IG_PICK_NONE;
 	for (size_t i = 0; i < n; i++) {
-		struct ig_backend *b = pool->v[i];
+		struct ig_backend *b = v[i];
 		if (!ig_backend_routable(b) || tried_already(b, tried, ntried))
 			continue;
 		healthy++;
@@ -65,7 +64,7 @@ enum ig_pick ig_router_pick(struct ig_pool *pool, enum ig_policy policy,
 	/* Rotate among the eligible ones (not among all: a down backend would
 	 * hand its turn to its neighbour and skew the split). */
 	if (k > 1) {
-		size_t start = atomic_fetch_add(&pool->rotor, 1) % k;
+		size_t start = atomic_fetch_add(rotor, 1) % k;
 		struct ig_backend *tmp[256], **t = k <= 256 ? tmp : malloc(k * sizeof(*t));
 		if (t) {
 			for (size_t i = 0; i < k; i++)

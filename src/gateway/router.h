@@ -14,9 +14,10 @@ enum ig_pick {
 	IG_PICK_NONE,     /* no healthy backend that this request has not tried */
 };
 
-/* Picks a backend, skipping the `ntried` backends in `tried`, and reserves
- * an in-flight slot on it. */
-enum ig_pick ig_router_pick(struct ig_pool *pool, enum ig_policy policy,
+/* Picks one of the n backends in v (a model's pool, sched.h), skipping the
+ * `ntried` backends in `tried`, and reserves an in-flight slot on it.
+ * `rotor` is the pool's rotating start for ties. */
+enum ig_pick ig_router_pick(struct ig_backend *const *v, size_t n, atomic_uint *rotor, enum ig_policy policy,
 			    struct ig_backend *const *tried, int ntried, struct ig_backend **out);
 /* Releases the slot taken by ig_router_pick. */
 void ig_router_release(struct ig_backend *b);

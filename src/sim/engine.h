@@ -77,6 +77,7 @@ struct sim_req {
 };
 
 struct sim_stats {
+	uint64_t received;          /* completion requests received (any outcome) */
 	uint64_t served;            /* generations finished */
 	uint64_t aborted;           /* clients that left before the end */
 	uint64_t failed;            /* injected 500s (error mode, --fail-rate) */

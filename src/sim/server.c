@@ -365,7 +365,8 @@ static char *state_json(struct sim *s)
 		json_array_append_new(ranks, json_pack("{s:I, s:I}",
 						       "num_running_reqs", (json_int_t)s->eng.ranks[i].running,
 						       "num_waiting_reqs", (json_int_t)s->eng.ranks[i].waiting));
-	return dump(json_pack("{s:I, s:I, s:I, s:I, s:s, s:s, s:o}",
+	return dump(json_pack("{s:I, s:I, s:I, s:I, s:I, s:s, s:s, s:o}",
+			      "requests_received", (json_int_t)s->eng.st.received,
 			      "num_running_reqs", (json_int_t)s->eng.running,
 			      "num_waiting_reqs", (json_int_t)s->eng.waiting,
 			      "num_hung_reqs", (json_int_t)s->eng.hung,
@@ -1090,6 +1091,8 @@ enum MHD_Result sim_server_handler(void *cls, struct MHD_Connection *conn, const
 		if (routes[i].post && strcmp(method, "POST") == 0) {
 			enum sim_kind kind = routes[i].route == R_CHAT ? SIM_CHAT
 					   : routes[i].route == R_COMPLETIONS ? SIM_COMPLETION : SIM_FAULT_SET;
+			if (kind != SIM_FAULT_SET)
+				s->eng.st.received++;
 			c = call_new(s, conn, kind);
 			if (!c)
 				return MHD_NO;

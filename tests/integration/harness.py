@@ -241,6 +241,11 @@ def parallel(fn, items, workers=64):
         return list(ex.map(fn, items))
 
 
+def sim_requests(sim):
+    """Completion requests a simulator has received so far (any outcome)."""
+    return http_json("GET", sim.url + "/sim/state")[2]["requests_received"]
+
+
 def chat_body(prompt, **extra):
     """A chat completion request body for one user prompt."""
     body = {"model": extra.pop("model", "sim-model"),

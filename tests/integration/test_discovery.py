@@ -76,7 +76,7 @@ def hosts_file_changes_add_and_drain_backends():
     wait_until(lambda: table(gw)[c]["state"] == "up", timeout=5)
     assert all(ok for ok, _ in results), results           # nothing dropped
     assert sum(results.values()) == 120
-    st, hdrs, _ = http("POST", gw.url + "/v1/completions", {"prompt": "x", "max_tokens": 1})
+    st, hdrs, _ = http("POST", gw.url + "/v1/completions", {"model": "sim-model", "prompt": "x", "max_tokens": 1})
     assert st == 200 and hdrs["x-infergate-backend"] in (b, c)
     log = gw.read_log()
     assert f"discover: backend {c} added" in log and f"{a} no longer in" in log, log[-3000:]

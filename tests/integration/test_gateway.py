@@ -166,7 +166,7 @@ def policies_all_route():
         wait_healthy(gw, 3)
         seen = collections.Counter()
         for i in range(30):
-            st, hdrs, _ = http("POST", gw.url + "/v1/completions", {"prompt": f"x{i}", "max_tokens": 2})
+            st, hdrs, _ = http("POST", gw.url + "/v1/completions", {"model": "sim-model", "prompt": f"x{i}", "max_tokens": 2})
             assert st == 200, (policy, st)
             seen[hdrs["x-infergate-backend"]] += 1
         assert len(seen) == 3, (policy, seen)
@@ -241,7 +241,7 @@ def gateway_starts_with_backends_down():
     assert st == 503 and obj["healthy_backends"] == 0, obj
     start_sim(*FAST, port=port)
     wait_healthy(gw, 1)
-    st, _, _ = http("POST", gw.url + "/v1/completions", {"prompt": "a"})
+    st, _, _ = http("POST", gw.url + "/v1/completions", {"model": "sim-model", "prompt": "a"})
     assert st == 200
 
 
@@ -291,13 +291,13 @@ def queue_waits_then_429():
     wait_healthy(gw, 1)
     # 3 requests: one runs, two wait, all succeed one after another.
     t0 = time.monotonic()
-    res = parallel(lambda i: http("POST", gw.url + "/v1/completions", {"prompt": "q"})[0],
+    res = parallel(lambda i: http("POST", gw.url + "/v1/completions", {"model": "sim-model", "prompt": "q"})[0],
                    range(3), workers=3)
     took = time.monotonic() - t0
     assert res == [200, 200, 200], res
     assert took >= 0.5, took  # 3 x 0.2 s, one at a time
     # 4 at once with room for 1 + 2: exactly one is refused with 429.
-    res = parallel(lambda i: http_json("POST", gw.url + "/v1/completions", {"prompt": "q"}),
+    res = parallel(lambda i: http_json("POST", gw.url + "/v1/completions", {"model": "sim-model", "prompt": "q"}),
                    range(4), workers=4)
     codes = sorted(r[0] for r in res)
     assert codes == [200, 200, 200, 429], codes
@@ -311,7 +311,7 @@ def queue_timeout_is_503():
     sim = start_sim("--tokens-per-second", "10", "--ttft-ms", "0", "--output-tokens", "10")
     gw = start_gateway([sim], "--max-inflight", "1", "--queue-timeout-ms", "200")
     wait_healthy(gw, 1)
-    res = parallel(lambda i: http_json("POST", gw.url + "/v1/completions", {"prompt": "q"}),
+    res = parallel(lambda i: http_json("POST", gw.url + "/v1/completions", {"model": "sim-model", "prompt": "q"}),
                    range(2), workers=2)
     codes = sorted(r[0] for r in res)
     assert codes == [200, 503], codes

@@ -131,10 +131,10 @@ def bad_bodies_get_400_with_openai_errors():
         (b"null", "invalid_json"),
         (b"42", "invalid_json"),
         (b"[{\"model\": \"m\"}]", "invalid_body"),
-        (b"{\"stream\": \"true\"}", "invalid_type"),
-        (b"{\"stream\": 1}", "invalid_type"),
-        (b"{\"stream\": []}", "invalid_type"),
-        (b"{\"stream\": {}}", "invalid_type"),
+        (b"{\"model\": \"m\", \"stream\": \"true\"}", "invalid_type"),
+        (b"{\"model\": \"m\", \"stream\": 1}", "invalid_type"),
+        (b"{\"model\": \"m\", \"stream\": []}", "invalid_type"),
+        (b"{\"model\": \"m\", \"stream\": {}}", "invalid_type"),
         (b"{\"model\": \"\xff\xfe\", \"messages\": []}", "invalid_json"),   # invalid UTF-8
         (b"{\"model\": \"\xc3\x28\"}", "invalid_json"),
         (b"{\"model\": \"a\\ud800\"}", "invalid_json"),                  # lone surrogate
@@ -283,9 +283,9 @@ def unframeable_requests_are_answered_or_closed_at_once():
 # ----------------------------------------------------- smuggling, injection
 
 def smuggle_cases():
-    inner = b'{"prompt":"SMUGGLED"}'
+    inner = b'{"model":"sim-model","prompt":"SMUGGLED"}'
     smuggled = b"POST /v1/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: %d\r\n\r\n%s" % (len(inner), inner)
-    body = b'{"prompt":"a"}'
+    body = b'{"model":"sim-model","prompt":"a"}'
     whole = body + smuggled
     chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
     return {
@@ -335,7 +335,7 @@ def upstream_header_lines(req):
 def hop_by_hop_headers_are_not_forwarded():
     fb = FakeBackend()
     gw, _ = gateway(backends=[fb])
-    req = post(b"/v1/completions", b'{"prompt":"a"}',
+    req = post(b"/v1/completions", b'{"model":"sim-model","prompt":"a"}',
                b"Host: evil.example\r\nConnection: keep-alive\r\nKeep-Alive: timeout=5\r\nTE: trailers\r\n"
                b"Upgrade: h2c\r\nProxy-Authorization: Basic eDp5\r\nProxy-Connection: keep-alive\r\n"
                b"Trailer: X-T\r\nExpect: 100-continue\r\nAccept-Encoding: gzip\r\n"
@@ -352,9 +352,9 @@ def hop_by_hop_headers_are_not_forwarded():
     assert hdrs["host"] == f"127.0.0.1:{fb.port}", hdrs          # the backend's, not the client's
     assert hdrs["authorization"] == "Bearer sk-client"           # end-to-end: kept
     assert hdrs["x-custom"] == "kept" and hdrs["x-request-id"] == "client-id-1", hdrs
-    assert names.count("content-length") == 1 and hdrs["content-length"] == "14", up["raw"]
+    assert names.count("content-length") == 1 and hdrs["content-length"] == "34", up["raw"]
     # A client's X-Request-Id that is not a sane token is replaced, not relayed.
-    data, _ = exchange(gw.port, post(b"/v1/completions", b'{"prompt":"a"}', b"X-Request-Id: a\xffb<script>\r\n"))
+    data, _ = exchange(gw.port, post(b"/v1/completions", b'{"model":"sim-model","prompt":"a"}', b"X-Request-Id: a\xffb<script>\r\n"))
     rs = responses(data)
     assert rs[0][0] == 200 and re.fullmatch(r"[0-9a-f]{32}", rs[0][1]["x-request-id"]), rs[0][1]
     assert dict((k.lower(), v) for k, v in fb.posts()[-1]["headers"])["x-request-id"] == rs[0][1]["x-request-id"]
@@ -364,7 +364,7 @@ def hop_by_hop_headers_are_not_forwarded():
 def headers_named_in_connection_are_not_forwarded():
     fb = FakeBackend()
     gw, _ = gateway(backends=[fb])
-    data, _ = exchange(gw.port, post(b"/v1/completions", b'{"prompt":"a"}',
+    data, _ = exchange(gw.port, post(b"/v1/completions", b'{"model":"sim-model","prompt":"a"}',
                                      b"Connection: keep-alive, X-Hop-Secret\r\nX-Hop-Secret: s3cr3t\r\n"))
     assert responses(data)[0][0] == 200, data[:200]
     assert b"s3cr3t" not in fb.posts()[-1]["raw"], fb.posts()[-1]["raw"]
@@ -374,7 +374,7 @@ def headers_named_in_connection_are_not_forwarded():
 def no_header_injection_into_upstream_requests():
     fb = FakeBackend()
     gw, _ = gateway(backends=[fb])
-    body = b'{"prompt":"a"}'
+    body = b'{"model":"sim-model","prompt":"a"}'
     cases = {
         "bare CR in a value": b"X-A: a\rX-Injected: 1\r\n",
         "obs-fold continuation": b"X-A: a\r\n X-Injected: 1\r\n",
@@ -412,7 +412,7 @@ def backend_cannot_inject_headers_into_the_response():
         return True
     fb = FakeBackend(evil)
     gw, _ = gateway(backends=[fb])
-    data, _ = exchange(gw.port, post(b"/v1/completions", b'{"prompt":"a"}'))
+    data, _ = exchange(gw.port, post(b"/v1/completions", b'{"model":"sim-model","prompt":"a"}'))
     rs = responses(data)
     assert len(rs) == 1 and rs[0][0] == 200, data[:400]
     head = data.split(b"\r\n\r\n", 1)[0]

@@ -62,7 +62,7 @@ def metrics_follow_a_scripted_run_and_pass_promtool():
     gw = start_gateway(sims, "--health-interval-ms", "100")
     healthy(gw, 2)
     for i in range(10):
-        st, _, _ = http("POST", gw.url + "/v1/completions", {"prompt": f"m{i}", "max_tokens": 7})
+        st, _, _ = http("POST", gw.url + "/v1/completions", {"model": "sim-model", "prompt": f"m{i}", "max_tokens": 7})
         assert st == 200
     st, _, data = http("POST", gw.url + "/v1/chat/completions",
                        chat_body("s", stream=True, max_tokens=5, stream_options={"include_usage": True}))
@@ -183,7 +183,7 @@ def sighup_reload_valid_and_invalid_under_load():
 
     def load(_):
         while not stop.is_set():
-            st, hdrs, _ = http("POST", gw.url + "/v1/completions", {"prompt": "r", "max_tokens": 3})
+            st, hdrs, _ = http("POST", gw.url + "/v1/completions", {"model": "sim-model", "prompt": "r", "max_tokens": 3})
             results[(st, hdrs.get("x-infergate-backend"))] += 1
     threads = [threading.Thread(target=load, args=(i,)) for i in range(8)]
     for th in threads:
@@ -297,7 +297,7 @@ def access_log_lines_and_reopen_on_sigusr1():
     os.rename(alog, alog + ".1")
     gw.send_signal(signal.SIGUSR1)
     wait_until(lambda: os.path.exists(alog), timeout=5, what="log reopened")
-    http("POST", gw.url + "/v1/completions", {"prompt": "after"})
+    http("POST", gw.url + "/v1/completions", {"model": "sim-model", "prompt": "after"})
     wait_until(lambda: "/v1/completions" in open(alog).read(), timeout=5)
     assert "/v1/completions" not in open(alog + ".1").read()
 
@@ -325,7 +325,7 @@ def backend_load_counts_traffic_that_bypasses_the_gateway():
                        what="external load polled")
         got = collections.Counter()
         def one(i):
-            st, hdrs, _ = http("POST", gw.url + "/v1/completions", {"prompt": "p", "max_tokens": 1})
+            st, hdrs, _ = http("POST", gw.url + "/v1/completions", {"model": "sim-model", "prompt": "p", "max_tokens": 1})
             assert st == 200
             got[hdrs["x-infergate-backend"]] += 1
         parallel(one, range(20), workers=10)
@@ -355,7 +355,7 @@ def a_backend_that_queues_is_held_to_what_it_runs_and_the_rest_waits_here():
         def wave(tag):
             got = collections.Counter()
             def one(i):
-                st, hdrs, _ = http("POST", gw.url + "/v1/completions", {"prompt": f"{tag}{i}"})
+                st, hdrs, _ = http("POST", gw.url + "/v1/completions", {"model": "sim-model", "prompt": f"{tag}{i}"})
                 assert st == 200, st
                 got[hdrs["x-infergate-backend"]] += 1
             parallel(one, range(48), workers=48)
@@ -406,7 +406,7 @@ def gateways_sharing_a_backend_each_learn_their_share_of_its_slots():
         healthy(gw, 1)
     def wave(tag):
         def one(i):
-            st, _, _ = http("POST", gws[i % 2].url + "/v1/completions", {"prompt": f"{tag}{i}"})
+            st, _, _ = http("POST", gws[i % 2].url + "/v1/completions", {"model": "sim-model", "prompt": f"{tag}{i}"})
             assert st == 200, st
         parallel(one, range(48), workers=48)
     wave("a")

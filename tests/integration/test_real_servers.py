@@ -13,7 +13,7 @@ import tempfile
 import threading
 import time
 
-from harness import (FakeBackend, assert_openai_error, chat_body, fixture, http, http_json, metric, parallel,
+from harness import (FakeBackend, assert_openai_error, chat_body, fixture, http, http_json, metric, parallel, sim_requests,
                      run, sse_events, start_gateway, start_sim, test, wait_until)
 
 
@@ -69,7 +69,8 @@ def backend_errors_reach_clients_in_openai_shape_with_their_message():
         fb.stop()
     # vLLM's errors are OpenAI's shape already: relayed byte for byte.
     body = fixture("vllm-error-404.json")
-    fb = FakeBackend(serving({("POST", "/v1/chat/completions"): (404, body, "application/json")}))
+    fb = FakeBackend(serving({("POST", "/v1/chat/completions"): (404, body, "application/json")}),
+                     model="llama-70b")
     gw = start_gateway([fb], "--retries", "0")
     healthy(gw)
     st, _, data = http("POST", gw.url + "/v1/chat/completions", chat_body("hi", model="llama-70b"))
@@ -421,13 +422,26 @@ def context_length_errors_of_both_flavours_reach_the_client_as_openai_errors():
 
 @test
 def vllm_unknown_model_is_a_404_relayed_as_is():
+    # The gateway believes its configuration (URL#MODEL): vLLM's own 404
+    # for a model it does not serve reaches the client as vLLM wrote it.
     sim = start_sim("--flavor", "vllm", "--model", "llama")
-    gw = start_gateway([sim])
+    gw = start_gateway([sim.url + "#mistral"])
     healthy(gw)
     st, _, obj = http_json("POST", gw.url + "/v1/chat/completions", chat_body("hi", model="mistral"))
     assert_openai_error(st, obj, 404)
     assert obj["error"]["message"] == "The model `mistral` does not exist.", obj
     assert obj["error"]["param"] == "model" and obj["error"]["code"] == 404, obj
+    # Learned from its /v1/models instead, the gateway knows better: its
+    # own 404, and vLLM never sees the request.
+    gw2 = start_gateway([sim])
+    healthy(gw2)
+    before = sim_requests(sim)
+    st, _, obj = http_json("POST", gw2.url + "/v1/chat/completions", chat_body("hi", model="mistral"))
+    assert_openai_error(st, obj, 404, "invalid_request_error")
+    assert obj["error"]["code"] == "model_not_found" and obj["error"]["param"] == "model", obj
+    assert obj["error"]["message"] == ("The model 'mistral' does not exist or is not served here; "
+                                       "served: llama"), obj
+    assert sim_requests(sim) == before
 
 
 run()

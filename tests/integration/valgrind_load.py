@@ -74,20 +74,20 @@ def gateway_under_valgrind_load_disconnects_sigterm():
         r = request(gp, post(b"/v1/chat/completions", dict(msg, messages=[{"role": "user", "content": f"q{i}"}])))
         ok += r.startswith(b"HTTP/1.1 200")
     for i in range(100):
-        r = request(gp, post(b"/v1/completions", {"prompt": f"s{i}", "max_tokens": 6, "stream": True}))
+        r = request(gp, post(b"/v1/completions", {"model": "sim-model", "prompt": f"s{i}", "max_tokens": 6, "stream": True}))
         ok += r.startswith(b"HTTP/1.1 200") and b"[DONE]" in r
     for raw in BAD * 10:
         request(gp, raw)
     # Clients that leave mid-stream and mid-request.
     for i in range(20):
         s = socket.create_connection(("127.0.0.1", gp))
-        s.sendall(post(b"/v1/completions", {"prompt": f"leave{i}", "max_tokens": 500, "stream": i % 2 == 0},
+        s.sendall(post(b"/v1/completions", {"model": "sim-model", "prompt": f"leave{i}", "max_tokens": 500, "stream": i % 2 == 0},
                        close=False))
         time.sleep(0.05)
         s.close()
     # One stream still running at SIGTERM: it is let finish.
     s = socket.create_connection(("127.0.0.1", gp))
-    s.sendall(post(b"/v1/completions", {"prompt": "last", "max_tokens": 100, "stream": True}))
+    s.sendall(post(b"/v1/completions", {"model": "sim-model", "prompt": "last", "max_tokens": 100, "stream": True}))
     time.sleep(0.2)
     os.kill(vg.pid, signal.SIGTERM)
     rest = b""

@@ -164,54 +164,168 @@ START_TEST(torn_event_is_replaced_by_an_error_event)
 }
 END_TEST
 
-/* Requests wait in FIFO order while every backend is at its limit, a full
- * queue answers 429, and a freed slot starts the oldest first. */
+/* A gateway with two backends: one serving model-a (its one slot taken),
+ * one serving model-b (free). */
+struct two {
+	struct ig_conf cfg;
+	struct ig_gw gw;
+	struct ig_backend *a, *b;
+};
+
+static void two_init(struct two *t)
+{
+	static char *ma[] = {"model-a"}, *mb[] = {"model-b"};
+	memset(t, 0, sizeof(*t));
+	t->cfg.queue_size = 2;
+	t->cfg.queue_timeout_ms = 60000;
+	t->cfg.policy = IG_POLICY_LEAST_LOADED;
+	t->gw.cfg = &t->cfg;
+	ig_list_init(&t->gw.reqs);
+	ig_sched_init(&t->gw.sched);
+	t->a = ig_backend_pool_add(&t->gw.pool, "http://127.0.0.1:9", 1, 1);
+	t->b = ig_backend_pool_add(&t->gw.pool, "http://127.0.0.1:10", 1, 1);
+	ck_assert_int_eq(ig_backend_set_models(t->a, ma, 1), 0);
+	ck_assert_int_eq(ig_backend_set_models(t->b, mb, 1), 0);
+	atomic_store(&t->a->state, IG_BACKEND_UP);
+	atomic_store(&t->b->state, IG_BACKEND_UP);
+	atomic_store(&t->a->inflight, 1); /* its one slot is taken */
+	ck_assert_int_eq(ig_sched_rebuild(&t->gw.sched, &t->gw.pool), 0);
+}
+
+static void two_free(struct two *t)
+{
+	ig_sched_free(&t->gw.sched);
+	ig_backend_pool_free(&t->gw.pool);
+}
+
+static void req_init(struct two *t, struct ig_req *r, const char *model)
+{
+	memset(r, 0, sizeof(*r));
+	r->gw = &t->gw;
+	ig_list_init(&r->qlink);
+	r->model = (char *)model;
+	r->m = ig_sched_get(&t->gw.sched, &t->gw.pool, model);
+	ck_assert_ptr_nonnull(r->m);
+	ig_sched_hold(r->m);
+}
+
+/* Requests wait in FIFO order while every backend of their model is at its
+ * limit, a full queue answers 429, and a freed slot starts the oldest
+ * first. */
 START_TEST(queue_is_fifo_and_bounded)
 {
-	struct ig_conf cfg = {0};
-	struct ig_gw gw = {0};
-	cfg.queue_size = 2;
-	cfg.queue_timeout_ms = 60000;
-	cfg.policy = IG_POLICY_LEAST_LOADED;
-	gw.cfg = &cfg;
-	ig_list_init(&gw.reqs);
-	ig_list_init(&gw.queue);
-	struct ig_backend *b = ig_backend_pool_add(&gw.pool, "http://127.0.0.1:9", 1, 1);
-	ck_assert_ptr_nonnull(b);
-	atomic_store(&b->state, IG_BACKEND_UP);
-	atomic_store(&b->inflight, 1); /* its one slot is taken */
+	struct two t;
+	two_init(&t);
+	struct ig_model *ma = ig_sched_find(&t.gw.sched, "model-a");
+	ck_assert_ptr_nonnull(ma);
+	ck_assert_uint_eq(ma->nbackends, 1);
 
 	struct ig_req r[3];
-	memset(r, 0, sizeof(r));
-	for (int i = 0; i < 3; i++) {
-		r[i].gw = &gw;
-		ig_list_init(&r[i].qlink);
-	}
+	for (int i = 0; i < 3; i++)
+		req_init(&t, &r[i], "model-a");
 	ck_assert_int_eq(route(&r[0]), ROUTE_QUEUED);
 	ck_assert_int_eq(route(&r[1]), ROUTE_QUEUED);
 	ck_assert_int_eq(route(&r[2]), ROUTE_FAILED);
 	ck_assert_uint_eq(r[2].err_status, 429);
-	ck_assert_uint_eq(gw.qlen, 2);
-	ck_assert_uint_eq(gw.stats.queue_rejected, 1);
-	ck_assert_ptr_eq(IG_LIST_FIRST(&gw.queue, struct ig_req, qlink), &r[0]);
+	ck_assert_uint_eq(t.gw.qlen, 2);
+	ck_assert_uint_eq(ma->qlen, 2);
+	ck_assert_uint_eq(t.gw.stats.queue_rejected, 1);
+	ck_assert_ptr_eq(IG_LIST_FIRST(&ma->queue, struct ig_req, qlink), &r[0]);
 
 	/* The first to leave its place is not the head: order holds. */
 	dequeue(&r[0]);
-	ck_assert_ptr_eq(IG_LIST_FIRST(&gw.queue, struct ig_req, qlink), &r[1]);
-	ck_assert_uint_eq(gw.qlen, 1);
+	ck_assert_ptr_eq(IG_LIST_FIRST(&ma->queue, struct ig_req, qlink), &r[1]);
+	ck_assert_uint_eq(t.gw.qlen, 1);
 	/* The backend goes away while it waits: 503, not a hang. */
-	atomic_store(&b->state, IG_BACKEND_DOWN);
-	ig_proxy_drain_queue(&gw);
-	ck_assert_uint_eq(gw.qlen, 0);
+	atomic_store(&t.a->state, IG_BACKEND_DOWN);
+	ig_proxy_drain_queue(&t.gw);
+	ck_assert_uint_eq(t.gw.qlen, 0);
 	ck_assert_uint_eq(r[1].err_status, 503);
-	ck_assert(ig_list_empty(&gw.queue));
+	ck_assert(ig_list_empty(&ma->queue));
 	free(r[1].err_body);
 	free(r[2].err_body);
-	ig_backend_pool_free(&gw.pool);
+	two_free(&t);
+}
+END_TEST
+
+/* model-a's queue is full; a model-b request is not queued behind it, and
+ * a name no backend serves is refused with 404 (every list is known). */
+START_TEST(models_have_their_own_pools_and_queues)
+{
+	struct two t;
+	two_init(&t);
+	struct ig_req a[2], b, x;
+	for (int i = 0; i < 2; i++) {
+		req_init(&t, &a[i], "model-a");
+		ck_assert_int_eq(route(&a[i]), ROUTE_QUEUED);
+	}
+	req_init(&t, &b, "model-b");
+	/* Picking starts the transfer: stop before, by taking b's slot too,
+	 * and see the request wait in model-b's own queue. */
+	atomic_store(&t.b->inflight, 1);
+	ck_assert_int_eq(route(&b), ROUTE_QUEUED);
+	ck_assert_uint_eq(ig_sched_find(&t.gw.sched, "model-b")->qlen, 1);
+	ck_assert_uint_eq(ig_sched_find(&t.gw.sched, "model-a")->qlen, 2);
+	/* model-b's backend frees up: the drain starts its request although
+	 * model-a's head, first in the table, still cannot start. */
+	t.gw.multi = curl_multi_init();
+	atomic_store(&t.b->inflight, 0);
+	ig_proxy_drain_queue(&t.gw);
+	ck_assert(b.xfer.running);
+	ck_assert_ptr_eq(b.backend, t.b);
+	ck_assert_uint_eq(ig_sched_find(&t.gw.sched, "model-a")->qlen, 2);
+	ck_assert_uint_eq(ig_sched_find(&t.gw.sched, "model-b")->qlen, 0);
+	ck_assert_uint_eq(b.queue_wait_ms < 60000, 1);
+	ck_assert(b.was_queued);
+	ig_upstream_stop(&t.gw, &b.xfer);
+	curl_easy_cleanup(b.xfer.easy);
+	curl_multi_cleanup(t.gw.multi);
+
+	req_init(&t, &x, "model-x");
+	ck_assert_uint_eq(x.m->nbackends, 0);
+	ck_assert_int_eq(route(&x), ROUTE_FAILED);
+	ck_assert_uint_eq(x.err_status, 404);
+	ck_assert_ptr_nonnull(strstr(x.err_body, "\"code\":\"model_not_found\""));
+	ck_assert_ptr_nonnull(strstr(x.err_body, "served: model-a, model-b"));
+	free(x.err_body);
+	/* The entry made for model-x goes with its last request. */
+	ig_sched_release(&t.gw.sched, x.m);
+	ck_assert_ptr_null(ig_sched_find(&t.gw.sched, "model-x"));
+	ck_assert_ptr_nonnull(ig_sched_find(&t.gw.sched, "model-a"));
+	for (int i = 0; i < 2; i++)
+		dequeue(&a[i]);
+	two_free(&t);
+}
+END_TEST
+
+/* A backend whose list is not learned yet (up): a request for a model no
+ * known backend serves waits for it instead of a 404. */
+START_TEST(unknown_lists_make_requests_wait)
+{
+	struct two t;
+	two_init(&t);
+	struct ig_backend *u = ig_backend_pool_add(&t.gw.pool, "http://127.0.0.1:11", 1, 1);
+	atomic_store(&u->state, IG_BACKEND_UP);
+	ck_assert_int_eq(ig_sched_rebuild(&t.gw.sched, &t.gw.pool), 0);
+	ck_assert_uint_eq(t.gw.sched.unknown_up, 1);
+	struct ig_req x;
+	req_init(&t, &x, "model-c");
+	ck_assert_int_eq(route(&x), ROUTE_QUEUED);
+	/* Its list arrives without model-c: the waiting request gets 404. */
+	u->models = json_pack("[{s:s}]", "id", "model-d");
+	ck_assert_int_eq(ig_sched_rebuild(&t.gw.sched, &t.gw.pool), 0);
+	ck_assert_uint_eq(t.gw.sched.unknown_up, 0);
+	ck_assert_ptr_nonnull(ig_sched_find(&t.gw.sched, "model-d"));
+	ck_assert_ptr_nonnull(ig_sched_find(&t.gw.sched, "model-c")); /* held by x */
+	ig_proxy_drain_queue(&t.gw);
+	ck_assert_uint_eq(x.err_status, 404);
+	free(x.err_body);
+	two_free(&t);
 }
 END_TEST
 
 IG_CHECK_MAIN("proxy", hop_by_hop_headers_are_not_relayed,
 	      usage_is_read_from_the_last_usage_key, sse_usage_with_any_framing_split_anywhere,
 	      sse_error_events_count_and_flat_ones_are_rewritten,
-	      torn_event_is_replaced_by_an_error_event, queue_is_fifo_and_bounded)
+	      torn_event_is_replaced_by_an_error_event, queue_is_fifo_and_bounded,
+	      models_have_their_own_pools_and_queues, unknown_lists_make_requests_wait)
