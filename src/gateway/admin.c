@@ -39,6 +39,66 @@ static enum MHD_Result backend_answer(struct MHD_Connection *conn, unsigned stat
 	return send_json(conn, status, ig_metrics_backend_json(b, ig_now_ms()));
 }
 
+/* A "models" value: a non-empty list of distinct model names, or null /
+ * absent (learn them). Returns the count, or -1 with msg set; *out holds
+ * borrowed strings of v (free the array only). */
+static long models_from_json(json_t *v, const char ***out, char *msg, size_t msglen)
+{
+	*out = NULL;
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_array(v) || json_array_size(v) == 0) {
+		snprintf(msg, msglen, "models must be a non-empty list of model names, or null to learn them");
+		return -1;
+	}
+	size_t n = json_array_size(v);
+	const char **names = calloc(n, sizeof(*names));
+	if (!names)
+		abort();
+	for (size_t i = 0; i < n; i++) {
+		const char *m = json_string_value(json_array_get(v, i)), *why = m ? ig_conf_bad_model_name(m) : "not a string";
+		for (size_t j = 0; j < i && !why; j++)
+			if (strcmp(names[j], m) == 0)
+				why = "listed twice";
+		if (why) {
+			snprintf(msg, msglen, "models[%zu]: %s", i, why);
+			free(names);
+			return -1;
+		}
+		names[i] = m;
+	}
+	*out = names;
+	return (long)n;
+}
+
+/* PUT /admin/backends/{id}/models {"models": [...] | null}: the models it
+ * serves from now on (null: learned from its /v1/models). Requests in
+ * flight are not disturbed; queued ones are routed by the new lists. */
+static enum MHD_Result set_models(struct ig_gw *gw, struct MHD_Connection *conn, struct ig_backend *b,
+				  const char *body, size_t len)
+{
+	char msg[512];
+	const char **names;
+	json_t *root = json_loadb(body ? body : "", len, 0, NULL);
+	if (!json_is_object(root) || !json_object_get(root, "models")) {
+		json_decref(root);
+		return ig_httpd_error(conn, 400, "expected a JSON object {\"models\": [...] or null}", "models",
+				       "invalid_body", NULL, false);
+	}
+	long n = models_from_json(json_object_get(root, "models"), &names, msg, sizeof(msg));
+	if (n < 0 || ig_backend_set_models(b, (char *const *)names, (size_t)n) < 0) {
+		json_decref(root);
+		free(names);
+		return ig_httpd_error(conn, 400, n < 0 ? msg : "out of memory", "models", "invalid_value", NULL, false);
+	}
+	json_decref(root);
+	free(names);
+	gw->models_dirty = true;
+	ig_log_info("admin: backend %s (id %d) serves %s", b->url, b->id,
+		    n ? "the models given" : "the models it lists (learned)");
+	return backend_answer(conn, 200, b);
+}
+
 static enum MHD_Result add_backend(struct ig_gw *gw, struct MHD_Connection *conn, const char *body, size_t len)
 {
 	json_error_t jerr;
@@ -49,7 +109,8 @@ static enum MHD_Result add_backend(struct ig_gw *gw, struct MHD_Connection *conn
 
 	if (!json_is_object(root) || !json_is_string(json_object_get(root, "url"))) {
 		json_decref(root);
-		return ig_httpd_error(conn, 400, "expected a JSON object {\"url\": ..., \"weight\"?, \"max_inflight\"?}",
+		return ig_httpd_error(conn, 400,
+				       "expected a JSON object {\"url\": ..., \"weight\"?, \"max_inflight\"?, \"models\"?}",
 				       "url", "invalid_body", NULL, false);
 	}
 	json_t *w = json_object_get(root, "weight"), *m = json_object_get(root, "max_inflight");
@@ -73,12 +134,22 @@ static enum MHD_Result add_backend(struct ig_gw *gw, struct MHD_Connection *conn
 		json_decref(root);
 		return ig_httpd_error(conn, 409, msg, "url", "duplicate_backend", NULL, false);
 	}
+	const char **names;
+	long nm = models_from_json(json_object_get(root, "models"), &names, msg, sizeof(msg));
+	if (nm < 0) {
+		free(url);
+		json_decref(root);
+		return ig_httpd_error(conn, 400, msg, "models", "invalid_value", NULL, false);
+	}
 	long weight = w ? (long)json_integer_value(w) : 1;
 	long maxin = m ? (long)json_integer_value(m) : gw->cfg->max_inflight;
-	json_decref(root);
 	if (b) { /* being removed: keep it instead */
 		b->weight = weight;
 		b->max_inflight = maxin;
+		ig_backend_set_models(b, (char *const *)names, (size_t)nm);
+		free(names);
+		json_decref(root);
+		gw->models_dirty = true;
 		atomic_store(&b->admin, IG_ADMIN_ENABLED);
 		ig_log_info("admin: backend %s (id %d) kept and enabled", url, b->id);
 		free(url);
@@ -86,7 +157,10 @@ static enum MHD_Result add_backend(struct ig_gw *gw, struct MHD_Connection *conn
 	}
 	b = ig_backend_pool_add(&gw->pool, url, weight, maxin);
 	free(url);
-	if (!b || ig_health_add(gw, b) < 0)
+	int rc = b ? ig_backend_set_models(b, (char *const *)names, (size_t)nm) : -1;
+	free(names);
+	json_decref(root);
+	if (rc < 0 || ig_health_add(gw, b) < 0)
 		return ig_httpd_error(conn, 500, "out of memory", NULL, "internal_error", NULL, false);
 	ig_log_info("admin: backend %s added (id %d), probing", b->url, b->id);
 	ret = backend_answer(conn, 201, b);
@@ -135,6 +209,12 @@ enum MHD_Result ig_admin_handle(struct ig_gw *gw, struct MHD_Connection *conn, c
 		}
 		return ig_httpd_error(conn, 405, "GET or DELETE /admin/backends/{id}", NULL, "method_not_allowed", NULL, false);
 	}
+	if (strcmp(action, "models") == 0) {
+		if (strcmp(method, "PUT") != 0)
+			return ig_httpd_error(conn, 405, "PUT /admin/backends/{id}/models", NULL, "method_not_allowed",
+					       NULL, false);
+		return set_models(gw, conn, b, body, len);
+	}
 	if (strcmp(method, "POST") != 0)
 		return ig_httpd_error(conn, 405, "POST /admin/backends/{id}/drain or /enable", NULL,
 				       "method_not_allowed", NULL, false);
@@ -151,5 +231,5 @@ enum MHD_Result ig_admin_handle(struct ig_gw *gw, struct MHD_Connection *conn, c
 		gw->drain_pending = true;
 		return backend_answer(conn, 200, b);
 	}
-	return ig_httpd_error(conn, 404, "unknown action (drain, enable)", NULL, "not_found", NULL, false);
+	return ig_httpd_error(conn, 404, "unknown action (drain, enable, models)", NULL, "not_found", NULL, false);
 }

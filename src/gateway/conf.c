@@ -227,9 +227,7 @@ done:
 	return out;
 }
 
-/* A model name as a client sends it: not empty, no control characters
- * (it is printed in logs and in metric labels). NULL, or why not. */
-static const char *bad_model_name(const char *m)
+const char *ig_conf_bad_model_name(const char *m)
 {
 	if (!*m)
 		return "empty";
@@ -244,7 +242,7 @@ static const char *bad_model_name(const char *m)
 /* Adds a model name to a backend's list. Returns 0, or -1 with *err. */
 static int add_model(struct ig_backend_conf *bc, const char *where, const char *m, char **err)
 {
-	const char *why = bad_model_name(m);
+	const char *why = ig_conf_bad_model_name(m);
 	if (why) {
 		*err = ig_strdupf("%s: model name '%s' is %s", where, m, why);
 		return -1;
@@ -430,8 +428,8 @@ static void parse_backends_json(void *target, const struct ig_flag *f IG_UNUSED,
 /* Adds alias -> model. Returns 0, or -1 with *err. */
 static int add_alias(struct ig_conf *cfg, const char *where, const char *alias, const char *model, char **err)
 {
-	const char *why = bad_model_name(alias);
-	if (why || (why = bad_model_name(model))) {
+	const char *why = ig_conf_bad_model_name(alias);
+	if (why || (why = ig_conf_bad_model_name(model))) {
 		*err = ig_strdupf("%s: '%s' -> '%s': a model name is %s", where, alias, model, why);
 		return -1;
 	}

@@ -87,6 +87,9 @@ const char *ig_conf_policy_name(enum ig_policy p);
  * or NULL with *why set. */
 char *ig_conf_normalise_url(const char *in, const char **why);
 void ig_conf_print_help(FILE *out);
+/* Why a model name is refused (empty, over 256 bytes, a control
+ * character: names go to logs and metric labels), or NULL. */
+const char *ig_conf_bad_model_name(const char *m);
 /* The served name a client's model name stands for (an alias's target), or
  * NULL when it is no alias. */
 const char *ig_conf_alias_target(const struct ig_conf *cfg, const char *name);

@@ -30,6 +30,8 @@ struct entry {
 	char *name_url;     /* as configured (normalised), the backends' tag */
 	char *scheme, *host, *port, *path;
 	long weight, max_inflight;
+	char **models;      /* configured for its backends (a copy), NULL: learned */
+	size_t n_models;
 	int last_ok;        /* -1 unknown, so failures are logged once per change */
 };
 
@@ -185,6 +187,11 @@ int ig_discover_start(struct ig_gw *gw)
 		e->name_url = strdup(cfg->backends[i].url);
 		e->weight = cfg->backends[i].weight;
 		e->max_inflight = cfg->backends[i].max_inflight;
+		e->n_models = cfg->backends[i].n_models;
+		e->models = e->n_models ? calloc(e->n_models, sizeof(char *)) : NULL;
+		for (size_t m = 0; m < e->n_models; m++)
+			if (e->models)
+				e->models[m] = strdup(cfg->backends[i].models[m]);
 		e->last_ok = -1;
 		if (split_url(e) < 0) {
 			ig_log_error("discover: cannot parse '%s'", e->name_url);
@@ -235,6 +242,9 @@ void ig_discover_stop(struct ig_gw *gw)
 	for (size_t i = 0; i < d->n; i++) {
 		struct entry *e = &d->entries[i];
 		free(e->name_url);
+		for (size_t m = 0; m < e->n_models && e->models; m++)
+			free(e->models[m]);
+		free(e->models);
 		free(e->scheme);
 		free(e->host);
 		free(e->port);
@@ -277,6 +287,8 @@ static void apply(struct ig_gw *gw, struct entry *e, struct result *r)
 		b = ig_backend_pool_add(&gw->pool, r->urls[i], e->weight, e->max_inflight);
 		if (!b)
 			continue;
+		if (e->models && ig_backend_set_models(b, e->models, e->n_models) < 0)
+			ig_log_error("discover: %s: out of memory; its models will be learned", b->url);
 		b->discover = strdup(e->name_url);
 		ig_health_add(gw, b);
 		ig_log_info("discover: backend %s added from %s (id %d), probing", b->url, e->name_url, b->id);

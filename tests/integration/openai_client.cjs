@@ -39,7 +39,7 @@ async function main() {
   const chat = await client.chat.completions.create({
     model, messages: [{ role: 'user', content: 'Hello from the official client' }], max_tokens: 12,
   });
-  out.chat = { object: chat.object, content: chat.choices[0].message.content,
+  out.chat = { object: chat.object, model: chat.model, content: chat.choices[0].message.content,
                finish_reason: chat.choices[0].finish_reason, usage: chat.usage };
   const stream = await client.chat.completions.create({
     model, messages: [{ role: 'user', content: 'Hello from the official client' }], max_tokens: 12,

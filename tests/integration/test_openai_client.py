@@ -47,6 +47,25 @@ def official_openai_client_works_unmodified():
 
 
 @test
+def official_client_asks_for_an_alias_and_gets_the_served_models_answer():
+    node_path = ensure_openai()
+    sim = start_sim("--model", "qwen3-27b", "--tokens-per-second", "500", "--ttft-ms", "5")
+    gw = start_gateway([sim], "--model-alias", "gpt-4o-mini=qwen3-27b")
+    wait_until(lambda: len(http_json("GET", gw.url + "/v1/models")[2]["data"]) == 2, timeout=10, what="models")
+    p = subprocess.run(["node", os.path.join(SRCDIR, "tests", "integration", "openai_client.cjs"),
+                        gw.url, "gpt-4o-mini"], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "NODE_PATH": node_path})
+    assert p.returncode == 0, p.stderr[-3000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    # The simulator answers with the model name it was sent: the served one.
+    assert out["chat"]["model"] == "qwen3-27b" and out["chat"]["content"], out
+    assert out["chat"]["usage"]["completion_tokens"] == 12, out
+    assert out["stream"]["usage"]["completion_tokens"] == 12, out
+    assert out["completion"]["usage"]["completion_tokens"] == 7, out
+    assert out["models"] == ["qwen3-27b", "gpt-4o-mini"], out
+
+
+@test
 def sglang_errors_reach_the_official_client_as_api_errors():
     # SGLang answers a too-long request with a flat 400 ({"object": "error", "message", ...}),
     # and a request that fails after its 200 with `data: {"error": {...}}`: through the gateway
