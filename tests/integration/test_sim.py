@@ -858,7 +858,8 @@ def load_endpoints_have_sglang_shapes():
         assert sim.read_log().count("'/get_load' is deprecated") == 1, sim.read_log()
         # /sim/state: the live totals and the ranks.
         st = load(sim)
-        assert st == {"num_running_reqs": 2, "num_waiting_reqs": 1, "num_hung_reqs": 0, "max_running_requests": 1,
+        assert st == {"requests_received": 3, "num_running_reqs": 2, "num_waiting_reqs": 1, "num_hung_reqs": 0,
+                      "max_running_requests": 1,
                       "fault": "ok", "flavor": "sglang",
                       "ranks": [{"num_running_reqs": 1, "num_waiting_reqs": 1},
                                 {"num_running_reqs": 1, "num_waiting_reqs": 0}]}, st
