@@ -28,7 +28,7 @@
 #include "backend.h"
 #include "conf.h"
 #include "infergate/list.h"
-#include "sched.h"
+#include "scheduler.h"
 
 /* An event source of the reactor's epoll set: it carries its own handler
  * (Redis's aeFileProc, nginx's ev->handler), so the loop needs no switch
@@ -135,7 +135,7 @@ struct ig_gw {
 	bool resume_pending;           /* a connection was resumed: run MHD again */
 	bool drain_pending;            /* a slot or backend freed up: start queued requests */
 	bool models_dirty;             /* a backend's models, state or presence changed:
-					* rebuild the per-model pools (sched.h) */
+					* rebuild the per-model pools (scheduler.h) */
 	struct ig_list reqs;           /* every live proxied request (struct ig_req) */
 	size_t nreqs;
 	struct ig_sched sched;         /* per-model pools and wait queues */

@@ -160,7 +160,7 @@ static void set_state(struct ig_gw *gw, struct ig_backend *b, int state, const c
 	if (atomic_load(&b->state) == state)
 		return;
 	atomic_store(&b->state, state);
-	gw->models_dirty = true; /* unknown lists count as up or down (sched.h) */
+	gw->models_dirty = true; /* unknown lists count as up or down (scheduler.h) */
 	if (state == IG_BACKEND_UP) {
 		b->seen_up = 1;
 		ig_log_info("backend %s is up (%s); %zu of %zu healthy", b->url, why, ig_backend_pool_healthy(&gw->pool),

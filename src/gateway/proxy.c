@@ -26,7 +26,7 @@
 #include "metrics.h"
 #include "proxy.h"
 #include "router.h"
-#include "sched.h"
+#include "scheduler.h"
 
 /* A streaming response may hold this much for a slow client before the
  * upstream transfer is paused; it is resumed below the low mark. */
@@ -181,7 +181,7 @@ static void set_param_error(struct ig_req *req, const char *param, const char *c
 
 /* ---- queue ---- */
 
-/* Each model has its own queue (sched.h): a request for an idle model
+/* Each model has its own queue (scheduler.h): a request for an idle model
  * never waits behind another's. queue_size and queue_timeout_ms apply to
  * each. */
 static void enqueue(struct ig_req *req)

@@ -14,7 +14,7 @@ enum ig_pick {
 	IG_PICK_NONE,     /* no healthy backend that this request has not tried */
 };
 
-/* Picks one of the n backends in v (a model's pool, sched.h), skipping the
+/* Picks one of the n backends in v (a model's pool, scheduler.h), skipping the
  * `ntried` backends in `tried`, and reserves an in-flight slot on it.
  * `rotor` is the pool's rotating start for ties. */
 enum ig_pick ig_router_pick(struct ig_backend *const *v, size_t n, atomic_uint *rotor, enum ig_policy policy,

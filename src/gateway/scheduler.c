@@ -1,4 +1,4 @@
-/* Per-model pools and queues (sched.h). An entry's pool is recomputed from
+/* Per-model pools and queues (scheduler.h). An entry's pool is recomputed from
  * the backend table on every change to it, not at each request, so routing
  * a request costs one lookup of its model's name.
  * Not here: what a waiting request does (proxy.c) or which backend of a
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sched.h"
+#include "scheduler.h"
 
 void ig_sched_init(struct ig_sched *s)
 {

@@ -4,8 +4,8 @@
  * The entries are rebuilt from the backend table whenever a backend's
  * models, state or presence change (ig_sched_rebuild); the queues hold
  * links of the requests (proxy.c), which this module never looks into. */
-#ifndef IG_SCHED_H
-#define IG_SCHED_H
+#ifndef IG_SCHEDULER_H
+#define IG_SCHEDULER_H
 
 #include <stdatomic.h>
 #include <stdbool.h>
