@@ -315,6 +315,8 @@ static void probe_done(struct ig_xfer *x, CURLcode result)
 		 * neither way; the requests themselves feed the passive checks. */
 		bool slow = result == CURLE_OPERATION_TIMEDOUT && atomic_load(&b->state) == IG_BACKEND_UP &&
 			    b->last_io_ms >= p->started_us / 1000;
+		if (b->last_probe_ms == 0)
+			gw->models_dirty = true; /* no longer "not probed yet" (scheduler.h) */
 		b->last_probe_ms = now;
 		b->last_probe_ok = ok;
 		b->last_probe_status = status;

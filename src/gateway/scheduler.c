@@ -95,7 +95,8 @@ int ig_sched_rebuild(struct ig_sched *s, const struct ig_pool *pool)
 	for (size_t i = 0; i < pool->n; i++) {
 		const struct ig_backend *b = pool->v[i];
 		if (!b->models_conf && !b->models && !b->models_any) {
-			if (atomic_load(&b->state) == IG_BACKEND_UP)
+			/* Up, or not probed yet: its list may come any moment. */
+			if (atomic_load(&b->state) == IG_BACKEND_UP || b->last_probe_ms == 0)
 				s->unknown_up++;
 			else
 				s->unknown_down++;

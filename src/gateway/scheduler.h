@@ -36,8 +36,10 @@ struct ig_sched {
 				      * while some backend's list is unknown */
 	size_t n, cap;
 	size_t next;                 /* where the next drain pass starts */
-	size_t unknown_up;           /* up backends whose models are not known yet */
-	size_t unknown_down;         /* down ones */
+	size_t unknown_up;           /* backends whose models are not known yet that
+				      * are up or not probed yet: requests for a
+				      * model no one else serves wait for their lists */
+	size_t unknown_down;         /* down ones (probed): such requests get 503 */
 };
 
 void ig_sched_init(struct ig_sched *s);

@@ -104,6 +104,21 @@ def an_unknown_model_is_a_404_and_no_backend_sees_it():
 
 
 @test
+def a_request_at_start_waits_for_the_models_list():
+    # The backend takes 300 ms to answer a health probe: a request sent the
+    # moment the gateway listens finds no backend up and no list of models
+    # yet. It waits for them (no 404, no 503).
+    sim = start_sim(*FAST, "--health-delay-ms", "300")
+    for _ in range(2):
+        gw = start_gateway([sim])
+        st, hdrs, obj = http_json("POST", gw.url + "/v1/chat/completions", chat_body("now"))
+        assert st == 200 and hdrs["x-infergate-backend"] == sim.url, (st, obj)
+        st, _, obj = http_json("POST", gw.url + "/v1/chat/completions", chat_body("now", model="other"))
+        assert st == 404 and obj["error"]["code"] == "model_not_found", obj
+        gw.stop()
+
+
+@test
 def wrong_typed_fields_are_400s_that_name_the_param_and_reach_no_backend():
     sim = start_sim(*FAST)
     gw = start_gateway([sim])
