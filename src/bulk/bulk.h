@@ -243,6 +243,14 @@ struct ig_errcount {
 	long n;
 };
 
+/* One model of the corpus: its selected lines and what became of them. */
+struct bulk_model {
+	char *name;
+	long total;             /* selected lines that name it */
+	long resumed_ok, resumed_err;
+	long ok, failed;        /* by this run */
+};
+
 /* What the run did; shared by the scheduler, progress and report. */
 struct bulk_stats {
 	long requests;          /* request lines in the input */
@@ -267,7 +275,15 @@ struct bulk_stats {
 	struct ig_report_hist *ttft;
 	struct ig_errcount *errs;
 	size_t n_errs;
+	struct bulk_model *models; /* in the order the corpus names them first */
+	size_t n_models;
 };
+
+/* The index of `name` in st->models, or -1. */
+long ig_report_model_index(const struct bulk_stats *st, const char *name);
+/* Per-model counts as JSON ({name: {"total", "ok", "errors", "done"}}),
+ * or NULL when the corpus uses one model only (nothing to split). */
+json_t *ig_report_models_json(const struct bulk_stats *st);
 
 void ig_report_count_error(struct bulk_stats *st, const char *code);
 /* Prints the summary for people (to f) and writes --summary-json when set.

@@ -205,8 +205,9 @@ static int parse_flags(int argc, char **argv, struct bulk_opts *o, char **err)
 
 struct model_use {
 	char *name;
-	long lines;
+	long lines;                     /* selected and not done: to send */
 	long first_line;
+	long resumed_ok, resumed_err;   /* selected lines already done */
 };
 
 struct preflight {
@@ -279,21 +280,30 @@ static void check_files(const struct bulk_opts *o, struct preflight *pf)
 		dir_writable(pf, "--summary-json", o->summary_json);
 }
 
-static void note_model(struct preflight *pf, const char *m, long lineno)
+/* Counts a selected line of model m: to send (done 0), or already done in
+ * OUTPUT (1) or the errors file (2). */
+static void note_model(struct preflight *pf, const char *m, long lineno, int done)
 {
-	for (size_t i = 0; i < pf->n_models; i++) {
-		if (strcmp(pf->models[i].name, m) == 0) {
-			pf->models[i].lines++;
+	struct model_use *mu = NULL;
+	for (size_t i = 0; i < pf->n_models && !mu; i++)
+		if (strcmp(pf->models[i].name, m) == 0)
+			mu = &pf->models[i];
+	if (!mu) {
+		if (pf->n_models >= 1000) /* a corpus with more models than this is not a plan */
 			return;
-		}
+		mu = realloc(pf->models, (pf->n_models + 1) * sizeof(*mu));
+		if (!mu)
+			abort();
+		pf->models = mu;
+		mu = &pf->models[pf->n_models++];
+		*mu = (struct model_use){.name = strdup(m)};
 	}
-	if (pf->n_models >= 1000) /* a corpus with more models than this is not a plan */
-		return;
-	struct model_use *mu = realloc(pf->models, (pf->n_models + 1) * sizeof(*mu));
-	if (!mu)
-		abort();
-	pf->models = mu;
-	mu[pf->n_models++] = (struct model_use){strdup(m), 1, lineno};
+	if (done == 1)
+		mu->resumed_ok++;
+	else if (done == 2)
+		mu->resumed_err++;
+	else if (mu->lines++ == 0)
+		mu->first_line = lineno;
 }
 
 static int set_bit(struct preflight *pf, long i)
@@ -429,8 +439,8 @@ static void scan_input(const struct bulk_opts *o, const struct bulk_defaults *d,
 					abort();
 			} else {
 				pf->per_ep[l.ep]++;
-				note_model(pf, l.model, r.lineno);
 			}
+			note_model(pf, l.model, r.lineno, done);
 		}
 		ig_corpus_line_clear(&l);
 	}
@@ -501,15 +511,27 @@ static void check_server(const struct bulk_opts *o, struct preflight *pf)
 		goto out;
 	}
 	for (size_t i = 0; i < pf->n_models; i++) {
+		if (pf->models[i].lines == 0)
+			continue; /* only done lines name it */
 		size_t k;
-		json_t *m;
-		int found = 0;
+		json_t *m, *entry = NULL;
 		json_array_foreach(data, k, m) {
 			json_t *id = json_object_get(m, "id");
-			if (json_is_string(id) && strcmp(json_string_value(id), pf->models[i].name) == 0)
-				found = 1;
+			if (!entry && json_is_string(id) && strcmp(json_string_value(id), pf->models[i].name) == 0)
+				entry = m;
 		}
-		if (found)
+		/* An infergate gateway says how many of its backends serve the
+		 * model and are healthy now: listed but with none up fails too. */
+		json_t *ext = json_object_get(entry, "infergate");
+		json_t *healthy = json_object_get(ext, "backends_healthy");
+		if (entry && json_is_integer(healthy) && json_integer_value(healthy) == 0) {
+			problem(pf, "model '%s' (used by %ld lines, first at line %ld) is served by %s but none of its %lld "
+				"backends is healthy now",
+				pf->models[i].name, pf->models[i].lines, pf->models[i].first_line, o->url,
+				(long long)json_integer_value(json_object_get(ext, "backends")));
+			continue;
+		}
+		if (entry)
 			continue;
 		struct ig_buf served;
 		ig_buf_init(&served);
@@ -545,9 +567,11 @@ static void print_plan(FILE *f, const struct bulk_opts *o, const struct prefligh
 	fprintf(f, "  to send      %ld requests (chat %ld, completions %ld, embeddings %ld)\n", st->to_send,
 		pf->per_ep[IG_EP_CHAT], pf->per_ep[IG_EP_COMPLETIONS], pf->per_ep[IG_EP_EMBEDDINGS]);
 	fprintf(f, "  models       ");
+	size_t shown = 0;
 	for (size_t i = 0; i < pf->n_models; i++)
-		fprintf(f, "%s%s (%ld)", i ? ", " : "", pf->models[i].name, pf->models[i].lines);
-	fprintf(f, "%s\n", pf->n_models ? "" : "-");
+		if (pf->models[i].lines)
+			fprintf(f, "%s%s (%ld)", shown++ ? ", " : "", pf->models[i].name, pf->models[i].lines);
+	fprintf(f, "%s\n", shown ? "" : "-");
 	fprintf(f, "  url          %s (models listed: yes)\n", o->url);
 	fprintf(f, "  concurrency  %ld, rate %s, retries %ld, idle timeout %ld s, stream %s\n", o->concurrency,
 		o->rate > 0 ? "capped" : "no cap", o->retries, o->idle_timeout_s, o->stream ? "yes" : "no");
@@ -718,6 +742,16 @@ int main(int argc, char **argv)
 	if (pf.foreign_done > 0)
 		ig_log_warn("%ld ids in %s / %s are not lines of this input and shard; they are left alone",
 			    pf.foreign_done, o.output, o.errors);
+	/* Per-model counts for the progress file and the summary (the names
+	 * stay pf's). */
+	st.models = calloc(pf.n_models ? pf.n_models : 1, sizeof(*st.models));
+	if (!st.models)
+		abort();
+	for (size_t i = 0; i < pf.n_models; i++) {
+		const struct model_use *mu = &pf.models[i];
+		st.models[st.n_models++] = (struct bulk_model){mu->name, mu->lines + mu->resumed_ok + mu->resumed_err,
+							     mu->resumed_ok, mu->resumed_err, 0, 0};
+	}
 	if (o.dry_run) {
 		print_plan(stdout, &o, &pf, &st);
 		rc = 0;
@@ -731,6 +765,7 @@ out:
 		free(pf.models[i].name);
 	free(pf.models);
 	free(pf.skip);
+	free(st.models);
 	free(st.errs);
 	free(st.fatal);
 	free(hists);

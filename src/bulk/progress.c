@@ -66,7 +66,7 @@ json_t *ig_progress_json(struct ig_progress *p, const struct bulk_stats *st, con
 	rates(p, st, now, &rps, &tps);
 	long left = st->selected - done;
 	json_t *eta = left <= 0 ? json_integer(0) : rps > 0 ? json_real(left / rps) : json_null();
-	return json_pack("{s:s, s:I, s:I, s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:o, s:I}",
+	json_t *j = json_pack("{s:s, s:I, s:I, s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:o, s:I}",
 			 "state", state,
 			 "done", (json_int_t)done,
 			 "total", (json_int_t)st->selected,
@@ -82,6 +82,10 @@ json_t *ig_progress_json(struct ig_progress *p, const struct bulk_stats *st, con
 			 "elapsed_s", (double)(now - st->start_us) / 1e6,
 			 "eta_s", eta,
 			 "updated_at", (json_int_t)ig_wall_s());
+	json_t *models = ig_report_models_json(st);
+	if (models)
+		json_object_set_new(j, "models", models);
+	return j;
 }
 
 static void format_line(struct ig_progress *p, const struct bulk_stats *st, char *out, size_t n)

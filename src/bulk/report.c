@@ -102,6 +102,29 @@ static double wall_s(const struct bulk_stats *st)
 
 static json_t *ms(uint64_t us) { return json_real((double)us / 1000.0); }
 
+long ig_report_model_index(const struct bulk_stats *st, const char *name)
+{
+	for (size_t i = 0; i < st->n_models; i++)
+		if (strcmp(st->models[i].name, name) == 0)
+			return (long)i;
+	return -1;
+}
+
+json_t *ig_report_models_json(const struct bulk_stats *st)
+{
+	if (st->n_models < 2)
+		return NULL;
+	json_t *o = json_object();
+	for (size_t i = 0; i < st->n_models; i++) {
+		const struct bulk_model *m = &st->models[i];
+		long ok = m->resumed_ok + m->ok, err = m->resumed_err + m->failed;
+		json_object_set_new(o, m->name, json_pack("{s:I, s:I, s:I, s:I}", "total", (json_int_t)m->total, "ok",
+							  (json_int_t)ok, "errors", (json_int_t)err, "done",
+							  (json_int_t)(ok + err)));
+	}
+	return o;
+}
+
 json_t *ig_report_json(const struct bulk_opts *o, const struct bulk_stats *st, int exit_code)
 {
 	double wall = wall_s(st);
@@ -150,6 +173,9 @@ json_t *ig_report_json(const struct bulk_opts *o, const struct bulk_stats *st, i
 	for (size_t i = 0; i < st->n_errs; i++)
 		json_object_set_new(e, st->errs[i].code, json_integer(st->errs[i].n));
 	json_object_set_new(j, "errors_by_code", e);
+	json_t *models = ig_report_models_json(st);
+	if (models)
+		json_object_set_new(j, "models", models);
 	return j;
 }
 
@@ -216,6 +242,11 @@ int ig_report_summary(const struct bulk_opts *o, const struct bulk_stats *st, FI
 		for (size_t i = 0; i < st->n_errs; i++)
 			fprintf(f, " %s %ld%s", st->errs[i].code, st->errs[i].n, i + 1 < st->n_errs ? "," : "");
 		fprintf(f, "\n");
+	}
+	for (size_t i = 0; i < st->n_models && st->n_models > 1; i++) {
+		const struct bulk_model *m = &st->models[i];
+		fprintf(f, "  %-10s %s: %ld ok, %ld errors (of %ld)\n", i ? "" : "by model", m->name,
+			m->resumed_ok + m->ok, m->resumed_err + m->failed, m->total);
 	}
 	fprintf(f, "  output     %s (%ld lines)\n", o->output, st->resumed_ok + st->ok);
 	fprintf(f, "  errors to  %s (%ld lines)\n", o->errors, st->resumed_err + st->failed);

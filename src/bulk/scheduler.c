@@ -30,6 +30,7 @@ struct job {
 	enum ig_endpoint ep;
 	int stream;
 	long lineno;
+	long model;             /* index in stats->models, -1 none */
 	int attempt;            /* retries done so far */
 	uint64_t due_us;        /* while waiting: not before */
 	uint64_t start_us;      /* of the current attempt */
@@ -282,6 +283,7 @@ static struct job *next_line(struct sched *s)
 		j->ep = l.ep;
 		j->stream = l.stream;
 		j->lineno = r->lineno;
+		j->model = l.model ? ig_report_model_index(s->st, l.model) : -1;
 		ig_stream_init(&j->sse);
 		ig_buf_init(&j->resp);
 		ig_corpus_line_clear(&l);
@@ -508,6 +510,8 @@ static void finished(struct sched *s, struct job *j, CURLcode rc)
 			if (j->sse_mode && j->ttft_us)
 				ig_report_hist_add(st->ttft, j->ttft_us);
 			st->ok++;
+			if (j->model >= 0)
+				st->models[j->model].ok++;
 		}
 		job_free(j);
 	} else if (retryable && !st->stopping && j->attempt < s->o->retries) {
@@ -524,6 +528,8 @@ static void finished(struct sched *s, struct job *j, CURLcode rc)
 		write_result(s, j, &s->run->err, line, len);
 		if (!st->fatal) {
 			st->failed++;
+			if (j->model >= 0)
+				st->models[j->model].failed++;
 			ig_report_count_error(st, code);
 		}
 		ig_log_debug("%s (line %ld): %s for good: %s", j->custom_id, j->lineno, code, message);

@@ -320,14 +320,32 @@ def bulk_runs_a_two_model_corpus_and_refuses_an_unserved_model():
                                     "body": chat_body(f"q{i}", model="model-a" if i % 3 else "model-b",
                                                       max_tokens=4)}) + "\n")
         out = os.path.join(d, "o.jsonl")
+        prog, summ = os.path.join(d, "p.json"), os.path.join(d, "s.json")
         p = subprocess.run([binary("infergate-bulk"), "--input", corpus, "--output", out, "--url", gw.url,
-                            "--concurrency", "16"], capture_output=True, text=True, timeout=120)
+                            "--concurrency", "16", "--progress-file", prog, "--summary-json", summ],
+                           capture_output=True, text=True, timeout=120)
         assert p.returncode == 0, p.stderr[-2000:]
         lines = [json.loads(x) for x in open(out)]
         assert len(lines) == 300 and len({x["custom_id"] for x in lines}) == 300
         models = collections.Counter(x["response"]["body"]["model"] for x in lines)
         assert models == {"model-a": 200, "model-b": 100}, models
         assert sim_requests(b) == 100 and sim_requests(a1) + sim_requests(a2) == 200
+        # Two models: the summary, its JSON and the progress file count each.
+        assert "by model   model-b: 100 ok, 0 errors (of 100)\n" in p.stdout, p.stdout
+        assert "           model-a: 200 ok, 0 errors (of 200)\n" in p.stdout, p.stdout
+        want = {"model-a": {"total": 200, "ok": 200, "errors": 0, "done": 200},
+                "model-b": {"total": 100, "ok": 100, "errors": 0, "done": 100}}
+        assert json.load(open(summ))["models"] == want
+        assert json.load(open(prog))["models"] == want
+        # On resume, the lines already done count for their model.
+        with open(corpus, "a") as f:
+            f.write(json.dumps({"custom_id": "r300", "method": "POST", "url": "/v1/chat/completions",
+                                "body": chat_body("more", model="model-b", max_tokens=4)}) + "\n")
+        p = subprocess.run([binary("infergate-bulk"), "--input", corpus, "--output", out, "--url", gw.url,
+                            "--resume", "--summary-json", summ], capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr[-2000:]
+        assert json.load(open(summ))["models"]["model-b"] == {"total": 101, "ok": 101, "errors": 0, "done": 101}
+        assert sim_requests(b) == 101
         # A corpus naming a model nobody serves: refused before anything is sent.
         with open(corpus, "a") as f:
             f.write(json.dumps({"custom_id": "z", "method": "POST", "url": "/v1/chat/completions",
@@ -339,6 +357,18 @@ def bulk_runs_a_two_model_corpus_and_refuses_an_unserved_model():
         assert "model 'model-z'" in p.stderr and "is not served by" in p.stderr, p.stderr
         assert [sim_requests(s) for s in (a1, a2, b)] == before
         assert not os.path.exists(os.path.join(d, "o2.jsonl")) or os.path.getsize(os.path.join(d, "o2.jsonl")) == 0
+        # A model the gateway lists but whose only backend is down: refused too.
+        b.stop()
+        wait_until(lambda: {e["id"]: e for e in http_json("GET", gw.url + "/v1/models")[2]["data"]}
+                   ["model-b"]["infergate"]["backends_healthy"] == 0, timeout=15, what="model-b down")
+        with open(corpus, "w") as f:
+            f.write(json.dumps({"custom_id": "y", "method": "POST", "url": "/v1/chat/completions",
+                                "body": chat_body("y", model="model-b")}) + "\n")
+        p = subprocess.run([binary("infergate-bulk"), "--input", corpus, "--output", os.path.join(d, "o3.jsonl"),
+                            "--url", gw.url], capture_output=True, text=True, timeout=60)
+        assert p.returncode == 2, (p.returncode, p.stderr)
+        assert (f"model 'model-b' (used by 1 lines, first at line 1) is served by {gw.url} but none of its 1 "
+                "backends is healthy now") in p.stderr, p.stderr
 
 
 run()

@@ -441,7 +441,42 @@ START_TEST(preflight_finds_duplicates_exactly)
 }
 END_TEST
 
-IG_CHECK_MAIN("bulk", corpus_batch_and_shorthand, corpus_errors_name_the_line, idset_grows_and_finds,
+/* Per-model counts: none with one model (the summary is unchanged), each
+ * model's total, ok, errors and done with two, resumed lines included. */
+START_TEST(models_are_counted_apart_only_when_there_are_several)
+{
+	struct bulk_model m[2] = {{"a", 10, 3, 1, 4, 2}, {"b", 5, 0, 0, 5, 0}};
+	struct bulk_stats st = {.models = m, .n_models = 1};
+	ck_assert_ptr_null(ig_report_models_json(&st));
+	st.n_models = 2;
+	ck_assert_int_eq(ig_report_model_index(&st, "b"), 1);
+	ck_assert_int_eq(ig_report_model_index(&st, "c"), -1);
+	json_t *j = ig_report_models_json(&st);
+	char *s = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS);
+	ck_assert_str_eq(s, "{\"a\":{\"done\":10,\"errors\":3,\"ok\":7,\"total\":10},"
+			    "\"b\":{\"done\":5,\"errors\":0,\"ok\":5,\"total\":5}}");
+	free(s);
+	json_decref(j);
+	/* The preflight's tally: done lines count for their model, not as to send. */
+	struct preflight pf;
+	memset(&pf, 0, sizeof(pf));
+	note_model(&pf, "a", 1, 0);
+	note_model(&pf, "b", 2, 1);
+	note_model(&pf, "a", 3, 2);
+	note_model(&pf, "a", 4, 0);
+	ck_assert_uint_eq(pf.n_models, 2);
+	ck_assert_int_eq(pf.models[0].lines, 2);
+	ck_assert_int_eq(pf.models[0].first_line, 1);
+	ck_assert_int_eq(pf.models[0].resumed_err, 1);
+	ck_assert_int_eq(pf.models[1].lines, 0);
+	ck_assert_int_eq(pf.models[1].resumed_ok, 1);
+	for (size_t i = 0; i < pf.n_models; i++)
+		free(pf.models[i].name);
+	free(pf.models);
+}
+END_TEST
+
+IG_CHECK_MAIN("bulk", corpus_batch_and_shorthand, models_are_counted_apart_only_when_there_are_several, corpus_errors_name_the_line, idset_grows_and_finds,
 	      doneset_resume_and_torn_line, journal_lines_and_append, journal_full_disk_leaves_no_half_line,
 	      sse_rebuilds_chat_body_across_splits, sse_incomplete_or_error_stream, hist_quantiles,
 	      generator_is_deterministic_and_parses, flags_validate, preflight_finds_duplicates_exactly)
