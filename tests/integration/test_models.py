@@ -277,13 +277,38 @@ def reload_and_admin_change_a_backends_models():
         served(gw, "model-a", "model-b")
         st, hdrs, _ = http_json("POST", gw.url + "/v1/chat/completions", chat_body("x", model="model-b"))
         assert st == 200 and hdrs["x-infergate-backend"] == b.url
-        # Reload: b now serves model-c as well (the sim answers any name it is sent).
+        # A request in flight on `a` (about 2 s of tokens) while the reload runs.
+        import threading
+        slow = {}
+        t = threading.Thread(target=lambda: slow.update(r=http_json(
+            "POST", gw.url + "/v1/chat/completions",
+            chat_body("slow", model="model-a", max_tokens=40, stream=False), timeout=60)))
+        a_slow = start_sim("--model", "model-a", "--tokens-per-second", "20", "--ttft-ms", "0",
+                           "--output-tokens", "40")
+        # Reload: b now serves model-c as well (the sim answers any name it is sent), and a slow
+        # backend joins for model-a while `a` keeps model-a.
         with open(cfg, "w") as f:
-            json.dump({"backends": [{"url": a.url, "models": ["model-a"]},
+            json.dump({"backends": [{"url": a_slow.url, "models": ["model-a"]},
+                                    {"url": b.url, "models": ["model-b"]}],
+                       "admin_keys_file": keys}, f)
+        gw.send_signal(1)
+        wait_until(lambda: http_json("GET", gw.url + "/health/backends")[2]["models"]["model-a"]["backends"]
+                   == [a_slow.url], timeout=10, what="model-a on the slow backend only")
+        wait_until(lambda: http_json("GET", gw.url + "/health/backends")[2]["models"]["model-a"]
+                   ["backends_healthy"] == 1, timeout=10, what="slow backend up")
+        t.start()
+        wait_until(lambda: http_json("GET", gw.url + "/health/backends")[2]["models"]["model-a"]["inflight"] == 1,
+                   timeout=10, what="the slow request in flight")
+        with open(cfg, "w") as f:
+            json.dump({"backends": [{"url": a_slow.url, "models": ["model-a"]}, {"url": a.url, "models": ["model-a"]},
                                     {"url": b.url, "models": ["model-b", "model-c"]}],
                        "admin_keys_file": keys}, f)
         gw.send_signal(1)
         served(gw, "model-c")
+        t.join(60)
+        st, hdrs, obj = slow["r"]
+        assert st == 200 and hdrs["x-infergate-backend"] == a_slow.url, (st, obj)
+        assert obj["usage"]["completion_tokens"] == 40, obj       # not disturbed by the reloads
         st, hdrs, obj = http_json("POST", gw.url + "/v1/chat/completions", chat_body("x", model="model-c"))
         assert st == 200 and hdrs["x-infergate-backend"] == b.url and obj["model"] == "model-c", obj
         # Admin: a now serves model-c too, then learns its list (model-a only) again.
