@@ -55,6 +55,7 @@ struct bulk_opts {
 	bool resume;
 	bool dry_run;
 	bool stream;
+	int priority;           /* 0 high, 1 normal, 2 low, 3 none (no header) */
 	long progress_interval_s; /* plain progress lines when stderr is not a TTY */
 	int log_level;          /* enum ig_log_level */
 };

@@ -111,6 +111,10 @@ static const struct ig_flag flags[] = {
 	 .help = "run every check, print the plan, send nothing"},
 	{.name = "--stream", .type = IG_FLAG_SWITCH, .off = O(stream),
 	 .help = "stream responses (measures time to first token)"},
+	{.name = "--priority", .type = IG_FLAG_CHOICE, .off = O(priority), .def = "low",
+	 .metavar = "high|normal|low|none", .bad = "%s: '%s' is not high, normal, low or none",
+	 .help = "X-Infergate-Priority sent with every request: an infergate gateway serves interactive "
+		 "(normal) requests first and fills every idle slot with this run; none: no header"},
 	{.name = "--log-level", .type = IG_FLAG_CHOICE, .off = O(log_level), .def = "info",
 	 .metavar = "debug|info|warn|error", .bad = "%s: '%s' is not debug, info, warn or error",
 	 .help = "what to log"},

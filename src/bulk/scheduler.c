@@ -615,6 +615,12 @@ static int sched_init(struct sched *s, struct bulk_run *run)
 	s->headers = curl_slist_append(NULL, "Content-Type: application/json");
 	s->headers = curl_slist_append(s->headers, "Expect:"); /* no 100-continue round trip */
 	s->headers = curl_slist_append(s->headers, "User-Agent: infergate-bulk/" PACKAGE_VERSION);
+	if (o->priority >= 0 && o->priority < 3) {
+		static const char *const classes[] = {"high", "normal", "low"};
+		char *h = ig_strdupf("X-Infergate-Priority: %s", classes[o->priority]);
+		s->headers = curl_slist_append(s->headers, h);
+		free(h);
+	}
 	if (o->api_key) {
 		char *h = ig_strdupf("Authorization: Bearer %s", o->api_key);
 		s->headers = curl_slist_append(s->headers, h);

@@ -51,6 +51,8 @@ static int parse_backend_flag(void *target, const struct ig_flag *f, const char 
 static void parse_backends_json(void *target, const struct ig_flag *f, json_t *v, const char *where,
 				struct ig_buf *errs);
 static int parse_alias_flag(void *target, const struct ig_flag *f, const char *what, const char *v, char **err);
+static void parse_keys_json(void *target, const struct ig_flag *f, json_t *v, const char *where,
+			    struct ig_buf *errs);
 static void parse_aliases_json(void *target, const struct ig_flag *f, json_t *v, const char *where,
 			       struct ig_buf *errs);
 
@@ -111,9 +113,25 @@ static const struct ig_flag keys[] = {
 	 .max = 1000000, .def = "16384", .metavar = "N",
 	 .help = "requests that may wait when every backend is at its limit (then 429)"},
 	{.name = "--queue-timeout-ms", .key = "queue_timeout_ms", .type = IG_FLAG_LONG, .off = OFF(queue_timeout_ms),
-	 .min = 1, .max = 3600000, .def = "600000", .metavar = "N",
-	 .help = "longest wait in the queue (then 503); with learned slot counts this queue stands in for the "
-		 "backends' own, which have no timeout"},
+	 .min = 1, .max = 3600000, .def = "60000", .metavar = "N",
+	 .help = "longest wait in the queue of a request of class normal (then 503 + Retry-After)"},
+	{.name = "--queue-timeout-high-ms", .key = "queue_timeout_high_ms", .type = IG_FLAG_LONG,
+	 .off = OFF(queue_timeout_high_ms), .min = 1, .max = 3600000, .def = "60000", .metavar = "N",
+	 .help = "the same for class high"},
+	{.name = "--queue-timeout-low-ms", .key = "queue_timeout_low_ms", .type = IG_FLAG_LONG,
+	 .off = OFF(queue_timeout_low_ms), .min = 1, .max = 86400000, .def = "600000", .metavar = "N",
+	 .help = "the same for class low (bulk runs: with learned slot counts this queue stands in for the "
+		 "backends' own, which have no timeout)"},
+	{.name = "--scheduling", .key = "scheduling", .type = IG_FLAG_CHOICE, .off = OFF(scheduling),
+	 .def = "priority", .metavar = "priority|fifo", .bad = "%s: unknown scheduling '%s' (priority, fifo)",
+	 .help = "priority: classes high > normal > low (X-Infergate-Priority), fair shares between keys; "
+		 "fifo: one queue per model in arrival order"},
+	{.name = "--low-share-percent", .key = "low_share_percent", .type = IG_FLAG_LONG,
+	 .off = OFF(low_share_percent), .min = 1, .max = 50, .def = "5", .metavar = "N",
+	 .help = "dispatches guaranteed to class low while higher classes wait (5: one in 20), so a bulk "
+		 "run is never starved"},
+	{.key = "api_key_settings", .type = IG_FLAG_CUSTOM, .parse_json = parse_keys_json,
+	 .help = "per API key: {\"SHA256 HEX\": {\"priority\", \"weight\", \"max_inflight\"}}"},
 	{.name = "--max-body-bytes", .key = "max_body_bytes", .type = IG_FLAG_LONG, .off = OFF(max_body_bytes),
 	 .min = 1024, .max = 17179869184.0, .def = "33554432", .metavar = "N",
 	 .help = "largest request body accepted (then 413)"},
@@ -494,6 +512,67 @@ static void parse_aliases_json(void *target, const struct ig_flag *f IG_UNUSED, 
 	}
 }
 
+/* api_key_settings: {"<sha256 hex>": {"priority"?, "weight"?, "max_inflight"?}}. */
+static void parse_keys_json(void *target, const struct ig_flag *f IG_UNUSED, json_t *v, const char *where,
+			    struct ig_buf *errs)
+{
+	struct ig_conf *cfg = target;
+	const char *digest;
+	json_t *o;
+
+	if (!json_is_object(v)) {
+		ig_flags_problem(errs, "%s: key 'api_key_settings' must be an object {\"SHA256 HEX\": {...}}", where);
+		return;
+	}
+	free(cfg->keys);
+	cfg->keys = calloc(json_object_size(v) + 1, sizeof(*cfg->keys));
+	cfg->n_keys = 0;
+	if (!cfg->keys)
+		abort();
+	json_object_foreach(v, digest, o) {
+		struct ig_key_conf k = {.priority = -1, .weight = 1, .max_inflight = 0};
+		size_t n = strlen(digest);
+		bool hex = n == 64 && strspn(digest, "0123456789abcdef") == 64;
+		if (!hex) {
+			ig_flags_problem(errs, "%s: api_key_settings: '%.80s' is not a SHA-256 digest in lower-case hex "
+				 "(infergate --hash-key < key prints it)", where, digest);
+			continue;
+		}
+		if (!json_is_object(o)) {
+			ig_flags_problem(errs, "%s: api_key_settings.%.12s...: must be an object", where, digest);
+			continue;
+		}
+		const char *name;
+		json_t *x;
+		json_object_foreach(o, name, x) {
+			if (strcmp(name, "priority") == 0) {
+				static const char *const cls[] = {"high", "normal", "low"};
+				k.priority = -1;
+				for (int c = 0; c < 3 && json_is_string(x); c++)
+					if (strcmp(json_string_value(x), cls[c]) == 0)
+						k.priority = c;
+				if (k.priority < 0)
+					ig_flags_problem(errs, "%s: api_key_settings.%.12s....priority: must be \"high\", "
+						 "\"normal\" or \"low\"", where, digest);
+			} else if (strcmp(name, "weight") == 0 || strcmp(name, "max_inflight") == 0) {
+				long lo = name[0] == 'w' ? 1 : 0, hi = name[0] == 'w' ? 1000 : 1000000;
+				if (!json_is_integer(x) || json_integer_value(x) < lo || json_integer_value(x) > hi)
+					ig_flags_problem(errs, "%s: api_key_settings.%.12s....%s: must be an integer in %ld..%ld",
+							 where, digest, name, lo, hi);
+				else if (name[0] == 'w')
+					k.weight = (long)json_integer_value(x);
+				else
+					k.max_inflight = (long)json_integer_value(x);
+			} else {
+				ig_flags_problem(errs, "%s: api_key_settings.%.12s...: unknown key '%s' (priority, weight, "
+					 "max_inflight)", where, digest, name);
+			}
+		}
+		snprintf(k.digest, sizeof(k.digest), "%s", digest);
+		cfg->keys[cfg->n_keys++] = k;
+	}
+}
+
 const char *ig_conf_alias_target(const struct ig_conf *cfg, const char *name)
 {
 	for (size_t i = 0; i < cfg->n_aliases; i++)
@@ -634,6 +713,9 @@ void ig_conf_free(struct ig_conf *cfg)
 	ig_flags_free(&spec, cfg);
 	backends_clear(cfg);
 	aliases_clear(cfg);
+	free(cfg->keys);
+	cfg->keys = NULL;
+	cfg->n_keys = 0;
 	free(cfg->listen_host);
 	free(cfg->config_path);
 	cfg->listen_host = cfg->config_path = NULL;
@@ -661,6 +743,17 @@ char *ig_conf_to_json(const struct ig_conf *cfg)
 					json_object_set_new(o, "models", ms);
 				}
 				json_array_append_new(v, o);
+			}
+		} else if (k->parse_json == parse_keys_json) {
+			static const char *const cls[] = {"high", "normal", "low"};
+			v = json_object();
+			for (size_t ki = 0; ki < cfg->n_keys; ki++) {
+				const struct ig_key_conf *kc = &cfg->keys[ki];
+				json_t *o = json_pack("{s:I, s:I}", "weight", (json_int_t)kc->weight, "max_inflight",
+						      (json_int_t)kc->max_inflight);
+				if (kc->priority >= 0)
+					json_object_set_new(o, "priority", json_string(cls[kc->priority]));
+				json_object_set_new(v, kc->digest, o);
 			}
 		} else if (k->parse_json == parse_aliases_json) {
 			v = json_object();

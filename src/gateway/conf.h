@@ -25,6 +25,14 @@ struct ig_backend_conf {
 	size_t n_models;
 };
 
+/* What the configuration says of one API key (by the SHA-256 of the key). */
+struct ig_key_conf {
+	char digest[65];     /* lower-case hex */
+	int priority;        /* its requests' default class (scheduler.h), -1 none */
+	long weight;         /* its share within a class, 1..1000 */
+	long max_inflight;   /* its requests on backends at once, 0 = no cap */
+};
+
 /* A client's name for a model and the served name it stands for. */
 struct ig_model_alias {
 	char *alias;
@@ -47,7 +55,13 @@ struct ig_conf {
 	long retries;
 	long max_inflight;          /* default per-backend limit, 0 = none */
 	long queue_size;
-	long queue_timeout_ms;
+	long queue_timeout_ms;      /* class normal */
+	long queue_timeout_high_ms;
+	long queue_timeout_low_ms;
+	int scheduling;             /* 0 "priority", 1 "fifo" */
+	long low_share_percent;     /* low's guaranteed share of dispatches while others wait */
+	struct ig_key_conf *keys;   /* api_key_settings */
+	size_t n_keys;
 	long max_body_bytes;
 	long connect_ms;
 	long idle_s;

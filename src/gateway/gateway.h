@@ -101,6 +101,7 @@ enum ig_upstream_error {
 struct ig_stats {
 	struct ig_metrics_hist duration[IG_NROUTES];   /* whole request */
 	struct ig_metrics_hist ttfb[IG_NROUTES];       /* streams: first byte */
+	struct ig_metrics_hist queue_wait[IG_NCLASSES]; /* time waited, per class */
 	struct ig_reqcount *counts;
 	size_t ncounts;
 	uint64_t requests;          /* proxied requests received */
@@ -140,6 +141,8 @@ struct ig_gw {
 	size_t nreqs;
 	struct ig_sched sched;         /* per-model pools and wait queues */
 	size_t qlen;                   /* requests waiting, all models */
+	size_t class_waiting[IG_NCLASSES];
+	long class_inflight[IG_NCLASSES];
 	struct ig_stats stats;
 	uint64_t started_ms;
 	bool stopping;

@@ -89,8 +89,12 @@ static json_t *models_detail(struct ig_gw *gw)
 		json_t *urls = json_array();
 		for (size_t j = 0; j < m->nbackends; j++)
 			json_array_append_new(urls, json_string(m->backends[j]->url));
+		json_t *waiting = json_object();
+		for (int c = 0; c < IG_NCLASSES; c++)
+			json_object_set_new(waiting, ig_sched_class_name(c), json_integer((json_int_t)m->q[c].qlen));
 		json_object_set_new(o, m->name,
-				    json_pack("{s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}", "backends", urls,
+				    json_pack("{s:o, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}", "backends", urls,
+					      "waiting", waiting,
 					      "backends_healthy", (json_int_t)ig_sched_healthy(m),
 					      "queue_depth", (json_int_t)m->qlen, "inflight", (json_int_t)m->inflight,
 					      "requests", (json_int_t)m->requests, "queued", (json_int_t)m->queued,
@@ -116,7 +120,26 @@ char *ig_metrics_backends_json(struct ig_gw *gw)
 			      "backends", (json_int_t)gw->pool.n,
 			      "prompt_tokens", (json_int_t)gw->stats.prompt_tokens,
 			      "completion_tokens", (json_int_t)gw->stats.completion_tokens);
-	return dump(json_pack("{s:o, s:o, s:o}", "gateway", g, "backends", arr, "models", models_detail(gw)));
+	json_t *classes = json_object();
+	for (int c = 0; c < IG_NCLASSES; c++)
+		json_object_set_new(classes, ig_sched_class_name(c),
+				    json_pack("{s:I, s:I, s:I}", "waiting", (json_int_t)gw->class_waiting[c], "inflight",
+					      (json_int_t)gw->class_inflight[c], "dispatched_after_wait",
+					      (json_int_t)gw->stats.queue_wait[c].n));
+	json_object_set_new(g, "scheduling", json_string(gw->cfg->scheduling ? "fifo" : "priority"));
+	json_object_set_new(g, "classes", classes);
+	json_t *keys = json_array();
+	for (size_t i = 0; i < gw->sched.nkeys; i++) {
+		const struct ig_key *k = gw->sched.keys[i];
+		json_array_append_new(keys, json_pack("{s:s, s:I, s:I, s:I, s:o, s:I}", "key", k->digest[0] ? k->digest : "",
+						      "weight", (json_int_t)k->weight, "max_inflight",
+						      (json_int_t)k->max_inflight, "inflight", (json_int_t)k->inflight,
+						      "priority", k->klass >= 0 ? json_string(ig_sched_class_name(k->klass))
+									      : json_null(),
+						      "dispatched_from_queue", (json_int_t)k->completed));
+	}
+	return dump(json_pack("{s:o, s:o, s:o, s:o}", "gateway", g, "backends", arr, "models", models_detail(gw),
+			      "keys", keys));
 }
 
 /* The entry a backend's own /v1/models gave for `name` (the first backend
@@ -208,6 +231,12 @@ void ig_metrics_observe(struct ig_gw *gw, int route, unsigned status, bool strea
 	s->counts[s->ncounts++] = (struct ig_reqcount){route, status, strdup(backend), 1};
 }
 
+void ig_metrics_observe_wait(struct ig_gw *gw, int klass, uint64_t waited_ms)
+{
+	if (klass >= 0 && klass < IG_NCLASSES)
+		observe(&gw->stats.queue_wait[klass], (double)waited_ms / 1000.0);
+}
+
 void ig_metrics_free(struct ig_gw *gw)
 {
 	for (size_t i = 0; i < gw->stats.ncounts; i++)
@@ -294,6 +323,36 @@ static void per_model(struct ig_buf *b, struct ig_gw *gw)
 	}
 }
 
+static void per_class(struct ig_buf *b, struct ig_gw *gw)
+{
+	ig_buf_printf(b, "# HELP infergate_class_queue_depth Requests waiting, per priority class.\n"
+		      "# TYPE infergate_class_queue_depth gauge\n");
+	for (int c = 0; c < IG_NCLASSES; c++)
+		ig_buf_printf(b, "infergate_class_queue_depth{class=\"%s\"} %zu\n", ig_sched_class_name(c),
+			      gw->class_waiting[c]);
+	ig_buf_printf(b, "# HELP infergate_class_inflight Requests on a backend, per priority class.\n"
+		      "# TYPE infergate_class_inflight gauge\n");
+	for (int c = 0; c < IG_NCLASSES; c++)
+		ig_buf_printf(b, "infergate_class_inflight{class=\"%s\"} %ld\n", ig_sched_class_name(c),
+			      gw->class_inflight[c]);
+	const char *name = "infergate_queue_wait_seconds";
+	ig_buf_printf(b, "# HELP %s Time requests waited in a queue for a slot, per priority class.\n"
+		      "# TYPE %s histogram\n", name, name);
+	for (int c = 0; c < IG_NCLASSES; c++) {
+		const struct ig_metrics_hist *h = &gw->stats.queue_wait[c];
+		const char *cl = ig_sched_class_name(c);
+		uint64_t cum = 0;
+		for (int i = 0; i < IG_HIST_BUCKETS; i++) {
+			cum += h->counts[i];
+			ig_buf_printf(b, "%s_bucket{class=\"%s\",le=\"%g\"} %lu\n", name, cl, bounds[i], (unsigned long)cum);
+		}
+		cum += h->counts[IG_HIST_BUCKETS];
+		ig_buf_printf(b, "%s_bucket{class=\"%s\",le=\"+Inf\"} %lu\n", name, cl, (unsigned long)cum);
+		ig_buf_printf(b, "%s_sum{class=\"%s\"} %.6f\n%s_count{class=\"%s\"} %lu\n", name, cl, h->sum, name, cl,
+			      (unsigned long)h->n);
+	}
+}
+
 char *ig_metrics_text(struct ig_gw *gw)
 {
 	struct ig_buf b;
@@ -352,6 +411,7 @@ char *ig_metrics_text(struct ig_gw *gw)
 		      "infergate_tokens_total{kind=\"prompt\"} %lu\ninfergate_tokens_total{kind=\"completion\"} %lu\n",
 		      (unsigned long)s->prompt_tokens, (unsigned long)s->completion_tokens);
 	per_model(&b, gw);
+	per_class(&b, gw);
 	per_backend(&b, gw, "infergate_backend_up", "gauge", "Backend health (1 up, 0 down).", get_up);
 	per_backend(&b, gw, "infergate_backend_enabled", "gauge", "1 unless drained or being removed.", get_enabled);
 	per_backend(&b, gw, "infergate_backend_inflight", "gauge", "Requests in flight per backend.", get_inflight);

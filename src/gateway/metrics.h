@@ -17,6 +17,8 @@
 void ig_metrics_observe(struct ig_gw *gw, int route, unsigned status, bool stream_error, const char *backend,
 			uint64_t duration_us, int64_t ttfb_us);
 void ig_metrics_free(struct ig_gw *gw);
+/* Counts how long a request of class klass waited in a queue. */
+void ig_metrics_observe_wait(struct ig_gw *gw, int klass, uint64_t waited_ms);
 
 /* Bodies, malloc'd. */
 char *ig_metrics_text(struct ig_gw *gw);

@@ -23,6 +23,7 @@
 #include "infergate/oaerror.h"
 #include "infergate/sse.h"
 #include "infergate/util.h"
+#include "keyset.h"
 #include "metrics.h"
 #include "proxy.h"
 #include "router.h"
@@ -59,7 +60,8 @@ struct ig_req *ig_proxy_req_new(struct ig_gw *gw, struct MHD_Connection *conn, i
 	ig_buf_init(&req->resp);
 	ig_buf_init(&req->up_resp_headers);
 	ig_sse_init(&req->sse_lines);
-	ig_list_init(&req->qlink);
+	ig_list_init(&req->wait.link);
+	req->klass = IG_CLASS_NORMAL;
 	req->prompt_tokens = req->completion_tokens = -1;
 	ig_httpd_client_addr(conn, req->client, sizeof(req->client));
 	ig_list_append(&gw->reqs, &req->link);
@@ -81,6 +83,8 @@ static void req_free(struct ig_req *req)
 	ig_upstream_easy_put(gw, req->xfer.easy);
 	if (req->m)
 		ig_sched_release(&gw->sched, req->m);
+	if (req->key)
+		ig_sched_key_release(&gw->sched, req->key);
 	free(req->model);
 	free(req->alias);
 	free(req->err_body);
@@ -184,26 +188,42 @@ static void set_param_error(struct ig_req *req, const char *param, const char *c
 /* Each model has its own queue (scheduler.h): a request for an idle model
  * never waits behind another's. queue_size and queue_timeout_ms apply to
  * each. */
-static void enqueue(struct ig_req *req)
+static uint64_t queue_timeout_ms(const struct ig_conf *cfg, int klass)
+{
+	return (uint64_t)(klass == IG_CLASS_HIGH ? cfg->queue_timeout_high_ms
+			  : klass == IG_CLASS_LOW ? cfg->queue_timeout_low_ms : cfg->queue_timeout_ms);
+}
+
+/* Returns 0, or -1 out of memory (then not queued). */
+static int enqueue(struct ig_req *req)
 {
 	struct ig_gw *gw = req->gw;
-	req->phase = IG_REQ_QUEUED;
 	req->queued_ms = ig_now_ms();
-	req->q_deadline_ms = req->queued_ms + (uint64_t)gw->cfg->queue_timeout_ms;
+	req->wait.klass = req->klass;
+	req->wait.key = req->key;
+	req->wait.deadline_ms = req->queued_ms + queue_timeout_ms(gw->cfg, req->klass);
+	if (ig_sched_enqueue(&gw->sched, req->m, &req->wait) < 0)
+		return -1;
+	req->phase = IG_REQ_QUEUED;
 	if (!req->was_queued)
 		req->m->queued++;
 	req->was_queued = true;
-	ig_list_append(&req->m->queue, &req->qlink);
-	req->m->qlen++;
 	gw->qlen++;
+	gw->class_waiting[req->klass]++;
+	return 0;
 }
 
+/* Out of the queue; how long it waited goes to the class's histogram. */
 static void dequeue(struct ig_req *req)
 {
-	ig_list_del(&req->qlink);
-	req->m->qlen--;
-	req->gw->qlen--;
-	req->queue_wait_ms += ig_now_ms() - req->queued_ms;
+	struct ig_gw *gw = req->gw;
+	uint64_t waited = ig_now_ms() - req->queued_ms;
+	if (req->wait.flow)
+		ig_sched_dequeue(&gw->sched, req->m, &req->wait);
+	gw->qlen--;
+	gw->class_waiting[req->klass]--;
+	req->queue_wait_ms += waited;
+	ig_metrics_observe_wait(gw, req->klass, waited);
 }
 
 /* Gives back the backend slot of the current attempt. */
@@ -211,6 +231,8 @@ static void release_slot(struct ig_req *req)
 {
 	ig_router_release(req->backend);
 	req->m->inflight--;
+	req->key->inflight--;
+	req->gw->class_inflight[req->klass]--;
 }
 
 enum route_result { ROUTE_STARTED, ROUTE_QUEUED, ROUTE_FAILED };
@@ -473,6 +495,8 @@ static void start_transfer(struct ig_req *req, struct ig_backend *b)
 	req->backend = b;
 	req->tried[req->ntried++] = b;
 	req->m->inflight++;
+	req->key->inflight++;
+	gw->class_inflight[req->klass]++;
 	req->phase = IG_REQ_UPSTREAM;
 	req->up_status = 0;
 	req->headers_done = false;
@@ -577,7 +601,10 @@ static enum route_result wait_or_refuse(struct ig_req *req)
 			  req->model, gw->cfg->queue_size);
 		return ROUTE_FAILED;
 	}
-	enqueue(req);
+	if (enqueue(req) < 0) {
+		set_error(req, 500, "internal_error", "out of memory");
+		return ROUTE_FAILED;
+	}
 	return ROUTE_QUEUED;
 }
 
@@ -589,6 +616,9 @@ static enum route_result route(struct ig_req *req)
 	struct ig_model *m = req->m;
 	struct ig_backend *b = NULL;
 
+	/* A key at its cap waits for one of its own requests to end. */
+	if (req->key->max_inflight > 0 && req->key->inflight >= req->key->max_inflight && m->nbackends > 0)
+		return wait_or_refuse(req);
 	switch (ig_router_pick(m->backends, m->nbackends, &m->rotor, gw->cfg->policy, req->tried, req->ntried, &b)) {
 	case IG_PICK_OK:
 		start_transfer(req, b);
@@ -796,6 +826,45 @@ static int inspect_body(struct ig_req *req)
 
 static enum MHD_Result respond(struct ig_req *req);
 
+/* Whose share the request counts against (the SHA-256 of its bearer
+ * token, "" without one) and its class: X-Infergate-Priority, else the
+ * key's default, else normal. With scheduling fifo: one class, one key.
+ * Returns 0, or -1 with an error set. */
+static int classify_request(struct ig_req *req)
+{
+	struct ig_gw *gw = req->gw;
+	char digest[2 * IG_DIGEST_LEN + 1] = "";
+	const char *auth = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Authorization");
+	const char *prio = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "X-Infergate-Priority");
+
+	if (gw->cfg->scheduling == 0 && auth && strncasecmp(auth, "Bearer ", 7) == 0)
+		ig_keyset_hash(auth + 7, strlen(auth + 7), digest);
+	if (!(req->key = ig_sched_key(&gw->sched, digest))) {
+		set_error(req, 500, "internal_error", "out of memory");
+		return -1;
+	}
+	req->key->refs++;
+	if (prio) {
+		int c = ig_sched_class_parse(prio);
+		if (c < 0) {
+			char msg[256];
+			snprintf(msg, sizeof(msg), "Invalid 'X-Infergate-Priority' header: '%.64s' (expected high, normal "
+				 "or low)", prio);
+			free(req->err_body);
+			req->err_status = 400;
+			req->err_body = ig_oaerror_json(msg, "invalid_request_error", "X-Infergate-Priority", "invalid_priority");
+			req->phase = IG_REQ_FINISHED;
+			return -1;
+		}
+		req->klass = c;
+	} else if (req->key->klass >= 0) {
+		req->klass = req->key->klass;
+	}
+	if (gw->cfg->scheduling != 0)
+		req->klass = IG_CLASS_NORMAL;
+	return 0;
+}
+
 /* The body is complete: validate, route, and answer or suspend. */
 static enum MHD_Result start(struct ig_req *req)
 {
@@ -809,6 +878,8 @@ static enum MHD_Result start(struct ig_req *req)
 	}
 	gw->stats.bytes_in += req->body.len;
 	if (inspect_body(req) < 0)
+		return respond(req);
+	if (classify_request(req) < 0)
 		return respond(req);
 	if (!(req->m = ig_sched_get(&gw->sched, &gw->pool, req->model))) {
 		set_error(req, 500, "internal_error", "out of memory");
@@ -1110,14 +1181,16 @@ void ig_proxy_drain_queue(struct ig_gw *gw)
 		progress = false;
 		for (size_t k = 0; k < s->n; k++) {
 			struct ig_model *m = s->v[(s->next + k) % s->n];
-			struct ig_req *req = IG_LIST_FIRST(&m->queue, struct ig_req, qlink);
+			struct ig_waiter *w = m->qlen ? ig_sched_next(s, m) : NULL;
 			struct ig_backend *b = NULL;
-			if (!req)
+			if (!w)
 				continue;
+			struct ig_req *req = IG_CONTAINER_OF(w, struct ig_req, wait);
 			enum ig_pick p = ig_router_pick(m->backends, m->nbackends, &m->rotor, gw->cfg->policy, req->tried,
 							req->ntried, &b);
 			if (p == IG_PICK_BUSY || (p == IG_PICK_NONE && m->nbackends == 0 && s->unknown_up > 0))
 				continue;
+			ig_sched_dispatch(s, m, w);
 			dequeue(req);
 			progress = true;
 			if (p == IG_PICK_OK)
@@ -1157,6 +1230,19 @@ static void scan_watch(struct ig_gw *gw, uint64_t now_ms)
 			watch_client(req);
 }
 
+/* A request that waited its class's queue_timeout: 503. */
+static void expire_one(struct ig_waiter *w, void *arg IG_UNUSED)
+{
+	struct ig_req *req = IG_CONTAINER_OF(w, struct ig_req, wait);
+	struct ig_gw *gw = req->gw;
+	dequeue(req);
+	gw->stats.queue_timeouts++;
+	req->m->timeouts++;
+	set_error(req, 503, "queue_timeout", "waited %llu ms for a free backend (class %s); retry later",
+		  (unsigned long long)queue_timeout_ms(gw->cfg, req->klass), ig_sched_class_name(req->klass));
+	resume(req);
+}
+
 void ig_proxy_tick(struct ig_gw *gw, uint64_t now_ms)
 {
 	if (now_ms >= gw->next_watch_scan_ms) {
@@ -1168,19 +1254,9 @@ void ig_proxy_tick(struct ig_gw *gw, uint64_t now_ms)
 		scan_idle(gw, now_ms);
 	}
 	ig_proxy_drain_queue(gw);
-	/* One timeout for all, so each queue's head always expires first. */
-	for (size_t i = 0; i < gw->sched.n && gw->qlen; i++) {
-		struct ig_model *m = gw->sched.v[i];
-		struct ig_req *req;
-		while ((req = IG_LIST_FIRST(&m->queue, struct ig_req, qlink)) && req->q_deadline_ms <= now_ms) {
-			dequeue(req);
-			gw->stats.queue_timeouts++;
-			m->timeouts++;
-			set_error(req, 503, "queue_timeout", "waited %ld ms for a free backend; retry later",
-				  gw->cfg->queue_timeout_ms);
-			resume(req);
-		}
-	}
+	/* Each flow is FIFO within one timeout: its head expires first. */
+	for (size_t i = 0; i < gw->sched.n && gw->qlen; i++)
+		ig_sched_expire(&gw->sched, gw->sched.v[i], now_ms, expire_one, NULL);
 }
 
 static void req_log(struct ig_req *req, bool completed)
@@ -1196,7 +1272,7 @@ static void req_log(struct ig_req *req, bool completed)
 	uint64_t first = req->t_first_byte_us ? req->t_first_byte_us : req->t_answer_us;
 	/* A stream that carried an error event is logged as the error's status
 	 * (status_sent says what went on the wire) with its message. */
-	json_t *e = json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:o, s:o, s:o, s:o, s:b, s:I, s:I, s:o, s:f, s:I, s:o, s:o, s:b}",
+	json_t *e = json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:o, s:o, s:o, s:o, s:s, s:I, s:b, s:I, s:I, s:o, s:f, s:I, s:o, s:o, s:b}",
 			      "time", ts, "request_id", req->request_id, "client", req->client,
 			      "method", "POST", "path", ig_route_path(req->route_idx),
 			      "status", (json_int_t)ig_proxy_req_status(req),
@@ -1205,6 +1281,8 @@ static void req_log(struct ig_req *req, bool completed)
 			      "backend", req->backend ? json_string(req->backend->url) : json_null(),
 			      "model", req->model ? json_string(req->model) : json_null(),
 			      "alias", req->alias ? json_string(req->alias) : json_null(),
+			      "priority", ig_sched_class_name(req->klass),
+			      "queue_ms", (json_int_t)req->queue_wait_ms,
 			      "stream", req->stream,
 			      "bytes_in", (json_int_t)req->body.len,
 			      "bytes_out", (json_int_t)req->bytes_out,

@@ -27,7 +27,7 @@ struct ig_req {
 	struct ig_gw *gw;
 	struct MHD_Connection *conn;
 	struct ig_list link;         /* gw->reqs: every live request */
-	struct ig_list qlink;        /* m->queue, when QUEUED */
+	struct ig_waiter wait;       /* its place in m's queues, when QUEUED */
 	enum ig_req_phase phase;
 	int route_idx;               /* upstream path: ig_route_path(route_idx) */
 	struct ig_buf body;
@@ -47,6 +47,8 @@ struct ig_req {
 	char *model;                 /* the served name (an alias resolved) */
 	char *alias;                 /* the client's name when it was an alias */
 	struct ig_model *m;          /* its model's pool and queue (held) */
+	struct ig_key *key;          /* whose share it counts against (held) */
+	int klass;                   /* enum ig_class */
 	uint64_t queued_ms;          /* when it last entered the queue, 0 never */
 	uint64_t queue_wait_ms;      /* time spent waiting, in total */
 	bool was_queued;
@@ -63,7 +65,7 @@ struct ig_req {
 	unsigned err_status;            /* error answer decided by the gateway */
 	char *err_body;
 	enum ig_upstream_error last_err;
-	uint64_t t_start_us, t_first_byte_us, q_deadline_ms;
+	uint64_t t_start_us, t_first_byte_us;
 	uint64_t last_io_ms;            /* last byte from the backend (idle timeout) */
 	uint64_t suspended_at_ms;       /* when it was last suspended */
 	struct ig_sse sse_lines;        /* SSE lines, to find usage and error events */

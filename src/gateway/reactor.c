@@ -128,7 +128,7 @@ int ig_reactor_init(struct ig_gw *gw, struct ig_conf *cfg)
 	if (ig_backend_pool_init(&gw->pool, cfg) < 0)
 		return -1;
 	ig_sched_init(&gw->sched);
-	if (ig_sched_rebuild(&gw->sched, &gw->pool) < 0)
+	if (ig_sched_configure(&gw->sched, cfg) < 0 || ig_sched_rebuild(&gw->sched, &gw->pool) < 0)
 		return -1;
 	gw->listen_fd = bind_listen(cfg->listen_host, cfg->listen_port);
 	if (gw->listen_fd < 0)

@@ -131,6 +131,8 @@ void ig_reload(struct ig_gw *gw)
 	ig_log_info("reload: configuration from %s applied (%d backends added, %d removed, policy %s)",
 		    gw->cfg->config_path, added, removed, ig_conf_policy_name(gw->cfg->policy));
 	ig_health_reap(gw);
+	if (ig_sched_configure(&gw->sched, gw->cfg) < 0)
+		ig_log_error("reload: out of memory applying api_key_settings");
 	gw->models_dirty = true; /* aliases may have changed too */
 	gw->drain_pending = true;
 }

@@ -5,13 +5,198 @@
  * pool is picked (router.c). */
 #include "config.h"
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
+#include "infergate/log.h"
 #include "scheduler.h"
 
 void ig_sched_init(struct ig_sched *s)
 {
 	memset(s, 0, sizeof(*s));
+	s->low_every = 20;
+}
+
+const char *ig_sched_class_name(int klass)
+{
+	static const char *const names[IG_NCLASSES] = {"high", "normal", "low"};
+	return klass >= 0 && klass < IG_NCLASSES ? names[klass] : "?";
+}
+
+int ig_sched_class_parse(const char *v)
+{
+	for (int c = 0; c < IG_NCLASSES; c++)
+		if (strcmp(v, ig_sched_class_name(c)) == 0)
+			return c;
+	return -1;
+}
+
+/* ---- keys ---- */
+
+struct ig_key *ig_sched_key(struct ig_sched *s, const char *digest)
+{
+	for (size_t i = 0; i < s->nkeys; i++)
+		if (strcmp(s->keys[i]->digest, digest) == 0)
+			return s->keys[i];
+	struct ig_key **v = realloc(s->keys, (s->nkeys + 1) * sizeof(*v));
+	if (!v)
+		return NULL;
+	s->keys = v;
+	struct ig_key *k = calloc(1, sizeof(*k));
+	if (!k)
+		return NULL;
+	snprintf(k->digest, sizeof(k->digest), "%s", digest);
+	k->weight = 1;
+	k->klass = -1;
+	s->keys[s->nkeys++] = k;
+	return k;
+}
+
+static void key_drop_unused(struct ig_sched *s, struct ig_key *k)
+{
+	if (k->refs > 0 || k->configured)
+		return;
+	for (size_t i = 0; i < s->nkeys; i++) {
+		if (s->keys[i] == k) {
+			s->keys[i] = s->keys[--s->nkeys];
+			free(k);
+			return;
+		}
+	}
+}
+
+void ig_sched_key_release(struct ig_sched *s, struct ig_key *k)
+{
+	k->refs--;
+	key_drop_unused(s, k);
+}
+
+void ig_sched_keys_unconfigure(struct ig_sched *s)
+{
+	for (size_t i = s->nkeys; i-- > 0;) {
+		struct ig_key *k = s->keys[i];
+		k->configured = false;
+		k->weight = 1;
+		k->max_inflight = 0;
+		k->klass = -1;
+		key_drop_unused(s, k);
+	}
+}
+
+int ig_sched_configure(struct ig_sched *s, const struct ig_conf *cfg)
+{
+	s->low_every = (unsigned)((100 + cfg->low_share_percent / 2) / cfg->low_share_percent);
+	ig_sched_keys_unconfigure(s);
+	for (size_t i = 0; i < cfg->n_keys; i++) {
+		struct ig_key *k = ig_sched_key(s, cfg->keys[i].digest);
+		if (!k)
+			return -1;
+		k->configured = true;
+		k->weight = cfg->keys[i].weight;
+		k->max_inflight = cfg->keys[i].max_inflight;
+		k->klass = cfg->keys[i].priority;
+	}
+	return 0;
+}
+
+/* ---- queues ---- */
+
+int ig_sched_enqueue(struct ig_sched *s IG_UNUSED, struct ig_model *m, struct ig_waiter *w)
+{
+	struct ig_class_queue *q = &m->q[w->klass];
+	struct ig_flow *f;
+	IG_LIST_FOREACH(f, &q->flows, struct ig_flow, link)
+		if (f->key == w->key)
+			goto found;
+	if (!(f = calloc(1, sizeof(*f))))
+		return -1;
+	f->key = w->key;
+	f->tag = q->vtime; /* a newly busy key starts level with the others */
+	ig_list_init(&f->queue);
+	ig_list_append(&q->flows, &f->link);
+found:
+	ig_list_append(&f->queue, &w->link);
+	f->qlen++;
+	w->flow = f;
+	q->qlen++;
+	m->qlen++;
+	return 0;
+}
+
+void ig_sched_dequeue(struct ig_sched *s IG_UNUSED, struct ig_model *m, struct ig_waiter *w)
+{
+	struct ig_flow *f = w->flow;
+	if (!f)
+		return;
+	ig_list_del(&w->link);
+	w->flow = NULL;
+	f->qlen--;
+	m->q[w->klass].qlen--;
+	m->qlen--;
+	if (f->qlen == 0) {
+		ig_list_del(&f->link);
+		free(f);
+	}
+}
+
+/* The flow of class c to serve next: the smallest tag among keys under
+ * their cap (the first such in the list on a tie), or NULL. */
+static struct ig_flow *next_flow(struct ig_class_queue *q)
+{
+	struct ig_flow *f, *best = NULL;
+	IG_LIST_FOREACH(f, &q->flows, struct ig_flow, link) {
+		if (f->key->max_inflight > 0 && f->key->inflight >= f->key->max_inflight)
+			continue;
+		if (!best || f->tag < best->tag)
+			best = f;
+	}
+	return best;
+}
+
+struct ig_waiter *ig_sched_next(struct ig_sched *s, struct ig_model *m)
+{
+	struct ig_flow *hi = NULL, *low = next_flow(&m->q[IG_CLASS_LOW]);
+	for (int c = IG_CLASS_HIGH; c < IG_CLASS_LOW && !hi; c++)
+		hi = next_flow(&m->q[c]);
+	struct ig_flow *f = hi;
+	/* low's guaranteed turn: one dispatch in low_every while it waits. */
+	if (low && (!hi || m->since_low + 1 >= s->low_every))
+		f = low;
+	return f ? IG_LIST_FIRST(&f->queue, struct ig_waiter, link) : NULL;
+}
+
+void ig_sched_dispatch(struct ig_sched *s, struct ig_model *m, struct ig_waiter *w)
+{
+	struct ig_flow *f = w->flow;
+	struct ig_class_queue *q = &m->q[w->klass];
+	bool low_waits = m->q[IG_CLASS_LOW].qlen > (w->klass == IG_CLASS_LOW);
+
+	q->vtime = f->tag;
+	f->tag += 1.0 / (double)(w->key->weight > 0 ? w->key->weight : 1);
+	if (w->klass == IG_CLASS_LOW)
+		m->since_low = 0;
+	else if (low_waits)
+		m->since_low++;
+	w->key->completed++;
+	ig_sched_dequeue(s, m, w);
+}
+
+void ig_sched_expire(struct ig_sched *s IG_UNUSED, struct ig_model *m, uint64_t now_ms,
+		     void (*fn)(struct ig_waiter *w, void *arg), void *arg)
+{
+	for (int c = 0; c < IG_NCLASSES; c++) {
+		struct ig_flow *f, *next;
+		IG_LIST_FOREACH_SAFE(f, next, &m->q[c].flows, struct ig_flow, link) {
+			struct ig_waiter *w;
+			/* fn frees f with its last waiter: stop at that one. */
+			for (size_t left = f->qlen; left > 0; left--) {
+				w = IG_LIST_FIRST(&f->queue, struct ig_waiter, link);
+				if (w->deadline_ms > now_ms)
+					break;
+				fn(w, arg);
+			}
+		}
+	}
 }
 
 static void model_free(struct ig_model *m)
@@ -26,6 +211,9 @@ void ig_sched_free(struct ig_sched *s)
 	for (size_t i = 0; i < s->n; i++)
 		model_free(s->v[i]);
 	free(s->v);
+	for (size_t i = 0; i < s->nkeys; i++)
+		free(s->keys[i]);
+	free(s->keys);
 	memset(s, 0, sizeof(*s));
 }
 
@@ -75,7 +263,8 @@ static struct ig_model *add(struct ig_sched *s, const char *name)
 		free(m);
 		return NULL;
 	}
-	ig_list_init(&m->queue);
+	for (int c = 0; c < IG_NCLASSES; c++)
+		ig_list_init(&m->q[c].flows);
 	s->v[s->n++] = m;
 	return m;
 }

@@ -1,9 +1,16 @@
 /* The scheduler's state: one entry per model with the backends that serve
- * it (the pool its requests are routed among) and its own wait queue, so a
+ * it (the pool its requests are routed among) and its own wait queues, so a
  * request for an idle model never waits behind another model's queue.
  * The entries are rebuilt from the backend table whenever a backend's
- * models, state or presence change (ig_sched_rebuild); the queues hold
- * links of the requests (proxy.c), which this module never looks into. */
+ * models, state or presence change (ig_sched_rebuild).
+ *
+ * Who runs next when a slot frees (ig_sched_next): within a model, strict
+ * priority between the classes high > normal > low, except that `low` gets
+ * one dispatch in every low_every while it waits (never starved); within a
+ * class, fair shares between API keys by start-time fair queueing weighted
+ * by each key's weight; FIFO within a key. A key at its max_inflight is
+ * passed over (its requests wait). The queues hold struct ig_waiter, which
+ * a request (proxy.c) embeds; this module never looks past it. */
 #ifndef IG_SCHEDULER_H
 #define IG_SCHEDULER_H
 
@@ -15,13 +22,64 @@
 #include "backend.h"
 #include "infergate/list.h"
 
+enum ig_class {
+	IG_CLASS_HIGH,   /* X-Infergate-Priority: high */
+	IG_CLASS_NORMAL, /* the default */
+	IG_CLASS_LOW,    /* bulk runs (infergate-bulk sends it) */
+	IG_NCLASSES,
+};
+
+const char *ig_sched_class_name(int klass);
+/* The class named (case-sensitive "high", "normal", "low"), or -1. */
+int ig_sched_class_parse(const char *s);
+
+/* A client identity that shares are kept between: the SHA-256 of its
+ * bearer token ("" without one), with what the configuration says of it. */
+struct ig_key {
+	char digest[65];
+	long weight;                 /* share within a class, 1.. */
+	long max_inflight;           /* 0 = no cap */
+	int klass;                   /* its default class, -1 none */
+	long inflight;               /* its requests on a backend now */
+	size_t refs;                 /* requests that hold it */
+	bool configured;             /* named in the configuration: kept */
+	uint64_t completed;          /* requests that left the queue for a backend */
+};
+
+struct ig_flow;
+
+/* What a waiting request embeds. */
+struct ig_waiter {
+	struct ig_list link;         /* in its flow's FIFO */
+	struct ig_flow *flow;        /* NULL when not waiting */
+	int klass;
+	struct ig_key *key;
+	uint64_t deadline_ms;
+};
+
+/* One key's waiting requests in one class of one model. */
+struct ig_flow {
+	struct ig_list link;         /* in the class's list of flows */
+	struct ig_list queue;        /* FIFO of struct ig_waiter */
+	size_t qlen;
+	struct ig_key *key;
+	double tag;                  /* virtual start time of its next request */
+};
+
+struct ig_class_queue {
+	struct ig_list flows;        /* flows with waiting requests */
+	size_t qlen;
+	double vtime;                /* tag of the last request dispatched */
+};
+
 struct ig_model {
 	char *name;                  /* the served name (aliases resolved) */
 	struct ig_backend **backends; /* those that serve it, up or not */
 	size_t nbackends;
 	atomic_uint rotor;           /* the router's rotating start among them */
-	struct ig_list queue;        /* FIFO of requests waiting for a slot */
-	size_t qlen;
+	struct ig_class_queue q[IG_NCLASSES];
+	size_t qlen;                 /* waiting, all classes */
+	unsigned since_low;          /* higher-class dispatches while low waited */
 	long inflight;               /* its requests on a backend now */
 	size_t refs;                 /* requests that hold this entry */
 	uint64_t requests;           /* routed or queued, in total */
@@ -31,6 +89,9 @@ struct ig_model {
 };
 
 struct ig_sched {
+	unsigned low_every;          /* low's guaranteed turn: 1 dispatch in this many */
+	struct ig_key **keys;        /* every key known now */
+	size_t nkeys;
 	struct ig_model **v;         /* served models first seen first; entries
 				      * for names no backend serves are made only
 				      * while some backend's list is unknown */
@@ -43,6 +104,10 @@ struct ig_sched {
 };
 
 void ig_sched_init(struct ig_sched *s);
+/* Takes low's share and the keys' settings from the configuration (at
+ * start and on reload; keys no longer named lose their settings). Returns
+ * 0 or -1 (out of memory). */
+int ig_sched_configure(struct ig_sched *s, const struct ig_conf *cfg);
 void ig_sched_free(struct ig_sched *s);
 /* Recomputes every entry's backends from the table, adds entries for newly
  * served names and drops unserved entries no request holds. Returns 0 or -1
@@ -60,6 +125,30 @@ static inline void ig_sched_hold(struct ig_model *m)
 	m->refs++;
 }
 void ig_sched_release(struct ig_sched *s, struct ig_model *m);
+/* The key of a digest ("" anonymous), made when missing (weight 1, no cap,
+ * no class). NULL when out of memory. */
+struct ig_key *ig_sched_key(struct ig_sched *s, const char *digest);
+/* A request takes / lets go of its key. */
+void ig_sched_key_release(struct ig_sched *s, struct ig_key *k);
+/* Forgets every configured setting (before a reload applies new ones). */
+void ig_sched_keys_unconfigure(struct ig_sched *s);
+
+/* Queues w (its klass, key and deadline set) at the end of its key's FIFO
+ * in its class of m. Returns 0 or -1 (out of memory). */
+int ig_sched_enqueue(struct ig_sched *s, struct ig_model *m, struct ig_waiter *w);
+/* Takes w out of its queue (it left, timed out or is dispatched). */
+void ig_sched_dequeue(struct ig_sched *s, struct ig_model *m, struct ig_waiter *w);
+/* The request that should run next in m (see the top of this file), or
+ * NULL when none may (nothing waits, or every waiting key is at its cap). */
+struct ig_waiter *ig_sched_next(struct ig_sched *s, struct ig_model *m);
+/* w, returned by ig_sched_next, leaves for a backend: dequeued, and the
+ * class's virtual time and low's turn are advanced. */
+void ig_sched_dispatch(struct ig_sched *s, struct ig_model *m, struct ig_waiter *w);
+/* Calls fn for every waiter of m whose deadline is <= now (each flow's
+ * head first: a flow is FIFO within one timeout). fn must dequeue it. */
+void ig_sched_expire(struct ig_sched *s, struct ig_model *m, uint64_t now_ms,
+		     void (*fn)(struct ig_waiter *w, void *arg), void *arg);
+
 /* Healthy backends among m's. */
 size_t ig_sched_healthy(const struct ig_model *m);
 /* Waiting requests of every model. */

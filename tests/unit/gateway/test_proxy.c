@@ -202,7 +202,10 @@ static void req_init(struct two *t, struct ig_req *r, const char *model)
 {
 	memset(r, 0, sizeof(*r));
 	r->gw = &t->gw;
-	ig_list_init(&r->qlink);
+	ig_list_init(&r->wait.link);
+	r->klass = IG_CLASS_NORMAL;
+	r->key = ig_sched_key(&t->gw.sched, "");
+	r->key->refs++;
 	r->model = (char *)model;
 	r->m = ig_sched_get(&t->gw.sched, &t->gw.pool, model);
 	ck_assert_ptr_nonnull(r->m);
@@ -230,18 +233,18 @@ START_TEST(queue_is_fifo_and_bounded)
 	ck_assert_uint_eq(t.gw.qlen, 2);
 	ck_assert_uint_eq(ma->qlen, 2);
 	ck_assert_uint_eq(t.gw.stats.queue_rejected, 1);
-	ck_assert_ptr_eq(IG_LIST_FIRST(&ma->queue, struct ig_req, qlink), &r[0]);
+	ck_assert_ptr_eq(ig_sched_next(&t.gw.sched, ma), &r[0].wait);
 
 	/* The first to leave its place is not the head: order holds. */
 	dequeue(&r[0]);
-	ck_assert_ptr_eq(IG_LIST_FIRST(&ma->queue, struct ig_req, qlink), &r[1]);
+	ck_assert_ptr_eq(ig_sched_next(&t.gw.sched, ma), &r[1].wait);
 	ck_assert_uint_eq(t.gw.qlen, 1);
 	/* The backend goes away while it waits: 503, not a hang. */
 	atomic_store(&t.a->state, IG_BACKEND_DOWN);
 	ig_proxy_drain_queue(&t.gw);
 	ck_assert_uint_eq(t.gw.qlen, 0);
 	ck_assert_uint_eq(r[1].err_status, 503);
-	ck_assert(ig_list_empty(&ma->queue));
+	ck_assert_uint_eq(ma->qlen, 0);
 	free(r[1].err_body);
 	free(r[2].err_body);
 	two_free(&t);
