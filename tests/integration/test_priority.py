@@ -1,0 +1,270 @@
+"""The traffic scheduler with real processes: who runs next when a slot
+frees. One backend slot (--max-inflight 1) makes the order of the access
+log's lines the order of dispatch, so every rule is asserted as an order or
+a count, never as a time: classes, low's guaranteed turn, fair shares
+between keys and their weights, a key's cap, timeouts per class, a bad
+header, and infergate-bulk's class."""
+
+import collections
+import json
+import os
+import socket
+import subprocess
+import tempfile
+import threading
+
+from harness import (assert_openai_error, binary, chat_body, http, http_json, run, sim_requests, start_gateway,
+                     start_sim, test, wait_until)
+
+
+def digest(key):
+    p = subprocess.run([binary("infergate"), "--hash-key"], input=key, capture_output=True, text=True, timeout=10)
+    return p.stdout.strip()
+
+
+def raw_post(port, body, headers=()):
+    """A request on its own socket, sent and left to complete (the caller closes it)."""
+    s = socket.create_connection(("127.0.0.1", port))
+    data = json.dumps(body).encode()
+    extra = b"".join(f"{k}: {v}\r\n".encode() for k, v in headers)
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + extra +
+              b"Content-Length: " + str(len(data)).encode() + b"\r\n\r\n" + data)
+    return s
+
+
+def waiting(gw):
+    return http_json("GET", gw.url + "/health/backends")[2]["gateway"]["classes"]
+
+
+def total_waiting(gw):
+    return sum(c["waiting"] for c in waiting(gw).values())
+
+
+def log_lines(path, n):
+    """The first n access-log lines of proxied requests, waiting for them."""
+    def lines():
+        with open(path) as f:
+            # Proxied requests only (the gateway's own endpoints are logged too).
+            return [o for o in (json.loads(x) for x in f if x.strip()) if "request_id" in o]
+    wait_until(lambda: len(lines()) >= n, timeout=60, what=f"{n} access log lines")
+    return lines()[:n]
+
+
+class Slot:
+    """One slot, held by a slow request until release(); everything else queues behind it."""
+
+    def __init__(self, *gw_extra, sim_extra=()):
+        self.sim = start_sim("--tokens-per-second", "200", "--ttft-ms", "0", *sim_extra)
+        self.dir = tempfile.TemporaryDirectory()
+        self.log = os.path.join(self.dir.name, "access.log")
+        self.gw = start_gateway([self.sim], "--max-inflight", "1", "--access-log", self.log,
+                                "--queue-size", "5000", *gw_extra)
+        wait_until(lambda: http_json("GET", self.gw.url + "/v1/models")[2]["data"], timeout=10, what="models")
+        # The blocker: 200 tokens at 200/s, about a second, while the others line up.
+        self.blocker = raw_post(self.gw.port, chat_body("block", max_tokens=200), [("X-Request-Id", "blocker")])
+        wait_until(lambda: http_json("GET", self.gw.url + "/health/backends")[2]["gateway"]["classes"]["normal"]
+                   ["inflight"] == 1, timeout=10, what="the blocker running")
+        self.socks = []
+
+    def queue(self, rid, klass=None, key=None, max_tokens=1):
+        headers = [("X-Request-Id", rid)]
+        if klass:
+            headers.append(("X-Infergate-Priority", klass))
+        if key:
+            headers.append(("Authorization", f"Bearer {key}"))
+        n = total_waiting(self.gw)
+        self.socks.append(raw_post(self.gw.port, chat_body(rid, max_tokens=max_tokens), headers))
+        wait_until(lambda: total_waiting(self.gw) == n + 1, timeout=10, what=f"{rid} queued")
+
+    def order(self, n):
+        """Request ids in dispatch order, the blocker excluded."""
+        lines = log_lines(self.log, n + 1)
+        assert lines[0]["request_id"] == "blocker", lines[0]
+        return [x["request_id"] for x in lines[1:]], lines[1:]
+
+    def close(self):
+        for s in self.socks + [self.blocker]:
+            s.close()
+        self.dir.cleanup()
+
+
+@test
+def classes_are_served_in_strict_order():
+    slot = Slot()
+    try:
+        for i in range(4):
+            slot.queue(f"low{i}", "low")
+        for i in range(3):
+            slot.queue(f"normal{i}")              # no header: normal
+        for i in range(2):
+            slot.queue(f"high{i}", "high")
+        assert waiting(slot.gw)["low"]["waiting"] == 4 and waiting(slot.gw)["high"]["waiting"] == 2
+        ids, lines = slot.order(9)
+        assert ids == ["high0", "high1", "normal0", "normal1", "normal2", "low0", "low1", "low2", "low3"], ids
+        assert [x["priority"] for x in lines] == ["high"] * 2 + ["normal"] * 3 + ["low"] * 4
+        assert all(x["queue_ms"] >= 0 and x["status"] == 200 for x in lines), lines
+        _, _, text = http("GET", slot.gw.url + "/metrics")
+        assert 'infergate_queue_wait_seconds_count{class="low"} 4' in text.decode()
+        assert 'infergate_queue_wait_seconds_count{class="high"} 2' in text.decode()
+    finally:
+        slot.close()
+
+
+@test
+def low_keeps_its_share_while_high_floods():
+    slot = Slot("--low-share-percent", "25")     # one dispatch in 4
+    try:
+        for i in range(6):
+            slot.queue(f"low{i}", "low")
+        for i in range(12):
+            slot.queue(f"high{i}", "high")
+        ids, _ = slot.order(18)
+        classes = "".join("L" if i.startswith("low") else "H" for i in ids)
+        assert classes == "HHHLHHHLHHHLHHHLLL", classes
+        assert ids[3] == "low0" and ids[7] == "low1", ids   # FIFO within the class
+    finally:
+        slot.close()
+
+
+@test
+def keys_share_slots_by_weight():
+    a, b, c = "sk-team-a", "sk-team-b", "sk-team-c"
+    with tempfile.TemporaryDirectory() as d:
+        cfg = os.path.join(d, "c.json")
+        with open(cfg, "w") as f:
+            json.dump({"api_key_settings": {digest(c): {"weight": 3}}}, f)
+        slot = Slot("--config", cfg)
+        try:
+            # Equal weights: key a queued 60 first, then key b 60; they alternate.
+            for i in range(60):
+                slot.queue(f"a{i}", key=a)
+            for i in range(60):
+                slot.queue(f"b{i}", key=b)
+            ids, _ = slot.order(120)
+            for w in range(0, 100, 20):               # every window of 20 while both wait
+                share = sum(1 for x in ids[w:w + 20] if x.startswith("a")) / 20
+                assert 0.45 <= share <= 0.55, (w, share, ids[w:w + 20])
+            assert [x for x in ids if x.startswith("a")] == [f"a{i}" for i in range(60)]   # FIFO per key
+        finally:
+            slot.close()
+        # Weights 3:1 (key c has weight 3 in the configuration).
+        slot = Slot("--config", cfg)
+        try:
+            for i in range(60):
+                slot.queue(f"a{i}", key=a)
+            for i in range(60):
+                slot.queue(f"c{i}", key=c)
+            ids, _ = slot.order(80)
+            for w in range(0, 80, 20):
+                share = sum(1 for x in ids[w:w + 20] if x.startswith("c")) / 20
+                assert 0.70 <= share <= 0.80, (w, share, ids[w:w + 20])
+        finally:
+            slot.close()
+
+
+@test
+def a_key_over_its_cap_waits_while_others_run():
+    sim = start_sim("--tokens-per-second", "20", "--ttft-ms", "0")
+    with tempfile.TemporaryDirectory() as d:
+        cfg = os.path.join(d, "c.json")
+        with open(cfg, "w") as f:
+            json.dump({"api_key_settings": {digest("sk-capped"): {"max_inflight": 1}}}, f)
+        gw = start_gateway([sim], "--config", cfg, "--max-inflight", "8")
+        wait_until(lambda: http_json("GET", gw.url + "/v1/models")[2]["data"], timeout=10, what="models")
+        results = {}
+
+        def call(name, key):
+            results[name] = http_json("POST", gw.url + "/v1/chat/completions", chat_body(name, max_tokens=20),
+                                      headers={"Authorization": f"Bearer {key}"}, timeout=60)
+        ts = [threading.Thread(target=call, args=(f"capped{i}", "sk-capped")) for i in range(3)]
+        for t in ts:
+            t.start()
+        wait_until(lambda: waiting(gw)["normal"]["waiting"] == 2, timeout=10, what="two capped requests waiting")
+        keys = {k["key"]: k for k in http_json("GET", gw.url + "/health/backends")[2]["keys"]}
+        assert keys[digest("sk-capped")]["inflight"] == 1 and keys[digest("sk-capped")]["max_inflight"] == 1, keys
+        # Another key runs at once, beside the capped one's single request (8 slots are free).
+        ts.append(threading.Thread(target=call, args=("free", "sk-free")))
+        ts[-1].start()
+        ts[-1].join(60)
+        for t in ts:
+            t.join(60)
+        assert all(r[0] == 200 for r in results.values()), results
+        assert "x-infergate-queued-ms" not in results["free"][1], results["free"][1]
+        assert sum("x-infergate-queued-ms" in results[f"capped{i}"][1] for i in range(3)) == 2
+
+
+@test
+def queue_timeouts_are_per_class():
+    slot = Slot("--queue-timeout-ms", "300", "--queue-timeout-low-ms", "60000",
+                sim_extra=("--tokens-per-second", "100"))
+    try:
+        slot.queue("low0", "low")
+        before = sim_requests(slot.sim)
+        st, hdrs, obj = http_json("POST", slot.gw.url + "/v1/chat/completions", chat_body("n", max_tokens=1))
+        assert_openai_error(st, obj, 503)
+        assert obj["error"]["code"] == "queue_timeout" and "class normal" in obj["error"]["message"], obj
+        assert hdrs.get("retry-after") == "1", hdrs
+        # The normal request's 503 is logged first; the low one outlived it and ran.
+        lines = log_lines(slot.log, 3)
+        assert [(x["priority"], x["status"]) for x in lines] == [("normal", 503), ("normal", 200), ("low", 200)]
+        assert [x["request_id"] for x in lines[1:]] == ["blocker", "low0"], lines
+        assert sim_requests(slot.sim) == before + 1
+    finally:
+        slot.close()
+
+
+@test
+def a_bad_priority_header_is_a_400_that_reaches_no_backend():
+    sim = start_sim("--tokens-per-second", "0")
+    gw = start_gateway([sim])
+    wait_until(lambda: http_json("GET", gw.url + "/v1/models")[2]["data"], timeout=10, what="models")
+    before = sim_requests(sim)
+    for bad in ("urgent", "HIGH", ""):
+        st, _, obj = http_json("POST", gw.url + "/v1/chat/completions", chat_body("x"),
+                               headers={"X-Infergate-Priority": bad})
+        assert_openai_error(st, obj, 400, "invalid_request_error")
+        assert obj["error"]["param"] == "X-Infergate-Priority" and obj["error"]["code"] == "invalid_priority", obj
+    assert sim_requests(sim) == before
+    st, _, _ = http_json("POST", gw.url + "/v1/chat/completions", chat_body("x"),
+                         headers={"X-Infergate-Priority": "high"})
+    assert st == 200
+
+
+@test
+def fifo_scheduling_ignores_classes():
+    slot = Slot("--scheduling", "fifo")
+    try:
+        slot.queue("low0", "low")
+        slot.queue("high0", "high")
+        slot.queue("normal0")
+        ids, lines = slot.order(3)
+        assert ids == ["low0", "high0", "normal0"], ids
+        assert {x["priority"] for x in lines} == {"normal"}, lines
+    finally:
+        slot.close()
+
+
+@test
+def bulk_runs_at_low_priority():
+    sim = start_sim("--tokens-per-second", "0")
+    with tempfile.TemporaryDirectory() as d:
+        log = os.path.join(d, "a.log")
+        gw = start_gateway([sim], "--access-log", log)
+        wait_until(lambda: http_json("GET", gw.url + "/v1/models")[2]["data"], timeout=10, what="models")
+        corpus = os.path.join(d, "c.jsonl")
+        with open(corpus, "w") as f:
+            for i in range(20):
+                f.write(json.dumps({"custom_id": f"r{i}", **chat_body(f"q{i}", max_tokens=2)}) + "\n")
+        for extra, want in (((), "low"), (("--priority", "normal"), "normal")):
+            out = os.path.join(d, f"o-{want}.jsonl")
+            p = subprocess.run([binary("infergate-bulk"), "--input", corpus, "--output", out, "--url", gw.url,
+                                *extra], capture_output=True, text=True, timeout=60)
+            assert p.returncode == 0, p.stderr[-2000:]
+        lines = log_lines(log, 40)
+        assert collections.Counter(x["priority"] for x in lines) == {"low": 20, "normal": 20}, lines[:3]
+        p = subprocess.run([binary("infergate-bulk"), "--input", corpus, "--output", os.path.join(d, "x.jsonl"),
+                            "--url", gw.url, "--priority", "urgent"], capture_output=True, text=True, timeout=60)
+        assert p.returncode == 2 and "--priority: 'urgent' is not high, normal, low or none" in p.stderr, p.stderr
+
+
+run()
