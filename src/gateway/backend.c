@@ -43,6 +43,7 @@ int ig_backend_pool_init(struct ig_pool *pool, const struct ig_conf *cfg)
 		if (!(b = ig_backend_pool_add(pool, bc->url, bc->weight, bc->max_inflight)) ||
 		    ig_backend_set_models(b, bc->models, bc->n_models) < 0)
 			return -1;
+		b->reserve_slots = bc->reserve_slots;
 	}
 	return 0;
 }

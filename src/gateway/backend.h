@@ -49,6 +49,7 @@ struct ig_backend {
 	char *url;              /* normalised base URL, no trailing slash */
 	long weight;
 	long max_inflight;      /* 0 = unlimited */
+	long reserve_slots;     /* of its limit, slots class low may not take */
 	_Atomic int state;      /* enum ig_backend_state */
 	_Atomic int admin;      /* enum ig_backend_admin */
 	atomic_long inflight;   /* requests through this gateway, now */

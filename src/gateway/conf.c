@@ -303,7 +303,7 @@ static int add_backend(struct ig_conf *cfg, const char *where, const char *url, 
 	if (!cfg->backends)
 		abort();
 	cfg->backends[cfg->n_backends++] =
-		(struct ig_backend_conf){norm, weight, max_inflight, discover, models, n_models};
+		(struct ig_backend_conf){norm, weight, max_inflight, discover, models, n_models, 0};
 	return 0;
 }
 
@@ -384,7 +384,7 @@ static void parse_backends_json(void *target, const struct ig_flag *f IG_UNUSED,
 		}
 		const char *bk;
 		json_t *bv, *url = json_object_get(b, "url"), *disc = json_object_get(b, "discover");
-		long weight = 1, maxin = -1;
+		long weight = 1, maxin = -1, reserve = 0;
 		int ok = 1;
 		struct ig_backend_conf names = {0};
 		json_object_foreach(b, bk, bv) {
@@ -413,6 +413,15 @@ static void parse_backends_json(void *target, const struct ig_flag *f IG_UNUSED,
 				}
 				continue;
 			}
+			if (strcmp(bk, "reserve_slots") == 0) {
+				if (!json_is_integer(bv) || json_integer_value(bv) < 0 || json_integer_value(bv) > 1000000) {
+					ig_flags_problem(errs, "%s.reserve_slots: must be an integer in 0..1000000", ctx);
+					ok = 0;
+				} else {
+					reserve = (long)json_integer_value(bv);
+				}
+				continue;
+			}
 			if (strcmp(bk, "weight") == 0 || strcmp(bk, "max_inflight") == 0) {
 				long lo = bk[0] == 'w' ? 1 : 0, hi = bk[0] == 'w' ? 1000 : 1000000;
 				if (!json_is_integer(bv) || json_integer_value(bv) < lo || json_integer_value(bv) > hi) {
@@ -427,7 +436,7 @@ static void parse_backends_json(void *target, const struct ig_flag *f IG_UNUSED,
 				}
 				continue;
 			}
-			ig_flags_problem(errs, "%s: unknown key '%s' (expected url or discover, weight, max_inflight, models)",
+			ig_flags_problem(errs, "%s: unknown key '%s' (expected url or discover, weight, max_inflight, models, reserve_slots)",
 					 ctx, bk);
 			ok = 0;
 		}
@@ -435,11 +444,15 @@ static void parse_backends_json(void *target, const struct ig_flag *f IG_UNUSED,
 			ig_flags_problem(errs, "%s: give one of \"url\" or \"discover\", as a string", ctx);
 			ok = 0;
 		}
-		if (ok)
+		if (ok) {
+			size_t before = cfg->n_backends;
 			backend_or_problem(cfg, errs, ctx, json_string_value(url ? url : disc), weight, maxin, disc != NULL,
 					   names.models, names.n_models);
-		else
+			if (cfg->n_backends > before)
+				cfg->backends[cfg->n_backends - 1].reserve_slots = reserve;
+		} else {
 			models_free(names.models, names.n_models);
+		}
 	}
 }
 
@@ -736,6 +749,8 @@ char *ig_conf_to_json(const struct ig_conf *cfg)
 				json_t *o = json_pack("{s:s, s:I, s:I}", bc->discover ? "discover" : "url", bc->url,
 						      "weight", (json_int_t)bc->weight, "max_inflight",
 						      (json_int_t)bc->max_inflight);
+				if (bc->reserve_slots)
+					json_object_set_new(o, "reserve_slots", json_integer(bc->reserve_slots));
 				if (bc->n_models) {
 					json_t *ms = json_array();
 					for (size_t m = 0; m < bc->n_models; m++)

@@ -23,6 +23,7 @@ struct ig_backend_conf {
 			     * becomes a backend (discover.c) */
 	char **models;      /* the models it serves; NULL: learned from its /v1/models */
 	size_t n_models;
+	long reserve_slots; /* slots a bulk (low) request may not take */
 };
 
 /* What the configuration says of one API key (by the SHA-256 of the key). */

@@ -619,7 +619,8 @@ static enum route_result route(struct ig_req *req)
 	/* A key at its cap waits for one of its own requests to end. */
 	if (req->key->max_inflight > 0 && req->key->inflight >= req->key->max_inflight && m->nbackends > 0)
 		return wait_or_refuse(req);
-	switch (ig_router_pick(m->backends, m->nbackends, &m->rotor, gw->cfg->policy, req->tried, req->ntried, &b)) {
+	switch (ig_router_pick(m->backends, m->nbackends, &m->rotor, gw->cfg->policy, req->klass == IG_CLASS_LOW,
+			       req->tried, req->ntried, &b)) {
 	case IG_PICK_OK:
 		start_transfer(req, b);
 		return req->xfer.running ? ROUTE_STARTED : ROUTE_FAILED;
@@ -1186,8 +1187,8 @@ void ig_proxy_drain_queue(struct ig_gw *gw)
 			if (!w)
 				continue;
 			struct ig_req *req = IG_CONTAINER_OF(w, struct ig_req, wait);
-			enum ig_pick p = ig_router_pick(m->backends, m->nbackends, &m->rotor, gw->cfg->policy, req->tried,
-							req->ntried, &b);
+			enum ig_pick p = ig_router_pick(m->backends, m->nbackends, &m->rotor, gw->cfg->policy,
+							req->klass == IG_CLASS_LOW, req->tried, req->ntried, &b);
 			if (p == IG_PICK_BUSY || (p == IG_PICK_NONE && m->nbackends == 0 && s->unknown_up > 0))
 				continue;
 			ig_sched_dispatch(s, m, w);

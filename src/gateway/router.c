@@ -27,9 +27,21 @@ static int less_loaded(struct ig_backend *a, struct ig_backend *b)
 	return la * b->weight < lb * a->weight;
 }
 
-static int reserve(struct ig_backend *b)
+/* The in-flight limit that applies to a request: a low one leaves the
+ * backend's reserve_slots free (0 = no limit). */
+static long limit_for(const struct ig_backend *b, bool low)
 {
-	long cur = atomic_load(&b->inflight), limit = ig_backend_limit(b);
+	long limit = ig_backend_limit(b);
+	if (low && limit > 0 && b->reserve_slots > 0)
+		return limit > b->reserve_slots ? limit - b->reserve_slots : -1;
+	return limit;
+}
+
+static int reserve(struct ig_backend *b, bool low)
+{
+	long cur = atomic_load(&b->inflight), limit = limit_for(b, low);
+	if (limit < 0)
+		return 0;
 	do {
 		if (limit > 0 && cur >= limit)
 			return 0;
@@ -42,7 +54,7 @@ static int reserve(struct ig_backend *b)
 }
 
 enum ig_pick ig_router_pick(struct ig_backend *const *v, size_t n, atomic_uint *rotor, enum ig_policy policy,
-			    struct ig_backend *const *tried, int ntried, struct ig_backend **out)
+			    bool low, struct ig_backend *const *tried, int ntried, struct ig_backend **out)
 {
 	struct ig_backend *elig[256];
 	struct ig_backend **cand = elig;
@@ -56,8 +68,8 @@ enum ig_pick ig_router_pick(struct ig_backend *const *v, size_t n, atomic_uint *
 		if (!ig_backend_routable(b) || tried_already(b, tried, ntried))
 			continue;
 		healthy++;
-		long limit = ig_backend_limit(b);
-		if (limit > 0 && atomic_load(&b->inflight) >= limit)
+		long limit = limit_for(b, low);
+		if (limit < 0 || (limit > 0 && atomic_load(&b->inflight) >= limit))
 			continue;
 		cand[k++] = b;
 	}
@@ -98,7 +110,7 @@ enum ig_pick ig_router_pick(struct ig_backend *const *v, size_t n, atomic_uint *
 			}
 			break;
 		}
-		if (reserve(cand[pick])) {
+		if (reserve(cand[pick], low)) {
 			*out = cand[pick];
 			res = IG_PICK_OK;
 			goto done;

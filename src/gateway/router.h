@@ -16,9 +16,10 @@ enum ig_pick {
 
 /* Picks one of the n backends in v (a model's pool, scheduler.h), skipping the
  * `ntried` backends in `tried`, and reserves an in-flight slot on it.
- * `rotor` is the pool's rotating start for ties. */
+ * `rotor` is the pool's rotating start for ties. A `low` request (a bulk
+ * run) may not take a backend's last reserve_slots slots. */
 enum ig_pick ig_router_pick(struct ig_backend *const *v, size_t n, atomic_uint *rotor, enum ig_policy policy,
-			    struct ig_backend *const *tried, int ntried, struct ig_backend **out);
+			    bool low, struct ig_backend *const *tried, int ntried, struct ig_backend **out);
 /* Releases the slot taken by ig_router_pick. */
 void ig_router_release(struct ig_backend *b);
 /* Reports between probes above the peak: a backend that queues cannot run

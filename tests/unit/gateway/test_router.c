@@ -38,7 +38,7 @@ START_TEST(least_loaded_rotates_ties)
 	int hits[4] = {0};
 	for (int i = 0; i < 400; i++) {
 		struct ig_backend *b;
-		ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_LEAST_LOADED, NULL, 0, &b), IG_PICK_OK);
+		ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_LEAST_LOADED, false, NULL, 0, &b), IG_PICK_OK);
 		hits[b->id]++;
 		ig_router_release(b); /* always idle: every pick is a 4-way tie */
 	}
@@ -56,13 +56,13 @@ START_TEST(least_loaded_follows_load_and_weight)
 	atomic_store(&pool.v[0]->inflight, 3); /* 1.5 per unit */
 	atomic_store(&pool.v[1]->inflight, 1);
 	atomic_store(&pool.v[2]->inflight, 2);
-	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_LEAST_LOADED, NULL, 0, &b), IG_PICK_OK);
+	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_LEAST_LOADED, false, NULL, 0, &b), IG_PICK_OK);
 	ck_assert_int_eq(b->id, 1);
 	ck_assert_int_eq(atomic_load(&b->inflight), 2);
 	/* Excluding what was tried, and skipping down backends. */
 	struct ig_backend *tried[1] = {pool.v[1]};
 	atomic_store(&pool.v[2]->state, IG_BACKEND_DOWN);
-	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_LEAST_LOADED, tried, 1, &b), IG_PICK_OK);
+	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_LEAST_LOADED, false, tried, 1, &b), IG_PICK_OK);
 	ck_assert_int_eq(b->id, 0);
 	free_pool(&pool);
 }
@@ -74,12 +74,36 @@ START_TEST(limits_give_busy_then_none)
 	struct ig_backend *b;
 	pool.v[0]->max_inflight = 1;
 	pool.v[1]->max_inflight = 1;
-	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_ROUND_ROBIN, NULL, 0, &b), IG_PICK_OK);
-	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_ROUND_ROBIN, NULL, 0, &b), IG_PICK_OK);
-	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_POWER_OF_TWO, NULL, 0, &b), IG_PICK_BUSY);
+	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_ROUND_ROBIN, false, NULL, 0, &b), IG_PICK_OK);
+	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_ROUND_ROBIN, false, NULL, 0, &b), IG_PICK_OK);
+	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_POWER_OF_TWO, false, NULL, 0, &b), IG_PICK_BUSY);
 	atomic_store(&pool.v[0]->state, IG_BACKEND_DOWN);
 	atomic_store(&pool.v[1]->state, IG_BACKEND_DOWN);
-	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_RANDOM, NULL, 0, &b), IG_PICK_NONE);
+	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_RANDOM, false, NULL, 0, &b), IG_PICK_NONE);
+	free_pool(&pool);
+}
+END_TEST
+
+/* A low request leaves a backend's reserve_slots free; others may take them. */
+START_TEST(reserved_slots_are_not_for_low)
+{
+	struct ig_pool pool = make_pool(1);
+	struct ig_backend *b;
+	pool.v[0]->max_inflight = 4;
+	pool.v[0]->reserve_slots = 1;
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_LEAST_LOADED, true, NULL, 0, &b),
+				 IG_PICK_OK);
+	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_LEAST_LOADED, true, NULL, 0, &b),
+			 IG_PICK_BUSY);
+	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_LEAST_LOADED, false, NULL, 0, &b),
+			 IG_PICK_OK);
+	ck_assert_int_eq(atomic_load(&pool.v[0]->inflight), 4);
+	/* A reserve as large as the limit keeps low requests off it entirely. */
+	atomic_store(&pool.v[0]->inflight, 0);
+	pool.v[0]->reserve_slots = 4;
+	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_LEAST_LOADED, true, NULL, 0, &b),
+			 IG_PICK_BUSY);
 	free_pool(&pool);
 }
 END_TEST
@@ -120,12 +144,12 @@ START_TEST(slots_learned_from_load_reports)
 	struct ig_pool pool = make_pool(1);
 	struct ig_backend *b;
 	atomic_store(&pool.v[0]->slots, 2);
-	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_LEAST_LOADED, NULL, 0, &b), IG_PICK_OK);
-	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_LEAST_LOADED, NULL, 0, &b), IG_PICK_OK);
-	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_LEAST_LOADED, NULL, 0, &b), IG_PICK_BUSY);
+	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_LEAST_LOADED, false, NULL, 0, &b), IG_PICK_OK);
+	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_LEAST_LOADED, false, NULL, 0, &b), IG_PICK_OK);
+	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_LEAST_LOADED, false, NULL, 0, &b), IG_PICK_BUSY);
 	pool.v[0]->max_inflight = 3;
 	ck_assert_int_eq(ig_backend_limit(pool.v[0]), 3);
-	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_LEAST_LOADED, NULL, 0, &b), IG_PICK_OK);
+	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_LEAST_LOADED, false, NULL, 0, &b), IG_PICK_OK);
 	free_pool(&pool);
 }
 END_TEST
@@ -170,5 +194,5 @@ START_TEST(stale_load_reports_teach_nothing)
 END_TEST
 
 IG_CHECK_MAIN("router", least_loaded_rotates_ties, least_loaded_follows_load_and_weight,
-	      limits_give_busy_then_none, slots_learned_from_load_reports,
+	      limits_give_busy_then_none, reserved_slots_are_not_for_low, slots_learned_from_load_reports,
 	      stale_load_reports_teach_nothing)
