@@ -202,18 +202,18 @@ def main():
              f"{args.warmup:g} s warm-up, raw-socket client (bench/lib/sse.py), TTFT = first SSE event. "
              "Everything on the same 2 cores.\n\n" + "\n".join(verdict))
     dat = os.path.join(B.RESULTS, "priority-ttft.dat")
+    plotted = [(n, r) for n, r in runs.items() if r["series"]]
     with open(dat, "w") as f:
-        for n, r in runs.items():
+        for n, r in plotted:      # gnuplot does not count an empty block as an index
             f.write(f"# {n}\n")
             for t, v in r["series"]:
                 f.write(f"{t} {v}\n")
             f.write("\n\n")
-    names = [n for n in runs]
     try:
         B.gnuplot("priority.gp", DAT=dat, PNG=os.path.join(B.RESULTS, "priority-ttft.png"),
                   TITLE="interactive TTFT beside a bulk run (bench/priority.py)",
                   PLOTS=", ".join(f'"{dat}" index {i} using 1:2 with points pt 7 ps 0.6 title "{n}"'
-                                  for i, n in enumerate(names)))
+                                  for i, (n, _) in enumerate(plotted)))
     except (OSError, subprocess.CalledProcessError, SystemExit) as e:
         B.log(f"no plot: {e}")
     B.record("priority", "Interactive beside bulk", B.command_line(), mach,
