@@ -179,6 +179,10 @@ def status_page_shows_backends_counters_and_chart():
         assert dom.text("version") == g["version"], (dom.text("version"), g)
         assert requests >= 30, requests
         assert as_int(dom.text("sum-ctokens")) == g["completion_tokens"] > 0, (dom.text("sum-ctokens"), g)
+        # Per priority class: running / waiting (idle now: 0 / 0 each).
+        for c in ("high", "normal", "low"):
+            k = g["classes"][c]
+            assert dom.text(f"cls-{c}") == f"{k['inflight']} / {k['waiting']}", (c, dom.text(f"cls-{c}"), k)
     # Rates: nothing moved while the page watched.
     assert dom.text("sum-rps") == "0", dom.text("sum-rps")
 
