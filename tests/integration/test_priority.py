@@ -194,6 +194,30 @@ def a_key_over_its_cap_waits_while_others_run():
 
 
 @test
+def reserved_slots_stay_free_for_interactive_requests():
+    sim = start_sim("--tokens-per-second", "20", "--ttft-ms", "0")
+    with tempfile.TemporaryDirectory() as d:
+        cfg = os.path.join(d, "c.json")
+        with open(cfg, "w") as f:
+            json.dump({"backends": [{"url": sim.url, "max_inflight": 3, "reserve_slots": 1}]}, f)
+        gw = start_gateway([], "--config", cfg)
+        wait_until(lambda: http_json("GET", gw.url + "/v1/models")[2]["data"], timeout=10, what="models")
+        socks = [raw_post(gw.port, chat_body(f"bulk{i}", max_tokens=40), [("X-Infergate-Priority", "low")])
+                 for i in range(5)]
+        try:
+            # 2 of the 3 slots run low requests; 3 wait although a slot is free.
+            wait_until(lambda: waiting(gw)["low"]["waiting"] == 3, timeout=10, what="3 low requests waiting")
+            assert waiting(gw)["low"]["inflight"] == 2, waiting(gw)
+            # A normal request takes the reserved slot at once.
+            st, hdrs, obj = http_json("POST", gw.url + "/v1/chat/completions", chat_body("chat", max_tokens=2))
+            assert st == 200 and "x-infergate-queued-ms" not in hdrs, (st, hdrs)
+            assert waiting(gw)["low"]["waiting"] == 3 and waiting(gw)["low"]["inflight"] == 2, waiting(gw)
+        finally:
+            for s in socks:
+                s.close()
+
+
+@test
 def queue_timeouts_are_per_class():
     slot = Slot("--queue-timeout-ms", "300", "--queue-timeout-low-ms", "60000",
                 sim_extra=("--tokens-per-second", "100"))
