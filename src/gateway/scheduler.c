@@ -54,7 +54,9 @@ struct ig_key *ig_sched_key(struct ig_sched *s, const char *digest)
 
 static void key_drop_unused(struct ig_sched *s, struct ig_key *k)
 {
-	if (k->refs > 0 || k->configured)
+	/* The anonymous key ("") stays: most requests have no key, and its
+	 * counters are what /health/backends shows for them. */
+	if (k->refs > 0 || k->configured || !k->digest[0])
 		return;
 	for (size_t i = 0; i < s->nkeys; i++) {
 		if (s->keys[i] == k) {
