@@ -44,6 +44,7 @@ int ig_backend_pool_init(struct ig_pool *pool, const struct ig_conf *cfg)
 		    ig_backend_set_models(b, bc->models, bc->n_models) < 0)
 			return -1;
 		b->reserve_slots = bc->reserve_slots;
+		b->priority_field = bc->priority_field;
 	}
 	return 0;
 }

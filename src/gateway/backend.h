@@ -50,6 +50,7 @@ struct ig_backend {
 	long weight;
 	long max_inflight;      /* 0 = unlimited */
 	long reserve_slots;     /* of its limit, slots class low may not take */
+	int priority_field;     /* struct ig_backend_conf's */
 	_Atomic int state;      /* enum ig_backend_state */
 	_Atomic int admin;      /* enum ig_backend_admin */
 	atomic_long inflight;   /* requests through this gateway, now */

@@ -303,7 +303,7 @@ static int add_backend(struct ig_conf *cfg, const char *where, const char *url, 
 	if (!cfg->backends)
 		abort();
 	cfg->backends[cfg->n_backends++] =
-		(struct ig_backend_conf){norm, weight, max_inflight, discover, models, n_models, 0};
+		(struct ig_backend_conf){norm, weight, max_inflight, discover, models, n_models, 0, 0};
 	return 0;
 }
 
@@ -385,7 +385,7 @@ static void parse_backends_json(void *target, const struct ig_flag *f IG_UNUSED,
 		const char *bk;
 		json_t *bv, *url = json_object_get(b, "url"), *disc = json_object_get(b, "discover");
 		long weight = 1, maxin = -1, reserve = 0;
-		int ok = 1;
+		int ok = 1, pfield = 0;
 		struct ig_backend_conf names = {0};
 		json_object_foreach(b, bk, bv) {
 			if (strcmp(bk, "url") == 0 || strcmp(bk, "discover") == 0)
@@ -413,6 +413,15 @@ static void parse_backends_json(void *target, const struct ig_flag *f IG_UNUSED,
 				}
 				continue;
 			}
+			if (strcmp(bk, "priority_field") == 0) {
+				const char *pv = json_string_value(bv);
+				pfield = pv && strcmp(pv, "sglang") == 0 ? 1 : pv && strcmp(pv, "vllm") == 0 ? 2 : -1;
+				if (pfield < 0) {
+					ig_flags_problem(errs, "%s.priority_field: must be \"sglang\" or \"vllm\"", ctx);
+					ok = 0;
+				}
+				continue;
+			}
 			if (strcmp(bk, "reserve_slots") == 0) {
 				if (!json_is_integer(bv) || json_integer_value(bv) < 0 || json_integer_value(bv) > 1000000) {
 					ig_flags_problem(errs, "%s.reserve_slots: must be an integer in 0..1000000", ctx);
@@ -436,7 +445,7 @@ static void parse_backends_json(void *target, const struct ig_flag *f IG_UNUSED,
 				}
 				continue;
 			}
-			ig_flags_problem(errs, "%s: unknown key '%s' (expected url or discover, weight, max_inflight, models, reserve_slots)",
+			ig_flags_problem(errs, "%s: unknown key '%s' (expected url or discover, weight, max_inflight, models, reserve_slots, priority_field)",
 					 ctx, bk);
 			ok = 0;
 		}
@@ -448,8 +457,10 @@ static void parse_backends_json(void *target, const struct ig_flag *f IG_UNUSED,
 			size_t before = cfg->n_backends;
 			backend_or_problem(cfg, errs, ctx, json_string_value(url ? url : disc), weight, maxin, disc != NULL,
 					   names.models, names.n_models);
-			if (cfg->n_backends > before)
+			if (cfg->n_backends > before) {
 				cfg->backends[cfg->n_backends - 1].reserve_slots = reserve;
+				cfg->backends[cfg->n_backends - 1].priority_field = pfield;
+			}
 		} else {
 			models_free(names.models, names.n_models);
 		}
@@ -751,6 +762,9 @@ char *ig_conf_to_json(const struct ig_conf *cfg)
 						      (json_int_t)bc->max_inflight);
 				if (bc->reserve_slots)
 					json_object_set_new(o, "reserve_slots", json_integer(bc->reserve_slots));
+				if (bc->priority_field)
+					json_object_set_new(o, "priority_field",
+							    json_string(bc->priority_field == 1 ? "sglang" : "vllm"));
 				if (bc->n_models) {
 					json_t *ms = json_array();
 					for (size_t m = 0; m < bc->n_models; m++)

@@ -24,6 +24,8 @@ struct ig_backend_conf {
 	char **models;      /* the models it serves; NULL: learned from its /v1/models */
 	size_t n_models;
 	long reserve_slots; /* slots a bulk (low) request may not take */
+	int priority_field; /* 0 none; 1 "sglang", 2 "vllm": the class goes into the body's
+			     * "priority" for a backend that schedules by it */
 };
 
 /* What the configuration says of one API key (by the SHA-256 of the key). */

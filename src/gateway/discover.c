@@ -30,6 +30,7 @@ struct entry {
 	char *name_url;     /* as configured (normalised), the backends' tag */
 	char *scheme, *host, *port, *path;
 	long weight, max_inflight, reserve_slots;
+	int priority_field;
 	char **models;      /* configured for its backends (a copy), NULL: learned */
 	size_t n_models;
 	int last_ok;        /* -1 unknown, so failures are logged once per change */
@@ -188,6 +189,7 @@ int ig_discover_start(struct ig_gw *gw)
 		e->weight = cfg->backends[i].weight;
 		e->max_inflight = cfg->backends[i].max_inflight;
 		e->reserve_slots = cfg->backends[i].reserve_slots;
+		e->priority_field = cfg->backends[i].priority_field;
 		e->n_models = cfg->backends[i].n_models;
 		e->models = e->n_models ? calloc(e->n_models, sizeof(char *)) : NULL;
 		for (size_t m = 0; m < e->n_models; m++)
@@ -289,6 +291,7 @@ static void apply(struct ig_gw *gw, struct entry *e, struct result *r)
 		if (!b)
 			continue;
 		b->reserve_slots = e->reserve_slots;
+		b->priority_field = e->priority_field;
 		if (e->models && ig_backend_set_models(b, e->models, e->n_models) < 0)
 			ig_log_error("discover: %s: out of memory; its models will be learned", b->url);
 		b->discover = strdup(e->name_url);

@@ -87,6 +87,7 @@ static void req_free(struct ig_req *req)
 		ig_sched_key_release(&gw->sched, req->key);
 	free(req->model);
 	free(req->alias);
+	free(req->prio_body);
 	free(req->err_body);
 	free(req->stream_error_msg);
 	free(req);
@@ -486,6 +487,29 @@ static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
 	return n;
 }
 
+/* The body with "priority" first among its members, for a backend that
+ * schedules by it. SGLang runs larger values first unless started with
+ * --schedule-low-priority-values-first (python/sglang/srt/managers/
+ * schedule_policy.py: priority_sign); vLLM's priority policy runs smaller
+ * values first (vllm/v1/core/sched/request_queue.py). A "priority" the
+ * client sent comes later in the object and wins (the last of a repeated
+ * key is what Python's json keeps). The body is a JSON object (checked).
+ * malloc'd, or NULL to send the body as it is. */
+static char *body_with_priority(const struct ig_req *req, int field)
+{
+	static const int sglang[IG_NCLASSES] = {10, 0, -10}, vllm[IG_NCLASSES] = {-10, 0, 10};
+	const char *p = req->body.data, *end = p + req->body.len;
+	while (p < end && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n'))
+		p++;
+	if (p >= end || *p != '{')
+		return NULL;
+	const char *q = p + 1;
+	while (q < end && (*q == ' ' || *q == '\t' || *q == '\r' || *q == '\n'))
+		q++;
+	int v = (field == 1 ? sglang : vllm)[req->klass];
+	return ig_strdupf("{\"priority\":%d%s%.*s", v, q < end && *q == '}' ? "" : ",", (int)(end - (p + 1)), p + 1);
+}
+
 static void start_transfer(struct ig_req *req, struct ig_backend *b)
 {
 	struct ig_gw *gw = req->gw;
@@ -514,8 +538,15 @@ static void start_transfer(struct ig_req *req, struct ig_backend *b)
 	snprintf(url, sizeof(url), "%s%s", b->url, ig_route_path(req->route_idx));
 	curl_easy_setopt(e, CURLOPT_URL, url);
 	curl_easy_setopt(e, CURLOPT_POST, 1L);
-	curl_easy_setopt(e, CURLOPT_POSTFIELDS, req->body.data ? req->body.data : "");
-	curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->body.len);
+	free(req->prio_body);
+	req->prio_body = b->priority_field ? body_with_priority(req, b->priority_field) : NULL;
+	if (req->prio_body) {
+		curl_easy_setopt(e, CURLOPT_POSTFIELDS, req->prio_body);
+		curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(req->prio_body));
+	} else {
+		curl_easy_setopt(e, CURLOPT_POSTFIELDS, req->body.data ? req->body.data : "");
+		curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->body.len);
+	}
 	curl_easy_setopt(e, CURLOPT_HTTPHEADER, req->up_headers);
 	curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
 	curl_easy_setopt(e, CURLOPT_HEADERDATA, req);

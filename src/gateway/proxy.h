@@ -54,6 +54,8 @@ struct ig_req {
 	bool was_queued;
 	long max_tokens;
 	struct curl_slist *up_headers;  /* headers sent upstream */
+	char *prio_body;                /* the body with "priority" for a backend with
+					 * priority_field (this attempt's), or NULL */
 	struct ig_backend *backend;     /* current attempt */
 	struct ig_backend *tried[IG_MAX_TRIES];
 	int ntried;

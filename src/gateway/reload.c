@@ -83,6 +83,7 @@ void ig_reload(struct ig_gw *gw)
 			b->weight = bc->weight;
 			b->max_inflight = bc->max_inflight;
 			b->reserve_slots = bc->reserve_slots;
+			b->priority_field = bc->priority_field;
 			if (models_differ(b, bc)) {
 				if (ig_backend_set_models(b, bc->models, bc->n_models) == 0)
 					ig_log_info("reload: backend %s now serves %s", b->url,
@@ -96,6 +97,7 @@ void ig_reload(struct ig_gw *gw)
 		b = ig_backend_pool_add(&gw->pool, bc->url, bc->weight, bc->max_inflight);
 		if (b && ig_backend_set_models(b, bc->models, bc->n_models) == 0 && ig_health_add(gw, b) == 0) {
 			b->reserve_slots = bc->reserve_slots;
+			b->priority_field = bc->priority_field;
 			added++;
 			ig_log_info("reload: backend %s added (id %d)", b->url, b->id);
 		}

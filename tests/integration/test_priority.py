@@ -13,8 +13,8 @@ import subprocess
 import tempfile
 import threading
 
-from harness import (assert_openai_error, binary, chat_body, http, http_json, run, sim_requests, start_gateway,
-                     start_sim, test, wait_until)
+from harness import (FakeBackend, assert_openai_error, binary, chat_body, http, http_json, run, sim_requests,
+                     start_gateway, start_sim, test, wait_until)
 
 
 def digest(key):
@@ -252,6 +252,38 @@ def a_bad_priority_header_is_a_400_that_reaches_no_backend():
     st, _, _ = http_json("POST", gw.url + "/v1/chat/completions", chat_body("x"),
                          headers={"X-Infergate-Priority": "high"})
     assert st == 200
+
+
+@test
+def the_class_reaches_backends_that_schedule_by_priority():
+    fbs = [FakeBackend(), FakeBackend(), FakeBackend()]
+    with tempfile.TemporaryDirectory() as d:
+        cfg = os.path.join(d, "c.json")
+        with open(cfg, "w") as f:
+            json.dump({"policy": "round-robin", "backends": [
+                {"url": fbs[0].url, "priority_field": "sglang"}, {"url": fbs[1].url, "priority_field": "vllm"},
+                {"url": fbs[2].url}]}, f)
+        gw = start_gateway([], "--config", cfg)
+        wait_until(lambda: http_json("GET", gw.url + "/health")[2]["healthy_backends"] == 3, timeout=10,
+                   what="3 backends")
+        wait_until(lambda: http_json("GET", gw.url + "/v1/models")[2]["data"], timeout=10, what="models")
+        sent = {}
+        for klass in ("high", "normal", "low"):
+            body = json.dumps(chat_body("x", max_tokens=2)).encode()
+            for _ in range(3):           # round-robin: one to each backend
+                st, hdrs, _ = http("POST", gw.url + "/v1/chat/completions", body,
+                                   headers={"X-Infergate-Priority": klass, "Content-Type": "application/json"})
+                assert st == 200
+                fb = next(f for f in fbs if f.url == hdrs["x-infergate-backend"])
+                sent[(fb.url, klass)] = fb.posts()[-1]["body"]
+        # SGLang runs larger values first, vLLM smaller; the rest of the body is untouched.
+        want = {"sglang": {"high": 10, "normal": 0, "low": -10}, "vllm": {"high": -10, "normal": 0, "low": 10}}
+        for klass in ("high", "normal", "low"):
+            for fb, flavour in ((fbs[0], "sglang"), (fbs[1], "vllm")):
+                got = sent[(fb.url, klass)]
+                assert got.startswith(b'{"priority":%d,' % want[flavour][klass]), got[:60]
+                assert json.loads(got) == dict(chat_body("x", max_tokens=2), priority=want[flavour][klass])
+            assert sent[(fbs[2].url, klass)] == json.dumps(chat_body("x", max_tokens=2)).encode()
 
 
 @test
