@@ -131,7 +131,10 @@ char *ig_metrics_backends_json(struct ig_gw *gw)
 	json_t *keys = json_array();
 	for (size_t i = 0; i < gw->sched.nkeys; i++) {
 		const struct ig_key *k = gw->sched.keys[i];
-		json_array_append_new(keys, json_pack("{s:s, s:I, s:I, s:I, s:o, s:I}", "key", k->digest[0] ? k->digest : "",
+		/* The first 12 hex digits name a key well enough, and say little of it. */
+		char shown[13];
+		snprintf(shown, sizeof(shown), "%.12s", k->digest);
+		json_array_append_new(keys, json_pack("{s:s, s:I, s:I, s:I, s:o, s:I}", "key", shown,
 						      "weight", (json_int_t)k->weight, "max_inflight",
 						      (json_int_t)k->max_inflight, "inflight", (json_int_t)k->inflight,
 						      "priority", k->klass >= 0 ? json_string(ig_sched_class_name(k->klass))
