@@ -141,6 +141,7 @@ struct ig_gw {
 	size_t nreqs;
 	struct ig_sched sched;         /* per-model pools and wait queues */
 	size_t qlen;                   /* requests waiting, all models */
+	uint64_t dispatched;            /* requests sent to a backend (first attempts) */
 	size_t class_waiting[IG_NCLASSES];
 	long class_inflight[IG_NCLASSES];
 	struct ig_stats stats;

@@ -517,6 +517,8 @@ static void start_transfer(struct ig_req *req, struct ig_backend *b)
 	char url[2048];
 
 	req->backend = b;
+	if (req->ntried == 0)
+		req->dispatch_seq = ++gw->dispatched;
 	req->tried[req->ntried++] = b;
 	req->m->inflight++;
 	req->key->inflight++;
@@ -1304,7 +1306,7 @@ static void req_log(struct ig_req *req, bool completed)
 	uint64_t first = req->t_first_byte_us ? req->t_first_byte_us : req->t_answer_us;
 	/* A stream that carried an error event is logged as the error's status
 	 * (status_sent says what went on the wire) with its message. */
-	json_t *e = json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:o, s:o, s:o, s:o, s:s, s:I, s:b, s:I, s:I, s:o, s:f, s:I, s:o, s:o, s:b}",
+	json_t *e = json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:o, s:o, s:o, s:o, s:s, s:I, s:o, s:b, s:I, s:I, s:o, s:f, s:I, s:o, s:o, s:b}",
 			      "time", ts, "request_id", req->request_id, "client", req->client,
 			      "method", "POST", "path", ig_route_path(req->route_idx),
 			      "status", (json_int_t)ig_proxy_req_status(req),
@@ -1315,6 +1317,7 @@ static void req_log(struct ig_req *req, bool completed)
 			      "alias", req->alias ? json_string(req->alias) : json_null(),
 			      "priority", ig_sched_class_name(req->klass),
 			      "queue_ms", (json_int_t)req->queue_wait_ms,
+			      "dispatch", req->dispatch_seq ? json_integer((json_int_t)req->dispatch_seq) : json_null(),
 			      "stream", req->stream,
 			      "bytes_in", (json_int_t)req->body.len,
 			      "bytes_out", (json_int_t)req->bytes_out,

@@ -52,6 +52,7 @@ struct ig_req {
 	uint64_t queued_ms;          /* when it last entered the queue, 0 never */
 	uint64_t queue_wait_ms;      /* time spent waiting, in total */
 	bool was_queued;
+	uint64_t dispatch_seq;       /* its first attempt was the gateway's n-th sent, 0 none */
 	long max_tokens;
 	struct curl_slist *up_headers;  /* headers sent upstream */
 	char *prio_body;                /* the body with "priority" for a backend with
