@@ -445,7 +445,9 @@ static void parse_backends_json(void *target, const struct ig_flag *f IG_UNUSED,
 				}
 				continue;
 			}
-			ig_flags_problem(errs, "%s: unknown key '%s' (expected url or discover, weight, max_inflight, models, reserve_slots, priority_field)",
+			ig_flags_problem(errs,
+					 "%s: unknown key '%s' (expected url or discover, weight, max_inflight, models, "
+					 "reserve_slots, priority_field)",
 					 ctx, bk);
 			ok = 0;
 		}

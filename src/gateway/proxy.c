@@ -153,35 +153,41 @@ static void resume(struct ig_req *req)
 
 /* ---- errors decided by the gateway ---- */
 
-static void set_error(struct ig_req *req, unsigned status, const char *code, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-static void set_error(struct ig_req *req, unsigned status, const char *code, const char *fmt, ...)
+/* The error answer decided here, in OpenAI's shape. */
+static void error_answer(struct ig_req *req, unsigned status, const char *type, const char *param, const char *code,
+			 const char *fmt, va_list ap) __attribute__((format(printf, 6, 0)));
+static void error_answer(struct ig_req *req, unsigned status, const char *type, const char *param, const char *code,
+			 const char *fmt, va_list ap)
 {
-	char msg[512];
-	va_list ap;
-	va_start(ap, fmt);
+	char msg[1024];
 	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
 	free(req->err_body);
 	req->err_status = status;
-	req->err_body = ig_oaerror_json(msg, ig_oaerror_type_for_status(status), NULL, code);
+	req->err_body = ig_oaerror_json(msg, type, param, code);
 	req->phase = IG_REQ_FINISHED;
 }
 
-/* A 400 about one field of the request body, as OpenAI words it. */
-static void set_param_error(struct ig_req *req, const char *param, const char *code, const char *fmt, ...)
+static void set_error(struct ig_req *req, unsigned status, const char *code, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
-static void set_param_error(struct ig_req *req, const char *param, const char *code, const char *fmt, ...)
+static void set_error(struct ig_req *req, unsigned status, const char *code, const char *fmt, ...)
 {
-	char msg[512];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
+	error_answer(req, status, ig_oaerror_type_for_status(status), NULL, code, fmt, ap);
 	va_end(ap);
-	free(req->err_body);
-	req->err_status = 400;
-	req->err_body = ig_oaerror_json(msg, "invalid_request_error", param, code);
-	req->phase = IG_REQ_FINISHED;
+}
+
+/* An invalid_request_error about one parameter (a 400 about a field of
+ * the body, as OpenAI words it, or the model's 404). */
+static void set_param_error(struct ig_req *req, unsigned status, const char *param, const char *code,
+			    const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static void set_param_error(struct ig_req *req, unsigned status, const char *param, const char *code,
+			    const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	error_answer(req, status, "invalid_request_error", param, code, fmt, ap);
+	va_end(ap);
 }
 
 /* ---- queue ---- */
@@ -612,13 +618,8 @@ static void not_served(struct ig_req *req)
 		snprintf(shown, sizeof(shown), "%s' (an alias of '%s')", req->alias, req->model);
 	else
 		snprintf(shown, sizeof(shown), "%s'", req->model);
-	free(req->err_body);
-	char msg[768];
-	snprintf(msg, sizeof(msg), "The model '%s does not exist or is not served here; served: %s", shown,
-		 k ? served : "none yet");
-	req->err_status = 404;
-	req->err_body = ig_oaerror_json(msg, "invalid_request_error", "model", "model_not_found");
-	req->phase = IG_REQ_FINISHED;
+	set_param_error(req, 404, "model", "model_not_found",
+			"The model '%s does not exist or is not served here; served: %s", shown, k ? served : "none yet");
 }
 
 /* Queues req in its model's queue, or sets 429 when that is full. */
@@ -762,23 +763,23 @@ static int check_fields(struct ig_req *req, json_t *root)
 {
 	json_t *v = json_object_get(root, "model");
 	if (!v) {
-		set_param_error(req, "model", "missing_required_parameter", "you must provide a model parameter");
+		set_param_error(req, 400, "model", "missing_required_parameter", "you must provide a model parameter");
 		return -1;
 	}
 	if (!json_is_string(v)) {
-		set_param_error(req, "model", "invalid_type", "Invalid type for 'model': expected a string, but got %s instead.",
-				json_kind(v));
+		set_param_error(req, 400, "model", "invalid_type",
+				"Invalid type for 'model': expected a string, but got %s instead.", json_kind(v));
 		return -1;
 	}
-	if (json_string_length(v) == 0 || strlen(json_string_value(v)) != json_string_length(v)) {
-		set_param_error(req, "model", "empty_string",
+	if (json_string_length(v) == 0) {
+		set_param_error(req, 400, "model", "empty_string",
 				"Invalid 'model': empty string. Expected a non-empty model name.");
 		return -1;
 	}
 	v = json_object_get(root, "stream");
 	if (v && !json_is_boolean(v) && !json_is_null(v)) {
-		set_param_error(req, "stream", "invalid_type", "Invalid type for 'stream': expected a boolean, but got %s instead.",
-				json_kind(v));
+		set_param_error(req, 400, "stream", "invalid_type",
+				"Invalid type for 'stream': expected a boolean, but got %s instead.", json_kind(v));
 		return -1;
 	}
 	static const char *const counts[] = {"max_tokens", "max_completion_tokens"};
@@ -787,13 +788,13 @@ static int check_fields(struct ig_req *req, json_t *root)
 		if (!v || json_is_null(v))
 			continue;
 		if (!json_is_integer(v)) {
-			set_param_error(req, counts[i], "invalid_type",
+			set_param_error(req, 400, counts[i], "invalid_type",
 					"Invalid type for '%s': expected an integer, but got %s instead.", counts[i],
 					json_kind(v));
 			return -1;
 		}
 		if (json_integer_value(v) < 1) {
-			set_param_error(req, counts[i], "integer_below_min_value",
+			set_param_error(req, 400, counts[i], "integer_below_min_value",
 					"Invalid '%s': integer below minimum value. Expected a value >= 1, but got %lld "
 					"instead.",
 					counts[i], (long long)json_integer_value(v));
@@ -802,7 +803,7 @@ static int check_fields(struct ig_req *req, json_t *root)
 	}
 	v = json_object_get(root, "stream_options");
 	if (v && !json_is_object(v) && !json_is_null(v)) {
-		set_param_error(req, "stream_options", "invalid_type",
+		set_param_error(req, 400, "stream_options", "invalid_type",
 				"Invalid type for 'stream_options': expected an object, but got %s instead.", json_kind(v));
 		return -1;
 	}
@@ -881,13 +882,8 @@ static int classify_request(struct ig_req *req)
 	if (prio) {
 		int c = ig_sched_class_parse(prio);
 		if (c < 0) {
-			char msg[256];
-			snprintf(msg, sizeof(msg), "Invalid 'X-Infergate-Priority' header: '%.64s' (expected high, normal "
-				 "or low)", prio);
-			free(req->err_body);
-			req->err_status = 400;
-			req->err_body = ig_oaerror_json(msg, "invalid_request_error", "X-Infergate-Priority", "invalid_priority");
-			req->phase = IG_REQ_FINISHED;
+			set_param_error(req, 400, "X-Infergate-Priority", "invalid_priority",
+					"Invalid 'X-Infergate-Priority' header: '%.64s' (expected high, normal or low)", prio);
 			return -1;
 		}
 		req->klass = c;
@@ -1306,7 +1302,8 @@ static void req_log(struct ig_req *req, bool completed)
 	uint64_t first = req->t_first_byte_us ? req->t_first_byte_us : req->t_answer_us;
 	/* A stream that carried an error event is logged as the error's status
 	 * (status_sent says what went on the wire) with its message. */
-	json_t *e = json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:o, s:o, s:o, s:o, s:s, s:I, s:o, s:b, s:I, s:I, s:o, s:f, s:I, s:o, s:o, s:b}",
+	json_t *e = json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:o, s:o, s:o, s:o, s:s, s:I, s:o, s:b, s:I, s:I, s:o, "
+			      "s:f, s:I, s:o, s:o, s:b}",
 			      "time", ts, "request_id", req->request_id, "client", req->client,
 			      "method", "POST", "path", ig_route_path(req->route_idx),
 			      "status", (json_int_t)ig_proxy_req_status(req),
