@@ -469,6 +469,52 @@ static size_t collect(char *p, size_t size, size_t n, void *ud)
 	return ig_buf_append(b, p, size * n) < 0 ? 0 : size * n;
 }
 
+/* The decision on a /v1/models "data" list, apart from the HTTP so it can be
+ * tested: every model the lines still to send use must be listed, and when
+ * the entry carries infergate's extension ("infergate": {"backends": n,
+ * "backends_healthy": k}), k must not be 0. Entries without it (SGLang,
+ * vLLM) only need to be listed. Problems go to pf. */
+static void check_models(struct preflight *pf, json_t *data, const char *url)
+{
+	for (size_t i = 0; i < pf->n_models; i++) {
+		const struct model_use *mu = &pf->models[i];
+		if (mu->lines == 0)
+			continue; /* only done lines name it */
+		size_t k;
+		json_t *m, *entry = NULL;
+		json_array_foreach(data, k, m) {
+			json_t *id = json_object_get(m, "id");
+			if (json_is_string(id) && strcmp(json_string_value(id), mu->name) == 0) {
+				entry = m;
+				break;
+			}
+		}
+		if (entry) {
+			json_t *ext = json_object_get(entry, "infergate");
+			json_t *healthy = json_object_get(ext, "backends_healthy");
+			if (!json_is_integer(healthy) || json_integer_value(healthy) != 0)
+				continue;
+			const char *alias = json_string_value(json_object_get(ext, "alias_of"));
+			problem(pf, "model '%s' (used by %ld lines, first at line %ld) is served by %s "
+				"but none of its %lld backends is healthy now%s%s%s",
+				mu->name, mu->lines, mu->first_line, url,
+				(long long)json_integer_value(json_object_get(ext, "backends")),
+				alias ? " (it is an alias of '" : "", alias ? alias : "", alias ? "')" : "");
+			continue;
+		}
+		struct ig_buf served;
+		ig_buf_init(&served);
+		json_array_foreach(data, k, m) {
+			json_t *id = json_object_get(m, "id");
+			if (json_is_string(id) && k < 10)
+				ig_buf_printf(&served, "%s%s", k ? ", " : "", json_string_value(id));
+		}
+		problem(pf, "model '%s' (used by %ld lines, first at line %ld) is not served by %s (it serves: %s)",
+			mu->name, mu->lines, mu->first_line, url, served.len ? served.data : "nothing");
+		ig_buf_free(&served);
+	}
+}
+
 /* GET /v1/models: the server answers and serves every model the lines use. */
 static void check_server(const struct bulk_opts *o, struct preflight *pf)
 {
@@ -514,41 +560,7 @@ static void check_server(const struct bulk_opts *o, struct preflight *pf)
 		problem(pf, "%s: the answer has no \"data\" list of models", url);
 		goto out;
 	}
-	for (size_t i = 0; i < pf->n_models; i++) {
-		if (pf->models[i].lines == 0)
-			continue; /* only done lines name it */
-		size_t k;
-		json_t *m, *entry = NULL;
-		json_array_foreach(data, k, m) {
-			json_t *id = json_object_get(m, "id");
-			if (!entry && json_is_string(id) && strcmp(json_string_value(id), pf->models[i].name) == 0)
-				entry = m;
-		}
-		/* An infergate gateway says how many of its backends serve the
-		 * model and are healthy now: listed but with none up fails too. */
-		json_t *ext = json_object_get(entry, "infergate");
-		json_t *healthy = json_object_get(ext, "backends_healthy");
-		if (entry && json_is_integer(healthy) && json_integer_value(healthy) == 0) {
-			problem(pf, "model '%s' (used by %ld lines, first at line %ld) is served by %s but none of its %lld "
-				"backends is healthy now",
-				pf->models[i].name, pf->models[i].lines, pf->models[i].first_line, o->url,
-				(long long)json_integer_value(json_object_get(ext, "backends")));
-			continue;
-		}
-		if (entry)
-			continue;
-		struct ig_buf served;
-		ig_buf_init(&served);
-		json_array_foreach(data, k, m) {
-			json_t *id = json_object_get(m, "id");
-			if (json_is_string(id) && k < 10)
-				ig_buf_printf(&served, "%s%s", k ? ", " : "", json_string_value(id));
-		}
-		problem(pf, "model '%s' (used by %ld lines, first at line %ld) is not served by %s (it serves: %s)",
-			pf->models[i].name, pf->models[i].lines, pf->models[i].first_line, o->url,
-			served.len ? served.data : "nothing");
-		ig_buf_free(&served);
-	}
+	check_models(pf, data, o->url);
 out:
 	json_decref(j);
 	ig_buf_free(&body);

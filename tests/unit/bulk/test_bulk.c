@@ -1,6 +1,7 @@
 /* Unit tests for infergate-bulk: line parsing, the id sets, resume (torn
  * lines, hash collisions), SSE rebuilding, histograms, the generator and the
- * flags. The .c files are included so static functions can be tested. */
+ * flags, the preflight's decisions, per-model counts. The .c files are
+ * included so static functions can be tested. */
 #include "config.h"
 #include <check.h>
 #include <fcntl.h>
@@ -476,7 +477,78 @@ START_TEST(models_are_counted_apart_only_when_there_are_several)
 }
 END_TEST
 
-IG_CHECK_MAIN("bulk", corpus_batch_and_shorthand, models_are_counted_apart_only_when_there_are_several, corpus_errors_name_the_line, idset_grows_and_finds,
+/* The preflight's decision on a /v1/models list: a plain entry (SGLang,
+ * vLLM) only has to be there; an infergate entry (or alias) also needs a
+ * healthy backend; a model only done lines use is not asked for. */
+START_TEST(preflight_decides_on_the_model_list)
+{
+	struct preflight pf;
+	memset(&pf, 0, sizeof(pf));
+	ig_buf_init(&pf.problems);
+	const char *names[] = {"plain", "gw-up", "gw-down", "alias-down", "missing", "only-done", "odd"};
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		note_model(&pf, names[i], (long)i + 1, i == 5 ? 1 : 0);
+	note_model(&pf, "gw-down", 9, 0);
+	json_t *data = json_loads("["
+		"{\"id\": \"plain\", \"object\": \"model\"},"
+		"{\"id\": \"gw-up\", \"infergate\": {\"backends\": 3, \"backends_healthy\": 1}},"
+		"{\"id\": \"gw-down\", \"infergate\": {\"backends\": 2, \"backends_healthy\": 0}},"
+		"{\"id\": \"alias-down\", \"root\": \"gw-down\","
+		" \"infergate\": {\"alias_of\": \"gw-down\", \"backends\": 2, \"backends_healthy\": 0}},"
+		"{\"id\": \"odd\", \"infergate\": {\"backends_healthy\": \"0\"}}"
+		"]", 0, NULL);
+	ck_assert_ptr_nonnull(data);
+	check_models(&pf, data, "http://gw:8080");
+	const char *p = pf.problems.data;
+	ck_assert_int_eq(pf.n_problems, 3);
+	ck_assert_msg(strstr(p, "model 'gw-down' (used by 2 lines, first at line 3) is served by http://gw:8080 "
+				"but none of its 2 backends is healthy now\n"), "%s", p);
+	ck_assert_msg(strstr(p, "model 'alias-down' (used by 1 lines, first at line 4) is served by http://gw:8080 "
+				"but none of its 2 backends is healthy now (it is an alias of 'gw-down')\n"), "%s", p);
+	ck_assert_msg(strstr(p, "model 'missing' (used by 1 lines, first at line 5) is not served by http://gw:8080 "
+				"(it serves: plain, gw-up, gw-down, alias-down, odd)"), "%s", p);
+	ck_assert_ptr_null(strstr(p, "'plain'"));
+	ck_assert_ptr_null(strstr(p, "'gw-up'"));
+	ck_assert_ptr_null(strstr(p, "'only-done'"));
+	ck_assert_ptr_null(strstr(p, "'odd'"));
+	json_decref(data);
+	ig_buf_free(&pf.problems);
+	for (size_t i = 0; i < pf.n_models; i++)
+		free(pf.models[i].name);
+	free(pf.models);
+}
+END_TEST
+
+/* The summary for people: one "by model" line per model with several, the
+ * same text as before with one. */
+START_TEST(summary_shows_models_only_when_several)
+{
+	struct bulk_model m[2] = {{"a", 10, 3, 1, 4, 2}, {"b", 5, 0, 0, 5, 0}};
+	struct ig_report_hist *h = calloc(2, sizeof(*h));
+	struct bulk_stats st = {.requests = 15, .selected = 15, .resumed_ok = 3, .resumed_err = 1, .ok = 9,
+				.failed = 2, .latency = &h[0], .ttft = &h[1], .models = m, .n_models = 1};
+	struct bulk_opts o = {.output = "out.jsonl", .errors = "out.errors.jsonl", .shard_n = 1};
+	char *text;
+	size_t len;
+	FILE *f = open_memstream(&text, &len);
+	ig_report_summary(&o, &st, f, 1);
+	fclose(f);
+	ck_assert_msg(!strstr(text, "by model"), "%s", text);
+	free(text);
+	st.n_models = 2;
+	f = open_memstream(&text, &len);
+	ig_report_summary(&o, &st, f, 1);
+	fclose(f);
+	ck_assert_msg(strstr(text, "  by model   a: 7 ok, 3 errors (of 10)\n             b: 5 ok, 0 errors (of 5)\n"
+				   "  output "), "%s", text);
+	free(text);
+	free(h);
+}
+END_TEST
+
+IG_CHECK_MAIN("bulk", corpus_batch_and_shorthand, corpus_errors_name_the_line, idset_grows_and_finds,
 	      doneset_resume_and_torn_line, journal_lines_and_append, journal_full_disk_leaves_no_half_line,
 	      sse_rebuilds_chat_body_across_splits, sse_incomplete_or_error_stream, hist_quantiles,
-	      generator_is_deterministic_and_parses, flags_validate, preflight_finds_duplicates_exactly)
+	      generator_is_deterministic_and_parses, flags_validate, preflight_finds_duplicates_exactly,
+	      preflight_decides_on_the_model_list, models_are_counted_apart_only_when_there_are_several,
+	      summary_shows_models_only_when_several)
