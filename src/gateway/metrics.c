@@ -170,10 +170,7 @@ char *ig_metrics_models_json(struct ig_gw *gw)
 	json_int_t created = (json_int_t)(time(NULL) - (time_t)((ig_now_ms() - gw->started_ms) / 1000));
 	for (size_t i = 0; i < gw->sched.n; i++) {
 		const struct ig_model *m = gw->sched.v[i];
-		bool named = false;
-		for (size_t j = 0; j < m->nbackends && !named; j++)
-			named = ig_backend_names_model(m->backends[j], m->name);
-		if (!named)
+		if (!m->named)
 			continue; /* a name only backends taking any model would serve */
 		json_t *own = backend_entry(m);
 		json_t *e = own ? json_deep_copy(own)

@@ -227,22 +227,22 @@ struct ig_model *ig_sched_find(const struct ig_sched *s, const char *name)
 	return NULL;
 }
 
-/* m's pool: the backends of the table that serve it. Returns 0 or -1. */
-static int pool_of(struct ig_model *m, const struct ig_pool *pool, bool *named)
+/* m's pool: the backends of the table that serve it, and whether one of
+ * them names it (m->named). Returns 0 or -1. */
+static int pool_of(struct ig_model *m, const struct ig_pool *pool)
 {
 	struct ig_backend **v = pool->n ? malloc(pool->n * sizeof(*v)) : NULL;
 	size_t k = 0;
 	if (pool->n && !v)
 		return -1;
-	*named = false;
+	m->named = false;
 	for (size_t i = 0; i < pool->n; i++) {
 		struct ig_backend *b = pool->v[i];
-		if (ig_backend_serves(b, m->name) != IG_SERVES_YES)
+		bool names = ig_backend_names_model(b, m->name);
+		if (!names && ig_backend_serves(b, m->name) != IG_SERVES_YES)
 			continue;
 		v[k++] = b;
-		/* Served by name, not only by a backend that takes any model. */
-		if (ig_backend_names_model(b, m->name))
-			*named = true;
+		m->named = m->named || names;
 	}
 	free(m->backends);
 	m->backends = v;
@@ -305,10 +305,9 @@ int ig_sched_rebuild(struct ig_sched *s, const struct ig_pool *pool)
 	}
 	for (size_t i = s->n; i-- > 0;) {
 		struct ig_model *m = s->v[i];
-		bool named;
-		if (pool_of(m, pool, &named) < 0)
+		if (pool_of(m, pool) < 0)
 			return -1;
-		if (!named && m->refs == 0)
+		if (!m->named && m->refs == 0)
 			remove_at(s, i);
 	}
 	return 0;
@@ -317,12 +316,11 @@ int ig_sched_rebuild(struct ig_sched *s, const struct ig_pool *pool)
 struct ig_model *ig_sched_get(struct ig_sched *s, const struct ig_pool *pool, const char *name)
 {
 	struct ig_model *m = ig_sched_find(s, name);
-	bool named;
 	if (m)
 		return m;
 	if (!(m = add(s, name)))
 		return NULL;
-	if (pool_of(m, pool, &named) < 0) {
+	if (pool_of(m, pool) < 0) {
 		remove_at(s, s->n - 1);
 		return NULL;
 	}
@@ -338,10 +336,7 @@ void ig_sched_release(struct ig_sched *s, struct ig_model *m)
 			continue;
 		/* Kept while a backend names it; otherwise it was made for
 		 * requests (of a name no backend is known to serve). */
-		bool named = false;
-		for (size_t b = 0; b < m->nbackends && !named; b++)
-			named = ig_backend_names_model(m->backends[b], m->name);
-		if (!named)
+		if (!m->named)
 			remove_at(s, i);
 		return;
 	}

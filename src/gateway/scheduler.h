@@ -76,6 +76,7 @@ struct ig_model {
 	char *name;                  /* the served name (aliases resolved) */
 	struct ig_backend **backends; /* those that serve it, up or not */
 	size_t nbackends;
+	bool named;                  /* one of them names it (not only takes any model) */
 	atomic_uint rotor;           /* the router's rotating start among them */
 	struct ig_class_queue q[IG_NCLASSES];
 	size_t qlen;                 /* waiting, all classes */
