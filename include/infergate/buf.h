@@ -18,6 +18,9 @@ void ig_buf_free(struct ig_buf *b);
 int ig_buf_append(struct ig_buf *b, const void *p, size_t n);
 /* printf-style append; returns 0 or -1. */
 int ig_buf_printf(struct ig_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Appends v as a Prometheus label value: backslash, double quote and
+ * newline escaped (the text exposition format). Returns 0 or -1. */
+int ig_buf_prom_label(struct ig_buf *b, const char *v);
 /* Bytes not yet consumed. */
 static inline size_t ig_buf_pending(const struct ig_buf *b) { return b->len - b->off; }
 /* Never NULL: an empty buffer that never allocated gives "" (NULL + 0 is

@@ -68,6 +68,20 @@ int ig_buf_printf(struct ig_buf *b, const char *fmt, ...)
 	return 0;
 }
 
+int ig_buf_prom_label(struct ig_buf *b, const char *v)
+{
+	int rc = 0;
+	for (; *v && rc == 0; v++) {
+		if (*v == '\\' || *v == '"')
+			rc = ig_buf_printf(b, "\\%c", *v);
+		else if (*v == '\n')
+			rc = ig_buf_append(b, "\\n", 2);
+		else
+			rc = ig_buf_append(b, v, 1);
+	}
+	return rc;
+}
+
 void ig_buf_consume(struct ig_buf *b, size_t n)
 {
 	if (n > b->len - b->off)

@@ -246,21 +246,27 @@ void ig_metrics_free(struct ig_gw *gw)
 	gw->stats.ncounts = 0;
 }
 
+/* The series of one histogram with one label (key="value"), cumulative as
+ * Prometheus wants; the HELP and TYPE lines are the caller's. */
+static void hist_series(struct ig_buf *b, const char *name, const char *key, const char *value,
+			const struct ig_metrics_hist *h)
+{
+	uint64_t cum = 0;
+	for (int i = 0; i < IG_HIST_BUCKETS; i++) {
+		cum += h->counts[i];
+		ig_buf_printf(b, "%s_bucket{%s=\"%s\",le=\"%g\"} %lu\n", name, key, value, bounds[i], (unsigned long)cum);
+	}
+	cum += h->counts[IG_HIST_BUCKETS];
+	ig_buf_printf(b, "%s_bucket{%s=\"%s\",le=\"+Inf\"} %lu\n", name, key, value, (unsigned long)cum);
+	ig_buf_printf(b, "%s_sum{%s=\"%s\"} %.6f\n%s_count{%s=\"%s\"} %lu\n", name, key, value, h->sum, name, key,
+		      value, (unsigned long)h->n);
+}
+
 static void print_hist(struct ig_buf *b, const char *name, const char *help, const struct ig_metrics_hist *h)
 {
 	ig_buf_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
-	for (int r = 0; r < IG_NROUTES; r++) {
-		uint64_t cum = 0;
-		for (int i = 0; i < IG_HIST_BUCKETS; i++) {
-			cum += h[r].counts[i];
-			ig_buf_printf(b, "%s_bucket{route=\"%s\",le=\"%g\"} %lu\n", name, ig_route_path(r), bounds[i],
-				      (unsigned long)cum);
-		}
-		cum += h[r].counts[IG_HIST_BUCKETS];
-		ig_buf_printf(b, "%s_bucket{route=\"%s\",le=\"+Inf\"} %lu\n", name, ig_route_path(r), (unsigned long)cum);
-		ig_buf_printf(b, "%s_sum{route=\"%s\"} %.6f\n%s_count{route=\"%s\"} %lu\n", name, ig_route_path(r),
-			      h[r].sum, name, ig_route_path(r), (unsigned long)h[r].n);
-	}
+	for (int r = 0; r < IG_NROUTES; r++)
+		hist_series(b, name, "route", ig_route_path(r), &h[r]);
 }
 
 /* One per-backend series; `get` reads the value. */
@@ -283,19 +289,6 @@ static unsigned long get_aborted(const struct ig_backend *x) { return atomic_loa
 static unsigned long get_ptok(const struct ig_backend *x) { return atomic_load(&x->prompt_tokens); }
 static unsigned long get_ctok(const struct ig_backend *x) { return atomic_load(&x->completion_tokens); }
 
-/* A Prometheus label value: backslash, quote and newline escaped. */
-static void label(struct ig_buf *b, const char *v)
-{
-	for (; *v; v++) {
-		if (*v == '\\' || *v == '"')
-			ig_buf_printf(b, "\\%c", *v);
-		else if (*v == '\n')
-			ig_buf_append(b, "\\n", 2);
-		else
-			ig_buf_append(b, v, 1);
-	}
-}
-
 static void per_model(struct ig_buf *b, struct ig_gw *gw)
 {
 	static const struct {
@@ -317,7 +310,7 @@ static void per_model(struct ig_buf *b, struct ig_gw *gw)
 			uint64_t v[] = {m->qlen, (uint64_t)m->inflight, ig_sched_healthy(m), m->requests, m->queued,
 					m->rejected, m->timeouts};
 			ig_buf_printf(b, "%s{model=\"", series[k].name);
-			label(b, m->name);
+			ig_buf_prom_label(b, m->name);
 			ig_buf_printf(b, "\"} %llu\n", (unsigned long long)v[k]);
 		}
 	}
@@ -338,19 +331,8 @@ static void per_class(struct ig_buf *b, struct ig_gw *gw)
 	const char *name = "infergate_queue_wait_seconds";
 	ig_buf_printf(b, "# HELP %s Time requests waited in a queue for a slot, per priority class.\n"
 		      "# TYPE %s histogram\n", name, name);
-	for (int c = 0; c < IG_NCLASSES; c++) {
-		const struct ig_metrics_hist *h = &gw->stats.queue_wait[c];
-		const char *cl = ig_sched_class_name(c);
-		uint64_t cum = 0;
-		for (int i = 0; i < IG_HIST_BUCKETS; i++) {
-			cum += h->counts[i];
-			ig_buf_printf(b, "%s_bucket{class=\"%s\",le=\"%g\"} %lu\n", name, cl, bounds[i], (unsigned long)cum);
-		}
-		cum += h->counts[IG_HIST_BUCKETS];
-		ig_buf_printf(b, "%s_bucket{class=\"%s\",le=\"+Inf\"} %lu\n", name, cl, (unsigned long)cum);
-		ig_buf_printf(b, "%s_sum{class=\"%s\"} %.6f\n%s_count{class=\"%s\"} %lu\n", name, cl, h->sum, name, cl,
-			      (unsigned long)h->n);
-	}
+	for (int c = 0; c < IG_NCLASSES; c++)
+		hist_series(b, name, "class", ig_sched_class_name(c), &gw->stats.queue_wait[c]);
 }
 
 char *ig_metrics_text(struct ig_gw *gw)

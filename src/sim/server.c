@@ -376,24 +376,11 @@ static char *state_json(struct sim *s)
 			      "ranks", ranks));
 }
 
-/* A Prometheus label value: \, " and newline escaped. */
-static void label_value(struct ig_buf *o, const char *v)
-{
-	for (; *v; v++) {
-		if (*v == '\\' || *v == '"')
-			ig_buf_printf(o, "\\%c", *v);
-		else if (*v == '\n')
-			ig_buf_printf(o, "\\n");
-		else
-			ig_buf_append(o, v, 1);
-	}
-}
-
 static void metric(struct ig_buf *o, const char *name, const char *type, const char *help,
 		   const char *model, uint64_t value)
 {
 	ig_buf_printf(o, "# HELP %s %s\n# TYPE %s %s\n%s{model_name=\"", name, help, name, type, name);
-	label_value(o, model);
+	ig_buf_prom_label(o, model);
 	ig_buf_printf(o, "\"} %llu\n", (unsigned long long)value);
 }
 
@@ -413,7 +400,7 @@ static void sglang_sample(struct ig_buf *o, struct sim *s, const char *name, con
 	if (s->eng.nranks > 1)
 		ig_buf_printf(o, "dp_rank=\"%d\",", rk->idx);
 	ig_buf_printf(o, "engine_type=\"unified\",model_name=\"");
-	label_value(o, s->conf->model);
+	ig_buf_prom_label(o, s->conf->model);
 	ig_buf_printf(o, "\",moe_ep_rank=\"0\",pp_rank=\"0\",");
 	if (s->conf->priority_scheduling)
 		ig_buf_printf(o, "priority=\"%s\",", priority);
@@ -481,7 +468,7 @@ static void vllm_sample(struct ig_buf *o, struct sim *s, const char *name, long 
 			uint64_t value)
 {
 	ig_buf_printf(o, "%s{engine=\"%ld\",%smodel_name=\"", name, engine, extra);
-	label_value(o, s->conf->model);
+	ig_buf_prom_label(o, s->conf->model);
 	ig_buf_printf(o, "\"} %llu.0\n", (unsigned long long)value);
 }
 

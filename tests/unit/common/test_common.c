@@ -179,5 +179,18 @@ START_TEST(hash_and_rand)
 }
 END_TEST
 
-IG_CHECK_MAIN("common", buf_append_consume, parse_long_bounds, parse_hostport, oaerror_shape,
+/* Label values of the Prometheus text format: \, " and newline escaped,
+ * everything else as it is. */
+START_TEST(buf_prom_label_escapes)
+{
+	struct ig_buf b;
+	ig_buf_init(&b);
+	ck_assert_int_eq(ig_buf_prom_label(&b, "a\\b\"c\nd/é"), 0);
+	ig_buf_append(&b, "", 1);
+	ck_assert_str_eq(ig_buf_head(&b), "a\\\\b\\\"c\\nd/é");
+	ig_buf_free(&b);
+}
+END_TEST
+
+IG_CHECK_MAIN("common", buf_append_consume, buf_prom_label_escapes, parse_long_bounds, parse_hostport, oaerror_shape,
 	      oaerror_from_real_servers, hash_and_rand)
