@@ -41,10 +41,8 @@ int ig_backend_pool_init(struct ig_pool *pool, const struct ig_conf *cfg)
 		if (bc->discover)
 			continue;
 		if (!(b = ig_backend_pool_add(pool, bc->url, bc->weight, bc->max_inflight)) ||
-		    ig_backend_set_models(b, bc->models, bc->n_models) < 0)
+		    ig_backend_configure(b, bc) < 0)
 			return -1;
-		b->reserve_slots = bc->reserve_slots;
-		b->priority_field = bc->priority_field;
 	}
 	return 0;
 }
@@ -75,6 +73,20 @@ int ig_backend_set_models(struct ig_backend *b, char *const *models, size_t n)
 	b->models_conf = v;
 	b->n_models_conf = n;
 	return 0;
+}
+
+int ig_backend_configure(struct ig_backend *b, const struct ig_backend_conf *bc)
+{
+	b->weight = bc->weight;
+	b->max_inflight = bc->max_inflight;
+	b->reserve_slots = bc->reserve_slots;
+	b->priority_field = bc->priority_field;
+	bool same = b->n_models_conf == bc->n_models;
+	for (size_t i = 0; same && i < bc->n_models; i++)
+		same = strcmp(b->models_conf[i], bc->models[i]) == 0;
+	if (same)
+		return 0;
+	return ig_backend_set_models(b, bc->models, bc->n_models) < 0 ? -1 : 1;
 }
 
 bool ig_backend_names_model(const struct ig_backend *b, const char *model)

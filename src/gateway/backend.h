@@ -117,6 +117,11 @@ bool ig_backend_names_model(const struct ig_backend *b, const char *model);
 enum ig_serves ig_backend_serves(const struct ig_backend *b, const char *model);
 /* Sets the configured models (copied; n == 0: learn them). Returns 0 or -1. */
 int ig_backend_set_models(struct ig_backend *b, char *const *models, size_t n);
+/* Takes a configuration entry's settings: weight, max_inflight,
+ * reserve_slots, priority_field and the models (set only when they differ).
+ * Returns 1 when the models changed, 0 when not, -1 when out of memory
+ * (the models kept). */
+int ig_backend_configure(struct ig_backend *b, const struct ig_backend_conf *bc);
 /* The model names b serves now (configured, else learned), each once, in
  * its order, as a JSON array of strings (new reference). */
 json_t *ig_backend_model_names(const struct ig_backend *b);

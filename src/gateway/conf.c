@@ -25,12 +25,34 @@ static void models_free(char **v, size_t n)
 	free(v);
 }
 
+void ig_conf_backend_clear(struct ig_backend_conf *bc)
+{
+	free(bc->url);
+	models_free(bc->models, bc->n_models);
+	*bc = (struct ig_backend_conf){0};
+}
+
+int ig_conf_backend_copy(struct ig_backend_conf *dst, const struct ig_backend_conf *src)
+{
+	*dst = *src;
+	dst->url = strdup(src->url);
+	dst->models = src->n_models ? calloc(src->n_models, sizeof(*dst->models)) : NULL;
+	bool ok = dst->url && (!src->n_models || dst->models);
+	for (size_t i = 0; ok && i < src->n_models; i++)
+		ok = (dst->models[i] = strdup(src->models[i])) != NULL;
+	if (!ok) {
+		if (!dst->models)
+			dst->n_models = 0; /* else: the strdup'd ones, NULL after them */
+		ig_conf_backend_clear(dst);
+		return -1;
+	}
+	return 0;
+}
+
 static void backends_clear(struct ig_conf *cfg)
 {
-	for (size_t i = 0; i < cfg->n_backends; i++) {
-		free(cfg->backends[i].url);
-		models_free(cfg->backends[i].models, cfg->backends[i].n_models);
-	}
+	for (size_t i = 0; i < cfg->n_backends; i++)
+		ig_conf_backend_clear(&cfg->backends[i]);
 	free(cfg->backends);
 	cfg->backends = NULL;
 	cfg->n_backends = 0;

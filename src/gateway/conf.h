@@ -104,6 +104,11 @@ const char *ig_conf_policy_name(enum ig_policy p);
  * or NULL with *why set. */
 char *ig_conf_normalise_url(const char *in, const char **why);
 void ig_conf_print_help(FILE *out);
+/* A deep copy of src into dst (its url and models malloc'd anew). Returns
+ * 0 or -1 (out of memory: dst empty). */
+int ig_conf_backend_copy(struct ig_backend_conf *dst, const struct ig_backend_conf *src);
+/* Frees what a backend entry holds and empties it. */
+void ig_conf_backend_clear(struct ig_backend_conf *bc);
 /* Why a model name is refused (empty, over 256 bytes, a control
  * character: names go to logs and metric labels), or NULL. */
 const char *ig_conf_bad_model_name(const char *m);

@@ -27,12 +27,9 @@
 #include "infergate/util.h"
 
 struct entry {
-	char *name_url;     /* as configured (normalised), the backends' tag */
+	struct ig_backend_conf bc; /* a copy of its configuration entry; bc.url
+				    * (the name, normalised) tags its backends */
 	char *scheme, *host, *port, *path;
-	long weight, max_inflight, reserve_slots;
-	int priority_field;
-	char **models;      /* configured for its backends (a copy), NULL: learned */
-	size_t n_models;
 	int last_ok;        /* -1 unknown, so failures are logged once per change */
 };
 
@@ -78,7 +75,7 @@ static struct result *resolve(const struct entry *e)
 	struct addrinfo *res = NULL;
 	struct result *r = calloc(1, sizeof(*r));
 
-	r->name_url = strdup(e->name_url);
+	r->name_url = strdup(e->bc.url);
 	int rc = getaddrinfo(e->host, e->port, &hints, &res);
 	if (rc != 0) {
 		snprintf(r->err, sizeof(r->err), "%s", gai_strerror(rc));
@@ -142,7 +139,7 @@ static int split_url(struct entry *e)
 {
 	CURLU *u = curl_url();
 	char *host = NULL, *port = NULL, *path = NULL, *scheme = NULL;
-	int ok = curl_url_set(u, CURLUPART_URL, e->name_url, 0) == CURLUE_OK &&
+	int ok = curl_url_set(u, CURLUPART_URL, e->bc.url, 0) == CURLUE_OK &&
 		 curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) == CURLUE_OK &&
 		 curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK &&
 		 curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) == CURLUE_OK;
@@ -185,19 +182,9 @@ int ig_discover_start(struct ig_gw *gw)
 		if (!cfg->backends[i].discover)
 			continue;
 		struct entry *e = &d->entries[d->n++];
-		e->name_url = strdup(cfg->backends[i].url);
-		e->weight = cfg->backends[i].weight;
-		e->max_inflight = cfg->backends[i].max_inflight;
-		e->reserve_slots = cfg->backends[i].reserve_slots;
-		e->priority_field = cfg->backends[i].priority_field;
-		e->n_models = cfg->backends[i].n_models;
-		e->models = e->n_models ? calloc(e->n_models, sizeof(char *)) : NULL;
-		for (size_t m = 0; m < e->n_models; m++)
-			if (e->models)
-				e->models[m] = strdup(cfg->backends[i].models[m]);
 		e->last_ok = -1;
-		if (split_url(e) < 0) {
-			ig_log_error("discover: cannot parse '%s'", e->name_url);
+		if (ig_conf_backend_copy(&e->bc, &cfg->backends[i]) < 0 || split_url(e) < 0) {
+			ig_log_error("discover: cannot parse '%s'", cfg->backends[i].url);
 			gw->discovery = d;
 			ig_discover_stop(gw);
 			return -1;
@@ -244,10 +231,7 @@ void ig_discover_stop(struct ig_gw *gw)
 	}
 	for (size_t i = 0; i < d->n; i++) {
 		struct entry *e = &d->entries[i];
-		free(e->name_url);
-		for (size_t m = 0; m < e->n_models && e->models; m++)
-			free(e->models[m]);
-		free(e->models);
+		ig_conf_backend_clear(&e->bc);
 		free(e->scheme);
 		free(e->host);
 		free(e->port);
@@ -261,7 +245,7 @@ void ig_discover_stop(struct ig_gw *gw)
 static struct entry *find_entry(struct ig_discovery *d, const char *name_url)
 {
 	for (size_t i = 0; i < d->n; i++)
-		if (strcmp(d->entries[i].name_url, name_url) == 0)
+		if (strcmp(d->entries[i].bc.url, name_url) == 0)
 			return &d->entries[i];
 	return NULL;
 }
@@ -270,43 +254,41 @@ static void apply(struct ig_gw *gw, struct entry *e, struct result *r)
 {
 	if (!r->urls) {
 		if (e->last_ok != 0)
-			ig_log_warn("discover: %s: cannot resolve (%s); keeping its %s backends", e->name_url, r->err,
+			ig_log_warn("discover: %s: cannot resolve (%s); keeping its %s backends", e->bc.url, r->err,
 				    e->last_ok < 0 ? "(no)" : "current");
 		e->last_ok = 0;
 		return;
 	}
 	if (e->last_ok == 0)
-		ig_log_info("discover: %s resolves again", e->name_url);
+		ig_log_info("discover: %s resolves again", e->bc.url);
 	e->last_ok = 1;
 	for (size_t i = 0; i < r->n; i++) {
 		struct ig_backend *b = ig_backend_pool_find_url(&gw->pool, r->urls[i]);
 		if (b) {
 			if (b->discover && atomic_load(&b->admin) == IG_ADMIN_REMOVING) {
 				atomic_store(&b->admin, IG_ADMIN_ENABLED);
-				ig_log_info("discover: %s is back in %s", b->url, e->name_url);
+				ig_log_info("discover: %s is back in %s", b->url, e->bc.url);
 			}
 			continue;
 		}
-		b = ig_backend_pool_add(&gw->pool, r->urls[i], e->weight, e->max_inflight);
+		b = ig_backend_pool_add(&gw->pool, r->urls[i], e->bc.weight, e->bc.max_inflight);
 		if (!b)
 			continue;
-		b->reserve_slots = e->reserve_slots;
-		b->priority_field = e->priority_field;
-		if (e->models && ig_backend_set_models(b, e->models, e->n_models) < 0)
+		if (ig_backend_configure(b, &e->bc) < 0)
 			ig_log_error("discover: %s: out of memory; its models will be learned", b->url);
-		b->discover = strdup(e->name_url);
+		b->discover = strdup(e->bc.url);
 		ig_health_add(gw, b);
-		ig_log_info("discover: backend %s added from %s (id %d), probing", b->url, e->name_url, b->id);
+		ig_log_info("discover: backend %s added from %s (id %d), probing", b->url, e->bc.url, b->id);
 	}
 	for (size_t i = 0; i < gw->pool.n; i++) {
 		struct ig_backend *b = gw->pool.v[i];
-		if (!b->discover || strcmp(b->discover, e->name_url) != 0 ||
+		if (!b->discover || strcmp(b->discover, e->bc.url) != 0 ||
 		    atomic_load(&b->admin) == IG_ADMIN_REMOVING)
 			continue;
 		if (!bsearch(&b->url, r->urls, r->n, sizeof(char *), cmp_str)) {
 			atomic_store(&b->admin, IG_ADMIN_REMOVING);
 			ig_log_info("discover: %s no longer in %s: draining for removal, %ld in flight", b->url,
-				    e->name_url, atomic_load(&b->inflight));
+				    e->bc.url, atomic_load(&b->inflight));
 		}
 	}
 }

@@ -42,17 +42,6 @@ int ig_reload_files(struct ig_gw *gw, const struct ig_conf *cfg, char **err)
 	return 0;
 }
 
-/* Whether the configured models of bc are not those b has now. */
-static bool models_differ(const struct ig_backend *b, const struct ig_backend_conf *bc)
-{
-	if (b->n_models_conf != bc->n_models)
-		return true;
-	for (size_t i = 0; i < bc->n_models; i++)
-		if (strcmp(b->models_conf[i], bc->models[i]) != 0)
-			return true;
-	return false;
-}
-
 void ig_reload(struct ig_gw *gw)
 {
 	struct ig_conf nc;
@@ -80,24 +69,18 @@ void ig_reload(struct ig_gw *gw)
 			continue;
 		struct ig_backend *b = ig_backend_pool_find_url(&gw->pool, bc->url);
 		if (b) {
-			b->weight = bc->weight;
-			b->max_inflight = bc->max_inflight;
-			b->reserve_slots = bc->reserve_slots;
-			b->priority_field = bc->priority_field;
-			if (models_differ(b, bc)) {
-				if (ig_backend_set_models(b, bc->models, bc->n_models) == 0)
-					ig_log_info("reload: backend %s now serves %s", b->url,
-						    bc->n_models ? "the models configured" : "the models it lists (learned)");
+			int changed = ig_backend_configure(b, bc);
+			if (changed > 0)
+				ig_log_info("reload: backend %s now serves %s", b->url,
+					    bc->n_models ? "the models configured" : "the models it lists (learned)");
+			if (changed != 0)
 				gw->models_dirty = true;
-			}
 			if (atomic_load(&b->admin) == IG_ADMIN_REMOVING)
 				atomic_store(&b->admin, IG_ADMIN_ENABLED);
 			continue;
 		}
 		b = ig_backend_pool_add(&gw->pool, bc->url, bc->weight, bc->max_inflight);
-		if (b && ig_backend_set_models(b, bc->models, bc->n_models) == 0 && ig_health_add(gw, b) == 0) {
-			b->reserve_slots = bc->reserve_slots;
-			b->priority_field = bc->priority_field;
+		if (b && ig_backend_configure(b, bc) >= 0 && ig_health_add(gw, b) == 0) {
 			added++;
 			ig_log_info("reload: backend %s added (id %d)", b->url, b->id);
 		}
