@@ -18,6 +18,23 @@
 #include "infergate/util.h"
 #include "conf.h"
 
+static const char *const class_names[IG_NCLASSES] = {"high", "normal", "low"};
+/* backends[].priority_field, by value (0: none) */
+static const char *const priority_fields[] = {NULL, "sglang", "vllm"};
+
+const char *ig_conf_class_name(int klass)
+{
+	return klass >= 0 && klass < IG_NCLASSES ? class_names[klass] : "?";
+}
+
+int ig_conf_class_parse(const char *v)
+{
+	for (int c = 0; c < IG_NCLASSES; c++)
+		if (strcmp(v, class_names[c]) == 0)
+			return c;
+	return -1;
+}
+
 static void models_free(char **v, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
@@ -301,32 +318,33 @@ static int add_model(struct ig_backend_conf *bc, const char *where, const char *
 	return 0;
 }
 
-/* Adds a backend; it takes `models` (n of them, malloc'd). Returns 0, or
- * -1 with *err naming `where` (models freed). */
-static int add_backend(struct ig_conf *cfg, const char *where, const char *url, long weight, long max_inflight,
-		       int discover, char **models, size_t n_models, char **err)
+/* Adds a backend at url with the other settings of proto, whose models it
+ * takes. Returns 0, or -1 with *err naming `where` (the models freed). */
+static int add_backend(struct ig_conf *cfg, const char *where, const char *url, struct ig_backend_conf *proto,
+		       char **err)
 {
 	const char *why = NULL;
 	char *norm = ig_conf_normalise_url(url, &why);
 	if (!norm) {
 		*err = ig_strdupf("%s: '%s' is not a valid backend URL (%s)", where, url, why);
-		models_free(models, n_models);
-		return -1;
+		goto fail;
 	}
 	for (size_t i = 0; i < cfg->n_backends; i++) {
 		if (strcmp(cfg->backends[i].url, norm) == 0) {
 			*err = ig_strdupf("%s: backend '%s' is listed twice", where, url);
 			free(norm);
-			models_free(models, n_models);
-			return -1;
+			goto fail;
 		}
 	}
 	cfg->backends = realloc(cfg->backends, (cfg->n_backends + 1) * sizeof(*cfg->backends));
 	if (!cfg->backends)
 		abort();
-	cfg->backends[cfg->n_backends++] =
-		(struct ig_backend_conf){norm, weight, max_inflight, discover, models, n_models, 0, 0};
+	proto->url = norm;
+	cfg->backends[cfg->n_backends++] = *proto;
 	return 0;
+fail:
+	models_free(proto->models, proto->n_models);
+	return -1;
 }
 
 /* --backend and --discover, URL or URL#MODEL,MODEL: the first of them
@@ -334,48 +352,43 @@ static int add_backend(struct ig_conf *cfg, const char *where, const char *url, 
 static int parse_backend_flag(void *target, const struct ig_flag *f, const char *what, const char *v, char **err)
 {
 	struct ig_conf *cfg = target;
-	struct ig_backend_conf names = {0};
+	struct ig_backend_conf proto = {.weight = 1, .max_inflight = -1, .discover = strcmp(f->name, "--discover") == 0};
 	if (!cfg->backends_from_flags) {
 		backends_clear(cfg);
 		cfg->backends_from_flags = true;
 	}
 	const char *hash = strchr(v, '#');
 	char *url = hash ? strndup(v, (size_t)(hash - v)) : strdup(v);
+	if (hash && !hash[1]) {
+		*err = ig_strdupf("%s: '%s': no model after '#' (URL#MODEL,MODEL...)", what, v);
+		free(url);
+		return -1;
+	}
 	if (hash) {
-		char *list = strdup(hash + 1), *save = NULL;
-		if (!*list) {
-			*err = ig_strdupf("%s: '%s': no model after '#' (URL#MODEL,MODEL...)", what, v);
-			free(list);
-			free(url);
-			return -1;
-		}
-		for (char *m = strtok_r(list, ",", &save); m; m = strtok_r(NULL, ",", &save)) {
-			if (add_model(&names, what, m, err) < 0) {
+		char *list = strdup(hash + 1), *rest = list, *m;
+		while ((m = strsep(&rest, ","))) {
+			int rc = *m ? add_model(&proto, what, m, err) : -1;
+			if (rc < 0) {
+				if (!*m)
+					*err = ig_strdupf("%s: '%s': an empty model name in the list after '#'", what, v);
 				free(list);
 				free(url);
-				models_free(names.models, names.n_models);
+				models_free(proto.models, proto.n_models);
 				return -1;
 			}
 		}
 		free(list);
-		if (names.n_models == 0 || v[strlen(v) - 1] == ',' || strstr(hash, ",,") || hash[1] == ',') {
-			*err = ig_strdupf("%s: '%s': an empty model name in the list after '#'", what, v);
-			free(url);
-			models_free(names.models, names.n_models);
-			return -1;
-		}
 	}
-	int rc = add_backend(cfg, what, url, 1, -1, strcmp(f->name, "--discover") == 0, names.models, names.n_models,
-			     err);
+	int rc = add_backend(cfg, what, url, &proto, err);
 	free(url);
 	return rc;
 }
 
 static void backend_or_problem(struct ig_conf *cfg, struct ig_buf *errs, const char *where, const char *url,
-			       long weight, long max_inflight, int discover, char **models, size_t n_models)
+			       struct ig_backend_conf *proto)
 {
 	char *err = NULL;
-	if (add_backend(cfg, where, url, weight, max_inflight, discover, models, n_models, &err) < 0) {
+	if (add_backend(cfg, where, url, proto, &err) < 0) {
 		ig_flags_problem(errs, "%s", err);
 		free(err);
 	}
@@ -396,8 +409,9 @@ static void parse_backends_json(void *target, const struct ig_flag *f IG_UNUSED,
 	json_array_foreach(v, i, b) {
 		char ctx[512];
 		snprintf(ctx, sizeof(ctx), "%s: backends[%zu]", where, i);
+		struct ig_backend_conf proto = {.weight = 1, .max_inflight = -1};
 		if (json_is_string(b)) {
-			backend_or_problem(cfg, errs, ctx, json_string_value(b), 1, -1, 0, NULL, 0);
+			backend_or_problem(cfg, errs, ctx, json_string_value(b), &proto);
 			continue;
 		}
 		if (!json_is_object(b)) {
@@ -406,9 +420,7 @@ static void parse_backends_json(void *target, const struct ig_flag *f IG_UNUSED,
 		}
 		const char *bk;
 		json_t *bv, *url = json_object_get(b, "url"), *disc = json_object_get(b, "discover");
-		long weight = 1, maxin = -1, reserve = 0;
-		int ok = 1, pfield = 0;
-		struct ig_backend_conf names = {0};
+		int ok = 1;
 		json_object_foreach(b, bk, bv) {
 			if (strcmp(bk, "url") == 0 || strcmp(bk, "discover") == 0)
 				continue;
@@ -427,7 +439,7 @@ static void parse_backends_json(void *target, const struct ig_flag *f IG_UNUSED,
 					if (!json_is_string(mv)) {
 						ig_flags_problem(errs, "%s[%zu] must be a string", mctx, mi);
 						ok = 0;
-					} else if (add_model(&names, mctx, json_string_value(mv), &err) < 0) {
+					} else if (add_model(&proto, mctx, json_string_value(mv), &err) < 0) {
 						ig_flags_problem(errs, "%s", err);
 						free(err);
 						ok = 0;
@@ -437,8 +449,11 @@ static void parse_backends_json(void *target, const struct ig_flag *f IG_UNUSED,
 			}
 			if (strcmp(bk, "priority_field") == 0) {
 				const char *pv = json_string_value(bv);
-				pfield = pv && strcmp(pv, "sglang") == 0 ? 1 : pv && strcmp(pv, "vllm") == 0 ? 2 : -1;
-				if (pfield < 0) {
+				proto.priority_field = -1;
+				for (int p = 1; p < 3 && pv; p++)
+					if (strcmp(pv, priority_fields[p]) == 0)
+						proto.priority_field = p;
+				if (proto.priority_field < 0) {
 					ig_flags_problem(errs, "%s.priority_field: must be \"sglang\" or \"vllm\"", ctx);
 					ok = 0;
 				}
@@ -449,7 +464,7 @@ static void parse_backends_json(void *target, const struct ig_flag *f IG_UNUSED,
 					ig_flags_problem(errs, "%s.reserve_slots: must be an integer in 0..1000000", ctx);
 					ok = 0;
 				} else {
-					reserve = (long)json_integer_value(bv);
+					proto.reserve_slots = (long)json_integer_value(bv);
 				}
 				continue;
 			}
@@ -461,9 +476,9 @@ static void parse_backends_json(void *target, const struct ig_flag *f IG_UNUSED,
 					free(txt);
 					ok = 0;
 				} else if (bk[0] == 'w') {
-					weight = (long)json_integer_value(bv);
+					proto.weight = (long)json_integer_value(bv);
 				} else {
-					maxin = (long)json_integer_value(bv);
+					proto.max_inflight = (long)json_integer_value(bv);
 				}
 				continue;
 			}
@@ -477,17 +492,11 @@ static void parse_backends_json(void *target, const struct ig_flag *f IG_UNUSED,
 			ig_flags_problem(errs, "%s: give one of \"url\" or \"discover\", as a string", ctx);
 			ok = 0;
 		}
-		if (ok) {
-			size_t before = cfg->n_backends;
-			backend_or_problem(cfg, errs, ctx, json_string_value(url ? url : disc), weight, maxin, disc != NULL,
-					   names.models, names.n_models);
-			if (cfg->n_backends > before) {
-				cfg->backends[cfg->n_backends - 1].reserve_slots = reserve;
-				cfg->backends[cfg->n_backends - 1].priority_field = pfield;
-			}
-		} else {
-			models_free(names.models, names.n_models);
-		}
+		proto.discover = disc != NULL;
+		if (ok)
+			backend_or_problem(cfg, errs, ctx, json_string_value(url ? url : disc), &proto);
+		else
+			models_free(proto.models, proto.n_models);
 	}
 }
 
@@ -594,11 +603,7 @@ static void parse_keys_json(void *target, const struct ig_flag *f IG_UNUSED, jso
 		json_t *x;
 		json_object_foreach(o, name, x) {
 			if (strcmp(name, "priority") == 0) {
-				static const char *const cls[] = {"high", "normal", "low"};
-				k.priority = -1;
-				for (int c = 0; c < 3 && json_is_string(x); c++)
-					if (strcmp(json_string_value(x), cls[c]) == 0)
-						k.priority = c;
+				k.priority = json_is_string(x) ? ig_conf_class_parse(json_string_value(x)) : -1;
 				if (k.priority < 0)
 					ig_flags_problem(errs, "%s: api_key_settings.%.12s....priority: must be \"high\", "
 						 "\"normal\" or \"low\"", where, digest);
@@ -788,7 +793,7 @@ char *ig_conf_to_json(const struct ig_conf *cfg)
 					json_object_set_new(o, "reserve_slots", json_integer(bc->reserve_slots));
 				if (bc->priority_field)
 					json_object_set_new(o, "priority_field",
-							    json_string(bc->priority_field == 1 ? "sglang" : "vllm"));
+							    json_string(priority_fields[bc->priority_field]));
 				if (bc->n_models) {
 					json_t *ms = json_array();
 					for (size_t m = 0; m < bc->n_models; m++)
@@ -798,14 +803,13 @@ char *ig_conf_to_json(const struct ig_conf *cfg)
 				json_array_append_new(v, o);
 			}
 		} else if (k->parse_json == parse_keys_json) {
-			static const char *const cls[] = {"high", "normal", "low"};
 			v = json_object();
 			for (size_t ki = 0; ki < cfg->n_keys; ki++) {
 				const struct ig_key_conf *kc = &cfg->keys[ki];
 				json_t *o = json_pack("{s:I, s:I}", "weight", (json_int_t)kc->weight, "max_inflight",
 						      (json_int_t)kc->max_inflight);
 				if (kc->priority >= 0)
-					json_object_set_new(o, "priority", json_string(cls[kc->priority]));
+					json_object_set_new(o, "priority", json_string(ig_conf_class_name(kc->priority)));
 				json_object_set_new(v, kc->digest, o);
 			}
 		} else if (k->parse_json == parse_aliases_json) {

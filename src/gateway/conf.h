@@ -28,10 +28,22 @@ struct ig_backend_conf {
 			     * "priority" for a backend that schedules by it */
 };
 
+/* Priority classes of requests (the scheduler serves them in this order). */
+enum ig_class {
+	IG_CLASS_HIGH,   /* X-Infergate-Priority: high */
+	IG_CLASS_NORMAL, /* the default */
+	IG_CLASS_LOW,    /* bulk runs (infergate-bulk sends it) */
+	IG_NCLASSES,
+};
+
+const char *ig_conf_class_name(int klass);
+/* The class named (case-sensitive "high", "normal", "low"), or -1. */
+int ig_conf_class_parse(const char *s);
+
 /* What the configuration says of one API key (by the SHA-256 of the key). */
 struct ig_key_conf {
 	char digest[65];     /* lower-case hex */
-	int priority;        /* its requests' default class (scheduler.h), -1 none */
+	int priority;        /* its requests' default class (enum ig_class), -1 none */
 	long weight;         /* its share within a class, 1..1000 */
 	long max_inflight;   /* its requests on backends at once, 0 = no cap */
 };

@@ -91,7 +91,7 @@ static json_t *models_detail(struct ig_gw *gw)
 			json_array_append_new(urls, json_string(m->backends[j]->url));
 		json_t *waiting = json_object();
 		for (int c = 0; c < IG_NCLASSES; c++)
-			json_object_set_new(waiting, ig_sched_class_name(c), json_integer((json_int_t)m->q[c].qlen));
+			json_object_set_new(waiting, ig_conf_class_name(c), json_integer((json_int_t)m->q[c].qlen));
 		json_object_set_new(o, m->name,
 				    json_pack("{s:o, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}", "backends", urls,
 					      "waiting", waiting,
@@ -122,7 +122,7 @@ char *ig_metrics_backends_json(struct ig_gw *gw)
 			      "completion_tokens", (json_int_t)gw->stats.completion_tokens);
 	json_t *classes = json_object();
 	for (int c = 0; c < IG_NCLASSES; c++)
-		json_object_set_new(classes, ig_sched_class_name(c),
+		json_object_set_new(classes, ig_conf_class_name(c),
 				    json_pack("{s:I, s:I, s:I}", "waiting", (json_int_t)gw->class_waiting[c], "inflight",
 					      (json_int_t)gw->class_inflight[c], "dispatched_after_wait",
 					      (json_int_t)gw->stats.queue_wait[c].n));
@@ -137,7 +137,7 @@ char *ig_metrics_backends_json(struct ig_gw *gw)
 		json_array_append_new(keys, json_pack("{s:s, s:I, s:I, s:I, s:o, s:I}", "key", shown,
 						      "weight", (json_int_t)k->weight, "max_inflight",
 						      (json_int_t)k->max_inflight, "inflight", (json_int_t)k->inflight,
-						      "priority", k->klass >= 0 ? json_string(ig_sched_class_name(k->klass))
+						      "priority", k->klass >= 0 ? json_string(ig_conf_class_name(k->klass))
 									      : json_null(),
 						      "dispatched_from_queue", (json_int_t)k->completed));
 	}
@@ -321,18 +321,18 @@ static void per_class(struct ig_buf *b, struct ig_gw *gw)
 	ig_buf_printf(b, "# HELP infergate_class_queue_depth Requests waiting, per priority class.\n"
 		      "# TYPE infergate_class_queue_depth gauge\n");
 	for (int c = 0; c < IG_NCLASSES; c++)
-		ig_buf_printf(b, "infergate_class_queue_depth{class=\"%s\"} %zu\n", ig_sched_class_name(c),
+		ig_buf_printf(b, "infergate_class_queue_depth{class=\"%s\"} %zu\n", ig_conf_class_name(c),
 			      gw->class_waiting[c]);
 	ig_buf_printf(b, "# HELP infergate_class_inflight Requests on a backend, per priority class.\n"
 		      "# TYPE infergate_class_inflight gauge\n");
 	for (int c = 0; c < IG_NCLASSES; c++)
-		ig_buf_printf(b, "infergate_class_inflight{class=\"%s\"} %ld\n", ig_sched_class_name(c),
+		ig_buf_printf(b, "infergate_class_inflight{class=\"%s\"} %ld\n", ig_conf_class_name(c),
 			      gw->class_inflight[c]);
 	const char *name = "infergate_queue_wait_seconds";
 	ig_buf_printf(b, "# HELP %s Time requests waited in a queue for a slot, per priority class.\n"
 		      "# TYPE %s histogram\n", name, name);
 	for (int c = 0; c < IG_NCLASSES; c++)
-		hist_series(b, name, "class", ig_sched_class_name(c), &gw->stats.queue_wait[c]);
+		hist_series(b, name, "class", ig_conf_class_name(c), &gw->stats.queue_wait[c]);
 }
 
 char *ig_metrics_text(struct ig_gw *gw)

@@ -880,7 +880,7 @@ static int classify_request(struct ig_req *req)
 	}
 	req->key->refs++;
 	if (prio) {
-		int c = ig_sched_class_parse(prio);
+		int c = ig_conf_class_parse(prio);
 		if (c < 0) {
 			set_param_error(req, 400, "X-Infergate-Priority", "invalid_priority",
 					"Invalid 'X-Infergate-Priority' header: '%.64s' (expected high, normal or low)", prio);
@@ -1269,7 +1269,7 @@ static void expire_one(struct ig_waiter *w, void *arg IG_UNUSED)
 	gw->stats.queue_timeouts++;
 	req->m->timeouts++;
 	set_error(req, 503, "queue_timeout", "waited %llu ms for a free backend (class %s); retry later",
-		  (unsigned long long)queue_timeout_ms(gw->cfg, req->klass), ig_sched_class_name(req->klass));
+		  (unsigned long long)queue_timeout_ms(gw->cfg, req->klass), ig_conf_class_name(req->klass));
 	resume(req);
 }
 
@@ -1312,7 +1312,7 @@ static void req_log(struct ig_req *req, bool completed)
 			      "backend", req->backend ? json_string(req->backend->url) : json_null(),
 			      "model", req->model ? json_string(req->model) : json_null(),
 			      "alias", req->alias ? json_string(req->alias) : json_null(),
-			      "priority", ig_sched_class_name(req->klass),
+			      "priority", ig_conf_class_name(req->klass),
 			      "queue_ms", (json_int_t)req->queue_wait_ms,
 			      "dispatch", req->dispatch_seq ? json_integer((json_int_t)req->dispatch_seq) : json_null(),
 			      "stream", req->stream,

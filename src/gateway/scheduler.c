@@ -17,20 +17,6 @@ void ig_sched_init(struct ig_sched *s)
 	s->low_every = 20;
 }
 
-const char *ig_sched_class_name(int klass)
-{
-	static const char *const names[IG_NCLASSES] = {"high", "normal", "low"};
-	return klass >= 0 && klass < IG_NCLASSES ? names[klass] : "?";
-}
-
-int ig_sched_class_parse(const char *v)
-{
-	for (int c = 0; c < IG_NCLASSES; c++)
-		if (strcmp(v, ig_sched_class_name(c)) == 0)
-			return c;
-	return -1;
-}
-
 /* ---- keys ---- */
 
 struct ig_key *ig_sched_key(struct ig_sched *s, const char *digest)

@@ -22,17 +22,6 @@
 #include "backend.h"
 #include "infergate/list.h"
 
-enum ig_class {
-	IG_CLASS_HIGH,   /* X-Infergate-Priority: high */
-	IG_CLASS_NORMAL, /* the default */
-	IG_CLASS_LOW,    /* bulk runs (infergate-bulk sends it) */
-	IG_NCLASSES,
-};
-
-const char *ig_sched_class_name(int klass);
-/* The class named (case-sensitive "high", "normal", "low"), or -1. */
-int ig_sched_class_parse(const char *s);
-
 /* A client identity that shares are kept between: the SHA-256 of its
  * bearer token ("" without one), with what the configuration says of it. */
 struct ig_key {
