@@ -142,7 +142,6 @@ struct ig_gw {
 	struct ig_sched sched;         /* per-model pools and wait queues */
 	size_t qlen;                   /* requests waiting, all models */
 	uint64_t dispatched;            /* requests sent to a backend (first attempts) */
-	size_t class_waiting[IG_NCLASSES];
 	long class_inflight[IG_NCLASSES];
 	struct ig_stats stats;
 	uint64_t started_ms;

@@ -123,7 +123,7 @@ char *ig_metrics_backends_json(struct ig_gw *gw)
 	json_t *classes = json_object();
 	for (int c = 0; c < IG_NCLASSES; c++)
 		json_object_set_new(classes, ig_conf_class_name(c),
-				    json_pack("{s:I, s:I, s:I}", "waiting", (json_int_t)gw->class_waiting[c], "inflight",
+				    json_pack("{s:I, s:I, s:I}", "waiting", (json_int_t)ig_sched_waiting(&gw->sched, c), "inflight",
 					      (json_int_t)gw->class_inflight[c], "dispatched_after_wait",
 					      (json_int_t)gw->stats.queue_wait[c].n));
 	json_object_set_new(g, "scheduling", json_string(gw->cfg->scheduling ? "fifo" : "priority"));
@@ -322,7 +322,7 @@ static void per_class(struct ig_buf *b, struct ig_gw *gw)
 		      "# TYPE infergate_class_queue_depth gauge\n");
 	for (int c = 0; c < IG_NCLASSES; c++)
 		ig_buf_printf(b, "infergate_class_queue_depth{class=\"%s\"} %zu\n", ig_conf_class_name(c),
-			      gw->class_waiting[c]);
+			      ig_sched_waiting(&gw->sched, c));
 	ig_buf_printf(b, "# HELP infergate_class_inflight Requests on a backend, per priority class.\n"
 		      "# TYPE infergate_class_inflight gauge\n");
 	for (int c = 0; c < IG_NCLASSES; c++)

@@ -216,7 +216,6 @@ static int enqueue(struct ig_req *req)
 		req->m->queued++;
 	req->was_queued = true;
 	gw->qlen++;
-	gw->class_waiting[req->klass]++;
 	return 0;
 }
 
@@ -228,7 +227,6 @@ static void dequeue(struct ig_req *req)
 	if (req->wait.flow)
 		ig_sched_dequeue(&gw->sched, req->m, &req->wait);
 	gw->qlen--;
-	gw->class_waiting[req->klass]--;
 	req->queue_wait_ms += waited;
 	ig_metrics_observe_wait(gw, req->klass, waited);
 }

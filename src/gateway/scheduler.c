@@ -336,10 +336,10 @@ size_t ig_sched_healthy(const struct ig_model *m)
 	return k;
 }
 
-size_t ig_sched_waiting(const struct ig_sched *s)
+size_t ig_sched_waiting(const struct ig_sched *s, int klass)
 {
 	size_t k = 0;
 	for (size_t i = 0; i < s->n; i++)
-		k += s->v[i]->qlen;
+		k += s->v[i]->q[klass].qlen;
 	return k;
 }

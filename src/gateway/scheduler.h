@@ -141,7 +141,7 @@ void ig_sched_expire(struct ig_sched *s, struct ig_model *m, uint64_t now_ms,
 
 /* Healthy backends among m's. */
 size_t ig_sched_healthy(const struct ig_model *m);
-/* Waiting requests of every model. */
-size_t ig_sched_waiting(const struct ig_sched *s);
+/* Waiting requests of one class, every model. */
+size_t ig_sched_waiting(const struct ig_sched *s, int klass);
 
 #endif
