@@ -649,7 +649,7 @@ static enum route_result route(struct ig_req *req)
 	struct ig_backend *b = NULL;
 
 	/* A key at its cap waits for one of its own requests to end. */
-	if (req->key->max_inflight > 0 && req->key->inflight >= req->key->max_inflight && m->nbackends > 0)
+	if (ig_sched_key_capped(req->key) && m->nbackends > 0)
 		return wait_or_refuse(req);
 	switch (ig_router_pick(m->backends, m->nbackends, &m->rotor, gw->cfg->policy, req->klass == IG_CLASS_LOW,
 			       req->tried, req->ntried, &b)) {

@@ -133,7 +133,7 @@ static struct ig_flow *next_flow(struct ig_class_queue *q)
 {
 	struct ig_flow *f, *best = NULL;
 	IG_LIST_FOREACH(f, &q->flows, struct ig_flow, link) {
-		if (f->key->max_inflight > 0 && f->key->inflight >= f->key->max_inflight)
+		if (ig_sched_key_capped(f->key))
 			continue;
 		if (!best || f->tag < best->tag)
 			best = f;

@@ -35,6 +35,12 @@ struct ig_key {
 	uint64_t completed;          /* requests that left the queue for a backend */
 };
 
+/* A key at its max_inflight: its requests wait for one of its own to end. */
+static inline bool ig_sched_key_capped(const struct ig_key *k)
+{
+	return k->max_inflight > 0 && k->inflight >= k->max_inflight;
+}
+
 struct ig_flow;
 
 /* What a waiting request embeds. */
