@@ -61,7 +61,7 @@ struct ig_req *ig_proxy_req_new(struct ig_gw *gw, struct MHD_Connection *conn, i
 	ig_buf_init(&req->up_resp_headers);
 	ig_sse_init(&req->sse_lines);
 	ig_list_init(&req->wait.link);
-	req->klass = IG_CLASS_NORMAL;
+	req->wait.klass = IG_CLASS_NORMAL;
 	req->prompt_tokens = req->completion_tokens = -1;
 	ig_httpd_client_addr(conn, req->client, sizeof(req->client));
 	ig_list_append(&gw->reqs, &req->link);
@@ -83,8 +83,8 @@ static void req_free(struct ig_req *req)
 	ig_upstream_easy_put(gw, req->xfer.easy);
 	if (req->m)
 		ig_sched_release(&gw->sched, req->m);
-	if (req->key)
-		ig_sched_key_release(&gw->sched, req->key);
+	if (req->wait.key)
+		ig_sched_key_release(&gw->sched, req->wait.key);
 	free(req->model);
 	free(req->alias);
 	free(req->prio_body);
@@ -206,9 +206,7 @@ static int enqueue(struct ig_req *req)
 {
 	struct ig_gw *gw = req->gw;
 	req->queued_ms = ig_now_ms();
-	req->wait.klass = req->klass;
-	req->wait.key = req->key;
-	req->wait.deadline_ms = req->queued_ms + queue_timeout_ms(gw->cfg, req->klass);
+	req->wait.deadline_ms = req->queued_ms + queue_timeout_ms(gw->cfg, req->wait.klass);
 	if (ig_sched_enqueue(&gw->sched, req->m, &req->wait) < 0)
 		return -1;
 	req->phase = IG_REQ_QUEUED;
@@ -228,7 +226,7 @@ static void dequeue(struct ig_req *req)
 		ig_sched_dequeue(&gw->sched, req->m, &req->wait);
 	gw->qlen--;
 	req->queue_wait_ms += waited;
-	ig_metrics_observe_wait(gw, req->klass, waited);
+	ig_metrics_observe_wait(gw, req->wait.klass, waited);
 }
 
 /* Gives back the backend slot of the current attempt. */
@@ -236,8 +234,8 @@ static void release_slot(struct ig_req *req)
 {
 	ig_router_release(req->backend);
 	req->m->inflight--;
-	req->key->inflight--;
-	req->gw->class_inflight[req->klass]--;
+	req->wait.key->inflight--;
+	req->gw->class_inflight[req->wait.klass]--;
 }
 
 enum route_result { ROUTE_STARTED, ROUTE_QUEUED, ROUTE_FAILED };
@@ -510,7 +508,7 @@ static char *body_with_priority(const struct ig_req *req, int field)
 	const char *q = p + 1;
 	while (q < end && (*q == ' ' || *q == '\t' || *q == '\r' || *q == '\n'))
 		q++;
-	int v = (field == 1 ? sglang : vllm)[req->klass];
+	int v = (field == 1 ? sglang : vllm)[req->wait.klass];
 	return ig_strdupf("{\"priority\":%d%s%.*s", v, q < end && *q == '}' ? "" : ",", (int)(end - (p + 1)), p + 1);
 }
 
@@ -525,8 +523,8 @@ static void start_transfer(struct ig_req *req, struct ig_backend *b)
 		req->dispatch_seq = ++gw->dispatched;
 	req->tried[req->ntried++] = b;
 	req->m->inflight++;
-	req->key->inflight++;
-	gw->class_inflight[req->klass]++;
+	req->wait.key->inflight++;
+	gw->class_inflight[req->wait.klass]++;
 	req->phase = IG_REQ_UPSTREAM;
 	req->up_status = 0;
 	req->headers_done = false;
@@ -649,9 +647,9 @@ static enum route_result route(struct ig_req *req)
 	struct ig_backend *b = NULL;
 
 	/* A key at its cap waits for one of its own requests to end. */
-	if (ig_sched_key_capped(req->key) && m->nbackends > 0)
+	if (ig_sched_key_capped(req->wait.key) && m->nbackends > 0)
 		return wait_or_refuse(req);
-	switch (ig_router_pick(m->backends, m->nbackends, &m->rotor, gw->cfg->policy, req->klass == IG_CLASS_LOW,
+	switch (ig_router_pick(m->backends, m->nbackends, &m->rotor, gw->cfg->policy, req->wait.klass == IG_CLASS_LOW,
 			       req->tried, req->ntried, &b)) {
 	case IG_PICK_OK:
 		start_transfer(req, b);
@@ -872,11 +870,11 @@ static int classify_request(struct ig_req *req)
 
 	if (gw->cfg->scheduling == 0 && auth && strncasecmp(auth, "Bearer ", 7) == 0)
 		ig_keyset_hash(auth + 7, strlen(auth + 7), digest);
-	if (!(req->key = ig_sched_key(&gw->sched, digest))) {
+	if (!(req->wait.key = ig_sched_key(&gw->sched, digest))) {
 		set_error(req, 500, "internal_error", "out of memory");
 		return -1;
 	}
-	req->key->refs++;
+	req->wait.key->refs++;
 	if (prio) {
 		int c = ig_conf_class_parse(prio);
 		if (c < 0) {
@@ -884,12 +882,12 @@ static int classify_request(struct ig_req *req)
 					"Invalid 'X-Infergate-Priority' header: '%.64s' (expected high, normal or low)", prio);
 			return -1;
 		}
-		req->klass = c;
-	} else if (req->key->klass >= 0) {
-		req->klass = req->key->klass;
+		req->wait.klass = c;
+	} else if (req->wait.key->klass >= 0) {
+		req->wait.klass = req->wait.key->klass;
 	}
 	if (gw->cfg->scheduling != 0)
-		req->klass = IG_CLASS_NORMAL;
+		req->wait.klass = IG_CLASS_NORMAL;
 	return 0;
 }
 
@@ -1215,7 +1213,7 @@ void ig_proxy_drain_queue(struct ig_gw *gw)
 				continue;
 			struct ig_req *req = IG_CONTAINER_OF(w, struct ig_req, wait);
 			enum ig_pick p = ig_router_pick(m->backends, m->nbackends, &m->rotor, gw->cfg->policy,
-							req->klass == IG_CLASS_LOW, req->tried, req->ntried, &b);
+							req->wait.klass == IG_CLASS_LOW, req->tried, req->ntried, &b);
 			if (p == IG_PICK_BUSY || (p == IG_PICK_NONE && m->nbackends == 0 && s->unknown_up > 0))
 				continue;
 			ig_sched_dispatch(s, m, w);
@@ -1267,7 +1265,7 @@ static void expire_one(struct ig_waiter *w, void *arg IG_UNUSED)
 	gw->stats.queue_timeouts++;
 	req->m->timeouts++;
 	set_error(req, 503, "queue_timeout", "waited %llu ms for a free backend (class %s); retry later",
-		  (unsigned long long)queue_timeout_ms(gw->cfg, req->klass), ig_conf_class_name(req->klass));
+		  (unsigned long long)queue_timeout_ms(gw->cfg, req->wait.klass), ig_conf_class_name(req->wait.klass));
 	resume(req);
 }
 
@@ -1310,7 +1308,7 @@ static void req_log(struct ig_req *req, bool completed)
 			      "backend", req->backend ? json_string(req->backend->url) : json_null(),
 			      "model", req->model ? json_string(req->model) : json_null(),
 			      "alias", req->alias ? json_string(req->alias) : json_null(),
-			      "priority", ig_conf_class_name(req->klass),
+			      "priority", ig_conf_class_name(req->wait.klass),
 			      "queue_ms", (json_int_t)req->queue_wait_ms,
 			      "dispatch", req->dispatch_seq ? json_integer((json_int_t)req->dispatch_seq) : json_null(),
 			      "stream", req->stream,

@@ -27,7 +27,9 @@ struct ig_req {
 	struct ig_gw *gw;
 	struct MHD_Connection *conn;
 	struct ig_list link;         /* gw->reqs: every live request */
-	struct ig_waiter wait;       /* its place in m's queues, when QUEUED */
+	struct ig_waiter wait;       /* its class and key (held: whose share it
+				      * counts against), and its place in m's
+				      * queues when QUEUED */
 	enum ig_req_phase phase;
 	int route_idx;               /* upstream path: ig_route_path(route_idx) */
 	struct ig_buf body;
@@ -47,8 +49,6 @@ struct ig_req {
 	char *model;                 /* the served name (an alias resolved) */
 	char *alias;                 /* the client's name when it was an alias */
 	struct ig_model *m;          /* its model's pool and queue (held) */
-	struct ig_key *key;          /* whose share it counts against (held) */
-	int klass;                   /* enum ig_class */
 	uint64_t queued_ms;          /* when it last entered the queue, 0 never */
 	uint64_t queue_wait_ms;      /* time spent waiting, in total */
 	bool was_queued;

@@ -43,12 +43,12 @@ static inline bool ig_sched_key_capped(const struct ig_key *k)
 
 struct ig_flow;
 
-/* What a waiting request embeds. */
+/* What a request embeds: its class and key, and its place while it waits. */
 struct ig_waiter {
-	struct ig_list link;         /* in its flow's FIFO */
+	int klass;                   /* enum ig_class, for the request's whole life */
+	struct ig_key *key;          /* the same */
+	struct ig_list link;         /* in its flow's FIFO, while waiting */
 	struct ig_flow *flow;        /* NULL when not waiting */
-	int klass;
-	struct ig_key *key;
 	uint64_t deadline_ms;
 };
 

@@ -203,9 +203,9 @@ static void req_init(struct two *t, struct ig_req *r, const char *model)
 	memset(r, 0, sizeof(*r));
 	r->gw = &t->gw;
 	ig_list_init(&r->wait.link);
-	r->klass = IG_CLASS_NORMAL;
-	r->key = ig_sched_key(&t->gw.sched, "");
-	r->key->refs++;
+	r->wait.klass = IG_CLASS_NORMAL;
+	r->wait.key = ig_sched_key(&t->gw.sched, "");
+	r->wait.key->refs++;
 	r->model = (char *)model;
 	r->m = ig_sched_get(&t->gw.sched, &t->gw.pool, model);
 	ck_assert_ptr_nonnull(r->m);
