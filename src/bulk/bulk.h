@@ -244,12 +244,15 @@ struct ig_errcount {
 	long n;
 };
 
-/* One model of the corpus: its selected lines and what became of them. */
+/* One model of the corpus: its selected lines and what became of them
+ * (counted by the preflight, then by the run). */
 struct bulk_model {
 	char *name;
 	long total;             /* selected lines that name it */
-	long resumed_ok, resumed_err;
+	long resumed_ok, resumed_err; /* of them, done by earlier runs */
 	long ok, failed;        /* by this run */
+	long lines;             /* selected and not done: to send */
+	long first_line;        /* the first of those */
 };
 
 /* What the run did; shared by the scheduler, progress and report. */

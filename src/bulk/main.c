@@ -207,20 +207,13 @@ static int parse_flags(int argc, char **argv, struct bulk_opts *o, char **err)
 
 /* -------------------------------------------------------------- preflight */
 
-struct model_use {
-	char *name;
-	long lines;                     /* selected and not done: to send */
-	long first_line;
-	long resumed_ok, resumed_err;   /* selected lines already done */
-};
-
 struct preflight {
 	struct ig_buf problems;         /* one "  - ..." line each */
 	long n_problems;
 	struct ig_doneset done;
 	uint8_t *skip;                  /* bit per request index */
 	size_t skip_bytes;
-	struct model_use *models;
+	struct bulk_model *models;      /* what the run then counts in (stats->models) */
 	size_t n_models;
 	long per_ep[IG_EP_COUNT];       /* selected and not done */
 	long first_line, last_line;
@@ -288,7 +281,7 @@ static void check_files(const struct bulk_opts *o, struct preflight *pf)
  * OUTPUT (1) or the errors file (2). */
 static void note_model(struct preflight *pf, const char *m, long lineno, int done)
 {
-	struct model_use *mu = NULL;
+	struct bulk_model *mu = NULL;
 	for (size_t i = 0; i < pf->n_models && !mu; i++)
 		if (strcmp(pf->models[i].name, m) == 0)
 			mu = &pf->models[i];
@@ -300,8 +293,9 @@ static void note_model(struct preflight *pf, const char *m, long lineno, int don
 			abort();
 		pf->models = mu;
 		mu = &pf->models[pf->n_models++];
-		*mu = (struct model_use){.name = strdup(m)};
+		*mu = (struct bulk_model){.name = strdup(m)};
 	}
+	mu->total++;
 	if (done == 1)
 		mu->resumed_ok++;
 	else if (done == 2)
@@ -477,7 +471,7 @@ static size_t collect(char *p, size_t size, size_t n, void *ud)
 static void check_models(struct preflight *pf, json_t *data, const char *url)
 {
 	for (size_t i = 0; i < pf->n_models; i++) {
-		const struct model_use *mu = &pf->models[i];
+		const struct bulk_model *mu = &pf->models[i];
 		if (mu->lines == 0)
 			continue; /* only done lines name it */
 		size_t k;
@@ -758,16 +752,9 @@ int main(int argc, char **argv)
 	if (pf.foreign_done > 0)
 		ig_log_warn("%ld ids in %s / %s are not lines of this input and shard; they are left alone",
 			    pf.foreign_done, o.output, o.errors);
-	/* Per-model counts for the progress file and the summary (the names
-	 * stay pf's). */
-	st.models = calloc(pf.n_models ? pf.n_models : 1, sizeof(*st.models));
-	if (!st.models)
-		abort();
-	for (size_t i = 0; i < pf.n_models; i++) {
-		const struct model_use *mu = &pf.models[i];
-		st.models[st.n_models++] = (struct bulk_model){mu->name, mu->lines + mu->resumed_ok + mu->resumed_err,
-							     mu->resumed_ok, mu->resumed_err, 0, 0};
-	}
+	/* The run counts per model in the preflight's entries (pf frees them). */
+	st.models = pf.models;
+	st.n_models = pf.n_models;
 	if (o.dry_run) {
 		print_plan(stdout, &o, &pf, &st);
 		rc = 0;
@@ -781,7 +768,6 @@ out:
 		free(pf.models[i].name);
 	free(pf.models);
 	free(pf.skip);
-	free(st.models);
 	free(st.errs);
 	free(st.fatal);
 	free(hists);
