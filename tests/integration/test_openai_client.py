@@ -24,17 +24,22 @@ def ensure_openai():
     return os.path.join(PREFIX, "node_modules")
 
 
+def run_client(gw, model, *mode):
+    """tests/integration/openai_client.cjs against the gateway: its JSON summary."""
+    p = subprocess.run(["node", os.path.join(SRCDIR, "tests", "integration", "openai_client.cjs"),
+                        gw.url, model, *mode], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "NODE_PATH": ensure_openai()})
+    assert p.returncode == 0, p.stderr[-3000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
 @test
 def official_openai_client_works_unmodified():
-    node_path = ensure_openai()
+    ensure_openai()    # before any process starts: npm may take a while the first time
     sims = start_sims(3, "--model", "sim-model", "--tokens-per-second", "500", "--ttft-ms", "5")
     gw = start_gateway(sims)
     wait_until(lambda: http_json("GET", gw.url + "/v1/models")[2]["data"], timeout=10, what="models")
-    p = subprocess.run(["node", os.path.join(SRCDIR, "tests", "integration", "openai_client.cjs"),
-                        gw.url, "sim-model"], capture_output=True, text=True, timeout=60,
-                       env={**os.environ, "NODE_PATH": node_path})
-    assert p.returncode == 0, p.stderr[-3000:]
-    out = json.loads(p.stdout.strip().splitlines()[-1])
+    out = run_client(gw, "sim-model")
     assert out["chat"]["object"] == "chat.completion" and out["chat"]["content"], out
     assert out["chat"]["usage"]["completion_tokens"] == 12, out
     assert out["stream"]["text"] and out["stream"]["chunks"] >= 12, out
@@ -48,15 +53,11 @@ def official_openai_client_works_unmodified():
 
 @test
 def official_client_asks_for_an_alias_and_gets_the_served_models_answer():
-    node_path = ensure_openai()
+    ensure_openai()    # before any process starts: npm may take a while the first time
     sim = start_sim("--model", "qwen3-27b", "--tokens-per-second", "500", "--ttft-ms", "5")
     gw = start_gateway([sim], "--model-alias", "gpt-4o-mini=qwen3-27b")
     wait_until(lambda: len(http_json("GET", gw.url + "/v1/models")[2]["data"]) == 2, timeout=10, what="models")
-    p = subprocess.run(["node", os.path.join(SRCDIR, "tests", "integration", "openai_client.cjs"),
-                        gw.url, "gpt-4o-mini"], capture_output=True, text=True, timeout=60,
-                       env={**os.environ, "NODE_PATH": node_path})
-    assert p.returncode == 0, p.stderr[-3000:]
-    out = json.loads(p.stdout.strip().splitlines()[-1])
+    out = run_client(gw, "gpt-4o-mini")
     # The simulator answers with the model name it was sent: the served one.
     assert out["chat"]["model"] == "qwen3-27b" and out["chat"]["content"], out
     assert out["chat"]["usage"]["completion_tokens"] == 12, out
@@ -70,7 +71,7 @@ def sglang_errors_reach_the_official_client_as_api_errors():
     # SGLang answers a too-long request with a flat 400 ({"object": "error", "message", ...}),
     # and a request that fails after its 200 with `data: {"error": {...}}`: through the gateway
     # the official client raises its own APIError with the server's message for both.
-    node_path = ensure_openai()
+    ensure_openai()    # before any process starts: npm may take a while the first time
     sim = start_sim("--context-length", "4096", "--stream-fail-rate", "1", "--tokens-per-second", "500",
                     "--ttft-ms", "5")
     gw = start_gateway([sim])
@@ -85,11 +86,7 @@ def sglang_errors_reach_the_official_client_as_api_errors():
                         "max_tokens": 20, "stream": True})
     event = json.loads([e for e in sse_events(data) if e != "[DONE]"][-1])
     assert st == 200 and "error" in event, (st, data)
-    p = subprocess.run(["node", os.path.join(SRCDIR, "tests", "integration", "openai_client.cjs"),
-                        gw.url, "sim-model", "errors"], capture_output=True, text=True, timeout=60,
-                       env={**os.environ, "NODE_PATH": node_path})
-    assert p.returncode == 0, p.stderr[-3000:]
-    out = json.loads(p.stdout.strip().splitlines()[-1])
+    out = run_client(gw, "sim-model", "errors")
     f = out["flat"]
     assert f and f["isAPIError"] and f["name"] == "BadRequestError" and f["status"] == 400, out
     assert flat["message"] in f["message"], (flat, f)

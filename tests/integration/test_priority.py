@@ -151,33 +151,23 @@ def keys_share_slots_by_weight():
         cfg = os.path.join(d, "c.json")
         with open(cfg, "w") as f:
             json.dump({"api_key_settings": {digest(c): {"weight": 3}}}, f)
-        slot = Slot("--config", cfg)
-        try:
-            # Equal weights: key a queued 60 first, then key b 60; they alternate.
-            for i in range(60):
-                slot.queue(f"a{i}", key=a)
-            for i in range(60):
-                slot.queue(f"b{i}", key=b)
-            ids, _ = slot.order(120)
-            for w in range(0, 100, 20):               # every window of 20 while both wait
-                share = sum(1 for x in ids[w:w + 20] if x.startswith("a")) / 20
-                assert 0.45 <= share <= 0.55, (w, share, ids[w:w + 20])
-            assert [x for x in ids if x.startswith("a")] == [f"a{i}" for i in range(60)]   # FIFO per key
-        finally:
-            slot.close()
-        # Weights 3:1 (key c has weight 3 in the configuration).
-        slot = Slot("--config", cfg)
-        try:
-            for i in range(60):
-                slot.queue(f"a{i}", key=a)
-            for i in range(60):
-                slot.queue(f"c{i}", key=c)
-            ids, _ = slot.order(80)
-            for w in range(0, 80, 20):
-                share = sum(1 for x in ids[w:w + 20] if x.startswith("c")) / 20
-                assert 0.70 <= share <= 0.80, (w, share, ids[w:w + 20])
-        finally:
-            slot.close()
+        # Key a queued 60 first, then the other key 60. Equal weights (b): they alternate, FIFO
+        # within each key; weights 3:1 (c has weight 3 in the configuration): c gets 75%.
+        for other, n, lo, hi in ((b, 120, 0.45, 0.55), (c, 80, 0.20, 0.30)):
+            slot = Slot("--config", cfg)
+            try:
+                for i in range(60):
+                    slot.queue(f"a{i}", key=a)
+                for i in range(60):
+                    slot.queue(f"{other[-1]}{i}", key=other)
+                ids, _ = slot.order(n)
+                for w in range(0, min(n, 100), 20):     # every window of 20 while both wait
+                    share = sum(1 for x in ids[w:w + 20] if x.startswith("a")) / 20
+                    assert lo <= share <= hi, (other, w, share, ids[w:w + 20])
+                mine = [x for x in ids if x.startswith("a")]
+                assert mine == [f"a{i}" for i in range(len(mine))], mine               # FIFO per key
+            finally:
+                slot.close()
 
 
 @test
