@@ -34,6 +34,11 @@ long ig_raise_nofile(long want);
 
 /* malloc'd printf; aborts on out of memory (used only for messages). */
 char *ig_strdupf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Room for one more element in an array of *cap elements of `size` bytes
+ * holding n: v itself while n < *cap, else v grown to twice (at least
+ * `first`) with *cap updated. Returns the array, or NULL when out of memory
+ * (v and *cap unchanged). */
+void *ig_grow(void *v, size_t *cap, size_t n, size_t size, size_t first);
 
 /* The one pseudo-random generator of the tree: splitmix64. Every state
  * gives a well-mixed output, so nearby seeds (prompt hashes that differ in

@@ -53,6 +53,17 @@ long ig_raise_nofile(long want)
 	return rl.rlim_cur == RLIM_INFINITY ? want : (long)rl.rlim_cur;
 }
 
+void *ig_grow(void *v, size_t *cap, size_t n, size_t size, size_t first)
+{
+	if (n < *cap)
+		return v;
+	size_t want = *cap ? *cap * 2 : first;
+	void *nv = realloc(v, want * size);
+	if (nv)
+		*cap = want;
+	return nv;
+}
+
 char *ig_strdupf(const char *fmt, ...)
 {
 	va_list ap;

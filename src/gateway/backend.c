@@ -5,17 +5,14 @@
 #include <string.h>
 
 #include "backend.h"
+#include "infergate/util.h"
 
 struct ig_backend *ig_backend_pool_add(struct ig_pool *pool, const char *url, long weight, long max_inflight)
 {
-	if (pool->n == pool->cap) {
-		size_t cap = pool->cap ? pool->cap * 2 : 8;
-		struct ig_backend **v = realloc(pool->v, cap * sizeof(*v));
-		if (!v)
-			return NULL;
-		pool->v = v;
-		pool->cap = cap;
-	}
+	struct ig_backend **v = ig_grow(pool->v, &pool->cap, pool->n, sizeof(*v), 8);
+	if (!v)
+		return NULL;
+	pool->v = v;
 	struct ig_backend *b = calloc(1, sizeof(*b));
 	if (!b || !(b->url = strdup(url))) {
 		free(b);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "infergate/log.h"
+#include "infergate/util.h"
 #include "scheduler.h"
 
 void ig_sched_init(struct ig_sched *s)
@@ -238,14 +239,10 @@ static int pool_of(struct ig_model *m, const struct ig_pool *pool)
 
 static struct ig_model *add(struct ig_sched *s, const char *name)
 {
-	if (s->n == s->cap) {
-		size_t cap = s->cap ? s->cap * 2 : 8;
-		struct ig_model **v = realloc(s->v, cap * sizeof(*v));
-		if (!v)
-			return NULL;
-		s->v = v;
-		s->cap = cap;
-	}
+	struct ig_model **v = ig_grow(s->v, &s->cap, s->n, sizeof(*v), 8);
+	if (!v)
+		return NULL;
+	s->v = v;
 	struct ig_model *m = calloc(1, sizeof(*m));
 	if (!m || !(m->name = strdup(name))) {
 		free(m);
