@@ -449,11 +449,14 @@ static void chunk_head(struct ig_buf *o, const struct sim_req *r)
 		      (long long)r->created, r->model_json);
 }
 
-/* Closes a chunk; with include_usage every chunk but the last carries
- * "usage": null, as OpenAI does. */
-static void chunk_tail(struct ig_buf *o, const struct sim_req *r)
+/* Closes a chunk. No "usage" member, with include_usage or without: SGLang
+ * leaves it out of every chunk but the last (python/sglang/srt/entrypoints/
+ * openai/sse_utils.py: StreamChunk is encoded with omit_defaults), as vLLM
+ * does (serving_chat.py: model_dump_json(exclude_unset=True)); OpenAI
+ * itself sends "usage": null. */
+static void chunk_tail(struct ig_buf *o, const struct sim_req *r IG_UNUSED)
 {
-	ig_buf_printf(o, "]%s}\n\n", r->include_usage ? ",\"usage\":null" : "");
+	ig_buf_printf(o, "]}\n\n");
 }
 
 static void emit_token(struct ig_buf *o, struct sim_req *r)
