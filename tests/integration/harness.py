@@ -267,6 +267,32 @@ def metric(text, name):
     raise KeyError(f"metric {name} not found")
 
 
+# The official OpenAI client (npm package `openai`), installed from the npm
+# registry on first use into the build tree (OPENAI_NPM_VERSION pins it).
+OPENAI_NPM_VERSION = os.environ.get("OPENAI_NPM_VERSION", "6.49.0")
+NODE_PREFIX = os.path.join(BUILDDIR, "tests", "node-deps")
+
+
+def ensure_openai():
+    mod = os.path.join(NODE_PREFIX, "node_modules", "openai")
+    if not os.path.isdir(mod):
+        os.makedirs(NODE_PREFIX, exist_ok=True)
+        p = subprocess.run(["npm", "install", "--no-save", "--no-audit", "--no-fund", "--prefix", NODE_PREFIX,
+                            f"openai@{OPENAI_NPM_VERSION}"], capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, f"npm install openai@{OPENAI_NPM_VERSION} failed:\n{p.stderr[-2000:]}"
+    return os.path.join(NODE_PREFIX, "node_modules")
+
+
+def run_client(gw, model, *mode, env=None, timeout=60):
+    """tests/integration/openai_client.cjs (the official npm client) against
+    the gateway: its JSON summary."""
+    p = subprocess.run(["node", os.path.join(SRCDIR, "tests", "integration", "openai_client.cjs"),
+                        gw.url, model, *mode], capture_output=True, text=True, timeout=timeout,
+                       env={**os.environ, "NODE_PATH": ensure_openai(), **(env or {})})
+    assert p.returncode == 0, p.stderr[-3000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
 class Skip(Exception):
     """Raised by a test that cannot run here; reported as TAP `ok N - name # SKIP why`."""
 

@@ -7,31 +7,8 @@ import json
 import os
 import subprocess
 
-from harness import (BUILDDIR, SRCDIR, http, http_json, run, sse_events, start_gateway, start_sim, start_sims, test,
+from harness import (ensure_openai, http, http_json, run, run_client, sse_events, start_gateway, start_sim, start_sims, test,
                      wait_until)
-
-VERSION = os.environ.get("OPENAI_NPM_VERSION", "6.49.0")
-PREFIX = os.path.join(BUILDDIR, "tests", "node-deps")
-
-
-def ensure_openai():
-    mod = os.path.join(PREFIX, "node_modules", "openai")
-    if not os.path.isdir(mod):
-        os.makedirs(PREFIX, exist_ok=True)
-        p = subprocess.run(["npm", "install", "--no-save", "--no-audit", "--no-fund", "--prefix", PREFIX,
-                            f"openai@{VERSION}"], capture_output=True, text=True, timeout=300)
-        assert p.returncode == 0, f"npm install openai@{VERSION} failed:\n{p.stderr[-2000:]}"
-    return os.path.join(PREFIX, "node_modules")
-
-
-def run_client(gw, model, *mode):
-    """tests/integration/openai_client.cjs against the gateway: its JSON summary."""
-    p = subprocess.run(["node", os.path.join(SRCDIR, "tests", "integration", "openai_client.cjs"),
-                        gw.url, model, *mode], capture_output=True, text=True, timeout=60,
-                       env={**os.environ, "NODE_PATH": ensure_openai()})
-    assert p.returncode == 0, p.stderr[-3000:]
-    return json.loads(p.stdout.strip().splitlines()[-1])
-
 
 @test
 def official_openai_client_works_unmodified():
