@@ -181,8 +181,17 @@ enum MHD_Result ig_admin_handle(struct ig_gw *gw, struct MHD_Connection *conn, c
 			return add_backend(gw, conn, body, len);
 		return ig_httpd_error(conn, 405, "GET or POST /admin/backends", NULL, "method_not_allowed", NULL, false);
 	}
+	if (strcmp(url, "/admin/keys") == 0) {
+		if (strcmp(method, "GET") != 0)
+			return ig_httpd_error(conn, 405, "GET /admin/keys", NULL, "method_not_allowed", NULL, false);
+		if (!gw->api_keys.enabled)
+			return ig_httpd_error(conn, 404, "no api_keys_file is configured: every request is let in", NULL,
+					      "not_found", NULL, false);
+		return send_json(conn, 200, ig_metrics_keys_json(gw));
+	}
 	if (strncmp(url, "/admin/backends/", 16) != 0)
-		return ig_httpd_error(conn, 404, "unknown admin path", NULL, "not_found", NULL, false);
+		return ig_httpd_error(conn, 404, "unknown admin path (/admin/backends, /admin/keys)", NULL, "not_found",
+				      NULL, false);
 	rest = url + 16;
 	if (sscanf(rest, "%d%n", &id, &n) != 1 || id < 0)
 		return ig_httpd_error(conn, 404, "expected /admin/backends/{id}[/drain|/enable]", NULL, "not_found", NULL, false);

@@ -193,7 +193,17 @@ static const struct ig_flag keys[] = {
 	 .metavar = "FILE", .help = "JSON line per request to this file ('-' = stdout; reopened on SIGUSR1)"},
 	{.name = "--api-keys-file", .key = "api_keys_file", .type = IG_FLAG_STRING, .off = OFF(api_keys_file),
 	 .def = "", .metavar = "FILE",
-	 .help = "file of SHA-256 hex digests of accepted API keys (see --hash-key); empty = no keys needed"},
+	 .help = "API keys: JSON {\"keys\": [{\"name\", \"sha256\", \"priority\", \"weight\", \"max_inflight\", "
+		 "\"rpm\", \"tpm\", \"models\", \"disabled\"}]} or one SHA-256 hex digest per line (see --new-key, "
+		 "--hash-key); re-read on SIGHUP; empty = no keys needed"},
+	{.name = "--tpm-default-max-tokens", .key = "tpm_default_max_tokens", .type = IG_FLAG_LONG,
+	 .off = OFF(tpm_default_max_tokens), .min = 0, .max = 10000000, .def = "1024", .metavar = "N",
+	 .help = "output tokens charged at admission to a key's tpm when a request names no max_tokens "
+		 "(corrected by the answer's usage)"},
+	{.name = "--stream-usage", .key = "stream_usage", .type = IG_FLAG_LONG, .off = OFF(stream_usage), .min = 0,
+	 .max = 1, .def = "1", .metavar = "0|1",
+	 .help = "1 = a streamed request without stream_options.include_usage is sent with it and the usage "
+		 "chunk is removed from what the client gets, so its tokens are counted"},
 	{.name = "--admin-keys-file", .key = "admin_keys_file", .type = IG_FLAG_STRING, .off = OFF(admin_keys_file),
 	 .def = "", .metavar = "FILE", .help = "file of SHA-256 digests of admin keys; empty = admin API off"},
 	{.name = "--auth-status", .key = "auth_status", .type = IG_FLAG_LONG, .off = OFF(auth_status), .min = 0,
@@ -217,6 +227,7 @@ static const struct ig_flags spec = {
 	.prog = "infergate",
 	.usage = "Usage: infergate [--config FILE] [--backend URL]... [options]\n"
 		 "       infergate --hash-key < key   (print the SHA-256 digest of an API key)\n"
+		 "       infergate --new-key NAME     (print a new random key and its keys-file entry)\n"
 		 "An OpenAI-compatible gateway in front of N inference servers.\n\n"
 		 "Options ([file: KEY] is the key in the --config file; flags override the file):\n",
 	.flags = keys,

@@ -85,7 +85,10 @@ struct ig_conf {
 	long client_timeout_s;      /* idle client connections are closed after this */
 	int log_level;              /* enum ig_log_level */
 	char *access_log;           /* path, "-" for stdout, "" for none */
-	char *api_keys_file;        /* SHA-256 hex digests, one per line; "" = open */
+	char *api_keys_file;        /* the keys file (keyset.h); "" = open */
+	long tpm_default_max_tokens; /* a tpm charge's output part without max_tokens */
+	long stream_usage;          /* 1: ask streams for usage, hide it from clients
+				     * that did not */
 	char *admin_keys_file;      /* same, for /admin; "" = admin API off */
 	long auth_status;           /* 1: /metrics, /status, /health/backends need a key */
 	char *backend_api_key;      /* sent to backends as a bearer token */

@@ -62,6 +62,7 @@ struct ig_call {
 
 /* Routes forwarded to a backend, by index (path as sent upstream). */
 #define IG_NROUTES 3
+#define IG_ROUTE_EMBEDDINGS 2
 static inline const char *ig_route_path(int route)
 {
 	static const char *const paths[IG_NROUTES] = {"/v1/chat/completions", "/v1/completions",

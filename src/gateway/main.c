@@ -2,6 +2,8 @@
  * reported here, before a socket is opened or a request sent. */
 #include "config.h"
 #include <curl/curl.h>
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +11,7 @@
 #include "keyset.h"
 #include "conf.h"
 #include "reactor.h"
+#include "reload.h"
 #include "infergate/log.h"
 
 /* --hash-key: the digest to put in api_keys_file, from a key on stdin, so
@@ -28,6 +31,32 @@ static int hash_key(void)
 	return 0;
 }
 
+/* --new-key NAME: a new random key (32 bytes from OpenSSL's generator, in
+ * hex after "ig-") on the first line, its keys-file entry on the second. */
+static int new_key(const char *name)
+{
+	unsigned char raw[32];
+	char key[3 + 2 * sizeof(raw) + 1] = "ig-", hex[2 * IG_DIGEST_LEN + 1];
+	if (!*name || strlen(name) > IG_KEY_NAME_MAX || strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+							       "0123456789._:@-") != strlen(name)) {
+		fprintf(stderr, "infergate: --new-key: the name '%s' must be 1..%d characters of letters, digits and "
+			"._:@-\n", name, IG_KEY_NAME_MAX);
+		return 2;
+	}
+	if (RAND_bytes(raw, sizeof(raw)) != 1) {
+		fprintf(stderr, "infergate: --new-key: no random bytes from OpenSSL\n");
+		return 1;
+	}
+	ig_keyset_hex(raw, key + 3);
+	OPENSSL_cleanse(raw, sizeof(raw));
+	ig_keyset_hash(key, strlen(key), hex);
+	printf("%s\n{\"name\": \"%s\", \"sha256\": \"%s\"}\n", key, name, hex);
+	OPENSSL_cleanse(key, sizeof(key));
+	fprintf(stderr, "infergate: line 1 is the key: give it to its user, it is not stored anywhere; line 2 is its "
+		"entry for the keys file (api_keys_file), where limits can be added\n");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct ig_conf cfg;
@@ -38,11 +67,20 @@ int main(int argc, char **argv)
 	ig_log_set_ident("infergate");
 	if (argc == 2 && strcmp(argv[1], "--hash-key") == 0)
 		return hash_key();
+	if (argc >= 2 && strcmp(argv[1], "--new-key") == 0) {
+		if (argc != 3) {
+			fprintf(stderr, "infergate: usage: infergate --new-key NAME\n");
+			return 2;
+		}
+		return new_key(argv[2]);
+	}
 	rc = ig_conf_from_args(&cfg, argc, argv, &err);
 	if (rc == 1) {
 		ig_conf_free(&cfg);
 		return 0;
 	}
+	if (rc == 0 && ig_reload_check_files(&cfg, &err) < 0)
+		rc = -1; /* the key files, checked before anything starts */
 	if (rc < 0) {
 		fprintf(stderr, "infergate: configuration error%s:\n", cfg.check_only ? "s" : "");
 		for (char *line = strtok(err, "\n"); line; line = strtok(NULL, "\n"))

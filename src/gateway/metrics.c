@@ -131,10 +131,15 @@ char *ig_metrics_backends_json(struct ig_gw *gw)
 	json_t *keys = json_array();
 	for (size_t i = 0; i < gw->sched.nkeys; i++) {
 		const struct ig_key *k = gw->sched.keys[i];
+		/* Only keys in use: a keys file may name thousands (/admin/keys
+		 * lists them all). */
+		if (!k->refs && !k->completed)
+			continue;
 		/* The first 12 hex digits name a key well enough, and say little of it. */
 		char shown[13];
 		snprintf(shown, sizeof(shown), "%.12s", k->digest);
-		json_array_append_new(keys, json_pack("{s:s, s:I, s:I, s:I, s:o, s:I}", "key", shown,
+		json_array_append_new(keys, json_pack("{s:s, s:o, s:I, s:I, s:I, s:o, s:I}", "key", shown,
+						      "name", k->ent ? json_string(k->ent->name) : json_null(),
 						      "weight", (json_int_t)k->weight, "max_inflight",
 						      (json_int_t)k->max_inflight, "inflight", (json_int_t)k->inflight,
 						      "priority", k->klass >= 0 ? json_string(ig_conf_class_name(k->klass))
@@ -164,7 +169,7 @@ static json_t *backend_entry(const struct ig_model *m)
 /* OpenAI's list shape: the served models (a backend's own entry when it
  * gave one), then the aliases; each with an "infergate" object telling how
  * many backends serve it and how many of them are healthy. */
-char *ig_metrics_models_json(struct ig_gw *gw)
+char *ig_metrics_models_json(struct ig_gw *gw, const struct ig_keyent *key)
 {
 	json_t *data = json_array();
 	json_int_t created = (json_int_t)(time(NULL) - (time_t)((ig_now_ms() - gw->started_ms) / 1000));
@@ -172,6 +177,8 @@ char *ig_metrics_models_json(struct ig_gw *gw)
 		const struct ig_model *m = gw->sched.v[i];
 		if (!m->named)
 			continue; /* a name only backends taking any model would serve */
+		if (!ig_keyset_model_allowed(key, m->name, NULL))
+			continue;
 		json_t *own = backend_entry(m);
 		json_t *e = own ? json_deep_copy(own)
 				: json_pack("{s:s, s:s, s:I, s:s}", "id", m->name, "object", "model", "created", created,
@@ -183,6 +190,8 @@ char *ig_metrics_models_json(struct ig_gw *gw)
 	for (size_t i = 0; i < gw->cfg->n_aliases; i++) {
 		const struct ig_model_alias *a = &gw->cfg->aliases[i];
 		const struct ig_model *m = ig_sched_find(&gw->sched, a->model);
+		if (!ig_keyset_model_allowed(key, a->model, a->alias))
+			continue;
 		json_array_append_new(data, json_pack("{s:s, s:s, s:I, s:s, s:s, s:{s:s, s:I, s:I}}", "id", a->alias,
 						      "object", "model", "created", created, "owned_by", "infergate",
 						      "root", a->model, "infergate", "alias_of", a->model, "backends",
@@ -335,6 +344,106 @@ static void per_class(struct ig_buf *b, struct ig_gw *gw)
 		hist_series(b, name, "class", ig_conf_class_name(c), &gw->stats.queue_wait[c]);
 }
 
+/* A key's label: its name in the keys file (never the key, nor its digest). */
+static void key_series(struct ig_buf *b, const char *name, const struct ig_key *k, const char *more, uint64_t v)
+{
+	ig_buf_printf(b, "%s{key=\"", name);
+	ig_buf_prom_label(b, k->ent->name);
+	ig_buf_printf(b, "\"%s} %llu\n", more, (unsigned long long)v);
+}
+
+/* Usage of the keys of the keys file that have been used. */
+static void per_key(struct ig_buf *b, struct ig_gw *gw)
+{
+	const struct ig_sched *s = &gw->sched;
+	char more[64];
+	ig_buf_printf(b, "# HELP infergate_key_requests_total Requests answered, by API key (its name in the keys "
+		      "file) and status.\n# TYPE infergate_key_requests_total counter\n");
+	for (size_t i = 0; i < s->nkeys; i++) {
+		const struct ig_key *k = s->keys[i];
+		for (size_t j = 0; k->ent && j < k->nstatus; j++) {
+			snprintf(more, sizeof(more), ",code=\"%u\"", k->status[j].status);
+			key_series(b, "infergate_key_requests_total", k, more, k->status[j].n);
+		}
+	}
+	ig_buf_printf(b, "# HELP infergate_key_tokens_total Tokens reported in answers' usage, by API key.\n"
+		      "# TYPE infergate_key_tokens_total counter\n");
+	for (size_t i = 0; i < s->nkeys; i++) {
+		const struct ig_key *k = s->keys[i];
+		if (k->ent && k->nstatus) {
+			key_series(b, "infergate_key_tokens_total", k, ",kind=\"prompt\"", k->prompt_tokens);
+			key_series(b, "infergate_key_tokens_total", k, ",kind=\"completion\"", k->completion_tokens);
+		}
+	}
+	ig_buf_printf(b, "# HELP infergate_key_rate_limited_total Requests refused with 429 by the key's rate "
+		      "limit (rpm: requests, tpm: tokens).\n# TYPE infergate_key_rate_limited_total counter\n");
+	for (size_t i = 0; i < s->nkeys; i++) {
+		const struct ig_key *k = s->keys[i];
+		if (k->ent && (k->ent->rpm || k->ent->tpm) && k->nstatus) {
+			key_series(b, "infergate_key_rate_limited_total", k, ",limit=\"requests\"", k->limited_requests);
+			key_series(b, "infergate_key_rate_limited_total", k, ",limit=\"tokens\"", k->limited_tokens);
+		}
+	}
+}
+
+json_t *ig_metrics_keys_json(struct ig_gw *gw)
+{
+	struct ig_sched *s = &gw->sched;
+	json_t *arr = json_array();
+	uint64_t now = ig_now_ms();
+	for (size_t i = 0; i < gw->api_keys.n; i++) {
+		const struct ig_keyent *e = &gw->api_keys.v[i];
+		char hex[2 * IG_DIGEST_LEN + 1];
+		ig_keyset_hex(e->digest, hex);
+		struct ig_key *k = ig_sched_key_find(s, hex); /* configured: present */
+		if (!k)
+			continue;
+		json_t *models = json_null(), *status = json_object();
+		if (e->models) {
+			models = json_array();
+			for (size_t j = 0; j < e->n_models; j++)
+				json_array_append_new(models, json_string(e->models[j]));
+		}
+		uint64_t requests = 0;
+		for (size_t j = 0; j < k->nstatus; j++) {
+			char code[16];
+			snprintf(code, sizeof(code), "%u", k->status[j].status);
+			json_object_set_new(status, code, json_integer((json_int_t)k->status[j].n));
+			requests += k->status[j].n;
+		}
+		json_t *limits = json_object();
+		struct ig_bucket *bk[2] = {&k->rpm, &k->tpm};
+		const char *names[2] = {"requests", "tokens"};
+		for (int j = 0; j < 2; j++) {
+			char reset[32];
+			if (bk[j]->limit <= 0)
+				continue;
+			ig_bucket_refill(bk[j], now);
+			ig_ratelimit_duration(reset, sizeof(reset), ig_bucket_reset_ms(bk[j]));
+			json_object_set_new(limits, names[j], json_pack("{s:I, s:I, s:s}", "limit", (json_int_t)bk[j]->limit,
+									"remaining", (json_int_t)ig_bucket_remaining(bk[j]),
+									"reset", reset));
+		}
+		json_t *usage = json_pack("{s:I, s:o, s:I, s:I, s:I, s:I, s:I}", "requests", (json_int_t)requests,
+					  "by_status", status, "prompt_tokens", (json_int_t)k->prompt_tokens,
+					  "completion_tokens", (json_int_t)k->completion_tokens,
+					  "rate_limited_requests", (json_int_t)k->limited_requests,
+					  "rate_limited_tokens", (json_int_t)k->limited_tokens, "inflight",
+					  (json_int_t)k->inflight);
+		json_array_append_new(arr, json_pack("{s:s, s:s%, s:b, s:o, s:I, s:I, s:o, s:o, s:o, s:o, s:o}",
+						     "name", e->name, "sha256_prefix", hex, (size_t)12,
+						     "disabled", e->disabled,
+						     "priority", e->priority >= 0 ? json_string(ig_conf_class_name(e->priority))
+										  : json_null(),
+						     "weight", (json_int_t)e->weight, "max_inflight", (json_int_t)e->max_inflight,
+						     "rpm", e->rpm ? json_integer(e->rpm) : json_null(),
+						     "tpm", e->tpm ? json_integer(e->tpm) : json_null(),
+						     "models", models, "limits", limits, "usage", usage));
+	}
+	return json_pack("{s:I, s:s, s:o}", "count", (json_int_t)json_array_size(arr), "file",
+			 gw->cfg->api_keys_file, "keys", arr);
+}
+
 char *ig_metrics_text(struct ig_gw *gw)
 {
 	struct ig_buf b;
@@ -394,6 +503,7 @@ char *ig_metrics_text(struct ig_gw *gw)
 		      (unsigned long)s->prompt_tokens, (unsigned long)s->completion_tokens);
 	per_model(&b, gw);
 	per_class(&b, gw);
+	per_key(&b, gw);
 	per_backend(&b, gw, "infergate_backend_up", "gauge", "Backend health (1 up, 0 down).", get_up);
 	per_backend(&b, gw, "infergate_backend_enabled", "gauge", "1 unless drained or being removed.", get_enabled);
 	per_backend(&b, gw, "infergate_backend_inflight", "gauge", "Requests in flight per backend.", get_inflight);

@@ -26,6 +26,10 @@ char *ig_metrics_text(struct ig_gw *gw);
 char *ig_metrics_health_json(struct ig_gw *gw, unsigned *status);
 char *ig_metrics_backends_json(struct ig_gw *gw);
 json_t *ig_metrics_backend_json(const struct ig_backend *b, uint64_t now);
-char *ig_metrics_models_json(struct ig_gw *gw);
+/* /v1/models; key: only the models it may use (NULL: all). */
+char *ig_metrics_models_json(struct ig_gw *gw, const struct ig_keyent *key);
+/* /admin/keys: every key of the keys file with its settings, the state of
+ * its limits and its usage. */
+json_t *ig_metrics_keys_json(struct ig_gw *gw);
 
 #endif

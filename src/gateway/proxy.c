@@ -70,6 +70,20 @@ struct ig_req *ig_proxy_req_new(struct ig_gw *gw, struct MHD_Connection *conn, i
 	return req;
 }
 
+/* Corrects the key's token charge by what the answer used: its usage when
+ * known; without one, the whole estimate for an answer that went well (the
+ * tokens were likely spent) and nothing for one that failed. */
+static void settle_tokens(struct ig_req *req, bool ok)
+{
+	if (!req->tok_charge || req->tok_settled)
+		return;
+	req->tok_settled = true;
+	long used = req->prompt_tokens >= 0 ? req->prompt_tokens + (req->completion_tokens > 0 ? req->completion_tokens : 0)
+		    : ok ? req->tok_charge : 0;
+	ig_bucket_refill(&req->key->tpm, ig_now_ms());
+	ig_bucket_give(&req->key->tpm, (double)(req->tok_charge - used));
+}
+
 static void req_free(struct ig_req *req)
 {
 	struct ig_gw *gw = req->gw;
@@ -83,8 +97,11 @@ static void req_free(struct ig_req *req)
 	ig_upstream_easy_put(gw, req->xfer.easy);
 	if (req->m)
 		ig_sched_release(&gw->sched, req->m);
+	settle_tokens(req, ig_proxy_req_status(req) / 100 == 2);
 	if (req->wait.key)
 		ig_sched_key_release(&gw->sched, req->wait.key);
+	if (req->key)
+		ig_sched_key_release(&gw->sched, req->key);
 	free(req->model);
 	free(req->alias);
 	free(req->prio_body);
@@ -187,6 +204,19 @@ static void set_param_error(struct ig_req *req, unsigned status, const char *par
 	va_list ap;
 	va_start(ap, fmt);
 	error_answer(req, status, "invalid_request_error", param, code, fmt, ap);
+	va_end(ap);
+}
+
+/* An error of a given type about one parameter (403 model_not_allowed,
+ * the rate limits' 429 typed "requests" or "tokens" as OpenAI's are). */
+static void set_typed_error(struct ig_req *req, unsigned status, const char *type, const char *param,
+			    const char *code, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+static void set_typed_error(struct ig_req *req, unsigned status, const char *type, const char *param,
+			    const char *code, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	error_answer(req, status, type, param, code, fmt, ap);
 	va_end(ap);
 }
 
@@ -378,6 +408,53 @@ struct scan {
 	size_t changed; /* lowest pending position a rewrite changed, or SIZE_MAX */
 };
 
+/* The usage event a stream ends with when include_usage is set: no
+ * choices, a usage object (SGLang serving_chat.py and vLLM serving_chat.py
+ * both send {"id", "object", "created", "model", "choices": [], "usage"}). */
+static bool is_usage_event(const char *d, size_t dn)
+{
+	if (!memmem(d, dn, "\"usage\"", 7))
+		return false;
+	json_t *o = json_loadb(d, dn, 0, NULL);
+	json_t *ch = json_object_get(o, "choices");
+	bool yes = json_is_object(json_object_get(o, "usage")) && (!ch || (json_is_array(ch) && json_array_size(ch) == 0));
+	json_decref(o);
+	return yes;
+}
+
+#define USAGE_NULL ",\"usage\":null"
+
+/* What include_usage added, taken out again for a client that did not ask
+ * for it: the usage event (the line, its LF and the blank line after it,
+ * now or when it arrives: skip_blank), or the "usage": null member that
+ * OpenAI puts on every other chunk (SGLang and vLLM omit it). The line ends
+ * `rest` bytes before the end of req->resp; returns the lowest position
+ * changed, or SIZE_MAX. */
+static size_t hide_usage(struct ig_req *req, const char *d, size_t dn, size_t line_len, size_t rest)
+{
+	struct ig_buf *b = &req->resp;
+	size_t nul = sizeof(USAGE_NULL) - 1;
+	if (is_usage_event(d, dn)) {
+		const char *after = b->data + b->len - rest;
+		size_t blank = rest >= 1 && after[0] == '\n' ? 1 : rest >= 2 && after[0] == '\r' && after[1] == '\n' ? 2 : 0;
+		if (!blank)
+			req->skip_blank = true;
+		if (buf_replace_back(b, rest - blank, line_len + 1 + blank, "", 0) < 0)
+			return SIZE_MAX;
+		return ig_buf_pending(b) - (rest - blank);
+	}
+	if (dn > nul && d[dn - 1] == '}' && memcmp(d + dn - 1 - nul, USAGE_NULL, nul) == 0) {
+		/* after the member: '}', the CR if any, the LF, then rest */
+		const char *lf = b->data + b->len - rest - 1;
+		size_t cr = lf - b->data >= 1 && lf[-1] == '\r' ? 1 : 0;
+		size_t tail = 1 + cr + 1 + rest;
+		if (buf_replace_back(b, tail, nul, "", 0) < 0)
+			return SIZE_MAX;
+		return ig_buf_pending(b) - tail;
+	}
+	return SIZE_MAX;
+}
+
 static void on_sse_data(void *arg, const char *d, size_t dn, size_t line_len, size_t rest)
 {
 	struct scan *sc = arg;
@@ -385,6 +462,13 @@ static void on_sse_data(void *arg, const char *d, size_t dn, size_t line_len, si
 	if (!d)
 		return; /* longer than IG_SSE_MAX_LINE: relayed, not read */
 	usage_from_json(req, d, dn); /* finds "usage" or returns */
+	if (req->usage_added && req->sse) {
+		size_t at = hide_usage(req, d, dn, line_len, rest);
+		if (at < sc->changed)
+			sc->changed = at;
+		if (at != SIZE_MAX)
+			return;
+	}
 	char *fixed = memmem(d, dn, "\"error\"", 7) ? stream_error(req, d, dn) : NULL;
 	if (fixed && req->sse) {
 		/* The line ends at its LF, rest + 1 bytes before the end of resp. */
@@ -444,6 +528,23 @@ static void mark_ready(struct ig_req *req, size_t scanned_before)
 	}
 }
 
+/* n more bytes of a stream: kept (less what hide_usage takes out), read
+ * for usage and error events, and what ends whole events marked ready.
+ * Returns 0 or -1 (out of memory). */
+static int append_stream(struct ig_req *req, const char *ptr, size_t n)
+{
+	size_t before = ig_buf_pending(&req->resp), skip = 0;
+	if (req->skip_blank) { /* the end of a usage event taken out */
+		skip = n >= 1 && ptr[0] == '\n' ? 1 : n >= 2 && ptr[0] == '\r' && ptr[1] == '\n' ? 2 : 0;
+		req->skip_blank = false;
+	}
+	if (ig_buf_append(&req->resp, ptr + skip, n - skip) < 0)
+		return -1;
+	size_t changed = scan_sse(req, ptr, n);
+	mark_ready(req, changed < before ? changed : before);
+	return 0;
+}
+
 static bool streaming_ok(const struct ig_req *req)
 {
 	return req->stream && req->up_status >= 200 && req->up_status < 300;
@@ -474,11 +575,8 @@ static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
 		const char *ct = header_value(req, "Content-Type");
 		req->sse = ct && strncasecmp(ct, "text/event-stream", 17) == 0;
 	}
-	size_t before = ig_buf_pending(&req->resp);
-	if (ig_buf_append(&req->resp, ptr, n) < 0)
+	if (append_stream(req, ptr, n) < 0)
 		return 0;
-	size_t changed = scan_sse(req, ptr, n);
-	mark_ready(req, changed < before ? changed : before);
 	if (req->ready == 0)
 		return n; /* half an event: nothing to relay yet */
 	if (!req->committed) {
@@ -806,9 +904,70 @@ static int check_fields(struct ig_req *req, json_t *root)
 	return 0;
 }
 
+/* Bytes of text in a prompt-like value: a string, content parts
+ * ({"type": "text", "text": ...}) or arrays of them; a token id counts 4. */
+static size_t text_bytes(json_t *v)
+{
+	size_t n = 0, i;
+	json_t *x;
+	if (json_is_string(v))
+		return json_string_length(v);
+	if (json_is_integer(v))
+		return 4;
+	if (json_is_object(v))
+		return text_bytes(json_object_get(v, "text"));
+	json_array_foreach(v, i, x)
+		n += text_bytes(x);
+	return n;
+}
+
+/* The tokens a request may use, charged to its key's tpm at admission:
+ * its prompt at 4 bytes a token (a chat message's role and two separators
+ * counted with its text, as infergate-sim counts it) plus the output it
+ * may ask for (max_tokens times n, else tpm_default_max_tokens). */
+static long token_estimate(const struct ig_req *req, json_t *root)
+{
+	json_t *msgs = json_object_get(root, "messages"), *m;
+	size_t bytes = 0, i;
+	if (json_is_array(msgs)) {
+		json_array_foreach(msgs, i, m)
+			bytes += text_bytes(json_object_get(m, "role")) + text_bytes(json_object_get(m, "content")) + 2;
+	} else {
+		bytes = text_bytes(json_object_get(root, "prompt")) + text_bytes(json_object_get(root, "input"));
+	}
+	long prompt = (long)((bytes + 3) / 4);
+	if (req->route_idx == IG_ROUTE_EMBEDDINGS)
+		return prompt > 0 ? prompt : 1;
+	json_t *n = json_object_get(root, "n");
+	long choices = json_is_integer(n) && json_integer_value(n) > 1 && json_integer_value(n) < 1000
+			       ? (long)json_integer_value(n) : 1;
+	return prompt + choices * (req->max_tokens > 0 ? req->max_tokens : req->gw->cfg->tpm_default_max_tokens);
+}
+
+/* Whether the gateway should ask for the stream's usage itself: a stream
+ * whose client did not set stream_options.include_usage. */
+static bool wants_usage(const struct ig_req *req, json_t *root)
+{
+	if (!req->stream || !req->gw->cfg->stream_usage || req->route_idx == IG_ROUTE_EMBEDDINGS)
+		return false;
+	return !json_is_true(json_object_get(json_object_get(root, "stream_options"), "include_usage"));
+}
+
+/* Inserts `"stream_options":{"include_usage":true},` as the body's first
+ * member, the rest byte for byte. Returns 0 or -1 (out of memory). */
+static int splice_usage_option(struct ig_buf *body)
+{
+	static const char member[] = "\"stream_options\":{\"include_usage\":true},";
+	const char *p = memchr(body->data, '{', body->len);
+	size_t at = (size_t)(p - body->data) + 1, tail = body->len - at;
+	return buf_replace_back(body, tail, 0, member, sizeof(member) - 1);
+}
+
 /* Reads and checks what routing needs. The body is forwarded byte for
- * byte, unless its model is an alias: then it is re-serialised naming the
- * served model. Returns 0 or -1 (error set). */
+ * byte, unless its model is an alias, or stream_options had to be changed
+ * (set but without include_usage): then it is re-serialised. An absent
+ * stream_options is added in front, the rest untouched. Returns 0 or -1
+ * (error set). */
 static int inspect_body(struct ig_req *req)
 {
 	json_error_t jerr;
@@ -838,39 +997,56 @@ static int inspect_body(struct ig_req *req)
 		mt = json_object_get(root, "max_completion_tokens");
 	if (json_is_integer(mt))
 		req->max_tokens = (long)json_integer_value(mt);
+	if (req->key->tpm.limit > 0)
+		req->tok_estimate = token_estimate(req, root);
+	bool rewrite = served != NULL, splice = false;
 	if (served) {
 		req->alias = strdup(model);
 		json_object_set_new(root, "model", json_string(served));
+	}
+	if (wants_usage(req, root)) {
+		req->usage_added = true;
+		json_t *so = json_object_get(root, "stream_options");
+		if (!so && !rewrite) {
+			splice = true; /* absent: a member in front, the rest as sent */
+		} else {
+			if (!json_is_object(so)) /* null */
+				json_object_set_new(root, "stream_options", so = json_object());
+			json_object_set_new(so, "include_usage", json_true());
+			rewrite = true;
+		}
+	}
+	int rc = 0;
+	if (rewrite) {
 		char *text = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
 		ig_buf_reset(&req->body);
-		if (!text || ig_buf_append(&req->body, text, strlen(text)) < 0) {
-			free(text);
-			json_decref(root);
-			set_error(req, 500, "internal_error", "out of memory");
-			return -1;
-		}
+		if (!text || ig_buf_append(&req->body, text, strlen(text)) < 0)
+			rc = -1;
 		free(text);
+	} else if (splice) {
+		rc = splice_usage_option(&req->body);
 	}
 	json_decref(root);
-	return 0;
+	if (rc < 0)
+		set_error(req, 500, "internal_error", "out of memory");
+	return rc;
 }
 
 static enum MHD_Result respond(struct ig_req *req);
 
-/* Whose share the request counts against (the SHA-256 of its bearer
- * token, "" without one) and its class: X-Infergate-Priority, else the
- * key's default, else normal. With scheduling fifo: one class, one key.
- * Returns 0, or -1 with an error set. */
+/* Whose request it is (req->key: the SHA-256 of its bearer token, ""
+ * without one; server.c checked it against the keys file), whose share it
+ * counts against (the same, or one shared key with scheduling fifo) and its
+ * class: X-Infergate-Priority, else the key's default, else normal (fifo:
+ * one class). Returns 0, or -1 with an error set. */
 static int classify_request(struct ig_req *req)
 {
 	struct ig_gw *gw = req->gw;
-	char digest[2 * IG_DIGEST_LEN + 1] = "";
-	const char *auth = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Authorization");
 	const char *prio = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "X-Infergate-Priority");
+	bool fifo = gw->cfg->scheduling != 0;
 
-	if (gw->cfg->scheduling == 0 && auth && strncasecmp(auth, "Bearer ", 7) == 0)
-		ig_keyset_hash(auth + 7, strlen(auth + 7), digest);
-	if (!(req->wait.key = ig_sched_key(&gw->sched, digest))) {
+	if (!(req->key = ig_sched_key(&gw->sched, req->key_id)) ||
+	    (req->key->refs++, !(req->wait.key = fifo ? ig_sched_key(&gw->sched, "") : req->key))) {
 		set_error(req, 500, "internal_error", "out of memory");
 		return -1;
 	}
@@ -883,12 +1059,77 @@ static int classify_request(struct ig_req *req)
 			return -1;
 		}
 		req->wait.klass = c;
-	} else if (req->wait.key->klass >= 0) {
-		req->wait.klass = req->wait.key->klass;
+	} else if (req->key->klass >= 0) {
+		req->wait.klass = req->key->klass;
 	}
-	if (gw->cfg->scheduling != 0)
+	if (fifo)
 		req->wait.klass = IG_CLASS_NORMAL;
 	return 0;
+}
+
+/* Takes its key's buckets' state for the x-ratelimit-* headers. */
+static void snapshot_limits(struct ig_req *req, uint64_t now_ms)
+{
+	struct ig_key *k = req->key;
+	ig_bucket_refill(&k->rpm, now_ms);
+	ig_bucket_refill(&k->tpm, now_ms);
+	req->rl_req_left = ig_bucket_remaining(&k->rpm);
+	req->rl_tok_left = ig_bucket_remaining(&k->tpm);
+	req->rl_req_reset_ms = ig_bucket_reset_ms(&k->rpm);
+	req->rl_tok_reset_ms = ig_bucket_reset_ms(&k->tpm);
+	req->rl_shown = true;
+}
+
+/* What the key's entry allows: the model (403 model_not_allowed) and its
+ * rates (429 rate_limit_exceeded, typed "requests" or "tokens" as OpenAI
+ * types them, with when to retry). Returns 0 admitted (its token charge
+ * taken), or -1 with the error set. */
+static int admit(struct ig_req *req)
+{
+	struct ig_key *k = req->key;
+	const struct ig_keyent *e = k->ent;
+	char wait[32];
+	uint64_t retry_ms, now = ig_now_ms();
+
+	if (!e)
+		return 0;
+	if (!ig_keyset_model_allowed(e, req->model, req->alias)) {
+		set_typed_error(req, 403, "permission_error", "model", "model_not_allowed",
+				"The API key '%s' is not allowed to use the model '%s'", e->name,
+				req->alias ? req->alias : req->model);
+		return -1;
+	}
+	if (!e->rpm && !e->tpm)
+		return 0;
+	enum ig_limit l = ig_ratelimit_admit(&k->rpm, &k->tpm, req->tok_estimate, now, &retry_ms);
+	snapshot_limits(req, now);
+	if (l == IG_LIMIT_NONE) {
+		req->tok_charge = req->tok_estimate;
+		return 0;
+	}
+	ig_ratelimit_duration(wait, sizeof(wait), retry_ms);
+	if (l == IG_LIMIT_REQUESTS) {
+		k->limited_requests++;
+		req->retry_after_ms = retry_ms;
+		set_typed_error(req, 429, "requests", NULL, "rate_limit_exceeded",
+				"Rate limit reached for the API key '%s' on requests per min (RPM): Limit %ld, Remaining "
+				"%ld, Requested 1. Please try again in %s.", e->name, e->rpm, req->rl_req_left, wait);
+	} else if (l == IG_LIMIT_TOKENS) {
+		k->limited_tokens++;
+		req->retry_after_ms = retry_ms;
+		set_typed_error(req, 429, "tokens", NULL, "rate_limit_exceeded",
+				"Rate limit reached for the API key '%s' on tokens per min (TPM): Limit %ld, Remaining "
+				"%ld, Requested %ld (the prompt's estimate and max_tokens). Please try again in %s.",
+				e->name, e->tpm, req->rl_tok_left, req->tok_estimate, wait);
+	} else {
+		k->limited_tokens++;
+		req->retry_after_ms = UINT64_MAX; /* waiting would not help */
+		set_typed_error(req, 429, "tokens", NULL, "rate_limit_exceeded",
+				"Request too large for the API key '%s' on tokens per min (TPM): Limit %ld, Requested %ld "
+				"(the prompt's estimate and max_tokens). Lower max_tokens or send less.",
+				e->name, e->tpm, req->tok_estimate);
+	}
+	return -1;
 }
 
 /* The body is complete: validate, route, and answer or suspend. */
@@ -903,9 +1144,7 @@ static enum MHD_Result start(struct ig_req *req)
 		return respond(req);
 	}
 	gw->stats.bytes_in += req->body.len;
-	if (inspect_body(req) < 0)
-		return respond(req);
-	if (classify_request(req) < 0)
+	if (classify_request(req) < 0 || inspect_body(req) < 0 || admit(req) < 0)
 		return respond(req);
 	if (!(req->m = ig_sched_get(&gw->sched, &gw->pool, req->model))) {
 		set_error(req, 500, "internal_error", "out of memory");
@@ -932,9 +1171,39 @@ static enum MHD_Result start(struct ig_req *req)
 	return MHD_YES;
 }
 
+/* OpenAI's rate-limit headers, for a key with limits: its buckets when the
+ * request was admitted (or refused, or when answered if it never got so
+ * far). */
+static void add_limit_headers(struct ig_req *req, struct MHD_Response *r)
+{
+	const struct ig_keyent *e = req->key ? req->key->ent : NULL;
+	char v[32];
+	if (!e || (!e->rpm && !e->tpm))
+		return;
+	if (!req->rl_shown)
+		snapshot_limits(req, ig_now_ms());
+	if (e->rpm) {
+		snprintf(v, sizeof(v), "%ld", e->rpm);
+		MHD_add_response_header(r, "x-ratelimit-limit-requests", v);
+		snprintf(v, sizeof(v), "%ld", req->rl_req_left);
+		MHD_add_response_header(r, "x-ratelimit-remaining-requests", v);
+		ig_ratelimit_duration(v, sizeof(v), req->rl_req_reset_ms);
+		MHD_add_response_header(r, "x-ratelimit-reset-requests", v);
+	}
+	if (e->tpm) {
+		snprintf(v, sizeof(v), "%ld", e->tpm);
+		MHD_add_response_header(r, "x-ratelimit-limit-tokens", v);
+		snprintf(v, sizeof(v), "%ld", req->rl_tok_left);
+		MHD_add_response_header(r, "x-ratelimit-remaining-tokens", v);
+		ig_ratelimit_duration(v, sizeof(v), req->rl_tok_reset_ms);
+		MHD_add_response_header(r, "x-ratelimit-reset-tokens", v);
+	}
+}
+
 static void add_common_headers(struct ig_req *req, struct MHD_Response *r)
 {
 	MHD_add_response_header(r, "X-Request-Id", req->request_id);
+	add_limit_headers(req, r);
 	if (req->backend && !req->err_status)
 		MHD_add_response_header(r, "X-Infergate-Backend", req->backend->url);
 	if (req->was_queued) {
@@ -1016,8 +1285,17 @@ static enum MHD_Result respond(struct ig_req *req)
 		unwatch_client(req);
 		r = MHD_create_response_from_buffer(strlen(req->err_body), req->err_body, MHD_RESPMEM_MUST_COPY);
 		MHD_add_response_header(r, "Content-Type", "application/json");
-		if (req->err_status == 429 || req->err_status == 503)
+		if (req->retry_after_ms && req->retry_after_ms != UINT64_MAX) {
+			/* whole seconds rounded up; the official SDKs read the
+			 * milliseconds first (openai-node, openai-python) */
+			char v[24];
+			snprintf(v, sizeof(v), "%llu", (unsigned long long)((req->retry_after_ms + 999) / 1000));
+			MHD_add_response_header(r, "Retry-After", v);
+			snprintf(v, sizeof(v), "%llu", (unsigned long long)req->retry_after_ms);
+			MHD_add_response_header(r, "retry-after-ms", v);
+		} else if (!req->retry_after_ms && (req->err_status == 429 || req->err_status == 503)) {
 			MHD_add_response_header(r, "Retry-After", "1");
+		}
 		add_common_headers(req, r);
 		return queue(req, req->err_status, r, strlen(req->err_body));
 	}
@@ -1145,12 +1423,15 @@ static void end_attempt(struct ig_req *req, enum ig_upstream_error e, const char
 		if (req->prompt_tokens > 0) {
 			atomic_fetch_add(&b->prompt_tokens, (unsigned long)req->prompt_tokens);
 			gw->stats.prompt_tokens += (uint64_t)req->prompt_tokens;
+			req->key->prompt_tokens += (uint64_t)req->prompt_tokens;
 		}
 		if (req->completion_tokens > 0) {
 			atomic_fetch_add(&b->completion_tokens, (unsigned long)req->completion_tokens);
 			gw->stats.completion_tokens += (uint64_t)req->completion_tokens;
+			req->key->completion_tokens += (uint64_t)req->completion_tokens;
 		}
 	}
+	settle_tokens(req, e == IG_UPERR_NONE && req->up_status / 100 == 2 && !req->stream_error);
 	req->upstream_done = true;
 	req->phase = IG_REQ_FINISHED;
 	resume(req);
@@ -1298,7 +1579,7 @@ static void req_log(struct ig_req *req, bool completed)
 	uint64_t first = req->t_first_byte_us ? req->t_first_byte_us : req->t_answer_us;
 	/* A stream that carried an error event is logged as the error's status
 	 * (status_sent says what went on the wire) with its message. */
-	json_t *e = json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:o, s:o, s:o, s:o, s:s, s:I, s:o, s:b, s:I, s:I, s:o, "
+	json_t *e = json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:o, s:o, s:o, s:o, s:o, s:s, s:I, s:o, s:b, s:I, s:I, s:o, "
 			      "s:f, s:I, s:o, s:o, s:b}",
 			      "time", ts, "request_id", req->request_id, "client", req->client,
 			      "method", "POST", "path", ig_route_path(req->route_idx),
@@ -1308,6 +1589,7 @@ static void req_log(struct ig_req *req, bool completed)
 			      "backend", req->backend ? json_string(req->backend->url) : json_null(),
 			      "model", req->model ? json_string(req->model) : json_null(),
 			      "alias", req->alias ? json_string(req->alias) : json_null(),
+			      "key", req->key && req->key->ent ? json_string(req->key->ent->name) : json_null(),
 			      "priority", ig_conf_class_name(req->wait.klass),
 			      "queue_ms", (json_int_t)req->queue_wait_ms,
 			      "dispatch", req->dispatch_seq ? json_integer((json_int_t)req->dispatch_seq) : json_null(),
@@ -1361,6 +1643,8 @@ static void on_completed(struct ig_call *call, enum MHD_RequestTerminationCode t
 		req->suspended = false;
 		ig_proxy_req_client_gone(req);
 	}
+	if (req->status_sent && req->key)
+		ig_sched_key_count(req->key, ig_proxy_req_status(req));
 	if (req->status_sent) {
 		uint64_t now = ig_now_us();
 		ig_metrics_observe(req->gw, req->route_idx, ig_proxy_req_status(req), req->stream_error != 0,

@@ -28,8 +28,24 @@ struct ig_req {
 	struct MHD_Connection *conn;
 	struct ig_list link;         /* gw->reqs: every live request */
 	struct ig_waiter wait;       /* its class and key (held: whose share it
-				      * counts against), and its place in m's
-				      * queues when QUEUED */
+				      * counts against; the client's key, or the
+				      * one shared key with scheduling fifo), and
+				      * its place in m's queues when QUEUED */
+	char key_id[65];             /* the hex SHA-256 of its bearer key, "" none
+				      * (server.c sets it) */
+	struct ig_key *key;          /* the client's key (held): limits, usage */
+	long tok_estimate;           /* what its key's tpm would be charged */
+	long tok_charge;             /* what it was charged (admitted), 0 none */
+	bool tok_settled;            /* the charge was corrected by the usage */
+	bool rl_shown;               /* rl_* below are set */
+	long rl_req_left, rl_tok_left; /* its key's buckets when it was admitted */
+	uint64_t rl_req_reset_ms, rl_tok_reset_ms;
+	uint64_t retry_after_ms;     /* a rate-limit 429: when to come back */
+	bool usage_added;            /* stream_options.include_usage was added for
+				      * the gateway's count: the usage chunk (and
+				      * "usage": null members) are not relayed */
+	bool skip_blank;             /* the next body bytes start with the blank
+				      * line that ended a removed usage event */
 	enum ig_req_phase phase;
 	int route_idx;               /* upstream path: ig_route_path(route_idx) */
 	struct ig_buf body;

@@ -115,8 +115,10 @@ int ig_reactor_init(struct ig_gw *gw, struct ig_conf *cfg)
 	gw->alog.fd = -1;
 	ig_list_init(&gw->reqs);
 	char *err = NULL;
+	ig_sched_init(&gw->sched);
 	if (ig_reload_files(gw, cfg, &err) < 0) {
-		ig_log_error("%s", err);
+		for (char *line = strtok(err, "\n"); line; line = strtok(NULL, "\n"))
+			ig_log_error("%s", line);
 		free(err);
 		return -1;
 	}
@@ -127,8 +129,7 @@ int ig_reactor_init(struct ig_gw *gw, struct ig_conf *cfg)
 
 	if (ig_backend_pool_init(&gw->pool, cfg) < 0)
 		return -1;
-	ig_sched_init(&gw->sched);
-	if (ig_sched_configure(&gw->sched, cfg) < 0 || ig_sched_rebuild(&gw->sched, &gw->pool) < 0)
+	if (ig_sched_rebuild(&gw->sched, &gw->pool) < 0)
 		return -1;
 	gw->listen_fd = bind_listen(cfg->listen_host, cfg->listen_port);
 	if (gw->listen_fd < 0)

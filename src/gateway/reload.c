@@ -10,8 +10,42 @@
 #include "discover.h"
 #include "health.h"
 #include "infergate/log.h"
+#include "infergate/util.h"
 #include "reload.h"
 #include "router.h"
+
+/* Loads the key files cfg names and checks them against it; every
+ * problem of both files is listed. Returns 0, or -1 with *err (both sets
+ * then empty). */
+static int load_keys(const struct ig_conf *cfg, struct ig_keyset *api, struct ig_keyset *admin, char **err)
+{
+	char *e1 = NULL, *e2 = NULL, *e3 = NULL;
+	int r1 = ig_keyset_load(api, "api_keys_file", cfg->api_keys_file, true, &e1);
+	ig_keyset_load(admin, "admin_keys_file", cfg->admin_keys_file, false, &e2);
+	if (r1 == 0 && api->json && cfg->n_keys > 0)
+		e3 = ig_strdupf("api_key_settings: with a JSON keys file (%s) a key's priority, weight and "
+				"max_inflight go in its entry; remove api_key_settings", cfg->api_keys_file);
+	if (!e1 && !e2 && !e3)
+		return 0;
+	*err = ig_strdupf("%s%s%s%s%s", e1 ? e1 : "", e1 && (e2 || e3) ? "\n" : "", e2 ? e2 : "",
+			  e2 && e3 ? "\n" : "", e3 ? e3 : "");
+	free(e1);
+	free(e2);
+	free(e3);
+	ig_keyset_free(api);
+	ig_keyset_free(admin);
+	return -1;
+}
+
+int ig_reload_check_files(const struct ig_conf *cfg, char **err)
+{
+	struct ig_keyset api, admin;
+	if (load_keys(cfg, &api, &admin, err) < 0)
+		return -1;
+	ig_keyset_free(&api);
+	ig_keyset_free(&admin);
+	return 0;
+}
 
 int ig_reload_files(struct ig_gw *gw, const struct ig_conf *cfg, char **err)
 {
@@ -20,21 +54,20 @@ int ig_reload_files(struct ig_gw *gw, const struct ig_conf *cfg, char **err)
 	int new_log = !gw->alog.path != !*cfg->access_log ||
 		      (gw->alog.path && strcmp(gw->alog.path, cfg->access_log) != 0);
 
-	if (ig_keyset_load(&api, "api_keys_file", cfg->api_keys_file, err) < 0)
+	if (load_keys(cfg, &api, &admin, err) < 0)
 		return -1;
-	if (ig_keyset_load(&admin, "admin_keys_file", cfg->admin_keys_file, err) < 0) {
-		ig_keyset_free(&api);
-		return -1;
-	}
 	if (new_log && ig_accesslog_open(&alog, cfg->access_log, err) < 0) {
 		ig_keyset_free(&api);
 		ig_keyset_free(&admin);
 		return -1;
 	}
+	/* The scheduler's keys point into the key set: they follow it at once. */
 	ig_keyset_free(&gw->api_keys);
 	ig_keyset_free(&gw->admin_keys);
 	gw->api_keys = api;
 	gw->admin_keys = admin;
+	if (ig_sched_configure(&gw->sched, cfg, &gw->api_keys, ig_now_ms()) < 0)
+		ig_log_error("out of memory applying the keys' settings");
 	if (new_log) {
 		ig_accesslog_close(&gw->alog);
 		gw->alog = alog;
@@ -49,7 +82,15 @@ void ig_reload(struct ig_gw *gw)
 	int added = 0, removed = 0;
 
 	if (!gw->cfg->config_path) {
-		ig_log_warn("reload: started without --config, nothing to re-read");
+		/* Flags only: the files they name can still change. */
+		if (ig_reload_files(gw, gw->cfg, &err) < 0) {
+			for (char *line = strtok(err, "\n"); line; line = strtok(NULL, "\n"))
+				ig_log_error("reload rejected, running keys kept: %s", line);
+			free(err);
+			return;
+		}
+		ig_log_info("reload: started without --config; the key files re-read (%zu API keys)", gw->api_keys.n);
+		gw->drain_pending = true;
 		return;
 	}
 	if (ig_conf_from_args(&nc, gw->argc, gw->argv, &err) != 0 ||
@@ -118,8 +159,6 @@ void ig_reload(struct ig_gw *gw)
 	ig_log_info("reload: configuration from %s applied (%d backends added, %d removed, policy %s)",
 		    gw->cfg->config_path, added, removed, ig_conf_policy_name(gw->cfg->policy));
 	ig_health_reap(gw);
-	if (ig_sched_configure(&gw->sched, gw->cfg) < 0)
-		ig_log_error("reload: out of memory applying api_key_settings");
 	gw->models_dirty = true; /* aliases may have changed too */
 	gw->drain_pending = true;
 }

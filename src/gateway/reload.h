@@ -6,9 +6,13 @@
 #include "gateway.h"
 
 /* Loads the key files and opens the access log that cfg names, replacing
- * gw's only when all succeed. Returns 0, or -1 with *err (malloc'd) naming
- * the key and the problem. */
+ * gw's only when all succeed (then the scheduler takes the keys' settings
+ * and cfg's). Returns 0, or -1 with *err (malloc'd, a problem per line)
+ * naming the file, the entry and the field. */
 int ig_reload_files(struct ig_gw *gw, const struct ig_conf *cfg, char **err);
+/* Only checks the key files cfg names (--check-config). Returns 0 or -1
+ * with *err as above. */
+int ig_reload_check_files(const struct ig_conf *cfg, char **err);
 /* SIGHUP: re-reads the configuration; on any problem keeps the running one
  * (logged). */
 void ig_reload(struct ig_gw *gw);

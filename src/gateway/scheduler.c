@@ -20,21 +20,64 @@ void ig_sched_init(struct ig_sched *s)
 
 /* ---- keys ---- */
 
+/* FNV-1a: the ids are hex digests (already uniform) or short test names. */
+static size_t key_hash(const char *id)
+{
+	uint64_t h = 1469598103934665603ull;
+	for (; *id; id++)
+		h = (h ^ (unsigned char)*id) * 1099511628211ull;
+	return (size_t)h;
+}
+
+struct ig_key *ig_sched_key_find(const struct ig_sched *s, const char *digest)
+{
+	if (!s->ktabcap)
+		return NULL;
+	for (struct ig_key *k = s->ktab[key_hash(digest) & (s->ktabcap - 1)]; k; k = k->hnext)
+		if (strcmp(k->digest, digest) == 0)
+			return k;
+	return NULL;
+}
+
+/* Room for one more key in the table. Returns 0 or -1. */
+static int ktab_grow(struct ig_sched *s)
+{
+	if (s->nkeys + 1 <= s->ktabcap)
+		return 0;
+	size_t cap = s->ktabcap ? s->ktabcap * 2 : 64;
+	struct ig_key **t = calloc(cap, sizeof(*t));
+	if (!t)
+		return -1;
+	for (size_t i = 0; i < s->nkeys; i++) {
+		struct ig_key *k = s->keys[i];
+		size_t h = key_hash(k->digest) & (cap - 1);
+		k->hnext = t[h];
+		t[h] = k;
+	}
+	free(s->ktab);
+	s->ktab = t;
+	s->ktabcap = cap;
+	return 0;
+}
+
 struct ig_key *ig_sched_key(struct ig_sched *s, const char *digest)
 {
-	for (size_t i = 0; i < s->nkeys; i++)
-		if (strcmp(s->keys[i]->digest, digest) == 0)
-			return s->keys[i];
-	struct ig_key **v = realloc(s->keys, (s->nkeys + 1) * sizeof(*v));
+	struct ig_key *k = ig_sched_key_find(s, digest);
+	if (k)
+		return k;
+	struct ig_key **v = ig_grow(s->keys, &s->capkeys, s->nkeys, sizeof(*v), 64);
 	if (!v)
 		return NULL;
 	s->keys = v;
-	struct ig_key *k = calloc(1, sizeof(*k));
-	if (!k)
+	if (ktab_grow(s) < 0 || !(k = calloc(1, sizeof(*k))))
 		return NULL;
 	snprintf(k->digest, sizeof(k->digest), "%s", digest);
 	k->weight = 1;
 	k->klass = -1;
+	size_t h = key_hash(digest) & (s->ktabcap - 1);
+	k->hnext = s->ktab[h];
+	s->ktab[h] = k;
+	k->at = s->nkeys;
 	s->keys[s->nkeys++] = k;
 	return k;
 }
@@ -45,13 +88,14 @@ static void key_drop_unused(struct ig_sched *s, struct ig_key *k)
 	 * counters are what /health/backends shows for them. */
 	if (k->refs > 0 || k->configured || !k->digest[0])
 		return;
-	for (size_t i = 0; i < s->nkeys; i++) {
-		if (s->keys[i] == k) {
-			s->keys[i] = s->keys[--s->nkeys];
-			free(k);
-			return;
-		}
-	}
+	struct ig_key **pp = &s->ktab[key_hash(k->digest) & (s->ktabcap - 1)];
+	while (*pp != k)
+		pp = &(*pp)->hnext;
+	*pp = k->hnext;
+	s->keys[k->at] = s->keys[--s->nkeys];
+	s->keys[k->at]->at = k->at;
+	free(k->status);
+	free(k);
 }
 
 void ig_sched_key_release(struct ig_sched *s, struct ig_key *k)
@@ -60,22 +104,59 @@ void ig_sched_key_release(struct ig_sched *s, struct ig_key *k)
 	key_drop_unused(s, k);
 }
 
-void ig_sched_keys_unconfigure(struct ig_sched *s)
+static void unconfigure(struct ig_sched *s, bool drop)
 {
 	for (size_t i = s->nkeys; i-- > 0;) {
 		struct ig_key *k = s->keys[i];
 		k->configured = false;
+		k->ent = NULL;
 		k->weight = 1;
 		k->max_inflight = 0;
 		k->klass = -1;
-		key_drop_unused(s, k);
+		if (drop)
+			key_drop_unused(s, k);
 	}
 }
 
-int ig_sched_configure(struct ig_sched *s, const struct ig_conf *cfg)
+void ig_sched_keys_unconfigure(struct ig_sched *s)
+{
+	unconfigure(s, true);
+}
+
+void ig_sched_key_count(struct ig_key *k, unsigned status)
+{
+	for (size_t i = 0; i < k->nstatus; i++) {
+		if (k->status[i].status == status) {
+			k->status[i].n++;
+			return;
+		}
+	}
+	struct ig_statcount *v = ig_grow(k->status, &k->capstatus, k->nstatus, sizeof(*v), 4);
+	if (!v)
+		return;
+	k->status = v;
+	k->status[k->nstatus++] = (struct ig_statcount){status, 1};
+}
+
+int ig_sched_configure(struct ig_sched *s, const struct ig_conf *cfg, const struct ig_keyset *ks, uint64_t now_ms)
 {
 	s->low_every = (unsigned)((100 + cfg->low_share_percent / 2) / cfg->low_share_percent);
-	ig_sched_keys_unconfigure(s);
+	/* Keys are dropped only at the end: one still configured keeps its
+	 * buckets' levels and its usage. */
+	unconfigure(s, false);
+	for (size_t i = 0; ks && i < ks->n; i++) {
+		const struct ig_keyent *e = &ks->v[i];
+		char hex[2 * IG_DIGEST_LEN + 1];
+		ig_keyset_hex(e->digest, hex);
+		struct ig_key *k = ig_sched_key(s, hex);
+		if (!k)
+			return -1;
+		k->configured = true;
+		k->ent = e;
+		k->weight = e->weight;
+		k->max_inflight = e->max_inflight;
+		k->klass = e->priority;
+	}
 	for (size_t i = 0; i < cfg->n_keys; i++) {
 		struct ig_key *k = ig_sched_key(s, cfg->keys[i].digest);
 		if (!k)
@@ -85,6 +166,13 @@ int ig_sched_configure(struct ig_sched *s, const struct ig_conf *cfg)
 		k->max_inflight = cfg->keys[i].max_inflight;
 		k->klass = cfg->keys[i].priority;
 	}
+	for (size_t i = s->nkeys; i-- > 0;) {
+		struct ig_key *k = s->keys[i];
+		ig_bucket_set(&k->rpm, k->ent ? k->ent->rpm : 0, now_ms);
+		ig_bucket_set(&k->tpm, k->ent ? k->ent->tpm : 0, now_ms);
+	}
+	for (size_t i = s->nkeys; i-- > 0;)
+		key_drop_unused(s, s->keys[i]);
 	return 0;
 }
 
@@ -200,9 +288,12 @@ void ig_sched_free(struct ig_sched *s)
 	for (size_t i = 0; i < s->n; i++)
 		model_free(s->v[i]);
 	free(s->v);
-	for (size_t i = 0; i < s->nkeys; i++)
+	for (size_t i = 0; i < s->nkeys; i++) {
+		free(s->keys[i]->status);
 		free(s->keys[i]);
+	}
 	free(s->keys);
+	free(s->ktab);
 	memset(s, 0, sizeof(*s));
 }
 

@@ -20,12 +20,25 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "keyset.h"
+#include "ratelimit.h"
 #include "infergate/list.h"
 
-/* A client identity that shares are kept between: the SHA-256 of its
- * bearer token ("" without one), with what the configuration says of it. */
+/* Requests of one key that ended with one status. */
+struct ig_statcount {
+	unsigned status;
+	uint64_t n;
+};
+
+/* A client identity that shares, limits and usage are kept for: the hex
+ * SHA-256 of its bearer token ("" without one), with what the keys file
+ * and the configuration say of it. Keys in the keys file (or in
+ * api_key_settings) live as long as they are configured; others only while
+ * a request holds them. */
 struct ig_key {
 	char digest[65];
+	const struct ig_keyent *ent; /* its keys-file entry (name, models, limits),
+				      * NULL when not in the file */
 	long weight;                 /* share within a class, 1.. */
 	long max_inflight;           /* 0 = no cap */
 	int klass;                   /* its default class, -1 none */
@@ -33,6 +46,15 @@ struct ig_key {
 	size_t refs;                 /* requests that hold it */
 	bool configured;             /* named in the configuration: kept */
 	uint64_t completed;          /* requests that left the queue for a backend */
+	struct ig_bucket rpm, tpm;   /* its rate limits (limit 0: none) */
+	/* Usage, for /metrics and /admin/keys (keys in the file only). */
+	struct ig_statcount *status; /* requests by the status they ended with */
+	size_t nstatus, capstatus;
+	uint64_t prompt_tokens, completion_tokens;
+	uint64_t limited_requests;   /* 429: its rpm */
+	uint64_t limited_tokens;     /* 429: its tpm */
+	struct ig_key *hnext;        /* hash chain (ig_sched's keys by digest) */
+	size_t at;                   /* its index in ig_sched.keys */
 };
 
 /* A key at its max_inflight: its requests wait for one of its own to end. */
@@ -87,7 +109,9 @@ struct ig_model {
 struct ig_sched {
 	unsigned low_every;          /* low's guaranteed turn: 1 dispatch in this many */
 	struct ig_key **keys;        /* every key known now */
-	size_t nkeys;
+	size_t nkeys, capkeys;
+	struct ig_key **ktab;        /* the same by digest: chained, a power of two */
+	size_t ktabcap;
 	struct ig_model **v;         /* served models first seen first; entries
 				      * for names no backend serves are made only
 				      * while some backend's list is unknown */
@@ -100,10 +124,11 @@ struct ig_sched {
 };
 
 void ig_sched_init(struct ig_sched *s);
-/* Takes low's share and the keys' settings from the configuration (at
- * start and on reload; keys no longer named lose their settings). Returns
- * 0 or -1 (out of memory). */
-int ig_sched_configure(struct ig_sched *s, const struct ig_conf *cfg);
+/* Takes low's share and the keys' settings from the configuration and the
+ * keys file (at start and on reload; keys no longer named lose their
+ * settings, buckets of keys kept keep their level). Returns 0 or -1 (out
+ * of memory). */
+int ig_sched_configure(struct ig_sched *s, const struct ig_conf *cfg, const struct ig_keyset *ks, uint64_t now_ms);
 void ig_sched_free(struct ig_sched *s);
 /* Recomputes every entry's backends from the table, adds entries for newly
  * served names and drops unserved entries no request holds. Returns 0 or -1
@@ -124,10 +149,14 @@ void ig_sched_release(struct ig_sched *s, struct ig_model *m);
 /* The key of a digest ("" anonymous), made when missing (weight 1, no cap,
  * no class). NULL when out of memory. */
 struct ig_key *ig_sched_key(struct ig_sched *s, const char *digest);
+/* The key of a digest, or NULL. */
+struct ig_key *ig_sched_key_find(const struct ig_sched *s, const char *digest);
 /* A request takes / lets go of its key. */
 void ig_sched_key_release(struct ig_sched *s, struct ig_key *k);
 /* Forgets every configured setting (before a reload applies new ones). */
 void ig_sched_keys_unconfigure(struct ig_sched *s);
+/* Counts a request of k that ended with status. */
+void ig_sched_key_count(struct ig_key *k, unsigned status);
 
 /* Queues w (its klass, key and deadline set) at the end of its key's FIFO
  * in its class of m. Returns 0 or -1 (out of memory). */

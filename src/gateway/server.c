@@ -50,6 +50,7 @@ static const struct deferred get_only = DEFERRED(405, "this endpoint only answer
 static const struct deferred stopping = DEFERRED(503, "the gateway is shutting down", "shutting_down");
 static const struct deferred no_key = DEFERRED(401, "missing or invalid API key (send Authorization: Bearer KEY)",
 	"invalid_api_key");
+static const struct deferred disabled_key = DEFERRED(401, "this API key is disabled", "api_key_disabled");
 static const struct deferred no_admin_key = DEFERRED(401, "the admin API needs the admin key "
 	"(Authorization: Bearer ADMIN_KEY)", "invalid_api_key");
 static const struct deferred admin_off = DEFERRED(403, "the admin API is off: set admin_keys_file to enable it",
@@ -194,13 +195,18 @@ static enum MHD_Result send_body(struct ig_gw *gw, struct MHD_Connection *conn, 
 	return ret;
 }
 
-static int has_key(struct ig_keyset *ks, struct MHD_Connection *conn)
+/* The entry of the connection's bearer key in ks, or NULL (a disabled
+ * key too: *disabled says so). */
+static const struct ig_keyent *key_of(const struct ig_keyset *ks, struct MHD_Connection *conn, bool *disabled)
 {
-	return ig_keyset_check(ks, MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization"));
+	const struct ig_keyent *e = ig_keyset_check(ks, MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+										 "Authorization"));
+	*disabled = e && e->disabled;
+	return *disabled ? NULL : e;
 }
 
 /* The gateway's own GET endpoints: 0 answered, 1 wrong method, 2 needs a
- * key, -1 not one of them. */
+ * key, 3 the key is disabled, -1 not one of them. */
 static int local_endpoint(struct ig_gw *gw, struct MHD_Connection *conn, const char *path,
 			  const char *method, enum MHD_Result *ret)
 {
@@ -214,10 +220,14 @@ static int local_endpoint(struct ig_gw *gw, struct MHD_Connection *conn, const c
 		return -1;
 	if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
 		return 1;
-	/* /health stays open for load balancers; the model list is API. */
-	if (gw->api_keys.enabled && (strcmp(path, "/v1/models") == 0 || (watch && gw->cfg->auth_status)) &&
-	    !has_key(&gw->api_keys, conn))
-		return 2;
+	/* /health stays open for load balancers; the model list is API, and
+	 * shows a key the models it may use. */
+	const struct ig_keyent *key = NULL;
+	if (gw->api_keys.enabled && (strcmp(path, "/v1/models") == 0 || (watch && gw->cfg->auth_status))) {
+		bool disabled;
+		if (!(key = key_of(&gw->api_keys, conn, &disabled)))
+			return disabled ? 3 : 2;
+	}
 	if (is_status) {
 		*ret = send_body(gw, conn, method, path, 200, "text/html; charset=utf-8", (void *)ig_status_html,
 				 ig_status_html_len, MHD_RESPMEM_PERSISTENT);
@@ -228,7 +238,7 @@ static int local_endpoint(struct ig_gw *gw, struct MHD_Connection *conn, const c
 	} else if (strcmp(path, "/health/backends") == 0) {
 		body = ig_metrics_backends_json(gw);
 	} else if (strcmp(path, "/v1/models") == 0) {
-		body = ig_metrics_models_json(gw);
+		body = ig_metrics_models_json(gw, key);
 	} else {
 		body = ig_metrics_text(gw);
 		ctype = "text/plain; version=0.0.4; charset=utf-8";
@@ -286,8 +296,10 @@ static enum MHD_Result route(struct ig_call *call IG_UNUSED, struct ig_gw *gw, s
 	if (strncmp(url, "/admin/", 7) == 0 || strcmp(url, "/admin") == 0) {
 		if (!gw->admin_keys.enabled)
 			return defer(&admin_off, gw, conn, url, method, upload_data_size, con_cls);
-		if (!has_key(&gw->admin_keys, conn))
-			return defer(&no_admin_key, gw, conn, url, method, upload_data_size, con_cls);
+		bool disabled;
+		if (!key_of(&gw->admin_keys, conn, &disabled))
+			return defer(disabled ? &disabled_key : &no_admin_key, gw, conn, url, method, upload_data_size,
+				     con_cls);
 		struct admin_req *ar = calloc(1, sizeof(*ar));
 		if (!ar)
 			return MHD_NO;
@@ -304,19 +316,31 @@ static enum MHD_Result route(struct ig_call *call IG_UNUSED, struct ig_gw *gw, s
 			return defer(&get_only, gw, conn, url, method, upload_data_size, con_cls);
 		case 2:
 			return defer(&no_key, gw, conn, url, method, upload_data_size, con_cls);
+		case 3:
+			return defer(&disabled_key, gw, conn, url, method, upload_data_size, con_cls);
 		default:
 			return defer(&not_found, gw, conn, url, method, upload_data_size, con_cls);
 		}
 	}
 	if (strcmp(method, "POST") != 0)
 		return defer(&post_only, gw, conn, url, method, upload_data_size, con_cls);
-	if (gw->api_keys.enabled && !has_key(&gw->api_keys, conn))
-		return defer(&no_key, gw, conn, url, method, upload_data_size, con_cls);
+	/* The key is hashed once: the digest names it for the scheduler too. */
+	unsigned char d[IG_DIGEST_LEN];
+	bool has_bearer = ig_keyset_digest(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization"), d) == 0;
+	if (gw->api_keys.enabled) {
+		const struct ig_keyent *e = has_bearer ? ig_keyset_find(&gw->api_keys, d) : NULL;
+		if (!e)
+			return defer(&no_key, gw, conn, url, method, upload_data_size, con_cls);
+		if (e->disabled)
+			return defer(&disabled_key, gw, conn, url, method, upload_data_size, con_cls);
+	}
 	if (gw->stopping)
 		return defer(&stopping, gw, conn, url, method, upload_data_size, con_cls);
 	struct ig_req *req = ig_proxy_req_new(gw, conn, route_idx);
 	if (!req)
 		return MHD_NO;
+	if (has_bearer && (gw->api_keys.enabled || gw->cfg->scheduling == 0))
+		ig_keyset_hex(d, req->key_id);
 	*con_cls = &req->call;
 	return req->call.on_request(&req->call, gw, conn, url, method, upload_data, upload_data_size, con_cls);
 }

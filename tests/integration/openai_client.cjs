@@ -31,8 +31,30 @@ async function errors(client, model) {
   console.log(JSON.stringify(out));
 }
 
+// A loop of n chat completions with the client's default retries (2) and
+// the key in IG_API_KEY: how many completed, and the statuses the client
+// got on the wire (it retries a 429 after the server's retry-after-ms).
+async function loop(baseURL, model, n) {
+  const statuses = {};
+  const counting = async (url, init) => {
+    const r = await fetch(url, init);
+    statuses[r.status] = (statuses[r.status] || 0) + 1;
+    return r;
+  };
+  const client = new OpenAI({ baseURL: baseURL + '/v1', apiKey: process.env.IG_API_KEY, fetch: counting });
+  let completed = 0;
+  const t0 = Date.now();
+  for (let i = 0; i < n; i++) {
+    const r = await client.chat.completions.create({
+      model, messages: [{ role: 'user', content: `request ${i}` }], max_tokens: 2 });
+    if (r.choices[0].message.content) completed++;
+  }
+  console.log(JSON.stringify({ completed, statuses, seconds: (Date.now() - t0) / 1000 }));
+}
+
 async function main() {
-  const [baseURL, model, mode] = process.argv.slice(2);
+  const [baseURL, model, mode, n] = process.argv.slice(2);
+  if (mode === 'loop') return loop(baseURL, model, Number(n));
   const client = new OpenAI({ baseURL: baseURL + '/v1', apiKey: 'unused', maxRetries: 0 });
   if (mode === 'errors') return errors(client, model);
   const out = {};

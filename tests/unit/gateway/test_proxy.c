@@ -33,10 +33,7 @@ static void stream_req_free(struct ig_req *req)
 /* What on_body does with a chunk, without curl: append, scan, mark. */
 static void feed(struct ig_req *req, const char *s)
 {
-	size_t before = ig_buf_pending(&req->resp), n = strlen(s);
-	ck_assert_int_eq(ig_buf_append(&req->resp, s, n), 0);
-	size_t changed = scan_sse(req, s, n);
-	mark_ready(req, changed < before ? changed : before);
+	ck_assert_int_eq(append_stream(req, s, strlen(s)), 0);
 }
 
 START_TEST(hop_by_hop_headers_are_not_relayed)
@@ -327,7 +324,77 @@ START_TEST(unknown_lists_make_requests_wait)
 }
 END_TEST
 
-IG_CHECK_MAIN("proxy", hop_by_hop_headers_are_not_relayed,
+/* SGLang's stream with include_usage (the gateway added it): the client
+ * gets the stream it asked for, without the usage event, in whatever
+ * pieces the bytes come; the gateway still reads the usage. */
+#define CHUNK(x) "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"" x "\"}}]}\n\n"
+#define USAGE_EV "data: {\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":2}}\n\n"
+START_TEST(an_added_usage_event_is_taken_out)
+{
+	const char *stream = CHUNK("a") CHUNK("b") USAGE_EV "data: [DONE]\n\n";
+	const char *want = CHUNK("a") CHUNK("b") "data: [DONE]\n\n";
+	size_t n = strlen(stream);
+	/* every split point of the stream into two pieces */
+	for (size_t cut = 0; cut <= n; cut++) {
+		struct ig_gw gw = {0};
+		struct ig_req *req = stream_req(&gw);
+		req->usage_added = true;
+		char *a = strndup(stream, cut);
+		feed(req, a);
+		feed(req, stream + cut);
+		free(a);
+		ck_assert_msg(ig_buf_pending(&req->resp) == strlen(want) &&
+			      memcmp(ig_buf_head(&req->resp), want, strlen(want)) == 0,
+			      "cut %zu: got '%.*s'", cut, (int)ig_buf_pending(&req->resp), ig_buf_head(&req->resp));
+		ck_assert_int_eq(req->prompt_tokens, 7);
+		ck_assert_int_eq(req->completion_tokens, 2);
+		stream_req_free(req);
+	}
+	/* A client that asked for usage gets it. */
+	struct ig_gw gw = {0};
+	struct ig_req *req = stream_req(&gw);
+	feed(req, stream);
+	ck_assert_uint_eq(ig_buf_pending(&req->resp), n);
+	stream_req_free(req);
+}
+END_TEST
+
+/* OpenAI's own shape puts "usage": null on every other chunk; with CRLF
+ * line ends too. */
+START_TEST(usage_null_members_are_taken_out)
+{
+	struct ig_gw gw = {0};
+	struct ig_req *req = stream_req(&gw);
+	req->usage_added = true;
+	feed(req, "data: {\"id\":\"c\",\"choices\":[{\"delta\":{\"content\":\"x\"}}],\"usage\":null}\r\n\r\n"
+		  "data: {\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1}}\r\n");
+	feed(req, "\r\ndata: [DONE]\r\n\r\n");
+	const char *want = "data: {\"id\":\"c\",\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\r\n\r\n"
+			   "data: [DONE]\r\n\r\n";
+	ck_assert_uint_eq(ig_buf_pending(&req->resp), strlen(want));
+	ck_assert(memcmp(ig_buf_head(&req->resp), want, strlen(want)) == 0);
+	ck_assert_int_eq(req->completion_tokens, 1);
+	stream_req_free(req);
+}
+END_TEST
+
+/* The body gets "stream_options" in front, the rest byte for byte. */
+START_TEST(include_usage_is_spliced_in_front)
+{
+	struct ig_buf b;
+	ig_buf_init(&b);
+	ig_buf_printf(&b, " {\"model\":\"m\", \"stream\":true, \"temperature\":0.70}");
+	ck_assert_int_eq(splice_usage_option(&b), 0);
+	const char *want = " {\"stream_options\":{\"include_usage\":true},\"model\":\"m\", \"stream\":true, "
+			   "\"temperature\":0.70}";
+	ck_assert_uint_eq(ig_buf_pending(&b), strlen(want));
+	ck_assert(memcmp(ig_buf_head(&b), want, strlen(want)) == 0);
+	ig_buf_free(&b);
+}
+END_TEST
+
+IG_CHECK_MAIN("proxy", an_added_usage_event_is_taken_out, usage_null_members_are_taken_out,
+	      include_usage_is_spliced_in_front, hop_by_hop_headers_are_not_relayed,
 	      usage_is_read_from_the_last_usage_key, sse_usage_with_any_framing_split_anywhere,
 	      sse_error_events_count_and_flat_ones_are_rewritten,
 	      torn_event_is_replaced_by_an_error_event, queue_is_fifo_and_bounded,
