@@ -10,8 +10,13 @@ about 400 bytes, so every proxy does the work it does in production: parse a POS
 JSON body, forward it, relay the answer. (nginx `return 200` would answer faster but would
 not be an inference server; the point is the same backend behind every proxy.)
 
+With --keys N, a second gateway ("infergate+keys") in front of the same backends checks a
+JSON keys file of N named keys, each with rpm and tpm limits (high enough never to refuse),
+and wrk sends one of them: the cost of key lookup, rate limiting, the x-ratelimit-* headers
+and per-key accounting, against the open gateway in the same run.
+
 Usage: python3 bench/proxy.py [--duration S] [--connections N] [--sweep 8,16,...]
-       [--sweep-duration S] [--no-sweep]
+       [--sweep-duration S] [--no-sweep] [--keys N]
 Env: IG_BUILD (build dir, default ./build), IG_SKIP_DEPS=1 (no apt-get).
 """
 
@@ -65,11 +70,12 @@ def start_haproxy(procs, backends, workdir, workers):
     return url, p
 
 
-def wrk(url, conns, seconds, threads):
+def wrk(url, conns, seconds, threads, key=None):
     """One wrk run; returns a dict of figures (req/s, latencies in ms, errors)."""
+    env = {**os.environ, **({"IG_BENCH_KEY": key} if key else {})}
     out = subprocess.run(["wrk", f"-t{threads}", f"-c{conns}", f"-d{seconds}s", "--latency",
                           "-s", os.path.join(B.BENCH, "lib", "post.lua"), url + PATH],
-                         capture_output=True, text=True, timeout=seconds + 60).stdout
+                         capture_output=True, text=True, timeout=seconds + 60, env=env).stdout
     m = re.search(r"IG_RESULT (.*)", out)
     if not m:
         sys.exit("wrk printed no result:\n" + out)
@@ -82,11 +88,11 @@ def wrk(url, conns, seconds, threads):
             "requests": f["requests"], "errors": errors}
 
 
-def measure(target, url, pgid, conns, seconds, threads):
-    wrk(url, conns, 1, threads)                      # warm-up: connections, caches
+def measure(target, url, pgid, conns, seconds, threads, key=None):
+    wrk(url, conns, 1, threads, key)                 # warm-up: connections, caches
     pids = B.group_pids(pgid)
     c0, t0 = B.cpu_seconds(pids), time.time()
-    r = wrk(url, conns, seconds, threads)
+    r = wrk(url, conns, seconds, threads, key)
     r["cpu_pct"] = 100 * (B.cpu_seconds(pids) - c0) / (time.time() - t0)
     r["target"], r["conns"] = target, conns
     B.log(f"{target:9} c={conns:<4} {r['rps']:>9.0f} req/s  p50 {r['p50_ms']:.2f} ms  "
@@ -102,6 +108,8 @@ def main():
     ap.add_argument("--sweep-duration", type=int, default=5, help="seconds per sweep point [5]")
     ap.add_argument("--no-sweep", action="store_true")
     ap.add_argument("--wrk-threads", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--keys", type=int, default=0,
+                    help="also a gateway with a keys file of N keys with limits (0: not run)")
     args = ap.parse_args()
 
     B.need(("wrk", "wrk"), ("nginx", "nginx-light"), ("haproxy", "haproxy"))
@@ -115,18 +123,22 @@ def main():
     ng_url, ng = start_nginx(procs, sims, workdir, workers)
     ha_url, ha = start_haproxy(procs, sims, workdir, workers)
     direct = procs.procs[0]  # the first simulator, alone
-    targets = [("direct", sims[0], direct.pid), ("infergate", gw_url, gw.pid),
-               ("nginx", ng_url, ng.pid), ("haproxy", ha_url, ha.pid)]
+    targets = [("direct", sims[0], direct.pid, None), ("infergate", gw_url, gw.pid, None),
+               ("nginx", ng_url, ng.pid, None), ("haproxy", ha_url, ha.pid, None)]
+    if args.keys:
+        path, key = keys_file(workdir, args.keys)
+        gk_url, gk = B.start_gateway(procs, sims, ["--api-keys-file", path], name="gateway-keys")
+        targets.insert(2, ("infergate+keys", gk_url, gk.pid, key))
     B.log(f"backends {' '.join(sims)}; gateway {gw_url}, nginx {ng_url}, haproxy {ha_url}")
 
-    main_runs = {t: measure(t, u, pg, args.connections, args.duration, args.wrk_threads)
-                 for t, u, pg in targets}
+    main_runs = {t: measure(t, u, pg, args.connections, args.duration, args.wrk_threads, key)
+                 for t, u, pg, key in targets}
 
     sweep = []
     if not args.no_sweep:
         for c in [int(x) for x in args.sweep.split(",")]:
-            for t, u, pg in targets:
-                sweep.append(measure(t, u, pg, c, args.sweep_duration, args.wrk_threads))
+            for t, u, pg, key in targets:
+                sweep.append(measure(t, u, pg, c, args.sweep_duration, args.wrk_threads, key))
 
     ig, ngx, hap = main_runs["infergate"], main_runs["nginx"], main_runs["haproxy"]
     rows = [[t, f"{r['rps']:,.0f}", f"{r['p50_ms']:.2f}", f"{r['p99_ms']:.2f}",
@@ -144,6 +156,13 @@ def main():
           f"{ratios['rps_infergate_over_haproxy']:.2f}"],
          ["p99 infergate / other", f"{ratios['p99_infergate_over_nginx']:.2f}",
           f"{ratios['p99_infergate_over_haproxy']:.2f}"]])
+    if args.keys:
+        gk = main_runs["infergate+keys"]
+        ratios["rps_keys_over_open"] = gk["rps"] / ig["rps"]
+        ratios["p99_keys_over_open"] = gk["p99_ms"] / ig["p99_ms"]
+        table += "\n\n" + B.md_table(
+            ["ratio", f"infergate with {args.keys:,} keys / open infergate"],
+            [["req/s", f"{ratios['rps_keys_over_open']:.3f}"], ["p99", f"{ratios['p99_keys_over_open']:.3f}"]])
     notes = (f"wrk -t{args.wrk_threads} -c{args.connections} -d{args.duration}s with "
              f"bench/lib/post.lua (one-message chat body, 16-token answer); backends: seven "
              f"`infergate-sim {' '.join(SIM_ARGS)}` (direct = the first one alone). nginx "

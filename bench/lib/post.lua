@@ -1,6 +1,10 @@
 -- wrk script: every request is a small non-streamed chat completion (POST, JSON body).
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
+-- IG_BENCH_KEY: a bearer key to send (bench/proxy.py --keys)
+if os.getenv("IG_BENCH_KEY") then
+  wrk.headers["Authorization"] = "Bearer " .. os.getenv("IG_BENCH_KEY")
+end
 wrk.body = '{"model":"sim-model","messages":[{"role":"user","content":"Say hello in one short sentence."}],"max_tokens":16}'
 
 -- Count non-2xx answers so a proxy that "wins" by failing fast is caught.
