@@ -10,7 +10,7 @@ about 400 bytes, so every proxy does the work it does in production: parse a POS
 JSON body, forward it, relay the answer. (nginx `return 200` would answer faster but would
 not be an inference server; the point is the same backend behind every proxy.)
 
-With --keys N, a second gateway ("infergate+keys") in front of the same backends checks a
+With --keys N [--keys-format json|lines], a second gateway ("infergate+keys") in front of the same backends checks a
 JSON keys file of N named keys, each with rpm and tpm limits (high enough never to refuse),
 and wrk sends one of them: the cost of key lookup, rate limiting, the x-ratelimit-* headers
 and per-key accounting, against the open gateway in the same run.
@@ -100,6 +100,22 @@ def measure(target, url, pgid, conns, seconds, threads, key=None):
     return r
 
 
+def keys_file(workdir, n, fmt):
+    """A keys file of n keys, JSON (named, with generous limits) or one digest per line
+    (the format before named keys); returns (path, one key)."""
+    import hashlib
+    import json
+    digests = [hashlib.sha256(f"bench-key-{i}".encode()).hexdigest() for i in range(n)]
+    path = os.path.join(workdir, "keys." + fmt)
+    with open(path, "w") as f:
+        if fmt == "json":
+            json.dump({"keys": [{"name": f"team-{i}", "sha256": d, "rpm": 1000000000, "tpm": 4000000000000}
+                                for i, d in enumerate(digests)]}, f)
+        else:
+            f.write("".join(d + "\n" for d in digests))
+    return path, f"bench-key-{n // 2}"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--duration", type=int, default=10, help="seconds per main run [10]")
@@ -110,6 +126,8 @@ def main():
     ap.add_argument("--wrk-threads", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--keys", type=int, default=0,
                     help="also a gateway with a keys file of N keys with limits (0: not run)")
+    ap.add_argument("--keys-format", choices=("json", "lines"), default="json",
+                    help="json: named keys with rpm and tpm; lines: digests only, no limits")
     args = ap.parse_args()
 
     B.need(("wrk", "wrk"), ("nginx", "nginx-light"), ("haproxy", "haproxy"))
@@ -126,7 +144,7 @@ def main():
     targets = [("direct", sims[0], direct.pid, None), ("infergate", gw_url, gw.pid, None),
                ("nginx", ng_url, ng.pid, None), ("haproxy", ha_url, ha.pid, None)]
     if args.keys:
-        path, key = keys_file(workdir, args.keys)
+        path, key = keys_file(workdir, args.keys, args.keys_format)
         gk_url, gk = B.start_gateway(procs, sims, ["--api-keys-file", path], name="gateway-keys")
         targets.insert(2, ("infergate+keys", gk_url, gk.pid, key))
     B.log(f"backends {' '.join(sims)}; gateway {gw_url}, nginx {ng_url}, haproxy {ha_url}")
@@ -161,7 +179,7 @@ def main():
         ratios["rps_keys_over_open"] = gk["rps"] / ig["rps"]
         ratios["p99_keys_over_open"] = gk["p99_ms"] / ig["p99_ms"]
         table += "\n\n" + B.md_table(
-            ["ratio", f"infergate with {args.keys:,} keys / open infergate"],
+            ["ratio", f"infergate with {args.keys:,} keys ({args.keys_format}) / open infergate"],
             [["req/s", f"{ratios['rps_keys_over_open']:.3f}"], ["p99", f"{ratios['p99_keys_over_open']:.3f}"]])
     notes = (f"wrk -t{args.wrk_threads} -c{args.connections} -d{args.duration}s with "
              f"bench/lib/post.lua (one-message chat body, 16-token answer); backends: seven "
