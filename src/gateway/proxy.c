@@ -1144,6 +1144,7 @@ static enum MHD_Result start(struct ig_req *req)
 		return respond(req);
 	}
 	gw->stats.bytes_in += req->body.len;
+	req->bytes_in = req->body.len; /* as sent: the forwarded body may differ */
 	if (classify_request(req) < 0 || inspect_body(req) < 0 || admit(req) < 0)
 		return respond(req);
 	if (!(req->m = ig_sched_get(&gw->sched, &gw->pool, req->model))) {
@@ -1594,7 +1595,7 @@ static void req_log(struct ig_req *req, bool completed)
 			      "queue_ms", (json_int_t)req->queue_wait_ms,
 			      "dispatch", req->dispatch_seq ? json_integer((json_int_t)req->dispatch_seq) : json_null(),
 			      "stream", req->stream,
-			      "bytes_in", (json_int_t)req->body.len,
+			      "bytes_in", (json_int_t)req->bytes_in,
 			      "bytes_out", (json_int_t)req->bytes_out,
 			      "ttfb_ms", first ? json_real((double)(first - req->t_start_us) / 1000.0) : json_null(),
 			      "duration_ms", (double)(now - req->t_start_us) / 1000.0,

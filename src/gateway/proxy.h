@@ -94,6 +94,7 @@ struct ig_req {
 					 * as that), 0 when none */
 	char *stream_error_msg;         /* its message, for the access log */
 	unsigned status_sent;           /* what the client was answered */
+	uint64_t bytes_in;              /* the body the client sent */
 	uint64_t bytes_out;
 	uint64_t t_answer_us;           /* response handed to MHD */
 	struct ig_event client_ev;      /* hang-up watch on the client's socket */

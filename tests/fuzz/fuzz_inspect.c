@@ -4,8 +4,11 @@
  * Checks beyond "no crash": a refused body gets a 400 whose error body is
  * OpenAI-shaped JSON; an accepted one is a JSON object whose "stream" is
  * absent, null or a boolean and whose "model" is a non-empty string; a body
- * naming the alias "a" is forwarded naming "served-a", every other member
- * unchanged, and any other body is forwarded byte for byte. */
+ * naming the alias "a" is forwarded naming "served-a", a stream that did not
+ * ask for usage is forwarded with stream_options.include_usage true (as the
+ * member in front of the original bytes when it had no stream_options),
+ * every other member unchanged, and any other body is forwarded byte for
+ * byte; its token estimate for a key's tpm is at least 1. */
 #include "../../src/gateway/proxy.c"
 
 #include <stdio.h>
@@ -15,8 +18,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct ig_conf cfg;
 	struct ig_gw gw;
 	struct ig_req req;
+	struct ig_key key;
 
+	memset(&key, 0, sizeof(key));
+	key.tpm.limit = 1000; /* a key with a tpm: the estimate is made */
 	memset(&cfg, 0, sizeof(cfg));
+	cfg.stream_usage = 1;
+	cfg.tpm_default_max_tokens = 16;
 	memset(&gw, 0, sizeof(gw));
 	memset(&req, 0, sizeof(req));
 	struct ig_model_alias alias = {"a", "served-a"};
@@ -24,6 +32,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	cfg.n_aliases = 1;
 	gw.cfg = &cfg;
 	req.gw = &gw;
+	req.key = &key;
 	req.max_tokens = -1;
 	ig_buf_init(&req.body);
 	ig_buf_append(&req.body, data, size);
@@ -54,9 +63,28 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		bool aliased = strcmp(json_string_value(m), "a") == 0;
 		if (strcmp(req.model, aliased ? "served-a" : json_string_value(m)) != 0 || !req.alias != !aliased)
 			abort();
-		if (aliased) {
+		json_t *so = json_object_get(o, "stream_options");
+		bool added = req.stream && !json_is_true(json_object_get(so, "include_usage"));
+		if (added != req.usage_added || req.tok_estimate < 1)
+			abort();
+		static const char member[] = "\"stream_options\":{\"include_usage\":true},";
+		if (added && !aliased && !so) {
+			/* the member right after the object's '{', the rest as sent */
+			const char *brace = memchr(data, '{', size);
+			size_t at = (size_t)(brace - (const char *)data) + 1, mn = sizeof(member) - 1;
+			if (req.body.len != size + mn || memcmp(req.body.data, data, at) != 0 ||
+			    memcmp(req.body.data + at, member, mn) != 0 ||
+			    memcmp(req.body.data + at + mn, data + at, size - at) != 0)
+				abort();
+		} else if (aliased || added) {
 			json_t *fwd = json_loadb(req.body.data, req.body.len, 0, NULL);
-			json_object_set_new(o, "model", json_string("served-a"));
+			if (aliased)
+				json_object_set_new(o, "model", json_string("served-a"));
+			if (added) {
+				if (!json_is_object(so))
+					json_object_set_new(o, "stream_options", so = json_object());
+				json_object_set_new(so, "include_usage", json_true());
+			}
 			if (!json_equal(fwd, o))
 				abort();
 			json_decref(fwd);
