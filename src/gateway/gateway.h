@@ -8,9 +8,10 @@
  * The layers, calls only going down (README, "How it is built"):
  *   reactor.c                          the loop; owns every event source
  *   server.c  admin.c  reload.c  discover.c
- *   proxy.c                            the request object, queue, retries, SSE relay
+ *   proxy.c                            the request object, admission, retries, SSE relay
+ *   scheduler.c                        per-model pools and queues, the keys' state
  *   router.c  upstream.c  health.c  metrics.c  accesslog.c
- *   backend.c  loadreport.c  auth.c  conf.c  (and this header)
+ *   backend.c  loadreport.c  ratelimit.c  keyset.c  conf.c  (and this header)
  * A lower layer reports back through a callback stored in the object it was
  * handed (struct ig_event, struct ig_xfer, struct ig_call) or by setting a
  * flag below that the reactor acts on. */
