@@ -1045,12 +1045,14 @@ static int classify_request(struct ig_req *req)
 	const char *prio = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "X-Infergate-Priority");
 	bool fifo = gw->cfg->scheduling != 0;
 
-	if (!(req->key = ig_sched_key(&gw->sched, req->key_id)) ||
-	    (req->key->refs++, !(req->wait.key = fifo ? ig_sched_key(&gw->sched, "") : req->key))) {
+	if ((req->key = ig_sched_key(&gw->sched, req->key_id)))
+		req->key->refs++;
+	if (req->key && (req->wait.key = fifo ? ig_sched_key(&gw->sched, "") : req->key))
+		req->wait.key->refs++;
+	if (!req->wait.key) {
 		set_error(req, 500, "internal_error", "out of memory");
 		return -1;
 	}
-	req->wait.key->refs++;
 	if (prio) {
 		int c = ig_conf_class_parse(prio);
 		if (c < 0) {

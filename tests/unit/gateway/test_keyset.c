@@ -77,6 +77,7 @@ START_TEST(json_entries_carry_settings)
 	ck_assert(!ig_keyset_model_allowed(a, "m3", NULL));
 	ck_assert(ig_keyset_model_allowed(b, "anything", NULL));
 	ck_assert(b->disabled);
+	ig_keyset_free(&ks);
 	/* The admin file takes names, digests and disabled only. */
 	ck_assert_int_eq(ig_keyset_load(&ks, "admin_keys_file", path, false, &err), -1);
 	ck_assert_ptr_nonnull(strstr(err, "keys[0] 'team-a': rpm: admin keys take only"));
