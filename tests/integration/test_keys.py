@@ -88,6 +88,7 @@ def rpm_burst_gets_its_limit_then_429s_with_openai_headers():
     # The bucket holds 60 and refills one a second: 60, plus what refilled while the burst ran.
     assert 60 <= len(ok) <= 60 + math.floor(elapsed), (len(ok), elapsed)
     assert sim_requests(sim) == len(ok)          # a 429 never reaches a backend
+    print(f"# burst of 100 at rpm 60: {len(ok)} answered, {len(limited)} x 429 in {elapsed:.2f} s")
     for st, h, obj in ok + limited:
         assert h["x-ratelimit-limit-requests"] == "60", h
         assert 0 <= int(h["x-ratelimit-remaining-requests"]) < 60, h
@@ -121,6 +122,7 @@ def the_official_client_retries_through_an_rpm_limit():
     out = run_client(gw, "sim-model", "loop", "70", env={"IG_API_KEY": "k-loop"}, timeout=120)
     # All 70 complete with the client's default retries (2 per request): past
     # the 60 of the burst, each waits the retry-after-ms it was given.
+    print(f"# official client, 70 requests at rpm 60: {out}")
     assert out["completed"] == 70, out
     assert out["statuses"].get("200") == 70 and out["statuses"].get("429", 0) >= 5, out
     assert set(out["statuses"]) <= {"200", "429"}, out
@@ -146,6 +148,8 @@ def tpm_is_charged_at_admission_and_corrected_by_usage():
     # The first answer used 20 of its 1010: 990 went back, so the second is
     # admitted from 2980 (not 1990), plus what refilled meanwhile.
     left = int(h2["x-ratelimit-remaining-tokens"])
+    print(f"# tpm 3000: remaining after the first (charged 1010) {h1['x-ratelimit-remaining-tokens']}, "
+          f"when the second was admitted {left} (2980 - 1010 + refill; without the correction: 980)")
     assert 1970 <= left <= 1970 + refilled, (left, refilled)
     # A streamed request is corrected the same way, by the usage the gateway
     # asked for itself (the client did not).
@@ -217,6 +221,8 @@ def per_key_tokens_equal_what_the_simulators_counted():
         completion += metric(t, "sglang:generation_tokens_total" + labels)
     key_p = metric(text, 'infergate_key_tokens_total{key="acct",kind="prompt"}')
     key_c = metric(text, 'infergate_key_tokens_total{key="acct",kind="completion"}')
+    print(f"# {len(cases)} requests: key counters {key_p:.0f} prompt / {key_c:.0f} completion tokens; "
+          f"simulators {prompt:.0f} / {completion:.0f}")
     assert (key_p, key_c) == (prompt, completion), (key_p, key_c, prompt, completion)
     assert key_p > 0 and key_c > 0
     assert metric(text, 'infergate_tokens_total{kind="completion"}') == key_c

@@ -2,6 +2,9 @@
 """The gateway under valgrind memcheck through a short load: a few hundred
 requests, streamed and not, bad ones, clients that leave mid-stream and
 mid-request, then SIGTERM with one stream still running (it is let finish).
+Every request carries a key of a JSON keys file with rpm and tpm limits (and
+streams without include_usage, so the usage the gateway asks for is taken
+out again); another key meets its rpm (429) and a model it may not use (403).
 Run by tests/sanitize.sh (`make check-valgrind`) against a plain -O1 -g build:
 
     IG_BUILDDIR=BUILD IG_VALGRIND_LOG=FILE python3 tests/integration/valgrind_load.py
@@ -39,10 +42,27 @@ def request(port, raw):
     return out
 
 
-def post(path, body, close=True):
+def keyed(raw, key=b"vg-key"):
+    """raw with an Authorization header after its request line."""
+    line, sep, rest = raw.partition(b"\r\n")
+    return line + sep + b"Authorization: Bearer " + key + b"\r\n" + rest if sep else raw
+
+
+def post(path, body, close=True, key=b"vg-key"):
     b = json.dumps(body).encode()
-    return (b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n%sContent-Length: %d\r\n\r\n%s"
-            % (path, b"Connection: close\r\n" if close else b"", len(b), b))
+    return keyed(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n%sContent-Length: %d\r\n\r\n%s"
+                 % (path, b"Connection: close\r\n" if close else b"", len(b), b), key)
+
+
+def keys_file():
+    import hashlib
+    path = tempfile.mktemp(prefix="ig-valgrind-keys-", suffix=".json")
+    with open(path, "w") as f:
+        json.dump({"keys": [{"name": "load", "sha256": hashlib.sha256(b"vg-key").hexdigest(), "rpm": 100000,
+                             "tpm": 100000000},
+                            {"name": "small", "sha256": hashlib.sha256(b"vg-small").hexdigest(), "rpm": 3,
+                             "models": ["sim-model"]}]}, f)
+    return path
 
 
 BAD = [b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nConnection: close\r\n\r\n{bad",
@@ -65,7 +85,8 @@ def gateway_under_valgrind_load_disconnects_sigterm():
     vg = start(["valgrind", "--leak-check=full", "--show-leak-kinds=definite", "--errors-for-leak-kinds=definite",
                 "--error-exitcode=1", "--num-callers=30", f"--log-file={log}",
                 binary("infergate"), "--listen", f"127.0.0.1:{gp}", "--backend", paced.url,
-                "--backend", unpaced.url, "--health-interval-ms", "200", "--shutdown-grace-s", "5"],
+                "--backend", unpaced.url, "--health-interval-ms", "200", "--shutdown-grace-s", "5",
+                "--api-keys-file", keys_file()],
                port=gp, timeout=120)
     time.sleep(1)   # both backends probed healthy (rise 2 at 200 ms)
     ok = 0
@@ -75,9 +96,13 @@ def gateway_under_valgrind_load_disconnects_sigterm():
         ok += r.startswith(b"HTTP/1.1 200")
     for i in range(100):
         r = request(gp, post(b"/v1/completions", {"model": "sim-model", "prompt": f"s{i}", "max_tokens": 6, "stream": True}))
-        ok += r.startswith(b"HTTP/1.1 200") and b"[DONE]" in r
+        ok += r.startswith(b"HTTP/1.1 200") and b"[DONE]" in r and b'"usage"' not in r
     for raw in BAD * 10:
-        request(gp, raw)
+        request(gp, keyed(raw))
+    limited = sum(request(gp, post(b"/v1/chat/completions", dict(msg, messages=[{"role": "user", "content": "x"}]),
+                                   key=b"vg-small")).startswith(b"HTTP/1.1 429") for _ in range(6))
+    refused = request(gp, post(b"/v1/chat/completions", dict(msg, model="other", messages=[]), key=b"vg-small"))
+    assert limited >= 2 and refused.startswith(b"HTTP/1.1 403"), (limited, refused[:200])
     # Clients that leave mid-stream and mid-request.
     for i in range(20):
         s = socket.create_connection(("127.0.0.1", gp))
