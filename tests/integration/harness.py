@@ -274,12 +274,18 @@ NODE_PREFIX = os.path.join(BUILDDIR, "tests", "node-deps")
 
 
 def ensure_openai():
+    """The npm package's node_modules directory, installed on first use. Test
+    files run in parallel (make -j): one installs while the others wait on a
+    lock, or npm's two installs into one directory collide (ENOTEMPTY)."""
+    import fcntl
     mod = os.path.join(NODE_PREFIX, "node_modules", "openai")
-    if not os.path.isdir(mod):
-        os.makedirs(NODE_PREFIX, exist_ok=True)
-        p = subprocess.run(["npm", "install", "--no-save", "--no-audit", "--no-fund", "--prefix", NODE_PREFIX,
-                            f"openai@{OPENAI_NPM_VERSION}"], capture_output=True, text=True, timeout=300)
-        assert p.returncode == 0, f"npm install openai@{OPENAI_NPM_VERSION} failed:\n{p.stderr[-2000:]}"
+    os.makedirs(NODE_PREFIX, exist_ok=True)
+    with open(os.path.join(NODE_PREFIX, ".install.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not os.path.exists(os.path.join(mod, "package.json")):
+            p = subprocess.run(["npm", "install", "--no-save", "--no-audit", "--no-fund", "--prefix", NODE_PREFIX,
+                                f"openai@{OPENAI_NPM_VERSION}"], capture_output=True, text=True, timeout=300)
+            assert p.returncode == 0, f"npm install openai@{OPENAI_NPM_VERSION} failed:\n{p.stderr[-2000:]}"
     return os.path.join(NODE_PREFIX, "node_modules")
 
 
