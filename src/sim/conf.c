@@ -83,8 +83,38 @@ static const struct ig_flag flags[] = {
 	{.name = "--ttft-ms", .type = IG_FLAG_LONG, .off = OFF(ttft_ms), .min = 0, .max = 3600000, .def = "50",
 	 .metavar = "N", .help = "delay from admission to the first token, milliseconds"},
 	{.name = "--max-running", .type = IG_FLAG_LONG, .off = OFF(max_running), .min = 1, .max = 100000,
-	 .def = "256", .metavar = "N",
-	 .help = "requests decoded at once (batch slots); the rest wait in a FIFO queue"},
+	 .metavar = "N",
+	 .help = "requests decoded at once (batch slots); the rest wait in a FIFO queue (default: the "
+		 "profile's, 256 for classic)"},
+	{.name = "--profile", .type = IG_FLAG_CHOICE, .off = OFF(profile), .def = "classic",
+	 .metavar = "classic|h100-8b|b200-27b-mtp",
+	 .help = "engine model: classic paces each request alone (--tokens-per-second, --ttft-ms); the others "
+		 "run decode steps over the batch, with a KV budget and a prefix cache (README: infergate-sim)"},
+	{.name = "--step-ms", .type = IG_FLAG_DOUBLE, .off = OFF(steps.step_ms), .min = 0.01, .max = 10000,
+	 .metavar = "X", .help = "step profiles: a decode step's base time, ms"},
+	{.name = "--step-per-request-us", .type = IG_FLAG_DOUBLE, .off = OFF(steps.per_request_us), .min = 0,
+	 .max = 1e6, .metavar = "X", .help = "step profiles: added to a step per running request, microseconds"},
+	{.name = "--step-per-context-ns", .type = IG_FLAG_DOUBLE, .off = OFF(steps.per_context_ns), .min = 0,
+	 .max = 1e6, .metavar = "X",
+	 .help = "step profiles: added to a step per token of context of the running requests, nanoseconds"},
+	{.name = "--tokens-per-step", .type = IG_FLAG_DOUBLE, .off = OFF(steps.tokens_per_step), .min = 0.1,
+	 .max = 64, .metavar = "X",
+	 .help = "step profiles: output tokens per request per step (MTP / speculative decoding: above 1)"},
+	{.name = "--prefill-tokens-per-second", .type = IG_FLAG_DOUBLE, .off = OFF(steps.prefill_tps), .min = 1,
+	 .max = 1e9, .metavar = "X", .help = "step profiles: prefill speed, prompt tokens per second"},
+	{.name = "--chunked-prefill", .type = IG_FLAG_LONG, .off = OFF(steps.chunk), .min = 16, .max = 10000000,
+	 .metavar = "N", .help = "step profiles: prompt tokens prefilled per step at most (the rest next step)"},
+	{.name = "--kv-tokens", .type = IG_FLAG_LONG, .off = OFF(steps.kv_tokens), .min = 64, .max = 1000000000,
+	 .metavar = "N",
+	 .help = "step profiles: KV budget in tokens (running requests and the prefix cache); a request "
+		 "waits until its uncached prompt and --output-reserve fit"},
+	{.name = "--output-reserve", .type = IG_FLAG_LONG, .off = OFF(steps.output_reserve), .min = 0,
+	 .max = 1000000, .metavar = "N",
+	 .help = "step profiles: KV tokens kept free per admitted request for its output (at most its max)"},
+	{.name = "--time-scale", .type = IG_FLAG_DOUBLE, .off = OFF(time_scale), .min = 0.001, .max = 1e6,
+	 .def = "1", .metavar = "X",
+	 .help = "step profiles: simulated time runs X times faster than the clock (a run of minutes in "
+		 "seconds; reported speeds stay simulated)"},
 	{.name = "--output-tokens", .type = IG_FLAG_LONG, .off = OFF(output_tokens), .min = 0, .max = 100000,
 	 .def = "0", .metavar = "N",
 	 .help = "answer length in tokens; 0 = 16..256 chosen by the prompt (max_tokens caps either)"},
@@ -137,6 +167,56 @@ static const struct ig_flags spec = {
 	.positional = "unexpected argument '%s' (flags start with --)",
 };
 
+/* The profiles' knobs. Where the numbers come from: README, "infergate-sim
+ * reference", engine profiles. */
+static const struct sim_steps profiles[] = {
+	[SIM_PROFILE_H100_8B] = {.step_ms = 6.2, .per_request_us = 30, .per_context_ns = 40, .tokens_per_step = 1,
+				 .prefill_tps = 60000, .chunk = 8192, .kv_tokens = 420000, .output_reserve = 128},
+	[SIM_PROFILE_B200_27B] = {.step_ms = 9.5, .per_request_us = 40, .per_context_ns = 35, .tokens_per_step = 2.4,
+				  .prefill_tps = 40000, .chunk = 8192, .kv_tokens = 236000, .output_reserve = 128},
+};
+static const long profile_max_running[] = {256, 512, 256};
+
+/* Fills the knobs not given from the profile; a step knob with classic is
+ * a mistake (it would do nothing). Returns 0 or -1 with *err. */
+static int apply_profile(struct sim_conf *c, char **err)
+{
+	double *given[] = {&c->steps.step_ms, &c->steps.per_request_us, &c->steps.per_context_ns,
+			   &c->steps.tokens_per_step, &c->steps.prefill_tps};
+	long *given_l[] = {&c->steps.chunk, &c->steps.kv_tokens, &c->steps.output_reserve};
+	static const char *const names[] = {"--step-ms", "--step-per-request-us", "--step-per-context-ns",
+					    "--tokens-per-step", "--prefill-tokens-per-second", "--chunked-prefill",
+					    "--kv-tokens", "--output-reserve"};
+	if (c->max_running < 0)
+		c->max_running = profile_max_running[c->profile];
+	if (c->profile == SIM_PROFILE_CLASSIC) {
+		for (size_t i = 0; i < 8; i++) {
+			if (i < 5 ? *given[i] >= 0 : *given_l[i - 5] >= 0) {
+				*err = ig_strdupf("%s: the classic profile has no decode steps; choose --profile h100-8b or "
+						  "b200-27b-mtp", names[i]);
+				return -1;
+			}
+		}
+		if (c->time_scale != 1) {
+			*err = ig_strdupf("--time-scale: the classic profile paces with --tokens-per-second; choose a step "
+					  "profile");
+			return -1;
+		}
+		memset(&c->steps, 0, sizeof(c->steps));
+		return 0;
+	}
+	const struct sim_steps *p = &profiles[c->profile];
+	const double pd[] = {p->step_ms, p->per_request_us, p->per_context_ns, p->tokens_per_step, p->prefill_tps};
+	const long pl[] = {p->chunk, p->kv_tokens, p->output_reserve};
+	for (size_t i = 0; i < 5; i++)
+		if (*given[i] < 0)
+			*given[i] = pd[i];
+	for (size_t i = 0; i < 3; i++)
+		if (*given_l[i] < 0)
+			*given_l[i] = pl[i];
+	return 0;
+}
+
 void sim_conf_print_help(FILE *out)
 {
 	ig_flags_print_help(&spec, out);
@@ -150,6 +230,9 @@ int sim_conf_from_args(struct sim_conf *c, int argc, char **argv, char **err)
 	if (ig_flags_defaults(&spec, c, err) < 0)
 		return -1; /* a bad default is a bug; say so anyway */
 	ig_buf_init(&errs);
+	/* Knobs without a default take the profile's unless given. */
+	c->max_running = -1;
+	c->steps = (struct sim_steps){-1, -1, -1, -1, -1, -1, -1, -1};
 	int rc = ig_flags_parse(&spec, c, argc, argv, NULL, &errs);
 	if (rc < 0) {
 		*err = ig_flags_errors(&errs);
@@ -158,6 +241,8 @@ int sim_conf_from_args(struct sim_conf *c, int argc, char **argv, char **err)
 	ig_buf_free(&errs);
 	if (rc > 0)
 		return 1;
+	if (apply_profile(c, err) < 0)
+		return -1;
 	/* These only change what SGLang prints: with vLLM's names they would
 	 * silently do nothing, and a test relying on them would prove nothing. */
 	if (c->flavor == SIM_FLAVOR_VLLM && c->metrics_refresh == SIM_REFRESH_SGLANG) {

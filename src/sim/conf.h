@@ -19,6 +19,26 @@ enum sim_refresh {
 	SIM_REFRESH_SGLANG, /* only when SGLang's scheduler would log its stats */
 };
 
+/* The engine model (--profile): classic paces each request on its own;
+ * the others run decode steps over the whole batch (engine.c). */
+enum sim_profile {
+	SIM_PROFILE_CLASSIC,  /* fixed tokens/s per request, unlimited memory, no cache */
+	SIM_PROFILE_H100_8B,  /* a Llama-3-8B-class model on one H100 */
+	SIM_PROFILE_B200_27B, /* a 27B-class model on one B200 with MTP (the seed's fleet) */
+};
+
+/* A step model's knobs (a profile's values, each overridable by a flag). */
+struct sim_steps {
+	double step_ms;           /* a decode step of one running request */
+	double per_request_us;    /* added per running request */
+	double per_context_ns;    /* added per token of context of the running requests */
+	double tokens_per_step;   /* output tokens per request per step (MTP: > 1) */
+	double prefill_tps;       /* prompt tokens per second of prefill */
+	long chunk;               /* prefill tokens per step at most (chunked prefill) */
+	long kv_tokens;           /* the KV budget */
+	long output_reserve;      /* KV kept free per admitted request for its output */
+};
+
 struct sim_conf {
 	char *listen;             /* "HOST:PORT" as given */
 	char *listen_host;
@@ -41,7 +61,16 @@ struct sim_conf {
 	char *api_key;            /* NULL: no key needed */
 	long context_length;      /* 0: prompts and max_tokens are not checked */
 	double stream_fail_rate;  /* fraction of streams that fail midway */
+	int profile;              /* enum sim_profile */
+	struct sim_steps steps;   /* its knobs (not used by classic) */
+	double time_scale;        /* simulated time runs this many times faster */
 };
+
+/* Whether the engine runs decode steps (any profile but classic). */
+static inline bool sim_conf_steps(const struct sim_conf *c)
+{
+	return c->profile != SIM_PROFILE_CLASSIC;
+}
 
 /* Fills conf from argv. Returns 0; 1 after printing --help or --version
  * (exit 0); -1 with *err (malloc'd) naming the flag and value (exit 2). */

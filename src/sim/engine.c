@@ -42,6 +42,7 @@ void sim_engine_req_init(struct sim_req *r, enum sim_kind kind)
 	r->fail_at = -1;
 	r->heap_idx = -1;
 	ig_list_init(&r->qlink);
+	ig_list_init(&r->blink);
 	ig_buf_init(&r->out);
 }
 
@@ -50,6 +51,9 @@ void sim_engine_req_free(struct sim_req *r)
 	ig_buf_free(&r->out);
 	free(r->model_json);
 	r->model_json = NULL;
+	free(r->chain);
+	r->chain = NULL;
+	r->nchain = 0;
 }
 
 /* Tells r's owner there is something new to send. */
@@ -89,6 +93,11 @@ int sim_engine_init(struct sim_engine *s, const struct sim_conf *conf)
 		s->ranks[i].idx = (int)i;
 		s->ranks[i].last_log_us = now;
 		ig_list_init(&s->ranks[i].queue);
+		ig_list_init(&s->ranks[i].batch);
+		if (sim_conf_steps(conf) && sim_kv_init(&s->ranks[i].kv, conf->steps.kv_tokens) < 0) {
+			ig_log_error("%s: out of memory", __func__);
+			return -1;
+		}
 	}
 	return 0;
 }
@@ -101,6 +110,7 @@ void sim_engine_free(struct sim_engine *s)
 	for (long i = 0; s->ranks && i < s->nranks; i++) {
 		free(s->ranks[i].prios);
 		free(s->ranks[i].snap.prio);
+		sim_kv_free(&s->ranks[i].kv);
 	}
 	free(s->ranks);
 	s->ranks = NULL;
@@ -311,6 +321,12 @@ static void snap_take(struct sim_engine *s, struct sim_rank *rk, int what)
 			if (pc)
 				pc->running++;
 		}
+		struct sim_req *r; /* step profiles: the batch */
+		IG_LIST_FOREACH(r, &rk->batch, struct sim_req, blink) {
+			struct sim_prio_count *pc = prio_count(g, r, rk);
+			if (pc)
+				pc->running++;
+		}
 	}
 	if (what & SNAP_WAITING) {
 		struct sim_req *r;
@@ -403,11 +419,26 @@ static void admit(struct sim_engine *s, struct sim_rank *rk, uint64_t now)
 	}
 }
 
-/* r no longer holds its slot. */
+static void step_admit(struct sim_engine *s, struct sim_rank *rk, uint64_t now);
+static void step_begin(struct sim_engine *s, struct sim_rank *rk, uint64_t now);
+
+/* r no longer holds its slot. With a step profile it leaves the batch and
+ * gives back its KV (its prompt's blocks join the cache when it was
+ * served); the caller admits others at the end of the step. */
 static void release(struct sim_engine *s, struct sim_req *r, uint64_t now)
 {
 	struct sim_rank *rk = r->rank;
 
+	if (sim_conf_steps(s->conf)) {
+		ig_list_del(&r->blink);
+		ig_list_init(&r->blink);
+		sim_kv_release(&rk->kv, r->chain, r->nmatched, r->state == SIM_REQ_DONE ? r->nchain : r->nmatched,
+			       r->own);
+		r->own = 0;
+		s->running--;
+		rk->running--;
+		return;
+	}
 	heap_remove(s, r);
 	s->running--;
 	if (--rk->running == 0)
@@ -427,6 +458,7 @@ static void finish(struct sim_engine *s, struct sim_req *r, uint64_t now, bool f
 		s->st.served++;
 		s->st.prompt_tokens += (uint64_t)r->prompt_tokens;
 		rk->prompt_tokens += (uint64_t)r->prompt_tokens;
+		rk->cached_tokens += (uint64_t)r->cached_tokens;
 		if (r->length_cut)
 			rk->finished_length++;
 		else
@@ -459,6 +491,15 @@ static void chunk_tail(struct ig_buf *o, const struct sim_req *r IG_UNUSED)
 	ig_buf_printf(o, "]}\n\n");
 }
 
+/* Step profiles: the prompt tokens found in the prefix cache, as SGLang
+ * reports them with --enable-cache-report (usage.prompt_tokens_details,
+ * python/sglang/srt/entrypoints/openai/usage_processor.py) and vLLM does. */
+static void usage_details(struct ig_buf *o, const struct sim_req *r)
+{
+	if (r->cache_report)
+		ig_buf_printf(o, ",\"prompt_tokens_details\":{\"cached_tokens\":%ld}", r->cached_tokens);
+}
+
 static void emit_token(struct ig_buf *o, struct sim_req *r)
 {
 	char tok[SIM_TOKEN_MAX + 1];
@@ -486,8 +527,10 @@ static void emit_end(struct ig_buf *o, struct sim_req *r)
 	chunk_tail(o, r);
 	if (r->include_usage) {
 		chunk_head(o, r);
-		ig_buf_printf(o, "],\"usage\":{\"prompt_tokens\":%ld,\"completion_tokens\":%ld,\"total_tokens\":%ld}}\n\n",
+		ig_buf_printf(o, "],\"usage\":{\"prompt_tokens\":%ld,\"completion_tokens\":%ld,\"total_tokens\":%ld",
 			      r->prompt_tokens, r->n_tokens, r->prompt_tokens + r->n_tokens);
+		usage_details(o, r);
+		ig_buf_printf(o, "}}\n\n");
 	}
 	ig_buf_printf(o, "data: [DONE]\n\n");
 }
@@ -510,9 +553,11 @@ static void emit_full(struct sim_engine *s, struct sim_req *r)
 		ig_buf_append(o, tok, n);
 	}
 	ig_buf_printf(o, "\"%s,\"logprobs\":null,\"finish_reason\":\"%s\"}],"
-		      "\"usage\":{\"prompt_tokens\":%ld,\"completion_tokens\":%ld,\"total_tokens\":%ld}}",
+		      "\"usage\":{\"prompt_tokens\":%ld,\"completion_tokens\":%ld,\"total_tokens\":%ld",
 		      r->kind == SIM_CHAT ? "}" : "", finish_reason(r),
 		      r->prompt_tokens, r->n_tokens, r->prompt_tokens + r->n_tokens);
+	usage_details(o, r);
+	ig_buf_printf(o, "}}");
 	s->st.generation_tokens += (uint64_t)r->n_tokens;
 	r->rank->generation_tokens += (uint64_t)r->n_tokens;
 }
@@ -586,6 +631,167 @@ static void step(struct sim_engine *s, struct sim_req *r, uint64_t now)
 	wake(r);
 }
 
+/* ---- decode steps (every profile but classic) ----
+ * One step serves every running request of a rank: the prefill of up to
+ * `chunk` prompt tokens (the oldest unfinished prefills first, as chunked
+ * prefill does) and one decode of every request past its prefill, which
+ * gives each tokens_per_step tokens (MTP: more than one, on average). Its
+ * length, in simulated time: step_ms, plus per_request_us per decoding
+ * request, plus per_context_ns per token of their context, plus the
+ * prefill at prefill_tps. Admission is first come first served (SGLang's
+ * default --schedule-policy fcfs) while a slot is free and the KV budget
+ * holds the request's uncached prompt and its output reserve. */
+
+/* Wall-clock microseconds of sim_us simulated ones. */
+static uint64_t wall_us(const struct sim_engine *s, double sim_us)
+{
+	double w = ceil(sim_us / s->conf->time_scale);
+	return w < 1 ? 1 : (uint64_t)w;
+}
+
+static void step_admit(struct sim_engine *s, struct sim_rank *rk, uint64_t now IG_UNUSED)
+{
+	const struct sim_steps *k = &s->conf->steps;
+	while (!ig_list_empty(&rk->queue) && rk->running < s->conf->max_running) {
+		struct sim_req *r = IG_LIST_FIRST(&rk->queue, struct sim_req, qlink);
+		size_t m = sim_kv_match(&rk->kv, r->chain, r->nchain);
+		/* The last prompt token is always computed (it gives the first
+		 * output token), so a fully cached prompt still prefills one. */
+		long cached = (long)m * IG_BLOCK_TOKENS;
+		if (cached > r->prompt_tokens - 1)
+			cached = r->prompt_tokens > 0 ? r->prompt_tokens - 1 : 0;
+		long own = r->prompt_tokens - cached;
+		long reserve = r->n_tokens < k->output_reserve ? r->n_tokens : k->output_reserve;
+		if (sim_kv_admit(&rk->kv, r->chain, m, own, reserve) < 0) {
+			if (rk->running > 0)
+				break; /* the head waits for room; FCFS: so do the others */
+			/* Alone and still too big: it runs over budget rather
+			 * than never (a real server refuses it at its context
+			 * length; --context-length does that here). */
+			sim_kv_admit(&rk->kv, r->chain, 0, 0, 0);
+			rk->kv.own += own;
+			m = 0;
+			cached = 0;
+			own = r->prompt_tokens;
+		}
+		queue_unlink(s, r);
+		r->nmatched = m;
+		r->cached_tokens = cached;
+		r->cache_report = true;
+		r->own = own;
+		r->prefill_left = own;
+		r->prefill_now = 0;
+		r->acc = 0;
+		r->state = SIM_REQ_RUNNING;
+		s->running++;
+		rk->running++;
+		ig_list_append(&rk->batch, &r->blink);
+	}
+}
+
+static void step_begin(struct sim_engine *s, struct sim_rank *rk, uint64_t now)
+{
+	const struct sim_steps *k = &s->conf->steps;
+	long budget = k->chunk, decoding = 0, prefill = 0;
+	double ctx = 0;
+	struct sim_req *r;
+
+	rk->step_end_us = 0;
+	if (ig_list_empty(&rk->batch))
+		return;
+	IG_LIST_FOREACH(r, &rk->batch, struct sim_req, blink) {
+		if (r->prefill_left > 0) {
+			r->prefill_now = r->prefill_left < budget ? r->prefill_left : budget;
+			budget -= r->prefill_now;
+			prefill += r->prefill_now;
+		} else {
+			decoding++;
+			ctx += (double)(r->prompt_tokens + r->emitted);
+		}
+	}
+	double us = k->step_ms * 1000.0 + k->per_request_us * (double)decoding + k->per_context_ns * ctx / 1000.0 +
+		    (double)prefill * 1e6 / k->prefill_tps;
+	if (s->fault == SIM_FAULT_SLOW)
+		us *= 10;
+	rk->step_sim_us = us;
+	rk->step_tokens = 0;
+	rk->step_end_us = now + wall_us(s, us);
+}
+
+/* r got n more output tokens in a step: streamed ones go out now, the last
+ * one finishes it. */
+static void step_emit(struct sim_engine *s, struct sim_req *r, long n, uint64_t now)
+{
+	long target = r->emitted + n;
+	if (target > r->n_tokens)
+		target = r->n_tokens;
+	if (r->fail_at >= 0 && target > r->fail_at)
+		target = r->fail_at;
+	r->rank->step_tokens += target - r->emitted;
+	r->rank->kv.own += target - r->emitted;
+	r->own += target - r->emitted;
+	if (!r->stream) {
+		r->emitted = target; /* the text is written whole at the end */
+		if (r->emitted >= r->n_tokens) {
+			emit_full(s, r);
+			finish(s, r, now, false);
+			wake(r);
+		}
+		return;
+	}
+	if (r->emitted == 0 && r->kind == SIM_CHAT) {
+		chunk_head(&r->out, r);
+		ig_buf_printf(&r->out, "{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},"
+			      "\"logprobs\":null,\"finish_reason\":null}");
+		chunk_tail(&r->out, r);
+	}
+	while (r->emitted < target) {
+		emit_token(&r->out, r);
+		r->emitted++;
+		s->st.generation_tokens++;
+		r->rank->generation_tokens++;
+	}
+	if (r->emitted == r->fail_at) {
+		emit_stream_error(s, &r->out);
+		finish(s, r, now, true);
+	} else if (r->emitted >= r->n_tokens) {
+		emit_end(&r->out, r);
+		finish(s, r, now, false);
+	}
+	wake(r);
+}
+
+/* The step under way on rk ends at `now`: prefills advance, decodes
+ * produce, finished requests leave, others are admitted, the next step
+ * begins. */
+static void step_end(struct sim_engine *s, struct sim_rank *rk, uint64_t now)
+{
+	struct sim_req *r, *next;
+	double tps = s->conf->steps.tokens_per_step;
+
+	IG_LIST_FOREACH_SAFE(r, next, &rk->batch, struct sim_req, blink) {
+		if (r->prefill_now > 0) {
+			r->prefill_left -= r->prefill_now;
+			r->prefill_now = 0;
+			if (r->prefill_left > 0)
+				continue;
+			r->acc += 1; /* the prefill's forward pass gives the first token */
+			r->t_first_us = now;
+		} else if (r->prefill_left == 0) {
+			r->acc += tps;
+		} else {
+			continue; /* its prefill waits for room in a step */
+		}
+		long n = (long)floor(r->acc);
+		r->acc -= (double)n;
+		if (n > 0)
+			step_emit(s, r, n, now);
+	}
+	rk->gen_tps = rk->step_sim_us > 0 ? (double)rk->step_tokens * 1e6 / rk->step_sim_us : 0;
+	step_admit(s, rk, now);
+	step_begin(s, rk, now);
+}
+
 void sim_engine_submit(struct sim_engine *s, struct sim_req *r)
 {
 	uint64_t now = ig_now_us();
@@ -607,6 +813,12 @@ void sim_engine_submit(struct sim_engine *s, struct sim_req *r)
 		note_priority(r->rank, r->priority);
 	r->state = SIM_REQ_QUEUED;
 	queue_push(s, r);
+	if (sim_conf_steps(s->conf)) {
+		step_admit(s, r->rank, now);
+		if (r->rank->step_end_us == 0)
+			step_begin(s, r->rank, now);
+		return;
+	}
 	admit(s, r->rank, now);
 	/* An unpaced request is answered before the handler returns: no
 	 * suspend, no resume, no second trip through the loop. */
@@ -632,6 +844,13 @@ void sim_engine_run(struct sim_engine *s, uint64_t now_us)
 {
 	while (s->heap_len > 0 && s->heap[0]->deadline_us <= now_us)
 		step(s, s->heap[0], now_us);
+	/* Steps that ended by now, each at its own end (a late wake-up
+	 * catches up, a bounded number at a time). */
+	for (long i = 0; i < s->nranks; i++) {
+		struct sim_rank *rk = &s->ranks[i];
+		for (int n = 0; n < 1000 && rk->step_end_us && rk->step_end_us <= now_us; n++)
+			step_end(s, rk, rk->step_end_us);
+	}
 	struct sim_req *r;
 	while ((r = IG_LIST_FIRST(&s->delayed, struct sim_req, qlink)) && r->deadline_us <= now_us) {
 		ig_list_del(&r->qlink);
@@ -663,6 +882,9 @@ int sim_engine_timeout_ms(struct sim_engine *s, uint64_t now_us)
 		uint64_t r = next_refresh(s, &s->ranks[i]);
 		if (r != 0 && (d == 0 || r < d))
 			d = r;
+		r = s->ranks[i].step_end_us;
+		if (r != 0 && (d == 0 || r < d))
+			d = r;
 	}
 	if (d == 0)
 		return -1;
@@ -689,6 +911,10 @@ void sim_engine_rank_tokens(const struct sim_engine *s, const struct sim_rank *r
 {
 	*used = *pending = 0;
 	*tokens_per_s = 0;
+	if (sim_conf_steps(s->conf)) {
+		*used = sim_kv_used(&rk->kv);
+		*tokens_per_s = rk->running > 0 ? rk->gen_tps : 0;
+	}
 	for (size_t h = 0; h < s->heap_len; h++) {
 		const struct sim_req *r = s->heap[h];
 		if (r->rank != rk)
@@ -709,7 +935,13 @@ void sim_engine_abort(struct sim_engine *s, struct sim_req *r)
 		queue_unlink(s, r);
 		break;
 	case SIM_REQ_RUNNING:
+		r->state = SIM_REQ_ABORTED; /* before release: nothing of it is cached */
 		release(s, r, ig_now_us());
+		if (sim_conf_steps(s->conf)) {
+			step_admit(s, r->rank, ig_now_us());
+			if (r->rank->step_end_us == 0)
+				step_begin(s, r->rank, ig_now_us());
+		}
 		break;
 	case SIM_REQ_HUNG:
 		s->hung--;

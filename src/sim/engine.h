@@ -13,6 +13,7 @@
 
 #include "conf.h"
 #include "infergate/buf.h"
+#include "kvcache.h"
 #include "infergate/list.h"
 #include "text.h"
 
@@ -74,6 +75,18 @@ struct sim_req {
 	double tps;                    /* pace for this request, 0 = unpaced */
 	uint64_t t_first_us;           /* when the first token is due */
 	uint64_t deadline_us;          /* next engine event; the answer, when DELAYED */
+	/* Step profiles (engine.c "decode steps"): the HTTP side sets the
+	 * prompt's block chain (malloc'd; sim_engine_req_free frees it). */
+	uint64_t *chain;
+	size_t nchain;
+	size_t nmatched;               /* leading blocks found cached at admission */
+	long cached_tokens;            /* usage.prompt_tokens_details.cached_tokens */
+	bool cache_report;             /* usage carries it (step profiles) */
+	long prefill_left;             /* prompt tokens still to prefill */
+	long prefill_now;              /* of which this step prefills */
+	long own;                      /* KV tokens it holds outside cached blocks */
+	double acc;                    /* output tokens owed, fractional (MTP) */
+	struct ig_list blink;          /* its rank's batch while RUNNING */
 };
 
 struct sim_stats {
@@ -114,6 +127,14 @@ struct sim_rank {
 	/* per-rank counters (SGLang and vLLM print one series per rank):
 	 * prompts and finish reasons of served requests, every token produced */
 	uint64_t prompt_tokens, generation_tokens, finished_stop, finished_length;
+	/* Step profiles: the batch, the step under way, KV and prefix cache. */
+	struct ig_list batch;       /* RUNNING requests, admitted first first */
+	uint64_t step_end_us;       /* when the current step ends; 0: none */
+	double step_sim_us;         /* its length in simulated time */
+	long step_tokens;           /* output tokens its decode produces */
+	struct sim_kv kv;
+	double gen_tps;             /* output tokens/s of the last step (simulated time) */
+	uint64_t cached_tokens;     /* prompt tokens found cached, of served requests */
 };
 
 struct sim_engine {
@@ -158,7 +179,8 @@ void sim_engine_defer(struct sim_engine *e, struct sim_req *r);
  * live counts (refreshed by this call) with --metrics-refresh live. */
 const struct sim_gauges *sim_engine_gauges(struct sim_engine *e, struct sim_rank *rk);
 /* The tokens a rank holds (prompt and generated so far of its running
- * requests), those its waiting requests bring, and its decode rate. */
+ * requests; with a step profile, its KV in use, cache included), those its
+ * waiting requests bring, and its decode rate. */
 void sim_engine_rank_tokens(const struct sim_engine *e, const struct sim_rank *rk, uint64_t now_us,
 			    long *used, long *pending, double *tokens_per_s);
 const char *sim_engine_fault_name(enum sim_fault f);

@@ -85,11 +85,18 @@ int sim_reactor_init(struct sim *s)
 		return -1;
 	}
 	di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
-	ig_log_info("listening on http://%s%s%s:%u as %s, model %s, %g tokens/s, TTFT %ld ms, %ld slots x %ld ranks",
+	char engine[256];
+	if (sim_conf_steps(c))
+		snprintf(engine, sizeof(engine), "decode steps of %g ms + %g us/request + %g ns/context token, %g tokens/step, "
+			 "prefill %g tokens/s, KV %ld tokens, time x%g", c->steps.step_ms, c->steps.per_request_us,
+			 c->steps.per_context_ns, c->steps.tokens_per_step, c->steps.prefill_tps, c->steps.kv_tokens,
+			 c->time_scale);
+	else
+		snprintf(engine, sizeof(engine), "%g tokens/s, TTFT %ld ms", c->tokens_per_second, c->ttft_ms);
+	ig_log_info("listening on http://%s%s%s:%u as %s, model %s, %s, %ld slots x %ld ranks",
 		    flags & MHD_USE_IPv6 ? "[" : "", c->listen_host, flags & MHD_USE_IPv6 ? "]" : "",
 		    di ? (unsigned)di->port : (unsigned)c->listen_port,
-		    c->flavor == SIM_FLAVOR_VLLM ? "vllm" : "sglang", c->model, c->tokens_per_second,
-		    c->ttft_ms, c->max_running, c->dp_ranks);
+		    c->flavor == SIM_FLAVOR_VLLM ? "vllm" : "sglang", c->model, engine, c->max_running, c->dp_ranks);
 	return 0;
 }
 

@@ -14,6 +14,7 @@
 #include <strings.h>
 #include <time.h>
 
+#include "infergate/blockhash.h"
 #include "infergate/log.h"
 #include "infergate/oaerror.h"
 #include "infergate/util.h"
@@ -263,6 +264,18 @@ static double round_to(double v, double unit)
  * num_total_tokens is taken as the tokens the rank holds plus those its
  * queue brings, so /get_load's num_pending_tokens (total - used) is the
  * queue's tokens: our reading, not confirmed in SGLang's source. */
+/* A rank's KV budget: the step profile's, else a large nominal one. */
+static long kv_total(const struct sim *s, const struct sim_rank *rk)
+{
+	return sim_conf_steps(s->conf) ? rk->kv.total : SIM_KV_TOKENS;
+}
+
+/* Prompt tokens found cached over those served (0 with classic). */
+static double hit_rate(const struct sim_rank *rk)
+{
+	return rk->prompt_tokens ? (double)rk->cached_tokens / (double)rk->prompt_tokens : 0;
+}
+
 static json_t *rank_load(struct sim *s, const struct sim_rank *rk, uint64_t now, double ts)
 {
 	long used, pending;
@@ -274,10 +287,10 @@ static json_t *rank_load(struct sim *s, const struct sim_rank *rk, uint64_t now,
 			 "num_waiting_reqs", (json_int_t)rk->waiting,
 			 "num_used_tokens", (json_int_t)used,
 			 "num_total_tokens", (json_int_t)(used + pending),
-			 "max_total_num_tokens", (json_int_t)SIM_KV_TOKENS,
-			 "token_usage", round_to((double)used / SIM_KV_TOKENS, 1e-4),
+			 "max_total_num_tokens", (json_int_t)kv_total(s, rk),
+			 "token_usage", round_to((double)used / (double)kv_total(s, rk), 1e-4),
 			 "gen_throughput", round_to(tps, 1e-2),
-			 "cache_hit_rate", 0.0,
+			 "cache_hit_rate", round_to(hit_rate(rk), 1e-4),
 			 "utilization", round_to((double)rk->running / (double)s->conf->max_running, 1e-4),
 			 "max_running_requests", (json_int_t)s->conf->max_running);
 }
@@ -347,12 +360,18 @@ static enum MHD_Result answer_get_load(struct sim *s, struct MHD_Connection *con
 		long used, pending;
 		double tps;
 		sim_engine_rank_tokens(&s->eng, rk, now, &used, &pending, &tps);
-		json_array_append_new(arr, json_pack("{s:i, s:I, s:I, s:I, s:I, s:f}", "dp_rank", rk->idx,
-						     "num_reqs", (json_int_t)(rk->running + rk->waiting),
-						     "num_waiting_reqs", (json_int_t)rk->waiting,
-						     "num_tokens", (json_int_t)(used + pending),
-						     "num_pending_tokens", (json_int_t)pending,
-						     "ts_tic", ts));
+		json_t *e = json_pack("{s:i, s:I, s:I, s:I, s:I, s:f}", "dp_rank", rk->idx,
+				      "num_reqs", (json_int_t)(rk->running + rk->waiting),
+				      "num_waiting_reqs", (json_int_t)rk->waiting,
+				      "num_tokens", (json_int_t)(used + pending),
+				      "num_pending_tokens", (json_int_t)pending,
+				      "ts_tic", ts);
+		if (sim_conf_steps(s->conf)) /* the KV figures, step profiles only */
+			json_object_update_new(e, json_pack("{s:I, s:I, s:f, s:f}", "num_used_tokens", (json_int_t)used,
+							    "max_total_num_tokens", (json_int_t)rk->kv.total,
+							    "token_usage", round_to((double)used / (double)rk->kv.total, 1e-4),
+							    "cache_hit_rate", round_to(hit_rate(rk), 1e-4)));
+		json_array_append_new(arr, e);
 	}
 	return respond_json(conn, 200, dump(arr));
 }
@@ -394,7 +413,7 @@ static void help_type(struct ig_buf *o, const char *name, const char *type, cons
  * --enable-priority-scheduling ("" for totals). After sgl-project/sglang
  * python/sglang/srt/observability/scheduler_metrics_mixin.py init_metrics. */
 static void sglang_sample(struct ig_buf *o, struct sim *s, const char *name, const struct sim_rank *rk,
-			  const char *priority, uint64_t value)
+			  const char *priority, double value)
 {
 	ig_buf_printf(o, "%s{", name);
 	if (s->eng.nranks > 1)
@@ -404,8 +423,11 @@ static void sglang_sample(struct ig_buf *o, struct sim *s, const char *name, con
 	ig_buf_printf(o, "\",moe_ep_rank=\"0\",pp_rank=\"0\",");
 	if (s->conf->priority_scheduling)
 		ig_buf_printf(o, "priority=\"%s\",", priority);
-	/* prometheus_client prints floats: 4.0 */
-	ig_buf_printf(o, "tp_rank=\"0\"} %llu.0\n", (unsigned long long)value);
+	/* prometheus_client prints floats: 4.0, 0.8125 */
+	if (value == floor(value) && fabs(value) < 1e15)
+		ig_buf_printf(o, "tp_rank=\"0\"} %.1f\n", value);
+	else
+		ig_buf_printf(o, "tp_rank=\"0\"} %.6g\n", value);
 }
 
 /* One SGLang gauge over the ranks: the total under priority="", then one
@@ -416,7 +438,7 @@ static void sglang_gauge(struct ig_buf *o, struct sim *s, const char *name, cons
 	help_type(o, name, "gauge", help);
 	for (long i = 0; i < s->eng.nranks; i++) {
 		const struct sim_gauges *g = &s->eng.ranks[i].snap;
-		sglang_sample(o, s, name, &s->eng.ranks[i], "", (uint64_t)(running ? g->running : g->waiting));
+		sglang_sample(o, s, name, &s->eng.ranks[i], "", (double)(running ? g->running : g->waiting));
 		for (size_t k = 0; k < g->nprio; k++) {
 			char prio[24];
 			snprintf(prio, sizeof(prio), "%ld", g->prio[k].priority);
@@ -446,7 +468,7 @@ static void sglang_counter(struct ig_buf *o, struct sim *s, const char *name, co
 {
 	help_type(o, name, "counter", help);
 	for (long i = 0; i < s->eng.nranks; i++)
-		sglang_sample(o, s, name, &s->eng.ranks[i], "", rank_counter(&s->eng.ranks[i], c));
+		sglang_sample(o, s, name, &s->eng.ranks[i], "", (double)rank_counter(&s->eng.ranks[i], c));
 }
 
 static void sglang_metrics(struct ig_buf *o, struct sim *s)
@@ -459,6 +481,25 @@ static void sglang_metrics(struct ig_buf *o, struct sim *s)
 	sglang_counter(o, s, "sglang:generation_tokens_total", "Number of generation tokens processed.",
 		       C_GENERATION);
 	sglang_counter(o, s, "sglang:num_requests_total", "Number of requests processed.", C_REQUESTS);
+	/* SGLang's scheduler gauges of memory, cache and speed (after
+	 * sgl-project/sglang python/sglang/srt/observability/metrics_collector.py
+	 * SchedulerMetricsCollector: token_usage, cache_hit_rate, gen_throughput). */
+	static const char *const fg[][2] = {{"sglang:token_usage", "The token usage."},
+					    {"sglang:cache_hit_rate", "The prefix cache hit rate."},
+					    {"sglang:gen_throughput", "The generation throughput (token/s)."}};
+	uint64_t now = ig_now_us();
+	for (int k = 0; k < 3; k++) {
+		help_type(o, fg[k][0], "gauge", fg[k][1]);
+		for (long i = 0; i < s->eng.nranks; i++) {
+			const struct sim_rank *rk = &s->eng.ranks[i];
+			long used, pending;
+			double tps;
+			sim_engine_rank_tokens(&s->eng, rk, now, &used, &pending, &tps);
+			double v = k == 0 ? round_to((double)used / (double)kv_total(s, rk), 1e-4)
+				 : k == 1 ? round_to(hit_rate(rk), 1e-4) : round_to(tps, 1e-2);
+			sglang_sample(o, s, fg[k][0], rk, "", v);
+		}
+	}
 }
 
 /* vLLM labels each series with model_name and engine (the DP rank), always
@@ -906,6 +947,13 @@ static int parse_completion(struct sim *s, struct sim_req *r, const struct ig_bu
 		abort();
 	r->text_seed = sim_text_seed(p.data ? p.data : "", p.len, (uint64_t)s->conf->seed);
 	r->prompt_tokens = sim_text_prompt_tokens(p.len);
+	if (sim_conf_steps(s->conf) && p.len >= IG_BLOCK_BYTES) {
+		/* The prompt as blocks for the prefix cache (kvcache.h). */
+		r->chain = malloc(p.len / IG_BLOCK_BYTES * sizeof(*r->chain));
+		if (!r->chain)
+			abort();
+		r->nchain = ig_block_chain(p.data, p.len, r->chain, p.len / IG_BLOCK_BYTES);
+	}
 	if (check_context(s, r->prompt_tokens, max_completion_tokens > 0 ? max_completion_tokens : max_tokens, e) < 0)
 		goto out;
 	long natural = s->conf->output_tokens > 0 ? s->conf->output_tokens : sim_text_natural_tokens(r->text_seed);

@@ -16,7 +16,7 @@ import threading
 import time
 from http.client import HTTPConnection
 
-from harness import (assert_openai_error, binary, http, http_json, run, sse_events,
+from harness import (assert_openai_error, binary, http, http_json, metric, run, sse_events,
                      start_sim, test, wait_until)
 
 CHAT = "/v1/chat/completions"
@@ -1188,5 +1188,41 @@ def sigterm_with_requests_in_flight_exits_cleanly():
     for s in socks:
         s.close()
 
+
+
+@test
+def step_profile_reports_the_prefix_cache_it_keeps():
+    # h100-8b, 100x faster than real time. Chat prompts are "role\ncontent\n"
+    # per message, cut into 64-byte blocks of 16 tokens.
+    sim = start_sim("--profile", "h100-8b", "--time-scale", "100", "--output-tokens", "8")
+    system = "You answer questions about rivers. " * 30            # 1,050 bytes
+    sys_bytes = len("system\n" + system + "\n")
+    body = lambda q, **kw: {"model": "m", "messages": [{"role": "system", "content": system},
+                                                       {"role": "user", "content": q}], **kw}
+    st, _, first = http_json("POST", sim.url + CHAT, body("Which is the longest?"))
+    assert st == 200 and first["usage"]["prompt_tokens_details"] == {"cached_tokens": 0}, first
+    st, _, second = http_json("POST", sim.url + CHAT, body("Which is the widest one of them all?"))
+    # the blocks wholly inside the shared system message are found cached
+    assert second["usage"]["prompt_tokens_details"]["cached_tokens"] == sys_bytes // 64 * 16, second["usage"]
+    # the same again: its whole prompt but the last token is cached
+    _, _, again = http_json("POST", sim.url + CHAT, body("Which is the widest one of them all?"))
+    assert again["usage"]["prompt_tokens_details"]["cached_tokens"] >= (again["usage"]["prompt_tokens"] // 16 - 1) * 16
+    # streamed: the usage chunk carries it too
+    _, events, _ = stream(sim, CHAT, body("Which is the widest one of them all?", stream=True,
+                                          stream_options={"include_usage": True}))
+    assert events[-1]["usage"]["prompt_tokens_details"]["cached_tokens"] > 0, events[-1]
+    _, _, text = http("GET", sim.url + "/metrics")
+    labels = '{engine_type="unified",model_name="sim-model",moe_ep_rank="0",pp_rank="0",tp_rank="0"}'
+    served = [first, second, again]
+    rate = metric(text, "sglang:cache_hit_rate" + labels)
+    assert 0 < rate < 1, rate
+    assert 0 < metric(text, "sglang:token_usage" + labels) < 0.01
+    _, _, loads = http_json("GET", sim.url + "/v1/loads")
+    assert loads["loads"][0]["max_total_num_tokens"] == 420000, loads
+    assert abs(loads["loads"][0]["cache_hit_rate"] - rate) < 1e-9, (loads, rate)
+    assert sum(x["usage"]["prompt_tokens"] for x in served) > 0
+    # a step knob without a step profile is a mistake, said at once
+    p = subprocess.run([binary("infergate-sim"), "--kv-tokens", "1000"], capture_output=True, text=True, timeout=10)
+    assert p.returncode == 2 and "--kv-tokens: the classic profile has no decode steps" in p.stderr, p.stderr
 
 run()

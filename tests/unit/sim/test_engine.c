@@ -401,7 +401,201 @@ START_TEST(fail_draws_follow_the_seed)
 }
 END_TEST
 
+/* ---- step profiles: the KV cache and the decode steps ---- */
+
+static void chain_of(uint64_t *chain, size_t n, uint64_t salt, size_t shared)
+{
+	for (size_t k = 0; k < n; k++)
+		chain[k] = k < shared ? 1000 + k : (salt << 20) + k; /* any distinct values do */
+}
+
+START_TEST(kv_cache_matches_refs_and_evicts_lru)
+{
+	struct sim_kv kv;
+	uint64_t a[8], b[8], c[8];
+	ck_assert_int_eq(sim_kv_init(&kv, 10 * IG_BLOCK_TOKENS), 0);
+	chain_of(a, 8, 1, 4);
+	chain_of(b, 8, 2, 4); /* shares its first 4 blocks with a */
+	chain_of(c, 8, 3, 0);
+	ck_assert_uint_eq(sim_kv_match(&kv, a, 8), 0);
+	/* a runs (8 blocks of own prompt, 0 reserve), ends: its 8 blocks cached */
+	ck_assert_int_eq(sim_kv_admit(&kv, a, 0, 8 * IG_BLOCK_TOKENS, 0), 0);
+	ck_assert_int_eq(sim_kv_used(&kv), 8 * IG_BLOCK_TOKENS);
+	sim_kv_release(&kv, a, 0, 8, 8 * IG_BLOCK_TOKENS);
+	ck_assert_uint_eq(kv.live, 8);
+	ck_assert_int_eq(kv.own, 0);
+	/* b finds the shared 4 blocks */
+	ck_assert_uint_eq(sim_kv_match(&kv, b, 8), 4);
+	/* b needs 4 blocks of its own + 1 reserve: 8 cached + 5 > 10, so the
+	 * least recent unreferenced blocks go: a's deepest, never the 4 b holds */
+	ck_assert_int_eq(sim_kv_admit(&kv, b, 4, 4 * IG_BLOCK_TOKENS, IG_BLOCK_TOKENS), 0);
+	ck_assert_uint_eq(kv.evicted, 3);
+	ck_assert_uint_eq(sim_kv_match(&kv, a, 8), 5); /* a's first 5 still there */
+	/* c cannot fit while b holds its blocks: nothing changes */
+	long used = sim_kv_used(&kv);
+	ck_assert_int_eq(sim_kv_admit(&kv, c, 0, 9 * IG_BLOCK_TOKENS, 0), -1);
+	ck_assert_int_eq(sim_kv_used(&kv), used);
+	ck_assert_uint_eq(sim_kv_match(&kv, b, 8), 4);
+	sim_kv_release(&kv, b, 4, 8, 4 * IG_BLOCK_TOKENS);
+	ck_assert_uint_eq(sim_kv_match(&kv, b, 8), 8);
+	ck_assert_int_le(sim_kv_used(&kv), kv.total);
+	sim_kv_free(&kv);
+}
+END_TEST
+
+static struct sim_conf conf_steps(void)
+{
+	struct sim_conf c = conf_default();
+	c.profile = SIM_PROFILE_H100_8B;
+	c.max_running = 8;
+	c.time_scale = 1;
+	c.steps = (struct sim_steps){.step_ms = 10, .per_request_us = 1000, .per_context_ns = 0, .tokens_per_step = 1,
+				     .prefill_tps = 1000000, .chunk = 100000, .kv_tokens = 100000,
+				     .output_reserve = 0};
+	return c;
+}
+
+/* Runs the engine step by step until nothing runs; returns the steps. */
+static int run_steps(struct sim_engine *e, uint64_t *now)
+{
+	int steps = 0;
+	while (e->ranks[0].step_end_us && steps < 100000) {
+		*now = e->ranks[0].step_end_us;
+		sim_engine_run(e, *now);
+		steps++;
+	}
+	return steps;
+}
+
+START_TEST(a_step_serves_the_whole_batch_and_slows_with_it)
+{
+	struct sim_conf c = conf_steps();
+	struct sim_engine e;
+	struct sim_req r[4];
+	engine_init(&e, &c);
+	uint64_t t0 = ig_now_us(), now = t0;
+	for (int i = 0; i < 4; i++) {
+		req_setup(&r[i], true, 10, 7);
+		sim_engine_submit(&e, &r[i]);
+	}
+	ck_assert_int_eq(e.ranks[0].running, 4);
+	/* The first step began with the first request alone: its prefill (7
+	 * tokens at 1M/s: 7 us) and 10 ms; it gives its first token. The
+	 * others join the next step (continuous batching): their prefills
+	 * (21 us) beside the first one's decode (10 ms + 1 ms). Then all four
+	 * decode (10 ms + 4 x 1 ms) until the first ends (its 10th token at
+	 * step 10), and three more (13 ms) for the last step. */
+	uint64_t begun = e.ranks[0].step_end_us - 10007; /* when submit ran it */
+	ck_assert_uint_ge(begun, t0);
+	int steps = run_steps(&e, &now);
+	ck_assert_int_eq(steps, 11);
+	ck_assert_uint_eq(now - begun, 10007 + 11021 + 8 * 14000 + 13000);
+	for (int i = 0; i < 4; i++) {
+		ck_assert_int_eq(r[i].state, SIM_REQ_DONE);
+		ck_assert_int_eq(count(&r[i].out, "\"delta\":{\"content\""), 10);
+		sim_engine_req_free(&r[i]);
+	}
+	ck_assert_uint_eq(e.st.generation_tokens, 40);
+	sim_engine_free(&e);
+}
+END_TEST
+
+START_TEST(mtp_gives_more_tokens_per_step)
+{
+	struct sim_conf c = conf_steps();
+	struct sim_engine e;
+	struct sim_req r;
+	c.steps.tokens_per_step = 2.5;
+	engine_init(&e, &c);
+	uint64_t now = ig_now_us();
+	req_setup(&r, false, 21, 7);
+	sim_engine_submit(&e, &r);
+	/* 1 token from the prefill, then 2.5 a step: 20 more in 8 steps */
+	ck_assert_int_eq(run_steps(&e, &now), 9);
+	ck_assert_int_eq(r.state, SIM_REQ_DONE);
+	ck_assert_int_eq(count(&r.out, "\"completion_tokens\":21"), 1);
+	sim_engine_req_free(&r);
+	sim_engine_free(&e);
+}
+END_TEST
+
+START_TEST(kv_budget_queues_and_the_cache_skips_prefill)
+{
+	struct sim_conf c = conf_steps();
+	struct sim_engine e;
+	struct sim_req r[3];
+	c.steps.kv_tokens = 40 * IG_BLOCK_TOKENS;
+	c.steps.prefill_tps = 16000; /* a block of 16 tokens: 1 ms */
+	engine_init(&e, &c);
+	uint64_t t0 = ig_now_us(), now = t0;
+	for (int i = 0; i < 3; i++) {
+		req_setup(&r[i], false, 4, 24 * IG_BLOCK_TOKENS);
+		r[i].nchain = 24;
+		r[i].chain = malloc(24 * sizeof(uint64_t));
+		chain_of(r[i].chain, 24, (uint64_t)i + 1, 20); /* 20 blocks shared */
+		sim_engine_submit(&e, &r[i]);
+	}
+	/* 24 blocks each in a budget of 40: one runs, two wait */
+	ck_assert_int_eq(e.ranks[0].running, 1);
+	ck_assert_int_eq(e.ranks[0].waiting, 2);
+	/* its whole prompt prefills: 10 ms + 24 ms */
+	ck_assert_uint_ge(e.ranks[0].step_end_us - t0, 34000);
+	ck_assert_uint_eq(e.ranks[0].step_sim_us, 34000);
+	run_steps(&e, &now);
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(r[i].state, SIM_REQ_DONE);
+	/* the first found nothing cached, the next ones the shared 20 blocks */
+	ck_assert_int_eq(r[0].cached_tokens, 0);
+	ck_assert_int_eq(r[1].cached_tokens, 20 * IG_BLOCK_TOKENS);
+	ck_assert_int_eq(r[2].cached_tokens, 20 * IG_BLOCK_TOKENS);
+	ck_assert_int_eq(count(&r[1].out, "\"prompt_tokens_details\":{\"cached_tokens\":320}"), 1);
+	ck_assert_uint_eq(e.ranks[0].cached_tokens, 640);
+	ck_assert_int_le(sim_kv_used(&e.ranks[0].kv), 40 * IG_BLOCK_TOKENS);
+	for (int i = 0; i < 3; i++)
+		sim_engine_req_free(&r[i]);
+	sim_engine_free(&e);
+}
+END_TEST
+
+START_TEST(a_cached_prompt_still_prefills_its_last_token)
+{
+	struct sim_conf c = conf_steps();
+	struct sim_engine e;
+	struct sim_req r[2];
+	engine_init(&e, &c);
+	uint64_t now = ig_now_us();
+	for (int i = 0; i < 2; i++) {
+		req_setup(&r[i], true, 2, 2 * IG_BLOCK_TOKENS);
+		r[i].nchain = 2;
+		r[i].chain = malloc(2 * sizeof(uint64_t));
+		chain_of(r[i].chain, 2, 9, 2);
+		sim_engine_submit(&e, &r[i]);
+		run_steps(&e, &now);
+		ck_assert_int_eq(r[i].state, SIM_REQ_DONE);
+	}
+	ck_assert_int_eq(r[1].cached_tokens, 2 * IG_BLOCK_TOKENS - 1);
+	/* aborting a running request frees its KV, caching nothing of it */
+	struct sim_req x;
+	req_setup(&x, true, 50, 3 * IG_BLOCK_TOKENS);
+	x.nchain = 3;
+	x.chain = malloc(3 * sizeof(uint64_t));
+	chain_of(x.chain, 3, 77, 0);
+	sim_engine_submit(&e, &x);
+	long before = sim_kv_used(&e.ranks[0].kv);
+	sim_engine_abort(&e, &x);
+	ck_assert_int_eq(sim_kv_used(&e.ranks[0].kv), before - 3 * IG_BLOCK_TOKENS);
+	ck_assert_uint_eq(sim_kv_match(&e.ranks[0].kv, x.chain, 3), 0);
+	ck_assert_int_eq(e.ranks[0].running, 0);
+	sim_engine_req_free(&x);
+	for (int i = 0; i < 2; i++)
+		sim_engine_req_free(&r[i]);
+	sim_engine_free(&e);
+}
+END_TEST
+
 IG_CHECK_MAIN("sim engine", slots_then_fifo, unpaced_answer_is_done_on_submit, stream_bytes,
 	      stream_fails_midway, max_tokens_cut_is_length, abort_frees_slot_for_next,
 	      ranks_round_robin, hang_fault_holds_no_slot, deferred_health_answer, priority_gauges,
-	      fail_draws_follow_the_seed)
+	      fail_draws_follow_the_seed, kv_cache_matches_refs_and_evicts_lru,
+	      a_step_serves_the_whole_batch_and_slows_with_it, mtp_gives_more_tokens_per_step,
+	      kv_budget_queues_and_the_cache_skips_prefill, a_cached_prompt_still_prefills_its_last_token)
