@@ -66,6 +66,10 @@ struct ig_backend {
 	long reported_load;        /* last running + waiting the backend reported, -1 none */
 	long reported_waiting;     /* of which waiting in its own queue, -1 none */
 	atomic_long inflight_peak; /* the most in flight since the last report */
+	atomic_long out_tokens;    /* least-tokens: the work of its requests in flight
+				    * (their estimates less what was relayed) */
+	atomic_long speed_milli;   /* output tokens/s per request x 1000, a moving
+				    * average over its answers; 0 = not measured */
 	uint64_t last_io_ms;       /* last byte from it for one of our requests */
 	const char *load_path;     /* load_path auto: where it was read (a static
 				    * string); NULL before, or with a set path */

@@ -127,8 +127,8 @@ static const struct ig_flag keys[] = {
 	 .off = OFF(discover_interval_s), .min = 1, .max = 86400, .def = "10", .metavar = "N",
 	 .help = "how often discovered names are resolved again"},
 	{.name = "--policy", .key = "policy", .type = IG_FLAG_CHOICE, .off = OFF(policy), .def = "least-loaded",
-	 .metavar = "least-loaded|round-robin|random|power-of-two",
-	 .bad = "%s: unknown policy '%s' (least-loaded, round-robin, random, power-of-two)",
+	 .metavar = "least-loaded|round-robin|random|power-of-two|least-tokens",
+	 .bad = "%s: unknown policy '%s' (least-loaded, round-robin, random, power-of-two, least-tokens)",
 	 .help = "how a backend is chosen"},
 	{.name = "--health-path", .key = "health.path", .type = IG_FLAG_STRING, .off = OFF(health_path),
 	 .def = "/health", .metavar = "PATH", .help = "path probed on each backend"},
@@ -196,10 +196,10 @@ static const struct ig_flag keys[] = {
 	 .help = "API keys: JSON {\"keys\": [{\"name\", \"sha256\", \"priority\", \"weight\", \"max_inflight\", "
 		 "\"rpm\", \"tpm\", \"models\", \"disabled\"}]} or one SHA-256 hex digest per line (see --new-key, "
 		 "--hash-key); re-read on SIGHUP; empty = no keys needed"},
-	{.name = "--tpm-default-max-tokens", .key = "tpm_default_max_tokens", .type = IG_FLAG_LONG,
-	 .off = OFF(tpm_default_max_tokens), .min = 0, .max = 10000000, .def = "1024", .metavar = "N",
-	 .help = "output tokens charged at admission to a key's tpm when a request names no max_tokens "
-		 "(corrected by the answer's usage)"},
+	{.name = "--default-max-tokens", .key = "default_max_tokens", .type = IG_FLAG_LONG,
+	 .off = OFF(default_max_tokens), .min = 0, .max = 10000000, .def = "1024", .metavar = "N",
+	 .help = "output tokens a request that names no max_tokens is taken to ask for: charged to its key's "
+		 "tpm at admission (then corrected by its usage) and counted by policy least-tokens"},
 	{.name = "--stream-usage", .key = "stream_usage", .type = IG_FLAG_LONG, .off = OFF(stream_usage), .min = 0,
 	 .max = 1, .def = "1", .metavar = "0|1",
 	 .help = "1 = a streamed request without stream_options.include_usage is sent with it and the usage "
@@ -240,7 +240,7 @@ static const struct ig_flags spec = {
 
 const char *ig_conf_policy_name(enum ig_policy p)
 {
-	static const char *names[] = {"least-loaded", "round-robin", "random", "power-of-two"};
+	static const char *names[] = {"least-loaded", "round-robin", "random", "power-of-two", "least-tokens"};
 	return names[p];
 }
 

@@ -13,6 +13,8 @@ enum ig_policy {
 	IG_POLICY_ROUND_ROBIN,  /* next healthy backend in turn */
 	IG_POLICY_RANDOM,       /* uniformly among eligible backends */
 	IG_POLICY_POWER_OF_TWO, /* two random candidates, the less loaded wins */
+	IG_POLICY_LEAST_TOKENS, /* the soonest expected finish: outstanding tokens
+				 * over measured speed and weight */
 };
 
 struct ig_backend_conf {
@@ -86,7 +88,8 @@ struct ig_conf {
 	int log_level;              /* enum ig_log_level */
 	char *access_log;           /* path, "-" for stdout, "" for none */
 	char *api_keys_file;        /* the keys file (keyset.h); "" = open */
-	long tpm_default_max_tokens; /* a tpm charge's output part without max_tokens */
+	long default_max_tokens;    /* the output a request without max_tokens is taken
+				     * to ask for (tpm charges, least-tokens) */
 	long stream_usage;          /* 1: ask streams for usage, hide it from clients
 				     * that did not */
 	char *admin_keys_file;      /* same, for /admin; "" = admin API off */

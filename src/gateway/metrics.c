@@ -56,6 +56,10 @@ json_t *ig_metrics_backend_json(const struct ig_backend *b, uint64_t now)
 		json_object_set_new(o, "discovered_from", json_string(b->discover));
 	if (atomic_load(&b->slots) > 0)
 		json_object_set_new(o, "learned_slots", json_integer(atomic_load(&b->slots)));
+	/* least-tokens' view of it (kept with every policy) */
+	long sp = atomic_load(&b->speed_milli);
+	json_object_set_new(o, "speed_tokens_per_s", sp > 0 ? json_real((double)sp / 1000.0) : json_null());
+	json_object_set_new(o, "outstanding_tokens", json_integer(atomic_load(&b->out_tokens)));
 	json_object_set_new(o, "models", ig_backend_model_names(b));
 	json_object_set_new(o, "models_from", json_string(b->models_conf ? "config" : b->models ? "backend"
 							  : b->models_any ? "any" : "unknown"));

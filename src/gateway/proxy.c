@@ -262,6 +262,9 @@ static void dequeue(struct ig_req *req)
 /* Gives back the backend slot of the current attempt. */
 static void release_slot(struct ig_req *req)
 {
+	if (req->work_left > 0) /* least-tokens: its work leaves with it */
+		atomic_fetch_sub(&req->backend->out_tokens, req->work_left);
+	req->work_left = 0;
 	ig_router_release(req->backend);
 	req->m->inflight--;
 	req->wait.key->inflight--;
@@ -462,6 +465,10 @@ static void on_sse_data(void *arg, const char *d, size_t dn, size_t line_len, si
 	if (!d)
 		return; /* longer than IG_SSE_MAX_LINE: relayed, not read */
 	usage_from_json(req, d, dn); /* finds "usage" or returns */
+	if (req->work_left > 0) { /* least-tokens: an event is about a token done */
+		req->work_left--;
+		atomic_fetch_sub(&req->backend->out_tokens, 1);
+	}
 	if (req->usage_added && req->sse) {
 		size_t at = hide_usage(req, d, dn, line_len, rest);
 		if (at < sc->changed)
@@ -620,6 +627,10 @@ static void start_transfer(struct ig_req *req, struct ig_backend *b)
 	if (req->ntried == 0)
 		req->dispatch_seq = ++gw->dispatched;
 	req->tried[req->ntried++] = b;
+	req->work_left = req->tok_estimate;
+	req->t_attempt_us = ig_now_us();
+	if (req->work_left > 0)
+		atomic_fetch_add(&b->out_tokens, req->work_left);
 	req->m->inflight++;
 	req->wait.key->inflight++;
 	gw->class_inflight[req->wait.klass]++;
@@ -716,6 +727,13 @@ static void not_served(struct ig_req *req)
 			"The model '%s does not exist or is not served here; served: %s", shown, k ? served : "none yet");
 }
 
+/* What the router is told of req. */
+static struct ig_route_req route_req(const struct ig_req *req)
+{
+	return (struct ig_route_req){.low = req->wait.klass == IG_CLASS_LOW, .tokens = req->tok_estimate,
+				     .tried = req->tried, .ntried = req->ntried};
+}
+
 /* Queues req in its model's queue, or sets 429 when that is full. */
 static enum route_result wait_or_refuse(struct ig_req *req)
 {
@@ -747,8 +765,8 @@ static enum route_result route(struct ig_req *req)
 	/* A key at its cap waits for one of its own requests to end. */
 	if (ig_sched_key_capped(req->wait.key) && m->nbackends > 0)
 		return wait_or_refuse(req);
-	switch (ig_router_pick(m->backends, m->nbackends, &m->rotor, gw->cfg->policy, req->wait.klass == IG_CLASS_LOW,
-			       req->tried, req->ntried, &b)) {
+	struct ig_route_req rq = route_req(req);
+	switch (ig_router_pick(m->backends, m->nbackends, &m->rotor, gw->cfg->policy, &rq, &b)) {
 	case IG_PICK_OK:
 		start_transfer(req, b);
 		return req->xfer.running ? ROUTE_STARTED : ROUTE_FAILED;
@@ -924,7 +942,7 @@ static size_t text_bytes(json_t *v)
 /* The tokens a request may use, charged to its key's tpm at admission:
  * its prompt at 4 bytes a token (a chat message's role and two separators
  * counted with its text, as infergate-sim counts it) plus the output it
- * may ask for (max_tokens times n, else tpm_default_max_tokens). */
+ * may ask for (max_tokens times n, else default_max_tokens). */
 static long token_estimate(const struct ig_req *req, json_t *root)
 {
 	json_t *msgs = json_object_get(root, "messages"), *m;
@@ -941,7 +959,7 @@ static long token_estimate(const struct ig_req *req, json_t *root)
 	json_t *n = json_object_get(root, "n");
 	long choices = json_is_integer(n) && json_integer_value(n) > 1 && json_integer_value(n) < 1000
 			       ? (long)json_integer_value(n) : 1;
-	return prompt + choices * (req->max_tokens > 0 ? req->max_tokens : req->gw->cfg->tpm_default_max_tokens);
+	return prompt + choices * (req->max_tokens > 0 ? req->max_tokens : req->gw->cfg->default_max_tokens);
 }
 
 /* Whether the gateway should ask for the stream's usage itself: a stream
@@ -997,7 +1015,7 @@ static int inspect_body(struct ig_req *req)
 		mt = json_object_get(root, "max_completion_tokens");
 	if (json_is_integer(mt))
 		req->max_tokens = (long)json_integer_value(mt);
-	if (req->key->tpm.limit > 0)
+	if (req->key->tpm.limit > 0 || req->gw->cfg->policy == IG_POLICY_LEAST_TOKENS)
 		req->tok_estimate = token_estimate(req, root);
 	bool rewrite = served != NULL, splice = false;
 	if (served) {
@@ -1381,6 +1399,19 @@ static void end_stream_with_error(struct ig_req *req, const char *why)
 	req->upstream_failed = true;
 }
 
+/* least-tokens: the backend's speed, output tokens per second of one
+ * request from its first byte (streams) or its start (whole answers) to
+ * its end, as a moving average (a fifth of each new answer). */
+static void note_speed(struct ig_req *req, struct ig_backend *b)
+{
+	uint64_t now = ig_now_us(), from = req->t_first_byte_us ? req->t_first_byte_us : req->t_attempt_us;
+	if (req->completion_tokens < 2 || now <= from)
+		return;
+	double milli = (double)req->completion_tokens * 1e9 / (double)(now - from);
+	long old = atomic_load(&b->speed_milli);
+	atomic_store(&b->speed_milli, old > 0 ? (long)(0.8 * (double)old + 0.2 * milli) : (long)milli);
+}
+
 /* One attempt ended (e says how): account for it, then retry, relay or
  * answer. */
 static void end_attempt(struct ig_req *req, enum ig_upstream_error e, const char *detail)
@@ -1432,6 +1463,7 @@ static void end_attempt(struct ig_req *req, enum ig_upstream_error e, const char
 			atomic_fetch_add(&b->completion_tokens, (unsigned long)req->completion_tokens);
 			gw->stats.completion_tokens += (uint64_t)req->completion_tokens;
 			req->key->completion_tokens += (uint64_t)req->completion_tokens;
+			note_speed(req, b);
 		}
 	}
 	settle_tokens(req, e == IG_UPERR_NONE && req->up_status / 100 == 2 && !req->stream_error);
@@ -1496,8 +1528,8 @@ void ig_proxy_drain_queue(struct ig_gw *gw)
 			if (!w)
 				continue;
 			struct ig_req *req = IG_CONTAINER_OF(w, struct ig_req, wait);
-			enum ig_pick p = ig_router_pick(m->backends, m->nbackends, &m->rotor, gw->cfg->policy,
-							req->wait.klass == IG_CLASS_LOW, req->tried, req->ntried, &b);
+			struct ig_route_req rq = route_req(req);
+			enum ig_pick p = ig_router_pick(m->backends, m->nbackends, &m->rotor, gw->cfg->policy, &rq, &b);
 			if (p == IG_PICK_BUSY || (p == IG_PICK_NONE && m->nbackends == 0 && s->unknown_up > 0))
 				continue;
 			ig_sched_dispatch(s, m, w);

@@ -34,7 +34,12 @@ struct ig_req {
 	char key_id[65];             /* the hex SHA-256 of its bearer key, "" none
 				      * (server.c sets it) */
 	struct ig_key *key;          /* the client's key (held): limits, usage */
-	long tok_estimate;           /* what its key's tpm would be charged */
+	long tok_estimate;           /* its work in tokens (prompt estimate and output
+				      * asked for): its key's tpm charge, and its
+				      * weight with least-tokens */
+	long work_left;              /* least-tokens: of it, counted on its backend
+				      * now (less the events relayed) */
+	uint64_t t_attempt_us;       /* the current attempt's start */
 	long tok_charge;             /* what it was charged (admitted), 0 none */
 	bool tok_settled;            /* the charge was corrected by the usage */
 	bool rl_shown;               /* rl_* below are set */

@@ -27,6 +27,18 @@ static int less_loaded(struct ig_backend *a, struct ig_backend *b)
 	return la * b->weight < lb * a->weight;
 }
 
+/* least-tokens: a is expected to finish a request of `tokens` sooner than
+ * b: their outstanding work plus it, over their speed (tokens/s per
+ * request, measured from their answers) and weight. A backend not measured
+ * yet counts at `dflt`, the mean of those measured. */
+static int sooner(struct ig_backend *a, struct ig_backend *b, long tokens, double dflt)
+{
+	double sa = (double)atomic_load(&a->speed_milli), sb = (double)atomic_load(&b->speed_milli);
+	double wa = (double)(atomic_load(&a->out_tokens) + tokens) / ((sa > 0 ? sa : dflt) * (double)a->weight);
+	double wb = (double)(atomic_load(&b->out_tokens) + tokens) / ((sb > 0 ? sb : dflt) * (double)b->weight);
+	return wa < wb;
+}
+
 /* The in-flight limit that applies to a request: a low one leaves the
  * backend's reserve_slots free (0 = no limit). */
 static long limit_for(const struct ig_backend *b, bool low)
@@ -54,8 +66,9 @@ static int reserve(struct ig_backend *b, bool low)
 }
 
 enum ig_pick ig_router_pick(struct ig_backend *const *v, size_t n, atomic_uint *rotor, enum ig_policy policy,
-			    bool low, struct ig_backend *const *tried, int ntried, struct ig_backend **out)
+			    const struct ig_route_req *rq, struct ig_backend **out)
 {
+	bool low = rq->low;
 	struct ig_backend *elig[256];
 	struct ig_backend **cand = elig;
 	size_t k = 0, healthy = 0;
@@ -65,7 +78,7 @@ enum ig_pick ig_router_pick(struct ig_backend *const *v, size_t n, atomic_uint *
 		return IG_PICK_NONE;
 	for (size_t i = 0; i < n; i++) {
 		struct ig_backend *b = v[i];
-		if (!ig_backend_routable(b) || tried_already(b, tried, ntried))
+		if (!ig_backend_routable(b) || tried_already(b, rq->tried, rq->ntried))
 			continue;
 		healthy++;
 		long limit = limit_for(b, low);
@@ -86,10 +99,27 @@ enum ig_pick ig_router_pick(struct ig_backend *const *v, size_t n, atomic_uint *
 				free(t);
 		}
 	}
+	double speed = 0; /* least-tokens: the mean measured speed */
+	if (policy == IG_POLICY_LEAST_TOKENS) {
+		size_t known = 0;
+		for (size_t i = 0; i < k; i++) {
+			long sp = atomic_load(&cand[i]->speed_milli);
+			if (sp > 0) {
+				speed += (double)sp;
+				known++;
+			}
+		}
+		speed = known ? speed / (double)known : 1;
+	}
 	/* Candidates are in rotated order, so "first best" rotates among equals. */
 	while (k > 0) {
 		size_t pick = 0;
 		switch (policy) {
+		case IG_POLICY_LEAST_TOKENS:
+			for (size_t i = 1; i < k; i++)
+				if (sooner(cand[i], cand[pick], rq->tokens, speed))
+					pick = i;
+			break;
 		case IG_POLICY_LEAST_LOADED:
 			for (size_t i = 1; i < k; i++)
 				if (less_loaded(cand[i], cand[pick]))

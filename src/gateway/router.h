@@ -14,12 +14,21 @@ enum ig_pick {
 	IG_PICK_NONE,     /* no healthy backend that this request has not tried */
 };
 
-/* Picks one of the n backends in v (a model's pool, scheduler.h), skipping the
- * `ntried` backends in `tried`, and reserves an in-flight slot on it.
- * `rotor` is the pool's rotating start for ties. A `low` request (a bulk
- * run) may not take a backend's last reserve_slots slots. */
+/* What the router needs to know of the request it places. */
+struct ig_route_req {
+	bool low;                        /* class low (a bulk run): may not take a
+					  * backend's last reserve_slots slots */
+	long tokens;                     /* least-tokens: the work it brings (its
+					  * prompt estimate and its max output) */
+	struct ig_backend *const *tried; /* backends it failed on: skipped */
+	int ntried;
+};
+
+/* Picks one of the n backends in v (a model's pool, scheduler.h) for rq and
+ * reserves an in-flight slot on it. `rotor` is the pool's rotating start
+ * for ties. */
 enum ig_pick ig_router_pick(struct ig_backend *const *v, size_t n, atomic_uint *rotor, enum ig_policy policy,
-			    bool low, struct ig_backend *const *tried, int ntried, struct ig_backend **out);
+			    const struct ig_route_req *rq, struct ig_backend **out);
 /* Releases the slot taken by ig_router_pick. */
 void ig_router_release(struct ig_backend *b);
 /* Reports between probes above the peak: a backend that queues cannot run

@@ -24,7 +24,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	key.tpm.limit = 1000; /* a key with a tpm: the estimate is made */
 	memset(&cfg, 0, sizeof(cfg));
 	cfg.stream_usage = 1;
-	cfg.tpm_default_max_tokens = 16;
+	cfg.default_max_tokens = 16;
 	memset(&gw, 0, sizeof(gw));
 	memset(&req, 0, sizeof(req));
 	struct ig_model_alias alias = {"a", "served-a"};

@@ -38,7 +38,7 @@ START_TEST(least_loaded_rotates_ties)
 	int hits[4] = {0};
 	for (int i = 0; i < 400; i++) {
 		struct ig_backend *b;
-		ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_LEAST_LOADED, false, NULL, 0, &b), IG_PICK_OK);
+		ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_LEAST_LOADED, &(struct ig_route_req){0}, &b), IG_PICK_OK);
 		hits[b->id]++;
 		ig_router_release(b); /* always idle: every pick is a 4-way tie */
 	}
@@ -56,13 +56,13 @@ START_TEST(least_loaded_follows_load_and_weight)
 	atomic_store(&pool.v[0]->inflight, 3); /* 1.5 per unit */
 	atomic_store(&pool.v[1]->inflight, 1);
 	atomic_store(&pool.v[2]->inflight, 2);
-	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_LEAST_LOADED, false, NULL, 0, &b), IG_PICK_OK);
+	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_LEAST_LOADED, &(struct ig_route_req){0}, &b), IG_PICK_OK);
 	ck_assert_int_eq(b->id, 1);
 	ck_assert_int_eq(atomic_load(&b->inflight), 2);
 	/* Excluding what was tried, and skipping down backends. */
 	struct ig_backend *tried[1] = {pool.v[1]};
 	atomic_store(&pool.v[2]->state, IG_BACKEND_DOWN);
-	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_LEAST_LOADED, false, tried, 1, &b), IG_PICK_OK);
+	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_LEAST_LOADED, &(struct ig_route_req){.tried = tried, .ntried = 1}, &b), IG_PICK_OK);
 	ck_assert_int_eq(b->id, 0);
 	free_pool(&pool);
 }
@@ -74,12 +74,12 @@ START_TEST(limits_give_busy_then_none)
 	struct ig_backend *b;
 	pool.v[0]->max_inflight = 1;
 	pool.v[1]->max_inflight = 1;
-	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_ROUND_ROBIN, false, NULL, 0, &b), IG_PICK_OK);
-	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_ROUND_ROBIN, false, NULL, 0, &b), IG_PICK_OK);
-	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_POWER_OF_TWO, false, NULL, 0, &b), IG_PICK_BUSY);
+	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_ROUND_ROBIN, &(struct ig_route_req){0}, &b), IG_PICK_OK);
+	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_ROUND_ROBIN, &(struct ig_route_req){0}, &b), IG_PICK_OK);
+	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_POWER_OF_TWO, &(struct ig_route_req){0}, &b), IG_PICK_BUSY);
 	atomic_store(&pool.v[0]->state, IG_BACKEND_DOWN);
 	atomic_store(&pool.v[1]->state, IG_BACKEND_DOWN);
-	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_RANDOM, false, NULL, 0, &b), IG_PICK_NONE);
+	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_RANDOM, &(struct ig_route_req){0}, &b), IG_PICK_NONE);
 	free_pool(&pool);
 }
 END_TEST
@@ -92,17 +92,17 @@ START_TEST(reserved_slots_are_not_for_low)
 	pool.v[0]->max_inflight = 4;
 	pool.v[0]->reserve_slots = 1;
 	for (int i = 0; i < 3; i++)
-		ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_LEAST_LOADED, true, NULL, 0, &b),
+		ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_LEAST_LOADED, &(struct ig_route_req){.low = true}, &b),
 				 IG_PICK_OK);
-	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_LEAST_LOADED, true, NULL, 0, &b),
+	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_LEAST_LOADED, &(struct ig_route_req){.low = true}, &b),
 			 IG_PICK_BUSY);
-	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_LEAST_LOADED, false, NULL, 0, &b),
+	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_LEAST_LOADED, &(struct ig_route_req){0}, &b),
 			 IG_PICK_OK);
 	ck_assert_int_eq(atomic_load(&pool.v[0]->inflight), 4);
 	/* A reserve as large as the limit keeps low requests off it entirely. */
 	atomic_store(&pool.v[0]->inflight, 0);
 	pool.v[0]->reserve_slots = 4;
-	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_LEAST_LOADED, true, NULL, 0, &b),
+	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_LEAST_LOADED, &(struct ig_route_req){.low = true}, &b),
 			 IG_PICK_BUSY);
 	free_pool(&pool);
 }
@@ -144,12 +144,12 @@ START_TEST(slots_learned_from_load_reports)
 	struct ig_pool pool = make_pool(1);
 	struct ig_backend *b;
 	atomic_store(&pool.v[0]->slots, 2);
-	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_LEAST_LOADED, false, NULL, 0, &b), IG_PICK_OK);
-	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_LEAST_LOADED, false, NULL, 0, &b), IG_PICK_OK);
-	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_LEAST_LOADED, false, NULL, 0, &b), IG_PICK_BUSY);
+	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_LEAST_LOADED, &(struct ig_route_req){0}, &b), IG_PICK_OK);
+	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_LEAST_LOADED, &(struct ig_route_req){0}, &b), IG_PICK_OK);
+	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_LEAST_LOADED, &(struct ig_route_req){0}, &b), IG_PICK_BUSY);
 	pool.v[0]->max_inflight = 3;
 	ck_assert_int_eq(ig_backend_limit(pool.v[0]), 3);
-	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_LEAST_LOADED, false, NULL, 0, &b), IG_PICK_OK);
+	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_LEAST_LOADED, &(struct ig_route_req){0}, &b), IG_PICK_OK);
 	free_pool(&pool);
 }
 END_TEST
@@ -193,6 +193,38 @@ START_TEST(stale_load_reports_teach_nothing)
 }
 END_TEST
 
-IG_CHECK_MAIN("router", least_loaded_rotates_ties, least_loaded_follows_load_and_weight,
+/* least-tokens: the soonest expected finish, from outstanding work over
+ * measured speed; an unmeasured backend counts at the mean speed. */
+START_TEST(least_tokens_weighs_work_by_speed)
+{
+	struct ig_pool pool = make_pool(3);
+	struct ig_backend *b;
+	struct ig_route_req rq = {.tokens = 100};
+	/* equal speed: the least outstanding work wins, not the fewest requests */
+	for (int i = 0; i < 3; i++)
+		atomic_store(&pool.v[i]->speed_milli, 50000);
+	atomic_store(&pool.v[0]->inflight, 1);
+	atomic_store(&pool.v[0]->out_tokens, 5000);
+	atomic_store(&pool.v[1]->inflight, 3);
+	atomic_store(&pool.v[1]->out_tokens, 600);
+	atomic_store(&pool.v[2]->inflight, 2);
+	atomic_store(&pool.v[2]->out_tokens, 900);
+	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_LEAST_TOKENS, &rq, &b), IG_PICK_OK);
+	ck_assert_int_eq(b->id, 1);
+	ig_router_release(b);
+	/* backend 1 slowed ten times: its 600 tokens now take longer than 2's 900 */
+	atomic_store(&pool.v[1]->speed_milli, 5000);
+	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_LEAST_TOKENS, &rq, &b), IG_PICK_OK);
+	ck_assert_int_eq(b->id, 2);
+	ig_router_release(b);
+	/* not measured yet: the mean of the others (27,500), so 2 still wins */
+	atomic_store(&pool.v[2]->speed_milli, 0);
+	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_LEAST_TOKENS, &rq, &b), IG_PICK_OK);
+	ck_assert_int_eq(b->id, 2);
+	free_pool(&pool);
+}
+END_TEST
+
+IG_CHECK_MAIN("router", least_tokens_weighs_work_by_speed, least_loaded_rotates_ties, least_loaded_follows_load_and_weight,
 	      limits_give_busy_then_none, reserved_slots_are_not_for_low, slots_learned_from_load_reports,
 	      stale_load_reports_teach_nothing)
