@@ -127,9 +127,25 @@ static const struct ig_flag keys[] = {
 	 .off = OFF(discover_interval_s), .min = 1, .max = 86400, .def = "10", .metavar = "N",
 	 .help = "how often discovered names are resolved again"},
 	{.name = "--policy", .key = "policy", .type = IG_FLAG_CHOICE, .off = OFF(policy), .def = "least-loaded",
-	 .metavar = "least-loaded|round-robin|random|power-of-two|least-tokens",
-	 .bad = "%s: unknown policy '%s' (least-loaded, round-robin, random, power-of-two, least-tokens)",
+	 .metavar = "least-loaded|round-robin|random|power-of-two|least-tokens|cache-aware",
+	 .bad = "%s: unknown policy '%s' (least-loaded, round-robin, random, power-of-two, least-tokens, "
+		"cache-aware)",
 	 .help = "how a backend is chosen"},
+	{.name = "--cache-threshold-percent", .key = "cache_aware.threshold_percent", .type = IG_FLAG_LONG,
+	 .off = OFF(cache_threshold_percent), .min = 1, .max = 100, .def = "50", .metavar = "N",
+	 .help = "cache-aware: a request goes to the backend sent its longest prefix when that covers N% of its "
+		 "prompt's blocks (SGLang's gateway: cache_threshold 0.5), else to the least loaded"},
+	{.name = "--cache-balance-abs", .key = "cache_aware.balance_abs", .type = IG_FLAG_LONG,
+	 .off = OFF(cache_balance_abs), .min = 0, .max = 1000000, .def = "8", .metavar = "N",
+	 .help = "cache-aware load guard: the preferred backend is passed over when it has more than N requests "
+		 "in flight beyond the least loaded..."},
+	{.name = "--cache-balance-rel", .key = "cache_aware.balance_rel", .type = IG_FLAG_DOUBLE,
+	 .off = OFF(cache_balance_rel), .min = 1, .max = 1000, .def = "1.5", .metavar = "X",
+	 .help = "...and more than X times as many (SGLang's balance_abs_threshold / balance_rel_threshold)"},
+	{.name = "--cache-max-blocks", .key = "cache_aware.max_blocks", .type = IG_FLAG_LONG,
+	 .off = OFF(cache_max_blocks), .min = 16, .max = 100000000, .def = "32768", .metavar = "N",
+	 .help = "cache-aware: prefix blocks (64 bytes of prompt each) remembered per backend, least recently "
+		 "used forgotten first; 32768 take at most about 0.9 MB per backend"},
 	{.name = "--health-path", .key = "health.path", .type = IG_FLAG_STRING, .off = OFF(health_path),
 	 .def = "/health", .metavar = "PATH", .help = "path probed on each backend"},
 	{.name = "--health-interval-ms", .key = "health.interval_ms", .type = IG_FLAG_LONG,
@@ -240,7 +256,8 @@ static const struct ig_flags spec = {
 
 const char *ig_conf_policy_name(enum ig_policy p)
 {
-	static const char *names[] = {"least-loaded", "round-robin", "random", "power-of-two", "least-tokens"};
+	static const char *names[] = {"least-loaded", "round-robin", "random", "power-of-two", "least-tokens",
+				      "cache-aware"};
 	return names[p];
 }
 

@@ -15,6 +15,8 @@ enum ig_policy {
 	IG_POLICY_POWER_OF_TWO, /* two random candidates, the less loaded wins */
 	IG_POLICY_LEAST_TOKENS, /* the soonest expected finish: outstanding tokens
 				 * over measured speed and weight */
+	IG_POLICY_CACHE_AWARE,  /* the backend that was sent the longest prefix of
+				 * the prompt, unless it is overloaded */
 };
 
 struct ig_backend_conf {
@@ -88,6 +90,10 @@ struct ig_conf {
 	int log_level;              /* enum ig_log_level */
 	char *access_log;           /* path, "-" for stdout, "" for none */
 	char *api_keys_file;        /* the keys file (keyset.h); "" = open */
+	long cache_threshold_percent; /* cache-aware: the share of the prompt a match must cover */
+	long cache_balance_abs;     /* ...unless its backend has this many more in flight */
+	double cache_balance_rel;   /* ...and this many times as many as the least loaded */
+	long cache_max_blocks;      /* prefix blocks remembered per backend */
 	long default_max_tokens;    /* the output a request without max_tokens is taken
 				     * to ask for (tpm charges, least-tokens) */
 	long stream_usage;          /* 1: ask streams for usage, hide it from clients

@@ -119,6 +119,7 @@ struct ig_stats {
 };
 
 struct ig_discovery;
+struct ig_affinity;
 
 struct ig_gw {
 	struct ig_conf *cfg;
@@ -154,6 +155,7 @@ struct ig_gw {
 	struct ig_keyset api_keys, admin_keys;
 	struct ig_accesslog alog;
 	struct ig_discovery *discovery;  /* NULL without discover entries */
+	struct ig_affinity *affinity;    /* cache-aware: prefixes sent to each backend */
 	int argc;                      /* to re-read the configuration on SIGHUP */
 	char **argv;
 };

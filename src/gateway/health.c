@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "affinity.h"
 #include "health.h"
 #include "infergate/buf.h"
 #include "infergate/log.h"
@@ -169,9 +170,12 @@ static void set_state(struct ig_gw *gw, struct ig_backend *b, int state, const c
 	} else {
 		ig_log_warn("backend %s is down (%s); %zu of %zu healthy", b->url, why, ig_backend_pool_healthy(&gw->pool),
 			    gw->pool.n);
-		/* It may come back restarted with another capacity: learn anew. */
+		/* It may come back restarted with another capacity: learn anew;
+		 * and with an empty cache: cache-aware forgets what it sent. */
 		ig_backend_slots_reset(&b->learn);
 		atomic_store(&b->slots, 0);
+		if (gw->affinity)
+			ig_affinity_forget(gw->affinity, b->id);
 	}
 }
 
@@ -376,6 +380,8 @@ void ig_health_reap(struct ig_gw *gw)
 		if (atomic_load(&b->admin) != IG_ADMIN_REMOVING || atomic_load(&b->inflight) > 0)
 			continue;
 		ig_log_info("backend %s (id %d) removed", b->url, b->id);
+		if (gw->affinity)
+			ig_affinity_forget(gw->affinity, b->id);
 		ig_health_remove(gw, b);
 		ig_backend_pool_remove(&gw->pool, b);
 	}

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "infergate/buf.h"
+#include "affinity.h"
 #include "metrics.h"
 #include "infergate/util.h"
 
@@ -112,8 +113,13 @@ char *ig_metrics_backends_json(struct ig_gw *gw)
 {
 	json_t *arr = json_array();
 	uint64_t now = ig_now_ms();
-	for (size_t i = 0; i < gw->pool.n; i++)
-		json_array_append_new(arr, ig_metrics_backend_json(gw->pool.v[i], now));
+	for (size_t i = 0; i < gw->pool.n; i++) {
+		json_t *o = ig_metrics_backend_json(gw->pool.v[i], now);
+		if (gw->cfg->policy == IG_POLICY_CACHE_AWARE) /* prefix blocks remembered for it */
+			json_object_set_new(o, "cache_blocks",
+					    json_integer((json_int_t)ig_affinity_blocks(gw->affinity, gw->pool.v[i]->id)));
+		json_array_append_new(arr, o);
+	}
 	json_t *g = json_pack("{s:s, s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
 			      "version", PACKAGE_VERSION,
 			      "uptime_s", (double)(now - gw->started_ms) / 1000.0,
@@ -130,6 +136,8 @@ char *ig_metrics_backends_json(struct ig_gw *gw)
 				    json_pack("{s:I, s:I, s:I}", "waiting", (json_int_t)ig_sched_waiting(&gw->sched, c), "inflight",
 					      (json_int_t)gw->class_inflight[c], "dispatched_after_wait",
 					      (json_int_t)gw->stats.queue_wait[c].n));
+	if (gw->cfg->policy == IG_POLICY_CACHE_AWARE)
+		json_object_set_new(g, "cache_aware_bytes", json_integer((json_int_t)ig_affinity_bytes(gw->affinity)));
 	json_object_set_new(g, "scheduling", json_string(gw->cfg->scheduling ? "fifo" : "priority"));
 	json_object_set_new(g, "classes", classes);
 	json_t *keys = json_array();

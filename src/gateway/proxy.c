@@ -17,7 +17,9 @@
 #include <strings.h>
 #include <sys/epoll.h>
 
+#include "affinity.h"
 #include "health.h"
+#include "infergate/blockhash.h"
 #include "infergate/httpd.h"
 #include "infergate/log.h"
 #include "infergate/oaerror.h"
@@ -102,6 +104,7 @@ static void req_free(struct ig_req *req)
 		ig_sched_key_release(&gw->sched, req->wait.key);
 	if (req->key)
 		ig_sched_key_release(&gw->sched, req->key);
+	free(req->chain);
 	free(req->model);
 	free(req->alias);
 	free(req->prio_body);
@@ -627,6 +630,8 @@ static void start_transfer(struct ig_req *req, struct ig_backend *b)
 	if (req->ntried == 0)
 		req->dispatch_seq = ++gw->dispatched;
 	req->tried[req->ntried++] = b;
+	if (req->nchain) /* cache-aware: this backend now holds the prefix */
+		ig_affinity_insert(gw->affinity, b->id, req->chain, req->nchain);
 	req->work_left = req->tok_estimate;
 	req->t_attempt_us = ig_now_us();
 	if (req->work_left > 0)
@@ -730,8 +735,12 @@ static void not_served(struct ig_req *req)
 /* What the router is told of req. */
 static struct ig_route_req route_req(const struct ig_req *req)
 {
+	const struct ig_conf *cfg = req->gw->cfg;
 	return (struct ig_route_req){.low = req->wait.klass == IG_CLASS_LOW, .tokens = req->tok_estimate,
-				     .tried = req->tried, .ntried = req->ntried};
+				     .tried = req->tried, .ntried = req->ntried, .affinity = req->gw->affinity,
+				     .chain = req->chain, .nchain = req->nchain,
+				     .threshold_percent = cfg->cache_threshold_percent,
+				     .balance_abs = cfg->cache_balance_abs, .balance_rel = cfg->cache_balance_rel};
 }
 
 /* Queues req in its model's queue, or sets 429 when that is full. */
@@ -962,6 +971,54 @@ static long token_estimate(const struct ig_req *req, json_t *root)
 	return prompt + choices * (req->max_tokens > 0 ? req->max_tokens : req->gw->cfg->default_max_tokens);
 }
 
+/* Appends the text of a prompt-like value (as text_bytes counts it). */
+static void text_append(struct ig_buf *b, json_t *v)
+{
+	size_t i;
+	json_t *x;
+	if (json_is_string(v))
+		ig_buf_append(b, json_string_value(v), json_string_length(v));
+	else if (json_is_object(v))
+		text_append(b, json_object_get(v, "text"));
+	else
+		json_array_foreach(v, i, x)
+			text_append(b, x);
+}
+
+/* Blocks considered of one prompt (256 KiB of text). */
+#define MAX_CHAIN 4096
+
+/* cache-aware: the prompt as a chain of block hashes (blockhash.h): for
+ * chat the messages in order, "role\ncontent\n" each (as infergate-sim
+ * builds its prompt), for completions the prompt. Returns 0 or -1. */
+static int prefix_chain(struct ig_req *req, json_t *root)
+{
+	struct ig_buf t;
+	json_t *msgs = json_object_get(root, "messages"), *m;
+	size_t i;
+	ig_buf_init(&t);
+	if (json_is_array(msgs)) {
+		json_array_foreach(msgs, i, m) {
+			text_append(&t, json_object_get(m, "role"));
+			ig_buf_append(&t, "\n", 1);
+			text_append(&t, json_object_get(m, "content"));
+			ig_buf_append(&t, "\n", 1);
+		}
+	} else {
+		text_append(&t, json_object_get(root, "prompt"));
+	}
+	size_t n = t.len / IG_BLOCK_BYTES < MAX_CHAIN ? t.len / IG_BLOCK_BYTES : MAX_CHAIN;
+	if (n) {
+		if (!(req->chain = malloc(n * sizeof(*req->chain)))) {
+			ig_buf_free(&t);
+			return -1;
+		}
+		req->nchain = ig_block_chain(t.data, t.len, req->chain, n);
+	}
+	ig_buf_free(&t);
+	return 0;
+}
+
 /* Whether the gateway should ask for the stream's usage itself: a stream
  * whose client did not set stream_options.include_usage. */
 static bool wants_usage(const struct ig_req *req, json_t *root)
@@ -1017,6 +1074,11 @@ static int inspect_body(struct ig_req *req)
 		req->max_tokens = (long)json_integer_value(mt);
 	if (req->key->tpm.limit > 0 || req->gw->cfg->policy == IG_POLICY_LEAST_TOKENS)
 		req->tok_estimate = token_estimate(req, root);
+	if (req->gw->cfg->policy == IG_POLICY_CACHE_AWARE && prefix_chain(req, root) < 0) {
+		json_decref(root);
+		set_error(req, 500, "internal_error", "out of memory");
+		return -1;
+	}
 	bool rewrite = served != NULL, splice = false;
 	if (served) {
 		req->alias = strdup(model);

@@ -40,6 +40,8 @@ struct ig_req {
 	long work_left;              /* least-tokens: of it, counted on its backend
 				      * now (less the events relayed) */
 	uint64_t t_attempt_us;       /* the current attempt's start */
+	uint64_t *chain;             /* cache-aware: its prompt's block hashes */
+	size_t nchain;
 	long tok_charge;             /* what it was charged (admitted), 0 none */
 	bool tok_settled;            /* the charge was corrected by the usage */
 	bool rl_shown;               /* rl_* below are set */

@@ -28,6 +28,7 @@
 #include "infergate/util.h"
 #include "metrics.h"
 #include "proxy.h"
+#include "affinity.h"
 #include "reactor.h"
 #include "reload.h"
 #include "router.h"
@@ -127,7 +128,7 @@ int ig_reactor_init(struct ig_gw *gw, struct ig_conf *cfg)
 	unsigned conn_limit = (unsigned)(cfg->max_connections < fds - 64 ? cfg->max_connections : fds - 64);
 	signal(SIGPIPE, SIG_IGN);
 
-	if (ig_backend_pool_init(&gw->pool, cfg) < 0)
+	if (ig_backend_pool_init(&gw->pool, cfg) < 0 || !(gw->affinity = ig_affinity_new((size_t)cfg->cache_max_blocks)))
 		return -1;
 	if (ig_sched_rebuild(&gw->sched, &gw->pool) < 0)
 		return -1;
@@ -294,6 +295,8 @@ void ig_reactor_free(struct ig_gw *gw)
 	ig_health_free(gw);
 	ig_upstream_free(gw);
 	ig_sched_free(&gw->sched);
+	ig_affinity_free(gw->affinity);
+	gw->affinity = NULL;
 	ig_backend_pool_free(&gw->pool);
 	ig_metrics_free(gw);
 	ig_keyset_free(&gw->api_keys);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "affinity.h"
 #include "discover.h"
 #include "health.h"
 #include "infergate/log.h"
@@ -150,6 +151,14 @@ void ig_reload(struct ig_gw *gw)
 	nc.max_connections = gw->cfg->max_connections;
 	struct ig_conf old = *gw->cfg;
 	*gw->cfg = nc;
+	if (old.cache_max_blocks != nc.cache_max_blocks) {
+		/* A new size: the records start empty (they are a guess anyway). */
+		struct ig_affinity *a = ig_affinity_new((size_t)nc.cache_max_blocks);
+		if (a) {
+			ig_affinity_free(gw->affinity);
+			gw->affinity = a;
+		}
+	}
 	ig_conf_free(&old);
 	/* Discovery restarts with the new names and interval. */
 	ig_discover_stop(gw);

@@ -27,6 +27,41 @@ static int less_loaded(struct ig_backend *a, struct ig_backend *b)
 	return la * b->weight < lb * a->weight;
 }
 
+static long load_of(struct ig_backend *b)
+{
+	return atomic_load(&b->inflight) + atomic_load(&b->external_load);
+}
+
+/* cache-aware: the candidate that was sent the longest prefix of the
+ * prompt when the match covers threshold_percent of it and the load guard
+ * lets it; else `fallback`, the least loaded. After SGLang's gateway
+ * (sgl-router/src/policies/cache_aware.rs: a match rate over
+ * cache_threshold wins unless the fleet is imbalanced, max - min >
+ * balance_abs_threshold and max > min x balance_rel_threshold), with two
+ * differences: the guard weighs the preferred backend's own load against
+ * the least loaded (so one hot conversation does not turn affinity off for
+ * every other), and a weak match goes to the least loaded rather than to
+ * the backend with the smallest record. */
+static size_t cache_pick(struct ig_backend **cand, size_t k, const struct ig_route_req *rq, size_t fallback)
+{
+	size_t best = k, bm = 0;
+	if (!rq->affinity || rq->nchain == 0)
+		return fallback;
+	for (size_t i = 0; i < k; i++) {
+		size_t m = ig_affinity_match(rq->affinity, cand[i]->id, rq->chain, rq->nchain);
+		if (m > bm) {
+			bm = m;
+			best = i;
+		}
+	}
+	if (best == k || (long)(bm * 100) < rq->threshold_percent * (long)rq->nchain)
+		return fallback;
+	long lb = load_of(cand[best]), lmin = load_of(cand[fallback]);
+	if (lb - lmin > rq->balance_abs && (double)lb > (double)lmin * rq->balance_rel)
+		return fallback;
+	return best;
+}
+
 /* least-tokens: a is expected to finish a request of `tokens` sooner than
  * b: their outstanding work plus it, over their speed (tokens/s per
  * request, measured from their answers) and weight. A backend not measured
@@ -115,6 +150,12 @@ enum ig_pick ig_router_pick(struct ig_backend *const *v, size_t n, atomic_uint *
 	while (k > 0) {
 		size_t pick = 0;
 		switch (policy) {
+		case IG_POLICY_CACHE_AWARE:
+			for (size_t i = 1; i < k; i++)
+				if (less_loaded(cand[i], cand[pick]))
+					pick = i;
+			pick = cache_pick(cand, k, rq, pick);
+			break;
 		case IG_POLICY_LEAST_TOKENS:
 			for (size_t i = 1; i < k; i++)
 				if (sooner(cand[i], cand[pick], rq->tokens, speed))

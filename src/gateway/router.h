@@ -6,6 +6,7 @@
 
 #include <stdbool.h>
 
+#include "affinity.h"
 #include "backend.h"
 
 enum ig_pick {
@@ -22,6 +23,13 @@ struct ig_route_req {
 					  * prompt estimate and its max output) */
 	struct ig_backend *const *tried; /* backends it failed on: skipped */
 	int ntried;
+	/* cache-aware: its prompt's block chain, what each backend was sent,
+	 * and when a match wins (cache_aware.* in conf.h) */
+	const struct ig_affinity *affinity;
+	const uint64_t *chain;
+	size_t nchain;
+	long threshold_percent, balance_abs;
+	double balance_rel;
 };
 
 /* Picks one of the n backends in v (a model's pool, scheduler.h) for rq and

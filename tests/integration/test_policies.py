@@ -1,10 +1,13 @@
 """Routing policies that look past request counts, with real processes:
 least-tokens (the soonest expected finish: outstanding tokens over each
-backend's measured speed). What a user sees: which backend served each
-request (X-Infergate-Backend) and /health/backends."""
+backend's measured speed) and cache-aware (a conversation's turns go where
+its prefix was sent, unless that backend is overloaded). What a user sees:
+which backend served each request (X-Infergate-Backend), the cached tokens
+the simulators report, and /health/backends."""
 
 import collections
 import json
+import threading
 
 from harness import chat_body, http, http_json, parallel, run, start_gateway, start_sim, test, wait_until
 
@@ -45,6 +48,71 @@ def least_tokens_moves_work_away_from_a_backend_that_slowed_down():
     # It finishes a request in about ten times as long: it gets a small share.
     assert after[slow.url] <= 0.12 * 240, after
     assert sum(after.values()) == 240
+
+
+
+SYSTEM = "You are a careful assistant for a river survey team. " * 24   # about 1,300 bytes
+
+
+def turn(gw, history, question, **kw):
+    """One turn of a conversation: its history and a new question; returns
+    (backend, cached tokens, answer)."""
+    msgs = [{"role": "system", "content": SYSTEM}] + history + [{"role": "user", "content": question}]
+    st, h, obj = http_json("POST", gw.url + "/v1/chat/completions", {"model": "sim-model", "messages": msgs, **kw})
+    assert st == 200, (st, obj)
+    answer = obj["choices"][0]["message"]["content"]
+    return h["x-infergate-backend"], obj["usage"]["prompt_tokens_details"]["cached_tokens"], answer
+
+
+def backends_json(gw):
+    return {b["url"]: b for b in http_json("GET", gw.url + "/health/backends")[2]["backends"]}
+
+
+@test
+def cache_aware_keeps_a_conversation_on_its_backend_until_it_is_overloaded():
+    sims = [start_sim("--profile", "h100-8b") for _ in range(3)]   # real time: a step is about 6 ms
+    gw = start_gateway(sims, "--policy", "cache-aware", "--load-source", "gateway", "--health-interval-ms", "200")
+    healthy(gw, 3)
+    # Three conversations of six turns each, turns taken one after another.
+    where = collections.defaultdict(list)
+    cached = []
+    for conv in range(3):
+        history = []
+        for t in range(6):
+            q = f"conversation {conv}, question {t}: how deep is the river here?"
+            b, c, answer = turn(gw, history, q, max_tokens=12)
+            where[conv].append(b)
+            cached.append((t, c))
+            history += [{"role": "user", "content": q}, {"role": "assistant", "content": answer}]
+    for conv, bs in where.items():   # every turn where the first went
+        assert len(set(bs)) == 1, (conv, bs)
+    # After the first turn the simulator finds the previous prompt cached.
+    assert all(c > 0 for t, c in cached if t > 0), cached
+    recorded = backends_json(gw)
+    assert sum(b["cache_blocks"] for b in recorded.values()) > 0, recorded
+    # One conversation's turns pile up on its backend (long answers, all at
+    # once): past the load guard (8 more in flight than the least loaded,
+    # and 1.5 times as many) they go to the others.
+    home = where[0][0]
+    results = []
+    def long_turn(i):
+        # no max_tokens: the simulator answers this prompt with about 100-250 tokens
+        results.append(turn(gw, [], "conversation 0, question 0: how deep is the river here?")[0])
+    # the same first turn as conversation 0: its prefix is recorded on `home`
+    ths = [threading.Thread(target=long_turn, args=(i,)) for i in range(24)]
+    for th in ths:
+        th.start()
+    for th in ths:
+        th.join()
+    spread = collections.Counter(results)
+    print(f"# 24 concurrent turns of one conversation: {dict((u[-5:], n) for u, n in spread.items())}")
+    assert spread[home] >= 9 and len(spread) >= 2 and spread[home] < 24, spread
+    # A backend that dies loses its record (its cache is gone with it).
+    victim = sims[1]
+    victim_url = victim.url
+    victim.kill()
+    wait_until(lambda: backends_json(gw)[victim_url]["state"] == "down", timeout=15, what="the backend down")
+    assert backends_json(gw)[victim_url]["cache_blocks"] == 0
 
 
 run()
