@@ -1,0 +1,273 @@
+#!/usr/bin/env python3
+"""Issue 17: routing that knows prefix caches and tokens, measured on simulators that batch
+and cache like an engine. Seven `infergate-sim --profile h100-8b` (decode steps over the
+batch, a KV budget, a prefix cache of 16-token blocks; --time-scale so a run of simulated
+minutes takes seconds), three workloads, every policy plus nginx in one run:
+
+- multi-turn: concurrent conversations of 5-10 turns over four shared system prompts of
+  about 1,000 tokens; each turn sends the system prompt, the history and a new question,
+  the next turn leaves when the answer is in (closed loop per conversation);
+- bulk: distinct questions behind one shared system prompt, long-tailed answer lengths
+  (max_tokens from a Pareto draw, 16..1024), a fixed number in flight;
+- distinct: distinct prompts, nothing shared, the same number in flight.
+
+Targets: round-robin, least-loaded, least-tokens, cache-aware (infergate), nginx least_conn,
+and nginx `hash $http_x_conversation consistent` (what an nginx user does for affinity; the
+client sends the conversation id, or for one-shot work the request's own id).
+
+Figures per run (from the streamed answers: `stream_options.include_usage`):
+output tokens per simulated second (tokens / (wall time x time scale)), cache hit rate
+(cached / prompt tokens from usage.prompt_tokens_details), TTFT p50 / p99 (simulated ms:
+wall x time scale), and the tail (bulk: time from 99% of requests done to 100%).
+
+Usage: python3 bench/cache.py [--scale X] [--conversations N] [--requests N]
+       [--concurrency C] [--targets a,b,...] [--workloads a,b,...]
+Env: IG_BUILD (build dir, default ./build), IG_SKIP_DEPS=1 (no apt-get).
+"""
+
+import argparse
+import http.client
+import json
+import os
+import random
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+import benchlib as B  # noqa: E402
+
+NSIMS = 7
+TARGETS = ["round-robin", "least-loaded", "least-tokens", "cache-aware", "nginx-least_conn", "nginx-hash"]
+WORKLOADS = ["multi-turn", "bulk", "distinct"]
+WORDS = ("river stone valley lantern harbor signal forest engine window garden mountain kernel "
+         "socket packet winter summer copper silver meadow canyon").split()
+
+
+def text(rng, nbytes):
+    out, n = [], 0
+    while n < nbytes:
+        w = rng.choice(WORDS)
+        out.append(w)
+        n += len(w) + 1
+    return " ".join(out)
+
+
+NGINX_CONF = """daemon off;
+master_process on;
+worker_processes 2;
+pid @DIR@/nginx.pid;
+error_log @DIR@/nginx-error.log warn;
+events { worker_connections 8192; }
+http {
+    access_log off;
+    client_body_temp_path @DIR@/client_body;
+    proxy_temp_path @DIR@/proxy_temp;
+    upstream backends {
+        @BALANCE@;
+@SERVERS@
+        keepalive 256;
+    }
+    server {
+        listen 127.0.0.1:@PORT@ reuseport;
+        location / {
+            proxy_pass http://backends;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+        }
+    }
+}
+"""
+
+
+def start_nginx(procs, sims, balance):
+    port = B.free_port()
+    d = procs.workdir
+    for sub in ("client_body", "proxy_temp"):
+        os.makedirs(os.path.join(d, sub), exist_ok=True)
+    conf = NGINX_CONF.replace("@DIR@", d).replace("@PORT@", str(port)).replace("@BALANCE@", balance)
+    conf = conf.replace("@SERVERS@", "\n".join(f"        server {u[len('http://'):]};" for u in sims))
+    path = os.path.join(d, "nginx.conf")
+    with open(path, "w") as f:
+        f.write(conf)
+    nginx = "nginx" if B.shutil.which("nginx") else "/usr/sbin/nginx"
+    p = procs.start("nginx", [nginx, "-c", path, "-e", os.path.join(d, "nginx-error.log")])
+    url = f"http://127.0.0.1:{port}"
+    B.wait_http(url + "/health", proc=p)
+    return url
+
+
+def one(url, body, conv):
+    """One streamed chat completion: (ttft_s, prompt, cached, completion) or None."""
+    host, port = url[len("http://"):].split(":")
+    c = http.client.HTTPConnection(host, int(port), timeout=600)
+    t0 = time.monotonic()
+    try:
+        c.request("POST", "/v1/chat/completions", json.dumps(body),
+                  {"Content-Type": "application/json", "X-Conversation": conv})
+        r = c.getresponse()
+        if r.status != 200:
+            r.read()
+            return None
+        ttft, usage = None, None
+        while True:
+            line = r.readline()
+            if not line:
+                break
+            if not line.startswith(b"data: "):
+                continue
+            if ttft is None:
+                ttft = time.monotonic() - t0
+            if b'"usage"' in line and b'"prompt_tokens"' in line:
+                usage = json.loads(line[6:])["usage"]
+        if not usage:
+            return None
+        cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+        return ttft, usage["prompt_tokens"], cached, usage["completion_tokens"]
+    except OSError:
+        return None
+    finally:
+        c.close()
+
+
+def body(messages, max_tokens):
+    return {"model": "sim-model", "messages": messages, "max_tokens": max_tokens, "stream": True,
+            "stream_options": {"include_usage": True}}
+
+
+def run_multi_turn(url, args, rng):
+    systems = [text(random.Random(100 + i), 4000) for i in range(4)]   # about 1,000 tokens each
+    results, finish_times = [], []
+    lock = threading.Lock()
+
+    def conversation(ci):
+        r = random.Random(ci)
+        msgs = [{"role": "system", "content": systems[ci % 4]}]
+        for t in range(r.randint(5, 10)):
+            msgs.append({"role": "user", "content": f"[{ci}.{t}] " + text(r, 200)})
+            res = one(url, body(msgs, 64), f"conv-{ci}")
+            with lock:
+                results.append(res)
+                finish_times.append(time.monotonic())
+            # the answer as the next turn's history (the simulator caches prompts only)
+            msgs.append({"role": "assistant", "content": text(r, 250)})
+
+    ths = [threading.Thread(target=conversation, args=(i,)) for i in range(args.conversations)]
+    t0 = time.monotonic()
+    for th in ths:
+        th.start()
+    for th in ths:
+        th.join()
+    return results, finish_times, t0
+
+
+def run_oneshot(url, args, rng, shared):
+    system = text(random.Random(7), 8000) if shared else None
+    jobs = []
+    for i in range(args.requests):
+        r = random.Random(1000 + i)
+        q = f"[{i}] " + text(r, 800 if shared else 8800)
+        msgs = ([{"role": "system", "content": system}] if shared else []) + [{"role": "user", "content": q}]
+        # long-tailed lengths (Pareto, alpha 1.2) for bulk, fixed for distinct
+        mt = min(1024, int(16 * r.paretovariate(1.2))) if shared else 128
+        jobs.append((msgs, mt, f"req-{i}"))
+    results, finish_times = [], []
+    lock = threading.Lock()
+    it = iter(jobs)
+
+    def worker():
+        while True:
+            with lock:
+                job = next(it, None)
+            if job is None:
+                return
+            res = one(url, body(job[0], job[1]), job[2])
+            with lock:
+                results.append(res)
+                finish_times.append(time.monotonic())
+
+    ths = [threading.Thread(target=worker) for _ in range(args.concurrency)]
+    t0 = time.monotonic()
+    for th in ths:
+        th.start()
+    for th in ths:
+        th.join()
+    return results, finish_times, t0
+
+
+def measure(target, workload, args, workdir):
+    procs = B.Procs(os.path.join(workdir, f"{workload}-{target}"))
+    try:
+        sim_args = ["--profile", "h100-8b", "--time-scale", str(args.scale)]
+        sims, _ = B.start_sims(procs, NSIMS, sim_args)
+        if target.startswith("nginx"):
+            url = start_nginx(procs, sims, "least_conn" if target == "nginx-least_conn"
+                              else "hash $http_x_conversation consistent")
+        else:
+            url, _ = B.start_gateway(procs, sims, extra=["--policy", target, "--load-source", "gateway"])
+        rng = random.Random(1)
+        if workload == "multi-turn":
+            results, finish, t0 = run_multi_turn(url, args, rng)
+        else:
+            results, finish, t0 = run_oneshot(url, args, rng, shared=workload == "bulk")
+        wall = max(finish) - t0 if finish else float("nan")
+        ok = [r for r in results if r]
+        prompt = sum(r[1] for r in ok)
+        cached = sum(r[2] for r in ok)
+        out = sum(r[3] for r in ok)
+        ttft = [r[0] * args.scale * 1000 for r in ok]
+        fin = sorted(finish)
+        tail = (fin[-1] - fin[int(0.99 * (len(fin) - 1))]) * args.scale if len(fin) > 1 else 0
+        fig = {"target": target, "workload": workload, "requests": len(results), "failed": len(results) - len(ok),
+               "sim_seconds": wall * args.scale, "out_tps": out / (wall * args.scale),
+               "hit_rate": cached / prompt if prompt else 0.0,
+               "ttft_p50_ms": B.pct(ttft, 50), "ttft_p99_ms": B.pct(ttft, 99), "tail_s": tail}
+        B.log(f"{workload:10} {target:17} {fig['out_tps']:8,.0f} tok/s  hit {fig['hit_rate']:.1%}  "
+              f"TTFT p50 {fig['ttft_p50_ms']:,.0f} p99 {fig['ttft_p99_ms']:,.0f} ms  tail {tail:.1f} s  "
+              f"failed {fig['failed']}")
+        return fig
+    finally:
+        procs.stop_all()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--scale", type=float, default=10, help="simulated time per wall second [10]")
+    ap.add_argument("--conversations", type=int, default=112, help="multi-turn conversations at once [112]")
+    ap.add_argument("--requests", type=int, default=700, help="bulk and distinct requests [700]")
+    ap.add_argument("--concurrency", type=int, default=112, help="bulk and distinct in flight [112]")
+    ap.add_argument("--targets", default=",".join(TARGETS))
+    ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    args = ap.parse_args()
+    B.need(("nginx", "nginx-light"))
+    mach = B.machine()
+    workdir = os.path.join(B.TMP, f"cache-{os.getpid()}")
+    figs = []
+    for w in args.workloads.split(","):
+        for t in args.targets.split(","):
+            figs.append(measure(t, w, args, workdir))
+    rows = []
+    for w in args.workloads.split(","):
+        base = next((f for f in figs if f["workload"] == w and f["target"] == "least-loaded"), None)
+        for f in (f for f in figs if f["workload"] == w):
+            rel = f"{f['out_tps'] / base['out_tps']:.2f}" if base else "-"
+            hit = (f"{f['hit_rate'] / base['hit_rate']:.1f}x" if base and base["hit_rate"] > 0 else "-")
+            rows.append([w, f["target"], f"{f['out_tps']:,.0f}", rel, f"{f['hit_rate']:.1%}", hit,
+                         f"{f['ttft_p50_ms']:,.0f}", f"{f['ttft_p99_ms']:,.0f}", f"{f['tail_s']:.1f}",
+                         f["failed"]])
+    table = B.md_table(["workload", "target", "output tok/s", "vs least-loaded", "hit rate",
+                        "hit vs least-loaded", "TTFT p50 ms", "TTFT p99 ms", "tail s (99%->100%)", "failed"],
+                       rows)
+    notes = (f"Seven `infergate-sim --profile h100-8b --time-scale {args.scale:g}` (figures in simulated time: "
+             f"wall x {args.scale:g}); infergate with `--load-source gateway`; nginx 2 workers. multi-turn: "
+             f"{args.conversations} conversations of 5-10 turns (64-token answers) over 4 system prompts of "
+             f"4,000 bytes; bulk: {args.requests} questions of 800 bytes behind one 8,000-byte system prompt, "
+             f"max_tokens Pareto(1.2) x 16 up to 1024, {args.concurrency} in flight; distinct: {args.requests} "
+             f"prompts of 8,800 bytes, 128 tokens, {args.concurrency} in flight. Client: Python threads, "
+             f"streamed requests with include_usage; everything on the same 2 cores.")
+    B.record("cache", "Cache-aware and least-tokens routing", B.command_line(), mach, {"runs": figs}, table, notes)
+
+
+if __name__ == "__main__":
+    main()
