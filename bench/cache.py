@@ -18,9 +18,10 @@ client sends the conversation id, or for one-shot work the request's own id).
 Figures per run (from the streamed answers: `stream_options.include_usage`):
 output tokens per simulated second (tokens / (wall time x time scale)), cache hit rate
 (cached / prompt tokens from usage.prompt_tokens_details), TTFT p50 / p99 (simulated ms:
-wall x time scale), and the tail (bulk: time from 99% of requests done to 100%).
+wall x time scale), the tail (time from 99% of requests done to 100%), and for multi-turn the
+history hit rate: of each turn's tokens past the shared system prompt, the share found cached.
 
-Usage: python3 bench/cache.py [--scale X] [--conversations N] [--requests N]
+Usage: python3 bench/cache.py [--scale X] [--kv-tokens N] [--conversations N] [--requests N]
        [--concurrency C] [--targets a,b,...] [--workloads a,b,...]
 Env: IG_BUILD (build dir, default ./build), IG_SKIP_DEPS=1 (no apt-get).
 """
@@ -147,6 +148,8 @@ def run_multi_turn(url, args, rng):
         for t in range(r.randint(5, 10)):
             msgs.append({"role": "user", "content": f"[{ci}.{t}] " + text(r, 200)})
             res = one(url, body(msgs, 64), f"conv-{ci}")
+            if res:  # the system prompt's tokens as the simulator counts them (role, text, 2 separators)
+                res = res + ((len("system") + len(systems[ci % 4]) + 2 + 3) // 4,)
             with lock:
                 results.append(res)
                 finish_times.append(time.monotonic())
@@ -199,13 +202,14 @@ def run_oneshot(url, args, rng, shared):
 def measure(target, workload, args, workdir):
     procs = B.Procs(os.path.join(workdir, f"{workload}-{target}"))
     try:
-        sim_args = ["--profile", "h100-8b", "--time-scale", str(args.scale)]
+        sim_args = ["--profile", "h100-8b", "--time-scale", str(args.scale), "--kv-tokens", str(args.kv_tokens)]
         sims, _ = B.start_sims(procs, NSIMS, sim_args)
         if target.startswith("nginx"):
             url = start_nginx(procs, sims, "least_conn" if target == "nginx-least_conn"
                               else "hash $http_x_conversation consistent")
         else:
-            url, _ = B.start_gateway(procs, sims, extra=["--policy", target, "--load-source", "gateway"])
+            url, _ = B.start_gateway(procs, sims, extra=["--policy", target, "--load-source", "gateway"]
+                                     + args.gateway_args.split())
         rng = random.Random(1)
         if workload == "multi-turn":
             results, finish, t0 = run_multi_turn(url, args, rng)
@@ -219,11 +223,17 @@ def measure(target, workload, args, workdir):
         ttft = [r[0] * args.scale * 1000 for r in ok]
         fin = sorted(finish)
         tail = (fin[-1] - fin[int(0.99 * (len(fin) - 1))]) * args.scale if len(fin) > 1 else 0
+        # multi-turn: of the tokens past the shared system prompt (the conversation's own
+        # history), the share found cached: what only routing by conversation can win
+        own = sum(r[1] - r[4] for r in ok if len(r) > 4)
+        own_cached = sum(max(0, r[2] - r[4]) for r in ok if len(r) > 4)
         fig = {"target": target, "workload": workload, "requests": len(results), "failed": len(results) - len(ok),
+               "history_hit_rate": own_cached / own if own else None,
                "sim_seconds": wall * args.scale, "out_tps": out / (wall * args.scale),
                "hit_rate": cached / prompt if prompt else 0.0,
                "ttft_p50_ms": B.pct(ttft, 50), "ttft_p99_ms": B.pct(ttft, 99), "tail_s": tail}
-        B.log(f"{workload:10} {target:17} {fig['out_tps']:8,.0f} tok/s  hit {fig['hit_rate']:.1%}  "
+        hh = f" (history {fig['history_hit_rate']:.1%})" if fig["history_hit_rate"] is not None else ""
+        B.log(f"{workload:10} {target:17} {fig['out_tps']:8,.0f} tok/s  hit {fig['hit_rate']:.1%}{hh}  "
               f"TTFT p50 {fig['ttft_p50_ms']:,.0f} p99 {fig['ttft_p99_ms']:,.0f} ms  tail {tail:.1f} s  "
               f"failed {fig['failed']}")
         return fig
@@ -233,11 +243,17 @@ def measure(target, workload, args, workdir):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--scale", type=float, default=10, help="simulated time per wall second [10]")
-    ap.add_argument("--conversations", type=int, default=112, help="multi-turn conversations at once [112]")
-    ap.add_argument("--requests", type=int, default=700, help="bulk and distinct requests [700]")
-    ap.add_argument("--concurrency", type=int, default=112, help="bulk and distinct in flight [112]")
+    ap.add_argument("--scale", type=float, default=1,
+                    help="simulated time per wall second [1: above it the client and the simulators share the "
+                         "2 cores with the fleet's work, and simulated time stretches]")
+    ap.add_argument("--kv-tokens", type=int, default=60000,
+                    help="each simulator's KV budget [60000: the working set of the multi-turn chats does "
+                         "not fit one server's cache, as on a busy real fleet]")
+    ap.add_argument("--conversations", type=int, default=224, help="multi-turn conversations at once [224]")
+    ap.add_argument("--requests", type=int, default=1500, help="bulk and distinct requests [1500]")
+    ap.add_argument("--concurrency", type=int, default=224, help="bulk and distinct in flight [224]")
     ap.add_argument("--targets", default=",".join(TARGETS))
+    ap.add_argument("--gateway-args", default="", help="more flags for infergate (e.g. cache-aware's guard)")
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
     args = ap.parse_args()
     B.need(("nginx", "nginx-light"))
@@ -253,13 +269,15 @@ def main():
         for f in (f for f in figs if f["workload"] == w):
             rel = f"{f['out_tps'] / base['out_tps']:.2f}" if base else "-"
             hit = (f"{f['hit_rate'] / base['hit_rate']:.1f}x" if base and base["hit_rate"] > 0 else "-")
-            rows.append([w, f["target"], f"{f['out_tps']:,.0f}", rel, f"{f['hit_rate']:.1%}", hit,
+            hh = f" ({f['history_hit_rate']:.1%})" if f.get("history_hit_rate") is not None else ""
+            rows.append([w, f["target"], f"{f['out_tps']:,.0f}", rel, f"{f['hit_rate']:.1%}{hh}", hit,
                          f"{f['ttft_p50_ms']:,.0f}", f"{f['ttft_p99_ms']:,.0f}", f"{f['tail_s']:.1f}",
                          f["failed"]])
-    table = B.md_table(["workload", "target", "output tok/s", "vs least-loaded", "hit rate",
+    table = B.md_table(["workload", "target", "output tok/s", "vs least-loaded", "hit rate (history)",
                         "hit vs least-loaded", "TTFT p50 ms", "TTFT p99 ms", "tail s (99%->100%)", "failed"],
                        rows)
-    notes = (f"Seven `infergate-sim --profile h100-8b --time-scale {args.scale:g}` (figures in simulated time: "
+    notes = (f"Seven `infergate-sim --profile h100-8b --time-scale {args.scale:g} --kv-tokens {args.kv_tokens}` "
+             f"(figures in simulated time: "
              f"wall x {args.scale:g}); infergate with `--load-source gateway`; nginx 2 workers. multi-turn: "
              f"{args.conversations} conversations of 5-10 turns (64-token answers) over 4 system prompts of "
              f"4,000 bytes; bulk: {args.requests} questions of 800 bytes behind one 8,000-byte system prompt, "

@@ -16,7 +16,7 @@ and wrk sends one of them: the cost of key lookup, rate limiting, the x-ratelimi
 and per-key accounting, against the open gateway in the same run.
 
 Usage: python3 bench/proxy.py [--duration S] [--connections N] [--sweep 8,16,...]
-       [--sweep-duration S] [--no-sweep] [--keys N]
+       [--sweep-duration S] [--no-sweep] [--keys N] [--policy P]
 Env: IG_BUILD (build dir, default ./build), IG_SKIP_DEPS=1 (no apt-get).
 """
 
@@ -124,6 +124,7 @@ def main():
     ap.add_argument("--sweep-duration", type=int, default=5, help="seconds per sweep point [5]")
     ap.add_argument("--no-sweep", action="store_true")
     ap.add_argument("--wrk-threads", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--policy", default="least-loaded", help="the gateway's policy [least-loaded]")
     ap.add_argument("--keys", type=int, default=0,
                     help="also a gateway with a keys file of N keys with limits (0: not run)")
     ap.add_argument("--keys-format", choices=("json", "lines"), default="json",
@@ -137,7 +138,7 @@ def main():
     workers = os.cpu_count() or 2
 
     sims, _ = B.start_sims(procs, 7, SIM_ARGS)
-    gw_url, gw = B.start_gateway(procs, sims)
+    gw_url, gw = B.start_gateway(procs, sims, extra=["--policy", args.policy])
     ng_url, ng = start_nginx(procs, sims, workdir, workers)
     ha_url, ha = start_haproxy(procs, sims, workdir, workers)
     direct = procs.procs[0]  # the first simulator, alone

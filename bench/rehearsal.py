@@ -5,7 +5,7 @@ at --concurrency 448 under /usr/bin/time -v, and reports wall time, req/s, the p
 the gateway (VmHWM) and of the bulk client (time -v), checks that the output holds every
 custom_id exactly once, and plots completed requests/s over time from the progress file.
 
-Usage: python3 bench/rehearsal.py [--count N] [--concurrency C]
+Usage: python3 bench/rehearsal.py [--count N] [--concurrency C] [--policy P]
 Env: IG_BUILD (build dir, default ./build), IG_BENCH_TMP (corpus and outputs,
 default /tmp/infergate-bench; about 1.5 GB for 902,087 lines).
 """
@@ -38,6 +38,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--count", type=int, default=902087)
     ap.add_argument("--concurrency", type=int, default=448)
+    ap.add_argument("--policy", default="least-loaded", help="the gateway's policy [least-loaded]")
     args = ap.parse_args()
 
     mach = B.machine()
@@ -53,7 +54,8 @@ def main():
                                "--output", corpus])
         gen_s = time.time() - t
     sims, _ = B.start_sims(procs, 7, SIM_ARGS)
-    gw, gwp = B.start_gateway(procs, sims)
+    gw, gwp = B.start_gateway(procs, sims, extra=["--policy", args.policy])
+    rss_start = B.proc_status(gwp.pid)["VmRSS"]
     out = os.path.join(procs.workdir, "out.jsonl")
     progress = os.path.join(procs.workdir, "progress.json")
     summary = os.path.join(procs.workdir, "summary.json")
@@ -108,7 +110,7 @@ def main():
                     f"{args.concurrency}")
     rps = args.count / wall
     fig = {"count": args.count, "exit": p.returncode, "wall_s": wall, "rps": rps,
-           "bulk_summary": summ, "bulk_maxrss_kb": bulk_rss, "gateway_hwm_kb": gw_mem["VmHWM"],
+           "bulk_summary": summ, "bulk_maxrss_kb": bulk_rss, "gateway_hwm_kb": gw_mem["VmHWM"], "gateway_start_kb": rss_start, "policy": args.policy,
            "output_lines": lines, "unique_ids": unique, "error_lines": errs,
            "corpus_generate_s": gen_s}
     rows = [["wall time (bulk start to exit)", f"{wall:.1f} s ({wall / 60:.1f} min)"],
@@ -118,6 +120,8 @@ def main():
              f"({'OK' if lines == unique == args.count else 'MISMATCH'})"],
             ["errors-file lines", errs],
             ["gateway peak RSS (VmHWM, sampled VmRSS)", f"{gw_mem['VmHWM'] / 1024:.1f} MB"],
+            ["gateway RSS growth (peak - at start)", f"{(gw_mem['VmHWM'] - rss_start) / 1024:.1f} MB "
+             f"(policy {args.policy})"],
             ["bulk peak RSS (time -v)", f"{bulk_rss / 1024:.1f} MB"],
             ["bulk latency p50 / p99", f"{summ.get('latency_ms', {}).get('p50', '?')} / "
              f"{summ.get('latency_ms', {}).get('p99', '?')} ms"]]

@@ -47,9 +47,12 @@ static size_t cache_pick(struct ig_backend **cand, size_t k, const struct ig_rou
 	size_t best = k, bm = 0;
 	if (!rq->affinity || rq->nchain == 0)
 		return fallback;
+	/* Among those with the longest match, the least loaded: a prefix
+	 * every backend holds (a shared system prompt) is no reason to prefer
+	 * one of them. */
 	for (size_t i = 0; i < k; i++) {
 		size_t m = ig_affinity_match(rq->affinity, cand[i]->id, rq->chain, rq->nchain);
-		if (m > bm) {
+		if (m > bm || (m == bm && m > 0 && best < k && less_loaded(cand[i], cand[best]))) {
 			bm = m;
 			best = i;
 		}
