@@ -284,6 +284,22 @@ def main():
              f"max_tokens Pareto(1.2) x 16 up to 1024, {args.concurrency} in flight; distinct: {args.requests} "
              f"prompts of 8,800 bytes, 128 tokens, {args.concurrency} in flight. Client: Python threads, "
              f"streamed requests with include_usage; everything on the same 2 cores.")
+    by = {(f["workload"], f["target"]): f for f in figs}
+    targets = args.targets.split(",")
+    if all((w, t) in by for w in WORKLOADS for t in targets):
+        dat = os.path.join(B.RESULTS, "cache.dat")
+        with open(dat, "w") as f:
+            f.write("# target hit_mt hist_mt hit_bulk ttft50_mt ttft99_mt ttft50_bulk ttft99_bulk "
+                    "ttft50_distinct ttft99_distinct\n")
+            for t in targets:
+                m, b, d = by[("multi-turn", t)], by[("bulk", t)], by[("distinct", t)]
+                f.write(f"{t} {100 * m['hit_rate']:.1f} {100 * (m['history_hit_rate'] or 0):.1f} "
+                        f"{100 * b['hit_rate']:.1f} {m['ttft_p50_ms']:.0f} {m['ttft_p99_ms']:.0f} "
+                        f"{b['ttft_p50_ms']:.0f} {b['ttft_p99_ms']:.0f} {d['ttft_p50_ms']:.0f} "
+                        f"{d['ttft_p99_ms']:.0f}\n")
+        B.gnuplot("cache.gp", DAT=dat, PNG=os.path.join(B.RESULTS, "cache.png"),
+                  TITLE="prompt cache hit rate and TTFT per policy (seven h100-8b simulators)")
+        notes += " Plot: results/cache.png."
     B.record("cache", "Cache-aware and least-tokens routing", B.command_line(), mach, {"runs": figs}, table, notes)
 
 
