@@ -7,7 +7,7 @@
 #                                  rehearsal routing)
 set -eu
 BENCH=$(cd "$(dirname "$0")" && pwd)
-parts=${*:-proxy streaming concurrency rehearsal routing priority fairness}
+parts=${*:-proxy streaming concurrency rehearsal routing priority fairness cache}
 command -v python3 >/dev/null || { echo "python3 is needed" >&2; exit 2; }
 echo "== $(date -Is) $(nproc) cores, $(uptime)"
 for p in $parts; do
