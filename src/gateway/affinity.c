@@ -5,8 +5,10 @@
 #include "config.h"
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "affinity.h"
+#include "infergate/util.h"
 
 struct entry {
 	uint64_t hash;
@@ -26,6 +28,7 @@ struct record {
 
 struct ig_affinity {
 	size_t max_blocks;
+	uint64_t key;         /* secret mixed into bucket choice (below) */
 	struct record *r;     /* by backend id */
 	size_t nr;
 };
@@ -33,9 +36,25 @@ struct ig_affinity {
 struct ig_affinity *ig_affinity_new(size_t max_blocks)
 {
 	struct ig_affinity *a = calloc(1, sizeof(*a));
-	if (a)
-		a->max_blocks = max_blocks ? max_blocks : 1;
+	if (!a)
+		return NULL;
+	a->max_blocks = max_blocks ? max_blocks : 1;
+	/* Block hashes are not keyed (the simulator computes the same ones),
+	 * and clients choose the text: a bucket picked by a hash's low bits
+	 * could be flooded by crafted prompts into one long chain. A secret
+	 * per process, mixed in before the bits are taken, prevents that. */
+	if (getrandom(&a->key, sizeof(a->key), 0) != (ssize_t)sizeof(a->key))
+		a->key = ig_rand_u64();
 	return a;
+}
+
+/* The bucket of hash h: h keyed and mixed (splitmix64's finaliser). */
+static size_t bucket_of(uint64_t key, uint64_t h, size_t nbucket)
+{
+	uint64_t z = h ^ key;
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return (size_t)(z ^ (z >> 31)) & (nbucket - 1);
 }
 
 static void record_free(struct record *r)
@@ -60,9 +79,9 @@ static const struct record *record_of(const struct ig_affinity *a, int backend)
 	return backend >= 0 && (size_t)backend < a->nr && a->r[backend].e ? &a->r[backend] : NULL;
 }
 
-static int32_t find(const struct record *r, uint64_t h)
+static int32_t find(const struct ig_affinity *a, const struct record *r, uint64_t h)
 {
-	for (int32_t i = r->bucket[h & (r->nbucket - 1)]; i >= 0; i = r->e[i].hnext)
+	for (int32_t i = r->bucket[bucket_of(a->key, h, r->nbucket)]; i >= 0; i = r->e[i].hnext)
 		if (r->e[i].hash == h)
 			return i;
 	return -1;
@@ -76,7 +95,7 @@ size_t ig_affinity_match(const struct ig_affinity *a, int backend, const uint64_
 		return 0;
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo + 1) / 2;
-		if (find(r, chain[mid - 1]) >= 0)
+		if (find(a, r, chain[mid - 1]) >= 0)
 			lo = mid;
 		else
 			hi = mid - 1;
@@ -141,11 +160,11 @@ static void append_lru(struct record *r, int32_t i)
 	r->tail = i;
 }
 
-static void evict_head(struct record *r)
+static void evict_head(const struct ig_affinity *a, struct record *r)
 {
 	int32_t i = r->head;
 	unlink_lru(r, i);
-	int32_t *pp = &r->bucket[r->e[i].hash & (r->nbucket - 1)];
+	int32_t *pp = &r->bucket[bucket_of(a->key, r->e[i].hash, r->nbucket)];
 	while (*pp != i)
 		pp = &r->e[*pp].hnext;
 	*pp = r->e[i].hnext;
@@ -163,14 +182,14 @@ void ig_affinity_insert(struct ig_affinity *a, int backend, const uint64_t *chai
 	 * and are evicted last (a deep block without its prefix matches
 	 * nothing, and the binary search assumes they go in that order). */
 	for (size_t k = n; k-- > 0;) {
-		int32_t i = find(r, chain[k]);
+		int32_t i = find(a, r, chain[k]);
 		if (i >= 0) {
 			unlink_lru(r, i);
 			append_lru(r, i);
 			continue;
 		}
 		if (r->used == a->max_blocks)
-			evict_head(r);
+			evict_head(a, r);
 		if (r->free_head >= 0) {
 			i = r->free_head;
 			r->free_head = r->e[i].next;
@@ -185,9 +204,10 @@ void ig_affinity_insert(struct ig_affinity *a, int backend, const uint64_t *chai
 			}
 			i = (int32_t)r->top++;
 		}
+		size_t bk = bucket_of(a->key, chain[k], r->nbucket);
 		r->e[i].hash = chain[k];
-		r->e[i].hnext = r->bucket[chain[k] & (r->nbucket - 1)];
-		r->bucket[chain[k] & (r->nbucket - 1)] = i;
+		r->e[i].hnext = r->bucket[bk];
+		r->bucket[bk] = i;
 		append_lru(r, i);
 		r->used++;
 	}

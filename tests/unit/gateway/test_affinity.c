@@ -1,14 +1,15 @@
 /* Unit tests for cache-aware routing's records (src/gateway/affinity.c):
  * the longest prefix found, per backend, bounded, least recently used
- * first with a prefix's deepest blocks before its first ones. */
+ * first with a prefix's deepest blocks before its first ones, buckets that
+ * crafted hashes cannot pile into one chain. */
 #include "config.h"
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../../src/gateway/affinity.c" /* to look at the buckets */
 #include "../check_main.h"
-#include "affinity.h"
 #include "infergate/blockhash.h"
 
 /* The chain of a text made of `shared` blocks common to all and `own`
@@ -87,5 +88,32 @@ START_TEST(a_shared_prefix_survives_a_flood_of_tails)
 }
 END_TEST
 
+/* Hashes that share their low bits (what a client choosing prompts could
+ * aim for, the block hash being unkeyed) still spread over the buckets. */
+START_TEST(crafted_hashes_do_not_share_a_bucket)
+{
+	struct ig_affinity *af = ig_affinity_new(4096);
+	uint64_t chain[1];
+	for (uint64_t k = 1; k <= 4096; k++) {
+		chain[0] = k << 32; /* the low 32 bits all zero */
+		ig_affinity_insert(af, 0, chain, 1);
+	}
+	const struct record *r = record_of(af, 0);
+	ck_assert_ptr_nonnull(r);
+	size_t longest = 0;
+	for (size_t b = 0; b < r->nbucket; b++) {
+		size_t len = 0;
+		for (int32_t i = r->bucket[b]; i >= 0; i = r->e[i].hnext)
+			len++;
+		if (len > longest)
+			longest = len;
+	}
+	ck_assert_uint_le(longest, 16); /* unkeyed low bits would give one chain of 4096 */
+	chain[0] = 77ull << 32;
+	ck_assert_uint_eq(ig_affinity_match(af, 0, chain, 1), 1);
+	ig_affinity_free(af);
+}
+END_TEST
+
 IG_CHECK_MAIN("affinity", the_chain_names_whole_prefixes, the_longest_prefix_per_backend,
-	      a_shared_prefix_survives_a_flood_of_tails)
+	      a_shared_prefix_survives_a_flood_of_tails, crafted_hashes_do_not_share_a_bucket)
