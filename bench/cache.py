@@ -100,7 +100,7 @@ def start_nginx(procs, sims, balance):
 
 
 def one(url, body, conv):
-    """One streamed chat completion: (ttft_s, prompt, cached, completion) or None."""
+    """One streamed chat completion: (ttft_s, prompt, cached, completion, text) or None."""
     host, port = url[len("http://"):].split(":")
     c = http.client.HTTPConnection(host, int(port), timeout=600)
     t0 = time.monotonic()
@@ -111,21 +111,24 @@ def one(url, body, conv):
         if r.status != 200:
             r.read()
             return None
-        ttft, usage = None, None
+        ttft, usage, parts = None, None, []
         while True:
             line = r.readline()
             if not line:
                 break
-            if not line.startswith(b"data: "):
+            if not line.startswith(b"data: ") or line.startswith(b"data: [DONE]"):
                 continue
             if ttft is None:
                 ttft = time.monotonic() - t0
-            if b'"usage"' in line and b'"prompt_tokens"' in line:
-                usage = json.loads(line[6:])["usage"]
+            ev = json.loads(line[6:])
+            if ev.get("usage"):
+                usage = ev["usage"]
+            for ch in ev.get("choices", []):
+                parts.append(ch.get("delta", {}).get("content") or "")
         if not usage:
             return None
         cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
-        return ttft, usage["prompt_tokens"], cached, usage["completion_tokens"]
+        return ttft, usage["prompt_tokens"], cached, usage["completion_tokens"], "".join(parts)
     except OSError:
         return None
     finally:
@@ -148,13 +151,14 @@ def run_multi_turn(url, args, rng):
         for t in range(r.randint(5, 10)):
             msgs.append({"role": "user", "content": f"[{ci}.{t}] " + text(r, 200)})
             res = one(url, body(msgs, 64), f"conv-{ci}")
+            answer = res[4] if res else text(r, 250)
             if res:  # the system prompt's tokens as the simulator counts them (role, text, 2 separators)
-                res = res + ((len("system") + len(systems[ci % 4]) + 2 + 3) // 4,)
+                res = res[:4] + ((len("system") + len(systems[ci % 4]) + 2 + 3) // 4,)
             with lock:
                 results.append(res)
                 finish_times.append(time.monotonic())
-            # the answer as the next turn's history (the simulator caches prompts only)
-            msgs.append({"role": "assistant", "content": text(r, 250)})
+            # the answer, as received, is the next turn's history (what a chat client does)
+            msgs.append({"role": "assistant", "content": answer})
 
     ths = [threading.Thread(target=conversation, args=(i,)) for i in range(args.conversations)]
     t0 = time.monotonic()

@@ -136,7 +136,7 @@ static const struct ig_flag keys[] = {
 	 .help = "cache-aware: a request goes to the backend sent its longest prefix when that covers N% of its "
 		 "prompt's blocks (SGLang's gateway: cache_threshold 0.5), else to the least loaded"},
 	{.name = "--cache-balance-abs", .key = "cache_aware.balance_abs", .type = IG_FLAG_LONG,
-	 .off = OFF(cache_balance_abs), .min = 0, .max = 1000000, .def = "8", .metavar = "N",
+	 .off = OFF(cache_balance_abs), .min = 0, .max = 1000000, .def = "32", .metavar = "N",
 	 .help = "cache-aware load guard: the preferred backend is passed over when it has more than N requests "
 		 "in flight beyond the least loaded..."},
 	{.name = "--cache-balance-rel", .key = "cache_aware.balance_rel", .type = IG_FLAG_DOUBLE,

@@ -446,11 +446,45 @@ static void release(struct sim_engine *s, struct sim_req *r, uint64_t now)
 	admit(s, rk, now);
 }
 
+/* Step profiles: the answer joins the request's chain, as the server caches
+ * the tokens it generated with the prompt (SGLang's radix cache inserts a
+ * finished request's whole sequence: mem_cache/radix_cache.py
+ * cache_finished_req). The text is the one the next turn of a conversation
+ * sends back: for chat "assistant\n" + the answer + "\n" after the
+ * prompt's messages (the prompt's own layout, server.c prompt_text), for
+ * completions the answer right after the prompt. */
+static void chain_answer(struct sim_req *r)
+{
+	struct ig_buf t;
+	struct sim_text gen;
+	char tok[SIM_TOKEN_MAX + 1];
+	ig_buf_init(&t);
+	ig_buf_append(&t, r->tail, r->ntail);
+	if (r->kind == SIM_CHAT)
+		ig_buf_append(&t, "assistant\n", 10);
+	sim_text_init(&gen, r->text_seed);
+	for (long i = 0; i < r->n_tokens; i++)
+		ig_buf_append(&t, tok, sim_text_next(&gen, tok));
+	if (r->kind == SIM_CHAT)
+		ig_buf_append(&t, "\n", 1);
+	size_t more = t.len / IG_BLOCK_BYTES;
+	uint64_t *v = more ? realloc(r->chain, (r->nchain + more) * sizeof(*v)) : NULL;
+	if (v) {
+		r->chain = v;
+		uint64_t h = r->nchain ? r->chain[r->nchain - 1] : 0;
+		for (size_t k = 0; k < more; k++)
+			r->chain[r->nchain++] = h = ig_block_hash(h, t.data + k * IG_BLOCK_BYTES, IG_BLOCK_BYTES);
+	}
+	ig_buf_free(&t);
+}
+
 /* The generation ended: completed, or cut by --stream-fail-rate (failed). */
 static void finish(struct sim_engine *s, struct sim_req *r, uint64_t now, bool failed)
 {
 	struct sim_rank *rk = r->rank;
 
+	if (!failed && r->cache_report)
+		chain_answer(r);
 	r->state = SIM_REQ_DONE;
 	if (failed) {
 		s->st.stream_failed++;

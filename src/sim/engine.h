@@ -79,6 +79,8 @@ struct sim_req {
 	 * prompt's block chain (malloc'd; sim_engine_req_free frees it). */
 	uint64_t *chain;
 	size_t nchain;
+	char tail[IG_BLOCK_BYTES];     /* the prompt's bytes past its last whole block */
+	size_t ntail;
 	size_t nmatched;               /* leading blocks found cached at admission */
 	long cached_tokens;            /* usage.prompt_tokens_details.cached_tokens */
 	bool cache_report;             /* usage carries it (step profiles) */

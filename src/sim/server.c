@@ -947,12 +947,18 @@ static int parse_completion(struct sim *s, struct sim_req *r, const struct ig_bu
 		abort();
 	r->text_seed = sim_text_seed(p.data ? p.data : "", p.len, (uint64_t)s->conf->seed);
 	r->prompt_tokens = sim_text_prompt_tokens(p.len);
-	if (sim_conf_steps(s->conf) && p.len >= IG_BLOCK_BYTES) {
-		/* The prompt as blocks for the prefix cache (kvcache.h). */
-		r->chain = malloc(p.len / IG_BLOCK_BYTES * sizeof(*r->chain));
-		if (!r->chain)
-			abort();
-		r->nchain = ig_block_chain(p.data, p.len, r->chain, p.len / IG_BLOCK_BYTES);
+	if (sim_conf_steps(s->conf)) {
+		/* The prompt as blocks for the prefix cache (kvcache.h), and
+		 * what is left of it, which the answer's text continues. */
+		if (p.len >= IG_BLOCK_BYTES) {
+			r->chain = malloc(p.len / IG_BLOCK_BYTES * sizeof(*r->chain));
+			if (!r->chain)
+				abort();
+			r->nchain = ig_block_chain(p.data, p.len, r->chain, p.len / IG_BLOCK_BYTES);
+		}
+		r->ntail = p.len % IG_BLOCK_BYTES;
+		if (r->ntail)
+			memcpy(r->tail, p.data + p.len - r->ntail, r->ntail);
 	}
 	if (check_context(s, r->prompt_tokens, max_completion_tokens > 0 ? max_completion_tokens : max_tokens, e) < 0)
 		goto out;

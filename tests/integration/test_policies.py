@@ -71,7 +71,9 @@ def backends_json(gw):
 @test
 def cache_aware_keeps_a_conversation_on_its_backend_until_it_is_overloaded():
     sims = [start_sim("--profile", "h100-8b") for _ in range(3)]   # real time: a step is about 6 ms
-    gw = start_gateway(sims, "--policy", "cache-aware", "--load-source", "gateway", "--health-interval-ms", "200")
+    # the guard set tighter than its default (32 beyond the least loaded), so 24 requests cross it
+    gw = start_gateway(sims, "--policy", "cache-aware", "--load-source", "gateway", "--health-interval-ms", "200",
+                       "--cache-balance-abs", "8")
     healthy(gw, 3)
     # Three conversations of six turns each, turns taken one after another.
     where = collections.defaultdict(list)

@@ -1221,6 +1221,14 @@ def step_profile_reports_the_prefix_cache_it_keeps():
     assert loads["loads"][0]["max_total_num_tokens"] == 420000, loads
     assert abs(loads["loads"][0]["cache_hit_rate"] - rate) < 1e-9, (loads, rate)
     assert sum(x["usage"]["prompt_tokens"] for x in served) > 0
+    # the answer is cached too: a next turn that sends it back finds it
+    a1 = first["choices"][0]["message"]["content"]
+    msgs = [{"role": "system", "content": system}, {"role": "user", "content": "Which is the longest?"},
+            {"role": "assistant", "content": a1}, {"role": "user", "content": "And the second longest?"}]
+    _, _, turn2 = http_json("POST", sim.url + CHAT, {"model": "m", "messages": msgs})
+    before_new = len("system\n" + system + "\nuser\nWhich is the longest?\nassistant\n" + a1 + "\n")
+    assert turn2["usage"]["prompt_tokens_details"]["cached_tokens"] == before_new // 64 * 16, (turn2["usage"],
+                                                                                               before_new)
     # a step knob without a step profile is a mistake, said at once
     p = subprocess.run([binary("infergate-sim"), "--kv-tokens", "1000"], capture_output=True, text=True, timeout=10)
     assert p.returncode == 2 and "--kv-tokens: the classic profile has no decode steps" in p.stderr, p.stderr
