@@ -9,7 +9,10 @@ minutes takes seconds), three workloads, every policy plus nginx in one run:
   the next turn leaves when the answer is in (closed loop per conversation);
 - bulk: distinct questions behind one shared system prompt, long-tailed answer lengths
   (max_tokens from a Pareto draw, 16..1024), a fixed number in flight;
-- distinct: distinct prompts, nothing shared, the same number in flight.
+- distinct: distinct prompts, nothing shared, the same number in flight;
+- hot: half the multi-turn conversations, and a few hot ones that fan out (each round sends
+  --fanout requests at once on the same history, as an agent does): where affinity alone
+  overloads one server and the load guard should show.
 
 Targets: round-robin, least-loaded, least-tokens, cache-aware (infergate), nginx least_conn,
 and nginx `hash $http_x_conversation consistent` (what an nginx user does for affinity; the
@@ -40,7 +43,7 @@ import benchlib as B  # noqa: E402
 
 NSIMS = 7
 TARGETS = ["round-robin", "least-loaded", "least-tokens", "cache-aware", "nginx-least_conn", "nginx-hash"]
-WORKLOADS = ["multi-turn", "bulk", "distinct"]
+WORKLOADS = ["multi-turn", "bulk", "distinct", "hot"]
 WORDS = ("river stone valley lantern harbor signal forest engine window garden mountain kernel "
          "socket packet winter summer copper silver meadow canyon").split()
 
@@ -169,6 +172,60 @@ def run_multi_turn(url, args, rng):
     return results, finish_times, t0
 
 
+def run_hot(url, args, rng):
+    """Half the multi-turn conversations, plus a few hot ones: each round of a hot conversation
+    sends `fanout` requests at once on the same history (an agent fanning out), waits for them,
+    and goes on with one of the answers."""
+    systems = [text(random.Random(100 + i), 4000) for i in range(4)]
+    results, finish_times = [], []
+    lock = threading.Lock()
+
+    def record(res, sys_text):
+        if res:
+            res = res[:4] + ((len("system") + len(sys_text) + 2 + 3) // 4,)
+        with lock:
+            results.append(res)
+            finish_times.append(time.monotonic())
+        return res
+
+    def conversation(ci):
+        r = random.Random(ci)
+        msgs = [{"role": "system", "content": systems[ci % 4]}]
+        for t in range(r.randint(5, 10)):
+            msgs.append({"role": "user", "content": f"[{ci}.{t}] " + text(r, 200)})
+            res = one(url, body(msgs, 64), f"conv-{ci}")
+            answer = res[4] if res else text(r, 250)
+            record(res, systems[ci % 4])
+            msgs.append({"role": "assistant", "content": answer})
+
+    def hot(hi):
+        r = random.Random(10000 + hi)
+        msgs = [{"role": "system", "content": systems[hi % 4]}]
+        for t in range(6):
+            out = [None] * args.fanout
+
+            def fan(j):
+                q = msgs + [{"role": "user", "content": f"[hot {hi}.{t}.{j}] " + text(random.Random(j), 200)}]
+                out[j] = one(url, body(q, 64), f"hot-{hi}")
+                record(out[j], systems[hi % 4])
+            ths = [threading.Thread(target=fan, args=(j,)) for j in range(args.fanout)]
+            for th in ths:
+                th.start()
+            for th in ths:
+                th.join()
+            msgs.append({"role": "user", "content": f"[hot {hi}.{t}.0] " + text(random.Random(0), 200)})
+            msgs.append({"role": "assistant", "content": out[0][4] if out[0] else text(r, 250)})
+
+    ths = [threading.Thread(target=conversation, args=(i,)) for i in range(args.conversations // 2)]
+    ths += [threading.Thread(target=hot, args=(i,)) for i in range(args.hot)]
+    t0 = time.monotonic()
+    for th in ths:
+        th.start()
+    for th in ths:
+        th.join()
+    return results, finish_times, t0
+
+
 def run_oneshot(url, args, rng, shared):
     system = text(random.Random(7), 8000) if shared else None
     jobs = []
@@ -218,6 +275,8 @@ def measure(target, workload, args, workdir):
         rng = random.Random(1)
         if workload == "multi-turn":
             results, finish, t0 = run_multi_turn(url, args, rng)
+        elif workload == "hot":
+            results, finish, t0 = run_hot(url, args, rng)
         else:
             results, finish, t0 = run_oneshot(url, args, rng, shared=workload == "bulk")
         wall = max(finish) - t0 if finish else float("nan")
@@ -257,6 +316,8 @@ def main():
     ap.add_argument("--conversations", type=int, default=224, help="multi-turn conversations at once [224]")
     ap.add_argument("--requests", type=int, default=1500, help="bulk and distinct requests [1500]")
     ap.add_argument("--concurrency", type=int, default=224, help="bulk and distinct in flight [224]")
+    ap.add_argument("--hot", type=int, default=4, help="hot: conversations that fan out [4]")
+    ap.add_argument("--fanout", type=int, default=48, help="hot: requests at once per round [48]")
     ap.add_argument("--targets", default=",".join(TARGETS))
     ap.add_argument("--gateway-args", default="", help="more flags for infergate (e.g. cache-aware's guard)")
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
@@ -287,11 +348,13 @@ def main():
              f"{args.conversations} conversations of 5-10 turns (64-token answers) over 4 system prompts of "
              f"4,000 bytes; bulk: {args.requests} questions of 800 bytes behind one 8,000-byte system prompt, "
              f"max_tokens Pareto(1.2) x 16 up to 1024, {args.concurrency} in flight; distinct: {args.requests} "
-             f"prompts of 8,800 bytes, 128 tokens, {args.concurrency} in flight. Client: Python threads, "
+             f"prompts of 8,800 bytes, 128 tokens, {args.concurrency} in flight; hot: {args.conversations // 2} "
+             f"conversations and {args.hot} hot ones of 6 rounds of {args.fanout} requests at once. "
+             f"Client: Python threads, "
              f"streamed requests with include_usage; everything on the same 2 cores.")
     by = {(f["workload"], f["target"]): f for f in figs}
     targets = args.targets.split(",")
-    if all((w, t) in by for w in WORKLOADS for t in targets):
+    if all((w, t) in by for w in WORKLOADS[:3] for t in targets):
         dat = os.path.join(B.RESULTS, "cache.dat")
         with open(dat, "w") as f:
             f.write("# target hit_mt hist_mt hit_bulk ttft50_mt ttft99_mt ttft50_bulk ttft99_bulk "
