@@ -54,9 +54,9 @@ def run_policy(policy, corpus, m, conc, cap_s, workdir):
                        "backends": [{"url": u, "max_inflight": s}
                                     for u, (s, _) in zip(sims, SIMS)]}, f)
         gw, gwp = B.start_gateway(procs, sims, config=cfg)   # --listen overrides the file
-    elif policy == "least-loaded+gateway-load":
+    elif policy.endswith("+gateway-load"):
         # blind to the backends' own queues: counts only its own requests in flight
-        gw, gwp = B.start_gateway(procs, sims, extra=["--policy", "least-loaded",
+        gw, gwp = B.start_gateway(procs, sims, extra=["--policy", policy[:-len("+gateway-load")],
                                                       "--load-source", "gateway"])
     else:
         gw, gwp = B.start_gateway(procs, sims, extra=["--policy", policy])

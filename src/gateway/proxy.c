@@ -1462,11 +1462,13 @@ static void end_stream_with_error(struct ig_req *req, const char *why)
 }
 
 /* least-tokens: the backend's speed, output tokens per second of one
- * request from its first byte (streams) or its start (whole answers) to
- * its end, as a moving average (a fifth of each new answer). */
+ * request from the start of its attempt to its end, as a moving average (a
+ * fifth of each new answer). From the start, not from the first byte: a
+ * server that queues requests of its own delivers less per second of a
+ * request's life, however fast it decodes once it runs them. */
 static void note_speed(struct ig_req *req, struct ig_backend *b)
 {
-	uint64_t now = ig_now_us(), from = req->t_first_byte_us ? req->t_first_byte_us : req->t_attempt_us;
+	uint64_t now = ig_now_us(), from = req->t_attempt_us;
 	if (req->completion_tokens < 2 || now <= from)
 		return;
 	double milli = (double)req->completion_tokens * 1e9 / (double)(now - from);
