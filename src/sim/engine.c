@@ -618,31 +618,19 @@ static void emit_stream_error(struct sim_engine *s, struct ig_buf *o)
 	ig_buf_printf(o, "data: [DONE]\n\n");
 }
 
-/* r is RUNNING and its deadline has come. */
-static void step(struct sim_engine *s, struct sim_req *r, uint64_t now)
+/* A streamed r's tokens up to `due` go out, one chunk each (a chat answer's
+ * first chunk carries the role), then its end or its failure when that has
+ * come. Returns true when r finished. */
+static bool stream_through(struct sim_engine *s, struct sim_req *r, long due, uint64_t now)
 {
-	if (!r->stream) {
-		emit_full(s, r);
-		finish(s, r, now, false);
-		wake(r);
-		return;
-	}
 	if (r->emitted == 0 && r->kind == SIM_CHAT) {
 		chunk_head(&r->out, r);
 		ig_buf_printf(&r->out, "{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},"
 			      "\"logprobs\":null,\"finish_reason\":null}");
 		chunk_tail(&r->out, r);
 	}
-	long due = r->n_tokens;
-	if (r->tps > 0 && now >= r->t_first_us) {
-		double d = floor((double)(now - r->t_first_us) * r->tps / 1e6) + 1;
-		if (d < (double)due)
-			due = (long)d;
-	}
-	if (r->fail_at >= 0 && due > r->fail_at)
-		due = r->fail_at;
-	/* Tokens that fell due together (a late wake-up, or a pace above the
-	 * timer's resolution) go out together, still one chunk each. */
+	/* Tokens that fell due together (a late wake-up, a pace above the
+	 * timer's resolution, a decode step) go out together, one chunk each. */
 	while (r->emitted < due) {
 		emit_token(&r->out, r);
 		r->emitted++;
@@ -653,10 +641,34 @@ static void step(struct sim_engine *s, struct sim_req *r, uint64_t now)
 		emit_stream_error(s, &r->out);
 		ig_log_debug("%s: %s failed after %ld tokens (--stream-fail-rate)", __func__, r->id, r->emitted);
 		finish(s, r, now, true);
-	} else if (r->emitted >= r->n_tokens) {
+		return true;
+	}
+	if (r->emitted >= r->n_tokens) {
 		emit_end(&r->out, r);
 		finish(s, r, now, false);
-	} else {
+		return true;
+	}
+	return false;
+}
+
+/* r is RUNNING and its deadline has come. */
+static void step(struct sim_engine *s, struct sim_req *r, uint64_t now)
+{
+	if (!r->stream) {
+		emit_full(s, r);
+		finish(s, r, now, false);
+		wake(r);
+		return;
+	}
+	long due = r->n_tokens;
+	if (r->tps > 0 && now >= r->t_first_us) {
+		double d = floor((double)(now - r->t_first_us) * r->tps / 1e6) + 1;
+		if (d < (double)due)
+			due = (long)d;
+	}
+	if (r->fail_at >= 0 && due > r->fail_at)
+		due = r->fail_at;
+	if (!stream_through(s, r, due, now)) {
 		r->deadline_us = token_time(r, r->emitted);
 		if (r->deadline_us <= now)
 			r->deadline_us = now + 1;
@@ -773,25 +785,7 @@ static void step_emit(struct sim_engine *s, struct sim_req *r, long n, uint64_t 
 		}
 		return;
 	}
-	if (r->emitted == 0 && r->kind == SIM_CHAT) {
-		chunk_head(&r->out, r);
-		ig_buf_printf(&r->out, "{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},"
-			      "\"logprobs\":null,\"finish_reason\":null}");
-		chunk_tail(&r->out, r);
-	}
-	while (r->emitted < target) {
-		emit_token(&r->out, r);
-		r->emitted++;
-		s->st.generation_tokens++;
-		r->rank->generation_tokens++;
-	}
-	if (r->emitted == r->fail_at) {
-		emit_stream_error(s, &r->out);
-		finish(s, r, now, true);
-	} else if (r->emitted >= r->n_tokens) {
-		emit_end(&r->out, r);
-		finish(s, r, now, false);
-	}
+	stream_through(s, r, target, now);
 	wake(r);
 }
 
