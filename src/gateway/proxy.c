@@ -1254,33 +1254,35 @@ static enum MHD_Result start(struct ig_req *req)
 	return MHD_YES;
 }
 
+/* x-ratelimit-limit-WHAT, -remaining-WHAT and -reset-WHAT. */
+static void limit_trio(struct MHD_Response *r, const char *what, long limit, long left, uint64_t reset_ms)
+{
+	char name[48], v[32];
+	snprintf(name, sizeof(name), "x-ratelimit-limit-%s", what);
+	snprintf(v, sizeof(v), "%ld", limit);
+	MHD_add_response_header(r, name, v);
+	snprintf(name, sizeof(name), "x-ratelimit-remaining-%s", what);
+	snprintf(v, sizeof(v), "%ld", left);
+	MHD_add_response_header(r, name, v);
+	snprintf(name, sizeof(name), "x-ratelimit-reset-%s", what);
+	ig_ratelimit_duration(v, sizeof(v), reset_ms);
+	MHD_add_response_header(r, name, v);
+}
+
 /* OpenAI's rate-limit headers, for a key with limits: its buckets when the
  * request was admitted (or refused, or when answered if it never got so
  * far). */
 static void add_limit_headers(struct ig_req *req, struct MHD_Response *r)
 {
 	const struct ig_keyent *e = req->key ? req->key->ent : NULL;
-	char v[32];
 	if (!e || (!e->rpm && !e->tpm))
 		return;
 	if (!req->rl_shown)
 		snapshot_limits(req, ig_now_ms());
-	if (e->rpm) {
-		snprintf(v, sizeof(v), "%ld", e->rpm);
-		MHD_add_response_header(r, "x-ratelimit-limit-requests", v);
-		snprintf(v, sizeof(v), "%ld", req->rl_req_left);
-		MHD_add_response_header(r, "x-ratelimit-remaining-requests", v);
-		ig_ratelimit_duration(v, sizeof(v), req->rl_req_reset_ms);
-		MHD_add_response_header(r, "x-ratelimit-reset-requests", v);
-	}
-	if (e->tpm) {
-		snprintf(v, sizeof(v), "%ld", e->tpm);
-		MHD_add_response_header(r, "x-ratelimit-limit-tokens", v);
-		snprintf(v, sizeof(v), "%ld", req->rl_tok_left);
-		MHD_add_response_header(r, "x-ratelimit-remaining-tokens", v);
-		ig_ratelimit_duration(v, sizeof(v), req->rl_tok_reset_ms);
-		MHD_add_response_header(r, "x-ratelimit-reset-tokens", v);
-	}
+	if (e->rpm)
+		limit_trio(r, "requests", e->rpm, req->rl_req_left, req->rl_req_reset_ms);
+	if (e->tpm)
+		limit_trio(r, "tokens", e->tpm, req->rl_tok_left, req->rl_tok_reset_ms);
 }
 
 static void add_common_headers(struct ig_req *req, struct MHD_Response *r)
