@@ -143,87 +143,76 @@ def body(messages, max_tokens):
             "stream_options": {"include_usage": True}}
 
 
-def run_multi_turn(url, args, rng):
-    systems = [text(random.Random(100 + i), 4000) for i in range(4)]   # about 1,000 tokens each
-    results, finish_times = [], []
-    lock = threading.Lock()
-
-    def conversation(ci):
-        r = random.Random(ci)
-        msgs = [{"role": "system", "content": systems[ci % 4]}]
-        for t in range(r.randint(5, 10)):
-            msgs.append({"role": "user", "content": f"[{ci}.{t}] " + text(r, 200)})
-            res = one(url, body(msgs, 64), f"conv-{ci}")
-            answer = res[4] if res else text(r, 250)
-            if res:  # the system prompt's tokens as the simulator counts them (role, text, 2 separators)
-                res = res[:4] + ((len("system") + len(systems[ci % 4]) + 2 + 3) // 4,)
-            with lock:
-                results.append(res)
-                finish_times.append(time.monotonic())
-            # the answer, as received, is the next turn's history (what a chat client does)
-            msgs.append({"role": "assistant", "content": answer})
-
-    ths = [threading.Thread(target=conversation, args=(i,)) for i in range(args.conversations)]
+def run_all(ths):
+    """Starts the threads, waits for them; returns when they started (monotonic)."""
     t0 = time.monotonic()
     for th in ths:
         th.start()
     for th in ths:
         th.join()
-    return results, finish_times, t0
+    return t0
+
+
+SYSTEMS = [text(random.Random(100 + i), 4000) for i in range(4)]   # about 1,000 tokens each
+
+
+class Recorder:
+    """The results and finish times of a run's requests, added from many threads."""
+
+    def __init__(self):
+        self.results, self.finish, self.lock = [], [], threading.Lock()
+
+    def add(self, res, system=None):
+        """res from one(), its text dropped; with the system prompt of a conversation, the
+        prompt's tokens as the simulator counts them (role, text, 2 separators) appended."""
+        if res:
+            res = res[:4] + (((len("system") + len(system) + 2 + 3) // 4,) if system else ())
+        with self.lock:
+            self.results.append(res)
+            self.finish.append(time.monotonic())
+
+
+def conversation(url, ci, rec):
+    """One chat of 5-10 turns over one of the shared system prompts."""
+    r = random.Random(ci)
+    msgs = [{"role": "system", "content": SYSTEMS[ci % 4]}]
+    for t in range(r.randint(5, 10)):
+        msgs.append({"role": "user", "content": f"[{ci}.{t}] " + text(r, 200)})
+        res = one(url, body(msgs, 64), f"conv-{ci}")
+        rec.add(res, SYSTEMS[ci % 4])
+        # the answer, as received, is the next turn's history (what a chat client does)
+        msgs.append({"role": "assistant", "content": res[4] if res else text(r, 250)})
+
+
+def run_multi_turn(url, args, rng):
+    rec = Recorder()
+    t0 = run_all([threading.Thread(target=conversation, args=(url, i, rec)) for i in range(args.conversations)])
+    return rec.results, rec.finish, t0
 
 
 def run_hot(url, args, rng):
     """Half the multi-turn conversations, plus a few hot ones: each round of a hot conversation
     sends `fanout` requests at once on the same history (an agent fanning out), waits for them,
     and goes on with one of the answers."""
-    systems = [text(random.Random(100 + i), 4000) for i in range(4)]
-    results, finish_times = [], []
-    lock = threading.Lock()
-
-    def record(res, sys_text):
-        if res:
-            res = res[:4] + ((len("system") + len(sys_text) + 2 + 3) // 4,)
-        with lock:
-            results.append(res)
-            finish_times.append(time.monotonic())
-        return res
-
-    def conversation(ci):
-        r = random.Random(ci)
-        msgs = [{"role": "system", "content": systems[ci % 4]}]
-        for t in range(r.randint(5, 10)):
-            msgs.append({"role": "user", "content": f"[{ci}.{t}] " + text(r, 200)})
-            res = one(url, body(msgs, 64), f"conv-{ci}")
-            answer = res[4] if res else text(r, 250)
-            record(res, systems[ci % 4])
-            msgs.append({"role": "assistant", "content": answer})
+    rec = Recorder()
 
     def hot(hi):
         r = random.Random(10000 + hi)
-        msgs = [{"role": "system", "content": systems[hi % 4]}]
+        msgs = [{"role": "system", "content": SYSTEMS[hi % 4]}]
         for t in range(6):
             out = [None] * args.fanout
 
             def fan(j):
                 q = msgs + [{"role": "user", "content": f"[hot {hi}.{t}.{j}] " + text(random.Random(j), 200)}]
                 out[j] = one(url, body(q, 64), f"hot-{hi}")
-                record(out[j], systems[hi % 4])
-            ths = [threading.Thread(target=fan, args=(j,)) for j in range(args.fanout)]
-            for th in ths:
-                th.start()
-            for th in ths:
-                th.join()
+                rec.add(out[j], SYSTEMS[hi % 4])
+            run_all([threading.Thread(target=fan, args=(j,)) for j in range(args.fanout)])
             msgs.append({"role": "user", "content": f"[hot {hi}.{t}.0] " + text(random.Random(0), 200)})
             msgs.append({"role": "assistant", "content": out[0][4] if out[0] else text(r, 250)})
 
-    ths = [threading.Thread(target=conversation, args=(i,)) for i in range(args.conversations // 2)]
+    ths = [threading.Thread(target=conversation, args=(url, i, rec)) for i in range(args.conversations // 2)]
     ths += [threading.Thread(target=hot, args=(i,)) for i in range(args.hot)]
-    t0 = time.monotonic()
-    for th in ths:
-        th.start()
-    for th in ths:
-        th.join()
-    return results, finish_times, t0
+    return rec.results, rec.finish, run_all(ths)
 
 
 def run_oneshot(url, args, rng, shared):
@@ -236,7 +225,7 @@ def run_oneshot(url, args, rng, shared):
         # long-tailed lengths (Pareto, alpha 1.2) for bulk, fixed for distinct
         mt = min(1024, int(16 * r.paretovariate(1.2))) if shared else 128
         jobs.append((msgs, mt, f"req-{i}"))
-    results, finish_times = [], []
+    rec = Recorder()
     lock = threading.Lock()
     it = iter(jobs)
 
@@ -246,19 +235,10 @@ def run_oneshot(url, args, rng, shared):
                 job = next(it, None)
             if job is None:
                 return
-            res = one(url, body(job[0], job[1]), job[2])
-            res = res[:4] if res else None   # the answer's text is not needed here
-            with lock:
-                results.append(res)
-                finish_times.append(time.monotonic())
+            rec.add(one(url, body(job[0], job[1]), job[2]))
 
-    ths = [threading.Thread(target=worker) for _ in range(args.concurrency)]
-    t0 = time.monotonic()
-    for th in ths:
-        th.start()
-    for th in ths:
-        th.join()
-    return results, finish_times, t0
+    t0 = run_all([threading.Thread(target=worker) for _ in range(args.concurrency)])
+    return rec.results, rec.finish, t0
 
 
 def measure(target, workload, args, workdir):
