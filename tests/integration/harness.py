@@ -23,6 +23,7 @@ import http.client
 import http.client as _http_client  # the function http() below shadows the name `http`
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -308,6 +309,46 @@ def need_binary(name):
     the suite runs after `make`, so a missing program is a broken build."""
     if not os.path.exists(os.path.join(BUILDDIR, name)):
         raise AssertionError(f"{name} is not built in {BUILDDIR} (run make first)")
+
+
+# ---------------------------------------------------------- infergate-bulk runs
+
+class Dir:
+    """A temp directory for one test, removed afterwards."""
+
+    def __init__(self):
+        self.path = tempfile.mkdtemp(prefix="ig-bulk-")
+
+    def __call__(self, name):
+        return os.path.join(self.path, name)
+
+    def __del__(self):
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def bulk(*args, timeout=150, env=None, preexec_fn=None):
+    """Runs infergate-bulk to the end: (exit code, stdout, stderr)."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    p = subprocess.run([binary("infergate-bulk"), *map(str, args)], capture_output=True, text=True,
+                       timeout=timeout, env=full_env, preexec_fn=preexec_fn)
+    return p.returncode, p.stdout, p.stderr
+
+
+def generate(path, count, seed=1, kind="chat"):
+    rc, out, err = bulk("generate", "--count", count, "--seed", seed, "--kind", kind, "--output", path)
+    assert rc == 0, err
+
+
+def lines(path):
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f]
+
+
+def ids(path):
+    return [o["custom_id"] for o in lines(path)]
 
 
 def test(fn):

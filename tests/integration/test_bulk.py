@@ -6,55 +6,13 @@ import json
 import os
 import random
 import resource
-import shutil
 import signal
-import subprocess
-import tempfile
-import time
 
-from harness import (BUILDDIR, FakeBackend, binary, fixture, http, http_json, metric, need_binary, parallel,
-                     run, start, start_gateway, start_sim, start_sims, test, wait_until)
+from harness import (BUILDDIR, Dir, FakeBackend, binary, bulk, fixture, generate, http, http_json, ids, lines, metric,
+                     need_binary, parallel, run, start, start_gateway, start_sim, start_sims, test, wait_until)
 
 MODEL = "m"
 UNPACED = ("--model", MODEL, "--tokens-per-second", "0", "--ttft-ms", "0")
-
-
-class Dir:
-    """A temp directory for one test, removed afterwards."""
-
-    def __init__(self):
-        self.path = tempfile.mkdtemp(prefix="ig-bulk-")
-
-    def __call__(self, name):
-        return os.path.join(self.path, name)
-
-    def __del__(self):
-        shutil.rmtree(self.path, ignore_errors=True)
-
-
-def bulk(*args, timeout=150, env=None, preexec_fn=None):
-    """Runs infergate-bulk to the end: (exit code, stdout, stderr)."""
-    full_env = dict(os.environ)
-    full_env.update(env or {})
-    p = subprocess.run([binary("infergate-bulk"), *map(str, args)], capture_output=True, text=True,
-                       timeout=timeout, env=full_env, preexec_fn=preexec_fn)
-    return p.returncode, p.stdout, p.stderr
-
-
-def generate(path, count, seed=1, kind="chat"):
-    rc, out, err = bulk("generate", "--count", count, "--seed", seed, "--kind", kind, "--output", path)
-    assert rc == 0, err
-
-
-def lines(path):
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [json.loads(line) for line in f]
-
-
-def ids(path):
-    return [o["custom_id"] for o in lines(path)]
 
 
 def input_ids(path):
