@@ -11,6 +11,7 @@
 #include "infergate/buf.h"
 #include "affinity.h"
 #include "metrics.h"
+#include "router.h"
 #include "infergate/util.h"
 
 static char *dump(json_t *j)
@@ -107,6 +108,38 @@ static json_t *models_detail(struct ig_gw *gw)
 					      "queue_timeouts", (json_int_t)m->timeouts, "aliases", aliases_of(gw, m->name)));
 	}
 	return o;
+}
+
+/* What a model's pool takes at once, for a client that keeps it full
+ * (infergate-bulk --concurrency auto): over its routable backends, the sum of
+ * each one's limit (max_inflight, else the learned slot count) for classes
+ * high and normal ("slots") and for low ("slots_low": less reserve_slots);
+ * "unknown" counts routable backends with neither, which take whatever comes
+ * because their capacity is not known (yet: it is learned when one queues). */
+char *ig_metrics_capacity_json(struct ig_gw *gw)
+{
+	json_t *models = json_object();
+	for (size_t i = 0; i < gw->sched.n; i++) {
+		const struct ig_model *m = gw->sched.v[i];
+		long slots = 0, slots_low = 0, unknown = 0, healthy = 0;
+		for (size_t j = 0; j < m->nbackends; j++) {
+			const struct ig_backend *b = m->backends[j];
+			if (!ig_backend_routable(b))
+				continue;
+			healthy++;
+			long all = ig_router_limit(b, false), low = ig_router_limit(b, true);
+			if (all == 0)
+				unknown++;
+			slots += all > 0 ? all : 0;
+			slots_low += low > 0 ? low : 0;
+		}
+		json_object_set_new(models, m->name,
+				    json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:o}", "slots", (json_int_t)slots,
+					      "slots_low", (json_int_t)slots_low, "unknown", (json_int_t)unknown,
+					      "backends_healthy", (json_int_t)healthy, "inflight", (json_int_t)m->inflight,
+					      "queue_depth", (json_int_t)m->qlen, "aliases", aliases_of(gw, m->name)));
+	}
+	return dump(json_pack("{s:o}", "models", models));
 }
 
 char *ig_metrics_backends_json(struct ig_gw *gw)

@@ -25,6 +25,8 @@ char *ig_metrics_text(struct ig_gw *gw);
 /* /health: *status is 200 with a healthy backend, else 503. */
 char *ig_metrics_health_json(struct ig_gw *gw, unsigned *status);
 char *ig_metrics_backends_json(struct ig_gw *gw);
+/* GET /health/capacity: per model, the requests its pool takes at once. */
+char *ig_metrics_capacity_json(struct ig_gw *gw);
 json_t *ig_metrics_backend_json(const struct ig_backend *b, uint64_t now);
 /* /v1/models; key: only the models it may use (NULL: all). */
 char *ig_metrics_models_json(struct ig_gw *gw, const struct ig_keyent *key);

@@ -77,9 +77,7 @@ static int sooner(struct ig_backend *a, struct ig_backend *b, long tokens, doubl
 	return wa < wb;
 }
 
-/* The in-flight limit that applies to a request: a low one leaves the
- * backend's reserve_slots free (0 = no limit). */
-static long limit_for(const struct ig_backend *b, bool low)
+long ig_router_limit(const struct ig_backend *b, bool low)
 {
 	long limit = ig_backend_limit(b);
 	if (low && limit > 0 && b->reserve_slots > 0)
@@ -89,7 +87,7 @@ static long limit_for(const struct ig_backend *b, bool low)
 
 static int reserve(struct ig_backend *b, bool low)
 {
-	long cur = atomic_load(&b->inflight), limit = limit_for(b, low);
+	long cur = atomic_load(&b->inflight), limit = ig_router_limit(b, low);
 	if (limit < 0)
 		return 0;
 	do {
@@ -119,7 +117,7 @@ enum ig_pick ig_router_pick(struct ig_backend *const *v, size_t n, atomic_uint *
 		if (!ig_backend_routable(b) || tried_already(b, rq->tried, rq->ntried))
 			continue;
 		healthy++;
-		long limit = limit_for(b, low);
+		long limit = ig_router_limit(b, low);
 		if (limit < 0 || (limit > 0 && atomic_load(&b->inflight) >= limit))
 			continue;
 		cand[k++] = b;

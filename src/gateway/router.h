@@ -39,6 +39,9 @@ enum ig_pick ig_router_pick(struct ig_backend *const *v, size_t n, atomic_uint *
 			    const struct ig_route_req *rq, struct ig_backend **out);
 /* Releases the slot taken by ig_router_pick. */
 void ig_router_release(struct ig_backend *b);
+/* The in-flight limit that applies to a request: a low one leaves the
+ * backend's reserve_slots free (0 = no limit, -1 = none for low). */
+long ig_router_limit(const struct ig_backend *b, bool low);
 /* Reports between probes above the peak: a backend that queues cannot run
  * more, so going past what it ran costs a request waiting there. */
 #define IG_SLOTS_PROBE_AFTER 5

@@ -44,7 +44,7 @@ static enum MHD_Result answer_deferred(struct ig_call *call, struct ig_gw *gw, s
 				       size_t *upload_data_size, void **con_cls);
 #define DEFERRED(status, message, code) {{answer_deferred, NULL}, status, message, code}
 static const struct deferred not_found = DEFERRED(404, "unknown path; this gateway serves /v1/chat/completions, "
-	"/v1/completions, /v1/embeddings, /v1/models, /health, /health/backends, /metrics, /status", "not_found");
+	"/v1/completions, /v1/embeddings, /v1/models, /health, /health/backends, /health/capacity, /metrics, /status", "not_found");
 static const struct deferred post_only = DEFERRED(405, "this endpoint only accepts POST", "post_only");
 static const struct deferred get_only = DEFERRED(405, "this endpoint only answers GET", "method_not_allowed");
 static const struct deferred stopping = DEFERRED(503, "the gateway is shutting down", "shutting_down");
@@ -214,7 +214,8 @@ static int local_endpoint(struct ig_gw *gw, struct MHD_Connection *conn, const c
 	char *body;
 	const char *ctype = "application/json";
 	int is_status = strcmp(path, "/") == 0 || strcmp(path, "/status") == 0;
-	int watch = is_status || strcmp(path, "/health/backends") == 0 || strcmp(path, "/metrics") == 0;
+	int watch = is_status || strcmp(path, "/health/backends") == 0 || strcmp(path, "/health/capacity") == 0 ||
+		    strcmp(path, "/metrics") == 0;
 
 	if (!watch && strcmp(path, "/health") != 0 && strcmp(path, "/v1/models") != 0)
 		return -1;
@@ -237,6 +238,8 @@ static int local_endpoint(struct ig_gw *gw, struct MHD_Connection *conn, const c
 		body = ig_metrics_health_json(gw, &status);
 	} else if (strcmp(path, "/health/backends") == 0) {
 		body = ig_metrics_backends_json(gw);
+	} else if (strcmp(path, "/health/capacity") == 0) {
+		body = ig_metrics_capacity_json(gw);
 	} else if (strcmp(path, "/v1/models") == 0) {
 		body = ig_metrics_models_json(gw, key);
 	} else {
