@@ -159,7 +159,7 @@ static const struct ig_flags spec = {
 	.epilog = "\nEndpoints: POST /v1/chat/completions, POST /v1/completions, GET /health,\n"
 		  "GET /health_generate, GET /v1/models, GET /metrics; sglang only: GET /v1/loads,\n"
 		  "GET /get_load, GET /get_model_info. Test control (never needs the key):\n"
-		  "GET /sim/state, GET|POST /sim/fault ({\"mode\": \"ok\"|\"error\"|\"hang\"|\"slow\"|\"down\"}).\n",
+		  "GET /sim/state, GET|POST /sim/fault ({\"mode\": \"ok\"|\"error\"|\"hang\"|\"slow\"|\"down\", \"max_running\": N}).\n",
 	.flags = flags,
 	.n = sizeof(flags) / sizeof(flags[0]),
 	.unknown = "unknown flag '%s'",

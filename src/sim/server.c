@@ -1015,12 +1015,15 @@ static enum MHD_Result respond_final(struct sim_call *c)
 	return respond_json(c->conn, 200, body);
 }
 
+/* POST /sim/fault {"mode"?, "max_running"?}: the fault mode, and the batch
+ * slots (a server that another tenant now shares, for clients that adapt). */
 static enum MHD_Result set_fault(struct sim *s, struct sim_call *c)
 {
 	json_error_t jerr;
 	json_t *root = json_loadb(c->body.data ? c->body.data : "", c->body.len, 0, &jerr);
 	json_t *mode = json_is_object(root) ? json_object_get(root, "mode") : NULL;
-	enum sim_fault f;
+	json_t *slots = json_is_object(root) ? json_object_get(root, "max_running") : NULL;
+	enum sim_fault f = s->eng.fault;
 	enum MHD_Result ret;
 
 	c->req.state = SIM_REQ_DONE;
@@ -1028,16 +1031,25 @@ static enum MHD_Result set_fault(struct sim *s, struct sim_call *c)
 		char *msg = ig_strdupf("invalid JSON body: %s", jerr.text);
 		ret = respond_oaerror(s, c->conn, 400, NULL, msg);
 		free(msg);
-	} else if (!json_is_string(mode) || sim_engine_fault_parse(json_string_value(mode), &f) < 0) {
+	} else if ((mode || !slots) &&
+		   (!json_is_string(mode) || sim_engine_fault_parse(json_string_value(mode), &f) < 0)) {
 		ret = respond_oaerror(s, c->conn, 400, "mode",
 				      "'mode' must be one of \"ok\", \"error\", \"hang\", \"slow\", \"down\"");
+	} else if (slots && (!json_is_integer(slots) || json_integer_value(slots) < 1 ||
+			     json_integer_value(slots) > 1000000)) {
+		ret = respond_oaerror(s, c->conn, 400, "max_running", "'max_running' must be an integer in 1..1000000");
 	} else {
 		enum sim_fault old = s->eng.fault;
 		s->eng.fault = f;
 		if (old != f)
 			ig_log_info("fault mode %s -> %s", sim_engine_fault_name(old), sim_engine_fault_name(f));
-		ret = respond_json(c->conn, 200, dump(json_pack("{s:s, s:s}", "mode", sim_engine_fault_name(f),
-								 "previous", sim_engine_fault_name(old))));
+		if (slots && json_integer_value(slots) != s->conf->max_running) {
+			ig_log_info("max running %ld -> %ld", s->conf->max_running, (long)json_integer_value(slots));
+			s->conf->max_running = (long)json_integer_value(slots);
+		}
+		ret = respond_json(c->conn, 200, dump(json_pack("{s:s, s:s, s:I}", "mode", sim_engine_fault_name(f),
+								 "previous", sim_engine_fault_name(old), "max_running",
+								 (json_int_t)s->conf->max_running)));
 	}
 	json_decref(root);
 	return ret;
