@@ -43,7 +43,8 @@ struct bulk_opts {
 	double temperature;
 	int have_temperature;
 	int endpoint;           /* -1 auto (messages->chat, prompt->completions), or IG_EP_* */
-	long concurrency;
+	long concurrency;       /* 0: auto (autoconc.c) */
+	long max_concurrency;   /* with auto: the most it may hold */
 	double rate;            /* requests/s cap, 0 = none */
 	long retries;
 	long backoff_ms;        /* first retry delay, doubling up to 30 s */
@@ -222,6 +223,80 @@ int ig_stream_feed(struct ig_stream *s, const char *p, size_t n);
 /* The rebuilt body (new reference), or NULL with *err (static text). */
 json_t *ig_stream_body(struct ig_stream *s, enum ig_endpoint ep, const char **err);
 
+/* ------------------------------------------------------------- autoconc */
+
+/* --concurrency auto (autoconc.c says how it decides). */
+enum ig_auto_state {
+	IG_AUTO_FIXED,          /* --concurrency N */
+	IG_AUTO_GATEWAY,        /* an infergate gateway's learned slots + headroom */
+	IG_AUTO_RAMPING,        /* doubling while throughput rises */
+	IG_AUTO_REFINING,       /* bisecting for the knee */
+	IG_AUTO_HOLDING,        /* at the knee, probing now and then */
+	IG_AUTO_PROBING,        /* one window above or below the hold */
+	IG_AUTO_BACKING_OFF,    /* throughput fell or latency doubled: searching again from lower */
+	IG_AUTO_DRAINING,       /* every line is sent: nothing left to decide */
+};
+
+struct ig_auto {
+	int on;                 /* 0: fixed */
+	enum ig_auto_state state;
+	long limit;             /* in flight allowed now */
+	long max, floor;
+	char why[96];           /* the state for people */
+	/* the measuring window */
+	uint64_t changed_at;    /* the limit's last change */
+	long fresh_done;        /* completions of requests started since */
+	uint64_t win_start, area_at;
+	double win_area;        /* in flight x seconds */
+	double win_lat;         /* seconds, summed over the window's completions */
+	double win_tokens;
+	long win_done;
+	double starved_s;       /* seconds with in flight below 90% of the limit */
+	long inflight;          /* since area_at */
+	double lat_ewma_s;      /* a typical request's latency */
+	double last_tps;
+	long windows;           /* measuring windows judged */
+	long windows_to_hold;   /* when it first held (-1: not yet) */
+	long backoffs;
+	/* the search */
+	long best_limit, below_best;
+	double best_tps;
+	long lo, hi;
+	double ref;
+	long knee, hold;
+	double hold_tps, hold_lat;
+	int held, bad, probe_up;
+	/* the gateway */
+	long gw_slots, gw_unknown; /* unknown -1: no capacity report (not a gateway) */
+	long headroom;
+	double gap_s, rtt_s, rate;
+	uint64_t rate_at;
+	long done_count, rate_done;
+	/* the run's figures */
+	uint64_t t0, last_us;
+	double limit_area;
+	long min_seen, max_seen;
+};
+
+/* fixed > 0: that many, always; else auto from start, at most max. */
+void ig_auto_init(struct ig_auto *a, long fixed, long start, long max, uint64_t now);
+/* A request that succeeded: its output tokens and latency. */
+void ig_auto_done(struct ig_auto *a, uint64_t tokens, uint64_t started_us, uint64_t latency_us);
+/* From an answer arriving to the next request starting. */
+void ig_auto_gap(struct ig_auto *a, uint64_t gap_us);
+/* A gateway capacity report for the run's models: slots known, healthy
+ * backends whose slots are not, the report's round trip. */
+void ig_auto_capacity(struct ig_auto *a, long slots, long unknown, double rtt_s, uint64_t now);
+/* Called every turn of the loop before the slots are filled; returns the
+ * limit in force. sending_done: every line has been sent (the rest is
+ * draining). */
+long ig_auto_tick(struct ig_auto *a, uint64_t now, int sending_done);
+/* After the slots are filled: the number in flight from now on. */
+void ig_auto_inflight(struct ig_auto *a, uint64_t now, long in_flight);
+const char *ig_auto_state_name(enum ig_auto_state s);
+/* {"mode", "state", "final", "why", "min", "max", "mean"[, "gateway"]} */
+json_t *ig_auto_json(const struct ig_auto *a, uint64_t now);
+
 /* --------------------------------------------------------------- report */
 
 /* Log-bucketed histogram of microseconds: about 1.5% precision in 20 KB,
@@ -281,6 +356,7 @@ struct bulk_stats {
 	size_t n_errs;
 	struct bulk_model *models; /* in the order the corpus names them first */
 	size_t n_models;
+	struct ig_auto conc;    /* the concurrency in force and why */
 };
 
 /* The index of `name` in st->models, or -1. */

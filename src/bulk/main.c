@@ -49,6 +49,24 @@ static int parse_temperature(void *target, const struct ig_flag *f, const char *
 	return 0;
 }
 
+static int parse_concurrency(void *target, const struct ig_flag *f, const char *what, const char *v, char **err)
+{
+	struct bulk_opts *o = target;
+	if (strcmp(v, "auto") == 0) {
+		o->concurrency = 0;
+		return 0;
+	}
+	char *end;
+	errno = 0;
+	long n = strtol(v, &end, 10);
+	if (errno || *end || !*v || n < f->min || n > f->max) {
+		*err = ig_strdupf("%s: '%s' is not auto or a whole number in %ld..%ld", what, v, (long)f->min, (long)f->max);
+		return -1;
+	}
+	o->concurrency = n;
+	return 0;
+}
+
 static int parse_shard(void *target, const struct ig_flag *f IG_UNUSED, const char *what, const char *v, char **err)
 {
 	struct bulk_opts *o = target;
@@ -86,8 +104,13 @@ static const struct ig_flag flags[] = {
 	{.name = "--endpoint", .type = IG_FLAG_CHOICE, .off = O(endpoint), .metavar = "chat|completions",
 	 .bad = "%s: '%s' is not chat or completions",
 	 .help = "where shorthand prompt lines go (default: prompt lines to completions, messages lines to chat)"},
-	{.name = "--concurrency", .type = IG_FLAG_LONG, .off = O(concurrency), .min = 1, .max = 20000, .def = "64",
-	 .metavar = "N", .help = "requests in flight at all times"},
+	{.name = "--concurrency", .type = IG_FLAG_CUSTOM, .min = 1, .max = 20000, .def = "64",
+	 .metavar = "N|auto", .parse = parse_concurrency,
+	 .help = "requests in flight at all times; auto: an infergate gateway's learned slots plus a little "
+		 "headroom, or against another server the fewest that give the most tokens/s (searched, "
+		 "held, re-probed)"},
+	{.name = "--max-concurrency", .type = IG_FLAG_LONG, .off = O(max_concurrency), .min = 1, .max = 20000,
+	 .def = "4096", .metavar = "N", .help = "with --concurrency auto: the most it may hold"},
 	{.name = "--rate", .type = IG_FLAG_DOUBLE, .off = O(rate), .min = 0, .max = 1000000, .def = "0",
 	 .metavar = "N", .help = "at most N requests started per second (0: no cap)"},
 	{.name = "--retries", .type = IG_FLAG_LONG, .off = O(retries), .min = 0, .max = 100, .def = "5",
@@ -583,7 +606,12 @@ static void print_plan(FILE *f, const struct bulk_opts *o, const struct prefligh
 			fprintf(f, "%s%s (%ld)", shown++ ? ", " : "", pf->models[i].name, pf->models[i].lines);
 	fprintf(f, "%s\n", shown ? "" : "-");
 	fprintf(f, "  url          %s (models listed: yes)\n", o->url);
-	fprintf(f, "  concurrency  %ld, rate %s, retries %ld, idle timeout %ld s, stream %s\n", o->concurrency,
+	char conc[48];
+	if (o->concurrency)
+		snprintf(conc, sizeof(conc), "%ld", o->concurrency);
+	else
+		snprintf(conc, sizeof(conc), "auto (at most %ld)", o->max_concurrency);
+	fprintf(f, "  concurrency  %s, rate %s, retries %ld, idle timeout %ld s, stream %s\n", conc,
 		o->rate > 0 ? "capped" : "no cap", o->retries, o->idle_timeout_s, o->stream ? "yes" : "no");
 	if (o->rate > 0)
 		fprintf(f, "  rate cap     %.1f requests/s\n", o->rate);
@@ -654,7 +682,7 @@ static int run(struct bulk_opts *o, struct preflight *pf, struct bulk_stats *st)
 		err = ig_strdupf("pipe: %s", strerror(errno));
 		goto fail;
 	}
-	raise_fd_limit(o->concurrency);
+	raise_fd_limit(o->concurrency ? o->concurrency : o->max_concurrency);
 	r.opts = o;
 	r.defaults = (struct bulk_defaults){o->model, o->max_tokens, o->temperature, o->have_temperature,
 					    o->endpoint, o->stream};
@@ -665,8 +693,13 @@ static int run(struct bulk_opts *o, struct preflight *pf, struct bulk_stats *st)
 	r.sigfd = sig_pipe[0];
 	r.signals = &signals_seen;
 	ig_progress_init(&prog, o->progress_file, o->progress_interval_s);
-	ig_log_info("sending %ld requests to %s (%ld selected, %ld already done), concurrency %ld",
-		    st->to_send, o->url, st->selected, st->resumed_ok + st->resumed_err, o->concurrency);
+	if (o->concurrency)
+		ig_log_info("sending %ld requests to %s (%ld selected, %ld already done), concurrency %ld",
+			    st->to_send, o->url, st->selected, st->resumed_ok + st->resumed_err, o->concurrency);
+	else
+		ig_log_info("sending %ld requests to %s (%ld selected, %ld already done), concurrency auto "
+			    "(at most %ld)", st->to_send, o->url, st->selected, st->resumed_ok + st->resumed_err,
+			    o->max_concurrency);
 	st->start_us = ig_now_us();
 	ig_progress_tick(&prog, st, 1);
 	if (ig_scheduler_run(&r) < 0 && !st->fatal)

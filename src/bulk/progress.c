@@ -82,6 +82,10 @@ json_t *ig_progress_json(struct ig_progress *p, const struct bulk_stats *st, con
 			 "elapsed_s", (double)(now - st->start_us) / 1e6,
 			 "eta_s", eta,
 			 "updated_at", (json_int_t)ig_wall_s());
+	json_object_set_new(j, "output_tokens", json_integer((json_int_t)st->output_tokens));
+	json_object_set_new(j, "concurrency", json_integer(st->conc.limit));
+	json_object_set_new(j, "concurrency_state", json_string(ig_auto_state_name(st->conc.state)));
+	json_object_set_new(j, "concurrency_why", json_string(st->conc.why));
 	json_t *models = ig_report_models_json(st);
 	if (models)
 		json_object_set_new(j, "models", models);
@@ -102,9 +106,12 @@ static void format_line(struct ig_progress *p, const struct bulk_stats *st, char
 		ig_report_duration(eta, sizeof(eta), left / rps);
 	else
 		snprintf(eta, sizeof(eta), "?");
-	int k = snprintf(out, n, "%ld/%ld %.1f%% | %.1f req/s | %.0f tok/s | in flight %ld | errors %ld",
-			 done, st->selected, st->selected ? 100.0 * done / st->selected : 100.0,
-			 rps, tps, st->in_flight, st->resumed_err + st->failed);
+	int k = snprintf(out, n, "%ld/%ld %.1f%% | %.1f req/s | %.0f tok/s | in flight %ld", done, st->selected,
+			 st->selected ? 100.0 * done / st->selected : 100.0, rps, tps, st->in_flight);
+	if (k > 0 && (size_t)k < n && st->conc.on)
+		k += snprintf(out + k, n - (size_t)k, " of %ld (%s)", st->conc.limit, st->conc.why);
+	if (k > 0 && (size_t)k < n)
+		k += snprintf(out + k, n - (size_t)k, " | errors %ld", st->resumed_err + st->failed);
 	if (k > 0 && (size_t)k < n && st->waiting)
 		k += snprintf(out + k, n - (size_t)k, " | retrying %ld", st->waiting);
 	if (k > 0 && (size_t)k < n)
@@ -126,7 +133,7 @@ static void write_file(struct ig_progress *p, const struct bulk_stats *st, const
 void ig_progress_tick(struct ig_progress *p, const struct bulk_stats *st, int force)
 {
 	uint64_t now = ig_now_us();
-	char line[256];
+	char line[384];
 
 	sample(p, st, now);
 	if (p->tty && (force || now - p->last_draw_us >= 250000)) {
@@ -151,7 +158,7 @@ void ig_progress_tick(struct ig_progress *p, const struct bulk_stats *st, int fo
 
 void ig_progress_finish(struct ig_progress *p, const struct bulk_stats *st)
 {
-	char line[256];
+	char line[384];
 	long done = done_of(st);
 	if (p->tty) {
 		format_line(p, st, line, sizeof(line));

@@ -1,5 +1,7 @@
 /* The run: one thread, one curl multi handle, exactly --concurrency
- * transfers in flight while there is work. Each finished transfer frees a
+ * transfers in flight while there is work (with auto, the number autoconc.c
+ * decides, fed from here: completions, and the gateway's capacity polled
+ * each second on the same multi handle). Each finished transfer frees a
  * slot that the next request takes at once (no waves). A request that failed
  * in a way worth retrying waits out its backoff outside the slots, in a pool
  * bounded by --concurrency (when it is full, no new lines are read: a failing
@@ -63,6 +65,13 @@ struct sched {
 	int reader_done;
 	double tokens;          /* --rate bucket */
 	uint64_t tokens_at;
+	uint64_t answered_us;   /* the last answer, until the next start (gap) */
+	/* --concurrency auto: GET /health/capacity */
+	CURL *poll;             /* in the multi handle while a poll runs */
+	struct ig_buf poll_body;
+	char *poll_url;
+	uint64_t poll_at;
+	int poll_off;           /* not a gateway (or not ours to ask) */
 };
 
 static void job_free(struct job *j)
@@ -192,7 +201,8 @@ static CURL *easy_get(struct sched *s)
 
 static void easy_put(struct sched *s, CURL *e)
 {
-	/* at most `concurrency` handles exist, and idle has that room */
+	/* at most `concurrency` (or --max-concurrency) handles exist, and idle
+	 * has that room */
 	s->idle[s->n_idle++] = e;
 }
 
@@ -216,6 +226,10 @@ static int start(struct sched *s, struct job *j)
 		return -1;
 	}
 	j->start_us = j->last_io_us = ig_now_us();
+	if (s->answered_us) {
+		ig_auto_gap(&s->st->conc, j->start_us - s->answered_us);
+		s->answered_us = 0;
+	}
 	j->slot = (size_t)s->st->in_flight;
 	s->active[s->st->in_flight++] = j;
 	s->st->attempts++;
@@ -320,10 +334,10 @@ static int rate_ok(struct sched *s, uint64_t now)
 static void fill(struct sched *s)
 {
 	uint64_t now = ig_now_us();
-	while (!s->st->stopping && s->st->in_flight < s->o->concurrency && rate_ok(s, now)) {
+	while (!s->st->stopping && s->st->in_flight < s->st->conc.limit && rate_ok(s, now)) {
 		struct job *j = take_due(s, now);
 		if (!j) {
-			if (s->reader_done || s->st->waiting >= s->o->concurrency)
+			if (s->reader_done || s->st->waiting >= s->st->conc.limit)
 				return;
 			j = next_line(s);
 			if (!j)
@@ -507,6 +521,9 @@ static void finished(struct sched *s, struct job *j, CURLcode rc)
 			if (json_is_integer(ct) && json_integer_value(ct) > 0)
 				st->output_tokens += (uint64_t)json_integer_value(ct);
 			ig_report_hist_add(st->latency, took);
+			ig_auto_done(&st->conc, json_is_integer(ct) && json_integer_value(ct) > 0
+					 ? (uint64_t)json_integer_value(ct) : 0, j->start_us, took);
+			s->answered_us = ig_now_us();
 			if (j->sse_mode && j->ttft_us)
 				ig_report_hist_add(st->ttft, j->ttft_us);
 			st->ok++;
@@ -539,13 +556,112 @@ static void finished(struct sched *s, struct job *j, CURLcode rc)
 	free(message);
 }
 
+/* ------------------------------------------------ the gateway's capacity */
+
+static size_t on_poll_body(char *p, size_t size, size_t n, void *ud)
+{
+	struct ig_buf *b = ud;
+	size_t len = size * n;
+	if (b->len + len > (1u << 20)) /* a capacity report is small */
+		return 0;
+	return ig_buf_append(b, p, len) < 0 ? 0 : len;
+}
+
+static void poll_start(struct sched *s, uint64_t now)
+{
+	s->poll_at = now;
+	s->poll = curl_easy_init();
+	if (!s->poll)
+		return;
+	ig_buf_reset(&s->poll_body);
+	curl_easy_setopt(s->poll, CURLOPT_URL, s->poll_url);
+	curl_easy_setopt(s->poll, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(s->poll, CURLOPT_HTTPHEADER, s->headers);
+	curl_easy_setopt(s->poll, CURLOPT_WRITEFUNCTION, on_poll_body);
+	curl_easy_setopt(s->poll, CURLOPT_WRITEDATA, &s->poll_body);
+	curl_easy_setopt(s->poll, CURLOPT_TIMEOUT_MS, 5000L);
+	curl_easy_setopt(s->poll, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
+	if (curl_multi_add_handle(s->multi, s->poll) != CURLM_OK) {
+		curl_easy_cleanup(s->poll);
+		s->poll = NULL;
+	}
+}
+
+/* The capacity of the pools serving the run's models, from the gateway's
+ * {"models": {name: {"slots", "slots_low", "unknown", "aliases"}}}; a model
+ * the gateway does not list counts as one backend of unknown capacity. */
+static void capacity_of(struct sched *s, json_t *models, long *slots, long *unknown)
+{
+	const char *field = s->o->priority == 2 ? "slots_low" : "slots";
+	const char *name;
+	json_t *m;
+	size_t named = 0;
+	*slots = *unknown = 0;
+	for (size_t i = 0; i < s->st->n_models; i++) {
+		const char *want = s->st->models[i].name;
+		json_t *hit = json_object_get(models, want);
+		if (!hit) {
+			json_object_foreach (models, name, m) {
+				size_t k;
+				json_t *al;
+				json_array_foreach (json_object_get(m, "aliases"), k, al)
+					if (json_is_string(al) && strcmp(json_string_value(al), want) == 0)
+						hit = m;
+			}
+		}
+		named++;
+		if (!hit) {
+			(*unknown)++;
+			continue;
+		}
+		*slots += (long)json_integer_value(json_object_get(hit, field));
+		*unknown += (long)json_integer_value(json_object_get(hit, "unknown"));
+	}
+	if (!named) { /* no line names a model: whatever the gateway serves */
+		json_object_foreach (models, name, m) {
+			*slots += (long)json_integer_value(json_object_get(m, field));
+			*unknown += (long)json_integer_value(json_object_get(m, "unknown"));
+		}
+	}
+}
+
+static void poll_done(struct sched *s, CURLcode rc)
+{
+	long status = 0;
+	curl_off_t total_us = 0;
+	curl_easy_getinfo(s->poll, CURLINFO_RESPONSE_CODE, &status);
+	curl_easy_getinfo(s->poll, CURLINFO_TOTAL_TIME_T, &total_us);
+	curl_multi_remove_handle(s->multi, s->poll);
+	curl_easy_cleanup(s->poll);
+	s->poll = NULL;
+	if (rc != CURLE_OK)
+		return; /* asked again in a second */
+	json_t *body = status == 200 ? json_loadb(ig_buf_head(&s->poll_body), ig_buf_pending(&s->poll_body), 0, NULL)
+				     : NULL;
+	json_t *models = json_object_get(body, "models");
+	if (!json_is_object(models)) {
+		s->poll_off = 1;
+		ig_log_info("concurrency auto: %s answers HTTP %ld, not an infergate capacity report: searching for "
+			    "the most throughput", s->poll_url, status);
+	} else {
+		long slots, unknown;
+		int first = s->st->conc.gw_unknown < 0;
+		capacity_of(s, models, &slots, &unknown);
+		ig_auto_capacity(&s->st->conc, slots, unknown, (double)total_us / 1e6, ig_now_us());
+		if (first)
+			ig_log_info("concurrency auto: an infergate gateway; its pools hold %ld%s", slots,
+				    unknown ? " (some backends' slots not learned yet: searching meanwhile)" : "");
+	}
+	json_decref(body);
+}
+
 /* ------------------------------------------------------------- the loop */
 
 static long poll_timeout_ms(struct sched *s)
 {
 	uint64_t now = ig_now_us();
 	long t = s->run->progress->tty ? 250 : 1000;
-	if (s->st->in_flight < s->o->concurrency && !s->st->stopping) {
+	if (s->st->in_flight < s->st->conc.limit && !s->st->stopping) {
 		for (long i = 0; i < s->st->waiting; i++) {
 			uint64_t due = s->waiting[i]->due_us;
 			long ms = due <= now ? 0 : (long)((due - now) / 1000 + 1);
@@ -591,12 +707,19 @@ static void drain_pipe(int fd)
 		;
 }
 
+#define AUTO_START 16
+
 static int sched_init(struct sched *s, struct bulk_run *run)
 {
 	const struct bulk_opts *o = run->opts;
-	size_t n = (size_t)o->concurrency;
+	size_t n = (size_t)(o->concurrency ? o->concurrency : o->max_concurrency);
 
 	memset(s, 0, sizeof(*s));
+	ig_auto_init(&run->stats->conc, o->concurrency, AUTO_START < o->max_concurrency ? AUTO_START
+					: o->max_concurrency, o->max_concurrency, ig_now_us());
+	ig_buf_init(&s->poll_body);
+	s->poll_off = o->concurrency > 0;
+	s->poll_url = ig_strdupf("%s/health/capacity", o->url);
 	s->run = run;
 	s->o = o;
 	s->st = run->stats;
@@ -641,6 +764,12 @@ static void sched_free(struct sched *s)
 		curl_easy_cleanup(s->idle[i]);
 	if (s->multi)
 		curl_multi_cleanup(s->multi);
+	if (s->poll) {
+		curl_multi_remove_handle(s->multi, s->poll);
+		curl_easy_cleanup(s->poll);
+	}
+	ig_buf_free(&s->poll_body);
+	free(s->poll_url);
 	curl_slist_free_all(s->headers);
 	for (int i = 0; i < IG_EP_COUNT; i++)
 		free(s->urls[i]);
@@ -679,7 +808,12 @@ int ig_scheduler_run(struct bulk_run *run)
 			if (st->fatal)
 				abort_all(&s); /* a result that cannot be written must not be waited for */
 		}
+		uint64_t now = ig_now_us();
+		ig_auto_tick(&st->conc, now, s.reader_done && st->waiting == 0);
+		if (!s.poll_off && !s.poll && now - s.poll_at >= 1000000 && !s.reader_done)
+			poll_start(&s, now);
 		fill(&s);
+		ig_auto_inflight(&st->conc, ig_now_us(), st->in_flight);
 		if (st->in_flight == 0 && st->waiting == 0 && (s.reader_done || st->stopping))
 			break;
 		/* after fill: the figures show the slots refilled, as they are */
@@ -696,11 +830,15 @@ int ig_scheduler_run(struct bulk_run *run)
 		while ((msg = curl_multi_info_read(s.multi, &left))) {
 			if (msg->msg != CURLMSG_DONE)
 				continue;
+			if (msg->easy_handle == s.poll) {
+				poll_done(&s, msg->data.result);
+				continue;
+			}
 			struct job *j = NULL;
 			curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&j);
 			finished(&s, j, msg->data.result);
 		}
-		uint64_t now = ig_now_us();
+		now = ig_now_us();
 		if (now - last_idle_check >= 200000) {
 			expire_idle(&s, now);
 			last_idle_check = now;
