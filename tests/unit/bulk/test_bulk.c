@@ -18,6 +18,7 @@
 #include "../../../src/bulk/progress.c"
 #include "../../../src/bulk/generate.c"
 #include "../../../src/bulk/scheduler.c"
+#include "../../../src/bulk/autoconc.c"
 #include "../../../src/bulk/merge.c"
 #define main bulk_main
 #include "../../../src/bulk/main.c"
@@ -446,7 +447,7 @@ END_TEST
  * model's total, ok, errors and done with two, resumed lines included. */
 START_TEST(models_are_counted_apart_only_when_there_are_several)
 {
-	struct bulk_model m[2] = {{"a", 10, 3, 1, 4, 2}, {"b", 5, 0, 0, 5, 0}};
+	struct bulk_model m[2] = {{"a", 10, 3, 1, 4, 2, 0, 0}, {"b", 5, 0, 0, 5, 0, 0, 0}};
 	struct bulk_stats st = {.models = m, .n_models = 1};
 	ck_assert_ptr_null(ig_report_models_json(&st));
 	st.n_models = 2;
@@ -523,7 +524,7 @@ END_TEST
  * same text as before with one. */
 START_TEST(summary_shows_models_only_when_several)
 {
-	struct bulk_model m[2] = {{"a", 10, 3, 1, 4, 2}, {"b", 5, 0, 0, 5, 0}};
+	struct bulk_model m[2] = {{"a", 10, 3, 1, 4, 2, 0, 0}, {"b", 5, 0, 0, 5, 0, 0, 0}};
 	struct ig_report_hist *h = calloc(2, sizeof(*h));
 	struct bulk_stats st = {.requests = 15, .selected = 15, .resumed_ok = 3, .resumed_err = 1, .ok = 9,
 				.failed = 2, .latency = &h[0], .ttft = &h[1], .models = m, .n_models = 1};
@@ -546,9 +547,120 @@ START_TEST(summary_shows_models_only_when_several)
 }
 END_TEST
 
+/* --concurrency auto against a model server in virtual time: `slots` run at
+ * once, each request takes `service_us` once it runs (10 tokens), the rest
+ * wait in FIFO order. The client keeps auto's limit in flight. */
+struct model_server {
+	long slots;
+	uint64_t service_us;
+	uint64_t *start, *end;  /* per request in flight: client start, service end (0: waiting) */
+	long n, cap;
+};
+
+static void model_step(struct model_server *m, struct ig_auto *a, uint64_t now)
+{
+	long running = 0;
+	for (long i = 0; i < m->n;) { /* completions */
+		if (m->end[i] && m->end[i] <= now) {
+			ig_auto_done(a, 10, m->start[i], now - m->start[i]);
+			memmove(&m->start[i], &m->start[i + 1], (size_t)(m->n - i - 1) * sizeof(uint64_t));
+			memmove(&m->end[i], &m->end[i + 1], (size_t)(m->n - i - 1) * sizeof(uint64_t));
+			m->n--;
+			continue;
+		}
+		i++;
+	}
+	for (long i = 0; i < m->n; i++) /* FIFO: the oldest waiting take the free slots */
+		if (m->end[i])
+			running++;
+		else if (running < m->slots) {
+			m->end[i] = now + m->service_us;
+			running++;
+		}
+	long limit = ig_auto_tick(a, now, 0);
+	while (m->n < limit && m->n < m->cap) {
+		m->start[m->n] = now;
+		m->end[m->n] = running < m->slots ? now + m->service_us : 0;
+		running += running < m->slots;
+		m->n++;
+	}
+	ig_auto_inflight(a, now, m->n);
+}
+
+static uint64_t model_run(struct model_server *m, struct ig_auto *a, uint64_t from, uint64_t to)
+{
+	for (uint64_t t = from; t < to; t += 1000)
+		model_step(m, a, t);
+	return to;
+}
+
+START_TEST(auto_finds_the_knee_backs_off_and_climbs_again)
+{
+	struct model_server m = {.slots = 40, .service_us = 100000, .cap = 4096};
+	struct ig_auto a;
+	m.start = calloc((size_t)m.cap, sizeof(uint64_t));
+	m.end = calloc((size_t)m.cap, sizeof(uint64_t));
+	ig_auto_init(&a, 0, 16, 4096, 1);
+	uint64_t t = model_run(&m, &a, 1, 30000000);
+	/* 16, 32, 64 (no gain), bisection between 16 and 32..64, hold 10% above */
+	ck_assert_msg(a.state == IG_AUTO_HOLDING || a.state == IG_AUTO_PROBING, "%s", a.why);
+	ck_assert_msg(a.hold >= 40 && a.hold <= 50, "hold %ld (%s)", a.hold, a.why);
+	ck_assert_int_le(a.windows_to_hold, 8);
+	/* another tenant takes three quarters of it */
+	m.slots = 10;
+	t = model_run(&m, &a, t, t + 30000000);
+	ck_assert_int_ge(a.backoffs, 1);
+	ck_assert_msg(a.hold >= 10 && a.hold <= 13, "hold %ld (%s)", a.hold, a.why);
+	/* and gives it back, with more: the probes up find it */
+	m.slots = 80;
+	model_run(&m, &a, t, t + 60000000);
+	ck_assert_msg(a.hold >= 80 && a.hold <= 100, "hold %ld (%s)", a.hold, a.why);
+	free(m.start);
+	free(m.end);
+}
+END_TEST
+
+START_TEST(auto_through_a_gateway_holds_its_slots_plus_headroom)
+{
+	struct ig_auto a;
+	ig_auto_init(&a, 0, 16, 4096, 1);
+	/* nothing learned yet: searching, from at least 16 */
+	ig_auto_capacity(&a, 0, 7, 0.001, 2);
+	ck_assert_int_eq(a.state, IG_AUTO_RAMPING);
+	ck_assert_int_eq(a.limit, 16);
+	/* four of seven learned (4 x 64): the search never goes below them */
+	ig_auto_capacity(&a, 256, 3, 0.001, 3);
+	ck_assert_int_eq(a.state, IG_AUTO_RAMPING);
+	ck_assert_int_eq(a.limit, 256 + 2);
+	/* all learned: slots + headroom; 2000 answers/s with a 2 ms gap: 2 x 2000 x 0.003 = 12 */
+	a.rate = 2000;
+	a.gap_s = 0.002;
+	ig_auto_capacity(&a, 448, 0, 0.001, 4);
+	ck_assert_int_eq(a.state, IG_AUTO_GATEWAY);
+	ck_assert_int_eq(a.headroom, 12);
+	ck_assert_int_eq(a.limit, 460);
+	ck_assert_str_eq(a.why, "gateway: 448 slots + 12");
+	/* a backend leaves; one is re-learned lower */
+	ig_auto_capacity(&a, 384, 0, 0.001, 5);
+	ck_assert_int_eq(a.limit, 384 + 12);
+	/* never above --max-concurrency */
+	struct ig_auto b;
+	ig_auto_init(&b, 0, 16, 300, 1);
+	ig_auto_capacity(&b, 448, 0, 0.001, 2);
+	ck_assert_int_eq(b.limit, 300);
+	/* fixed stays fixed */
+	struct ig_auto c;
+	ig_auto_init(&c, 48, 16, 4096, 1);
+	ig_auto_capacity(&c, 448, 0, 0.001, 2);
+	ck_assert_int_eq(c.limit, 48);
+	ck_assert_int_eq(c.state, IG_AUTO_FIXED);
+}
+END_TEST
+
 IG_CHECK_MAIN("bulk", corpus_batch_and_shorthand, corpus_errors_name_the_line, idset_grows_and_finds,
 	      doneset_resume_and_torn_line, journal_lines_and_append, journal_full_disk_leaves_no_half_line,
 	      sse_rebuilds_chat_body_across_splits, sse_incomplete_or_error_stream, hist_quantiles,
 	      generator_is_deterministic_and_parses, flags_validate, preflight_finds_duplicates_exactly,
 	      preflight_decides_on_the_model_list, models_are_counted_apart_only_when_there_are_several,
-	      summary_shows_models_only_when_several)
+	      summary_shows_models_only_when_several, auto_finds_the_knee_backs_off_and_climbs_again,
+	      auto_through_a_gateway_holds_its_slots_plus_headroom)

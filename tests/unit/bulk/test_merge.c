@@ -17,6 +17,7 @@
 #include "../../../src/bulk/idset.c"
 #include "../../../src/bulk/journal.c"
 #include "../../../src/bulk/report.c"
+#include "../../../src/bulk/autoconc.c"
 #include "../../../src/bulk/merge.c"
 #include "../check_main.h"
 
