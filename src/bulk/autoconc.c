@@ -6,12 +6,18 @@
  * slots of the pools that serve the run's models, learned by the gateway
  * from the backends' own load reports, plus a headroom of requests waiting
  * in the gateway's queue, so that a backend slot that frees is refilled at
- * once rather than after the round trip to this client and back:
- * headroom = 2 x completions/s x (the gap from an answer arriving here to
- * the next request leaving + the gateway's round trip), at least 2.
+ * once rather than after the round trip to this client and back. The
+ * headroom is measured in requests: each report, the requests of this run
+ * that are neither on a backend nor in the gateway's queue (this run's in
+ * flight less the pools' in flight and queue) are in transit, answers on
+ * their way here or requests on their way there; headroom = 1.5 x that
+ * (smoothed) + 2, at most a quarter of the slots + 2.
+ * While the gateway has not learned some backend's slots but that backend
+ * sends load reports (so they will be learned the first time it queues),
+ * the limit doubles each report until they are ("learning").
  *
- * Against any other server, or while the gateway does not know some
- * backend's capacity: a search for the knee of throughput against requests
+ * Against any other server, or a gateway whose backends send no load
+ * reports: a search for the knee of throughput against requests
  * in flight, in the manner of adaptive concurrency limiters (TCP slow start
  * then Vegas-like holding; Netflix concurrency-limits, Envoy's adaptive
  * concurrency filter), but judged on throughput rather than latency alone,
@@ -53,7 +59,7 @@
 static const char *const state_names[] = {
 	[IG_AUTO_FIXED] = "fixed",         [IG_AUTO_GATEWAY] = "gateway",   [IG_AUTO_RAMPING] = "ramping",
 	[IG_AUTO_REFINING] = "refining",   [IG_AUTO_HOLDING] = "holding",   [IG_AUTO_PROBING] = "probing",
-	[IG_AUTO_BACKING_OFF] = "backing off", [IG_AUTO_DRAINING] = "draining",
+	[IG_AUTO_BACKING_OFF] = "backing off", [IG_AUTO_DRAINING] = "draining", [IG_AUTO_LEARNING] = "learning",
 };
 
 const char *ig_auto_state_name(enum ig_auto_state s)
@@ -89,6 +95,10 @@ static void describe(struct ig_auto *a)
 		break;
 	case IG_AUTO_GATEWAY:
 		snprintf(a->why, sizeof(a->why), "gateway: %ld slots + %ld", a->gw_slots, a->headroom);
+		break;
+	case IG_AUTO_LEARNING:
+		snprintf(a->why, sizeof(a->why), "learning: %ld of %ld backends' slots not known yet", a->gw_unknown,
+			 a->gw_healthy);
 		break;
 	case IG_AUTO_RAMPING:
 	case IG_AUTO_BACKING_OFF:
@@ -144,20 +154,6 @@ void ig_auto_done(struct ig_auto *a, uint64_t tokens, uint64_t started_us, uint6
 	a->win_tokens += (double)tokens;
 }
 
-void ig_auto_gap(struct ig_auto *a, uint64_t gap_us)
-{
-	double g = (double)gap_us / 1e6;
-	a->gap_s = a->gap_s > 0 ? 0.95 * a->gap_s + 0.05 * g : g;
-}
-
-static void headroom(struct ig_auto *a)
-{
-	double h = 2.0 * a->rate * (a->gap_s + a->rtt_s);
-	a->headroom = h < 2 ? 2 : (long)ceil(h);
-	if (a->headroom > a->gw_slots / 4 + 2)
-		a->headroom = a->gw_slots / 4 + 2;
-}
-
 static void ramp_from(struct ig_auto *a, enum ig_auto_state st, long limit, uint64_t now)
 {
 	a->state = st;
@@ -178,28 +174,44 @@ static void hold(struct ig_auto *a, long knee, uint64_t now)
 	set_limit(a, a->hold, now);
 }
 
-void ig_auto_capacity(struct ig_auto *a, long slots, long unknown, double rtt_s, uint64_t now)
+void ig_auto_capacity(struct ig_auto *a, const struct ig_capacity *c, long our_inflight, uint64_t now)
 {
 	if (!a->on)
 		return;
-	a->rtt_s = a->rtt_s > 0 ? 0.8 * a->rtt_s + 0.2 * rtt_s : rtt_s;
-	a->gw_slots = slots;
-	a->gw_unknown = unknown;
-	headroom(a);
+	double transit = (double)(our_inflight - c->inflight - c->queued);
+	if (transit < 0)
+		transit = 0; /* others' requests in the pool */
+	a->transit = a->gw_unknown >= 0 ? 0.8 * a->transit + 0.2 * transit : transit;
+	a->rtt_s = a->gw_unknown >= 0 ? 0.8 * a->rtt_s + 0.2 * c->rtt_s : c->rtt_s;
+	a->gw_slots = c->slots;
+	a->gw_unknown = c->unknown;
+	a->gw_healthy = c->healthy;
+	a->headroom = (long)(1.5 * a->transit + 0.5) + 2;
+	if (a->headroom > c->slots / 4 + 2)
+		a->headroom = c->slots / 4 + 2;
 	if (a->state == IG_AUTO_DRAINING)
 		return;
-	if (unknown == 0 && slots > 0) {
-		long want = slots + a->headroom;
+	long known = c->slots + a->headroom < a->max ? c->slots + a->headroom : a->max;
+	if (c->unknown == 0 && c->slots > 0) {
 		a->state = IG_AUTO_GATEWAY;
 		a->floor = 1;
-		if (want > a->max)
-			want = a->max;
+		if (known != a->limit)
+			set_limit(a, known, now);
+	} else if (c->learning == c->unknown && c->unknown > 0) {
+		/* they will be learned once they queue: make them queue */
+		long want = a->limit;
+		if (a->state != IG_AUTO_LEARNING)
+			a->state = IG_AUTO_LEARNING;
+		else if ((double)our_inflight >= 0.9 * (double)a->limit)
+			want = a->limit * 2;
+		a->floor = known;
+		want = clamp(a, (double)want);
 		if (want != a->limit)
 			set_limit(a, want, now);
 	} else {
 		/* Search, but never below what the gateway knows it can place. */
-		a->floor = slots > 0 ? (slots + a->headroom < a->max ? slots + a->headroom : a->max) : 1;
-		if (a->state == IG_AUTO_GATEWAY)
+		a->floor = c->slots > 0 ? known : 1;
+		if (a->state == IG_AUTO_GATEWAY || a->state == IG_AUTO_LEARNING)
 			ramp_from(a, IG_AUTO_RAMPING, a->limit, now);
 		else if (a->limit < a->floor)
 			set_limit(a, a->floor, now);
@@ -322,13 +334,6 @@ long ig_auto_tick(struct ig_auto *a, uint64_t now, int sending_done)
 		a->min_seen = a->limit;
 	if (a->limit > a->max_seen)
 		a->max_seen = a->limit;
-	/* completions per second, for the headroom */
-	if (now - a->rate_at >= 1000000u) {
-		double r = a->rate_at ? (double)(a->done_count - a->rate_done) * 1e6 / (double)(now - a->rate_at) : 0;
-		a->rate = a->rate > 0 ? 0.7 * a->rate + 0.3 * r : r;
-		a->rate_at = now;
-		a->rate_done = a->done_count;
-	}
 	if (!a->on || a->state == IG_AUTO_DRAINING)
 		return a->limit;
 	if (sending_done) {
@@ -336,7 +341,7 @@ long ig_auto_tick(struct ig_auto *a, uint64_t now, int sending_done)
 		describe(a);
 		return a->limit;
 	}
-	if (a->state == IG_AUTO_GATEWAY)
+	if (a->state == IG_AUTO_GATEWAY || a->state == IG_AUTO_LEARNING)
 		return a->limit;
 	if (!a->win_start) {
 		if (a->fresh_done < a->limit)
@@ -390,7 +395,7 @@ json_t *ig_auto_json(const struct ig_auto *a, uint64_t now)
 	if (a->on && a->gw_unknown >= 0)
 		json_object_set_new(j, "gateway", json_pack("{s:I, s:I, s:I, s:f, s:f}", "slots", (json_int_t)a->gw_slots,
 							    "unknown_backends", (json_int_t)a->gw_unknown, "headroom",
-							    (json_int_t)a->headroom, "gap_ms", a->gap_s * 1e3, "rtt_ms",
+							    (json_int_t)a->headroom, "in_transit", a->transit, "rtt_ms",
 							    a->rtt_s * 1e3));
 	return j;
 }

@@ -235,6 +235,17 @@ enum ig_auto_state {
 	IG_AUTO_PROBING,        /* one window above or below the hold */
 	IG_AUTO_BACKING_OFF,    /* throughput fell or latency doubled: searching again from lower */
 	IG_AUTO_DRAINING,       /* every line is sent: nothing left to decide */
+	IG_AUTO_LEARNING,       /* doubling until the gateway has learned every backend's slots */
+};
+
+/* A gateway's GET /health/capacity, summed over the run's models. */
+struct ig_capacity {
+	long slots;             /* known, for the run's class */
+	long unknown;           /* healthy backends with no known slots */
+	long learning;          /* of them, those that send load reports */
+	long healthy;
+	long inflight, queued;  /* the pools' requests on backends, in the gateway's queue */
+	double rtt_s;           /* the report's round trip */
 };
 
 struct ig_auto {
@@ -267,11 +278,10 @@ struct ig_auto {
 	double hold_tps, hold_lat;
 	int held, bad, probe_up;
 	/* the gateway */
-	long gw_slots, gw_unknown; /* unknown -1: no capacity report (not a gateway) */
+	long gw_slots, gw_unknown, gw_healthy; /* unknown -1: no capacity report (not a gateway) */
 	long headroom;
-	double gap_s, rtt_s, rate;
-	uint64_t rate_at;
-	long done_count, rate_done;
+	double transit, rtt_s;  /* smoothed */
+	long done_count;
 	/* the run's figures */
 	uint64_t t0, last_us;
 	double limit_area;
@@ -282,11 +292,9 @@ struct ig_auto {
 void ig_auto_init(struct ig_auto *a, long fixed, long start, long max, uint64_t now);
 /* A request that succeeded: its output tokens and latency. */
 void ig_auto_done(struct ig_auto *a, uint64_t tokens, uint64_t started_us, uint64_t latency_us);
-/* From an answer arriving to the next request starting. */
-void ig_auto_gap(struct ig_auto *a, uint64_t gap_us);
-/* A gateway capacity report for the run's models: slots known, healthy
- * backends whose slots are not, the report's round trip. */
-void ig_auto_capacity(struct ig_auto *a, long slots, long unknown, double rtt_s, uint64_t now);
+/* A gateway capacity report for the run's models, with this run's in
+ * flight when it came. */
+void ig_auto_capacity(struct ig_auto *a, const struct ig_capacity *c, long our_inflight, uint64_t now);
 /* Called every turn of the loop before the slots are filled; returns the
  * limit in force. sending_done: every line has been sent (the rest is
  * draining). */

@@ -65,7 +65,6 @@ struct sched {
 	int reader_done;
 	double tokens;          /* --rate bucket */
 	uint64_t tokens_at;
-	uint64_t answered_us;   /* the last answer, until the next start (gap) */
 	/* --concurrency auto: GET /health/capacity */
 	CURL *poll;             /* in the multi handle while a poll runs */
 	struct ig_buf poll_body;
@@ -226,10 +225,6 @@ static int start(struct sched *s, struct job *j)
 		return -1;
 	}
 	j->start_us = j->last_io_us = ig_now_us();
-	if (s->answered_us) {
-		ig_auto_gap(&s->st->conc, j->start_us - s->answered_us);
-		s->answered_us = 0;
-	}
 	j->slot = (size_t)s->st->in_flight;
 	s->active[s->st->in_flight++] = j;
 	s->st->attempts++;
@@ -523,7 +518,6 @@ static void finished(struct sched *s, struct job *j, CURLcode rc)
 			ig_report_hist_add(st->latency, took);
 			ig_auto_done(&st->conc, json_is_integer(ct) && json_integer_value(ct) > 0
 					 ? (uint64_t)json_integer_value(ct) : 0, j->start_us, took);
-			s->answered_us = ig_now_us();
 			if (j->sse_mode && j->ttft_us)
 				ig_report_hist_add(st->ttft, j->ttft_us);
 			st->ok++;
@@ -587,16 +581,26 @@ static void poll_start(struct sched *s, uint64_t now)
 	}
 }
 
+static void add_pool(struct ig_capacity *c, json_t *m, const char *field)
+{
+	c->slots += (long)json_integer_value(json_object_get(m, field));
+	c->unknown += (long)json_integer_value(json_object_get(m, "unknown"));
+	c->learning += (long)json_integer_value(json_object_get(m, "learning"));
+	c->healthy += (long)json_integer_value(json_object_get(m, "backends_healthy"));
+	c->inflight += (long)json_integer_value(json_object_get(m, "inflight"));
+	c->queued += (long)json_integer_value(json_object_get(m, "queue_depth"));
+}
+
 /* The capacity of the pools serving the run's models, from the gateway's
- * {"models": {name: {"slots", "slots_low", "unknown", "aliases"}}}; a model
- * the gateway does not list counts as one backend of unknown capacity. */
-static void capacity_of(struct sched *s, json_t *models, long *slots, long *unknown)
+ * {"models": {name: {"slots", "slots_low", "unknown", "learning", ...,
+ * "aliases"}}}; a model the gateway does not list counts as one backend of
+ * unknown capacity. */
+static void capacity_of(struct sched *s, json_t *models, struct ig_capacity *c)
 {
 	const char *field = s->o->priority == 2 ? "slots_low" : "slots";
 	const char *name;
 	json_t *m;
 	size_t named = 0;
-	*slots = *unknown = 0;
 	for (size_t i = 0; i < s->st->n_models; i++) {
 		const char *want = s->st->models[i].name;
 		json_t *hit = json_object_get(models, want);
@@ -610,19 +614,14 @@ static void capacity_of(struct sched *s, json_t *models, long *slots, long *unkn
 			}
 		}
 		named++;
-		if (!hit) {
-			(*unknown)++;
-			continue;
-		}
-		*slots += (long)json_integer_value(json_object_get(hit, field));
-		*unknown += (long)json_integer_value(json_object_get(hit, "unknown"));
+		if (hit)
+			add_pool(c, hit, field);
+		else
+			c->unknown++;
 	}
-	if (!named) { /* no line names a model: whatever the gateway serves */
-		json_object_foreach (models, name, m) {
-			*slots += (long)json_integer_value(json_object_get(m, field));
-			*unknown += (long)json_integer_value(json_object_get(m, "unknown"));
-		}
-	}
+	if (!named) /* no line names a model: whatever the gateway serves */
+		json_object_foreach (models, name, m)
+			add_pool(c, m, field);
 }
 
 static void poll_done(struct sched *s, CURLcode rc)
@@ -644,13 +643,13 @@ static void poll_done(struct sched *s, CURLcode rc)
 		ig_log_info("concurrency auto: %s answers HTTP %ld, not an infergate capacity report: searching for "
 			    "the most throughput", s->poll_url, status);
 	} else {
-		long slots, unknown;
+		struct ig_capacity c = {.rtt_s = (double)total_us / 1e6};
 		int first = s->st->conc.gw_unknown < 0;
-		capacity_of(s, models, &slots, &unknown);
-		ig_auto_capacity(&s->st->conc, slots, unknown, (double)total_us / 1e6, ig_now_us());
+		capacity_of(s, models, &c);
+		ig_auto_capacity(&s->st->conc, &c, s->st->in_flight, ig_now_us());
 		if (first)
-			ig_log_info("concurrency auto: an infergate gateway; its pools hold %ld%s", slots,
-				    unknown ? " (some backends' slots not learned yet: searching meanwhile)" : "");
+			ig_log_info("concurrency auto: an infergate gateway; its pools hold %ld%s", c.slots,
+				    c.unknown ? " (some backends' slots not learned yet)" : "");
 	}
 	json_decref(body);
 }

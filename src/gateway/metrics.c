@@ -115,27 +115,31 @@ static json_t *models_detail(struct ig_gw *gw)
  * each one's limit (max_inflight, else the learned slot count) for classes
  * high and normal ("slots") and for low ("slots_low": less reserve_slots);
  * "unknown" counts routable backends with neither, which take whatever comes
- * because their capacity is not known (yet: it is learned when one queues). */
+ * because their capacity is not known (yet: it is learned when one queues),
+ * and "learning" those of them that send load reports, so that it will be. */
 char *ig_metrics_capacity_json(struct ig_gw *gw)
 {
 	json_t *models = json_object();
 	for (size_t i = 0; i < gw->sched.n; i++) {
 		const struct ig_model *m = gw->sched.v[i];
-		long slots = 0, slots_low = 0, unknown = 0, healthy = 0;
+		long slots = 0, slots_low = 0, unknown = 0, learning = 0, healthy = 0;
 		for (size_t j = 0; j < m->nbackends; j++) {
 			const struct ig_backend *b = m->backends[j];
 			if (!ig_backend_routable(b))
 				continue;
 			healthy++;
 			long all = ig_router_limit(b, false), low = ig_router_limit(b, true);
-			if (all == 0)
+			if (all == 0) {
 				unknown++;
+				learning += b->reported_load >= 0;
+			}
 			slots += all > 0 ? all : 0;
 			slots_low += low > 0 ? low : 0;
 		}
 		json_object_set_new(models, m->name,
-				    json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:o}", "slots", (json_int_t)slots,
+				    json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}", "slots", (json_int_t)slots,
 					      "slots_low", (json_int_t)slots_low, "unknown", (json_int_t)unknown,
+					      "learning", (json_int_t)learning,
 					      "backends_healthy", (json_int_t)healthy, "inflight", (json_int_t)m->inflight,
 					      "queue_depth", (json_int_t)m->qlen, "aliases", aliases_of(gw, m->name)));
 	}

@@ -78,7 +78,8 @@ def through_the_gateway_it_holds_the_learned_slots_and_follows_backends():
     assert s["concurrency"]["mode"] == "auto" and s["concurrency"]["gateway"]["slots"] in range(16, 19), s
     assert s["concurrency"]["gateway"]["headroom"] >= 2, s
     print(f"# held {c2} with 2 backends of 8, {c3} with 3, {c1} after one left; "
-          f"gap {s['concurrency']['gateway']['gap_ms']:.2f} ms, rtt {s['concurrency']['gateway']['rtt_ms']:.2f} ms")
+          f"{s['concurrency']['gateway']['in_transit']:.1f} requests in transit, "
+          f"rtt {s['concurrency']['gateway']['rtt_ms']:.2f} ms")
 
 
 @test

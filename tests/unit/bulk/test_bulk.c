@@ -624,36 +624,50 @@ START_TEST(auto_through_a_gateway_holds_its_slots_plus_headroom)
 {
 	struct ig_auto a;
 	ig_auto_init(&a, 0, 16, 4096, 1);
-	/* nothing learned yet: searching, from at least 16 */
-	ig_auto_capacity(&a, 0, 7, 0.001, 2);
-	ck_assert_int_eq(a.state, IG_AUTO_RAMPING);
+	/* nothing learned yet, all seven send load reports: doubling while the run fills it */
+	struct ig_capacity c = {.slots = 0, .unknown = 7, .learning = 7, .healthy = 7, .rtt_s = 0.001};
+	ig_auto_capacity(&a, &c, 16, 2);
+	ck_assert_int_eq(a.state, IG_AUTO_LEARNING);
 	ck_assert_int_eq(a.limit, 16);
-	/* four of seven learned (4 x 64): the search never goes below them */
-	ig_auto_capacity(&a, 256, 3, 0.001, 3);
-	ck_assert_int_eq(a.state, IG_AUTO_RAMPING);
-	ck_assert_int_eq(a.limit, 256 + 2);
-	/* all learned: slots + headroom; 2000 answers/s with a 2 ms gap: 2 x 2000 x 0.003 = 12 */
-	a.rate = 2000;
-	a.gap_s = 0.002;
-	ig_auto_capacity(&a, 448, 0, 0.001, 4);
+	ig_auto_capacity(&a, &c, 16, 3);
+	ck_assert_int_eq(a.limit, 32);
+	ig_auto_capacity(&a, &c, 10, 4); /* not filled yet: no doubling */
+	ck_assert_int_eq(a.limit, 32);
+	ck_assert_str_eq(a.why, "learning: 7 of 7 backends' slots not known yet");
+	/* four of seven learned (4 x 64): never below them */
+	c = (struct ig_capacity){.slots = 256, .unknown = 3, .learning = 3, .healthy = 7, .inflight = 30};
+	ig_auto_capacity(&a, &c, 32, 5);
+	ck_assert_int_eq(a.state, IG_AUTO_LEARNING);
+	ck_assert_int_eq(a.limit, 256 + a.headroom);
+	/* all learned: slots + 1.5 x the requests in transit + 2 */
+	c = (struct ig_capacity){.slots = 448, .unknown = 0, .healthy = 7, .inflight = 440, .queued = 12};
+	for (int i = 0; i < 60; i++)
+		ig_auto_capacity(&a, &c, 460, 6 + (uint64_t)i); /* 460 - 440 - 12 = 8 in transit */
 	ck_assert_int_eq(a.state, IG_AUTO_GATEWAY);
-	ck_assert_int_eq(a.headroom, 12);
-	ck_assert_int_eq(a.limit, 460);
-	ck_assert_str_eq(a.why, "gateway: 448 slots + 12");
-	/* a backend leaves; one is re-learned lower */
-	ig_auto_capacity(&a, 384, 0, 0.001, 5);
-	ck_assert_int_eq(a.limit, 384 + 12);
+	ck_assert_int_eq(a.headroom, 14);
+	ck_assert_int_eq(a.limit, 462);
+	ck_assert_str_eq(a.why, "gateway: 448 slots + 14");
+	/* a backend leaves */
+	c.slots = 384;
+	ig_auto_capacity(&a, &c, 460, 100);
+	ck_assert_int_eq(a.limit, 384 + 14);
+	/* backends that send no load reports are never learned: the search, from the known floor */
+	c = (struct ig_capacity){.slots = 384, .unknown = 1, .learning = 0, .healthy = 7, .inflight = 380};
+	ig_auto_capacity(&a, &c, 398, 101);
+	ck_assert_int_eq(a.state, IG_AUTO_RAMPING);
+	ck_assert_int_ge(a.limit, 384);
 	/* never above --max-concurrency */
 	struct ig_auto b;
 	ig_auto_init(&b, 0, 16, 300, 1);
-	ig_auto_capacity(&b, 448, 0, 0.001, 2);
+	c = (struct ig_capacity){.slots = 448, .healthy = 7};
+	ig_auto_capacity(&b, &c, 0, 2);
 	ck_assert_int_eq(b.limit, 300);
 	/* fixed stays fixed */
-	struct ig_auto c;
-	ig_auto_init(&c, 48, 16, 4096, 1);
-	ig_auto_capacity(&c, 448, 0, 0.001, 2);
-	ck_assert_int_eq(c.limit, 48);
-	ck_assert_int_eq(c.state, IG_AUTO_FIXED);
+	struct ig_auto f;
+	ig_auto_init(&f, 48, 16, 4096, 1);
+	ig_auto_capacity(&f, &c, 0, 2);
+	ck_assert_int_eq(f.limit, 48);
+	ck_assert_int_eq(f.state, IG_AUTO_FIXED);
 }
 END_TEST
 
