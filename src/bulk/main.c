@@ -663,6 +663,8 @@ static void raise_fd_limit(long need)
 	}
 }
 
+#define AUTO_START 16 /* --concurrency auto's first limit */
+
 static int run(struct bulk_opts *o, struct preflight *pf, struct bulk_stats *st)
 {
 	struct bulk_run r;
@@ -701,6 +703,8 @@ static int run(struct bulk_opts *o, struct preflight *pf, struct bulk_stats *st)
 			    "(at most %ld)", st->to_send, o->url, st->selected, st->resumed_ok + st->resumed_err,
 			    o->max_concurrency);
 	st->start_us = ig_now_us();
+	ig_auto_init(&st->conc, o->concurrency, AUTO_START < o->max_concurrency ? AUTO_START : o->max_concurrency,
+		     o->max_concurrency, st->start_us);
 	ig_progress_tick(&prog, st, 1);
 	if (ig_scheduler_run(&r) < 0 && !st->fatal)
 		st->fatal = ig_strdupf("the scheduler could not start");

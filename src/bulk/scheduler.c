@@ -372,7 +372,7 @@ static void write_result(struct sched *s, struct job *j, struct ig_journal *jr, 
 	free(line);
 }
 
-static void retry_later(struct sched *s, struct job *j, const char *code)
+static void retry_later(struct sched *s, struct job *j, const char *code, const char *message)
 {
 	uint64_t base = (uint64_t)s->o->backoff_ms * 1000u << (j->attempt < 20 ? j->attempt : 20);
 	if (base > MAX_BACKOFF_US)
@@ -388,8 +388,8 @@ static void retry_later(struct sched *s, struct job *j, const char *code)
 	j->due_us = ig_now_us() + delay;
 	s->st->retries++;
 	s->waiting[s->st->waiting++] = j;
-	ig_log_debug("%s (line %ld): %s, retry %d in %.2fs", j->custom_id, j->lineno, code,
-		     j->attempt, (double)delay / 1e6);
+	ig_log_debug("%s (line %ld): %s (%s), retry %d in %.2fs", j->custom_id, j->lineno, code,
+		     message ? message : "", j->attempt, (double)delay / 1e6);
 }
 
 /* A body that is not JSON, as a JSON string (bytes that are not ASCII
@@ -526,7 +526,7 @@ static void finished(struct sched *s, struct job *j, CURLcode rc)
 		}
 		job_free(j);
 	} else if (retryable && !st->stopping && j->attempt < s->o->retries) {
-		retry_later(s, j, code);
+		retry_later(s, j, code, message);
 	} else if (retryable && st->stopping) {
 		/* cut short, not failed for good: left for --resume */
 		job_free(j);
@@ -706,16 +706,12 @@ static void drain_pipe(int fd)
 		;
 }
 
-#define AUTO_START 16
-
 static int sched_init(struct sched *s, struct bulk_run *run)
 {
 	const struct bulk_opts *o = run->opts;
 	size_t n = (size_t)(o->concurrency ? o->concurrency : o->max_concurrency);
 
 	memset(s, 0, sizeof(*s));
-	ig_auto_init(&run->stats->conc, o->concurrency, AUTO_START < o->max_concurrency ? AUTO_START
-					: o->max_concurrency, o->max_concurrency, ig_now_us());
 	ig_buf_init(&s->poll_body);
 	s->poll_off = o->concurrency > 0;
 	s->poll_url = ig_strdupf("%s/health/capacity", o->url);
