@@ -43,13 +43,14 @@ flight), x0.8 for seven b200-27b-mtp (700/s), x1.5 for the unequal fleet (54,000
 Higher scales reach steady state sooner in wall time but push the CPU column towards 100%, and
 the top concurrencies then flatten for the wrong reason.
 
-Budgets: a fixed run is steady within a few request latencies (22 s for 4,096 in flight at
-x1). auto needs about three latencies per step of its search (settle, then a window of two),
+Budgets: a fixed run is steady within a few request latencies (a fleet's runs get 25-30 s: at
+4,096 in flight and x1 a request takes 5-6 s). auto needs about three latencies per step of its search (settle, then a window of two),
 doubling from 16: some 6 x (the knee) requests in all, whatever the time scale. Through the
 gateway the capacity is known only once every backend has queued (the gateway learns slots from
-the backends' load reports when they queue), so auto ramps until then: 25 to 45 s here for
-both fleets of seven (measured, depending on the machine's other load). Each auto budget leaves
-the steady part (from a third of the run) after that. The whole bench takes about 13.5 minutes.
+the backends' load reports when they queue); until then auto doubles its limit each second
+("learning"), then holds the learned slots: a few seconds to a steady state, but a fleet of
+seven at x1 needs a few request latencies (4-5 s each at 3,584 in flight) to settle, so those
+auto runs get 60 s and the steady part starts at a third of it.
 
 The seed rehearsal: the seed's corpus is 902,087 lines; at 48 in flight seven b200-27b-mtp do
 about a tenth of what they can, so the whole corpus would take hours here. The sample is run
@@ -85,10 +86,10 @@ CASES = {
                     "budget": 8, "auto_budget": 20, "what": "one h100-8b, direct"},
     "b200-direct": {"sims": [B200], "gateway": False, "scale": 5, "levels": LEVELS_DIRECT,
                     "budget": 8, "auto_budget": 20, "what": "one b200-27b-mtp, direct"},
-    "h100x7-gw": {"sims": [H100] * 7, "gateway": True, "scale": 1, "levels": [1024, 2048, 4096],
-                  "budget": 22, "auto_budget": 130, "what": "seven h100-8b through infergate"},
-    "b200x7-gw": {"sims": [B200] * 7, "gateway": True, "scale": 0.8, "levels": [512, 1024, 2048, 4096],
-                  "budget": 18, "auto_budget": 110, "what": "seven b200-27b-mtp through infergate"},
+    "h100x7-gw": {"sims": [H100] * 7, "gateway": True, "scale": 1, "levels": [48, 512, 1024, 2048, 4096],
+                  "budget": 30, "auto_budget": 60, "what": "seven h100-8b through infergate"},
+    "b200x7-gw": {"sims": [B200] * 7, "gateway": True, "scale": 0.8, "levels": [48, 256, 512, 1024, 2048, 4096],
+                  "budget": 25, "auto_budget": 60, "what": "seven b200-27b-mtp through infergate"},
     "unequal-gw": {"sims": UNEQUAL, "gateway": True, "scale": 1.5, "levels": [128, 256, 512, 2048],
                    "budget": 15, "auto_budget": 42, "what": "seven unequal through infergate"},
 }
