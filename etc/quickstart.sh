@@ -123,11 +123,12 @@ demo() {
 		-d '{"model": "sim-model", "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 12}'
 	echo
 	n=${IG_DEMO_PROMPTS:-3000}
-	echo "== generating $n prompts and pushing them through the gateway (concurrency 256);"
+	echo "== generating $n prompts and pushing them through the gateway (concurrency auto: the"
+	echo "   slots the gateway learns from the simulators, 7 x 48, plus a little headroom);"
 	echo "   watch it live at http://127.0.0.1:8080/status, metrics at /metrics"
 	./infergate-bulk generate --count "$n" --seed 1 --output "$work/corpus.jsonl"
 	./infergate-bulk --input "$work/corpus.jsonl" --output "$work/results.jsonl" \
-		--model sim-model --concurrency 256 --summary-json "$work/summary.json"
+		--model sim-model --concurrency auto --summary-json "$work/summary.json"
 	echo "== $(wc -l <"$work/results.jsonl") results in $work/results.jsonl"
 }
 

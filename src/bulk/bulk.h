@@ -424,6 +424,7 @@ struct bulk_run {
 	struct ig_journal out;
 	struct ig_journal err;
 	struct bulk_stats *stats;
+	int gateway;            /* the server is an infergate gateway (its /v1/models says so) */
 	struct ig_progress *progress;
 	int sigfd;              /* read end of the self-pipe the signal handler writes */
 	volatile int *signals;  /* how many SIGINT/SIGTERM arrived */

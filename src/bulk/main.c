@@ -104,7 +104,7 @@ static const struct ig_flag flags[] = {
 	{.name = "--endpoint", .type = IG_FLAG_CHOICE, .off = O(endpoint), .metavar = "chat|completions",
 	 .bad = "%s: '%s' is not chat or completions",
 	 .help = "where shorthand prompt lines go (default: prompt lines to completions, messages lines to chat)"},
-	{.name = "--concurrency", .type = IG_FLAG_CUSTOM, .min = 1, .max = 20000, .def = "64",
+	{.name = "--concurrency", .type = IG_FLAG_CUSTOM, .min = 1, .max = 20000, .def = "auto",
 	 .metavar = "N|auto", .parse = parse_concurrency,
 	 .help = "requests in flight at all times; auto: an infergate gateway's learned slots plus a little "
 		 "headroom, or against another server the fewest that give the most tokens/s (searched, "
@@ -241,6 +241,7 @@ struct preflight {
 	long per_ep[IG_EP_COUNT];       /* selected and not done */
 	long first_line, last_line;
 	long foreign_done;              /* done ids that are not lines of this shard */
+	int gateway;                    /* /v1/models carries infergate's extension */
 };
 
 static void problem(struct preflight *pf, const char *fmt, ...) IG_PRINTF(2, 3);
@@ -493,12 +494,16 @@ static size_t collect(char *p, size_t size, size_t n, void *ud)
  * vLLM) only need to be listed. Problems go to pf. */
 static void check_models(struct preflight *pf, json_t *data, const char *url)
 {
+	size_t k;
+	json_t *m;
+	json_array_foreach(data, k, m)
+		if (json_is_object(json_object_get(m, "infergate")))
+			pf->gateway = 1;
 	for (size_t i = 0; i < pf->n_models; i++) {
 		const struct bulk_model *mu = &pf->models[i];
 		if (mu->lines == 0)
 			continue; /* only done lines name it */
-		size_t k;
-		json_t *m, *entry = NULL;
+		json_t *entry = NULL;
 		json_array_foreach(data, k, m) {
 			json_t *id = json_object_get(m, "id");
 			if (json_is_string(id) && strcmp(json_string_value(id), mu->name) == 0) {
@@ -691,6 +696,7 @@ static int run(struct bulk_opts *o, struct preflight *pf, struct bulk_stats *st)
 	r.skip = pf->skip;
 	r.skip_bits = (long)(pf->skip_bytes * 8);
 	r.stats = st;
+	r.gateway = pf->gateway;
 	r.progress = &prog;
 	r.sigfd = sig_pipe[0];
 	r.signals = &signals_seen;
@@ -700,8 +706,9 @@ static int run(struct bulk_opts *o, struct preflight *pf, struct bulk_stats *st)
 			    st->to_send, o->url, st->selected, st->resumed_ok + st->resumed_err, o->concurrency);
 	else
 		ig_log_info("sending %ld requests to %s (%ld selected, %ld already done), concurrency auto "
-			    "(at most %ld)", st->to_send, o->url, st->selected, st->resumed_ok + st->resumed_err,
-			    o->max_concurrency);
+			    "(at most %ld: %s)", st->to_send, o->url, st->selected, st->resumed_ok + st->resumed_err,
+			    o->max_concurrency, pf->gateway ? "an infergate gateway, its learned slots"
+			    : "not an infergate gateway, searching for the most tokens/s");
 	st->start_us = ig_now_us();
 	ig_auto_init(&st->conc, o->concurrency, AUTO_START < o->max_concurrency ? AUTO_START : o->max_concurrency,
 		     o->max_concurrency, st->start_us);

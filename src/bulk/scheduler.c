@@ -638,10 +638,10 @@ static void poll_done(struct sched *s, CURLcode rc)
 	json_t *body = status == 200 ? json_loadb(ig_buf_head(&s->poll_body), ig_buf_pending(&s->poll_body), 0, NULL)
 				     : NULL;
 	json_t *models = json_object_get(body, "models");
-	if (!json_is_object(models)) {
+	if (!json_is_object(models)) { /* a gateway of an older version, or one that wants a key */
 		s->poll_off = 1;
-		ig_log_info("concurrency auto: %s answers HTTP %ld, not an infergate capacity report: searching for "
-			    "the most throughput", s->poll_url, status);
+		ig_log_info("concurrency auto: %s answers HTTP %ld, not a capacity report: searching for the most "
+			    "throughput", s->poll_url, status);
 	} else {
 		struct ig_capacity c = {.rtt_s = (double)total_us / 1e6};
 		int first = s->st->conc.gw_unknown < 0;
@@ -713,7 +713,7 @@ static int sched_init(struct sched *s, struct bulk_run *run)
 
 	memset(s, 0, sizeof(*s));
 	ig_buf_init(&s->poll_body);
-	s->poll_off = o->concurrency > 0;
+	s->poll_off = o->concurrency > 0 || !run->gateway; /* another server has no capacity report */
 	s->poll_url = ig_strdupf("%s/health/capacity", o->url);
 	s->run = run;
 	s->o = o;

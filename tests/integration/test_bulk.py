@@ -586,7 +586,7 @@ def api_key_is_sent_as_bearer():
                             "--url", f"http://127.0.0.1:{srv.server_address[1]}",
                             "--api-key-env", "IG_BULK_KEY", env={"IG_BULK_KEY": "sk-test-123"})
         assert rc == 0, (rc, out, err)
-        assert seen == ["Bearer sk-test-123"] * 2, seen
+        assert seen == ["Bearer sk-test-123"] * 2, seen   # /v1/models, the completion
     finally:
         srv.shutdown()
 

@@ -382,7 +382,7 @@ START_TEST(flags_validate)
 	struct bulk_opts o;
 	char *err;
 	ck_assert_int_eq(flags_of("b --input i --output out.jsonl", &o, &err), 0);
-	ck_assert_int_eq(o.concurrency, 64);
+	ck_assert_int_eq(o.concurrency, 0); /* auto */
 	ck_assert_int_eq(o.retries, 5);
 	ck_assert_int_eq(o.shard_n, 1);
 	ck_assert_int_eq(flags_of("b --input i --output o --shard 2/3 --url http://h:1/v1/ --concurrency 5", &o, &err), 0);
