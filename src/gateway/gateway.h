@@ -61,14 +61,43 @@ struct ig_call {
 	void (*on_completed)(struct ig_call *call, enum MHD_RequestTerminationCode toe);
 };
 
-/* Routes forwarded to a backend, by index (path as sent upstream). */
-#define IG_NROUTES 3
-#define IG_ROUTE_EMBEDDINGS 2
+/* Routes forwarded to a backend (POST, the path sent upstream as it came),
+ * by index, and what the gateway reads of their bodies. */
+enum ig_route_flag {
+	IG_RT_MODEL_OPTIONAL = 1u << 0, /* without "model": the one served model, else 400 */
+	IG_RT_USAGE_OPTION = 1u << 1,   /* streams take stream_options.include_usage */
+	IG_RT_OUTPUT = 1u << 2,         /* generates: max_tokens and default_max_tokens count */
+	IG_RT_RESPONSES = 1u << 3,      /* OpenAI Responses: usage input/output_tokens, typed SSE events */
+};
+struct ig_route {
+	const char *path;
+	unsigned flags;
+};
+#define IG_NROUTES 11
+#define IG_ROUTES_CLASSIC 3 /* chat, completions, embeddings: their metrics series always show */
+static inline const struct ig_route *ig_route(int route)
+{
+	/* after sgl-project/sglang python/sglang/srt/entrypoints/http_server.py and
+	 * vllm-project/vllm vllm/entrypoints/openai/api_server.py: the requests of
+	 * the native routes have "model" optional (SGLang's have none) */
+	static const struct ig_route routes[IG_NROUTES] = {
+		{"/v1/chat/completions", IG_RT_USAGE_OPTION | IG_RT_OUTPUT},
+		{"/v1/completions", IG_RT_USAGE_OPTION | IG_RT_OUTPUT},
+		{"/v1/embeddings", 0},
+		{"/v1/responses", IG_RT_OUTPUT | IG_RT_RESPONSES},
+		{"/v1/rerank", IG_RT_MODEL_OPTIONAL},
+		{"/v1/score", IG_RT_MODEL_OPTIONAL},
+		{"/tokenize", IG_RT_MODEL_OPTIONAL},
+		{"/detokenize", IG_RT_MODEL_OPTIONAL},
+		{"/generate", IG_RT_MODEL_OPTIONAL | IG_RT_OUTPUT},
+		{"/pooling", IG_RT_MODEL_OPTIONAL},
+		{"/classify", IG_RT_MODEL_OPTIONAL},
+	};
+	return route >= 0 && route < IG_NROUTES ? &routes[route] : &routes[0];
+}
 static inline const char *ig_route_path(int route)
 {
-	static const char *const paths[IG_NROUTES] = {"/v1/chat/completions", "/v1/completions",
-						      "/v1/embeddings"};
-	return route >= 0 && route < IG_NROUTES ? paths[route] : "";
+	return route >= 0 && route < IG_NROUTES ? ig_route(route)->path : "";
 }
 
 /* Latency histogram (Prometheus style: cumulative when printed). */

@@ -324,7 +324,8 @@ static void print_hist(struct ig_buf *b, const char *name, const char *help, con
 {
 	ig_buf_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
 	for (int r = 0; r < IG_NROUTES; r++)
-		hist_series(b, name, "route", ig_route_path(r), &h[r]);
+		if (r < IG_ROUTES_CLASSIC || h[r].n > 0) /* the others once used */
+			hist_series(b, name, "route", ig_route_path(r), &h[r]);
 }
 
 /* One per-backend series; `get` reads the value. */

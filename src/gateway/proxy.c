@@ -334,6 +334,10 @@ static size_t on_header(char *buf, size_t size, size_t nitems, void *userdata)
 static void take_usage(struct ig_req *req, json_t *usage)
 {
 	json_t *p = json_object_get(usage, "prompt_tokens"), *c = json_object_get(usage, "completion_tokens");
+	if (!p && !c) { /* the Responses API's names */
+		p = json_object_get(usage, "input_tokens");
+		c = json_object_get(usage, "output_tokens");
+	}
 	if (json_is_integer(p))
 		req->prompt_tokens = (long)json_integer_value(p);
 	if (json_is_integer(c))
@@ -465,6 +469,7 @@ static void on_sse_data(void *arg, const char *d, size_t dn, size_t line_len, si
 {
 	struct scan *sc = arg;
 	struct ig_req *req = sc->req;
+	req->sse_events++;
 	if (!d)
 		return; /* longer than IG_SSE_MAX_LINE: relayed, not read */
 	usage_from_json(req, d, dn); /* finds "usage" or returns */
@@ -480,6 +485,10 @@ static void on_sse_data(void *arg, const char *d, size_t dn, size_t line_len, si
 			return;
 	}
 	char *fixed = memmem(d, dn, "\"error\"", 7) ? stream_error(req, d, dn) : NULL;
+	if (ig_route(req->route_idx)->flags & IG_RT_RESPONSES) { /* its events keep their own shape */
+		free(fixed);
+		fixed = NULL;
+	}
 	if (fixed && req->sse) {
 		/* The line ends at its LF, rest + 1 bytes before the end of resp. */
 		size_t tail = rest + 1;
@@ -883,16 +892,16 @@ static const char *json_kind(const json_t *v)
 static int check_fields(struct ig_req *req, json_t *root)
 {
 	json_t *v = json_object_get(root, "model");
-	if (!v) {
+	if (!v && !(ig_route(req->route_idx)->flags & IG_RT_MODEL_OPTIONAL)) {
 		set_param_error(req, 400, "model", "missing_required_parameter", "you must provide a model parameter");
 		return -1;
 	}
-	if (!json_is_string(v)) {
+	if (v && !json_is_string(v)) {
 		set_param_error(req, 400, "model", "invalid_type",
 				"Invalid type for 'model': expected a string, but got %s instead.", json_kind(v));
 		return -1;
 	}
-	if (json_string_length(v) == 0) {
+	if (v && json_string_length(v) == 0) {
 		set_param_error(req, 400, "model", "empty_string",
 				"Invalid 'model': empty string. Expected a non-empty model name.");
 		return -1;
@@ -903,8 +912,8 @@ static int check_fields(struct ig_req *req, json_t *root)
 				"Invalid type for 'stream': expected a boolean, but got %s instead.", json_kind(v));
 		return -1;
 	}
-	static const char *const counts[] = {"max_tokens", "max_completion_tokens"};
-	for (size_t i = 0; i < 2; i++) {
+	static const char *const counts[] = {"max_tokens", "max_completion_tokens", "max_output_tokens"};
+	for (size_t i = 0; i < 3; i++) {
 		v = json_object_get(root, counts[i]);
 		if (!v || json_is_null(v))
 			continue;
@@ -963,7 +972,7 @@ static long token_estimate(const struct ig_req *req, json_t *root)
 		bytes = text_bytes(json_object_get(root, "prompt")) + text_bytes(json_object_get(root, "input"));
 	}
 	long prompt = (long)((bytes + 3) / 4);
-	if (req->route_idx == IG_ROUTE_EMBEDDINGS)
+	if (!(ig_route(req->route_idx)->flags & IG_RT_OUTPUT))
 		return prompt > 0 ? prompt : 1;
 	json_t *n = json_object_get(root, "n");
 	long choices = json_is_integer(n) && json_integer_value(n) > 1 && json_integer_value(n) < 1000
@@ -1023,7 +1032,7 @@ static int prefix_chain(struct ig_req *req, json_t *root)
  * whose client did not set stream_options.include_usage. */
 static bool wants_usage(const struct ig_req *req, json_t *root)
 {
-	if (!req->stream || !req->gw->cfg->stream_usage || req->route_idx == IG_ROUTE_EMBEDDINGS)
+	if (!req->stream || !req->gw->cfg->stream_usage || !(ig_route(req->route_idx)->flags & IG_RT_USAGE_OPTION))
 		return false;
 	return !json_is_true(json_object_get(json_object_get(root, "stream_options"), "include_usage"));
 }
@@ -1043,6 +1052,34 @@ static int splice_usage_option(struct ig_buf *body)
  * (set but without include_usage): then it is re-serialised. An absent
  * stream_options is added in front, the rest untouched. Returns 0 or -1
  * (error set). */
+/* A request that names no model (a route where it is optional) goes to
+ * the one model the gateway serves; with several, the client must choose.
+ * NULL with the error set. */
+static const char *only_model(struct ig_req *req)
+{
+	const struct ig_sched *s = &req->gw->sched;
+	const char *one = NULL;
+	size_t n = 0;
+	struct ig_buf names;
+	for (size_t i = 0; i < s->n; i++)
+		if (s->v[i]->named && n++ == 0)
+			one = s->v[i]->name;
+	if (n == 1)
+		return one;
+	if (n == 0) {
+		set_error(req, 503, "no_backend", "no backend has named the model it serves yet: name one in 'model'");
+		return NULL;
+	}
+	ig_buf_init(&names);
+	for (size_t i = 0, k = 0; i < s->n; i++)
+		if (s->v[i]->named)
+			ig_buf_printf(&names, "%s'%s'", k++ ? ", " : "", s->v[i]->name);
+	set_param_error(req, 400, "model", "missing_required_parameter",
+			"this gateway serves several models (%s): name one in 'model'", names.data);
+	ig_buf_free(&names);
+	return NULL;
+}
+
 static int inspect_body(struct ig_req *req)
 {
 	json_error_t jerr;
@@ -1065,11 +1102,17 @@ static int inspect_body(struct ig_req *req)
 	}
 	req->stream = json_is_true(json_object_get(root, "stream"));
 	const char *model = json_string_value(json_object_get(root, "model"));
+	if (!model && !(model = only_model(req))) {
+		json_decref(root);
+		return -1;
+	}
 	const char *served = ig_conf_alias_target(req->gw->cfg, model);
 	req->model = strdup(served ? served : model);
 	json_t *mt = json_object_get(root, "max_tokens");
 	if (!json_is_integer(mt))
 		mt = json_object_get(root, "max_completion_tokens");
+	if (!json_is_integer(mt))
+		mt = json_object_get(root, "max_output_tokens");
 	if (json_is_integer(mt))
 		req->max_tokens = (long)json_integer_value(mt);
 	if (req->key->tpm.limit > 0 || req->gw->cfg->policy == IG_POLICY_LEAST_TOKENS)
@@ -1451,13 +1494,25 @@ static enum ig_upstream_error classify(struct ig_req *req, CURLcode result)
 
 static void end_stream_with_error(struct ig_req *req, const char *why)
 {
-	char *err = ig_oaerror_json(why, "server_error", NULL, "backend_error");
+	char *err;
+	if (ig_route(req->route_idx)->flags & IG_RT_RESPONSES) { /* the Responses API's error event */
+		json_t *e = json_pack("{s:s, s:s, s:s, s:n, s:I}", "type", "error", "code", "backend_error", "message",
+				      why, "param", "sequence_number", (json_int_t)req->sse_events);
+		char *d = json_dumps(e, JSON_COMPACT | JSON_PRESERVE_ORDER);
+		err = ig_strdupf("event: error\ndata: %s", d ? d : "{}");
+		free(d);
+		json_decref(e);
+	} else {
+		char *d = ig_oaerror_json(why, "server_error", NULL, "backend_error");
+		err = ig_strdupf("data: %s", d);
+		free(d);
+	}
 	req->stream_error = 502;
 	free(req->stream_error_msg);
 	req->stream_error_msg = strdup(why);
 	/* Drop the torn event the backend left: only whole events go out. */
 	req->resp.len = req->resp.off + req->ready;
-	ig_buf_printf(&req->resp, "data: %s\n\n", err);
+	ig_buf_printf(&req->resp, "%s\n\n", err);
 	req->ready = ig_buf_pending(&req->resp);
 	free(err);
 	req->upstream_failed = true;

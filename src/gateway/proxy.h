@@ -100,6 +100,7 @@ struct ig_req {
 					 * the status it names (counted and logged
 					 * as that), 0 when none */
 	char *stream_error_msg;         /* its message, for the access log */
+	long sse_events;                /* data lines relayed (a Responses error event numbers itself after them) */
 	unsigned status_sent;           /* what the client was answered */
 	uint64_t bytes_in;              /* the body the client sent */
 	uint64_t bytes_out;

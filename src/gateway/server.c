@@ -44,7 +44,8 @@ static enum MHD_Result answer_deferred(struct ig_call *call, struct ig_gw *gw, s
 				       size_t *upload_data_size, void **con_cls);
 #define DEFERRED(status, message, code) {{answer_deferred, NULL}, status, message, code}
 static const struct deferred not_found = DEFERRED(404, "unknown path; this gateway serves /v1/chat/completions, "
-	"/v1/completions, /v1/embeddings, /v1/models, /health, /health/backends, /health/capacity, /metrics, /status", "not_found");
+	"/v1/completions, /v1/embeddings, /v1/responses, /v1/rerank, /v1/score, /tokenize, /detokenize, /generate, "
+	"/pooling, /classify, /v1/models, /health, /health/backends, /health/capacity, /metrics, /status", "not_found");
 static const struct deferred post_only = DEFERRED(405, "this endpoint only accepts POST", "post_only");
 static const struct deferred get_only = DEFERRED(405, "this endpoint only answers GET", "method_not_allowed");
 static const struct deferred stopping = DEFERRED(503, "the gateway is shutting down", "shutting_down");
