@@ -22,6 +22,7 @@ enum sim_kind {
 	SIM_COMPLETION, /* POST /v1/completions */
 	SIM_FAULT_SET,  /* POST /sim/fault */
 	SIM_HEALTH,     /* GET /health with --health-delay-ms: a deferred answer */
+	SIM_UTILITY,    /* POST /tokenize, /detokenize: answered at once from the body */
 };
 
 enum sim_state {

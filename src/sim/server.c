@@ -31,6 +31,8 @@ enum route {
 	R_METRICS,     /* GET /metrics */
 	R_STATE,       /* GET /sim/state: the simulator's live counts */
 	R_FAULT,       /* GET or POST /sim/fault */
+	R_TOKENIZE,    /* POST /tokenize */
+	R_DETOKENIZE,  /* POST /detokenize */
 };
 
 #define SGLANG (1u << SIM_FLAVOR_SGLANG)
@@ -54,6 +56,8 @@ static const struct {
 	{"/metrics", R_METRICS, true, false, "GET, HEAD", SGLANG | VLLM},
 	{"/sim/state", R_STATE, true, false, "GET, HEAD", SGLANG | VLLM},
 	{"/sim/fault", R_FAULT, true, true, "GET, HEAD, POST", SGLANG | VLLM},
+	{"/tokenize", R_TOKENIZE, false, true, "POST", SGLANG | VLLM},
+	{"/detokenize", R_DETOKENIZE, false, true, "POST", SGLANG | VLLM},
 };
 
 /* Error types. Validation errors (bad JSON, a field of the wrong type) go
@@ -619,6 +623,7 @@ struct sim_call {
 	bool client_gone;
 	bool too_large;                /* body over SIM_MAX_BODY: 413 */
 	struct ig_buf body;            /* request body */
+	enum route route;
 };
 
 static void wake(struct sim_req *r);
@@ -1055,6 +1060,90 @@ static enum MHD_Result set_fault(struct sim *s, struct sim_call *c)
 	return ret;
 }
 
+/* POST /tokenize and /detokenize, answered at once with the tokenizer of
+ * text.c. Shapes: SGLang's TokenizeRequest {"prompt": str | [str]} ->
+ * {"tokens", "count", "max_model_len"} (lists for a list) and
+ * DetokenizeRequest {"tokens": [int] | [[int]]} -> {"text"}
+ * (sgl-project/sglang python/sglang/srt/entrypoints/openai/protocol.py);
+ * vLLM's TokenizeCompletionRequest {"prompt": str} -> {"count",
+ * "max_model_len", "tokens", "token_strs": null} and DetokenizeRequest
+ * {"tokens": [int]} -> {"prompt"} (vllm-project/vllm
+ * vllm/entrypoints/openai/protocol.py). "model" is optional in both. */
+static enum MHD_Result tokenize(struct sim *s, struct sim_call *c)
+{
+	json_error_t jerr;
+	json_t *root = json_loadb(c->body.data ? c->body.data : "", c->body.len, 0, &jerr);
+	bool vllm = s->conf->flavor == SIM_FLAVOR_VLLM, detok = c->route == R_DETOKENIZE;
+	const char *field = detok ? "tokens" : "prompt";
+	json_t *in = json_object_get(root, field), *model = json_object_get(root, "model");
+	enum MHD_Result ret;
+
+	c->req.state = SIM_REQ_DONE;
+	if (!json_is_object(root)) {
+		ret = root ? respond_error(s, c->conn, 400, T_VALIDATION, NULL, "the body must be a JSON object")
+			   : respond_error(s, c->conn, 400, T_VALIDATION, NULL, "invalid JSON body: %s", jerr.text);
+		goto out;
+	}
+	if (model && (!json_is_string(model) || strcmp(json_string_value(model), s->conf->model) != 0)) {
+		ret = respond_error(s, c->conn, 404, "NotFoundError", "model", "The model `%s` does not exist.",
+				    json_is_string(model) ? json_string_value(model) : "?");
+		goto out;
+	}
+	/* one input, or (SGLang) a list of them */
+	bool batch = !vllm && json_is_array(in) && json_array_size(in) > 0 &&
+		     (detok ? json_is_array(json_array_get(in, 0)) : true);
+	bool ok = detok ? json_is_array(in) : json_is_string(in) || batch;
+	size_t i;
+	json_t *v;
+	if (batch)
+		json_array_foreach(in, i, v)
+			ok = ok && (detok ? json_is_array(v) : json_is_string(v));
+	if (!ok) {
+		ret = respond_error(s, c->conn, 400, T_VALIDATION, field, "'%s' must be %s", field,
+				    detok ? (vllm ? "a list of integers" : "a list of integers or of lists")
+					  : (vllm ? "a string" : "a string or a list of strings"));
+		goto out;
+	}
+	json_t *answer, *outs = json_array(), *counts = json_array();
+	size_t n = batch ? json_array_size(in) : 1;
+	for (i = 0; i < n; i++) {
+		json_t *x = batch ? json_array_get(in, i) : in;
+		if (detok) {
+			char *text = sim_text_detokenize(x);
+			if (!text) {
+				json_decref(outs);
+				json_decref(counts);
+				ret = respond_error(s, c->conn, 400, T_VALIDATION, field,
+						    "token ids must be integers in 0..4294967295");
+				goto out;
+			}
+			json_array_append_new(outs, json_string(text));
+			free(text);
+		} else {
+			json_t *ids = json_array();
+			sim_text_tokenize(json_string_value(x), json_string_length(x), ids);
+			json_array_append_new(counts, json_integer((json_int_t)json_array_size(ids)));
+			json_array_append_new(outs, ids);
+		}
+	}
+	long max_len = s->conf->context_length > 0 ? s->conf->context_length : 32768;
+	json_t *toks = batch ? outs : json_array_get(outs, 0), *cnt = batch ? counts : json_array_get(counts, 0);
+	if (detok)
+		answer = json_pack("{s:O}", vllm ? "prompt" : "text", toks);
+	else if (vllm)
+		answer = json_pack("{s:O, s:I, s:O, s:n}", "count", cnt, "max_model_len", (json_int_t)max_len, "tokens",
+				   toks, "token_strs");
+	else
+		answer = json_pack("{s:O, s:O, s:I}", "tokens", toks, "count", cnt, "max_model_len",
+				   (json_int_t)max_len);
+	json_decref(outs);
+	json_decref(counts);
+	ret = respond_json(c->conn, 200, dump(answer));
+out:
+	json_decref(root);
+	return ret;
+}
+
 /* The body is complete: validate, then answer, stream, queue or hang. */
 static enum MHD_Result start_request(struct sim *s, struct sim_call *c)
 {
@@ -1072,6 +1161,8 @@ static enum MHD_Result start_request(struct sim *s, struct sim_call *c)
 	}
 	if (r->kind == SIM_FAULT_SET)
 		return set_fault(s, c);
+	if (r->kind == SIM_UTILITY)
+		return tokenize(s, c);
 	if (s->stopping || s->eng.fault == SIM_FAULT_DOWN) {
 		r->state = SIM_REQ_DONE;
 		s->eng.st.rejected++;
@@ -1143,12 +1234,14 @@ enum MHD_Result sim_server_handler(void *cls, struct MHD_Connection *conn, const
 		bool get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
 		if (routes[i].post && strcmp(method, "POST") == 0) {
 			enum sim_kind kind = routes[i].route == R_CHAT ? SIM_CHAT
-					   : routes[i].route == R_COMPLETIONS ? SIM_COMPLETION : SIM_FAULT_SET;
-			if (kind != SIM_FAULT_SET)
+					   : routes[i].route == R_COMPLETIONS ? SIM_COMPLETION
+					   : routes[i].route == R_FAULT ? SIM_FAULT_SET : SIM_UTILITY;
+			if (kind == SIM_CHAT || kind == SIM_COMPLETION)
 				s->eng.st.received++;
 			c = call_new(s, conn, kind);
 			if (!c)
 				return MHD_NO;
+			c->route = routes[i].route;
 			*con_cls = c;
 			return MHD_YES;
 		}

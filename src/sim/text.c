@@ -1,8 +1,11 @@
 /* Deterministic answer text: words drawn by a PRNG seeded from the prompt
  * and --seed, so two requests with the same prompt get the same bytes
- * (streamed or not) and tests can compare them. Not a language model and
- * not a tokenizer: a "token" here is one word with its leading space. */
+ * (streamed or not) and tests can compare them. Not a language model: an
+ * answer's "token" is one word with its leading space; a prompt's is 4
+ * bytes (what /tokenize gives back). */
 #include "config.h"
+#include <jansson.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "infergate/util.h"
@@ -73,4 +76,35 @@ long sim_text_prompt_tokens(size_t bytes)
 {
 	long n = (long)((bytes + 3) / 4);
 	return n > 0 ? n : 1;
+}
+
+void sim_text_tokenize(const char *text, size_t n, json_t *arr)
+{
+	for (size_t i = 0; i < n; i += 4) {
+		uint32_t id = 0;
+		for (size_t k = 0; k < 4 && i + k < n; k++)
+			id |= (uint32_t)(unsigned char)text[i + k] << (8 * k);
+		json_array_append_new(arr, json_integer((json_int_t)id));
+	}
+}
+
+char *sim_text_detokenize(json_t *ids)
+{
+	size_t i, len = 0;
+	json_t *v;
+	char *out = malloc(json_array_size(ids) * 4 + 1);
+	if (!out)
+		return NULL;
+	json_array_foreach(ids, i, v) {
+		json_int_t id = json_integer_value(v);
+		if (!json_is_integer(v) || id < 0 || id > 0xFFFFFFFFll) {
+			free(out);
+			return NULL;
+		}
+		for (int k = 0; k < 4; k++)
+			if ((id >> (8 * k)) & 0xFF)
+				out[len++] = (char)((id >> (8 * k)) & 0xFF);
+	}
+	out[len] = '\0';
+	return out;
 }

@@ -25,5 +25,14 @@ size_t sim_text_next(struct sim_text *t, char *out);
 long sim_text_natural_tokens(uint64_t text_seed);
 /* Tokens the prompt counts as: about one per 4 bytes, at least 1. */
 long sim_text_prompt_tokens(size_t bytes);
+/* The simulator's tokenizer, which counts what sim_text_prompt_tokens
+ * counts: a token is 4 bytes of text, its id those bytes as a little-endian
+ * number (a shorter last one padded with zeros), so ids turn back into the
+ * text. sim_text_tokenize appends the ids of text to arr; sim_text_detokenize
+ * writes the text of ids into a malloc'd string (NULL when an id is not an
+ * integer in 0..2^32-1). */
+struct json_t;
+void sim_text_tokenize(const char *text, size_t n, struct json_t *arr);
+char *sim_text_detokenize(struct json_t *ids);
 
 #endif
