@@ -532,7 +532,9 @@ def run():
         except Exception:
             ok = False
             tb = traceback.format_exc()
-        logs = [(p.args[0], p.read_log()) for p in _procs] if not ok else []
+        # with each log, how the program ended (None: still running)
+        logs = [(f"{p.args[0]} (exit {p.poll() if hasattr(p, 'poll') else '?'})", p.read_log())
+                for p in _procs] if not ok else []
         _kill_procs(_procs)
         for p in _procs:
             if p.log_path:

@@ -121,7 +121,6 @@ def still_serves(gw):
 @test
 def bad_bodies_get_400_with_openai_errors():
     gw, _ = gateway()
-    u = b"/v1/chat/completions"
     cases = [
         (b"{not json", "invalid_json"),
         (b"", "invalid_json"),
@@ -140,14 +139,16 @@ def bad_bodies_get_400_with_openai_errors():
         (b"{\"model\": \"a\\ud800\"}", "invalid_json"),                  # lone surrogate
         (b"{\"a\": 1, \"a\": 2, \"model\": \"\x00\"}", "invalid_json"),  # raw NUL
     ]
-    for body, code in cases:
-        if len(body) > SMALL_BODY:
-            body = body[:SMALL_BODY]
-        data, _ = exchange(gw.port, post(u, body))
-        rs = responses(data)
-        assert len(rs) == 1, (body[:40], data[:300])
-        obj = openai_error(rs[0][0], rs[0][2], 400)
-        assert obj["error"]["code"] == code, (body[:40], obj)
+    # chat, and routes of the rest of the serving API (model optional on the native ones)
+    for u in (b"/v1/chat/completions", b"/v1/responses", b"/tokenize", b"/v1/rerank", b"/generate"):
+        for body, code in cases:
+            if len(body) > SMALL_BODY:
+                body = body[:SMALL_BODY]
+            data, _ = exchange(gw.port, post(u, body))
+            rs = responses(data)
+            assert len(rs) == 1, (u, body[:40], data[:300])
+            obj = openai_error(rs[0][0], rs[0][2], 400)
+            assert obj["error"]["code"] == code, (u, body[:40], obj)
     still_serves(gw)
 
 
@@ -509,6 +510,9 @@ def hundred_thousand_bad_requests_then_normal_service():
         (b"GET /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n\r\n", 405),
         (post(b"/health", b"{}"), 405),
         (post(b"/v1/embeddings", b'{"x":"' + b"a" * (SMALL_BODY + 10) + b'"}'), 413),
+        (post(b"/v1/responses", b'{"model": "m", "max_output_tokens": "9"}'), 400),
+        (post(b"/tokenize", b'{"model": 5}'), 400),
+        (post(b"/v1/rerank", b'{"q":"' + b"a" * (SMALL_BODY + 10) + b'"}'), 413),
     ]
     total = 100000
     conns = 8

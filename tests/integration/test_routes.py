@@ -1,0 +1,180 @@
+"""The serving API past chat, completions and embeddings, through the gateway:
+/tokenize and /detokenize against simulators of both flavors (the same bytes
+as the simulator's own answer; "model" optional with one model, required with
+several; an unknown model is 404; a backend that is down is retried past), and
+the OpenAI Responses API against a scripted backend (usage counted from
+response.completed, streamed or not; an error after the first byte ends the
+stream with the Responses API's own error event)."""
+
+import json
+import socket
+
+from harness import FakeBackend, http, http_json, metric, run, start_gateway, start_sim, test, wait_until
+
+
+def healthy(gw, n):
+    wait_until(lambda: http_json("GET", gw.url + "/health")[2]["healthy_backends"] == n, timeout=10,
+               what=f"{n} healthy backends")
+
+
+def post(url, body):
+    """(status, headers as a lower-cased dict, body bytes)"""
+    return http("POST", url, body)
+
+
+def raw_post(gw, path, body, limit=15):
+    """POST on a raw socket, read until the gateway closes (a stream that
+    failed is cut short on purpose, with no last chunk): (head, body with the
+    chunk framing taken out)."""
+    s = socket.create_connection(("127.0.0.1", gw.port))
+    data = json.dumps(body).encode()
+    s.sendall(b"POST %s HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+              % (path.encode(), len(data), data))
+    s.settimeout(limit)
+    got = b""
+    while True:
+        d = s.recv(65536)
+        if not d:
+            break
+        got += d
+    s.close()
+    head, _, rest = got.partition(b"\r\n\r\n")
+    out = b""
+    while rest:
+        size, _, rest = rest.partition(b"\r\n")
+        n = int(size, 16)
+        if n == 0:
+            break
+        out, rest = out + rest[:n], rest[n + 2:]
+    return head, out
+
+
+@test
+def tokenize_and_detokenize_pass_byte_for_byte_in_both_flavors():
+    for flavor in ("sglang", "vllm"):
+        sim = start_sim("--model", "m", "--flavor", flavor)
+        gw = start_gateway([sim], "--health-interval-ms", "200")
+        healthy(gw, 1)
+        for path, body in (("/tokenize", {"prompt": "Hello, world!"}),
+                           ("/tokenize", {"model": "m", "prompt": "Hello, world!"}),
+                           ("/detokenize", {"tokens": [1819043144, 1998597231, 1684828783, 33]})):
+            direct = post(sim.url + path, body)
+            via = post(gw.url + path, body)
+            assert direct[0] == via[0] == 200, (flavor, path, direct, via)
+            assert via[2] == direct[2], (flavor, path, via[2], direct[2])
+            assert via[1]["x-infergate-backend"] == sim.url
+        text = json.loads(post(gw.url + "/detokenize", {"tokens": json.loads(
+            post(gw.url + "/tokenize", {"prompt": "round trip"})[2])["tokens"]})[2])
+        assert text == ({"text": "round trip"} if flavor == "sglang" else {"prompt": "round trip"}), text
+        # the backend's validation error comes back in OpenAI's shape (SGLang's is flat), its message kept
+        st, _, raw = post(gw.url + "/tokenize", {"prompt": 5})
+        direct = json.loads(post(sim.url + "/tokenize", {"prompt": 5})[2])
+        want = direct["message"] if flavor == "sglang" else direct["error"]["message"]
+        assert st == 400 and json.loads(raw)["error"]["message"] == want, (raw, direct)
+        gw.kill()
+        sim.kill()
+
+
+@test
+def without_a_model_several_models_need_one_and_unknown_ones_are_404():
+    a, b = start_sim("--model", "a"), start_sim("--model", "b")
+    gw = start_gateway([a, b], "--health-interval-ms", "200")
+    healthy(gw, 2)
+    st, _, obj = http_json("POST", gw.url + "/tokenize", {"prompt": "x"})
+    assert st == 400 and obj["error"]["param"] == "model", obj
+    msg = obj["error"]["message"]
+    assert obj["error"]["code"] == "missing_required_parameter" and "'a'" in msg and "'b'" in msg, obj
+    st, hdrs, raw = post(gw.url + "/tokenize", {"model": "b", "prompt": "x"})
+    assert st == 200 and hdrs["x-infergate-backend"] == b.url, (st, hdrs, raw)
+    st, _, obj = http_json("POST", gw.url + "/detokenize", {"model": "c", "tokens": [1]})
+    assert st == 404 and obj["error"]["code"] == "model_not_found", obj
+    # the gateway's own checks: the body must be JSON, "model" a string
+    st, _, obj = http_json("POST", gw.url + "/tokenize", b"{not json")
+    assert st == 400 and obj["error"]["code"] == "invalid_json", obj
+    st, _, obj = http_json("POST", gw.url + "/tokenize", {"model": 7, "prompt": "x"})
+    assert st == 400 and obj["error"]["param"] == "model", obj
+    st, _, obj = http_json("GET", gw.url + "/tokenize")
+    assert st == 405, obj
+
+
+@test
+def a_backend_that_is_down_is_retried_past():
+    one, two = start_sim("--model", "m"), start_sim("--model", "m")
+    gw = start_gateway([one, two], "--health-interval-ms", "60000")  # no probe marks it down first
+    healthy(gw, 2)
+    one.kill()
+    for _ in range(8):
+        st, hdrs, raw = post(gw.url + "/tokenize", {"prompt": "still served"})
+        assert st == 200 and hdrs["x-infergate-backend"] == two.url, (st, hdrs, raw)
+
+
+RESPONSE = {"id": "resp_1", "object": "response", "created_at": 1, "status": "completed", "model": "m",
+            "output": [{"type": "message", "id": "msg_1", "status": "completed", "role": "assistant",
+                        "content": [{"type": "output_text", "text": "Hi there", "annotations": []}]}],
+            "usage": {"input_tokens": 11, "output_tokens": 7, "total_tokens": 18}}
+
+
+def responses_backend(fail_midway=False):
+    """A backend answering POST /v1/responses in OpenAI's shapes (streamed:
+    typed events, usage in response.completed)."""
+    def handler(fb, req, sock):
+        if req["method"] == "GET":
+            return FakeBackend.answer_ok(fb, req, sock)
+        body = json.loads(req["body"])
+        if not body.get("stream"):
+            FakeBackend.reply(sock, 200, RESPONSE)
+            return True
+        events = [("response.created", {"type": "response.created", "sequence_number": 0,
+                                        "response": dict(RESPONSE, status="in_progress", usage=None)}),
+                  ("response.output_text.delta", {"type": "response.output_text.delta", "sequence_number": 1,
+                                                  "item_id": "msg_1", "output_index": 0, "content_index": 0,
+                                                  "delta": "Hi"})]
+        if not fail_midway:
+            events.append(("response.completed", {"type": "response.completed", "sequence_number": 2,
+                                                  "response": RESPONSE}))
+        data = b"".join(b"event: %s\ndata: %s\n\n" % (e.encode(), json.dumps(d).encode()) for e, d in events)
+        if fail_midway:  # a torn event, then the connection closes
+            sock.sendall(b"HTTP/1.1 200 X\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n%s"
+                         % (len(data) + 500, data + b"event: response.output_text.delta\ndata: {\"ty"))
+            return False
+        FakeBackend.reply(sock, 200, data, "text/event-stream")
+        return True
+    return FakeBackend(handler, model="m")
+
+
+@test
+def responses_usage_is_counted_streamed_or_not():
+    fb = responses_backend()
+    gw = start_gateway([fb], "--health-interval-ms", "200")
+    healthy(gw, 1)
+    st, hdrs, raw = post(gw.url + "/v1/responses", {"model": "m", "input": "Hello"})
+    assert st == 200 and json.loads(raw) == RESPONSE, raw
+    st, hdrs, raw = post(gw.url + "/v1/responses", {"model": "m", "input": "Hello", "stream": True})
+    assert st == 200 and hdrs["content-type"].startswith("text/event-stream"), hdrs
+    assert raw.count(b"event: ") == 3 and b"response.completed" in raw, raw
+    # nothing spliced into a Responses body: no stream_options
+    sent = [json.loads(r["body"]) for r in fb.posts()]
+    assert all("stream_options" not in b for b in sent), sent
+    m = http("GET", gw.url + "/metrics")[2]
+    assert metric(m, 'infergate_tokens_total{kind="prompt"}') == 22, m
+    assert metric(m, 'infergate_tokens_total{kind="completion"}') == 14, m
+    assert metric(m, 'infergate_request_duration_seconds_count{route="/v1/responses"}') == 2
+
+
+@test
+def a_responses_stream_that_breaks_ends_with_its_own_error_event():
+    fb = responses_backend(fail_midway=True)
+    gw = start_gateway([fb], "--health-interval-ms", "200")
+    healthy(gw, 1)
+    head, raw = raw_post(gw, "/v1/responses", {"model": "m", "input": "Hello", "stream": True})
+    assert head.startswith(b"HTTP/1.1 200"), head
+    events = [e for e in raw.decode().split("\n\n") if e]
+    # the two whole events, not the torn one, then the error event of the Responses API
+    assert [e.split("\n")[0] for e in events] == ["event: response.created", "event: response.output_text.delta",
+                                                  "event: error"], events
+    err = json.loads(events[-1].split("\n", 1)[1][len("data: "):])
+    assert err["type"] == "error" and err["code"] == "backend_error" and err["message"], err
+    assert err["sequence_number"] == 2 and err["param"] is None, err
+
+
+run()
