@@ -6,31 +6,16 @@ is there twice, a shard was killed, or some lines failed for good."""
 
 import json
 import os
-import shutil
 import signal
 import subprocess
-import tempfile
 
-from harness import (binary, http, need_binary, run, start, start_gateway, start_sims, test,
+from harness import (Dir, binary, http, need_binary, run, start, start_gateway, start_sims, test,
                      wait_until)
 
 MODEL = "m"
 UNPACED = ("--model", MODEL, "--tokens-per-second", "0", "--ttft-ms", "0")
 N = 10000
 SHARDS = 4
-
-
-class Dir:
-    """A temp directory for one test, removed afterwards."""
-
-    def __init__(self):
-        self.path = tempfile.mkdtemp(prefix="ig-shard-")
-
-    def __call__(self, name):
-        return os.path.join(self.path, name)
-
-    def __del__(self):
-        shutil.rmtree(self.path, ignore_errors=True)
 
 
 def bulk(*args, timeout=120):
