@@ -41,8 +41,9 @@
  * that a count of tokens per second would carry. Only requests started
  * after the limit changed count; a window opens once as many of them as the
  * limit have come back, and lasts at least two typical latencies, 32
- * completions and half a second. Windows in which the run could not keep the limit filled
- * (retries waiting, --rate, the corpus ending) decide nothing. */
+ * completions and half a second. Windows in which the run could not keep
+ * the limit filled (retries waiting, --rate, the corpus ending) decide
+ * nothing. */
 #include "config.h"
 #include <math.h>
 #include <stdio.h>
@@ -103,7 +104,7 @@ static void describe(struct ig_auto *a)
 	case IG_AUTO_RAMPING:
 	case IG_AUTO_BACKING_OFF:
 		snprintf(a->why, sizeof(a->why), "%s%s", ig_auto_state_name(a->state),
-			 a->gw_unknown > 0 ? ": the gateway has not learned every backend's slots" : "");
+			 a->gw_unknown > 0 ? ": some backends send no load reports (their slots are never learned)" : "");
 		break;
 	case IG_AUTO_REFINING:
 		snprintf(a->why, sizeof(a->why), "refining: knee between %ld and %ld", a->lo, a->hi);
@@ -296,12 +297,9 @@ static void judge(struct ig_auto *a, double tps, double lat, uint64_t now)
 			a->best_tps = tps;
 			set_limit(a, clamp(a, (double)a->limit * 2), now);
 		} else if (a->limit < a->hold && tps >= a->hold_tps * (1 - GAIN / 2)) {
-			double t = a->hold_tps, l = a->hold_lat;
 			a->state = IG_AUTO_HOLDING; /* the same throughput with less queue */
 			a->hold = a->limit;
 			a->knee = (long)((double)a->limit / 1.1);
-			a->hold_tps = t;
-			a->hold_lat = l;
 			set_limit(a, a->limit, now);
 		} else {
 			a->state = IG_AUTO_HOLDING;

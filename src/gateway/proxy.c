@@ -1047,11 +1047,6 @@ static int splice_usage_option(struct ig_buf *body)
 	return buf_replace_back(body, tail, 0, member, sizeof(member) - 1);
 }
 
-/* Reads and checks what routing needs. The body is forwarded byte for
- * byte, unless its model is an alias, or stream_options had to be changed
- * (set but without include_usage): then it is re-serialised. An absent
- * stream_options is added in front, the rest untouched. Returns 0 or -1
- * (error set). */
 /* A request that names no model (a route where it is optional) goes to
  * the one model the gateway serves; with several, the client must choose.
  * NULL with the error set. */
@@ -1080,6 +1075,11 @@ static const char *only_model(struct ig_req *req)
 	return NULL;
 }
 
+/* Reads and checks what routing needs. The body is forwarded byte for
+ * byte, unless its model is an alias, or stream_options had to be changed
+ * (set but without include_usage): then it is re-serialised. An absent
+ * stream_options is added in front, the rest untouched. Returns 0 or -1
+ * (error set). */
 static int inspect_body(struct ig_req *req)
 {
 	json_error_t jerr;
