@@ -6,7 +6,12 @@
  * Not here: acting on the configuration (main.c) or reloading it. */
 #include "config.h"
 #include <curl/curl.h>
+#include <errno.h>
 #include <jansson.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -237,6 +242,14 @@ static const struct ig_flag keys[] = {
 	{.name = "--backend-api-key", .key = "backend_api_key", .type = IG_FLAG_STRING, .off = OFF(backend_api_key),
 	 .def = "", .metavar = "KEY",
 	 .help = "bearer token sent to backends (the client's key is never forwarded when keys are on)"},
+	{.name = "--tls-ca-file", .key = "tls.ca_file", .type = IG_FLAG_STRING, .off = OFF(tls_ca_file), .def = "",
+	 .metavar = "FILE", .help = "https backends: PEM CA certificates to verify them with (default: the system's)"},
+	{.name = "--tls-client-cert", .key = "tls.client_cert", .type = IG_FLAG_STRING, .off = OFF(tls_client_cert),
+	 .def = "", .metavar = "FILE", .help = "https backends: PEM client certificate (mutual TLS), with tls.client_key"},
+	{.name = "--tls-client-key", .key = "tls.client_key", .type = IG_FLAG_STRING, .off = OFF(tls_client_key),
+	 .def = "", .metavar = "FILE", .help = "https backends: the PEM private key of tls.client_cert"},
+	{.name = "--tls-verify", .key = "tls.verify", .type = IG_FLAG_LONG, .off = OFF(tls_verify), .min = 0, .max = 1,
+	 .def = "1", .metavar = "0|1", .help = "https backends: 0 = accept any certificate and host name (tests only)"},
 };
 
 static const struct ig_flags spec = {
@@ -691,6 +704,56 @@ static void set_defaults(struct ig_conf *cfg)
 		abort(); /* a bad default in the table above */
 }
 
+/* The TLS files can be read and go together: every problem named by its
+ * key, at start and on reload, before any backend is asked. */
+static void check_tls(const struct ig_conf *cfg, struct ig_buf *errs)
+{
+	X509 *cert = NULL;
+	EVP_PKEY *key = NULL;
+	BIO *b;
+
+	if (*cfg->tls_ca_file) {
+		long n = 0;
+		if (!(b = BIO_new_file(cfg->tls_ca_file, "r"))) {
+			ig_flags_problem(errs, "tls.ca_file: %s: %s", cfg->tls_ca_file, strerror(errno));
+		} else {
+			X509 *x;
+			while ((x = PEM_read_bio_X509(b, NULL, NULL, NULL))) {
+				n++;
+				X509_free(x);
+			}
+			BIO_free(b);
+			if (n == 0)
+				ig_flags_problem(errs, "tls.ca_file: %s: no PEM certificate in it", cfg->tls_ca_file);
+		}
+		ERR_clear_error();
+	}
+	if (!*cfg->tls_client_cert != !*cfg->tls_client_key)
+		ig_flags_problem(errs, "%s: given without %s", *cfg->tls_client_cert ? "tls.client_cert" : "tls.client_key",
+				 *cfg->tls_client_cert ? "tls.client_key" : "tls.client_cert");
+	if (*cfg->tls_client_cert) {
+		if (!(b = BIO_new_file(cfg->tls_client_cert, "r")))
+			ig_flags_problem(errs, "tls.client_cert: %s: %s", cfg->tls_client_cert, strerror(errno));
+		else if (!(cert = PEM_read_bio_X509(b, NULL, NULL, NULL)))
+			ig_flags_problem(errs, "tls.client_cert: %s: not a PEM certificate", cfg->tls_client_cert);
+		BIO_free(b);
+	}
+	if (*cfg->tls_client_key) {
+		if (!(b = BIO_new_file(cfg->tls_client_key, "r")))
+			ig_flags_problem(errs, "tls.client_key: %s: %s", cfg->tls_client_key, strerror(errno));
+		else if (!(key = PEM_read_bio_PrivateKey(b, NULL, NULL, NULL)))
+			ig_flags_problem(errs, "tls.client_key: %s: not a PEM private key (or it needs a passphrase)",
+					 cfg->tls_client_key);
+		BIO_free(b);
+	}
+	if (cert && key && X509_check_private_key(cert, key) != 1)
+		ig_flags_problem(errs, "tls.client_key: %s is not the key of tls.client_cert %s", cfg->tls_client_key,
+				 cfg->tls_client_cert);
+	X509_free(cert);
+	EVP_PKEY_free(key);
+	ERR_clear_error();
+}
+
 /* Checks the cross-field rules and derives fields from strings. */
 static void finish(struct ig_conf *cfg, const char *where_listen, struct ig_buf *errs)
 {
@@ -725,6 +788,7 @@ static void finish(struct ig_conf *cfg, const char *where_listen, struct ig_buf 
 					ig_flags_problem(errs, "model_aliases: '%s' is also a model that backend %s serves",
 							 a->alias, cfg->backends[b].url);
 	}
+	check_tls(cfg, errs);
 }
 
 static char *take_errors(struct ig_buf *errs)

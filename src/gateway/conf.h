@@ -101,6 +101,11 @@ struct ig_conf {
 	char *admin_keys_file;      /* same, for /admin; "" = admin API off */
 	long auth_status;           /* 1: /metrics, /status, /health/backends need a key */
 	char *backend_api_key;      /* sent to backends as a bearer token */
+	/* https:// backends (and their probes): "" = curl's defaults */
+	char *tls_ca_file;          /* PEM CAs to verify them with, instead of the system's */
+	char *tls_client_cert;      /* PEM certificate shown to them (mTLS), with tls_client_key */
+	char *tls_client_key;
+	long tls_verify;            /* 0: no certificate or host name check */
 	int load_from_backend;      /* load_source: 0 "gateway", 1 "backend" */
 	char *load_path;            /* polled for the backend's own queue */
 	int load_path_auto;         /* load_path == "auto" */

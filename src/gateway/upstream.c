@@ -118,8 +118,26 @@ static int on_curl_close(void *clientp, curl_socket_t s)
 	return close(s);
 }
 
+/* https backends: the TLS settings, on every transfer (handles are reset
+ * between uses). Connection reuse is curl's as for plain HTTP: the settings
+ * are the same for every transfer, so pooled connections match. */
+static void tls_options(const struct ig_conf *cfg, CURL *e)
+{
+	if (*cfg->tls_ca_file)
+		curl_easy_setopt(e, CURLOPT_CAINFO, cfg->tls_ca_file);
+	if (*cfg->tls_client_cert) {
+		curl_easy_setopt(e, CURLOPT_SSLCERT, cfg->tls_client_cert);
+		curl_easy_setopt(e, CURLOPT_SSLKEY, cfg->tls_client_key);
+	}
+	if (!cfg->tls_verify) {
+		curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 0L);
+		curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 0L);
+	}
+}
+
 CURLMcode ig_upstream_start(struct ig_gw *gw, struct ig_xfer *x)
 {
+	tls_options(gw->cfg, x->easy);
 	curl_easy_setopt(x->easy, CURLOPT_PRIVATE, x);
 	/* curl's socket closes are how sockets leave our epoll set. */
 	curl_easy_setopt(x->easy, CURLOPT_CLOSESOCKETFUNCTION, on_curl_close);
