@@ -385,10 +385,12 @@ class FakeBackend:
     args = ["fake-backend"]
     log_path = None
 
-    def __init__(self, handler=None, model="sim-model"):
+    def __init__(self, handler=None, model="sim-model", tls=None):
         import threading
         self.handler = handler or FakeBackend.answer_ok
         self.model = model
+        self.tls = tls              # an ssl.SSLContext: serve https
+        self.tls_errors = []
         self.requests = []
         self.lock = threading.Lock()
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -396,7 +398,7 @@ class FakeBackend:
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(512)
         self.port = self.sock.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
         self.closed = False
         self.conns = []
         threading.Thread(target=self._accept, daemon=True).start()
@@ -415,6 +417,14 @@ class FakeBackend:
 
     def _serve(self, c):
         buf = b""
+        if self.tls:
+            import ssl
+            try:
+                c = self.tls.wrap_socket(c, server_side=True)
+            except (ssl.SSLError, OSError) as e:
+                self.tls_errors.append(str(e))
+                c.close()
+                return
         try:
             while not self.closed:
                 while b"\r\n\r\n" not in buf:
