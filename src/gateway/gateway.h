@@ -149,6 +149,7 @@ struct ig_stats {
 
 struct ig_discovery;
 struct ig_affinity;
+struct ig_respstore;
 
 struct ig_gw {
 	struct ig_conf *cfg;
@@ -185,6 +186,7 @@ struct ig_gw {
 	struct ig_accesslog alog;
 	struct ig_discovery *discovery;  /* NULL without discover entries */
 	struct ig_affinity *affinity;    /* cache-aware: prefixes sent to each backend */
+	struct ig_respstore *responses;  /* which backend holds each stored Responses API answer */
 	int argc;                      /* to re-read the configuration on SIGHUP */
 	char **argv;
 };

@@ -28,6 +28,7 @@
 #include "keyset.h"
 #include "metrics.h"
 #include "proxy.h"
+#include "respstore.h"
 #include "router.h"
 #include "scheduler.h"
 
@@ -56,6 +57,7 @@ struct ig_req *ig_proxy_req_new(struct ig_gw *gw, struct MHD_Connection *conn, i
 	req->route_idx = route_idx;
 	req->phase = IG_REQ_READING;
 	req->max_tokens = -1;
+	req->pin = -1;
 	req->client_ev = (struct ig_event){-1, NULL, req};
 	req->t_start_us = ig_now_us();
 	ig_buf_init(&req->body);
@@ -106,6 +108,7 @@ static void req_free(struct ig_req *req)
 		ig_sched_key_release(&gw->sched, req->key);
 	free(req->chain);
 	free(req->model);
+	free(req->prev_id);
 	free(req->alias);
 	free(req->prio_body);
 	free(req->err_body);
@@ -465,6 +468,20 @@ static size_t hide_usage(struct ig_req *req, const char *d, size_t dn, size_t li
 	return SIZE_MAX;
 }
 
+/* A stored Responses API answer (its object, from the body or from the
+ * stream's response.created event): which backend has it. */
+static void remember_response(struct ig_req *req, json_t *response)
+{
+	json_t *id = json_object_get(response, "id");
+	if (!json_is_string(id) || !req->backend)
+		return;
+	if (!req->gw->responses && !(req->gw->responses = ig_respstore_new()))
+		return;
+	ig_respstore_put(req->gw->responses, json_string_value(id), json_string_length(id), req->backend->id,
+			 ig_now_ms());
+	req->stored = true;
+}
+
 static void on_sse_data(void *arg, const char *d, size_t dn, size_t line_len, size_t rest)
 {
 	struct scan *sc = arg;
@@ -473,6 +490,11 @@ static void on_sse_data(void *arg, const char *d, size_t dn, size_t line_len, si
 	if (!d)
 		return; /* longer than IG_SSE_MAX_LINE: relayed, not read */
 	usage_from_json(req, d, dn); /* finds "usage" or returns */
+	if (req->store && !req->stored && memmem(d, dn, "\"response.created\"", 18)) {
+		json_t *o = json_loadb(d, dn, 0, NULL);
+		remember_response(req, json_object_get(o, "response"));
+		json_decref(o);
+	}
 	if (req->work_left > 0) { /* least-tokens: an event is about a token done */
 		req->work_left--;
 		atomic_fetch_sub(&req->backend->out_tokens, 1);
@@ -745,7 +767,7 @@ static void not_served(struct ig_req *req)
 static struct ig_route_req route_req(const struct ig_req *req)
 {
 	const struct ig_conf *cfg = req->gw->cfg;
-	return (struct ig_route_req){.low = req->wait.klass == IG_CLASS_LOW, .tokens = req->tok_estimate,
+	return (struct ig_route_req){.low = req->wait.klass == IG_CLASS_LOW, .tokens = req->tok_estimate, .pin = req->pin,
 				     .tried = req->tried, .ntried = req->ntried, .affinity = req->gw->affinity,
 				     .chain = req->chain, .nchain = req->nchain,
 				     .threshold_percent = cfg->cache_threshold_percent,
@@ -783,6 +805,16 @@ static enum route_result route(struct ig_req *req)
 	/* A key at its cap waits for one of its own requests to end. */
 	if (ig_sched_key_capped(req->wait.key) && m->nbackends > 0)
 		return wait_or_refuse(req);
+	if (req->pin >= 0) {
+		/* A follow-up goes where its previous response is, or nowhere. */
+		const struct ig_backend *held = ig_backend_pool_find_id(&gw->pool, req->pin);
+		if (!held || (!ig_backend_routable(held) && req->ntried == 0)) {
+			set_param_error(req, 404, "previous_response_id", "previous_response_not_found",
+					"Previous response with id '%s' not found (its backend %s).", req->prev_id,
+					held ? "is down" : "has left the gateway");
+			return ROUTE_FAILED;
+		}
+	}
 	struct ig_route_req rq = route_req(req);
 	switch (ig_router_pick(m->backends, m->nbackends, &m->rotor, gw->cfg->policy, &rq, &b)) {
 	case IG_PICK_OK:
@@ -930,6 +962,13 @@ static int check_fields(struct ig_req *req, json_t *root)
 					counts[i], (long long)json_integer_value(v));
 			return -1;
 		}
+	}
+	v = json_object_get(root, "previous_response_id");
+	if (v && !json_is_string(v) && !json_is_null(v)) {
+		set_param_error(req, 400, "previous_response_id", "invalid_type",
+				"Invalid type for 'previous_response_id': expected a string, but got %s instead.",
+				json_kind(v));
+		return -1;
 	}
 	v = json_object_get(root, "stream_options");
 	if (v && !json_is_object(v) && !json_is_null(v)) {
@@ -1117,6 +1156,16 @@ static int inspect_body(struct ig_req *req)
 		req->max_tokens = (long)json_integer_value(mt);
 	if (req->key->tpm.limit > 0 || req->gw->cfg->policy == IG_POLICY_LEAST_TOKENS)
 		req->tok_estimate = token_estimate(req, root);
+	if (ig_route(req->route_idx)->flags & IG_RT_RESPONSES) {
+		json_t *prev = json_object_get(root, "previous_response_id");
+		if (json_is_string(prev)) {
+			req->prev_id = strdup(json_string_value(prev));
+			if (req->gw->responses)
+				req->pin = ig_respstore_get(req->gw->responses, json_string_value(prev),
+							    json_string_length(prev), ig_now_ms());
+		}
+		req->store = !json_is_false(json_object_get(root, "store")); /* stored unless told not to */
+	}
 	if (req->gw->cfg->policy == IG_POLICY_CACHE_AWARE && prefix_chain(req, root) < 0) {
 		json_decref(root);
 		set_error(req, 500, "internal_error", "out of memory");
@@ -1573,8 +1622,14 @@ static void end_attempt(struct ig_req *req, enum ig_upstream_error e, const char
 	} else {
 		atomic_fetch_add(&b->served, 1);
 		ig_health_passive_ok(gw, b);
-		if (!streaming_ok(req) && req->up_status >= 200 && req->up_status < 300 && req->resp.len)
+		if (!streaming_ok(req) && req->up_status >= 200 && req->up_status < 300 && req->resp.len) {
 			usage_from_json(req, req->resp.data, req->resp.len);
+			if (req->store && !req->stored) {
+				json_t *o = json_loadb(req->resp.data, req->resp.len, 0, NULL);
+				remember_response(req, o);
+				json_decref(o);
+			}
+		}
 		if (req->prompt_tokens > 0) {
 			atomic_fetch_add(&b->prompt_tokens, (unsigned long)req->prompt_tokens);
 			gw->stats.prompt_tokens += (uint64_t)req->prompt_tokens;

@@ -101,6 +101,11 @@ struct ig_req {
 					 * as that), 0 when none */
 	char *stream_error_msg;         /* its message, for the access log */
 	long sse_events;                /* data lines relayed (a Responses error event numbers itself after them) */
+	/* the Responses API */
+	char *prev_id;                  /* previous_response_id, or NULL */
+	int pin;                        /* the backend that holds it, or -1 */
+	bool store;                     /* the answer is stored by its backend: remember where */
+	bool stored;                    /* its id is remembered */
 	unsigned status_sent;           /* what the client was answered */
 	uint64_t bytes_in;              /* the body the client sent */
 	uint64_t bytes_out;

@@ -30,6 +30,7 @@
 #include "proxy.h"
 #include "affinity.h"
 #include "reactor.h"
+#include "respstore.h"
 #include "reload.h"
 #include "router.h"
 #include "server.h"
@@ -297,6 +298,8 @@ void ig_reactor_free(struct ig_gw *gw)
 	ig_sched_free(&gw->sched);
 	ig_affinity_free(gw->affinity);
 	gw->affinity = NULL;
+	ig_respstore_free(gw->responses);
+	gw->responses = NULL;
 	ig_backend_pool_free(&gw->pool);
 	ig_metrics_free(gw);
 	ig_keyset_free(&gw->api_keys);

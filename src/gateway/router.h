@@ -21,6 +21,8 @@ struct ig_route_req {
 					  * backend's last reserve_slots slots */
 	long tokens;                     /* least-tokens: the work it brings (its
 					  * prompt estimate and its max output) */
+	int pin;                         /* >= 0: only the backend of that id (it holds
+					  * the response a follow-up names) */
 	struct ig_backend *const *tried; /* backends it failed on: skipped */
 	int ntried;
 	/* cache-aware: its prompt's block chain, what each backend was sent,

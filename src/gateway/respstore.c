@@ -1,0 +1,98 @@
+/* The responses store (respstore.h): an open-addressed table of 64-bit
+ * fingerprints of response ids (keyed with a per-process secret, so ids a
+ * client makes up cannot be aimed at other entries), probed over a window
+ * of 8 slots; a new entry takes a free or expired slot of its window, else
+ * the oldest one. 16 bytes a slot, 1 MiB for the table. */
+#include "config.h"
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "infergate/util.h"
+#include "respstore.h"
+
+#define WINDOW 8
+
+struct slot {
+	uint64_t fp;            /* 0: empty */
+	uint32_t at_s;          /* when it was put, seconds since the store began */
+	int32_t backend;
+};
+
+struct ig_respstore {
+	struct slot *v;
+	uint64_t key;
+	uint64_t t0_ms;
+};
+
+struct ig_respstore *ig_respstore_new(void)
+{
+	struct ig_respstore *r = calloc(1, sizeof(*r));
+	if (!r || !(r->v = calloc(IG_RESPSTORE_SLOTS, sizeof(*r->v)))) {
+		free(r);
+		return NULL;
+	}
+	if (getrandom(&r->key, sizeof(r->key), 0) != (ssize_t)sizeof(r->key))
+		r->key = ig_rand_u64();
+	r->t0_ms = ig_now_ms();
+	return r;
+}
+
+void ig_respstore_free(struct ig_respstore *r)
+{
+	if (!r)
+		return;
+	free(r->v);
+	free(r);
+}
+
+static uint64_t fingerprint(const struct ig_respstore *r, const char *id, size_t n)
+{
+	uint64_t h = ig_hash64(id, n, r->key);
+	return h ? h : 1;
+}
+
+static uint32_t secs(const struct ig_respstore *r, uint64_t now_ms)
+{
+	return now_ms > r->t0_ms ? (uint32_t)((now_ms - r->t0_ms) / 1000) : 0;
+}
+
+static int fresh(const struct slot *s, uint32_t now_s)
+{
+	return s->fp && (uint64_t)(now_s - s->at_s) * 1000 < IG_RESPSTORE_TTL_MS;
+}
+
+void ig_respstore_put(struct ig_respstore *r, const char *id, size_t n, int backend, uint64_t now_ms)
+{
+	uint64_t fp = fingerprint(r, id, n);
+	uint32_t now_s = secs(r, now_ms);
+	size_t base = (size_t)fp & (IG_RESPSTORE_SLOTS - 1), pick = base;
+	for (size_t i = 0; i < WINDOW; i++) {
+		struct slot *s = &r->v[(base + i) & (IG_RESPSTORE_SLOTS - 1)];
+		if (s->fp == fp || !fresh(s, now_s)) {
+			pick = (base + i) & (IG_RESPSTORE_SLOTS - 1);
+			break;
+		}
+		if (s->at_s < r->v[pick].at_s)
+			pick = (base + i) & (IG_RESPSTORE_SLOTS - 1);
+	}
+	r->v[pick] = (struct slot){fp, now_s, backend};
+}
+
+int ig_respstore_get(const struct ig_respstore *r, const char *id, size_t n, uint64_t now_ms)
+{
+	uint64_t fp = fingerprint(r, id, n);
+	uint32_t now_s = secs(r, now_ms);
+	size_t base = (size_t)fp & (IG_RESPSTORE_SLOTS - 1);
+	for (size_t i = 0; i < WINDOW; i++) {
+		const struct slot *s = &r->v[(base + i) & (IG_RESPSTORE_SLOTS - 1)];
+		if (s->fp == fp)
+			return fresh(s, now_s) ? s->backend : -1;
+	}
+	return -1;
+}
+
+size_t ig_respstore_bytes(const struct ig_respstore *r)
+{
+	return r ? sizeof(*r) + IG_RESPSTORE_SLOTS * sizeof(*r->v) : 0;
+}
