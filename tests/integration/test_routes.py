@@ -177,4 +177,66 @@ def a_responses_stream_that_breaks_ends_with_its_own_error_event():
     assert err["sequence_number"] == 2 and err["param"] is None, err
 
 
+def stateful_backend():
+    """A backend that stores its Responses in its own memory, as SGLang and
+    vLLM do: a follow-up naming a response it does not hold is its 404."""
+    held = set()
+
+    def handler(fb, req, sock):
+        if req["method"] == "GET":
+            return FakeBackend.answer_ok(fb, req, sock)
+        body = json.loads(req["body"])
+        prev = body.get("previous_response_id")
+        if prev and prev not in held:
+            FakeBackend.reply(sock, 404, {"error": {"message": f"Response with id '{prev}' not found.",
+                                                    "type": "invalid_request_error", "param": None, "code": None}})
+            return True
+        rid = f"resp_{fb.port}_{len(held)}"
+        if body.get("store", True):
+            held.add(rid)
+        answer = dict(RESPONSE, id=rid)
+        if body.get("stream"):
+            ev = {"type": "response.created", "sequence_number": 0, "response": dict(answer, status="in_progress")}
+            done = {"type": "response.completed", "sequence_number": 1, "response": answer}
+            FakeBackend.reply(sock, 200, b"event: response.created\ndata: %s\n\nevent: response.completed\ndata: %s"
+                              b"\n\n" % (json.dumps(ev).encode(), json.dumps(done).encode()), "text/event-stream")
+        else:
+            FakeBackend.reply(sock, 200, answer)
+        return True
+    return FakeBackend(handler, model="m")
+
+
+@test
+def a_follow_up_reaches_the_backend_that_stored_its_previous_response():
+    fbs = [stateful_backend() for _ in range(7)]
+    gw = start_gateway(fbs, "--health-interval-ms", "200")
+    healthy(gw, 7)
+    for stream in (False, True):
+        st, hdrs, raw = post(gw.url + "/v1/responses", {"model": "m", "input": "first", "stream": stream})
+        assert st == 200, raw
+        holder = hdrs["x-infergate-backend"]
+        if stream:   # the id comes in the response.created event
+            rid = json.loads(raw.split(b"data: ", 1)[1].split(b"\n", 1)[0])["response"]["id"]
+        else:
+            rid = json.loads(raw)["id"]
+        for i in range(14):   # seven backends, least-loaded routing: without the pin, most would 404
+            st, hdrs, raw = post(gw.url + "/v1/responses", {"model": "m", "input": f"more {i}",
+                                                            "previous_response_id": rid})
+            assert st == 200 and hdrs["x-infergate-backend"] == holder, (i, st, raw)
+    # store: false is not remembered; an id the gateway never saw is routed like any request
+    st, hdrs, raw = post(gw.url + "/v1/responses", {"model": "m", "input": "x", "previous_response_id": "resp_nope"})
+    assert st == 404, raw
+    st, _, obj = http_json("POST", gw.url + "/v1/responses", {"model": "m", "input": "x", "previous_response_id": 5})
+    assert st == 400 and obj["error"]["param"] == "previous_response_id", obj
+    # the holder goes: its responses went with it
+    holder_fb = next(fb for fb in fbs if fb.url == holder)
+    holder_fb.stop()
+    wait_until(lambda: {b["url"]: b for b in http_json("GET", gw.url + "/health/backends")[2]["backends"]}
+               [holder]["state"] != "up", timeout=10, what="the holder down")
+    st, _, obj = http_json("POST", gw.url + "/v1/responses", {"model": "m", "input": "x",
+                                                               "previous_response_id": rid})
+    assert st == 404 and obj["error"]["code"] == "previous_response_not_found", obj
+    assert obj["error"]["param"] == "previous_response_id" and rid in obj["error"]["message"], obj
+
+
 run()
