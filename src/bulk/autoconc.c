@@ -49,6 +49,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "infergate/log.h"
 #include "infergate/util.h"
 #include "bulk.h"
 
@@ -163,12 +164,16 @@ static void ramp_from(struct ig_auto *a, enum ig_auto_state st, long limit, uint
 	set_limit(a, clamp(a, (double)limit), now);
 }
 
-static void hold(struct ig_auto *a, long knee, uint64_t now)
+/* Holds 10% above the knee. The search's own figures (the best throughput
+ * it measured, the latency of its last window) are what the hold is judged
+ * against: a first window of its own could already be a worse server's. */
+static void hold(struct ig_auto *a, long knee, double tps, double lat, uint64_t now)
 {
 	a->state = IG_AUTO_HOLDING;
 	a->knee = knee;
 	a->hold = clamp(a, (double)knee * 1.1 > (double)knee + 1 ? (double)knee * 1.1 : (double)knee + 1);
-	a->hold_tps = a->hold_lat = 0;
+	a->hold_tps = tps;
+	a->hold_lat = lat;
 	a->held = a->bad = 0;
 	if (a->windows_to_hold < 0)
 		a->windows_to_hold = a->windows;
@@ -232,7 +237,7 @@ static void judge(struct ig_auto *a, double tps, double lat, uint64_t now)
 			a->best_limit = a->limit;
 			a->best_tps = tps;
 			if (a->limit >= a->max)
-				hold(a, a->max, now);
+				hold(a, a->max, tps, lat, now);
 			else
 				set_limit(a, clamp(a, (double)a->limit * 2), now);
 			break;
@@ -257,7 +262,7 @@ static void judge(struct ig_auto *a, double tps, double lat, uint64_t now)
 		}
 	bisect:
 		if (a->hi - a->lo <= 1 || (double)a->hi <= (double)a->lo * 1.15) {
-			hold(a, a->hi, now);
+			hold(a, a->hi, a->ref, lat, now);
 			break;
 		}
 		set_limit(a, clamp(a, floor(sqrt((double)a->lo * (double)a->hi) + 0.5)), now);
@@ -300,6 +305,8 @@ static void judge(struct ig_auto *a, double tps, double lat, uint64_t now)
 			a->state = IG_AUTO_HOLDING; /* the same throughput with less queue */
 			a->hold = a->limit;
 			a->knee = (long)((double)a->limit / 1.1);
+			a->held = PROBE_EVERY - 1; /* and lower still, after one window */
+			a->probe_up = 0;
 			set_limit(a, a->limit, now);
 		} else {
 			a->state = IG_AUTO_HOLDING;
@@ -372,6 +379,9 @@ long ig_auto_tick(struct ig_auto *a, uint64_t now, int sending_done)
 	double lat = a->win_lat / work;
 	a->last_tps = tps;
 	long before = a->limit;
+	ig_log_debug("concurrency auto: window %ld at %ld (%s): %.0f tok/s, %.4f s/token, %ld done; hold %.0f tok/s "
+		     "%.4f s/token", a->windows, a->limit, ig_auto_state_name(a->state), tps, lat, a->win_done,
+		     a->hold_tps, a->hold_lat);
 	judge(a, tps, lat, now);
 	if (a->limit == before && a->win_start)
 		a->win_start = 0;
