@@ -505,6 +505,54 @@ class FakeBackend:
         return 0
 
 
+# A Responses API answer, as OpenAI shapes it (usage 11 in, 7 out).
+RESPONSE = {"id": "resp_1", "object": "response", "created_at": 1, "status": "completed", "model": "m",
+            "output": [{"type": "message", "id": "msg_1", "status": "completed", "role": "assistant",
+                        "content": [{"type": "output_text", "text": "Hi there", "annotations": []}]}],
+            "usage": {"input_tokens": 11, "output_tokens": 7, "total_tokens": 18}}
+
+
+def stateful_backend():
+    """A scripted backend of OpenAI's Responses API (and embeddings) that
+    stores its responses in its own memory, as SGLang and vLLM do: a
+    follow-up naming a response it does not hold is its 404."""
+    held = set()
+
+    def handler(fb, req, sock):
+        if req["method"] == "GET":
+            return FakeBackend.answer_ok(fb, req, sock)
+        body = json.loads(req["body"])
+        if req["path"] == "/v1/embeddings":
+            import base64
+            import struct
+            inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
+            vec = [0.25, -0.5, 0.75]
+            if body.get("encoding_format") == "base64":   # what the official clients ask for
+                vec = base64.b64encode(struct.pack("<3f", *vec)).decode()
+            FakeBackend.reply(sock, 200, {"object": "list", "model": fb.model, "data": [
+                {"object": "embedding", "index": i, "embedding": vec} for i in range(len(inputs))],
+                "usage": {"prompt_tokens": len(inputs), "total_tokens": len(inputs)}})
+            return True
+        prev = body.get("previous_response_id")
+        if prev and prev not in held:
+            FakeBackend.reply(sock, 404, {"error": {"message": f"Response with id '{prev}' not found.",
+                                                    "type": "invalid_request_error", "param": None, "code": None}})
+            return True
+        rid = f"resp_{fb.port}_{len(held)}"
+        if body.get("store", True):
+            held.add(rid)
+        answer = dict(RESPONSE, id=rid)
+        if body.get("stream"):
+            ev = {"type": "response.created", "sequence_number": 0, "response": dict(answer, status="in_progress")}
+            done = {"type": "response.completed", "sequence_number": 1, "response": answer}
+            FakeBackend.reply(sock, 200, b"event: response.created\ndata: %s\n\nevent: response.completed\ndata: %s"
+                              b"\n\n" % (json.dumps(ev).encode(), json.dumps(done).encode()), "text/event-stream")
+        else:
+            FakeBackend.reply(sock, 200, answer)
+        return True
+    return FakeBackend(handler, model="m")
+
+
 def _kill_procs(procs):
     for p in procs:
         try:

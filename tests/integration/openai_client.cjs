@@ -2,6 +2,8 @@
 // Usage: node openai_client.cjs BASE_URL MODEL  -> prints one JSON line of results.
 //        node openai_client.cjs BASE_URL MODEL errors  -> what the client makes of a
 //        backend's error answer (max_tokens 100000) and of an error event in a stream.
+//        node openai_client.cjs BASE_URL MODEL responses N  -> the Responses API and
+//        embeddings, with N follow-ups.
 const OpenAI = require('openai');
 
 function described(e) {
@@ -52,9 +54,38 @@ async function loop(baseURL, model, n) {
   console.log(JSON.stringify({ completed, statuses, seconds: (Date.now() - t0) / 1000 }));
 }
 
+// The Responses API and embeddings: one response plain and one streamed,
+// n follow-ups naming the first (previous_response_id), and which backend
+// answered each (X-Infergate-Backend, through the client's withResponse()).
+async function responses(client, model, n) {
+  const out = {};
+  const first = await client.responses.create({ model, input: 'Hello from the official client' }).withResponse();
+  const r = first.data;
+  out.plain = { id: r.id, status: r.status, text: r.output_text, usage: r.usage,
+                backend: first.response.headers.get('x-infergate-backend') };
+  const stream = await client.responses.create({ model, input: 'Hello again', stream: true });
+  const types = [];
+  let completed = null;
+  for await (const ev of stream) {
+    types.push(ev.type);
+    if (ev.type === 'response.completed') completed = ev.response;
+  }
+  out.stream = { types, id: completed && completed.id, usage: completed && completed.usage };
+  out.follow = [];
+  for (let i = 0; i < n; i++) {
+    const f = await client.responses.create({ model, input: `more ${i}`, previous_response_id: r.id }).withResponse();
+    out.follow.push({ id: f.data.id, backend: f.response.headers.get('x-infergate-backend') });
+  }
+  const e = await client.embeddings.create({ model, input: ['one', 'two'] });
+  out.embeddings = { n: e.data.length, dims: e.data[0].embedding.length, usage: e.usage };
+  console.log(JSON.stringify(out));
+}
+
 async function main() {
   const [baseURL, model, mode, n] = process.argv.slice(2);
   if (mode === 'loop') return loop(baseURL, model, Number(n));
+  if (mode === 'responses') return responses(new OpenAI({ baseURL: baseURL + '/v1', apiKey: 'unused', maxRetries: 0 }),
+                                             model, Number(n));
   const client = new OpenAI({ baseURL: baseURL + '/v1', apiKey: 'unused', maxRetries: 0 });
   if (mode === 'errors') return errors(client, model);
   const out = {};

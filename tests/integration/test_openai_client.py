@@ -4,11 +4,9 @@ models list. The package is installed from the npm registry on first use
 into the build tree (OPENAI_NPM_VERSION pins it; v6 runs on Node.js 20)."""
 
 import json
-import os
-import subprocess
 
-from harness import (ensure_openai, http, http_json, run, run_client, sse_events, start_gateway, start_sim, start_sims, test,
-                     wait_until)
+from harness import (ensure_openai, http, http_json, metric, run, run_client, sse_events, start_gateway, start_sim,
+                     start_sims, stateful_backend, test, wait_until)
 
 @test
 def official_openai_client_works_unmodified():
@@ -71,6 +69,31 @@ def sglang_errors_reach_the_official_client_as_api_errors():
     assert s and s["isAPIError"], out
     assert event["error"]["message"] in s["message"], (event, s)
     assert out["stream_chunks"] >= 1, out   # the tokens before the failure came through
+
+
+@test
+def official_client_responses_streamed_or_not_follow_ups_and_embeddings():
+    # Seven backends that store their responses in memory (scripted: the simulator does not
+    # serve /v1/responses yet): the official client's responses.create plain and streamed,
+    # five follow-ups naming the first response (each must reach the backend that holds
+    # it, or that backend answers 404 and the client throws), and embeddings.create.
+    ensure_openai()
+    fbs = [stateful_backend() for _ in range(7)]
+    gw = start_gateway(fbs, "--health-interval-ms", "200")
+    wait_until(lambda: http_json("GET", gw.url + "/health")[2]["healthy_backends"] == 7, timeout=10,
+               what="7 healthy backends")
+    out = run_client(gw, "m", "responses", "5")
+    assert out["plain"]["status"] == "completed" and out["plain"]["text"] == "Hi there", out
+    assert out["plain"]["usage"]["input_tokens"] == 11 and out["plain"]["usage"]["output_tokens"] == 7, out
+    assert out["stream"]["types"] == ["response.created", "response.completed"], out
+    assert out["stream"]["usage"]["output_tokens"] == 7, out
+    holder = out["plain"]["backend"]
+    assert [f["backend"] for f in out["follow"]] == [holder] * 5, out
+    assert out["embeddings"] == {"n": 2, "dims": 3, "usage": {"prompt_tokens": 2, "total_tokens": 2}}, out
+    m = http("GET", gw.url + "/metrics")[2]
+    # usage counted: 7 responses (plain, streamed, 5 follow-ups) x 11 in / 7 out, and 2 embedding tokens
+    assert metric(m, 'infergate_tokens_total{kind="prompt"}') == 7 * 11 + 2, m
+    assert metric(m, 'infergate_tokens_total{kind="completion"}') == 7 * 7, m
 
 
 run()

@@ -9,7 +9,8 @@ stream with the Responses API's own error event)."""
 import json
 import socket
 
-from harness import FakeBackend, http, http_json, metric, run, start_gateway, start_sim, test, wait_until
+from harness import (RESPONSE, FakeBackend, http, http_json, metric, run, start_gateway, start_sim,
+                     stateful_backend, test, wait_until)
 
 
 def healthy(gw, n):
@@ -108,12 +109,6 @@ def a_backend_that_is_down_is_retried_past():
         assert st == 200 and hdrs["x-infergate-backend"] == two.url, (st, hdrs, raw)
 
 
-RESPONSE = {"id": "resp_1", "object": "response", "created_at": 1, "status": "completed", "model": "m",
-            "output": [{"type": "message", "id": "msg_1", "status": "completed", "role": "assistant",
-                        "content": [{"type": "output_text", "text": "Hi there", "annotations": []}]}],
-            "usage": {"input_tokens": 11, "output_tokens": 7, "total_tokens": 18}}
-
-
 def responses_backend(fail_midway=False):
     """A backend answering POST /v1/responses in OpenAI's shapes (streamed:
     typed events, usage in response.completed)."""
@@ -175,35 +170,6 @@ def a_responses_stream_that_breaks_ends_with_its_own_error_event():
     err = json.loads(events[-1].split("\n", 1)[1][len("data: "):])
     assert err["type"] == "error" and err["code"] == "backend_error" and err["message"], err
     assert err["sequence_number"] == 2 and err["param"] is None, err
-
-
-def stateful_backend():
-    """A backend that stores its Responses in its own memory, as SGLang and
-    vLLM do: a follow-up naming a response it does not hold is its 404."""
-    held = set()
-
-    def handler(fb, req, sock):
-        if req["method"] == "GET":
-            return FakeBackend.answer_ok(fb, req, sock)
-        body = json.loads(req["body"])
-        prev = body.get("previous_response_id")
-        if prev and prev not in held:
-            FakeBackend.reply(sock, 404, {"error": {"message": f"Response with id '{prev}' not found.",
-                                                    "type": "invalid_request_error", "param": None, "code": None}})
-            return True
-        rid = f"resp_{fb.port}_{len(held)}"
-        if body.get("store", True):
-            held.add(rid)
-        answer = dict(RESPONSE, id=rid)
-        if body.get("stream"):
-            ev = {"type": "response.created", "sequence_number": 0, "response": dict(answer, status="in_progress")}
-            done = {"type": "response.completed", "sequence_number": 1, "response": answer}
-            FakeBackend.reply(sock, 200, b"event: response.created\ndata: %s\n\nevent: response.completed\ndata: %s"
-                              b"\n\n" % (json.dumps(ev).encode(), json.dumps(done).encode()), "text/event-stream")
-        else:
-            FakeBackend.reply(sock, 200, answer)
-        return True
-    return FakeBackend(handler, model="m")
 
 
 @test
