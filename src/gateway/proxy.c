@@ -767,7 +767,8 @@ static void not_served(struct ig_req *req)
 static struct ig_route_req route_req(const struct ig_req *req)
 {
 	const struct ig_conf *cfg = req->gw->cfg;
-	return (struct ig_route_req){.low = req->wait.klass == IG_CLASS_LOW, .tokens = req->tok_estimate, .pin = req->pin,
+	return (struct ig_route_req){.low = req->wait.klass == IG_CLASS_LOW, .tokens = req->tok_estimate,
+				     .pinned = req->pin >= 0 ? req->pin + 1 : 0,
 				     .tried = req->tried, .ntried = req->ntried, .affinity = req->gw->affinity,
 				     .chain = req->chain, .nchain = req->nchain,
 				     .threshold_percent = cfg->cache_threshold_percent,

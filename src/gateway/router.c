@@ -114,7 +114,8 @@ enum ig_pick ig_router_pick(struct ig_backend *const *v, size_t n, atomic_uint *
 		return IG_PICK_NONE;
 	for (size_t i = 0; i < n; i++) {
 		struct ig_backend *b = v[i];
-		if (!ig_backend_routable(b) || tried_already(b, rq->tried, rq->ntried) || (rq->pin >= 0 && b->id != rq->pin))
+		if (!ig_backend_routable(b) || tried_already(b, rq->tried, rq->ntried) ||
+		    (rq->pinned && b->id + 1 != rq->pinned))
 			continue;
 		healthy++;
 		long limit = ig_router_limit(b, low);

@@ -21,8 +21,9 @@ struct ig_route_req {
 					  * backend's last reserve_slots slots */
 	long tokens;                     /* least-tokens: the work it brings (its
 					  * prompt estimate and its max output) */
-	int pin;                         /* >= 0: only the backend of that id (it holds
-					  * the response a follow-up names) */
+	int pinned;                      /* 1 + the id of the only backend it may go to
+					  * (it holds the response a follow-up names);
+					  * 0: any (so that {0} means no pin) */
 	struct ig_backend *const *tried; /* backends it failed on: skipped */
 	int ntried;
 	/* cache-aware: its prompt's block chain, what each backend was sent,

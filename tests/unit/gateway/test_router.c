@@ -84,6 +84,29 @@ START_TEST(limits_give_busy_then_none)
 }
 END_TEST
 
+/* A Responses follow-up pinned to the backend that holds its response goes
+ * there or nowhere: busy there is busy, whatever the others have free. */
+START_TEST(a_pinned_request_goes_to_its_backend_only)
+{
+	struct ig_pool pool = make_pool(3);
+	struct ig_backend *b = NULL;
+	struct ig_route_req rq = {.pinned = pool.v[2]->id + 1};
+	pool.v[2]->max_inflight = 2;
+	for (int i = 0; i < 2; i++) {
+		ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_LEAST_LOADED, &rq, &b), IG_PICK_OK);
+		ck_assert_ptr_eq(b, pool.v[2]);
+	}
+	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_LEAST_LOADED, &rq, &b), IG_PICK_BUSY);
+	atomic_store(&pool.v[2]->state, IG_BACKEND_DOWN);
+	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_LEAST_LOADED, &rq, &b), IG_PICK_NONE);
+	/* {0}: no pin */
+	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_LEAST_LOADED, &(struct ig_route_req){0}, &b),
+			 IG_PICK_OK);
+	ck_assert_ptr_ne(b, pool.v[2]);
+	free_pool(&pool);
+}
+END_TEST
+
 /* A low request leaves a backend's reserve_slots free; others may take them. */
 START_TEST(reserved_slots_are_not_for_low)
 {
@@ -226,5 +249,6 @@ START_TEST(least_tokens_weighs_work_by_speed)
 END_TEST
 
 IG_CHECK_MAIN("router", least_tokens_weighs_work_by_speed, least_loaded_rotates_ties, least_loaded_follows_load_and_weight,
-	      limits_give_busy_then_none, reserved_slots_are_not_for_low, slots_learned_from_load_reports,
+	      limits_give_busy_then_none, a_pinned_request_goes_to_its_backend_only, reserved_slots_are_not_for_low,
+	      slots_learned_from_load_reports,
 	      stale_load_reports_teach_nothing)
