@@ -460,12 +460,12 @@ static void chain_answer(struct sim_req *r)
 	char tok[SIM_TOKEN_MAX + 1];
 	ig_buf_init(&t);
 	ig_buf_append(&t, r->tail, r->ntail);
-	if (r->kind == SIM_CHAT)
+	if (r->kind != SIM_COMPLETION)
 		ig_buf_append(&t, "assistant\n", 10);
 	sim_text_init(&gen, r->text_seed);
 	for (long i = 0; i < r->n_tokens; i++)
 		ig_buf_append(&t, tok, sim_text_next(&gen, tok));
-	if (r->kind == SIM_CHAT)
+	if (r->kind != SIM_COMPLETION)
 		ig_buf_append(&t, "\n", 1);
 	size_t more = t.len / IG_BLOCK_BYTES;
 	uint64_t *v = more ? realloc(r->chain, (r->nchain + more) * sizeof(*v)) : NULL;
@@ -507,6 +507,129 @@ static void finish(struct sim_engine *s, struct sim_req *r, uint64_t now, bool f
 
 /* ---- output ---- */
 
+/* ---- the Responses API ----
+ * OpenAI's shapes, as vLLM (vllm/entrypoints/openai/serving_responses.py)
+ * and SGLang (python/sglang/srt/entrypoints/openai/serving_responses.py)
+ * write them for a text answer: the response object (created_at, status,
+ * output: one message with one output_text part, usage with input_tokens
+ * and output_tokens); streamed, typed events each with its
+ * sequence_number: response.created, response.in_progress,
+ * response.output_item.added, response.content_part.added, one
+ * response.output_text.delta per token, then the .done events and
+ * response.completed (response.incomplete when max_output_tokens cut it),
+ * and no [DONE]. */
+
+/* The answer's whole text, regenerated from its seed (the stream sent it
+ * token by token). */
+static void resp_text(struct ig_buf *o, const struct sim_req *r)
+{
+	struct sim_text gen;
+	char tok[SIM_TOKEN_MAX + 1];
+	sim_text_init(&gen, r->text_seed);
+	for (long i = 0; i < r->n_tokens; i++)
+		ig_buf_append(o, tok, sim_text_next(&gen, tok));
+}
+
+/* The message item; done: with its text. */
+static void resp_item(struct ig_buf *o, const struct sim_req *r, bool done)
+{
+	ig_buf_printf(o, "{\"type\":\"message\",\"id\":\"msg_%s\",\"status\":\"%s\",\"role\":\"assistant\",\"content\":[",
+		      r->id + 5, done ? "completed" : "in_progress");
+	if (done) {
+		ig_buf_printf(o, "{\"type\":\"output_text\",\"text\":\"");
+		resp_text(o, r);
+		ig_buf_printf(o, "\",\"annotations\":[]}");
+	}
+	ig_buf_printf(o, "]}");
+}
+
+/* The response object; done: finished, with its output and usage. */
+static void resp_object(struct ig_buf *o, const struct sim_req *r, bool done)
+{
+	ig_buf_printf(o, "{\"id\":\"%s\",\"object\":\"response\",\"created_at\":%lld,\"status\":\"%s\",\"model\":%s,",
+		      r->id, (long long)r->created, !done ? "in_progress" : r->length_cut ? "incomplete" : "completed",
+		      r->model_json);
+	if (r->prev_id[0])
+		ig_buf_printf(o, "\"previous_response_id\":\"%s\",", r->prev_id);
+	else
+		ig_buf_printf(o, "\"previous_response_id\":null,");
+	ig_buf_printf(o, "\"incomplete_details\":%s,\"output\":[",
+		      done && r->length_cut ? "{\"reason\":\"max_output_tokens\"}" : "null");
+	if (done)
+		resp_item(o, r, true);
+	ig_buf_printf(o, "],\"usage\":");
+	if (done)
+		ig_buf_printf(o, "{\"input_tokens\":%ld,\"input_tokens_details\":{\"cached_tokens\":%ld},"
+			      "\"output_tokens\":%ld,\"output_tokens_details\":{\"reasoning_tokens\":0},\"total_tokens\":%ld}",
+			      r->prompt_tokens, r->cache_report ? r->cached_tokens : 0, r->n_tokens,
+			      r->prompt_tokens + r->n_tokens);
+	else
+		ig_buf_printf(o, "null");
+	ig_buf_printf(o, "}");
+}
+
+/* `event: TYPE` and the data's start up to its sequence_number; the caller
+ * adds the rest and resp_close(). */
+static void resp_event(struct ig_buf *o, struct sim_req *r, const char *type)
+{
+	ig_buf_printf(o, "event: %s\ndata: {\"type\":\"%s\",\"sequence_number\":%ld", type, type, r->seq++);
+}
+
+static void resp_close(struct ig_buf *o)
+{
+	ig_buf_printf(o, "}\n\n");
+}
+
+static void resp_start(struct ig_buf *o, struct sim_req *r)
+{
+	static const char *const opening[] = {"response.created", "response.in_progress"};
+	for (int i = 0; i < 2; i++) {
+		resp_event(o, r, opening[i]);
+		ig_buf_printf(o, ",\"response\":");
+		resp_object(o, r, false);
+		resp_close(o);
+	}
+	resp_event(o, r, "response.output_item.added");
+	ig_buf_printf(o, ",\"output_index\":0,\"item\":");
+	resp_item(o, r, false);
+	resp_close(o);
+	resp_event(o, r, "response.content_part.added");
+	ig_buf_printf(o, ",\"item_id\":\"msg_%s\",\"output_index\":0,\"content_index\":0,"
+		      "\"part\":{\"type\":\"output_text\",\"text\":\"\",\"annotations\":[]}", r->id + 5);
+	resp_close(o);
+}
+
+static void resp_delta(struct ig_buf *o, struct sim_req *r, const char *tok)
+{
+	resp_event(o, r, "response.output_text.delta");
+	ig_buf_printf(o, ",\"item_id\":\"msg_%s\",\"output_index\":0,\"content_index\":0,\"delta\":\"%s\"", r->id + 5,
+		      tok);
+	resp_close(o);
+}
+
+static void resp_end(struct ig_buf *o, struct sim_req *r)
+{
+	resp_event(o, r, "response.output_text.done");
+	ig_buf_printf(o, ",\"item_id\":\"msg_%s\",\"output_index\":0,\"content_index\":0,\"text\":\"", r->id + 5);
+	resp_text(o, r);
+	ig_buf_printf(o, "\"");
+	resp_close(o);
+	resp_event(o, r, "response.content_part.done");
+	ig_buf_printf(o, ",\"item_id\":\"msg_%s\",\"output_index\":0,\"content_index\":0,"
+		      "\"part\":{\"type\":\"output_text\",\"text\":\"", r->id + 5);
+	resp_text(o, r);
+	ig_buf_printf(o, "\",\"annotations\":[]}");
+	resp_close(o);
+	resp_event(o, r, "response.output_item.done");
+	ig_buf_printf(o, ",\"output_index\":0,\"item\":");
+	resp_item(o, r, true);
+	resp_close(o);
+	resp_event(o, r, r->length_cut ? "response.incomplete" : "response.completed");
+	ig_buf_printf(o, ",\"response\":");
+	resp_object(o, r, true);
+	resp_close(o);
+}
+
 /* `data: {"id":...,"object":...,"created":...,"model":...,"choices":[` */
 static void chunk_head(struct ig_buf *o, const struct sim_req *r)
 {
@@ -538,6 +661,10 @@ static void emit_token(struct ig_buf *o, struct sim_req *r)
 {
 	char tok[SIM_TOKEN_MAX + 1];
 	sim_text_next(&r->text, tok);
+	if (r->kind == SIM_RESPONSES) {
+		resp_delta(o, r, tok);
+		return;
+	}
 	chunk_head(o, r);
 	if (r->kind == SIM_CHAT)
 		ig_buf_printf(o, "{\"index\":0,\"delta\":{\"content\":\"%s\"},\"logprobs\":null,\"finish_reason\":null}", tok);
@@ -553,6 +680,10 @@ static const char *finish_reason(const struct sim_req *r)
 
 static void emit_end(struct ig_buf *o, struct sim_req *r)
 {
+	if (r->kind == SIM_RESPONSES) {
+		resp_end(o, r);
+		return;
+	}
 	chunk_head(o, r);
 	if (r->kind == SIM_CHAT)
 		ig_buf_printf(o, "{\"index\":0,\"delta\":{},\"logprobs\":null,\"finish_reason\":\"%s\"}", finish_reason(r));
@@ -575,6 +706,12 @@ static void emit_full(struct sim_engine *s, struct sim_req *r)
 	struct ig_buf *o = &r->out;
 	char tok[SIM_TOKEN_MAX + 1];
 
+	if (r->kind == SIM_RESPONSES) {
+		resp_object(o, r, true);
+		s->st.generation_tokens += (uint64_t)r->n_tokens;
+		r->rank->generation_tokens += (uint64_t)r->n_tokens;
+		return;
+	}
 	ig_buf_printf(o, "{\"id\":\"%s\",\"object\":\"%s\",\"created\":%lld,\"model\":%s,\"choices\":[{\"index\":0,",
 		      r->id, r->kind == SIM_CHAT ? "chat.completion" : "text_completion",
 		      (long long)r->created, r->model_json);
@@ -606,8 +743,15 @@ static void emit_full(struct sim_engine *s, struct sim_req *r)
  * vllm/entrypoints/openai/engine/serving.py
  * _convert_generation_error_to_streaming_response). Both json.dumps, hence
  * the spaces. */
-static void emit_stream_error(struct sim_engine *s, struct ig_buf *o)
+static void emit_stream_error(struct sim_engine *s, struct sim_req *r, struct ig_buf *o)
 {
+	if (r->kind == SIM_RESPONSES) { /* the Responses API's error event; no [DONE] */
+		resp_event(o, r, "error");
+		ig_buf_printf(o, ",\"code\":\"server_error\",\"message\":\"Simulated generation failure "
+			      "(--stream-fail-rate).\",\"param\":null");
+		resp_close(o);
+		return;
+	}
 	if (s->conf->flavor == SIM_FLAVOR_VLLM)
 		ig_buf_printf(o, "data: {\"error\": {\"message\": \"Internal server error\", "
 			      "\"type\": \"InternalServerError\", \"param\": null, \"code\": 500}}\n\n");
@@ -623,6 +767,8 @@ static void emit_stream_error(struct sim_engine *s, struct ig_buf *o)
  * come. Returns true when r finished. */
 static bool stream_through(struct sim_engine *s, struct sim_req *r, long due, uint64_t now)
 {
+	if (r->emitted == 0 && r->kind == SIM_RESPONSES && r->seq == 0)
+		resp_start(&r->out, r);
 	if (r->emitted == 0 && r->kind == SIM_CHAT) {
 		chunk_head(&r->out, r);
 		ig_buf_printf(&r->out, "{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},"
@@ -638,7 +784,7 @@ static bool stream_through(struct sim_engine *s, struct sim_req *r, long due, ui
 		r->rank->generation_tokens++;
 	}
 	if (r->emitted == r->fail_at) {
-		emit_stream_error(s, &r->out);
+		emit_stream_error(s, r, &r->out);
 		ig_log_debug("%s: %s failed after %ld tokens (--stream-fail-rate)", __func__, r->id, r->emitted);
 		finish(s, r, now, true);
 		return true;

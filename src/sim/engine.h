@@ -23,6 +23,7 @@ enum sim_kind {
 	SIM_FAULT_SET,  /* POST /sim/fault */
 	SIM_HEALTH,     /* GET /health with --health-delay-ms: a deferred answer */
 	SIM_UTILITY,    /* POST /tokenize, /detokenize: answered at once from the body */
+	SIM_RESPONSES,  /* POST /v1/responses (OpenAI's Responses API) */
 };
 
 enum sim_state {
@@ -54,7 +55,10 @@ struct sim_req {
 	bool stream;
 	bool include_usage;
 	bool length_cut;               /* max_tokens cut the answer: "length" */
-	char id[48];                   /* "chatcmpl-..." / "cmpl-..." */
+	char id[48];                   /* "chatcmpl-..." / "cmpl-..." / "resp_..." */
+	char prev_id[48];              /* Responses: previous_response_id, "" none */
+	long seq;                      /* Responses: the next event's sequence_number */
+	bool store;                    /* Responses: kept for follow-ups ("store", default true) */
 	char *model_json;              /* model as a JSON string literal */
 	int64_t created;
 	uint64_t text_seed;

@@ -39,6 +39,7 @@ int main(int argc, char **argv)
 		rc = sim_reactor_run(&sim);
 	sim_reactor_free(&sim);
 	sim_engine_free(&sim.eng);
+	free(sim.stored);
 	sim_conf_free(&conf);
 	return rc;
 }

@@ -33,6 +33,7 @@ enum route {
 	R_FAULT,       /* GET or POST /sim/fault */
 	R_TOKENIZE,    /* POST /tokenize */
 	R_DETOKENIZE,  /* POST /detokenize */
+	R_RESPONSES,   /* POST /v1/responses (OpenAI's Responses API) */
 };
 
 #define SGLANG (1u << SIM_FLAVOR_SGLANG)
@@ -58,6 +59,7 @@ static const struct {
 	{"/sim/fault", R_FAULT, true, true, "GET, HEAD, POST", SGLANG | VLLM},
 	{"/tokenize", R_TOKENIZE, false, true, "POST", SGLANG | VLLM},
 	{"/detokenize", R_DETOKENIZE, false, true, "POST", SGLANG | VLLM},
+	{"/v1/responses", R_RESPONSES, false, true, "POST", SGLANG | VLLM},
 };
 
 /* Error types. Validation errors (bad JSON, a field of the wrong type) go
@@ -787,6 +789,36 @@ static int add_content(struct ig_buf *p, json_t *content)
  * and content on their own lines. Returns 0 or -1 with *e. */
 static int prompt_text(struct sim_req *r, json_t *root, struct ig_buf *p, struct perr *e)
 {
+	if (r->kind == SIM_RESPONSES) {
+		/* "instructions", then "input": a string or a list of messages
+		 * ({"role", "content"}, content a string or parts) */
+		json_t *ins = json_object_get(root, "instructions"), *in = json_object_get(root, "input");
+		if (ins && !json_is_null(ins) && !json_is_string(ins))
+			return fail(e, strdup("'instructions' must be a string"));
+		if (json_is_string(ins))
+			ig_buf_printf(p, "system\n%s\n", json_string_value(ins));
+		if (json_is_string(in)) {
+			ig_buf_printf(p, "user\n");
+			ig_buf_append(p, json_string_value(in), json_string_length(in));
+			ig_buf_append(p, "\n", 1);
+			return 0;
+		}
+		if (!json_is_array(in) || json_array_size(in) == 0)
+			return fail(e, strdup("'input' must be a string or a non-empty array of messages"));
+		size_t i;
+		json_t *m;
+		json_array_foreach(in, i, m) {
+			json_t *role = json_is_object(m) ? json_object_get(m, "role") : NULL;
+			if (!json_is_string(role))
+				return fail(e, ig_strdupf("input[%zu] must be a message with a string 'role'", i));
+			ig_buf_append(p, json_string_value(role), json_string_length(role));
+			ig_buf_append(p, "\n", 1);
+			if (add_content(p, json_object_get(m, "content")) < 0)
+				return fail(e, ig_strdupf("input[%zu].content must be a string or an array of parts", i));
+			ig_buf_append(p, "\n", 1);
+		}
+		return 0;
+	}
 	if (r->kind == SIM_CHAT) {
 		json_t *msgs = json_object_get(root, "messages");
 		if (!msgs)
@@ -876,6 +908,45 @@ static int check_context(struct sim *s, long in, long max_new, struct perr *e)
 	return 0;
 }
 
+/* Stored Responses: the simulator keeps the ids of the last 4,096 it
+ * stored (unless "store": false), and a previous_response_id it does not
+ * hold is its 404, as vLLM's and SGLang's serving_responses.py answer one
+ * ("Response with id '...' not found.", invalid_request_error). */
+#define SIM_STORED 4096
+
+static bool stored_has(const struct sim *s, const char *id)
+{
+	size_t n = s->nstored < SIM_STORED ? s->nstored : SIM_STORED;
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(s->stored[i], id) == 0)
+			return true;
+	return false;
+}
+
+static void stored_put(struct sim *s, const char *id)
+{
+	if (!s->stored && !(s->stored = calloc(SIM_STORED, sizeof(*s->stored))))
+		return;
+	snprintf(s->stored[s->nstored++ % SIM_STORED], sizeof(*s->stored), "%s", id);
+}
+
+static int responses_state(struct sim *s, struct sim_req *r, json_t *root, struct perr *e)
+{
+	json_t *prev = json_object_get(root, "previous_response_id"), *store = json_object_get(root, "store");
+	if (prev && !json_is_null(prev) && !json_is_string(prev))
+		return fail(e, strdup("'previous_response_id' must be a string"));
+	if (store && !json_is_null(store) && !json_is_boolean(store))
+		return fail(e, strdup("'store' must be a boolean"));
+	r->store = !json_is_false(store);
+	if (!json_is_string(prev))
+		return 0;
+	if (json_string_length(prev) >= sizeof(r->prev_id) || !stored_has(s, json_string_value(prev)))
+		return refuse(e, 404, "invalid_request_error", NULL,
+			      ig_strdupf("Response with id '%s' not found.", json_string_value(prev)));
+	snprintf(r->prev_id, sizeof(r->prev_id), "%s", json_string_value(prev));
+	return 0;
+}
+
 /* Reads a completion request into r. Returns 0 or -1 with *e. */
 static int parse_completion(struct sim *s, struct sim_req *r, const struct ig_buf *body, struct perr *e)
 {
@@ -914,9 +985,15 @@ static int parse_completion(struct sim *s, struct sim_req *r, const struct ig_bu
 		r->include_usage = r->stream && json_is_true(iu);
 	}
 	long max_tokens, max_completion_tokens;
-	if (get_limit(root, "max_tokens", &max_tokens, e) < 0 ||
-	    get_limit(root, "max_completion_tokens", &max_completion_tokens, e) < 0)
+	if (r->kind == SIM_RESPONSES) {
+		max_completion_tokens = 0;
+		r->include_usage = false;
+		if (get_limit(root, "max_output_tokens", &max_tokens, e) < 0 || responses_state(s, r, root, e) < 0)
+			goto out;
+	} else if (get_limit(root, "max_tokens", &max_tokens, e) < 0 ||
+		   get_limit(root, "max_completion_tokens", &max_completion_tokens, e) < 0) {
 		goto out;
+	}
 	json_t *n = json_object_get(root, "n");
 	if (n && !json_is_null(n) && !(json_is_integer(n) && json_integer_value(n) == 1)) {
 		fail(e, strdup("'n' must be 1 (infergate-sim answers one choice)"));
@@ -1185,8 +1262,11 @@ static enum MHD_Result start_request(struct sim *s, struct sim_call *c)
 	}
 	if (r->stream && sim_engine_should_fail_stream(&s->eng))
 		r->fail_at = r->n_tokens / 2; /* about half the answer, then the error */
-	memcpy(r->id, r->kind == SIM_CHAT ? "chatcmpl-" : "cmpl-", r->kind == SIM_CHAT ? 9 : 5);
-	ig_random_hex(r->id + (r->kind == SIM_CHAT ? 9 : 5), 24);
+	const char *prefix = r->kind == SIM_CHAT ? "chatcmpl-" : r->kind == SIM_RESPONSES ? "resp_" : "cmpl-";
+	memcpy(r->id, prefix, strlen(prefix));
+	ig_random_hex(r->id + strlen(prefix), 24);
+	if (r->kind == SIM_RESPONSES && r->store) /* the id is known from now on */
+		stored_put(s, r->id);
 	r->created = ig_wall_s();
 
 	sim_engine_submit(&s->eng, r);
@@ -1235,8 +1315,9 @@ enum MHD_Result sim_server_handler(void *cls, struct MHD_Connection *conn, const
 		if (routes[i].post && strcmp(method, "POST") == 0) {
 			enum sim_kind kind = routes[i].route == R_CHAT ? SIM_CHAT
 					   : routes[i].route == R_COMPLETIONS ? SIM_COMPLETION
+					   : routes[i].route == R_RESPONSES ? SIM_RESPONSES
 					   : routes[i].route == R_FAULT ? SIM_FAULT_SET : SIM_UTILITY;
-			if (kind == SIM_CHAT || kind == SIM_COMPLETION)
+			if (kind == SIM_CHAT || kind == SIM_COMPLETION || kind == SIM_RESPONSES)
 				s->eng.st.received++;
 			c = call_new(s, conn, kind);
 			if (!c)

@@ -46,6 +46,8 @@ struct sim {
 	bool need_mhd_run;          /* a connection was resumed: run MHD again at once */
 	bool stopping;              /* SIGINT/SIGTERM: refuse new work, end the rest */
 	bool load_warned;           /* /get_load's deprecation logged */
+	char (*stored)[48];         /* server.c: ids of stored Responses, a ring */
+	size_t nstored;             /* ids put so far */
 };
 
 static inline int sim_event_add(struct sim *s, struct sim_event *ev, uint32_t events)

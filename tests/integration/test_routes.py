@@ -205,4 +205,36 @@ def a_follow_up_reaches_the_backend_that_stored_its_previous_response():
     assert obj["error"]["param"] == "previous_response_id" and rid in obj["error"]["message"], obj
 
 
+@test
+def responses_with_simulators_stored_streamed_and_followed_up():
+    # seven simulators, which keep the responses they stored and 404 a follow-up naming
+    # one they do not hold: every follow-up must reach the one that answered first
+    sims = [start_sim("--model", "m", "--tokens-per-second", "0", "--ttft-ms", "0") for _ in range(7)]
+    gw = start_gateway(sims, "--health-interval-ms", "200")
+    healthy(gw, 7)
+    st, hdrs, raw = post(gw.url + "/v1/responses", {"model": "m", "input": "Hello", "max_output_tokens": 6})
+    first = json.loads(raw)
+    assert st == 200 and first["object"] == "response" and first["status"] == "incomplete", first
+    assert first["usage"]["output_tokens"] == 6 and first["output"][0]["content"][0]["text"], first
+    holder, rid = hdrs["x-infergate-backend"], first["id"]
+    for i in range(10):
+        st, hdrs, raw = post(gw.url + "/v1/responses", {"model": "m", "input": f"and {i}", "previous_response_id": rid,
+                                                        "stream": i % 2 == 1})
+        assert st == 200 and hdrs["x-infergate-backend"] == holder, (i, st, raw[:300])
+    # a streamed one: typed events in order, the text of the deltas is the completed text
+    st, hdrs, raw = post(gw.url + "/v1/responses", {"model": "m", "input": "stream it", "stream": True})
+    events = [e for e in raw.decode().split("\n\n") if e]
+    types = [e.split("\n")[0][len("event: "):] for e in events]
+    datas = [json.loads(e.split("\n")[1][len("data: "):]) for e in events]
+    assert types[:4] == ["response.created", "response.in_progress", "response.output_item.added",
+                         "response.content_part.added"] and types[-1] == "response.completed", types
+    assert [d["sequence_number"] for d in datas] == list(range(len(datas))), datas
+    text = "".join(d["delta"] for d in datas if d["type"] == "response.output_text.delta")
+    assert datas[-1]["response"]["output"][0]["content"][0]["text"] == text and text, datas[-1]
+    # usage counted from the answers: 12 responses, their input and output tokens
+    m = http("GET", gw.url + "/metrics")[2]
+    assert metric(m, 'infergate_tokens_total{kind="completion"}') >= 12, m
+    assert metric(m, 'infergate_request_duration_seconds_count{route="/v1/responses"}') == 12, m
+
+
 run()
