@@ -156,7 +156,8 @@ static const struct ig_flags spec = {
 		 "A simulated SGLang or vLLM inference server: OpenAI chat and text completions,\n"
 		 "streamed or not, with deterministic text, batch slots, pacing and fault injection.\n\n"
 		 "Flags:\n",
-	.epilog = "\nEndpoints: POST /v1/chat/completions, POST /v1/completions, GET /health,\n"
+	.epilog = "\nEndpoints: POST /v1/chat/completions, POST /v1/completions, POST /v1/responses,\n"
+		  "POST /tokenize, POST /detokenize, GET /health,\n"
 		  "GET /health_generate, GET /v1/models, GET /metrics; sglang only: GET /v1/loads,\n"
 		  "GET /get_load, GET /get_model_info. Test control (never needs the key):\n"
 		  "GET /sim/state, GET|POST /sim/fault ({\"mode\": \"ok\"|\"error\"|\"hang\"|\"slow\"|\"down\", \"max_running\": N}).\n",
