@@ -57,7 +57,6 @@ struct ig_req *ig_proxy_req_new(struct ig_gw *gw, struct MHD_Connection *conn, i
 	req->route_idx = route_idx;
 	req->phase = IG_REQ_READING;
 	req->max_tokens = -1;
-	req->pin = -1;
 	req->client_ev = (struct ig_event){-1, NULL, req};
 	req->t_start_us = ig_now_us();
 	ig_buf_init(&req->body);
@@ -768,7 +767,7 @@ static struct ig_route_req route_req(const struct ig_req *req)
 {
 	const struct ig_conf *cfg = req->gw->cfg;
 	return (struct ig_route_req){.low = req->wait.klass == IG_CLASS_LOW, .tokens = req->tok_estimate,
-				     .pinned = req->pin >= 0 ? req->pin + 1 : 0,
+				     .pinned = req->pinned,
 				     .tried = req->tried, .ntried = req->ntried, .affinity = req->gw->affinity,
 				     .chain = req->chain, .nchain = req->nchain,
 				     .threshold_percent = cfg->cache_threshold_percent,
@@ -806,9 +805,9 @@ static enum route_result route(struct ig_req *req)
 	/* A key at its cap waits for one of its own requests to end. */
 	if (ig_sched_key_capped(req->wait.key) && m->nbackends > 0)
 		return wait_or_refuse(req);
-	if (req->pin >= 0) {
+	if (req->pinned) {
 		/* A follow-up goes where its previous response is, or nowhere. */
-		const struct ig_backend *held = ig_backend_pool_find_id(&gw->pool, req->pin);
+		const struct ig_backend *held = ig_backend_pool_find_id(&gw->pool, req->pinned - 1);
 		if (!held || (!ig_backend_routable(held) && req->ntried == 0)) {
 			set_param_error(req, 404, "previous_response_id", "previous_response_not_found",
 					"Previous response with id '%s' not found (its backend %s).", req->prev_id,
@@ -1162,8 +1161,8 @@ static int inspect_body(struct ig_req *req)
 		if (json_is_string(prev)) {
 			req->prev_id = strdup(json_string_value(prev));
 			if (req->gw->responses)
-				req->pin = ig_respstore_get(req->gw->responses, json_string_value(prev),
-							    json_string_length(prev), ig_now_ms());
+				req->pinned = 1 + ig_respstore_get(req->gw->responses, json_string_value(prev),
+								   json_string_length(prev), ig_now_ms());
 		}
 		req->store = !json_is_false(json_object_get(root, "store")); /* stored unless told not to */
 	}

@@ -103,7 +103,7 @@ struct ig_req {
 	long sse_events;                /* data lines relayed (a Responses error event numbers itself after them) */
 	/* the Responses API */
 	char *prev_id;                  /* previous_response_id, or NULL */
-	int pin;                        /* the backend that holds it, or -1 */
+	int pinned;                     /* 1 + the id of the backend that holds it; 0 none */
 	bool store;                     /* the answer is stored by its backend: remember where */
 	bool stored;                    /* its id is remembered */
 	unsigned status_sent;           /* what the client was answered */

@@ -123,9 +123,9 @@ static int on_curl_close(void *clientp, curl_socket_t s)
  * are the same for every transfer, so pooled connections match. */
 static void tls_options(const struct ig_conf *cfg, CURL *e)
 {
-	if (*cfg->tls_ca_file)
+	if (cfg->tls_ca_file && *cfg->tls_ca_file) /* NULL only in a configuration made by hand (tests) */
 		curl_easy_setopt(e, CURLOPT_CAINFO, cfg->tls_ca_file);
-	if (*cfg->tls_client_cert) {
+	if (cfg->tls_client_cert && *cfg->tls_client_cert) {
 		curl_easy_setopt(e, CURLOPT_SSLCERT, cfg->tls_client_cert);
 		curl_easy_setopt(e, CURLOPT_SSLKEY, cfg->tls_client_key);
 	}
