@@ -787,6 +787,25 @@ static int add_content(struct ig_buf *p, json_t *content)
 
 /* The prompt text the answer is seeded from: for chat, each message's role
  * and content on their own lines. Returns 0 or -1 with *e. */
+/* A message list as prompt text: each message's role and content on lines
+ * of their own (chat's "messages", the Responses API's "input"). */
+static int messages_text(json_t *msgs, const char *what, struct ig_buf *p, struct perr *e)
+{
+	size_t i;
+	json_t *m;
+	json_array_foreach(msgs, i, m) {
+		json_t *role = json_is_object(m) ? json_object_get(m, "role") : NULL;
+		if (!json_is_string(role))
+			return fail(e, ig_strdupf("%s[%zu] must be an object with a string 'role'", what, i));
+		ig_buf_append(p, json_string_value(role), json_string_length(role));
+		ig_buf_append(p, "\n", 1);
+		if (add_content(p, json_object_get(m, "content")) < 0)
+			return fail(e, ig_strdupf("%s[%zu].content must be a string, null or an array of parts", what, i));
+		ig_buf_append(p, "\n", 1);
+	}
+	return 0;
+}
+
 static int prompt_text(struct sim_req *r, json_t *root, struct ig_buf *p, struct perr *e)
 {
 	if (r->kind == SIM_RESPONSES) {
@@ -805,19 +824,7 @@ static int prompt_text(struct sim_req *r, json_t *root, struct ig_buf *p, struct
 		}
 		if (!json_is_array(in) || json_array_size(in) == 0)
 			return fail(e, strdup("'input' must be a string or a non-empty array of messages"));
-		size_t i;
-		json_t *m;
-		json_array_foreach(in, i, m) {
-			json_t *role = json_is_object(m) ? json_object_get(m, "role") : NULL;
-			if (!json_is_string(role))
-				return fail(e, ig_strdupf("input[%zu] must be a message with a string 'role'", i));
-			ig_buf_append(p, json_string_value(role), json_string_length(role));
-			ig_buf_append(p, "\n", 1);
-			if (add_content(p, json_object_get(m, "content")) < 0)
-				return fail(e, ig_strdupf("input[%zu].content must be a string or an array of parts", i));
-			ig_buf_append(p, "\n", 1);
-		}
-		return 0;
+		return messages_text(in, "input", p, e);
 	}
 	if (r->kind == SIM_CHAT) {
 		json_t *msgs = json_object_get(root, "messages");
@@ -825,19 +832,7 @@ static int prompt_text(struct sim_req *r, json_t *root, struct ig_buf *p, struct
 			return fail(e, strdup("'messages' is required"));
 		if (!json_is_array(msgs) || json_array_size(msgs) == 0)
 			return fail(e, strdup("'messages' must be a non-empty array"));
-		size_t i;
-		json_t *m;
-		json_array_foreach(msgs, i, m) {
-			json_t *role = json_is_object(m) ? json_object_get(m, "role") : NULL;
-			if (!json_is_string(role))
-				return fail(e, ig_strdupf("messages[%zu] must be an object with a string 'role'", i));
-			ig_buf_append(p, json_string_value(role), json_string_length(role));
-			ig_buf_append(p, "\n", 1);
-			if (add_content(p, json_object_get(m, "content")) < 0)
-				return fail(e, ig_strdupf("messages[%zu].content must be a string, null or an array of parts", i));
-			ig_buf_append(p, "\n", 1);
-		}
-		return 0;
+		return messages_text(msgs, "messages", p, e);
 	}
 	json_t *prompt = json_object_get(root, "prompt");
 	if (!prompt)
