@@ -145,7 +145,6 @@ void ig_auto_done(struct ig_auto *a, uint64_t tokens, uint64_t started_us, uint6
 {
 	double lat = (double)latency_us / 1e6;
 	a->lat_ewma_s = a->lat_ewma_s > 0 ? 0.9 * a->lat_ewma_s + 0.1 * lat : lat;
-	a->done_count++;
 	if (started_us < a->changed_at)
 		return;
 	a->fresh_done++;
@@ -377,7 +376,6 @@ long ig_auto_tick(struct ig_auto *a, uint64_t now, int sending_done)
 	double mean_inflight = a->win_area / secs;
 	double tps = mean_inflight * work / a->win_lat;
 	double lat = a->win_lat / work;
-	a->last_tps = tps;
 	long before = a->limit;
 	ig_log_debug("concurrency auto: window %ld at %ld (%s): %.0f tok/s, %.4f s/token, %ld done; hold %.0f tok/s "
 		     "%.4f s/token", a->windows, a->limit, ig_auto_state_name(a->state), tps, lat, a->win_done,
@@ -389,13 +387,17 @@ long ig_auto_tick(struct ig_auto *a, uint64_t now, int sending_done)
 	return a->limit;
 }
 
-json_t *ig_auto_json(const struct ig_auto *a, uint64_t now)
+double ig_auto_mean(const struct ig_auto *a)
 {
-	double secs = (double)(now - a->t0) / 1e6;
+	double secs = (double)(a->last_us - a->t0) / 1e6;
+	return secs > 0 ? a->limit_area / secs : (double)a->limit;
+}
+
+json_t *ig_auto_json(const struct ig_auto *a)
+{
 	json_t *j = json_pack("{s:s, s:s, s:I, s:s, s:I, s:I, s:f}", "mode", a->on ? "auto" : "fixed", "state",
 			      ig_auto_state_name(a->state), "final", (json_int_t)a->limit, "why", a->why, "min",
-			      (json_int_t)a->min_seen, "max", (json_int_t)a->max_seen, "mean",
-			      secs > 0 ? a->limit_area / secs : (double)a->limit);
+			      (json_int_t)a->min_seen, "max", (json_int_t)a->max_seen, "mean", ig_auto_mean(a));
 	if (a->on)
 		json_object_set_new(j, "search", json_pack("{s:I, s:I, s:I}", "windows", (json_int_t)a->windows,
 							  "windows_to_hold", (json_int_t)a->windows_to_hold, "backoffs",

@@ -265,7 +265,6 @@ struct ig_auto {
 	double starved_s;       /* seconds with in flight below 90% of the limit */
 	long inflight;          /* since area_at */
 	double lat_ewma_s;      /* a typical request's latency */
-	double last_tps;
 	long windows;           /* measuring windows judged */
 	long windows_to_hold;   /* when it first held (-1: not yet) */
 	long backoffs;
@@ -281,7 +280,6 @@ struct ig_auto {
 	long gw_slots, gw_unknown, gw_healthy; /* unknown -1: no capacity report (not a gateway) */
 	long headroom;
 	double transit, rtt_s;  /* smoothed */
-	long done_count;
 	/* the run's figures */
 	uint64_t t0, last_us;
 	double limit_area;
@@ -303,7 +301,9 @@ long ig_auto_tick(struct ig_auto *a, uint64_t now, int sending_done);
 void ig_auto_inflight(struct ig_auto *a, uint64_t now, long in_flight);
 const char *ig_auto_state_name(enum ig_auto_state s);
 /* {"mode", "state", "final", "why", "min", "max", "mean"[, "gateway"]} */
-json_t *ig_auto_json(const struct ig_auto *a, uint64_t now);
+json_t *ig_auto_json(const struct ig_auto *a);
+/* The limit's mean over the run so far, weighted by time. */
+double ig_auto_mean(const struct ig_auto *a);
 
 /* --------------------------------------------------------------- report */
 

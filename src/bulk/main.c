@@ -591,6 +591,15 @@ out:
 	free(url);
 }
 
+/* --concurrency as the plan and the log say it: "48" or "auto (at most 4096)". */
+static void concurrency_text(const struct bulk_opts *o, char *out, size_t n)
+{
+	if (o->concurrency)
+		snprintf(out, n, "%ld", o->concurrency);
+	else
+		snprintf(out, n, "auto (at most %ld)", o->max_concurrency);
+}
+
 static void print_plan(FILE *f, const struct bulk_opts *o, const struct preflight *pf, const struct bulk_stats *st)
 {
 	fprintf(f, "infergate-bulk plan%s:\n", o->dry_run ? " (dry run: nothing sent)" : "");
@@ -612,10 +621,7 @@ static void print_plan(FILE *f, const struct bulk_opts *o, const struct prefligh
 	fprintf(f, "%s\n", shown ? "" : "-");
 	fprintf(f, "  url          %s (models listed: yes)\n", o->url);
 	char conc[48];
-	if (o->concurrency)
-		snprintf(conc, sizeof(conc), "%ld", o->concurrency);
-	else
-		snprintf(conc, sizeof(conc), "auto (at most %ld)", o->max_concurrency);
+	concurrency_text(o, conc, sizeof(conc));
 	fprintf(f, "  concurrency  %s, rate %s, retries %ld, idle timeout %ld s, stream %s\n", conc,
 		o->rate > 0 ? "capped" : "no cap", o->retries, o->idle_timeout_s, o->stream ? "yes" : "no");
 	if (o->rate > 0)
@@ -689,7 +695,6 @@ static int run(struct bulk_opts *o, struct preflight *pf, struct bulk_stats *st)
 		err = ig_strdupf("pipe: %s", strerror(errno));
 		goto fail;
 	}
-	raise_fd_limit(o->concurrency ? o->concurrency : o->max_concurrency);
 	r.opts = o;
 	r.defaults = (struct bulk_defaults){o->model, o->max_tokens, o->temperature, o->have_temperature,
 					    o->endpoint, o->stream};
@@ -701,17 +706,15 @@ static int run(struct bulk_opts *o, struct preflight *pf, struct bulk_stats *st)
 	r.sigfd = sig_pipe[0];
 	r.signals = &signals_seen;
 	ig_progress_init(&prog, o->progress_file, o->progress_interval_s);
-	if (o->concurrency)
-		ig_log_info("sending %ld requests to %s (%ld selected, %ld already done), concurrency %ld",
-			    st->to_send, o->url, st->selected, st->resumed_ok + st->resumed_err, o->concurrency);
-	else
-		ig_log_info("sending %ld requests to %s (%ld selected, %ld already done), concurrency auto "
-			    "(at most %ld: %s)", st->to_send, o->url, st->selected, st->resumed_ok + st->resumed_err,
-			    o->max_concurrency, pf->gateway ? "an infergate gateway, its learned slots"
-			    : "not an infergate gateway, searching for the most tokens/s");
+	char conc[48];
+	concurrency_text(o, conc, sizeof(conc));
+	ig_log_info("sending %ld requests to %s (%ld selected, %ld already done), concurrency %s%s", st->to_send,
+		    o->url, st->selected, st->resumed_ok + st->resumed_err, conc,
+		    o->concurrency ? "" : pf->gateway ? ": an infergate gateway, its learned slots"
+						      : ": not an infergate gateway, searching for the most tokens/s");
 	st->start_us = ig_now_us();
-	ig_auto_init(&st->conc, o->concurrency, AUTO_START < o->max_concurrency ? AUTO_START : o->max_concurrency,
-		     o->max_concurrency, st->start_us);
+	ig_auto_init(&st->conc, o->concurrency, AUTO_START, o->max_concurrency, st->start_us);
+	raise_fd_limit(st->conc.max); /* the most it will hold, fixed or auto */
 	ig_progress_tick(&prog, st, 1);
 	if (ig_scheduler_run(&r) < 0 && !st->fatal)
 		st->fatal = ig_strdupf("the scheduler could not start");

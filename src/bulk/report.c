@@ -153,7 +153,7 @@ json_t *ig_report_json(const struct bulk_opts *o, const struct bulk_stats *st, i
 	json_object_set_new(j, "attempts", json_integer(st->attempts));
 	json_object_set_new(j, "retries", json_integer(st->retries));
 	json_object_set_new(j, "wall_time_s", json_real(wall));
-	json_object_set_new(j, "concurrency", ig_auto_json(&st->conc, st->conc.last_us));
+	json_object_set_new(j, "concurrency", ig_auto_json(&st->conc));
 	json_object_set_new(j, "requests_per_s", json_real(wall > 0 ? (double)(st->ok + st->failed) / wall : 0));
 	json_object_set_new(j, "input_tokens", json_integer((json_int_t)st->input_tokens));
 	json_object_set_new(j, "output_tokens", json_integer((json_int_t)st->output_tokens));
@@ -235,11 +235,9 @@ int ig_report_summary(const struct bulk_opts *o, const struct bulk_stats *st, FI
 	fprintf(f, "  tokens     %llu in, %llu out, %.1f out tok/s\n",
 		(unsigned long long)st->input_tokens, (unsigned long long)st->output_tokens,
 		wall > 0 ? (double)st->output_tokens / wall : 0.0);
-	if (st->conc.on) {
-		double secs = (double)(st->conc.last_us - st->conc.t0) / 1e6;
+	if (st->conc.on)
 		fprintf(f, "  in flight  auto: %ld at the end (%s), %ld..%ld, mean %.0f\n", st->conc.limit, st->conc.why,
-			st->conc.min_seen, st->conc.max_seen, secs > 0 ? st->conc.limit_area / secs : (double)st->conc.limit);
-	}
+			st->conc.min_seen, st->conc.max_seen, ig_auto_mean(&st->conc));
 	lat_line(f, "latency", st->latency, 1);
 	if (o->stream)
 		lat_line(f, "ttft", st->ttft, 0);

@@ -709,7 +709,7 @@ static void drain_pipe(int fd)
 static int sched_init(struct sched *s, struct bulk_run *run)
 {
 	const struct bulk_opts *o = run->opts;
-	size_t n = (size_t)(o->concurrency ? o->concurrency : o->max_concurrency);
+	size_t n = (size_t)run->stats->conc.max; /* the most in flight, fixed or auto */
 
 	memset(s, 0, sizeof(*s));
 	ig_buf_init(&s->poll_body);
