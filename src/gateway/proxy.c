@@ -403,7 +403,8 @@ static char *stream_error(struct ig_req *req, const char *payload, size_t len)
 		req->stream_error = st ? st : 500;
 		free(req->stream_error_msg);
 		req->stream_error_msg = strdup(json_string_value(e.message));
-		if (!e.nested)
+		/* a Responses API error event keeps its own shape */
+		if (!e.nested && !(ig_route(req->route_idx)->flags & IG_RT_RESPONSES))
 			rewritten = ig_oaerror_to_json(&e, req->stream_error);
 	}
 	ig_oaerror_clear(&e);
@@ -506,10 +507,6 @@ static void on_sse_data(void *arg, const char *d, size_t dn, size_t line_len, si
 			return;
 	}
 	char *fixed = memmem(d, dn, "\"error\"", 7) ? stream_error(req, d, dn) : NULL;
-	if (ig_route(req->route_idx)->flags & IG_RT_RESPONSES) { /* its events keep their own shape */
-		free(fixed);
-		fixed = NULL;
-	}
 	if (fixed && req->sse) {
 		/* The line ends at its LF, rest + 1 bytes before the end of resp. */
 		size_t tail = rest + 1;
@@ -1543,25 +1540,22 @@ static enum ig_upstream_error classify(struct ig_req *req, CURLcode result)
 
 static void end_stream_with_error(struct ig_req *req, const char *why)
 {
+	bool responses = ig_route(req->route_idx)->flags & IG_RT_RESPONSES;
 	char *err;
-	if (ig_route(req->route_idx)->flags & IG_RT_RESPONSES) { /* the Responses API's error event */
+	if (responses) { /* the Responses API's error event */
 		json_t *e = json_pack("{s:s, s:s, s:s, s:n, s:I}", "type", "error", "code", "backend_error", "message",
 				      why, "param", "sequence_number", (json_int_t)req->sse_events);
-		char *d = json_dumps(e, JSON_COMPACT | JSON_PRESERVE_ORDER);
-		err = ig_strdupf("event: error\ndata: %s", d ? d : "{}");
-		free(d);
+		err = json_dumps(e, JSON_COMPACT | JSON_PRESERVE_ORDER);
 		json_decref(e);
 	} else {
-		char *d = ig_oaerror_json(why, "server_error", NULL, "backend_error");
-		err = ig_strdupf("data: %s", d);
-		free(d);
+		err = ig_oaerror_json(why, "server_error", NULL, "backend_error");
 	}
 	req->stream_error = 502;
 	free(req->stream_error_msg);
 	req->stream_error_msg = strdup(why);
 	/* Drop the torn event the backend left: only whole events go out. */
 	req->resp.len = req->resp.off + req->ready;
-	ig_buf_printf(&req->resp, "%s\n\n", err);
+	ig_buf_printf(&req->resp, "%sdata: %s\n\n", responses ? "event: error\n" : "", err ? err : "{}");
 	req->ready = ig_buf_pending(&req->resp);
 	free(err);
 	req->upstream_failed = true;
