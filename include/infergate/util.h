@@ -53,6 +53,9 @@ void ig_rand_seed(uint64_t seed);
 uint64_t ig_rand_u64(void);
 /* Uniform in [0, n). n > 0. */
 uint64_t ig_rand_below(uint64_t n);
+/* A secret for keying hash tables against crafted input: from the kernel
+ * (getrandom), else from the clock-seeded generator. */
+uint64_t ig_secret64(void);
 double ig_rand_unit(void);
 
 /* 64-bit FNV-1a: a stable, fast, non-cryptographic hash (for seeding only). */

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/resource.h>
 #include <time.h>
 
@@ -183,6 +184,14 @@ uint64_t ig_rand_u64(void)
 }
 
 uint64_t ig_rand_below(uint64_t n) { return ig_rand_u64() % n; }
+
+uint64_t ig_secret64(void)
+{
+	uint64_t k;
+	if (getrandom(&k, sizeof(k), 0) != (ssize_t)sizeof(k))
+		k = ig_rand_u64();
+	return k;
+}
 
 double ig_rand_unit(void) { return (double)(ig_rand_u64() >> 11) / 9007199254740992.0; }
 

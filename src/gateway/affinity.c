@@ -5,7 +5,6 @@
 #include "config.h"
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "affinity.h"
 #include "infergate/util.h"
@@ -43,18 +42,15 @@ struct ig_affinity *ig_affinity_new(size_t max_blocks)
 	 * and clients choose the text: a bucket picked by a hash's low bits
 	 * could be flooded by crafted prompts into one long chain. A secret
 	 * per process, mixed in before the bits are taken, prevents that. */
-	if (getrandom(&a->key, sizeof(a->key), 0) != (ssize_t)sizeof(a->key))
-		a->key = ig_rand_u64();
+	a->key = ig_secret64();
 	return a;
 }
 
-/* The bucket of hash h: h keyed and mixed (splitmix64's finaliser). */
+/* The bucket of hash h: h keyed, then mixed by the tree's splitmix64 step. */
 static size_t bucket_of(uint64_t key, uint64_t h, size_t nbucket)
 {
 	uint64_t z = h ^ key;
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return (size_t)(z ^ (z >> 31)) & (nbucket - 1);
+	return (size_t)ig_rand_next(&z) & (nbucket - 1);
 }
 
 static void record_free(struct record *r)

@@ -1,12 +1,12 @@
 /* The responses store (respstore.h): an open-addressed table of 64-bit
- * fingerprints of response ids (keyed with a per-process secret, so ids a
- * client makes up cannot be aimed at other entries), probed over a window
+ * fingerprints of response ids (FNV-1a seeded with a per-process secret:
+ * clients choose only the ids they look up, and a false match sends a
+ * follow-up to a backend that answers it 404), probed over a window
  * of 8 slots; a new entry takes a free or expired slot of its window, else
  * the oldest one. 16 bytes a slot, 1 MiB for the table. */
 #include "config.h"
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "infergate/util.h"
 #include "respstore.h"
@@ -32,8 +32,7 @@ struct ig_respstore *ig_respstore_new(void)
 		free(r);
 		return NULL;
 	}
-	if (getrandom(&r->key, sizeof(r->key), 0) != (ssize_t)sizeof(r->key))
-		r->key = ig_rand_u64();
+	r->key = ig_secret64();
 	r->t0_ms = ig_now_ms();
 	return r;
 }
