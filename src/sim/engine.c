@@ -446,6 +446,17 @@ static void release(struct sim_engine *s, struct sim_req *r, uint64_t now)
 	admit(s, rk, now);
 }
 
+/* The answer's whole text, regenerated from its seed: the same words a
+ * stream sends token by token. */
+static void answer_text(struct ig_buf *o, const struct sim_req *r)
+{
+	struct sim_text gen;
+	char tok[SIM_TOKEN_MAX + 1];
+	sim_text_init(&gen, r->text_seed);
+	for (long i = 0; i < r->n_tokens; i++)
+		ig_buf_append(o, tok, sim_text_next(&gen, tok));
+}
+
 /* Step profiles: the answer joins the request's chain, as the server caches
  * the tokens it generated with the prompt (SGLang's radix cache inserts a
  * finished request's whole sequence: mem_cache/radix_cache.py
@@ -456,15 +467,11 @@ static void release(struct sim_engine *s, struct sim_req *r, uint64_t now)
 static void chain_answer(struct sim_req *r)
 {
 	struct ig_buf t;
-	struct sim_text gen;
-	char tok[SIM_TOKEN_MAX + 1];
 	ig_buf_init(&t);
 	ig_buf_append(&t, r->tail, r->ntail);
 	if (r->kind != SIM_COMPLETION)
 		ig_buf_append(&t, "assistant\n", 10);
-	sim_text_init(&gen, r->text_seed);
-	for (long i = 0; i < r->n_tokens; i++)
-		ig_buf_append(&t, tok, sim_text_next(&gen, tok));
+	answer_text(&t, r);
 	if (r->kind != SIM_COMPLETION)
 		ig_buf_append(&t, "\n", 1);
 	size_t more = t.len / IG_BLOCK_BYTES;
@@ -519,17 +526,6 @@ static void finish(struct sim_engine *s, struct sim_req *r, uint64_t now, bool f
  * response.completed (response.incomplete when max_output_tokens cut it),
  * and no [DONE]. */
 
-/* The answer's whole text, regenerated from its seed (the stream sent it
- * token by token). */
-static void resp_text(struct ig_buf *o, const struct sim_req *r)
-{
-	struct sim_text gen;
-	char tok[SIM_TOKEN_MAX + 1];
-	sim_text_init(&gen, r->text_seed);
-	for (long i = 0; i < r->n_tokens; i++)
-		ig_buf_append(o, tok, sim_text_next(&gen, tok));
-}
-
 /* The message item; done: with its text. */
 static void resp_item(struct ig_buf *o, const struct sim_req *r, bool done)
 {
@@ -537,7 +533,7 @@ static void resp_item(struct ig_buf *o, const struct sim_req *r, bool done)
 		      r->id + 5, done ? "completed" : "in_progress");
 	if (done) {
 		ig_buf_printf(o, "{\"type\":\"output_text\",\"text\":\"");
-		resp_text(o, r);
+		answer_text(o, r);
 		ig_buf_printf(o, "\",\"annotations\":[]}");
 	}
 	ig_buf_printf(o, "]}");
@@ -611,13 +607,13 @@ static void resp_end(struct ig_buf *o, struct sim_req *r)
 {
 	resp_event(o, r, "response.output_text.done");
 	ig_buf_printf(o, ",\"item_id\":\"msg_%s\",\"output_index\":0,\"content_index\":0,\"text\":\"", r->id + 5);
-	resp_text(o, r);
+	answer_text(o, r);
 	ig_buf_printf(o, "\"");
 	resp_close(o);
 	resp_event(o, r, "response.content_part.done");
 	ig_buf_printf(o, ",\"item_id\":\"msg_%s\",\"output_index\":0,\"content_index\":0,"
 		      "\"part\":{\"type\":\"output_text\",\"text\":\"", r->id + 5);
-	resp_text(o, r);
+	answer_text(o, r);
 	ig_buf_printf(o, "\",\"annotations\":[]}");
 	resp_close(o);
 	resp_event(o, r, "response.output_item.done");
@@ -704,7 +700,6 @@ static void emit_end(struct ig_buf *o, struct sim_req *r)
 static void emit_full(struct sim_engine *s, struct sim_req *r)
 {
 	struct ig_buf *o = &r->out;
-	char tok[SIM_TOKEN_MAX + 1];
 
 	if (r->kind == SIM_RESPONSES) {
 		resp_object(o, r, true);
@@ -719,10 +714,7 @@ static void emit_full(struct sim_engine *s, struct sim_req *r)
 		ig_buf_printf(o, "\"message\":{\"role\":\"assistant\",\"content\":\"");
 	else
 		ig_buf_printf(o, "\"text\":\"");
-	for (long i = 0; i < r->n_tokens; i++) {
-		size_t n = sim_text_next(&r->text, tok);
-		ig_buf_append(o, tok, n);
-	}
+	answer_text(o, r);
 	ig_buf_printf(o, "\"%s,\"logprobs\":null,\"finish_reason\":\"%s\"}],"
 		      "\"usage\":{\"prompt_tokens\":%ld,\"completion_tokens\":%ld,\"total_tokens\":%ld",
 		      r->kind == SIM_CHAT ? "}" : "", finish_reason(r),
