@@ -704,6 +704,15 @@ static void set_defaults(struct ig_conf *cfg)
 		abort(); /* a bad default in the table above */
 }
 
+/* The file a TLS key names, open for reading; NULL with the problem said. */
+static BIO *tls_file(struct ig_buf *errs, const char *key, const char *path)
+{
+	BIO *b = BIO_new_file(path, "r");
+	if (!b)
+		ig_flags_problem(errs, "%s: %s: %s", key, path, strerror(errno));
+	return b;
+}
+
 /* The TLS files can be read and go together: every problem named by its
  * key, at start and on reload, before any backend is asked. */
 static void check_tls(const struct ig_conf *cfg, struct ig_buf *errs)
@@ -714,9 +723,7 @@ static void check_tls(const struct ig_conf *cfg, struct ig_buf *errs)
 
 	if (*cfg->tls_ca_file) {
 		long n = 0;
-		if (!(b = BIO_new_file(cfg->tls_ca_file, "r"))) {
-			ig_flags_problem(errs, "tls.ca_file: %s: %s", cfg->tls_ca_file, strerror(errno));
-		} else {
+		if ((b = tls_file(errs, "tls.ca_file", cfg->tls_ca_file))) {
 			X509 *x;
 			while ((x = PEM_read_bio_X509(b, NULL, NULL, NULL))) {
 				n++;
@@ -732,16 +739,14 @@ static void check_tls(const struct ig_conf *cfg, struct ig_buf *errs)
 		ig_flags_problem(errs, "%s: given without %s", *cfg->tls_client_cert ? "tls.client_cert" : "tls.client_key",
 				 *cfg->tls_client_cert ? "tls.client_key" : "tls.client_cert");
 	if (*cfg->tls_client_cert) {
-		if (!(b = BIO_new_file(cfg->tls_client_cert, "r")))
-			ig_flags_problem(errs, "tls.client_cert: %s: %s", cfg->tls_client_cert, strerror(errno));
-		else if (!(cert = PEM_read_bio_X509(b, NULL, NULL, NULL)))
+		b = tls_file(errs, "tls.client_cert", cfg->tls_client_cert);
+		if (b && !(cert = PEM_read_bio_X509(b, NULL, NULL, NULL)))
 			ig_flags_problem(errs, "tls.client_cert: %s: not a PEM certificate", cfg->tls_client_cert);
 		BIO_free(b);
 	}
 	if (*cfg->tls_client_key) {
-		if (!(b = BIO_new_file(cfg->tls_client_key, "r")))
-			ig_flags_problem(errs, "tls.client_key: %s: %s", cfg->tls_client_key, strerror(errno));
-		else if (!(key = PEM_read_bio_PrivateKey(b, NULL, NULL, NULL)))
+		b = tls_file(errs, "tls.client_key", cfg->tls_client_key);
+		if (b && !(key = PEM_read_bio_PrivateKey(b, NULL, NULL, NULL)))
 			ig_flags_problem(errs, "tls.client_key: %s: not a PEM private key (or it needs a passphrase)",
 					 cfg->tls_client_key);
 		BIO_free(b);
