@@ -14,10 +14,14 @@ void ig_httpd_log(void *cls, const char *fmt, va_list ap);
 void ig_httpd_client_addr(struct MHD_Connection *conn, char *out, size_t n);
 /* Queues an OpenAI-shaped error ({"error": {message, type, param, code}},
  * the type from the status), with X-Request-Id when request_id is not NULL,
- * Allow on a 405 (POST for code "post_only", else GET, HEAD),
+ * Allow: GET, HEAD on a 405,
  * WWW-Authenticate on a 401; with close, MHD closes the connection after it
  * (the rest of the request cannot be trusted). Returns MHD's result. */
 enum MHD_Result ig_httpd_error(struct MHD_Connection *conn, unsigned status, const char *message,
 			       const char *param, const char *code, const char *request_id, bool close);
+/* The same with the Allow header given (NULL: none). */
+enum MHD_Result ig_httpd_error_allow(struct MHD_Connection *conn, unsigned status, const char *message,
+				     const char *param, const char *code, const char *request_id, const char *allow,
+				     bool close);
 
 #endif

@@ -39,15 +39,21 @@ void ig_httpd_client_addr(struct MHD_Connection *conn, char *out, size_t n)
 enum MHD_Result ig_httpd_error(struct MHD_Connection *conn, unsigned status, const char *message,
 			       const char *param, const char *code, const char *request_id, bool close)
 {
+	return ig_httpd_error_allow(conn, status, message, param, code, request_id, status == 405 ? "GET, HEAD" : NULL,
+				    close);
+}
+
+enum MHD_Result ig_httpd_error_allow(struct MHD_Connection *conn, unsigned status, const char *message,
+				     const char *param, const char *code, const char *request_id, const char *allow,
+				     bool close)
+{
 	char *body = ig_oaerror_json(message, ig_oaerror_type_for_status(status), param, code);
 	struct MHD_Response *r = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
 	MHD_add_response_header(r, "Content-Type", "application/json");
 	if (request_id)
 		MHD_add_response_header(r, "X-Request-Id", request_id);
-	if (status == 405) {
-		const char *allow = strcmp(code ? code : "", "post_only") == 0 ? "POST" : "GET, HEAD";
+	if (allow)
 		MHD_add_response_header(r, "Allow", allow);
-	}
 	if (status == 401)
 		MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
 	if (close)

@@ -100,6 +100,12 @@ static void parse_keys_json(void *target, const struct ig_flag *f, json_t *v, co
 static void parse_aliases_json(void *target, const struct ig_flag *f, json_t *v, const char *where,
 			       struct ig_buf *errs);
 
+static void parse_routes_json(void *target, const struct ig_flag *f IG_UNUSED, json_t *v, const char *where,
+			      struct ig_buf *errs)
+{
+	ig_routes_parse_json(&((struct ig_conf *)target)->routes, v, where, errs);
+}
+
 /* --config is read before the other flags (conf_from_args); here it only
  * takes its value. */
 static int parse_config_flag(void *target IG_UNUSED, const struct ig_flag *f IG_UNUSED, const char *what IG_UNUSED,
@@ -190,6 +196,12 @@ static const struct ig_flag keys[] = {
 	 .off = OFF(low_share_percent), .min = 1, .max = 50, .def = "5", .metavar = "N",
 	 .help = "dispatches guaranteed to class low while higher classes wait (5: one in 20), so a bulk "
 		 "run is never starved"},
+	{.key = "routes", .type = IG_FLAG_CUSTOM, .parse_json = parse_routes_json,
+	 .help = "what is forwarded (restart to change): a list of built-in routes' paths (/v1/chat/completions, "
+		 "/v1/completions, /v1/embeddings, /v1/responses, /v1/rerank, /v1/score, /tokenize, /detokenize, "
+		 "/generate, /pooling, /classify: the default) or {\"path\", \"methods\": [\"POST\", \"PUT\"], "
+		 "\"model\": \"required|optional\", \"stream\", \"usage\": \"usage|meta_info|none\", "
+		 "\"stream_options\", \"output\", \"responses\"}"},
 	{.key = "api_key_settings", .type = IG_FLAG_CUSTOM, .parse_json = parse_keys_json,
 	 .help = "per API key: {\"SHA256 HEX\": {\"priority\", \"weight\", \"max_inflight\"}}"},
 	{.name = "--max-body-bytes", .key = "max_body_bytes", .type = IG_FLAG_LONG, .off = OFF(max_body_bytes),
@@ -793,6 +805,8 @@ static void finish(struct ig_conf *cfg, const char *where_listen, struct ig_buf 
 					ig_flags_problem(errs, "model_aliases: '%s' is also a model that backend %s serves",
 							 a->alias, cfg->backends[b].url);
 	}
+	if (!cfg->routes.from_file)
+		ig_routes_default(&cfg->routes);
 	check_tls(cfg, errs);
 }
 
@@ -863,6 +877,7 @@ void ig_conf_free(struct ig_conf *cfg)
 	ig_flags_free(&spec, cfg);
 	backends_clear(cfg);
 	aliases_clear(cfg);
+	ig_routes_clear(&cfg->routes);
 	free(cfg->keys);
 	cfg->keys = NULL;
 	cfg->n_keys = 0;
@@ -909,6 +924,8 @@ char *ig_conf_to_json(const struct ig_conf *cfg)
 					json_object_set_new(o, "priority", json_string(ig_conf_class_name(kc->priority)));
 				json_object_set_new(v, kc->digest, o);
 			}
+		} else if (k->parse_json == parse_routes_json) {
+			v = ig_routes_to_json(&cfg->routes);
 		} else if (k->parse_json == parse_aliases_json) {
 			v = json_object();
 			for (size_t a = 0; a < cfg->n_aliases; a++)

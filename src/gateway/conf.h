@@ -8,6 +8,8 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+#include "routes.h"
+
 enum ig_policy {
 	IG_POLICY_LEAST_LOADED, /* fewest in flight relative to weight, rotating ties */
 	IG_POLICY_ROUND_ROBIN,  /* next healthy backend in turn */
@@ -112,6 +114,7 @@ struct ig_conf {
 	long discover_interval_s;   /* how often discovered names are resolved again */
 	struct ig_model_alias *aliases; /* model_aliases */
 	size_t n_aliases;
+	struct ig_routes routes;    /* what is forwarded, and how (routes.h) */
 	bool backends_from_flags;   /* a --backend or --discover replaced the file's list */
 	bool aliases_from_flags;    /* a --model-alias replaced the file's map */
 	bool check_only;            /* --check-config */

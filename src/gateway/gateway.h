@@ -61,44 +61,19 @@ struct ig_call {
 	void (*on_completed)(struct ig_call *call, enum MHD_RequestTerminationCode toe);
 };
 
-/* Routes forwarded to a backend (POST, the path sent upstream as it came),
- * by index, and what the gateway reads of their bodies. */
-enum ig_route_flag {
-	IG_RT_MODEL_OPTIONAL = 1u << 0, /* without "model": the one served model, else 400 */
-	IG_RT_USAGE_OPTION = 1u << 1,   /* streams take stream_options.include_usage */
-	IG_RT_OUTPUT = 1u << 2,         /* generates: max_tokens and default_max_tokens count */
-	IG_RT_RESPONSES = 1u << 3,      /* OpenAI Responses: usage input/output_tokens, typed SSE events */
-};
-struct ig_route {
-	const char *path;
-	unsigned flags;
-};
-#define IG_NROUTES 11
-#define IG_ROUTES_CLASSIC 3 /* chat, completions, embeddings: their metrics series always show */
-static inline const struct ig_route *ig_route(int route)
+/* A proxied request's route (routes.h): the table is the configuration's,
+ * fixed at start. */
+static inline const struct ig_route *ig_gw_route(const struct ig_conf *cfg, int route)
 {
-	/* after sgl-project/sglang python/sglang/srt/entrypoints/http_server.py and
-	 * vllm-project/vllm vllm/entrypoints/openai/api_server.py: the requests of
-	 * the native routes have "model" optional (SGLang's have none) */
-	static const struct ig_route routes[IG_NROUTES] = {
-		{"/v1/chat/completions", IG_RT_USAGE_OPTION | IG_RT_OUTPUT},
-		{"/v1/completions", IG_RT_USAGE_OPTION | IG_RT_OUTPUT},
-		{"/v1/embeddings", 0},
-		{"/v1/responses", IG_RT_OUTPUT | IG_RT_RESPONSES},
-		{"/v1/rerank", IG_RT_MODEL_OPTIONAL},
-		{"/v1/score", IG_RT_MODEL_OPTIONAL},
-		{"/tokenize", IG_RT_MODEL_OPTIONAL},
-		{"/detokenize", IG_RT_MODEL_OPTIONAL},
-		{"/generate", IG_RT_MODEL_OPTIONAL | IG_RT_OUTPUT},
-		{"/pooling", IG_RT_MODEL_OPTIONAL},
-		{"/classify", IG_RT_MODEL_OPTIONAL},
-	};
-	return route >= 0 && route < IG_NROUTES ? &routes[route] : &routes[0];
+	return &cfg->routes.v[route >= 0 && (size_t)route < cfg->routes.n ? route : 0];
 }
-static inline const char *ig_route_path(int route)
+static inline const char *ig_route_path(const struct ig_conf *cfg, int route)
 {
-	return route >= 0 && route < IG_NROUTES ? ig_route(route)->path : "";
+	return route >= 0 && (size_t)route < cfg->routes.n ? cfg->routes.v[route].path : "";
 }
+/* The first routes (chat, completions, embeddings in the built-in table)
+ * show their metrics series before any request. */
+#define IG_ROUTES_SHOWN 3
 
 /* Latency histogram (Prometheus style: cumulative when printed). */
 #define IG_HIST_BUCKETS 16
@@ -130,8 +105,8 @@ enum ig_upstream_error {
 
 /* Counters written where things happen, printed by metrics.c. */
 struct ig_stats {
-	struct ig_metrics_hist duration[IG_NROUTES];   /* whole request */
-	struct ig_metrics_hist ttfb[IG_NROUTES];       /* streams: first byte */
+	struct ig_metrics_hist duration[IG_MAX_ROUTES];   /* whole request */
+	struct ig_metrics_hist ttfb[IG_MAX_ROUTES];       /* streams: first byte */
 	struct ig_metrics_hist queue_wait[IG_NCLASSES]; /* time waited, per class */
 	struct ig_reqcount *counts;
 	size_t ncounts;

@@ -268,7 +268,7 @@ void ig_metrics_observe(struct ig_gw *gw, int route, unsigned status, bool strea
 {
 	struct ig_stats *s = &gw->stats;
 
-	if (route < 0 || route >= IG_NROUTES || !status)
+	if (route < 0 || (size_t)route >= gw->cfg->routes.n || !status)
 		return;
 	if (stream_error)
 		s->stream_errors++;
@@ -320,12 +320,13 @@ static void hist_series(struct ig_buf *b, const char *name, const char *key, con
 		      value, (unsigned long)h->n);
 }
 
-static void print_hist(struct ig_buf *b, const char *name, const char *help, const struct ig_metrics_hist *h)
+static void print_hist(struct ig_buf *b, const struct ig_conf *cfg, const char *name, const char *help,
+		       const struct ig_metrics_hist *h)
 {
 	ig_buf_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
-	for (int r = 0; r < IG_NROUTES; r++)
-		if (r < IG_ROUTES_CLASSIC || h[r].n > 0) /* the others once used */
-			hist_series(b, name, "route", ig_route_path(r), &h[r]);
+	for (int r = 0; (size_t)r < cfg->routes.n; r++)
+		if (r < IG_ROUTES_SHOWN || h[r].n > 0) /* the others once used */
+			hist_series(b, name, "route", ig_route_path(cfg, r), &h[r]);
 }
 
 /* One per-backend series; `get` reads the value. */
@@ -513,15 +514,15 @@ char *ig_metrics_text(struct ig_gw *gw)
 		      "# TYPE infergate_requests_total counter\n");
 	for (size_t i = 0; i < s->ncounts; i++)
 		ig_buf_printf(&b, "infergate_requests_total{route=\"%s\",code=\"%u\",backend=\"%s\"} %lu\n",
-			      ig_route_path(s->counts[i].route), s->counts[i].status, s->counts[i].backend,
+			      ig_route_path(gw->cfg, s->counts[i].route), s->counts[i].status, s->counts[i].backend,
 			      (unsigned long)s->counts[i].n);
 	ig_buf_printf(&b, "# HELP infergate_responses_total Responses sent (all routes), by status class.\n"
 		      "# TYPE infergate_responses_total counter\n");
 	for (int c = 1; c <= 5; c++)
 		ig_buf_printf(&b, "infergate_responses_total{code=\"%dxx\"} %lu\n", c, (unsigned long)s->responses[c]);
-	print_hist(&b, "infergate_request_duration_seconds", "Time from request to the end of the answer.",
+	print_hist(&b, gw->cfg, "infergate_request_duration_seconds", "Time from request to the end of the answer.",
 		   s->duration);
-	print_hist(&b, "infergate_stream_first_byte_seconds", "Streams: time from request to the first byte relayed.",
+	print_hist(&b, gw->cfg, "infergate_stream_first_byte_seconds", "Streams: time from request to the first byte relayed.",
 		   s->ttfb);
 	ig_buf_printf(&b, "# HELP infergate_inflight_requests Proxied requests being handled.\n"
 		      "# TYPE infergate_inflight_requests gauge\ninfergate_inflight_requests %zu\n", gw->nreqs);

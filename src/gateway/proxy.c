@@ -45,11 +45,21 @@ static enum MHD_Result on_request(struct ig_call *call, struct ig_gw *gw, struct
 static void on_completed(struct ig_call *call, enum MHD_RequestTerminationCode toe);
 static void on_upstream_done(struct ig_xfer *x, CURLcode result);
 
-struct ig_req *ig_proxy_req_new(struct ig_gw *gw, struct MHD_Connection *conn, int route_idx)
+/* The route req came by. */
+static const struct ig_route *rt(const struct ig_req *req)
+{
+	return ig_gw_route(req->gw->cfg, req->route_idx);
+}
+
+struct ig_req *ig_proxy_req_new(struct ig_gw *gw, struct MHD_Connection *conn, int route_idx, unsigned method,
+				const char *id, size_t idn)
 {
 	struct ig_req *req = calloc(1, sizeof(*req));
-	if (!req)
+	if (!req || (id && !(req->resp_id = strndup(id, idn)))) {
+		free(req);
 		return NULL;
+	}
+	req->method = method;
 	req->call = (struct ig_call){on_request, on_completed};
 	req->xfer.done = on_upstream_done;
 	req->gw = gw;
@@ -108,6 +118,8 @@ static void req_free(struct ig_req *req)
 	free(req->chain);
 	free(req->model);
 	free(req->prev_id);
+	free(req->resp_id);
+	free(req->up_path);
 	free(req->alias);
 	free(req->prio_body);
 	free(req->err_body);
@@ -346,16 +358,22 @@ static void take_usage(struct ig_req *req, json_t *usage)
 		req->completion_tokens = (long)json_integer_value(c);
 }
 
-/* Parses only the value of the last "usage" key, not the whole answer: it
+/* Parses only the value of the last "usage" key (or the route's: SGLang's
+ * native "meta_info"), not the whole answer: it
  * was a tenth of the gateway's CPU on short completions and grows with the
  * text. "usage" comes last at the top level in OpenAI, SGLang and vLLM
  * answers. The quoted key followed by ':' cannot occur inside a JSON
  * string, where quotes are escaped; jansson parses the value. */
 static void usage_from_json(struct ig_req *req, const char *text, size_t len)
 {
+	int where = rt(req)->usage;
+	if (where == IG_USAGE_NONE)
+		return;
+	const char *key = where == IG_USAGE_META_INFO ? "\"meta_info\"" : "\"usage\"";
+	size_t kn = strlen(key);
 	const char *end = text + len, *value = NULL;
-	for (const char *p = text; (p = memmem(p, (size_t)(end - p), "\"usage\"", 7)); ) {
-		p += 7;
+	for (const char *p = text; (p = memmem(p, (size_t)(end - p), key, kn)); ) {
+		p += kn;
 		while (p < end && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n'))
 			p++;
 		if (p < end && *p == ':')
@@ -404,7 +422,7 @@ static char *stream_error(struct ig_req *req, const char *payload, size_t len)
 		free(req->stream_error_msg);
 		req->stream_error_msg = strdup(json_string_value(e.message));
 		/* a Responses API error event keeps its own shape */
-		if (!e.nested && !(ig_route(req->route_idx)->flags & IG_RT_RESPONSES))
+		if (!e.nested && !(rt(req)->flags & IG_RT_RESPONSES))
 			rewritten = ig_oaerror_to_json(&e, req->stream_error);
 	}
 	ig_oaerror_clear(&e);
@@ -468,6 +486,13 @@ static size_t hide_usage(struct ig_req *req, const char *d, size_t dn, size_t li
 	return SIZE_MAX;
 }
 
+/* Whose stored responses req may name: its key's, with keys on; anyone's
+ * (0) without. */
+static uint32_t owner(const struct ig_req *req)
+{
+	return req->gw->api_keys.enabled ? ig_respstore_owner(req->key_id) : 0;
+}
+
 /* A stored Responses API answer (its object, from the body or from the
  * stream's response.created event): which backend has it. */
 static void remember_response(struct ig_req *req, json_t *response)
@@ -478,7 +503,7 @@ static void remember_response(struct ig_req *req, json_t *response)
 	if (!req->gw->responses && !(req->gw->responses = ig_respstore_new()))
 		return;
 	ig_respstore_put(req->gw->responses, json_string_value(id), json_string_length(id), req->backend->id,
-			 ig_now_ms());
+			 owner(req), ig_now_ms());
 	req->stored = true;
 }
 
@@ -680,9 +705,17 @@ static void start_transfer(struct ig_req *req, struct ig_backend *b)
 	else
 		req->xfer.easy = ig_upstream_easy_get(gw);
 	CURL *e = req->xfer.easy;
-	snprintf(url, sizeof(url), "%s%s", b->url, ig_route_path(req->route_idx));
+	snprintf(url, sizeof(url), "%s%s", b->url, req->up_path ? req->up_path : ig_route_path(cfg, req->route_idx));
 	curl_easy_setopt(e, CURLOPT_URL, url);
+	if (req->method == IG_RT_GET || req->method == IG_RT_DELETE) {
+		curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
+		if (req->method == IG_RT_DELETE)
+			curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, "DELETE");
+		goto options;
+	}
 	curl_easy_setopt(e, CURLOPT_POST, 1L);
+	if (req->method == IG_RT_PUT)
+		curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, "PUT");
 	free(req->prio_body);
 	req->prio_body = b->priority_field ? body_with_priority(req, b->priority_field) : NULL;
 	if (req->prio_body) {
@@ -692,6 +725,7 @@ static void start_transfer(struct ig_req *req, struct ig_backend *b)
 		curl_easy_setopt(e, CURLOPT_POSTFIELDS, req->body.data ? req->body.data : "");
 		curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->body.len);
 	}
+options:
 	curl_easy_setopt(e, CURLOPT_HTTPHEADER, req->up_headers);
 	curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
 	curl_easy_setopt(e, CURLOPT_HEADERDATA, req);
@@ -806,9 +840,14 @@ static enum route_result route(struct ig_req *req)
 		/* A follow-up goes where its previous response is, or nowhere. */
 		const struct ig_backend *held = ig_backend_pool_find_id(&gw->pool, req->pinned - 1);
 		if (!held || (!ig_backend_routable(held) && req->ntried == 0)) {
-			set_param_error(req, 404, "previous_response_id", "previous_response_not_found",
-					"Previous response with id '%s' not found (its backend %s).", req->prev_id,
-					held ? "is down" : "has left the gateway");
+			if (req->resp_id)
+				set_param_error(req, 404, "response_id", "response_not_found",
+						"Response with id '%s' not found (its backend %s).", req->resp_id,
+						held ? "is down" : "has left the gateway");
+			else
+				set_param_error(req, 404, "previous_response_id", "previous_response_not_found",
+						"Previous response with id '%s' not found (its backend %s).", req->prev_id,
+						held ? "is down" : "has left the gateway");
 			return ROUTE_FAILED;
 		}
 	}
@@ -921,7 +960,7 @@ static const char *json_kind(const json_t *v)
 static int check_fields(struct ig_req *req, json_t *root)
 {
 	json_t *v = json_object_get(root, "model");
-	if (!v && !(ig_route(req->route_idx)->flags & IG_RT_MODEL_OPTIONAL)) {
+	if (!v && !(rt(req)->flags & IG_RT_MODEL_OPTIONAL)) {
 		set_param_error(req, 400, "model", "missing_required_parameter", "you must provide a model parameter");
 		return -1;
 	}
@@ -1005,10 +1044,11 @@ static long token_estimate(const struct ig_req *req, json_t *root)
 		json_array_foreach(msgs, i, m)
 			bytes += text_bytes(json_object_get(m, "role")) + text_bytes(json_object_get(m, "content")) + 2;
 	} else {
-		bytes = text_bytes(json_object_get(root, "prompt")) + text_bytes(json_object_get(root, "input"));
+		bytes = text_bytes(json_object_get(root, "prompt")) + text_bytes(json_object_get(root, "input")) +
+			text_bytes(json_object_get(root, "text"));
 	}
 	long prompt = (long)((bytes + 3) / 4);
-	if (!(ig_route(req->route_idx)->flags & IG_RT_OUTPUT))
+	if (!(rt(req)->flags & IG_RT_OUTPUT))
 		return prompt > 0 ? prompt : 1;
 	json_t *n = json_object_get(root, "n");
 	long choices = json_is_integer(n) && json_integer_value(n) > 1 && json_integer_value(n) < 1000
@@ -1068,7 +1108,7 @@ static int prefix_chain(struct ig_req *req, json_t *root)
  * whose client did not set stream_options.include_usage. */
 static bool wants_usage(const struct ig_req *req, json_t *root)
 {
-	if (!req->stream || !req->gw->cfg->stream_usage || !(ig_route(req->route_idx)->flags & IG_RT_USAGE_OPTION))
+	if (!req->stream || !req->gw->cfg->stream_usage || !(rt(req)->flags & IG_RT_USAGE_OPTION))
 		return false;
 	return !json_is_true(json_object_get(json_object_get(root, "stream_options"), "include_usage"));
 }
@@ -1136,7 +1176,8 @@ static int inspect_body(struct ig_req *req)
 		json_decref(root);
 		return -1;
 	}
-	req->stream = json_is_true(json_object_get(root, "stream"));
+	/* a route that never streams answers one body, whatever was asked */
+	req->stream = json_is_true(json_object_get(root, "stream")) && !(rt(req)->flags & IG_RT_NO_STREAM);
 	const char *model = json_string_value(json_object_get(root, "model"));
 	if (!model && !(model = only_model(req))) {
 		json_decref(root);
@@ -1149,17 +1190,19 @@ static int inspect_body(struct ig_req *req)
 		mt = json_object_get(root, "max_completion_tokens");
 	if (!json_is_integer(mt))
 		mt = json_object_get(root, "max_output_tokens");
+	if (!json_is_integer(mt)) /* SGLang's native /generate */
+		mt = json_object_get(json_object_get(root, "sampling_params"), "max_new_tokens");
 	if (json_is_integer(mt))
 		req->max_tokens = (long)json_integer_value(mt);
 	if (req->key->tpm.limit > 0 || req->gw->cfg->policy == IG_POLICY_LEAST_TOKENS)
 		req->tok_estimate = token_estimate(req, root);
-	if (ig_route(req->route_idx)->flags & IG_RT_RESPONSES) {
+	if (rt(req)->flags & IG_RT_RESPONSES) {
 		json_t *prev = json_object_get(root, "previous_response_id");
 		if (json_is_string(prev)) {
 			req->prev_id = strdup(json_string_value(prev));
 			if (req->gw->responses)
 				req->pinned = 1 + ig_respstore_get(req->gw->responses, json_string_value(prev),
-								   json_string_length(prev), ig_now_ms());
+								   json_string_length(prev), owner(req), ig_now_ms());
 		}
 		req->store = !json_is_false(json_object_get(root, "store")); /* stored unless told not to */
 	}
@@ -1199,6 +1242,53 @@ static int inspect_body(struct ig_req *req)
 	if (rc < 0)
 		set_error(req, 500, "internal_error", "out of memory");
 	return rc;
+}
+
+/* One query argument, percent-encoded again, onto the path. */
+static enum MHD_Result add_argument(void *cls, enum MHD_ValueKind kind IG_UNUSED, const char *key,
+				    const char *value)
+{
+	struct ig_buf *b = cls;
+	char *k = curl_easy_escape(NULL, key, 0), *v = value ? curl_easy_escape(NULL, value, 0) : NULL;
+	if (k)
+		ig_buf_printf(b, "%c%s%s%s", strchr(b->data, '?') ? '&' : '?', k, v ? "=" : "", v ? v : "");
+	curl_free(k);
+	curl_free(v);
+	return MHD_YES;
+}
+
+/* A stored response's route (GET or DELETE PATH/{id}, its cancel, its
+ * input items): sent as it came (path and query) to the backend that holds
+ * the response, in the queue of the first model it serves. An id the
+ * gateway did not see stored (or that another key stored) is OpenAI's 404.
+ * Returns 0, or -1 with the error set. */
+static int by_id(struct ig_req *req)
+{
+	struct ig_gw *gw = req->gw;
+	const char *tmpl = rt(req)->path, *hole = strstr(tmpl, "{id}");
+	struct ig_buf path;
+	ig_buf_init(&path);
+	ig_buf_printf(&path, "%.*s%s%s", (int)(hole - tmpl), tmpl, req->resp_id, hole + 4);
+	MHD_get_connection_values(req->conn, MHD_GET_ARGUMENT_KIND, add_argument, &path);
+	req->up_path = path.data; /* taken over */
+	const char *stream = MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, "stream");
+	req->stream = stream && strcmp(stream, "true") == 0; /* vLLM: a background response's events again */
+	int b = gw->responses ? ig_respstore_get(gw->responses, req->resp_id, strlen(req->resp_id), owner(req),
+						 ig_now_ms())
+			      : -1;
+	const struct ig_backend *held = b >= 0 ? ig_backend_pool_find_id(&gw->pool, b) : NULL;
+	json_t *names = held ? ig_backend_model_names(held) : NULL;
+	const char *model = json_string_value(json_array_get(names, 0));
+	if (model) {
+		req->model = strdup(model);
+		req->pinned = 1 + b;
+	} else {
+		set_param_error(req, 404, "response_id", "response_not_found", "Response with id '%s' not found%s.",
+				req->resp_id, b < 0 ? "" : held ? " (its backend names no model yet)"
+							: " (its backend has left the gateway)");
+	}
+	json_decref(names);
+	return model ? 0 : -1;
 }
 
 static enum MHD_Result respond(struct ig_req *req);
@@ -1316,7 +1406,7 @@ static enum MHD_Result start(struct ig_req *req)
 	}
 	gw->stats.bytes_in += req->body.len;
 	req->bytes_in = req->body.len; /* as sent: the forwarded body may differ */
-	if (classify_request(req) < 0 || inspect_body(req) < 0 || admit(req) < 0)
+	if (classify_request(req) < 0 || (req->resp_id ? by_id(req) : inspect_body(req)) < 0 || admit(req) < 0)
 		return respond(req);
 	if (!(req->m = ig_sched_get(&gw->sched, &gw->pool, req->model))) {
 		set_error(req, 500, "internal_error", "out of memory");
@@ -1329,7 +1419,8 @@ static enum MHD_Result start(struct ig_req *req)
 	char *line = ig_strdupf("X-Request-Id: %s", req->request_id);
 	req->up_headers = curl_slist_append(req->up_headers, line);
 	free(line);
-	if (!MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Content-Type"))
+	if ((req->method == IG_RT_POST || req->method == IG_RT_PUT) &&
+	    !MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Content-Type"))
 		req->up_headers = curl_slist_append(req->up_headers, "Content-Type: application/json");
 	req->up_headers = curl_slist_append(req->up_headers, "Expect:");
 	if (*gw->cfg->backend_api_key) {
@@ -1540,7 +1631,7 @@ static enum ig_upstream_error classify(struct ig_req *req, CURLcode result)
 
 static void end_stream_with_error(struct ig_req *req, const char *why)
 {
-	bool responses = ig_route(req->route_idx)->flags & IG_RT_RESPONSES;
+	bool responses = rt(req)->flags & IG_RT_RESPONSES;
 	char *err;
 	if (responses) { /* the Responses API's error event */
 		json_t *e = json_pack("{s:s, s:s, s:s, s:n, s:I}", "type", "error", "code", "backend_error", "message",
@@ -1787,7 +1878,8 @@ static void req_log(struct ig_req *req, bool completed)
 	json_t *e = json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:o, s:o, s:o, s:o, s:o, s:s, s:I, s:o, s:b, s:I, s:I, s:o, "
 			      "s:f, s:I, s:o, s:o, s:b}",
 			      "time", ts, "request_id", req->request_id, "client", req->client,
-			      "method", "POST", "path", ig_route_path(req->route_idx),
+			      "method", ig_routes_method_name(req->method), "path",
+			      req->up_path ? req->up_path : ig_route_path(req->gw->cfg, req->route_idx),
 			      "status", (json_int_t)ig_proxy_req_status(req),
 			      "status_sent", (json_int_t)req->status_sent,
 			      "error", req->stream_error_msg ? json_string(req->stream_error_msg) : json_null(),

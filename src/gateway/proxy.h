@@ -54,7 +54,10 @@ struct ig_req {
 	bool skip_blank;             /* the next body bytes start with the blank
 				      * line that ended a removed usage event */
 	enum ig_req_phase phase;
-	int route_idx;               /* upstream path: ig_route_path(route_idx) */
+	int route_idx;               /* its route (routes.h) */
+	unsigned method;             /* IG_RT_POST, _PUT, _GET or _DELETE */
+	char *resp_id;               /* a BY_ID route: the stored response it names */
+	char *up_path;               /* the path (and query) sent upstream */
 	struct ig_buf body;
 	bool too_large;
 	bool stream;                 /* client asked for "stream": true */
@@ -113,9 +116,11 @@ struct ig_req {
 	struct ig_event client_ev;      /* hang-up watch on the client's socket */
 };
 
-/* A new request for a proxied route; its call (req->call) reads the body,
+/* A new request for a proxied route (method: its IG_RT_ method bit; id:
+ * the stored response a BY_ID route names, idn bytes, else NULL); its call (req->call) reads the body,
  * then validates, routes and answers. NULL when out of memory. */
-struct ig_req *ig_proxy_req_new(struct ig_gw *gw, struct MHD_Connection *conn, int route_idx);
+struct ig_req *ig_proxy_req_new(struct ig_gw *gw, struct MHD_Connection *conn, int route_idx, unsigned method,
+				const char *id, size_t idn);
 /* The client left or the gateway stops: abort everything, let MHD close. */
 void ig_proxy_req_client_gone(struct ig_req *req);
 /* The status a request ended with: what was sent, or the status named by

@@ -104,6 +104,8 @@ void ig_reload(struct ig_gw *gw)
 	}
 	if (strcmp(nc.listen, gw->cfg->listen) != 0 || nc.max_connections != gw->cfg->max_connections)
 		ig_log_warn("reload: listen and max_connections need a restart; keeping %s", gw->cfg->listen);
+	if (!ig_routes_equal(&nc.routes, &gw->cfg->routes))
+		ig_log_warn("reload: routes need a restart; keeping the %zu running", gw->cfg->routes.n_conf);
 	/* Backends: the file is the source of truth. */
 	for (size_t i = 0; i < nc.n_backends; i++) {
 		struct ig_backend_conf *bc = &nc.backends[i];
@@ -149,6 +151,7 @@ void ig_reload(struct ig_gw *gw)
 	gw->cfg->listen_host = NULL;
 	nc.listen_port = gw->cfg->listen_port;
 	nc.max_connections = gw->cfg->max_connections;
+	ig_routes_move(&nc.routes, &gw->cfg->routes); /* requests and metrics hold their indexes */
 	struct ig_conf old = *gw->cfg;
 	*gw->cfg = nc;
 	if (old.cache_max_blocks != nc.cache_max_blocks) {

@@ -3,7 +3,9 @@
  * clients choose only the ids they look up, and a false match sends a
  * follow-up to a backend that answers it 404), probed over a window
  * of 8 slots; a new entry takes a free or expired slot of its window, else
- * the oldest one. 16 bytes a slot, 1 MiB for the table. */
+ * the oldest one. An entry names the key that stored it (a fingerprint of
+ * its digest): another key's lookup finds nothing, as OpenAI answers
+ * another project's id. 24 bytes a slot, 1.5 MiB for the table. */
 #include "config.h"
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +19,7 @@ struct slot {
 	uint64_t fp;            /* 0: empty */
 	uint32_t at_s;          /* when it was put, seconds since the store began */
 	int32_t backend;
+	uint32_t owner;
 };
 
 struct ig_respstore {
@@ -61,7 +64,8 @@ static int fresh(const struct slot *s, uint32_t now_s)
 	return s->fp && (uint64_t)(now_s - s->at_s) * 1000 < IG_RESPSTORE_TTL_MS;
 }
 
-void ig_respstore_put(struct ig_respstore *r, const char *id, size_t n, int backend, uint64_t now_ms)
+void ig_respstore_put(struct ig_respstore *r, const char *id, size_t n, int backend, uint32_t owner,
+		      uint64_t now_ms)
 {
 	uint64_t fp = fingerprint(r, id, n);
 	uint32_t now_s = secs(r, now_ms);
@@ -75,10 +79,10 @@ void ig_respstore_put(struct ig_respstore *r, const char *id, size_t n, int back
 		if (s->at_s < r->v[pick].at_s)
 			pick = (base + i) & (IG_RESPSTORE_SLOTS - 1);
 	}
-	r->v[pick] = (struct slot){fp, now_s, backend};
+	r->v[pick] = (struct slot){fp, now_s, backend, owner};
 }
 
-int ig_respstore_get(const struct ig_respstore *r, const char *id, size_t n, uint64_t now_ms)
+int ig_respstore_get(const struct ig_respstore *r, const char *id, size_t n, uint32_t owner, uint64_t now_ms)
 {
 	uint64_t fp = fingerprint(r, id, n);
 	uint32_t now_s = secs(r, now_ms);
@@ -86,7 +90,7 @@ int ig_respstore_get(const struct ig_respstore *r, const char *id, size_t n, uin
 	for (size_t i = 0; i < WINDOW; i++) {
 		const struct slot *s = &r->v[(base + i) & (IG_RESPSTORE_SLOTS - 1)];
 		if (s->fp == fp)
-			return fresh(s, now_s) ? s->backend : -1;
+			return fresh(s, now_s) && s->owner == owner ? s->backend : -1;
 	}
 	return -1;
 }
@@ -94,4 +98,9 @@ int ig_respstore_get(const struct ig_respstore *r, const char *id, size_t n, uin
 size_t ig_respstore_bytes(const struct ig_respstore *r)
 {
 	return r ? sizeof(*r) + IG_RESPSTORE_SLOTS * sizeof(*r->v) : 0;
+}
+
+uint32_t ig_respstore_owner(const char *key_hex)
+{
+	return *key_hex ? (uint32_t)ig_hash64(key_hex, strlen(key_hex), 0) | 1u : 0;
 }

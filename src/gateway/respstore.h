@@ -19,10 +19,16 @@ struct ig_respstore;
 /* NULL: out of memory. */
 struct ig_respstore *ig_respstore_new(void);
 void ig_respstore_free(struct ig_respstore *r);
-/* The response id (n bytes) is held by that backend from now on. */
-void ig_respstore_put(struct ig_respstore *r, const char *id, size_t n, int backend, uint64_t now_ms);
-/* Its backend's id, or -1 when not remembered (never seen, expired or evicted). */
-int ig_respstore_get(const struct ig_respstore *r, const char *id, size_t n, uint64_t now_ms);
+/* The response id (n bytes) is held by that backend from now on; owner:
+ * which key stored it (ig_respstore_owner), 0 none. */
+void ig_respstore_put(struct ig_respstore *r, const char *id, size_t n, int backend, uint32_t owner,
+		      uint64_t now_ms);
+/* Its backend's id, or -1 when not remembered (never seen, expired,
+ * evicted, or stored by another owner). */
+int ig_respstore_get(const struct ig_respstore *r, const char *id, size_t n, uint32_t owner, uint64_t now_ms);
+/* The owner of a key's stored responses: its digest (hex) fingerprinted,
+ * never 0; "" (no key) is 0. */
+uint32_t ig_respstore_owner(const char *key_hex);
 size_t ig_respstore_bytes(const struct ig_respstore *r);
 
 #endif

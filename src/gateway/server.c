@@ -38,16 +38,20 @@ struct deferred {
 	struct ig_call call; /* answer_deferred */
 	unsigned status;
 	const char *message, *code;
+	const char *allow; /* a 405's Allow header */
 };
 static enum MHD_Result answer_deferred(struct ig_call *call, struct ig_gw *gw, struct MHD_Connection *conn,
 				       const char *url, const char *method, const char *upload_data,
 				       size_t *upload_data_size, void **con_cls);
-#define DEFERRED(status, message, code) {{answer_deferred, NULL}, status, message, code}
-static const struct deferred not_found = DEFERRED(404, "unknown path; this gateway serves /v1/chat/completions, "
-	"/v1/completions, /v1/embeddings, /v1/responses, /v1/rerank, /v1/score, /tokenize, /detokenize, /generate, "
-	"/pooling, /classify, /v1/models, /health, /health/backends, /health/capacity, /metrics, /status", "not_found");
-static const struct deferred post_only = DEFERRED(405, "this endpoint only accepts POST", "post_only");
-static const struct deferred get_only = DEFERRED(405, "this endpoint only answers GET", "method_not_allowed");
+#define DEFERRED(status, message, code) {{answer_deferred, NULL}, status, message, code, NULL}
+/* Made from the route table when the server starts (ig_server_start):
+ * routes are fixed from then on. */
+static char not_found_msg[4096];
+static struct deferred not_found = DEFERRED(404, not_found_msg, "not_found");
+static char wrong_method_msg[IG_MAX_ROUTES][96], wrong_method_allow[IG_MAX_ROUTES][40];
+static struct deferred wrong_method[IG_MAX_ROUTES];
+static const struct deferred get_only = {{answer_deferred, NULL}, 405, "this endpoint only answers GET",
+					 "method_not_allowed", "GET, HEAD"};
 static const struct deferred stopping = DEFERRED(503, "the gateway is shutting down", "shutting_down");
 static const struct deferred no_key = DEFERRED(401, "missing or invalid API key (send Authorization: Bearer KEY)",
 	"invalid_api_key");
@@ -89,11 +93,11 @@ static void log_local(struct ig_gw *gw, struct MHD_Connection *conn, const char 
  * logged like every local answer. */
 static enum MHD_Result local_error(struct ig_gw *gw, struct MHD_Connection *conn, const char *method,
 				   const char *url, unsigned status, const char *message, const char *code,
-				   bool close)
+				   const char *allow, bool close)
 {
 	gw->stats.responses[status / 100]++;
 	log_local(gw, conn, method, url, status, 0);
-	return ig_httpd_error(conn, status, message, NULL, code, NULL, close);
+	return ig_httpd_error_allow(conn, status, message, NULL, code, NULL, allow, close);
 }
 
 /* Request framing that a proxy must refuse (RFC 9112 6.1, 6.3, 5): more
@@ -173,7 +177,7 @@ static enum MHD_Result answer_deferred(struct ig_call *call, struct ig_gw *gw, s
 		return MHD_YES;
 	}
 	*con_cls = NULL;
-	return local_error(gw, conn, method, url, d->status, d->message, d->code, false);
+	return local_error(gw, conn, method, url, d->status, d->message, d->code, d->allow, false);
 }
 
 static enum MHD_Result defer(const struct deferred *d, struct ig_gw *gw, struct MHD_Connection *conn,
@@ -291,12 +295,11 @@ static enum MHD_Result route(struct ig_call *call IG_UNUSED, struct ig_gw *gw, s
 			     void **con_cls)
 {
 	enum MHD_Result ret;
-	int route_idx = -1;
+	const char *id = NULL;
+	size_t idn = 0;
+	int route_idx = ig_routes_match(&gw->cfg->routes, url, &id, &idn);
 
 	*con_cls = NULL;
-	for (int i = 0; i < IG_NROUTES; i++)
-		if (strcmp(url, ig_route_path(i)) == 0)
-			route_idx = i;
 	if (strncmp(url, "/admin/", 7) == 0 || strcmp(url, "/admin") == 0) {
 		if (!gw->admin_keys.enabled)
 			return defer(&admin_off, gw, conn, url, method, upload_data_size, con_cls);
@@ -326,8 +329,9 @@ static enum MHD_Result route(struct ig_call *call IG_UNUSED, struct ig_gw *gw, s
 			return defer(&not_found, gw, conn, url, method, upload_data_size, con_cls);
 		}
 	}
-	if (strcmp(method, "POST") != 0)
-		return defer(&post_only, gw, conn, url, method, upload_data_size, con_cls);
+	unsigned m = ig_routes_method(method);
+	if (!(m & ig_gw_route(gw->cfg, route_idx)->flags))
+		return defer(&wrong_method[route_idx], gw, conn, url, method, upload_data_size, con_cls);
 	/* The key is hashed once: the digest names it for the scheduler too. */
 	unsigned char d[IG_DIGEST_LEN];
 	bool has_bearer = ig_keyset_digest(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization"), d) == 0;
@@ -340,7 +344,7 @@ static enum MHD_Result route(struct ig_call *call IG_UNUSED, struct ig_gw *gw, s
 	}
 	if (gw->stopping)
 		return defer(&stopping, gw, conn, url, method, upload_data_size, con_cls);
-	struct ig_req *req = ig_proxy_req_new(gw, conn, route_idx);
+	struct ig_req *req = ig_proxy_req_new(gw, conn, route_idx, m, id, idn);
 	if (!req)
 		return MHD_NO;
 	if (has_bearer && (gw->api_keys.enabled || gw->cfg->scheduling == 0))
@@ -363,7 +367,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
 		if (why) {
 			char msg[160];
 			snprintf(msg, sizeof(msg), "malformed request: %s", why);
-			return local_error(gw, conn, method, url, 400, msg, "bad_request", true);
+			return local_error(gw, conn, method, url, 400, msg, "bad_request", NULL, true);
 		}
 		/* A body far over the limit is refused from its declared length,
 		 * unread; MHD then closes the connection. One only a little over
@@ -374,7 +378,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
 		    strcmp(method, "POST") == 0) {
 			char msg[128];
 			snprintf(msg, sizeof(msg), "the request body is larger than %ld bytes", gw->cfg->max_body_bytes);
-			return local_error(gw, conn, method, url, 413, msg, "request_too_large", false);
+			return local_error(gw, conn, method, url, 413, msg, "request_too_large", NULL, false);
 		}
 		*con_cls = &first_call;
 		return MHD_YES;
@@ -391,8 +395,27 @@ static void completed(void *cls IG_UNUSED, struct MHD_Connection *conn IG_UNUSED
 		call->on_completed(call, toe);
 }
 
+/* The answers for a path no route takes and for a route's wrong method. */
+static void route_messages(const struct ig_conf *cfg)
+{
+	size_t at = (size_t)snprintf(not_found_msg, sizeof(not_found_msg), "unknown path; this gateway serves");
+	for (size_t i = 0; i < cfg->routes.n && at < sizeof(not_found_msg); i++)
+		at += (size_t)snprintf(not_found_msg + at, sizeof(not_found_msg) - at, " %s,", cfg->routes.v[i].path);
+	if (at < sizeof(not_found_msg))
+		snprintf(not_found_msg + at, sizeof(not_found_msg) - at,
+			 " /v1/models, /health, /health/backends, /health/capacity, /metrics, /status");
+	for (size_t i = 0; i < cfg->routes.n; i++) {
+		ig_routes_allow(&cfg->routes.v[i], wrong_method_allow[i], sizeof(wrong_method_allow[i]));
+		snprintf(wrong_method_msg[i], sizeof(wrong_method_msg[i]), "this endpoint takes %.39s",
+			 wrong_method_allow[i]);
+		wrong_method[i] = (struct deferred)DEFERRED(405, wrong_method_msg[i], "method_not_allowed");
+		wrong_method[i].allow = wrong_method_allow[i];
+	}
+}
+
 int ig_server_start(struct ig_gw *gw, unsigned conn_limit)
 {
+	route_messages(gw->cfg);
 	gw->mhd = MHD_start_daemon(MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG,
 				   0, NULL, NULL, handler, gw,
 				   MHD_OPTION_LISTEN_SOCKET, gw->listen_fd,

@@ -21,6 +21,7 @@ counts test cases, not files.
 import atexit
 import http.client
 import http.client as _http_client  # the function http() below shadows the name `http`
+import itertools
 import json
 import os
 import shutil
@@ -516,9 +517,30 @@ def stateful_backend():
     """A scripted backend of OpenAI's Responses API (and embeddings) that
     stores its responses in its own memory, as SGLang and vLLM do: a
     follow-up naming a response it does not hold is its 404."""
-    held = set()
+    held = {}   # id -> the response object
+    fb_paths = []
+    made = itertools.count()
 
     def handler(fb, req, sock):
+        path = req["path"]
+        if path.startswith("/v1/responses/"):   # a stored response's routes, as OpenAI serves them
+            fb_paths.append((req["method"], path))
+            rid, _, rest = path[len("/v1/responses/"):].partition("?")[0].partition("/")
+            if rid not in held:
+                FakeBackend.reply(sock, 404, {"error": {"message": f"Response with id '{rid}' not found.",
+                                                        "type": "invalid_request_error", "param": None, "code": None}})
+            elif req["method"] == "DELETE" and not rest:
+                del held[rid]
+                FakeBackend.reply(sock, 200, {"id": rid, "object": "response", "deleted": True})
+            elif req["method"] == "POST" and rest == "cancel":
+                FakeBackend.reply(sock, 400, {"error": {"message": "Cannot cancel a synchronous response.",
+                                                        "type": "invalid_request_error", "param": None, "code": None}})
+            elif req["method"] == "GET" and rest == "input_items":
+                FakeBackend.reply(sock, 200, {"object": "list", "data": [], "first_id": None, "last_id": None,
+                                              "has_more": False})
+            else:
+                FakeBackend.reply(sock, 200, held[rid])
+            return True
         if req["method"] == "GET":
             return FakeBackend.answer_ok(fb, req, sock)
         body = json.loads(req["body"])
@@ -538,10 +560,10 @@ def stateful_backend():
             FakeBackend.reply(sock, 404, {"error": {"message": f"Response with id '{prev}' not found.",
                                                     "type": "invalid_request_error", "param": None, "code": None}})
             return True
-        rid = f"resp_{fb.port}_{len(held)}"
-        if body.get("store", True):
-            held.add(rid)
+        rid = f"resp_{fb.port}_{next(made)}"
         answer = dict(RESPONSE, id=rid)
+        if body.get("store", True):
+            held[rid] = answer
         if body.get("stream"):
             ev = {"type": "response.created", "sequence_number": 0, "response": dict(answer, status="in_progress")}
             done = {"type": "response.completed", "sequence_number": 1, "response": answer}
@@ -550,7 +572,9 @@ def stateful_backend():
         else:
             FakeBackend.reply(sock, 200, answer)
         return True
-    return FakeBackend(handler, model="m")
+    fb = FakeBackend(handler, model="m")
+    fb.paths = fb_paths   # the stored-response routes it was asked, (method, path with query)
+    return fb
 
 
 def _kill_procs(procs):

@@ -206,6 +206,125 @@ def a_follow_up_reaches_the_backend_that_stored_its_previous_response():
 
 
 @test
+def a_stored_responses_own_routes_reach_its_holder():
+    # GET and DELETE /v1/responses/{id}, its cancel and its input items go to the one of
+    # seven backends that stored it, path and query as sent; an id the gateway never saw
+    # stored is its 404; with keys on, another key's id is not found either
+    import subprocess
+    from harness import Dir, binary
+    d = Dir()
+    keys = []
+    for name in ("alice", "bob"):
+        p = subprocess.run([binary("infergate"), "--new-key", name], capture_output=True, text=True, timeout=10)
+        keys.append((p.stdout.split()[0], json.loads(p.stdout.split("\n", 1)[1])))
+    with open(d("keys.json"), "w") as f:
+        json.dump({"keys": [k[1] for k in keys]}, f)
+    alice, bob = ({"Authorization": f"Bearer {k[0]}"} for k in keys)
+    fbs = [stateful_backend() for _ in range(7)]
+    gw = start_gateway(fbs, "--health-interval-ms", "200", "--api-keys-file", d("keys.json"))
+    healthy(gw, 7)
+    made = []
+    for i in range(5):
+        st, hdrs, raw = http("POST", gw.url + "/v1/responses", {"model": "m", "input": f"q{i}"}, headers=alice)
+        assert st == 200, raw
+        made.append((json.loads(raw)["id"], hdrs["x-infergate-backend"]))
+    assert len({h for _, h in made}) > 1, made   # spread: the pins below matter
+    for rid, holder in made:
+        fb = next(fb for fb in fbs if fb.url == holder)
+        st, hdrs, raw = http("GET", f"{gw.url}/v1/responses/{rid}?include=reasoning.encrypted_content",
+                             headers=alice)
+        assert st == 200 and hdrs["x-infergate-backend"] == holder and json.loads(raw)["id"] == rid, raw
+        assert fb.paths[-1] == ("GET", f"/v1/responses/{rid}?include=reasoning.encrypted_content"), fb.paths
+        st, hdrs, raw = http("GET", f"{gw.url}/v1/responses/{rid}/input_items", headers=alice)
+        assert st == 200 and json.loads(raw)["object"] == "list" and hdrs["x-infergate-backend"] == holder, raw
+        st, _, obj = http_json("POST", f"{gw.url}/v1/responses/{rid}/cancel", headers=alice)
+        assert st == 400 and obj["error"]["message"] == "Cannot cancel a synchronous response.", obj
+        # another key: as if it did not exist
+        st, _, obj = http_json("GET", f"{gw.url}/v1/responses/{rid}", headers=bob)
+        assert st == 404 and obj["error"]["code"] == "response_not_found", obj
+        st, hdrs, obj = http_json("DELETE", f"{gw.url}/v1/responses/{rid}", headers=alice)
+        assert st == 200 and obj == {"id": rid, "object": "response", "deleted": True}, obj
+        st, _, obj = http_json("GET", f"{gw.url}/v1/responses/{rid}", headers=alice)   # the holder's own 404
+        assert st == 404 and obj["error"]["message"] == f"Response with id '{rid}' not found.", obj
+        assert [m for m, _ in fb.paths][-5:] == ["GET", "GET", "POST", "DELETE", "GET"], fb.paths
+    # a follow-up by another key is not pinned to alice's response
+    st, _, obj = http_json("POST", gw.url + "/v1/responses", {"model": "m", "input": "x",
+                                                               "previous_response_id": made[0][0]}, headers=bob)
+    assert st == 404, obj
+    st, _, obj = http_json("GET", gw.url + "/v1/responses/resp_never_seen", headers=alice)
+    assert st == 404 and obj["error"]["param"] == "response_id" and "resp_never_seen" in obj["error"]["message"], obj
+    st, _, obj = http_json("PUT", gw.url + "/v1/responses/resp_x", headers=alice)
+    assert st == 405 and obj["error"]["message"] == "this endpoint takes GET, DELETE", obj
+    assert sum(len(fb.paths) for fb in fbs) == 25, [fb.paths for fb in fbs]   # nothing else reached a backend
+    text = http("GET", gw.url + "/metrics")[2].decode()
+    assert 'infergate_requests_total{route="/v1/responses/{id}",code="200"' in text, text
+    assert 'infergate_requests_total{route="/v1/responses/{id}/cancel",code="400"' in text, text
+
+
+@test
+def the_route_table_is_the_configurations():
+    # two built-in routes and one of SGLang's that is not built in (/encode: POST or PUT, no
+    # model, token counts in meta_info): the table says what is forwarded and how
+    import subprocess
+    from harness import Dir, binary
+    native = {"embedding": [0.5, -0.25], "meta_info": {"id": "x", "prompt_tokens": 3, "completion_tokens": 0}}
+
+    def handler(fb, req, sock):
+        if req["method"] == "GET":
+            return FakeBackend.answer_ok(fb, req, sock)
+        FakeBackend.reply(sock, 200, json.dumps(native, indent=1).encode())
+        return True
+    fb = FakeBackend(handler, model="m")
+    d = Dir()
+    table = ["/v1/chat/completions", "/tokenize",
+             {"path": "/encode", "methods": ["POST", "PUT"], "model": "optional", "stream": False,
+              "usage": "meta_info"}]
+    with open(d("gw.json"), "w") as f:
+        json.dump({"routes": table}, f)
+    gw = start_gateway([fb], "--health-interval-ms", "200", config=d("gw.json"))
+    healthy(gw, 1)
+    body = b'{"text": "hello there", "stream": true}'
+    st, hdrs, raw = http("PUT", gw.url + "/encode", body, headers={"Content-Type": "application/json"})
+    assert st == 200 and raw == json.dumps(native, indent=1).encode(), raw   # one body, as it came
+    sent = [r for r in fb.requests if r["path"] == "/encode"]
+    assert [r["method"] for r in sent] == ["PUT"] and sent[0]["body"] == body, sent
+    text = http("GET", gw.url + "/metrics")[2].decode()
+    assert f'infergate_backend_prompt_tokens_total{{backend="{fb.url}"}} 3' in text, text
+    st, hdrs, obj = http_json("GET", gw.url + "/encode")
+    assert st == 405 and hdrs["allow"] == "POST, PUT", (hdrs, obj)
+    st, _, obj = http_json("POST", gw.url + "/v1/completions", {"model": "m", "prompt": "x"})
+    assert st == 404 and "/v1/chat/completions, /tokenize, /encode," in obj["error"]["message"], obj
+    # --check-config prints the table whole; given back, it is the same table
+    out = subprocess.run([binary("infergate"), "--config", d("gw.json"), "--backend", fb.url, "--check-config"],
+                         capture_output=True, text=True, timeout=10)
+    assert out.returncode == 0, out.stderr
+    printed = json.loads(out.stdout)["routes"]
+    assert [r["path"] for r in printed] == ["/v1/chat/completions", "/tokenize", "/encode"], printed
+    assert printed[2] == {"path": "/encode", "methods": ["POST", "PUT"], "model": "optional", "stream": False,
+                          "usage": "meta_info", "stream_options": False, "output": False, "responses": False}
+    assert printed[1]["model"] == "optional" and printed[0]["stream_options"] is True, printed
+    with open(d("again.json"), "w") as f:
+        json.dump({"routes": printed, "backends": [fb.url]}, f)
+    again = subprocess.run([binary("infergate"), "--config", d("again.json"), "--check-config"],
+                           capture_output=True, text=True, timeout=10)
+    assert again.returncode == 0 and json.loads(again.stdout)["routes"] == printed, again.stderr
+    # every mistake named, exit 2, nothing started
+    with open(d("bad.json"), "w") as f:
+        json.dump({"backends": [fb.url], "routes": [
+            {"path": "encode"}, {"path": "/metrics"}, "/v1/nope", {"path": "/x", "methods": ["GET"]},
+            {"path": "/y", "usage": "tokens"}, {"path": "/z", "bogus": 1}, "/tokenize", "/tokenize",
+            {"path": "/w", "stream": False, "stream_options": True}]}, f)
+    bad = subprocess.run([binary("infergate"), "--config", d("bad.json"), "--check-config"],
+                         capture_output=True, text=True, timeout=10)
+    assert bad.returncode == 2, bad
+    for want in ("routes[0]: 'encode' must start with '/'", "routes[1]: '/metrics' is one of the gateway's own",
+                 "routes[2]: '/v1/nope' is not a built-in route", "routes[3].methods[0]: 'GET' is not POST or PUT",
+                 "routes[4].usage: must be", "routes[5]: unknown key 'bogus'", "routes[7]: '/tokenize' is listed twice",
+                 "routes[8].stream_options: true needs \"stream\": true"):
+        assert want in bad.stderr, (want, bad.stderr)
+
+
+@test
 def responses_with_simulators_stored_streamed_and_followed_up():
     # seven simulators, which keep the responses they stored and 404 a follow-up naming
     # one they do not hold: every follow-up must reach the one that answered first

@@ -7,11 +7,22 @@
 
 #include "../check_main.h"
 
-/* A request as proxy.c holds it while a stream comes in. */
+/* A configuration with the built-in routes, for a gateway that has none. */
+static struct ig_conf *routes_cfg(void)
+{
+	static struct ig_conf cfg;
+	if (!cfg.routes.n)
+		ig_routes_default(&cfg.routes);
+	return &cfg;
+}
+
+/* A request as proxy.c holds it while a stream comes in (a chat one). */
 static struct ig_req *stream_req(struct ig_gw *gw)
 {
 	struct ig_req *req = calloc(1, sizeof(*req));
 	ck_assert_ptr_nonnull(req);
+	if (!gw->cfg)
+		gw->cfg = routes_cfg();
 	req->gw = gw;
 	req->stream = true;
 	req->sse = true;
