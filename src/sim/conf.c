@@ -157,9 +157,11 @@ static const struct ig_flags spec = {
 		 "streamed or not, with deterministic text, batch slots, pacing and fault injection.\n\n"
 		 "Flags:\n",
 	.epilog = "\nEndpoints: POST /v1/chat/completions, POST /v1/completions, POST /v1/responses,\n"
-		  "POST /tokenize, POST /detokenize, GET /health,\n"
-		  "GET /health_generate, GET /v1/models, GET /metrics; sglang only: GET /v1/loads,\n"
-		  "GET /get_load, GET /get_model_info. Test control (never needs the key):\n"
+		  "GET /v1/responses/{id}, POST /v1/responses/{id}/cancel, POST /v1/embeddings,\n"
+		  "POST /v1/rerank, POST /v1/score, POST /classify, POST /tokenize, POST /detokenize,\n"
+		  "GET /health, GET /v1/models, GET /metrics; sglang only: POST /generate,\n"
+		  "GET /health_generate, GET /v1/loads, GET /get_load, GET /get_model_info; vllm only:\n"
+		  "POST /pooling, /rerank, /v2/rerank, /score. Test control (never needs the key):\n"
 		  "GET /sim/state, GET|POST /sim/fault ({\"mode\": \"ok\"|\"error\"|\"hang\"|\"slow\"|\"down\", \"max_running\": N}).\n",
 	.flags = flags,
 	.n = sizeof(flags) / sizeof(flags[0]),

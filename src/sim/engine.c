@@ -14,6 +14,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "infergate/log.h"
 #include "infergate/util.h"
@@ -44,11 +45,15 @@ void sim_engine_req_init(struct sim_req *r, enum sim_kind kind)
 	ig_list_init(&r->qlink);
 	ig_list_init(&r->blink);
 	ig_buf_init(&r->out);
+	ig_buf_init(&r->gen_text);
+	ig_buf_init(&r->gen_ids);
 }
 
 void sim_engine_req_free(struct sim_req *r)
 {
 	ig_buf_free(&r->out);
+	ig_buf_free(&r->gen_text);
+	ig_buf_free(&r->gen_ids);
 	free(r->model_json);
 	r->model_json = NULL;
 	free(r->chain);
@@ -469,10 +474,11 @@ static void chain_answer(struct sim_req *r)
 	struct ig_buf t;
 	ig_buf_init(&t);
 	ig_buf_append(&t, r->tail, r->ntail);
-	if (r->kind != SIM_COMPLETION)
+	bool chat = r->kind == SIM_CHAT || r->kind == SIM_RESPONSES;
+	if (chat)
 		ig_buf_append(&t, "assistant\n", 10);
 	answer_text(&t, r);
-	if (r->kind != SIM_COMPLETION)
+	if (chat)
 		ig_buf_append(&t, "\n", 1);
 	size_t more = t.len / IG_BLOCK_BYTES;
 	uint64_t *v = more ? realloc(r->chain, (r->nchain + more) * sizeof(*v)) : NULL;
@@ -564,6 +570,11 @@ static void resp_object(struct ig_buf *o, const struct sim_req *r, bool done)
 	ig_buf_printf(o, "}");
 }
 
+void sim_engine_response_object(struct ig_buf *o, const struct sim_req *r)
+{
+	resp_object(o, r, true);
+}
+
 /* `event: TYPE` and the data's start up to its sequence_number; the caller
  * adds the rest and resp_close(). */
 static void resp_event(struct ig_buf *o, struct sim_req *r, const char *type)
@@ -626,6 +637,71 @@ static void resp_end(struct ig_buf *o, struct sim_req *r)
 	resp_close(o);
 }
 
+/* ---- SGLang's /generate ----
+ * After sgl-project/sglang python/sglang/srt/managers/tokenizer_manager.py
+ * (_handle_batch_output: "text", "output_ids", "meta_info" with id,
+ * finish_reason, prompt_tokens, weight_version, num_retractions,
+ * reasoning_tokens, completion_tokens, cached_tokens, then e2e_latency and
+ * response_sent_to_client_ts once finished) and
+ * python/sglang/srt/entrypoints/http_server.py generate_request (streamed:
+ * `data: {...}` per output, then `data: [DONE]`). Streamed outputs are
+ * cumulative, as with SGLang's default (--incremental-streaming-output
+ * off): each carries the whole text and output_ids so far. finish_reason
+ * (python/sglang/srt/managers/schedule_batch.py FINISH_*.to_json):
+ * {"type": "length", "length": N}, or {"type": "stop", "matched": the
+ * end-of-sequence id} (SIM_EOS_ID here); null until the end. An output id
+ * is the token's first four bytes packed as /tokenize packs them. */
+#define SIM_EOS_ID 2
+
+static double wall_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void gen_token_id(struct ig_buf *ids, const char *tok)
+{
+	uint32_t id = 0;
+	for (size_t k = 0; k < 4 && tok[k]; k++)
+		id |= (uint32_t)(unsigned char)tok[k] << (8 * k);
+	ig_buf_printf(ids, "%s%lu", ids->len ? "," : "", (unsigned long)id);
+}
+
+/* One output object; done: the last, with finish_reason and latency. */
+static void gen_output(struct ig_buf *o, const struct sim_req *r, const struct ig_buf *text,
+		       const struct ig_buf *ids, long k, bool done)
+{
+	ig_buf_printf(o, "{\"text\":\"%.*s\",\"output_ids\":[%.*s],\"meta_info\":{\"id\":\"%s\",\"finish_reason\":",
+		      (int)text->len, text->data ? text->data : "", (int)ids->len, ids->data ? ids->data : "", r->id);
+	if (!done)
+		ig_buf_printf(o, "null");
+	else if (r->length_cut)
+		ig_buf_printf(o, "{\"type\":\"length\",\"length\":%ld}", r->n_tokens);
+	else
+		ig_buf_printf(o, "{\"type\":\"stop\",\"matched\":%d}", SIM_EOS_ID);
+	ig_buf_printf(o, ",\"prompt_tokens\":%ld,\"weight_version\":\"default\",\"num_retractions\":0,"
+		      "\"reasoning_tokens\":0,\"completion_tokens\":%ld,\"cached_tokens\":%ld",
+		      r->prompt_tokens, k, r->cache_report ? r->cached_tokens : 0);
+	if (done)
+		ig_buf_printf(o, ",\"e2e_latency\":%.6f", (double)(ig_now_us() - r->t_recv_us) / 1e6);
+	if (done || k <= 1)
+		ig_buf_printf(o, ",\"response_sent_to_client_ts\":%.6f", wall_s());
+	ig_buf_printf(o, "}}");
+}
+
+/* The whole answer's text and ids, regenerated from the seed. */
+static void gen_whole(const struct sim_req *r, struct ig_buf *text, struct ig_buf *ids)
+{
+	struct sim_text gen;
+	char tok[SIM_TOKEN_MAX + 1];
+	sim_text_init(&gen, r->text_seed);
+	for (long i = 0; i < r->n_tokens; i++) {
+		ig_buf_append(text, tok, sim_text_next(&gen, tok));
+		gen_token_id(ids, tok);
+	}
+}
+
 /* `data: {"id":...,"object":...,"created":...,"model":...,"choices":[` */
 static void chunk_head(struct ig_buf *o, const struct sim_req *r)
 {
@@ -656,9 +732,19 @@ static void usage_details(struct ig_buf *o, const struct sim_req *r)
 static void emit_token(struct ig_buf *o, struct sim_req *r)
 {
 	char tok[SIM_TOKEN_MAX + 1];
-	sim_text_next(&r->text, tok);
+	size_t n = sim_text_next(&r->text, tok);
 	if (r->kind == SIM_RESPONSES) {
 		resp_delta(o, r, tok);
+		return;
+	}
+	if (r->kind == SIM_GENERATE) {
+		ig_buf_append(&r->gen_text, tok, n);
+		gen_token_id(&r->gen_ids, tok);
+		if (r->emitted + 1 == r->n_tokens)
+			return; /* the last one goes out with its finish_reason (emit_end) */
+		ig_buf_printf(o, "data: ");
+		gen_output(o, r, &r->gen_text, &r->gen_ids, r->emitted + 1, false);
+		ig_buf_printf(o, "\n\n");
 		return;
 	}
 	chunk_head(o, r);
@@ -678,6 +764,12 @@ static void emit_end(struct ig_buf *o, struct sim_req *r)
 {
 	if (r->kind == SIM_RESPONSES) {
 		resp_end(o, r);
+		return;
+	}
+	if (r->kind == SIM_GENERATE) {
+		ig_buf_printf(o, "data: ");
+		gen_output(o, r, &r->gen_text, &r->gen_ids, r->n_tokens, true);
+		ig_buf_printf(o, "\n\ndata: [DONE]\n\n");
 		return;
 	}
 	chunk_head(o, r);
@@ -701,8 +793,18 @@ static void emit_full(struct sim_engine *s, struct sim_req *r)
 {
 	struct ig_buf *o = &r->out;
 
-	if (r->kind == SIM_RESPONSES) {
-		resp_object(o, r, true);
+	if (r->kind == SIM_RESPONSES || r->kind == SIM_GENERATE) {
+		if (r->kind == SIM_RESPONSES) {
+			resp_object(o, r, true);
+		} else {
+			struct ig_buf text, ids;
+			ig_buf_init(&text);
+			ig_buf_init(&ids);
+			gen_whole(r, &text, &ids);
+			gen_output(o, r, &text, &ids, r->n_tokens, true);
+			ig_buf_free(&text);
+			ig_buf_free(&ids);
+		}
 		s->st.generation_tokens += (uint64_t)r->n_tokens;
 		r->rank->generation_tokens += (uint64_t)r->n_tokens;
 		return;
@@ -737,6 +839,11 @@ static void emit_full(struct sim_engine *s, struct sim_req *r)
  * the spaces. */
 static void emit_stream_error(struct sim_engine *s, struct sim_req *r, struct ig_buf *o)
 {
+	if (r->kind == SIM_GENERATE) { /* http_server.py generate_request: a ValueError's event */
+		ig_buf_printf(o, "data: {\"error\":{\"message\":\"Simulated generation failure (--stream-fail-rate).\"}}\n\n"
+			      "data: [DONE]\n\n");
+		return;
+	}
 	if (r->kind == SIM_RESPONSES) { /* the Responses API's error event; no [DONE] */
 		resp_event(o, r, "error");
 		ig_buf_printf(o, ",\"code\":\"server_error\",\"message\":\"Simulated generation failure "

@@ -24,6 +24,7 @@ enum sim_kind {
 	SIM_HEALTH,     /* GET /health with --health-delay-ms: a deferred answer */
 	SIM_UTILITY,    /* POST /tokenize, /detokenize: answered at once from the body */
 	SIM_RESPONSES,  /* POST /v1/responses (OpenAI's Responses API) */
+	SIM_GENERATE,   /* POST /generate (SGLang's native generation) */
 };
 
 enum sim_state {
@@ -55,7 +56,7 @@ struct sim_req {
 	bool stream;
 	bool include_usage;
 	bool length_cut;               /* max_tokens cut the answer: "length" */
-	char id[48];                   /* "chatcmpl-..." / "cmpl-..." / "resp_..." */
+	char id[48];                   /* "chatcmpl-..." / "cmpl-..." / "resp_..." / a /generate rid */
 	char prev_id[48];              /* Responses: previous_response_id, "" none */
 	long seq;                      /* Responses: the next event's sequence_number */
 	bool store;                    /* Responses: kept for follow-ups ("store", default true) */
@@ -67,6 +68,7 @@ struct sim_req {
 	long n_tokens;                 /* tokens this answer will have */
 	long priority;                 /* "priority" (--enable-priority-scheduling) */
 	long fail_at;                  /* the stream fails after this many tokens; -1 never */
+	uint64_t t_recv_us;            /* when it came (/generate's e2e_latency) */
 	/* Called by the engine when `out` got bytes or the state became DONE
 	 * (from sim_engine_submit, sim_engine_run); NULL: nobody to tell. */
 	void (*wake)(struct sim_req *r);
@@ -76,6 +78,8 @@ struct sim_req {
 					* deferred answers when DELAYED */
 	long heap_idx;                 /* in the engine's deadline heap, or -1 */
 	struct ig_buf out;             /* response bytes not yet handed on */
+	struct ig_buf gen_text;        /* /generate streams: the text so far (JSON-safe) */
+	struct ig_buf gen_ids;         /* ... and its output_ids, "1,2,3" */
 	long emitted;                  /* tokens streamed so far */
 	double tps;                    /* pace for this request, 0 = unpaced */
 	uint64_t t_first_us;           /* when the first token is due */
@@ -165,6 +169,9 @@ int sim_engine_init(struct sim_engine *e, const struct sim_conf *conf);
 void sim_engine_free(struct sim_engine *e);
 /* A request as the HTTP side hands it over: READING, fail_at -1, no rank,
  * empty `out`. sim_engine_req_free() releases what the engine put in it. */
+/* A finished Responses API answer's object (what GET /v1/responses/{id}
+ * gives back), from r's id, model, created, seed and counts. */
+void sim_engine_response_object(struct ig_buf *o, const struct sim_req *r);
 void sim_engine_req_init(struct sim_req *r, enum sim_kind kind);
 void sim_engine_req_free(struct sim_req *r);
 /* Takes a parsed completion request: hangs it, runs it at once when a slot

@@ -18,6 +18,7 @@
 #include "infergate/log.h"
 #include "infergate/oaerror.h"
 #include "infergate/util.h"
+#include "pooling.h"
 #include "server.h"
 
 enum route {
@@ -34,6 +35,13 @@ enum route {
 	R_TOKENIZE,    /* POST /tokenize */
 	R_DETOKENIZE,  /* POST /detokenize */
 	R_RESPONSES,   /* POST /v1/responses (OpenAI's Responses API) */
+	R_RESPONSE_ID, /* GET /v1/responses/{id}, POST .../cancel */
+	R_GENERATE,    /* POST /generate (SGLang) */
+	R_EMBEDDINGS,  /* POST /v1/embeddings */
+	R_RERANK,      /* POST /v1/rerank (and vLLM's /rerank, /v2/rerank) */
+	R_SCORE,       /* POST /v1/score (and vLLM's /score) */
+	R_POOLING,     /* POST /pooling (vLLM) */
+	R_CLASSIFY,    /* POST /classify */
 };
 
 #define SGLANG (1u << SIM_FLAVOR_SGLANG)
@@ -43,7 +51,7 @@ static const struct {
 	const char *path;
 	enum route route;
 	bool get, post;
-	const char *allow; /* for 405 */
+	const char *allow; /* for 405; "PUT" in it: PUT is taken as POST */
 	unsigned flavors;  /* the servers that have it; elsewhere 404 */
 } routes[] = {
 	{"/v1/chat/completions", R_CHAT, false, true, "POST", SGLANG | VLLM},
@@ -60,6 +68,15 @@ static const struct {
 	{"/tokenize", R_TOKENIZE, false, true, "POST", SGLANG | VLLM},
 	{"/detokenize", R_DETOKENIZE, false, true, "POST", SGLANG | VLLM},
 	{"/v1/responses", R_RESPONSES, false, true, "POST", SGLANG | VLLM},
+	{"/generate", R_GENERATE, false, true, "POST, PUT", SGLANG},
+	{"/v1/embeddings", R_EMBEDDINGS, false, true, "POST", SGLANG | VLLM},
+	{"/v1/rerank", R_RERANK, false, true, "POST, PUT", SGLANG | VLLM},
+	{"/rerank", R_RERANK, false, true, "POST", VLLM},
+	{"/v2/rerank", R_RERANK, false, true, "POST", VLLM},
+	{"/v1/score", R_SCORE, false, true, "POST", SGLANG | VLLM},
+	{"/score", R_SCORE, false, true, "POST", VLLM},
+	{"/pooling", R_POOLING, false, true, "POST", VLLM},
+	{"/classify", R_CLASSIFY, false, true, "POST, PUT", SGLANG | VLLM},
 };
 
 /* Error types. Validation errors (bad JSON, a field of the wrong type) go
@@ -808,6 +825,20 @@ static int messages_text(json_t *msgs, const char *what, struct ig_buf *p, struc
 
 static int prompt_text(struct sim_req *r, json_t *root, struct ig_buf *p, struct perr *e)
 {
+	if (r->kind == SIM_GENERATE) { /* "text", or "input_ids" as /detokenize reads them */
+		json_t *text = json_object_get(root, "text"), *ids = json_object_get(root, "input_ids");
+		if (json_is_string(text))
+			return ig_buf_append(p, json_string_value(text), json_string_length(text));
+		char *t = json_is_array(ids) && !text ? sim_text_detokenize(ids) : NULL;
+		if (!t)
+			return refuse(e, 400, T_BAD_REQUEST, NULL,
+				      strdup(text || ids ? "'text' must be a string or 'input_ids' a list of token ids "
+							   "(infergate-sim answers one prompt)"
+							 : "Either text, input_ids or input_embeds should be provided."));
+		ig_buf_append(p, t, strlen(t));
+		free(t);
+		return 0;
+	}
 	if (r->kind == SIM_RESPONSES) {
 		/* "instructions", then "input": a string or a list of messages
 		 * ({"role", "content"}, content a string or parts) */
@@ -903,26 +934,93 @@ static int check_context(struct sim *s, long in, long max_new, struct perr *e)
 	return 0;
 }
 
-/* Stored Responses: the simulator keeps the ids of the last 4,096 it
- * stored (unless "store": false), and a previous_response_id it does not
- * hold is its 404, as vLLM's and SGLang's serving_responses.py answer one
- * ("Response with id '...' not found.", invalid_request_error). */
+/* Stored Responses: the simulator keeps the last 4,096 it stored (unless
+ * "store": false), enough to give each back (GET /v1/responses/{id}); a
+ * previous_response_id it does not hold is its 404, as vLLM's and SGLang's
+ * serving_responses.py answer one ("Response with id '...' not found.",
+ * invalid_request_error). */
 #define SIM_STORED 4096
 
-static bool stored_has(const struct sim *s, const char *id)
+struct sim_stored {
+	char id[48], prev_id[48];
+	char model[128];             /* as a JSON string literal */
+	int64_t created;
+	uint64_t text_seed;
+	long prompt_tokens, n_tokens;
+	bool length_cut;
+};
+
+static const struct sim_stored *stored_find(const struct sim *s, const char *id)
 {
 	size_t n = s->nstored < SIM_STORED ? s->nstored : SIM_STORED;
 	for (size_t i = 0; i < n; i++)
-		if (strcmp(s->stored[i], id) == 0)
-			return true;
-	return false;
+		if (strcmp(s->stored[i].id, id) == 0)
+			return &s->stored[i];
+	return NULL;
 }
 
-static void stored_put(struct sim *s, const char *id)
+static bool stored_has(const struct sim *s, const char *id)
+{
+	return stored_find(s, id) != NULL;
+}
+
+static void stored_put(struct sim *s, const struct sim_req *r)
 {
 	if (!s->stored && !(s->stored = calloc(SIM_STORED, sizeof(*s->stored))))
 		return;
-	snprintf(s->stored[s->nstored++ % SIM_STORED], sizeof(*s->stored), "%s", id);
+	struct sim_stored *e = &s->stored[s->nstored++ % SIM_STORED];
+	snprintf(e->id, sizeof(e->id), "%s", r->id);
+	snprintf(e->prev_id, sizeof(e->prev_id), "%s", r->prev_id);
+	snprintf(e->model, sizeof(e->model), "%s", strlen(r->model_json) < sizeof(e->model) ? r->model_json : "\"?\"");
+	e->created = r->created;
+	e->text_seed = r->text_seed;
+	e->prompt_tokens = r->prompt_tokens;
+	e->n_tokens = r->n_tokens;
+	e->length_cut = r->length_cut;
+}
+
+/* GET /v1/responses/{id} and POST /v1/responses/{id}/cancel, after
+ * sgl-project/sglang python/sglang/srt/entrypoints/openai/serving_responses.py
+ * retrieve_responses and cancel_responses (vLLM's are the same): an id not
+ * starting "resp_" is 400, one not held 404, a held one is given back; a
+ * cancel of one that finished (they all have: no background mode here) is
+ * 400 "Cannot cancel a synchronous response.". Errors nested under "error"
+ * in both: /v1/responses* has its own handler in SGLang's http_server.py. */
+static enum MHD_Result response_by_id(struct sim *s, struct MHD_Connection *conn, const char *url,
+				      const char *method)
+{
+	const char *id = url + strlen("/v1/responses/"), *slash = strchr(id, '/');
+	size_t n = slash ? (size_t)(slash - id) : strlen(id);
+	bool cancel = slash && strcmp(slash, "/cancel") == 0;
+	if ((slash && !cancel) || n == 0)
+		return respond_detail(s, conn, 404, "Not Found", NULL);
+	if (strcmp(method, cancel ? "POST" : "GET") != 0 && !(!cancel && strcmp(method, "HEAD") == 0))
+		return respond_detail(s, conn, 405, "Method Not Allowed", cancel ? "POST" : "GET, HEAD");
+	char rid[48];
+	snprintf(rid, sizeof(rid), "%.*s", (int)(n < sizeof(rid) ? n : sizeof(rid) - 1), id);
+	const struct sim_stored *e = n < sizeof(rid) ? stored_find(s, rid) : NULL;
+	unsigned status = strncmp(id, "resp_", 5) != 0 ? 400 : !e ? 404 : cancel ? 400 : 200;
+	if (status != 200) {
+		s->eng.st.invalid++;
+		char *msg = status == 404 ? ig_strdupf("Response with id '%.*s' not found.", (int)n, id)
+			  : cancel && e ? strdup("Cannot cancel a synchronous response.")
+					: ig_strdupf("Invalid 'response_id': '%.*s'. Expected an ID that begins with 'resp'.",
+						     (int)n, id);
+		json_t *j = json_pack("{s:{s:s, s:s, s:n, s:i}}", "error", "message", ascii(msg), "type",
+				      "invalid_request_error", "param", "code", (int)status);
+		free(msg);
+		return respond_json(conn, status, dump(j));
+	}
+	struct sim_req r = {.created = e->created, .text_seed = e->text_seed, .prompt_tokens = e->prompt_tokens,
+			    .n_tokens = e->n_tokens, .length_cut = e->length_cut};
+	memcpy(r.id, e->id, sizeof(r.id));
+	memcpy(r.prev_id, e->prev_id, sizeof(r.prev_id));
+	r.model_json = (char *)e->model;
+	struct ig_buf o;
+	ig_buf_init(&o);
+	sim_engine_response_object(&o, &r);
+	ig_buf_append(&o, "", 1);
+	return respond_json(conn, 200, o.data);
 }
 
 static int responses_state(struct sim *s, struct sim_req *r, json_t *root, struct perr *e)
@@ -980,7 +1078,27 @@ static int parse_completion(struct sim *s, struct sim_req *r, const struct ig_bu
 		r->include_usage = r->stream && json_is_true(iu);
 	}
 	long max_tokens, max_completion_tokens;
-	if (r->kind == SIM_RESPONSES) {
+	if (r->kind == SIM_GENERATE) {
+		/* GenerateReqInput (python/sglang/srt/managers/io_struct.py):
+		 * sampling_params.max_new_tokens, rid */
+		json_t *sp = json_object_get(root, "sampling_params"), *rid = json_object_get(root, "rid");
+		max_completion_tokens = 0;
+		r->include_usage = false;
+		if (sp && !json_is_null(sp) && !json_is_object(sp)) {
+			fail(e, strdup("'sampling_params' must be an object"));
+			goto out;
+		}
+		max_tokens = 0;
+		if (json_is_object(sp) && get_limit(sp, "max_new_tokens", &max_tokens, e) < 0)
+			goto out;
+		if (rid && !json_is_null(rid) && (!json_is_string(rid) || json_string_length(rid) == 0 ||
+						  json_string_length(rid) >= sizeof(r->id))) {
+			fail(e, ig_strdupf("'rid' must be a string of 1..%zu bytes (infergate-sim)", sizeof(r->id) - 1));
+			goto out;
+		}
+		if (json_is_string(rid))
+			snprintf(r->id, sizeof(r->id), "%s", json_string_value(rid));
+	} else if (r->kind == SIM_RESPONSES) {
 		max_completion_tokens = 0;
 		r->include_usage = false;
 		if (get_limit(root, "max_output_tokens", &max_tokens, e) < 0 || responses_state(s, r, root, e) < 0)
@@ -1216,6 +1334,32 @@ out:
 	return ret;
 }
 
+/* Embeddings, rerank, score, pooling, classify (pooling.c), at once. */
+static enum MHD_Result pool(struct sim *s, struct sim_call *c)
+{
+	static const enum sim_pool_kind kinds[] = {[R_EMBEDDINGS] = SIM_POOL_EMBED, [R_RERANK] = SIM_POOL_RERANK,
+						   [R_SCORE] = SIM_POOL_SCORE, [R_POOLING] = SIM_POOL_POOLING,
+						   [R_CLASSIFY] = SIM_POOL_CLASSIFY};
+	struct sim_pool_answer a;
+	c->req.state = SIM_REQ_DONE;
+	sim_pool_answer(s->conf, kinds[c->route], c->body.data, c->body.len,
+			MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND, "X-Request-Id"), &a);
+	if (a.status == 200) {
+		s->eng.st.prompt_tokens += (uint64_t)a.prompt_tokens;
+		return respond_json(c->conn, 200, a.body);
+	}
+	enum MHD_Result ret;
+	if (a.native) { /* SGLang's native routes: _create_error_response */
+		s->eng.st.invalid++;
+		ret = respond_json(c->conn, a.status, dump(json_pack("{s:{s:s}}", "error", "message", ascii(a.message))));
+	} else {
+		ret = respond_error(s, c->conn, a.status, a.type ? a.type : a.status == 400 ? T_VALIDATION : NULL, a.param,
+				    "%s", a.message);
+	}
+	free(a.message);
+	return ret;
+}
+
 /* The body is complete: validate, then answer, stream, queue or hang. */
 static enum MHD_Result start_request(struct sim *s, struct sim_call *c)
 {
@@ -1234,7 +1378,7 @@ static enum MHD_Result start_request(struct sim *s, struct sim_call *c)
 	if (r->kind == SIM_FAULT_SET)
 		return set_fault(s, c);
 	if (r->kind == SIM_UTILITY)
-		return tokenize(s, c);
+		return c->route == R_TOKENIZE || c->route == R_DETOKENIZE ? tokenize(s, c) : pool(s, c);
 	if (s->stopping || s->eng.fault == SIM_FAULT_DOWN) {
 		r->state = SIM_REQ_DONE;
 		s->eng.st.rejected++;
@@ -1243,7 +1387,13 @@ static enum MHD_Result start_request(struct sim *s, struct sim_call *c)
 	}
 	if (parse_completion(s, r, &c->body, &e) < 0) {
 		r->state = SIM_REQ_DONE;
-		enum MHD_Result ret = respond_error(s, c->conn, e.status, e.type, e.param, "%s", e.msg);
+		enum MHD_Result ret;
+		if (r->kind == SIM_GENERATE) { /* http_server.py _create_error_response */
+			s->eng.st.invalid++;
+			ret = respond_json(c->conn, e.status, dump(json_pack("{s:{s:s}}", "error", "message", ascii(e.msg))));
+		} else {
+			ret = respond_error(s, c->conn, e.status, e.type, e.param, "%s", e.msg);
+		}
 		free(e.msg);
 		return ret;
 	}
@@ -1257,12 +1407,16 @@ static enum MHD_Result start_request(struct sim *s, struct sim_call *c)
 	}
 	if (r->stream && sim_engine_should_fail_stream(&s->eng))
 		r->fail_at = r->n_tokens / 2; /* about half the answer, then the error */
-	const char *prefix = r->kind == SIM_CHAT ? "chatcmpl-" : r->kind == SIM_RESPONSES ? "resp_" : "cmpl-";
-	memcpy(r->id, prefix, strlen(prefix));
-	ig_random_hex(r->id + strlen(prefix), 24);
-	if (r->kind == SIM_RESPONSES && r->store) /* the id is known from now on */
-		stored_put(s, r->id);
+	const char *prefix = r->kind == SIM_CHAT ? "chatcmpl-" : r->kind == SIM_RESPONSES ? "resp_"
+			   : r->kind == SIM_GENERATE ? "" : "cmpl-";
+	if (!r->id[0]) { /* /generate: its rid, else uuid4().hex */
+		memcpy(r->id, prefix, strlen(prefix));
+		ig_random_hex(r->id + strlen(prefix), r->kind == SIM_GENERATE ? 32 : 24);
+	}
+	r->t_recv_us = ig_now_us();
 	r->created = ig_wall_s();
+	if (r->kind == SIM_RESPONSES && r->store) /* the id is known from now on */
+		stored_put(s, r);
 
 	sim_engine_submit(&s->eng, r);
 	if (r->state == SIM_REQ_HUNG) {
@@ -1304,15 +1458,20 @@ enum MHD_Result sim_server_handler(void *cls, struct MHD_Connection *conn, const
 		for (i = 0; i < sizeof(routes) / sizeof(routes[0]); i++)
 			if (strcmp(url, routes[i].path) == 0 && (routes[i].flavors & (1u << s->conf->flavor)))
 				break;
+		if (i == sizeof(routes) / sizeof(routes[0]) && strncmp(url, "/v1/responses/", 14) == 0)
+			return response_by_id(s, conn, url, method);
 		if (i == sizeof(routes) / sizeof(routes[0]))
 			return respond_detail(s, conn, 404, "Not Found", NULL);
 		bool get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
-		if (routes[i].post && strcmp(method, "POST") == 0) {
-			enum sim_kind kind = routes[i].route == R_CHAT ? SIM_CHAT
-					   : routes[i].route == R_COMPLETIONS ? SIM_COMPLETION
-					   : routes[i].route == R_RESPONSES ? SIM_RESPONSES
-					   : routes[i].route == R_FAULT ? SIM_FAULT_SET : SIM_UTILITY;
-			if (kind == SIM_CHAT || kind == SIM_COMPLETION || kind == SIM_RESPONSES)
+		bool post = strcmp(method, "POST") == 0 || (strcmp(method, "PUT") == 0 && strstr(routes[i].allow, "PUT"));
+		if (routes[i].post && post) {
+			enum route rt = routes[i].route;
+			enum sim_kind kind = rt == R_CHAT ? SIM_CHAT
+					   : rt == R_COMPLETIONS ? SIM_COMPLETION
+					   : rt == R_RESPONSES ? SIM_RESPONSES
+					   : rt == R_GENERATE ? SIM_GENERATE
+					   : rt == R_FAULT ? SIM_FAULT_SET : SIM_UTILITY;
+			if (kind == SIM_CHAT || kind == SIM_COMPLETION || kind == SIM_RESPONSES || kind == SIM_GENERATE)
 				s->eng.st.received++;
 			c = call_new(s, conn, kind);
 			if (!c)

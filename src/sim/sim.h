@@ -35,6 +35,8 @@ struct sim_event {
 	void *data;
 };
 
+struct sim_stored;
+
 struct sim {
 	struct sim_conf *conf;
 	struct sim_engine eng;
@@ -46,7 +48,7 @@ struct sim {
 	bool need_mhd_run;          /* a connection was resumed: run MHD again at once */
 	bool stopping;              /* SIGINT/SIGTERM: refuse new work, end the rest */
 	bool load_warned;           /* /get_load's deprecation logged */
-	char (*stored)[48];         /* server.c: ids of stored Responses, a ring */
+	struct sim_stored *stored;  /* server.c: stored Responses, a ring */
 	size_t nstored;             /* ids put so far */
 };
 
