@@ -140,7 +140,8 @@ def bad_bodies_get_400_with_openai_errors():
         (b"{\"a\": 1, \"a\": 2, \"model\": \"\x00\"}", "invalid_json"),  # raw NUL
     ]
     # chat, and routes of the rest of the serving API (model optional on the native ones)
-    for u in (b"/v1/chat/completions", b"/v1/responses", b"/tokenize", b"/v1/rerank", b"/generate"):
+    for u in (b"/v1/chat/completions", b"/v1/responses", b"/v1/embeddings", b"/tokenize", b"/detokenize",
+              b"/v1/rerank", b"/v1/score", b"/generate", b"/pooling", b"/classify"):
         for body, code in cases:
             if len(body) > SMALL_BODY:
                 body = body[:SMALL_BODY]
@@ -513,6 +514,9 @@ def hundred_thousand_bad_requests_then_normal_service():
         (post(b"/v1/responses", b'{"model": "m", "max_output_tokens": "9"}'), 400),
         (post(b"/tokenize", b'{"model": 5}'), 400),
         (post(b"/v1/rerank", b'{"q":"' + b"a" * (SMALL_BODY + 10) + b'"}'), 413),
+        (b"GET /v1/responses/resp_never_stored HTTP/1.1\r\nHost: gw\r\n\r\n", 404),
+        (b"PUT /v1/responses/resp_x/cancel HTTP/1.1\r\nHost: gw\r\nContent-Length: 2\r\n\r\n{}", 405),
+        (post(b"/generate", b'{"sampling_params": {"max_new_tokens": "9"}, "model": []}'), 400),
     ]
     total = 100000
     conns = 8

@@ -76,6 +76,114 @@ def tokenize_and_detokenize_pass_byte_for_byte_in_both_flavors():
         sim.kill()
 
 
+# The simulator's answers to the routes past chat, per flavor: (method, path, body).
+NEW_ROUTES = {
+    "sglang": [("POST", "/v1/embeddings", {"model": "m", "input": ["one", "two"]}),
+               ("POST", "/v1/embeddings", {"model": "m", "input": "one", "encoding_format": "base64"}),
+               ("POST", "/v1/rerank", {"query": "which", "documents": ["a b", "c d", "e f"], "top_n": 2}),
+               ("PUT", "/v1/rerank", {"query": "which", "documents": ["a b", "c d"], "return_documents": False}),
+               ("POST", "/v1/score", {"query": "is it?", "items": ["yes", "no"], "label_token_ids": [9, 7],
+                                      "apply_softmax": True}),
+               ("POST", "/classify", {"text": ["good", "bad"], "rid": "c"}),
+               ("POST", "/generate", {"text": "Once", "rid": "r1", "sampling_params": {"max_new_tokens": 6}}),
+               ("PUT", "/generate", {"text": "Once", "rid": "r2", "sampling_params": {"max_new_tokens": 6},
+                                     "stream": True})],
+    "vllm": [("POST", "/v1/embeddings", {"model": "m", "input": ["one", "two"]}),
+             ("POST", "/v1/rerank", {"model": "m", "query": "which", "documents": ["a b", "c d", "e f"]}),
+             ("POST", "/v1/score", {"model": "m", "queries": "is it?", "documents": ["yes", "no"]}),
+             ("POST", "/pooling", {"model": "m", "input": "one"}),
+             ("POST", "/classify", {"model": "m", "input": ["good", "bad"]})],
+}
+
+
+def comparable(path, raw):
+    """An answer's bytes, but for what differs between two calls by design:
+    vLLM's "created" second, /generate's latencies and send times."""
+    import re
+    raw = re.sub(rb'"created":\d+', b'"created":0', raw)
+    return re.sub(rb'"(e2e_latency|response_sent_to_client_ts)":[0-9.e+-]+', b'"\\1":0', raw)
+
+
+@test
+def every_new_route_answers_as_the_simulator_does_directly():
+    # the same bytes through the gateway as straight from the server (the same X-Request-Id, which
+    # vLLM makes its ids of), in both flavors; usage counted where the answer has it
+    for flavor, cases in NEW_ROUTES.items():
+        sim = start_sim("--model", "m", "--flavor", flavor, "--tokens-per-second", "0", "--ttft-ms", "0")
+        gw = start_gateway([sim], "--health-interval-ms", "200")
+        healthy(gw, 1)
+        for i, (method, path, body) in enumerate(cases):
+            h = {"X-Request-Id": f"req-{flavor}-{i}"}
+            direct = http(method, sim.url + path, body, headers=h)
+            via = http(method, gw.url + path, body, headers=h)
+            assert direct[0] == via[0] == 200, (flavor, path, direct, via)
+            assert comparable(path, via[2]) == comparable(path, direct[2]), (flavor, path, via[2], direct[2])
+            assert via[1]["x-infergate-backend"] == sim.url, via[1]
+            if body.get("stream"):
+                assert via[1]["content-type"].startswith("text/event-stream") and via[2].endswith(b"data: [DONE]\n\n")
+        text = http("GET", gw.url + "/metrics")[2].decode()
+        ptok = metric(text, f'infergate_backend_prompt_tokens_total{{backend="{sim.url}"}}')
+        ctok = metric(text, f'infergate_backend_completion_tokens_total{{backend="{sim.url}"}}')
+        assert ptok > 0 and ctok == (12 if flavor == "sglang" else 0), (ptok, ctok)   # /generate: 6 + 6
+        gw.kill()
+        sim.kill()
+
+
+@test
+def the_new_routes_are_retried_past_a_dead_backend_and_404_an_unknown_model():
+    one, two = (start_sim("--model", "m", "--flavor", "vllm", "--tokens-per-second", "0") for _ in range(2))
+    gw = start_gateway([one, two], "--health-interval-ms", "60000")  # no probe marks it down first
+    healthy(gw, 2)
+    one.kill()
+    for _ in range(2):
+        for method, path, body in NEW_ROUTES["vllm"]:
+            st, hdrs, raw = http(method, gw.url + path, body)
+            assert st == 200 and hdrs["x-infergate-backend"] == two.url, (path, st, hdrs, raw)
+    for method, path, body in NEW_ROUTES["vllm"]:
+        st, _, obj = http_json(method, gw.url + path, dict(body, model="nope"))
+        assert st == 404 and obj["error"]["code"] == "model_not_found", (path, obj)
+    sg = start_sim("--model", "g")
+    gw2 = start_gateway([sg], "--health-interval-ms", "200")
+    healthy(gw2, 1)
+    st, _, obj = http_json("POST", gw2.url + "/generate", {"model": "nope", "text": "x"})
+    assert st == 404 and obj["error"]["code"] == "model_not_found", obj
+
+
+@test
+def the_new_routes_wait_in_the_queue_by_class():
+    # one slot, held by a slow /generate: a low /v1/embeddings and then a high /v1/rerank wait;
+    # when the slot frees the high one goes first, and both say they were queued
+    import threading
+    import time
+    sim = start_sim("--model", "m", "--tokens-per-second", "20", "--ttft-ms", "0")
+    gw = start_gateway([sim], "--health-interval-ms", "200", "--max-inflight", "1", "--load-source", "gateway")
+    healthy(gw, 1)
+    done, lock = [], threading.Lock()
+
+    def call(method, path, body, prio):
+        r = http(method, gw.url + path, body, headers={"X-Infergate-Priority": prio})
+        with lock:
+            done.append((path, r[0], r[1].get("x-infergate-queued-ms")))
+    t0 = threading.Thread(target=call, args=("POST", "/generate", {"text": "hold", "sampling_params":
+                                                                     {"max_new_tokens": 30}}, "normal"))
+    t0.start()
+    wait_until(lambda: http_json("GET", sim.url + "/sim/state")[2]["num_running_reqs"] == 1, timeout=10,
+               what="the slot taken")
+    ts = [threading.Thread(target=call, args=a) for a in (
+        ("POST", "/v1/embeddings", {"model": "m", "input": "later"}, "low"),
+        ("POST", "/v1/rerank", {"query": "q", "documents": ["x", "y"]}, "high"))]
+    for t in ts:
+        t.start()
+        time.sleep(0.2)   # arrival order: low first
+    assert http_json("GET", gw.url + "/health/backends")[2]["gateway"]["queue_depth"] == 2
+    for t in [t0] + ts:
+        t.join(30)
+    waited = [(p, q) for p, _, q in done if p != "/generate"]
+    assert [p for p, _ in waited] == ["/v1/rerank", "/v1/embeddings"], done   # high before low
+    assert all(st == 200 for _, st, _ in done) and all(q for _, q in waited), done
+    assert next(q for p, _, q in done if p == "/generate") is None, done
+
+
 @test
 def without_a_model_several_models_need_one_and_unknown_ones_are_404():
     a, b = start_sim("--model", "a"), start_sim("--model", "b")
