@@ -805,6 +805,20 @@ static struct ig_route_req route_req(const struct ig_req *req)
 				     .balance_abs = cfg->cache_balance_abs, .balance_rel = cfg->cache_balance_rel};
 }
 
+/* The backend a pinned request must go to is down or gone: its stored
+ * response is out of reach, OpenAI's 404. */
+static void pin_lost(struct ig_req *req)
+{
+	const struct ig_backend *held = ig_backend_pool_find_id(&req->gw->pool, req->pinned - 1);
+	const char *why = held ? "is down" : "has left the gateway";
+	if (req->resp_id)
+		set_param_error(req, 404, "response_id", "response_not_found",
+				"Response with id '%s' not found (its backend %s).", req->resp_id, why);
+	else
+		set_param_error(req, 404, "previous_response_id", "previous_response_not_found",
+				"Previous response with id '%s' not found (its backend %s).", req->prev_id, why);
+}
+
 /* Queues req in its model's queue, or sets 429 when that is full. */
 static enum route_result wait_or_refuse(struct ig_req *req)
 {
@@ -840,14 +854,7 @@ static enum route_result route(struct ig_req *req)
 		/* A follow-up goes where its previous response is, or nowhere. */
 		const struct ig_backend *held = ig_backend_pool_find_id(&gw->pool, req->pinned - 1);
 		if (!held || (!ig_backend_routable(held) && req->ntried == 0)) {
-			if (req->resp_id)
-				set_param_error(req, 404, "response_id", "response_not_found",
-						"Response with id '%s' not found (its backend %s).", req->resp_id,
-						held ? "is down" : "has left the gateway");
-			else
-				set_param_error(req, 404, "previous_response_id", "previous_response_not_found",
-						"Previous response with id '%s' not found (its backend %s).", req->prev_id,
-						held ? "is down" : "has left the gateway");
+			pin_lost(req);
 			return ROUTE_FAILED;
 		}
 	}
@@ -1775,29 +1782,55 @@ void ig_proxy_req_client_gone(struct ig_req *req)
 /* Starts waiting requests while their models' backends have slots, one
  * model after another (one request each per round), so that a model whose
  * backends are busy never holds up another's. */
+/* A waiter taken out of its queue while the drain looks past it. */
+struct parked {
+	struct ig_waiter *w;
+	struct ig_model *m;
+	double tag;                  /* its flow's, should the flow go with it */
+};
+
 void ig_proxy_drain_queue(struct ig_gw *gw)
 {
 	struct ig_sched *s = &gw->sched;
 	bool progress = gw->qlen > 0;
+	struct parked *parked = NULL;
+	size_t nparked = 0, capparked = 0;
 
 	while (progress) {
 		progress = false;
 		for (size_t k = 0; k < s->n; k++) {
 			struct ig_model *m = s->v[(s->next + k) % s->n];
-			struct ig_waiter *w = m->qlen ? ig_sched_next(s, m) : NULL;
+			struct ig_waiter *w;
 			struct ig_backend *b = NULL;
-			if (!w)
-				continue;
-			struct ig_req *req = IG_CONTAINER_OF(w, struct ig_req, wait);
-			struct ig_route_req rq = route_req(req);
-			enum ig_pick p = ig_router_pick(m->backends, m->nbackends, &m->rotor, gw->cfg->policy, &rq, &b);
-			if (p == IG_PICK_BUSY || (p == IG_PICK_NONE && m->nbackends == 0 && s->unknown_up > 0))
+			struct ig_req *req = NULL;
+			enum ig_pick p = IG_PICK_NONE;
+			while ((w = m->qlen ? ig_sched_next(s, m) : NULL)) {
+				req = IG_CONTAINER_OF(w, struct ig_req, wait);
+				struct ig_route_req rq = route_req(req);
+				p = ig_router_pick(m->backends, m->nbackends, &m->rotor, gw->cfg->policy, &rq, &b);
+				if (p != IG_PICK_BUSY || !req->pinned)
+					break;
+				/* Pinned to a backend that is full: the requests behind it
+				 * need not wait for that one (no head-of-line blocking);
+				 * it goes back where it was after the drain. */
+				if (nparked == capparked) {
+					struct parked *v = realloc(parked, (capparked = capparked ? 2 * capparked : 8) * sizeof(*v));
+					if (!v)
+						break;
+					parked = v;
+				}
+				parked[nparked++] = (struct parked){w, m, w->flow->tag};
+				ig_sched_dequeue(s, m, w);
+			}
+			if (!w || p == IG_PICK_BUSY || (p == IG_PICK_NONE && m->nbackends == 0 && s->unknown_up > 0))
 				continue;
 			ig_sched_dispatch(s, m, w);
 			dequeue(req);
 			progress = true;
 			if (p == IG_PICK_OK)
 				start_transfer(req, b);
+			else if (req->pinned)
+				pin_lost(req);
 			else if (m->nbackends == 0)
 				not_served(req);
 			else
@@ -1808,6 +1841,17 @@ void ig_proxy_drain_queue(struct ig_gw *gw)
 		}
 		s->next++;
 	}
+	/* Back in front of their queues, in their order. */
+	while (nparked > 0) {
+		struct parked *pk = &parked[--nparked];
+		if (ig_sched_requeue_front(s, pk->m, pk->w, pk->tag) < 0) {
+			struct ig_req *req = IG_CONTAINER_OF(pk->w, struct ig_req, wait);
+			dequeue(req);
+			set_error(req, 500, "internal_error", "out of memory");
+			resume(req);
+		}
+	}
+	free(parked);
 }
 
 /* Transfers with no byte from their backend for timeouts.idle_s. A paused

@@ -200,6 +200,28 @@ found:
 	return 0;
 }
 
+int ig_sched_requeue_front(struct ig_sched *s IG_UNUSED, struct ig_model *m, struct ig_waiter *w, double tag)
+{
+	struct ig_class_queue *q = &m->q[w->klass];
+	struct ig_flow *f;
+	IG_LIST_FOREACH(f, &q->flows, struct ig_flow, link)
+		if (f->key == w->key)
+			goto found;
+	if (!(f = calloc(1, sizeof(*f))))
+		return -1;
+	f->key = w->key;
+	f->tag = tag;
+	ig_list_init(&f->queue);
+	ig_list_append(&q->flows, &f->link);
+found:
+	ig_list_insert(&f->queue, &w->link);
+	f->qlen++;
+	w->flow = f;
+	q->qlen++;
+	m->qlen++;
+	return 0;
+}
+
 void ig_sched_dequeue(struct ig_sched *s IG_UNUSED, struct ig_model *m, struct ig_waiter *w)
 {
 	struct ig_flow *f = w->flow;

@@ -161,6 +161,10 @@ void ig_sched_key_count(struct ig_key *k, unsigned status);
 /* Queues w (its klass, key and deadline set) at the end of its key's FIFO
  * in its class of m. Returns 0 or -1 (out of memory). */
 int ig_sched_enqueue(struct ig_sched *s, struct ig_model *m, struct ig_waiter *w);
+/* Puts w, just taken out (ig_sched_dequeue), back at the head of its key's
+ * FIFO; its flow, if it went with it, is made again with `tag`, the one it
+ * had. Returns 0 or -1 (out of memory). */
+int ig_sched_requeue_front(struct ig_sched *s, struct ig_model *m, struct ig_waiter *w, double tag);
 /* Takes w out of its queue (it left, timed out or is dispatched). */
 void ig_sched_dequeue(struct ig_sched *s, struct ig_model *m, struct ig_waiter *w);
 /* The request that should run next in m (see the top of this file), or

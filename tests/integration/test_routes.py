@@ -370,6 +370,51 @@ def a_stored_responses_own_routes_reach_its_holder():
 
 
 @test
+def a_follow_up_waiting_for_its_full_backend_does_not_hold_the_queue_behind_it():
+    # one slot per backend. The holder of a stored response is busy with a long follow-up
+    # (P1), the other with a shorter request (B1); a second follow-up (P2) waits for the
+    # holder, and an unpinned request (U) waits behind it. When the other backend frees, U
+    # goes there at once: it ends before P1 does, not after P2
+    import threading
+    sims = [start_sim("--model", "m", "--tokens-per-second", "20", "--ttft-ms", "0", "--output-tokens", "60")
+            for _ in range(2)]
+    gw = start_gateway(sims, "--health-interval-ms", "200", "--max-inflight", "1", "--load-source", "gateway")
+    healthy(gw, 2)
+    st, hdrs, raw = post(gw.url + "/v1/responses", {"model": "m", "input": "first", "max_output_tokens": 2})
+    assert st == 200, raw
+    rid, holder = json.loads(raw)["id"], hdrs["x-infergate-backend"]
+    other = next(s.url for s in sims if s.url != holder)
+    done, lock = [], threading.Lock()
+
+    def call(name, path, body):
+        r = post(gw.url + path, body)
+        with lock:
+            done.append((name, r[0], r[1].get("x-infergate-backend")))
+    calls = [("P1", "/v1/responses", {"model": "m", "input": "long", "previous_response_id": rid}),
+             ("B1", "/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "b"}],
+                                             "max_tokens": 20}),
+             ("P2", "/v1/responses", {"model": "m", "input": "next", "previous_response_id": rid,
+                                      "max_output_tokens": 4}),
+             ("U", "/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "u"}],
+                                            "max_tokens": 4})]
+    threads = []
+    for i, c in enumerate(calls):
+        threads.append(threading.Thread(target=call, args=c))
+        threads[-1].start()
+        want = min(i + 1, 2)
+        wait_until(lambda: sum(http_json("GET", s.url + "/sim/state")[2]["num_running_reqs"] for s in sims) == want
+                   and http_json("GET", gw.url + "/health/backends")[2]["gateway"]["queue_depth"] == max(0, i - 1),
+                   timeout=10, what=f"{c[0]} placed")
+    for t in threads:
+        t.join(30)
+    order = [n for n, _, _ in done]
+    where = {n: b for n, _, b in done}
+    assert all(st == 200 for _, st, _ in done), done
+    assert where["P1"] == where["P2"] == holder and where["B1"] == where["U"] == other, (where, holder)
+    assert order.index("U") < order.index("P1") < order.index("P2"), order
+
+
+@test
 def the_route_table_is_the_configurations():
     # two built-in routes and one of SGLang's that is not built in (/encode: POST or PUT, no
     # model, token counts in meta_info): the table says what is forwarded and how
