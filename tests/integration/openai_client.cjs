@@ -56,7 +56,8 @@ async function loop(baseURL, model, n) {
 
 // The Responses API and embeddings: one response plain and one streamed,
 // n follow-ups naming the first (previous_response_id), and which backend
-// answered each (X-Infergate-Backend, through the client's withResponse()).
+// answered each (X-Infergate-Backend, through the client's withResponse());
+// then the first retrieved, deleted and retrieved again.
 async function responses(client, model, n) {
   const out = {};
   const first = await client.responses.create({ model, input: 'Hello from the official client' }).withResponse();
@@ -76,6 +77,17 @@ async function responses(client, model, n) {
     const f = await client.responses.create({ model, input: `more ${i}`, previous_response_id: r.id }).withResponse();
     out.follow.push({ id: f.data.id, backend: f.response.headers.get('x-infergate-backend') });
   }
+  // the stored response's own routes: retrieve, then delete, then retrieve again (a 404)
+  const got = await client.responses.retrieve(r.id).withResponse();
+  const del = await client.responses.delete(r.id);
+  let gone = null;
+  try {
+    await client.responses.retrieve(r.id);
+  } catch (err) {
+    gone = { status: err.status, message: err.message };
+  }
+  out.stored = { id: got.data.id, text: got.data.output_text, backend: got.response.headers.get('x-infergate-backend'),
+                 deleted: del === undefined ? null : del, gone };
   const e = await client.embeddings.create({ model, input: ['one', 'two'] });
   out.embeddings = { n: e.data.length, dims: e.data[0].embedding.length, usage: e.usage };
   console.log(JSON.stringify(out));

@@ -73,10 +73,11 @@ def sglang_errors_reach_the_official_client_as_api_errors():
 
 @test
 def official_client_responses_streamed_or_not_follow_ups_and_embeddings():
-    # Seven backends that store their responses in memory (scripted: the simulator does not
-    # serve /v1/responses yet): the official client's responses.create plain and streamed,
+    # Seven backends that store their responses in memory (scripted, to serve DELETE, which
+    # SGLang and vLLM do not): the official client's responses.create plain and streamed,
     # five follow-ups naming the first response (each must reach the backend that holds
-    # it, or that backend answers 404 and the client throws), and embeddings.create.
+    # it, or that backend answers 404 and the client throws), responses.retrieve and
+    # responses.delete (to the holder), and embeddings.create.
     ensure_openai()
     fbs = [stateful_backend() for _ in range(7)]
     gw = start_gateway(fbs, "--health-interval-ms", "200")
@@ -89,6 +90,9 @@ def official_client_responses_streamed_or_not_follow_ups_and_embeddings():
     assert out["stream"]["usage"]["output_tokens"] == 7, out
     holder = out["plain"]["backend"]
     assert [f["backend"] for f in out["follow"]] == [holder] * 5, out
+    st = out["stored"]   # retrieve and delete reached the holder; then its own 404 reached the client
+    assert st["id"] == out["plain"]["id"] and st["text"] == "Hi there" and st["backend"] == holder, out
+    assert st["gone"]["status"] == 404 and "not found" in st["gone"]["message"], out
     assert out["embeddings"] == {"n": 2, "dims": 3, "usage": {"prompt_tokens": 2, "total_tokens": 2}}, out
     m = http("GET", gw.url + "/metrics")[2]
     # usage counted: 7 responses (plain, streamed, 5 follow-ups) x 11 in / 7 out, and 2 embedding tokens
