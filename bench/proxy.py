@@ -15,8 +15,13 @@ JSON keys file of N named keys, each with rpm and tpm limits (high enough never 
 and wrk sends one of them: the cost of key lookup, rate limiting, the x-ratelimit-* headers
 and per-key accounting, against the open gateway in the same run.
 
+With --reference DIR, a second gateway ("infergate@ref") runs the infergate binary of another
+build directory (an earlier commit: `git worktree add /tmp/ref COMMIT`, built there) in front
+of the same backends, and the two gateways' main runs alternate --rounds times: the medians and
+their ratio say whether this commit is slower, measured side by side on the same machine.
+
 Usage: python3 bench/proxy.py [--duration S] [--connections N] [--sweep 8,16,...]
-       [--sweep-duration S] [--no-sweep] [--keys N] [--policy P]
+       [--sweep-duration S] [--no-sweep] [--keys N] [--policy P] [--reference DIR [--rounds N]]
 Env: IG_BUILD (build dir, default ./build), IG_SKIP_DEPS=1 (no apt-get).
 """
 
@@ -129,7 +134,15 @@ def main():
                     help="also a gateway with a keys file of N keys with limits (0: not run)")
     ap.add_argument("--keys-format", choices=("json", "lines"), default="json",
                     help="json: named keys with rpm and tpm; lines: digests only, no limits")
+    ap.add_argument("--reference", metavar="DIR",
+                    help="also the infergate of this build directory, alternating with this one's")
+    ap.add_argument("--rounds", type=int, default=5, help="with --reference: alternations [5]")
     args = ap.parse_args()
+    ref_bin = None
+    if args.reference:
+        ref_bin = os.path.join(os.path.abspath(args.reference), "infergate")
+        if not os.access(ref_bin, os.X_OK):
+            sys.exit(f"--reference: {ref_bin} is not an executable infergate")
 
     B.need(("wrk", "wrk"), ("nginx", "nginx-light"), ("haproxy", "haproxy"))
     mach = B.machine()
@@ -152,6 +165,32 @@ def main():
 
     main_runs = {t: measure(t, u, pg, args.connections, args.duration, args.wrk_threads, key)
                  for t, u, pg, key in targets}
+    ref_table, ref_figs = "", {}
+    if ref_bin:
+        rf_url, rf = B.start_gateway(procs, sims, extra=["--policy", args.policy], name="gateway-ref",
+                                     program=ref_bin)
+        pairs = []
+        for _ in range(args.rounds):
+            pairs.append((measure("infergate", gw_url, gw.pid, args.connections, args.duration, args.wrk_threads),
+                          measure("infergate@ref", rf_url, rf.pid, args.connections, args.duration,
+                                  args.wrk_threads)))
+
+        def med(v):
+            v = sorted(v)
+            return v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
+        ref_figs = {"reference": args.reference, "rounds": args.rounds,
+                    "rps": [[a["rps"], b["rps"]] for a, b in pairs],
+                    "p99_ms": [[a["p99_ms"], b["p99_ms"]] for a, b in pairs]}
+        for k in ("rps", "p99_ms"):
+            ref_figs[f"median_{k}"] = [med([a[k] for a, _ in pairs]), med([b[k] for _, b in pairs])]
+            ref_figs[f"{k}_this_over_ref"] = ref_figs[f"median_{k}"][0] / ref_figs[f"median_{k}"][1]
+        ref_table = "\n\n" + B.md_table(
+            ["round", "infergate req/s", "infergate@ref req/s", "infergate p99 ms", "infergate@ref p99 ms"],
+            [[str(i + 1), f"{a['rps']:,.0f}", f"{b['rps']:,.0f}", f"{a['p99_ms']:.2f}", f"{b['p99_ms']:.2f}"]
+             for i, (a, b) in enumerate(pairs)] +
+            [["median", f"{ref_figs['median_rps'][0]:,.0f}", f"{ref_figs['median_rps'][1]:,.0f}",
+              f"{ref_figs['median_p99_ms'][0]:.2f}", f"{ref_figs['median_p99_ms'][1]:.2f}"],
+             ["this / ref", f"{ref_figs['rps_this_over_ref']:.3f}", "", f"{ref_figs['p99_ms_this_over_ref']:.3f}", ""]])
 
     sweep = []
     if not args.no_sweep:
@@ -207,8 +246,12 @@ def main():
                                 for t in ("direct", "infergate", "nginx", "haproxy")])
         table += "\n\nSweep (req/s / p99 ms), plot in results/proxy-sweep.png:\n\n" + B.md_table(
             ["connections", "direct", "infergate", "nginx", "haproxy"], srows)
+    if ref_bin:
+        table += ref_table
+        notes += (f" infergate@ref: {ref_bin}, the same flags and backends; the two gateways' runs alternate "
+                  f"{args.rounds} times after the main runs.")
     B.record("proxy", "Proxy overhead", B.command_line(), mach,
-             {"main": main_runs, "ratios": ratios, "sweep": sweep}, table, notes)
+             {"main": main_runs, "ratios": ratios, "sweep": sweep, "reference": ref_figs}, table, notes)
 
 
 if __name__ == "__main__":

@@ -167,9 +167,10 @@ def start_sims(procs, n, args, name="sim"):
     return urls, ps
 
 
-def start_gateway(procs, backends, extra=(), name="gateway", config=None):
+def start_gateway(procs, backends, extra=(), name="gateway", config=None, program=None):
+    """infergate (program: another build's binary) in front of backends, once all are healthy."""
     port = free_port()
-    argv = [binary("infergate"), "--listen", f"127.0.0.1:{port}", "--log-level", "warn"]
+    argv = [program or binary("infergate"), "--listen", f"127.0.0.1:{port}", "--log-level", "warn"]
     if config:
         argv += ["--config", config]
     else:
