@@ -122,6 +122,12 @@ demo() {
 	curl -s localhost:8080/v1/chat/completions \
 		-d '{"model": "sim-model", "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 12}'
 	echo
+	echo "\$ curl -s localhost:8080/v1/responses -d '{\"model\": \"sim-model\", \"input\": \"Hello\", \"max_output_tokens\": 8}'"
+	curl -s localhost:8080/v1/responses -d '{"model": "sim-model", "input": "Hello", "max_output_tokens": 8}'
+	echo
+	echo "\$ curl -s localhost:8080/v1/rerank -d '{\"query\": \"which one?\", \"documents\": [\"the first\", \"the second\"]}'"
+	curl -s localhost:8080/v1/rerank -d '{"query": "which one?", "documents": ["the first", "the second"]}'
+	echo
 	n=${IG_DEMO_PROMPTS:-3000}
 	echo "== generating $n prompts and pushing them through the gateway (concurrency auto: the"
 	echo "   slots the gateway learns from the simulators, 7 x 48, plus a little headroom);"
