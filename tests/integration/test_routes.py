@@ -131,22 +131,20 @@ def every_new_route_answers_as_the_simulator_does_directly():
 
 @test
 def the_new_routes_are_retried_past_a_dead_backend_and_404_an_unknown_model():
-    one, two = (start_sim("--model", "m", "--flavor", "vllm", "--tokens-per-second", "0") for _ in range(2))
-    gw = start_gateway([one, two], "--health-interval-ms", "60000")  # no probe marks it down first
-    healthy(gw, 2)
-    one.kill()
-    for _ in range(2):
-        for method, path, body in NEW_ROUTES["vllm"]:
-            st, hdrs, raw = http(method, gw.url + path, body)
-            assert st == 200 and hdrs["x-infergate-backend"] == two.url, (path, st, hdrs, raw)
-    for method, path, body in NEW_ROUTES["vllm"]:
-        st, _, obj = http_json(method, gw.url + path, dict(body, model="nope"))
-        assert st == 404 and obj["error"]["code"] == "model_not_found", (path, obj)
-    sg = start_sim("--model", "g")
-    gw2 = start_gateway([sg], "--health-interval-ms", "200")
-    healthy(gw2, 1)
-    st, _, obj = http_json("POST", gw2.url + "/generate", {"model": "nope", "text": "x"})
-    assert st == 404 and obj["error"]["code"] == "model_not_found", obj
+    for flavor, cases in NEW_ROUTES.items():
+        one, two = (start_sim("--model", "m", "--flavor", flavor, "--tokens-per-second", "0") for _ in range(2))
+        gw = start_gateway([one, two], "--health-interval-ms", "60000")  # no probe marks it down first
+        healthy(gw, 2)
+        one.kill()
+        for _ in range(2):
+            for method, path, body in cases:
+                st, hdrs, raw = http(method, gw.url + path, body)
+                assert st == 200 and hdrs["x-infergate-backend"] == two.url, (flavor, path, st, hdrs, raw)
+        for method, path, body in cases:
+            st, _, obj = http_json(method, gw.url + path, dict(body, model="nope"))
+            assert st == 404 and obj["error"]["code"] == "model_not_found", (flavor, path, obj)
+        gw.kill()
+        two.kill()
 
 
 @test
