@@ -178,29 +178,9 @@ int ig_sched_configure(struct ig_sched *s, const struct ig_conf *cfg, const stru
 
 /* ---- queues ---- */
 
-int ig_sched_enqueue(struct ig_sched *s IG_UNUSED, struct ig_model *m, struct ig_waiter *w)
-{
-	struct ig_class_queue *q = &m->q[w->klass];
-	struct ig_flow *f;
-	IG_LIST_FOREACH(f, &q->flows, struct ig_flow, link)
-		if (f->key == w->key)
-			goto found;
-	if (!(f = calloc(1, sizeof(*f))))
-		return -1;
-	f->key = w->key;
-	f->tag = q->vtime; /* a newly busy key starts level with the others */
-	ig_list_init(&f->queue);
-	ig_list_append(&q->flows, &f->link);
-found:
-	ig_list_append(&f->queue, &w->link);
-	f->qlen++;
-	w->flow = f;
-	q->qlen++;
-	m->qlen++;
-	return 0;
-}
-
-int ig_sched_requeue_front(struct ig_sched *s IG_UNUSED, struct ig_model *m, struct ig_waiter *w, double tag)
+/* Adds w to its key's FIFO in its class, at the end or (front) the head;
+ * a flow made for it starts with tag. Returns 0 or -1. */
+static int put(struct ig_model *m, struct ig_waiter *w, bool front, double tag)
 {
 	struct ig_class_queue *q = &m->q[w->klass];
 	struct ig_flow *f;
@@ -214,12 +194,25 @@ int ig_sched_requeue_front(struct ig_sched *s IG_UNUSED, struct ig_model *m, str
 	ig_list_init(&f->queue);
 	ig_list_append(&q->flows, &f->link);
 found:
-	ig_list_insert(&f->queue, &w->link);
+	if (front)
+		ig_list_insert(&f->queue, &w->link);
+	else
+		ig_list_append(&f->queue, &w->link);
 	f->qlen++;
 	w->flow = f;
 	q->qlen++;
 	m->qlen++;
 	return 0;
+}
+
+int ig_sched_enqueue(struct ig_sched *s IG_UNUSED, struct ig_model *m, struct ig_waiter *w)
+{
+	return put(m, w, false, m->q[w->klass].vtime); /* a newly busy key starts level with the others */
+}
+
+int ig_sched_requeue_front(struct ig_sched *s IG_UNUSED, struct ig_model *m, struct ig_waiter *w, double tag)
+{
+	return put(m, w, true, tag);
 }
 
 void ig_sched_dequeue(struct ig_sched *s IG_UNUSED, struct ig_model *m, struct ig_waiter *w)

@@ -88,13 +88,15 @@ static json_t *usage(long prompt)
 			 (json_int_t)prompt, "completion_tokens", 0, "prompt_tokens_details");
 }
 
+int sim_refuse(struct sim_perr *e, unsigned status, const char *type, const char *param, char *msg)
+{
+	*e = (struct sim_perr){status, type, param, msg};
+	return -1;
+}
+
 static int fail(struct sim_pool_answer *a, unsigned status, const char *type, const char *param, char *msg)
 {
-	a->status = status;
-	a->type = type;
-	a->param = param;
-	a->message = msg;
-	return -1;
+	return sim_refuse(&a->err, status, type, param, msg);
 }
 
 /* A string or a non-empty list of strings, as a list (a new reference), or
@@ -379,7 +381,7 @@ void sim_pool_answer(const struct sim_conf *conf, enum sim_pool_kind kind, const
 	json_error_t jerr;
 	json_t *root = json_loadb(body ? body : "", len, 0, &jerr), *out = NULL;
 	bool vllm = conf->flavor == SIM_FLAVOR_VLLM;
-	*a = (struct sim_pool_answer){.status = 200};
+	*a = (struct sim_pool_answer){0};
 	a->native = !vllm && kind == SIM_POOL_CLASSIFY;
 	if (!json_is_object(root)) {
 		fail(a, 400, "Bad Request", NULL,

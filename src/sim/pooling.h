@@ -11,14 +11,23 @@
 
 enum sim_pool_kind { SIM_POOL_EMBED, SIM_POOL_RERANK, SIM_POOL_SCORE, SIM_POOL_POOLING, SIM_POOL_CLASSIFY };
 
-struct sim_pool_answer {
-	unsigned status;    /* 200: body is the answer; else the error's */
-	char *body;         /* 200: the JSON answer (malloc'd) */
-	char *message;      /* else: the error's message (malloc'd) */
-	const char *type;   /* ...its type (NULL: the usual one for the status) */
+/* Why a request is refused: the answer's status, type (NULL: the usual one
+ * for the status), param and message (malloc'd). */
+struct sim_perr {
+	unsigned status;
+	const char *type;
 	const char *param;
-	bool native;        /* SGLang's native routes: {"error": {"message"}} */
-	long prompt_tokens; /* what it counted, for the server's totals */
+	char *msg;
+};
+
+/* Fills e; returns -1, for `return sim_refuse(...)`. */
+int sim_refuse(struct sim_perr *e, unsigned status, const char *type, const char *param, char *msg);
+
+struct sim_pool_answer {
+	char *body;          /* the JSON answer (malloc'd), or NULL: refused */
+	struct sim_perr err; /* when refused */
+	bool native;         /* SGLang's native routes: {"error": {"message"}} */
+	long prompt_tokens;  /* what it counted, for the server's totals */
 };
 
 /* Answers one request body; request_id: its X-Request-Id (NULL: none),

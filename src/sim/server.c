@@ -748,34 +748,17 @@ void sim_server_init(struct sim *s)
 
 /* ---- parsing ---- */
 
-/* Why a request is refused: the answer's status, type, param and message
- * (malloc'd). */
-struct perr {
-	unsigned status;
-	const char *type;
-	const char *param;
-	char *msg;
-};
-
 /* A request the servers' schema validation would refuse: 400, param null
  * (FastAPI's handler names the field in the message, not in param). */
-static int fail(struct perr *e, char *msg)
+static int fail(struct sim_perr *e, char *msg)
 {
-	e->status = 400;
-	e->type = T_VALIDATION;
-	e->param = NULL;
-	e->msg = msg;
-	return -1;
+	return sim_refuse(e, 400, T_VALIDATION, NULL, msg);
 }
 
 /* Any other refusal. */
-static int refuse(struct perr *e, unsigned status, const char *type, const char *param, char *msg)
+static int refuse(struct sim_perr *e, unsigned status, const char *type, const char *param, char *msg)
 {
-	e->status = status;
-	e->type = type;
-	e->param = param;
-	e->msg = msg;
-	return -1;
+	return sim_refuse(e, status, type, param, msg);
 }
 
 /* Appends a message's content (string, null, or an array of parts whose
@@ -806,7 +789,7 @@ static int add_content(struct ig_buf *p, json_t *content)
  * and content on their own lines. Returns 0 or -1 with *e. */
 /* A message list as prompt text: each message's role and content on lines
  * of their own (chat's "messages", the Responses API's "input"). */
-static int messages_text(json_t *msgs, const char *what, struct ig_buf *p, struct perr *e)
+static int messages_text(json_t *msgs, const char *what, struct ig_buf *p, struct sim_perr *e)
 {
 	size_t i;
 	json_t *m;
@@ -823,7 +806,7 @@ static int messages_text(json_t *msgs, const char *what, struct ig_buf *p, struc
 	return 0;
 }
 
-static int prompt_text(struct sim_req *r, json_t *root, struct ig_buf *p, struct perr *e)
+static int prompt_text(struct sim_req *r, json_t *root, struct ig_buf *p, struct sim_perr *e)
 {
 	if (r->kind == SIM_GENERATE) { /* "text", or "input_ids" as /detokenize reads them */
 		json_t *text = json_object_get(root, "text"), *ids = json_object_get(root, "input_ids");
@@ -877,7 +860,7 @@ static int prompt_text(struct sim_req *r, json_t *root, struct ig_buf *p, struct
 }
 
 /* A positive integer member, or 0 when absent or null. Returns 0 or -1. */
-static int get_limit(json_t *root, const char *key, long *out, struct perr *e)
+static int get_limit(json_t *root, const char *key, long *out, struct sim_perr *e)
 {
 	json_t *v = json_object_get(root, key);
 	*out = 0;
@@ -901,7 +884,7 @@ static int get_limit(json_t *root, const char *key, long *out, struct perr *e)
  * SGLang's serving_chat.py and serving_completions.py run the generator's
  * first step before sending 200 ("Kick-start the generator to trigger
  * validation before HTTP 200 is sent"), vLLM validates before generating. */
-static int check_context(struct sim *s, long in, long max_new, struct perr *e)
+static int check_context(struct sim *s, long in, long max_new, struct sim_perr *e)
 {
 	long ctx = s->conf->context_length;
 
@@ -1023,7 +1006,7 @@ static enum MHD_Result response_by_id(struct sim *s, struct MHD_Connection *conn
 	return respond_json(conn, 200, o.data);
 }
 
-static int responses_state(struct sim *s, struct sim_req *r, json_t *root, struct perr *e)
+static int responses_state(struct sim *s, struct sim_req *r, json_t *root, struct sim_perr *e)
 {
 	json_t *prev = json_object_get(root, "previous_response_id"), *store = json_object_get(root, "store");
 	if (prev && !json_is_null(prev) && !json_is_string(prev))
@@ -1041,7 +1024,7 @@ static int responses_state(struct sim *s, struct sim_req *r, json_t *root, struc
 }
 
 /* Reads a completion request into r. Returns 0 or -1 with *e. */
-static int parse_completion(struct sim *s, struct sim_req *r, const struct ig_buf *body, struct perr *e)
+static int parse_completion(struct sim *s, struct sim_req *r, const struct ig_buf *body, struct sim_perr *e)
 {
 	json_error_t jerr;
 	json_t *root = json_loadb(body->data ? body->data : "", body->len, 0, &jerr);
@@ -1344,19 +1327,20 @@ static enum MHD_Result pool(struct sim *s, struct sim_call *c)
 	c->req.state = SIM_REQ_DONE;
 	sim_pool_answer(s->conf, kinds[c->route], c->body.data, c->body.len,
 			MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND, "X-Request-Id"), &a);
-	if (a.status == 200) {
+	if (a.body) {
 		s->eng.st.prompt_tokens += (uint64_t)a.prompt_tokens;
 		return respond_json(c->conn, 200, a.body);
 	}
 	enum MHD_Result ret;
+	struct sim_perr *e = &a.err;
 	if (a.native) { /* SGLang's native routes: _create_error_response */
 		s->eng.st.invalid++;
-		ret = respond_json(c->conn, a.status, dump(json_pack("{s:{s:s}}", "error", "message", ascii(a.message))));
+		ret = respond_json(c->conn, e->status, dump(json_pack("{s:{s:s}}", "error", "message", ascii(e->msg))));
 	} else {
-		ret = respond_error(s, c->conn, a.status, a.type ? a.type : a.status == 400 ? T_VALIDATION : NULL, a.param,
-				    "%s", a.message);
+		ret = respond_error(s, c->conn, e->status, e->type ? e->type : e->status == 400 ? T_VALIDATION : NULL,
+				    e->param, "%s", e->msg);
 	}
-	free(a.message);
+	free(e->msg);
 	return ret;
 }
 
@@ -1364,7 +1348,7 @@ static enum MHD_Result pool(struct sim *s, struct sim_call *c)
 static enum MHD_Result start_request(struct sim *s, struct sim_call *c)
 {
 	struct sim_req *r = &c->req;
-	struct perr e = {0, NULL, NULL, NULL};
+	struct sim_perr e = {0, NULL, NULL, NULL};
 
 	if (r->kind == SIM_HEALTH) {
 		sim_engine_defer(&s->eng, r);

@@ -150,11 +150,15 @@ def the_new_routes_are_retried_past_a_dead_backend_and_404_an_unknown_model():
 @test
 def the_new_routes_wait_in_the_queue_by_class():
     # one slot, held by a slow /generate: a low /v1/embeddings and then a high /v1/rerank wait;
-    # when the slot frees the high one goes first, and both say they were queued
+    # when the slot frees the high one is sent first (the access log's dispatch order), and
+    # both say they were queued
     import threading
     import time
+    from harness import Dir
+    d = Dir()
     sim = start_sim("--model", "m", "--tokens-per-second", "20", "--ttft-ms", "0")
-    gw = start_gateway([sim], "--health-interval-ms", "200", "--max-inflight", "1", "--load-source", "gateway")
+    gw = start_gateway([sim], "--health-interval-ms", "200", "--max-inflight", "1", "--load-source", "gateway",
+                       "--access-log", d("access.log"))
     healthy(gw, 1)
     done, lock = [], threading.Lock()
 
@@ -170,16 +174,19 @@ def the_new_routes_wait_in_the_queue_by_class():
     ts = [threading.Thread(target=call, args=a) for a in (
         ("POST", "/v1/embeddings", {"model": "m", "input": "later"}, "low"),
         ("POST", "/v1/rerank", {"query": "q", "documents": ["x", "y"]}, "high"))]
-    for t in ts:
+    for i, t in enumerate(ts):
         t.start()
-        time.sleep(0.2)   # arrival order: low first
-    assert http_json("GET", gw.url + "/health/backends")[2]["gateway"]["queue_depth"] == 2
+        wait_until(lambda: http_json("GET", gw.url + "/health/backends")[2]["gateway"]["queue_depth"] == i + 1,
+                   timeout=10, what=f"{i + 1} waiting")   # arrival order: low first
     for t in [t0] + ts:
         t.join(30)
-    waited = [(p, q) for p, _, q in done if p != "/generate"]
-    assert [p for p, _ in waited] == ["/v1/rerank", "/v1/embeddings"], done   # high before low
-    assert all(st == 200 for _, st, _ in done) and all(q for _, q in waited), done
-    assert next(q for p, _, q in done if p == "/generate") is None, done
+    assert all(st == 200 for _, st, _ in done) and len(done) == 3, done
+    assert all(q for p, _, q in done if p != "/generate") and next(q for p, _, q in done if p == "/generate") is None
+    def proxied():   # the gateway's own answers (/health/backends) are logged too, without "dispatch"
+        return [e for e in map(json.loads, open(d("access.log")).read().splitlines()) if "dispatch" in e]
+    wait_until(lambda: len(proxied()) == 3, timeout=10, what="3 proxied requests logged")
+    sent = {e["path"]: e["dispatch"] for e in proxied()}
+    assert sent["/generate"] < sent["/v1/rerank"] < sent["/v1/embeddings"], sent   # high before low
 
 
 @test
