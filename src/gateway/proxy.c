@@ -1779,9 +1779,6 @@ void ig_proxy_req_client_gone(struct ig_req *req)
 	ig_proxy_drain_queue(gw);
 }
 
-/* Starts waiting requests while their models' backends have slots, one
- * model after another (one request each per round), so that a model whose
- * backends are busy never holds up another's. */
 /* A waiter taken out of its queue while the drain looks past it. */
 struct parked {
 	struct ig_waiter *w;
@@ -1789,6 +1786,10 @@ struct parked {
 	double tag;                  /* its flow's, should the flow go with it */
 };
 
+/* Starts waiting requests while their models' backends have slots, one
+ * model after another (one request each per round), so that a model whose
+ * backends are busy never holds up another's; within a model, a request
+ * pinned to a full backend is looked past (parked). */
 void ig_proxy_drain_queue(struct ig_gw *gw)
 {
 	struct ig_sched *s = &gw->sched;

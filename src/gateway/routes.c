@@ -275,6 +275,12 @@ void ig_routes_parse_json(struct ig_routes *t, json_t *v, const char *where, str
 		add(t, path, flags, usage);
 	}
 	t->n_conf = t->n;
+	size_t derived = 0;
+	for (size_t k = 0; k < t->n; k++)
+		derived += t->v[k].flags & IG_RT_RESPONSES ? sizeof(by_id) / sizeof(by_id[0]) : 0;
+	if (t->n + derived > IG_MAX_ROUTES)
+		ig_flags_problem(errs, "%s: routes: %zu routes and the %zu of their stored responses; at most %d in all",
+				 where, t->n, derived, IG_MAX_ROUTES);
 	ig_routes_derive(t);
 }
 
