@@ -23,6 +23,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	memset(&key, 0, sizeof(key));
 	key.tpm.limit = 1000; /* a key with a tpm: the estimate is made */
 	memset(&cfg, 0, sizeof(cfg));
+	static struct ig_routes routes; /* the built-in table, made once: the request is a chat one */
+	if (!routes.n)
+		ig_routes_default(&routes);
+	cfg.routes = routes;
 	cfg.stream_usage = 1;
 	cfg.default_max_tokens = 16;
 	memset(&gw, 0, sizeof(gw));
