@@ -7,7 +7,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <microhttpd.h>
+
 #include "accesslog.h"
+#include "infergate/httpd.h"
 #include "infergate/log.h"
 #include "infergate/util.h"
 
@@ -70,4 +73,17 @@ void ig_accesslog_write(struct ig_accesslog *log, json_t *entry)
 		}
 	}
 	json_decref(entry);
+}
+
+void ig_accesslog_local(struct ig_accesslog *log, struct MHD_Connection *conn, const char *method, const char *url,
+			unsigned status, size_t bytes_out)
+{
+	char client[64], ts[40];
+	if (log->fd < 0)
+		return;
+	ig_httpd_client_addr(conn, client, sizeof(client));
+	ig_iso_time(ts, sizeof(ts));
+	ig_accesslog_write(log, json_pack("{s:s, s:s, s:s, s:s, s:I, s:I}", "time", ts, "client", client, "method",
+					  method, "path", url, "status", (json_int_t)status, "bytes_out",
+					  (json_int_t)bytes_out));
 }

@@ -18,5 +18,9 @@ void ig_accesslog_reopen(struct ig_accesslog *log);
 void ig_accesslog_close(struct ig_accesslog *log);
 /* Writes entry as one line and releases it. */
 void ig_accesslog_write(struct ig_accesslog *log, json_t *entry);
+/* The line of an answer the gateway gave itself (no backend). */
+struct MHD_Connection;
+void ig_accesslog_local(struct ig_accesslog *log, struct MHD_Connection *conn, const char *method, const char *url,
+			unsigned status, size_t bytes_out);
 
 #endif

@@ -7,6 +7,7 @@
 #include "config.h"
 #include <curl/curl.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
@@ -16,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "infergate/buf.h"
 #include "infergate/flags.h"
@@ -202,6 +205,13 @@ static const struct ig_flag keys[] = {
 		 "/generate, /pooling, /classify: the default) or {\"path\", \"methods\": [\"POST\", \"PUT\"], "
 		 "\"model\": \"required|optional\", \"stream\", \"usage\": \"usage|meta_info|none\", "
 		 "\"stream_options\", \"output\", \"responses\"}"},
+	{.name = "--data-dir", .key = "data_dir", .type = IG_FLAG_STRING, .off = OFF(data_dir), .def = "",
+	 .metavar = "DIR",
+	 .help = "where the Files API keeps uploads (DIR/files; made if missing, must be writable: checked at "
+		 "start); empty = the Files API is off"},
+	{.name = "--files-max-bytes", .key = "files.max_bytes", .type = IG_FLAG_LONG, .off = OFF(files_max_bytes),
+	 .min = 1024, .max = 1099511627776.0, .def = "4294967296", .metavar = "N",
+	 .help = "largest file uploaded to /v1/files (then 413; 4 GiB holds the 902,087-line corpus many times)"},
 	{.key = "api_key_settings", .type = IG_FLAG_CUSTOM, .parse_json = parse_keys_json,
 	 .help = "per API key: {\"SHA256 HEX\": {\"priority\", \"weight\", \"max_inflight\"}}"},
 	{.name = "--max-body-bytes", .key = "max_body_bytes", .type = IG_FLAG_LONG, .off = OFF(max_body_bytes),
@@ -771,6 +781,33 @@ static void check_tls(const struct ig_conf *cfg, struct ig_buf *errs)
 	ERR_clear_error();
 }
 
+/* data_dir exists (or is made) and takes a new file: checked before
+ * anything starts, as a full or read-only disk found hours later loses
+ * uploads. */
+static void check_data_dir(const struct ig_conf *cfg, struct ig_buf *errs)
+{
+	const char *d = cfg->data_dir;
+	struct stat st;
+	if (!*d)
+		return;
+	if (mkdir(d, 0700) < 0 && errno != EEXIST) {
+		ig_flags_problem(errs, "data_dir: cannot make '%s': %s", d, strerror(errno));
+		return;
+	}
+	if (stat(d, &st) < 0 || !S_ISDIR(st.st_mode)) {
+		ig_flags_problem(errs, "data_dir: '%s' is not a directory", d);
+		return;
+	}
+	char *probe = ig_strdupf("%s/.write-test-%ld", d, (long)getpid());
+	int fd = open(probe, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0 || write(fd, "x", 1) != 1)
+		ig_flags_problem(errs, "data_dir: '%s' is not writable: %s", d, strerror(errno));
+	if (fd >= 0)
+		close(fd);
+	unlink(probe);
+	free(probe);
+}
+
 /* Checks the cross-field rules and derives fields from strings. */
 static void finish(struct ig_conf *cfg, const char *where_listen, struct ig_buf *errs)
 {
@@ -808,6 +845,7 @@ static void finish(struct ig_conf *cfg, const char *where_listen, struct ig_buf 
 	if (!cfg->routes.from_file)
 		ig_routes_default(&cfg->routes);
 	check_tls(cfg, errs);
+	check_data_dir(cfg, errs);
 }
 
 static char *take_errors(struct ig_buf *errs)

@@ -115,6 +115,8 @@ struct ig_conf {
 	struct ig_model_alias *aliases; /* model_aliases */
 	size_t n_aliases;
 	struct ig_routes routes;    /* what is forwarded, and how (routes.h) */
+	char *data_dir;             /* files and batches; "" = the Files API off */
+	long files_max_bytes;       /* largest upload */
 	bool backends_from_flags;   /* a --backend or --discover replaced the file's list */
 	bool aliases_from_flags;    /* a --model-alias replaced the file's map */
 	bool check_only;            /* --check-config */

@@ -125,6 +125,7 @@ struct ig_stats {
 struct ig_discovery;
 struct ig_affinity;
 struct ig_respstore;
+struct ig_files;
 
 struct ig_gw {
 	struct ig_conf *cfg;
@@ -162,6 +163,7 @@ struct ig_gw {
 	struct ig_discovery *discovery;  /* NULL without discover entries */
 	struct ig_affinity *affinity;    /* cache-aware: prefixes sent to each backend */
 	struct ig_respstore *responses;  /* which backend holds each stored Responses API answer */
+	struct ig_files *files;          /* the Files API's store, NULL when data_dir is "" */
 	int argc;                      /* to re-read the configuration on SIGHUP */
 	char **argv;
 };

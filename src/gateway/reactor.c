@@ -29,6 +29,8 @@
 #include "metrics.h"
 #include "proxy.h"
 #include "affinity.h"
+#include "files.h"
+#include "files.h"
 #include "reactor.h"
 #include "respstore.h"
 #include "reload.h"
@@ -131,6 +133,16 @@ int ig_reactor_init(struct ig_gw *gw, struct ig_conf *cfg)
 
 	if (ig_backend_pool_init(&gw->pool, cfg) < 0 || !(gw->affinity = ig_affinity_new((size_t)cfg->cache_max_blocks)))
 		return -1;
+	if (*cfg->data_dir) {
+		char *dir = ig_strdupf("%s/files", cfg->data_dir);
+		gw->files = ig_files_open(dir, &err);
+		free(dir);
+		if (!gw->files) {
+			ig_log_error("%s", err);
+			free(err);
+			return -1;
+		}
+	}
 	if (ig_sched_rebuild(&gw->sched, &gw->pool) < 0)
 		return -1;
 	gw->listen_fd = bind_listen(cfg->listen_host, cfg->listen_port);
@@ -299,6 +311,8 @@ void ig_reactor_free(struct ig_gw *gw)
 	ig_affinity_free(gw->affinity);
 	gw->affinity = NULL;
 	ig_respstore_free(gw->responses);
+	ig_files_free(gw->files);
+	gw->files = NULL;
 	gw->responses = NULL;
 	ig_backend_pool_free(&gw->pool);
 	ig_metrics_free(gw);

@@ -104,6 +104,8 @@ void ig_reload(struct ig_gw *gw)
 	}
 	if (strcmp(nc.listen, gw->cfg->listen) != 0 || nc.max_connections != gw->cfg->max_connections)
 		ig_log_warn("reload: listen and max_connections need a restart; keeping %s", gw->cfg->listen);
+	if (strcmp(nc.data_dir, gw->cfg->data_dir) != 0)
+		ig_log_warn("reload: data_dir needs a restart; keeping '%s'", gw->cfg->data_dir);
 	if (!ig_routes_equal(&nc.routes, &gw->cfg->routes))
 		ig_log_warn("reload: routes need a restart; keeping the %zu running", gw->cfg->routes.n_conf);
 	/* Backends: the file is the source of truth. */
@@ -151,6 +153,9 @@ void ig_reload(struct ig_gw *gw)
 	gw->cfg->listen_host = NULL;
 	nc.listen_port = gw->cfg->listen_port;
 	nc.max_connections = gw->cfg->max_connections;
+	free(nc.data_dir);
+	nc.data_dir = gw->cfg->data_dir;
+	gw->cfg->data_dir = NULL;
 	ig_routes_move(&nc.routes, &gw->cfg->routes); /* requests and metrics hold their indexes */
 	struct ig_conf old = *gw->cfg;
 	*gw->cfg = nc;

@@ -21,6 +21,7 @@
 #include "infergate/util.h"
 #include "metrics.h"
 #include "proxy.h"
+#include "files.h"
 #include "server.h"
 
 /* How far past max_body_bytes a declared body is still read (and dropped). */
@@ -58,6 +59,8 @@ static const struct deferred no_key = DEFERRED(401, "missing or invalid API key 
 static const struct deferred disabled_key = DEFERRED(401, "this API key is disabled", "api_key_disabled");
 static const struct deferred no_admin_key = DEFERRED(401, "the admin API needs the admin key "
 	"(Authorization: Bearer ADMIN_KEY)", "invalid_api_key");
+static const struct deferred files_off = DEFERRED(404, "the Files API is off on this gateway (it needs data_dir)",
+	"not_found");
 static const struct deferred admin_off = DEFERRED(403, "the admin API is off: set admin_keys_file to enable it",
 	"admin_disabled");
 
@@ -79,14 +82,7 @@ struct admin_req {
 static void log_local(struct ig_gw *gw, struct MHD_Connection *conn, const char *method, const char *url,
 		      unsigned status, size_t bytes_out)
 {
-	char client[64], ts[40];
-	if (gw->alog.fd < 0)
-		return;
-	ig_httpd_client_addr(conn, client, sizeof(client));
-	ig_iso_time(ts, sizeof(ts));
-	ig_accesslog_write(&gw->alog, json_pack("{s:s, s:s, s:s, s:s, s:I, s:I}", "time", ts, "client", client,
-						"method", method, "path", url, "status", (json_int_t)status,
-						"bytes_out", (json_int_t)bytes_out));
+	ig_accesslog_local(&gw->alog, conn, method, url, status, bytes_out);
 }
 
 /* An error the gateway answers itself, before any proxying: counted and
@@ -315,6 +311,24 @@ static enum MHD_Result route(struct ig_call *call IG_UNUSED, struct ig_gw *gw, s
 		*con_cls = &ar->call;
 		return admin_body(&ar->call, gw, conn, url, method, upload_data, upload_data_size, con_cls);
 	}
+	if (strcmp(url, "/v1/files") == 0 || strncmp(url, "/v1/files/", 10) == 0) {
+		char owner[2 * IG_DIGEST_LEN + 1] = "";
+		if (!gw->files)
+			return defer(&files_off, gw, conn, url, method, upload_data_size, con_cls);
+		if (gw->api_keys.enabled) { /* a file is its key's */
+			bool disabled;
+			const struct ig_keyent *e = key_of(&gw->api_keys, conn, &disabled);
+			if (!e)
+				return defer(disabled ? &disabled_key : &no_key, gw, conn, url, method, upload_data_size,
+					     con_cls);
+			ig_keyset_hex(e->digest, owner);
+		}
+		struct ig_call *fc = ig_files_call(gw, conn, url, method, owner);
+		if (!fc)
+			return MHD_NO;
+		*con_cls = fc;
+		return fc->on_request(fc, gw, conn, url, method, upload_data, upload_data_size, con_cls);
+	}
 	if (route_idx < 0) {
 		switch (local_endpoint(gw, conn, url, method, &ret)) {
 		case 0:
@@ -374,10 +388,12 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
 		 * is read and dropped (proxy.c), so the client is not reset while
 		 * still sending and sees the 413. */
 		const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
-		if (cl && strtoll(cl, NULL, 10) > gw->cfg->max_body_bytes + DISCARD_BYTES &&
-		    strcmp(method, "POST") == 0) {
+		bool upload = strcmp(url, "/v1/files") == 0; /* its own limit, checked as it is written */
+		long limit = upload ? gw->cfg->files_max_bytes : gw->cfg->max_body_bytes;
+		if (cl && strtoll(cl, NULL, 10) > limit + DISCARD_BYTES && strcmp(method, "POST") == 0) {
 			char msg[128];
-			snprintf(msg, sizeof(msg), "the request body is larger than %ld bytes", gw->cfg->max_body_bytes);
+			snprintf(msg, sizeof(msg), "the request body is larger than %ld bytes%s", limit,
+				 upload ? " (files.max_bytes)" : "");
 			return local_error(gw, conn, method, url, 413, msg, "request_too_large", NULL, false);
 		}
 		*con_cls = &first_call;

@@ -93,8 +93,30 @@ async function responses(client, model, n) {
   console.log(JSON.stringify(out));
 }
 
+// The Files API: files.create of the file at `path` (a stream, as a user
+// uploads a corpus), then retrieve, list, content and delete.
+async function files(client, path) {
+  const fs = require('fs');
+  const f = await client.files.create({ file: fs.createReadStream(path), purpose: 'batch' });
+  const got = await client.files.retrieve(f.id);
+  const list = await client.files.list();
+  const content = Buffer.from(await (await client.files.content(f.id)).arrayBuffer());
+  const del = await client.files.delete(f.id);
+  let gone = null;
+  try {
+    await client.files.retrieve(f.id);
+  } catch (err) {
+    gone = err.status;
+  }
+  console.log(JSON.stringify({ file: f, same: JSON.stringify(got) === JSON.stringify(f),
+                               listed: list.data.map((x) => x.id),
+                               content_equal: content.equals(fs.readFileSync(path)), bytes: content.length,
+                               deleted: del, gone }));
+}
+
 async function main() {
   const [baseURL, model, mode, n] = process.argv.slice(2);
+  if (mode === 'files') return files(new OpenAI({ baseURL: baseURL + '/v1', apiKey: 'unused', maxRetries: 0 }), n);
   if (mode === 'loop') return loop(baseURL, model, Number(n));
   if (mode === 'responses') return responses(new OpenAI({ baseURL: baseURL + '/v1', apiKey: 'unused', maxRetries: 0 }),
                                              model, Number(n));

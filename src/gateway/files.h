@@ -1,0 +1,46 @@
+/* OpenAI's Files API on the gateway (POST, GET /v1/files, GET and DELETE
+ * /v1/files/{id}, GET /v1/files/{id}/content), over data_dir/files: an
+ * upload is streamed to disk as it arrives (libmicrohttpd's post
+ * processor), renamed into place when whole, its metadata written beside it
+ * with temp-file-and-rename; content is sent from the file. A file belongs
+ * to the API key that uploaded it: others get 404. Not here: batches (which
+ * read these files), routing the request to this module (server.c). */
+#ifndef IG_FILES_H
+#define IG_FILES_H
+
+#include <microhttpd.h>
+#include <stdint.h>
+
+struct ig_gw;
+struct ig_call;
+struct ig_files;
+
+/* One stored file, as the API shows it. */
+struct ig_file {
+	char id[40];        /* "file-" + 24 hex */
+	char owner[65];     /* hex SHA-256 of its key, "" without keys */
+	char filename[256];
+	char purpose[32];
+	int64_t bytes;
+	int64_t created_at;
+};
+
+/* Opens the store in dir (data_dir/files, made if missing): loads every
+ * file's metadata, removes uploads a crash left half-written. NULL with
+ * *err (malloc'd) when it cannot. */
+struct ig_files *ig_files_open(const char *dir, char **err);
+void ig_files_free(struct ig_files *fs);
+/* The file with this id that owner may see, or NULL. */
+const struct ig_file *ig_files_find(const struct ig_files *fs, const char *id, const char *owner);
+/* Its path on disk (malloc'd). */
+char *ig_files_path(const struct ig_files *fs, const char *id);
+/* Files stored, and their bytes. */
+void ig_files_count(const struct ig_files *fs, uint64_t *n, uint64_t *bytes);
+
+/* The call that answers a /v1/files request for owner (the key's hex
+ * digest, "" without keys): its body (an upload) is read by the call.
+ * NULL when out of memory. */
+struct ig_call *ig_files_call(struct ig_gw *gw, struct MHD_Connection *conn, const char *url,
+			      const char *method, const char *owner);
+
+#endif
