@@ -365,10 +365,11 @@ static enum MHD_Result not_found(struct files_call *fc, const char *id)
 static enum MHD_Result finish_upload(struct files_call *fc)
 {
 	struct ig_files *fs = fc->gw->files;
-	if (fc->pp) {
-		MHD_destroy_post_processor(fc->pp);
-		fc->pp = NULL;
-	}
+	/* MHD_NO: the body ended inside a part, before the closing boundary
+	 * (a torn upload is not a file) */
+	if (fc->pp && MHD_destroy_post_processor(fc->pp) != MHD_YES)
+		fail_body(fc, 400, "file", "invalid_body", "the multipart/form-data body ends before its closing boundary");
+	fc->pp = NULL;
 	if (fc->err_status) {
 		drop_upload(fc);
 		return answer_error(fc, fc->err_status, fc->err_param, fc->err_code, fc->err_msg);

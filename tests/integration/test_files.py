@@ -8,7 +8,8 @@ import json
 import os
 import subprocess
 
-from harness import Dir, binary, http, http_json, need_binary, run, run_client, start_gateway, start_sim, test
+from harness import (Dir, binary, http, http_json, need_binary, run, run_client, start_gateway, start_sim, test,
+                     wait_until)
 
 BOUNDARY = "----infergate-test-boundary"
 
@@ -111,12 +112,25 @@ def bad_uploads_are_refused_and_leave_nothing():
     ]
     for (st, obj), want, param in cases:
         assert st == want and obj["error"]["param"] == param, (st, obj)
+    whole = multipart({"purpose": "batch"}, "c.jsonl", corpus(3))
+    st, _, obj = http_json("POST", gw.url + "/v1/files", whole[:-30],   # no closing boundary: torn
+                           headers={"Content-Type": f"multipart/form-data; boundary={BOUNDARY}"})
+    assert st == 400 and "closing boundary" in obj["error"]["message"], obj
     st, _, obj = http_json("POST", gw.url + "/v1/files", {"purpose": "batch"})   # JSON, not multipart
     assert st == 400 and "multipart/form-data" in obj["error"]["message"], obj
     st, _, obj = http_json("PUT", gw.url + "/v1/files")
     assert st == 405, obj
     st, _, obj = http_json("GET", gw.url + "/v1/files/file-nope/other")
     assert st == 404, obj
+    # a client that leaves mid-upload: its temporary file goes with it
+    import socket
+    s = socket.create_connection(("127.0.0.1", gw.port))
+    s.sendall(b"POST /v1/files HTTP/1.1\r\nHost: gw\r\nContent-Type: multipart/form-data; boundary=%s\r\n"
+              b"Content-Length: 3000\r\n\r\n%s" % (BOUNDARY.encode(), whole[:-30]))
+    wait_until(lambda: any(n.startswith(".upload-") for n in os.listdir(stored(d))), timeout=10,
+               what="the upload begun")
+    s.close()
+    wait_until(lambda: os.listdir(stored(d)) == [], timeout=10, what="the half upload removed")
     assert os.listdir(stored(d)) == [], os.listdir(stored(d))   # no temporary file left
     assert http_json("GET", gw.url + "/v1/files")[2]["data"] == []
 
