@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "affinity.h"
 #include "router.h"
 #include "../check_main.h"
 
@@ -248,7 +249,52 @@ START_TEST(least_tokens_weighs_work_by_speed)
 }
 END_TEST
 
-IG_CHECK_MAIN("router", least_tokens_weighs_work_by_speed, least_loaded_rotates_ties, least_loaded_follows_load_and_weight,
+/* cache-aware: the longest recorded prefix wins when it covers the
+ * threshold and the load guard lets it; a tie on the match goes to the less
+ * loaded; a weak match or a guarded one to the least loaded. */
+START_TEST(cache_aware_follows_the_longest_prefix_within_the_guard)
+{
+	struct ig_pool pool = make_pool(3);
+	struct ig_affinity *a = ig_affinity_new(1024);
+	struct ig_backend *b;
+	uint64_t chain[10] = {11, 12, 13, 14, 15, 16, 17, 18, 19, 20};
+	ig_affinity_insert(a, 1, chain, 4); /* backend 1 was sent 4 blocks, backend 2 the first 2 */
+	ig_affinity_insert(a, 2, chain, 2);
+	struct ig_route_req rq = {.affinity = a, .chain = chain, .nchain = 4, .threshold_percent = 50,
+				  .balance_abs = 4, .balance_rel = 1.5};
+	atomic_store(&pool.v[1]->inflight, 1); /* not the least loaded: the prefix decides */
+	atomic_store(&pool.v[2]->inflight, 1); /* backend 0 is the one least loaded */
+	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_CACHE_AWARE, &rq, &b), IG_PICK_OK);
+	ck_assert_int_eq(b->id, 1);
+	ig_router_release(b);
+	/* 4 of 10 blocks: under the 50% threshold, the least loaded */
+	rq.nchain = 10;
+	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_CACHE_AWARE, &rq, &b), IG_PICK_OK);
+	ck_assert_int_eq(b->id, 0);
+	ig_router_release(b);
+	/* the guard: 10 in flight against 0 is more than 4 beyond and 1.5 times; 4 is not */
+	rq.nchain = 4;
+	atomic_store(&pool.v[1]->inflight, 10);
+	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_CACHE_AWARE, &rq, &b), IG_PICK_OK);
+	ck_assert_int_eq(b->id, 0);
+	ig_router_release(b);
+	atomic_store(&pool.v[1]->inflight, 4);
+	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_CACHE_AWARE, &rq, &b), IG_PICK_OK);
+	ck_assert_int_eq(b->id, 1);
+	ig_router_release(b);
+	/* a prefix both hold (2 blocks): the less loaded of the two, not backend 0 */
+	rq.nchain = 2;
+	atomic_store(&pool.v[2]->inflight, 2);
+	atomic_store(&pool.v[1]->inflight, 3);
+	ck_assert_int_eq(ig_router_pick(pool.v, pool.n, &pool.rotor, IG_POLICY_CACHE_AWARE, &rq, &b), IG_PICK_OK);
+	ck_assert_int_eq(b->id, 2);
+	ig_router_release(b);
+	ig_affinity_free(a);
+	free_pool(&pool);
+}
+END_TEST
+
+IG_CHECK_MAIN("router", cache_aware_follows_the_longest_prefix_within_the_guard, least_tokens_weighs_work_by_speed, least_loaded_rotates_ties, least_loaded_follows_load_and_weight,
 	      limits_give_busy_then_none, a_pinned_request_goes_to_its_backend_only, reserved_slots_are_not_for_low,
 	      slots_learned_from_load_reports,
 	      stale_load_reports_teach_nothing)
