@@ -174,7 +174,8 @@ struct ig_files *ig_files_open(const char *dir, char **err)
 		}
 	}
 	closedir(d);
-	qsort(fs->v, fs->n, sizeof(*fs->v), by_created);
+	if (fs->n) /* qsort(NULL, 0, ...) is undefined */
+		qsort(fs->v, fs->n, sizeof(*fs->v), by_created);
 	if (dropped)
 		ig_log_warn("data_dir: removed %zu upload(s) a stop left unfinished in %s", dropped, dir);
 	return fs;
