@@ -327,6 +327,18 @@ class Dir:
         shutil.rmtree(self.path, ignore_errors=True)
 
 
+def keys_file(path, *names):
+    """A JSON keys file at path with a new key per name (infergate --new-key):
+    the Authorization header of each, in order."""
+    keys = []
+    for name in names:
+        p = subprocess.run([binary("infergate"), "--new-key", name], capture_output=True, text=True, timeout=10)
+        keys.append((p.stdout.split()[0], json.loads(p.stdout.split("\n", 1)[1])))
+    with open(path, "w") as f:
+        json.dump({"keys": [k[1] for k in keys]}, f)
+    return [{"Authorization": f"Bearer {k[0]}"} for k in keys]
+
+
 def bulk(*args, timeout=150, env=None, preexec_fn=None):
     """Runs infergate-bulk to the end: (exit code, stdout, stderr)."""
     full_env = dict(os.environ)

@@ -8,7 +8,7 @@ import json
 import os
 import subprocess
 
-from harness import (Dir, binary, http, http_json, need_binary, run, run_client, start_gateway, start_sim, test,
+from harness import (Dir, binary, http, keys_file, http_json, need_binary, run, run_client, start_gateway, start_sim, test,
                      wait_until)
 
 BOUNDARY = "----infergate-test-boundary"
@@ -138,13 +138,7 @@ def bad_uploads_are_refused_and_leave_nothing():
 @test
 def a_file_is_its_keys():
     d = Dir()
-    keys = []
-    for name in ("alice", "bob"):
-        p = subprocess.run([binary("infergate"), "--new-key", name], capture_output=True, text=True, timeout=10)
-        keys.append((p.stdout.split()[0], json.loads(p.stdout.split("\n", 1)[1])))
-    with open(d("keys.json"), "w") as f:
-        json.dump({"keys": [k[1] for k in keys]}, f)
-    alice, bob = ({"Authorization": f"Bearer {k[0]}"} for k in keys)
+    alice, bob = keys_file(d("keys.json"), "alice", "bob")
     gw, _ = gateway(d, "--api-keys-file", d("keys.json"))
     st, f = upload(gw, corpus(5), headers=alice)
     assert st == 200, f

@@ -323,16 +323,9 @@ def a_stored_responses_own_routes_reach_its_holder():
     # GET and DELETE /v1/responses/{id}, its cancel and its input items go to the one of
     # seven backends that stored it, path and query as sent; an id the gateway never saw
     # stored is its 404; with keys on, another key's id is not found either
-    import subprocess
-    from harness import Dir, binary
+    from harness import Dir, keys_file
     d = Dir()
-    keys = []
-    for name in ("alice", "bob"):
-        p = subprocess.run([binary("infergate"), "--new-key", name], capture_output=True, text=True, timeout=10)
-        keys.append((p.stdout.split()[0], json.loads(p.stdout.split("\n", 1)[1])))
-    with open(d("keys.json"), "w") as f:
-        json.dump({"keys": [k[1] for k in keys]}, f)
-    alice, bob = ({"Authorization": f"Bearer {k[0]}"} for k in keys)
+    alice, bob = keys_file(d("keys.json"), "alice", "bob")
     fbs = [stateful_backend() for _ in range(7)]
     gw = start_gateway(fbs, "--health-interval-ms", "200", "--api-keys-file", d("keys.json"))
     healthy(gw, 7)
