@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 
 #include "infergate/util.h"
-#include "bulk.h"
+#include "batchfile.h"
 
 static const char *ep_paths[IG_EP_COUNT] = {
 	"/v1/chat/completions",
@@ -313,4 +313,79 @@ void ig_corpus_close(struct ig_corpus_reader *r)
 		fclose(r->f);
 	free(r->line);
 	memset(r, 0, sizeof(*r));
+}
+
+struct dup_cand {
+	uint64_t h;
+	char *id;
+	long lineno;
+};
+
+static int cmp_cand(const void *a, const void *b)
+{
+	const struct dup_cand *x = a, *y = b;
+	if (x->h != y->h)
+		return x->h < y->h ? -1 : 1;
+	int c = strcmp(x->id, y->id);
+	if (c)
+		return c;
+	return x->lineno < y->lineno ? -1 : x->lineno > y->lineno;
+}
+
+/* Second look at the ids whose hash was seen twice: compares the strings,
+ * so a hash collision is never called a duplicate, and names both lines. */
+int ig_corpus_duplicates(const char *path, const struct bulk_defaults *d, const struct ig_idset *ambiguous,
+			 void (*found)(void *ud, long lineno, const char *id, long first), void *ud, char **err)
+{
+	struct ig_corpus_reader r;
+	struct dup_cand *c = NULL;
+	int rc = 0;
+	size_t n = 0, cap = 0;
+	char *perr = NULL;
+
+	if (ig_corpus_open(&r, path, err) < 0)
+		return -1;
+	int got;
+	while ((got = ig_corpus_next(&r)) > 0) {
+		struct bulk_line l;
+		if (ig_corpus_parse(r.line, r.len, r.lineno, d, &l, &perr) < 0) {
+			free(perr);
+			perr = NULL;
+			continue;
+		}
+		uint64_t h = ig_idset_hash(l.custom_id, strlen(l.custom_id));
+		if (ig_idset_get(ambiguous, h, NULL)) {
+			if (n == cap) {
+				cap = cap ? cap * 2 : 64;
+				struct dup_cand *nc = realloc(c, cap * sizeof(*c));
+				if (!nc) {
+					ig_corpus_line_clear(&l);
+					rc = -1;
+					break;
+				}
+				c = nc;
+			}
+			c[n++] = (struct dup_cand){h, l.custom_id, r.lineno};
+			l.custom_id = NULL;
+		}
+		ig_corpus_line_clear(&l);
+	}
+	ig_corpus_close(&r);
+	if (rc < 0 || got < 0) {
+		*err = ig_strdupf("%s: %s", path, rc < 0 ? "out of memory" : strerror(errno));
+		rc = -1;
+	}
+	if (n > 1)
+		qsort(c, n, sizeof(*c), cmp_cand);
+	for (size_t i = 1; rc == 0 && i < n; i++) {
+		size_t first = i - 1;
+		while (first > 0 && c[first - 1].h == c[i].h && strcmp(c[first - 1].id, c[i].id) == 0)
+			first--;
+		if (c[i].h == c[i - 1].h && strcmp(c[i].id, c[i - 1].id) == 0)
+			found(ud, c[i].lineno, c[i].id, c[first].lineno);
+	}
+	for (size_t i = 0; i < n; i++)
+		free(c[i].id);
+	free(c);
+	return rc;
 }

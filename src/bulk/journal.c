@@ -10,9 +10,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "infergate/buf.h"
 #include "infergate/log.h"
 #include "infergate/util.h"
-#include "bulk.h"
+#include "batchfile.h"
 
 int ig_journal_open(struct ig_journal *j, const char *path, char **err)
 {

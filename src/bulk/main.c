@@ -346,71 +346,10 @@ static int set_bit(struct preflight *pf, long i)
 	return 0;
 }
 
-struct dup_cand {
-	uint64_t h;
-	char *id;
-	long lineno;
-};
-
-static int cmp_cand(const void *a, const void *b)
+/* A duplicate custom_id found by ig_corpus_duplicates: a problem of the run. */
+static void duplicate_found(void *ud, long lineno, const char *id, long first)
 {
-	const struct dup_cand *x = a, *y = b;
-	if (x->h != y->h)
-		return x->h < y->h ? -1 : 1;
-	int c = strcmp(x->id, y->id);
-	if (c)
-		return c;
-	return x->lineno < y->lineno ? -1 : x->lineno > y->lineno;
-}
-
-/* Second look at the ids whose hash was seen twice: compares the strings,
- * so a hash collision is never called a duplicate, and names both lines. */
-static void confirm_duplicates(const struct bulk_opts *o, const struct bulk_defaults *d,
-			       const struct ig_idset *ambiguous, struct preflight *pf)
-{
-	struct ig_corpus_reader r;
-	struct dup_cand *c = NULL;
-	size_t n = 0, cap = 0;
-	char *err = NULL;
-
-	if (ig_corpus_open(&r, o->input, &err) < 0) {
-		problem(pf, "%s", err);
-		free(err);
-		return;
-	}
-	while (ig_corpus_next(&r) > 0) {
-		struct bulk_line l;
-		if (ig_corpus_parse(r.line, r.len, r.lineno, d, &l, &err) < 0) {
-			free(err);
-			continue;
-		}
-		uint64_t h = ig_idset_hash(l.custom_id, strlen(l.custom_id));
-		if (ig_idset_get(ambiguous, h, NULL)) {
-			if (n == cap) {
-				cap = cap ? cap * 2 : 64;
-				struct dup_cand *nc = realloc(c, cap * sizeof(*c));
-				if (!nc)
-					abort();
-				c = nc;
-			}
-			c[n++] = (struct dup_cand){h, l.custom_id, r.lineno};
-			l.custom_id = NULL;
-		}
-		ig_corpus_line_clear(&l);
-	}
-	ig_corpus_close(&r);
-	qsort(c, n, sizeof(*c), cmp_cand);
-	for (size_t i = 1; i < n; i++) {
-		size_t first = i - 1;
-		while (first > 0 && c[first - 1].h == c[i].h && strcmp(c[first - 1].id, c[i].id) == 0)
-			first--;
-		if (c[i].h == c[i - 1].h && strcmp(c[i].id, c[i - 1].id) == 0)
-			problem(pf, "line %ld: duplicate custom_id '%s' (first at line %ld)", c[i].lineno, c[i].id,
-				c[first].lineno);
-	}
-	for (size_t i = 0; i < n; i++)
-		free(c[i].id);
-	free(c);
+	problem(ud, "line %ld: duplicate custom_id '%s' (first at line %ld)", lineno, id, first);
 }
 
 /* Reads the whole input once: every line parsed, ids checked, ids already
@@ -471,8 +410,10 @@ static void scan_input(const struct bulk_opts *o, const struct bulk_defaults *d,
 	if (st->requests == 0 && got == 0)
 		problem(pf, "--input %s has no request lines", o->input);
 	ig_corpus_close(&r);
-	if (ambiguous.len > 0)
-		confirm_duplicates(o, d, &ambiguous, pf);
+	if (ambiguous.len > 0 && ig_corpus_duplicates(o->input, d, &ambiguous, duplicate_found, pf, &err) < 0) {
+		problem(pf, "%s", err);
+		free(err);
+	}
 	ig_idset_free(&ids);
 	ig_idset_free(&ambiguous);
 	st->to_send = st->selected - st->resumed_ok - st->resumed_err;
