@@ -212,6 +212,14 @@ static const struct ig_flag keys[] = {
 	{.name = "--files-max-bytes", .key = "files.max_bytes", .type = IG_FLAG_LONG, .off = OFF(files_max_bytes),
 	 .min = 1024, .max = 1099511627776.0, .def = "4294967296", .metavar = "N",
 	 .help = "largest file uploaded to /v1/files (then 413; 4 GiB holds the 902,087-line corpus many times)"},
+	{.name = "--batch-max-inflight", .key = "batches.max_inflight", .type = IG_FLAG_LONG,
+	 .off = OFF(batch_max_inflight), .min = 0, .max = 100000, .def = "0", .metavar = "N",
+	 .help = "requests of one batch (the Batch API) in flight at most; 0 = its share of the learned slots of "
+		 "its model's backends, split between the batches running"},
+	{.name = "--batch-retention-s", .key = "batches.retention_s", .type = IG_FLAG_LONG,
+	 .off = OFF(batch_retention_s), .min = 0, .max = 315360000, .def = "2592000", .metavar = "S",
+	 .help = "a finished batch and its output and error files are removed S seconds after it ended (30 days, "
+		 "as OpenAI); 0 = kept for ever"},
 	{.key = "api_key_settings", .type = IG_FLAG_CUSTOM, .parse_json = parse_keys_json,
 	 .help = "per API key: {\"SHA256 HEX\": {\"priority\", \"weight\", \"max_inflight\"}}"},
 	{.name = "--max-body-bytes", .key = "max_body_bytes", .type = IG_FLAG_LONG, .off = OFF(max_body_bytes),

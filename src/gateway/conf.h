@@ -117,6 +117,8 @@ struct ig_conf {
 	struct ig_routes routes;    /* what is forwarded, and how (routes.h) */
 	char *data_dir;             /* files and batches; "" = the Files API off */
 	long files_max_bytes;       /* largest upload */
+	long batch_max_inflight;    /* a batch's requests in flight at most, 0 = its share of the slots */
+	long batch_retention_s;     /* finished batches and their files kept this long, 0 = for ever */
 	bool backends_from_flags;   /* a --backend or --discover replaced the file's list */
 	bool aliases_from_flags;    /* a --model-alias replaced the file's map */
 	bool check_only;            /* --check-config */

@@ -209,6 +209,45 @@ void ig_files_count(const struct ig_files *fs, uint64_t *n, uint64_t *bytes)
 		*bytes += (uint64_t)fs->v[i].bytes;
 }
 
+void ig_files_new_id(char out[40])
+{
+	memcpy(out, "file-", 5);
+	ig_random_hex(out + 5, 24);
+}
+
+int ig_files_adopt(struct ig_files *fs, const char *src, const char *id, const char *owner, const char *filename,
+		   const char *purpose)
+{
+	for (size_t i = 0; i < fs->n; i++)
+		if (strcmp(fs->v[i].id, id) == 0)
+			return 0;
+	struct stat st;
+	struct ig_file f = {.created_at = ig_wall_s()};
+	snprintf(f.id, sizeof(f.id), "%s", id);
+	snprintf(f.owner, sizeof(f.owner), "%s", owner);
+	snprintf(f.filename, sizeof(f.filename), "%s", filename);
+	snprintf(f.purpose, sizeof(f.purpose), "%s", purpose);
+	char *path = ig_files_path(fs, id);
+	int rc = -1;
+	/* a crash after the rename left the bytes in place without metadata */
+	if (stat(src, &st) == 0)
+		rc = rename(src, path);
+	else if (errno == ENOENT)
+		rc = stat(path, &st);
+	if (rc == 0) {
+		f.bytes = st.st_size;
+		rc = write_meta(fs, &f);
+	}
+	if (rc == 0 && add(fs, &f) < 0) {
+		errno = ENOMEM;
+		rc = -1;
+	}
+	free(path);
+	if (rc == 0)
+		sync_dir(fs->dir);
+	return rc;
+}
+
 /* ---- the requests ---- */
 
 struct files_call {
@@ -387,8 +426,7 @@ static enum MHD_Result finish_upload(struct files_call *fc)
 						    : "Missing required parameter: 'purpose'.");
 	}
 	struct ig_file f = {.bytes = fc->bytes, .created_at = ig_wall_s()};
-	memcpy(f.id, "file-", 5);
-	ig_random_hex(f.id + 5, 24);
+	ig_files_new_id(f.id);
 	snprintf(f.owner, sizeof(f.owner), "%s", fc->owner);
 	snprintf(f.filename, sizeof(f.filename), "%s", fc->filename);
 	snprintf(f.purpose, sizeof(f.purpose), "%s", fc->purpose);
@@ -480,11 +518,15 @@ static enum MHD_Result content(struct files_call *fc, const struct ig_file *f)
 	return answer(fc, 200, r, (size_t)f->bytes);
 }
 
-static enum MHD_Result delete_file(struct files_call *fc, const struct ig_file *f)
+int ig_files_remove(struct ig_files *fs, const char *id)
 {
-	struct ig_files *fs = fc->gw->files;
-	char id[sizeof(f->id)];
-	snprintf(id, sizeof(id), "%s", f->id);
+	size_t i = 0;
+	while (i < fs->n && strcmp(fs->v[i].id, id) != 0)
+		i++;
+	if (i == fs->n) {
+		errno = ENOENT;
+		return -1;
+	}
 	char *path = ig_files_path(fs, id), *meta = ig_strdupf("%s/%s.json", fs->dir, id);
 	/* the metadata first: a crash in between leaves bytes no one lists, not a listed file with no bytes */
 	int rc = unlink(meta) == 0 || errno == ENOENT ? 0 : -1;
@@ -492,11 +534,19 @@ static enum MHD_Result delete_file(struct files_call *fc, const struct ig_file *
 		unlink(path);
 	free(path);
 	free(meta);
-	if (rc < 0)
+	if (rc == 0) {
+		memmove(&fs->v[i], &fs->v[i + 1], (fs->n - i - 1) * sizeof(*fs->v));
+		fs->n--;
+	}
+	return rc;
+}
+
+static enum MHD_Result delete_file(struct files_call *fc, const struct ig_file *f)
+{
+	char id[sizeof(f->id)];
+	snprintf(id, sizeof(id), "%s", f->id);
+	if (ig_files_remove(fc->gw->files, id) < 0)
 		return answer_error(fc, 500, NULL, "storage_error", "the file cannot be removed from data_dir");
-	size_t i = (size_t)(f - fs->v);
-	memmove(&fs->v[i], &fs->v[i + 1], (fs->n - i - 1) * sizeof(*fs->v));
-	fs->n--;
 	return answer_json(fc, 200, json_pack("{s:s, s:s, s:b}", "id", id, "object", "file", "deleted", 1));
 }
 

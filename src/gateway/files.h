@@ -34,6 +34,16 @@ void ig_files_free(struct ig_files *fs);
 const struct ig_file *ig_files_find(const struct ig_files *fs, const char *id, const char *owner);
 /* Its path on disk (malloc'd). */
 char *ig_files_path(const struct ig_files *fs, const char *id);
+/* Takes the file at src (synced, in the same file system) into the store
+ * as id, owned by owner: renamed into place, its metadata written. Done
+ * again after a crash it is a no-op when id is already stored. Returns 0,
+ * or -1 with errno (ENOSPC: the disk is full). */
+int ig_files_adopt(struct ig_files *fs, const char *src, const char *id, const char *owner, const char *filename,
+		   const char *purpose);
+/* Removes a stored file (its metadata first). Returns 0, or -1 with errno. */
+int ig_files_remove(struct ig_files *fs, const char *id);
+/* A new file id ("file-" + 24 hex; 40 bytes out). */
+void ig_files_new_id(char out[40]);
 /* Files stored, and their bytes. */
 void ig_files_count(const struct ig_files *fs, uint64_t *n, uint64_t *bytes);
 

@@ -126,6 +126,7 @@ struct ig_discovery;
 struct ig_affinity;
 struct ig_respstore;
 struct ig_files;
+struct ig_batches;
 
 struct ig_gw {
 	struct ig_conf *cfg;
@@ -164,6 +165,7 @@ struct ig_gw {
 	struct ig_affinity *affinity;    /* cache-aware: prefixes sent to each backend */
 	struct ig_respstore *responses;  /* which backend holds each stored Responses API answer */
 	struct ig_files *files;          /* the Files API's store, NULL when data_dir is "" */
+	struct ig_batches *batches;      /* the Batch API's, the same */
 	int argc;                      /* to re-read the configuration on SIGHUP */
 	char **argv;
 };

@@ -390,6 +390,11 @@ void ig_keyset_hex(const unsigned char d[IG_DIGEST_LEN], char out[2 * IG_DIGEST_
 	out[2 * IG_DIGEST_LEN] = '\0';
 }
 
+int ig_keyset_unhex(const char *hex, unsigned char out[IG_DIGEST_LEN])
+{
+	return parse_digest(hex, strlen(hex), out);
+}
+
 void ig_keyset_hash(const char *key, size_t len, char out[2 * IG_DIGEST_LEN + 1])
 {
 	unsigned char d[IG_DIGEST_LEN];

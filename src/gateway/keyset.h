@@ -58,6 +58,8 @@ const struct ig_keyent *ig_keyset_find(const struct ig_keyset *ks, const unsigne
 const struct ig_keyent *ig_keyset_check(const struct ig_keyset *ks, const char *authorization);
 /* A digest in lower-case hex (65 bytes out). */
 void ig_keyset_hex(const unsigned char d[IG_DIGEST_LEN], char out[2 * IG_DIGEST_LEN + 1]);
+/* The digest of 64 hex digits. Returns 0, or -1 when it is not one. */
+int ig_keyset_unhex(const char *hex, unsigned char out[IG_DIGEST_LEN]);
 /* Hex SHA-256 of key (65 bytes out). */
 void ig_keyset_hash(const char *key, size_t len, char out[2 * IG_DIGEST_LEN + 1]);
 /* Whether a key may use the model (its served name or the alias it was

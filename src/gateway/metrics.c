@@ -10,6 +10,7 @@
 
 #include "infergate/buf.h"
 #include "affinity.h"
+#include "batches.h"
 #include "metrics.h"
 #include "router.h"
 #include "infergate/util.h"
@@ -195,8 +196,8 @@ char *ig_metrics_backends_json(struct ig_gw *gw)
 									      : json_null(),
 						      "dispatched_from_queue", (json_int_t)k->completed));
 	}
-	return dump(json_pack("{s:o, s:o, s:o, s:o}", "gateway", g, "backends", arr, "models", models_detail(gw),
-			      "keys", keys));
+	return dump(json_pack("{s:o, s:o, s:o, s:o, s:o}", "gateway", g, "backends", arr, "models", models_detail(gw),
+			      "keys", keys, "batches", ig_batches_json(gw->batches)));
 }
 
 /* The entry a backend's own /v1/models gave for `name` (the first backend
@@ -582,6 +583,8 @@ char *ig_metrics_text(struct ig_gw *gw)
 			      x->url, atomic_load(&x->probes_ok), x->url, atomic_load(&x->probes_failed),
 			      x->url, atomic_load(&x->probes_slow));
 	}
+	if (gw->batches)
+		ig_batches_metrics(gw->batches, &b);
 	ig_buf_append(&b, "", 1);
 	char *out = strdup(ig_buf_head(&b));
 	ig_buf_free(&b);

@@ -27,6 +27,7 @@
 #include "infergate/util.h"
 #include "keyset.h"
 #include "metrics.h"
+#include "batches.h"
 #include "proxy.h"
 #include "respstore.h"
 #include "router.h"
@@ -914,6 +915,9 @@ static enum MHD_Result collect_header(void *cls, enum MHD_ValueKind kind IG_UNUS
 			p += n;
 		}
 	}
+	/* A batch's mark (batches.h) is the gateway's own. */
+	if (strcasecmp(key, IG_BATCH_HEADER) == 0)
+		return MHD_YES;
 	/* The gateway's own key stays here; a backend key replaces it. */
 	if (strcasecmp(key, "Authorization") == 0 && (gw->api_keys.enabled || *gw->cfg->backend_api_key))
 		return MHD_YES;

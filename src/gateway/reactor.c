@@ -29,7 +29,7 @@
 #include "metrics.h"
 #include "proxy.h"
 #include "affinity.h"
-#include "files.h"
+#include "batches.h"
 #include "files.h"
 #include "reactor.h"
 #include "respstore.h"
@@ -148,6 +148,16 @@ int ig_reactor_init(struct ig_gw *gw, struct ig_conf *cfg)
 	gw->listen_fd = bind_listen(cfg->listen_host, cfg->listen_port);
 	if (gw->listen_fd < 0)
 		return -1;
+	if (gw->files) { /* after the bind: a batch's requests go to that address */
+		char *dir = ig_strdupf("%s/batches", cfg->data_dir);
+		gw->batches = ig_batches_open(gw, dir, &err);
+		free(dir);
+		if (!gw->batches) {
+			ig_log_error("%s", err);
+			free(err);
+			return -1;
+		}
+	}
 	gw->epfd = epoll_create1(EPOLL_CLOEXEC);
 	gw->ev_tick.fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
 	sigemptyset(&mask);
@@ -237,6 +247,7 @@ static void deferred(struct ig_gw *gw)
 		gw->tick_due = false;
 		ig_health_tick(gw, now);
 		ig_proxy_tick(gw, now); /* drains the queue too */
+		ig_batches_tick(gw->batches, now);
 		ig_health_reap(gw);
 		gw->drain_pending = gw->models_dirty;
 	}
@@ -284,7 +295,9 @@ int ig_reactor_run(struct ig_gw *gw)
 			ig_upstream_on_timer(gw);
 		deferred(gw);
 		run_mhd(gw);
-		if (gw->stopping && (gw->nreqs == 0 || ig_now_ms() >= gw->stop_deadline_ms))
+		/* a batch's answers in flight are written before the end, not sent again */
+		if (gw->stopping && ((gw->nreqs == 0 && ig_batches_inflight(gw->batches) == 0) ||
+				     ig_now_ms() >= gw->stop_deadline_ms))
 			break;
 	}
 	if (gw->nreqs)
@@ -305,6 +318,8 @@ void ig_reactor_free(struct ig_gw *gw)
 		gw->mhd = NULL;
 	}
 	ig_discover_stop(gw);
+	ig_batches_free(gw->batches); /* its transfers leave the multi first */
+	gw->batches = NULL;
 	ig_health_free(gw);
 	ig_upstream_free(gw);
 	ig_sched_free(&gw->sched);

@@ -21,6 +21,7 @@
 #include "infergate/util.h"
 #include "metrics.h"
 #include "proxy.h"
+#include "batches.h"
 #include "files.h"
 #include "server.h"
 
@@ -60,6 +61,8 @@ static const struct deferred disabled_key = DEFERRED(401, "this API key is disab
 static const struct deferred no_admin_key = DEFERRED(401, "the admin API needs the admin key "
 	"(Authorization: Bearer ADMIN_KEY)", "invalid_api_key");
 static const struct deferred files_off = DEFERRED(404, "the Files API is off on this gateway (it needs data_dir)",
+	"not_found");
+static const struct deferred batches_off = DEFERRED(404, "the Batch API is off on this gateway (it needs data_dir)",
 	"not_found");
 static const struct deferred admin_off = DEFERRED(403, "the admin API is off: set admin_keys_file to enable it",
 	"admin_disabled");
@@ -311,10 +314,11 @@ static enum MHD_Result route(struct ig_call *call IG_UNUSED, struct ig_gw *gw, s
 		*con_cls = &ar->call;
 		return admin_body(&ar->call, gw, conn, url, method, upload_data, upload_data_size, con_cls);
 	}
-	if (strcmp(url, "/v1/files") == 0 || strncmp(url, "/v1/files/", 10) == 0) {
+	bool batches = strcmp(url, "/v1/batches") == 0 || strncmp(url, "/v1/batches/", 12) == 0;
+	if (batches || strcmp(url, "/v1/files") == 0 || strncmp(url, "/v1/files/", 10) == 0) {
 		char owner[2 * IG_DIGEST_LEN + 1] = "";
 		if (!gw->files)
-			return defer(&files_off, gw, conn, url, method, upload_data_size, con_cls);
+			return defer(batches ? &batches_off : &files_off, gw, conn, url, method, upload_data_size, con_cls);
 		if (gw->api_keys.enabled) { /* a file is its key's */
 			bool disabled;
 			const struct ig_keyent *e = key_of(&gw->api_keys, conn, &disabled);
@@ -323,7 +327,8 @@ static enum MHD_Result route(struct ig_call *call IG_UNUSED, struct ig_gw *gw, s
 					     con_cls);
 			ig_keyset_hex(e->digest, owner);
 		}
-		struct ig_call *fc = ig_files_call(gw, conn, url, method, owner);
+		struct ig_call *fc = batches ? ig_batches_call(gw, conn, url, method, owner)
+					     : ig_files_call(gw, conn, url, method, owner);
 		if (!fc)
 			return MHD_NO;
 		*con_cls = fc;
@@ -346,9 +351,15 @@ static enum MHD_Result route(struct ig_call *call IG_UNUSED, struct ig_gw *gw, s
 	unsigned m = ig_routes_method(method);
 	if (!(m & ig_gw_route(gw->cfg, route_idx)->flags))
 		return defer(&wrong_method[route_idx], gw, conn, url, method, upload_data_size, con_cls);
-	/* The key is hashed once: the digest names it for the scheduler too. */
+	/* The key is hashed once: the digest names it for the scheduler too.
+	 * A batch's own request (batches.c) carries its owner's digest. */
 	unsigned char d[IG_DIGEST_LEN];
-	bool has_bearer = ig_keyset_digest(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization"), d) == 0;
+	char owner[2 * IG_DIGEST_LEN + 1];
+	bool has_bearer;
+	if (ig_batches_internal(gw->batches, MHD_lookup_connection_value(conn, MHD_HEADER_KIND, IG_BATCH_HEADER), owner))
+		has_bearer = *owner && ig_keyset_unhex(owner, d) == 0;
+	else
+		has_bearer = ig_keyset_digest(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization"), d) == 0;
 	if (gw->api_keys.enabled) {
 		const struct ig_keyent *e = has_bearer ? ig_keyset_find(&gw->api_keys, d) : NULL;
 		if (!e)
