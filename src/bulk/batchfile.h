@@ -66,6 +66,10 @@ int ig_corpus_open(struct ig_corpus_reader *r, const char *path, char **err);
 /* Returns 1 with the next request line in r->line/r->len, 0 at the end,
  * -1 on a read error (errno set). */
 int ig_corpus_next(struct ig_corpus_reader *r);
+/* Goes back to the start of the line ig_corpus_next just gave, so the next
+ * call gives it again (once: not two lines back). Returns 0, or -1 with
+ * errno. */
+int ig_corpus_unread(struct ig_corpus_reader *r);
 void ig_corpus_close(struct ig_corpus_reader *r);
 /* The custom_id of a corpus line as the run names it ("line-N" from lineno
  * when it has none), without building the request. Returns 0 with *id

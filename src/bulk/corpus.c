@@ -307,6 +307,16 @@ int ig_corpus_next(struct ig_corpus_reader *r)
 	}
 }
 
+int ig_corpus_unread(struct ig_corpus_reader *r)
+{
+	if (fseeko(r->f, r->offset, SEEK_SET) < 0)
+		return -1;
+	r->next_offset = r->offset;
+	r->lineno--;
+	r->index--;
+	return 0;
+}
+
 void ig_corpus_close(struct ig_corpus_reader *r)
 {
 	if (r->f)

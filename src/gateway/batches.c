@@ -126,6 +126,8 @@ struct batch {
 	struct ig_doneset done;
 	bool done_loaded;
 	bool input_done;        /* every line read */
+	struct bulk_line held;  /* read, waiting for a backend of its model */
+	bool have_held;
 	struct ig_list items;   /* in flight or waiting to be sent again */
 	long inflight;          /* items (both kinds) */
 	struct ig_list pending; /* struct pending */
@@ -271,6 +273,8 @@ static void batch_free(struct batch *b)
 	}
 	if (b->done_loaded)
 		ig_journal_done_free(&b->done);
+	if (b->have_held)
+		ig_corpus_line_clear(&b->held);
 	struct pending *p, *tmp;
 	IG_LIST_FOREACH_SAFE(p, tmp, &b->pending, struct pending, link)
 		free(p);
@@ -500,9 +504,10 @@ static void validate(struct ig_batches *bs, struct batch *b)
 		if (served < 0) { /* the backends' lists come first: read this line again */
 			ig_corpus_line_clear(&l);
 			b->total--;
-			fseeko(b->rd.f, b->rd.offset, SEEK_SET);
-			b->rd.lineno--;
-			b->rd.index--;
+			if (ig_corpus_unread(&b->rd) < 0) { /* not seekable now: read the file again */
+				ig_corpus_close(&b->rd);
+				b->rd_open = false;
+			}
 			snprintf(b->paused, sizeof(b->paused), "waiting for the backends' model lists");
 			return;
 		}
@@ -843,6 +848,31 @@ static bool model_up(struct ig_gw *gw, const char *model)
 
 static void finalize(struct ig_batches *bs, struct batch *b);
 
+/* The next line not done yet. Returns 1 with it in *l, or 0 at the end of
+ * the input (b->input_done set). */
+static int next_line(struct batch *b, struct bulk_line *l)
+{
+	char *err = NULL;
+	while (!b->input_done) {
+		int got = ig_corpus_next(&b->rd);
+		if (got <= 0) {
+			if (got < 0)
+				ig_log_error("batch %s: reading its input: %s", b->id, strerror(errno));
+			b->input_done = true;
+			break;
+		}
+		if (ig_corpus_parse(b->rd.line, b->rd.len, b->rd.lineno, &no_defaults, l, &err) < 0) {
+			free(err); /* it was valid when checked: the file changed under us */
+			err = NULL;
+			continue;
+		}
+		if (!ig_journal_done_find(&b->done, l->custom_id, strlen(l->custom_id)))
+			return 1;
+		ig_corpus_line_clear(l);
+	}
+	return 0;
+}
+
 /* Sends what the batch's share allows, and notices its end. */
 static void run(struct ig_batches *bs, struct batch *b, uint64_t now)
 {
@@ -862,31 +892,18 @@ static void run(struct ig_batches *bs, struct batch *b, uint64_t now)
 		if (it->due_ms && it->due_ms <= now && send_item(bs, it) < 0)
 			item_free(bs, it);
 	long share = share_of(bs, b);
-	char *err = NULL;
-	while (!b->input_done && b->inflight < share) {
-		int got = ig_corpus_next(&b->rd);
-		if (got <= 0) {
-			if (got < 0)
-				ig_log_error("batch %s: reading its input: %s", b->id, strerror(errno));
-			b->input_done = true;
+	while (b->inflight < share) {
+		struct bulk_line l;
+		if (b->have_held) {
+			l = b->held;
+			b->have_held = false;
+		} else if (next_line(b, &l) == 0) {
 			break;
 		}
-		struct bulk_line l;
-		if (ig_corpus_parse(b->rd.line, b->rd.len, b->rd.lineno, &no_defaults, &l, &err) < 0) {
-			free(err); /* it was valid when checked: the file changed under us */
-			err = NULL;
-			continue;
-		}
-		if (ig_journal_done_find(&b->done, l.custom_id, strlen(l.custom_id))) {
-			ig_corpus_line_clear(&l);
-			continue;
-		}
-		if (!model_up(gw, l.model)) { /* read it again when a backend is back */
+		if (!model_up(gw, l.model)) { /* kept for when a backend is back */
 			snprintf(b->paused, sizeof(b->paused), "no healthy backend serves the model '%.100s'", l.model);
-			fseeko(b->rd.f, b->rd.offset, SEEK_SET);
-			b->rd.lineno--;
-			b->rd.index--;
-			ig_corpus_line_clear(&l);
+			b->held = l;
+			b->have_held = true;
 			return;
 		}
 		if (*b->paused && strncmp(b->paused, "no healthy", 10) == 0)
@@ -896,7 +913,7 @@ static void run(struct ig_batches *bs, struct batch *b, uint64_t now)
 			ig_log_error("batch %s: out of memory sending line %ld", b->id, b->rd.lineno);
 		ig_corpus_line_clear(&l);
 	}
-	if (b->input_done && b->inflight == 0 && ig_list_empty(&b->pending))
+	if (b->input_done && !b->have_held && b->inflight == 0 && ig_list_empty(&b->pending))
 		finalize(bs, b);
 }
 
@@ -1060,6 +1077,8 @@ struct ig_batches *ig_batches_open(struct ig_gw *gw, const char *dir, char **err
 		bs->nbatches++;
 		if (!finished(v[i]->status))
 			resumed++;
+		if (v[i]->status == B_IN_PROGRESS) /* its counts, from its result files, before any request */
+			start_running(bs, v[i]);
 	}
 	free(v);
 	if (resumed)

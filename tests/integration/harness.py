@@ -339,6 +339,28 @@ def keys_file(path, *names):
     return [{"Authorization": f"Bearer {k[0]}"} for k in keys]
 
 
+# The Files API (multipart/form-data, as every OpenAI client sends an upload).
+BOUNDARY = "----infergate-test-boundary"
+
+
+def multipart(fields, filename, data):
+    """A multipart/form-data body: text fields, then the file."""
+    out = b""
+    for k, v in fields.items():
+        out += (f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n').encode()
+    if data is not None:
+        out += (f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="{filename}"\r\n'
+                f'Content-Type: application/jsonl\r\n\r\n').encode() + data + b"\r\n"
+    return out + f"--{BOUNDARY}--\r\n".encode()
+
+
+def upload(gw, data, purpose="batch", filename="corpus.jsonl", headers=None):
+    h = {"Content-Type": f"multipart/form-data; boundary={BOUNDARY}", **(headers or {})}
+    fields = {"purpose": purpose} if purpose is not None else {}
+    st, hdrs, raw = http("POST", gw.url + "/v1/files", multipart(fields, filename, data), headers=h)
+    return st, json.loads(raw)
+
+
 def bulk(*args, timeout=150, env=None, preexec_fn=None):
     """Runs infergate-bulk to the end: (exit code, stdout, stderr)."""
     full_env = dict(os.environ)

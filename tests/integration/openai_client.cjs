@@ -4,6 +4,7 @@
 //        backend's error answer (max_tokens 100000) and of an error event in a stream.
 //        node openai_client.cjs BASE_URL MODEL responses N  -> the Responses API and
 //        embeddings, with N follow-ups.
+//        node openai_client.cjs BASE_URL MODEL batch CORPUS OUTPUT  -> the Batch API, end to end.
 const OpenAI = require('openai');
 
 function described(e) {
@@ -114,10 +115,37 @@ async function files(client, path) {
                                deleted: del, gone }));
 }
 
+// The Batch API: files.create of the corpus at `path`, batches.create,
+// batches.retrieve every 200 ms until the batch ends (each status seen is
+// recorded), then files.content of its output file written to `out`; also
+// batches.list. Prints the last Batch object and what was seen.
+async function batch(client, path, out) {
+  const fs = require('fs');
+  const f = await client.files.create({ file: fs.createReadStream(path), purpose: 'batch' });
+  let b = await client.batches.create({ input_file_id: f.id, endpoint: '/v1/chat/completions',
+                                        completion_window: '24h', metadata: { run: 'npm' } });
+  const seen = [b.status];
+  while (!['completed', 'failed', 'expired', 'cancelled'].includes(b.status)) {
+    await new Promise((r) => setTimeout(r, 200));
+    b = await client.batches.retrieve(b.id);
+    if (seen[seen.length - 1] !== b.status) seen.push(b.status);
+  }
+  if (b.output_file_id) {
+    const content = Buffer.from(await (await client.files.content(b.output_file_id)).arrayBuffer());
+    fs.writeFileSync(out, content);
+  }
+  const list = await client.batches.list();
+  const listed = [];
+  for await (const x of list) listed.push(x.id);
+  console.log(JSON.stringify({ batch: b, seen, listed, input_file: f.id }));
+}
+
 async function main() {
   const [baseURL, model, mode, n] = process.argv.slice(2);
   if (mode === 'files') return files(new OpenAI({ baseURL: baseURL + '/v1', apiKey: 'unused', maxRetries: 0 }), n);
   if (mode === 'loop') return loop(baseURL, model, Number(n));
+  if (mode === 'batch') return batch(new OpenAI({ baseURL: baseURL + '/v1', apiKey: 'unused', maxRetries: 0 }), n,
+                                     process.argv[6]);
   if (mode === 'responses') return responses(new OpenAI({ baseURL: baseURL + '/v1', apiKey: 'unused', maxRetries: 0 }),
                                              model, Number(n));
   const client = new OpenAI({ baseURL: baseURL + '/v1', apiKey: 'unused', maxRetries: 0 });

@@ -8,29 +8,8 @@ import json
 import os
 import subprocess
 
-from harness import (Dir, binary, http, keys_file, http_json, need_binary, run, run_client, start_gateway, start_sim, test,
-                     wait_until)
-
-BOUNDARY = "----infergate-test-boundary"
-
-
-def multipart(fields, filename, data):
-    """A multipart/form-data body: text fields, then the file."""
-    out = b""
-    for k, v in fields.items():
-        out += (f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n').encode()
-    if data is not None:
-        out += (f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="{filename}"\r\n'
-                f'Content-Type: application/jsonl\r\n\r\n').encode() + data + b"\r\n"
-    return out + f"--{BOUNDARY}--\r\n".encode()
-
-
-def upload(gw, data, purpose="batch", filename="corpus.jsonl", headers=None):
-    h = {"Content-Type": f"multipart/form-data; boundary={BOUNDARY}", **(headers or {})}
-    fields = {"purpose": purpose} if purpose is not None else {}
-    st, hdrs, raw = http("POST", gw.url + "/v1/files", multipart(fields, filename, data), headers=h)
-    return st, json.loads(raw)
-
+from harness import (BOUNDARY, Dir, binary, http, keys_file, http_json, multipart, need_binary, run, run_client,
+                     start_gateway, start_sim, test, upload, wait_until)
 
 def peak_rss_kb(pid):
     with open(f"/proc/{pid}/status") as f:
