@@ -18,8 +18,8 @@ import tempfile
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from harness import (BUILDDIR, SRCDIR, chat_body, http, http_json, run, start, start_gateway,
-                     start_sims, test, wait_until)
+from harness import (BUILDDIR, SRCDIR, Dir, chat_body, http, http_json, run, start, start_gateway,
+                     start_sims, test, upload, wait_until)
 
 FAST = ("--tokens-per-second", "0", "--ttft-ms", "0")
 QUICK_HEALTH = ("--health-interval-ms", "100", "--health-timeout-ms", "500")
@@ -61,6 +61,7 @@ class Dom(html.parser.HTMLParser):
         super().__init__(convert_charrefs=True)
         self.by_id = {}       # id -> {"tag", "attrs", "text"}
         self.rows = {}        # backend url -> {"attrs", "cells": {class: text}}
+        self.batches = {}     # batch id -> the row's attrs
         self.body = {}
         self.chart_tags = []
         self._stack = []      # [tag, attrs, text parts]
@@ -93,6 +94,8 @@ class Dom(html.parser.HTMLParser):
                 self.by_id[a["id"]] = {"tag": t, "attrs": a, "text": text}
             if t in ("td", "th") and self._stack and self._stack[-1][0] == "tr":
                 self._stack[-1][1].setdefault("_cells", {})[a.get("class", "").split(" ")[0]] = text
+            if t == "tr" and "data-batch" in a:
+                self.batches[a["data-batch"]] = a
             if t == "tr" and "data-backend-url" in a:
                 self.rows[a["data-backend-url"]] = {"attrs": a, "cells": a.get("_cells", {})}
             if t == tag:
@@ -301,6 +304,32 @@ def status_page_shows_unreachable_and_recovers_behind_a_prefix():
         assert cells == ["0 / 5", "0 / 7"], cells
     finally:
         srv.close()
+
+
+@test
+def status_page_shows_the_batches():
+    chromium_path()
+    d = Dir()
+    sims = start_sims(1, *FAST, "--model", "m")
+    gw = start_gateway(sims, "--data-dir", d("data"), *QUICK_HEALTH)
+    dom = Dom(chromium(gw.url + "/status", "--dump-dom", budget_ms=1500))
+    assert dom.attr("batches-panel", "hidden") is not None and not dom.batches   # no batch: no panel
+    good = "".join(json.dumps({"custom_id": f"r{i}", "method": "POST", "url": "/v1/chat/completions",
+                               "body": {"model": "m", "messages": [{"role": "user", "content": f"q{i}"}]}}) + "\n"
+                   for i in range(20))
+    want = {}
+    for data in (good, good + "{torn\n"):
+        st, f = upload(gw, data.encode())
+        st, _, b = http_json("POST", gw.url + "/v1/batches", {"input_file_id": f["id"], "completion_window": "24h",
+                                                              "endpoint": "/v1/chat/completions"})
+        assert st == 200, b
+        want[b["id"]] = "completed" if data == good else "failed"
+    for bid, status in want.items():
+        wait_until(lambda: http_json("GET", f"{gw.url}/v1/batches/{bid}")[2]["status"] == status, what=status)
+    dom = Dom(chromium(gw.url + "/status", "--dump-dom", budget_ms=2500))
+    assert dom.attr("batches-panel", "hidden") is None, dom.by_id["batches-panel"]
+    got = {bid: (a["data-status"], int(a["data-done"])) for bid, a in dom.batches.items()}
+    assert got == {bid: (st, 20 if st == "completed" else 0) for bid, st in want.items()}, got
 
 
 @test
