@@ -207,8 +207,8 @@ static const struct ig_flag keys[] = {
 		 "\"stream_options\", \"output\", \"responses\"}"},
 	{.name = "--data-dir", .key = "data_dir", .type = IG_FLAG_STRING, .off = OFF(data_dir), .def = "",
 	 .metavar = "DIR",
-	 .help = "where the Files API keeps uploads (DIR/files; made if missing, must be writable: checked at "
-		 "start); empty = the Files API is off"},
+	 .help = "where the Files and Batch APIs keep uploads and batches (DIR/files, DIR/batches; made if "
+		 "missing, must be writable: checked at start); empty = both are off"},
 	{.name = "--files-max-bytes", .key = "files.max_bytes", .type = IG_FLAG_LONG, .off = OFF(files_max_bytes),
 	 .min = 1024, .max = 1099511627776.0, .def = "4294967296", .metavar = "N",
 	 .help = "largest file uploaded to /v1/files (then 413; 4 GiB holds the 902,087-line corpus many times)"},
