@@ -149,6 +149,36 @@ static void put_file(const char *path, const char *text)
 	fclose(f);
 }
 
+/* A line given back (the Batch API holds a line while the backends' model
+ * lists are not known) comes again, with its number; then the next. */
+START_TEST(corpus_unread_gives_the_same_line_again)
+{
+	char *in = tmp_path("unread.jsonl");
+	struct ig_corpus_reader r;
+	char *err = NULL;
+	put_file(in, "one\n\ntwo\nthree\n");
+	ck_assert_int_eq(ig_corpus_open(&r, in, &err), 0);
+	ck_assert_int_eq(ig_corpus_next(&r), 1);
+	ck_assert_int_eq(ig_corpus_next(&r), 1);
+	ck_assert_str_eq(r.line, "two");
+	ck_assert_int_eq(r.lineno, 3);
+	for (int k = 0; k < 2; k++) { /* twice in a row: still that line, not the one before */
+		ck_assert_int_eq(ig_corpus_unread(&r), 0);
+		ck_assert_int_eq(ig_corpus_next(&r), 1);
+		ck_assert_str_eq(r.line, "two");
+		ck_assert_int_eq(r.lineno, 3);
+		ck_assert_int_eq(r.index, 1);
+		ck_assert_int_eq(r.offset, 5);
+	}
+	ck_assert_int_eq(ig_corpus_next(&r), 1);
+	ck_assert_str_eq(r.line, "three");
+	ck_assert_int_eq(r.offset, 9);
+	ck_assert_int_eq(ig_corpus_next(&r), 0);
+	ig_corpus_close(&r);
+	free(in);
+}
+END_TEST
+
 START_TEST(doneset_resume_and_torn_line)
 {
 	char *out = tmp_path("out.jsonl"), *errs = tmp_path("out.errors.jsonl");
@@ -672,7 +702,8 @@ START_TEST(auto_through_a_gateway_holds_its_slots_plus_headroom)
 END_TEST
 
 IG_CHECK_MAIN("bulk", corpus_batch_and_shorthand, corpus_errors_name_the_line, idset_grows_and_finds,
-	      doneset_resume_and_torn_line, journal_lines_and_append, journal_full_disk_leaves_no_half_line,
+	      corpus_unread_gives_the_same_line_again, doneset_resume_and_torn_line, journal_lines_and_append,
+	      journal_full_disk_leaves_no_half_line,
 	      sse_rebuilds_chat_body_across_splits, sse_incomplete_or_error_stream, hist_quantiles,
 	      generator_is_deterministic_and_parses, flags_validate, preflight_finds_duplicates_exactly,
 	      preflight_decides_on_the_model_list, models_are_counted_apart_only_when_there_are_several,
