@@ -132,6 +132,8 @@ struct batch {
 	long inflight;          /* items (both kinds) */
 	struct ig_list pending; /* struct pending */
 	uint64_t next_flush_ms;
+	long probe_slots;       /* for a backend still learning its slots (share_of) */
+	uint64_t probe_at_ms;   /* when it doubles next */
 };
 
 struct ig_batches {
@@ -802,8 +804,12 @@ static int start_line(struct ig_batches *bs, struct batch *b, struct bulk_line *
 }
 
 /* Requests in flight the batch may have now: per model, its pool's slots
- * for class low (64 for a backend that has not taught its own) and an
- * eighth more, split between the running batches that use that model. */
+ * for class low and an eighth more, split between the running batches that
+ * use that model. A backend whose slots are not known yet is learning them
+ * from its load reports, which needs it to queue a little (health.c): it
+ * counts probe_slots, 4 at first and doubling every second up to 64, so
+ * the first seconds do not pile hundreds of requests behind a 4-slot
+ * server. One that sends no load report counts 64. */
 static long share_of(struct ig_batches *bs, const struct batch *b)
 {
 	struct ig_gw *gw = bs->gw;
@@ -813,10 +819,11 @@ static long share_of(struct ig_batches *bs, const struct batch *b)
 		const struct ig_model *m = ig_sched_find(&gw->sched, served ? served : b->models[i]);
 		long slots = 0, users = 0;
 		for (size_t j = 0; m && j < m->nbackends; j++) {
-			if (!ig_backend_routable(m->backends[j]))
-				continue;
-			long lim = ig_router_limit(m->backends[j], true);
-			slots += lim > 0 ? lim : 64;
+			const struct ig_backend *be = m->backends[j];
+			long lim = ig_backend_routable(be) ? ig_router_limit(be, true) : -1;
+			if (lim == 0) /* not known: learning it from load reports, or never */
+				lim = be->reported_load >= 0 ? b->probe_slots : 64;
+			slots += lim > 0 ? lim : 0; /* -1: its slots are reserved for the other classes */
 		}
 		struct batch *o;
 		IG_LIST_FOREACH(o, &bs->all, struct batch, link) {
@@ -891,6 +898,10 @@ static void run(struct ig_batches *bs, struct batch *b, uint64_t now)
 	IG_LIST_FOREACH_SAFE(it, tmp, &b->items, struct item, link)
 		if (it->due_ms && it->due_ms <= now && send_item(bs, it) < 0)
 			item_free(bs, it);
+	if (now >= b->probe_at_ms) {
+		b->probe_slots = b->probe_slots ? (b->probe_slots < 32 ? 2 * b->probe_slots : 64) : 4;
+		b->probe_at_ms = now + 1000;
+	}
 	long share = share_of(bs, b);
 	while (b->inflight < share) {
 		struct bulk_line l;
