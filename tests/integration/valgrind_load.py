@@ -74,6 +74,30 @@ BAD = [b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nC
        b"GARBAGE\r\n\r\n"]
 
 
+def body_of(resp):
+    return json.loads(resp.partition(b"\r\n\r\n")[2] or b"null")
+
+
+def batch_of(gp, lines, key=b"vg-key"):
+    """Uploads lines (multipart) and creates a batch of them: its id."""
+    data = b"".join(json.dumps(o).encode() + b"\n" for o in lines)
+    bnd = b"vgboundary"
+    body = (b"--%s\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nbatch\r\n--%s\r\n"
+            b"Content-Disposition: form-data; name=\"file\"; filename=\"b.jsonl\"\r\n\r\n%s\r\n--%s--\r\n"
+            % (bnd, bnd, data, bnd))
+    f = body_of(request(gp, keyed(b"POST /v1/files HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                                  b"Content-Type: multipart/form-data; boundary=%s\r\nContent-Length: %d\r\n\r\n%s"
+                                  % (bnd, len(body), body), key)))
+    b = body_of(request(gp, post(b"/v1/batches", {"input_file_id": f["id"], "endpoint": "/v1/chat/completions",
+                                                  "completion_window": "24h"}, key=key)))
+    return b["id"]
+
+
+def batch_status(gp, bid):
+    return body_of(request(gp, keyed(b"GET /v1/batches/%s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+                                     % bid.encode())))
+
+
 @test
 def gateway_under_valgrind_load_disconnects_sigterm():
     if not shutil.which("valgrind"):
@@ -85,6 +109,7 @@ def gateway_under_valgrind_load_disconnects_sigterm():
     vg = start(["valgrind", "--leak-check=full", "--show-leak-kinds=definite", "--errors-for-leak-kinds=definite",
                 "--error-exitcode=1", "--num-callers=30", f"--log-file={log}",
                 binary("infergate"), "--listen", f"127.0.0.1:{gp}", "--backend", paced.url,
+                "--data-dir", tempfile.mkdtemp(prefix="ig-valgrind-data-"),
                 "--backend", unpaced.url, "--health-interval-ms", "200", "--shutdown-grace-s", "5",
                 "--api-keys-file", keys_file()],
                port=gp, timeout=120)
@@ -103,6 +128,21 @@ def gateway_under_valgrind_load_disconnects_sigterm():
                                    key=b"vg-small")).startswith(b"HTTP/1.1 429") for _ in range(6))
     refused = request(gp, post(b"/v1/chat/completions", dict(msg, model="other", messages=[]), key=b"vg-small"))
     assert limited >= 2 and refused.startswith(b"HTTP/1.1 403"), (limited, refused[:200])
+    # The Batch API: one batch run to its end, one with a bad line (failed), one cancelled, and
+    # one still running at SIGTERM (its answers in flight are written before the exit).
+    def chat_line(i, model="sim-model"):
+        return {"custom_id": f"b{i}", "method": "POST", "url": "/v1/chat/completions",
+                "body": {"model": model, "max_tokens": 4, "messages": [{"role": "user", "content": f"b{i}"}]}}
+    good = batch_of(gp, [chat_line(i) for i in range(40)])
+    bad = batch_of(gp, [chat_line(0), chat_line(1, model="nope")])
+    gone = batch_of(gp, [chat_line(i) for i in range(200)])
+    request(gp, post(b"/v1/batches/%s/cancel" % gone.encode(), {}))
+    deadline = time.time() + 60
+    while time.time() < deadline and batch_status(gp, good)["status"] != "completed":
+        time.sleep(0.2)
+    ends = [batch_status(gp, b)["status"] for b in (good, bad, gone)]
+    assert ends == ["completed", "failed", "cancelled"], ends
+    batch_of(gp, [chat_line(i) for i in range(300)])
     # Clients that leave mid-stream and mid-request.
     for i in range(20):
         s = socket.create_connection(("127.0.0.1", gp))
