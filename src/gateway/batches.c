@@ -1,7 +1,8 @@
 /* The Batch API (batches.h). A batch's life, as OpenAI's:
  *   validating   every line of its input file read and checked, a few
  *                thousand per tick (the loop never stalls): JSON, custom_id
- *                present and unique, url equal to the batch's endpoint, a
+ *                unique ("line-N" when a line has none, as infergate-bulk
+ *                names it), url equal to the batch's endpoint, a
  *                model served here (and allowed to the owner's key). Any
  *                problem: failed, with errors.data naming the lines, nothing
  *                sent.
@@ -105,7 +106,7 @@ struct batch {
 	enum ig_endpoint ep;
 	json_t *metadata;       /* object or null */
 	enum bstatus status;
-	enum bstatus ending;    /* finalizing toward: completed (0 = that) or expired */
+	bool expiring;          /* finalizing toward expired, not completed */
 	int64_t created_at, in_progress_at, expires_at, finalizing_at, completed_at, failed_at, expired_at,
 		cancelling_at, cancelled_at;
 	long total, completed, failed;
@@ -222,8 +223,8 @@ static int save(const struct batch *b)
 	/* counts at the last change: the result files say more while it runs */
 	json_object_set_new(o, "completed", json_integer((json_int_t)b->completed));
 	json_object_set_new(o, "failed", json_integer((json_int_t)b->failed));
-	if (b->ending == B_EXPIRED)
-		json_object_set_new(o, "ending", json_string("expired"));
+	if (b->expiring)
+		json_object_set_new(o, "expiring", json_true());
 	char *text = json_dumps(o, JSON_COMPACT);
 	json_decref(o);
 	char *tmp = bpath(b, "batch.json.tmp"), *path = bpath(b, "batch.json");
@@ -339,8 +340,7 @@ static struct batch *load(struct ig_batches *bs, const char *id)
 	b->total = (long)get_time(o, "total");
 	b->completed = (long)get_time(o, "completed");
 	b->failed = (long)get_time(o, "failed");
-	if (json_is_string(json_object_get(o, "ending")))
-		b->ending = B_EXPIRED;
+	b->expiring = json_is_true(json_object_get(o, "expiring"));
 	json_t *m = json_object_get(o, "metadata");
 	b->metadata = json_is_object(m) ? json_incref(m) : json_null();
 	json_t *e = json_object_get(json_object_get(o, "errors"), "data");
@@ -613,10 +613,12 @@ static void start_running(struct ig_batches *bs, struct batch *b)
  * Takes line. */
 static void emit(struct ig_batches *bs, struct batch *b, int file, char *line, size_t len)
 {
-	if (!line)
-		return;
-	if (ig_list_empty(&b->pending) &&
-	    ig_journal_append(file ? &b->err : &b->out, line, len) == 0) {
+	bool first = ig_list_empty(&b->pending); /* else it waits behind them, in order */
+	if (!line) { /* dropping it would lose the line: a restart sends it again instead */
+		ig_log_error("batch %s: out of memory writing a result", b->id);
+		abort();
+	}
+	if (first && ig_journal_append(file ? &b->err : &b->out, line, len) == 0) {
 		if (file)
 			b->failed++, bs->lines_failed++;
 		else
@@ -626,17 +628,20 @@ static void emit(struct ig_batches *bs, struct batch *b, int file, char *line, s
 	}
 	int e = errno;
 	struct pending *p = malloc(sizeof(*p) + len);
-	if (p) {
-		p->file = file;
-		p->len = len;
-		memcpy(p->line, line, len);
-		ig_list_append(&b->pending, &p->link);
+	if (!p) {
+		ig_log_error("batch %s: out of memory keeping a result", b->id);
+		abort();
 	}
-	if (ig_list_linked(&b->pending) && !*b->paused)
-		ig_log_error("batch %s: cannot write its results: %s; paused until they can be", b->id, strerror(e));
-	snprintf(b->paused, sizeof(b->paused), "cannot write the results to data_dir: %s (paused; nothing is lost)",
-		 strerror(e));
+	p->file = file;
+	p->len = len;
+	memcpy(p->line, line, len);
+	ig_list_append(&b->pending, &p->link);
 	free(line);
+	if (first) {
+		ig_log_error("batch %s: cannot write its results: %s; paused until they can be", b->id, strerror(e));
+		snprintf(b->paused, sizeof(b->paused),
+			 "cannot write the results to data_dir: %s (paused; nothing is lost)", strerror(e));
+	}
 }
 
 /* Writes what the disk refused before. */
@@ -943,7 +948,7 @@ static void abort_items(struct ig_batches *bs, struct batch *b)
 static void finalize(struct ig_batches *bs, struct batch *b)
 {
 	struct ig_files *fs = bs->gw->files;
-	enum bstatus end = b->status == B_CANCELLING ? B_CANCELLED : b->ending == B_EXPIRED ? B_EXPIRED : B_COMPLETED;
+	enum bstatus end = b->status == B_CANCELLING ? B_CANCELLED : b->expiring ? B_EXPIRED : B_COMPLETED;
 	if (b->journals_open) {
 		if (ig_journal_sync(&b->out) < 0 || ig_journal_sync(&b->err) < 0) {
 			snprintf(b->paused, sizeof(b->paused), "cannot sync the results: %s", strerror(errno));
@@ -1161,7 +1166,7 @@ void ig_batches_tick(struct ig_batches *bs, uint64_t now_ms)
 			if (b->rd_open)
 				ig_corpus_close(&b->rd);
 			b->rd_open = false;
-			b->ending = B_EXPIRED;
+			b->expiring = true;
 			if (b->status == B_VALIDATING)
 				b->in_progress_at = 0;
 			if (b->status == B_IN_PROGRESS && !b->journals_open && open_journals(b) < 0)
