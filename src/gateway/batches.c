@@ -1251,8 +1251,17 @@ static enum MHD_Result answer_error(struct batch_call *bc, unsigned status, cons
 	va_end(ap);
 	gw->stats.responses[status / 100]++;
 	ig_accesslog_local(&gw->alog, bc->conn, bc->method, bc->url, status, 0);
-	const char *allow = status == 405 ? (strcmp(bc->url, "/v1/batches") == 0 ? "GET, POST" : "GET") : NULL;
-	return ig_httpd_error_allow(bc->conn, status, msg, param, code, NULL, allow, false);
+	return ig_httpd_error(bc->conn, status, msg, param, code, NULL, false);
+}
+
+/* 405 with the methods the path takes. */
+static enum MHD_Result wrong_method(struct batch_call *bc, const char *allow)
+{
+	char msg[64];
+	snprintf(msg, sizeof(msg), "this endpoint takes %s", allow);
+	bc->gw->stats.responses[4]++;
+	ig_accesslog_local(&bc->gw->alog, bc->conn, bc->method, bc->url, 405, 0);
+	return ig_httpd_error_allow(bc->conn, 405, msg, NULL, "method_not_allowed", NULL, allow, false);
 }
 
 static struct batch *find(struct ig_batches *bs, const char *id, const char *owner)
@@ -1285,56 +1294,71 @@ static const char *bad_metadata(json_t *m)
 	return NULL;
 }
 
+/* What is wrong with a create request: 0, or the status with *param,
+ * *code and msg set (OpenAI's messages). */
+static unsigned check_create(struct batch_call *bc, json_t *req, const struct ig_file **f, int *epi,
+			     const char **param, const char **code, char *msg, size_t n)
+{
+	const char *fid = json_string_value(json_object_get(req, "input_file_id"));
+	const char *ep = json_string_value(json_object_get(req, "endpoint"));
+	const char *win = json_string_value(json_object_get(req, "completion_window"));
+	const char *why = bad_metadata(json_object_get(req, "metadata"));
+	const char *missing = !fid ? "input_file_id" : !ep ? "endpoint" : !win ? "completion_window" : NULL;
+	*epi = -1;
+	for (int i = 0; ep && i < IG_EP_COUNT; i++)
+		if (strcmp(ep, ig_corpus_endpoint_path((enum ig_endpoint)i)) == 0)
+			*epi = i;
+	*f = fid ? ig_files_find(bc->gw->files, fid, bc->owner) : NULL;
+	*code = "invalid_value";
+	if (missing) {
+		*param = missing;
+		*code = "missing_required_parameter";
+		snprintf(msg, n, "Missing required parameter: '%s'.", missing);
+	} else if (*epi < 0) {
+		*param = "endpoint";
+		snprintf(msg, n, "Invalid value for 'endpoint': '%.100s' (this gateway runs batches of "
+			 "/v1/chat/completions, /v1/completions and /v1/embeddings).", ep);
+	} else if (strcmp(win, "24h") != 0) {
+		*param = "completion_window";
+		snprintf(msg, n, "Invalid value for 'completion_window': '%.40s' (only '24h').", win);
+	} else if (why) {
+		*param = "metadata";
+		snprintf(msg, n, "%s", why);
+	} else if (!*f) {
+		*param = "input_file_id";
+		*code = NULL;
+		snprintf(msg, n, "No such File object: %.80s", fid);
+		return 404;
+	} else if (strcmp((*f)->purpose, "batch") != 0) {
+		*param = "input_file_id";
+		snprintf(msg, n, "The file %s has purpose '%s'; a batch's input has purpose 'batch'.", (*f)->id,
+			 (*f)->purpose);
+	} else {
+		return 0;
+	}
+	return 400;
+}
+
 static enum MHD_Result create(struct batch_call *bc)
 {
 	struct ig_gw *gw = bc->gw;
 	struct ig_batches *bs = gw->batches;
 	json_error_t je;
 	json_t *req = json_loadb(ig_buf_head(&bc->body), ig_buf_pending(&bc->body), 0, &je);
-	enum MHD_Result ret;
 	if (!json_is_object(req)) {
 		json_decref(req);
 		return answer_error(bc, 400, NULL, "invalid_json", "The body is not a JSON object: %s.",
 				    req ? "another JSON value" : je.text);
 	}
-	const char *fid = json_string_value(json_object_get(req, "input_file_id"));
-	const char *ep = json_string_value(json_object_get(req, "endpoint"));
-	const char *win = json_string_value(json_object_get(req, "completion_window"));
+	const struct ig_file *f;
+	const char *param = NULL, *code = NULL, *ep = json_string_value(json_object_get(req, "endpoint"));
 	json_t *meta = json_object_get(req, "metadata");
-	const char *why = bad_metadata(meta);
-	int epi = -1;
-	for (int i = 0; ep && i < IG_EP_COUNT; i++)
-		if (strcmp(ep, ig_corpus_endpoint_path((enum ig_endpoint)i)) == 0)
-			epi = i;
-	const struct ig_file *f = fid ? ig_files_find(gw->files, fid, bc->owner) : NULL;
-	if (!fid)
-		ret = answer_error(bc, 400, "input_file_id", "missing_required_parameter",
-				   "Missing required parameter: 'input_file_id'.");
-	else if (!ep)
-		ret = answer_error(bc, 400, "endpoint", "missing_required_parameter",
-				   "Missing required parameter: 'endpoint'.");
-	else if (epi < 0)
-		ret = answer_error(bc, 400, "endpoint", "invalid_value",
-				   "Invalid value for 'endpoint': '%.100s' (this gateway runs batches of "
-				   "/v1/chat/completions, /v1/completions and /v1/embeddings).", ep);
-	else if (!win)
-		ret = answer_error(bc, 400, "completion_window", "missing_required_parameter",
-				   "Missing required parameter: 'completion_window'.");
-	else if (strcmp(win, "24h") != 0)
-		ret = answer_error(bc, 400, "completion_window", "invalid_value",
-				   "Invalid value for 'completion_window': '%.40s' (only '24h').", win);
-	else if (why)
-		ret = answer_error(bc, 400, "metadata", "invalid_value", "%s", why);
-	else if (!f)
-		ret = answer_error(bc, 404, "input_file_id", NULL, "No such File object: %.80s", fid);
-	else if (strcmp(f->purpose, "batch") != 0)
-		ret = answer_error(bc, 400, "input_file_id", "invalid_value",
-				   "The file %s has purpose '%s'; a batch's input has purpose 'batch'.", f->id, f->purpose);
-	else
-		ret = MHD_NO;
-	if (ret != MHD_NO || !f) {
+	char msg[300];
+	int epi;
+	unsigned st = check_create(bc, req, &f, &epi, &param, &code, msg, sizeof(msg));
+	if (st) {
 		json_decref(req);
-		return ret;
+		return answer_error(bc, st, param, code, "%s", msg);
 	}
 	char id[40] = "batch_";
 	ig_random_hex(id + 6, 24);
@@ -1436,7 +1460,7 @@ static enum MHD_Result respond(struct batch_call *bc)
 			return create(bc);
 		if (get)
 			return list(bc);
-		return answer_error(bc, 405, NULL, "method_not_allowed", "this endpoint takes GET, POST");
+		return wrong_method(bc, "GET, POST");
 	}
 	char id[64];
 	const char *slash = strchr(rest + 1, '/');
@@ -1444,13 +1468,8 @@ static enum MHD_Result respond(struct batch_call *bc)
 	snprintf(id, sizeof(id), "%.*s", (int)(n < sizeof(id) ? n : sizeof(id) - 1), rest + 1);
 	if (slash && strcmp(slash, "/cancel") != 0)
 		return answer_error(bc, 404, NULL, "not_found", "unknown path under /v1/batches");
-	if (slash ? !post : !get) {
-		strcpy(bc->url, "/v1/batches/x"); /* for the Allow header */
-		if (slash)
-			return ig_httpd_error_allow(bc->conn, 405, "this endpoint takes POST", NULL, "method_not_allowed",
-						    NULL, "POST", false);
-		return answer_error(bc, 405, NULL, "method_not_allowed", "this endpoint takes GET");
-	}
+	if (slash ? !post : !get)
+		return wrong_method(bc, slash ? "POST" : "GET");
 	struct batch *b = find(bc->gw->batches, id, bc->owner);
 	if (!b)
 		return answer_error(bc, 404, "batch_id", NULL, "No such Batch object: %.80s", id);
