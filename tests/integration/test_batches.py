@@ -142,6 +142,37 @@ def kill_9_three_times_and_every_line_ends_once():
 
 
 @test
+def two_batches_share_the_slots_evenly():
+    d = Dir()
+    sims = [start_sim("--model", "m", "--max-running", "8", "--tokens-per-second", "0", "--ttft-ms", "100",
+                      "--output-tokens", "4") for _ in range(2)]
+    gw = gateway(d, sims)
+    n = 1500
+    bids = []
+    for tag in ("a", "b"):
+        write_corpus(d(f"{tag}.jsonl"), (dict(line(i), custom_id=f"{tag}{i}") for i in range(n)))
+        st, f = upload(gw, open(d(f"{tag}.jsonl"), "rb").read())
+        bids.append(create(gw, f["id"])[2]["id"])
+    # once the slots are learned (16 in all), each batch holds half of them plus the queue's margin
+    wait_until(lambda: sum(b.get("learned_slots") or 0 for b in http_json("GET", gw.url + "/health/backends")[2]
+                           ["backends"]) == 16, timeout=30, what="16 learned slots")
+    time.sleep(1.5)
+    samples = []
+    for _ in range(10):
+        a, b = (get(gw, x) for x in bids)
+        if a["status"] == b["status"] == "in_progress":
+            samples.append((a["infergate"]["in_flight"], b["infergate"]["in_flight"]))
+        time.sleep(0.1)
+    # (read one after the other, between two refills: compare the means)
+    ma, mb = (sum(v) / len(samples) for v in zip(*samples)) if samples else (0, 0)
+    assert len(samples) >= 5 and ma >= 5 and mb >= 5 and abs(ma - mb) <= 2, samples
+    assert all(x + y <= 16 + 16 // 8 + 4 + 2 for x, y in samples), samples
+    for tag, bid in zip(("a", "b"), bids):
+        b = until_status(gw, bid, ("completed",), timeout=120)
+        exactly_once([f"{tag}{i}" for i in range(n)], content(gw, b["output_file_id"]))
+
+
+@test
 def a_bad_file_fails_in_validation_naming_its_lines():
     d = Dir()
     sim = start_sim(*FAST)
