@@ -22,6 +22,7 @@ enum {
 	BULK_EXIT_ERRORS = 1,    /* complete, but some lines are in the errors file */
 	BULK_EXIT_USAGE = 2,     /* bad flag or preflight problem: nothing was sent */
 	BULK_EXIT_STOPPED = 3,   /* stopped early (signal, full disk): rerun with --resume */
+	BULK_EXIT_GATEWAY = 4,   /* submit: the gateway answered an error or could not be reached */
 };
 
 /* ---------------------------------------------------------------- options */
@@ -298,6 +299,16 @@ int ig_scheduler_run(struct bulk_run *run);
 /* `infergate-bulk merge ...` (also `--merge`): joins shard results and
  * checks that every corpus id is present exactly once; returns the exit code. */
 int ig_merge_main(int argc, char **argv);
+
+/* --------------------------------------------------------------- submit */
+
+/* `infergate-bulk submit ...`: a corpus handed to a gateway's Batch API
+ * (upload, create, follow, download); returns the exit code. */
+int ig_submit_main(int argc, char **argv);
+/* --url as the main command takes it (main.c): http:// or https://, no
+ * trailing slashes, no trailing /v1 (the paths add it). Returns it
+ * malloc'd, or NULL with *err naming --url and the value. */
+char *ig_bulk_normalise_url(const char *u, char **err);
 
 /* ------------------------------------------------------------- generate */
 

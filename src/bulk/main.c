@@ -148,6 +148,8 @@ static const struct ig_flags spec = {
 	.usage = "Usage: infergate-bulk --input FILE --output FILE [options]\n"
 		 "       infergate-bulk generate --count N --output FILE [--seed S] [--kind chat|completions]\n"
 		 "       infergate-bulk merge --input CORPUS [--output MERGED] SHARD_OUTPUT... (see merge --help)\n"
+		 "       infergate-bulk submit --input FILE --url URL --output FILE (the gateway's Batch API;\n"
+		 "                             see submit --help)\n"
 		 "\nPushes every line of a JSONL corpus through an OpenAI-compatible server, exactly once,\n"
 		 "resumable. Everything is checked before the first request is sent.\n\nOptions:\n",
 	.epilog = "\nInput lines: {\"custom_id\", \"method\": \"POST\", \"url\": \"/v1/chat/completions\", \"body\": {...}}\n"
@@ -171,7 +173,7 @@ static void opts_free(struct bulk_opts *o)
 }
 
 /* Normalises --url: no trailing slashes, no trailing /v1 (the paths add it). */
-static char *normalise_url(const char *u, char **err)
+char *ig_bulk_normalise_url(const char *u, char **err)
 {
 	if (strncmp(u, "http://", 7) != 0 && strncmp(u, "https://", 8) != 0) {
 		*err = ig_strdupf("--url: '%s' does not start with http:// or https://", u);
@@ -211,7 +213,7 @@ static int parse_flags(int argc, char **argv, struct bulk_opts *o, char **err)
 		*err = ig_strdupf("%s is required (see --help)", !o->input ? "--input" : "--output");
 		return -1;
 	}
-	char *url = normalise_url(o->url, err);
+	char *url = ig_bulk_normalise_url(o->url, err);
 	if (!url)
 		return -1;
 	free(o->url);
@@ -696,6 +698,8 @@ int main(int argc, char **argv)
 		return ig_generate_main(argc - 1, argv + 1);
 	if (argc > 1 && (strcmp(argv[1], "merge") == 0 || strcmp(argv[1], "--merge") == 0))
 		return ig_merge_main(argc - 1, argv + 1);
+	if (argc > 1 && strcmp(argv[1], "submit") == 0)
+		return ig_submit_main(argc - 1, argv + 1);
 	rc = parse_flags(argc, argv, &o, &err);
 	if (rc != 0) {
 		if (rc < 0) {

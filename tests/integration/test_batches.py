@@ -108,6 +108,25 @@ def the_official_client_runs_a_batch_and_gets_the_direct_answers():
 
 
 @test
+def infergate_bulk_submit_runs_a_corpus_through_the_gateway():
+    # the command line's way to the same API: upload, create, follow, download; a key's own
+    d = Dir()
+    sim = start_sim(*FAST)
+    auth = keys_file(d("keys.json"), "alice")[0]
+    gw = gateway(d, [sim], "--api-keys-file", d("keys.json"))
+    n = 3000
+    write_corpus(d("c.jsonl"), (line(i, **({"messages": []} if i == 7 else {})) for i in range(n)))
+    rc, out, err = bulk("submit", "--input", d("c.jsonl"), "--url", gw.url, "--output", d("o.jsonl"),
+                        "--poll-s", "1", env={"OPENAI_API_KEY": auth["Authorization"][len("Bearer "):]})
+    got, errs = [json.loads(x) for x in open(d("o.jsonl"))], [json.loads(x) for x in open(d("o.errors.jsonl"))]
+    assert rc == 1, (rc, out, err)                # one line the backend refused: exit 1, in the errors file
+    exactly_once([f"r{i}" for i in range(n)], got, errs)
+    assert [o["custom_id"] for o in errs] == ["r7"] and errs[0]["response"]["status_code"] == 400, errs
+    bid = http_json("GET", gw.url + "/v1/batches", headers=auth)[2]["data"][0]["id"]
+    assert bid in out + err and get(gw, bid, auth)["status"] == "completed"
+
+
+@test
 def kill_9_three_times_and_every_line_ends_once():
     d = Dir()
     sims = [start_sim(*slow(150)) for _ in range(2)]

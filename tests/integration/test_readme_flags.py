@@ -67,6 +67,11 @@ def bulk_reference_table_matches_help():
 
 
 @test
+def bulk_submit_table_matches_help():
+    agree("## infergate-bulk submit reference", 0, "infergate-bulk", "submit")
+
+
+@test
 def sim_reference_table_matches_help():
     agree("## infergate-sim reference", 0, "infergate-sim")
 
