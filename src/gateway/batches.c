@@ -144,7 +144,6 @@ struct ig_batches {
 	char base_url[80];      /* the gateway's own address */
 	struct ig_list all;
 	size_t nbatches;
-	size_t inflight;        /* every batch's items */
 	uint64_t next_sweep_ms;
 	uint64_t lines_ok, lines_failed; /* written by this process */
 };
@@ -675,7 +674,6 @@ static void item_free(struct ig_batches *bs, struct item *it)
 	if (ig_list_linked(&it->link)) {
 		ig_list_del(&it->link);
 		it->b->inflight--;
-		bs->inflight--;
 	}
 	free(it);
 }
@@ -704,7 +702,11 @@ static void item_done(struct ig_xfer *x, CURLcode result)
 	curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &status);
 	if (result != CURLE_OK)
 		status = 0;
-	if (retryable(status) && ++it->tries < MAX_TRIES && !bs->gw->stopping) {
+	if (retryable(status) && bs->gw->stopping) { /* not written: sent again after the restart */
+		item_free(bs, it);
+		return;
+	}
+	if (retryable(status) && ++it->tries < MAX_TRIES) {
 		/* 1 s, 2 s, 4 s ... 30 s: the gateway has retried other backends already */
 		uint64_t wait = 1000u << (it->tries - 1 < 5 ? it->tries - 1 : 5);
 		it->due_ms = ig_now_ms() + (wait > 30000 ? 30000 : wait);
@@ -800,7 +802,6 @@ static int start_line(struct ig_batches *bs, struct batch *b, struct bulk_line *
 	free(h3);
 	ig_list_append(&b->items, &it->link);
 	b->inflight++;
-	bs->inflight++;
 	if (!it->body || !it->hdrs || send_item(bs, it) < 0) {
 		item_free(bs, it);
 		return -1;
@@ -1006,7 +1007,15 @@ int ig_batches_internal(const struct ig_batches *bs, const char *value, char own
 
 size_t ig_batches_inflight(const struct ig_batches *bs)
 {
-	return bs ? bs->inflight : 0;
+	size_t n = 0; /* transfers running, not lines waiting to be sent again */
+	const struct batch *b;
+	const struct item *it;
+	if (!bs)
+		return 0;
+	IG_LIST_FOREACH(b, &bs->all, struct batch, link)
+		IG_LIST_FOREACH(it, &b->items, struct item, link)
+			n += it->x.running;
+	return n;
 }
 
 static int by_created(const void *a, const void *b)

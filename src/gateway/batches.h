@@ -34,7 +34,8 @@ void ig_batches_free(struct ig_batches *bs);
 /* Once per housekeeping tick: validates, sends, writes, finishes. */
 void ig_batches_tick(struct ig_batches *bs, uint64_t now_ms);
 /* Batch requests in flight (a graceful stop waits for their answers, so
- * they are written rather than sent again). */
+ * they are written rather than sent again; lines waiting to be retried are
+ * not counted: they are sent again after the restart). */
 size_t ig_batches_inflight(const struct ig_batches *bs);
 
 /* The call that answers a /v1/batches request for owner (the key's hex

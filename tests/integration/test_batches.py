@@ -192,6 +192,30 @@ def two_batches_share_the_slots_evenly():
 
 
 @test
+def sigterm_mid_batch_writes_what_finished_and_the_restart_sends_the_rest():
+    # lines waiting to be retried (the backend fails a tenth of them) and lines in flight at
+    # SIGTERM: the answers in flight are written, nothing is written as failed because the
+    # gateway was stopping, and the restart completes every line once
+    d = Dir()
+    sim = start_sim(*slow(100), "--fail-rate", "0.1")
+    gw = gateway(d, [sim])
+    port = gw.port
+    n = 1000
+    write_corpus(d("c.jsonl"), (line(i) for i in range(n)))
+    st, f = upload(gw, open(d("c.jsonl"), "rb").read())
+    bid = create(gw, f["id"])[2]["id"]
+    wait_until(lambda: get(gw, bid)["request_counts"]["completed"] >= 100, timeout=60, interval=0.02)
+    assert gw.stop(signal.SIGTERM, timeout=25) == 0, gw.read_log()[-2000:]
+    assert "Terminated" in gw.read_log()
+    gw = gateway(d, [sim], port=port)
+    b = until_status(gw, bid, ("completed",), timeout=180)
+    out = content(gw, b["output_file_id"])
+    errs = content(gw, b["error_file_id"]) if b["error_file_id"] else []
+    exactly_once([f"r{i}" for i in range(n)], out, errs)
+    assert all(o["response"]["status_code"] == 500 for o in errs), errs[:2]   # 8 tries of the sim's 500
+
+
+@test
 def a_bad_file_fails_in_validation_naming_its_lines():
     d = Dir()
     sim = start_sim(*FAST)
