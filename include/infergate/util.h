@@ -26,6 +26,10 @@ int ig_parse_double(const char *what, const char *s, double min, double max, dou
 /* Parses "HOST:PORT" (HOST may be empty = 0.0.0.0, or "[v6]"). Port 0..65535.
  * Returns 0 with *host malloc'd, or -1 with *err set. */
 int ig_parse_hostport(const char *what, const char *s, char **host, int *port, char **err);
+/* A server's base URL as the clients take it: http:// or https://, no
+ * trailing slashes, no trailing /v1 (the paths add it). Returns it
+ * malloc'd, or NULL with *err naming `what` and the value. */
+char *ig_parse_base_url(const char *what, const char *u, char **err);
 
 /* Raises the open-file soft limit to the hard one, or to `want` when the
  * hard limit is lower and the process may raise it (root). Returns the

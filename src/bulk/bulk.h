@@ -305,10 +305,6 @@ int ig_merge_main(int argc, char **argv);
 /* `infergate-bulk submit ...`: a corpus handed to a gateway's Batch API
  * (upload, create, follow, download); returns the exit code. */
 int ig_submit_main(int argc, char **argv);
-/* --url as the main command takes it (main.c): http:// or https://, no
- * trailing slashes, no trailing /v1 (the paths add it). Returns it
- * malloc'd, or NULL with *err naming --url and the value. */
-char *ig_bulk_normalise_url(const char *u, char **err);
 
 /* ------------------------------------------------------------- generate */
 

@@ -172,22 +172,6 @@ static void opts_free(struct bulk_opts *o)
 	ig_flags_free(&spec, o);
 }
 
-/* Normalises --url: no trailing slashes, no trailing /v1 (the paths add it). */
-char *ig_bulk_normalise_url(const char *u, char **err)
-{
-	if (strncmp(u, "http://", 7) != 0 && strncmp(u, "https://", 8) != 0) {
-		*err = ig_strdupf("--url: '%s' does not start with http:// or https://", u);
-		return NULL;
-	}
-	char *s = strdup(u);
-	size_t n = strlen(s);
-	while (n > 0 && s[n - 1] == '/')
-		s[--n] = '\0';
-	if (n >= 3 && strcmp(s + n - 3, "/v1") == 0)
-		s[n - 3] = '\0';
-	return s;
-}
-
 /* Returns 0 to run, 1 to exit 0 (--help, --version), -1 on a bad flag
  * (*err). Whatever the result, opts_free() releases o. */
 static int parse_flags(int argc, char **argv, struct bulk_opts *o, char **err)
@@ -213,7 +197,7 @@ static int parse_flags(int argc, char **argv, struct bulk_opts *o, char **err)
 		*err = ig_strdupf("%s is required (see --help)", !o->input ? "--input" : "--output");
 		return -1;
 	}
-	char *url = ig_bulk_normalise_url(o->url, err);
+	char *url = ig_parse_base_url("--url", o->url, err);
 	if (!url)
 		return -1;
 	free(o->url);

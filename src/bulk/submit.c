@@ -318,7 +318,7 @@ static int sb_flags(struct submit *s, int argc, char **argv, char **err)
 		*err = ig_strdupf("--metadata is for creating a batch (with --input)");
 	if (*err)
 		return -1;
-	s->url = ig_bulk_normalise_url(s->url_flag, err);
+	s->url = ig_parse_base_url("--url", s->url_flag, err);
 	if (!s->url)
 		return -1;
 	if (s->output)

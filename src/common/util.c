@@ -218,3 +218,22 @@ void ig_random_hex(char *out, size_t hexlen)
 	}
 	out[hexlen] = '\0';
 }
+
+char *ig_parse_base_url(const char *what, const char *u, char **err)
+{
+	if (strncmp(u, "http://", 7) != 0 && strncmp(u, "https://", 8) != 0) {
+		*err = ig_strdupf("%s: '%s' does not start with http:// or https://", what, u);
+		return NULL;
+	}
+	char *s = strdup(u);
+	if (!s) {
+		*err = strdup("out of memory");
+		return NULL;
+	}
+	size_t n = strlen(s);
+	while (n > 0 && s[n - 1] == '/')
+		s[--n] = '\0';
+	if (n >= 3 && strcmp(s + n - 3, "/v1") == 0)
+		s[n - 3] = '\0';
+	return s;
+}

@@ -436,7 +436,7 @@ START_TEST(flags_validate)
 		ck_assert_msg(strstr(err, bad[i][1]), "%s -> %s", bad[i][0], err);
 		free(err);
 	}
-	char *e = NULL, *u = ig_bulk_normalise_url("http://h:1/v1/", &e);
+	char *e = NULL, *u = ig_parse_base_url("--url", "http://h:1/v1/", &e);
 	ck_assert_str_eq(u, "http://h:1");
 	free(u);
 }
