@@ -7,6 +7,7 @@
 #include "config.h"
 #include <curl/curl.h>
 #include <errno.h>
+#include <libgen.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <openssl/err.h>
@@ -798,6 +799,15 @@ static void check_data_dir(const struct ig_conf *cfg, struct ig_buf *errs)
 	struct stat st;
 	if (!*d)
 		return;
+	if (cfg->check_only && stat(d, &st) < 0 && errno == ENOENT) {
+		/* --check-config changes nothing: the directory it would make */
+		char *copy = strdup(d);
+		const char *parent = copy ? dirname(copy) : ".";
+		if (access(parent, W_OK | X_OK) < 0)
+			ig_flags_problem(errs, "data_dir: cannot make '%s': %s: %s", d, parent, strerror(errno));
+		free(copy);
+		return;
+	}
 	if (mkdir(d, 0700) < 0 && errno != EEXIST) {
 		ig_flags_problem(errs, "data_dir: cannot make '%s': %s", d, strerror(errno));
 		return;
