@@ -156,6 +156,11 @@ def a_bad_data_dir_stops_the_start_naming_the_key():
         p = subprocess.run([binary("infergate"), "--backend", "http://127.0.0.1:9", "--data-dir", bad],
                            capture_output=True, text=True, timeout=10)
         assert p.returncode == 2 and "data_dir" in p.stderr and bad in p.stderr, (bad, p.stderr)
+    # --check-config says the same, and makes nothing: a data_dir it could make is fine, not made
+    for bad, rc in ((d("no") + "/such/parent", 2), (d("new-dir"), 0)):
+        p = subprocess.run([binary("infergate"), "--check-config", "--backend", "http://127.0.0.1:9", "--data-dir",
+                            bad], capture_output=True, text=True, timeout=10)
+        assert p.returncode == rc and not os.path.exists(bad), (bad, p.returncode, p.stderr)
     st, _, obj = http_json("GET", start_gateway(["http://127.0.0.1:9"]).url + "/v1/files")
     assert st == 404 and "data_dir" in obj["error"]["message"], obj   # off without it
 
