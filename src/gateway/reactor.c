@@ -27,6 +27,7 @@
 #include "infergate/log.h"
 #include "infergate/util.h"
 #include "metrics.h"
+#include "notify.h"
 #include "proxy.h"
 #include "affinity.h"
 #include "batches.h"
@@ -202,6 +203,22 @@ static void begin_stop(struct ig_gw *gw, int signo)
 	}
 	ig_log_info("%s: no longer accepting; %zu requests in flight, up to %lds to finish",
 		    strsignal(signo), gw->nreqs, gw->cfg->shutdown_grace_s);
+	ig_notify_stopping("stopping: %zu requests in flight, up to %lds to finish", gw->nreqs,
+			   gw->cfg->shutdown_grace_s);
+}
+
+/* SIGHUP. The service manager sees the reload start and end (its outcome
+ * in STATUS=); not while stopping, when STOPPING=1 was the last word. */
+static void reload(struct ig_gw *gw)
+{
+	if (gw->stopping) {
+		ig_reload(gw);
+		return;
+	}
+	ig_notify_reloading("reloading %s", gw->cfg->config_path ? gw->cfg->config_path : "the key files");
+	int rc = ig_reload(gw);
+	ig_notify_ready("listening on %s, %zu backend%s; %s", gw->cfg->listen, gw->pool.n, gw->pool.n == 1 ? "" : "s",
+			rc == 0 ? "reload applied" : "reload refused, running configuration kept (see the log)");
 }
 
 static void on_signal(struct ig_event *ev, uint32_t events IG_UNUSED)
@@ -215,7 +232,7 @@ static void on_signal(struct ig_event *ev, uint32_t events IG_UNUSED)
 			begin_stop(gw, (int)si.ssi_signo);
 			break;
 		case SIGHUP:
-			ig_reload(gw);
+			reload(gw);
 			break;
 		case SIGUSR1:
 			ig_accesslog_reopen(&gw->alog);
@@ -269,6 +286,8 @@ int ig_reactor_run(struct ig_gw *gw)
 
 	ig_log_info("listening on %s, %zu backends, policy %s", gw->cfg->listen, gw->pool.n,
 		    ig_conf_policy_name(gw->cfg->policy));
+	/* init bound the port and started MHD: a client may connect now */
+	ig_notify_ready("listening on %s, %zu backend%s", gw->cfg->listen, gw->pool.n, gw->pool.n == 1 ? "" : "s");
 	for (;;) {
 		MHD_UNSIGNED_LONG_LONG mto = 0;
 		int timeout = -1;

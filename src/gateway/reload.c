@@ -76,7 +76,7 @@ int ig_reload_files(struct ig_gw *gw, const struct ig_conf *cfg, char **err)
 	return 0;
 }
 
-void ig_reload(struct ig_gw *gw)
+int ig_reload(struct ig_gw *gw)
 {
 	struct ig_conf nc;
 	char *err = NULL;
@@ -88,11 +88,11 @@ void ig_reload(struct ig_gw *gw)
 			for (char *line = strtok(err, "\n"); line; line = strtok(NULL, "\n"))
 				ig_log_error("reload rejected, running keys kept: %s", line);
 			free(err);
-			return;
+			return -1;
 		}
 		ig_log_info("reload: started without --config; the key files re-read (%zu API keys)", gw->api_keys.n);
 		gw->drain_pending = true;
-		return;
+		return 0;
 	}
 	if (ig_conf_from_args(&nc, gw->argc, gw->argv, &err) != 0 ||
 	    ig_reload_files(gw, &nc, &err) < 0) {
@@ -100,7 +100,7 @@ void ig_reload(struct ig_gw *gw)
 			ig_log_error("reload rejected, running configuration kept: %s", line);
 		free(err);
 		ig_conf_free(&nc);
-		return;
+		return -1;
 	}
 	if (strcmp(nc.listen, gw->cfg->listen) != 0 || nc.max_connections != gw->cfg->max_connections)
 		ig_log_warn("reload: listen and max_connections need a restart; keeping %s", gw->cfg->listen);
@@ -178,4 +178,5 @@ void ig_reload(struct ig_gw *gw)
 	ig_health_reap(gw);
 	gw->models_dirty = true; /* aliases may have changed too */
 	gw->drain_pending = true;
+	return 0;
 }

@@ -14,7 +14,7 @@ int ig_reload_files(struct ig_gw *gw, const struct ig_conf *cfg, char **err);
  * with *err as above. */
 int ig_reload_check_files(const struct ig_conf *cfg, char **err);
 /* SIGHUP: re-reads the configuration; on any problem keeps the running one
- * (logged). */
-void ig_reload(struct ig_gw *gw);
+ * (logged). Returns 0 when the new one was applied, -1 when refused. */
+int ig_reload(struct ig_gw *gw);
 
 #endif
