@@ -457,30 +457,45 @@ static void duplicate_found(void *ud, long lineno, const char *id, long first)
 
 static void start_running(struct ig_batches *bs, struct batch *b);
 
+/* The batch's input file on disk (malloc'd), NULL when it was deleted. */
+static char *input_path(struct ig_batches *bs, const struct batch *b)
+{
+	const struct ig_file *f = ig_files_find(bs->gw->files, b->input_file_id, b->owner);
+	return f ? ig_files_path(bs->gw->files, f->id) : NULL;
+}
+
+/* Opens the input file to read it from its start. Returns 0, or -1 with
+ * the problem noted (deleted, unreadable). */
+static int open_input(struct ig_batches *bs, struct batch *b)
+{
+	char *path = input_path(bs, b), *err = NULL;
+	int rc = path && ig_corpus_open(&b->rd, path, &err) == 0 ? 0 : -1;
+	if (rc < 0)
+		problem(b, "invalid_file", 0, "input_file_id", "The input file %s cannot be read: %s.", b->input_file_id,
+			!path ? "it was deleted" : err ? err : "out of memory");
+	b->rd_open = rc == 0;
+	free(err);
+	free(path);
+	return rc;
+}
+
 /* Reads lines for a slice of the tick. */
 static void validate(struct ig_batches *bs, struct batch *b)
 {
 	struct ig_gw *gw = bs->gw;
 	char *err = NULL;
 	if (!b->rd_open) {
-		const struct ig_file *f = ig_files_find(gw->files, b->input_file_id, b->owner);
-		char *path = f ? ig_files_path(gw->files, f->id) : NULL;
 		b->n_problems = 0;
 		json_array_clear(b->errors);
 		ig_idset_free(&b->ids);
 		ig_idset_free(&b->ambiguous);
 		b->total = 0;
-		if (!f || ig_corpus_open(&b->rd, path, &err) < 0 || ig_idset_init(&b->ids, 0) < 0 ||
-		    ig_idset_init(&b->ambiguous, 0) < 0) {
-			problem(b, "invalid_file", 0, "input_file_id", "The input file %s cannot be read: %s.",
-				b->input_file_id, f ? (err ? err : "out of memory") : "it was deleted");
-			free(err);
-			free(path);
+		if (ig_idset_init(&b->ids, 0) < 0 || ig_idset_init(&b->ambiguous, 0) < 0)
+			problem(b, "server_error", 0, NULL, "out of memory");
+		if (b->n_problems || open_input(bs, b) < 0) {
 			fail_validation(bs, b);
 			return;
 		}
-		free(path);
-		b->rd_open = true;
 	}
 	uint64_t until = ig_now_us() + VALIDATE_US;
 	int got = 1;
@@ -537,8 +552,7 @@ static void validate(struct ig_batches *bs, struct batch *b)
 	if (b->total == 0)
 		problem(b, "empty_file", 0, "input_file_id", "The input file has no request lines.");
 	if (b->ambiguous.len) {
-		const struct ig_file *f = ig_files_find(gw->files, b->input_file_id, b->owner);
-		char *path = f ? ig_files_path(gw->files, f->id) : NULL;
+		char *path = input_path(bs, b);
 		if (!path || ig_corpus_duplicates(path, &no_defaults, &b->ambiguous, duplicate_found, b, &err) < 0) {
 			problem(b, "invalid_file", 0, "input_file_id", "The input file cannot be read: %s.",
 				err ? err : "it was deleted");
@@ -588,21 +602,12 @@ static int open_journals(struct batch *b)
 
 static void start_running(struct ig_batches *bs, struct batch *b)
 {
-	const struct ig_file *f = ig_files_find(bs->gw->files, b->input_file_id, b->owner);
-	char *path = f ? ig_files_path(bs->gw->files, f->id) : NULL, *err = NULL;
 	if (b->status != B_IN_PROGRESS)
 		b->status = B_IN_PROGRESS, b->in_progress_at = ig_wall_s();
-	if (!path || open_journals(b) < 0 || ig_corpus_open(&b->rd, path, &err) < 0) {
-		if (!path || err)
-			problem(b, "invalid_file", 0, "input_file_id", "The input file %s cannot be read: %s.",
-				b->input_file_id, err ? err : "it was deleted");
-		free(err);
-		free(path);
+	if (open_journals(b) < 0 || open_input(bs, b) < 0) {
 		set_status(b, B_FAILED);
 		return;
 	}
-	free(path);
-	b->rd_open = true;
 	b->input_done = false;
 	save(b);
 	ig_log_info("batch %s: in_progress, %ld lines (%ld done before)", b->id, b->total, b->completed + b->failed);
@@ -1427,11 +1432,7 @@ static enum MHD_Result list(struct batch_call *bc)
 		}
 		json_array_append_new(data, batch_json(b));
 	}
-	size_t n = json_array_size(data);
-	json_t *first = n ? json_incref(json_object_get(json_array_get(data, 0), "id")) : json_null();
-	json_t *last = n ? json_incref(json_object_get(json_array_get(data, n - 1), "id")) : json_null();
-	return answer_json(bc, 200, json_pack("{s:s, s:o, s:o, s:o, s:b}", "object", "list", "data", data, "first_id",
-					      first, "last_id", last, "has_more", more));
+	return answer_json(bc, 200, ig_files_list_page(data, more));
 }
 
 static enum MHD_Result cancel(struct batch_call *bc, struct batch *b)

@@ -248,6 +248,15 @@ int ig_files_adopt(struct ig_files *fs, const char *src, const char *id, const c
 	return rc;
 }
 
+json_t *ig_files_list_page(json_t *data, bool more)
+{
+	size_t n = json_array_size(data);
+	json_t *first = n ? json_incref(json_object_get(json_array_get(data, 0), "id")) : json_null();
+	json_t *last = n ? json_incref(json_object_get(json_array_get(data, n - 1), "id")) : json_null();
+	return json_pack("{s:s, s:o, s:o, s:o, s:b}", "object", "list", "data", data, "first_id", first, "last_id", last,
+			 "has_more", more);
+}
+
 /* ---- the requests ---- */
 
 struct files_call {
@@ -494,11 +503,7 @@ static enum MHD_Result list(struct files_call *fc)
 		}
 		json_array_append_new(data, file_json(f));
 	}
-	size_t n = json_array_size(data);
-	json_t *first = n ? json_incref(json_object_get(json_array_get(data, 0), "id")) : json_null();
-	json_t *last = n ? json_incref(json_object_get(json_array_get(data, n - 1), "id")) : json_null();
-	return answer_json(fc, 200, json_pack("{s:s, s:o, s:o, s:o, s:b}", "object", "list", "data", data, "first_id",
-					      first, "last_id", last, "has_more", more));
+	return answer_json(fc, 200, ig_files_list_page(data, more));
 }
 
 static enum MHD_Result content(struct files_call *fc, const struct ig_file *f)

@@ -8,7 +8,9 @@
 #ifndef IG_FILES_H
 #define IG_FILES_H
 
+#include <jansson.h>
 #include <microhttpd.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 struct ig_gw;
@@ -44,6 +46,9 @@ int ig_files_adopt(struct ig_files *fs, const char *src, const char *id, const c
 int ig_files_remove(struct ig_files *fs, const char *id);
 /* A new file id ("file-" + 24 hex; 40 bytes out). */
 void ig_files_new_id(char out[40]);
+/* OpenAI's list object around data (steals it): first_id, last_id of its
+ * entries, has_more. The Files and Batch APIs' pages. */
+json_t *ig_files_list_page(json_t *data, bool more);
 /* Files stored, and their bytes. */
 void ig_files_count(const struct ig_files *fs, uint64_t *n, uint64_t *bytes);
 

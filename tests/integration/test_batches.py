@@ -56,6 +56,21 @@ def until_status(gw, bid, statuses, timeout=120, headers=None):
     return got["b"]
 
 
+def start_batch(d, gw, objs, name="c.jsonl"):
+    """objs written as a corpus, uploaded, and a batch of it created: the batch's id."""
+    write_corpus(d(name), objs)
+    st, f = upload(gw, open(d(name), "rb").read())
+    assert st == 200, f
+    st, _, b = create(gw, f["id"])
+    assert st == 200 and b["status"] == "validating", b
+    return b["id"]
+
+
+def until_completed(gw, bid, k):
+    wait_until(lambda: get(gw, bid)["request_counts"]["completed"] >= k, timeout=60, interval=0.02,
+               what=f"{k} lines of {bid} completed")
+
+
 def content(gw, file_id, headers=None):
     st, _, raw = http("GET", f"{gw.url}/v1/files/{file_id}/content", headers=headers)
     assert st == 200, (st, raw[:300])
@@ -134,13 +149,9 @@ def kill_9_three_times_and_every_line_ends_once():
     port = gw.port
     n = 4000
     # every 97th line asks for more tokens than the model has: a 400, so the errors file is used too
-    write_corpus(d("c.jsonl"), (line(i, **({"max_tokens": 10 ** 6} if i % 97 == 5 else {})) for i in range(n)))
-    st, f = upload(gw, open(d("c.jsonl"), "rb").read())
-    st, _, b = create(gw, f["id"])
-    assert st == 200 and b["status"] == "validating", b
-    bid = b["id"]
+    bid = start_batch(d, gw, (line(i, **({"max_tokens": 10 ** 6} if i % 97 == 5 else {})) for i in range(n)))
     for frac in (0.1, 0.45, 0.8):      # three different moments
-        wait_until(lambda: get(gw, bid)["request_counts"]["completed"] >= frac * n, timeout=120, interval=0.02)
+        until_completed(gw, bid, frac * n)
         if frac == 0.45:   # while it runs, its requests are class low, and no other class is busy
             classes = http_json("GET", gw.url + "/health/backends")[2]["gateway"]["classes"]
             assert classes["low"]["inflight"] > 0 and classes["normal"]["inflight"] == 0, classes
@@ -169,9 +180,7 @@ def two_batches_share_the_slots_evenly():
     n = 1500
     bids = []
     for tag in ("a", "b"):
-        write_corpus(d(f"{tag}.jsonl"), (dict(line(i), custom_id=f"{tag}{i}") for i in range(n)))
-        st, f = upload(gw, open(d(f"{tag}.jsonl"), "rb").read())
-        bids.append(create(gw, f["id"])[2]["id"])
+        bids.append(start_batch(d, gw, (dict(line(i), custom_id=f"{tag}{i}") for i in range(n)), f"{tag}.jsonl"))
     # once the slots are learned (16 in all), each batch holds half of them plus the queue's margin
     wait_until(lambda: sum(b.get("learned_slots") or 0 for b in http_json("GET", gw.url + "/health/backends")[2]
                            ["backends"]) == 16, timeout=30, what="16 learned slots")
@@ -201,10 +210,8 @@ def sigterm_mid_batch_writes_what_finished_and_the_restart_sends_the_rest():
     gw = gateway(d, [sim])
     port = gw.port
     n = 1000
-    write_corpus(d("c.jsonl"), (line(i) for i in range(n)))
-    st, f = upload(gw, open(d("c.jsonl"), "rb").read())
-    bid = create(gw, f["id"])[2]["id"]
-    wait_until(lambda: get(gw, bid)["request_counts"]["completed"] >= 100, timeout=60, interval=0.02)
+    bid = start_batch(d, gw, (line(i) for i in range(n)))
+    until_completed(gw, bid, 100)
     assert gw.stop(signal.SIGTERM, timeout=25) == 0, gw.read_log()[-2000:]
     assert "Terminated" in gw.read_log()
     gw = gateway(d, [sim], port=port)
@@ -266,11 +273,8 @@ def cancel_stops_sending_and_keeps_a_whole_partial_output():
     sims = [start_sim(*slow(300)) for _ in range(2)]
     gw = gateway(d, sims)
     n = 3000
-    write_corpus(d("c.jsonl"), (line(i) for i in range(n)))
-    st, f = upload(gw, open(d("c.jsonl"), "rb").read())
-    st, _, b = create(gw, f["id"])
-    bid = b["id"]
-    wait_until(lambda: get(gw, bid)["request_counts"]["completed"] >= 200, timeout=60, interval=0.02)
+    bid = start_batch(d, gw, (line(i) for i in range(n)))
+    until_completed(gw, bid, 200)
     st, _, c = http_json("POST", f"{gw.url}/v1/batches/{bid}/cancel")
     assert st == 200 and c["status"] in ("cancelling", "cancelled") and c["cancelling_at"] > 0, c
     b = until_status(gw, bid, ("cancelled",), timeout=30)
@@ -328,11 +332,8 @@ def a_full_disk_pauses_a_batch_and_it_resumes_losing_nothing():
         sims = [start_sim(*slow(200)) for _ in range(2)]
         gw = gateway(d, sims)
         n = 3000
-        write_corpus(d("c.jsonl"), (line(i) for i in range(n)))
-        st, f = upload(gw, open(d("c.jsonl"), "rb").read())
-        st, _, b = create(gw, f["id"])
-        bid = b["id"]
-        wait_until(lambda: get(gw, bid)["request_counts"]["completed"] >= 300, timeout=60, interval=0.02)
+        bid = start_batch(d, gw, (line(i) for i in range(n)))
+        until_completed(gw, bid, 300)
         fd = os.open(os.path.join(mnt, "filler"), os.O_WRONLY | os.O_CREAT, 0o600)   # the disk fills up
         try:
             while os.write(fd, b"\1" * 65536) > 0:
@@ -366,14 +367,11 @@ def finished_batches_go_after_the_retention_time():
     d = Dir()
     sim = start_sim(*FAST)
     gw = gateway(d, [sim], "--batch-retention-s", "1")
-    write_corpus(d("c.jsonl"), (line(i) for i in range(5)))
-    st, f = upload(gw, open(d("c.jsonl"), "rb").read())
-    st, _, b = create(gw, f["id"])
-    bid = b["id"]
+    bid = start_batch(d, gw, (line(i) for i in range(5)))
     wait_until(lambda: http_json("GET", f"{gw.url}/v1/batches/{bid}")[0] == 404, timeout=20,
                what="the batch removed")
-    files = [x["id"] for x in http_json("GET", gw.url + "/v1/files")[2]["data"]]
-    assert files == [f["id"]], files          # its output went with it; the input is the user's
+    files = [(x["purpose"], x["filename"]) for x in http_json("GET", gw.url + "/v1/files")[2]["data"]]
+    assert files == [("batch", "corpus.jsonl")], files   # its output went with it; the input is the user's
     assert not os.path.exists(os.path.join(d("data"), "batches", bid))
     assert "removed (finished" in gw.read_log()
 
