@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/resource.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "infergate/util.h"
@@ -236,4 +237,18 @@ char *ig_parse_base_url(const char *what, const char *u, char **err)
 	if (n >= 3 && strcmp(s + n - 3, "/v1") == 0)
 		s[n - 3] = '\0';
 	return s;
+}
+
+int ig_write_all(int fd, const char *p, size_t n)
+{
+	while (n > 0) {
+		ssize_t w = write(fd, p, n);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0)
+			return -1;
+		p += w;
+		n -= (size_t)w;
+	}
+	return 0;
 }

@@ -155,21 +155,6 @@ static char *bpath(const struct batch *b, const char *name)
 	return ig_strdupf("%s/%s", b->dir, name);
 }
 
-/* Writes the whole buffer. Returns 0 or -1 (errno set). */
-static int write_all(int fd, const char *p, size_t n)
-{
-	while (n > 0) {
-		ssize_t w = write(fd, p, n);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w < 0)
-			return -1;
-		p += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
-
 static json_t *opt_time(int64_t t)
 {
 	return t ? json_integer((json_int_t)t) : json_null();
@@ -231,7 +216,7 @@ static int save(const struct batch *b)
 	if (text && fd < 0)
 		e = errno;
 	if (fd >= 0) {
-		rc = write_all(fd, text, strlen(text)) == 0 && fsync(fd) == 0 ? 0 : -1;
+		rc = ig_write_all(fd, text, strlen(text)) == 0 && fsync(fd) == 0 ? 0 : -1;
 		e = errno;
 		close(fd);
 		if (rc == 0 && (rc = rename(tmp, path)) < 0)

@@ -40,21 +40,6 @@ static json_t *file_json(const struct ig_file *f)
 			 "purpose", f->purpose, "status", "processed", "status_details", "expires_at");
 }
 
-/* Writes the whole buffer. Returns 0 or -1 (errno set). */
-static int write_all(int fd, const char *p, size_t n)
-{
-	while (n > 0) {
-		ssize_t w = write(fd, p, n);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w < 0)
-			return -1;
-		p += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
-
 /* Makes a directory's entries durable (a rename in it). */
 static void sync_dir(const char *dir)
 {
@@ -76,7 +61,7 @@ static int write_meta(const struct ig_files *fs, const struct ig_file *f)
 	json_decref(j);
 	int rc = -1, fd = text ? open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600) : -1;
 	if (fd >= 0) {
-		rc = write_all(fd, text, strlen(text)) == 0 && fsync(fd) == 0 ? 0 : -1;
+		rc = ig_write_all(fd, text, strlen(text)) == 0 && fsync(fd) == 0 ? 0 : -1;
 		int e = errno;
 		close(fd);
 		if (rc == 0)
@@ -352,7 +337,7 @@ static enum MHD_Result field(void *cls, enum MHD_ValueKind kind IG_UNUSED, const
 		drop_upload(fc);
 		return MHD_NO;
 	}
-	if (write_all(fc->fd, data, size) < 0) {
+	if (ig_write_all(fc->fd, data, size) < 0) {
 		int e = errno;
 		ig_log_error("data_dir: writing %s: %s", fc->tmp, strerror(e));
 		fail_body(fc, e == ENOSPC ? 507 : 500, NULL, "storage_error",
