@@ -1401,23 +1401,18 @@ static enum MHD_Result list(struct batch_call *bc)
 		free(err);
 		return ret;
 	}
-	bool started = !after, more = false;
-	json_t *data = json_array();
+	struct ig_files_pager pg = {.after = after, .limit = limit, .data = json_array()};
 	for (struct ig_list *l = bs->all.prev; l != &bs->all; l = l->prev) {
 		const struct batch *b = IG_LIST_ELEM(l, struct batch, link);
 		if (strcmp(b->owner, bc->owner) != 0)
 			continue;
-		if (!started) {
-			started = strcmp(b->id, after) == 0;
-			continue;
-		}
-		if ((long)json_array_size(data) == limit) {
-			more = true;
+		int take = ig_files_pager_take(&pg, b->id);
+		if (take < 0)
 			break;
-		}
-		json_array_append_new(data, batch_json(b));
+		if (take)
+			json_array_append_new(pg.data, batch_json(b));
 	}
-	return answer_json(bc, 200, ig_files_list_page(data, more));
+	return answer_json(bc, 200, ig_files_list_page(&pg));
 }
 
 static enum MHD_Result cancel(struct batch_call *bc, struct batch *b)

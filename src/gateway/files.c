@@ -233,13 +233,29 @@ int ig_files_adopt(struct ig_files *fs, const char *src, const char *id, const c
 	return rc;
 }
 
-json_t *ig_files_list_page(json_t *data, bool more)
+int ig_files_pager_take(struct ig_files_pager *p, const char *id)
 {
+	if (p->after) { /* still before the page: its start is the entry after this id */
+		if (strcmp(id, p->after) == 0)
+			p->after = NULL;
+		return 0;
+	}
+	if ((long)json_array_size(p->data) == p->limit) {
+		p->more = true;
+		return -1;
+	}
+	return 1;
+}
+
+json_t *ig_files_list_page(struct ig_files_pager *p)
+{
+	json_t *data = p->data;
 	size_t n = json_array_size(data);
 	json_t *first = n ? json_incref(json_object_get(json_array_get(data, 0), "id")) : json_null();
 	json_t *last = n ? json_incref(json_object_get(json_array_get(data, n - 1), "id")) : json_null();
+	p->data = NULL;
 	return json_pack("{s:s, s:o, s:o, s:o, s:b}", "object", "list", "data", data, "first_id", first, "last_id", last,
-			 "has_more", more);
+			 "has_more", p->more);
 }
 
 /* ---- the requests ---- */
@@ -471,24 +487,19 @@ static enum MHD_Result list(struct files_call *fc)
 	}
 	if (order && strcmp(order, "asc") != 0 && strcmp(order, "desc") != 0)
 		return answer_error(fc, 400, "order", "invalid_value", "Invalid value for 'order': expected 'asc' or 'desc'.");
-	bool asc = order && strcmp(order, "asc") == 0, started = !after;
-	json_t *data = json_array();
-	bool more = false;
+	bool asc = order && strcmp(order, "asc") == 0;
+	struct ig_files_pager pg = {.after = after, .limit = limit, .data = json_array()};
 	for (size_t k = 0; k < fs->n; k++) {
 		const struct ig_file *f = &fs->v[asc ? k : fs->n - 1 - k];
 		if (strcmp(f->owner, fc->owner) != 0 || (purpose && strcmp(f->purpose, purpose) != 0))
 			continue;
-		if (!started) {
-			started = strcmp(f->id, after) == 0;
-			continue;
-		}
-		if ((long)json_array_size(data) == limit) {
-			more = true;
+		int take = ig_files_pager_take(&pg, f->id);
+		if (take < 0)
 			break;
-		}
-		json_array_append_new(data, file_json(f));
+		if (take)
+			json_array_append_new(pg.data, file_json(f));
 	}
-	return answer_json(fc, 200, ig_files_list_page(data, more));
+	return answer_json(fc, 200, ig_files_list_page(&pg));
 }
 
 static enum MHD_Result content(struct files_call *fc, const struct ig_file *f)

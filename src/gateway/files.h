@@ -46,9 +46,21 @@ int ig_files_adopt(struct ig_files *fs, const char *src, const char *id, const c
 int ig_files_remove(struct ig_files *fs, const char *id);
 /* A new file id ("file-" + 24 hex; 40 bytes out). */
 void ig_files_new_id(char out[40]);
-/* OpenAI's list object around data (steals it): first_id, last_id of its
- * entries, has_more. The Files and Batch APIs' pages. */
-json_t *ig_files_list_page(json_t *data, bool more);
+/* A page of an OpenAI list (the Files and Batch APIs'): the entries after
+ * the id `after` (NULL: from the first), `limit` at most. */
+struct ig_files_pager {
+	const char *after;
+	long limit;
+	json_t *data;                /* the page's entries */
+	bool more;                   /* an entry was left for the next page */
+};
+/* Offers the next visible entry, by its id. Returns 1: append it to
+ * p->data; 0: not on this page (before `after`); -1: the page is full
+ * (p->more set), stop. */
+int ig_files_pager_take(struct ig_files_pager *p, const char *id);
+/* OpenAI's list object around p->data (taken): first_id, last_id of its
+ * entries, has_more. */
+json_t *ig_files_list_page(struct ig_files_pager *p);
 /* Files stored, and their bytes. */
 void ig_files_count(const struct ig_files *fs, uint64_t *n, uint64_t *bytes);
 
