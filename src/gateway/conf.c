@@ -235,6 +235,10 @@ static const struct ig_flag keys[] = {
 	 .help = "on SIGTERM/SIGINT, how long in-flight requests may finish"},
 	{.name = "--max-connections", .key = "max_connections", .type = IG_FLAG_LONG, .off = OFF(max_connections),
 	 .min = 16, .max = 1000000, .def = "20000", .metavar = "N", .help = "client connections held at once"},
+	{.name = "--header-buffer-bytes", .key = "header_buffer_bytes", .type = IG_FLAG_LONG,
+	 .off = OFF(header_buffer_bytes), .min = 4096, .max = 1048576, .def = "16384", .metavar = "N",
+	 .help = "each client connection's buffer: the request headers and 64 bytes per header line must fit "
+		 "(about 500 bytes less; more is 431); every connection, a held stream too, keeps it"},
 	{.name = "--client-timeout-s", .key = "client_timeout_s", .type = IG_FLAG_LONG, .off = OFF(client_timeout_s),
 	 .min = 1, .max = 86400, .def = "60", .metavar = "N",
 	 .help = "a client connection idle this long (no byte while we wait for its request) is closed"},

@@ -88,6 +88,7 @@ struct ig_conf {
 	long idle_s;
 	long shutdown_grace_s;
 	long max_connections;
+	long header_buffer_bytes;    /* each client connection's buffer (MHD's pool): headers beyond it are 431 */
 	long client_timeout_s;      /* idle client connections are closed after this */
 	int log_level;              /* enum ig_log_level */
 	char *access_log;           /* path, "-" for stdout, "" for none */

@@ -1576,8 +1576,10 @@ static enum MHD_Result respond(struct ig_req *req)
 		return queue(req, req->err_status, r, strlen(req->err_body));
 	}
 	if (req->committed && streaming_ok(req)) {
-		/* Small blocks: a held stream should cost little (10,000 of them). */
-		r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 2 * 1024, read_stream, req, NULL);
+		/* MHD sends a chunked body (HTTP/1.1) from the connection's own
+		 * buffer and uses this block only for HTTP/1.0 clients; a held
+		 * stream should not pay 2 KiB for it (10,000 streams). */
+		r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 256, read_stream, req, NULL);
 		add_relayed_headers(req, r, NULL);
 		if (!MHD_get_response_header(r, "Content-Type"))
 			MHD_add_response_header(r, "Content-Type", "text/event-stream");

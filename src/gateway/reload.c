@@ -102,8 +102,10 @@ int ig_reload(struct ig_gw *gw)
 		ig_conf_free(&nc);
 		return -1;
 	}
-	if (strcmp(nc.listen, gw->cfg->listen) != 0 || nc.max_connections != gw->cfg->max_connections)
-		ig_log_warn("reload: listen and max_connections need a restart; keeping %s", gw->cfg->listen);
+	if (strcmp(nc.listen, gw->cfg->listen) != 0 || nc.max_connections != gw->cfg->max_connections ||
+	    nc.header_buffer_bytes != gw->cfg->header_buffer_bytes)
+		ig_log_warn("reload: listen, max_connections and header_buffer_bytes need a restart; keeping %s",
+			    gw->cfg->listen);
 	if (strcmp(nc.data_dir, gw->cfg->data_dir) != 0)
 		ig_log_warn("reload: data_dir needs a restart; keeping '%s'", gw->cfg->data_dir);
 	if (!ig_routes_equal(&nc.routes, &gw->cfg->routes))
@@ -153,6 +155,7 @@ int ig_reload(struct ig_gw *gw)
 	gw->cfg->listen_host = NULL;
 	nc.listen_port = gw->cfg->listen_port;
 	nc.max_connections = gw->cfg->max_connections;
+	nc.header_buffer_bytes = gw->cfg->header_buffer_bytes;
 	free(nc.data_dir);
 	nc.data_dir = gw->cfg->data_dir;
 	gw->cfg->data_dir = NULL;

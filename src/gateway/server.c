@@ -451,11 +451,12 @@ int ig_server_start(struct ig_gw *gw, unsigned conn_limit)
 				   /* Idle and half-sent requests (slowloris); suspended
 				    * connections, waiting on a backend, never time out. */
 				   MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)gw->cfg->client_timeout_s,
-				   /* Per connection: request headers must fit (about
-				    * 12 KiB; more is 431, as most servers do), and
-				    * 10,000 held streams
-				    * must not cost 10,000 x 64 KiB (MHD zeroes it). */
-				   MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)16 * 1024,
+				   /* Per connection (MHD's pool, zeroed between
+				    * requests): the request headers, 64 bytes per
+				    * header line and about 500 more must fit (else
+				    * 431, as most servers do), and every held stream
+				    * keeps it. */
+				   MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)gw->cfg->header_buffer_bytes,
 				   MHD_OPTION_EXTERNAL_LOGGER, ig_httpd_log, NULL,
 				   MHD_OPTION_END);
 	if (!gw->mhd) {

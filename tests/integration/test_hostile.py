@@ -242,6 +242,45 @@ def huge_headers_and_urls_are_refused_and_closed():
     assert sanitized(gw.pid) or rss_kb(gw.pid) < rss0 + 8192, (rss0, rss_kb(gw.pid))
 
 
+def header_block(size, count=1):
+    """A chat POST whose header block (request line to blank line) is `size`
+    bytes, padded by `count` X-Pad headers; returns the whole request."""
+    body = json.dumps(chat_body("hi", max_tokens=2)).encode()
+    head = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n" % len(body))
+    room = size - len(head) - 2 - count * len(b"X-Pad-00: \r\n")
+    pads = b"".join(b"X-Pad-%02d: %s\r\n" % (i, b"a" * (room // count + (1 if i < room % count else 0)))
+                    for i in range(count))
+    req = head + pads + b"\r\n"
+    assert len(req) == size, (len(req), size)
+    return req + body
+
+
+@test
+def header_buffer_bytes_sets_how_large_a_header_block_may_be():
+    """What header_buffer_bytes promises: a header block of the buffer less
+    64 bytes a line and about 500 passes (one long line or 20 short ones);
+    one as large as the buffer is 431 and a close. The default takes 14 KiB
+    in 20 lines."""
+    for flag, ok_size, refused in ((("--header-buffer-bytes", "8192"), 8192 - 24 * 64 - 500, 8192),
+                                   ((), 14336, 16384)):
+        gw, sims = gateway(*flag)
+        for count in (1, 20):
+            data, _ = exchange(gw.port, header_block(ok_size, count), wait=5)
+            got = responses(data)
+            assert got and got[0][0] == 200, (flag, ok_size, count, data[:200])
+            assert json.loads(got[0][2])["choices"], data[:300]
+        data, closed = exchange(gw.port, header_block(refused), wait=5, until_close=True)
+        assert closed and responses(data) and responses(data)[0][0] == 431, (flag, data[:200])
+        still_serves(gw)
+        gw.stop()
+        for s in sims:
+            s.stop()
+    r = subprocess.run([binary("infergate"), "--header-buffer-bytes", "1000", "--backend", "http://127.0.0.1:9"],
+                       capture_output=True, text=True, timeout=10)
+    assert r.returncode == 2 and "--header-buffer-bytes" in r.stderr and "1000" in r.stderr, (r.returncode, r.stderr)
+
+
 @test
 def protocol_garbage_gets_an_error_or_a_close():
     gw, _ = gateway()
