@@ -39,23 +39,32 @@ PATH = "/v1/chat/completions"
 SIM_ARGS = ["--tokens-per-second", "0", "--ttft-ms", "0", "--output-tokens", "16"]
 
 
-def render(template, out, **subst):
+def render(template, out, directives=None, **subst):
+    """bench/conf/TEMPLATE with its @KEY@ placeholders filled in, written to out.
+    directives {name: value}: new values for one-line directives the template sets
+    (`name value;`), e.g. nginx's worker_connections; each must be there exactly once."""
     with open(os.path.join(B.BENCH, "conf", template)) as f:
         text = f.read()
     for k, v in subst.items():
         text = text.replace(f"@{k}@", str(v))
+    for k, v in (directives or {}).items():
+        text, count = re.subn(rf"(?m)^(\s*{re.escape(k)}\s+)[^;#\n]*;", rf"\g<1>{v};", text)
+        if count != 1:
+            sys.exit(f"{template}: directive {k} found {count} times, expected once")
     with open(out, "w") as f:
         f.write(text)
     return out
 
 
-def start_nginx(procs, backends, workdir, workers):
+def start_nginx(procs, backends, workdir, workers, directives=None):
+    """nginx from bench/conf/nginx.conf.in in front of backends; directives: see render
+    (bench/concurrency.py raises worker_connections). Returns (url, master process)."""
     port = B.free_port()
     for d in ("client_body", "proxy_temp"):
         os.makedirs(os.path.join(workdir, d), exist_ok=True)
     servers = "\n".join(f"        server {u[len('http://'):]};" for u in backends)
-    conf = render("nginx.conf.in", os.path.join(workdir, "nginx.conf"), WORKERS=workers,
-                  DIR=workdir, PORT=port, SERVERS=servers)
+    conf = render("nginx.conf.in", os.path.join(workdir, "nginx.conf"), directives,
+                  WORKERS=workers, DIR=workdir, PORT=port, SERVERS=servers)
     nginx = "nginx" if B.shutil.which("nginx") else "/usr/sbin/nginx"
     p = procs.start("nginx", [nginx, "-c", conf, "-e", os.path.join(workdir, "nginx-error.log")])
     url = f"http://127.0.0.1:{port}"
