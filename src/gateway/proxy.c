@@ -175,14 +175,14 @@ static void suspend(struct ig_req *req)
 }
 
 /* Lets MHD see the connection again; the reactor runs MHD for it before
- * it next waits (resume_pending). Resuming one that is not suspended is
+ * it next waits (ig_httpd_resumed). Resuming one that is not suspended is
  * undefined in MHD, hence the flag. */
 static void resume(struct ig_req *req)
 {
 	if (req->suspended) {
 		req->suspended = false;
 		MHD_resume_connection(req->conn);
-		req->gw->resume_pending = true;
+		ig_httpd_resumed(req->gw, req->conn);
 	}
 }
 
@@ -608,6 +608,21 @@ static int append_stream(struct ig_req *req, const char *ptr, size_t n)
 	return 0;
 }
 
+/* A stream's first event is going out: no retry can send the request body
+ * again, so a held stream stops keeping it (a prompt of many kB, 10,000
+ * streams). Only once curl has sent all of it, which a backend that
+ * answers has always read. */
+static void drop_request_body(struct ig_req *req)
+{
+	curl_off_t sent = 0;
+	size_t len = req->prio_body ? strlen(req->prio_body) : req->body.len;
+	if (curl_easy_getinfo(req->xfer.easy, CURLINFO_SIZE_UPLOAD_T, &sent) != CURLE_OK || sent < (curl_off_t)len)
+		return;
+	ig_buf_free(&req->body);
+	free(req->prio_body);
+	req->prio_body = NULL;
+}
+
 static bool streaming_ok(const struct ig_req *req)
 {
 	return req->stream && req->up_status >= 200 && req->up_status < 300;
@@ -645,6 +660,7 @@ static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
 	if (!req->committed) {
 		req->committed = true;
 		req->t_first_byte_us = ig_now_us();
+		drop_request_body(req);
 	}
 	resume(req);
 	return n;

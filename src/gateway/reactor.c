@@ -103,9 +103,6 @@ static void on_tick(struct ig_event *ev, uint32_t events IG_UNUSED)
 	gw->tick_due = true;
 }
 
-/* MHD's epoll fd: MHD runs once per turn anyway (run_mhd). */
-static void on_mhd(struct ig_event *ev IG_UNUSED, uint32_t events IG_UNUSED) {}
-
 int ig_reactor_init(struct ig_gw *gw, struct ig_conf *cfg)
 {
 	sigset_t mask;
@@ -116,7 +113,6 @@ int ig_reactor_init(struct ig_gw *gw, struct ig_conf *cfg)
 	gw->listen_fd = gw->epfd = -1;
 	gw->ev_tick = (struct ig_event){-1, on_tick, gw};
 	gw->ev_signal = (struct ig_event){-1, on_signal, gw};
-	gw->ev_mhd = (struct ig_event){-1, on_mhd, gw};
 	gw->alog.fd = -1;
 	ig_list_init(&gw->reqs);
 	char *err = NULL;
@@ -178,9 +174,6 @@ int ig_reactor_init(struct ig_gw *gw, struct ig_conf *cfg)
 
 	if (ig_server_start(gw, conn_limit) < 0)
 		return -1;
-	const union MHD_DaemonInfo *info = MHD_get_daemon_info(gw->mhd, MHD_DAEMON_INFO_EPOLL_FD);
-	gw->ev_mhd.fd = info->epoll_fd;
-	ig_event_add(gw, &gw->ev_mhd, EPOLLIN);
 
 	if (ig_upstream_init(gw) < 0 || ig_health_init(gw) < 0 || ig_discover_start(gw) < 0)
 		return -1;
@@ -196,11 +189,7 @@ static void begin_stop(struct ig_gw *gw, int signo)
 	}
 	gw->stopping = true;
 	gw->stop_deadline_ms = ig_now_ms() + (uint64_t)gw->cfg->shutdown_grace_s * 1000u;
-	MHD_socket lfd = MHD_quiesce_daemon(gw->mhd);
-	if (lfd != MHD_INVALID_SOCKET) {
-		close(lfd);
-		gw->listen_fd = -1;
-	}
+	ig_server_stop_accepting(gw);
 	ig_log_info("%s: no longer accepting; %zu requests in flight, up to %lds to finish",
 		    strsignal(signo), gw->nreqs, gw->cfg->shutdown_grace_s);
 	ig_notify_stopping("stopping: %zu requests in flight, up to %lds to finish", gw->nreqs,
@@ -244,18 +233,6 @@ static void on_signal(struct ig_event *ev, uint32_t events IG_UNUSED)
 	}
 }
 
-static void run_mhd(struct ig_gw *gw)
-{
-	/* Resumed connections are handled by the next MHD_run; a reader may
-	 * resume others while it runs, so go round until nothing is pending. */
-	for (int i = 0; i < 16; i++) {
-		gw->resume_pending = false;
-		MHD_run(gw->mhd);
-		if (!gw->resume_pending)
-			break;
-	}
-}
-
 /* The work other modules deferred to this turn's end (gw's flags). */
 static void deferred(struct ig_gw *gw)
 {
@@ -266,6 +243,7 @@ static void deferred(struct ig_gw *gw)
 		ig_proxy_tick(gw, now); /* drains the queue too */
 		ig_batches_tick(gw->batches, now);
 		ig_health_reap(gw);
+		ig_server_wake_all(gw); /* MHD's client timeouts */
 		gw->drain_pending = gw->models_dirty;
 	}
 	if (gw->models_dirty) {
@@ -289,9 +267,8 @@ int ig_reactor_run(struct ig_gw *gw)
 	/* init bound the port and started MHD: a client may connect now */
 	ig_notify_ready("listening on %s, %zu backend%s", gw->cfg->listen, gw->pool.n, gw->pool.n == 1 ? "" : "s");
 	for (;;) {
-		MHD_UNSIGNED_LONG_LONG mto = 0;
 		int timeout = -1;
-		if (gw->resume_pending || (MHD_get_timeout(gw->mhd, &mto) == MHD_YES && mto == 0))
+		if (ig_server_busy(gw))
 			timeout = 0;
 		if (timeout != 0 && gw->curl_deadline_us != UINT64_MAX) {
 			uint64_t now = ig_now_us();
@@ -313,7 +290,7 @@ int ig_reactor_run(struct ig_gw *gw)
 		if (gw->curl_deadline_us != UINT64_MAX && ig_now_us() >= gw->curl_deadline_us)
 			ig_upstream_on_timer(gw);
 		deferred(gw);
-		run_mhd(gw);
+		ig_server_run(gw);
 		/* a batch's answers in flight are written before the end, not sent again */
 		if (gw->stopping && ((gw->nreqs == 0 && ig_batches_inflight(gw->batches) == 0) ||
 				     ig_now_ms() >= gw->stop_deadline_ms))
@@ -325,17 +302,15 @@ int ig_reactor_run(struct ig_gw *gw)
 	struct ig_req *r;
 	IG_LIST_FOREACH(r, &gw->reqs, struct ig_req, link)
 		ig_proxy_req_client_gone(r);
-	run_mhd(gw);
+	ig_server_wake_all(gw);
+	ig_server_run(gw);
 	ig_log_info("stopped");
 	return 0;
 }
 
 void ig_reactor_free(struct ig_gw *gw)
 {
-	if (gw->mhd) {
-		MHD_stop_daemon(gw->mhd); /* completion callbacks free the requests */
-		gw->mhd = NULL;
-	}
+	ig_server_stop(gw);
 	ig_discover_stop(gw);
 	ig_batches_free(gw->batches); /* its transfers leave the multi first */
 	gw->batches = NULL;

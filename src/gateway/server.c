@@ -8,12 +8,15 @@
  * Not here: anything about backends or transfers. */
 #include "config.h"
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "admin.h"
 #include "infergate/httpd.h"
@@ -440,28 +443,200 @@ static void route_messages(const struct ig_conf *cfg)
 	}
 }
 
+/* A daemon's epoll fd is readable: it runs this turn. */
+static void on_httpd(struct ig_event *ev, uint32_t events IG_UNUSED)
+{
+	struct ig_httpd *h = IG_CONTAINER_OF(ev, struct ig_httpd, ev);
+	ig_httpd_due(ev->data, h);
+}
+
+static void pause_accept(struct ig_gw *gw)
+{
+	if (!gw->accept_paused && gw->listen_fd >= 0) {
+		ig_event_del(gw, &gw->ev_listen);
+		gw->accept_paused = true;
+	}
+}
+
+static void resume_accept(struct ig_gw *gw)
+{
+	if (gw->accept_paused && gw->listen_fd >= 0 && gw->conns < gw->conn_limit &&
+	    ig_event_add(gw, &gw->ev_listen, EPOLLIN) == 0)
+		gw->accept_paused = false;
+}
+
+static struct ig_httpd *start_httpd(struct ig_gw *gw);
+
+/* The first daemon with room under IG_HTTPD_FILL, else a new one, else
+ * the least full. */
+static struct ig_httpd *pick_httpd(struct ig_gw *gw)
+{
+	struct ig_httpd *least = &gw->httpd[0], *h;
+	for (size_t i = 0; i < gw->nhttpd; i++) {
+		if (gw->httpd[i].conns < IG_HTTPD_FILL)
+			return &gw->httpd[i];
+		if (gw->httpd[i].conns < least->conns)
+			least = &gw->httpd[i];
+	}
+	return (h = start_httpd(gw)) ? h : least;
+}
+
+/* New clients: each to a daemon (pick_httpd), ten per event as
+ * MHD's own accept loop takes them (accepting faster than the daemons
+ * answer piles up connections: 3,000 clients that sent junk and left were
+ * all open at once, 61 MB, with 64). At conn_limit the listening socket
+ * is left alone (the kernel's backlog holds the rest) until a connection
+ * closes; so it is when descriptors run out, until one closes or the next
+ * tick. */
+static void on_listen(struct ig_event *ev, uint32_t events IG_UNUSED)
+{
+	struct ig_gw *gw = ev->data;
+	for (int i = 0; i < 10 && gw->listen_fd >= 0; i++) {
+		if (gw->conns >= gw->conn_limit) {
+			pause_accept(gw);
+			return;
+		}
+		struct sockaddr_storage ss;
+		socklen_t len = sizeof(ss);
+		int fd = accept4(gw->listen_fd, (struct sockaddr *)&ss, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0) {
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+				ig_log_warn("cannot accept a client connection: %s (%ld open); waiting for one to close",
+					    strerror(errno), gw->conns);
+				pause_accept(gw);
+			}
+			return;
+		}
+		struct ig_httpd *h = pick_httpd(gw);
+		if (MHD_add_connection(h->mhd, fd, (struct sockaddr *)&ss, len) != MHD_YES) { /* MHD closed it */
+			ig_log_warn("cannot take a client connection: %s", strerror(errno));
+			continue;
+		}
+		ig_httpd_due(gw, h);
+	}
+}
+
+/* Counts client connections, the daemon's (cls) and all (conn_limit). */
+static void on_connection(void *cls, struct MHD_Connection *conn IG_UNUSED, void **socket_context IG_UNUSED,
+			  enum MHD_ConnectionNotificationCode code)
+{
+	struct ig_httpd *h = cls;
+	struct ig_gw *gw = h->ev.data;
+	if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+		h->conns++;
+		gw->conns++;
+	} else {
+		h->conns--;
+		gw->conns--;
+		resume_accept(gw);
+	}
+}
+
+/* One more daemon. Returns it, or NULL (logged). */
+static struct ig_httpd *start_httpd(struct ig_gw *gw)
+{
+	if (gw->nhttpd >= IG_HTTPD_SHARDS)
+		return NULL;
+	struct ig_httpd *h = &gw->httpd[gw->nhttpd];
+	*h = (struct ig_httpd){.ev = {-1, on_httpd, gw}};
+	/* Each may take up to conn_limit; on_listen keeps the sum there. */
+	h->mhd = MHD_start_daemon(MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG | MHD_USE_NO_LISTEN_SOCKET,
+				  0, NULL, NULL, handler, gw,
+				  MHD_OPTION_NOTIFY_COMPLETED, completed, gw,
+				  MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
+				  MHD_OPTION_CONNECTION_LIMIT, (unsigned)gw->conn_limit,
+				  /* Idle and half-sent requests (slowloris); suspended
+				   * connections, waiting on a backend, never time out. */
+				  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)gw->cfg->client_timeout_s,
+				  /* Per connection (MHD's pool, zeroed between
+				   * requests): the request headers, 64 bytes per
+				   * header line and about 500 more must fit (else
+				   * 431, as most servers do), and every held stream
+				   * keeps it. */
+				  MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)gw->cfg->header_buffer_bytes,
+				  MHD_OPTION_EXTERNAL_LOGGER, ig_httpd_log, NULL,
+				  MHD_OPTION_END);
+	if (!h->mhd) {
+		ig_log_error("%s: cannot start an HTTP server daemon (%zu running)", __func__, gw->nhttpd);
+		return NULL;
+	}
+	const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->mhd, MHD_DAEMON_INFO_EPOLL_FD);
+	h->ev.fd = info->epoll_fd;
+	if (ig_event_add(gw, &h->ev, EPOLLIN) < 0) {
+		ig_log_error("%s: epoll_ctl: %s", __func__, strerror(errno));
+		MHD_stop_daemon(h->mhd);
+		return NULL;
+	}
+	gw->nhttpd++;
+	return h;
+}
+
 int ig_server_start(struct ig_gw *gw, unsigned conn_limit)
 {
 	route_messages(gw->cfg);
-	gw->mhd = MHD_start_daemon(MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG,
-				   0, NULL, NULL, handler, gw,
-				   MHD_OPTION_LISTEN_SOCKET, gw->listen_fd,
-				   MHD_OPTION_NOTIFY_COMPLETED, completed, gw,
-				   MHD_OPTION_CONNECTION_LIMIT, conn_limit,
-				   /* Idle and half-sent requests (slowloris); suspended
-				    * connections, waiting on a backend, never time out. */
-				   MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)gw->cfg->client_timeout_s,
-				   /* Per connection (MHD's pool, zeroed between
-				    * requests): the request headers, 64 bytes per
-				    * header line and about 500 more must fit (else
-				    * 431, as most servers do), and every held stream
-				    * keeps it. */
-				   MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)gw->cfg->header_buffer_bytes,
-				   MHD_OPTION_EXTERNAL_LOGGER, ig_httpd_log, NULL,
-				   MHD_OPTION_END);
-	if (!gw->mhd) {
-		ig_log_error("%s: cannot start the HTTP server on %s", __func__, gw->cfg->listen);
+	gw->conn_limit = conn_limit;
+	if (!start_httpd(gw))
+		return -1;
+	gw->ev_listen = (struct ig_event){gw->listen_fd, on_listen, gw};
+	if (ig_event_add(gw, &gw->ev_listen, EPOLLIN) < 0) {
+		ig_log_error("%s: epoll_ctl: %s", __func__, strerror(errno));
 		return -1;
 	}
 	return 0;
+}
+
+void ig_server_wake_all(struct ig_gw *gw)
+{
+	for (size_t i = 0; i < gw->nhttpd; i++)
+		if (gw->httpd[i].conns > 0)
+			ig_httpd_due(gw, &gw->httpd[i]);
+	resume_accept(gw);
+}
+
+bool ig_server_busy(struct ig_gw *gw)
+{
+	MHD_UNSIGNED_LONG_LONG mto;
+	for (size_t i = 0; i < gw->nhttpd; i++)
+		if (gw->httpd[i].conns > 0 && !gw->httpd[i].due && MHD_get_timeout(gw->httpd[i].mhd, &mto) == MHD_YES &&
+		    mto == 0)
+			ig_httpd_due(gw, &gw->httpd[i]);
+	return gw->httpd_due;
+}
+
+void ig_server_run(struct ig_gw *gw)
+{
+	if (!gw->httpd_due)
+		return;
+	gw->httpd_due = false;
+	for (size_t i = 0; i < gw->nhttpd; i++) {
+		struct ig_httpd *h = &gw->httpd[i];
+		/* Resumed connections are handled by the next MHD_run; a reader
+		 * may resume others while it runs, so go round until nothing of
+		 * this daemon is pending. */
+		for (int k = 0; k < 16 && h->due; k++) {
+			h->due = false;
+			MHD_run(h->mhd);
+		}
+	}
+	for (size_t i = 0; i < gw->nhttpd; i++)
+		gw->httpd_due |= gw->httpd[i].due;
+}
+
+void ig_server_stop_accepting(struct ig_gw *gw)
+{
+	if (gw->listen_fd < 0)
+		return;
+	if (!gw->accept_paused)
+		ig_event_del(gw, &gw->ev_listen);
+	close(gw->listen_fd);
+	gw->listen_fd = -1;
+}
+
+void ig_server_stop(struct ig_gw *gw)
+{
+	for (size_t i = 0; i < gw->nhttpd; i++)
+		MHD_stop_daemon(gw->httpd[i].mhd); /* completion callbacks free the requests */
+	gw->nhttpd = 0;
 }

@@ -5,8 +5,19 @@
 
 #include "gateway.h"
 
-/* Starts the HTTP server on gw->listen_fd, at most conn_limit connections.
- * Returns 0, or -1 (logged). */
+/* Starts the HTTP server: IG_HTTPD_SHARDS daemons (gateway.h), given the
+ * connections accepted on gw->listen_fd, at most conn_limit at once. Returns
+ * 0, or -1 (logged). */
 int ig_server_start(struct ig_gw *gw, unsigned conn_limit);
+/* Every daemon runs this turn (the tick: MHD's client timeouts). */
+void ig_server_wake_all(struct ig_gw *gw);
+/* Whether a daemon has work now (the reactor must not sleep). */
+bool ig_server_busy(struct ig_gw *gw);
+/* MHD_run for each daemon with work. */
+void ig_server_run(struct ig_gw *gw);
+/* Closes the listening socket: no new clients (SIGTERM). */
+void ig_server_stop_accepting(struct ig_gw *gw);
+/* Stops the daemons; their completion callbacks free the requests. */
+void ig_server_stop(struct ig_gw *gw);
 
 #endif

@@ -281,6 +281,68 @@ def header_buffer_bytes_sets_how_large_a_header_block_may_be():
     assert r.returncode == 2 and "--header-buffer-bytes" in r.stderr and "1000" in r.stderr, (r.returncode, r.stderr)
 
 
+def stream_request(tokens):
+    body = json.dumps(chat_body("hold on", max_tokens=tokens, stream=True)).encode()
+    return post(b"/v1/chat/completions", body)
+
+
+def read_streams(socks, deadline):
+    """Reads each socket until its stream's `data: [DONE]` (or, not a stream,
+    its headers; or a close or the deadline), then closes it; returns
+    {socket: [bytes, time of the end]}."""
+    import selectors
+    sel = selectors.DefaultSelector()
+    got = {s: [b"", None] for s in socks}
+    for s in socks:
+        s.setblocking(False)
+        sel.register(s, selectors.EVENT_READ)
+    left = len(socks)
+    while left and time.monotonic() < deadline:
+        for key, _ in sel.select(timeout=0.2):
+            s = key.fileobj
+            try:
+                d = s.recv(65536)
+            except (BlockingIOError, InterruptedError):
+                continue
+            except OSError:
+                d = b""
+            got[s][0] += d
+            if not d or b"data: [DONE]" in got[s][0] or (b"\r\n\r\n" in got[s][0] and
+                                                           b"event-stream" not in got[s][0]):
+                got[s][1] = time.monotonic()
+                sel.unregister(s)
+                s.close()                      # frees its place under max_connections
+                left -= 1
+    sel.close()
+    return got
+
+
+@test
+def connections_past_one_daemon_are_served_and_max_connections_holds():
+    """600 streams at once: more than one libmicrohttpd daemon holds them
+    (each takes 256 before the next does), and every one is whole. With
+    --max-connections 600 a 601st client waits, unanswered, until one of
+    the 600 has ended, and is then served."""
+    sim = start_sim("--tokens-per-second", "4", "--ttft-ms", "0", "--max-running", "1000")
+    gw, _ = gateway("--max-connections", "600", backends=[sim])
+    socks = []
+    for i in range(600):
+        s = socket.create_connection(("127.0.0.1", gw.port))
+        s.sendall(stream_request(8))            # about 2 s each
+        socks.append(s)
+    extra = socket.create_connection(("127.0.0.1", gw.port))
+    extra.sendall(post(b"/v1/chat/completions", json.dumps(chat_body("me too", max_tokens=2)).encode()))
+    got = read_streams(socks + [extra], time.monotonic() + 60)
+    ends = sorted(t for s, (_, t) in got.items() if s is not extra and t is not None)
+    whole = [s for s in socks if got[s][0].startswith(b"HTTP/1.1 200") and b"data: [DONE]" in got[s][0]]
+    assert len(whole) == 600, (len(whole), [got[s][0][:120] for s in socks if s not in whole][:3])
+    data, t_extra = got[extra]
+    assert data.startswith(b"HTTP/1.1 200") and t_extra is not None, data[:200]
+    assert t_extra >= ends[0], ("the 601st was answered before any of the 600 ended", t_extra - ends[0])
+    st, _, obj = http_json("POST", gw.url + "/v1/chat/completions", chat_body("still there?", max_tokens=2))
+    assert st == 200 and obj["choices"], (st, obj)
+
+
 @test
 def protocol_garbage_gets_an_error_or_a_close():
     gw, _ = gateway()
