@@ -17,7 +17,7 @@ for both targets, and the cap is reported. nginx gets worker_rlimit_nofile H and
 worker_connections 2 N + 256 (at most H) per worker.
 
 Usage: python3 bench/concurrency.py [--streams N] [--open-rate R] [--tokens T]
-       [--tokens-per-second R] [--clients K] [--no-nginx]
+       [--tokens-per-second R] [--clients K] [--no-nginx] [--prompt-bytes N] [--reference DIR]
 Env: IG_BUILD (build dir, default ./build), IG_SKIP_DEPS=1 (no apt-get).
 """
 
@@ -34,16 +34,30 @@ import benchlib as B  # noqa: E402
 import sse  # noqa: E402
 from proxy import start_nginx  # noqa: E402  (bench/proxy.py: one nginx config for both)
 
-RESERVE = 40   # listen socket, epoll, timerfd, signalfd, curl/MHD internals, stdio, probes
+RESERVE = 200  # listen socket, epoll, timerfd, signalfd, curl internals, stdio, probes, and one
+               # libmicrohttpd epoll fd per 64 client connections (156 at 9,900)
 NGINX_WORKERS = 2
 
 
-def client(url, n, rate, tokens, q):
+def prompt_text(nbytes):
+    """A user message of about nbytes (the default: a one-line prompt)."""
+    if not nbytes:
+        return "Tell me a story."
+    words = "the quick brown fox jumps over a lazy dog while seven servers answer ".split()
+    out, size, i = [], 0, 0
+    while size < nbytes:
+        out.append(words[i % len(words)])
+        size += len(out[-1]) + 1
+        i += 1
+    return " ".join(out)[:nbytes]
+
+
+def client(url, n, rate, tokens, prompt_bytes, q):
     """One client process: n streams, opened at `rate` per second; reports counts."""
     B.raise_nofile()
     host, port = url[len("http://"):].split(":")
-    streams = [sse.Stream(host, int(port), "/v1/chat/completions", sse.chat_body(tokens))
-               for _ in range(n)]
+    body = sse.chat_body(tokens, prompt_text(prompt_bytes))
+    streams = [sse.Stream(host, int(port), "/v1/chat/completions", body) for _ in range(n)]
 
     def tick(open_now, finished):
         q.put(("tick", os.getpid(), open_now, finished,
@@ -97,7 +111,8 @@ def hold(name, url, pids, n, args, workdir):
     q = multiprocessing.Queue()
     shares = [n // args.clients + (1 if i < n % args.clients else 0) for i in range(args.clients)]
     workers = [multiprocessing.Process(target=client, args=(url, k, args.open_rate / args.clients,
-                                                            args.tokens, q)) for k in shares]
+                                                            args.tokens, args.prompt_bytes, q))
+               for k in shares]
     for w in workers:
         w.start()
     state, results = {}, {}
@@ -160,7 +175,15 @@ def main():
     ap.add_argument("--tokens-per-second", type=int, default=1, help="pace of each stream [1]")
     ap.add_argument("--clients", type=int, default=2, help="client processes [2]")
     ap.add_argument("--no-nginx", action="store_true", help="infergate only")
+    ap.add_argument("--prompt-bytes", type=int, default=0,
+                    help="size of each stream's prompt (0: a one-line prompt) [0]")
+    ap.add_argument("--reference", metavar="DIR",
+                    help="also the infergate of this build directory (an earlier commit), holding "
+                         "the same streams after this one")
     args = ap.parse_args()
+    ref_bin = os.path.join(os.path.abspath(args.reference), "infergate") if args.reference else None
+    if ref_bin and not os.access(ref_bin, os.X_OK):
+        sys.exit(f"--reference: {ref_bin} is not an executable infergate")
 
     if not args.no_nginx:
         B.need(("nginx", "nginx-light"))
@@ -179,7 +202,13 @@ def main():
                                       "--max-running", str(per_sim)])
     gw, gwp = B.start_gateway(procs, sims, extra=["--max-connections", str(n + 64)])
     ig = hold("infergate", gw, [gwp.pid], n, args, workdir)
-    procs.stop(gwp)               # nginx alone in front of the simulators from here on
+    procs.stop(gwp)               # each target alone in front of the simulators
+    ref = None
+    if ref_bin:
+        rgw, rgwp = B.start_gateway(procs, sims, extra=["--max-connections", str(n + 64)],
+                                    name="gateway-ref", program=ref_bin)
+        ref = hold("infergate@ref", rgw, [rgwp.pid], n, args, workdir)
+        procs.stop(rgwp)
 
     ngx, wconns = None, min(hard, 2 * n + 256)
     if not args.no_nginx:
@@ -194,8 +223,10 @@ def main():
         ngx.update({"ran": n, "workers": NGINX_WORKERS, "worker_connections": wconns,
                     "worker_rlimit_nofile": hard, "version": version})
 
-    fig = dict({"requested": args.streams, "ran": n, "nofile_hard": hard}, **ig)
-    targets = [("infergate", ig)] + ([("nginx", ngx)] if ngx else [])
+    fig = dict({"requested": args.streams, "ran": n, "nofile_hard": hard, "prompt_bytes": args.prompt_bytes}, **ig)
+    targets = [("infergate", ig)] + ([("infergate@ref", ref)] if ref else []) + ([("nginx", ngx)] if ngx else [])
+    if ref:
+        fig["reference"] = dict(ref, binary=ref_bin)
     if ngx:
         fig["nginx"] = ngx
         fig["kb_per_stream_infergate_over_nginx"] = (ig["kb_per_stream"]
@@ -214,7 +245,8 @@ def main():
             row("CPU while held", lambda r: f"{r['cpu_held_pct']:.1f}% of one core "
                 f"({r['peak_open'] * args.tokens_per_second:,} events/s)"),
             row("time held at >= 95% of peak", lambda r: f"{r['held_seconds']:.0f} s")]
-    header = ["figure", "infergate"] + ([f"nginx ({NGINX_WORKERS} workers, summed)"] if ngx else [])
+    header = (["figure", "infergate"] + (["infergate@ref"] if ref else [])
+              + ([f"nginx ({NGINX_WORKERS} workers, summed)"] if ngx else []))
     table = B.md_table(header, rows)
     if ngx:
         table += (f"\n\nper stream: infergate / nginx = "
@@ -226,9 +258,12 @@ def main():
     notes = (f"Seven `infergate-sim --tokens-per-second {args.tokens_per_second} --ttft-ms 0 "
              f"--output-tokens {args.tokens} --max-running {per_sim}`; streams opened at "
              f"{args.open_rate:.0f}/s by {args.clients} client processes (bench/lib/sse.py), "
+             f"each with a prompt of {len(prompt_text(args.prompt_bytes))} bytes, "
              f"each held about {args.tokens / args.tokens_per_second:.0f} s. Open-file hard "
              f"limit {hard} (raising it is not permitted here): one gateway can hold at most "
              f"({hard} - {RESERVE}) / 2 = {cap} streams.")
+    if ref:
+        notes += f" infergate@ref: {ref_bin}, the same flags and streams, after this commit's gateway."
     if ngx:
         notes += (f" Then nginx {ngx['version']} alone (the gateway stopped) in front of the same "
                   f"simulators: {NGINX_WORKERS} workers, bench/conf/nginx.conf.in as "

@@ -136,8 +136,8 @@ struct ig_batches;
  * next one does: a walk is never longer than that, and a light load still
  * lives in one daemon, run once a turn for all its connections. Only the
  * daemons with work run in a turn. */
-#define IG_HTTPD_SHARDS 64
-#define IG_HTTPD_FILL 256
+#define IG_HTTPD_SHARDS 256
+#define IG_HTTPD_FILL 64
 struct ig_httpd {
 	struct MHD_Daemon *mhd;
 	struct ig_event ev;            /* the daemon's epoll fd; data: the gateway */
@@ -162,12 +162,14 @@ struct ig_gw {
 	long conns, conn_limit;        /* client connections open, and the most at once */
 	bool accept_paused;            /* at conn_limit: the listening socket is not watched */
 	bool httpd_due;                /* some httpd[].due is set */
+	uint64_t next_httpd_sweep_ms;  /* when every daemon runs next (client timeouts) */
 	CURLM *multi;
 	/* Deferred actions, run by the reactor once per loop turn. */
 	bool drain_pending;            /* a slot or backend freed up: start queued requests */
 	bool models_dirty;             /* a backend's models, state or presence changed:
 					* rebuild the per-model pools (scheduler.h) */
 	struct ig_list reqs;           /* every live proxied request (struct ig_req) */
+	struct ig_list to_watch;       /* requests suspended without a hang-up watch, oldest first */
 	size_t nreqs;
 	struct ig_sched sched;         /* per-model pools and wait queues */
 	size_t qlen;                   /* requests waiting, all models */

@@ -69,6 +69,7 @@ struct ig_req *ig_proxy_req_new(struct ig_gw *gw, struct MHD_Connection *conn, i
 	req->phase = IG_REQ_READING;
 	req->max_tokens = -1;
 	req->client_ev = (struct ig_event){-1, NULL, req};
+	ig_list_init(&req->watch_link);
 	req->t_start_us = ig_now_us();
 	ig_buf_init(&req->body);
 	ig_buf_init(&req->resp);
@@ -102,6 +103,7 @@ static void req_free(struct ig_req *req)
 {
 	struct ig_gw *gw = req->gw;
 	ig_list_del(&req->link);
+	ig_list_del(&req->watch_link);
 	gw->nreqs--;
 	ig_buf_free(&req->body);
 	ig_buf_free(&req->resp);
@@ -171,6 +173,11 @@ static void suspend(struct ig_req *req)
 		MHD_suspend_connection(req->conn);
 		req->suspended = true;
 		req->suspended_at_ms = ig_now_ms();
+		/* scan_watch looks at these only, oldest first */
+		if (!req->watching && !req->client_gone) {
+			ig_list_del(&req->watch_link);
+			ig_list_append(&req->gw->to_watch, &req->watch_link);
+		}
 	}
 }
 
@@ -1892,12 +1899,19 @@ static void scan_idle(struct ig_gw *gw, uint64_t now_ms)
 	}
 }
 
+/* Requests suspended WATCH_AFTER_MS get their hang-up watch. Only the
+ * queue of those suspended unwatched is read, oldest first, not every
+ * request: 10,000 held streams are watched once each. */
 static void scan_watch(struct ig_gw *gw, uint64_t now_ms)
 {
 	struct ig_req *req;
-	IG_LIST_FOREACH(req, &gw->reqs, struct ig_req, link)
-		if (req->suspended && !req->watching && now_ms - req->suspended_at_ms >= WATCH_AFTER_MS)
+	while ((req = IG_LIST_FIRST(&gw->to_watch, struct ig_req, watch_link))) {
+		if (req->suspended && !req->watching && now_ms - req->suspended_at_ms < WATCH_AFTER_MS)
+			break;
+		ig_list_del(&req->watch_link);
+		if (req->suspended && !req->watching)
 			watch_client(req);
+	}
 }
 
 /* A request that waited its class's queue_timeout: 503. */

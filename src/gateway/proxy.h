@@ -27,6 +27,7 @@ struct ig_req {
 	struct ig_gw *gw;
 	struct MHD_Connection *conn;
 	struct ig_list link;         /* gw->reqs: every live request */
+	struct ig_list watch_link;   /* gw->to_watch: suspended, not yet watched for a hang-up */
 	struct ig_waiter wait;       /* its class and key (held: whose share it
 				      * counts against; the client's key, or the
 				      * one shared key with scheduling fifo), and

@@ -115,6 +115,7 @@ int ig_reactor_init(struct ig_gw *gw, struct ig_conf *cfg)
 	gw->ev_signal = (struct ig_event){-1, on_signal, gw};
 	gw->alog.fd = -1;
 	ig_list_init(&gw->reqs);
+	ig_list_init(&gw->to_watch);
 	char *err = NULL;
 	ig_sched_init(&gw->sched);
 	if (ig_reload_files(gw, cfg, &err) < 0) {
@@ -243,7 +244,7 @@ static void deferred(struct ig_gw *gw)
 		ig_proxy_tick(gw, now); /* drains the queue too */
 		ig_batches_tick(gw->batches, now);
 		ig_health_reap(gw);
-		ig_server_wake_all(gw); /* MHD's client timeouts */
+		ig_server_tick(gw, now);
 		gw->drain_pending = gw->models_dirty;
 	}
 	if (gw->models_dirty) {

@@ -595,6 +595,15 @@ void ig_server_wake_all(struct ig_gw *gw)
 	resume_accept(gw);
 }
 
+void ig_server_tick(struct ig_gw *gw, uint64_t now_ms)
+{
+	resume_accept(gw);
+	if (now_ms >= gw->next_httpd_sweep_ms) { /* MHD's client timeouts: seconds */
+		gw->next_httpd_sweep_ms = now_ms + 250;
+		ig_server_wake_all(gw);
+	}
+}
+
 bool ig_server_busy(struct ig_gw *gw)
 {
 	MHD_UNSIGNED_LONG_LONG mto;

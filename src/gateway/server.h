@@ -9,8 +9,11 @@
  * connections accepted on gw->listen_fd, at most conn_limit at once. Returns
  * 0, or -1 (logged). */
 int ig_server_start(struct ig_gw *gw, unsigned conn_limit);
-/* Every daemon runs this turn (the tick: MHD's client timeouts). */
+/* Every daemon with connections runs this turn. */
 void ig_server_wake_all(struct ig_gw *gw);
+/* The housekeeping tick: accepting again after running out of descriptors,
+ * and every 250 ms each daemon runs for its client timeouts. */
+void ig_server_tick(struct ig_gw *gw, uint64_t now_ms);
 /* Whether a daemon has work now (the reactor must not sleep). */
 bool ig_server_busy(struct ig_gw *gw);
 /* MHD_run for each daemon with work. */
