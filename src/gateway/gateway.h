@@ -143,6 +143,7 @@ struct ig_httpd {
 	struct ig_event ev;            /* the daemon's epoll fd; data: the gateway */
 	long conns;                    /* client connections it holds */
 	bool due;                      /* has events or resumed connections: MHD_run it */
+	bool trail;                    /* ran last turn: runs once more (ig_server_run) */
 };
 
 struct ig_gw {
@@ -162,6 +163,7 @@ struct ig_gw {
 	long conns, conn_limit;        /* client connections open, and the most at once */
 	bool accept_paused;            /* at conn_limit: the listening socket is not watched */
 	bool httpd_due;                /* some httpd[].due is set */
+	bool httpd_trail;              /* some httpd[].trail is set */
 	uint64_t next_httpd_sweep_ms;  /* when every daemon runs next (client timeouts) */
 	CURLM *multi;
 	/* Deferred actions, run by the reactor once per loop turn. */

@@ -616,11 +616,12 @@ bool ig_server_busy(struct ig_gw *gw)
 
 void ig_server_run(struct ig_gw *gw)
 {
-	if (!gw->httpd_due)
+	if (!gw->httpd_due && !gw->httpd_trail)
 		return;
-	gw->httpd_due = false;
+	gw->httpd_due = gw->httpd_trail = false;
 	for (size_t i = 0; i < gw->nhttpd; i++) {
 		struct ig_httpd *h = &gw->httpd[i];
+		bool ran = h->due;
 		/* Resumed connections are handled by the next MHD_run; a reader
 		 * may resume others while it runs, so go round until nothing of
 		 * this daemon is pending. */
@@ -628,6 +629,15 @@ void ig_server_run(struct ig_gw *gw)
 			h->due = false;
 			MHD_run(h->mhd);
 		}
+		/* A daemon that ran runs once more the next turn, as the one
+		 * daemon of before ran every turn: libmicrohttpd can be left with
+		 * work it signals neither on its epoll fd nor by MHD_get_timeout
+		 * (without this, the p99 time to first byte of 20 concurrent new
+		 * streams went from 2.7 to 6.2 ms). */
+		if (!ran && h->trail)
+			MHD_run(h->mhd);
+		h->trail = ran;
+		gw->httpd_trail |= ran;
 	}
 	for (size_t i = 0; i < gw->nhttpd; i++)
 		gw->httpd_due |= gw->httpd[i].due;
