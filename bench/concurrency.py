@@ -72,20 +72,6 @@ def client(url, n, rate, tokens, prompt_bytes, q):
     q.put(("done", os.getpid(), n - sum(errors.values()), errors))
 
 
-def children(pid):
-    """Pids whose parent is pid (nginx's workers)."""
-    out = []
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/stat") as f:
-                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
-                        out.append(int(d))
-            except (FileNotFoundError, ProcessLookupError, IndexError):
-                pass
-    return sorted(out)
-
-
 def usage(pids):
     """VmRSS, VmHWM (kB) and open fds, each summed over pids; None when one has gone."""
     rss = hwm = fds = 0
@@ -214,7 +200,7 @@ def main():
     if not args.no_nginx:
         ng, ngp = start_nginx(procs, sims, workdir, NGINX_WORKERS,
                               {"worker_rlimit_nofile": hard, "worker_connections": wconns})
-        wpids = children(ngp.pid)
+        wpids = sorted(p for p in B.group_pids(ngp.pid) if p != ngp.pid)  # its workers
         if len(wpids) != NGINX_WORKERS:
             sys.exit(f"nginx master {ngp.pid}: {len(wpids)} workers, expected {NGINX_WORKERS}")
         ngx = hold("nginx", ng, wpids, n, args, workdir)

@@ -15,6 +15,11 @@ JSON keys file of N named keys, each with rpm and tpm limits (high enough never 
 and wrk sends one of them: the cost of key lookup, rate limiting, the x-ratelimit-* headers
 and per-key accounting, against the open gateway in the same run.
 
+With --pin, every proxy gets the same single core (taskset-style affinity: CPU 0) and the
+load (wrk, the seven simulators) the other (CPU 1): nginx runs 1 worker, HAProxy nbthread 1,
+infergate its one reactor, so req/s and p99 compare the proxies with the same core each and
+the load generator never competes with them.
+
 With --reference DIR, a second gateway ("infergate@ref") runs the infergate binary of another
 build directory (an earlier commit: `git worktree add /tmp/ref COMMIT`, built there) in front
 of the same backends, and the two gateways' main runs alternate --rounds times: the medians and
@@ -22,6 +27,7 @@ their ratio say whether this commit is slower, measured side by side on the same
 
 Usage: python3 bench/proxy.py [--duration S] [--connections N] [--sweep 8,16,...]
        [--sweep-duration S] [--no-sweep] [--keys N] [--policy P] [--reference DIR [--rounds N]]
+       [--pin]
 Env: IG_BUILD (build dir, default ./build), IG_SKIP_DEPS=1 (no apt-get).
 """
 
@@ -146,6 +152,8 @@ def main():
     ap.add_argument("--reference", metavar="DIR",
                     help="also the infergate of this build directory, alternating with this one's")
     ap.add_argument("--rounds", type=int, default=5, help="with --reference: alternations [5]")
+    ap.add_argument("--pin", action="store_true",
+                    help="proxies on CPU 0 (one worker each), wrk and simulators on CPU 1")
     args = ap.parse_args()
     ref_bin = None
     if args.reference:
@@ -158,17 +166,31 @@ def main():
     workdir = os.path.join(B.TMP, f"proxy-{os.getpid()}")
     procs = B.Procs(workdir)
     workers = os.cpu_count() or 2
+    if args.pin:
+        if len(os.sched_getaffinity(0)) < 2:
+            sys.exit("--pin needs two CPUs (0 and 1) this process may use")
+        workers = 1
 
+    def cores(which):
+        """With --pin, what starts next (and its children) runs on these CPUs."""
+        if args.pin:
+            os.sched_setaffinity(0, which)
+
+    cores({1})
     sims, _ = B.start_sims(procs, 7, SIM_ARGS)
+    cores({0})
     gw_url, gw = B.start_gateway(procs, sims, extra=["--policy", args.policy])
     ng_url, ng = start_nginx(procs, sims, workdir, workers)
     ha_url, ha = start_haproxy(procs, sims, workdir, workers)
+    cores({1})                                      # wrk, from here on
     direct = procs.procs[0]  # the first simulator, alone
     targets = [("direct", sims[0], direct.pid, None), ("infergate", gw_url, gw.pid, None),
                ("nginx", ng_url, ng.pid, None), ("haproxy", ha_url, ha.pid, None)]
     if args.keys:
         path, key = keys_file(workdir, args.keys, args.keys_format)
+        cores({0})
         gk_url, gk = B.start_gateway(procs, sims, ["--api-keys-file", path], name="gateway-keys")
+        cores({1})
         targets.insert(2, ("infergate+keys", gk_url, gk.pid, key))
     B.log(f"backends {' '.join(sims)}; gateway {gw_url}, nginx {ng_url}, haproxy {ha_url}")
 
@@ -176,8 +198,10 @@ def main():
                  for t, u, pg, key in targets}
     ref_table, ref_figs = "", {}
     if ref_bin:
+        cores({0})
         rf_url, rf = B.start_gateway(procs, sims, extra=["--policy", args.policy], name="gateway-ref",
                                      program=ref_bin)
+        cores({1})
         pairs = []
         for _ in range(args.rounds):
             pairs.append((measure("infergate", gw_url, gw.pid, args.connections, args.duration, args.wrk_threads),
@@ -235,7 +259,9 @@ def main():
              f"`infergate-sim {' '.join(SIM_ARGS)}` (direct = the first one alone). nginx "
              f"{workers} workers, HAProxy nbthread {workers} (configs in bench/conf/); infergate "
              f"as of this commit runs one reactor thread. CPU = the target's processes "
-             f"(user+system) during the run; everything, wrk included, shares {workers} cores.")
+             f"(user+system) during the run; " + (
+                 "pinned (--pin): each proxy alone on CPU 0, wrk and the simulators on CPU 1."
+                 if args.pin else f"everything, wrk included, shares {workers} cores."))
     if sweep:
         dat = os.path.join(B.RESULTS, "proxy-sweep.dat")
         conns = sorted({r["conns"] for r in sweep})
@@ -260,7 +286,8 @@ def main():
         notes += (f" infergate@ref: {ref_bin}, the same flags and backends; the two gateways' runs alternate "
                   f"{args.rounds} times after the main runs.")
     B.record("proxy", "Proxy overhead", B.command_line(), mach,
-             {"main": main_runs, "ratios": ratios, "sweep": sweep, "reference": ref_figs}, table, notes)
+             {"main": main_runs, "ratios": ratios, "sweep": sweep, "reference": ref_figs, "pinned": args.pin,
+              "proxy_workers": workers}, table, notes)
 
 
 if __name__ == "__main__":

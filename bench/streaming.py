@@ -6,7 +6,7 @@ from elsewhere hits both alike. The simulator streams at a fixed pace (default 3
 at 100 tokens/s, first token at once), so the gap a client sees is 10 ms plus whatever
 the path adds.
 
-Usage: python3 bench/streaming.py [--streams N] [--concurrent C] [--rounds R]
+Usage: python3 bench/streaming.py [--streams N] [--concurrent C] [--rounds R] [--reference DIR]
        [--tokens T] [--tokens-per-second R]
 Env: IG_BUILD (build dir, default ./build).
 """
@@ -47,7 +47,12 @@ def main():
     ap.add_argument("--rounds", type=int, default=4, help="direct/gateway alternations [4]")
     ap.add_argument("--tokens", type=int, default=30, help="tokens per stream [30]")
     ap.add_argument("--tokens-per-second", type=int, default=100)
+    ap.add_argument("--reference", metavar="DIR",
+                    help="also the infergate of this build directory (an earlier commit), in the same rounds")
     args = ap.parse_args()
+    ref_bin = os.path.join(os.path.abspath(args.reference), "infergate") if args.reference else None
+    if ref_bin and not os.access(ref_bin, os.X_OK):
+        sys.exit(f"--reference: {ref_bin} is not an executable infergate")
 
     mach = B.machine()
     procs = B.Procs(os.path.join(B.TMP, f"streaming-{os.getpid()}"))
@@ -55,12 +60,15 @@ def main():
                                       "--ttft-ms", "0", "--output-tokens", str(args.tokens),
                                       "--max-running", "1024"])
     gw, _ = B.start_gateway(procs, sims)
+    targets = [("direct", sims[0]), ("infergate", gw)]
+    if ref_bin:
+        targets.append(("infergate@ref", B.start_gateway(procs, sims, name="gateway-ref", program=ref_bin)[0]))
     per = args.streams // args.rounds
-    got = {"direct": [], "infergate": []}
-    one_round(sims[0], args.concurrent, args.concurrent, args.tokens)   # warm-up
-    one_round(gw, args.concurrent, args.concurrent, args.tokens)
+    got = {name: [] for name, _ in targets}
+    for _, url in targets:                                              # warm-up
+        one_round(url, args.concurrent, args.concurrent, args.tokens)
     for r in range(args.rounds):
-        for name, url in (("direct", sims[0]), ("infergate", gw)):
+        for name, url in targets:
             got[name] += one_round(url, per, args.concurrent, args.tokens)
         B.log(f"round {r + 1}/{args.rounds} done")
     # role chunk + T tokens + finish chunk + [DONE]
@@ -74,7 +82,15 @@ def main():
         for p in ("p50", "p99"):
             key = f"{k}_{p}"
             rows.append([f"{label} {p}", f"{d[key]:.3f}", f"{g[key]:.3f}", f"{added[key]:+.3f}"])
-    table = B.md_table(["ms", "direct", "infergate", "added by infergate"], rows)
+    header = ["ms", "direct", "infergate", "added by infergate"]
+    if ref_bin:
+        ref = f["infergate@ref"]
+        added_ref = {k: ref[k] - d[k] for k in added}
+        header.append("added by infergate@ref")
+        keys = [f"{k}_{p}" for k in ("ttfb", "ttft", "gap") for p in ("p50", "p99")]
+        for row, key in zip(rows, keys):
+            row.append(f"{added_ref[key]:+.3f}")
+    table = B.md_table(header, rows)
     table += (f"\n\nStreams complete ([DONE] seen, status 200): direct {d['ok']}/{d['streams']}, "
               f"infergate {g['ok']}/{g['streams']}; streams with fewer events than sent: "
               f"direct {d['short']}, infergate {g['short']}; gaps measured: {d['gaps']} / "
@@ -86,8 +102,11 @@ def main():
              f"from the last request byte sent. A gap is the time between consecutive token "
              f"events (the role chunk and the end are left out); the simulator's pace is "
              f"{1000 / args.tokens_per_second:.0f} ms.")
-    B.record("streaming", "Streaming overhead", B.command_line(), mach,
-             {"direct": d, "infergate": g, "added": added}, table, notes)
+    fig = {"direct": d, "infergate": g, "added": added}
+    if ref_bin:
+        fig["reference"] = {"binary": ref_bin, "figures": f["infergate@ref"], "added": added_ref}
+        notes += f" infergate@ref: {ref_bin}, in front of the same simulator, in the same rounds."
+    B.record("streaming", "Streaming overhead", B.command_line(), mach, fig, table, notes)
 
 
 if __name__ == "__main__":
