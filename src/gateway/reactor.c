@@ -1,5 +1,6 @@
-/* The reactor: one epoll loop that drives libmicrohttpd (external mode, its
- * epoll fd added to ours) and libcurl (multi_socket_action with a timerfd),
+/* The reactor: one epoll loop that drives libmicrohttpd (external mode, the
+ * listening socket and each daemon's epoll fd added to ours: server.c) and
+ * libcurl (multi_socket_action, its timer as the loop's timeout),
  * plus a housekeeping tick, signals, and the event sources other modules add
  * (hang-up watches on suspended clients, discovery's eventfd), each with
  * its handler. Every MHD and curl call happens on this thread, so the hot

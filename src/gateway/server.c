@@ -1,5 +1,6 @@
-/* The client side: the libmicrohttpd daemon, its access handler and its
- * completion callback. It refuses ambiguous framing and oversized bodies
+/* The client side: accepting clients and giving each to one of the
+ * libmicrohttpd daemons (gateway.h: struct ig_httpd), their access handler
+ * and completion callback, and running the daemons that have work. It refuses ambiguous framing and oversized bodies
  * before reading them, routes paths, checks keys, answers the gateway's own
  * endpoints at once, reads admin bodies for admin.c, and gives each proxied
  * request to a request object (proxy.c). From then on *con_cls points to
@@ -503,8 +504,12 @@ static void on_listen(struct ig_event *ev, uint32_t events IG_UNUSED)
 			if (errno == EINTR || errno == ECONNABORTED)
 				continue;
 			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-				ig_log_warn("cannot accept a client connection: %s (%ld open); waiting for one to close",
-					    strerror(errno), gw->conns);
+				static uint64_t warned_ms; /* once a second: the tick retries every 20 ms */
+				if (ig_now_ms() - warned_ms >= 1000) {
+					warned_ms = ig_now_ms();
+					ig_log_warn("cannot accept a client connection: %s (%ld open); waiting for one "
+						    "to close", strerror(errno), gw->conns);
+				}
 				pause_accept(gw);
 			}
 			return;

@@ -5,9 +5,10 @@
 
 #include "gateway.h"
 
-/* Starts the HTTP server: IG_HTTPD_SHARDS daemons (gateway.h), given the
- * connections accepted on gw->listen_fd, at most conn_limit at once. Returns
- * 0, or -1 (logged). */
+/* Starts the HTTP server: one libmicrohttpd daemon now, more (up to
+ * IG_HTTPD_SHARDS, gateway.h) as the connections accepted on gw->listen_fd
+ * need them, at most conn_limit connections at once. Returns 0, or -1
+ * (logged). */
 int ig_server_start(struct ig_gw *gw, unsigned conn_limit);
 /* Every daemon with connections runs this turn. */
 void ig_server_wake_all(struct ig_gw *gw);
