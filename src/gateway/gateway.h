@@ -138,12 +138,13 @@ struct ig_batches;
  * daemons with work run in a turn. */
 #define IG_HTTPD_SHARDS 256
 #define IG_HTTPD_FILL 64
+#define IG_HTTPD_TRAIL 3        /* turns a daemon still runs after it had work */
 struct ig_httpd {
 	struct MHD_Daemon *mhd;
 	struct ig_event ev;            /* the daemon's epoll fd; data: the gateway */
 	long conns;                    /* client connections it holds */
 	bool due;                      /* has events or resumed connections: MHD_run it */
-	bool trail;                    /* ran last turn: runs once more (ig_server_run) */
+	int trail;                     /* turns it still runs after it last had work (ig_server_run) */
 };
 
 struct ig_gw {
@@ -164,7 +165,6 @@ struct ig_gw {
 	bool accept_paused;            /* at conn_limit: the listening socket is not watched */
 	bool httpd_due;                /* some httpd[].due is set */
 	bool httpd_trail;              /* some httpd[].trail is set */
-	uint64_t next_httpd_sweep_ms;  /* when every daemon runs next (client timeouts) */
 	CURLM *multi;
 	/* Deferred actions, run by the reactor once per loop turn. */
 	bool drain_pending;            /* a slot or backend freed up: start queued requests */

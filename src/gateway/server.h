@@ -13,8 +13,9 @@ int ig_server_start(struct ig_gw *gw, unsigned conn_limit);
 /* Every daemon with connections runs this turn. */
 void ig_server_wake_all(struct ig_gw *gw);
 /* The housekeeping tick: accepting again after running out of descriptors,
- * and every 250 ms each daemon runs for its client timeouts. */
-void ig_server_tick(struct ig_gw *gw, uint64_t now_ms);
+ * and every daemon with connections runs (client timeouts, and any work
+ * libmicrohttpd keeps without signalling it). */
+void ig_server_tick(struct ig_gw *gw);
 /* Whether a daemon has work now (the reactor must not sleep). */
 bool ig_server_busy(struct ig_gw *gw);
 /* MHD_run for each daemon with work. */
