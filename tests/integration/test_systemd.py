@@ -141,6 +141,14 @@ def gateway_config(port, sims, **extra):
                  "health": {"interval_ms": 200, "rise": 1, "fall": 2}}, **extra)
 
 
+def start_unit_gateway(tree, sims):
+    """infergate.service's ExecStart in front of sims on a free port, with the
+    notify socket; returns (port, process)."""
+    port = free_port()
+    tree.config(gateway_config(port, sims))
+    return port, exec_start(tree, "infergate.service", **tree.notify_socket())
+
+
 @test
 def units_pass_systemd_analyze_verify():
     need_tool("systemd-analyze", "systemd")
@@ -180,9 +188,7 @@ def ready_only_when_the_port_takes_connections():
     built_with_systemd()
     tree = Tree()
     sim = start_sim()
-    port = free_port()
-    tree.config(gateway_config(port, [sim]))
-    gw = exec_start(tree, "infergate.service", **tree.notify_socket())
+    port, gw = start_unit_gateway(tree, [sim])
     fields = expect(tree, gw, "READY")
     # systemd would start what is ordered After= now: the port must answer
     with socket.create_connection(("127.0.0.1", port), timeout=2):
@@ -226,9 +232,7 @@ def exec_reload_gives_reloading_then_ready_and_keeps_serving():
     built_with_systemd()
     tree = Tree()
     sims = [start_sim(), start_sim()]
-    port = free_port()
-    tree.config(gateway_config(port, sims[:1]))
-    gw = exec_start(tree, "infergate.service", **tree.notify_socket())
+    port, gw = start_unit_gateway(tree, sims[:1])
     expect(tree, gw, "READY")
     reload_cmd = shlex.split(tree.directive("infergate.service", "ExecReload").replace("$MAINPID", str(gw.pid)))
 
@@ -261,9 +265,7 @@ def sigterm_gives_stopping():
     built_with_systemd()
     tree = Tree()
     sim = start_sim()
-    port = free_port()
-    tree.config(gateway_config(port, [sim]))
-    gw = exec_start(tree, "infergate.service", **tree.notify_socket())
+    _, gw = start_unit_gateway(tree, [sim])
     expect(tree, gw, "READY")
     os.kill(gw.pid, signal.SIGTERM)  # what `systemctl stop` sends (KillMode's first signal)
     fields = expect(tree, gw, "STOPPING")
