@@ -27,7 +27,7 @@ int ig_parse_double(const char *what, const char *s, double min, double max, dou
  * Returns 0 with *host malloc'd, or -1 with *err set. */
 int ig_parse_hostport(const char *what, const char *s, char **host, int *port, char **err);
 /* Writes the whole buffer to fd (again after EINTR and short writes).
- * Returns 0 or -1 (errno set). */
+ * Returns 0 or -1 (errno set; EIO when write() wrote nothing). */
 int ig_write_all(int fd, const char *p, size_t n);
 /* A server's base URL as the clients take it: http:// or https://, no
  * trailing slashes, no trailing /v1 (the paths add it). Returns it

@@ -923,15 +923,9 @@ static size_t sb_to_file(char *p, size_t size, size_t n, void *ud)
 		curl_easy_getinfo(k->s->curl, CURLINFO_RESPONSE_CODE, &k->status);
 	if (k->status / 100 != 2)
 		return sb_collect(p, 1, len, &k->errbody);
-	for (size_t off = 0; off < len;) {
-		ssize_t w = write(k->fd, p + off, len - off);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0) {
-			k->werr = w < 0 ? errno : EIO;
-			return 0;
-		}
-		off += (size_t)w;
+	if (ig_write_all(k->fd, p, len) < 0) {
+		k->werr = errno;
+		return 0;
 	}
 	for (const char *q = p, *end = p + len; (q = memchr(q, '\n', (size_t)(end - q))); q++)
 		k->lines++;

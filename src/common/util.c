@@ -245,8 +245,11 @@ int ig_write_all(int fd, const char *p, size_t n)
 		ssize_t w = write(fd, p, n);
 		if (w < 0 && errno == EINTR)
 			continue;
-		if (w < 0)
+		if (w <= 0) {
+			if (w == 0) /* nothing written and no error: do not spin */
+				errno = EIO;
 			return -1;
+		}
 		p += w;
 		n -= (size_t)w;
 	}

@@ -8,13 +8,13 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #ifdef HAVE_SYSTEMD
 #include <systemd/sd-daemon.h>
 #endif
 
 #include "infergate/log.h"
+#include "infergate/util.h"
 #include "notify.h"
 
 #ifdef HAVE_SYSTEMD
@@ -46,12 +46,9 @@ void ig_notify_ready(const char *fmt, ...)
 
 void ig_notify_reloading(const char *fmt, ...)
 {
-	struct timespec ts;
 	char head[64];
 	va_list ap;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	snprintf(head, sizeof(head), "RELOADING=1\nMONOTONIC_USEC=%llu",
-		 (unsigned long long)ts.tv_sec * 1000000ull + (unsigned long long)ts.tv_nsec / 1000u);
+	snprintf(head, sizeof(head), "RELOADING=1\nMONOTONIC_USEC=%llu", (unsigned long long)ig_now_us());
 	va_start(ap, fmt);
 	send_state(head, fmt, ap);
 	va_end(ap);
