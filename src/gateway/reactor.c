@@ -245,7 +245,7 @@ static void deferred(struct ig_gw *gw)
 		ig_proxy_tick(gw, now); /* drains the queue too */
 		ig_batches_tick(gw->batches, now);
 		ig_health_reap(gw);
-		ig_server_tick(gw);
+		ig_server_wake_all(gw);
 		gw->drain_pending = gw->models_dirty;
 	}
 	if (gw->models_dirty) {

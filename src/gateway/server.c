@@ -600,15 +600,6 @@ void ig_server_wake_all(struct ig_gw *gw)
 	resume_accept(gw);
 }
 
-void ig_server_tick(struct ig_gw *gw)
-{
-	/* Every daemon with connections runs at least once a tick, as the one
-	 * daemon of before ran at least every turn: for its client timeouts,
-	 * and for any work libmicrohttpd keeps without signalling it (see
-	 * ig_server_run), which then waits at most a tick. */
-	ig_server_wake_all(gw);
-}
-
 bool ig_server_busy(struct ig_gw *gw)
 {
 	MHD_UNSIGNED_LONG_LONG mto;

@@ -10,12 +10,12 @@
  * need them, at most conn_limit connections at once. Returns 0, or -1
  * (logged). */
 int ig_server_start(struct ig_gw *gw, unsigned conn_limit);
-/* Every daemon with connections runs this turn. */
+/* Every daemon with connections runs this turn, and accepting resumes if
+ * it had paused for want of descriptors. The tick calls it: each daemon
+ * runs at least once a tick, as the one daemon of before ran at least
+ * every turn, for its client timeouts and for any work libmicrohttpd keeps
+ * without signalling it (ig_server_run), which then waits at most a tick. */
 void ig_server_wake_all(struct ig_gw *gw);
-/* The housekeeping tick: accepting again after running out of descriptors,
- * and every daemon with connections runs (client timeouts, and any work
- * libmicrohttpd keeps without signalling it). */
-void ig_server_tick(struct ig_gw *gw);
 /* Whether a daemon has work now (the reactor must not sleep). */
 bool ig_server_busy(struct ig_gw *gw);
 /* MHD_run for each daemon with work. */
