@@ -655,8 +655,8 @@ static void flush_pending(struct ig_batches *bs, struct batch *b)
 
 static void item_free(struct ig_batches *bs, struct item *it)
 {
-	ig_upstream_stop(bs->gw, &it->x);
-	ig_upstream_easy_put(bs->gw, it->x.easy);
+	ig_upstream_stop(&it->x);
+	ig_upstream_easy_put(ig_gw_home(bs->gw), it->x.easy);
 	curl_slist_free_all(it->hdrs);
 	ig_buf_free(&it->resp);
 	free(it->custom_id);
@@ -700,7 +700,7 @@ static void item_done(struct ig_xfer *x, CURLcode result)
 		/* 1 s, 2 s, 4 s ... 30 s: the gateway has retried other backends already */
 		uint64_t wait = 1000u << (it->tries - 1 < 5 ? it->tries - 1 : 5);
 		it->due_ms = ig_now_ms() + (wait > 30000 ? 30000 : wait);
-		ig_upstream_easy_put(bs->gw, it->x.easy);
+		ig_upstream_easy_put(ig_gw_home(bs->gw), it->x.easy);
 		it->x.easy = NULL;
 		ig_buf_reset(&it->resp);
 		return;
@@ -732,7 +732,7 @@ static void item_done(struct ig_xfer *x, CURLcode result)
 /* Starts (again) the transfer of one line. Returns 0 or -1. */
 static int send_item(struct ig_batches *bs, struct item *it)
 {
-	CURL *e = it->x.easy ? it->x.easy : ig_upstream_easy_get(bs->gw);
+	CURL *e = it->x.easy ? it->x.easy : ig_upstream_easy_get(ig_gw_home(bs->gw));
 	if (!e)
 		return -1;
 	it->x.easy = e;
@@ -750,7 +750,7 @@ static int send_item(struct ig_batches *bs, struct item *it)
 	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
 	curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
-	return ig_upstream_start(bs->gw, &it->x) == CURLM_OK ? 0 : -1;
+	return ig_upstream_start(ig_gw_home(bs->gw), &it->x) == CURLM_OK ? 0 : -1;
 }
 
 /* The class a batch's requests go at: low, or its owner key's if higher. */

@@ -60,6 +60,8 @@ struct ig_model_alias {
 	char *model;
 };
 
+#define IG_MAX_WORKERS 64
+
 struct ig_conf {
 	char *config_path;          /* the file read, NULL when flags only */
 	char *listen;               /* "HOST:PORT" as given */
@@ -87,6 +89,7 @@ struct ig_conf {
 	long connect_ms;
 	long idle_s;
 	long shutdown_grace_s;
+	long workers;                /* reactors (threads), 0 = one per core, at most IG_MAX_WORKERS */
 	long max_connections;
 	long header_buffer_bytes;    /* each client connection's buffer (MHD's pool): headers beyond it are 431 */
 	long client_timeout_s;      /* idle client connections are closed after this */

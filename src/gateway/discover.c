@@ -194,7 +194,7 @@ int ig_discover_start(struct ig_gw *gw)
 	pthread_cond_init(&d->cv, NULL);
 	d->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	d->ev = (struct ig_event){d->efd, on_results, gw};
-	ig_event_add(gw, &d->ev, EPOLLIN);
+	ig_event_add(ig_gw_home(gw), &d->ev, EPOLLIN);
 	gw->discovery = d;
 	if (pthread_create(&d->thread, NULL, resolver, d) != 0) {
 		ig_log_error("discover: cannot start the resolver thread");
@@ -221,7 +221,7 @@ void ig_discover_stop(struct ig_gw *gw)
 		pthread_cond_destroy(&d->cv);
 	}
 	if (d->efd > 0) {
-		ig_event_del(gw, &d->ev);
+		ig_event_del(ig_gw_home(gw), &d->ev);
 		close(d->efd);
 	}
 	while (d->results) {

@@ -2,16 +2,18 @@
  * handed, the event sources the reactor dispatches, and the deferred actions
  * it runs once per loop turn. Types and flags only: no module's functions
  * are declared here, so including this header ties a file to no module
- * above it. Everything here is touched by the reactor thread only, except
- * the backend counters (atomics, see backend.h).
+ * above it. With one reactor everything here is touched by its thread
+ * only; with more, by the thread that holds gw->lock (struct ig_gw), but a
+ * reactor's library objects only by their own (struct ig_rx), and the
+ * backend counters the router reads are atomics (backend.h).
  *
  * The layers, calls only going down (README, "How it is built"):
- *   reactor.c                          the loop; owns every event source
+ *   reactor.c                          the loops; owns every event source
  *   server.c  admin.c  reload.c  discover.c
  *   proxy.c                            the request object, admission, retries, SSE relay
  *   scheduler.c                        per-model pools and queues, the keys' state
  *   router.c  upstream.c  health.c  metrics.c  accesslog.c
- *   backend.c  loadreport.c  ratelimit.c  keyset.c  conf.c  (and this header)
+ *   backend.c  loadreport.c  ratelimit.c  keyset.c  conf.c  rx.c  (and this header)
  * A lower layer reports back through a callback stored in the object it was
  * handed (struct ig_event, struct ig_xfer, struct ig_call) or by setting a
  * flag below that the reactor acts on. */
@@ -20,9 +22,11 @@
 
 #include <curl/curl.h>
 #include <microhttpd.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/epoll.h>
+#include <sys/socket.h>
 
 #include "accesslog.h"
 #include "keyset.h"
@@ -139,40 +143,89 @@ struct ig_batches;
 #define IG_HTTPD_SHARDS 256
 #define IG_HTTPD_FILL 64
 #define IG_HTTPD_TRAIL 3        /* turns a daemon still runs after it had work */
+struct ig_rx;
 struct ig_httpd {
 	struct MHD_Daemon *mhd;
-	struct ig_event ev;            /* the daemon's epoll fd; data: the gateway */
+	struct ig_event ev;            /* the daemon's epoll fd; data: its reactor */
 	long conns;                    /* client connections it holds */
 	bool due;                      /* has events or resumed connections: MHD_run it */
 	int trail;                     /* turns it still runs after it last had work (ig_server_run) */
 };
 
-struct ig_gw {
-	struct ig_conf *cfg;
-	struct ig_pool pool;
+/* A client socket reactor 0 accepted for another. */
+struct ig_newfd {
+	int fd;
+	socklen_t len;
+	struct sockaddr_storage addr;
+};
+
+/* One reactor: a thread with its own epoll set, libmicrohttpd daemons and
+ * curl multi handle, and the requests whose client connection it holds
+ * (reactor.c). A library object (an MHD daemon or connection, the multi
+ * and the transfers in it) is only ever touched by its reactor's thread;
+ * another reactor that must act on one (start a queued request it
+ * dispatched, answer one whose wait expired) hands the request over
+ * through `posted`. The control plane (health probes, discovery, signals,
+ * the admin, Files and Batch APIs) lives on reactor 0. */
+struct ig_rx {
+	struct ig_gw *gw;
+	int id;
+	pthread_t thread;
+	bool started;                  /* its thread runs (reactors 1..) */
 	int epfd;
-	struct ig_event ev_listen, ev_tick, ev_signal;
-	bool tick_due;                 /* the housekeeping timer fired this turn */
+	struct ig_event ev_tick, ev_wake;
+	bool tick_due;                 /* its housekeeping timer fired this turn */
+	bool woken;                    /* ev_wake was written and not yet read */
 	uint64_t curl_deadline_us;     /* when curl wants its timeout action */
 	uint32_t *curl_fds;            /* upstream.c: epoll state of curl sockets, by fd */
 	size_t ncurl_fds;
 	CURL **easy_free;              /* reset easy handles kept for reuse */
 	size_t neasy_free;
-	int listen_fd;
+	CURLM *multi;
 	struct ig_httpd httpd[IG_HTTPD_SHARDS];
 	size_t nhttpd;                 /* daemons started (as the connections need them) */
-	long conns, conn_limit;        /* client connections open, and the most at once */
-	bool accept_paused;            /* at conn_limit: the listening socket is not watched */
+	long conns;                    /* client connections its daemons hold */
+	uint64_t closed;               /* of them, closed in total */
 	bool httpd_due;                /* some httpd[].due is set */
 	bool httpd_trail;              /* some httpd[].trail is set */
-	CURLM *multi;
-	/* Deferred actions, run by the reactor once per loop turn. */
+	struct ig_list reqs;           /* its live proxied requests (struct ig_req) */
+	struct ig_list to_watch;       /* requests suspended without a hang-up watch, oldest first */
+	uint64_t next_idle_scan_ms;
+	uint64_t next_watch_scan_ms;
+	/* Handed over by other reactors (under the gateway's lock): */
+	struct ig_list posted;         /* requests to start or resume (proxy.c) */
+	struct ig_list jobs;           /* calls another reactor waits on (ig_rx_call) */
+	struct ig_newfd *newfds;       /* accepted client sockets for its daemons */
+	size_t nnewfds, capnewfds;
+	uint64_t accepted;             /* client connections it was given, in total */
+	uint64_t requests;             /* proxied requests it received, in total */
+	uint64_t turns;                /* loop turns, in total */
+};
+
+struct ig_gw {
+	struct ig_conf *cfg;
+	struct ig_pool pool;
+	/* The reactors; rx[0] runs on the main thread. With more than one,
+	 * everything below (and what it points to) is shared: a reactor holds
+	 * `lock` whenever it runs the gateway's code, and lets go of it only
+	 * while it waits for events and while libmicrohttpd or libcurl do
+	 * their I/O (their callbacks into us take it again: ig_gw_lock). */
+	struct ig_rx *rx;
+	size_t nrx;
+	pthread_mutex_t lock;
+	pthread_cond_t job_done;       /* an ig_rx_call finished */
+	bool threaded;                 /* nrx > 1: the lock is taken */
+	size_t nrunning;               /* reactors whose loop runs */
+	struct ig_event ev_listen, ev_signal; /* reactor 0's */
+	int listen_fd;
+	bool accept_paused;            /* at conn_limit: the listening socket is not watched */
+	long conns, conn_limit;        /* client connections open or being handed over, and the most at once */
+	size_t next_rx;                /* where the next accepted client's reactor search starts */
+	/* Deferred actions, run by a reactor at the end of its turn. */
 	bool drain_pending;            /* a slot or backend freed up: start queued requests */
 	bool models_dirty;             /* a backend's models, state or presence changed:
 					* rebuild the per-model pools (scheduler.h) */
-	struct ig_list reqs;           /* every live proxied request (struct ig_req) */
-	struct ig_list to_watch;       /* requests suspended without a hang-up watch, oldest first */
-	size_t nreqs;
+	size_t nreqs;                  /* live proxied requests, all reactors */
 	struct ig_sched sched;         /* per-model pools and wait queues */
 	size_t qlen;                   /* requests waiting, all models */
 	uint64_t dispatched;            /* requests sent to a backend (first attempts) */
@@ -181,8 +234,6 @@ struct ig_gw {
 	uint64_t started_ms;
 	bool stopping;
 	uint64_t stop_deadline_ms;
-	uint64_t next_idle_scan_ms;
-	uint64_t next_watch_scan_ms;
 	struct ig_keyset api_keys, admin_keys;
 	struct ig_accesslog alog;
 	struct ig_discovery *discovery;  /* NULL without discover entries */
@@ -194,33 +245,41 @@ struct ig_gw {
 	char **argv;
 };
 
-/* Adds / removes an event source to / from the reactor's epoll set.
- * Returns 0 or -1 (errno set). */
-static inline int ig_event_add(struct ig_gw *gw, struct ig_event *ev, uint32_t events)
+/* The control plane's reactor: health probes, discovery, the Batch API's
+ * transfers, signals. */
+static inline struct ig_rx *ig_gw_home(struct ig_gw *gw)
 {
-	struct epoll_event e = {.events = events, .data.ptr = ev};
-	return epoll_ctl(gw->epfd, EPOLL_CTL_ADD, ev->fd, &e);
+	return &gw->rx[0];
 }
 
-static inline void ig_event_del(struct ig_gw *gw, struct ig_event *ev)
+/* Adds / removes an event source to / from the reactor's epoll set.
+ * Returns 0 or -1 (errno set). */
+static inline int ig_event_add(struct ig_rx *rx, struct ig_event *ev, uint32_t events)
 {
-	epoll_ctl(gw->epfd, EPOLL_CTL_DEL, ev->fd, NULL);
+	struct epoll_event e = {.events = events, .data.ptr = ev};
+	return epoll_ctl(rx->epfd, EPOLL_CTL_ADD, ev->fd, &e);
+}
+
+static inline void ig_event_del(struct ig_rx *rx, struct ig_event *ev)
+{
+	epoll_ctl(rx->epfd, EPOLL_CTL_DEL, ev->fd, NULL);
 }
 
 /* Daemon h runs this turn (the reactor calls server.c's ig_server_run). */
-static inline void ig_httpd_due(struct ig_gw *gw, struct ig_httpd *h)
+static inline void ig_httpd_due(struct ig_rx *rx, struct ig_httpd *h)
 {
 	h->due = true;
-	gw->httpd_due = true;
+	rx->httpd_due = true;
 }
 
-/* conn was resumed: MHD handles it in its daemon's next run, this turn. */
-static inline void ig_httpd_resumed(struct ig_gw *gw, struct MHD_Connection *conn)
+/* conn, one of rx's, was resumed: MHD handles it in its daemon's next
+ * run, this turn. */
+static inline void ig_httpd_resumed(struct ig_rx *rx, struct MHD_Connection *conn)
 {
 	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_DAEMON);
-	for (size_t i = 0; i < gw->nhttpd; i++)
-		if (!ci || gw->httpd[i].mhd == ci->daemon)
-			ig_httpd_due(gw, &gw->httpd[i]);
+	for (size_t i = 0; i < rx->nhttpd; i++)
+		if (!ci || rx->httpd[i].mhd == ci->daemon)
+			ig_httpd_due(rx, &rx->httpd[i]);
 }
 
 #endif

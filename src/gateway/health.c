@@ -76,7 +76,7 @@ void ig_health_remove(struct ig_gw *gw, struct ig_backend *b)
 	struct ig_probe *p = b->probe;
 	if (!p)
 		return;
-	ig_upstream_stop(gw, &p->xfer);
+	ig_upstream_stop(&p->xfer);
 	if (p->xfer.easy)
 		curl_easy_cleanup(p->xfer.easy);
 	curl_slist_free_all(p->headers);
@@ -143,7 +143,7 @@ static void start_probe(struct ig_gw *gw, struct ig_probe *p, enum probe_what wh
 		curl_easy_setopt(p->xfer.easy, CURLOPT_HTTPHEADER, p->headers);
 	}
 	p->started_us = ig_now_us();
-	if (ig_upstream_start(gw, &p->xfer) == CURLM_OK)
+	if (ig_upstream_start(ig_gw_home(gw), &p->xfer) == CURLM_OK)
 		p->b->probing = 1;
 }
 

@@ -177,6 +177,7 @@ char *ig_metrics_backends_json(struct ig_gw *gw)
 	if (gw->cfg->policy == IG_POLICY_CACHE_AWARE)
 		json_object_set_new(g, "cache_aware_bytes", json_integer((json_int_t)ig_affinity_bytes(gw->affinity)));
 	json_object_set_new(g, "scheduling", json_string(gw->cfg->scheduling ? "fifo" : "priority"));
+	json_object_set_new(g, "reactors", json_integer((json_int_t)gw->nrx));
 	json_object_set_new(g, "classes", classes);
 	json_t *keys = json_array();
 	for (size_t i = 0; i < gw->sched.nkeys; i++) {
@@ -527,6 +528,20 @@ char *ig_metrics_text(struct ig_gw *gw)
 		   s->ttfb);
 	ig_buf_printf(&b, "# HELP infergate_inflight_requests Proxied requests being handled.\n"
 		      "# TYPE infergate_inflight_requests gauge\ninfergate_inflight_requests %zu\n", gw->nreqs);
+	ig_buf_printf(&b, "# HELP infergate_reactor_connections Client connections each reactor (thread) holds.\n"
+		      "# TYPE infergate_reactor_connections gauge\n");
+	for (size_t i = 0; i < gw->nrx; i++)
+		ig_buf_printf(&b, "infergate_reactor_connections{reactor=\"%zu\"} %ld\n", i, gw->rx[i].conns);
+	ig_buf_printf(&b, "# HELP infergate_reactor_connections_total Client connections each reactor was given.\n"
+		      "# TYPE infergate_reactor_connections_total counter\n");
+	for (size_t i = 0; i < gw->nrx; i++)
+		ig_buf_printf(&b, "infergate_reactor_connections_total{reactor=\"%zu\"} %lu\n", i,
+			      (unsigned long)gw->rx[i].accepted);
+	ig_buf_printf(&b, "# HELP infergate_reactor_requests_total Proxied requests each reactor received.\n"
+		      "# TYPE infergate_reactor_requests_total counter\n");
+	for (size_t i = 0; i < gw->nrx; i++)
+		ig_buf_printf(&b, "infergate_reactor_requests_total{reactor=\"%zu\"} %lu\n", i,
+			      (unsigned long)gw->rx[i].requests);
 	ig_buf_printf(&b, "# HELP infergate_retries_total Requests moved to another backend.\n"
 		      "# TYPE infergate_retries_total counter\ninfergate_retries_total %lu\n", (unsigned long)s->retries);
 	ig_buf_printf(&b, "# HELP infergate_client_aborts_total Requests whose client left first.\n"

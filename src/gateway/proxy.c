@@ -30,6 +30,7 @@
 #include "batches.h"
 #include "proxy.h"
 #include "respstore.h"
+#include "rx.h"
 #include "router.h"
 #include "scheduler.h"
 
@@ -79,7 +80,10 @@ struct ig_req *ig_proxy_req_new(struct ig_gw *gw, struct MHD_Connection *conn, i
 	req->wait.klass = IG_CLASS_NORMAL;
 	req->prompt_tokens = req->completion_tokens = -1;
 	ig_httpd_client_addr(conn, req->client, sizeof(req->client));
-	ig_list_append(&gw->reqs, &req->link);
+	req->rx = ig_rx_self; /* the reactor whose daemon holds conn */
+	req->rx->requests++;
+	ig_list_init(&req->post_link);
+	ig_list_append(&req->rx->reqs, &req->link);
 	gw->nreqs++;
 	gw->stats.requests++;
 	return req;
@@ -104,13 +108,14 @@ static void req_free(struct ig_req *req)
 	struct ig_gw *gw = req->gw;
 	ig_list_del(&req->link);
 	ig_list_del(&req->watch_link);
+	ig_list_del(&req->post_link);
 	gw->nreqs--;
 	ig_buf_free(&req->body);
 	ig_buf_free(&req->resp);
 	ig_buf_free(&req->up_resp_headers);
 	ig_sse_free(&req->sse_lines);
 	curl_slist_free_all(req->up_headers);
-	ig_upstream_easy_put(gw, req->xfer.easy);
+	ig_upstream_easy_put(req->rx, req->xfer.easy);
 	if (req->m)
 		ig_sched_release(&gw->sched, req->m);
 	settle_tokens(req, ig_proxy_req_status(req) / 100 == 2);
@@ -149,14 +154,14 @@ static void watch_client(struct ig_req *req)
 	/* Suspended connections do not notice a disconnect (MHD pitfall): watch
 	 * the socket for a hang-up ourselves. */
 	req->client_ev = (struct ig_event){ci->connect_fd, on_client_hangup, req};
-	if (ig_event_add(req->gw, &req->client_ev, EPOLLRDHUP) == 0)
+	if (ig_event_add(req->rx, &req->client_ev, EPOLLRDHUP) == 0)
 		req->watching = true;
 }
 
 static void unwatch_client(struct ig_req *req)
 {
 	if (req->watching) {
-		ig_event_del(req->gw, &req->client_ev);
+		ig_event_del(req->rx, &req->client_ev);
 		req->watching = false;
 	}
 }
@@ -176,9 +181,20 @@ static void suspend(struct ig_req *req)
 		/* scan_watch looks at these only, oldest first */
 		if (!req->watching && !req->client_gone) {
 			ig_list_del(&req->watch_link);
-			ig_list_append(&req->gw->to_watch, &req->watch_link);
+			ig_list_append(&req->rx->to_watch, &req->watch_link);
 		}
 	}
+}
+
+/* Hands req to its own reactor, which does `ops` (IG_POST_*) when it wakes
+ * (ig_proxy_run_posted): another reactor's thread must not touch its
+ * connection or its transfer. */
+static void post(struct ig_req *req, unsigned ops)
+{
+	req->post_ops |= ops;
+	if (!ig_list_linked(&req->post_link))
+		ig_list_append(&req->rx->posted, &req->post_link);
+	ig_rx_wake(req->rx);
 }
 
 /* Lets MHD see the connection again; the reactor runs MHD for it before
@@ -186,10 +202,14 @@ static void suspend(struct ig_req *req)
  * undefined in MHD, hence the flag. */
 static void resume(struct ig_req *req)
 {
+	if (req->rx != ig_rx_self) {
+		post(req, IG_POST_RESUME);
+		return;
+	}
 	if (req->suspended) {
 		req->suspended = false;
 		MHD_resume_connection(req->conn);
-		ig_httpd_resumed(req->gw, req->conn);
+		ig_httpd_resumed(req->rx, req->conn);
 	}
 }
 
@@ -312,7 +332,7 @@ static int is_hop_by_hop(const char *name, size_t n)
 	return 0;
 }
 
-static size_t on_header(char *buf, size_t size, size_t nitems, void *userdata)
+static size_t header_in(char *buf, size_t size, size_t nitems, void *userdata)
 {
 	struct ig_req *req = userdata;
 	size_t n = size * nitems;
@@ -635,7 +655,7 @@ static bool streaming_ok(const struct ig_req *req)
 	return req->stream && req->up_status >= 200 && req->up_status < 300;
 }
 
-static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
+static size_t body_in(char *ptr, size_t size, size_t nmemb, void *userdata)
 {
 	struct ig_req *req = userdata;
 	size_t n = size * nmemb;
@@ -673,6 +693,26 @@ static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
 	return n;
 }
 
+/* curl's callbacks run while the gateway's lock is let go (upstream.c):
+ * they take it again. */
+static size_t on_header(char *buf, size_t size, size_t nitems, void *userdata)
+{
+	struct ig_req *req = userdata;
+	ig_gw_lock(req->gw);
+	size_t n = header_in(buf, size, nitems, userdata);
+	ig_gw_unlock(req->gw);
+	return n;
+}
+
+static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
+{
+	struct ig_req *req = userdata;
+	ig_gw_lock(req->gw);
+	size_t n = body_in(ptr, size, nmemb, userdata);
+	ig_gw_unlock(req->gw);
+	return n;
+}
+
 /* The body with "priority" first among its members, for a backend that
  * schedules by it. SGLang runs larger values first unless started with
  * --schedule-low-priority-values-first (python/sglang/srt/managers/
@@ -694,6 +734,18 @@ static char *body_with_priority(const struct ig_req *req, int field)
 		q++;
 	int v = (field == 1 ? sglang : vllm)[req->wait.klass];
 	return ig_strdupf("{\"priority\":%d%s%.*s", v, q < end && *q == '}' ? "" : ",", (int)(end - (p + 1)), p + 1);
+}
+
+/* The transfer start_transfer set up goes into the multi of req's
+ * reactor (on its thread). */
+static void begin_transfer(struct ig_req *req)
+{
+	CURLMcode mc = ig_upstream_start(req->rx, &req->xfer);
+	if (mc != CURLM_OK) {
+		release_slot(req);
+		set_error(req, 500, "internal_error", "cannot start the upstream transfer: %s",
+			  curl_multi_strerror(mc));
+	}
 }
 
 static void start_transfer(struct ig_req *req, struct ig_backend *b)
@@ -727,7 +779,7 @@ static void start_transfer(struct ig_req *req, struct ig_backend *b)
 	if (req->xfer.easy)
 		curl_easy_reset(req->xfer.easy);
 	else
-		req->xfer.easy = ig_upstream_easy_get(gw);
+		req->xfer.easy = ig_upstream_easy_get(req->rx);
 	CURL *e = req->xfer.easy;
 	snprintf(url, sizeof(url), "%s%s", b->url, req->up_path ? req->up_path : ig_route_path(cfg, req->route_idx));
 	curl_easy_setopt(e, CURLOPT_URL, url);
@@ -766,13 +818,12 @@ options:
 	if (req->stream) /* SSE chunks are small; 10,000 streams x 16 KiB is not */
 		curl_easy_setopt(e, CURLOPT_BUFFERSIZE, 1024L); /* curl's minimum */
 	req->last_io_ms = ig_now_ms();
-	CURLMcode mc = ig_upstream_start(gw, &req->xfer);
-	if (mc != CURLM_OK) {
-		release_slot(req);
-		set_error(req, 500, "internal_error", "cannot start the upstream transfer: %s",
-			  curl_multi_strerror(mc));
+	if (req->rx != ig_rx_self) { /* dispatched by another reactor's drain */
+		req->start_posted = true;
+		post(req, IG_POST_START);
 		return;
 	}
+	begin_transfer(req);
 }
 
 
@@ -1524,7 +1575,7 @@ static void add_relayed_headers(struct ig_req *req, struct MHD_Response *r, cons
 	}
 }
 
-static ssize_t read_stream(void *cls, uint64_t pos IG_UNUSED, char *buf, size_t max)
+static ssize_t stream_out(void *cls, char *buf, size_t max)
 {
 	struct ig_req *req = cls;
 	size_t n = ig_buf_pending(&req->resp);
@@ -1555,6 +1606,16 @@ static ssize_t read_stream(void *cls, uint64_t pos IG_UNUSED, char *buf, size_t 
 	/* Nothing yet: suspend before returning 0, or MHD spins on us. */
 	suspend(req);
 	return 0;
+}
+
+/* MHD's content reader, called while the lock is let go (server.c). */
+static ssize_t read_stream(void *cls, uint64_t pos IG_UNUSED, char *buf, size_t max)
+{
+	struct ig_req *req = cls;
+	ig_gw_lock(req->gw);
+	ssize_t n = stream_out(cls, buf, max);
+	ig_gw_unlock(req->gw);
+	return n;
 }
 
 /* Queues r; body_len counts bytes sent at once (a stream counts its own, as
@@ -1710,7 +1771,7 @@ static void end_attempt(struct ig_req *req, enum ig_upstream_error e, const char
 	struct ig_gw *gw = req->gw;
 	struct ig_backend *b = req->backend;
 
-	ig_upstream_stop(gw, &req->xfer); /* when it ends early: idle timeout */
+	ig_upstream_stop(&req->xfer); /* when it ends early: idle timeout */
 	release_slot(req);
 	if (e != IG_UPERR_NONE) {
 		req->last_err = e;
@@ -1791,8 +1852,9 @@ void ig_proxy_req_client_gone(struct ig_req *req)
 		return;
 	req->client_gone = true;
 	unwatch_client(req);
-	if (req->xfer.running) {
-		ig_upstream_stop(gw, &req->xfer);
+	if (req->xfer.running || req->start_posted) {
+		req->start_posted = false; /* its reactor will not start it */
+		ig_upstream_stop(&req->xfer);
 		release_slot(req);
 		atomic_fetch_add(&req->backend->aborted, 1);
 		gw->stats.client_aborts++;
@@ -1866,7 +1928,7 @@ void ig_proxy_drain_queue(struct ig_gw *gw)
 			else
 				set_error(req, 503, "no_healthy_backend",
 					  "no healthy backend serves the model '%s' any more while the request waited", req->model);
-			if (!req->xfer.running)
+			if (!req->xfer.running && !req->start_posted)
 				resume(req);
 		}
 		s->next++;
@@ -1886,11 +1948,12 @@ void ig_proxy_drain_queue(struct ig_gw *gw)
 
 /* Transfers with no byte from their backend for timeouts.idle_s. A paused
  * transfer is waiting for a slow client, not for the backend. */
-static void scan_idle(struct ig_gw *gw, uint64_t now_ms)
+static void scan_idle(struct ig_rx *rx, uint64_t now_ms)
 {
+	struct ig_gw *gw = rx->gw;
 	uint64_t limit = (uint64_t)gw->cfg->idle_s * 1000u;
 	struct ig_req *req, *next;
-	IG_LIST_FOREACH_SAFE(req, next, &gw->reqs, struct ig_req, link) {
+	IG_LIST_FOREACH_SAFE(req, next, &rx->reqs, struct ig_req, link) {
 		if (req->xfer.running && !req->paused && now_ms - req->last_io_ms >= limit) {
 			char detail[96];
 			snprintf(detail, sizeof(detail), "no byte for %lds", gw->cfg->idle_s);
@@ -1902,10 +1965,10 @@ static void scan_idle(struct ig_gw *gw, uint64_t now_ms)
 /* Requests suspended WATCH_AFTER_MS get their hang-up watch. Only the
  * queue of those suspended unwatched is read, oldest first, not every
  * request: 10,000 held streams are watched once each. */
-static void scan_watch(struct ig_gw *gw, uint64_t now_ms)
+static void scan_watch(struct ig_rx *rx, uint64_t now_ms)
 {
 	struct ig_req *req;
-	while ((req = IG_LIST_FIRST(&gw->to_watch, struct ig_req, watch_link))) {
+	while ((req = IG_LIST_FIRST(&rx->to_watch, struct ig_req, watch_link))) {
 		if (req->suspended && !req->watching && now_ms - req->suspended_at_ms < WATCH_AFTER_MS)
 			break;
 		ig_list_del(&req->watch_link);
@@ -1927,16 +1990,38 @@ static void expire_one(struct ig_waiter *w, void *arg IG_UNUSED)
 	resume(req);
 }
 
+void ig_proxy_tick_rx(struct ig_rx *rx, uint64_t now_ms)
+{
+	if (now_ms >= rx->next_watch_scan_ms) {
+		rx->next_watch_scan_ms = now_ms + WATCH_AFTER_MS / 2;
+		scan_watch(rx, now_ms);
+	}
+	if (now_ms >= rx->next_idle_scan_ms) {
+		rx->next_idle_scan_ms = now_ms + 250;
+		scan_idle(rx, now_ms);
+	}
+}
+
+void ig_proxy_run_posted(struct ig_rx *rx)
+{
+	struct ig_req *req;
+	while ((req = IG_LIST_FIRST(&rx->posted, struct ig_req, post_link))) {
+		unsigned ops = req->post_ops;
+		ig_list_del(&req->post_link);
+		req->post_ops = 0;
+		if ((ops & IG_POST_START) && req->start_posted) {
+			req->start_posted = false;
+			begin_transfer(req);
+			if (!req->xfer.running)
+				ops |= IG_POST_RESUME; /* it failed: the error is the answer */
+		}
+		if (ops & IG_POST_RESUME)
+			resume(req);
+	}
+}
+
 void ig_proxy_tick(struct ig_gw *gw, uint64_t now_ms)
 {
-	if (now_ms >= gw->next_watch_scan_ms) {
-		gw->next_watch_scan_ms = now_ms + WATCH_AFTER_MS / 2;
-		scan_watch(gw, now_ms);
-	}
-	if (now_ms >= gw->next_idle_scan_ms) {
-		gw->next_idle_scan_ms = now_ms + 250;
-		scan_idle(gw, now_ms);
-	}
 	ig_proxy_drain_queue(gw);
 	/* Each flow is FIFO within one timeout: its head expires first. */
 	for (size_t i = 0; i < gw->sched.n && gw->qlen; i++)

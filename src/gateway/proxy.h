@@ -21,13 +21,23 @@ enum ig_req_phase {
 	IG_REQ_FINISHED, /* answer decided (response or error) */
 };
 
+/* What another reactor asks of a request's own (ig_proxy_run_posted). */
+#define IG_POST_START 1u   /* start the transfer its drain set up */
+#define IG_POST_RESUME 2u  /* resume its connection: an answer is decided */
+
 struct ig_req {
 	struct ig_call call;         /* what MHD's handler calls (*con_cls) */
 	struct ig_xfer xfer;         /* the upstream transfer of the current attempt */
 	struct ig_gw *gw;
+	struct ig_rx *rx;            /* its reactor: the one whose daemon holds conn;
+				      * only its thread touches conn and xfer */
+	struct ig_list post_link;    /* rx->posted: handed over by another reactor */
+	unsigned post_ops;           /* IG_POST_*, while posted */
+	bool start_posted;           /* its transfer is set up (slot taken) and
+				      * waits for its reactor to start it */
 	struct MHD_Connection *conn;
-	struct ig_list link;         /* gw->reqs: every live request */
-	struct ig_list watch_link;   /* gw->to_watch: suspended, not yet watched for a hang-up */
+	struct ig_list link;         /* rx->reqs: its reactor's live requests */
+	struct ig_list watch_link;   /* rx->to_watch: suspended, not yet watched for a hang-up */
 	struct ig_waiter wait;       /* its class and key (held: whose share it
 				      * counts against; the client's key, or the
 				      * one shared key with scheduling fifo), and
@@ -132,9 +142,13 @@ static inline unsigned ig_proxy_req_status(const struct ig_req *req)
 	return req->stream_error ? req->stream_error : req->status_sent;
 }
 
-/* Once per loop turn and on the housekeeping tick: idle timeouts, hang-up
- * watches, queue deadlines. */
+/* On each reactor's housekeeping tick: idle timeouts and hang-up watches
+ * of its requests. */
+void ig_proxy_tick_rx(struct ig_rx *rx, uint64_t now_ms);
+/* On reactor 0's tick: queue deadlines (and a drain), all reactors'. */
 void ig_proxy_tick(struct ig_gw *gw, uint64_t now_ms);
+/* Does what other reactors asked of rx's requests (IG_POST_*). */
+void ig_proxy_run_posted(struct ig_rx *rx);
 /* Starts queued requests while backends have slots. */
 void ig_proxy_drain_queue(struct ig_gw *gw);
 

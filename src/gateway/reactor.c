@@ -1,12 +1,21 @@
-/* The reactor: one epoll loop that drives libmicrohttpd (external mode, the
- * listening socket and each daemon's epoll fd added to ours: server.c) and
- * libcurl (multi_socket_action, its timer as the loop's timeout),
- * plus a housekeeping tick, signals, and the event sources other modules add
- * (hang-up watches on suspended clients, discovery's eventfd), each with
- * its handler. Every MHD and curl call happens on this thread, so the hot
- * path takes no locks (see STYLE.md, "Concurrency model"). The top of the
- * gateway's layers: it calls down into every module and none calls it;
- * they ask for deferred work through gw's flags, done here once per turn.
+/* The reactors: `workers` epoll loops, each a thread (reactor 0 on the
+ * main thread), each driving its own libmicrohttpd daemons (external mode,
+ * each daemon's epoll fd added to the reactor's: server.c) and its own
+ * libcurl multi handle (multi_socket_action, its timer as the loop's
+ * timeout), plus a housekeeping tick and the event sources other modules
+ * add (hang-up watches on suspended clients), each with its handler.
+ * Reactor 0 also has the listening socket (it hands each new client to the
+ * reactor with the fewest), the signals, discovery's eventfd, and the
+ * control plane's work on its tick: health probes, queue deadlines, the
+ * Batch API's runner.
+ * Every MHD and curl call for an object happens on its reactor's thread.
+ * The gateway's own state is shared and guarded by one lock, which a
+ * reactor holds while our code runs and lets go of while it waits and
+ * while the libraries do their I/O (gateway.h: ig_gw_lock); with one
+ * reactor there is no lock at all (see STYLE.md, "Concurrency model").
+ * The top of the gateway's layers: it calls down into every module and
+ * none calls it; they ask for deferred work through gw's and rx's flags,
+ * done here at the end of a turn.
  * Not here: what a request does (proxy.c) or how MHD callbacks answer
  * (server.c). */
 #include "config.h"
@@ -14,10 +23,13 @@
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/timerfd.h>
@@ -36,6 +48,7 @@
 #include "reactor.h"
 #include "respstore.h"
 #include "reload.h"
+#include "rx.h"
 #include "router.h"
 #include "server.h"
 #include "upstream.h"
@@ -94,29 +107,86 @@ static long raise_fd_limit(long want)
 
 static void on_signal(struct ig_event *ev, uint32_t events);
 
-/* The housekeeping timer: its work runs after the events of the turn. */
+/* A reactor's housekeeping timer: its work runs after the events of the turn. */
 static void on_tick(struct ig_event *ev, uint32_t events IG_UNUSED)
 {
-	struct ig_gw *gw = ev->data;
+	struct ig_rx *rx = ev->data;
 	uint64_t junk;
 	if (read(ev->fd, &junk, sizeof(junk)) < 0 && errno != EAGAIN)
 		ig_log_warn("%s: timerfd read: %s", __func__, strerror(errno));
-	gw->tick_due = true;
+	rx->tick_due = true;
+}
+
+/* Another reactor handed this one something (rx.c): it is done at the
+ * end of the turn (deferred). */
+static void on_wake(struct ig_event *ev, uint32_t events IG_UNUSED)
+{
+	struct ig_rx *rx = ev->data;
+	uint64_t junk;
+	if (read(ev->fd, &junk, sizeof(junk)) < 0 && errno != EAGAIN)
+		ig_log_warn("%s: eventfd read: %s", __func__, strerror(errno));
+	rx->woken = false;
+}
+
+/* The number of reactors: `workers`, or one per core the process may run
+ * on (0). */
+static size_t reactor_count(const struct ig_conf *cfg)
+{
+	long n = cfg->workers;
+	if (n <= 0) {
+		cpu_set_t set;
+		n = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+	}
+	return (size_t)(n < 1 ? 1 : n > IG_MAX_WORKERS ? IG_MAX_WORKERS : n);
+}
+
+/* A reactor's epoll set, timer, wake-up eventfd and curl multi handle. */
+static int rx_open(struct ig_rx *rx)
+{
+	struct itimerspec tick = {{0, TICK_MS * 1000000L}, {0, TICK_MS * 1000000L}};
+	rx->epfd = epoll_create1(EPOLL_CLOEXEC);
+	rx->ev_tick.fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	rx->ev_wake.fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (rx->epfd < 0 || rx->ev_tick.fd < 0 || rx->ev_wake.fd < 0) {
+		ig_log_error("%s: epoll/timerfd/eventfd: %s", __func__, strerror(errno));
+		return -1;
+	}
+	timerfd_settime(rx->ev_tick.fd, 0, &tick, NULL);
+	if (ig_event_add(rx, &rx->ev_tick, EPOLLIN) < 0 || ig_event_add(rx, &rx->ev_wake, EPOLLIN) < 0) {
+		ig_log_error("%s: epoll_ctl: %s", __func__, strerror(errno));
+		return -1;
+	}
+	return ig_upstream_init(rx);
 }
 
 int ig_reactor_init(struct ig_gw *gw, struct ig_conf *cfg)
 {
 	sigset_t mask;
-	struct itimerspec tick = {{0, TICK_MS * 1000000L}, {0, TICK_MS * 1000000L}};
 
 	memset(gw, 0, sizeof(*gw));
 	gw->cfg = cfg;
-	gw->listen_fd = gw->epfd = -1;
-	gw->ev_tick = (struct ig_event){-1, on_tick, gw};
+	gw->listen_fd = -1;
 	gw->ev_signal = (struct ig_event){-1, on_signal, gw};
 	gw->alog.fd = -1;
-	ig_list_init(&gw->reqs);
-	ig_list_init(&gw->to_watch);
+	gw->nrx = reactor_count(cfg);
+	if (!(gw->rx = calloc(gw->nrx, sizeof(*gw->rx))))
+		return -1;
+	for (size_t i = 0; i < gw->nrx; i++) {
+		struct ig_rx *rx = &gw->rx[i];
+		rx->gw = gw;
+		rx->id = (int)i;
+		rx->epfd = -1;
+		rx->ev_tick = (struct ig_event){-1, on_tick, rx};
+		rx->ev_wake = (struct ig_event){-1, on_wake, rx};
+		rx->curl_deadline_us = UINT64_MAX;
+		ig_list_init(&rx->reqs);
+		ig_list_init(&rx->to_watch);
+		ig_list_init(&rx->posted);
+		ig_list_init(&rx->jobs);
+	}
+	ig_rx_self = &gw->rx[0];
+	pthread_mutex_init(&gw->lock, NULL);
+	pthread_cond_init(&gw->job_done, NULL);
 	char *err = NULL;
 	ig_sched_init(&gw->sched);
 	if (ig_reload_files(gw, cfg, &err) < 0) {
@@ -157,8 +227,11 @@ int ig_reactor_init(struct ig_gw *gw, struct ig_conf *cfg)
 			return -1;
 		}
 	}
-	gw->epfd = epoll_create1(EPOLL_CLOEXEC);
-	gw->ev_tick.fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	for (size_t i = 0; i < gw->nrx; i++)
+		if (rx_open(&gw->rx[i]) < 0)
+			return -1;
+	/* Signals reach reactor 0's signalfd only: every thread blocks them
+	 * (the reactors' threads inherit this mask). */
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGTERM);
 	sigaddset(&mask, SIGINT);
@@ -166,18 +239,15 @@ int ig_reactor_init(struct ig_gw *gw, struct ig_conf *cfg)
 	sigaddset(&mask, SIGUSR1);
 	sigprocmask(SIG_BLOCK, &mask, NULL);
 	gw->ev_signal.fd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
-	if (gw->epfd < 0 || gw->ev_tick.fd < 0 || gw->ev_signal.fd < 0) {
-		ig_log_error("%s: epoll/timerfd/signalfd: %s", __func__, strerror(errno));
+	if (gw->ev_signal.fd < 0 || ig_event_add(ig_gw_home(gw), &gw->ev_signal, EPOLLIN) < 0) {
+		ig_log_error("%s: signalfd: %s", __func__, strerror(errno));
 		return -1;
 	}
-	timerfd_settime(gw->ev_tick.fd, 0, &tick, NULL);
-	ig_event_add(gw, &gw->ev_tick, EPOLLIN);
-	ig_event_add(gw, &gw->ev_signal, EPOLLIN);
 
 	if (ig_server_start(gw, conn_limit) < 0)
 		return -1;
 
-	if (ig_upstream_init(gw) < 0 || ig_health_init(gw) < 0 || ig_discover_start(gw) < 0)
+	if (ig_health_init(gw) < 0 || ig_discover_start(gw) < 0)
 		return -1;
 	return 0;
 }
@@ -192,6 +262,8 @@ static void begin_stop(struct ig_gw *gw, int signo)
 	gw->stopping = true;
 	gw->stop_deadline_ms = ig_now_ms() + (uint64_t)gw->cfg->shutdown_grace_s * 1000u;
 	ig_server_stop_accepting(gw);
+	for (size_t i = 1; i < gw->nrx; i++)
+		ig_rx_wake(&gw->rx[i]);
 	ig_log_info("%s: no longer accepting; %zu requests in flight, up to %lds to finish",
 		    strsignal(signo), gw->nreqs, gw->cfg->shutdown_grace_s);
 	ig_notify_stopping("stopping: %zu requests in flight, up to %lds to finish", gw->nreqs,
@@ -235,18 +307,29 @@ static void on_signal(struct ig_event *ev, uint32_t events IG_UNUSED)
 	}
 }
 
-/* The work other modules deferred to this turn's end (gw's flags). */
-static void deferred(struct ig_gw *gw)
+/* The work other modules and reactors deferred to this turn's end (gw's
+ * and rx's flags and lists). */
+static void deferred(struct ig_rx *rx)
 {
-	if (gw->tick_due) {
+	struct ig_gw *gw = rx->gw;
+	if (gw->threaded) {
+		ig_rx_run_jobs(rx);
+		if (rx->nnewfds)
+			ig_server_take_handed(rx);
+		ig_proxy_run_posted(rx);
+	}
+	if (rx->tick_due) {
 		uint64_t now = ig_now_ms();
-		gw->tick_due = false;
-		ig_health_tick(gw, now);
-		ig_proxy_tick(gw, now); /* drains the queue too */
-		ig_batches_tick(gw->batches, now);
-		ig_health_reap(gw);
-		ig_server_wake_all(gw);
-		gw->drain_pending = gw->models_dirty;
+		rx->tick_due = false;
+		ig_proxy_tick_rx(rx, now);
+		if (rx == ig_gw_home(gw)) {
+			ig_health_tick(gw, now);
+			ig_proxy_tick(gw, now); /* drains the queue too */
+			ig_batches_tick(gw->batches, now);
+			ig_health_reap(gw);
+			gw->drain_pending = gw->models_dirty;
+		}
+		ig_server_wake_all(rx);
 	}
 	if (gw->models_dirty) {
 		gw->models_dirty = false;
@@ -260,64 +343,131 @@ static void deferred(struct ig_gw *gw)
 	}
 }
 
-int ig_reactor_run(struct ig_gw *gw)
+/* Whether rx has handed-over work waiting (it must not sleep). */
+static bool rx_pending(const struct ig_rx *rx)
 {
+	return rx->nnewfds || !ig_list_empty(&rx->posted) || !ig_list_empty(&rx->jobs);
+}
+
+/* One reactor's loop, until the stop and its grace period. It holds the
+ * lock but while it waits and while the libraries do I/O. */
+static void rx_loop(struct ig_rx *rx)
+{
+	struct ig_gw *gw = rx->gw;
 	struct epoll_event evs[512];
 
-	ig_log_info("listening on %s, %zu backends, policy %s", gw->cfg->listen, gw->pool.n,
-		    ig_conf_policy_name(gw->cfg->policy));
-	/* init bound the port and started MHD: a client may connect now */
-	ig_notify_ready("listening on %s, %zu backend%s", gw->cfg->listen, gw->pool.n, gw->pool.n == 1 ? "" : "s");
 	for (;;) {
 		int timeout = -1;
-		if (ig_server_busy(gw))
+		if (ig_server_busy(rx) || (gw->threaded && rx_pending(rx)))
 			timeout = 0;
-		if (timeout != 0 && gw->curl_deadline_us != UINT64_MAX) {
+		if (timeout != 0 && rx->curl_deadline_us != UINT64_MAX) {
 			uint64_t now = ig_now_us();
-			timeout = gw->curl_deadline_us <= now ? 0 : (int)((gw->curl_deadline_us - now + 999) / 1000);
+			timeout = rx->curl_deadline_us <= now ? 0 : (int)((rx->curl_deadline_us - now + 999) / 1000);
 		}
-		int n = epoll_wait(gw->epfd, evs, (int)(sizeof(evs) / sizeof(evs[0])), timeout);
+		int depth = ig_gw_release(gw);
+		int n = epoll_wait(rx->epfd, evs, (int)(sizeof(evs) / sizeof(evs[0])), timeout);
+		ig_gw_reacquire(gw, depth);
 		if (n < 0 && errno != EINTR) {
 			ig_log_error("%s: epoll_wait: %s", __func__, strerror(errno));
-			return 1;
+			gw->stopping = true;
+			gw->stop_deadline_ms = 0;
+			break;
 		}
+		rx->turns++;
 		for (int i = 0; i < n; i++) {
 			if (evs[i].data.u64 & IG_EV_CURL_BIT) {
-				ig_upstream_on_socket(gw, (int)(evs[i].data.u64 & 0xffffffffu), evs[i].events);
+				ig_upstream_on_socket(rx, (int)(evs[i].data.u64 & 0xffffffffu), evs[i].events);
 				continue;
 			}
 			struct ig_event *ev = evs[i].data.ptr;
 			ev->handler(ev, evs[i].events);
 		}
-		if (gw->curl_deadline_us != UINT64_MAX && ig_now_us() >= gw->curl_deadline_us)
-			ig_upstream_on_timer(gw);
-		deferred(gw);
-		ig_server_run(gw);
-		/* a batch's answers in flight are written before the end, not sent again */
+		if (rx->curl_deadline_us != UINT64_MAX && ig_now_us() >= rx->curl_deadline_us)
+			ig_upstream_on_timer(rx);
+		deferred(rx);
+		ig_server_run(rx);
+		/* a batch's answers in flight are written before the end, not
+		 * sent again; reactor 0 ends last (the others may wait on it:
+		 * ig_rx_call) */
 		if (gw->stopping && ((gw->nreqs == 0 && ig_batches_inflight(gw->batches) == 0) ||
-				     ig_now_ms() >= gw->stop_deadline_ms))
+				     ig_now_ms() >= gw->stop_deadline_ms) &&
+		    (rx != ig_gw_home(gw) || gw->nrunning == 1))
 			break;
 	}
-	if (gw->nreqs)
-		ig_log_warn("grace period over: cutting %zu requests", gw->nreqs);
 	/* Abort what is left and let MHD see the connections once more. */
 	struct ig_req *r;
-	IG_LIST_FOREACH(r, &gw->reqs, struct ig_req, link)
+	IG_LIST_FOREACH(r, &rx->reqs, struct ig_req, link)
 		ig_proxy_req_client_gone(r);
-	ig_server_wake_all(gw);
-	ig_server_run(gw);
+	ig_server_wake_all(rx);
+	ig_server_run(rx);
+	gw->nrunning--;
+	ig_rx_wake(ig_gw_home(gw));
+}
+
+static void *rx_thread(void *arg)
+{
+	struct ig_rx *rx = arg;
+	ig_rx_self = rx;
+	ig_gw_lock(rx->gw);
+	rx_loop(rx);
+	ig_gw_unlock(rx->gw);
+	return NULL;
+}
+
+int ig_reactor_run(struct ig_gw *gw)
+{
+	ig_log_info("listening on %s, %zu backends, policy %s, %zu reactor%s", gw->cfg->listen, gw->pool.n,
+		    ig_conf_policy_name(gw->cfg->policy), gw->nrx, gw->nrx == 1 ? "" : "s");
+	gw->threaded = gw->nrx > 1;
+	gw->nrunning = gw->nrx;
+	ig_gw_lock(gw);
+	for (size_t i = 1; i < gw->nrx; i++) {
+		struct ig_rx *rx = &gw->rx[i];
+		int rc = pthread_create(&rx->thread, NULL, rx_thread, rx);
+		if (rc != 0) {
+			ig_log_error("cannot start reactor %zu: %s", i, strerror(rc));
+			gw->nrunning -= gw->nrx - i;
+			gw->stopping = true;
+			gw->stop_deadline_ms = 0;
+			break;
+		}
+		rx->started = true;
+	}
+	/* init bound the port and started MHD: a client may connect now */
+	if (!gw->stopping)
+		ig_notify_ready("listening on %s, %zu backend%s", gw->cfg->listen, gw->pool.n,
+				gw->pool.n == 1 ? "" : "s");
+	rx_loop(ig_gw_home(gw));
+	if (gw->nreqs)
+		ig_log_warn("grace period over: cutting %zu requests", gw->nreqs);
+	ig_gw_unlock(gw);
+	for (size_t i = 1; i < gw->nrx; i++)
+		if (gw->rx[i].started)
+			pthread_join(gw->rx[i].thread, NULL);
+	gw->threaded = false; /* one thread from here: no lock */
 	ig_log_info("stopped");
 	return 0;
 }
 
 void ig_reactor_free(struct ig_gw *gw)
 {
-	ig_server_stop(gw);
+	for (size_t i = 0; gw->rx && i < gw->nrx; i++)
+		ig_server_stop(&gw->rx[i]);
 	ig_discover_stop(gw);
 	ig_batches_free(gw->batches); /* its transfers leave the multi first */
 	gw->batches = NULL;
 	ig_health_free(gw);
-	ig_upstream_free(gw);
+	for (size_t i = 0; gw->rx && i < gw->nrx; i++) {
+		struct ig_rx *rx = &gw->rx[i];
+		ig_upstream_free(rx);
+		if (rx->epfd >= 0)
+			close(rx->epfd);
+		if (rx->ev_tick.fd >= 0)
+			close(rx->ev_tick.fd);
+		if (rx->ev_wake.fd >= 0)
+			close(rx->ev_wake.fd);
+		rx->epfd = rx->ev_tick.fd = rx->ev_wake.fd = -1;
+	}
 	ig_sched_free(&gw->sched);
 	ig_affinity_free(gw->affinity);
 	gw->affinity = NULL;
@@ -332,11 +482,14 @@ void ig_reactor_free(struct ig_gw *gw)
 	ig_accesslog_close(&gw->alog);
 	if (gw->listen_fd >= 0)
 		close(gw->listen_fd);
-	if (gw->epfd >= 0)
-		close(gw->epfd);
-	if (gw->ev_tick.fd >= 0)
-		close(gw->ev_tick.fd);
 	if (gw->ev_signal.fd >= 0)
 		close(gw->ev_signal.fd);
-	gw->listen_fd = gw->epfd = gw->ev_tick.fd = gw->ev_signal.fd = -1;
+	gw->listen_fd = gw->ev_signal.fd = -1;
+	if (gw->rx) {
+		pthread_mutex_destroy(&gw->lock);
+		pthread_cond_destroy(&gw->job_done);
+	}
+	free(gw->rx);
+	gw->rx = NULL;
+	gw->nrx = 0;
 }

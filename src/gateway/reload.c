@@ -103,8 +103,8 @@ int ig_reload(struct ig_gw *gw)
 		return -1;
 	}
 	if (strcmp(nc.listen, gw->cfg->listen) != 0 || nc.max_connections != gw->cfg->max_connections ||
-	    nc.header_buffer_bytes != gw->cfg->header_buffer_bytes)
-		ig_log_warn("reload: listen, max_connections and header_buffer_bytes need a restart; keeping %s",
+	    nc.header_buffer_bytes != gw->cfg->header_buffer_bytes || nc.workers != gw->cfg->workers)
+		ig_log_warn("reload: listen, max_connections, header_buffer_bytes and workers need a restart; keeping %s",
 			    gw->cfg->listen);
 	if (strcmp(nc.data_dir, gw->cfg->data_dir) != 0)
 		ig_log_warn("reload: data_dir needs a restart; keeping '%s'", gw->cfg->data_dir);
@@ -156,6 +156,7 @@ int ig_reload(struct ig_gw *gw)
 	nc.listen_port = gw->cfg->listen_port;
 	nc.max_connections = gw->cfg->max_connections;
 	nc.header_buffer_bytes = gw->cfg->header_buffer_bytes;
+	nc.workers = gw->cfg->workers;
 	free(nc.data_dir);
 	nc.data_dir = gw->cfg->data_dir;
 	gw->cfg->data_dir = NULL;

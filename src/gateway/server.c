@@ -1,5 +1,5 @@
-/* The client side: accepting clients and giving each to one of the
- * libmicrohttpd daemons (gateway.h: struct ig_httpd), their access handler
+/* The client side: accepting clients and giving each to a reactor and one
+ * of its libmicrohttpd daemons (gateway.h: struct ig_httpd), their access handler
  * and completion callback, and running the daemons that have work. It refuses ambiguous framing and oversized bodies
  * before reading them, routes paths, checks keys, answers the gateway's own
  * endpoints at once, reads admin bodies for admin.c, and gives each proxied
@@ -27,6 +27,7 @@
 #include "proxy.h"
 #include "batches.h"
 #include "files.h"
+#include "rx.h"
 #include "server.h"
 
 /* How far past max_body_bytes a declared body is still read (and dropped). */
@@ -382,11 +383,9 @@ static enum MHD_Result route(struct ig_call *call IG_UNUSED, struct ig_gw *gw, s
 	return req->call.on_request(&req->call, gw, conn, url, method, upload_data, upload_data_size, con_cls);
 }
 
-static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const char *url,
-			       const char *method, const char *version IG_UNUSED,
-			       const char *upload_data, size_t *upload_data_size, void **con_cls)
+static enum MHD_Result handle(struct ig_gw *gw, struct MHD_Connection *conn, const char *url, const char *method,
+			      const char *upload_data, size_t *upload_data_size, void **con_cls)
 {
-	struct ig_gw *gw = cls;
 	struct ig_call *call = *con_cls;
 
 	/* Answering on the first call makes MHD close the connection (it has
@@ -417,13 +416,59 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
 	return call->on_request(call, gw, conn, url, method, upload_data, upload_data_size, con_cls);
 }
 
-static void completed(void *cls IG_UNUSED, struct MHD_Connection *conn IG_UNUSED, void **con_cls,
+/* A handler call made on reactor 0 for another reactor (ig_rx_call). */
+struct home_call {
+	struct ig_gw *gw;
+	struct MHD_Connection *conn;
+	const char *url, *method, *upload_data;
+	size_t *upload_data_size;
+	void **con_cls;
+	enum MHD_Result ret;
+};
+
+static void handle_at_home(void *arg)
+{
+	struct home_call *hc = arg;
+	hc->ret = handle(hc->gw, hc->conn, hc->url, hc->method, hc->upload_data, hc->upload_data_size, hc->con_cls);
+}
+
+/* The admin and Batch APIs act on the control plane (health probes,
+ * reloads, a batch's transfers), which lives on reactor 0. */
+static bool at_home(const char *url)
+{
+	return strncmp(url, "/admin", 6) == 0 || strncmp(url, "/v1/batches", 11) == 0;
+}
+
+static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const char *url,
+			       const char *method, const char *version IG_UNUSED,
+			       const char *upload_data, size_t *upload_data_size, void **con_cls)
+{
+	struct ig_gw *gw = cls;
+	enum MHD_Result ret;
+	ig_gw_lock(gw);
+	if (gw->threaded && ig_rx_self != ig_gw_home(gw) && at_home(url)) {
+		/* The connection's own thread waits in this callback meanwhile,
+		 * so its daemon is not run while reactor 0 answers on it. */
+		struct home_call hc = {gw, conn, url, method, upload_data, upload_data_size, con_cls, MHD_NO};
+		ig_rx_call(ig_gw_home(gw), handle_at_home, &hc);
+		ret = hc.ret;
+	} else {
+		ret = handle(gw, conn, url, method, upload_data, upload_data_size, con_cls);
+	}
+	ig_gw_unlock(gw);
+	return ret;
+}
+
+static void completed(void *cls, struct MHD_Connection *conn IG_UNUSED, void **con_cls,
 		      enum MHD_RequestTerminationCode toe)
 {
+	struct ig_gw *gw = cls;
+	ig_gw_lock(gw);
 	struct ig_call *call = *con_cls;
 	*con_cls = NULL;
 	if (call && call->on_completed)
 		call->on_completed(call, toe);
+	ig_gw_unlock(gw);
 }
 
 /* The answers for a path no route takes and for a route's wrong method. */
@@ -454,35 +499,83 @@ static void on_httpd(struct ig_event *ev, uint32_t events IG_UNUSED)
 static void pause_accept(struct ig_gw *gw)
 {
 	if (!gw->accept_paused && gw->listen_fd >= 0) {
-		ig_event_del(gw, &gw->ev_listen);
+		ig_event_del(ig_gw_home(gw), &gw->ev_listen);
 		gw->accept_paused = true;
 	}
 }
 
+/* Reactor 0 watches the listening socket; another reactor that sees a
+ * connection close wakes it to look again. */
 static void resume_accept(struct ig_gw *gw)
 {
-	if (gw->accept_paused && gw->listen_fd >= 0 && gw->conns < gw->conn_limit &&
-	    ig_event_add(gw, &gw->ev_listen, EPOLLIN) == 0)
+	if (!gw->accept_paused || gw->listen_fd < 0 || gw->conns >= gw->conn_limit)
+		return;
+	if (ig_rx_self != ig_gw_home(gw)) {
+		ig_rx_wake(ig_gw_home(gw));
+		return;
+	}
+	if (ig_event_add(ig_gw_home(gw), &gw->ev_listen, EPOLLIN) == 0)
 		gw->accept_paused = false;
 }
 
-static struct ig_httpd *start_httpd(struct ig_gw *gw);
+static struct ig_httpd *start_httpd(struct ig_rx *rx);
 
 /* The first daemon with room under IG_HTTPD_FILL, else a new one, else
  * the least full. */
-static struct ig_httpd *pick_httpd(struct ig_gw *gw)
+static struct ig_httpd *pick_httpd(struct ig_rx *rx)
 {
-	struct ig_httpd *least = &gw->httpd[0], *h;
-	for (size_t i = 0; i < gw->nhttpd; i++) {
-		if (gw->httpd[i].conns < IG_HTTPD_FILL)
-			return &gw->httpd[i];
-		if (gw->httpd[i].conns < least->conns)
-			least = &gw->httpd[i];
+	struct ig_httpd *least = &rx->httpd[0], *h;
+	for (size_t i = 0; i < rx->nhttpd; i++) {
+		if (rx->httpd[i].conns < IG_HTTPD_FILL)
+			return &rx->httpd[i];
+		if (rx->httpd[i].conns < least->conns)
+			least = &rx->httpd[i];
 	}
-	return (h = start_httpd(gw)) ? h : least;
+	return (h = start_httpd(rx)) ? h : least;
 }
 
-/* New clients: each to a daemon (pick_httpd), ten per event as
+/* A client's socket to one of rx's daemons (on rx's thread). */
+static void take_client(struct ig_rx *rx, struct ig_newfd *c)
+{
+	struct ig_httpd *h = pick_httpd(rx);
+	uint64_t closed = rx->closed;
+	rx->accepted++;
+	rx->conns++; /* gw->conns counted it when it was accepted */
+	/* MHD_add_connection calls on_connection (which takes the lock again) */
+	if (MHD_add_connection(h->mhd, c->fd, (struct sockaddr *)&c->addr, c->len) != MHD_YES) { /* MHD closed it */
+		ig_log_warn("cannot take a client connection: %s", strerror(errno));
+		if (rx->closed == closed) { /* not counted out by on_connection */
+			rx->conns--;
+			rx->gw->conns--;
+		}
+		return;
+	}
+	ig_httpd_due(rx, h);
+}
+
+void ig_server_take_handed(struct ig_rx *rx)
+{
+	for (size_t i = 0; i < rx->nnewfds; i++)
+		take_client(rx, &rx->newfds[i]);
+	rx->nnewfds = 0;
+}
+
+/* The reactor a new client goes to: the one with the fewest connections
+ * (those handed over and not yet taken count), from a rotating start. */
+static struct ig_rx *pick_rx(struct ig_gw *gw)
+{
+	struct ig_rx *best = NULL;
+	for (size_t k = 0; k < gw->nrx; k++) {
+		struct ig_rx *rx = &gw->rx[(gw->next_rx + k) % gw->nrx];
+		if (!best || rx->conns + (long)rx->nnewfds < best->conns + (long)best->nnewfds)
+			best = rx;
+	}
+	gw->next_rx++;
+	return best;
+}
+
+/* New clients (reactor 0): each to the reactor with the fewest connections
+ * (pick_rx; another is handed the socket and woken), ten per event as
  * MHD's own accept loop takes them (accepting faster than the daemons
  * answer piles up connections: 3,000 clients that sent junk and left were
  * all open at once, 61 MB, with 64). At conn_limit the listening socket
@@ -497,9 +590,10 @@ static void on_listen(struct ig_event *ev, uint32_t events IG_UNUSED)
 			pause_accept(gw);
 			return;
 		}
-		struct sockaddr_storage ss;
-		socklen_t len = sizeof(ss);
-		int fd = accept4(gw->listen_fd, (struct sockaddr *)&ss, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		struct ig_newfd c;
+		c.len = sizeof(c.addr);
+		c.fd = accept4(gw->listen_fd, (struct sockaddr *)&c.addr, &c.len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		int fd = c.fd;
 		if (fd < 0) {
 			if (errno == EINTR || errno == ECONNABORTED)
 				continue;
@@ -514,38 +608,57 @@ static void on_listen(struct ig_event *ev, uint32_t events IG_UNUSED)
 			}
 			return;
 		}
-		struct ig_httpd *h = pick_httpd(gw);
-		if (MHD_add_connection(h->mhd, fd, (struct sockaddr *)&ss, len) != MHD_YES) { /* MHD closed it */
-			ig_log_warn("cannot take a client connection: %s", strerror(errno));
+		gw->conns++;
+		struct ig_rx *rx = pick_rx(gw);
+		if (rx == ig_rx_self) {
+			take_client(rx, &c);
 			continue;
 		}
-		ig_httpd_due(gw, h);
+		if (rx->nnewfds == rx->capnewfds) {
+			size_t cap = rx->capnewfds ? 2 * rx->capnewfds : 64;
+			struct ig_newfd *v = realloc(rx->newfds, cap * sizeof(*v));
+			if (!v) {
+				close(fd);
+				gw->conns--;
+				continue;
+			}
+			rx->newfds = v;
+			rx->capnewfds = cap;
+		}
+		rx->newfds[rx->nnewfds++] = c;
+		ig_rx_wake(rx);
 	}
 }
 
-/* Counts client connections, the daemon's (cls) and all (conn_limit). */
+/* Counts client connections, the daemon's (cls) and its reactor's; all of
+ * them (conn_limit) were counted when accepted. */
 static void on_connection(void *cls, struct MHD_Connection *conn IG_UNUSED, void **socket_context IG_UNUSED,
 			  enum MHD_ConnectionNotificationCode code)
 {
 	struct ig_httpd *h = cls;
-	struct ig_gw *gw = h->ev.data;
+	struct ig_rx *rx = h->ev.data;
+	struct ig_gw *gw = rx->gw;
+	ig_gw_lock(gw);
 	if (code == MHD_CONNECTION_NOTIFY_STARTED) {
 		h->conns++;
-		gw->conns++;
 	} else {
 		h->conns--;
+		rx->conns--;
+		rx->closed++;
 		gw->conns--;
 		resume_accept(gw);
 	}
+	ig_gw_unlock(gw);
 }
 
-/* One more daemon. Returns it, or NULL (logged). */
-static struct ig_httpd *start_httpd(struct ig_gw *gw)
+/* One more daemon for rx. Returns it, or NULL (logged). */
+static struct ig_httpd *start_httpd(struct ig_rx *rx)
 {
-	if (gw->nhttpd >= IG_HTTPD_SHARDS)
+	struct ig_gw *gw = rx->gw;
+	if (rx->nhttpd >= IG_HTTPD_SHARDS)
 		return NULL;
-	struct ig_httpd *h = &gw->httpd[gw->nhttpd];
-	*h = (struct ig_httpd){.ev = {-1, on_httpd, gw}};
+	struct ig_httpd *h = &rx->httpd[rx->nhttpd];
+	*h = (struct ig_httpd){.ev = {-1, on_httpd, rx}};
 	/* Each may take up to conn_limit; on_listen keeps the sum there. */
 	h->mhd = MHD_start_daemon(MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG | MHD_USE_NO_LISTEN_SOCKET,
 				  0, NULL, NULL, handler, gw,
@@ -564,17 +677,17 @@ static struct ig_httpd *start_httpd(struct ig_gw *gw)
 				  MHD_OPTION_EXTERNAL_LOGGER, ig_httpd_log, NULL,
 				  MHD_OPTION_END);
 	if (!h->mhd) {
-		ig_log_error("%s: cannot start an HTTP server daemon (%zu running)", __func__, gw->nhttpd);
+		ig_log_error("%s: cannot start an HTTP server daemon (%zu running)", __func__, rx->nhttpd);
 		return NULL;
 	}
 	const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->mhd, MHD_DAEMON_INFO_EPOLL_FD);
 	h->ev.fd = info->epoll_fd;
-	if (ig_event_add(gw, &h->ev, EPOLLIN) < 0) {
+	if (ig_event_add(rx, &h->ev, EPOLLIN) < 0) {
 		ig_log_error("%s: epoll_ctl: %s", __func__, strerror(errno));
 		MHD_stop_daemon(h->mhd);
 		return NULL;
 	}
-	gw->nhttpd++;
+	rx->nhttpd++;
 	return h;
 }
 
@@ -582,48 +695,60 @@ int ig_server_start(struct ig_gw *gw, unsigned conn_limit)
 {
 	route_messages(gw->cfg);
 	gw->conn_limit = conn_limit;
-	if (!start_httpd(gw))
-		return -1;
+	for (size_t i = 0; i < gw->nrx; i++)
+		if (!start_httpd(&gw->rx[i]))
+			return -1;
 	gw->ev_listen = (struct ig_event){gw->listen_fd, on_listen, gw};
-	if (ig_event_add(gw, &gw->ev_listen, EPOLLIN) < 0) {
+	if (ig_event_add(ig_gw_home(gw), &gw->ev_listen, EPOLLIN) < 0) {
 		ig_log_error("%s: epoll_ctl: %s", __func__, strerror(errno));
 		return -1;
 	}
 	return 0;
 }
 
-void ig_server_wake_all(struct ig_gw *gw)
+void ig_server_wake_all(struct ig_rx *rx)
 {
-	for (size_t i = 0; i < gw->nhttpd; i++)
-		if (gw->httpd[i].conns > 0)
-			ig_httpd_due(gw, &gw->httpd[i]);
-	resume_accept(gw);
+	for (size_t i = 0; i < rx->nhttpd; i++)
+		if (rx->httpd[i].conns > 0)
+			ig_httpd_due(rx, &rx->httpd[i]);
+	if (rx == ig_gw_home(rx->gw))
+		resume_accept(rx->gw);
 }
 
-bool ig_server_busy(struct ig_gw *gw)
+bool ig_server_busy(struct ig_rx *rx)
 {
 	MHD_UNSIGNED_LONG_LONG mto;
-	for (size_t i = 0; i < gw->nhttpd; i++)
-		if (gw->httpd[i].conns > 0 && !gw->httpd[i].due && MHD_get_timeout(gw->httpd[i].mhd, &mto) == MHD_YES &&
+	for (size_t i = 0; i < rx->nhttpd; i++)
+		if (rx->httpd[i].conns > 0 && !rx->httpd[i].due && MHD_get_timeout(rx->httpd[i].mhd, &mto) == MHD_YES &&
 		    mto == 0)
-			ig_httpd_due(gw, &gw->httpd[i]);
-	return gw->httpd_due || gw->httpd_trail;
+			ig_httpd_due(rx, &rx->httpd[i]);
+	return rx->httpd_due || rx->httpd_trail;
 }
 
-void ig_server_run(struct ig_gw *gw)
+/* MHD_run with the gateway's lock let go: libmicrohttpd's reading,
+ * parsing and sending run beside the other reactors; its callbacks into
+ * us take the lock again. */
+static void run_daemon(struct ig_rx *rx, struct ig_httpd *h)
 {
-	if (!gw->httpd_due && !gw->httpd_trail)
+	int depth = ig_gw_release(rx->gw);
+	MHD_run(h->mhd);
+	ig_gw_reacquire(rx->gw, depth);
+}
+
+void ig_server_run(struct ig_rx *rx)
+{
+	if (!rx->httpd_due && !rx->httpd_trail)
 		return;
-	gw->httpd_due = gw->httpd_trail = false;
-	for (size_t i = 0; i < gw->nhttpd; i++) {
-		struct ig_httpd *h = &gw->httpd[i];
+	rx->httpd_due = rx->httpd_trail = false;
+	for (size_t i = 0; i < rx->nhttpd; i++) {
+		struct ig_httpd *h = &rx->httpd[i];
 		bool ran = h->due;
 		/* Resumed connections are handled by the next MHD_run; a reader
 		 * may resume others while it runs, so go round until nothing of
 		 * this daemon is pending. */
 		for (int k = 0; k < 16 && h->due; k++) {
 			h->due = false;
-			MHD_run(h->mhd);
+			run_daemon(rx, h);
 		}
 		/* A daemon that ran runs for IG_HTTPD_TRAIL more turns, and the
 		 * loop does not sleep meanwhile (ig_server_busy), as the one
@@ -632,15 +757,15 @@ void ig_server_run(struct ig_gw *gw)
 		 * (without this, the p99 time to first byte of 20 concurrent new
 		 * streams went from 2.7 to 6.2 ms). */
 		if (!ran && h->trail > 0) {
-			MHD_run(h->mhd);
+			run_daemon(rx, h);
 			h->trail--;
 		}
 		if (ran)
 			h->trail = IG_HTTPD_TRAIL;
-		gw->httpd_trail |= h->trail > 0;
+		rx->httpd_trail |= h->trail > 0;
 	}
-	for (size_t i = 0; i < gw->nhttpd; i++)
-		gw->httpd_due |= gw->httpd[i].due;
+	for (size_t i = 0; i < rx->nhttpd; i++)
+		rx->httpd_due |= rx->httpd[i].due;
 }
 
 void ig_server_stop_accepting(struct ig_gw *gw)
@@ -648,14 +773,22 @@ void ig_server_stop_accepting(struct ig_gw *gw)
 	if (gw->listen_fd < 0)
 		return;
 	if (!gw->accept_paused)
-		ig_event_del(gw, &gw->ev_listen);
+		ig_event_del(ig_gw_home(gw), &gw->ev_listen);
 	close(gw->listen_fd);
 	gw->listen_fd = -1;
 }
 
-void ig_server_stop(struct ig_gw *gw)
+void ig_server_stop(struct ig_rx *rx)
 {
-	for (size_t i = 0; i < gw->nhttpd; i++)
-		MHD_stop_daemon(gw->httpd[i].mhd); /* completion callbacks free the requests */
-	gw->nhttpd = 0;
+	for (size_t i = 0; i < rx->nnewfds; i++) {
+		close(rx->newfds[i].fd);
+		rx->gw->conns--;
+	}
+	rx->nnewfds = 0;
+	free(rx->newfds);
+	rx->newfds = NULL;
+	rx->capnewfds = 0;
+	for (size_t i = 0; i < rx->nhttpd; i++)
+		MHD_stop_daemon(rx->httpd[i].mhd); /* completion callbacks free the requests */
+	rx->nhttpd = 0;
 }

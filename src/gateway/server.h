@@ -5,24 +5,26 @@
 
 #include "gateway.h"
 
-/* Starts the HTTP server: one libmicrohttpd daemon now, more (up to
- * IG_HTTPD_SHARDS, gateway.h) as the connections accepted on gw->listen_fd
- * need them, at most conn_limit connections at once. Returns 0, or -1
- * (logged). */
+/* Starts the HTTP server: one libmicrohttpd daemon in each reactor now,
+ * more (up to IG_HTTPD_SHARDS, gateway.h) as the connections accepted on
+ * gw->listen_fd need them, at most conn_limit connections at once, all
+ * reactors together. Returns 0, or -1 (logged). */
 int ig_server_start(struct ig_gw *gw, unsigned conn_limit);
 /* Every daemon with connections runs this turn, and accepting resumes if
  * it had paused for want of descriptors. The tick calls it: each daemon
  * runs at least once a tick, as the one daemon of before ran at least
  * every turn, for its client timeouts and for any work libmicrohttpd keeps
  * without signalling it (ig_server_run), which then waits at most a tick. */
-void ig_server_wake_all(struct ig_gw *gw);
-/* Whether a daemon has work now (the reactor must not sleep). */
-bool ig_server_busy(struct ig_gw *gw);
-/* MHD_run for each daemon with work. */
-void ig_server_run(struct ig_gw *gw);
+void ig_server_wake_all(struct ig_rx *rx);
+/* Whether a daemon of rx has work now (the reactor must not sleep). */
+bool ig_server_busy(struct ig_rx *rx);
+/* MHD_run for each daemon of rx with work. */
+void ig_server_run(struct ig_rx *rx);
+/* rx's daemons take the client sockets reactor 0 handed to it. */
+void ig_server_take_handed(struct ig_rx *rx);
 /* Closes the listening socket: no new clients (SIGTERM). */
 void ig_server_stop_accepting(struct ig_gw *gw);
-/* Stops the daemons; their completion callbacks free the requests. */
-void ig_server_stop(struct ig_gw *gw);
+/* Stops rx's daemons; their completion callbacks free the requests. */
+void ig_server_stop(struct ig_rx *rx);
 
 #endif

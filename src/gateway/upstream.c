@@ -6,6 +6,10 @@
  * while its connection idles in that cache, so a reused connection costs
  * no epoll_ctl at all; it leaves the set when curl closes it (close
  * callback) or when it stirs while idle (the backend closed it).
+ * Each reactor has its own multi handle (struct ig_rx); a transfer is
+ * started, run and stopped by that reactor's thread only. The gateway's
+ * lock is let go while curl does its I/O; the callbacks that reach our
+ * objects (write, header) take it again.
  * Not here: building a request's transfer (proxy.c) or a probe (health.c);
  * those hand a `struct ig_xfer` with their completion callback. */
 #include "config.h"
@@ -18,13 +22,14 @@
 
 #include "infergate/log.h"
 #include "infergate/util.h"
+#include "rx.h"
 #include "upstream.h"
 
-static void check_done(struct ig_gw *gw)
+static void check_done(struct ig_rx *rx)
 {
 	CURLMsg *msg;
 	int left;
-	while ((msg = curl_multi_info_read(gw->multi, &left))) {
+	while ((msg = curl_multi_info_read(rx->multi, &left))) {
 		if (msg->msg != CURLMSG_DONE)
 			continue;
 		/* The message is invalid once the handle is removed: copy first. */
@@ -32,7 +37,7 @@ static void check_done(struct ig_gw *gw)
 		CURLcode result = msg->data.result;
 		struct ig_xfer *x = NULL;
 		curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **)&x);
-		curl_multi_remove_handle(gw->multi, easy);
+		curl_multi_remove_handle(rx->multi, easy);
 		x->running = false;
 		x->done(x, result);
 	}
@@ -47,29 +52,29 @@ enum {
 };
 #define FD_EVENTS(st) ((st) & (EPOLLIN | EPOLLOUT))
 
-static uint32_t *fd_slot(struct ig_gw *gw, int fd)
+static uint32_t *fd_slot(struct ig_rx *rx, int fd)
 {
 	if (fd < 0)
 		return NULL;
-	if ((size_t)fd >= gw->ncurl_fds) {
-		size_t n = gw->ncurl_fds ? gw->ncurl_fds : 1024;
+	if ((size_t)fd >= rx->ncurl_fds) {
+		size_t n = rx->ncurl_fds ? rx->ncurl_fds : 1024;
 		while (n <= (size_t)fd)
 			n *= 2;
-		uint32_t *v = realloc(gw->curl_fds, n * sizeof(*v));
+		uint32_t *v = realloc(rx->curl_fds, n * sizeof(*v));
 		if (!v)
 			return NULL;
-		memset(v + gw->ncurl_fds, 0, (n - gw->ncurl_fds) * sizeof(*v));
-		gw->curl_fds = v;
-		gw->ncurl_fds = n;
+		memset(v + rx->ncurl_fds, 0, (n - rx->ncurl_fds) * sizeof(*v));
+		rx->curl_fds = v;
+		rx->ncurl_fds = n;
 	}
-	return &gw->curl_fds[fd];
+	return &rx->curl_fds[fd];
 }
 
-static void unregister(struct ig_gw *gw, int fd)
+static void unregister(struct ig_rx *rx, int fd)
 {
-	uint32_t *st = fd_slot(gw, fd);
+	uint32_t *st = fd_slot(rx, fd);
 	if (st && (*st & FD_REGISTERED))
-		epoll_ctl(gw->epfd, EPOLL_CTL_DEL, fd, NULL);
+		epoll_ctl(rx->epfd, EPOLL_CTL_DEL, fd, NULL);
 	if (st)
 		*st = 0;
 }
@@ -77,17 +82,17 @@ static void unregister(struct ig_gw *gw, int fd)
 static int on_curl_socket(CURL *easy IG_UNUSED, curl_socket_t s, int what, void *userp,
 			  void *socketp IG_UNUSED)
 {
-	struct ig_gw *gw = userp;
-	uint32_t *st = fd_slot(gw, s);
+	struct ig_rx *rx = userp;
+	uint32_t *st = fd_slot(rx, s);
 
 	if (!st) { /* out of memory: plain add/remove */
 		if (what == CURL_POLL_REMOVE)
-			epoll_ctl(gw->epfd, EPOLL_CTL_DEL, s, NULL);
+			epoll_ctl(rx->epfd, EPOLL_CTL_DEL, s, NULL);
 		return 0;
 	}
 	if (what == CURL_POLL_REMOVE) {
 		if (*st & FD_TRANSIENT)
-			unregister(gw, s);
+			unregister(rx, s);
 		else
 			*st &= ~FD_WANTED; /* a connection: stays registered while it idles */
 		return 0;
@@ -99,13 +104,13 @@ static int on_curl_socket(CURL *easy IG_UNUSED, curl_socket_t s, int what, void 
 		socklen_t len = sizeof(ss);
 		uint32_t transient = getsockname(s, (struct sockaddr *)&ss, &len) < 0 ||
 				     (ss.ss_family != AF_INET && ss.ss_family != AF_INET6) ? FD_TRANSIENT : 0;
-		if (epoll_ctl(gw->epfd, EPOLL_CTL_ADD, s, &ev) < 0 && errno == EEXIST)
-			epoll_ctl(gw->epfd, EPOLL_CTL_MOD, s, &ev);
+		if (epoll_ctl(rx->epfd, EPOLL_CTL_ADD, s, &ev) < 0 && errno == EEXIST)
+			epoll_ctl(rx->epfd, EPOLL_CTL_MOD, s, &ev);
 		*st = FD_REGISTERED | FD_WANTED | transient | events;
 		return 0;
 	}
 	if (FD_EVENTS(*st) != events)
-		epoll_ctl(gw->epfd, EPOLL_CTL_MOD, s, &ev);
+		epoll_ctl(rx->epfd, EPOLL_CTL_MOD, s, &ev);
 	*st = FD_REGISTERED | FD_WANTED | (*st & FD_TRANSIENT) | events;
 	return 0;
 }
@@ -135,22 +140,23 @@ static void tls_options(const struct ig_conf *cfg, CURL *e)
 	}
 }
 
-CURLMcode ig_upstream_start(struct ig_gw *gw, struct ig_xfer *x)
+CURLMcode ig_upstream_start(struct ig_rx *rx, struct ig_xfer *x)
 {
-	tls_options(gw->cfg, x->easy);
+	tls_options(rx->gw->cfg, x->easy);
 	curl_easy_setopt(x->easy, CURLOPT_PRIVATE, x);
 	/* curl's socket closes are how sockets leave our epoll set. */
 	curl_easy_setopt(x->easy, CURLOPT_CLOSESOCKETFUNCTION, on_curl_close);
-	curl_easy_setopt(x->easy, CURLOPT_CLOSESOCKETDATA, gw);
-	CURLMcode mc = curl_multi_add_handle(gw->multi, x->easy);
+	curl_easy_setopt(x->easy, CURLOPT_CLOSESOCKETDATA, rx);
+	CURLMcode mc = curl_multi_add_handle(rx->multi, x->easy);
 	x->running = mc == CURLM_OK;
+	x->rx = rx;
 	return mc;
 }
 
-void ig_upstream_stop(struct ig_gw *gw, struct ig_xfer *x)
+void ig_upstream_stop(struct ig_xfer *x)
 {
-	if (x->running && gw->multi)
-		curl_multi_remove_handle(gw->multi, x->easy);
+	if (x->running && x->rx->multi)
+		curl_multi_remove_handle(x->rx->multi, x->easy);
 	x->running = false;
 }
 
@@ -160,53 +166,53 @@ void ig_upstream_stop(struct ig_gw *gw, struct ig_xfer *x)
  * gateway's CPU in bench/results/profile-notes.md). */
 static int on_curl_timer(CURLM *multi IG_UNUSED, long timeout_ms, void *userp)
 {
-	struct ig_gw *gw = userp;
-	gw->curl_deadline_us = timeout_ms < 0 ? UINT64_MAX : ig_now_us() + (uint64_t)timeout_ms * 1000u;
+	struct ig_rx *rx = userp; /* its own thread's: no lock needed */
+	rx->curl_deadline_us = timeout_ms < 0 ? UINT64_MAX : ig_now_us() + (uint64_t)timeout_ms * 1000u;
 	return 0;
 }
 
-int ig_upstream_init(struct ig_gw *gw)
+int ig_upstream_init(struct ig_rx *rx)
 {
-	gw->curl_deadline_us = UINT64_MAX;
-	gw->multi = curl_multi_init();
-	if (!gw->multi) {
+	rx->curl_deadline_us = UINT64_MAX;
+	rx->multi = curl_multi_init();
+	if (!rx->multi) {
 		ig_log_error("%s: cannot create the curl multi handle", __func__);
 		return -1;
 	}
-	curl_multi_setopt(gw->multi, CURLMOPT_SOCKETFUNCTION, on_curl_socket);
-	curl_multi_setopt(gw->multi, CURLMOPT_SOCKETDATA, gw);
-	curl_multi_setopt(gw->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer);
-	curl_multi_setopt(gw->multi, CURLMOPT_TIMERDATA, gw);
+	curl_multi_setopt(rx->multi, CURLMOPT_SOCKETFUNCTION, on_curl_socket);
+	curl_multi_setopt(rx->multi, CURLMOPT_SOCKETDATA, rx);
+	curl_multi_setopt(rx->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer);
+	curl_multi_setopt(rx->multi, CURLMOPT_TIMERDATA, rx);
 	/* Keep enough idle connections to reuse one per in-flight request. */
-	curl_multi_setopt(gw->multi, CURLMOPT_MAXCONNECTS, (long)gw->cfg->max_connections);
+	curl_multi_setopt(rx->multi, CURLMOPT_MAXCONNECTS, (long)rx->gw->cfg->max_connections);
 	return 0;
 }
 
-void ig_upstream_free(struct ig_gw *gw)
+void ig_upstream_free(struct ig_rx *rx)
 {
 	/* Cached connections are closed here, through on_curl_close. */
-	for (size_t i = 0; i < gw->neasy_free; i++)
-		curl_easy_cleanup(gw->easy_free[i]);
-	free(gw->easy_free);
-	gw->easy_free = NULL;
-	gw->neasy_free = 0;
-	if (gw->multi)
-		curl_multi_cleanup(gw->multi);
-	gw->multi = NULL;
-	free(gw->curl_fds);
-	gw->curl_fds = NULL;
-	gw->ncurl_fds = 0;
+	for (size_t i = 0; i < rx->neasy_free; i++)
+		curl_easy_cleanup(rx->easy_free[i]);
+	free(rx->easy_free);
+	rx->easy_free = NULL;
+	rx->neasy_free = 0;
+	if (rx->multi)
+		curl_multi_cleanup(rx->multi);
+	rx->multi = NULL;
+	free(rx->curl_fds);
+	rx->curl_fds = NULL;
+	rx->ncurl_fds = 0;
 }
 
-void ig_upstream_on_socket(struct ig_gw *gw, int fd, uint32_t events)
+void ig_upstream_on_socket(struct ig_rx *rx, int fd, uint32_t events)
 {
 	int running, flags = 0;
-	uint32_t *st = fd_slot(gw, fd);
+	uint32_t *st = fd_slot(rx, fd);
 	if (st && !(*st & FD_WANTED)) {
 		/* An idle cached connection stirred: the backend closed it or
 		 * sent something unasked. Stop watching; curl finds it dead when
 		 * it next tries to reuse it. */
-		unregister(gw, fd);
+		unregister(rx, fd);
 		return;
 	}
 	if (events & (EPOLLIN | EPOLLHUP))
@@ -215,36 +221,40 @@ void ig_upstream_on_socket(struct ig_gw *gw, int fd, uint32_t events)
 		flags |= CURL_CSELECT_OUT;
 	if (events & EPOLLERR)
 		flags |= CURL_CSELECT_ERR;
-	curl_multi_socket_action(gw->multi, fd, flags, &running);
-	check_done(gw);
+	int depth = ig_gw_release(rx->gw); /* curl's I/O runs beside the other reactors */
+	curl_multi_socket_action(rx->multi, fd, flags, &running);
+	ig_gw_reacquire(rx->gw, depth);
+	check_done(rx);
 }
 
-void ig_upstream_on_timer(struct ig_gw *gw)
+void ig_upstream_on_timer(struct ig_rx *rx)
 {
 	int running;
-	gw->curl_deadline_us = UINT64_MAX; /* the callback may set a new one */
-	curl_multi_socket_action(gw->multi, CURL_SOCKET_TIMEOUT, 0, &running);
-	check_done(gw);
+	rx->curl_deadline_us = UINT64_MAX; /* the callback may set a new one */
+	int depth = ig_gw_release(rx->gw);
+	curl_multi_socket_action(rx->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+	ig_gw_reacquire(rx->gw, depth);
+	check_done(rx);
 }
 
 #define EASY_FREE_MAX 1024
 
-CURL *ig_upstream_easy_get(struct ig_gw *gw)
+CURL *ig_upstream_easy_get(struct ig_rx *rx)
 {
-	if (gw->neasy_free > 0)
-		return gw->easy_free[--gw->neasy_free];
+	if (rx->neasy_free > 0)
+		return rx->easy_free[--rx->neasy_free];
 	return curl_easy_init();
 }
 
-void ig_upstream_easy_put(struct ig_gw *gw, CURL *easy)
+void ig_upstream_easy_put(struct ig_rx *rx, CURL *easy)
 {
 	if (!easy)
 		return;
-	if (!gw->easy_free)
-		gw->easy_free = calloc(EASY_FREE_MAX, sizeof(*gw->easy_free));
-	if (gw->easy_free && gw->neasy_free < EASY_FREE_MAX) {
+	if (!rx->easy_free)
+		rx->easy_free = calloc(EASY_FREE_MAX, sizeof(*rx->easy_free));
+	if (rx->easy_free && rx->neasy_free < EASY_FREE_MAX) {
 		curl_easy_reset(easy);
-		gw->easy_free[gw->neasy_free++] = easy;
+		rx->easy_free[rx->neasy_free++] = easy;
 	} else {
 		curl_easy_cleanup(easy);
 	}

@@ -16,25 +16,27 @@ struct ig_xfer {
 	 * (curl_easy_getinfo still works). */
 	void (*done)(struct ig_xfer *x, CURLcode result);
 	bool running;   /* in the multi */
+	struct ig_rx *rx; /* whose multi: set by ig_upstream_start */
 };
 
 /* Returns 0, or -1 (logged). */
-int ig_upstream_init(struct ig_gw *gw);
-void ig_upstream_free(struct ig_gw *gw);
+int ig_upstream_init(struct ig_rx *rx);
+void ig_upstream_free(struct ig_rx *rx);
 /* The reactor's calls: a curl socket is ready / curl's timer expired. */
-void ig_upstream_on_socket(struct ig_gw *gw, int fd, uint32_t events);
-void ig_upstream_on_timer(struct ig_gw *gw);
+void ig_upstream_on_socket(struct ig_rx *rx, int fd, uint32_t events);
+void ig_upstream_on_timer(struct ig_rx *rx);
 
 /* An easy handle from the free list (or a new one); and back (NULL is
  * fine). Saves an allocation and setup per request. */
-CURL *ig_upstream_easy_get(struct ig_gw *gw);
-void ig_upstream_easy_put(struct ig_gw *gw, CURL *easy);
+CURL *ig_upstream_easy_get(struct ig_rx *rx);
+void ig_upstream_easy_put(struct ig_rx *rx, CURL *easy);
 
-/* Starts x->easy (its options set by the caller) in the multi; x->done is
- * called when it ends. Returns CURLM_OK or curl's error. */
-CURLMcode ig_upstream_start(struct ig_gw *gw, struct ig_xfer *x);
+/* Starts x->easy (its options set by the caller) in rx's multi, on rx's
+ * thread; x->done is called when it ends, on the same. Returns CURLM_OK or
+ * curl's error. */
+CURLMcode ig_upstream_start(struct ig_rx *rx, struct ig_xfer *x);
 /* Takes a running transfer out of the multi without calling x->done (the
  * caller ends it: idle timeout, client gone). Nothing when not running. */
-void ig_upstream_stop(struct ig_gw *gw, struct ig_xfer *x);
+void ig_upstream_stop(struct ig_xfer *x);
 
 #endif

@@ -177,6 +177,7 @@ END_TEST
 struct two {
 	struct ig_conf cfg;
 	struct ig_gw gw;
+	struct ig_rx rx;             /* its one reactor, this thread's */
 	struct ig_backend *a, *b;
 };
 
@@ -188,7 +189,14 @@ static void two_init(struct two *t)
 	t->cfg.queue_timeout_ms = 60000;
 	t->cfg.policy = IG_POLICY_LEAST_LOADED;
 	t->gw.cfg = &t->cfg;
-	ig_list_init(&t->gw.reqs);
+	t->gw.rx = &t->rx;
+	t->gw.nrx = 1;
+	t->rx.gw = &t->gw;
+	ig_list_init(&t->rx.reqs);
+	ig_list_init(&t->rx.to_watch);
+	ig_list_init(&t->rx.posted);
+	ig_list_init(&t->rx.jobs);
+	ig_rx_self = &t->rx;
 	ig_sched_init(&t->gw.sched);
 	t->a = ig_backend_pool_add(&t->gw.pool, "http://127.0.0.1:9", 1, 1);
 	t->b = ig_backend_pool_add(&t->gw.pool, "http://127.0.0.1:10", 1, 1);
@@ -210,6 +218,8 @@ static void req_init(struct two *t, struct ig_req *r, const char *model)
 {
 	memset(r, 0, sizeof(*r));
 	r->gw = &t->gw;
+	r->rx = &t->rx;
+	ig_list_init(&r->post_link);
 	ig_list_init(&r->wait.link);
 	r->wait.klass = IG_CLASS_NORMAL;
 	r->wait.key = ig_sched_key(&t->gw.sched, "");
@@ -279,7 +289,7 @@ START_TEST(models_have_their_own_pools_and_queues)
 	ck_assert_uint_eq(ig_sched_find(&t.gw.sched, "model-a")->qlen, 2);
 	/* model-b's backend frees up: the drain starts its request although
 	 * model-a's head, first in the table, still cannot start. */
-	t.gw.multi = curl_multi_init();
+	t.rx.multi = curl_multi_init();
 	atomic_store(&t.b->inflight, 0);
 	ig_proxy_drain_queue(&t.gw);
 	ck_assert(b.xfer.running);
@@ -288,9 +298,9 @@ START_TEST(models_have_their_own_pools_and_queues)
 	ck_assert_uint_eq(ig_sched_find(&t.gw.sched, "model-b")->qlen, 0);
 	ck_assert_uint_eq(b.queue_wait_ms < 60000, 1);
 	ck_assert(b.was_queued);
-	ig_upstream_stop(&t.gw, &b.xfer);
+	ig_upstream_stop(&b.xfer);
 	curl_easy_cleanup(b.xfer.easy);
-	curl_multi_cleanup(t.gw.multi);
+	curl_multi_cleanup(t.rx.multi);
 
 	req_init(&t, &x, "model-x");
 	ck_assert_uint_eq(x.m->nbackends, 0);
