@@ -17,7 +17,7 @@ and per-key accounting, against the open gateway in the same run.
 
 With --pin, every proxy gets the same single core (taskset-style affinity: CPU 0) and the
 load (wrk, the seven simulators) the other (CPU 1): nginx runs 1 worker, HAProxy nbthread 1,
-infergate its one reactor, so req/s and p99 compare the proxies with the same core each and
+infergate one reactor (one per core it may run on), so req/s and p99 compare the proxies with the same core each and
 the load generator never competes with them.
 
 With --reference DIR, a second gateway ("infergate@ref") runs the infergate binary of another
@@ -258,7 +258,7 @@ def main():
              f"bench/lib/post.lua (one-message chat body, 16-token answer); backends: seven "
              f"`infergate-sim {' '.join(SIM_ARGS)}` (direct = the first one alone). nginx "
              f"{workers} workers, HAProxy nbthread {workers} (configs in bench/conf/); infergate "
-             f"as of this commit runs one reactor thread. CPU = the target's processes "
+             f"one reactor per core it may run on ({workers}). CPU = the target's processes "
              f"(user+system) during the run; " + (
                  "pinned (--pin): each proxy alone on CPU 0, wrk and the simulators on CPU 1."
                  if args.pin else f"everything, wrk included, shares {workers} cores."))
