@@ -4,7 +4,8 @@
 #                               generated corpus pushed through it
 #   sh etc/quickstart.sh test   the whole test suite: make check, check-asan
 #                               (make check again under ASan+UBSan),
-#                               check-valgrind (the gateway under memcheck) and
+#                               check-valgrind (the gateway under memcheck),
+#                               check-tsan (its reactors under ThreadSanitizer) and
 #                               check-fuzz (each fuzz target for FUZZ_SECONDS,
 #                               default 15); ends with "N passed, N failed"
 #   sh etc/quickstart.sh check  make check only (a minute or two)
@@ -55,9 +56,10 @@ summarize() {
 		skip=$(cat $trs | grep -c '^:test-result: SKIP' || true)
 	fi
 	# sanitize.log: the ASan make check is counted through its .trs files;
-	# its valgrind line counts once; any "not ok" (a build that failed) fails.
+	# its valgrind and ThreadSanitizer lines count once each; any "not ok"
+	# (a build that failed) fails.
 	if [ -f "$BUILD/sanitize.log" ]; then
-		pass=$((pass + $(grep -c -E '^ok [0-9]+ - .*valgrind' "$BUILD/sanitize.log" || true)))
+		pass=$((pass + $(grep -c -E '^ok [0-9]+ - .*(valgrind|ThreadSanitizer)' "$BUILD/sanitize.log" || true)))
 		fail=$((fail + $(grep -c '^not ok' "$BUILD/sanitize.log" || true)))
 	fi
 	if [ -f "$BUILD/fuzz.log" ]; then
@@ -86,8 +88,9 @@ run_tests() {
 	make -j"${IG_TEST_JOBS:-2}" check >"$BUILD/check.log" 2>&1 || rc=$?
 	show_failures "$BUILD"
 	if [ "${1:-full}" = full ]; then
-		echo "== make check-asan check-valgrind: the same under ASan+UBSan, the gateway under valgrind"
-		SAN_JOBS="${IG_TEST_JOBS:-2}" make -k check-asan check-valgrind >"$BUILD/sanitize.log" 2>&1 || rc=1
+		echo "== make check-asan check-valgrind check-tsan: the same under ASan+UBSan, the gateway under"
+		echo "   valgrind, its reactors under ThreadSanitizer"
+		SAN_JOBS="${IG_TEST_JOBS:-2}" make -k check-asan check-valgrind check-tsan >"$BUILD/sanitize.log" 2>&1 || rc=1
 		grep -E '^(ok|not ok)' "$BUILD/sanitize.log" || true
 		show_failures "$BUILD/sanitize"
 		echo "== make check-fuzz: ${FUZZ_SECONDS:-15} s per target"

@@ -10,9 +10,10 @@
  * pointer to an embedded struct finds its owner). */
 #define IG_CONTAINER_OF(ptr, type, member) ((type *)(void *)((char *)(ptr) - offsetof(type, member)))
 
-/* Monotonic clock in milliseconds / microseconds. */
+/* Monotonic clock in milliseconds / microseconds / nanoseconds. */
 uint64_t ig_now_ms(void);
 uint64_t ig_now_us(void);
+uint64_t ig_now_ns(void);
 /* Wall clock, seconds since the epoch. */
 int64_t ig_wall_s(void);
 /* Wall clock as "2026-12-02T08:29:36.123Z". */

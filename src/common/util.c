@@ -15,12 +15,14 @@
 
 #include "infergate/util.h"
 
-uint64_t ig_now_us(void)
+uint64_t ig_now_ns(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
+
+uint64_t ig_now_us(void) { return ig_now_ns() / 1000u; }
 
 uint64_t ig_now_ms(void) { return ig_now_us() / 1000u; }
 

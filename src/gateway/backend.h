@@ -70,7 +70,7 @@ struct ig_backend {
 				    * (their estimates less what was relayed) */
 	atomic_long speed_milli;   /* output tokens/s per request x 1000, a moving
 				    * average over its answers; 0 = not measured */
-	uint64_t last_io_ms;       /* last byte from it for one of our requests */
+	_Atomic uint64_t last_io_ms; /* last byte from it for one of our requests (any reactor) */
 	const char *load_path;     /* load_path auto: where it was read (a static
 				    * string); NULL before, or with a set path */
 	atomic_long slots;         /* learned from load reports (learn.cur): the

@@ -23,6 +23,7 @@
 #include <curl/curl.h>
 #include <microhttpd.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/epoll.h>
@@ -122,7 +123,6 @@ struct ig_stats {
 	uint64_t queue_timeouts;    /* 503 after waiting */
 	uint64_t stream_errors;     /* 200 streams that carried an error event */
 	uint64_t upstream_errors[IG_UPERR_OTHER + 1];
-	uint64_t bytes_in, bytes_out;
 	uint64_t prompt_tokens, completion_tokens;
 };
 
@@ -214,6 +214,10 @@ struct ig_gw {
 	size_t nrx;
 	pthread_mutex_t lock;
 	pthread_cond_t job_done;       /* an ig_rx_call finished */
+	uint64_t lock_taken;           /* times the lock was taken, */
+	uint64_t lock_contended;       /* of which another reactor held it, */
+	uint64_t lock_held_ns;         /* and how long it was held, in total */
+	uint64_t lock_since_ns;        /* when the holder took it */
 	bool threaded;                 /* nrx > 1: the lock is taken */
 	size_t nrunning;               /* reactors whose loop runs */
 	struct ig_event ev_listen, ev_signal; /* reactor 0's */

@@ -537,6 +537,16 @@ char *ig_metrics_text(struct ig_gw *gw)
 	for (size_t i = 0; i < gw->nrx; i++)
 		ig_buf_printf(&b, "infergate_reactor_connections_total{reactor=\"%zu\"} %lu\n", i,
 			      (unsigned long)gw->rx[i].accepted);
+	if (gw->nrx > 1) {
+		/* read under the lock: the holder's current stretch is not in it yet */
+		ig_buf_printf(&b, "# HELP infergate_lock_acquisitions_total Times a reactor took the gateway's lock.\n"
+			      "# TYPE infergate_lock_acquisitions_total counter\ninfergate_lock_acquisitions_total %lu\n"
+			      "# HELP infergate_lock_contended_total Of them, times another reactor held it.\n"
+			      "# TYPE infergate_lock_contended_total counter\ninfergate_lock_contended_total %lu\n"
+			      "# HELP infergate_lock_held_seconds_total Time the lock was held, all reactors.\n"
+			      "# TYPE infergate_lock_held_seconds_total counter\ninfergate_lock_held_seconds_total %.6f\n",
+			      (unsigned long)gw->lock_taken, (unsigned long)gw->lock_contended, (double)gw->lock_held_ns / 1e9);
+	}
 	ig_buf_printf(&b, "# HELP infergate_reactor_requests_total Proxied requests each reactor received.\n"
 		      "# TYPE infergate_reactor_requests_total counter\n");
 	for (size_t i = 0; i < gw->nrx; i++)

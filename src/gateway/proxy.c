@@ -114,6 +114,7 @@ static void req_free(struct ig_req *req)
 	ig_buf_free(&req->resp);
 	ig_buf_free(&req->up_resp_headers);
 	ig_sse_free(&req->sse_lines);
+	json_decref(req->parsed); /* start() answered before inspect_body took it */
 	curl_slist_free_all(req->up_headers);
 	ig_upstream_easy_put(req->rx, req->xfer.easy);
 	if (req->m)
@@ -545,7 +546,9 @@ static void on_sse_data(void *arg, const char *d, size_t dn, size_t line_len, si
 	usage_from_json(req, d, dn); /* finds "usage" or returns */
 	if (req->store && !req->stored && memmem(d, dn, "\"response.created\"", 18)) {
 		json_t *o = json_loadb(d, dn, 0, NULL);
+		ig_gw_lock(req->gw); /* the store is shared (on_body takes no lock) */
 		remember_response(req, json_object_get(o, "response"));
+		ig_gw_unlock(req->gw);
 		json_decref(o);
 	}
 	if (req->work_left > 0) { /* least-tokens: an event is about a token done */
@@ -693,24 +696,20 @@ static size_t body_in(char *ptr, size_t size, size_t nmemb, void *userdata)
 	return n;
 }
 
-/* curl's callbacks run while the gateway's lock is let go (upstream.c):
- * they take it again. */
+/* curl's callbacks run while the gateway's lock is let go (upstream.c),
+ * and do not take it: a request whose transfer runs is its reactor's
+ * alone (another reactor touches a request only while it waits in the
+ * queue or is posted to its reactor), and what else they touch is the
+ * backend's atomics or their reactor's own state. What is shared
+ * (remember_response) takes the lock itself. */
 static size_t on_header(char *buf, size_t size, size_t nitems, void *userdata)
 {
-	struct ig_req *req = userdata;
-	ig_gw_lock(req->gw);
-	size_t n = header_in(buf, size, nitems, userdata);
-	ig_gw_unlock(req->gw);
-	return n;
+	return header_in(buf, size, nitems, userdata);
 }
 
 static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
 {
-	struct ig_req *req = userdata;
-	ig_gw_lock(req->gw);
-	size_t n = body_in(ptr, size, nmemb, userdata);
-	ig_gw_unlock(req->gw);
-	return n;
+	return body_in(ptr, size, nmemb, userdata);
 }
 
 /* The body with "priority" first among its members, for a backend that
@@ -1243,9 +1242,11 @@ static const char *only_model(struct ig_req *req)
  * (error set). */
 static int inspect_body(struct ig_req *req)
 {
-	json_error_t jerr;
-	json_t *root = json_loadb(req->body.data ? req->body.data : "", req->body.len, 0, &jerr);
+	json_error_t jerr = req->parse_error;
+	json_t *root = req->parse_done ? req->parsed
+				       : json_loadb(req->body.data ? req->body.data : "", req->body.len, 0, &jerr);
 
+	req->parsed = NULL; /* root is this function's now */
 	if (!root) {
 		set_error(req, 400, "invalid_json",
 			  "We could not parse the JSON body of your request: %s (line %d, column %d)",
@@ -1489,7 +1490,6 @@ static enum MHD_Result start(struct ig_req *req)
 			  gw->cfg->max_body_bytes);
 		return respond(req);
 	}
-	gw->stats.bytes_in += req->body.len;
 	req->bytes_in = req->body.len; /* as sent: the forwarded body may differ */
 	if (classify_request(req) < 0 || (req->resp_id ? by_id(req) : inspect_body(req)) < 0 || admit(req) < 0)
 		return respond(req);
@@ -1592,7 +1592,6 @@ static ssize_t stream_out(void *cls, char *buf, size_t max)
 		memcpy(buf, ig_buf_head(&req->resp), n);
 		ig_buf_consume(&req->resp, n);
 		req->ready -= n;
-		req->gw->stats.bytes_out += n;
 		req->bytes_out += n;
 		if (req->paused && req->xfer.running && ig_buf_pending(&req->resp) < STREAM_LOW_WATER) {
 			req->paused = false;
@@ -1608,14 +1607,12 @@ static ssize_t stream_out(void *cls, char *buf, size_t max)
 	return 0;
 }
 
-/* MHD's content reader, called while the lock is let go (server.c). */
+/* MHD's content reader, called while the lock is let go (server.c): the
+ * request is its reactor's alone once it streams, so no lock (see
+ * on_header). */
 static ssize_t read_stream(void *cls, uint64_t pos IG_UNUSED, char *buf, size_t max)
 {
-	struct ig_req *req = cls;
-	ig_gw_lock(req->gw);
-	ssize_t n = stream_out(cls, buf, max);
-	ig_gw_unlock(req->gw);
-	return n;
+	return stream_out(cls, buf, max);
 }
 
 /* Queues r; body_len counts bytes sent at once (a stream counts its own, as
@@ -1623,7 +1620,6 @@ static ssize_t read_stream(void *cls, uint64_t pos IG_UNUSED, char *buf, size_t 
 static enum MHD_Result queue(struct ig_req *req, unsigned status, struct MHD_Response *r, size_t body_len)
 {
 	struct ig_gw *gw = req->gw;
-	gw->stats.bytes_out += body_len;
 	req->bytes_out += body_len;
 	enum MHD_Result ret = MHD_queue_response(req->conn, status, r);
 	MHD_destroy_response(r);
@@ -2090,8 +2086,18 @@ static enum MHD_Result on_request(struct ig_call *call, struct ig_gw *gw, struct
 		*upload_data_size = 0;
 		return MHD_YES;
 	}
-	if (req->phase == IG_REQ_READING)
+	if (req->phase == IG_REQ_READING) {
+		if (!req->too_large && !req->resp_id && gw->threaded) {
+			/* The body is parsed with the lock let go (it is the largest
+			 * part of a request's own work): the request is this
+			 * reactor's alone until start() admits it. */
+			int depth = ig_gw_release(gw);
+			req->parsed = json_loadb(req->body.data ? req->body.data : "", req->body.len, 0, &req->parse_error);
+			ig_gw_reacquire(gw, depth);
+			req->parse_done = true;
+		}
 		return start(req);
+	}
 	return respond(req);
 }
 

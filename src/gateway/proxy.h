@@ -6,6 +6,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <jansson.h>
 
 #include "gateway.h"
 #include "infergate/buf.h"
@@ -70,6 +71,9 @@ struct ig_req {
 	char *resp_id;               /* a BY_ID route: the stored response it names */
 	char *up_path;               /* the path (and query) sent upstream */
 	struct ig_buf body;
+	json_t *parsed;              /* the body, parsed before start() (lock let go), or NULL */
+	json_error_t parse_error;    /* why it did not parse, when parse_done and !parsed */
+	bool parse_done;
 	bool too_large;
 	bool stream;                 /* client asked for "stream": true */
 	bool suspended;              /* MHD connection suspended by us */

@@ -5,12 +5,31 @@
 #define IG_RX_H
 
 #include "gateway.h"
+#include "infergate/util.h"
 
 /* The reactor this thread runs (NULL on other threads: discovery's
  * resolver). */
 extern __thread struct ig_rx *ig_rx_self;
 /* How deep this thread is in ig_gw_lock (the lock is held when > 0). */
 extern __thread int ig_lock_depth;
+
+/* The lock itself, counted (for /metrics: how often it was taken, how
+ * often another reactor held it, how long it was held): only with more
+ * than one reactor. */
+static inline void ig_gw_lock_take(struct ig_gw *gw)
+{
+	if (pthread_mutex_trylock(&gw->lock) != 0) {
+		pthread_mutex_lock(&gw->lock);
+		gw->lock_contended++;
+	}
+	gw->lock_taken++;
+	gw->lock_since_ns = ig_now_ns();
+}
+static inline void ig_gw_lock_give(struct ig_gw *gw)
+{
+	gw->lock_held_ns += ig_now_ns() - gw->lock_since_ns;
+	pthread_mutex_unlock(&gw->lock);
+}
 
 /* Takes / lets go of the gateway's lock, nested: a callback that libcurl
  * or libmicrohttpd makes while our code holds it (curl_easy_pause calls
@@ -19,12 +38,12 @@ extern __thread int ig_lock_depth;
 static inline void ig_gw_lock(struct ig_gw *gw)
 {
 	if (gw->threaded && ig_lock_depth++ == 0)
-		pthread_mutex_lock(&gw->lock);
+		ig_gw_lock_take(gw);
 }
 static inline void ig_gw_unlock(struct ig_gw *gw)
 {
 	if (gw->threaded && --ig_lock_depth == 0)
-		pthread_mutex_unlock(&gw->lock);
+		ig_gw_lock_give(gw);
 }
 /* Around a library call that does I/O (MHD_run, curl_multi_socket_action,
  * epoll_wait): the lock is let go entirely and taken back after. */
@@ -33,14 +52,14 @@ static inline int ig_gw_release(struct ig_gw *gw)
 	int depth = ig_lock_depth;
 	if (gw->threaded && depth > 0) {
 		ig_lock_depth = 0;
-		pthread_mutex_unlock(&gw->lock);
+		ig_gw_lock_give(gw);
 	}
 	return depth;
 }
 static inline void ig_gw_reacquire(struct ig_gw *gw, int depth)
 {
 	if (gw->threaded && depth > 0) {
-		pthread_mutex_lock(&gw->lock);
+		ig_gw_lock_take(gw);
 		ig_lock_depth = depth;
 	}
 }
