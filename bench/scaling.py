@@ -96,7 +96,7 @@ def main():
             r = P.measure(name, url, pid, args.connections, args.duration, len(load))
             l1 = lock_figures(url) if l0 else None
             if l0 and l1:
-                reqs = l1["infergate_requests_total"] - l0["infergate_requests_total"]
+                reqs = l1.get("infergate_requests_total", 0) - l0.get("infergate_requests_total", 0)
                 held = l1["infergate_lock_held_seconds_total"] - l0["infergate_lock_held_seconds_total"]
                 taken = l1["infergate_lock_acquisitions_total"] - l0["infergate_lock_acquisitions_total"]
                 r["lock_held_us_per_req"] = held * 1e6 / max(reqs, 1)
