@@ -9,6 +9,7 @@ infergate-sim's switches for each behaviour (in both flavours)."""
 
 import json
 import os
+import select
 import tempfile
 import threading
 import time
@@ -333,8 +334,8 @@ def a_stale_sglang_report_after_a_burst_does_not_shrink_the_learned_slots():
     # its queue without being scheduled (their clients gave up) leave the queue on show until
     # the 30 s idle refresh. The learned slot count must not fall to 1 on it.
     # The queued ones leave first (no admission, no log), then the running ones: the last
-    # log (a decode step with the queue full) stays on show. Which ones run is up to the
-    # order the gateway forwards them, so the setup is checked and, if need be, tried again.
+    # log (a decode step with the queue full) stays on show. The setup is checked and, if
+    # need be, tried again.
     for attempt in range(3):
         sim = start_sim("--metrics-refresh", "sglang", "--max-running", "4", "--tokens-per-second", "40",
                         "--output-tokens", "400", "--ttft-ms", "0")
@@ -344,8 +345,12 @@ def a_stale_sglang_report_after_a_burst_does_not_shrink_the_learned_slots():
         for i in range(16):
             held.send(gw.url, chat_body(f"s{i}", stream=True))
         wait_until(lambda: backends(gw)[sim.url].get("learned_slots") == 4, timeout=15, what="4 slots learned")
-        first, held.socks = held.socks[:4], held.socks[4:]
-        held.close()          # the 12 sent last: queued at the sim
+        # The 4 the sim runs are those whose stream flows (the gateway sends nothing for one
+        # the sim queues); which they are is up to the order the gateway's reactors forward them.
+        wait_until(lambda: len(select.select(held.socks, [], [], 0)[0]) == 4, timeout=10, what="4 streams flowing")
+        first = select.select(held.socks, [], [], 0)[0]
+        held.socks = [s for s in held.socks if s not in first]
+        held.close()          # the other 12: queued at the sim
         time.sleep(0.3)
         for sock in first:    # then the 4 it runs: the gateway aborts, the sim is idle
             sock.close()
