@@ -243,6 +243,17 @@ def parallel(fn, items, workers=64):
         return list(ex.map(fn, items))
 
 
+def raw_post(port, body, headers=()):
+    """A chat completion on its own socket, sent and left to complete (the caller reads and
+    closes it): headers is a list of (name, value)."""
+    s = socket.create_connection(("127.0.0.1", port))
+    data = json.dumps(body).encode()
+    extra = b"".join(f"{k}: {v}\r\n".encode() for k, v in headers)
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + extra +
+              b"Content-Length: " + str(len(data)).encode() + b"\r\n\r\n" + data)
+    return s
+
+
 def sim_requests(sim):
     """Completion requests a simulator has received so far (any outcome)."""
     return http_json("GET", sim.url + "/sim/state")[2]["requests_received"]

@@ -8,28 +8,17 @@ header, and infergate-bulk's class."""
 import collections
 import json
 import os
-import socket
 import subprocess
 import tempfile
 import threading
 
-from harness import (FakeBackend, assert_openai_error, binary, chat_body, http, http_json, run, sim_requests,
+from harness import (FakeBackend, assert_openai_error, binary, chat_body, http, http_json, raw_post, run, sim_requests,
                      start_gateway, start_sim, test, wait_until)
 
 
 def digest(key):
     p = subprocess.run([binary("infergate"), "--hash-key"], input=key, capture_output=True, text=True, timeout=10)
     return p.stdout.strip()
-
-
-def raw_post(port, body, headers=()):
-    """A request on its own socket, sent and left to complete (the caller closes it)."""
-    s = socket.create_connection(("127.0.0.1", port))
-    data = json.dumps(body).encode()
-    extra = b"".join(f"{k}: {v}\r\n".encode() for k, v in headers)
-    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + extra +
-              b"Content-Length: " + str(len(data)).encode() + b"\r\n\r\n" + data)
-    return s
 
 
 def waiting(gw):

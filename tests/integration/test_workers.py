@@ -11,12 +11,11 @@ import http.client as httpclient
 import json
 import os
 import signal
-import socket
 import tempfile
 import threading
 import time
 
-from harness import (chat_body, http, http_json, metric, run, sse_events, start_gateway, start_sim, test,
+from harness import (chat_body, http, http_json, metric, raw_post, run, sse_events, start_gateway, start_sim, test,
                      wait_until)
 
 
@@ -93,15 +92,6 @@ def two_reactors_share_the_clients_and_every_answer_is_whole():
 @test
 def three_reactors_on_two_cores_do_the_same():
     clients_share_the_reactors(3)
-
-
-def raw_post(port, body, headers=()):
-    s = socket.create_connection(("127.0.0.1", port))
-    data = json.dumps(body).encode()
-    extra = b"".join(f"{k}: {v}\r\n".encode() for k, v in headers)
-    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + extra +
-              b"Content-Length: " + str(len(data)).encode() + b"\r\n\r\n" + data)
-    return s
 
 
 def read_all(s, deadline):
