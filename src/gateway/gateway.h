@@ -166,10 +166,9 @@ struct ig_newfd {
  * another reactor that must act on one (start a queued request it
  * dispatched, answer one whose wait expired) hands the request over
  * through `posted`. The control plane (health probes, discovery, signals,
- * the admin, Files and Batch APIs) lives on reactor 0. */
+ * the admin and Batch APIs) lives on reactor 0. */
 struct ig_rx {
 	struct ig_gw *gw;
-	int id;
 	pthread_t thread;
 	bool started;                  /* its thread runs (reactors 1..) */
 	int epfd;
@@ -199,7 +198,6 @@ struct ig_rx {
 	size_t nnewfds, capnewfds;
 	uint64_t accepted;             /* client connections it was given, in total */
 	uint64_t requests;             /* proxied requests it received, in total */
-	uint64_t turns;                /* loop turns, in total */
 };
 
 struct ig_gw {
@@ -209,7 +207,9 @@ struct ig_gw {
 	 * everything below (and what it points to) is shared: a reactor holds
 	 * `lock` whenever it runs the gateway's code, and lets go of it only
 	 * while it waits for events and while libmicrohttpd or libcurl do
-	 * their I/O (their callbacks into us take it again: ig_gw_lock). */
+	 * their I/O; their callbacks that reach shared state take it again
+	 * (rx.h: ig_gw_lock), those that touch only a request its reactor
+	 * owns do not (proxy.c: on_header). */
 	struct ig_rx *rx;
 	size_t nrx;
 	pthread_mutex_t lock;
@@ -237,6 +237,8 @@ struct ig_gw {
 	struct ig_stats stats;
 	uint64_t started_ms;
 	bool stopping;
+	bool failed;                   /* a reactor failed (epoll_wait, or its thread did not
+					 * start): all stop, the exit code is 1 */
 	uint64_t stop_deadline_ms;
 	struct ig_keyset api_keys, admin_keys;
 	struct ig_accesslog alog;

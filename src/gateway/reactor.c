@@ -180,7 +180,6 @@ int ig_reactor_init(struct ig_gw *gw, struct ig_conf *cfg)
 	for (size_t i = 0; i < gw->nrx; i++) {
 		struct ig_rx *rx = &gw->rx[i];
 		rx->gw = gw;
-		rx->id = (int)i;
 		rx->epfd = -1;
 		rx->ev_tick = (struct ig_event){-1, on_tick, rx};
 		rx->ev_wake = (struct ig_event){-1, on_wake, rx};
@@ -330,6 +329,8 @@ static void deferred(struct ig_rx *rx)
 		if (rx->nnewfds)
 			ig_server_take_handed(rx);
 		ig_proxy_run_posted(rx);
+		if (gw->accept_paused && rx == ig_gw_home(gw))
+			ig_server_resume_accept(gw);
 	}
 	if (rx->tick_due) {
 		uint64_t now = ig_now_ms();
@@ -382,11 +383,10 @@ static void rx_loop(struct ig_rx *rx)
 		ig_gw_reacquire(gw, depth);
 		if (n < 0 && errno != EINTR) {
 			ig_log_error("%s: epoll_wait: %s", __func__, strerror(errno));
-			gw->stopping = true;
+			gw->stopping = gw->failed = true;
 			gw->stop_deadline_ms = 0;
 			break;
 		}
-		rx->turns++;
 		for (int i = 0; i < n; i++) {
 			if (evs[i].data.u64 & IG_EV_CURL_BIT) {
 				ig_upstream_on_socket(rx, (int)(evs[i].data.u64 & 0xffffffffu), evs[i].events);
@@ -440,7 +440,7 @@ int ig_reactor_run(struct ig_gw *gw)
 		if (rc != 0) {
 			ig_log_error("cannot start reactor %zu: %s", i, strerror(rc));
 			gw->nrunning -= gw->nrx - i;
-			gw->stopping = true;
+			gw->stopping = gw->failed = true;
 			gw->stop_deadline_ms = 0;
 			break;
 		}
@@ -459,7 +459,7 @@ int ig_reactor_run(struct ig_gw *gw)
 			pthread_join(gw->rx[i].thread, NULL);
 	gw->threaded = false; /* one thread from here: no lock */
 	ig_log_info("stopped");
-	return 0;
+	return gw->failed ? 1 : 0;
 }
 
 void ig_reactor_free(struct ig_gw *gw)

@@ -505,8 +505,9 @@ static void pause_accept(struct ig_gw *gw)
 }
 
 /* Reactor 0 watches the listening socket; another reactor that sees a
- * connection close wakes it to look again. */
-static void resume_accept(struct ig_gw *gw)
+ * connection close wakes it, and it looks again at the end of its turn
+ * (reactor.c calls this then). */
+void ig_server_resume_accept(struct ig_gw *gw)
 {
 	if (!gw->accept_paused || gw->listen_fd < 0 || gw->conns >= gw->conn_limit)
 		return;
@@ -646,7 +647,7 @@ static void on_connection(void *cls, struct MHD_Connection *conn IG_UNUSED, void
 		rx->conns--;
 		rx->closed++;
 		gw->conns--;
-		resume_accept(gw);
+		ig_server_resume_accept(gw);
 	}
 	ig_gw_unlock(gw);
 }
@@ -712,7 +713,7 @@ void ig_server_wake_all(struct ig_rx *rx)
 		if (rx->httpd[i].conns > 0)
 			ig_httpd_due(rx, &rx->httpd[i]);
 	if (rx == ig_gw_home(rx->gw))
-		resume_accept(rx->gw);
+		ig_server_resume_accept(rx->gw);
 }
 
 bool ig_server_busy(struct ig_rx *rx)

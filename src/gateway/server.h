@@ -20,6 +20,9 @@ void ig_server_wake_all(struct ig_rx *rx);
 bool ig_server_busy(struct ig_rx *rx);
 /* MHD_run for each daemon of rx with work. */
 void ig_server_run(struct ig_rx *rx);
+/* Reactor 0 watches the listening socket again if accepting had paused
+ * and a connection has closed since (on any reactor). */
+void ig_server_resume_accept(struct ig_gw *gw);
 /* rx's daemons take the client sockets reactor 0 handed to it. */
 void ig_server_take_handed(struct ig_rx *rx);
 /* Closes the listening socket: no new clients (SIGTERM). */

@@ -8,8 +8,9 @@
  * callback) or when it stirs while idle (the backend closed it).
  * Each reactor has its own multi handle (struct ig_rx); a transfer is
  * started, run and stopped by that reactor's thread only. The gateway's
- * lock is let go while curl does its I/O; the callbacks that reach our
- * objects (write, header) take it again.
+ * lock is let go while curl does its I/O; a transfer's done callback runs
+ * with it taken back (check_done), its write and header callbacks without
+ * it (they touch only the object that started the transfer).
  * Not here: building a request's transfer (proxy.c) or a probe (health.c);
  * those hand a `struct ig_xfer` with their completion callback. */
 #include "config.h"
