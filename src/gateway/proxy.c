@@ -338,7 +338,8 @@ static size_t header_in(char *buf, size_t size, size_t nitems, void *userdata)
 	struct ig_req *req = userdata;
 	size_t n = size * nitems;
 
-	req->last_io_ms = req->backend->last_io_ms = ig_now_ms();
+	req->last_io_ms = ig_now_ms();
+	atomic_store(&req->backend->last_io_ms, req->last_io_ms);
 	if (n >= 5 && memcmp(buf, "HTTP/", 5) == 0) {
 		const char *sp = memchr(buf, ' ', n);
 		req->up_status = sp ? strtol(sp + 1, NULL, 10) : 0;
@@ -665,7 +666,8 @@ static size_t body_in(char *ptr, size_t size, size_t nmemb, void *userdata)
 
 	if (req->client_gone)
 		return 0;
-	req->last_io_ms = req->backend->last_io_ms = ig_now_ms();
+	req->last_io_ms = ig_now_ms();
+	atomic_store(&req->backend->last_io_ms, req->last_io_ms);
 	if (!streaming_ok(req)) {
 		if (req->resp.len + n > MAX_BUFFERED_BODY || ig_buf_append(&req->resp, ptr, n) < 0)
 			return 0;
@@ -1575,6 +1577,22 @@ static void add_relayed_headers(struct ig_req *req, struct MHD_Response *r, cons
 	}
 }
 
+/* Counts the answer in the metrics and its key's usage, once: when its
+ * last byte is handed to MHD (a whole body queued, a stream's end), so
+ * that a client that has it and then reads /metrics (on any reactor)
+ * finds it counted; else when the connection is done with it. */
+static void count_answer(struct ig_req *req)
+{
+	if (req->counted || !req->status_sent)
+		return;
+	req->counted = true;
+	if (req->key)
+		ig_sched_key_count(req->key, ig_proxy_req_status(req));
+	ig_metrics_observe(req->gw, req->route_idx, ig_proxy_req_status(req), req->stream_error != 0,
+			   req->backend ? req->backend->url : "", ig_now_us() - req->t_start_us,
+			   req->stream && req->t_first_byte_us ? (int64_t)(req->t_first_byte_us - req->t_start_us) : -1);
+}
+
 static ssize_t stream_out(void *cls, char *buf, size_t max)
 {
 	struct ig_req *req = cls;
@@ -1599,9 +1617,14 @@ static ssize_t stream_out(void *cls, char *buf, size_t max)
 		}
 		return (ssize_t)n;
 	}
-	if (req->upstream_done)
-		return req->upstream_failed ? MHD_CONTENT_READER_END_WITH_ERROR
-					    : MHD_CONTENT_READER_END_OF_STREAM;
+	if (req->upstream_done) {
+		if (req->upstream_failed)
+			return MHD_CONTENT_READER_END_WITH_ERROR;
+		ig_gw_lock(req->gw); /* the metrics are shared (this reader takes no lock) */
+		count_answer(req);
+		ig_gw_unlock(req->gw);
+		return MHD_CONTENT_READER_END_OF_STREAM;
+	}
 	/* Nothing yet: suspend before returning 0, or MHD spins on us. */
 	suspend(req);
 	return 0;
@@ -1653,7 +1676,9 @@ static enum MHD_Result respond(struct ig_req *req)
 			MHD_add_response_header(r, "Retry-After", "1");
 		}
 		add_common_headers(req, r);
-		return queue(req, req->err_status, r, strlen(req->err_body));
+		enum MHD_Result ret = queue(req, req->err_status, r, strlen(req->err_body));
+		count_answer(req);
+		return ret;
 	}
 	if (req->committed && streaming_ok(req)) {
 		/* MHD sends a chunked body (HTTP/1.1) from the connection's own
@@ -1686,13 +1711,17 @@ static enum MHD_Result respond(struct ig_req *req)
 			add_relayed_headers(req, r, "Content-Type");
 			MHD_add_response_header(r, "Content-Type", "application/json");
 			add_common_headers(req, r);
-			return queue(req, (unsigned)req->up_status, r, n);
+			enum MHD_Result ret = queue(req, (unsigned)req->up_status, r, n);
+			count_answer(req);
+			return ret;
 		}
 		r = MHD_create_response_from_buffer(ig_buf_pending(&req->resp), (void *)ig_buf_head(&req->resp),
 						    MHD_RESPMEM_MUST_COPY);
 		add_relayed_headers(req, r, NULL);
 		add_common_headers(req, r);
-		return queue(req, (unsigned)req->up_status, r, ig_buf_pending(&req->resp));
+		enum MHD_Result ret = queue(req, (unsigned)req->up_status, r, ig_buf_pending(&req->resp));
+		count_answer(req);
+		return ret;
 	}
 	/* Resumed with nothing to say yet (a spurious wake-up): wait again. */
 	suspend(req);
@@ -2112,15 +2141,7 @@ static void on_completed(struct ig_call *call, enum MHD_RequestTerminationCode t
 		req->suspended = false;
 		ig_proxy_req_client_gone(req);
 	}
-	if (req->status_sent && req->key)
-		ig_sched_key_count(req->key, ig_proxy_req_status(req));
-	if (req->status_sent) {
-		uint64_t now = ig_now_us();
-		ig_metrics_observe(req->gw, req->route_idx, ig_proxy_req_status(req), req->stream_error != 0,
-				   req->backend ? req->backend->url : "", now - req->t_start_us,
-				   req->stream && req->t_first_byte_us ? (int64_t)(req->t_first_byte_us - req->t_start_us)
-								       : -1);
-	}
+	count_answer(req); /* one that never reached its end: a stream the client left */
 	req_log(req, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
 	req_free(req);
 }

@@ -125,6 +125,7 @@ struct ig_req {
 	bool store;                     /* the answer is stored by its backend: remember where */
 	bool stored;                    /* its id is remembered */
 	unsigned status_sent;           /* what the client was answered */
+	bool counted;                   /* in the metrics and its key's usage (count_answer) */
 	uint64_t bytes_in;              /* the body the client sent */
 	uint64_t bytes_out;
 	uint64_t t_answer_us;           /* response handed to MHD */

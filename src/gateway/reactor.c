@@ -380,23 +380,35 @@ static void rx_loop(struct ig_rx *rx)
 		}
 		int depth = ig_gw_release(gw);
 		int n = epoll_wait(rx->epfd, evs, (int)(sizeof(evs) / sizeof(evs[0])), timeout);
+		int err = errno;
+		/* curl's events first, with the lock still let go: its I/O, and
+		 * the callbacks that touch only their own transfer, run beside
+		 * the other reactors (upstream.c); one taking of the lock after. */
+		bool curl_ran = false;
+		for (int i = 0; i < n; i++)
+			if (evs[i].data.u64 & IG_EV_CURL_BIT) {
+				ig_upstream_on_socket(rx, (int)(evs[i].data.u64 & 0xffffffffu), evs[i].events);
+				curl_ran = true;
+			}
+		if (rx->curl_deadline_us != UINT64_MAX && ig_now_us() >= rx->curl_deadline_us) {
+			ig_upstream_on_timer(rx);
+			curl_ran = true;
+		}
 		ig_gw_reacquire(gw, depth);
-		if (n < 0 && errno != EINTR) {
-			ig_log_error("%s: epoll_wait: %s", __func__, strerror(errno));
+		if (n < 0 && err != EINTR) {
+			ig_log_error("%s: epoll_wait: %s", __func__, strerror(err));
 			gw->stopping = gw->failed = true;
 			gw->stop_deadline_ms = 0;
 			break;
 		}
+		if (curl_ran)
+			ig_upstream_check_done(rx);
 		for (int i = 0; i < n; i++) {
-			if (evs[i].data.u64 & IG_EV_CURL_BIT) {
-				ig_upstream_on_socket(rx, (int)(evs[i].data.u64 & 0xffffffffu), evs[i].events);
+			if (evs[i].data.u64 & IG_EV_CURL_BIT)
 				continue;
-			}
 			struct ig_event *ev = evs[i].data.ptr;
 			ev->handler(ev, evs[i].events);
 		}
-		if (rx->curl_deadline_us != UINT64_MAX && ig_now_us() >= rx->curl_deadline_us)
-			ig_upstream_on_timer(rx);
 		deferred(rx);
 		ig_server_run(rx);
 		/* a batch's answers in flight are written before the end, not

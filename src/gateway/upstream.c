@@ -7,10 +7,10 @@
  * no epoll_ctl at all; it leaves the set when curl closes it (close
  * callback) or when it stirs while idle (the backend closed it).
  * Each reactor has its own multi handle (struct ig_rx); a transfer is
- * started, run and stopped by that reactor's thread only. The gateway's
- * lock is let go while curl does its I/O; a transfer's done callback runs
- * with it taken back (check_done), its write and header callbacks without
- * it (they touch only the object that started the transfer).
+ * started, run and stopped by that reactor's thread only. The reactor
+ * calls curl's actions with the gateway's lock let go (a transfer's write
+ * and header callbacks touch only the object that started it) and the
+ * done callbacks with it taken (ig_upstream_check_done).
  * Not here: building a request's transfer (proxy.c) or a probe (health.c);
  * those hand a `struct ig_xfer` with their completion callback. */
 #include "config.h"
@@ -23,10 +23,9 @@
 
 #include "infergate/log.h"
 #include "infergate/util.h"
-#include "rx.h"
 #include "upstream.h"
 
-static void check_done(struct ig_rx *rx)
+void ig_upstream_check_done(struct ig_rx *rx)
 {
 	CURLMsg *msg;
 	int left;
@@ -222,20 +221,14 @@ void ig_upstream_on_socket(struct ig_rx *rx, int fd, uint32_t events)
 		flags |= CURL_CSELECT_OUT;
 	if (events & EPOLLERR)
 		flags |= CURL_CSELECT_ERR;
-	int depth = ig_gw_release(rx->gw); /* curl's I/O runs beside the other reactors */
 	curl_multi_socket_action(rx->multi, fd, flags, &running);
-	ig_gw_reacquire(rx->gw, depth);
-	check_done(rx);
 }
 
 void ig_upstream_on_timer(struct ig_rx *rx)
 {
 	int running;
 	rx->curl_deadline_us = UINT64_MAX; /* the callback may set a new one */
-	int depth = ig_gw_release(rx->gw);
 	curl_multi_socket_action(rx->multi, CURL_SOCKET_TIMEOUT, 0, &running);
-	ig_gw_reacquire(rx->gw, depth);
-	check_done(rx);
 }
 
 #define EASY_FREE_MAX 1024

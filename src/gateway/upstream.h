@@ -22,9 +22,12 @@ struct ig_xfer {
 /* Returns 0, or -1 (logged). */
 int ig_upstream_init(struct ig_rx *rx);
 void ig_upstream_free(struct ig_rx *rx);
-/* The reactor's calls: a curl socket is ready / curl's timer expired. */
+/* The reactor's calls: a curl socket is ready / curl's timer expired
+ * (curl's action, made without the gateway's lock); then, with the lock,
+ * the transfers that ended call their done callbacks. */
 void ig_upstream_on_socket(struct ig_rx *rx, int fd, uint32_t events);
 void ig_upstream_on_timer(struct ig_rx *rx);
+void ig_upstream_check_done(struct ig_rx *rx);
 
 /* An easy handle from the free list (or a new one); and back (NULL is
  * fine). Saves an allocation and setup per request. */
