@@ -1577,10 +1577,11 @@ static void add_relayed_headers(struct ig_req *req, struct MHD_Response *r, cons
 	}
 }
 
-/* Counts the answer in the metrics and its key's usage, once: when its
- * last byte is handed to MHD (a whole body queued, a stream's end), so
- * that a client that has it and then reads /metrics (on any reactor)
- * finds it counted; else when the connection is done with it. */
+/* Counts the answer in the metrics and its key's usage, once: as soon as
+ * all of it is decided (a whole body queued; a stream queued whose
+ * backend is done, or done once queued), before its last bytes reach the
+ * client, so that a client that has it and then reads /metrics (on any
+ * reactor) finds it counted; else when the connection is done with it. */
 static void count_answer(struct ig_req *req)
 {
 	if (req->counted || !req->status_sent)
@@ -1617,14 +1618,9 @@ static ssize_t stream_out(void *cls, char *buf, size_t max)
 		}
 		return (ssize_t)n;
 	}
-	if (req->upstream_done) {
-		if (req->upstream_failed)
-			return MHD_CONTENT_READER_END_WITH_ERROR;
-		ig_gw_lock(req->gw); /* the metrics are shared (this reader takes no lock) */
-		count_answer(req);
-		ig_gw_unlock(req->gw);
-		return MHD_CONTENT_READER_END_OF_STREAM;
-	}
+	if (req->upstream_done)
+		return req->upstream_failed ? MHD_CONTENT_READER_END_WITH_ERROR
+					    : MHD_CONTENT_READER_END_OF_STREAM;
 	/* Nothing yet: suspend before returning 0, or MHD spins on us. */
 	suspend(req);
 	return 0;
@@ -1697,7 +1693,10 @@ static enum MHD_Result respond(struct ig_req *req)
 		MHD_add_response_header(r, "Cache-Control", "no-cache");
 		MHD_add_response_header(r, "X-Accel-Buffering", "no");
 		add_common_headers(req, r);
-		return queue(req, (unsigned)req->up_status, r, 0);
+		enum MHD_Result ret = queue(req, (unsigned)req->up_status, r, 0);
+		if (req->upstream_done)
+			count_answer(req);
+		return ret;
 	}
 	if (req->upstream_done) {
 		unwatch_client(req);
@@ -1852,6 +1851,8 @@ static void end_attempt(struct ig_req *req, enum ig_upstream_error e, const char
 	settle_tokens(req, e == IG_UPERR_NONE && req->up_status / 100 == 2 && !req->stream_error);
 	req->upstream_done = true;
 	req->phase = IG_REQ_FINISHED;
+	if (req->committed)
+		count_answer(req); /* a stream already queued: its end is decided */
 	resume(req);
 	ig_proxy_drain_queue(gw);
 }
