@@ -105,7 +105,7 @@ tsan() {
 	mkdir -p "$reports"
 	rc=0
 	for t in test_workers test_priority; do
-		TSAN_OPTIONS="log_path=$reports/tsan" IG_BUILDDIR=$dir IG_SRCDIR=$src \
+		TSAN_OPTIONS="log_path=$reports/tsan" IG_TEST_WORKERS=2 IG_BUILDDIR=$dir IG_SRCDIR=$src \
 			PYTHONPATH=$here/integration python3 "$here/integration/$t.py" >"$dir/$t.tap" 2>&1 || rc=1
 		grep -q '^not ok' "$dir/$t.tap" && rc=1
 	done

@@ -235,8 +235,8 @@ static const struct ig_flag keys[] = {
 	 .help = "on SIGTERM/SIGINT, how long in-flight requests may finish"},
 	{.name = "--workers", .key = "workers", .type = IG_FLAG_LONG, .off = OFF(workers), .min = 0,
 	 .max = IG_MAX_WORKERS, .def = "0", .metavar = "N",
-	 .help = "reactor threads, each with its own share of the client connections; 0: one per core, "
-		 "at most 4"},
+	 .help = "reactor threads, each with its own share of the client connections; 0: one per core "
+		 "but one, 1 to 4"},
 	{.name = "--max-connections", .key = "max_connections", .type = IG_FLAG_LONG, .off = OFF(max_connections),
 	 .min = 16, .max = 1000000, .def = "20000", .metavar = "N", .help = "client connections held at once"},
 	{.name = "--header-buffer-bytes", .key = "header_buffer_bytes", .type = IG_FLAG_LONG,

@@ -129,17 +129,20 @@ static void on_wake(struct ig_event *ev, uint32_t events IG_UNUSED)
 }
 
 /* The number of reactors: `workers`, or (0) one per core the process may
- * run on, at most IG_AUTO_WORKERS: every reactor holds the shared lock for
- * about a fifth of its time at full load (bench/scaling.py: 11-14 us of a
- * request's 55), so past four or five the lock, not the cores, is the
- * limit, and more threads would only contend for it. */
+ * run on but one, at least one and at most IG_AUTO_WORKERS. One core is
+ * left to the kernel's network stack and the processes beside the
+ * gateway: on two cores shared with its load, a second reactor gave
+ * 0.87-0.89x the req/s of one and 1.6x its p99 (bench/proxy.py). And every
+ * reactor holds the shared lock for about a fifth of its time at full
+ * load (bench/scaling.py: 11-14 us of a request's 55), so past four or
+ * five the lock, not the cores, is the limit. */
 #define IG_AUTO_WORKERS 4
 static size_t reactor_count(const struct ig_conf *cfg)
 {
 	long n = cfg->workers;
 	if (n <= 0) {
 		cpu_set_t set;
-		n = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+		n = (sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1) - 1;
 		if (n > IG_AUTO_WORKERS)
 			n = IG_AUTO_WORKERS;
 	}

@@ -142,8 +142,12 @@ def start_sims(n, *extra, **kw):
 
 
 def start_gateway(backends, *extra, port=None, config=None, **kw):
-    """Start infergate in front of the given backend URLs (or Proc objects)."""
+    """Start infergate in front of the given backend URLs (or Proc objects). With
+    IG_TEST_WORKERS set (etc/quickstart.sh sets 2), a gateway whose test names no --workers
+    runs that many reactors, whatever the machine's default."""
     urls = [b.url if hasattr(b, "url") else b for b in backends]
+    if os.environ.get("IG_TEST_WORKERS") and "--workers" not in extra:
+        extra = (*extra, "--workers", os.environ["IG_TEST_WORKERS"])
     for attempt in range(3):
         p_ = port or free_port()
         args = [binary("infergate"), "--listen", f"127.0.0.1:{p_}"]
