@@ -32,9 +32,9 @@ static inline void ig_gw_lock_give(struct ig_gw *gw)
 }
 
 /* Takes / lets go of the gateway's lock, nested: a callback that libcurl
- * or libmicrohttpd makes while our code holds it (curl_easy_pause calls
- * the write callback) takes it again without blocking. Nothing with one
- * reactor. */
+ * or libmicrohttpd makes while our code holds it (MHD_add_connection calls
+ * the connection callback) takes it again without blocking. Nothing with
+ * one reactor. */
 static inline void ig_gw_lock(struct ig_gw *gw)
 {
 	if (gw->threaded && ig_lock_depth++ == 0)
