@@ -333,7 +333,13 @@ static int is_hop_by_hop(const char *name, size_t n)
 	return 0;
 }
 
-static size_t header_in(char *buf, size_t size, size_t nitems, void *userdata)
+/* curl's callbacks (this and on_body) run while the gateway's lock is let
+ * go (reactor.c), and do not take it: a request whose transfer runs is its
+ * reactor's alone (another reactor touches a request only while it waits
+ * in the queue or is posted to its reactor), and what else they touch is
+ * the backend's atomics or their reactor's own state. What is shared
+ * (remember_response) takes the lock itself. */
+static size_t on_header(char *buf, size_t size, size_t nitems, void *userdata)
 {
 	struct ig_req *req = userdata;
 	size_t n = size * nitems;
@@ -659,7 +665,7 @@ static bool streaming_ok(const struct ig_req *req)
 	return req->stream && req->up_status >= 200 && req->up_status < 300;
 }
 
-static size_t body_in(char *ptr, size_t size, size_t nmemb, void *userdata)
+static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
 {
 	struct ig_req *req = userdata;
 	size_t n = size * nmemb;
@@ -696,22 +702,6 @@ static size_t body_in(char *ptr, size_t size, size_t nmemb, void *userdata)
 	}
 	resume(req);
 	return n;
-}
-
-/* curl's callbacks run while the gateway's lock is let go (upstream.c),
- * and do not take it: a request whose transfer runs is its reactor's
- * alone (another reactor touches a request only while it waits in the
- * queue or is posted to its reactor), and what else they touch is the
- * backend's atomics or their reactor's own state. What is shared
- * (remember_response) takes the lock itself. */
-static size_t on_header(char *buf, size_t size, size_t nitems, void *userdata)
-{
-	return header_in(buf, size, nitems, userdata);
-}
-
-static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
-{
-	return body_in(ptr, size, nmemb, userdata);
 }
 
 /* The body with "priority" first among its members, for a backend that
@@ -1594,7 +1584,10 @@ static void count_answer(struct ig_req *req)
 			   req->stream && req->t_first_byte_us ? (int64_t)(req->t_first_byte_us - req->t_start_us) : -1);
 }
 
-static ssize_t stream_out(void *cls, char *buf, size_t max)
+/* MHD's content reader, called while the lock is let go (server.c): the
+ * request is its reactor's alone once it streams, so no lock (see
+ * on_header). */
+static ssize_t read_stream(void *cls, uint64_t pos IG_UNUSED, char *buf, size_t max)
 {
 	struct ig_req *req = cls;
 	size_t n = ig_buf_pending(&req->resp);
@@ -1624,14 +1617,6 @@ static ssize_t stream_out(void *cls, char *buf, size_t max)
 	/* Nothing yet: suspend before returning 0, or MHD spins on us. */
 	suspend(req);
 	return 0;
-}
-
-/* MHD's content reader, called while the lock is let go (server.c): the
- * request is its reactor's alone once it streams, so no lock (see
- * on_header). */
-static ssize_t read_stream(void *cls, uint64_t pos IG_UNUSED, char *buf, size_t max)
-{
-	return stream_out(cls, buf, max);
 }
 
 /* Queues r; body_len counts bytes sent at once (a stream counts its own, as
