@@ -1,7 +1,7 @@
 /* What the reactors hand each other: a wake-up through the reactor's
  * eventfd (ev_wake, in its epoll set), and a call another reactor waits on
- * (the admin, Files and Batch APIs answered on reactor 0, where the
- * control plane's transfers live). Requests and sockets handed over are
+ * (the admin and Batch APIs answered on reactor 0, where the control
+ * plane's transfers live). Requests and sockets handed over are
  * lists in struct ig_rx, read by the loop (reactor.c) when it wakes. */
 #include "config.h"
 #include <errno.h>
@@ -43,8 +43,14 @@ void ig_rx_call(struct ig_rx *to, void (*fn)(void *arg), void *arg)
 	ig_list_append(&to->jobs, &j.link);
 	ig_rx_wake(to);
 	int depth = ig_lock_depth; /* >= 1: the caller holds the lock */
+	/* pthread_cond_wait lets go of the lock and takes it back: counted as
+	 * ig_gw_lock_give and ig_gw_lock_take count it, so the wait is not
+	 * held time */
+	gw->lock_held_ns += ig_now_ns() - gw->lock_since_ns;
 	while (!j.done)
 		pthread_cond_wait(&gw->job_done, &gw->lock);
+	gw->lock_taken++;
+	gw->lock_since_ns = ig_now_ns();
 	ig_lock_depth = depth;
 }
 
