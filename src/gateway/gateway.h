@@ -115,7 +115,6 @@ struct ig_stats {
 	struct ig_metrics_hist queue_wait[IG_NCLASSES]; /* time waited, per class */
 	struct ig_reqcount *counts;
 	size_t ncounts;
-	uint64_t requests;          /* proxied requests received */
 	uint64_t responses[6];      /* by status class 1xx..5xx, index status/100 */
 	uint64_t retries;
 	uint64_t client_aborts;
@@ -197,7 +196,8 @@ struct ig_rx {
 	struct ig_newfd *newfds;       /* accepted client sockets for its daemons */
 	size_t nnewfds, capnewfds;
 	uint64_t accepted;             /* client connections it was given, in total */
-	uint64_t requests;             /* proxied requests it received, in total */
+	uint64_t requests;             /* proxied requests it received, in total (all
+					* reactors' together: the gateway's count) */
 };
 
 struct ig_gw {

@@ -147,6 +147,15 @@ char *ig_metrics_capacity_json(struct ig_gw *gw)
 	return dump(json_pack("{s:o}", "models", models));
 }
 
+/* Proxied requests received: the reactors' counts together. */
+static uint64_t requests_received(const struct ig_gw *gw)
+{
+	uint64_t n = 0;
+	for (size_t i = 0; i < gw->nrx; i++)
+		n += gw->rx[i].requests;
+	return n;
+}
+
 char *ig_metrics_backends_json(struct ig_gw *gw)
 {
 	json_t *arr = json_array();
@@ -161,7 +170,7 @@ char *ig_metrics_backends_json(struct ig_gw *gw)
 	json_t *g = json_pack("{s:s, s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
 			      "version", PACKAGE_VERSION,
 			      "uptime_s", (double)(now - gw->started_ms) / 1000.0,
-			      "requests", (json_int_t)gw->stats.requests,
+			      "requests", (json_int_t)requests_received(gw),
 			      "inflight", (json_int_t)gw->nreqs,
 			      "queue_depth", (json_int_t)gw->qlen,
 			      "healthy_backends", (json_int_t)ig_backend_pool_healthy(&gw->pool),
@@ -510,7 +519,7 @@ char *ig_metrics_text(struct ig_gw *gw)
 		      "infergate_uptime_seconds %.3f\n", (double)(ig_now_ms() - gw->started_ms) / 1000.0);
 	ig_buf_printf(&b, "# HELP infergate_requests_received_total Proxied requests received.\n"
 		      "# TYPE infergate_requests_received_total counter\ninfergate_requests_received_total %lu\n",
-		      (unsigned long)s->requests);
+		      (unsigned long)requests_received(gw));
 	ig_buf_printf(&b, "# HELP infergate_requests_total Proxied requests answered, by route, status and backend "
 		      "(a 200 stream that carried an error event counts as the error's status).\n"
 		      "# TYPE infergate_requests_total counter\n");

@@ -85,7 +85,6 @@ struct ig_req *ig_proxy_req_new(struct ig_gw *gw, struct MHD_Connection *conn, i
 	ig_list_init(&req->post_link);
 	ig_list_append(&req->rx->reqs, &req->link);
 	gw->nreqs++;
-	gw->stats.requests++;
 	return req;
 }
 
