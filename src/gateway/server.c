@@ -293,6 +293,17 @@ static void admin_free(struct ig_call *call, enum MHD_RequestTerminationCode toe
 	free(ar);
 }
 
+/* The admin API's paths, and the Batch API's. */
+static bool admin_path(const char *url)
+{
+	return strncmp(url, "/admin/", 7) == 0 || strcmp(url, "/admin") == 0;
+}
+
+static bool batches_path(const char *url)
+{
+	return strcmp(url, "/v1/batches") == 0 || strncmp(url, "/v1/batches/", 12) == 0;
+}
+
 /* The second call: the request's path and method decide who answers. */
 static enum MHD_Result route(struct ig_call *call IG_UNUSED, struct ig_gw *gw, struct MHD_Connection *conn,
 			     const char *url, const char *method, const char *upload_data, size_t *upload_data_size,
@@ -304,7 +315,7 @@ static enum MHD_Result route(struct ig_call *call IG_UNUSED, struct ig_gw *gw, s
 	int route_idx = ig_routes_match(&gw->cfg->routes, url, &id, &idn);
 
 	*con_cls = NULL;
-	if (strncmp(url, "/admin/", 7) == 0 || strcmp(url, "/admin") == 0) {
+	if (admin_path(url)) {
 		if (!gw->admin_keys.enabled)
 			return defer(&admin_off, gw, conn, url, method, upload_data_size, con_cls);
 		bool disabled;
@@ -319,7 +330,7 @@ static enum MHD_Result route(struct ig_call *call IG_UNUSED, struct ig_gw *gw, s
 		*con_cls = &ar->call;
 		return admin_body(&ar->call, gw, conn, url, method, upload_data, upload_data_size, con_cls);
 	}
-	bool batches = strcmp(url, "/v1/batches") == 0 || strncmp(url, "/v1/batches/", 12) == 0;
+	bool batches = batches_path(url);
 	if (batches || strcmp(url, "/v1/files") == 0 || strncmp(url, "/v1/files/", 10) == 0) {
 		char owner[2 * IG_DIGEST_LEN + 1] = "";
 		if (!gw->files)
@@ -436,7 +447,7 @@ static void handle_at_home(void *arg)
  * reloads, a batch's transfers), which lives on reactor 0. */
 static bool at_home(const char *url)
 {
-	return strncmp(url, "/admin", 6) == 0 || strncmp(url, "/v1/batches", 11) == 0;
+	return admin_path(url) || batches_path(url);
 }
 
 static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const char *url,
