@@ -24,7 +24,7 @@ struct ig_backend *ig_backend_pool_add(struct ig_pool *pool, const char *url, lo
 	atomic_init(&b->state, IG_BACKEND_DOWN);
 	atomic_init(&b->admin, IG_ADMIN_ENABLED);
 	b->reported_load = b->reported_waiting = -1;
-	ig_backend_slots_reset(&b->learn);
+	ig_capacity_reset(&b->learn);
 	pool->v[pool->n++] = b;
 	return b;
 }

@@ -1,6 +1,8 @@
-/* A backend (one inference server) and the table of them. Counters that the
- * router reads are atomics so that several reactors could share the table;
- * health bookkeeping belongs to the reactor that probes. */
+/* A backend (one inference server) and the table of them. The table and
+ * every backend are under the gateway's lock; the counters that code
+ * running without it reads or writes (the relay's last_io_ms and
+ * least-tokens' out_tokens, /metrics) are atomics. Health bookkeeping
+ * belongs to reactor 0, which probes. */
 #ifndef IG_BACKEND_H
 #define IG_BACKEND_H
 
@@ -10,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "capacity.h"
 #include "conf.h"
 
 enum ig_backend_state {
@@ -24,25 +27,6 @@ enum ig_backend_admin {
 };
 
 struct ig_probe;
-
-/* What a backend's load reports taught about its capacity (router.h). */
-struct ig_slots {
-	long cur;   /* the limit now (0 = none learned) */
-	long peak;  /* the highest limit learned while it queued */
-	int calm;   /* reports in a row without a queue while we were at cur */
-	/* the previous report, to tell a stale one (ig_router_slots_report) */
-	long last_running, last_waiting; /* -1 none */
-	long last_ours;
-	unsigned long last_done;
-	unsigned long stale;             /* reports set aside as stale */
-	bool last_stale;                 /* the previous one was */
-};
-
-/* Nothing learned, no previous report (a new backend, or one that went down). */
-static inline void ig_backend_slots_reset(struct ig_slots *s)
-{
-	*s = (struct ig_slots){.last_running = -1, .last_waiting = -1};
-}
 
 struct ig_backend {
 	int id;                 /* stable for the process, never reused */
@@ -76,7 +60,7 @@ struct ig_backend {
 	atomic_long slots;         /* learned from load reports (learn.cur): the
 				    * requests it runs at once, 0 = not known; the
 				    * limit when max_inflight is not set */
-	struct ig_slots learn;     /* owned by the probing reactor (router.h) */
+	struct ig_slots learn;     /* owned by the probing reactor (capacity.h) */
 	/* health, owned by the probing reactor */
 	int consec_ok, consec_fail;
 	int seen_up;            /* ever been up: first success counts as `rise` */
@@ -103,7 +87,11 @@ struct ig_pool {
 	struct ig_backend **v;
 	size_t n, cap;
 	int next_id;
-	atomic_uint rotor;      /* rotating start for ties and round-robin */
+	/* Called when a backend goes down or leaves the table (health.c), so
+	 * that what the routing policy learned of it goes (dispatch.c sets it:
+	 * a call up through a hook, as xfer.done is). NULL: nothing. */
+	void (*on_gone)(void *arg, const struct ig_backend *b);
+	void *on_gone_arg;
 	struct ig_backend **gone; /* removed backends: requests may still hold
 				   * their address in `tried`, so they live on */
 	size_t ngone;
@@ -137,6 +125,12 @@ void ig_backend_pool_free(struct ig_pool *pool);
 struct ig_backend *ig_backend_pool_add(struct ig_pool *pool, const char *url, long weight, long max_inflight);
 /* Takes b out of the table (its slot count must be zero). */
 void ig_backend_pool_remove(struct ig_pool *pool, struct ig_backend *b);
+/* b went down or is leaving the table: the pool's hook is told. */
+static inline void ig_backend_pool_gone(const struct ig_pool *pool, const struct ig_backend *b)
+{
+	if (pool->on_gone)
+		pool->on_gone(pool->on_gone_arg, b);
+}
 struct ig_backend *ig_backend_pool_find_url(const struct ig_pool *pool, const char *url);
 struct ig_backend *ig_backend_pool_find_id(const struct ig_pool *pool, int id);
 /* Backends that can take requests: up and enabled. */

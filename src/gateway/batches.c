@@ -46,7 +46,7 @@
 #include "infergate/httpd.h"
 #include "infergate/log.h"
 #include "infergate/util.h"
-#include "router.h"
+#include "policy.h"
 #include "upstream.h"
 
 enum bstatus {
@@ -427,7 +427,7 @@ static int model_served(struct ig_gw *gw, const char *owner, const char *model)
 	if (!m || m->nbackends == 0)
 		return gw->sched.unknown_up > 0 ? -1 : 0;
 	if (gw->api_keys.enabled) {
-		const struct ig_key *k = ig_sched_key_find(&gw->sched, owner);
+		const struct ig_key *k = ig_clients_find(&gw->clients, owner);
 		if (k && k->ent && !ig_keyset_model_allowed(k->ent, name, served ? model : NULL))
 			return 0;
 	}
@@ -756,7 +756,7 @@ static int send_item(struct ig_batches *bs, struct item *it)
 /* The class a batch's requests go at: low, or its owner key's if higher. */
 static const char *class_of(struct ig_batches *bs, const struct batch *b)
 {
-	const struct ig_key *k = ig_sched_key_find(&bs->gw->sched, b->owner);
+	const struct ig_key *k = ig_clients_find(&bs->gw->clients, b->owner);
 	int c = k && k->klass >= 0 && k->klass < IG_CLASS_LOW ? k->klass : IG_CLASS_LOW;
 	return ig_conf_class_name(c);
 }
@@ -816,7 +816,7 @@ static long share_of(struct ig_batches *bs, const struct batch *b)
 		long slots = 0, users = 0;
 		for (size_t j = 0; m && j < m->nbackends; j++) {
 			const struct ig_backend *be = m->backends[j];
-			long lim = ig_backend_routable(be) ? ig_router_limit(be, true) : -1;
+			long lim = ig_backend_routable(be) ? ig_policy_limit(be, true) : -1;
 			if (lim == 0) /* not known: learning it from load reports, or never */
 				lim = be->reported_load >= 0 ? b->probe_slots : 64;
 			slots += lim > 0 ? lim : 0; /* -1: its slots are reserved for the other classes */

@@ -26,6 +26,12 @@
 #include "infergate/log.h"
 #include "infergate/util.h"
 #include "conf.h"
+#include "lb_list.h"
+
+/* --policy's words, from the policies' table. */
+#define LB_BAR(id, name, help) "|" name
+#define LB_SPACE(id, name, help) " " name
+#define LB_HELP(id, name, help) " " name " (" help ");"
 
 static const char *const class_names[IG_NCLASSES] = {"high", "normal", "low"};
 /* backends[].priority_field, by value (0: none) */
@@ -141,11 +147,12 @@ static const struct ig_flag keys[] = {
 	{.name = "--discover-interval-s", .key = "discover_interval_s", .type = IG_FLAG_LONG,
 	 .off = OFF(discover_interval_s), .min = 1, .max = 86400, .def = "10", .metavar = "N",
 	 .help = "how often discovered names are resolved again"},
-	{.name = "--policy", .key = "policy", .type = IG_FLAG_CHOICE, .off = OFF(policy), .def = "least-loaded",
-	 .metavar = "least-loaded|round-robin|random|power-of-two|least-tokens|cache-aware",
-	 .bad = "%s: unknown policy '%s' (least-loaded, round-robin, random, power-of-two, least-tokens, "
-		"cache-aware)",
-	 .help = "how a backend is chosen"},
+	/* The choices, the default (the first row) and the help come from the
+	 * policies' table (lb_list.h): a new policy needs no line here. */
+	{.name = "--policy", .key = "policy", .type = IG_FLAG_CHOICE, .off = OFF(policy), .def = IG_LB_DEFAULT,
+	 .metavar = IG_LB_LIST(LB_BAR) + 1,
+	 .bad = "%s: unknown policy '%s' (one of:" IG_LB_LIST(LB_SPACE) ")",
+	 .help = "how a backend is chosen:" IG_LB_LIST(LB_HELP)},
 	{.name = "--cache-threshold-percent", .key = "cache_aware.threshold_percent", .type = IG_FLAG_LONG,
 	 .off = OFF(cache_threshold_percent), .min = 1, .max = 100, .def = "50", .metavar = "N",
 	 .help = "cache-aware: a request goes to the backend sent its longest prefix when that covers N% of its "
@@ -305,13 +312,6 @@ static const struct ig_flags spec = {
 	.positional = "unexpected argument '%s' (flags start with --; see --help)",
 	.all_problems = true,
 };
-
-const char *ig_conf_policy_name(enum ig_policy p)
-{
-	static const char *names[] = {"least-loaded", "round-robin", "random", "power-of-two", "least-tokens",
-				      "cache-aware"};
-	return names[p];
-}
 
 char *ig_conf_normalise_url(const char *in, const char **why)
 {

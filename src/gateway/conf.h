@@ -10,17 +10,6 @@
 
 #include "routes.h"
 
-enum ig_policy {
-	IG_POLICY_LEAST_LOADED, /* fewest in flight relative to weight, rotating ties */
-	IG_POLICY_ROUND_ROBIN,  /* next healthy backend in turn */
-	IG_POLICY_RANDOM,       /* uniformly among eligible backends */
-	IG_POLICY_POWER_OF_TWO, /* two random candidates, the less loaded wins */
-	IG_POLICY_LEAST_TOKENS, /* the soonest expected finish: outstanding tokens
-				 * over measured speed and weight */
-	IG_POLICY_CACHE_AWARE,  /* the backend that was sent the longest prefix of
-				 * the prompt, unless it is overloaded */
-};
-
 struct ig_backend_conf {
 	char *url;          /* normalised: scheme://host[:port][/prefix], no trailing slash */
 	long weight;        /* relative capacity, 1..1000 */
@@ -69,7 +58,7 @@ struct ig_conf {
 	int listen_port;
 	struct ig_backend_conf *backends;
 	size_t n_backends;
-	int policy;                 /* enum ig_policy */
+	int policy;                 /* the routing policy: its row in lb_list.h */
 	char *health_path;
 	long health_interval_ms;
 	long health_timeout_ms;
@@ -139,7 +128,6 @@ int ig_conf_from_file(struct ig_conf *cfg, const char *path, char **err);
 void ig_conf_free(struct ig_conf *cfg);
 /* The effective configuration as JSON (malloc'd). */
 char *ig_conf_to_json(const struct ig_conf *cfg);
-const char *ig_conf_policy_name(enum ig_policy p);
 /* A backend URL in canonical form (scheme://host:port[/prefix]); malloc'd,
  * or NULL with *why set. */
 char *ig_conf_normalise_url(const char *in, const char **why);

@@ -29,11 +29,14 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 
+#include <jansson.h>
+
 #include "accesslog.h"
-#include "keyset.h"
 #include "backend.h"
+#include "clients.h"
 #include "conf.h"
 #include "infergate/list.h"
+#include "keyset.h"
 #include "scheduler.h"
 
 /* An event source of the reactor's epoll set: it carries its own handler
@@ -126,7 +129,6 @@ struct ig_stats {
 };
 
 struct ig_discovery;
-struct ig_affinity;
 struct ig_respstore;
 struct ig_files;
 struct ig_batches;
@@ -192,6 +194,8 @@ struct ig_rx {
 	uint64_t next_watch_scan_ms;
 	/* Handed over by other reactors (under the gateway's lock): */
 	struct ig_list posted;         /* requests to start or resume (proxy.c) */
+	/* Its own (upstream.c): */
+	struct ig_list unpause;        /* paused transfers to go on, before it next waits */
 	struct ig_list jobs;           /* calls another reactor waits on (ig_rx_call) */
 	struct ig_newfd *newfds;       /* accepted client sockets for its daemons */
 	size_t nnewfds, capnewfds;
@@ -230,10 +234,8 @@ struct ig_gw {
 	bool models_dirty;             /* a backend's models, state or presence changed:
 					* rebuild the per-model pools (scheduler.h) */
 	size_t nreqs;                  /* live proxied requests, all reactors */
-	struct ig_sched sched;         /* per-model pools and wait queues */
-	size_t qlen;                   /* requests waiting, all models */
-	uint64_t dispatched;            /* requests sent to a backend (first attempts) */
-	long class_inflight[IG_NCLASSES];
+	struct ig_sched sched;         /* per-model pools and wait queues, the policy */
+	struct ig_clients clients;     /* API keys' state: shares, limits, usage */
 	struct ig_stats stats;
 	uint64_t started_ms;
 	bool stopping;
@@ -243,10 +245,13 @@ struct ig_gw {
 	struct ig_keyset api_keys, admin_keys;
 	struct ig_accesslog alog;
 	struct ig_discovery *discovery;  /* NULL without discover entries */
-	struct ig_affinity *affinity;    /* cache-aware: prefixes sent to each backend */
 	struct ig_respstore *responses;  /* which backend holds each stored Responses API answer */
 	struct ig_files *files;          /* the Files API's store, NULL when data_dir is "" */
 	struct ig_batches *batches;      /* the Batch API's, the same */
+	/* What modules above metrics add to /health/backends (dispatch.c sets
+	 * them: the routing policy's view of each backend, and of the whole). */
+	void (*report_backend)(const struct ig_gw *gw, const struct ig_backend *b, json_t *entry);
+	void (*report_gateway)(const struct ig_gw *gw, json_t *obj);
 	int argc;                      /* to re-read the configuration on SIGHUP */
 	char **argv;
 };

@@ -7,20 +7,19 @@
  * never block a request. State changes are logged once per change.
  * A backend coming up or learning more slots sets gw->drain_pending: the
  * reactor then starts queued requests (proxy.c), which sits above us.
- * Not here: what the router does with the state (router.c). */
+ * Not here: what the routing policies do with the state (policy.c). */
 #include "config.h"
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "affinity.h"
 #include "health.h"
 #include "infergate/buf.h"
 #include "infergate/log.h"
 #include "infergate/util.h"
 #include "loadreport.h"
-#include "router.h"
+#include "capacity.h"
 #include "upstream.h"
 
 #define MODELS_REFRESH_MS 30000
@@ -172,10 +171,9 @@ static void set_state(struct ig_gw *gw, struct ig_backend *b, int state, const c
 			    gw->pool.n);
 		/* It may come back restarted with another capacity: learn anew;
 		 * and with an empty cache: cache-aware forgets what it sent. */
-		ig_backend_slots_reset(&b->learn);
+		ig_capacity_reset(&b->learn);
 		atomic_store(&b->slots, 0);
-		if (gw->affinity)
-			ig_affinity_forget(gw->affinity, b->id);
+		ig_backend_pool_gone(&gw->pool, b);
 	}
 }
 
@@ -251,7 +249,7 @@ static void store_models(struct ig_gw *gw, struct ig_backend *b, CURLcode result
 }
 
 /* A load report: the backend's load beyond ours, and the slot count it
- * shows, unless it is stale (see ig_router_slots_report). */
+ * shows, unless it is stale (see ig_capacity_report). */
 static void take_load(struct ig_gw *gw, struct ig_backend *b, long running, long waiting)
 {
 	long ours = atomic_load(&b->inflight);
@@ -260,13 +258,17 @@ static void take_load(struct ig_gw *gw, struct ig_backend *b, long running, long
 	long load = running < 0 ? -1 : running + waiting;
 	long cur = b->learn.cur;
 	bool stale;
-	long learned = ig_router_slots_report(&b->learn, running, waiting, ours, peak, done, &stale);
+	long learned = ig_capacity_report(&b->learn, running, waiting, ours, peak, done, &stale);
 
 	b->reported_load = load;
 	b->reported_waiting = waiting; /* -1 with running: ig_loadreport_parse gives both or neither */
-	/* The backend's count includes ours: only the rest is external. A
-	 * stale report's is not believed either. */
-	long ext = load - ours;
+	/* The backend's count includes ours: only the rest is external. The
+	 * report was taken at some moment since the previous one, when we may
+	 * have had up to `peak` there: the rest beyond that is surely not ours
+	 * (weighed against `ours`, a request of ours that ended just after the
+	 * report showed as another client's load, and moved session's
+	 * sessions on an idle fleet). A stale report's is not believed either. */
+	long ext = load - (peak > ours ? peak : ours);
 	atomic_store(&b->external_load, load >= 0 && ext > 0 && !stale ? ext : 0);
 	if (learned == cur)
 		return;
@@ -380,8 +382,7 @@ void ig_health_reap(struct ig_gw *gw)
 		if (atomic_load(&b->admin) != IG_ADMIN_REMOVING || atomic_load(&b->inflight) > 0)
 			continue;
 		ig_log_info("backend %s (id %d) removed", b->url, b->id);
-		if (gw->affinity)
-			ig_affinity_forget(gw->affinity, b->id);
+		ig_backend_pool_gone(&gw->pool, b);
 		ig_health_remove(gw, b);
 		ig_backend_pool_remove(&gw->pool, b);
 	}

@@ -2,7 +2,7 @@
  * how many wait in its queue, from the places SGLang and vLLM tell it.
  * The text is the backend's: any bytes must give a sane answer.
  * Not here: when reports are fetched (health.c) or what is learned from
- * them (router.c ig_router_slots_learn). */
+ * them (capacity.c). */
 #include "config.h"
 #include <ctype.h>
 #include <jansson.h>

@@ -9,10 +9,9 @@
 #include <time.h>
 
 #include "infergate/buf.h"
-#include "affinity.h"
 #include "batches.h"
 #include "metrics.h"
-#include "router.h"
+#include "policy.h"
 #include "infergate/util.h"
 
 static char *dump(json_t *j)
@@ -59,10 +58,6 @@ json_t *ig_metrics_backend_json(const struct ig_backend *b, uint64_t now)
 		json_object_set_new(o, "discovered_from", json_string(b->discover));
 	if (atomic_load(&b->slots) > 0)
 		json_object_set_new(o, "learned_slots", json_integer(atomic_load(&b->slots)));
-	/* least-tokens' view of it (kept with every policy) */
-	long sp = atomic_load(&b->speed_milli);
-	json_object_set_new(o, "speed_tokens_per_s", sp > 0 ? json_real((double)sp / 1000.0) : json_null());
-	json_object_set_new(o, "outstanding_tokens", json_integer(atomic_load(&b->out_tokens)));
 	json_object_set_new(o, "models", ig_backend_model_names(b));
 	json_object_set_new(o, "models_from", json_string(b->models_conf ? "config" : b->models ? "backend"
 							  : b->models_any ? "any" : "unknown"));
@@ -129,7 +124,7 @@ char *ig_metrics_capacity_json(struct ig_gw *gw)
 			if (!ig_backend_routable(b))
 				continue;
 			healthy++;
-			long all = ig_router_limit(b, false), low = ig_router_limit(b, true);
+			long all = ig_policy_limit(b, false), low = ig_policy_limit(b, true);
 			if (all == 0) {
 				unknown++;
 				learning += b->reported_load >= 0;
@@ -162,9 +157,8 @@ char *ig_metrics_backends_json(struct ig_gw *gw)
 	uint64_t now = ig_now_ms();
 	for (size_t i = 0; i < gw->pool.n; i++) {
 		json_t *o = ig_metrics_backend_json(gw->pool.v[i], now);
-		if (gw->cfg->policy == IG_POLICY_CACHE_AWARE) /* prefix blocks remembered for it */
-			json_object_set_new(o, "cache_blocks",
-					    json_integer((json_int_t)ig_affinity_blocks(gw->affinity, gw->pool.v[i]->id)));
+		if (gw->report_backend) /* the routing policy's view of it */
+			gw->report_backend(gw, gw->pool.v[i], o);
 		json_array_append_new(arr, o);
 	}
 	json_t *g = json_pack("{s:s, s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
@@ -172,7 +166,7 @@ char *ig_metrics_backends_json(struct ig_gw *gw)
 			      "uptime_s", (double)(now - gw->started_ms) / 1000.0,
 			      "requests", (json_int_t)requests_received(gw),
 			      "inflight", (json_int_t)gw->nreqs,
-			      "queue_depth", (json_int_t)gw->qlen,
+			      "queue_depth", (json_int_t)gw->sched.qlen,
 			      "healthy_backends", (json_int_t)ig_backend_pool_healthy(&gw->pool),
 			      "backends", (json_int_t)gw->pool.n,
 			      "prompt_tokens", (json_int_t)gw->stats.prompt_tokens,
@@ -181,16 +175,16 @@ char *ig_metrics_backends_json(struct ig_gw *gw)
 	for (int c = 0; c < IG_NCLASSES; c++)
 		json_object_set_new(classes, ig_conf_class_name(c),
 				    json_pack("{s:I, s:I, s:I}", "waiting", (json_int_t)ig_sched_waiting(&gw->sched, c), "inflight",
-					      (json_int_t)gw->class_inflight[c], "dispatched_after_wait",
+					      (json_int_t)gw->sched.class_inflight[c], "dispatched_after_wait",
 					      (json_int_t)gw->stats.queue_wait[c].n));
-	if (gw->cfg->policy == IG_POLICY_CACHE_AWARE)
-		json_object_set_new(g, "cache_aware_bytes", json_integer((json_int_t)ig_affinity_bytes(gw->affinity)));
+	if (gw->report_gateway)
+		gw->report_gateway(gw, g);
 	json_object_set_new(g, "scheduling", json_string(gw->cfg->scheduling ? "fifo" : "priority"));
 	json_object_set_new(g, "reactors", json_integer((json_int_t)gw->nrx));
 	json_object_set_new(g, "classes", classes);
 	json_t *keys = json_array();
-	for (size_t i = 0; i < gw->sched.nkeys; i++) {
-		const struct ig_key *k = gw->sched.keys[i];
+	for (size_t i = 0; i < gw->clients.nkeys; i++) {
+		const struct ig_key *k = gw->clients.keys[i];
 		/* Only keys in use: a keys file may name thousands (/admin/keys
 		 * lists them all). */
 		if (!k->refs && !k->completed)
@@ -398,7 +392,7 @@ static void per_class(struct ig_buf *b, struct ig_gw *gw)
 		      "# TYPE infergate_class_inflight gauge\n");
 	for (int c = 0; c < IG_NCLASSES; c++)
 		ig_buf_printf(b, "infergate_class_inflight{class=\"%s\"} %ld\n", ig_conf_class_name(c),
-			      gw->class_inflight[c]);
+			      gw->sched.class_inflight[c]);
 	const char *name = "infergate_queue_wait_seconds";
 	ig_buf_printf(b, "# HELP %s Time requests waited in a queue for a slot, per priority class.\n"
 		      "# TYPE %s histogram\n", name, name);
@@ -417,7 +411,7 @@ static void key_series(struct ig_buf *b, const char *name, const struct ig_key *
 /* Usage of the keys of the keys file that have been used. */
 static void per_key(struct ig_buf *b, struct ig_gw *gw)
 {
-	const struct ig_sched *s = &gw->sched;
+	const struct ig_clients *s = &gw->clients;
 	char more[64];
 	ig_buf_printf(b, "# HELP infergate_key_requests_total Requests answered, by API key (its name in the keys "
 		      "file) and status.\n# TYPE infergate_key_requests_total counter\n");
@@ -450,14 +444,13 @@ static void per_key(struct ig_buf *b, struct ig_gw *gw)
 
 json_t *ig_metrics_keys_json(struct ig_gw *gw)
 {
-	struct ig_sched *s = &gw->sched;
 	json_t *arr = json_array();
 	uint64_t now = ig_now_ms();
 	for (size_t i = 0; i < gw->api_keys.n; i++) {
 		const struct ig_keyent *e = &gw->api_keys.v[i];
 		char hex[2 * IG_DIGEST_LEN + 1];
 		ig_keyset_hex(e->digest, hex);
-		struct ig_key *k = ig_sched_key_find(s, hex); /* configured: present */
+		struct ig_key *k = ig_clients_find(&gw->clients, hex); /* configured: present */
 		if (!k)
 			continue;
 		json_t *models = json_null(), *status = json_object();
@@ -567,7 +560,7 @@ char *ig_metrics_text(struct ig_gw *gw)
 		      "# TYPE infergate_client_aborts_total counter\ninfergate_client_aborts_total %lu\n",
 		      (unsigned long)s->client_aborts);
 	ig_buf_printf(&b, "# HELP infergate_queue_depth Requests waiting for a backend slot.\n"
-		      "# TYPE infergate_queue_depth gauge\ninfergate_queue_depth %zu\n", gw->qlen);
+		      "# TYPE infergate_queue_depth gauge\ninfergate_queue_depth %zu\n", gw->sched.qlen);
 	ig_buf_printf(&b, "# HELP infergate_queue_rejected_total Requests refused with 429 (queue full).\n"
 		      "# TYPE infergate_queue_rejected_total counter\ninfergate_queue_rejected_total %lu\n",
 		      (unsigned long)s->queue_rejected);

@@ -42,14 +42,14 @@
 #include "metrics.h"
 #include "notify.h"
 #include "proxy.h"
-#include "affinity.h"
+#include "dispatch.h"
 #include "batches.h"
 #include "files.h"
 #include "reactor.h"
 #include "respstore.h"
 #include "reload.h"
 #include "rx.h"
-#include "router.h"
+#include "policy.h"
 #include "server.h"
 #include "upstream.h"
 
@@ -191,6 +191,7 @@ int ig_reactor_init(struct ig_gw *gw, struct ig_conf *cfg)
 		ig_list_init(&rx->to_watch);
 		ig_list_init(&rx->posted);
 		ig_list_init(&rx->jobs);
+		ig_list_init(&rx->unpause);
 	}
 	ig_rx_self = &gw->rx[0];
 	/* Held for short stretches by every reactor: spin a little before
@@ -204,6 +205,7 @@ int ig_reactor_init(struct ig_gw *gw, struct ig_conf *cfg)
 	pthread_cond_init(&gw->job_done, NULL);
 	char *err = NULL;
 	ig_sched_init(&gw->sched);
+	ig_clients_init(&gw->clients);
 	if (ig_reload_files(gw, cfg, &err) < 0) {
 		for (char *line = strtok(err, "\n"); line; line = strtok(NULL, "\n"))
 			ig_log_error("%s", line);
@@ -215,7 +217,7 @@ int ig_reactor_init(struct ig_gw *gw, struct ig_conf *cfg)
 	unsigned conn_limit = (unsigned)(cfg->max_connections < fds - 64 ? cfg->max_connections : fds - 64);
 	signal(SIGPIPE, SIG_IGN);
 
-	if (ig_backend_pool_init(&gw->pool, cfg) < 0 || !(gw->affinity = ig_affinity_new((size_t)cfg->cache_max_blocks)))
+	if (ig_backend_pool_init(&gw->pool, cfg) < 0)
 		return -1;
 	if (*cfg->data_dir) {
 		char *dir = ig_strdupf("%s/files", cfg->data_dir);
@@ -226,6 +228,11 @@ int ig_reactor_init(struct ig_gw *gw, struct ig_conf *cfg)
 			free(err);
 			return -1;
 		}
+	}
+	if (ig_dispatch_init(gw, &err) < 0) {
+		ig_log_error("%s", err);
+		free(err);
+		return -1;
 	}
 	if (ig_sched_rebuild(&gw->sched, &gw->pool) < 0)
 		return -1;
@@ -341,7 +348,7 @@ static void deferred(struct ig_rx *rx)
 		ig_proxy_tick_rx(rx, now);
 		if (rx == ig_gw_home(gw)) {
 			ig_health_tick(gw, now);
-			ig_proxy_tick(gw, now); /* drains the queue too */
+			ig_dispatch_expire(gw, now); /* drains the queue too */
 			ig_batches_tick(gw->batches, now);
 			ig_health_reap(gw);
 			gw->drain_pending = gw->models_dirty;
@@ -356,7 +363,7 @@ static void deferred(struct ig_rx *rx)
 	}
 	if (gw->drain_pending) {
 		gw->drain_pending = false;
-		ig_proxy_drain_queue(gw);
+		ig_dispatch_drain(gw);
 	}
 }
 
@@ -375,6 +382,13 @@ static void rx_loop(struct ig_rx *rx)
 
 	for (;;) {
 		int timeout = -1;
+		if (!ig_list_empty(&rx->unpause)) {
+			/* streams their clients drained (relay.h): curl may run the
+			 * write callback at once, so not under the lock */
+			int depth = ig_gw_release(gw);
+			ig_upstream_run_unpauses(rx);
+			ig_gw_reacquire(gw, depth);
+		}
 		if (ig_server_busy(rx) || (gw->threaded && rx_pending(rx)))
 			timeout = 0;
 		if (timeout != 0 && rx->curl_deadline_us != UINT64_MAX) {
@@ -445,7 +459,7 @@ static void *rx_thread(void *arg)
 int ig_reactor_run(struct ig_gw *gw)
 {
 	ig_log_info("listening on %s, %zu backends, policy %s, %zu reactor%s", gw->cfg->listen, gw->pool.n,
-		    ig_conf_policy_name(gw->cfg->policy), gw->nrx, gw->nrx == 1 ? "" : "s");
+		    ig_policy_name(gw->cfg->policy), gw->nrx, gw->nrx == 1 ? "" : "s");
 	gw->threaded = gw->nrx > 1;
 	gw->nrunning = gw->nrx;
 	ig_gw_lock(gw);
@@ -497,8 +511,8 @@ void ig_reactor_free(struct ig_gw *gw)
 		rx->epfd = rx->ev_tick.fd = rx->ev_wake.fd = -1;
 	}
 	ig_sched_free(&gw->sched);
-	ig_affinity_free(gw->affinity);
-	gw->affinity = NULL;
+	ig_dispatch_free(gw);
+	ig_clients_free(&gw->clients);
 	ig_respstore_free(gw->responses);
 	ig_files_free(gw->files);
 	gw->files = NULL;

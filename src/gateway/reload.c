@@ -7,13 +7,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "affinity.h"
+#include "dispatch.h"
 #include "discover.h"
 #include "health.h"
 #include "infergate/log.h"
 #include "infergate/util.h"
 #include "reload.h"
-#include "router.h"
+#include "policy.h"
 
 /* Loads the key files cfg names and checks them against it; every
  * problem of both files is listed. Returns 0, or -1 with *err (both sets
@@ -67,7 +67,8 @@ int ig_reload_files(struct ig_gw *gw, const struct ig_conf *cfg, char **err)
 	ig_keyset_free(&gw->admin_keys);
 	gw->api_keys = api;
 	gw->admin_keys = admin;
-	if (ig_sched_configure(&gw->sched, cfg, &gw->api_keys, ig_now_ms()) < 0)
+	ig_sched_configure(&gw->sched, cfg);
+	if (ig_clients_configure(&gw->clients, cfg, &gw->api_keys, ig_now_ms()) < 0)
 		ig_log_error("out of memory applying the keys' settings");
 	if (new_log) {
 		ig_accesslog_close(&gw->alog);
@@ -163,14 +164,11 @@ int ig_reload(struct ig_gw *gw)
 	ig_routes_move(&nc.routes, &gw->cfg->routes); /* requests and metrics hold their indexes */
 	struct ig_conf old = *gw->cfg;
 	*gw->cfg = nc;
-	if (old.cache_max_blocks != nc.cache_max_blocks) {
-		/* A new size: the records start empty (they are a guess anyway). */
-		struct ig_affinity *a = ig_affinity_new((size_t)nc.cache_max_blocks);
-		if (a) {
-			ig_affinity_free(gw->affinity);
-			gw->affinity = a;
-		}
-	}
+	/* The policy named now, or the same one's new settings (a new
+	 * cache-aware size starts its records empty: they are a guess anyway). */
+	if (ig_dispatch_configure(gw) < 0)
+		ig_log_error("reload: out of memory for policy %s; the previous one kept",
+			     ig_policy_name(gw->cfg->policy));
 	ig_conf_free(&old);
 	/* Discovery restarts with the new names and interval. */
 	ig_discover_stop(gw);
@@ -178,7 +176,7 @@ int ig_reload(struct ig_gw *gw)
 		ig_log_error("reload: DNS discovery could not restart");
 	ig_log_set_level((enum ig_log_level)gw->cfg->log_level);
 	ig_log_info("reload: configuration from %s applied (%d backends added, %d removed, policy %s)",
-		    gw->cfg->config_path, added, removed, ig_conf_policy_name(gw->cfg->policy));
+		    gw->cfg->config_path, added, removed, ig_policy_name(gw->cfg->policy));
 	ig_health_reap(gw);
 	gw->models_dirty = true; /* aliases may have changed too */
 	gw->drain_pending = true;

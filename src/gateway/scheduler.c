@@ -1,8 +1,8 @@
 /* Per-model pools and queues (scheduler.h). An entry's pool is recomputed from
  * the backend table on every change to it, not at each request, so routing
  * a request costs one lookup of its model's name.
- * Not here: what a waiting request does (proxy.c) or which backend of a
- * pool is picked (router.c). */
+ * Not here: when a request is queued, started or refused (dispatch.c), or
+ * which backend of a pool is picked (policy.c). */
 #include "config.h"
 #include <stdlib.h>
 #include <stdio.h>
@@ -18,212 +18,59 @@ void ig_sched_init(struct ig_sched *s)
 	s->low_every = 20;
 }
 
-/* ---- keys ---- */
-
-/* FNV-1a: the ids are hex digests (already uniform) or short test names. */
-static size_t key_hash(const char *id)
-{
-	uint64_t h = 1469598103934665603ull;
-	for (; *id; id++)
-		h = (h ^ (unsigned char)*id) * 1099511628211ull;
-	return (size_t)h;
-}
-
-struct ig_key *ig_sched_key_find(const struct ig_sched *s, const char *digest)
-{
-	if (!s->ktabcap)
-		return NULL;
-	for (struct ig_key *k = s->ktab[key_hash(digest) & (s->ktabcap - 1)]; k; k = k->hnext)
-		if (strcmp(k->digest, digest) == 0)
-			return k;
-	return NULL;
-}
-
-/* Room for one more key in the table. Returns 0 or -1. */
-static int ktab_grow(struct ig_sched *s)
-{
-	if (s->nkeys + 1 <= s->ktabcap)
-		return 0;
-	size_t cap = s->ktabcap ? s->ktabcap * 2 : 64;
-	struct ig_key **t = calloc(cap, sizeof(*t));
-	if (!t)
-		return -1;
-	for (size_t i = 0; i < s->nkeys; i++) {
-		struct ig_key *k = s->keys[i];
-		size_t h = key_hash(k->digest) & (cap - 1);
-		k->hnext = t[h];
-		t[h] = k;
-	}
-	free(s->ktab);
-	s->ktab = t;
-	s->ktabcap = cap;
-	return 0;
-}
-
-struct ig_key *ig_sched_key(struct ig_sched *s, const char *digest)
-{
-	struct ig_key *k = ig_sched_key_find(s, digest);
-	if (k)
-		return k;
-	struct ig_key **v = ig_grow(s->keys, &s->capkeys, s->nkeys, sizeof(*v), 64);
-	if (!v)
-		return NULL;
-	s->keys = v;
-	if (ktab_grow(s) < 0 || !(k = calloc(1, sizeof(*k))))
-		return NULL;
-	snprintf(k->digest, sizeof(k->digest), "%s", digest);
-	k->weight = 1;
-	k->klass = -1;
-	size_t h = key_hash(digest) & (s->ktabcap - 1);
-	k->hnext = s->ktab[h];
-	s->ktab[h] = k;
-	k->at = s->nkeys;
-	s->keys[s->nkeys++] = k;
-	return k;
-}
-
-static void key_drop_unused(struct ig_sched *s, struct ig_key *k)
-{
-	/* The anonymous key ("") stays: most requests have no key, and its
-	 * counters are what /health/backends shows for them. */
-	if (k->refs > 0 || k->configured || !k->digest[0])
-		return;
-	struct ig_key **pp = &s->ktab[key_hash(k->digest) & (s->ktabcap - 1)];
-	while (*pp != k)
-		pp = &(*pp)->hnext;
-	*pp = k->hnext;
-	s->keys[k->at] = s->keys[--s->nkeys];
-	s->keys[k->at]->at = k->at;
-	free(k->status);
-	free(k);
-}
-
-void ig_sched_key_release(struct ig_sched *s, struct ig_key *k)
-{
-	k->refs--;
-	key_drop_unused(s, k);
-}
-
-static void unconfigure(struct ig_sched *s, bool drop)
-{
-	for (size_t i = s->nkeys; i-- > 0;) {
-		struct ig_key *k = s->keys[i];
-		k->configured = false;
-		k->ent = NULL;
-		k->weight = 1;
-		k->max_inflight = 0;
-		k->klass = -1;
-		if (drop)
-			key_drop_unused(s, k);
-	}
-}
-
-void ig_sched_keys_unconfigure(struct ig_sched *s)
-{
-	unconfigure(s, true);
-}
-
-void ig_sched_key_count(struct ig_key *k, unsigned status)
-{
-	for (size_t i = 0; i < k->nstatus; i++) {
-		if (k->status[i].status == status) {
-			k->status[i].n++;
-			return;
-		}
-	}
-	struct ig_statcount *v = ig_grow(k->status, &k->capstatus, k->nstatus, sizeof(*v), 4);
-	if (!v)
-		return;
-	k->status = v;
-	k->status[k->nstatus++] = (struct ig_statcount){status, 1};
-}
-
-int ig_sched_configure(struct ig_sched *s, const struct ig_conf *cfg, const struct ig_keyset *ks, uint64_t now_ms)
+void ig_sched_configure(struct ig_sched *s, const struct ig_conf *cfg)
 {
 	s->low_every = (unsigned)((100 + cfg->low_share_percent / 2) / cfg->low_share_percent);
-	/* Keys are dropped only at the end: one still configured keeps its
-	 * buckets' levels and its usage. */
-	unconfigure(s, false);
-	for (size_t i = 0; ks && i < ks->n; i++) {
-		const struct ig_keyent *e = &ks->v[i];
-		char hex[2 * IG_DIGEST_LEN + 1];
-		ig_keyset_hex(e->digest, hex);
-		struct ig_key *k = ig_sched_key(s, hex);
-		if (!k)
-			return -1;
-		k->configured = true;
-		k->ent = e;
-		k->weight = e->weight;
-		k->max_inflight = e->max_inflight;
-		k->klass = e->priority;
-	}
-	for (size_t i = 0; i < cfg->n_keys; i++) {
-		struct ig_key *k = ig_sched_key(s, cfg->keys[i].digest);
-		if (!k)
-			return -1;
-		k->configured = true;
-		k->weight = cfg->keys[i].weight;
-		k->max_inflight = cfg->keys[i].max_inflight;
-		k->klass = cfg->keys[i].priority;
-	}
-	for (size_t i = s->nkeys; i-- > 0;) {
-		struct ig_key *k = s->keys[i];
-		ig_bucket_set(&k->rpm, k->ent ? k->ent->rpm : 0, now_ms);
-		ig_bucket_set(&k->tpm, k->ent ? k->ent->tpm : 0, now_ms);
-	}
-	for (size_t i = s->nkeys; i-- > 0;)
-		key_drop_unused(s, s->keys[i]);
-	return 0;
 }
 
 /* ---- queues ---- */
 
 /* Adds w to its key's FIFO in its class, at the end or (front) the head;
  * a flow made for it starts with tag. Returns 0 or -1. */
-static int put(struct ig_model *m, struct ig_waiter *w, bool front, double tag)
+static int put(struct ig_model *m, struct ig_sched_entry *e, bool front, double tag)
 {
-	struct ig_class_queue *q = &m->q[w->klass];
+	struct ig_class_queue *q = &m->q[e->klass];
 	struct ig_flow *f;
 	IG_LIST_FOREACH(f, &q->flows, struct ig_flow, link)
-		if (f->key == w->key)
+		if (f->key == e->key)
 			goto found;
 	if (!(f = calloc(1, sizeof(*f))))
 		return -1;
-	f->key = w->key;
+	f->key = e->key;
 	f->tag = tag;
 	ig_list_init(&f->queue);
 	ig_list_append(&q->flows, &f->link);
 found:
 	if (front)
-		ig_list_insert(&f->queue, &w->link);
+		ig_list_insert(&f->queue, &e->link);
 	else
-		ig_list_append(&f->queue, &w->link);
+		ig_list_append(&f->queue, &e->link);
 	f->qlen++;
-	w->flow = f;
+	e->flow = f;
 	q->qlen++;
 	m->qlen++;
 	return 0;
 }
 
-int ig_sched_enqueue(struct ig_sched *s IG_UNUSED, struct ig_model *m, struct ig_waiter *w)
+int ig_sched_enqueue(struct ig_sched *s IG_UNUSED, struct ig_model *m, struct ig_sched_entry *e)
 {
-	return put(m, w, false, m->q[w->klass].vtime); /* a newly busy key starts level with the others */
+	return put(m, e, false, m->q[e->klass].vtime); /* a newly busy key starts level with the others */
 }
 
-int ig_sched_requeue_front(struct ig_sched *s IG_UNUSED, struct ig_model *m, struct ig_waiter *w, double tag)
+int ig_sched_requeue_front(struct ig_sched *s IG_UNUSED, struct ig_model *m, struct ig_sched_entry *e, double tag)
 {
-	return put(m, w, true, tag);
+	return put(m, e, true, tag);
 }
 
-void ig_sched_dequeue(struct ig_sched *s IG_UNUSED, struct ig_model *m, struct ig_waiter *w)
+void ig_sched_dequeue(struct ig_sched *s IG_UNUSED, struct ig_model *m, struct ig_sched_entry *e)
 {
-	struct ig_flow *f = w->flow;
+	struct ig_flow *f = e->flow;
 	if (!f)
 		return;
-	ig_list_del(&w->link);
-	w->flow = NULL;
+	ig_list_del(&e->link);
+	e->flow = NULL;
 	f->qlen--;
-	m->q[w->klass].qlen--;
+	m->q[e->klass].qlen--;
 	m->qlen--;
 	if (f->qlen == 0) {
 		ig_list_del(&f->link);
@@ -237,7 +84,7 @@ static struct ig_flow *next_flow(struct ig_class_queue *q)
 {
 	struct ig_flow *f, *best = NULL;
 	IG_LIST_FOREACH(f, &q->flows, struct ig_flow, link) {
-		if (ig_sched_key_capped(f->key))
+		if (ig_key_capped(f->key))
 			continue;
 		if (!best || f->tag < best->tag)
 			best = f;
@@ -245,7 +92,7 @@ static struct ig_flow *next_flow(struct ig_class_queue *q)
 	return best;
 }
 
-struct ig_waiter *ig_sched_next(struct ig_sched *s, struct ig_model *m)
+struct ig_sched_entry *ig_sched_next(struct ig_sched *s, struct ig_model *m)
 {
 	struct ig_flow *hi = NULL, *low = next_flow(&m->q[IG_CLASS_LOW]);
 	for (int c = IG_CLASS_HIGH; c < IG_CLASS_LOW && !hi; c++)
@@ -254,38 +101,38 @@ struct ig_waiter *ig_sched_next(struct ig_sched *s, struct ig_model *m)
 	/* low's guaranteed turn: one dispatch in low_every while it waits. */
 	if (low && (!hi || m->since_low + 1 >= s->low_every))
 		f = low;
-	return f ? IG_LIST_FIRST(&f->queue, struct ig_waiter, link) : NULL;
+	return f ? IG_LIST_FIRST(&f->queue, struct ig_sched_entry, link) : NULL;
 }
 
-void ig_sched_dispatch(struct ig_sched *s, struct ig_model *m, struct ig_waiter *w)
+void ig_sched_dispatch(struct ig_sched *s, struct ig_model *m, struct ig_sched_entry *e)
 {
-	struct ig_flow *f = w->flow;
-	struct ig_class_queue *q = &m->q[w->klass];
-	bool low_waits = m->q[IG_CLASS_LOW].qlen > (w->klass == IG_CLASS_LOW);
+	struct ig_flow *f = e->flow;
+	struct ig_class_queue *q = &m->q[e->klass];
+	bool low_waits = m->q[IG_CLASS_LOW].qlen > (e->klass == IG_CLASS_LOW);
 
 	q->vtime = f->tag;
-	f->tag += 1.0 / (double)(w->key->weight > 0 ? w->key->weight : 1);
-	if (w->klass == IG_CLASS_LOW)
+	f->tag += 1.0 / (double)(e->key->weight > 0 ? e->key->weight : 1);
+	if (e->klass == IG_CLASS_LOW)
 		m->since_low = 0;
 	else if (low_waits)
 		m->since_low++;
-	w->key->completed++;
-	ig_sched_dequeue(s, m, w);
+	e->key->completed++;
+	ig_sched_dequeue(s, m, e);
 }
 
 void ig_sched_expire(struct ig_sched *s IG_UNUSED, struct ig_model *m, uint64_t now_ms,
-		     void (*fn)(struct ig_waiter *w, void *arg), void *arg)
+		     void (*fn)(struct ig_sched_entry *e, void *arg), void *arg)
 {
 	for (int c = 0; c < IG_NCLASSES; c++) {
 		struct ig_flow *f, *next;
 		IG_LIST_FOREACH_SAFE(f, next, &m->q[c].flows, struct ig_flow, link) {
-			struct ig_waiter *w;
+			struct ig_sched_entry *e;
 			/* fn frees f with its last waiter: stop at that one. */
 			for (size_t left = f->qlen; left > 0; left--) {
-				w = IG_LIST_FIRST(&f->queue, struct ig_waiter, link);
-				if (w->deadline_ms > now_ms)
+				e = IG_LIST_FIRST(&f->queue, struct ig_sched_entry, link);
+				if (e->deadline_ms > now_ms)
 					break;
-				fn(w, arg);
+				fn(e, arg);
 			}
 		}
 	}
@@ -303,12 +150,6 @@ void ig_sched_free(struct ig_sched *s)
 	for (size_t i = 0; i < s->n; i++)
 		model_free(s->v[i]);
 	free(s->v);
-	for (size_t i = 0; i < s->nkeys; i++) {
-		free(s->keys[i]->status);
-		free(s->keys[i]);
-	}
-	free(s->keys);
-	free(s->ktab);
 	memset(s, 0, sizeof(*s));
 }
 

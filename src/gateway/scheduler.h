@@ -9,66 +9,28 @@
  * one dispatch in every low_every while it waits (never starved); within a
  * class, fair shares between API keys by start-time fair queueing weighted
  * by each key's weight; FIFO within a key. A key at its max_inflight is
- * passed over (its requests wait). The queues hold struct ig_waiter, which
- * a request (proxy.c) embeds; this module never looks past it. */
+ * passed over (its requests wait). The queues hold struct ig_sched_entry,
+ * which dispatch.c's waiter embeds; this module never looks past it.
+ * Only dispatch.c calls the queue functions and writes the counters at the
+ * end of struct ig_sched; everything here is under the gateway's lock. */
 #ifndef IG_SCHEDULER_H
 #define IG_SCHEDULER_H
 
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "backend.h"
-#include "keyset.h"
-#include "ratelimit.h"
+#include "clients.h"
 #include "infergate/list.h"
 
-/* Requests of one key that ended with one status. */
-struct ig_statcount {
-	unsigned status;
-	uint64_t n;
-};
-
-/* A client identity that shares, limits and usage are kept for: the hex
- * SHA-256 of its bearer token ("" without one), with what the keys file
- * and the configuration say of it. Keys in the keys file (or in
- * api_key_settings) live as long as they are configured; others only while
- * a request holds them. */
-struct ig_key {
-	char digest[65];
-	const struct ig_keyent *ent; /* its keys-file entry (name, models, limits),
-				      * NULL when not in the file */
-	long weight;                 /* share within a class, 1.. */
-	long max_inflight;           /* 0 = no cap */
-	int klass;                   /* its default class, -1 none */
-	long inflight;               /* its requests on a backend now */
-	size_t refs;                 /* requests that hold it */
-	bool configured;             /* named in the configuration: kept */
-	uint64_t completed;          /* requests that left the queue for a backend */
-	struct ig_bucket rpm, tpm;   /* its rate limits (limit 0: none) */
-	/* Usage, for /metrics and /admin/keys (keys in the file only). */
-	struct ig_statcount *status; /* requests by the status they ended with */
-	size_t nstatus, capstatus;
-	uint64_t prompt_tokens, completion_tokens;
-	uint64_t limited_requests;   /* 429: its rpm */
-	uint64_t limited_tokens;     /* 429: its tpm */
-	struct ig_key *hnext;        /* hash chain (ig_sched's keys by digest) */
-	size_t at;                   /* its index in ig_sched.keys */
-};
-
-/* A key at its max_inflight: its requests wait for one of its own to end. */
-static inline bool ig_sched_key_capped(const struct ig_key *k)
-{
-	return k->max_inflight > 0 && k->inflight >= k->max_inflight;
-}
-
 struct ig_flow;
+struct ig_policy;
 
-/* What a request embeds: its class and key, and its place while it waits. */
-struct ig_waiter {
+/* A request's place in the queues: its class and key, and where it waits. */
+struct ig_sched_entry {
 	int klass;                   /* enum ig_class, for the request's whole life */
-	struct ig_key *key;          /* the same */
+	struct ig_key *key;          /* whose share it counts against (held) */
 	struct ig_list link;         /* in its flow's FIFO, while waiting */
 	struct ig_flow *flow;        /* NULL when not waiting */
 	uint64_t deadline_ms;
@@ -77,7 +39,7 @@ struct ig_waiter {
 /* One key's waiting requests in one class of one model. */
 struct ig_flow {
 	struct ig_list link;         /* in the class's list of flows */
-	struct ig_list queue;        /* FIFO of struct ig_waiter */
+	struct ig_list queue;        /* FIFO of struct ig_sched_entry */
 	size_t qlen;
 	struct ig_key *key;
 	double tag;                  /* virtual start time of its next request */
@@ -94,7 +56,7 @@ struct ig_model {
 	struct ig_backend **backends; /* those that serve it, up or not */
 	size_t nbackends;
 	bool named;                  /* one of them names it (not only takes any model) */
-	atomic_uint rotor;           /* the router's rotating start among them */
+	unsigned rotor;              /* the policies' rotating start among them */
 	struct ig_class_queue q[IG_NCLASSES];
 	size_t qlen;                 /* waiting, all classes */
 	unsigned since_low;          /* higher-class dispatches while low waited */
@@ -108,10 +70,6 @@ struct ig_model {
 
 struct ig_sched {
 	unsigned low_every;          /* low's guaranteed turn: 1 dispatch in this many */
-	struct ig_key **keys;        /* every key known now */
-	size_t nkeys, capkeys;
-	struct ig_key **ktab;        /* the same by digest: chained, a power of two */
-	size_t ktabcap;
 	struct ig_model **v;         /* served models first seen first; entries
 				      * for names no backend serves are made only
 				      * while some backend's list is unknown */
@@ -121,14 +79,17 @@ struct ig_sched {
 				      * are up or not probed yet: requests for a
 				      * model no one else serves wait for their lists */
 	size_t unknown_down;         /* down ones (probed): such requests get 503 */
+	/* dispatch.c's: the routing policy and its state, and the counts */
+	const struct ig_policy *policy;
+	void *policy_state;
+	size_t qlen;                 /* requests waiting, all models */
+	uint64_t dispatched;         /* requests sent to a backend (first attempts) */
+	long class_inflight[IG_NCLASSES];
 };
 
 void ig_sched_init(struct ig_sched *s);
-/* Takes low's share and the keys' settings from the configuration and the
- * keys file (at start and on reload; keys no longer named lose their
- * settings, buckets of keys kept keep their level). Returns 0 or -1 (out
- * of memory). */
-int ig_sched_configure(struct ig_sched *s, const struct ig_conf *cfg, const struct ig_keyset *ks, uint64_t now_ms);
+/* Takes low's share from the configuration (at start and on reload). */
+void ig_sched_configure(struct ig_sched *s, const struct ig_conf *cfg);
 void ig_sched_free(struct ig_sched *s);
 /* Recomputes every entry's backends from the table, adds entries for newly
  * served names and drops unserved entries no request holds. Returns 0 or -1
@@ -146,37 +107,26 @@ static inline void ig_sched_hold(struct ig_model *m)
 	m->refs++;
 }
 void ig_sched_release(struct ig_sched *s, struct ig_model *m);
-/* The key of a digest ("" anonymous), made when missing (weight 1, no cap,
- * no class). NULL when out of memory. */
-struct ig_key *ig_sched_key(struct ig_sched *s, const char *digest);
-/* The key of a digest, or NULL. */
-struct ig_key *ig_sched_key_find(const struct ig_sched *s, const char *digest);
-/* A request takes / lets go of its key. */
-void ig_sched_key_release(struct ig_sched *s, struct ig_key *k);
-/* Forgets every configured setting (before a reload applies new ones). */
-void ig_sched_keys_unconfigure(struct ig_sched *s);
-/* Counts a request of k that ended with status. */
-void ig_sched_key_count(struct ig_key *k, unsigned status);
 
-/* Queues w (its klass, key and deadline set) at the end of its key's FIFO
+/* Queues e (its klass, key and deadline set) at the end of its key's FIFO
  * in its class of m. Returns 0 or -1 (out of memory). */
-int ig_sched_enqueue(struct ig_sched *s, struct ig_model *m, struct ig_waiter *w);
-/* Puts w, just taken out (ig_sched_dequeue), back at the head of its key's
+int ig_sched_enqueue(struct ig_sched *s, struct ig_model *m, struct ig_sched_entry *e);
+/* Puts e, just taken out (ig_sched_dequeue), back at the head of its key's
  * FIFO; its flow, if it went with it, is made again with `tag`, the one it
  * had. Returns 0 or -1 (out of memory). */
-int ig_sched_requeue_front(struct ig_sched *s, struct ig_model *m, struct ig_waiter *w, double tag);
-/* Takes w out of its queue (it left, timed out or is dispatched). */
-void ig_sched_dequeue(struct ig_sched *s, struct ig_model *m, struct ig_waiter *w);
+int ig_sched_requeue_front(struct ig_sched *s, struct ig_model *m, struct ig_sched_entry *e, double tag);
+/* Takes e out of its queue (it left, timed out or is dispatched). */
+void ig_sched_dequeue(struct ig_sched *s, struct ig_model *m, struct ig_sched_entry *e);
 /* The request that should run next in m (see the top of this file), or
  * NULL when none may (nothing waits, or every waiting key is at its cap). */
-struct ig_waiter *ig_sched_next(struct ig_sched *s, struct ig_model *m);
-/* w, returned by ig_sched_next, leaves for a backend: dequeued, and the
+struct ig_sched_entry *ig_sched_next(struct ig_sched *s, struct ig_model *m);
+/* e, returned by ig_sched_next, leaves for a backend: dequeued, and the
  * class's virtual time and low's turn are advanced. */
-void ig_sched_dispatch(struct ig_sched *s, struct ig_model *m, struct ig_waiter *w);
-/* Calls fn for every waiter of m whose deadline is <= now (each flow's
+void ig_sched_dispatch(struct ig_sched *s, struct ig_model *m, struct ig_sched_entry *e);
+/* Calls fn for every entry of m whose deadline is <= now (each flow's
  * head first: a flow is FIFO within one timeout). fn must dequeue it. */
 void ig_sched_expire(struct ig_sched *s, struct ig_model *m, uint64_t now_ms,
-		     void (*fn)(struct ig_waiter *w, void *arg), void *arg);
+		     void (*fn)(struct ig_sched_entry *e, void *arg), void *arg);
 
 /* Healthy backends among m's. */
 size_t ig_sched_healthy(const struct ig_model *m);

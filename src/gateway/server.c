@@ -389,7 +389,7 @@ static enum MHD_Result route(struct ig_call *call IG_UNUSED, struct ig_gw *gw, s
 	if (!req)
 		return MHD_NO;
 	if (has_bearer && (gw->api_keys.enabled || gw->cfg->scheduling == 0))
-		ig_keyset_hex(d, req->key_id);
+		ig_keyset_hex(d, req->adm.key_id);
 	*con_cls = &req->call;
 	return req->call.on_request(&req->call, gw, conn, url, method, upload_data, upload_data_size, con_cls);
 }

@@ -39,6 +39,8 @@ void ig_upstream_check_done(struct ig_rx *rx)
 		curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **)&x);
 		curl_multi_remove_handle(rx->multi, easy);
 		x->running = false;
+		if (x->unpause_link.next)
+			ig_list_del(&x->unpause_link);
 		x->done(x, result);
 	}
 }
@@ -158,6 +160,28 @@ void ig_upstream_stop(struct ig_xfer *x)
 	if (x->running && x->rx->multi)
 		curl_multi_remove_handle(x->rx->multi, x->easy);
 	x->running = false;
+	if (x->unpause_link.next)
+		ig_list_del(&x->unpause_link);
+}
+
+void ig_upstream_unpause(struct ig_xfer *x)
+{
+	if (!x->running)
+		return;
+	if (!x->unpause_link.next)
+		ig_list_init(&x->unpause_link);
+	if (!ig_list_linked(&x->unpause_link))
+		ig_list_append(&x->rx->unpause, &x->unpause_link);
+}
+
+void ig_upstream_run_unpauses(struct ig_rx *rx)
+{
+	struct ig_xfer *x;
+	while ((x = IG_LIST_FIRST(&rx->unpause, struct ig_xfer, unpause_link))) {
+		ig_list_del(&x->unpause_link);
+		if (x->running)
+			curl_easy_pause(x->easy, CURLPAUSE_CONT); /* may call the write callback */
+	}
 }
 
 /* curl asks to be called back in timeout_ms (0: at once, -1: never). We

@@ -17,6 +17,7 @@ struct ig_xfer {
 	void (*done)(struct ig_xfer *x, CURLcode result);
 	bool running;   /* in the multi */
 	struct ig_rx *rx; /* whose multi: set by ig_upstream_start */
+	struct ig_list unpause_link; /* rx->unpause: a paused transfer to go on */
 };
 
 /* Returns 0, or -1 (logged). */
@@ -38,6 +39,14 @@ void ig_upstream_easy_put(struct ig_rx *rx, CURL *easy);
  * thread; x->done is called when it ends, on the same. Returns CURLM_OK or
  * curl's error. */
 CURLMcode ig_upstream_start(struct ig_rx *rx, struct ig_xfer *x);
+/* Asks x's reactor to let a paused transfer go on (curl_easy_pause), at
+ * the top of its next turn with the lock let go: never from inside
+ * libmicrohttpd, whose response mutex would then be held while curl runs
+ * the write callback (which may take the gateway's lock: an inversion). */
+void ig_upstream_unpause(struct ig_xfer *x);
+/* The reactor's: unpauses what was asked (lock let go). */
+void ig_upstream_run_unpauses(struct ig_rx *rx);
+
 /* Takes a running transfer out of the multi without calling x->done (the
  * caller ends it: idle timeout, client gone). Nothing when not running. */
 void ig_upstream_stop(struct ig_xfer *x);

@@ -1,7 +1,7 @@
 /* libFuzzer target: the gateway's reading of a backend's load report
  * (loadreport.c ig_loadreport_parse: Prometheus gauges of SGLang and vLLM, SGLang's
  * /v1/loads and /get_load JSON) and the slot-count rule fed with what it
- * read (router.c ig_router_slots_learn). A report is the backend's text, so any
+ * read (capacity.c ig_capacity_learn). A report is the backend's text, so any
  * bytes must give either "nothing found" (-1, -1) or two counts in
  * 0..IG_LOADREPORT_MAX, and the rule must keep its invariants over any sequence. */
 #include "config.h"
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 
 #include "loadreport.h"
-#include "router.h"
+#include "capacity.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -27,7 +27,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		long r = data[i] == 255 ? -1 : data[i], w = data[i + 1] == 255 ? -1 : data[i + 1];
 		long ours = data[i + 2];
 		long before = s.cur;
-		long cur = ig_router_slots_learn(&s, r, w, ours);
+		long cur = ig_capacity_learn(&s, r, w, ours);
 		if (cur != s.cur || cur < 0 || s.peak < 0 || s.calm < 0 || s.calm >= IG_SLOTS_PROBE_AFTER)
 			abort();
 		if (r < 0 || w < 0) {

@@ -1,5 +1,6 @@
 /* Unit tests for the scheduler (src/gateway/scheduler.c): who runs next
- * when a slot frees. Waiters are queued and dispatched by hand; no socket. */
+ * when a slot frees. Entries are queued and dispatched by hand; no socket
+ * (tests/unit/gateway/test_dispatch.c drives the same through dispatch). */
 #include "config.h"
 #include <check.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 
 struct fixture {
 	struct ig_sched s;
+	struct ig_clients c;
 	struct ig_pool pool;
 	struct ig_model *m;
 };
@@ -18,6 +20,7 @@ static void setup(struct fixture *f)
 {
 	memset(f, 0, sizeof(*f));
 	ig_sched_init(&f->s);
+	ig_clients_init(&f->c);
 	f->m = ig_sched_get(&f->s, &f->pool, "m");
 	ck_assert_ptr_nonnull(f->m);
 	ig_sched_hold(f->m);
@@ -26,9 +29,10 @@ static void setup(struct fixture *f)
 static void teardown(struct fixture *f)
 {
 	ig_sched_free(&f->s);
+	ig_clients_free(&f->c);
 }
 
-static void put(struct fixture *f, struct ig_waiter *w, int klass, struct ig_key *k)
+static void put(struct fixture *f, struct ig_sched_entry *w, int klass, struct ig_key *k)
 {
 	memset(w, 0, sizeof(*w));
 	w->klass = klass;
@@ -38,9 +42,9 @@ static void put(struct fixture *f, struct ig_waiter *w, int klass, struct ig_key
 }
 
 /* Dispatches the next waiter and returns it. */
-static struct ig_waiter *take(struct fixture *f)
+static struct ig_sched_entry *take(struct fixture *f)
 {
-	struct ig_waiter *w = ig_sched_next(&f->s, f->m);
+	struct ig_sched_entry *w = ig_sched_next(&f->s, f->m);
 	if (w)
 		ig_sched_dispatch(&f->s, f->m, w);
 	return w;
@@ -50,8 +54,8 @@ START_TEST(classes_go_in_strict_order)
 {
 	struct fixture f;
 	setup(&f);
-	struct ig_key *k = ig_sched_key(&f.s, "");
-	struct ig_waiter low, normal, high, normal2;
+	struct ig_key *k = ig_clients_get(&f.c, "");
+	struct ig_sched_entry low, normal, high, normal2;
 	put(&f, &low, IG_CLASS_LOW, k);
 	put(&f, &normal, IG_CLASS_NORMAL, k);
 	put(&f, &high, IG_CLASS_HIGH, k);
@@ -73,8 +77,8 @@ START_TEST(low_is_never_starved)
 	struct fixture f;
 	setup(&f);
 	f.s.low_every = 4;
-	struct ig_key *k = ig_sched_key(&f.s, "");
-	struct ig_waiter hi[12], lo[4];
+	struct ig_key *k = ig_clients_get(&f.c, "");
+	struct ig_sched_entry hi[12], lo[4];
 	for (int i = 0; i < 12; i++)
 		put(&f, &hi[i], IG_CLASS_HIGH, k);
 	for (int i = 0; i < 4; i++)
@@ -93,16 +97,16 @@ START_TEST(keys_share_by_weight)
 {
 	struct fixture f;
 	setup(&f);
-	struct ig_key *a = ig_sched_key(&f.s, "a"), *b = ig_sched_key(&f.s, "b");
+	struct ig_key *a = ig_clients_get(&f.c, "a"), *b = ig_clients_get(&f.c, "b");
 	enum { N = 400 };
-	struct ig_waiter *wa = calloc(N, sizeof(*wa)), *wb = calloc(N, sizeof(*wb));
+	struct ig_sched_entry *wa = calloc(N, sizeof(*wa)), *wb = calloc(N, sizeof(*wb));
 	for (int i = 0; i < N; i++) {
 		put(&f, &wa[i], IG_CLASS_NORMAL, a);
 		put(&f, &wb[i], IG_CLASS_NORMAL, b);
 	}
 	int na = 0, nb = 0;
 	for (int i = 0; i < 100; i++) {
-		struct ig_waiter *w = take(&f);
+		struct ig_sched_entry *w = take(&f);
 		if (w->key == a)
 			ck_assert_ptr_eq(w, &wa[na++]);
 		else
@@ -133,10 +137,10 @@ START_TEST(a_capped_key_waits)
 {
 	struct fixture f;
 	setup(&f);
-	struct ig_key *a = ig_sched_key(&f.s, "a"), *b = ig_sched_key(&f.s, "b");
+	struct ig_key *a = ig_clients_get(&f.c, "a"), *b = ig_clients_get(&f.c, "b");
 	a->max_inflight = 1;
 	a->inflight = 1;
-	struct ig_waiter w1, w2;
+	struct ig_sched_entry w1, w2;
 	put(&f, &w1, IG_CLASS_HIGH, a);
 	put(&f, &w2, IG_CLASS_LOW, b);
 	ck_assert_ptr_eq(take(&f), &w2);
@@ -147,7 +151,7 @@ START_TEST(a_capped_key_waits)
 }
 END_TEST
 
-static void expire(struct ig_waiter *w, void *arg)
+static void expire(struct ig_sched_entry *w, void *arg)
 {
 	struct fixture *f = arg;
 	ig_sched_dequeue(&f->s, f->m, w);
@@ -158,8 +162,8 @@ START_TEST(deadlines_expire_per_waiter)
 {
 	struct fixture f;
 	setup(&f);
-	struct ig_key *k = ig_sched_key(&f.s, "");
-	struct ig_waiter w[3];
+	struct ig_key *k = ig_clients_get(&f.c, "");
+	struct ig_sched_entry w[3];
 	put(&f, &w[0], IG_CLASS_HIGH, k);
 	put(&f, &w[1], IG_CLASS_HIGH, k);
 	put(&f, &w[2], IG_CLASS_LOW, k);
@@ -176,78 +180,5 @@ START_TEST(deadlines_expire_per_waiter)
 }
 END_TEST
 
-/* Keys the configuration names keep their settings; others go with their
- * last request. */
-START_TEST(keys_come_and_go)
-{
-	struct ig_sched s;
-	ig_sched_init(&s);
-	struct ig_key_conf kc = {.priority = IG_CLASS_LOW, .weight = 3, .max_inflight = 7};
-	memset(kc.digest, 'a', 64);
-	kc.digest[64] = '\0';
-	struct ig_conf cfg = {.low_share_percent = 5, .keys = &kc, .n_keys = 1};
-	ck_assert_int_eq(ig_sched_configure(&s, &cfg, NULL, 0), 0);
-	ck_assert_uint_eq(s.low_every, 20);
-	struct ig_key *k = ig_sched_key(&s, kc.digest);
-	ck_assert_int_eq(k->weight, 3);
-	ck_assert_int_eq(k->klass, IG_CLASS_LOW);
-	struct ig_key *t = ig_sched_key(&s, "other");
-	t->refs++;
-	ck_assert_uint_eq(s.nkeys, 2);
-	ig_sched_key_release(&s, t);
-	ck_assert_uint_eq(s.nkeys, 1);
-	cfg.n_keys = 0;
-	ig_sched_configure(&s, &cfg, NULL, 0);
-	ck_assert_uint_eq(s.nkeys, 0);
-	ig_sched_free(&s);
-}
-END_TEST
-
-/* Keys of the keys file: found among 10,000 by digest, their buckets and
- * usage kept across a reload that keeps them, gone when left out. */
-START_TEST(keys_file_keys_keep_their_buckets_across_reloads)
-{
-	struct ig_sched s;
-	struct ig_conf cfg = {.low_share_percent = 5};
-	struct ig_keyset ks = {0};
-	ig_sched_init(&s);
-	ks.n = 10000;
-	ks.v = calloc(ks.n, sizeof(*ks.v));
-	for (size_t i = 0; i < ks.n; i++) {
-		ks.v[i] = (struct ig_keyent){.priority = -1, .weight = 1, .rpm = 60};
-		memcpy(ks.v[i].digest, &i, sizeof(i));
-	}
-	ks.v[5].weight = 4;
-	ck_assert_int_eq(ig_sched_configure(&s, &cfg, &ks, 1000), 0);
-	ck_assert_uint_eq(s.nkeys, 10000);
-	char hex[65];
-	ig_keyset_hex(ks.v[5].digest, hex);
-	struct ig_key *k = ig_sched_key_find(&s, hex);
-	ck_assert_ptr_nonnull(k);
-	ck_assert_ptr_eq(k->ent, &ks.v[5]);
-	ck_assert_int_eq(k->weight, 4);
-	ck_assert_int_eq(ig_bucket_remaining(&k->rpm), 60);
-	k->rpm.level = 10; /* ten left */
-	k->prompt_tokens = 99;
-	/* reloaded with the same keys: the level and the usage stay */
-	ck_assert_int_eq(ig_sched_configure(&s, &cfg, &ks, 1000), 0);
-	ck_assert_ptr_eq(ig_sched_key_find(&s, hex), k);
-	ck_assert_int_eq(ig_bucket_remaining(&k->rpm), 10);
-	ck_assert_int_eq(k->prompt_tokens, 99);
-	/* reloaded without them: unheld keys go, a held one waits for its request */
-	k->refs++;
-	ks.n = 0;
-	ck_assert_int_eq(ig_sched_configure(&s, &cfg, &ks, 1000), 0);
-	ck_assert_uint_eq(s.nkeys, 1);
-	ck_assert_ptr_null(k->ent);
-	ck_assert(k->rpm.limit == 0);
-	ig_sched_key_release(&s, k);
-	ck_assert_uint_eq(s.nkeys, 0);
-	free(ks.v);
-	ig_sched_free(&s);
-}
-END_TEST
-
 IG_CHECK_MAIN("scheduler", classes_go_in_strict_order, low_is_never_starved, keys_share_by_weight,
-	      a_capped_key_waits, deadlines_expire_per_waiter, keys_come_and_go,
-	      keys_file_keys_keep_their_buckets_across_reloads)
+	      a_capped_key_waits, deadlines_expire_per_waiter)

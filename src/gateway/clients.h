@@ -1,0 +1,89 @@
+/* The clients the gateway keeps state for, by API key: what the keys file
+ * and the configuration say of each (name, models, weight, cap, default
+ * class), its rate-limit buckets and its usage. The scheduler reads a
+ * key's weight and cap; admission.c its buckets and models; metrics its
+ * usage. Under the gateway's lock.
+ * Not here: the keys file itself (keyset.c), the bucket arithmetic
+ * (ratelimit.c), the queues (scheduler.c). */
+#ifndef IG_CLIENTS_H
+#define IG_CLIENTS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "conf.h"
+#include "keyset.h"
+#include "ratelimit.h"
+
+/* Requests of one key that ended with one status. */
+struct ig_statcount {
+	unsigned status;
+	uint64_t n;
+};
+
+/* A client identity that shares, limits and usage are kept for: the hex
+ * SHA-256 of its bearer token ("" without one), with what the keys file
+ * and the configuration say of it. Keys in the keys file (or in
+ * api_key_settings) live as long as they are configured; others only while
+ * a request holds them. */
+struct ig_key {
+	char digest[65];
+	const struct ig_keyent *ent; /* its keys-file entry (name, models, limits),
+				      * NULL when not in the file */
+	long weight;                 /* share within a class, 1.. */
+	long max_inflight;           /* 0 = no cap */
+	int klass;                   /* its default class, -1 none */
+	long inflight;               /* its requests on a backend now (dispatch.c's) */
+	size_t refs;                 /* requests that hold it */
+	bool configured;             /* named in the configuration: kept */
+	uint64_t completed;          /* requests that left the queue for a backend */
+	struct ig_bucket rpm, tpm;   /* its rate limits (limit 0: none) */
+	/* Usage, for /metrics and /admin/keys (keys in the file only). */
+	struct ig_statcount *status; /* requests by the status they ended with */
+	size_t nstatus, capstatus;
+	uint64_t prompt_tokens, completion_tokens;
+	uint64_t limited_requests;   /* 429: its rpm */
+	uint64_t limited_tokens;     /* 429: its tpm */
+	struct ig_key *hnext;        /* hash chain (ig_clients's keys by digest) */
+	size_t at;                   /* its index in ig_clients.keys */
+};
+
+/* A key at its max_inflight: its requests wait for one of its own to end. */
+static inline bool ig_key_capped(const struct ig_key *k)
+{
+	return k->max_inflight > 0 && k->inflight >= k->max_inflight;
+}
+
+struct ig_clients {
+	struct ig_key **keys;        /* every key known now */
+	size_t nkeys, capkeys;
+	struct ig_key **ktab;        /* the same by digest: chained, a power of two */
+	size_t ktabcap;
+};
+
+void ig_clients_init(struct ig_clients *c);
+void ig_clients_free(struct ig_clients *c);
+/* Takes the keys' settings from the configuration and the keys file (at
+ * start and on reload; keys no longer named lose their settings, buckets of
+ * keys kept keep their level). Returns 0 or -1 (out of memory). */
+int ig_clients_configure(struct ig_clients *c, const struct ig_conf *cfg, const struct ig_keyset *ks,
+			 uint64_t now_ms);
+/* Forgets every configured setting (before a reload applies new ones). */
+void ig_clients_unconfigure(struct ig_clients *c);
+/* The key of a digest ("" anonymous), made when missing (weight 1, no cap,
+ * no class). NULL when out of memory. */
+struct ig_key *ig_clients_get(struct ig_clients *c, const char *digest);
+/* The key of a digest, or NULL. */
+struct ig_key *ig_clients_find(const struct ig_clients *c, const char *digest);
+/* A request takes / lets go of its key (an unconfigured one goes with its
+ * last request). */
+static inline void ig_clients_hold(struct ig_key *k)
+{
+	k->refs++;
+}
+void ig_clients_release(struct ig_clients *c, struct ig_key *k);
+/* Counts a request of k that ended with status. */
+void ig_clients_count(struct ig_key *k, unsigned status);
+
+#endif

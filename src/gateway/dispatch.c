@@ -1,0 +1,421 @@
+/* Who runs next and where (dispatch.h): admission to a model's queue or a
+ * backend, the drain that starts waiting requests when slots free, queue
+ * deadlines, and the bookkeeping of slots (the backend's, the model's, the
+ * key's, the class's), each counted here and nowhere else.
+ * Not here: the order of the queues (scheduler.c), how a backend is chosen
+ * among the eligible (policy.c, lb_*.c), what a request does once started
+ * (proxy.c). */
+#include "config.h"
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dispatch.h"
+#include "gateway.h"
+#include "infergate/log.h"
+#include "infergate/util.h"
+#include "metrics.h"
+
+static struct ig_waiter *waiter_of(struct ig_sched_entry *e)
+{
+	return IG_CONTAINER_OF(e, struct ig_waiter, q);
+}
+
+/* ---- the policy ---- */
+
+/* A backend went down or left the table (health.c, through the pool's
+ * hook): what the policy learned of it is void. */
+static void backend_gone(void *arg, const struct ig_backend *b)
+{
+	struct ig_sched *s = arg;
+	if (s->policy && s->policy->gone)
+		s->policy->gone(s->policy_state, b);
+}
+
+static void policy_free(struct ig_sched *s)
+{
+	if (s->policy && s->policy->free)
+		s->policy->free(s->policy_state);
+	s->policy_state = NULL;
+}
+
+int ig_dispatch_init(struct ig_gw *gw, char **err)
+{
+	struct ig_sched *s = &gw->sched;
+	const struct ig_policy *p = ig_policy_get(gw->cfg->policy);
+	void *state = NULL;
+	if (p->init && p->init(&state, gw->cfg) < 0) {
+		*err = ig_strdupf("policy %s: out of memory", p->name);
+		return -1;
+	}
+	s->policy = p;
+	s->policy_state = state;
+	gw->pool.on_gone = backend_gone;
+	gw->pool.on_gone_arg = s;
+	gw->report_backend = ig_dispatch_report_backend;
+	gw->report_gateway = ig_dispatch_report;
+	return 0;
+}
+
+int ig_dispatch_configure(struct ig_gw *gw)
+{
+	struct ig_sched *s = &gw->sched;
+	const struct ig_policy *p = ig_policy_get(gw->cfg->policy);
+	void *state = NULL;
+	if (p == s->policy)
+		return p->reconfigure ? p->reconfigure(s->policy_state, gw->cfg) : 0;
+	if (p->init && p->init(&state, gw->cfg) < 0)
+		return -1;
+	/* Requests running keep the old policy's pointer (struct ig_waiter),
+	 * and are ended without its state (ig_dispatch_end). */
+	policy_free(s);
+	s->policy = p;
+	s->policy_state = state;
+	return 0;
+}
+
+void ig_dispatch_free(struct ig_gw *gw)
+{
+	policy_free(&gw->sched);
+	gw->sched.policy = NULL;
+	gw->pool.on_gone = NULL;
+}
+
+void ig_dispatch_report_backend(const struct ig_gw *gw, const struct ig_backend *b, json_t *entry)
+{
+	const struct ig_sched *s = &gw->sched;
+	if (s->policy && s->policy->report)
+		s->policy->report(s->policy_state, b, entry);
+}
+
+void ig_dispatch_report(const struct ig_gw *gw, json_t *obj)
+{
+	const struct ig_sched *s = &gw->sched;
+	if (s->policy && s->policy->report_gateway)
+		s->policy->report_gateway(s->policy_state, obj);
+}
+
+/* ---- answers ---- */
+
+static void refuse(struct ig_waiter *w, unsigned status, const char *type, const char *param, const char *code,
+		   const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+static void refuse(struct ig_waiter *w, unsigned status, const char *type, const char *param, const char *code,
+		   const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	struct ig_dispatch_error e = {status, type, param, code, msg};
+	w->ops->fail(w, &e);
+}
+
+/* The answer for a model no known backend serves: 404 when every
+ * backend's list is known, else 503 (the others' may name it once up). */
+static void not_served(struct ig_gw *gw, struct ig_waiter *w)
+{
+	const struct ig_sched *s = &gw->sched;
+	char served[300] = "", shown[300];
+	size_t k = 0;
+
+	if (s->unknown_down > 0) {
+		refuse(w, 503, NULL, NULL, "no_healthy_backend",
+		       "no healthy backend serves the model '%s': %zu backend(s) are down and their models are not "
+		       "known yet", w->model, s->unknown_down);
+		return;
+	}
+	for (size_t i = 0; i < s->n; i++) {
+		const struct ig_model *m = s->v[i];
+		if (m->nbackends == 0)
+			continue;
+		size_t at = strlen(served);
+		snprintf(served + at, sizeof(served) - at, "%s%s", k++ ? ", " : "", m->name);
+	}
+	for (size_t i = 0; i < gw->cfg->n_aliases; i++) {
+		size_t at = strlen(served);
+		snprintf(served + at, sizeof(served) - at, "%s%s (alias)", k++ ? ", " : "", gw->cfg->aliases[i].alias);
+	}
+	if (w->alias)
+		snprintf(shown, sizeof(shown), "%s' (an alias of '%s')", w->alias, w->model);
+	else
+		snprintf(shown, sizeof(shown), "%s'", w->model);
+	refuse(w, 404, "invalid_request_error", "model", "model_not_found",
+	       "The model '%s does not exist or is not served here; served: %s", shown, k ? served : "none yet");
+}
+
+/* The backend a pinned request must go to is down or gone: its stored
+ * response is out of reach, OpenAI's 404. */
+static void pin_lost(struct ig_gw *gw, struct ig_waiter *w)
+{
+	const struct ig_backend *held = ig_backend_pool_find_id(&gw->pool, w->pick.pinned - 1);
+	const char *why = held ? "is down" : "has left the gateway";
+	bool prev = w->pin_param && strcmp(w->pin_param, "previous_response_id") == 0;
+	refuse(w, 404, "invalid_request_error", w->pin_param, prev ? "previous_response_not_found" : "response_not_found",
+	       "%s with id '%s' not found (its backend %s).", prev ? "Previous response" : "Response",
+	       w->pin_id ? w->pin_id : "", why);
+}
+
+/* ---- the queue ---- */
+
+/* Each model has its own queue (scheduler.h): a request for an idle model
+ * never waits behind another's. queue_size and queue_timeout_ms apply to
+ * each. */
+static uint64_t queue_timeout_ms(const struct ig_conf *cfg, int klass)
+{
+	return (uint64_t)(klass == IG_CLASS_HIGH ? cfg->queue_timeout_high_ms
+			  : klass == IG_CLASS_LOW ? cfg->queue_timeout_low_ms : cfg->queue_timeout_ms);
+}
+
+/* Returns 0, or -1 out of memory (then not queued). */
+static int enqueue(struct ig_gw *gw, struct ig_waiter *w)
+{
+	w->queued_ms = ig_now_ms();
+	w->q.deadline_ms = w->queued_ms + queue_timeout_ms(gw->cfg, w->q.klass);
+	if (ig_sched_enqueue(&gw->sched, w->m, &w->q) < 0)
+		return -1;
+	if (!w->was_queued)
+		w->m->queued++;
+	w->was_queued = w->queued = true;
+	gw->sched.qlen++;
+	return 0;
+}
+
+/* Out of the queue (the scheduler's part already done when dispatched);
+ * how long it waited goes to the class's histogram. */
+static void dequeue(struct ig_gw *gw, struct ig_waiter *w)
+{
+	uint64_t waited = ig_now_ms() - w->queued_ms;
+	if (w->q.flow)
+		ig_sched_dequeue(&gw->sched, w->m, &w->q);
+	w->queued = false;
+	gw->sched.qlen--;
+	w->waited_ms += waited;
+	ig_metrics_observe_wait(gw, w->q.klass, waited);
+}
+
+/* Queues w in its model's queue, or refuses it (429) when that is full. */
+static enum ig_dispatch_result wait_or_refuse(struct ig_gw *gw, struct ig_waiter *w)
+{
+	if ((long)w->m->qlen >= gw->cfg->queue_size) {
+		gw->stats.queue_rejected++;
+		w->m->rejected++;
+		refuse(w, 429, NULL, NULL, "queue_full",
+		       "every backend of the model '%s' is at its in-flight limit and its queue is full (%ld "
+		       "waiting); retry later", w->model, gw->cfg->queue_size);
+		return IG_DISPATCH_FAILED;
+	}
+	if (enqueue(gw, w) < 0) {
+		refuse(w, 500, NULL, NULL, "internal_error", "out of memory");
+		return IG_DISPATCH_FAILED;
+	}
+	return IG_DISPATCH_QUEUED;
+}
+
+/* ---- slots ---- */
+
+/* w's attempt on b: b's slot was taken by the pick; the model's, the key's
+ * and the class's counts follow, the policy is told, the request starts. */
+static enum ig_dispatch_result start(struct ig_gw *gw, struct ig_waiter *w, struct ig_backend *b)
+{
+	struct ig_sched *s = &gw->sched;
+	if (w->pick.ntried == 0)
+		w->dispatch_seq = ++s->dispatched;
+	if (w->pick.ntried < IG_MAX_TRIES)
+		w->pick.tried[w->pick.ntried++] = b;
+	w->backend = b;
+	w->running = true;
+	w->attempt_us = ig_now_us();
+	w->policy = s->policy;
+	w->m->inflight++;
+	w->q.key->inflight++;
+	s->class_inflight[w->q.klass]++;
+	if (s->policy->started)
+		s->policy->started(s->policy_state, b, &w->pick);
+	return w->ops->start(w, b) == 0 ? IG_DISPATCH_STARTED : IG_DISPATCH_FAILED;
+}
+
+void ig_dispatch_end(struct ig_gw *gw, struct ig_waiter *w, const struct ig_pick_outcome *o)
+{
+	struct ig_sched *s = &gw->sched;
+	if (!w->running)
+		return;
+	w->running = false;
+	ig_policy_release(w->backend);
+	w->m->inflight--;
+	w->q.key->inflight--;
+	s->class_inflight[w->q.klass]--;
+	struct ig_pick_outcome out = *o;
+	out.duration_us = ig_now_us() - w->attempt_us;
+	if (w->policy && w->policy->done)
+		/* A reload may have changed the policy while it ran: the old
+		 * one's state is gone, it undoes its counts without it. */
+		w->policy->done(w->policy == s->policy ? s->policy_state : NULL, w->backend, &w->pick, &out);
+	gw->drain_pending = true;
+}
+
+void ig_dispatch_progress(const struct ig_gw *gw IG_UNUSED, struct ig_waiter *w)
+{
+	if (w->running && w->policy && w->policy->progress)
+		w->policy->progress(w->backend, &w->pick);
+}
+
+/* ---- routing a request ---- */
+
+/* Finds a backend among those that serve w's model and starts w there,
+ * queues it, or refuses it. `timeout`, `what`: how its last attempt failed
+ * (retries). */
+static enum ig_dispatch_result route(struct ig_gw *gw, struct ig_waiter *w, bool timeout, const char *what)
+{
+	struct ig_sched *s = &gw->sched;
+	struct ig_model *m = w->m;
+	struct ig_backend *b = NULL;
+
+	/* A key at its cap waits for one of its own requests to end. */
+	if (ig_key_capped(w->q.key) && m->nbackends > 0)
+		return wait_or_refuse(gw, w);
+	if (w->pick.pinned) {
+		/* A follow-up goes where its previous response is, or nowhere. */
+		const struct ig_backend *held = ig_backend_pool_find_id(&gw->pool, w->pick.pinned - 1);
+		if (!held || (!ig_backend_routable(held) && w->pick.ntried == 0)) {
+			pin_lost(gw, w);
+			return IG_DISPATCH_FAILED;
+		}
+	}
+	switch (ig_policy_pick(s->policy, s->policy_state, m->backends, m->nbackends, &m->rotor, &w->pick, &b)) {
+	case IG_PICK_OK:
+		return start(gw, w, b);
+	case IG_PICK_BUSY:
+		return wait_or_refuse(gw, w);
+	case IG_PICK_NONE:
+		break;
+	}
+	if (w->pick.ntried == 0 && m->nbackends == 0) {
+		/* Some backend's list is not learned yet: it may serve it. */
+		if (s->unknown_up > 0)
+			return wait_or_refuse(gw, w);
+		not_served(gw, w);
+	} else if (w->pick.ntried == 0) {
+		refuse(w, 503, NULL, NULL, "no_healthy_backend",
+		       "no healthy backend serves the model '%s' (%zu of them, 0 up)", w->model, m->nbackends);
+	} else if (timeout) {
+		refuse(w, 504, NULL, NULL, "backend_timeout", "backend %s sent nothing for %lds", w->backend->url,
+		       gw->cfg->idle_s);
+	} else {
+		refuse(w, 502, NULL, NULL, "backend_error", "backend failed after %d attempt(s), last %s: %s error",
+		       w->pick.ntried, w->backend->url, what);
+	}
+	return IG_DISPATCH_FAILED;
+}
+
+enum ig_dispatch_result ig_dispatch_submit(struct ig_gw *gw, struct ig_waiter *w)
+{
+	w->m->requests++;
+	w->pick.low = w->q.klass == IG_CLASS_LOW;
+	return route(gw, w, false, "");
+}
+
+enum ig_dispatch_result ig_dispatch_retry(struct ig_gw *gw, struct ig_waiter *w, bool timeout, const char *what)
+{
+	return route(gw, w, timeout, what);
+}
+
+void ig_dispatch_cancel(struct ig_gw *gw, struct ig_waiter *w)
+{
+	if (w->queued)
+		dequeue(gw, w);
+}
+
+/* ---- the drain ---- */
+
+/* A waiter taken out of its queue while the drain looks past it. */
+struct parked {
+	struct ig_waiter *w;
+	double tag;                  /* its flow's, should the flow go with it */
+};
+
+/* Starts waiting requests while their models' backends have slots, one
+ * model after another (one request each per round), so that a model whose
+ * backends are busy never holds up another's; within a model, a request
+ * pinned to a full backend is looked past (parked) and put back in front
+ * after. */
+void ig_dispatch_drain(struct ig_gw *gw)
+{
+	struct ig_sched *s = &gw->sched;
+	bool progress = s->qlen > 0;
+	struct parked *parked = NULL;
+	size_t nparked = 0, capparked = 0;
+
+	while (progress) {
+		progress = false;
+		for (size_t k = 0; k < s->n; k++) {
+			struct ig_model *m = s->v[(s->next + k) % s->n];
+			struct ig_sched_entry *e;
+			struct ig_waiter *w = NULL;
+			struct ig_backend *b = NULL;
+			enum ig_pick p = IG_PICK_NONE;
+			while ((e = m->qlen ? ig_sched_next(s, m) : NULL)) {
+				w = waiter_of(e);
+				p = ig_policy_pick(s->policy, s->policy_state, m->backends, m->nbackends, &m->rotor,
+						   &w->pick, &b);
+				if (p != IG_PICK_BUSY || !w->pick.pinned)
+					break;
+				/* Pinned to a backend that is full: the requests behind it
+				 * need not wait for that one (no head-of-line blocking). */
+				if (nparked == capparked) {
+					struct parked *v = realloc(parked, (capparked = capparked ? 2 * capparked : 8) * sizeof(*v));
+					if (!v)
+						break;
+					parked = v;
+				}
+				parked[nparked++] = (struct parked){w, e->flow->tag};
+				ig_sched_dequeue(s, m, e);
+			}
+			if (!e || p == IG_PICK_BUSY || (p == IG_PICK_NONE && m->nbackends == 0 && s->unknown_up > 0))
+				continue;
+			ig_sched_dispatch(s, m, e);
+			dequeue(gw, w);
+			progress = true;
+			if (p == IG_PICK_OK)
+				start(gw, w, b);
+			else if (w->pick.pinned)
+				pin_lost(gw, w);
+			else if (m->nbackends == 0)
+				not_served(gw, w);
+			else
+				refuse(w, 503, NULL, NULL, "no_healthy_backend",
+				       "no healthy backend serves the model '%s' any more while the request waited", w->model);
+		}
+		s->next++;
+	}
+	/* Back in front of their queues, in their order. */
+	while (nparked > 0) {
+		struct parked *pk = &parked[--nparked];
+		if (ig_sched_requeue_front(s, pk->w->m, &pk->w->q, pk->tag) < 0) {
+			dequeue(gw, pk->w);
+			refuse(pk->w, 500, NULL, NULL, "internal_error", "out of memory");
+		}
+	}
+	free(parked);
+}
+
+/* A request that waited its class's queue_timeout: 503. */
+static void expire_one(struct ig_sched_entry *e, void *arg)
+{
+	struct ig_gw *gw = arg;
+	struct ig_waiter *w = waiter_of(e);
+	dequeue(gw, w);
+	gw->stats.queue_timeouts++;
+	w->m->timeouts++;
+	refuse(w, 503, NULL, NULL, "queue_timeout", "waited %llu ms for a free backend (class %s); retry later",
+	       (unsigned long long)queue_timeout_ms(gw->cfg, w->q.klass), ig_conf_class_name(w->q.klass));
+}
+
+void ig_dispatch_expire(struct ig_gw *gw, uint64_t now_ms)
+{
+	ig_dispatch_drain(gw);
+	/* Each flow is FIFO within one timeout: its head expires first. */
+	for (size_t i = 0; i < gw->sched.n && gw->sched.qlen; i++)
+		ig_sched_expire(&gw->sched, gw->sched.v[i], now_ms, expire_one, gw);
+}
