@@ -12,4 +12,7 @@
 	X(power_of_two, "power-of-two", "two random candidates, the less loaded wins")                   \
 	X(least_tokens, "least-tokens",                                                                  \
 	  "the soonest expected finish: outstanding tokens over measured speed and weight")              \
-	X(cache_aware, "cache-aware", "the backend sent the longest prefix of the prompt, unless overloaded")
+	X(cache_aware, "cache-aware", "the backend sent the longest prefix of the prompt, unless overloaded") \
+	X(session, "session",                                                                            \
+	  "one backend per session (X-Session-Id, else the body's user, else the API key) by rendezvous " \
+	  "hashing, moved only past 1.25x the pool's mean load; none: least-loaded")

@@ -1,5 +1,6 @@
 /* Unit tests for the routing policies (src/gateway/policy.c and lb_*.c):
- * eligibility, limits, the reserve for low, pins, and each policy's choice. */
+ * eligibility, limits, the reserve for low, pins, and each policy's choice,
+ * session's rendezvous hashing with bounded load among them. */
 #include "config.h"
 #include <check.h>
 #include <stdarg.h>
@@ -289,7 +290,74 @@ START_TEST(least_tokens_counts_work_and_measures_speed)
 }
 END_TEST
 
+/* The backend session sends a session to now (the slot taken is given back). */
+static struct ig_backend *session_pick(struct ig_pool *pool, uint64_t session)
+{
+	struct ig_backend *b = NULL;
+	ck_assert_int_eq(pick(P("session"), pool, &(struct ig_pick_req){.session = session}, &b), IG_PICK_OK);
+	ig_policy_release(b);
+	return b;
+}
+
+/* session: each session stays on one backend, the sessions spread over
+ * them, and the choice does not depend on the pool's order (rendezvous on
+ * the URLs: gateways that list the backends in another order agree). A
+ * backend past 1.25x the mean load hands its sessions to the next in hash
+ * order, and gets them back when it is under the bound again. No session:
+ * the least loaded. */
+START_TEST(session_sticks_to_a_backend_within_the_bound)
+{
+	struct ig_pool pool = make_pool(7);
+	struct ig_backend *home[20];
+	size_t used[7] = {0}, distinct = 0;
+	for (uint64_t k = 0; k < 20; k++) {
+		home[k] = session_pick(&pool, 1000 + k * 7919);
+		for (int i = 0; i < 5; i++)
+			ck_assert_ptr_eq(session_pick(&pool, 1000 + k * 7919), home[k]);
+		distinct += used[home[k]->id]++ == 0;
+	}
+	ck_assert_uint_ge(distinct, 4);
+	/* the pool in reverse order: the same homes */
+	for (size_t i = 0; i < pool.n / 2; i++) {
+		struct ig_backend *t = pool.v[i];
+		pool.v[i] = pool.v[pool.n - 1 - i];
+		pool.v[pool.n - 1 - i] = t;
+	}
+	for (uint64_t k = 0; k < 20; k++)
+		ck_assert_ptr_eq(session_pick(&pool, 1000 + k * 7919), home[k]);
+	/* session 0's home holds 10 in flight, the others none: 11 with this
+	 * one, a cap of ceil(1.25 x 11 / 7) = 2. It moves, always to the same
+	 * next backend; when that one is loaded too, to a third. */
+	struct ig_backend *h = home[0];
+	atomic_store(&h->inflight, 10);
+	struct ig_backend *second = session_pick(&pool, 1000);
+	ck_assert_ptr_ne(second, h);
+	ck_assert_ptr_eq(session_pick(&pool, 1000), second);
+	atomic_store(&second->inflight, 10);
+	struct ig_backend *third = session_pick(&pool, 1000);
+	ck_assert(third != h && third != second);
+	/* under the bound again: back home (2 in flight everywhere: 15 with
+	 * this one, a cap of 3) */
+	for (size_t i = 0; i < pool.n; i++)
+		atomic_store(&pool.v[i]->inflight, 2);
+	ck_assert_ptr_eq(session_pick(&pool, 1000), h);
+	atomic_store(&h->inflight, 3); /* 3 + 1 > ceil(1.25 x 16 / 7) = 3 */
+	ck_assert_ptr_ne(session_pick(&pool, 1000), h);
+	for (size_t i = 0; i < pool.n; i++)
+		atomic_store(&pool.v[i]->inflight, 0);
+	/* sessions of other backends are not moved by h's load */
+	for (uint64_t k = 1; k < 20; k++)
+		if (home[k] != h)
+			ck_assert_ptr_eq(session_pick(&pool, 1000 + k * 7919), home[k]);
+	/* no session: the least loaded */
+	for (size_t i = 0; i < pool.n; i++)
+		atomic_store(&pool.v[i]->inflight, pool.v[i]->id == 4 ? 0 : 3);
+	ck_assert_int_eq(session_pick(&pool, 0)->id, 4);
+	free_pool(&pool);
+}
+END_TEST
+
 IG_CHECK_MAIN("policy", cache_aware_follows_the_longest_prefix_within_the_guard, least_tokens_weighs_work_by_speed,
-	      least_tokens_counts_work_and_measures_speed, learned_slots_limit_like_max_inflight,
+	      least_tokens_counts_work_and_measures_speed, learned_slots_limit_like_max_inflight, session_sticks_to_a_backend_within_the_bound,
 	      least_loaded_rotates_ties, least_loaded_follows_load_and_weight,
 	      limits_give_busy_then_none, a_pinned_request_goes_to_its_backend_only, reserved_slots_are_not_for_low)
