@@ -20,6 +20,7 @@
 #include "infergate/util.h"
 #include "pooling.h"
 #include "server.h"
+#include "wire.h"
 
 enum route {
 	R_CHAT,        /* POST /v1/chat/completions */
@@ -1001,7 +1002,7 @@ static enum MHD_Result response_by_id(struct sim *s, struct MHD_Connection *conn
 	r.model_json = (char *)e->model;
 	struct ig_buf o;
 	ig_buf_init(&o);
-	sim_engine_response_object(&o, &r);
+	sim_wire_response_object(&o, &r);
 	ig_buf_append(&o, "", 1);
 	return respond_json(conn, 200, o.data);
 }
