@@ -83,6 +83,7 @@ int sim_engine_init(struct sim_engine *s, const struct sim_conf *conf)
 	s->conf = conf;
 	ig_list_init(&s->delayed);
 	s->fault = SIM_FAULT_OK;
+	s->hold_after = -1;
 	s->fail_rng = (uint64_t)conf->seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull;
 	/* A different constant: the same --seed gives an unrelated sequence,
 	 * so --stream-fail-rate never shifts which requests --fail-rate fails. */
@@ -548,10 +549,52 @@ static bool stream_through(struct sim_engine *s, struct sim_req *r, long due, ui
 	return false;
 }
 
+/* ---- holding generations (POST /sim/hold) ---- */
+
+/* True when POST /sim/hold stops r before its end. */
+static bool stops(const struct sim_engine *s, const struct sim_req *r)
+{
+	return s->hold_after >= 0 && s->hold_after < r->n_tokens;
+}
+
+/* r waits, in the heap, for sim_engine_hold to let it go: a deadline that
+ * never comes keeps it out of the way of the others. */
+static void hold(struct sim_engine *s, struct sim_req *r)
+{
+	r->held = true;
+	s->held++;
+	r->deadline_us = UINT64_MAX;
+	heap_later(s, r);
+}
+
+int sim_engine_hold(struct sim_engine *s, long after, uint64_t now)
+{
+	if (sim_conf_steps(s->conf))
+		return -1;
+	s->hold_after = after < 0 ? -1 : after;
+	if (s->held == 0)
+		return 0;
+	for (size_t i = 0; i < s->heap_len; i++) {
+		struct sim_req *r = s->heap[i];
+		if (r->held) {
+			r->held = false;
+			r->deadline_us = now;
+		}
+	}
+	s->held = 0;
+	for (size_t i = s->heap_len / 2; i-- > 0;) /* deadlines moved earlier: heapify */
+		sift_down(s, i);
+	return 0;
+}
+
 /* r is RUNNING and its deadline has come. */
 static void step(struct sim_engine *s, struct sim_req *r, uint64_t now)
 {
 	if (!r->stream) {
+		if (stops(s, r)) {
+			hold(s, r);
+			return;
+		}
 		emit_full(s, r);
 		finish(s, r, now, false);
 		wake(r);
@@ -565,11 +608,17 @@ static void step(struct sim_engine *s, struct sim_req *r, uint64_t now)
 	}
 	if (r->fail_at >= 0 && due > r->fail_at)
 		due = r->fail_at;
+	if (stops(s, r) && due > s->hold_after)
+		due = s->hold_after;
 	if (!stream_through(s, r, due, now)) {
-		r->deadline_us = token_time(r, r->emitted);
-		if (r->deadline_us <= now)
-			r->deadline_us = now + 1;
-		heap_later(s, r);
+		if (stops(s, r) && r->emitted >= s->hold_after) {
+			hold(s, r);
+		} else {
+			r->deadline_us = token_time(r, r->emitted);
+			if (r->deadline_us <= now)
+				r->deadline_us = now + 1;
+			heap_later(s, r);
+		}
 	}
 	wake(r);
 }
@@ -815,8 +864,9 @@ int sim_engine_timeout_ms(struct sim_engine *s, uint64_t now_us)
 		return -1;
 	if (d <= now_us)
 		return 0;
-	uint64_t ms = (d - now_us + 999) / 1000;
-	return ms > 3600000 ? 3600000 : (int)ms;
+	/* capped before rounding up: a held request's deadline is UINT64_MAX */
+	uint64_t us = d - now_us;
+	return us > 3600000000ull ? 3600000 : (int)((us + 999) / 1000);
 }
 
 /* How many of r's tokens exist by now: all streamed ones, or for a
@@ -860,6 +910,10 @@ void sim_engine_abort(struct sim_engine *s, struct sim_req *r)
 		queue_unlink(s, r);
 		break;
 	case SIM_REQ_RUNNING:
+		if (r->held) {
+			r->held = false;
+			s->held--;
+		}
 		r->state = SIM_REQ_ABORTED; /* before release: nothing of it is cached */
 		release(s, r, ig_now_us());
 		if (sim_conf_steps(s->conf)) {

@@ -80,6 +80,9 @@ struct sim_engine {
 	uint64_t fail_rng;          /* --fail-rate draws, seeded from --seed */
 	uint64_t stream_fail_rng;   /* --stream-fail-rate draws: its own stream */
 	long running, waiting, hung; /* totals over the ranks */
+	long hold_after;            /* POST /sim/hold: generations stop after this
+				     * many tokens until released; -1: none */
+	long held;                  /* requests stopped by it now */
 	struct sim_rank *ranks;     /* --dp-ranks of them */
 	long nranks;
 	long rr_next;               /* the rank the next request goes to */
@@ -110,6 +113,13 @@ void sim_engine_abort(struct sim_engine *e, struct sim_req *r);
 bool sim_engine_should_fail(struct sim_engine *e);
 /* True when this stream should fail midway (--stream-fail-rate). */
 bool sim_engine_should_fail_stream(struct sim_engine *e);
+/* A test control (POST /sim/hold, classic profile only): from now on
+ * every generation stops after `after` tokens, a stream having sent them
+ * and a whole answer not yet written, until another call; after -1: none.
+ * Each call first lets the held ones go on at once (tokens that fell due
+ * meanwhile go out together), so they stop again at a new `after`. Returns
+ * 0, or -1 with a step profile (its decode steps are not held). */
+int sim_engine_hold(struct sim_engine *e, long after, uint64_t now_us);
 /* Holds a /health answer for --health-delay-ms; it is woken DONE. */
 void sim_engine_defer(struct sim_engine *e, struct sim_req *r);
 /* The gauges /metrics shows for a rank: its last logged snapshot, or the

@@ -18,7 +18,7 @@
 enum sim_kind {
 	SIM_CHAT,       /* POST /v1/chat/completions */
 	SIM_COMPLETION, /* POST /v1/completions */
-	SIM_FAULT_SET,  /* POST /sim/fault */
+	SIM_FAULT_SET,  /* POST /sim/fault or /sim/hold: a test control */
 	SIM_HEALTH,     /* GET /health with --health-delay-ms: a deferred answer */
 	SIM_UTILITY,    /* POST /tokenize, /detokenize: answered at once from the body */
 	SIM_RESPONSES,  /* POST /v1/responses (OpenAI's Responses API) */
@@ -58,6 +58,7 @@ struct sim_req {
 	long n_tokens;                 /* tokens this answer will have */
 	long priority;                 /* "priority" (--enable-priority-scheduling) */
 	long fail_at;                  /* the stream fails after this many tokens; -1 never */
+	bool held;                     /* stopped by POST /sim/hold until released */
 	uint64_t t_recv_us;            /* when it came (/generate's e2e_latency) */
 	/* Called by the engine when `out` got bytes or the state became DONE
 	 * (from sim_engine_submit, sim_engine_run); NULL: nobody to tell. */

@@ -35,6 +35,7 @@ enum route {
 	R_METRICS,     /* GET /metrics */
 	R_STATE,       /* GET /sim/state: the simulator's live counts */
 	R_FAULT,       /* GET or POST /sim/fault */
+	R_HOLD,        /* GET or POST /sim/hold */
 	R_TOKENIZE,    /* POST /tokenize */
 	R_DETOKENIZE,  /* POST /detokenize */
 	R_RESPONSES,   /* POST /v1/responses (OpenAI's Responses API) */
@@ -68,6 +69,7 @@ static const struct {
 	{"/metrics", R_METRICS, true, false, "GET, HEAD", SGLANG | VLLM},
 	{"/sim/state", R_STATE, true, false, "GET, HEAD", SGLANG | VLLM},
 	{"/sim/fault", R_FAULT, true, true, "GET, HEAD, POST", SGLANG | VLLM},
+	{"/sim/hold", R_HOLD, true, true, "GET, HEAD, POST", SGLANG | VLLM},
 	{"/tokenize", R_TOKENIZE, false, true, "POST", SGLANG | VLLM},
 	{"/detokenize", R_DETOKENIZE, false, true, "POST", SGLANG | VLLM},
 	{"/v1/responses", R_RESPONSES, false, true, "POST", SGLANG | VLLM},
@@ -263,7 +265,34 @@ static char *models_json(struct sim *s)
  * vllm-project/vllm vllm/entrypoints/serve/instrumentator/health.py). */
 static enum MHD_Result answer_health(struct sim *s, struct MHD_Connection *conn)
 {
-	return respond_empty(conn, s->eng.fault == SIM_FAULT_DOWN ? 503 : 200);
+	unsigned status = s->eng.fault == SIM_FAULT_DOWN ? 503 : 200;
+	/* POST /sim/fault {"probes": N}: this was one of the N */
+	if (s->fault_probes > 0 && --s->fault_probes == 0) {
+		ig_log_info("fault mode %s -> %s (its /health answers given)", sim_engine_fault_name(s->eng.fault),
+			    sim_engine_fault_name((enum sim_fault)s->fault_then));
+		s->eng.fault = (enum sim_fault)s->fault_then;
+	}
+	return respond_empty(conn, status);
+}
+
+/* GET /sim/fault: the mode, and while it lasts for a number of /health
+ * answers, how many are left and the mode after them. */
+static char *fault_json(const struct sim *s)
+{
+	json_t *j = json_pack("{s:s}", "mode", sim_engine_fault_name(s->eng.fault));
+	if (s->fault_probes > 0)
+		json_object_update_new(j, json_pack("{s:I, s:s}", "probes_left", (json_int_t)s->fault_probes, "then",
+						    sim_engine_fault_name((enum sim_fault)s->fault_then)));
+	return dump(j);
+}
+
+/* GET /sim/hold and the answer to POST: where generations stop (null: they
+ * do not) and how many are stopped there now. */
+static char *hold_json(const struct sim *s)
+{
+	return dump(json_pack("{s:o, s:I}", "after_tokens",
+			      s->eng.hold_after >= 0 ? json_integer((json_int_t)s->eng.hold_after) : json_null(), "held",
+			      (json_int_t)s->eng.held));
 }
 
 static enum MHD_Result answer_get(struct sim *s, struct MHD_Connection *conn, enum route route)
@@ -293,7 +322,9 @@ static enum MHD_Result answer_get(struct sim *s, struct MHD_Connection *conn, en
 	case R_METRICS:
 		return respond(conn, 200, sim_metrics_text(s), "text/plain; version=0.0.4; charset=utf-8", NULL);
 	case R_FAULT:
-		return respond_json(conn, 200, dump(json_pack("{s:s}", "mode", sim_engine_fault_name(s->eng.fault))));
+		return respond_json(conn, 200, fault_json(s));
+	case R_HOLD:
+		return respond_json(conn, 200, hold_json(s));
 	default:
 		return MHD_NO;
 	}
@@ -502,14 +533,18 @@ static enum MHD_Result respond_final(struct sim_call *c)
 	return respond_json(c->conn, 200, body);
 }
 
-/* POST /sim/fault {"mode"?, "max_running"?}: the fault mode, and the batch
- * slots (a server that another tenant now shares, for clients that adapt). */
+/* POST /sim/fault {"mode"?, "probes"?, "max_running"?}: the fault mode,
+ * for good or (probes: N) for the next N /health answers, then back to the
+ * mode before: a backend that fails exactly N probes in a row, whatever
+ * the prober's timing. And the batch slots (a server that another tenant
+ * now shares, for clients that adapt). */
 static enum MHD_Result set_fault(struct sim *s, struct sim_call *c)
 {
 	json_error_t jerr;
 	json_t *root = json_loadb(c->body.data ? c->body.data : "", c->body.len, 0, &jerr);
 	json_t *mode = json_is_object(root) ? json_object_get(root, "mode") : NULL;
 	json_t *slots = json_is_object(root) ? json_object_get(root, "max_running") : NULL;
+	json_t *probes = json_is_object(root) ? json_object_get(root, "probes") : NULL;
 	enum sim_fault f = s->eng.fault;
 	enum MHD_Result ret;
 
@@ -518,25 +553,71 @@ static enum MHD_Result set_fault(struct sim *s, struct sim_call *c)
 		char *msg = ig_strdupf("invalid JSON body: %s", jerr.text);
 		ret = respond_oaerror(s, c->conn, 400, NULL, msg);
 		free(msg);
-	} else if ((mode || !slots) &&
+	} else if ((mode || !slots || probes) &&
 		   (!json_is_string(mode) || sim_engine_fault_parse(json_string_value(mode), &f) < 0)) {
 		ret = respond_oaerror(s, c->conn, 400, "mode",
 				      "'mode' must be one of \"ok\", \"error\", \"hang\", \"slow\", \"down\"");
 	} else if (slots && (!json_is_integer(slots) || json_integer_value(slots) < 1 ||
 			     json_integer_value(slots) > 1000000)) {
 		ret = respond_oaerror(s, c->conn, 400, "max_running", "'max_running' must be an integer in 1..1000000");
+	} else if (probes && (!json_is_integer(probes) || json_integer_value(probes) < 1 ||
+			      json_integer_value(probes) > 1000000)) {
+		ret = respond_oaerror(s, c->conn, 400, "probes", "'probes' must be an integer in 1..1000000");
 	} else {
 		enum sim_fault old = s->eng.fault;
 		s->eng.fault = f;
-		if (old != f)
+		if (mode) /* a new mode ends a window; "probes" opens one */
+			s->fault_probes = probes ? (long)json_integer_value(probes) : 0;
+		if (probes) {
+			s->fault_then = (int)old;
+			ig_log_info("fault mode %s -> %s for %ld /health answers", sim_engine_fault_name(old),
+				    sim_engine_fault_name(f), s->fault_probes);
+		} else if (old != f) {
 			ig_log_info("fault mode %s -> %s", sim_engine_fault_name(old), sim_engine_fault_name(f));
+		}
 		if (slots && json_integer_value(slots) != s->conf->max_running) {
 			ig_log_info("max running %ld -> %ld", s->conf->max_running, (long)json_integer_value(slots));
 			s->conf->max_running = (long)json_integer_value(slots);
 		}
-		ret = respond_json(c->conn, 200, dump(json_pack("{s:s, s:s, s:I}", "mode", sim_engine_fault_name(f),
-								 "previous", sim_engine_fault_name(old), "max_running",
-								 (json_int_t)s->conf->max_running)));
+		json_t *j = json_pack("{s:s, s:s, s:I}", "mode", sim_engine_fault_name(f), "previous",
+				      sim_engine_fault_name(old), "max_running", (json_int_t)s->conf->max_running);
+		if (probes)
+			json_object_update_new(j, json_pack("{s:I, s:s}", "probes_left", (json_int_t)s->fault_probes,
+							    "then", sim_engine_fault_name(old)));
+		ret = respond_json(c->conn, 200, dump(j));
+	}
+	json_decref(root);
+	return ret;
+}
+
+/* POST /sim/hold {"after_tokens": N | null}: every generation stops after
+ * N tokens (a stream has sent them, a whole answer waits) until the next
+ * call, which lets the held ones go on first; null: none stop. A test
+ * control, so that "the client had the first event while the server had
+ * not yet made the last" is a fact rather than a race (classic profile). */
+static enum MHD_Result set_hold(struct sim *s, struct sim_call *c)
+{
+	json_error_t jerr;
+	json_t *root = json_loadb(c->body.data ? c->body.data : "", c->body.len, 0, &jerr);
+	json_t *after = json_is_object(root) ? json_object_get(root, "after_tokens") : NULL;
+	enum MHD_Result ret;
+
+	c->req.state = SIM_REQ_DONE;
+	if (!root) {
+		char *msg = ig_strdupf("invalid JSON body: %s", jerr.text);
+		ret = respond_oaerror(s, c->conn, 400, NULL, msg);
+		free(msg);
+	} else if (!after || !(json_is_null(after) || (json_is_integer(after) && json_integer_value(after) >= 0 &&
+						       json_integer_value(after) <= 1000000000))) {
+		ret = respond_oaerror(s, c->conn, 400, "after_tokens",
+				      "'after_tokens' must be an integer in 0..1000000000, or null");
+	} else if (sim_engine_hold(&s->eng, json_is_null(after) ? -1 : (long)json_integer_value(after),
+				   ig_now_us()) < 0) {
+		ret = respond_oaerror(s, c->conn, 400, "after_tokens",
+				      "/sim/hold needs --profile classic (decode steps are not held)");
+	} else {
+		ig_log_info("generations %s", json_is_null(after) ? "no longer held" : "held");
+		ret = respond_json(c->conn, 200, hold_json(s));
 	}
 	json_decref(root);
 	return ret;
@@ -669,7 +750,7 @@ static enum MHD_Result start_request(struct sim *s, struct sim_call *c)
 		return respond_error(s, c->conn, 413, NULL, NULL, "request body larger than %u bytes", SIM_MAX_BODY);
 	}
 	if (r->kind == SIM_FAULT_SET)
-		return set_fault(s, c);
+		return c->route == R_HOLD ? set_hold(s, c) : set_fault(s, c);
 	if (r->kind == SIM_UTILITY)
 		return c->route == R_TOKENIZE || c->route == R_DETOKENIZE ? tokenize(s, c) : pool(s, c);
 	if (s->stopping || s->eng.fault == SIM_FAULT_DOWN) {
@@ -763,7 +844,7 @@ enum MHD_Result sim_server_handler(void *cls, struct MHD_Connection *conn, const
 					   : rt == R_COMPLETIONS ? SIM_COMPLETION
 					   : rt == R_RESPONSES ? SIM_RESPONSES
 					   : rt == R_GENERATE ? SIM_GENERATE
-					   : rt == R_FAULT ? SIM_FAULT_SET : SIM_UTILITY;
+					   : rt == R_FAULT || rt == R_HOLD ? SIM_FAULT_SET : SIM_UTILITY;
 			if (kind == SIM_CHAT || kind == SIM_COMPLETION || kind == SIM_RESPONSES || kind == SIM_GENERATE)
 				s->eng.st.received++;
 			c = call_new(s, conn, kind);

@@ -52,6 +52,9 @@ struct sim {
 	bool need_mhd_run;          /* a connection was resumed: run MHD again at once */
 	bool stopping;              /* SIGINT/SIGTERM: refuse new work, end the rest */
 	bool load_warned;           /* /get_load's deprecation logged */
+	long fault_probes;          /* server.c: /health answers left in this fault
+				     * mode (POST /sim/fault "probes"); 0: no end */
+	int fault_then;             /* enum sim_fault: the mode after them */
 	struct sim_stored *stored;  /* stored.c: stored Responses, a ring */
 	size_t nstored;             /* ids put so far */
 };
