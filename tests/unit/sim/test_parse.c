@@ -205,5 +205,31 @@ START_TEST(an_accepted_request_is_filled_in)
 }
 END_TEST
 
+/* The stored Responses are a ring: the oldest goes when SIM_STORED more
+ * came after it, and then it is unknown like any other. */
+START_TEST(a_response_out_of_the_ring_is_unknown)
+{
+	struct sim_req r;
+	struct sim_perr e;
+	setup(SIM_FLAVOR_VLLM);
+	sim_engine_req_init(&r, SIM_RESPONSES);
+	r.model_json = strdup("\"m\"");
+	for (int i = 0; i <= SIM_STORED; i++) {
+		snprintf(r.id, sizeof(r.id), "resp_%d", i);
+		sim_stored_put(&sim, &r);
+	}
+	sim_engine_req_free(&r);
+	ck_assert_ptr_null(sim_stored_find(&sim, "resp_0"));
+	ck_assert_ptr_nonnull(sim_stored_find(&sim, "resp_1"));
+	ck_assert_ptr_nonnull(sim_stored_find(&sim, "resp_4096"));
+	refused(SIM_RESPONSES, "{\"input\":\"x\",\"previous_response_id\":\"resp_0\"}", 404, "invalid_request_error",
+		NULL, "Response with id 'resp_0' not found.");
+	ck_assert_int_eq(parse(SIM_RESPONSES, "{\"input\":\"x\",\"previous_response_id\":\"resp_1\"}", &r, &e), 0);
+	sim_engine_req_free(&r);
+	teardown();
+}
+END_TEST
+
 IG_CHECK_MAIN("sim parse", schema_errors_are_400_bad_request, serving_errors_carry_their_own_types,
-	      context_length_in_each_servers_words, an_accepted_request_is_filled_in)
+	      context_length_in_each_servers_words, an_accepted_request_is_filled_in,
+	      a_response_out_of_the_ring_is_unknown)
