@@ -162,7 +162,10 @@ static const struct ig_flags spec = {
 		  "GET /health, GET /v1/models, GET /metrics; sglang only: POST /generate,\n"
 		  "GET /health_generate, GET /v1/loads, GET /get_load, GET /get_model_info; vllm only:\n"
 		  "POST /pooling, /rerank, /v2/rerank, /score. Test control (never needs the key):\n"
-		  "GET /sim/state, GET|POST /sim/fault ({\"mode\": \"ok\"|\"error\"|\"hang\"|\"slow\"|\"down\", \"max_running\": N}).\n",
+		  "GET /sim/state, GET|POST /sim/fault ({\"mode\": \"ok\"|\"error\"|\"hang\"|\"slow\"|\"down\", \"max_running\": N};\n"
+		  "with \"probes\": N the mode lasts N /health answers, then the one before comes back),\n"
+		  "GET|POST /sim/hold ({\"after_tokens\": N}: every generation stops after N tokens,\n"
+		  "streams having sent them, until the next POST; null: none stop; classic profile).\n",
 	.flags = flags,
 	.n = sizeof(flags) / sizeof(flags[0]),
 	.unknown = "unknown flag '%s'",

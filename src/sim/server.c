@@ -1,25 +1,28 @@
-/* The HTTP side of infergate-sim: routing, the API key, request parsing and
- * validation, errors in the shape of the server imitated (--flavor), the
- * read-only endpoints, fault switching, and turning the engine's output into
- * MHD responses (a content reader for streams, one buffer otherwise).
- * Scheduling and text are not here: see engine.c, text.c. */
+/* The HTTP side of infergate-sim: routing, the API key, errors in the
+ * shape of the server imitated (--flavor), the answers of the read-only
+ * endpoints and of the stored Responses, fault switching, and turning the
+ * engine's output into MHD responses (a content reader for streams, one
+ * buffer otherwise). Not here: reading a generation request (parse.c), the
+ * bodies of /metrics and the load reports (metrics.c), scheduling
+ * (engine.c), the answers' bytes (wire.c). */
 #include "config.h"
 #include <errno.h>
 #include <jansson.h>
-#include <math.h>
 #include <openssl/crypto.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <time.h>
 
-#include "infergate/blockhash.h"
 #include "infergate/log.h"
 #include "infergate/oaerror.h"
 #include "infergate/util.h"
+#include "metrics.h"
+#include "parse.h"
 #include "pooling.h"
 #include "server.h"
+#include "stored.h"
+#include "wire.h"
 
 enum route {
 	R_CHAT,        /* POST /v1/chat/completions */
@@ -32,6 +35,7 @@ enum route {
 	R_METRICS,     /* GET /metrics */
 	R_STATE,       /* GET /sim/state: the simulator's live counts */
 	R_FAULT,       /* GET or POST /sim/fault */
+	R_HOLD,        /* GET or POST /sim/hold */
 	R_TOKENIZE,    /* POST /tokenize */
 	R_DETOKENIZE,  /* POST /detokenize */
 	R_RESPONSES,   /* POST /v1/responses (OpenAI's Responses API) */
@@ -65,6 +69,7 @@ static const struct {
 	{"/metrics", R_METRICS, true, false, "GET, HEAD", SGLANG | VLLM},
 	{"/sim/state", R_STATE, true, false, "GET, HEAD", SGLANG | VLLM},
 	{"/sim/fault", R_FAULT, true, true, "GET, HEAD, POST", SGLANG | VLLM},
+	{"/sim/hold", R_HOLD, true, true, "GET, HEAD, POST", SGLANG | VLLM},
 	{"/tokenize", R_TOKENIZE, false, true, "POST", SGLANG | VLLM},
 	{"/detokenize", R_DETOKENIZE, false, true, "POST", SGLANG | VLLM},
 	{"/v1/responses", R_RESPONSES, false, true, "POST", SGLANG | VLLM},
@@ -78,15 +83,6 @@ static const struct {
 	{"/pooling", R_POOLING, false, true, "POST", VLLM},
 	{"/classify", R_CLASSIFY, false, true, "POST, PUT", SGLANG | VLLM},
 };
-
-/* Error types. Validation errors (bad JSON, a field of the wrong type) go
- * through the servers' RequestValidationError handlers, which answer 400
- * with HTTPStatus.BAD_REQUEST.phrase as the type (after sgl-project/sglang
- * python/sglang/srt/entrypoints/http_server.py, vllm-project/vllm
- * vllm/entrypoints/openai/server_utils.py validation_exception_handler);
- * the serving code's own errors use create_error_response's names. */
-#define T_VALIDATION "Bad Request"
-#define T_BAD_REQUEST "BadRequestError"
 
 /* ---- responses ---- */
 
@@ -149,11 +145,11 @@ static char *ascii(char *msg)
 static const char *type_for_status(unsigned status)
 {
 	switch (status) {
-	case 400: return T_BAD_REQUEST;
+	case 400: return SIM_T_BAD_REQUEST;
 	case 404: return "NotFoundError";
 	case 413: return "Request Entity Too Large"; /* the framework's, as for validation */
 	case 503: return "ServiceUnavailableError";
-	default:  return status >= 500 ? "InternalServerError" : T_BAD_REQUEST;
+	default:  return status >= 500 ? "InternalServerError" : SIM_T_BAD_REQUEST;
 	}
 }
 
@@ -251,13 +247,7 @@ static bool key_given(const struct sim *s, struct MHD_Connection *conn)
 	return x && key_equal(x, key);
 }
 
-/* ---- read-only endpoints ---- */
-
-/* Token capacity of one rank's KV cache, for /v1/loads: a fixed number,
- * as SGLang's max_total_num_tokens is fixed at startup. */
-#define SIM_KV_TOKENS 1048576
-
-static const char *const flavor_names[] = {"sglang", "vllm"};
+/* ---- read-only endpoints (their bodies: metrics.c) ---- */
 
 static char *models_json(struct sim *s)
 {
@@ -269,332 +259,40 @@ static char *models_json(struct sim *s)
 			      "max_model_len", (json_int_t)len));
 }
 
-static double wall_now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static double round_to(double v, double unit)
-{
-	return round(v / unit) * unit;
-}
-
-/* One rank's entry of /v1/loads, GetLoadsReqOutput's core fields (after
- * sgl-project/sglang python/sglang/srt/managers/io_struct.py and
- * python/sglang/srt/observability/scheduler_metrics_mixin.py get_loads).
- * num_total_tokens is taken as the tokens the rank holds plus those its
- * queue brings, so /get_load's num_pending_tokens (total - used) is the
- * queue's tokens: our reading, not confirmed in SGLang's source. */
-/* A rank's KV budget: the step profile's, else a large nominal one. */
-static long kv_total(const struct sim *s, const struct sim_rank *rk)
-{
-	return sim_conf_steps(s->conf) ? rk->kv.total : SIM_KV_TOKENS;
-}
-
-/* Prompt tokens found cached over those served (0 with classic). */
-static double hit_rate(const struct sim_rank *rk)
-{
-	return rk->prompt_tokens ? (double)rk->cached_tokens / (double)rk->prompt_tokens : 0;
-}
-
-static json_t *rank_load(struct sim *s, const struct sim_rank *rk, uint64_t now, double ts)
-{
-	long used, pending;
-	double tps;
-	sim_engine_rank_tokens(&s->eng, rk, now, &used, &pending, &tps);
-	return json_pack("{s:i, s:f, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:I}",
-			 "dp_rank", rk->idx, "timestamp", ts,
-			 "num_running_reqs", (json_int_t)rk->running,
-			 "num_waiting_reqs", (json_int_t)rk->waiting,
-			 "num_used_tokens", (json_int_t)used,
-			 "num_total_tokens", (json_int_t)(used + pending),
-			 "max_total_num_tokens", (json_int_t)kv_total(s, rk),
-			 "token_usage", round_to((double)used / (double)kv_total(s, rk), 1e-4),
-			 "gen_throughput", round_to(tps, 1e-2),
-			 "cache_hit_rate", round_to(hit_rate(rk), 1e-4),
-			 "utilization", round_to((double)rk->running / (double)s->conf->max_running, 1e-4),
-			 "max_running_requests", (json_int_t)s->conf->max_running);
-}
-
-/* The ranks a ?dp_rank=K query selects: [*lo, *hi). Returns 0, or -1 when
- * K is not an integer (FastAPI's validation: 400). */
-static int rank_range(struct sim *s, struct MHD_Connection *conn, long *lo, long *hi)
-{
-	const char *q = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "dp_rank");
-	*lo = 0;
-	*hi = s->eng.nranks;
-	if (!q)
-		return 0;
-	char *end;
-	errno = 0;
-	long k = strtol(q, &end, 10);
-	if (*q == '\0' || *end != '\0' || errno != 0)
-		return -1;
-	/* A rank that does not exist matches nothing: an empty list. */
-	*lo = k >= 0 && k < s->eng.nranks ? k : 0;
-	*hi = k >= 0 && k < s->eng.nranks ? k + 1 : 0;
-	return 0;
-}
-
-/* GET /v1/loads (after sgl-project/sglang
- * python/sglang/srt/entrypoints/v1_loads.py get_loads): the
- * include/format parameters are not modelled. */
-static enum MHD_Result answer_loads(struct sim *s, struct MHD_Connection *conn)
-{
-	long lo, hi;
-	if (rank_range(s, conn, &lo, &hi) < 0)
-		return respond_error(s, conn, 400, T_VALIDATION, NULL,
-				     "dp_rank: Input should be a valid integer, unable to parse string as an integer");
-	double ts = wall_now();
-	time_t secs = (time_t)ts;
-	struct tm tm;
-	char iso[64];
-	gmtime_r(&secs, &tm);
-	size_t n = strftime(iso, sizeof(iso), "%Y-%m-%dT%H:%M:%S", &tm);
-	/* datetime.now(timezone.utc).isoformat() */
-	snprintf(iso + n, sizeof(iso) - n, ".%06ld+00:00", (long)((ts - (double)secs) * 1e6) % 1000000);
-	json_t *loads = json_array();
-	uint64_t now = ig_now_us();
-	for (long i = lo; i < hi; i++)
-		json_array_append_new(loads, rank_load(s, &s->eng.ranks[i], now, ts));
-	return respond_json(conn, 200, dump(json_pack("{s:s, s:s, s:s, s:i, s:o}", "timestamp", iso,
-						      "version", PACKAGE_VERSION, "accelerator", "sim",
-						      "num_accelerators", 1, "loads", loads)));
-}
-
-/* GET /get_load, deprecated in SGLang for /v1/loads but still answered:
- * one object per rank (after sgl-project/sglang
- * python/sglang/srt/entrypoints/http_server.py get_load). SGLang warns on
- * every call; once is enough here. */
-static enum MHD_Result answer_get_load(struct sim *s, struct MHD_Connection *conn)
-{
-	if (!s->load_warned) {
-		ig_log_warn("Endpoint '/get_load' is deprecated and will be removed in a future version. "
-			    "Please use '/v1/loads' instead.");
-		s->load_warned = true;
-	}
-	json_t *arr = json_array();
-	uint64_t now = ig_now_us();
-	double ts = wall_now();
-	for (long i = 0; i < s->eng.nranks; i++) {
-		const struct sim_rank *rk = &s->eng.ranks[i];
-		long used, pending;
-		double tps;
-		sim_engine_rank_tokens(&s->eng, rk, now, &used, &pending, &tps);
-		json_t *e = json_pack("{s:i, s:I, s:I, s:I, s:I, s:f}", "dp_rank", rk->idx,
-				      "num_reqs", (json_int_t)(rk->running + rk->waiting),
-				      "num_waiting_reqs", (json_int_t)rk->waiting,
-				      "num_tokens", (json_int_t)(used + pending),
-				      "num_pending_tokens", (json_int_t)pending,
-				      "ts_tic", ts);
-		if (sim_conf_steps(s->conf)) /* the KV figures, step profiles only */
-			json_object_update_new(e, json_pack("{s:I, s:I, s:f, s:f}", "num_used_tokens", (json_int_t)used,
-							    "max_total_num_tokens", (json_int_t)rk->kv.total,
-							    "token_usage", round_to((double)used / (double)rk->kv.total, 1e-4),
-							    "cache_hit_rate", round_to(hit_rate(rk), 1e-4)));
-		json_array_append_new(arr, e);
-	}
-	return respond_json(conn, 200, dump(arr));
-}
-
-/* GET /sim/state: what tests and people want to know, always live. */
-static char *state_json(struct sim *s)
-{
-	json_t *ranks = json_array();
-	for (long i = 0; i < s->eng.nranks; i++)
-		json_array_append_new(ranks, json_pack("{s:I, s:I}",
-						       "num_running_reqs", (json_int_t)s->eng.ranks[i].running,
-						       "num_waiting_reqs", (json_int_t)s->eng.ranks[i].waiting));
-	return dump(json_pack("{s:I, s:I, s:I, s:I, s:I, s:s, s:s, s:o}",
-			      "requests_received", (json_int_t)s->eng.st.received,
-			      "num_running_reqs", (json_int_t)s->eng.running,
-			      "num_waiting_reqs", (json_int_t)s->eng.waiting,
-			      "num_hung_reqs", (json_int_t)s->eng.hung,
-			      "max_running_requests", (json_int_t)s->conf->max_running,
-			      "fault", sim_engine_fault_name(s->eng.fault),
-			      "flavor", flavor_names[s->conf->flavor],
-			      "ranks", ranks));
-}
-
-static void metric(struct ig_buf *o, const char *name, const char *type, const char *help,
-		   const char *model, uint64_t value)
-{
-	ig_buf_printf(o, "# HELP %s %s\n# TYPE %s %s\n%s{model_name=\"", name, help, name, type, name);
-	ig_buf_prom_label(o, model);
-	ig_buf_printf(o, "\"} %llu\n", (unsigned long long)value);
-}
-
-static void help_type(struct ig_buf *o, const char *name, const char *type, const char *help)
-{
-	ig_buf_printf(o, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
-}
-
-/* SGLang's label set, sorted by name as prometheus_client prints it:
- * dp_rank only with more than one rank, priority only with
- * --enable-priority-scheduling ("" for totals). After sgl-project/sglang
- * python/sglang/srt/observability/scheduler_metrics_mixin.py init_metrics. */
-static void sglang_sample(struct ig_buf *o, struct sim *s, const char *name, const struct sim_rank *rk,
-			  const char *priority, double value)
-{
-	ig_buf_printf(o, "%s{", name);
-	if (s->eng.nranks > 1)
-		ig_buf_printf(o, "dp_rank=\"%d\",", rk->idx);
-	ig_buf_printf(o, "engine_type=\"unified\",model_name=\"");
-	ig_buf_prom_label(o, s->conf->model);
-	ig_buf_printf(o, "\",moe_ep_rank=\"0\",pp_rank=\"0\",");
-	if (s->conf->priority_scheduling)
-		ig_buf_printf(o, "priority=\"%s\",", priority);
-	/* prometheus_client prints floats: 4.0, 0.8125 */
-	if (value == floor(value) && fabs(value) < 1e15)
-		ig_buf_printf(o, "tp_rank=\"0\"} %.1f\n", value);
-	else
-		ig_buf_printf(o, "tp_rank=\"0\"} %.6g\n", value);
-}
-
-/* One SGLang gauge over the ranks: the total under priority="", then one
- * series per priority the rank has seen (after sgl-project/sglang
- * python/sglang/srt/observability/metrics_collector.py _log_gauge_queue_count). */
-static void sglang_gauge(struct ig_buf *o, struct sim *s, const char *name, const char *help, bool running)
-{
-	help_type(o, name, "gauge", help);
-	for (long i = 0; i < s->eng.nranks; i++) {
-		const struct sim_gauges *g = &s->eng.ranks[i].snap;
-		sglang_sample(o, s, name, &s->eng.ranks[i], "", (double)(running ? g->running : g->waiting));
-		for (size_t k = 0; k < g->nprio; k++) {
-			char prio[24];
-			snprintf(prio, sizeof(prio), "%ld", g->prio[k].priority);
-			sglang_sample(o, s, name, &s->eng.ranks[i], prio,
-				      (uint64_t)(running ? g->prio[k].running : g->prio[k].waiting));
-		}
-	}
-}
-
-enum rank_counter {
-	C_PROMPT,     /* prompt tokens of served requests */
-	C_GENERATION, /* tokens produced */
-	C_REQUESTS,   /* served requests */
-};
-
-static uint64_t rank_counter(const struct sim_rank *rk, enum rank_counter c)
-{
-	switch (c) {
-	case C_PROMPT:     return rk->prompt_tokens;
-	case C_GENERATION: return rk->generation_tokens;
-	default:           return rk->finished_stop + rk->finished_length;
-	}
-}
-
-static void sglang_counter(struct ig_buf *o, struct sim *s, const char *name, const char *help,
-			   enum rank_counter c)
-{
-	help_type(o, name, "counter", help);
-	for (long i = 0; i < s->eng.nranks; i++)
-		sglang_sample(o, s, name, &s->eng.ranks[i], "", (double)rank_counter(&s->eng.ranks[i], c));
-}
-
-static void sglang_metrics(struct ig_buf *o, struct sim *s)
-{
-	for (long i = 0; i < s->eng.nranks; i++)
-		sim_engine_gauges(&s->eng, &s->eng.ranks[i]); /* live: read now; sglang: the last log */
-	sglang_gauge(o, s, "sglang:num_running_reqs", "The number of running requests.", true);
-	sglang_gauge(o, s, "sglang:num_queue_reqs", "The number of requests in the waiting queue.", false);
-	sglang_counter(o, s, "sglang:prompt_tokens_total", "Number of prefill tokens processed.", C_PROMPT);
-	sglang_counter(o, s, "sglang:generation_tokens_total", "Number of generation tokens processed.",
-		       C_GENERATION);
-	sglang_counter(o, s, "sglang:num_requests_total", "Number of requests processed.", C_REQUESTS);
-	/* SGLang's scheduler gauges of memory, cache and speed (after
-	 * sgl-project/sglang python/sglang/srt/observability/metrics_collector.py
-	 * SchedulerMetricsCollector: token_usage, cache_hit_rate, gen_throughput). */
-	static const char *const fg[][2] = {{"sglang:token_usage", "The token usage."},
-					    {"sglang:cache_hit_rate", "The prefix cache hit rate."},
-					    {"sglang:gen_throughput", "The generation throughput (token/s)."}};
-	uint64_t now = ig_now_us();
-	for (int k = 0; k < 3; k++) {
-		help_type(o, fg[k][0], "gauge", fg[k][1]);
-		for (long i = 0; i < s->eng.nranks; i++) {
-			const struct sim_rank *rk = &s->eng.ranks[i];
-			long used, pending;
-			double tps;
-			sim_engine_rank_tokens(&s->eng, rk, now, &used, &pending, &tps);
-			double v = k == 0 ? round_to((double)used / (double)kv_total(s, rk), 1e-4)
-				 : k == 1 ? round_to(hit_rate(rk), 1e-4) : round_to(tps, 1e-2);
-			sglang_sample(o, s, fg[k][0], rk, "", v);
-		}
-	}
-}
-
-/* vLLM labels each series with model_name and engine (the DP rank), always
- * live: the engine refreshes them every step (after vllm-project/vllm
- * vllm/v1/metrics/loggers.py PrometheusStatLogger). */
-static void vllm_sample(struct ig_buf *o, struct sim *s, const char *name, long engine, const char *extra,
-			uint64_t value)
-{
-	ig_buf_printf(o, "%s{engine=\"%ld\",%smodel_name=\"", name, engine, extra);
-	ig_buf_prom_label(o, s->conf->model);
-	ig_buf_printf(o, "\"} %llu.0\n", (unsigned long long)value);
-}
-
-static void vllm_metrics(struct ig_buf *o, struct sim *s)
-{
-	help_type(o, "vllm:num_requests_running", "gauge", "Number of requests in model execution batches.");
-	for (long i = 0; i < s->eng.nranks; i++)
-		vllm_sample(o, s, "vllm:num_requests_running", i, "", (uint64_t)s->eng.ranks[i].running);
-	help_type(o, "vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.");
-	for (long i = 0; i < s->eng.nranks; i++)
-		vllm_sample(o, s, "vllm:num_requests_waiting", i, "", (uint64_t)s->eng.ranks[i].waiting);
-	help_type(o, "vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.");
-	for (long i = 0; i < s->eng.nranks; i++)
-		vllm_sample(o, s, "vllm:prompt_tokens_total", i, "", s->eng.ranks[i].prompt_tokens);
-	help_type(o, "vllm:generation_tokens_total", "counter", "Number of generation tokens processed.");
-	for (long i = 0; i < s->eng.nranks; i++)
-		vllm_sample(o, s, "vllm:generation_tokens_total", i, "", s->eng.ranks[i].generation_tokens);
-	help_type(o, "vllm:request_success_total", "counter", "Count of successfully processed requests.");
-	for (long i = 0; i < s->eng.nranks; i++) {
-		vllm_sample(o, s, "vllm:request_success_total", i, "finished_reason=\"length\",",
-			    s->eng.ranks[i].finished_length);
-		vllm_sample(o, s, "vllm:request_success_total", i, "finished_reason=\"stop\",",
-			    s->eng.ranks[i].finished_stop);
-	}
-}
-
-static char *metrics_text(struct sim *s)
-{
-	struct ig_buf o;
-	const char *m = s->conf->model;
-
-	ig_buf_init(&o);
-	if (s->conf->flavor == SIM_FLAVOR_VLLM)
-		vllm_metrics(&o, s);
-	else
-		sglang_metrics(&o, s);
-	metric(&o, "infergate_sim_requests_served_total", "counter", "Completions generated to the end.", m, s->eng.st.served);
-	metric(&o, "infergate_sim_requests_aborted_total", "counter", "Completions stopped because the client disconnected.", m, s->eng.st.aborted);
-	metric(&o, "infergate_sim_requests_failed_total", "counter", "Completions answered 500 by fault injection (--fail-rate, mode error).", m, s->eng.st.failed);
-	metric(&o, "infergate_sim_requests_rejected_total", "counter", "Completions answered 503 in mode down.", m, s->eng.st.rejected);
-	metric(&o, "infergate_sim_requests_invalid_total", "counter", "Requests answered 4xx.", m, s->eng.st.invalid);
-	metric(&o, "infergate_sim_requests_stream_failed_total", "counter",
-	       "Streams ended by an error event midway (--stream-fail-rate).", m, s->eng.st.stream_failed);
-	metric(&o, "infergate_sim_num_hung_reqs", "gauge", "Completions held without an answer in mode hang.", m, (uint64_t)s->eng.hung);
-	metric(&o, "infergate_sim_max_running_reqs", "gauge", "Batch slots (--max-running).", m, (uint64_t)s->conf->max_running);
-	ig_buf_printf(&o, "# HELP infergate_sim_fault_mode The fault mode in force (1) and the others (0).\n"
-		      "# TYPE infergate_sim_fault_mode gauge\n");
-	for (int f = SIM_FAULT_OK; f <= SIM_FAULT_DOWN; f++)
-		ig_buf_printf(&o, "infergate_sim_fault_mode{mode=\"%s\"} %d\n", sim_engine_fault_name((enum sim_fault)f),
-			      (int)s->eng.fault == f);
-	if (ig_buf_append(&o, "", 1) < 0)
-		abort();
-	return o.data; /* off is 0: never consumed */
-}
-
 /* /health and /health_generate answer with no body in both servers: 200,
  * or 503 when the server cannot serve (after sgl-project/sglang
  * python/sglang/srt/entrypoints/http_server.py health_generate,
  * vllm-project/vllm vllm/entrypoints/serve/instrumentator/health.py). */
 static enum MHD_Result answer_health(struct sim *s, struct MHD_Connection *conn)
 {
-	return respond_empty(conn, s->eng.fault == SIM_FAULT_DOWN ? 503 : 200);
+	unsigned status = s->eng.fault == SIM_FAULT_DOWN ? 503 : 200;
+	/* POST /sim/fault {"probes": N}: this was one of the N */
+	if (s->fault_probes > 0 && --s->fault_probes == 0) {
+		ig_log_info("fault mode %s -> %s (its /health answers given)", sim_engine_fault_name(s->eng.fault),
+			    sim_engine_fault_name((enum sim_fault)s->fault_then));
+		s->eng.fault = (enum sim_fault)s->fault_then;
+	}
+	return respond_empty(conn, status);
+}
+
+/* GET /sim/fault: the mode, and while it lasts for a number of /health
+ * answers, how many are left and the mode after them. */
+static char *fault_json(const struct sim *s)
+{
+	json_t *j = json_pack("{s:s}", "mode", sim_engine_fault_name(s->eng.fault));
+	if (s->fault_probes > 0)
+		json_object_update_new(j, json_pack("{s:I, s:s}", "probes_left", (json_int_t)s->fault_probes, "then",
+						    sim_engine_fault_name((enum sim_fault)s->fault_then)));
+	return dump(j);
+}
+
+/* GET /sim/hold and the answer to POST: where generations stop (null: they
+ * do not) and how many are stopped there now. */
+static char *hold_json(const struct sim *s)
+{
+	return dump(json_pack("{s:o, s:I}", "after_tokens",
+			      s->eng.hold_after >= 0 ? json_integer((json_int_t)s->eng.hold_after) : json_null(), "held",
+			      (json_int_t)s->eng.held));
 }
 
 static enum MHD_Result answer_get(struct sim *s, struct MHD_Connection *conn, enum route route)
@@ -607,19 +305,26 @@ static enum MHD_Result answer_get(struct sim *s, struct MHD_Connection *conn, en
 			return respond_error(s, conn, 503, NULL, NULL, "infergate-sim is down (fault mode down)");
 		return respond_json(conn, 200, models_json(s));
 	case R_LOAD:
-		return answer_get_load(s, conn);
-	case R_LOADS:
-		return answer_loads(s, conn);
+		return respond_json(conn, 200, sim_metrics_get_load(s));
+	case R_LOADS: {
+		char *body = sim_metrics_loads(s, MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "dp_rank"));
+		if (!body)
+			return respond_error(s, conn, 400, SIM_T_VALIDATION, NULL,
+					     "dp_rank: Input should be a valid integer, unable to parse string as an integer");
+		return respond_json(conn, 200, body);
+	}
 	case R_STATE:
-		return respond_json(conn, 200, state_json(s));
+		return respond_json(conn, 200, sim_metrics_state(s));
 	case R_MODEL_INFO:
 		return respond_json(conn, 200, dump(json_pack("{s:s, s:s, s:b}", "model_path", s->conf->model,
 							      "tokenizer_path", s->conf->model,
 							      "is_generation", 1)));
 	case R_METRICS:
-		return respond(conn, 200, metrics_text(s), "text/plain; version=0.0.4; charset=utf-8", NULL);
+		return respond(conn, 200, sim_metrics_text(s), "text/plain; version=0.0.4; charset=utf-8", NULL);
 	case R_FAULT:
-		return respond_json(conn, 200, dump(json_pack("{s:s}", "mode", sim_engine_fault_name(s->eng.fault))));
+		return respond_json(conn, 200, fault_json(s));
+	case R_HOLD:
+		return respond_json(conn, 200, hold_json(s));
 	default:
 		return MHD_NO;
 	}
@@ -746,221 +451,7 @@ void sim_server_init(struct sim *s)
 	s->ncalls = 0;
 }
 
-/* ---- parsing ---- */
-
-/* A request the servers' schema validation would refuse: 400, param null
- * (FastAPI's handler names the field in the message, not in param). */
-static int fail(struct sim_perr *e, char *msg)
-{
-	return sim_refuse(e, 400, T_VALIDATION, NULL, msg);
-}
-
-/* Any other refusal. */
-static int refuse(struct sim_perr *e, unsigned status, const char *type, const char *param, char *msg)
-{
-	return sim_refuse(e, status, type, param, msg);
-}
-
-/* Appends a message's content (string, null, or an array of parts whose
- * "text" members count) to the prompt. Returns 0 or -1. */
-static int add_content(struct ig_buf *p, json_t *content)
-{
-	if (!content || json_is_null(content))
-		return 0;
-	if (json_is_string(content))
-		return ig_buf_append(p, json_string_value(content), json_string_length(content));
-	if (!json_is_array(content))
-		return -1;
-	size_t i;
-	json_t *part;
-	json_array_foreach(content, i, part) {
-		if (!json_is_object(part))
-			return -1;
-		json_t *text = json_object_get(part, "text");
-		if (text && !json_is_string(text))
-			return -1;
-		if (text && ig_buf_append(p, json_string_value(text), json_string_length(text)) < 0)
-			return -1;
-	}
-	return 0;
-}
-
-/* The prompt text the answer is seeded from: for chat, each message's role
- * and content on their own lines. Returns 0 or -1 with *e. */
-/* A message list as prompt text: each message's role and content on lines
- * of their own (chat's "messages", the Responses API's "input"). */
-static int messages_text(json_t *msgs, const char *what, struct ig_buf *p, struct sim_perr *e)
-{
-	size_t i;
-	json_t *m;
-	json_array_foreach(msgs, i, m) {
-		json_t *role = json_is_object(m) ? json_object_get(m, "role") : NULL;
-		if (!json_is_string(role))
-			return fail(e, ig_strdupf("%s[%zu] must be an object with a string 'role'", what, i));
-		ig_buf_append(p, json_string_value(role), json_string_length(role));
-		ig_buf_append(p, "\n", 1);
-		if (add_content(p, json_object_get(m, "content")) < 0)
-			return fail(e, ig_strdupf("%s[%zu].content must be a string, null or an array of parts", what, i));
-		ig_buf_append(p, "\n", 1);
-	}
-	return 0;
-}
-
-static int prompt_text(struct sim_req *r, json_t *root, struct ig_buf *p, struct sim_perr *e)
-{
-	if (r->kind == SIM_GENERATE) { /* "text", or "input_ids" as /detokenize reads them */
-		json_t *text = json_object_get(root, "text"), *ids = json_object_get(root, "input_ids");
-		if (json_is_string(text))
-			return ig_buf_append(p, json_string_value(text), json_string_length(text));
-		char *t = json_is_array(ids) && !text ? sim_text_detokenize(ids) : NULL;
-		if (!t)
-			return refuse(e, 400, T_BAD_REQUEST, NULL,
-				      strdup(text || ids ? "'text' must be a string or 'input_ids' a list of token ids "
-							   "(infergate-sim answers one prompt)"
-							 : "Either text, input_ids or input_embeds should be provided."));
-		ig_buf_append(p, t, strlen(t));
-		free(t);
-		return 0;
-	}
-	if (r->kind == SIM_RESPONSES) {
-		/* "instructions", then "input": a string or a list of messages
-		 * ({"role", "content"}, content a string or parts) */
-		json_t *ins = json_object_get(root, "instructions"), *in = json_object_get(root, "input");
-		if (ins && !json_is_null(ins) && !json_is_string(ins))
-			return fail(e, strdup("'instructions' must be a string"));
-		if (json_is_string(ins))
-			ig_buf_printf(p, "system\n%s\n", json_string_value(ins));
-		if (json_is_string(in)) {
-			ig_buf_printf(p, "user\n");
-			ig_buf_append(p, json_string_value(in), json_string_length(in));
-			ig_buf_append(p, "\n", 1);
-			return 0;
-		}
-		if (!json_is_array(in) || json_array_size(in) == 0)
-			return fail(e, strdup("'input' must be a string or a non-empty array of messages"));
-		return messages_text(in, "input", p, e);
-	}
-	if (r->kind == SIM_CHAT) {
-		json_t *msgs = json_object_get(root, "messages");
-		if (!msgs)
-			return fail(e, strdup("'messages' is required"));
-		if (!json_is_array(msgs) || json_array_size(msgs) == 0)
-			return fail(e, strdup("'messages' must be a non-empty array"));
-		return messages_text(msgs, "messages", p, e);
-	}
-	json_t *prompt = json_object_get(root, "prompt");
-	if (!prompt)
-		return fail(e, strdup("'prompt' is required"));
-	if (json_is_array(prompt) && json_array_size(prompt) == 1)
-		prompt = json_array_get(prompt, 0);
-	if (!json_is_string(prompt))
-		return fail(e, strdup("'prompt' must be a string (or an array of one string)"));
-	ig_buf_append(p, json_string_value(prompt), json_string_length(prompt));
-	return 0;
-}
-
-/* A positive integer member, or 0 when absent or null. Returns 0 or -1. */
-static int get_limit(json_t *root, const char *key, long *out, struct sim_perr *e)
-{
-	json_t *v = json_object_get(root, key);
-	*out = 0;
-	if (!v || json_is_null(v))
-		return 0;
-	if (!json_is_integer(v) || json_integer_value(v) < 1)
-		return fail(e, ig_strdupf("'%s' must be an integer of at least 1", key));
-	json_int_t n = json_integer_value(v);
-	*out = n > 1000000000 ? 1000000000 : (long)n;
-	return 0;
-}
-
-/* The context-length check of the imitated server, with its message (an
- * input tokens, max_new the max_tokens asked, 0 when none). Returns 0 or -1
- * with *e. SGLang: an input of at least the context, or input + max_new
- * reaching it (after sgl-project/sglang
- * python/sglang/srt/managers/tokenizer_manager.py _validate_one_request).
- * vLLM: an input of at least the context, or input + max_tokens above it
- * (vllm-project/vllm vllm/entrypoints/openai/engine/serving.py
- * _validate_input). Both answer 400 BadRequestError, streamed or not:
- * SGLang's serving_chat.py and serving_completions.py run the generator's
- * first step before sending 200 ("Kick-start the generator to trigger
- * validation before HTTP 200 is sent"), vLLM validates before generating. */
-static int check_context(struct sim *s, long in, long max_new, struct sim_perr *e)
-{
-	long ctx = s->conf->context_length;
-
-	if (ctx <= 0)
-		return 0;
-	if (s->conf->flavor == SIM_FLAVOR_VLLM) {
-		if (in >= ctx)
-			return refuse(e, 400, T_BAD_REQUEST, "input_tokens",
-				      ig_strdupf("This model's maximum context length is %ld tokens. However, your "
-						 "request has %ld input tokens. Please reduce the length of the input "
-						 "messages.", ctx, in));
-		if (max_new > 0 && in + max_new > ctx)
-			return refuse(e, 400, T_BAD_REQUEST, "max_tokens",
-				      ig_strdupf("'max_tokens' or 'max_completion_tokens' is too large: %ld. This "
-						 "model's maximum context length is %ld tokens and your request has "
-						 "%ld input tokens (%ld > %ld - %ld).", max_new, ctx, in, max_new, ctx, in));
-		return 0;
-	}
-	if (in >= ctx)
-		return refuse(e, 400, T_BAD_REQUEST, NULL,
-			      ig_strdupf("The input (%ld tokens) is longer than the model's context length (%ld tokens).",
-					 in, ctx));
-	if (max_new > 0 && in + max_new >= ctx)
-		return refuse(e, 400, T_BAD_REQUEST, NULL,
-			      ig_strdupf("Requested token count exceeds the model's maximum context length of %ld "
-					 "tokens. You requested a total of %ld tokens: %ld tokens from the input "
-					 "messages and %ld tokens for the completion. Please reduce the number of "
-					 "tokens in the input messages or the completion to fit within the limit.",
-					 ctx, in + max_new, in, max_new));
-	return 0;
-}
-
-/* Stored Responses: the simulator keeps the last 4,096 it stored (unless
- * "store": false), enough to give each back (GET /v1/responses/{id}); a
- * previous_response_id it does not hold is its 404, as vLLM's and SGLang's
- * serving_responses.py answer one ("Response with id '...' not found.",
- * invalid_request_error). */
-#define SIM_STORED 4096
-
-struct sim_stored {
-	char id[48], prev_id[48];
-	char model[128];             /* as a JSON string literal */
-	int64_t created;
-	uint64_t text_seed;
-	long prompt_tokens, n_tokens;
-	bool length_cut;
-};
-
-static const struct sim_stored *stored_find(const struct sim *s, const char *id)
-{
-	size_t n = s->nstored < SIM_STORED ? s->nstored : SIM_STORED;
-	for (size_t i = 0; i < n; i++)
-		if (strcmp(s->stored[i].id, id) == 0)
-			return &s->stored[i];
-	return NULL;
-}
-
-static bool stored_has(const struct sim *s, const char *id)
-{
-	return stored_find(s, id) != NULL;
-}
-
-static void stored_put(struct sim *s, const struct sim_req *r)
-{
-	if (!s->stored && !(s->stored = calloc(SIM_STORED, sizeof(*s->stored))))
-		return;
-	struct sim_stored *e = &s->stored[s->nstored++ % SIM_STORED];
-	snprintf(e->id, sizeof(e->id), "%s", r->id);
-	snprintf(e->prev_id, sizeof(e->prev_id), "%s", r->prev_id);
-	snprintf(e->model, sizeof(e->model), "%s", strlen(r->model_json) < sizeof(e->model) ? r->model_json : "\"?\"");
-	e->created = r->created;
-	e->text_seed = r->text_seed;
-	e->prompt_tokens = r->prompt_tokens;
-	e->n_tokens = r->n_tokens;
-	e->length_cut = r->length_cut;
-}
+/* ---- stored Responses (kept by stored.c) ---- */
 
 /* GET /v1/responses/{id} and POST /v1/responses/{id}/cancel, after
  * sgl-project/sglang python/sglang/srt/entrypoints/openai/serving_responses.py
@@ -981,7 +472,7 @@ static enum MHD_Result response_by_id(struct sim *s, struct MHD_Connection *conn
 		return respond_detail(s, conn, 405, "Method Not Allowed", cancel ? "POST" : "GET, HEAD");
 	char rid[48];
 	snprintf(rid, sizeof(rid), "%.*s", (int)(n < sizeof(rid) ? n : sizeof(rid) - 1), id);
-	const struct sim_stored *e = n < sizeof(rid) ? stored_find(s, rid) : NULL;
+	const struct sim_stored *e = n < sizeof(rid) ? sim_stored_find(s, rid) : NULL;
 	unsigned status = strncmp(id, "resp_", 5) != 0 ? 400 : !e ? 404 : cancel ? 400 : 200;
 	if (status != 200) {
 		s->eng.st.invalid++;
@@ -1001,160 +492,9 @@ static enum MHD_Result response_by_id(struct sim *s, struct MHD_Connection *conn
 	r.model_json = (char *)e->model;
 	struct ig_buf o;
 	ig_buf_init(&o);
-	sim_engine_response_object(&o, &r);
+	sim_wire_response_object(&o, &r);
 	ig_buf_append(&o, "", 1);
 	return respond_json(conn, 200, o.data);
-}
-
-static int responses_state(struct sim *s, struct sim_req *r, json_t *root, struct sim_perr *e)
-{
-	json_t *prev = json_object_get(root, "previous_response_id"), *store = json_object_get(root, "store");
-	if (prev && !json_is_null(prev) && !json_is_string(prev))
-		return fail(e, strdup("'previous_response_id' must be a string"));
-	if (store && !json_is_null(store) && !json_is_boolean(store))
-		return fail(e, strdup("'store' must be a boolean"));
-	r->store = !json_is_false(store);
-	if (!json_is_string(prev))
-		return 0;
-	if (json_string_length(prev) >= sizeof(r->prev_id) || !stored_has(s, json_string_value(prev)))
-		return refuse(e, 404, "invalid_request_error", NULL,
-			      ig_strdupf("Response with id '%s' not found.", json_string_value(prev)));
-	snprintf(r->prev_id, sizeof(r->prev_id), "%s", json_string_value(prev));
-	return 0;
-}
-
-/* Reads a completion request into r. Returns 0 or -1 with *e. */
-static int parse_completion(struct sim *s, struct sim_req *r, const struct ig_buf *body, struct sim_perr *e)
-{
-	json_error_t jerr;
-	json_t *root = json_loadb(body->data ? body->data : "", body->len, 0, &jerr);
-	struct ig_buf p;
-	int ret = -1;
-
-	ig_buf_init(&p);
-	if (!root) {
-		fail(e, ig_strdupf("invalid JSON body: %s (line %d, column %d)", jerr.text, jerr.line, jerr.column));
-		goto out;
-	}
-	if (!json_is_object(root)) {
-		fail(e, strdup("the request body must be a JSON object"));
-		goto out;
-	}
-	json_t *model = json_object_get(root, "model");
-	if (model && !json_is_null(model) && !json_is_string(model)) {
-		fail(e, strdup("'model' must be a string"));
-		goto out;
-	}
-	json_t *stream = json_object_get(root, "stream");
-	if (stream && !json_is_null(stream) && !json_is_boolean(stream)) {
-		fail(e, strdup("'stream' must be a boolean"));
-		goto out;
-	}
-	r->stream = json_is_true(stream);
-	json_t *so = json_object_get(root, "stream_options");
-	if (so && !json_is_null(so)) {
-		json_t *iu = json_is_object(so) ? json_object_get(so, "include_usage") : NULL;
-		if (!json_is_object(so) || (iu && !json_is_null(iu) && !json_is_boolean(iu))) {
-			fail(e, strdup("'stream_options' must be an object with a boolean 'include_usage'"));
-			goto out;
-		}
-		r->include_usage = r->stream && json_is_true(iu);
-	}
-	long max_tokens, max_completion_tokens;
-	if (r->kind == SIM_GENERATE) {
-		/* GenerateReqInput (python/sglang/srt/managers/io_struct.py):
-		 * sampling_params.max_new_tokens, rid */
-		json_t *sp = json_object_get(root, "sampling_params"), *rid = json_object_get(root, "rid");
-		max_completion_tokens = 0;
-		r->include_usage = false;
-		if (sp && !json_is_null(sp) && !json_is_object(sp)) {
-			fail(e, strdup("'sampling_params' must be an object"));
-			goto out;
-		}
-		max_tokens = 0;
-		if (json_is_object(sp) && get_limit(sp, "max_new_tokens", &max_tokens, e) < 0)
-			goto out;
-		if (rid && !json_is_null(rid) && (!json_is_string(rid) || json_string_length(rid) == 0 ||
-						  json_string_length(rid) >= sizeof(r->id))) {
-			fail(e, ig_strdupf("'rid' must be a string of 1..%zu bytes (infergate-sim)", sizeof(r->id) - 1));
-			goto out;
-		}
-		if (json_is_string(rid))
-			snprintf(r->id, sizeof(r->id), "%s", json_string_value(rid));
-	} else if (r->kind == SIM_RESPONSES) {
-		max_completion_tokens = 0;
-		r->include_usage = false;
-		if (get_limit(root, "max_output_tokens", &max_tokens, e) < 0 || responses_state(s, r, root, e) < 0)
-			goto out;
-	} else if (get_limit(root, "max_tokens", &max_tokens, e) < 0 ||
-		   get_limit(root, "max_completion_tokens", &max_completion_tokens, e) < 0) {
-		goto out;
-	}
-	json_t *n = json_object_get(root, "n");
-	if (n && !json_is_null(n) && !(json_is_integer(n) && json_integer_value(n) == 1)) {
-		fail(e, strdup("'n' must be 1 (infergate-sim answers one choice)"));
-		goto out;
-	}
-	json_t *prio = json_object_get(root, "priority");
-	if (s->conf->priority_scheduling && prio && !json_is_null(prio)) {
-		if (!json_is_integer(prio)) {
-			fail(e, strdup("'priority' must be an integer"));
-			goto out;
-		}
-		json_int_t v = json_integer_value(prio);
-		r->priority = v > 1000000000 ? 1000000000 : v < -1000000000 ? -1000000000 : (long)v;
-	}
-	if (prompt_text(r, root, &p, e) < 0)
-		goto out;
-	/* vLLM serves its model names only; SGLang answers whatever a request
-	 * names (vllm-project/vllm vllm/entrypoints/openai/engine/serving.py
-	 * _check_model: a missing or empty name is the served model). */
-	if (s->conf->flavor == SIM_FLAVOR_VLLM && json_is_string(model) && json_string_length(model) > 0 &&
-	    strcmp(json_string_value(model), s->conf->model) != 0) {
-		refuse(e, 404, "NotFoundError", "model",
-		       ig_strdupf("The model `%s` does not exist.", json_string_value(model)));
-		goto out;
-	}
-
-	const char *name = json_is_string(model) && json_string_length(model) > 0 ? json_string_value(model)
-										   : s->conf->model;
-	json_t *jname = json_string(name);
-	r->model_json = json_dumps(jname, JSON_ENCODE_ANY | JSON_COMPACT);
-	json_decref(jname);
-	if (!r->model_json)
-		abort();
-	r->text_seed = sim_text_seed(p.data ? p.data : "", p.len, (uint64_t)s->conf->seed);
-	r->prompt_tokens = sim_text_prompt_tokens(p.len);
-	if (sim_conf_steps(s->conf)) {
-		/* The prompt as blocks for the prefix cache (kvcache.h), and
-		 * what is left of it, which the answer's text continues. */
-		if (p.len >= IG_BLOCK_BYTES) {
-			r->chain = malloc(p.len / IG_BLOCK_BYTES * sizeof(*r->chain));
-			if (!r->chain)
-				abort();
-			r->nchain = ig_block_chain(p.data, p.len, r->chain, p.len / IG_BLOCK_BYTES);
-		}
-		r->ntail = p.len % IG_BLOCK_BYTES;
-		if (r->ntail)
-			memcpy(r->tail, p.data + p.len - r->ntail, r->ntail);
-	}
-	if (check_context(s, r->prompt_tokens, max_completion_tokens > 0 ? max_completion_tokens : max_tokens, e) < 0)
-		goto out;
-	long natural = s->conf->output_tokens > 0 ? s->conf->output_tokens : sim_text_natural_tokens(r->text_seed);
-	long limit = max_tokens;
-	if (max_completion_tokens > 0 && (limit == 0 || max_completion_tokens < limit))
-		limit = max_completion_tokens;
-	r->n_tokens = natural;
-	if (limit > 0 && natural > limit) {
-		r->n_tokens = limit;
-		r->length_cut = true;
-	}
-	sim_text_init(&r->text, r->text_seed);
-	ret = 0;
-out:
-	json_decref(root);
-	ig_buf_free(&p);
-	return ret;
 }
 
 /* ---- completions ---- */
@@ -1193,14 +533,18 @@ static enum MHD_Result respond_final(struct sim_call *c)
 	return respond_json(c->conn, 200, body);
 }
 
-/* POST /sim/fault {"mode"?, "max_running"?}: the fault mode, and the batch
- * slots (a server that another tenant now shares, for clients that adapt). */
+/* POST /sim/fault {"mode"?, "probes"?, "max_running"?}: the fault mode,
+ * for good or (probes: N) for the next N /health answers, then back to the
+ * mode before: a backend that fails exactly N probes in a row, whatever
+ * the prober's timing. And the batch slots (a server that another tenant
+ * now shares, for clients that adapt). */
 static enum MHD_Result set_fault(struct sim *s, struct sim_call *c)
 {
 	json_error_t jerr;
 	json_t *root = json_loadb(c->body.data ? c->body.data : "", c->body.len, 0, &jerr);
 	json_t *mode = json_is_object(root) ? json_object_get(root, "mode") : NULL;
 	json_t *slots = json_is_object(root) ? json_object_get(root, "max_running") : NULL;
+	json_t *probes = json_is_object(root) ? json_object_get(root, "probes") : NULL;
 	enum sim_fault f = s->eng.fault;
 	enum MHD_Result ret;
 
@@ -1209,25 +553,71 @@ static enum MHD_Result set_fault(struct sim *s, struct sim_call *c)
 		char *msg = ig_strdupf("invalid JSON body: %s", jerr.text);
 		ret = respond_oaerror(s, c->conn, 400, NULL, msg);
 		free(msg);
-	} else if ((mode || !slots) &&
+	} else if ((mode || !slots || probes) &&
 		   (!json_is_string(mode) || sim_engine_fault_parse(json_string_value(mode), &f) < 0)) {
 		ret = respond_oaerror(s, c->conn, 400, "mode",
 				      "'mode' must be one of \"ok\", \"error\", \"hang\", \"slow\", \"down\"");
 	} else if (slots && (!json_is_integer(slots) || json_integer_value(slots) < 1 ||
 			     json_integer_value(slots) > 1000000)) {
 		ret = respond_oaerror(s, c->conn, 400, "max_running", "'max_running' must be an integer in 1..1000000");
+	} else if (probes && (!json_is_integer(probes) || json_integer_value(probes) < 1 ||
+			      json_integer_value(probes) > 1000000)) {
+		ret = respond_oaerror(s, c->conn, 400, "probes", "'probes' must be an integer in 1..1000000");
 	} else {
 		enum sim_fault old = s->eng.fault;
 		s->eng.fault = f;
-		if (old != f)
+		if (mode) /* a new mode ends a window; "probes" opens one */
+			s->fault_probes = probes ? (long)json_integer_value(probes) : 0;
+		if (probes) {
+			s->fault_then = (int)old;
+			ig_log_info("fault mode %s -> %s for %ld /health answers", sim_engine_fault_name(old),
+				    sim_engine_fault_name(f), s->fault_probes);
+		} else if (old != f) {
 			ig_log_info("fault mode %s -> %s", sim_engine_fault_name(old), sim_engine_fault_name(f));
+		}
 		if (slots && json_integer_value(slots) != s->conf->max_running) {
 			ig_log_info("max running %ld -> %ld", s->conf->max_running, (long)json_integer_value(slots));
 			s->conf->max_running = (long)json_integer_value(slots);
 		}
-		ret = respond_json(c->conn, 200, dump(json_pack("{s:s, s:s, s:I}", "mode", sim_engine_fault_name(f),
-								 "previous", sim_engine_fault_name(old), "max_running",
-								 (json_int_t)s->conf->max_running)));
+		json_t *j = json_pack("{s:s, s:s, s:I}", "mode", sim_engine_fault_name(f), "previous",
+				      sim_engine_fault_name(old), "max_running", (json_int_t)s->conf->max_running);
+		if (probes)
+			json_object_update_new(j, json_pack("{s:I, s:s}", "probes_left", (json_int_t)s->fault_probes,
+							    "then", sim_engine_fault_name(old)));
+		ret = respond_json(c->conn, 200, dump(j));
+	}
+	json_decref(root);
+	return ret;
+}
+
+/* POST /sim/hold {"after_tokens": N | null}: every generation stops after
+ * N tokens (a stream has sent them, a whole answer waits) until the next
+ * call, which lets the held ones go on first; null: none stop. A test
+ * control, so that "the client had the first event while the server had
+ * not yet made the last" is a fact rather than a race (classic profile). */
+static enum MHD_Result set_hold(struct sim *s, struct sim_call *c)
+{
+	json_error_t jerr;
+	json_t *root = json_loadb(c->body.data ? c->body.data : "", c->body.len, 0, &jerr);
+	json_t *after = json_is_object(root) ? json_object_get(root, "after_tokens") : NULL;
+	enum MHD_Result ret;
+
+	c->req.state = SIM_REQ_DONE;
+	if (!root) {
+		char *msg = ig_strdupf("invalid JSON body: %s", jerr.text);
+		ret = respond_oaerror(s, c->conn, 400, NULL, msg);
+		free(msg);
+	} else if (!after || !(json_is_null(after) || (json_is_integer(after) && json_integer_value(after) >= 0 &&
+						       json_integer_value(after) <= 1000000000))) {
+		ret = respond_oaerror(s, c->conn, 400, "after_tokens",
+				      "'after_tokens' must be an integer in 0..1000000000, or null");
+	} else if (sim_engine_hold(&s->eng, json_is_null(after) ? -1 : (long)json_integer_value(after),
+				   ig_now_us()) < 0) {
+		ret = respond_oaerror(s, c->conn, 400, "after_tokens",
+				      "/sim/hold needs --profile classic (decode steps are not held)");
+	} else {
+		ig_log_info("generations %s", json_is_null(after) ? "no longer held" : "held");
+		ret = respond_json(c->conn, 200, hold_json(s));
 	}
 	json_decref(root);
 	return ret;
@@ -1253,8 +643,8 @@ static enum MHD_Result tokenize(struct sim *s, struct sim_call *c)
 
 	c->req.state = SIM_REQ_DONE;
 	if (!json_is_object(root)) {
-		ret = root ? respond_error(s, c->conn, 400, T_VALIDATION, NULL, "the body must be a JSON object")
-			   : respond_error(s, c->conn, 400, T_VALIDATION, NULL, "invalid JSON body: %s", jerr.text);
+		ret = root ? respond_error(s, c->conn, 400, SIM_T_VALIDATION, NULL, "the body must be a JSON object")
+			   : respond_error(s, c->conn, 400, SIM_T_VALIDATION, NULL, "invalid JSON body: %s", jerr.text);
 		goto out;
 	}
 	if (model && (!json_is_string(model) || strcmp(json_string_value(model), s->conf->model) != 0)) {
@@ -1272,7 +662,7 @@ static enum MHD_Result tokenize(struct sim *s, struct sim_call *c)
 		json_array_foreach(in, i, v)
 			ok = ok && (detok ? json_is_array(v) : json_is_string(v));
 	if (!ok) {
-		ret = respond_error(s, c->conn, 400, T_VALIDATION, field, "'%s' must be %s", field,
+		ret = respond_error(s, c->conn, 400, SIM_T_VALIDATION, field, "'%s' must be %s", field,
 				    detok ? (vllm ? "a list of integers" : "a list of integers or of lists")
 					  : (vllm ? "a string" : "a string or a list of strings"));
 		goto out;
@@ -1286,7 +676,7 @@ static enum MHD_Result tokenize(struct sim *s, struct sim_call *c)
 			if (!text) {
 				json_decref(outs);
 				json_decref(counts);
-				ret = respond_error(s, c->conn, 400, T_VALIDATION, field,
+				ret = respond_error(s, c->conn, 400, SIM_T_VALIDATION, field,
 						    "token ids must be integers in 0..4294967295");
 				goto out;
 			}
@@ -1337,7 +727,7 @@ static enum MHD_Result pool(struct sim *s, struct sim_call *c)
 		s->eng.st.invalid++;
 		ret = respond_json(c->conn, e->status, dump(json_pack("{s:{s:s}}", "error", "message", ascii(e->msg))));
 	} else {
-		ret = respond_error(s, c->conn, e->status, e->type ? e->type : e->status == 400 ? T_VALIDATION : NULL,
+		ret = respond_error(s, c->conn, e->status, e->type ? e->type : e->status == 400 ? SIM_T_VALIDATION : NULL,
 				    e->param, "%s", e->msg);
 	}
 	free(e->msg);
@@ -1360,7 +750,7 @@ static enum MHD_Result start_request(struct sim *s, struct sim_call *c)
 		return respond_error(s, c->conn, 413, NULL, NULL, "request body larger than %u bytes", SIM_MAX_BODY);
 	}
 	if (r->kind == SIM_FAULT_SET)
-		return set_fault(s, c);
+		return c->route == R_HOLD ? set_hold(s, c) : set_fault(s, c);
 	if (r->kind == SIM_UTILITY)
 		return c->route == R_TOKENIZE || c->route == R_DETOKENIZE ? tokenize(s, c) : pool(s, c);
 	if (s->stopping || s->eng.fault == SIM_FAULT_DOWN) {
@@ -1369,7 +759,7 @@ static enum MHD_Result start_request(struct sim *s, struct sim_call *c)
 		return respond_error(s, c->conn, 503, NULL, NULL, "infergate-sim is %s",
 				     s->stopping ? "shutting down" : "down (fault mode down)");
 	}
-	if (parse_completion(s, r, &c->body, &e) < 0) {
+	if (sim_parse_completion(s, r, c->body.data, c->body.len, &e) < 0) {
 		r->state = SIM_REQ_DONE;
 		enum MHD_Result ret;
 		if (r->kind == SIM_GENERATE) { /* http_server.py _create_error_response */
@@ -1400,7 +790,7 @@ static enum MHD_Result start_request(struct sim *s, struct sim_call *c)
 	r->t_recv_us = ig_now_us();
 	r->created = ig_wall_s();
 	if (r->kind == SIM_RESPONSES && r->store) /* the id is known from now on */
-		stored_put(s, r);
+		sim_stored_put(s, r);
 
 	sim_engine_submit(&s->eng, r);
 	if (r->state == SIM_REQ_HUNG) {
@@ -1454,7 +844,7 @@ enum MHD_Result sim_server_handler(void *cls, struct MHD_Connection *conn, const
 					   : rt == R_COMPLETIONS ? SIM_COMPLETION
 					   : rt == R_RESPONSES ? SIM_RESPONSES
 					   : rt == R_GENERATE ? SIM_GENERATE
-					   : rt == R_FAULT ? SIM_FAULT_SET : SIM_UTILITY;
+					   : rt == R_FAULT || rt == R_HOLD ? SIM_FAULT_SET : SIM_UTILITY;
 			if (kind == SIM_CHAT || kind == SIM_COMPLETION || kind == SIM_RESPONSES || kind == SIM_GENERATE)
 				s->eng.st.received++;
 			c = call_new(s, conn, kind);

@@ -6,9 +6,13 @@
  *   main.c     startup
  *   reactor.c  the loop: MHD in external epoll mode, the engine's deadlines,
  *              signals and the hang-up watches of suspended clients
- *   server.c   the HTTP side: parse, answer, stream req->out through MHD
- *   engine.c   slots, queues, pacing, generation (no HTTP)
- *   text.c  conf.c
+ *   server.c   the HTTP side: routes, answers, stream req->out through MHD
+ *   parse.c    a generation request's body into a struct sim_req
+ *   metrics.c  the bodies of /metrics, /v1/loads, /get_load, /sim/state
+ *   pooling.c  embeddings, rerank, score, classify (answered at once)
+ *   engine.c   slots, queues, the deadline heap, pacing (no HTTP)
+ *   wire.c     the answers' bytes: JSON, SSE chunks, usage, error events
+ *   stored.c  kvcache.c  text.c  conf.c
  * One thread owns everything, so MHD_resume_connection is always called on
  * MHD's own thread and nothing needs a lock. The engine reports through the
  * `wake` callback in each request; the server asks the reactor for another
@@ -48,7 +52,10 @@ struct sim {
 	bool need_mhd_run;          /* a connection was resumed: run MHD again at once */
 	bool stopping;              /* SIGINT/SIGTERM: refuse new work, end the rest */
 	bool load_warned;           /* /get_load's deprecation logged */
-	struct sim_stored *stored;  /* server.c: stored Responses, a ring */
+	long fault_probes;          /* server.c: /health answers left in this fault
+				     * mode (POST /sim/fault "probes"); 0: no end */
+	int fault_then;             /* enum sim_fault: the mode after them */
+	struct sim_stored *stored;  /* stored.c: stored Responses, a ring */
 	size_t nstored;             /* ids put so far */
 };
 

@@ -404,47 +404,63 @@ def non_json_200_is_relayed_byte_for_byte():
 
 @test
 def flapping_backend_changes_state_no_faster_than_rise_and_fall():
+    """rise and fall counted in probes, not in time: the simulator answers an
+    exact number of /health probes in a row in a mode (POST /sim/fault with
+    "probes"), whatever the probe interval or the machine's load, and the
+    gateway's log shows each state change once. fall - 1 failed probes in a
+    row leave a backend up, fall take it down; rise - 1 good probes in a row
+    leave it down, rise bring it back."""
     sim = start_sim(*FAST)
     other = start_sim(*FAST)
     interval, rise, fall = 100, 3, 4
     gw = start_gateway([sim, other], "--health-interval-ms", str(interval), "--health-timeout-ms", "500",
                        "--health-rise", str(rise), "--health-fall", str(fall))
     wait_healthy(gw, 2)
-    # Short dips (150 ms: at most 2 failed probes in a row) never reach fall = 4.
-    t_end = time.monotonic() + 3
-    while time.monotonic() < t_end:
-        set_fault(sim, "down")
-        time.sleep(0.15)
-        set_fault(sim, "ok")
-        time.sleep(0.45)
-    assert state_lines(gw, sim.url) == ["up"], state_lines(gw, sim.url)
-    # A long outage: down, but not before `fall` probes could fail...
-    t0 = time.monotonic()
+
+    def probes(result):
+        """The gateway's count of sim's probes with that result."""
+        text = http("GET", gw.url + "/metrics")[2]
+        return int(metric(text, f'infergate_backend_probes_total{{backend="{sim.url}",result="{result}"}}'))
+
+    def last_probe_ok():
+        backends = http_json("GET", gw.url + "/health/backends")[2]["backends"]
+        return next(b for b in backends if b["url"] == sim.url)["last_probe"]["ok"]
+
+    def run_of(mode, n):
+        """n probes in a row answered in `mode` ("down": failed, "ok": passed), then the mode
+        before; returns once the gateway has counted those n and the one after them."""
+        result = "failed" if mode == "down" else "ok"
+        before = probes(result)
+        status, _, obj = http_json("POST", sim.url + "/sim/fault", {"mode": mode, "probes": n})
+        assert status == 200 and obj["probes_left"] == n, (status, obj)
+        wait_until(lambda: probes(result) == before + n, timeout=10, what=f"{n} probes {result}")
+        wait_until(lambda: last_probe_ok() == (mode == "down"), timeout=10, what="the probe after them")
+
+    # fall - 1 failures in a row, three times over: still up, no change logged.
+    for _ in range(3):
+        run_of("down", fall - 1)
+    assert states(gw)[sim.url] == "up" and state_lines(gw, sim.url) == ["up"], state_lines(gw, sim.url)
+    # fall in a row: down, logged once; then up again after rise good probes.
+    run_of("down", fall)
+    wait_until(lambda: state_lines(gw, sim.url) == ["up", "down", "up"], timeout=10, what="down, then up again")
+    # Down for good; rise - 1 good probes in a row, three times over: still down.
     set_fault(sim, "down")
-    wait_until(lambda: states(gw)[sim.url] == "down", timeout=5, interval=0.01, what="down")
-    t_down = time.monotonic() - t0
-    assert t_down >= (fall - 1) * interval / 1000, t_down
-    time.sleep(0.5)
-    # ...and back up, not before `rise` probes could pass; short blips while
-    # down (one good probe at a time) never bring it back.
-    for i in range(5):
-        set_fault(sim, "ok")
-        time.sleep(0.12)
-        set_fault(sim, "down")
-        time.sleep(0.4)
-    assert states(gw)[sim.url] == "down"
-    t0 = time.monotonic()
-    set_fault(sim, "ok")
-    wait_until(lambda: states(gw)[sim.url] == "up", timeout=5, interval=0.01, what="up")
-    t_up = time.monotonic() - t0
-    assert t_up >= (rise - 1) * interval / 1000, t_up
-    assert state_lines(gw, sim.url) == ["up", "down", "up"], state_lines(gw, sim.url)
+    wait_until(lambda: state_lines(gw, sim.url) == ["up", "down", "up", "down"], timeout=10, what="down")
+    for _ in range(3):
+        run_of("ok", rise - 1)
+    assert states(gw)[sim.url] == "down", states(gw)
+    assert state_lines(gw, sim.url) == ["up", "down", "up", "down"], state_lines(gw, sim.url)
+    # rise in a row: up, before the failures that follow take it down again.
+    run_of("ok", rise)
+    wait_until(lambda: state_lines(gw, sim.url)[:5] == ["up", "down", "up", "down", "up"], timeout=10, what="up")
+    assert state_lines(gw, other.url) == ["up"], state_lines(gw, other.url)
     # Requests kept flowing to the other backend all along.
     st, hdrs, _ = http("POST", gw.url + "/v1/chat/completions", chat_body("x"))
     assert st == 200
 
 
 # --------------------------------------------- outages during a bulk run
+
 
 @test
 def bulk_waits_out_a_server_that_fails_everything_for_a_while():

@@ -5,6 +5,7 @@ that served (X-Infergate-Backend), status codes and OpenAI-shaped errors,
 exit codes and messages."""
 
 import collections
+import http.client as httpclient
 import json
 import os
 import signal
@@ -95,26 +96,45 @@ def stream_passes_through_as_sse():
 
 @test
 def stream_chunks_arrive_as_they_are_made():
-    # 10 tokens at 10/s: the first chunk must reach the client long before the last.
-    sim = start_sim("--tokens-per-second", "10", "--ttft-ms", "0")
+    """The gateway relays each chunk as the backend makes it: the client has
+    the first token while the backend holds back the rest (the simulator's
+    POST /sim/hold), then every other token once the backend goes on, and
+    together they are the backend's text. A gateway that waited for the end
+    never delivers the first token while the backend holds."""
+    sim = start_sim("--tokens-per-second", "0", "--ttft-ms", "0")
     gw = start_gateway([sim])
     wait_healthy(gw, 1)
-    s = socket.create_connection(("127.0.0.1", gw.port))
-    body = json.dumps(chat_body("pace", max_tokens=10, stream=True)).encode()
-    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-              b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
-    t0 = time.monotonic()
-    got = b""
-    while b"data: " not in got:
-        got += s.recv(65536)
-    first = time.monotonic() - t0
-    while b"[DONE]" not in got:
-        chunk = s.recv(65536)
-        assert chunk, "stream closed early"
-        got += chunk
-    total = time.monotonic() - t0
-    s.close()
-    assert first < 0.5 and total > 0.7, (first, total)
+    assert http_json("POST", sim.url + "/sim/hold", {"after_tokens": 1})[0] == 200
+    body = chat_body("pace", max_tokens=10, stream=True)
+    conn = httpclient.HTTPConnection("127.0.0.1", gw.port, timeout=30)
+    conn.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    assert resp.status == 200, resp.status
+
+    def next_event():
+        while True:
+            try:
+                line = resp.readline()
+            except TimeoutError:
+                raise AssertionError(f"no event relayed in 30 s; so far {events}") from None
+            assert line, "the stream closed early"
+            if line.startswith(b"data: "):
+                return line[6:].strip()
+    events = []
+    while not events or '"content":"' not in events[-1] or '"role"' in events[-1]:
+        events.append(next_event().decode())          # the role chunk, then the first token
+    held = http_json("GET", sim.url + "/sim/hold")[2]
+    assert held == {"after_tokens": 1, "held": 1}, held  # the backend has not made token 2 yet
+    assert all(e != "[DONE]" for e in events), events
+    assert http_json("POST", sim.url + "/sim/hold", {"after_tokens": None})[0] == 200
+    while events[-1] != "[DONE]":
+        events.append(next_event().decode())
+    conn.close()
+    tokens = [json.loads(e)["choices"][0]["delta"].get("content") for e in events[:-1]]
+    tokens = [t for t in tokens if t]
+    assert len(tokens) == 10, events
+    _, _, whole = http_json("POST", sim.url + "/v1/chat/completions", chat_body("pace", max_tokens=10))
+    assert "".join(tokens) == whole["choices"][0]["message"]["content"], (tokens, whole)
 
 
 @test

@@ -11,6 +11,7 @@ import os
 import subprocess
 import tempfile
 import threading
+import time
 
 from harness import (FakeBackend, assert_openai_error, binary, chat_body, http, http_json, raw_post, run, sim_requests,
                      start_gateway, start_sim, test, wait_until)
@@ -57,6 +58,8 @@ class Slot:
                    what="the blocker held by the simulator")
         assert http("POST", self.sim.url + "/sim/fault", {"mode": "ok"})[0] == 200
         self.socks = []
+        self.seen = {}           # request id -> when the test saw it in the queue
+        self.freed = None        # when the test let the blocker go
 
     def queue(self, rid, klass=None, key=None, max_tokens=1):
         headers = [("X-Request-Id", rid)]
@@ -67,10 +70,12 @@ class Slot:
         n = total_waiting(self.gw)
         self.socks.append(raw_post(self.gw.port, chat_body(rid, max_tokens=max_tokens), headers))
         wait_until(lambda: total_waiting(self.gw) == n + 1, timeout=10, what=f"{rid} queued")
+        self.seen[rid] = time.monotonic()
 
     def release(self):
         """The blocker's client leaves: the gateway aborts it and its slot frees."""
         if self.blocker:
+            self.freed = time.monotonic()
             self.blocker.close()
             self.blocker = None
 
@@ -86,6 +91,7 @@ class Slot:
         wait_until(lambda: len(sent()) >= n + 1, timeout=60, what=f"{n + 1} requests sent and logged")
         lines = sorted(sent(), key=lambda x: x["dispatch"])[:n + 1]
         assert lines[0]["request_id"] == "blocker", lines[0]
+        self.blocker_line = lines[0]
         return [x["request_id"] for x in lines[1:]], lines[1:]
 
     def close(self):
@@ -109,7 +115,19 @@ def classes_are_served_in_strict_order():
         ids, lines = slot.order(9)
         assert ids == ["high0", "high1", "normal0", "normal1", "normal2", "low0", "low1", "low2", "low3"], ids
         assert [x["priority"] for x in lines] == ["high"] * 2 + ["normal"] * 3 + ["low"] * 4
-        assert all(x["queue_ms"] >= 0 and x["status"] == 200 for x in lines), lines
+        assert all(x["status"] == 200 for x in lines), lines
+        # queue_ms, the wait a request's log line reports: none for the blocker, which found
+        # the slot free; for the others at least the time the test saw each waiting (from
+        # seeing it queued to freeing the slot: the same monotonic clock, truncated to ms), and
+        # a longer one for each that came earlier and went later: every low came before every
+        # normal and high and went after them.
+        assert slot.blocker_line["queue_ms"] == 0, slot.blocker_line
+        wait = {x["request_id"]: x["queue_ms"] for x in lines}
+        for rid, ms in wait.items():
+            seen_ms = int((slot.freed - slot.seen[rid]) * 1000)
+            assert ms >= seen_ms - 1, (rid, ms, seen_ms)
+        assert min(wait[f"low{i}"] for i in range(4)) >= max(wait[f"normal{i}"] for i in range(3)), wait
+        assert min(wait[f"normal{i}"] for i in range(3)) >= max(wait[f"high{i}"] for i in range(2)), wait
         _, _, text = http("GET", slot.gw.url + "/metrics")
         assert 'infergate_queue_wait_seconds_count{class="low"} 4' in text.decode()
         assert 'infergate_queue_wait_seconds_count{class="high"} 2' in text.decode()

@@ -543,6 +543,82 @@ def fault_mode_rejects_bad_input():
     assert http_json("GET", sim.url + "/sim/fault")[2] == {"mode": "ok"}
 
 
+@test
+def fault_for_a_number_of_probes_then_back():
+    """POST /sim/fault {"probes": N}: exactly N /health answers in that mode,
+    counted by answer, then the mode before (a prober's timing changes nothing)."""
+    sim = start_sim()
+    status, _, obj = http_json("POST", sim.url + "/sim/fault", {"mode": "down", "probes": 3})
+    assert status == 200 and obj == {"mode": "down", "previous": "ok", "max_running": 256, "probes_left": 3,
+                                     "then": "ok"}, obj
+    assert http_json("GET", sim.url + "/sim/fault")[2] == {"mode": "down", "probes_left": 3, "then": "ok"}
+    assert http("POST", sim.url + CHAT, chat_body("x"))[0] == 503      # the mode, not only /health
+    assert [http("GET", sim.url + "/health")[0] for _ in range(5)] == [503, 503, 503, 200, 200]
+    assert http_json("GET", sim.url + "/sim/fault")[2] == {"mode": "ok"}
+    # from down: two good answers, then down again; a plain mode ends a window
+    set_fault(sim, "down")
+    http_json("POST", sim.url + "/sim/fault", {"mode": "ok", "probes": 2})
+    assert [http("GET", sim.url + "/health")[0] for _ in range(4)] == [200, 200, 503, 503]
+    http_json("POST", sim.url + "/sim/fault", {"mode": "ok", "probes": 2})
+    set_fault(sim, "error")
+    assert [http("GET", sim.url + "/health")[0] for _ in range(3)] == [200, 200, 200]
+    assert http_json("GET", sim.url + "/sim/fault")[2] == {"mode": "error"}
+    for bad in ({"probes": 2}, {"mode": "down", "probes": 0}, {"mode": "down", "probes": "2"}):
+        status, _, obj = http_json("POST", sim.url + "/sim/fault", bad)
+        assert_openai_error(status, obj, 400)
+    assert "fault mode ok -> down for 3 /health answers" in sim.read_log()
+
+
+@test
+def hold_stops_generations_until_released():
+    """POST /sim/hold {"after_tokens": N}: a stream has sent N tokens and no
+    more, a whole answer is not written, until the next POST."""
+    sim = start_sim("--tokens-per-second", "0", "--ttft-ms", "0", "--output-tokens", "6")
+    assert http_json("GET", sim.url + "/sim/hold")[2] == {"after_tokens": None, "held": 0}
+    status, _, obj = http_json("POST", sim.url + "/sim/hold", {"after_tokens": 2})
+    assert status == 200 and obj == {"after_tokens": 2, "held": 0}, obj
+    streamed = raw_post(sim, CHAT, chat_body("s", stream=True))
+    whole = raw_post(sim, COMP, {"prompt": "w"})
+    wait_until(lambda: http_json("GET", sim.url + "/sim/hold")[2]["held"] == 2, timeout=10, what="two held")
+    got = b""
+    while got.count(b"data: ") < 3:                  # the role chunk and two tokens
+        got += streamed.recv(65536)
+    streamed.settimeout(0.3)
+    try:
+        more = streamed.recv(65536)
+    except socket.timeout:
+        more = b""
+    assert more == b"", more                         # nothing past the second token
+    assert load(sim)["num_running_reqs"] == 2
+    assert http_json("POST", sim.url + "/sim/hold", {"after_tokens": None})[2] == {"after_tokens": None, "held": 0}
+    streamed.settimeout(10)
+    while b"data: [DONE]" not in got:
+        got += streamed.recv(65536)
+    events = sse_events(got.split(b"\r\n\r\n", 1)[1].replace(b"\r\n", b"\n"))
+    content = [e for e in events[:-1] if '"content":"' in e and '"role"' not in e]
+    assert len(content) == 6, events
+    whole.settimeout(10)
+    answer = b""
+    while b'"usage"' not in answer:
+        answer += whole.recv(65536)
+    assert b'"completion_tokens":6' in answer, answer
+    streamed.close()
+    whole.close()
+    # a held client that leaves frees its slot and the count
+    http_json("POST", sim.url + "/sim/hold", {"after_tokens": 0})
+    s = raw_post(sim, CHAT, chat_body("gone", stream=True))
+    wait_until(lambda: http_json("GET", sim.url + "/sim/hold")[2]["held"] == 1, timeout=10, what="held")
+    s.close()
+    wait_until(lambda: http_json("GET", sim.url + "/sim/hold")[2]["held"] == 0 and load(sim)["num_running_reqs"] == 0,
+               timeout=10, what="the held one aborted")
+    for bad in ({}, {"after_tokens": -1}, {"after_tokens": "2"}):
+        status, _, obj = http_json("POST", sim.url + "/sim/hold", bad)
+        assert_openai_error(status, obj, 400)
+    stepped = start_sim("--profile", "h100-8b")
+    status, _, obj = http_json("POST", stepped.url + "/sim/hold", {"after_tokens": 1})
+    assert_openai_error(status, obj, 400)
+
+
 # ---- bad requests ----
 
 @test

@@ -107,22 +107,45 @@ def read_all(s, deadline):
 
 @test
 def one_queue_in_one_order_whichever_reactor_holds_the_request():
-    """One backend slot: twelve requests, each on its own connection (so the
-    two reactors hold them in turn), wait in the gateway's queue and go out in
-    the order they came, each started by the reactor that holds its client."""
-    sim = start_sim("--tokens-per-second", "40", "--ttft-ms", "0")
+    """One backend slot: twelve requests, each on its own connection, wait in
+    the gateway's queue and go out in the order they came, each started by
+    the reactor that holds its client. The first is held at the backend
+    (POST /sim/hold) until all twelve wait, and the test asks the gateway on
+    one kept-open connection and lets each new client in only once the
+    gateway counts the one before: the hand-out to the reactor with the
+    fewest connections is then exact, 7 connections each, the test's own
+    among them."""
+    sim = start_sim("--tokens-per-second", "0", "--ttft-ms", "0")
     d = tempfile.mkdtemp(prefix="ig-workers-")
     log = os.path.join(d, "access.log")
     gw = start_gateway([sim], "--workers", "2", "--max-inflight", "1", "--access-log", log)
     wait_until(lambda: http_json("GET", gw.url + "/v1/models")[2]["data"], timeout=10, what="models")
+    ask = httpclient.HTTPConnection("127.0.0.1", gw.port, timeout=10)
+
+    def scrape():
+        ask.request("GET", "/metrics")
+        r = ask.getresponse()
+        assert r.status == 200, r.status
+        text = r.read()
+        conns = [int(metric(text, f'infergate_reactor_connections{{reactor="{i}"}}')) for i in range(2)]
+        return conns, metric(text, "infergate_queue_depth")
+    wait_until(lambda: sum(scrape()[0]) == 1, timeout=10, what="the test's own connection alone")
+    mine = scrape()[0].index(1)                  # the reactor that holds the test's connection
+    assert http_json("POST", sim.url + "/sim/hold", {"after_tokens": 1})[0] == 200
     socks = [raw_post(gw.port, chat_body("first", max_tokens=40), [("X-Request-Id", "first"), ("Connection", "close")])]
-    wait_until(lambda: http_json("GET", sim.url + "/sim/state")[2]["requests_received"] == 1, timeout=10,
-               what="the first request at the backend")
+    wait_until(lambda: http_json("GET", sim.url + "/sim/hold")[2]["held"] == 1, timeout=10,
+               what="the first request held at the backend")
     ids = [f"q{i:02d}" for i in range(12)]
+
+    def settled(n):                              # n queued, each client counted: + the first, + ours
+        conns, depth = scrape()
+        return depth == n and sum(conns) == n + 2
     for i, rid in enumerate(ids):
         socks.append(raw_post(gw.port, chat_body(rid, max_tokens=2), [("X-Request-Id", rid), ("Connection", "close")]))
-        wait_until(lambda: metric(http("GET", gw.url + "/metrics")[2], "infergate_queue_depth") == i + 1,
-                   timeout=10, what=f"{rid} queued")
+        wait_until(lambda: settled(i + 1), timeout=10, what=f"{rid} queued and its connection counted")
+    conns = scrape()[0]
+    assert conns == [7, 7], conns                # fewest first: 14 connections, even
+    assert http_json("POST", sim.url + "/sim/hold", {"after_tokens": None})[0] == 200
     deadline = time.monotonic() + 60
     answers = [read_all(s, deadline) for s in socks]
     for s in socks:
@@ -137,8 +160,11 @@ def one_queue_in_one_order_whichever_reactor_holds_the_request():
     wait_until(lambda: len(sent()) == 13, timeout=10, what="13 requests logged")
     order = [x["request_id"] for x in sorted(sent(), key=lambda x: x["dispatch"])]
     assert order == ["first"] + ids, order
+    # Each reactor started the requests of the clients it held: 6 beside the test's own
+    # connection, 7 on the other.
+    ask.close()
     served = reactor_counts(gw, "infergate_reactor_requests_total", 2)
-    assert min(served) >= 5, served   # both reactors held queued requests
+    assert served[mine] == 6 and served[1 - mine] == 7, (served, mine)
 
 
 @test

@@ -593,9 +593,60 @@ START_TEST(a_cached_prompt_still_prefills_its_last_token)
 }
 END_TEST
 
+/* POST /sim/hold: generations stop after N tokens, out of the timer's
+ * way, and go on together when released. */
+START_TEST(hold_stops_at_n_tokens_until_released)
+{
+	struct sim_conf c = conf_default();
+	struct sim_engine e;
+	struct sim_req r[3];
+
+	c.max_running = 3;
+	engine_init(&e, &c);
+	ck_assert_int_eq(sim_engine_hold(&e, 2, ig_now_us()), 0);
+	for (int i = 0; i < 3; i++) {
+		req_setup(&r[i], i < 2, 5, 7);
+		sim_engine_submit(&e, &r[i]);
+	}
+	uint64_t later = ig_now_us() + LATER_US;
+	sim_engine_run(&e, later);
+	ck_assert_int_eq(e.held, 3);
+	for (int i = 0; i < 3; i++)
+		ck_assert(r[i].held && r[i].state == SIM_REQ_RUNNING);
+	ck_assert_int_eq(r[0].emitted, 2); /* streams: two tokens out, no more */
+	ck_assert_int_eq(count(&r[0].out, "\"delta\":{\"content\":"), 2);
+	ck_assert_int_eq(ig_buf_pending(&r[2].out), 0); /* the whole answer: not written */
+	/* held ones wait on nothing: no timer due (and no overflow) */
+	ck_assert_int_eq(sim_engine_timeout_ms(&e, later), 3600000);
+	ck_assert_int_eq(sim_engine_hold(&e, -1, later), 0);
+	ck_assert_int_eq(e.held, 0);
+	ck_assert_int_eq(sim_engine_timeout_ms(&e, later), 0);
+	sim_engine_run(&e, later);
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(r[i].state, SIM_REQ_DONE);
+	ck_assert_int_eq(count(&r[0].out, "\"delta\":{\"content\":"), 5);
+	ck_assert_int_eq(e.st.served, 3);
+	/* a held request whose client leaves is no longer counted */
+	sim_engine_hold(&e, 0, later);
+	struct sim_req gone;
+	req_setup(&gone, true, 5, 7);
+	sim_engine_submit(&e, &gone);
+	sim_engine_run(&e, later + LATER_US);
+	ck_assert_int_eq(e.held, 1);
+	sim_engine_abort(&e, &gone);
+	ck_assert_int_eq(e.held, 0);
+	ck_assert_int_eq(e.running, 0);
+	sim_engine_req_free(&gone);
+	for (int i = 0; i < 3; i++)
+		sim_engine_req_free(&r[i]);
+	sim_engine_free(&e);
+}
+END_TEST
+
 IG_CHECK_MAIN("sim engine", slots_then_fifo, unpaced_answer_is_done_on_submit, stream_bytes,
 	      stream_fails_midway, max_tokens_cut_is_length, abort_frees_slot_for_next,
 	      ranks_round_robin, hang_fault_holds_no_slot, deferred_health_answer, priority_gauges,
 	      fail_draws_follow_the_seed, kv_cache_matches_refs_and_evicts_lru,
 	      a_step_serves_the_whole_batch_and_slows_with_it, mtp_gives_more_tokens_per_step,
-	      kv_budget_queues_and_the_cache_skips_prefill, a_cached_prompt_still_prefills_its_last_token)
+	      kv_budget_queues_and_the_cache_skips_prefill, a_cached_prompt_still_prefills_its_last_token,
+	      hold_stops_at_n_tokens_until_released)

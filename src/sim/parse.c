@@ -1,0 +1,339 @@
+/* Reading a generation request (chat, completions, the Responses API,
+ * SGLang's /generate) into the engine's struct sim_req: the body's JSON
+ * checked as the imitated server's schema and serving code check it, with
+ * their messages, the prompt text the answer is seeded from, its token
+ * counts, the context-length check, and what the answer will be (its
+ * length, "length" when max_tokens cuts it). A refusal comes back as a
+ * struct sim_perr; answering it is server.c's, running the request the
+ * engine's. */
+#include "config.h"
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "infergate/blockhash.h"
+#include "infergate/buf.h"
+#include "infergate/util.h"
+#include "parse.h"
+#include "stored.h"
+
+/* A request the servers' schema validation would refuse: 400, param null
+ * (FastAPI's handler names the field in the message, not in param). */
+static int fail(struct sim_perr *e, char *msg)
+{
+	return sim_refuse(e, 400, SIM_T_VALIDATION, NULL, msg);
+}
+
+/* Any other refusal. */
+static int refuse(struct sim_perr *e, unsigned status, const char *type, const char *param, char *msg)
+{
+	return sim_refuse(e, status, type, param, msg);
+}
+
+/* Appends a message's content (string, null, or an array of parts whose
+ * "text" members count) to the prompt. Returns 0 or -1. */
+static int add_content(struct ig_buf *p, json_t *content)
+{
+	if (!content || json_is_null(content))
+		return 0;
+	if (json_is_string(content))
+		return ig_buf_append(p, json_string_value(content), json_string_length(content));
+	if (!json_is_array(content))
+		return -1;
+	size_t i;
+	json_t *part;
+	json_array_foreach(content, i, part) {
+		if (!json_is_object(part))
+			return -1;
+		json_t *text = json_object_get(part, "text");
+		if (text && !json_is_string(text))
+			return -1;
+		if (text && ig_buf_append(p, json_string_value(text), json_string_length(text)) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+/* A message list as prompt text: each message's role and content on lines
+ * of their own (chat's "messages", the Responses API's "input"). */
+static int messages_text(json_t *msgs, const char *what, struct ig_buf *p, struct sim_perr *e)
+{
+	size_t i;
+	json_t *m;
+	json_array_foreach(msgs, i, m) {
+		json_t *role = json_is_object(m) ? json_object_get(m, "role") : NULL;
+		if (!json_is_string(role))
+			return fail(e, ig_strdupf("%s[%zu] must be an object with a string 'role'", what, i));
+		ig_buf_append(p, json_string_value(role), json_string_length(role));
+		ig_buf_append(p, "\n", 1);
+		if (add_content(p, json_object_get(m, "content")) < 0)
+			return fail(e, ig_strdupf("%s[%zu].content must be a string, null or an array of parts", what, i));
+		ig_buf_append(p, "\n", 1);
+	}
+	return 0;
+}
+
+/* The prompt text the answer is seeded from: for chat, each message's role
+ * and content on their own lines. Returns 0 or -1 with *e. */
+static int prompt_text(struct sim_req *r, json_t *root, struct ig_buf *p, struct sim_perr *e)
+{
+	if (r->kind == SIM_GENERATE) { /* "text", or "input_ids" as /detokenize reads them */
+		json_t *text = json_object_get(root, "text"), *ids = json_object_get(root, "input_ids");
+		if (json_is_string(text))
+			return ig_buf_append(p, json_string_value(text), json_string_length(text));
+		char *t = json_is_array(ids) && !text ? sim_text_detokenize(ids) : NULL;
+		if (!t)
+			return refuse(e, 400, SIM_T_BAD_REQUEST, NULL,
+				      strdup(text || ids ? "'text' must be a string or 'input_ids' a list of token ids "
+							   "(infergate-sim answers one prompt)"
+							 : "Either text, input_ids or input_embeds should be provided."));
+		ig_buf_append(p, t, strlen(t));
+		free(t);
+		return 0;
+	}
+	if (r->kind == SIM_RESPONSES) {
+		/* "instructions", then "input": a string or a list of messages
+		 * ({"role", "content"}, content a string or parts) */
+		json_t *ins = json_object_get(root, "instructions"), *in = json_object_get(root, "input");
+		if (ins && !json_is_null(ins) && !json_is_string(ins))
+			return fail(e, strdup("'instructions' must be a string"));
+		if (json_is_string(ins))
+			ig_buf_printf(p, "system\n%s\n", json_string_value(ins));
+		if (json_is_string(in)) {
+			ig_buf_printf(p, "user\n");
+			ig_buf_append(p, json_string_value(in), json_string_length(in));
+			ig_buf_append(p, "\n", 1);
+			return 0;
+		}
+		if (!json_is_array(in) || json_array_size(in) == 0)
+			return fail(e, strdup("'input' must be a string or a non-empty array of messages"));
+		return messages_text(in, "input", p, e);
+	}
+	if (r->kind == SIM_CHAT) {
+		json_t *msgs = json_object_get(root, "messages");
+		if (!msgs)
+			return fail(e, strdup("'messages' is required"));
+		if (!json_is_array(msgs) || json_array_size(msgs) == 0)
+			return fail(e, strdup("'messages' must be a non-empty array"));
+		return messages_text(msgs, "messages", p, e);
+	}
+	json_t *prompt = json_object_get(root, "prompt");
+	if (!prompt)
+		return fail(e, strdup("'prompt' is required"));
+	if (json_is_array(prompt) && json_array_size(prompt) == 1)
+		prompt = json_array_get(prompt, 0);
+	if (!json_is_string(prompt))
+		return fail(e, strdup("'prompt' must be a string (or an array of one string)"));
+	ig_buf_append(p, json_string_value(prompt), json_string_length(prompt));
+	return 0;
+}
+
+/* A positive integer member, or 0 when absent or null. Returns 0 or -1. */
+static int get_limit(json_t *root, const char *key, long *out, struct sim_perr *e)
+{
+	json_t *v = json_object_get(root, key);
+	*out = 0;
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_integer(v) || json_integer_value(v) < 1)
+		return fail(e, ig_strdupf("'%s' must be an integer of at least 1", key));
+	json_int_t n = json_integer_value(v);
+	*out = n > 1000000000 ? 1000000000 : (long)n;
+	return 0;
+}
+
+/* The context-length check of the imitated server, with its message (an
+ * input tokens, max_new the max_tokens asked, 0 when none). Returns 0 or -1
+ * with *e. SGLang: an input of at least the context, or input + max_new
+ * reaching it (after sgl-project/sglang
+ * python/sglang/srt/managers/tokenizer_manager.py _validate_one_request).
+ * vLLM: an input of at least the context, or input + max_tokens above it
+ * (vllm-project/vllm vllm/entrypoints/openai/engine/serving.py
+ * _validate_input). Both answer 400 BadRequestError, streamed or not:
+ * SGLang's serving_chat.py and serving_completions.py run the generator's
+ * first step before sending 200 ("Kick-start the generator to trigger
+ * validation before HTTP 200 is sent"), vLLM validates before generating. */
+static int check_context(struct sim *s, long in, long max_new, struct sim_perr *e)
+{
+	long ctx = s->conf->context_length;
+
+	if (ctx <= 0)
+		return 0;
+	if (s->conf->flavor == SIM_FLAVOR_VLLM) {
+		if (in >= ctx)
+			return refuse(e, 400, SIM_T_BAD_REQUEST, "input_tokens",
+				      ig_strdupf("This model's maximum context length is %ld tokens. However, your "
+						 "request has %ld input tokens. Please reduce the length of the input "
+						 "messages.", ctx, in));
+		if (max_new > 0 && in + max_new > ctx)
+			return refuse(e, 400, SIM_T_BAD_REQUEST, "max_tokens",
+				      ig_strdupf("'max_tokens' or 'max_completion_tokens' is too large: %ld. This "
+						 "model's maximum context length is %ld tokens and your request has "
+						 "%ld input tokens (%ld > %ld - %ld).", max_new, ctx, in, max_new, ctx, in));
+		return 0;
+	}
+	if (in >= ctx)
+		return refuse(e, 400, SIM_T_BAD_REQUEST, NULL,
+			      ig_strdupf("The input (%ld tokens) is longer than the model's context length (%ld tokens).",
+					 in, ctx));
+	if (max_new > 0 && in + max_new >= ctx)
+		return refuse(e, 400, SIM_T_BAD_REQUEST, NULL,
+			      ig_strdupf("Requested token count exceeds the model's maximum context length of %ld "
+					 "tokens. You requested a total of %ld tokens: %ld tokens from the input "
+					 "messages and %ld tokens for the completion. Please reduce the number of "
+					 "tokens in the input messages or the completion to fit within the limit.",
+					 ctx, in + max_new, in, max_new));
+	return 0;
+}
+
+
+static int responses_state(struct sim *s, struct sim_req *r, json_t *root, struct sim_perr *e)
+{
+	json_t *prev = json_object_get(root, "previous_response_id"), *store = json_object_get(root, "store");
+	if (prev && !json_is_null(prev) && !json_is_string(prev))
+		return fail(e, strdup("'previous_response_id' must be a string"));
+	if (store && !json_is_null(store) && !json_is_boolean(store))
+		return fail(e, strdup("'store' must be a boolean"));
+	r->store = !json_is_false(store);
+	if (!json_is_string(prev))
+		return 0;
+	if (json_string_length(prev) >= sizeof(r->prev_id) || !sim_stored_find(s, json_string_value(prev)))
+		return refuse(e, 404, "invalid_request_error", NULL,
+			      ig_strdupf("Response with id '%s' not found.", json_string_value(prev)));
+	snprintf(r->prev_id, sizeof(r->prev_id), "%s", json_string_value(prev));
+	return 0;
+}
+
+int sim_parse_completion(struct sim *s, struct sim_req *r, const char *body, size_t len, struct sim_perr *e)
+{
+	json_error_t jerr;
+	json_t *root = json_loadb(body ? body : "", len, 0, &jerr);
+	struct ig_buf p;
+	int ret = -1;
+
+	ig_buf_init(&p);
+	if (!root) {
+		fail(e, ig_strdupf("invalid JSON body: %s (line %d, column %d)", jerr.text, jerr.line, jerr.column));
+		goto out;
+	}
+	if (!json_is_object(root)) {
+		fail(e, strdup("the request body must be a JSON object"));
+		goto out;
+	}
+	json_t *model = json_object_get(root, "model");
+	if (model && !json_is_null(model) && !json_is_string(model)) {
+		fail(e, strdup("'model' must be a string"));
+		goto out;
+	}
+	json_t *stream = json_object_get(root, "stream");
+	if (stream && !json_is_null(stream) && !json_is_boolean(stream)) {
+		fail(e, strdup("'stream' must be a boolean"));
+		goto out;
+	}
+	r->stream = json_is_true(stream);
+	json_t *so = json_object_get(root, "stream_options");
+	if (so && !json_is_null(so)) {
+		json_t *iu = json_is_object(so) ? json_object_get(so, "include_usage") : NULL;
+		if (!json_is_object(so) || (iu && !json_is_null(iu) && !json_is_boolean(iu))) {
+			fail(e, strdup("'stream_options' must be an object with a boolean 'include_usage'"));
+			goto out;
+		}
+		r->include_usage = r->stream && json_is_true(iu);
+	}
+	long max_tokens, max_completion_tokens;
+	if (r->kind == SIM_GENERATE) {
+		/* GenerateReqInput (python/sglang/srt/managers/io_struct.py):
+		 * sampling_params.max_new_tokens, rid */
+		json_t *sp = json_object_get(root, "sampling_params"), *rid = json_object_get(root, "rid");
+		max_completion_tokens = 0;
+		r->include_usage = false;
+		if (sp && !json_is_null(sp) && !json_is_object(sp)) {
+			fail(e, strdup("'sampling_params' must be an object"));
+			goto out;
+		}
+		max_tokens = 0;
+		if (json_is_object(sp) && get_limit(sp, "max_new_tokens", &max_tokens, e) < 0)
+			goto out;
+		if (rid && !json_is_null(rid) && (!json_is_string(rid) || json_string_length(rid) == 0 ||
+						  json_string_length(rid) >= sizeof(r->id))) {
+			fail(e, ig_strdupf("'rid' must be a string of 1..%zu bytes (infergate-sim)", sizeof(r->id) - 1));
+			goto out;
+		}
+		if (json_is_string(rid))
+			snprintf(r->id, sizeof(r->id), "%s", json_string_value(rid));
+	} else if (r->kind == SIM_RESPONSES) {
+		max_completion_tokens = 0;
+		r->include_usage = false;
+		if (get_limit(root, "max_output_tokens", &max_tokens, e) < 0 || responses_state(s, r, root, e) < 0)
+			goto out;
+	} else if (get_limit(root, "max_tokens", &max_tokens, e) < 0 ||
+		   get_limit(root, "max_completion_tokens", &max_completion_tokens, e) < 0) {
+		goto out;
+	}
+	json_t *n = json_object_get(root, "n");
+	if (n && !json_is_null(n) && !(json_is_integer(n) && json_integer_value(n) == 1)) {
+		fail(e, strdup("'n' must be 1 (infergate-sim answers one choice)"));
+		goto out;
+	}
+	json_t *prio = json_object_get(root, "priority");
+	if (s->conf->priority_scheduling && prio && !json_is_null(prio)) {
+		if (!json_is_integer(prio)) {
+			fail(e, strdup("'priority' must be an integer"));
+			goto out;
+		}
+		json_int_t v = json_integer_value(prio);
+		r->priority = v > 1000000000 ? 1000000000 : v < -1000000000 ? -1000000000 : (long)v;
+	}
+	if (prompt_text(r, root, &p, e) < 0)
+		goto out;
+	/* vLLM serves its model names only; SGLang answers whatever a request
+	 * names (vllm-project/vllm vllm/entrypoints/openai/engine/serving.py
+	 * _check_model: a missing or empty name is the served model). */
+	if (s->conf->flavor == SIM_FLAVOR_VLLM && json_is_string(model) && json_string_length(model) > 0 &&
+	    strcmp(json_string_value(model), s->conf->model) != 0) {
+		refuse(e, 404, "NotFoundError", "model",
+		       ig_strdupf("The model `%s` does not exist.", json_string_value(model)));
+		goto out;
+	}
+
+	const char *name = json_is_string(model) && json_string_length(model) > 0 ? json_string_value(model)
+										   : s->conf->model;
+	json_t *jname = json_string(name);
+	r->model_json = json_dumps(jname, JSON_ENCODE_ANY | JSON_COMPACT);
+	json_decref(jname);
+	if (!r->model_json)
+		abort();
+	r->text_seed = sim_text_seed(p.data ? p.data : "", p.len, (uint64_t)s->conf->seed);
+	r->prompt_tokens = sim_text_prompt_tokens(p.len);
+	if (sim_conf_steps(s->conf)) {
+		/* The prompt as blocks for the prefix cache (kvcache.h), and
+		 * what is left of it, which the answer's text continues. */
+		if (p.len >= IG_BLOCK_BYTES) {
+			r->chain = malloc(p.len / IG_BLOCK_BYTES * sizeof(*r->chain));
+			if (!r->chain)
+				abort();
+			r->nchain = ig_block_chain(p.data, p.len, r->chain, p.len / IG_BLOCK_BYTES);
+		}
+		r->ntail = p.len % IG_BLOCK_BYTES;
+		if (r->ntail)
+			memcpy(r->tail, p.data + p.len - r->ntail, r->ntail);
+	}
+	if (check_context(s, r->prompt_tokens, max_completion_tokens > 0 ? max_completion_tokens : max_tokens, e) < 0)
+		goto out;
+	long natural = s->conf->output_tokens > 0 ? s->conf->output_tokens : sim_text_natural_tokens(r->text_seed);
+	long limit = max_tokens;
+	if (max_completion_tokens > 0 && (limit == 0 || max_completion_tokens < limit))
+		limit = max_completion_tokens;
+	r->n_tokens = natural;
+	if (limit > 0 && natural > limit) {
+		r->n_tokens = limit;
+		r->length_cut = true;
+	}
+	sim_text_init(&r->text, r->text_seed);
+	ret = 0;
+out:
+	json_decref(root);
+	ig_buf_free(&p);
+	return ret;
+}
