@@ -71,7 +71,6 @@ struct ig_req *ig_proxy_req_new(struct ig_gw *gw, struct MHD_Connection *conn, i
 	ig_list_init(&req->xfer.unpause_link);
 	req->gw = gw;
 	req->conn = conn;
-	req->phase = IG_REQ_READING;
 	req->client_ev = (struct ig_event){-1, NULL, req};
 	ig_list_init(&req->watch_link);
 	req->t_start_us = ig_now_us();
@@ -207,7 +206,6 @@ static void error_answer(struct ig_req *req, unsigned status, const char *type, 
 	free(req->err_body);
 	req->err_status = status;
 	req->err_body = ig_oaerror_json(msg, type, param, code);
-	req->phase = IG_REQ_FINISHED;
 }
 
 static void set_error(struct ig_req *req, unsigned status, const char *code, const char *fmt, ...)
@@ -227,7 +225,6 @@ static void set_decided_error(struct ig_req *req, unsigned status, const char *t
 	free(req->err_body);
 	req->err_status = status;
 	req->err_body = ig_oaerror_json(message, type ? type : ig_oaerror_type_for_status(status), param, code);
-	req->phase = IG_REQ_FINISHED;
 }
 
 /* ---- dispatch's callbacks ---- */
@@ -334,7 +331,6 @@ static void launch(struct ig_req *req)
 static int on_dispatched(struct ig_waiter *w, struct ig_backend *b IG_UNUSED)
 {
 	struct ig_req *req = IG_CONTAINER_OF(w, struct ig_req, wait);
-	req->phase = IG_REQ_UPSTREAM;
 	if (req->rx != ig_rx_self) {
 		req->start_posted = true;
 		hand_over(req, IG_HAND_START);
@@ -532,7 +528,6 @@ static enum MHD_Result body_done(struct ig_req *req)
 		w->pin_id = a->prev_id;
 	}
 	upstream_headers(req);
-	req->phase = IG_REQ_QUEUED;
 	if (ig_dispatch_submit(gw, w) == IG_DISPATCH_FAILED)
 		return respond(req);
 	suspend(req);
@@ -807,7 +802,6 @@ static void end_attempt(struct ig_req *req, enum ig_upstream_error e, const char
 	ig_admission_settle(&req->adm, rl->prompt_tokens, rl->completion_tokens,
 			    e == IG_UPERR_NONE && rl->up_status / 100 == 2 && !rl->stream_error);
 	rl->upstream_done = true;
-	req->phase = IG_REQ_FINISHED;
 	if (rl->committed)
 		count_answer(req); /* a stream already queued: its end is decided */
 	resume(req);
@@ -847,7 +841,6 @@ void ig_proxy_req_client_gone(struct ig_req *req)
 		ig_dispatch_cancel(gw, &req->wait);
 		gw->stats.client_aborts++;
 	}
-	req->phase = IG_REQ_FINISHED;
 	resume(req); /* MHD must see the connection to close it */
 }
 
@@ -976,7 +969,8 @@ static enum MHD_Result on_request(struct ig_call *call, struct ig_gw *gw, struct
 		*upload_data_size = 0;
 		return MHD_YES;
 	}
-	if (req->phase == IG_REQ_READING) {
+	if (!req->body_done) {
+		req->body_done = true;
 		if (!req->too_large && !req->adm.resp_id && gw->threaded) {
 			/* The body is parsed with the lock let go (it is the largest
 			 * part of a request's own work): the request is this

@@ -16,13 +16,6 @@
 #include "relay.h"
 #include "upstream.h"
 
-enum ig_req_phase {
-	IG_REQ_READING,  /* receiving the client body */
-	IG_REQ_QUEUED,   /* waiting for a backend slot */
-	IG_REQ_UPSTREAM, /* transfer running */
-	IG_REQ_FINISHED, /* answer decided (response or error) */
-};
-
 /* What another reactor asks of a request's own (ig_proxy_run_posted). */
 #define IG_HAND_START 1u   /* start the attempt dispatch gave it */
 #define IG_HAND_RESUME 2u  /* resume its connection: an answer is decided */
@@ -53,6 +46,7 @@ struct ig_req {
 	json_error_t parse_error;    /* why it did not parse */
 	bool parse_done;
 	bool too_large;
+	bool body_done;              /* the body was read whole: admitted and dispatched */
 	char *prio_body;             /* the body with "priority" for this attempt's backend, or NULL */
 	struct curl_slist *up_headers; /* headers sent upstream */
 	uint64_t bytes_in;
@@ -65,7 +59,6 @@ struct ig_req {
 	struct ig_list post_link;    /* rx->posted: handed over by another reactor */
 	unsigned post_ops;           /* IG_HAND_*, while posted */
 	bool start_posted;           /* its attempt waits for its reactor to start it */
-	enum ig_req_phase phase;
 	int retries_done;
 	enum ig_upstream_error last_err;
 	unsigned err_status;         /* error answer decided by the gateway */
