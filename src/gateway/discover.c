@@ -25,6 +25,7 @@
 #include "health.h"
 #include "infergate/log.h"
 #include "infergate/util.h"
+#include "rx.h"
 
 struct entry {
 	struct ig_backend_conf bc; /* a copy of its configuration entry; bc.url

@@ -21,6 +21,7 @@
 #include "infergate/util.h"
 #include "loadreport.h"
 #include "router.h"
+#include "rx.h"
 #include "upstream.h"
 
 #define MODELS_REFRESH_MS 30000

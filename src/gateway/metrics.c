@@ -13,6 +13,7 @@
 #include "batches.h"
 #include "metrics.h"
 #include "router.h"
+#include "rx.h"
 #include "infergate/util.h"
 
 static char *dump(json_t *j)

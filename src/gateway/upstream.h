@@ -7,8 +7,27 @@
 
 #include <curl/curl.h>
 #include <stdbool.h>
+#include <stdint.h>
 
-#include "gateway.h"
+struct ig_rx;
+
+/* Kinds of upstream failure: proxy.c classifies a transfer's end (curl's
+ * result and the status), health.c and the metrics count them. */
+enum ig_upstream_error {
+	IG_UPERR_NONE,
+	IG_UPERR_CONNECT, /* refused, unreachable, connect timeout */
+	IG_UPERR_RESET,   /* connection closed or reset mid-transfer */
+	IG_UPERR_TIMEOUT, /* no byte for timeouts.idle_s */
+	IG_UPERR_STATUS,  /* 502, 503 or 504 from the backend */
+	IG_UPERR_OTHER,
+};
+
+/* epoll data for curl sockets in a reactor's set: this bit set, the fd in
+ * the low 32 bits (user-space pointers never have bit 63 set on Linux).
+ * Tagged by fd, not by pointer, so an event for a socket curl closed
+ * earlier in the same batch is harmless (the loop hands these to
+ * ig_upstream_on_socket, every other event is a struct ig_event). */
+#define IG_EV_CURL_BIT (1ull << 63)
 
 struct ig_xfer {
 	CURL *easy;
