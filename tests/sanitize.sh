@@ -7,7 +7,7 @@
 #     that leave mid-stream), then SIGTERM: no memory errors, no definite leaks;
 #  3. builds the programs with ThreadSanitizer and runs the integration tests
 #     of the gateway's reactors (test_workers.py, test_priority.py: requests
-#     handed between reactors, the admin API answered on reactor 0, a stop)
+#     handed between reactors, admin calls on any reactor, a stop)
 #     against them: no data race and no lock-order inversion reported.
 # Prints TAP and a PASS/FAIL line; exits 0 only when both hold.
 #

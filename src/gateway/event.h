@@ -1,9 +1,10 @@
-/* The two objects through which the gateway's loops call back into the
+/* The objects through which the gateway's loops call back into the
  * module that owns a piece of work, each carrying its own handler (nginx's
  * ev->handler, Redis's aeFileProc): an event source of a reactor's epoll
- * set (struct ig_event) and whatever answers one client request on an MHD
- * connection (struct ig_call). Types only; the reactor's side of them
- * (adding an event to an epoll set) is rx.h's, the MHD side server.c's.
+ * set (struct ig_event), whatever answers one client request on an MHD
+ * connection (struct ig_call), and work posted to a reactor (struct
+ * ig_rx_job). Types only; the reactor's side of them (adding an event to
+ * an epoll set, posting a job) is rx.h's, the MHD side server.c's.
  * Not here: the reactors themselves (rx.h) or the shared state (gateway.h). */
 #ifndef IG_EVENT_H
 #define IG_EVENT_H
@@ -11,6 +12,8 @@
 #include <microhttpd.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "infergate/list.h"
 
 struct ig_gw;
 
@@ -34,6 +37,16 @@ struct ig_call {
 	/* The connection is done with the request (MHD_OPTION_NOTIFY_COMPLETED);
 	 * frees what the call owns. NULL: nothing to do. */
 	void (*on_completed)(struct ig_call *call, enum MHD_RequestTerminationCode toe);
+};
+
+/* Work handed to a reactor and run on its thread at the end of its turn
+ * (nginx's posted events), embedded in the object it acts on: how one
+ * reactor has another act on that one's library objects without touching
+ * them. Nobody waits for it. All zero is a job not posted (rx.h:
+ * ig_rx_post). */
+struct ig_rx_job {
+	void (*run)(struct ig_rx_job *job);
+	struct ig_list link;           /* on its reactor's `jobs` while posted */
 };
 
 #endif

@@ -88,7 +88,6 @@ struct ig_gw {
 	struct ig_rx *rx;
 	size_t nrx;
 	pthread_mutex_t lock;
-	pthread_cond_t job_done;       /* an ig_rx_call finished */
 	uint64_t lock_taken;           /* times the lock was taken, */
 	uint64_t lock_contended;       /* of which another reactor held it, */
 	uint64_t lock_held_ns;         /* and how long it was held, in total */
@@ -104,6 +103,8 @@ struct ig_gw {
 	bool drain_pending;            /* a slot or backend freed up: start queued requests */
 	bool models_dirty;             /* a backend's models, state or presence changed:
 					* rebuild the per-model pools (scheduler.h) */
+	struct ig_rx_job reap_job;     /* posted to reactor 0: backends marked for removal
+					* leave (their probes are its transfers: admin.c) */
 	size_t nreqs;                  /* live proxied requests, all reactors */
 	struct ig_sched sched;         /* per-model pools and wait queues */
 	size_t qlen;                   /* requests waiting, all models */

@@ -117,8 +117,8 @@ static void on_tick(struct ig_event *ev, uint32_t events IG_UNUSED)
 	rx->tick_due = true;
 }
 
-/* Another reactor handed this one something (rx.c): it is done at the
- * end of the turn (deferred). */
+/* Another reactor handed this one something or posted it a job (rx.c):
+ * it is done at the end of the turn (deferred). */
 static void on_wake(struct ig_event *ev, uint32_t events IG_UNUSED)
 {
 	struct ig_rx *rx = ev->data;
@@ -201,7 +201,6 @@ int ig_reactor_init(struct ig_gw *gw, struct ig_conf *cfg)
 	pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
 	pthread_mutex_init(&gw->lock, &attr);
 	pthread_mutexattr_destroy(&attr);
-	pthread_cond_init(&gw->job_done, NULL);
 	char *err = NULL;
 	ig_sched_init(&gw->sched);
 	if (ig_reload_files(gw, cfg, &err) < 0) {
@@ -327,8 +326,8 @@ static void on_signal(struct ig_event *ev, uint32_t events IG_UNUSED)
 static void deferred(struct ig_rx *rx)
 {
 	struct ig_gw *gw = rx->gw;
+	ig_rx_run_jobs(rx);
 	if (gw->threaded) {
-		ig_rx_run_jobs(rx);
 		if (rx->nnewfds)
 			ig_server_take_handed(rx);
 		ig_proxy_run_posted(rx);
@@ -360,7 +359,7 @@ static void deferred(struct ig_rx *rx)
 	}
 }
 
-/* Whether rx has handed-over work waiting (it must not sleep). */
+/* Whether rx has handed-over or posted work waiting (it must not sleep). */
 static bool rx_pending(const struct ig_rx *rx)
 {
 	return rx->nnewfds || !ig_list_empty(&rx->posted) || !ig_list_empty(&rx->jobs);
@@ -375,7 +374,7 @@ static void rx_loop(struct ig_rx *rx)
 
 	for (;;) {
 		int timeout = -1;
-		if (ig_server_busy(rx) || (gw->threaded && rx_pending(rx)))
+		if (ig_server_busy(rx) || rx_pending(rx))
 			timeout = 0;
 		if (timeout != 0 && rx->curl_deadline_us != UINT64_MAX) {
 			uint64_t now = ig_now_us();
@@ -415,8 +414,8 @@ static void rx_loop(struct ig_rx *rx)
 		deferred(rx);
 		ig_server_run(rx);
 		/* a batch's answers in flight are written before the end, not
-		 * sent again; reactor 0 ends last (the others may wait on it:
-		 * ig_rx_call) */
+		 * sent again; reactor 0 ends last (a batch's transfers, in its
+		 * multi, are answered by the others) */
 		if (gw->stopping && ((gw->nreqs == 0 && ig_batches_inflight(gw->batches) == 0) ||
 				     ig_now_ms() >= gw->stop_deadline_ms) &&
 		    (rx != ig_gw_home(gw) || gw->nrunning == 1))
@@ -515,7 +514,6 @@ void ig_reactor_free(struct ig_gw *gw)
 	gw->listen_fd = gw->ev_signal.fd = -1;
 	if (gw->rx) {
 		pthread_mutex_destroy(&gw->lock);
-		pthread_cond_destroy(&gw->job_done);
 	}
 	free(gw->rx);
 	gw->rx = NULL;

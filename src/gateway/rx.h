@@ -51,8 +51,10 @@ struct ig_newfd {
  * and the transfers in it) is only ever touched by its reactor's thread;
  * another reactor that must act on one (start a queued request it
  * dispatched, answer one whose wait expired) hands the request over
- * through `posted`. The control plane (health probes, discovery, signals,
- * the admin and Batch APIs) lives on reactor 0. */
+ * through `posted`, or posts a job (`jobs`, ig_rx_post) that the owner
+ * runs. The control plane (health probes, discovery, signals, the Batch
+ * API's transfers) lives on reactor 0; every client call, admin and Batch
+ * API calls too, is answered by the reactor that holds its connection. */
 struct ig_rx {
 	struct ig_gw *gw;
 	pthread_t thread;
@@ -79,7 +81,7 @@ struct ig_rx {
 	uint64_t next_watch_scan_ms;
 	/* Handed over by other reactors (under the gateway's lock): */
 	struct ig_list posted;         /* requests to start or resume (proxy.c) */
-	struct ig_list jobs;           /* calls another reactor waits on (ig_rx_call) */
+	struct ig_list jobs;           /* work posted to it (struct ig_rx_job), nobody waiting */
 	struct ig_newfd *newfds;       /* accepted client sockets for its daemons */
 	size_t nnewfds, capnewfds;
 	uint64_t accepted;             /* client connections it was given, in total */
@@ -185,12 +187,16 @@ static inline void ig_gw_reacquire(struct ig_gw *gw, int depth)
 /* Wakes rx from its epoll_wait: its posted lists or new sockets have
  * something (under the lock). Nothing when rx is this thread's. */
 void ig_rx_wake(struct ig_rx *rx);
-/* Runs fn(arg) on reactor `to` and returns when it has; at once when this
- * thread is `to`. The caller holds the lock, which is let go while it
- * waits: what it read before may have changed. Only towards reactor 0,
- * which never waits on another, so no two reactors wait on each other. */
-void ig_rx_call(struct ig_rx *to, void (*fn)(void *arg), void *arg);
-/* Reactor rx runs the calls others wait on (its loop, under the lock). */
+/* Posts job (its `run` set) to reactor rx, under the lock: rx runs it at
+ * the end of its turn (this one, when rx is this thread's), on its own
+ * thread, with the lock held. Nothing when the job is posted already: one
+ * run does the work of every post before it. The job stays valid until it
+ * has run or is taken back. */
+void ig_rx_post(struct ig_rx *rx, struct ig_rx_job *job);
+/* Takes a posted job back before it ran (its object is going away);
+ * nothing when it is not posted. Under the lock. */
+void ig_rx_unpost(struct ig_rx_job *job);
+/* Reactor rx runs the jobs posted to it (its loop, under the lock). */
 void ig_rx_run_jobs(struct ig_rx *rx);
 
 #endif
