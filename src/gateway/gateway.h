@@ -94,6 +94,8 @@ struct ig_gw {
 	uint64_t lock_since_ns;        /* when the holder took it */
 	bool threaded;                 /* nrx > 1: the lock is taken */
 	size_t nrunning;               /* reactors whose loop runs */
+	pthread_cond_t rx_ended;       /* nrunning fell: reactor 0, whose own loop failed,
+					* waits on it to end last (reactor.c) */
 	struct ig_event ev_listen, ev_signal; /* reactor 0's */
 	int listen_fd;
 	bool accept_paused;            /* at conn_limit: the listening socket is not watched */

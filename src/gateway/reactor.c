@@ -26,6 +26,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -201,6 +202,7 @@ int ig_reactor_init(struct ig_gw *gw, struct ig_conf *cfg)
 	pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
 	pthread_mutex_init(&gw->lock, &attr);
 	pthread_mutexattr_destroy(&attr);
+	pthread_cond_init(&gw->rx_ended, NULL);
 	char *err = NULL;
 	ig_sched_init(&gw->sched);
 	if (ig_reload_files(gw, cfg, &err) < 0) {
@@ -365,8 +367,62 @@ static bool rx_pending(const struct ig_rx *rx)
 	return rx->nnewfds || !ig_list_empty(&rx->posted) || !ig_list_empty(&rx->jobs);
 }
 
-/* One reactor's loop, until the stop and its grace period. It holds the
- * lock but while it waits and while the libraries do I/O. */
+#ifdef IG_TEST_FAULTS
+/* The test build's fault (tests/Makemodule.am: tests/infergate-faults, for
+ * tests/integration/test_stop.py), never in the installed program:
+ * IG_TEST_FAULT_EPOLL="K PATH" makes reactor K's epoll_wait fail (EBADF)
+ * once the file PATH exists. Read before the reactors' threads start. */
+static long fault_rx = -1;
+static char fault_path[1024];
+
+static void fault_setup(void)
+{
+	const char *v = getenv("IG_TEST_FAULT_EPOLL");
+	int at = 0;
+	if (v && sscanf(v, "%ld %n", &fault_rx, &at) == 1 && v[at])
+		snprintf(fault_path, sizeof(fault_path), "%s", v + at);
+	else
+		fault_rx = -1;
+}
+
+/* Whether rx's epoll_wait is to fail now. */
+static bool fault_due(const struct ig_rx *rx)
+{
+	return fault_rx == rx - rx->gw->rx && access(fault_path, F_OK) == 0;
+}
+#endif
+
+/* Every reactor stops at once, with the exit code 1: one of them cannot
+ * go on (its epoll_wait failed, its thread did not start). */
+static void fail_all(struct ig_gw *gw)
+{
+	gw->stopping = gw->failed = true;
+	gw->stop_deadline_ms = 0;
+	for (size_t i = 0; i < gw->nrx; i++)
+		ig_rx_wake(&gw->rx[i]);
+}
+
+/* Reactor 0 ends last, whatever stopped the loops: the others may still
+ * answer a batch's requests, whose transfers are its own, and nothing any
+ * reactor hands it afterwards would be seen. Its loop ends only then but
+ * for a failure of its own epoll_wait: then it waits here, the lock let go
+ * meanwhile (counted as ig_gw_lock_give and ig_gw_lock_take count it). */
+static void wait_for_others(struct ig_gw *gw)
+{
+	if (!gw->threaded || gw->nrunning <= 1)
+		return;
+	int depth = ig_lock_depth;
+	gw->lock_held_ns += ig_now_ns() - gw->lock_since_ns;
+	while (gw->nrunning > 1)
+		pthread_cond_wait(&gw->rx_ended, &gw->lock);
+	gw->lock_taken++;
+	gw->lock_since_ns = ig_now_ns();
+	ig_lock_depth = depth;
+}
+
+/* One reactor's loop, until the stop and its grace period, or a failure
+ * of its own epoll_wait. It holds the lock but while it waits and while
+ * the libraries do I/O. */
 static void rx_loop(struct ig_rx *rx)
 {
 	struct ig_gw *gw = rx->gw;
@@ -383,6 +439,12 @@ static void rx_loop(struct ig_rx *rx)
 		int depth = ig_gw_release(gw);
 		int n = epoll_wait(rx->epfd, evs, (int)(sizeof(evs) / sizeof(evs[0])), timeout);
 		int err = errno;
+#ifdef IG_TEST_FAULTS
+		if (n >= 0 && fault_due(rx)) {
+			n = -1;
+			err = EBADF;
+		}
+#endif
 		/* curl's events first, with the lock still let go: its I/O, and
 		 * the callbacks that touch only their own transfer, run beside
 		 * the other reactors (upstream.c); one taking of the lock after. */
@@ -398,9 +460,8 @@ static void rx_loop(struct ig_rx *rx)
 		}
 		ig_gw_reacquire(gw, depth);
 		if (n < 0 && err != EINTR) {
-			ig_log_error("%s: epoll_wait: %s", __func__, strerror(err));
-			gw->stopping = gw->failed = true;
-			gw->stop_deadline_ms = 0;
+			ig_log_error("reactor %zu: epoll_wait: %s; stopping", (size_t)(rx - gw->rx), strerror(err));
+			fail_all(gw);
 			break;
 		}
 		if (curl_ran)
@@ -421,6 +482,8 @@ static void rx_loop(struct ig_rx *rx)
 		    (rx != ig_gw_home(gw) || gw->nrunning == 1))
 			break;
 	}
+	if (rx == ig_gw_home(gw))
+		wait_for_others(gw);
 	/* Abort what is left and let MHD see the connections once more. */
 	struct ig_req *r;
 	IG_LIST_FOREACH(r, &rx->reqs, struct ig_req, link)
@@ -428,6 +491,8 @@ static void rx_loop(struct ig_rx *rx)
 	ig_server_wake_all(rx);
 	ig_server_run(rx);
 	gw->nrunning--;
+	if (gw->threaded)
+		pthread_cond_signal(&gw->rx_ended);
 	ig_rx_wake(ig_gw_home(gw));
 }
 
@@ -447,6 +512,9 @@ int ig_reactor_run(struct ig_gw *gw)
 		    ig_conf_policy_name(gw->cfg->policy), gw->nrx, gw->nrx == 1 ? "" : "s");
 	gw->threaded = gw->nrx > 1;
 	gw->nrunning = gw->nrx;
+#ifdef IG_TEST_FAULTS
+	fault_setup();
+#endif
 	ig_gw_lock(gw);
 	for (size_t i = 1; i < gw->nrx; i++) {
 		struct ig_rx *rx = &gw->rx[i];
@@ -454,8 +522,7 @@ int ig_reactor_run(struct ig_gw *gw)
 		if (rc != 0) {
 			ig_log_error("cannot start reactor %zu: %s", i, strerror(rc));
 			gw->nrunning -= gw->nrx - i;
-			gw->stopping = gw->failed = true;
-			gw->stop_deadline_ms = 0;
+			fail_all(gw);
 			break;
 		}
 		rx->started = true;
@@ -514,6 +581,7 @@ void ig_reactor_free(struct ig_gw *gw)
 	gw->listen_fd = gw->ev_signal.fd = -1;
 	if (gw->rx) {
 		pthread_mutex_destroy(&gw->lock);
+		pthread_cond_destroy(&gw->rx_ended);
 	}
 	free(gw->rx);
 	gw->rx = NULL;
