@@ -48,8 +48,10 @@ void ig_upstream_on_socket(struct ig_rx *rx, int fd, uint32_t events);
 void ig_upstream_on_timer(struct ig_rx *rx);
 void ig_upstream_check_done(struct ig_rx *rx);
 
-/* An easy handle from the free list (or a new one); and back (NULL is
- * fine). Saves an allocation and setup per request. */
+/* An easy handle from rx's free list (or a new one); and back (NULL is
+ * fine), reset for its next use. Saves an allocation and setup per
+ * request. On rx's thread only: a handle is configured (and reset) by its
+ * own reactor, and the list is that reactor's. */
 CURL *ig_upstream_easy_get(struct ig_rx *rx);
 void ig_upstream_easy_put(struct ig_rx *rx, CURL *easy);
 
@@ -58,7 +60,8 @@ void ig_upstream_easy_put(struct ig_rx *rx, CURL *easy);
  * curl's error. */
 CURLMcode ig_upstream_start(struct ig_rx *rx, struct ig_xfer *x);
 /* Takes a running transfer out of the multi without calling x->done (the
- * caller ends it: idle timeout, client gone). Nothing when not running. */
+ * caller ends it: idle timeout, client gone). Nothing when not running.
+ * On x->rx's thread only: another reactor posts that work to it (rx.h). */
 void ig_upstream_stop(struct ig_xfer *x);
 
 #endif
