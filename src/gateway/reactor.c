@@ -11,7 +11,7 @@
  * Every MHD and curl call for an object happens on its reactor's thread.
  * The gateway's own state is shared and guarded by one lock, which a
  * reactor holds while our code runs and lets go of while it waits and
- * while the libraries do their I/O (gateway.h: ig_gw_lock); with one
+ * while the libraries do their I/O (rx.h: ig_gw_lock); with one
  * reactor there is no lock at all (see STYLE.md, "Concurrency model").
  * The top of the gateway's layers but the bootstrap (boot.c, which sets
  * the loops up through ig_reactor_new/open): it calls down into every
@@ -291,9 +291,10 @@ static void fail_all(struct ig_gw *gw)
 
 /* Reactor 0 ends last, whatever stopped the loops: the others may still
  * answer a batch's requests, whose transfers are its own, and nothing any
- * reactor hands it afterwards would be seen. Its loop ends only then but
- * for a failure of its own epoll_wait: then it waits here, the lock let go
- * meanwhile (counted as ig_gw_lock_give and ig_gw_lock_take count it). */
+ * reactor hands it afterwards would be seen. Its loop leaves only once
+ * nrunning is 1, except when its own epoll_wait failed: then it waits
+ * here for the others, the lock let go meanwhile (counted as
+ * ig_gw_lock_give and ig_gw_lock_take count it). */
 static void wait_for_others(struct ig_gw *gw)
 {
 	if (!gw->threaded || gw->nrunning <= 1)
@@ -429,7 +430,6 @@ int ig_reactor_run(struct ig_gw *gw)
 	ig_log_info("stopped");
 	return gw->failed ? 1 : 0;
 }
-
 
 void ig_reactor_close(struct ig_gw *gw)
 {
