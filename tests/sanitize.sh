@@ -7,7 +7,8 @@
 #     that leave mid-stream), then SIGTERM: no memory errors, no definite leaks;
 #  3. builds the programs with ThreadSanitizer and runs the integration tests
 #     of the gateway's reactors (test_workers.py, test_priority.py: requests
-#     handed between reactors, the admin API answered on reactor 0, a stop)
+#     handed between reactors, admin calls on any reactor, a stop; and
+#     test_stop.py: a reactor's failure stops them all, reactor 0 last)
 #     against them: no data race and no lock-order inversion reported.
 # Prints TAP and a PASS/FAIL line; exits 0 only when both hold.
 #
@@ -97,14 +98,14 @@ tsan() {
 	dir=$base/tsan
 	reports=$dir/reports
 	if ! configure_in "$dir" CFLAGS="-O1 -g -fsanitize=thread -fno-omit-frame-pointer" LDFLAGS="-fsanitize=thread" ||
-	   ! make -C "$dir" -j"$jobs" infergate infergate-sim infergate-bulk >"$dir/build.log" 2>&1; then
+	   ! make -C "$dir" -j"$jobs" infergate infergate-sim infergate-bulk tests/infergate-faults >"$dir/build.log" 2>&1; then
 		report 1 "ThreadSanitizer build" "$dir/build.log"
 		return
 	fi
 	rm -rf "$reports"
 	mkdir -p "$reports"
 	rc=0
-	for t in test_workers test_priority; do
+	for t in test_workers test_priority test_stop; do
 		TSAN_OPTIONS="log_path=$reports/tsan" IG_TEST_WORKERS=2 IG_BUILDDIR=$dir IG_SRCDIR=$src \
 			PYTHONPATH=$here/integration python3 "$here/integration/$t.py" >"$dir/$t.tap" 2>&1 || rc=1
 		grep -q '^not ok' "$dir/$t.tap" && rc=1
@@ -112,7 +113,7 @@ tsan() {
 	races=$(cat "$reports"/tsan* 2>/dev/null | grep -c 'WARNING: ThreadSanitizer' || true)
 	[ "$races" = 0 ] || { rc=1; cat "$reports"/tsan* | head -80 | sed 's/^/# /'; }
 	[ $rc = 0 ] || grep -h '^not ok' "$dir"/test_*.tap | sed 's/^/# /'
-	report $rc "the gateway's reactors under ThreadSanitizer: test_workers, test_priority ($races reports)"
+	report $rc "the gateway's reactors under ThreadSanitizer: test_workers, test_priority, test_stop ($races reports)"
 }
 
 for part in $parts; do

@@ -1,7 +1,9 @@
 /* Runtime control: the admin API (list, add, drain, enable, remove
  * backends). A removed backend is drained first: it takes no new request,
  * those in flight finish, then it leaves the table (ig_health_reap). It runs
- * on the reactor thread, so it changes the table without locks.
+ * on whichever reactor holds the client's connection, under gw->lock; what
+ * acts on reactor 0's own objects (a removed backend's probe transfer) is
+ * posted to reactor 0, which runs it at the end of its turn.
  * Not here: reading the body and the admin key check (server.c), SIGHUP
  * reloads (reload.c), health (health.c). */
 #include "config.h"
@@ -16,6 +18,7 @@
 #include "infergate/oaerror.h"
 #include "infergate/util.h"
 #include "metrics.h"
+#include "rx.h"
 
 /* Queues a JSON text (malloc'd; MHD frees it). */
 static enum MHD_Result send_text(struct MHD_Connection *conn, unsigned status, char *s)
@@ -32,6 +35,13 @@ static enum MHD_Result send_json(struct MHD_Connection *conn, unsigned status, j
 	char *s = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6));
 	json_decref(j);
 	return send_text(conn, status, s);
+}
+
+/* Reactor 0's job: the backends marked for removal that have nothing in
+ * flight leave the table, and their probes (transfers in its multi) end. */
+static void reap(struct ig_rx_job *job)
+{
+	ig_health_reap(IG_CONTAINER_OF(job, struct ig_gw, reap_job));
 }
 
 static enum MHD_Result backend_answer(struct MHD_Connection *conn, unsigned status, struct ig_backend *b)
@@ -213,7 +223,8 @@ enum MHD_Result ig_admin_handle(struct ig_gw *gw, struct MHD_Connection *conn, c
 			atomic_store(&b->admin, IG_ADMIN_REMOVING);
 			ig_log_info("admin: backend %s (id %d) draining for removal, %ld in flight", b->url, b->id,
 				    atomic_load(&b->inflight));
-			ig_health_reap(gw);
+			gw->reap_job.run = reap;
+			ig_rx_post(ig_gw_home(gw), &gw->reap_job);
 			return backend_answer(conn, 202, b);
 		}
 		return ig_httpd_error(conn, 405, "GET or DELETE /admin/backends/{id}", NULL, "method_not_allowed", NULL, false);

@@ -47,6 +47,7 @@
 #include "infergate/log.h"
 #include "infergate/util.h"
 #include "policy.h"
+#include "rx.h"
 #include "upstream.h"
 
 enum bstatus {

@@ -26,7 +26,7 @@
 #include "infergate/log.h"
 #include "infergate/util.h"
 #include "conf.h"
-#include "lb_list.h"
+#include "policy_list.h"
 
 /* --policy's words, from the policies' table. */
 #define LB_BAR(id, name, help) "|" name
@@ -148,7 +148,7 @@ static const struct ig_flag keys[] = {
 	 .off = OFF(discover_interval_s), .min = 1, .max = 86400, .def = "10", .metavar = "N",
 	 .help = "how often discovered names are resolved again"},
 	/* The choices, the default (the first row) and the help come from the
-	 * policies' table (lb_list.h): a new policy needs no line here. */
+	 * policies' table (policy_list.h): a new policy needs no line here. */
 	{.name = "--policy", .key = "policy", .type = IG_FLAG_CHOICE, .off = OFF(policy), .def = IG_LB_DEFAULT,
 	 .metavar = IG_LB_LIST(LB_BAR) + 1,
 	 .bad = "%s: unknown policy '%s' (one of:" IG_LB_LIST(LB_SPACE) ")",

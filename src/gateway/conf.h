@@ -58,7 +58,7 @@ struct ig_conf {
 	int listen_port;
 	struct ig_backend_conf *backends;
 	size_t n_backends;
-	int policy;                 /* the routing policy: its row in lb_list.h */
+	int policy;                 /* the routing policy: its row in policy_list.h */
 	char *health_path;
 	long health_interval_ms;
 	long health_timeout_ms;

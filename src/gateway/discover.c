@@ -2,7 +2,8 @@
  * every address the name resolves to (a Kubernetes headless Service, a
  * round-robin DNS name, several lines in /etc/hosts). Names are resolved on
  * a thread of their own, because getaddrinfo blocks and the reactor must
- * not; results come back through an eventfd and are applied on the reactor:
+ * not; results come back through an eventfd and are applied on reactor 0
+ * (whose probes the removals stop), under the lock:
  * new addresses are added (and probed before they serve), vanished ones are
  * drained and then removed, so no request in flight is dropped. A failed
  * resolution changes nothing.
@@ -25,6 +26,7 @@
 #include "health.h"
 #include "infergate/log.h"
 #include "infergate/util.h"
+#include "rx.h"
 
 struct entry {
 	struct ig_backend_conf bc; /* a copy of its configuration entry; bc.url

@@ -1,33 +1,29 @@
 /* The gateway process's shared state: the one `struct ig_gw` every module is
- * handed, the event sources the reactor dispatches, and the deferred actions
- * it runs once per loop turn. Types and flags only: no module's functions
- * are declared here, so including this header ties a file to no module
- * above it. With one reactor everything here is touched by its thread
- * only; with more, by the thread that holds gw->lock (struct ig_gw), but a
- * reactor's library objects only by their own (struct ig_rx), and the
- * backend counters the router reads are atomics (backend.h).
+ * handed, and the deferred actions a reactor runs once per loop turn (its
+ * flags). Types only: no function is declared or defined here, so including
+ * this header ties a file to no module. Each module's own types live beside
+ * it: the reactors and what they hand each other in rx.h, the callback
+ * objects (struct ig_event, struct ig_call) in event.h, a transfer and the
+ * kinds of upstream failure in upstream.h, the route table in routes.h.
+ * With one reactor everything here is touched by its thread only; with
+ * more, by the thread that holds gw->lock, but a reactor's library objects
+ * only by their own thread (rx.h), and the backend counters the router
+ * reads are atomics (backend.h).
  *
- * The layers, calls only going down (README, "How it is built"):
- *   reactor.c                          the loops; owns every event source
- *   server.c  admin.c  reload.c  discover.c
- *   proxy.c                            the request object, admission, retries, SSE relay
- *   scheduler.c                        per-model pools and queues, the keys' state
- *   router.c  upstream.c  health.c  metrics.c  accesslog.c
- *   backend.c  loadreport.c  ratelimit.c  keyset.c  conf.c  rx.c  (and this header)
- * A lower layer reports back through a callback stored in the object it was
- * handed (struct ig_event, struct ig_xfer, struct ig_call) or by setting a
- * flag below that the reactor acts on. */
+ * Calls only go down the layers, from the loops (reactor.c) through the
+ * server, the request and the scheduler to the tables and rx.c at the
+ * bottom; the order is declared once, in tests/check_layers.py (LAYERS),
+ * which `make check` runs and which fails on a call or include up. A lower
+ * layer reports back through a callback stored in the object it was handed
+ * (struct ig_event, struct ig_xfer, struct ig_call) or by setting a flag
+ * below that a reactor acts on. */
 #ifndef IG_GATEWAY_H
 #define IG_GATEWAY_H
 
-#include <curl/curl.h>
-#include <microhttpd.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
-#include <sys/epoll.h>
-#include <sys/socket.h>
 
 #include <jansson.h>
 
@@ -35,53 +31,11 @@
 #include "backend.h"
 #include "clients.h"
 #include "conf.h"
+#include "event.h"
 #include "infergate/list.h"
 #include "keyset.h"
 #include "scheduler.h"
-
-/* An event source of the reactor's epoll set: it carries its own handler
- * (Redis's aeFileProc, nginx's ev->handler), so the loop needs no switch
- * over kinds. */
-struct ig_event {
-	int fd;
-	void (*handler)(struct ig_event *ev, uint32_t events);
-	void *data;
-};
-
-/* epoll data for curl sockets: this bit set, the fd in the low 32 bits
- * (user-space pointers never have bit 63 set on Linux). Tagged by fd, not
- * by pointer, so an event for a socket curl closed earlier in the same
- * batch is harmless (upstream.c). */
-#define IG_EV_CURL_BIT (1ull << 63)
-
-/* What the MHD access handler calls for one connection's request: *con_cls
- * always points to one of these, embedded in the object that answers (a
- * proxied request, an admin call, or a fixed answer), so the server tells
- * objects apart by the function they carry, not by a tag. */
-struct ig_gw;
-
-struct ig_call {
-	enum MHD_Result (*on_request)(struct ig_call *call, struct ig_gw *gw, struct MHD_Connection *conn,
-				      const char *url, const char *method, const char *upload_data,
-				      size_t *upload_data_size, void **con_cls);
-	/* The connection is done with the request (MHD_OPTION_NOTIFY_COMPLETED);
-	 * frees what the call owns. NULL: nothing to do. */
-	void (*on_completed)(struct ig_call *call, enum MHD_RequestTerminationCode toe);
-};
-
-/* A proxied request's route (routes.h): the table is the configuration's,
- * fixed at start. */
-static inline const struct ig_route *ig_gw_route(const struct ig_conf *cfg, int route)
-{
-	return &cfg->routes.v[route >= 0 && (size_t)route < cfg->routes.n ? route : 0];
-}
-static inline const char *ig_route_path(const struct ig_conf *cfg, int route)
-{
-	return route >= 0 && (size_t)route < cfg->routes.n ? cfg->routes.v[route].path : "";
-}
-/* The first routes (chat, completions, embeddings in the built-in table)
- * show their metrics series before any request. */
-#define IG_ROUTES_SHOWN 3
+#include "upstream.h"
 
 /* Latency histogram (Prometheus style: cumulative when printed). */
 #define IG_HIST_BUCKETS 16
@@ -98,17 +52,6 @@ struct ig_reqcount {
 	unsigned status;
 	char *backend;      /* URL, or "" when no backend answered */
 	uint64_t n;
-};
-
-/* Kinds of upstream failure (upstream.c classifies, proxy.c and health.c
- * count them). */
-enum ig_upstream_error {
-	IG_UPERR_NONE,
-	IG_UPERR_CONNECT, /* refused, unreachable, connect timeout */
-	IG_UPERR_RESET,   /* connection closed or reset mid-transfer */
-	IG_UPERR_TIMEOUT, /* no byte for timeouts.idle_s */
-	IG_UPERR_STATUS,  /* 502, 503 or 504 from the backend */
-	IG_UPERR_OTHER,
 };
 
 /* Counters written where things happen, printed by metrics.c. */
@@ -128,81 +71,11 @@ struct ig_stats {
 	uint64_t prompt_tokens, completion_tokens;
 };
 
+struct ig_rx;
 struct ig_discovery;
 struct ig_respstore;
 struct ig_files;
 struct ig_batches;
-
-/* One libmicrohttpd daemon and the client connections given to it
- * (server.c). MHD walks all of a daemon's suspended connections whenever
- * one is resumed; with every held stream suspended between its events,
- * that walk was three quarters of the gateway's CPU at 4,000 streams. So
- * a daemon takes new connections until it holds IG_HTTPD_FILL, then the
- * next one does: a walk is never longer than that, and a light load still
- * lives in one daemon, run once a turn for all its connections. Only the
- * daemons with work run in a turn. */
-#define IG_HTTPD_SHARDS 256
-#define IG_HTTPD_FILL 64
-#define IG_HTTPD_TRAIL 3        /* turns a daemon still runs after it had work */
-struct ig_rx;
-struct ig_httpd {
-	struct MHD_Daemon *mhd;
-	struct ig_event ev;            /* the daemon's epoll fd; data: its reactor */
-	long conns;                    /* client connections it holds */
-	bool due;                      /* has events or resumed connections: MHD_run it */
-	int trail;                     /* turns it still runs after it last had work (ig_server_run) */
-};
-
-/* A client socket reactor 0 accepted for another. */
-struct ig_newfd {
-	int fd;
-	socklen_t len;
-	struct sockaddr_storage addr;
-};
-
-/* One reactor: a thread with its own epoll set, libmicrohttpd daemons and
- * curl multi handle, and the requests whose client connection it holds
- * (reactor.c). A library object (an MHD daemon or connection, the multi
- * and the transfers in it) is only ever touched by its reactor's thread;
- * another reactor that must act on one (start a queued request it
- * dispatched, answer one whose wait expired) hands the request over
- * through `posted`. The control plane (health probes, discovery, signals,
- * the admin and Batch APIs) lives on reactor 0. */
-struct ig_rx {
-	struct ig_gw *gw;
-	pthread_t thread;
-	bool started;                  /* its thread runs (reactors 1..) */
-	int epfd;
-	struct ig_event ev_tick, ev_wake;
-	bool tick_due;                 /* its housekeeping timer fired this turn */
-	bool woken;                    /* ev_wake was written and not yet read */
-	uint64_t curl_deadline_us;     /* when curl wants its timeout action */
-	uint32_t *curl_fds;            /* upstream.c: epoll state of curl sockets, by fd */
-	size_t ncurl_fds;
-	CURL **easy_free;              /* reset easy handles kept for reuse */
-	size_t neasy_free;
-	CURLM *multi;
-	struct ig_httpd httpd[IG_HTTPD_SHARDS];
-	size_t nhttpd;                 /* daemons started (as the connections need them) */
-	long conns;                    /* client connections its daemons hold */
-	uint64_t closed;               /* of them, closed in total */
-	bool httpd_due;                /* some httpd[].due is set */
-	bool httpd_trail;              /* some httpd[].trail is set */
-	struct ig_list reqs;           /* its live proxied requests (struct ig_req) */
-	struct ig_list to_watch;       /* requests suspended without a hang-up watch, oldest first */
-	uint64_t next_idle_scan_ms;
-	uint64_t next_watch_scan_ms;
-	/* Handed over by other reactors (under the gateway's lock): */
-	struct ig_list posted;         /* requests to start or resume (proxy.c) */
-	/* Its own (upstream.c): */
-	struct ig_list unpause;        /* paused transfers to go on, before it next waits */
-	struct ig_list jobs;           /* calls another reactor waits on (ig_rx_call) */
-	struct ig_newfd *newfds;       /* accepted client sockets for its daemons */
-	size_t nnewfds, capnewfds;
-	uint64_t accepted;             /* client connections it was given, in total */
-	uint64_t requests;             /* proxied requests it received, in total (all
-					* reactors' together: the gateway's count) */
-};
 
 struct ig_gw {
 	struct ig_conf *cfg;
@@ -217,13 +90,14 @@ struct ig_gw {
 	struct ig_rx *rx;
 	size_t nrx;
 	pthread_mutex_t lock;
-	pthread_cond_t job_done;       /* an ig_rx_call finished */
 	uint64_t lock_taken;           /* times the lock was taken, */
 	uint64_t lock_contended;       /* of which another reactor held it, */
 	uint64_t lock_held_ns;         /* and how long it was held, in total */
 	uint64_t lock_since_ns;        /* when the holder took it */
 	bool threaded;                 /* nrx > 1: the lock is taken */
 	size_t nrunning;               /* reactors whose loop runs */
+	pthread_cond_t rx_ended;       /* nrunning fell: reactor 0, whose own loop failed,
+					* waits on it to end last (reactor.c) */
 	struct ig_event ev_listen, ev_signal; /* reactor 0's */
 	int listen_fd;
 	bool accept_paused;            /* at conn_limit: the listening socket is not watched */
@@ -233,6 +107,8 @@ struct ig_gw {
 	bool drain_pending;            /* a slot or backend freed up: start queued requests */
 	bool models_dirty;             /* a backend's models, state or presence changed:
 					* rebuild the per-model pools (scheduler.h) */
+	struct ig_rx_job reap_job;     /* posted to reactor 0: backends marked for removal
+					* leave (their probes are its transfers: admin.c) */
 	size_t nreqs;                  /* live proxied requests, all reactors */
 	struct ig_sched sched;         /* per-model pools and wait queues, the policy */
 	struct ig_clients clients;     /* API keys' state: shares, limits, usage */
@@ -255,42 +131,5 @@ struct ig_gw {
 	int argc;                      /* to re-read the configuration on SIGHUP */
 	char **argv;
 };
-
-/* The control plane's reactor: health probes, discovery, the Batch API's
- * transfers, signals. */
-static inline struct ig_rx *ig_gw_home(struct ig_gw *gw)
-{
-	return &gw->rx[0];
-}
-
-/* Adds / removes an event source to / from the reactor's epoll set.
- * Returns 0 or -1 (errno set). */
-static inline int ig_event_add(struct ig_rx *rx, struct ig_event *ev, uint32_t events)
-{
-	struct epoll_event e = {.events = events, .data.ptr = ev};
-	return epoll_ctl(rx->epfd, EPOLL_CTL_ADD, ev->fd, &e);
-}
-
-static inline void ig_event_del(struct ig_rx *rx, struct ig_event *ev)
-{
-	epoll_ctl(rx->epfd, EPOLL_CTL_DEL, ev->fd, NULL);
-}
-
-/* Daemon h runs this turn (the reactor calls server.c's ig_server_run). */
-static inline void ig_httpd_due(struct ig_rx *rx, struct ig_httpd *h)
-{
-	h->due = true;
-	rx->httpd_due = true;
-}
-
-/* conn, one of rx's, was resumed: MHD handles it in its daemon's next
- * run, this turn. */
-static inline void ig_httpd_resumed(struct ig_rx *rx, struct MHD_Connection *conn)
-{
-	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_DAEMON);
-	for (size_t i = 0; i < rx->nhttpd; i++)
-		if (!ci || rx->httpd[i].mhd == ci->daemon)
-			ig_httpd_due(rx, &rx->httpd[i]);
-}
 
 #endif

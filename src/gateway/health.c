@@ -20,6 +20,7 @@
 #include "infergate/util.h"
 #include "loadreport.h"
 #include "capacity.h"
+#include "rx.h"
 #include "upstream.h"
 
 #define MODELS_REFRESH_MS 30000

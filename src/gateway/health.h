@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "gateway.h"
+#include "upstream.h"
 
 /* Probe state for every backend of the pool. Returns 0 or -1. */
 int ig_health_init(struct ig_gw *gw);

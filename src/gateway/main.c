@@ -1,5 +1,6 @@
-/* infergate: configuration, then the reactor. Every configuration problem is
- * reported here, before a socket is opened or a request sent. */
+/* infergate: configuration, then the bootstrap (boot.c) and the reactors.
+ * Every configuration problem is reported here, before a socket is opened
+ * or a request sent. */
 #include "config.h"
 #include <curl/curl.h>
 #include <openssl/crypto.h>
@@ -8,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "boot.h"
 #include "keyset.h"
 #include "conf.h"
 #include "reactor.h"
@@ -98,17 +100,17 @@ int main(int argc, char **argv)
 	}
 	ig_log_set_level((enum ig_log_level)cfg.log_level);
 	curl_global_init(CURL_GLOBAL_DEFAULT);
-	rc = ig_reactor_init(&gw, &cfg);
+	rc = ig_boot_init(&gw, &cfg);
 	gw.argc = argc;
 	gw.argv = argv;
 	if (rc < 0) {
-		ig_reactor_free(&gw);
+		ig_boot_free(&gw);
 		ig_conf_free(&cfg);
 		curl_global_cleanup();
 		return 2;
 	}
 	rc = ig_reactor_run(&gw);
-	ig_reactor_free(&gw);
+	ig_boot_free(&gw);
 	ig_conf_free(&cfg);
 	curl_global_cleanup();
 	return rc;

@@ -12,6 +12,7 @@
 #include "batches.h"
 #include "metrics.h"
 #include "policy.h"
+#include "rx.h"
 #include "infergate/util.h"
 
 static char *dump(json_t *j)

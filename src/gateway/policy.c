@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lb_list.h"
+#include "policy_list.h"
 #include "policy.h"
 
 #define DECLARE(id, name, help) extern const struct ig_policy ig_lb_##id;

@@ -4,7 +4,7 @@
  * eligible: up, enabled, under their limit, not tried, the pinned one; a
  * rotating start so that equals share work; taking the slot); each policy
  * is one file, lb_NAME.c, that only chooses among the eligible ones and
- * keeps what it learns; lb_list.h is the table of them.
+ * keeps what it learns; policy_list.h is the table of them.
  *
  * Threads: pick, started, done, gone, report and free run under the
  * gateway's lock (or on the one reactor with workers 1); `progress` runs
@@ -98,7 +98,7 @@ struct ig_policy {
 	void (*report_gateway)(const void *state, json_t *obj);
 };
 
-/* The policy of an index taken from the configuration (lb_list.h order). */
+/* The policy of an index taken from the configuration (policy_list.h order). */
 const struct ig_policy *ig_policy_get(int index);
 /* Its name (for logs). */
 const char *ig_policy_name(int index);

@@ -11,99 +11,42 @@
  * Every MHD and curl call for an object happens on its reactor's thread.
  * The gateway's own state is shared and guarded by one lock, which a
  * reactor holds while our code runs and lets go of while it waits and
- * while the libraries do their I/O (gateway.h: ig_gw_lock); with one
+ * while the libraries do their I/O (rx.h: ig_gw_lock); with one
  * reactor there is no lock at all (see STYLE.md, "Concurrency model").
- * The top of the gateway's layers: it calls down into every module and
- * none calls it; they ask for deferred work through gw's and rx's flags,
- * done here at the end of a turn.
- * Not here: what a request does (proxy.c) or how MHD callbacks answer
- * (server.c). */
+ * The top of the gateway's layers but the bootstrap (boot.c, which sets
+ * the loops up through ig_reactor_new/open): it calls down into every
+ * module and none calls it; they ask for deferred work through gw's and
+ * rx's flags and jobs, done here at the end of a turn.
+ * Not here: setting up the process (boot.c), what a request does
+ * (proxy.c) or how MHD callbacks answer (server.c). */
 #include "config.h"
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netdb.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/signalfd.h>
-#include <sys/socket.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
 
-#include "discover.h"
+#include "batches.h"
 #include "health.h"
 #include "infergate/log.h"
 #include "infergate/util.h"
-#include "metrics.h"
 #include "notify.h"
 #include "proxy.h"
 #include "dispatch.h"
-#include "batches.h"
-#include "files.h"
 #include "reactor.h"
-#include "respstore.h"
 #include "reload.h"
 #include "rx.h"
-#include "policy.h"
 #include "server.h"
 #include "upstream.h"
 
 #define TICK_MS 20
-
-/* Binds the listening socket ourselves, so a busy port is reported with
- * its cause. Returns the fd or -1 (logged). */
-static int bind_listen(const char *host, int port)
-{
-	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-				 .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
-	struct addrinfo *res = NULL;
-	char portstr[16];
-	int fd = -1, one = 1;
-
-	snprintf(portstr, sizeof(portstr), "%d", port);
-	int rc = getaddrinfo(host, portstr, &hints, &res);
-	if (rc != 0) {
-		ig_log_error("listen: cannot resolve '%s': %s", host, gai_strerror(rc));
-		return -1;
-	}
-	fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd < 0) {
-		ig_log_error("listen: socket: %s", strerror(errno));
-		goto fail;
-	}
-	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (bind(fd, res->ai_addr, res->ai_addrlen) < 0) {
-		ig_log_error("listen: cannot bind %s:%d: %s", host, port, strerror(errno));
-		goto fail;
-	}
-	if (listen(fd, 4096) < 0) {
-		ig_log_error("listen: %s:%d: %s", host, port, strerror(errno));
-		goto fail;
-	}
-	freeaddrinfo(res);
-	return fd;
-fail:
-	if (fd >= 0)
-		close(fd);
-	freeaddrinfo(res);
-	return -1;
-}
-
-/* Each proxied request holds two descriptors (client and backend): raise
- * the soft limit to the hard one (root may raise the hard one too) and say
- * how many requests that allows. Returns the limit. */
-static long raise_fd_limit(long want)
-{
-	long lim = ig_raise_nofile(want);
-	if (lim < want)
-		ig_log_info("open-file limit %ld: about %ld requests can be proxied at once", lim, (lim - 64) / 2);
-	return lim;
-}
 
 static void on_signal(struct ig_event *ev, uint32_t events);
 
@@ -117,8 +60,8 @@ static void on_tick(struct ig_event *ev, uint32_t events IG_UNUSED)
 	rx->tick_due = true;
 }
 
-/* Another reactor handed this one something (rx.c): it is done at the
- * end of the turn (deferred). */
+/* Another reactor handed this one something or posted it a job (rx.c):
+ * it is done at the end of the turn (deferred). */
 static void on_wake(struct ig_event *ev, uint32_t events IG_UNUSED)
 {
 	struct ig_rx *rx = ev->data;
@@ -168,16 +111,10 @@ static int rx_open(struct ig_rx *rx)
 	return ig_upstream_init(rx);
 }
 
-int ig_reactor_init(struct ig_gw *gw, struct ig_conf *cfg)
+int ig_reactor_new(struct ig_gw *gw)
 {
-	sigset_t mask;
-
-	memset(gw, 0, sizeof(*gw));
-	gw->cfg = cfg;
-	gw->listen_fd = -1;
 	gw->ev_signal = (struct ig_event){-1, on_signal, gw};
-	gw->alog.fd = -1;
-	gw->nrx = reactor_count(cfg);
+	gw->nrx = reactor_count(gw->cfg);
 	if (!(gw->rx = calloc(gw->nrx, sizeof(*gw->rx))))
 		return -1;
 	for (size_t i = 0; i < gw->nrx; i++) {
@@ -194,61 +131,13 @@ int ig_reactor_init(struct ig_gw *gw, struct ig_conf *cfg)
 		ig_list_init(&rx->unpause);
 	}
 	ig_rx_self = &gw->rx[0];
-	/* Held for short stretches by every reactor: spin a little before
-	 * sleeping (glibc's adaptive mutex), as a futex wait and wake per
-	 * contended acquisition cost more than the stretch itself. */
-	pthread_mutexattr_t attr;
-	pthread_mutexattr_init(&attr);
-	pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
-	pthread_mutex_init(&gw->lock, &attr);
-	pthread_mutexattr_destroy(&attr);
-	pthread_cond_init(&gw->job_done, NULL);
-	char *err = NULL;
-	ig_sched_init(&gw->sched);
-	ig_clients_init(&gw->clients);
-	if (ig_reload_files(gw, cfg, &err) < 0) {
-		for (char *line = strtok(err, "\n"); line; line = strtok(NULL, "\n"))
-			ig_log_error("%s", line);
-		free(err);
-		return -1;
-	}
-	gw->started_ms = ig_now_ms();
-	long fds = raise_fd_limit(2 * cfg->max_connections + 64);
-	unsigned conn_limit = (unsigned)(cfg->max_connections < fds - 64 ? cfg->max_connections : fds - 64);
-	signal(SIGPIPE, SIG_IGN);
+	return 0;
+}
 
-	if (ig_backend_pool_init(&gw->pool, cfg) < 0)
-		return -1;
-	if (*cfg->data_dir) {
-		char *dir = ig_strdupf("%s/files", cfg->data_dir);
-		gw->files = ig_files_open(dir, &err);
-		free(dir);
-		if (!gw->files) {
-			ig_log_error("%s", err);
-			free(err);
-			return -1;
-		}
-	}
-	if (ig_dispatch_init(gw, &err) < 0) {
-		ig_log_error("%s", err);
-		free(err);
-		return -1;
-	}
-	if (ig_sched_rebuild(&gw->sched, &gw->pool) < 0)
-		return -1;
-	gw->listen_fd = bind_listen(cfg->listen_host, cfg->listen_port);
-	if (gw->listen_fd < 0)
-		return -1;
-	if (gw->files) { /* after the bind: a batch's requests go to that address */
-		char *dir = ig_strdupf("%s/batches", cfg->data_dir);
-		gw->batches = ig_batches_open(gw, dir, &err);
-		free(dir);
-		if (!gw->batches) {
-			ig_log_error("%s", err);
-			free(err);
-			return -1;
-		}
-	}
+int ig_reactor_open(struct ig_gw *gw)
+{
+	sigset_t mask;
+
 	for (size_t i = 0; i < gw->nrx; i++)
 		if (rx_open(&gw->rx[i]) < 0)
 			return -1;
@@ -265,12 +154,6 @@ int ig_reactor_init(struct ig_gw *gw, struct ig_conf *cfg)
 		ig_log_error("%s: signalfd: %s", __func__, strerror(errno));
 		return -1;
 	}
-
-	if (ig_server_start(gw, conn_limit) < 0)
-		return -1;
-
-	if (ig_health_init(gw) < 0 || ig_discover_start(gw) < 0)
-		return -1;
 	return 0;
 }
 
@@ -334,8 +217,8 @@ static void on_signal(struct ig_event *ev, uint32_t events IG_UNUSED)
 static void deferred(struct ig_rx *rx)
 {
 	struct ig_gw *gw = rx->gw;
+	ig_rx_run_jobs(rx);
 	if (gw->threaded) {
-		ig_rx_run_jobs(rx);
 		if (rx->nnewfds)
 			ig_server_take_handed(rx);
 		ig_proxy_run_posted(rx);
@@ -367,14 +250,69 @@ static void deferred(struct ig_rx *rx)
 	}
 }
 
-/* Whether rx has handed-over work waiting (it must not sleep). */
+/* Whether rx has handed-over or posted work waiting (it must not sleep). */
 static bool rx_pending(const struct ig_rx *rx)
 {
 	return rx->nnewfds || !ig_list_empty(&rx->posted) || !ig_list_empty(&rx->jobs);
 }
 
-/* One reactor's loop, until the stop and its grace period. It holds the
- * lock but while it waits and while the libraries do I/O. */
+#ifdef IG_TEST_FAULTS
+/* The test build's fault (tests/Makemodule.am: tests/infergate-faults, for
+ * tests/integration/test_stop.py), never in the installed program:
+ * IG_TEST_FAULT_EPOLL="K PATH" makes reactor K's epoll_wait fail (EBADF)
+ * once the file PATH exists. Read before the reactors' threads start. */
+static long fault_rx = -1;
+static char fault_path[1024];
+
+static void fault_setup(void)
+{
+	const char *v = getenv("IG_TEST_FAULT_EPOLL");
+	int at = 0;
+	if (v && sscanf(v, "%ld %n", &fault_rx, &at) == 1 && v[at])
+		snprintf(fault_path, sizeof(fault_path), "%s", v + at);
+	else
+		fault_rx = -1;
+}
+
+/* Whether rx's epoll_wait is to fail now. */
+static bool fault_due(const struct ig_rx *rx)
+{
+	return fault_rx == rx - rx->gw->rx && access(fault_path, F_OK) == 0;
+}
+#endif
+
+/* Every reactor stops at once, with the exit code 1: one of them cannot
+ * go on (its epoll_wait failed, its thread did not start). */
+static void fail_all(struct ig_gw *gw)
+{
+	gw->stopping = gw->failed = true;
+	gw->stop_deadline_ms = 0;
+	for (size_t i = 0; i < gw->nrx; i++)
+		ig_rx_wake(&gw->rx[i]);
+}
+
+/* Reactor 0 ends last, whatever stopped the loops: the others may still
+ * answer a batch's requests, whose transfers are its own, and nothing any
+ * reactor hands it afterwards would be seen. Its loop leaves only once
+ * nrunning is 1, except when its own epoll_wait failed: then it waits
+ * here for the others, the lock let go meanwhile (counted as
+ * ig_gw_lock_give and ig_gw_lock_take count it). */
+static void wait_for_others(struct ig_gw *gw)
+{
+	if (!gw->threaded || gw->nrunning <= 1)
+		return;
+	int depth = ig_lock_depth;
+	gw->lock_held_ns += ig_now_ns() - gw->lock_since_ns;
+	while (gw->nrunning > 1)
+		pthread_cond_wait(&gw->rx_ended, &gw->lock);
+	gw->lock_taken++;
+	gw->lock_since_ns = ig_now_ns();
+	ig_lock_depth = depth;
+}
+
+/* One reactor's loop, until the stop and its grace period, or a failure
+ * of its own epoll_wait. It holds the lock but while it waits and while
+ * the libraries do I/O. */
 static void rx_loop(struct ig_rx *rx)
 {
 	struct ig_gw *gw = rx->gw;
@@ -389,7 +327,7 @@ static void rx_loop(struct ig_rx *rx)
 			ig_upstream_run_unpauses(rx);
 			ig_gw_reacquire(gw, depth);
 		}
-		if (ig_server_busy(rx) || (gw->threaded && rx_pending(rx)))
+		if (ig_server_busy(rx) || rx_pending(rx))
 			timeout = 0;
 		if (timeout != 0 && rx->curl_deadline_us != UINT64_MAX) {
 			uint64_t now = ig_now_us();
@@ -398,6 +336,12 @@ static void rx_loop(struct ig_rx *rx)
 		int depth = ig_gw_release(gw);
 		int n = epoll_wait(rx->epfd, evs, (int)(sizeof(evs) / sizeof(evs[0])), timeout);
 		int err = errno;
+#ifdef IG_TEST_FAULTS
+		if (n >= 0 && fault_due(rx)) {
+			n = -1;
+			err = EBADF;
+		}
+#endif
 		/* curl's events first, with the lock still let go: its I/O, and
 		 * the callbacks that touch only their own transfer, run beside
 		 * the other reactors (upstream.c); one taking of the lock after. */
@@ -413,9 +357,8 @@ static void rx_loop(struct ig_rx *rx)
 		}
 		ig_gw_reacquire(gw, depth);
 		if (n < 0 && err != EINTR) {
-			ig_log_error("%s: epoll_wait: %s", __func__, strerror(err));
-			gw->stopping = gw->failed = true;
-			gw->stop_deadline_ms = 0;
+			ig_log_error("reactor %zu: epoll_wait: %s; stopping", (size_t)(rx - gw->rx), strerror(err));
+			fail_all(gw);
 			break;
 		}
 		if (curl_ran)
@@ -429,13 +372,15 @@ static void rx_loop(struct ig_rx *rx)
 		deferred(rx);
 		ig_server_run(rx);
 		/* a batch's answers in flight are written before the end, not
-		 * sent again; reactor 0 ends last (the others may wait on it:
-		 * ig_rx_call) */
+		 * sent again; reactor 0 ends last (a batch's transfers, in its
+		 * multi, are answered by the others) */
 		if (gw->stopping && ((gw->nreqs == 0 && ig_batches_inflight(gw->batches) == 0) ||
 				     ig_now_ms() >= gw->stop_deadline_ms) &&
 		    (rx != ig_gw_home(gw) || gw->nrunning == 1))
 			break;
 	}
+	if (rx == ig_gw_home(gw))
+		wait_for_others(gw);
 	/* Abort what is left and let MHD see the connections once more. */
 	struct ig_req *r;
 	IG_LIST_FOREACH(r, &rx->reqs, struct ig_req, link)
@@ -443,6 +388,8 @@ static void rx_loop(struct ig_rx *rx)
 	ig_server_wake_all(rx);
 	ig_server_run(rx);
 	gw->nrunning--;
+	if (gw->threaded)
+		pthread_cond_signal(&gw->rx_ended);
 	ig_rx_wake(ig_gw_home(gw));
 }
 
@@ -462,6 +409,9 @@ int ig_reactor_run(struct ig_gw *gw)
 		    ig_policy_name(gw->cfg->policy), gw->nrx, gw->nrx == 1 ? "" : "s");
 	gw->threaded = gw->nrx > 1;
 	gw->nrunning = gw->nrx;
+#ifdef IG_TEST_FAULTS
+	fault_setup();
+#endif
 	ig_gw_lock(gw);
 	for (size_t i = 1; i < gw->nrx; i++) {
 		struct ig_rx *rx = &gw->rx[i];
@@ -469,8 +419,7 @@ int ig_reactor_run(struct ig_gw *gw)
 		if (rc != 0) {
 			ig_log_error("cannot start reactor %zu: %s", i, strerror(rc));
 			gw->nrunning -= gw->nrx - i;
-			gw->stopping = gw->failed = true;
-			gw->stop_deadline_ms = 0;
+			fail_all(gw);
 			break;
 		}
 		rx->started = true;
@@ -491,14 +440,8 @@ int ig_reactor_run(struct ig_gw *gw)
 	return gw->failed ? 1 : 0;
 }
 
-void ig_reactor_free(struct ig_gw *gw)
+void ig_reactor_close(struct ig_gw *gw)
 {
-	for (size_t i = 0; gw->rx && i < gw->nrx; i++)
-		ig_server_stop(&gw->rx[i]);
-	ig_discover_stop(gw);
-	ig_batches_free(gw->batches); /* its transfers leave the multi first */
-	gw->batches = NULL;
-	ig_health_free(gw);
 	for (size_t i = 0; gw->rx && i < gw->nrx; i++) {
 		struct ig_rx *rx = &gw->rx[i];
 		ig_upstream_free(rx);
@@ -510,27 +453,13 @@ void ig_reactor_free(struct ig_gw *gw)
 			close(rx->ev_wake.fd);
 		rx->epfd = rx->ev_tick.fd = rx->ev_wake.fd = -1;
 	}
-	ig_sched_free(&gw->sched);
-	ig_dispatch_free(gw);
-	ig_clients_free(&gw->clients);
-	ig_respstore_free(gw->responses);
-	ig_files_free(gw->files);
-	gw->files = NULL;
-	gw->responses = NULL;
-	ig_backend_pool_free(&gw->pool);
-	ig_metrics_free(gw);
-	ig_keyset_free(&gw->api_keys);
-	ig_keyset_free(&gw->admin_keys);
-	ig_accesslog_close(&gw->alog);
-	if (gw->listen_fd >= 0)
-		close(gw->listen_fd);
+}
+
+void ig_reactor_free(struct ig_gw *gw)
+{
 	if (gw->ev_signal.fd >= 0)
 		close(gw->ev_signal.fd);
-	gw->listen_fd = gw->ev_signal.fd = -1;
-	if (gw->rx) {
-		pthread_mutex_destroy(&gw->lock);
-		pthread_cond_destroy(&gw->job_done);
-	}
+	gw->ev_signal.fd = -1;
 	free(gw->rx);
 	gw->rx = NULL;
 	gw->nrx = 0;

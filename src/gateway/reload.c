@@ -2,6 +2,9 @@
  * a restart (backends, policy, limits, keys, the access log, discovery).
  * Every check runs first; on any problem the running configuration stays,
  * untouched. Also loads the key files and opens the access log at start.
+ * SIGHUP reaches reactor 0 only, so a reload runs there, under the lock:
+ * the probes it stops (backends removed) and discovery's event are that
+ * reactor's own.
  * Not here: parsing the configuration (conf.c). */
 #include "config.h"
 #include <stdlib.h>

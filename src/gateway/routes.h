@@ -47,6 +47,25 @@ struct ig_routes {
 	bool from_file;      /* "routes" was given */
 };
 
+/* Route i of table t; the first for an index out of range. Requests and
+ * metrics hold a route's index: the table is fixed at start. */
+static inline const struct ig_route *ig_routes_at(const struct ig_routes *t, int i)
+{
+	return &t->v[i >= 0 && (size_t)i < t->n ? i : 0];
+}
+/* Route i's path, "" for an index out of range. */
+static inline const char *ig_routes_path(const struct ig_routes *t, int i)
+{
+	return i >= 0 && (size_t)i < t->n ? t->v[i].path : "";
+}
+/* The same from a configuration (struct ig_conf, conf.h: its `routes`),
+ * as every caller holds one. */
+#define ig_gw_route(cfg, i) ig_routes_at(&(cfg)->routes, (i))
+#define ig_route_path(cfg, i) ig_routes_path(&(cfg)->routes, (i))
+/* The first routes (chat, completions, embeddings in the built-in table)
+ * show their metrics series before any request. */
+#define IG_ROUTES_SHOWN 3
+
 /* The built-in table (and its derived routes). */
 void ig_routes_default(struct ig_routes *t);
 /* "routes" in the configuration: a list of paths of built-in routes or

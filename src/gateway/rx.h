@@ -1,11 +1,133 @@
-/* What the reactors share and hand each other (struct ig_rx, gateway.h):
- * the gateway's lock, a wake-up, and a call one waits on. The loops
- * themselves are reactor.c's. */
+/* What a reactor is (struct ig_rx: its epoll set, daemons, multi handle
+ * and requests) and what the reactors share and hand each other: the
+ * gateway's lock, a wake-up, and the work one posts to another. The lowest
+ * layer of the gateway: it calls nothing above it. The loops themselves
+ * are reactor.c's. */
 #ifndef IG_RX_H
 #define IG_RX_H
 
+#include <curl/curl.h>
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+
+#include "event.h"
 #include "gateway.h"
+#include "infergate/list.h"
 #include "infergate/util.h"
+
+/* One libmicrohttpd daemon and the client connections given to it
+ * (server.c). MHD walks all of a daemon's suspended connections whenever
+ * one is resumed; with every held stream suspended between its events,
+ * that walk was three quarters of the gateway's CPU at 4,000 streams. So
+ * a daemon takes new connections until it holds IG_HTTPD_FILL, then the
+ * next one does: a walk is never longer than that, and a light load still
+ * lives in one daemon, run once a turn for all its connections. Only the
+ * daemons with work run in a turn. */
+#define IG_HTTPD_SHARDS 256
+#define IG_HTTPD_FILL 64
+#define IG_HTTPD_TRAIL 3        /* turns a daemon still runs after it had work */
+struct ig_httpd {
+	struct MHD_Daemon *mhd;
+	struct ig_event ev;            /* the daemon's epoll fd; data: its reactor */
+	long conns;                    /* client connections it holds */
+	bool due;                      /* has events or resumed connections: MHD_run it */
+	int trail;                     /* turns it still runs after it last had work (ig_server_run) */
+};
+
+/* A client socket reactor 0 accepted for another. */
+struct ig_newfd {
+	int fd;
+	socklen_t len;
+	struct sockaddr_storage addr;
+};
+
+/* One reactor: a thread with its own epoll set, libmicrohttpd daemons and
+ * curl multi handle, and the requests whose client connection it holds
+ * (reactor.c). A library object (an MHD daemon or connection, the multi
+ * and the transfers in it) is only ever touched by its reactor's thread;
+ * another reactor that must act on one (start a queued request it
+ * dispatched, answer one whose wait expired) hands the request over
+ * through `posted`, or posts a job (`jobs`, ig_rx_post) that the owner
+ * runs. The control plane (health probes, discovery, signals, the Batch
+ * API's transfers) lives on reactor 0; every client call, admin and Batch
+ * API calls too, is answered by the reactor that holds its connection. */
+struct ig_rx {
+	struct ig_gw *gw;
+	pthread_t thread;
+	bool started;                  /* its thread runs (reactors 1..) */
+	int epfd;
+	struct ig_event ev_tick, ev_wake;
+	bool tick_due;                 /* its housekeeping timer fired this turn */
+	bool woken;                    /* ev_wake was written and not yet read */
+	uint64_t curl_deadline_us;     /* when curl wants its timeout action */
+	uint32_t *curl_fds;            /* upstream.c: epoll state of curl sockets, by fd */
+	size_t ncurl_fds;
+	CURL **easy_free;              /* reset easy handles kept for reuse */
+	size_t neasy_free;
+	CURLM *multi;
+	struct ig_httpd httpd[IG_HTTPD_SHARDS];
+	size_t nhttpd;                 /* daemons started (as the connections need them) */
+	long conns;                    /* client connections its daemons hold */
+	uint64_t closed;               /* of them, closed in total */
+	bool httpd_due;                /* some httpd[].due is set */
+	bool httpd_trail;              /* some httpd[].trail is set */
+	struct ig_list reqs;           /* its live proxied requests (struct ig_req) */
+	struct ig_list to_watch;       /* requests suspended without a hang-up watch, oldest first */
+	uint64_t next_idle_scan_ms;
+	uint64_t next_watch_scan_ms;
+	/* Handed over by other reactors (under the gateway's lock): */
+	struct ig_list posted;         /* requests to start or resume (proxy.c) */
+	struct ig_list jobs;           /* work posted to it (struct ig_rx_job), nobody waiting */
+	/* Its own (upstream.c): */
+	struct ig_list unpause;        /* paused transfers to go on, before it next waits */
+	struct ig_newfd *newfds;       /* accepted client sockets for its daemons */
+	size_t nnewfds, capnewfds;
+	uint64_t accepted;             /* client connections it was given, in total */
+	uint64_t requests;             /* proxied requests it received, in total (all
+					* reactors' together: the gateway's count) */
+};
+
+/* The control plane's reactor: health probes, discovery, the Batch API's
+ * transfers, signals. */
+static inline struct ig_rx *ig_gw_home(struct ig_gw *gw)
+{
+	return &gw->rx[0];
+}
+
+/* Adds / removes an event source to / from the reactor's epoll set.
+ * Returns 0 or -1 (errno set). */
+static inline int ig_event_add(struct ig_rx *rx, struct ig_event *ev, uint32_t events)
+{
+	struct epoll_event e = {.events = events, .data.ptr = ev};
+	return epoll_ctl(rx->epfd, EPOLL_CTL_ADD, ev->fd, &e);
+}
+
+static inline void ig_event_del(struct ig_rx *rx, struct ig_event *ev)
+{
+	epoll_ctl(rx->epfd, EPOLL_CTL_DEL, ev->fd, NULL);
+}
+
+/* Daemon h runs this turn (the reactor calls server.c's ig_server_run). */
+static inline void ig_httpd_due(struct ig_rx *rx, struct ig_httpd *h)
+{
+	h->due = true;
+	rx->httpd_due = true;
+}
+
+/* conn, one of rx's, was resumed: MHD handles it in its daemon's next
+ * run, this turn. */
+static inline void ig_httpd_resumed(struct ig_rx *rx, struct MHD_Connection *conn)
+{
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_DAEMON);
+	for (size_t i = 0; i < rx->nhttpd; i++)
+		if (!ci || rx->httpd[i].mhd == ci->daemon)
+			ig_httpd_due(rx, &rx->httpd[i]);
+}
+
 
 /* The reactor this thread runs (NULL on other threads: discovery's
  * resolver). */
@@ -67,12 +189,16 @@ static inline void ig_gw_reacquire(struct ig_gw *gw, int depth)
 /* Wakes rx from its epoll_wait: its posted lists or new sockets have
  * something (under the lock). Nothing when rx is this thread's. */
 void ig_rx_wake(struct ig_rx *rx);
-/* Runs fn(arg) on reactor `to` and returns when it has; at once when this
- * thread is `to`. The caller holds the lock, which is let go while it
- * waits: what it read before may have changed. Only towards reactor 0,
- * which never waits on another, so no two reactors wait on each other. */
-void ig_rx_call(struct ig_rx *to, void (*fn)(void *arg), void *arg);
-/* Reactor rx runs the calls others wait on (its loop, under the lock). */
+/* Posts job (its `run` set) to reactor rx, under the lock: rx runs it at
+ * the end of its turn (this one, when rx is this thread's), on its own
+ * thread, with the lock held. Nothing when the job is posted already: one
+ * run does the work of every post before it. The job stays valid until it
+ * has run or is taken back. */
+void ig_rx_post(struct ig_rx *rx, struct ig_rx_job *job);
+/* Takes a posted job back before it ran (its object is going away);
+ * nothing when it is not posted. Under the lock. */
+void ig_rx_unpost(struct ig_rx_job *job);
+/* Reactor rx runs the jobs posted to it (its loop, under the lock). */
 void ig_rx_run_jobs(struct ig_rx *rx);
 
 #endif

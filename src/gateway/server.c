@@ -427,29 +427,9 @@ static enum MHD_Result handle(struct ig_gw *gw, struct MHD_Connection *conn, con
 	return call->on_request(call, gw, conn, url, method, upload_data, upload_data_size, con_cls);
 }
 
-/* A handler call made on reactor 0 for another reactor (ig_rx_call). */
-struct home_call {
-	struct ig_gw *gw;
-	struct MHD_Connection *conn;
-	const char *url, *method, *upload_data;
-	size_t *upload_data_size;
-	void **con_cls;
-	enum MHD_Result ret;
-};
-
-static void handle_at_home(void *arg)
-{
-	struct home_call *hc = arg;
-	hc->ret = handle(hc->gw, hc->conn, hc->url, hc->method, hc->upload_data, hc->upload_data_size, hc->con_cls);
-}
-
-/* The admin and Batch APIs act on the control plane (health probes,
- * reloads, a batch's transfers), which lives on reactor 0. */
-static bool at_home(const char *url)
-{
-	return admin_path(url) || batches_path(url);
-}
-
+/* Every call is answered here, on the reactor that holds its connection,
+ * under the lock: MHD's objects are touched by their own reactor only.
+ * What must act on reactor 0's own transfers is posted to it (admin.c). */
 static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const char *url,
 			       const char *method, const char *version IG_UNUSED,
 			       const char *upload_data, size_t *upload_data_size, void **con_cls)
@@ -457,15 +437,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
 	struct ig_gw *gw = cls;
 	enum MHD_Result ret;
 	ig_gw_lock(gw);
-	if (gw->threaded && ig_rx_self != ig_gw_home(gw) && at_home(url)) {
-		/* The connection's own thread waits in this callback meanwhile,
-		 * so its daemon is not run while reactor 0 answers on it. */
-		struct home_call hc = {gw, conn, url, method, upload_data, upload_data_size, con_cls, MHD_NO};
-		ig_rx_call(ig_gw_home(gw), handle_at_home, &hc);
-		ret = hc.ret;
-	} else {
-		ret = handle(gw, conn, url, method, upload_data, upload_data_size, con_cls);
-	}
+	ret = handle(gw, conn, url, method, upload_data, upload_data_size, con_cls);
 	ig_gw_unlock(gw);
 	return ret;
 }

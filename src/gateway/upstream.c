@@ -23,6 +23,7 @@
 
 #include "infergate/log.h"
 #include "infergate/util.h"
+#include "rx.h"
 #include "upstream.h"
 
 void ig_upstream_check_done(struct ig_rx *rx)

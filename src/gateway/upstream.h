@@ -7,8 +7,29 @@
 
 #include <curl/curl.h>
 #include <stdbool.h>
+#include <stdint.h>
 
-#include "gateway.h"
+#include "infergate/list.h"
+
+struct ig_rx;
+
+/* Kinds of upstream failure: proxy.c classifies a transfer's end (curl's
+ * result and the status), health.c and the metrics count them. */
+enum ig_upstream_error {
+	IG_UPERR_NONE,
+	IG_UPERR_CONNECT, /* refused, unreachable, connect timeout */
+	IG_UPERR_RESET,   /* connection closed or reset mid-transfer */
+	IG_UPERR_TIMEOUT, /* no byte for timeouts.idle_s */
+	IG_UPERR_STATUS,  /* 502, 503 or 504 from the backend */
+	IG_UPERR_OTHER,
+};
+
+/* epoll data for curl sockets in a reactor's set: this bit set, the fd in
+ * the low 32 bits (user-space pointers never have bit 63 set on Linux).
+ * Tagged by fd, not by pointer, so an event for a socket curl closed
+ * earlier in the same batch is harmless (the loop hands these to
+ * ig_upstream_on_socket, every other event is a struct ig_event). */
+#define IG_EV_CURL_BIT (1ull << 63)
 
 struct ig_xfer {
 	CURL *easy;
@@ -30,8 +51,10 @@ void ig_upstream_on_socket(struct ig_rx *rx, int fd, uint32_t events);
 void ig_upstream_on_timer(struct ig_rx *rx);
 void ig_upstream_check_done(struct ig_rx *rx);
 
-/* An easy handle from the free list (or a new one); and back (NULL is
- * fine). Saves an allocation and setup per request. */
+/* An easy handle from rx's free list (or a new one); and back (NULL is
+ * fine), reset for its next use. Saves an allocation and setup per
+ * request. On rx's thread only: a handle is configured (and reset) by its
+ * own reactor, and the list is that reactor's. */
 CURL *ig_upstream_easy_get(struct ig_rx *rx);
 void ig_upstream_easy_put(struct ig_rx *rx, CURL *easy);
 
@@ -48,7 +71,8 @@ void ig_upstream_unpause(struct ig_xfer *x);
 void ig_upstream_run_unpauses(struct ig_rx *rx);
 
 /* Takes a running transfer out of the multi without calling x->done (the
- * caller ends it: idle timeout, client gone). Nothing when not running. */
+ * caller ends it: idle timeout, client gone). Nothing when not running.
+ * On x->rx's thread only: another reactor posts that work to it (rx.h). */
 void ig_upstream_stop(struct ig_xfer *x);
 
 #endif

@@ -29,7 +29,7 @@ static struct ig_pool make_pool(int n)
 	return pool;
 }
 
-/* The policy of that name (lb_list.h). */
+/* The policy of that name (policy_list.h). */
 static const struct ig_policy *P(const char *name)
 {
 	for (size_t i = 0; i < ig_policy_count(); i++)

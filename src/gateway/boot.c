@@ -1,0 +1,191 @@
+/* The process's bootstrap and teardown (nginx keeps ngx_init_cycle apart
+ * from its event loop the same way): the key files and the access log,
+ * the descriptor limit, the backend table and the scheduler's pools, the
+ * Files and Batch API stores, the listening socket, the reactors' loops,
+ * the HTTP server, health probes and DNS discovery, in that order; and
+ * their release, in the order that lets every transfer leave its multi
+ * handle before the handle goes. The top of the gateway's layers, under
+ * main.c: it calls down into every module it sets up.
+ * Not here: the loops themselves (reactor.c), SIGHUP's re-reading of the
+ * configuration (reload.c). */
+#include "config.h"
+#include <errno.h>
+#include <netdb.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "dispatch.h"
+#include "batches.h"
+#include "boot.h"
+#include "discover.h"
+#include "files.h"
+#include "health.h"
+#include "infergate/log.h"
+#include "infergate/util.h"
+#include "metrics.h"
+#include "reactor.h"
+#include "reload.h"
+#include "respstore.h"
+#include "rx.h"
+#include "server.h"
+
+/* Binds the listening socket ourselves, so a busy port is reported with
+ * its cause. Returns the fd or -1 (logged). */
+static int bind_listen(const char *host, int port)
+{
+	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+				 .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+	struct addrinfo *res = NULL;
+	char portstr[16];
+	int fd = -1, one = 1;
+
+	snprintf(portstr, sizeof(portstr), "%d", port);
+	int rc = getaddrinfo(host, portstr, &hints, &res);
+	if (rc != 0) {
+		ig_log_error("listen: cannot resolve '%s': %s", host, gai_strerror(rc));
+		return -1;
+	}
+	fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		ig_log_error("listen: socket: %s", strerror(errno));
+		goto fail;
+	}
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(fd, res->ai_addr, res->ai_addrlen) < 0) {
+		ig_log_error("listen: cannot bind %s:%d: %s", host, port, strerror(errno));
+		goto fail;
+	}
+	if (listen(fd, 4096) < 0) {
+		ig_log_error("listen: %s:%d: %s", host, port, strerror(errno));
+		goto fail;
+	}
+	freeaddrinfo(res);
+	return fd;
+fail:
+	if (fd >= 0)
+		close(fd);
+	freeaddrinfo(res);
+	return -1;
+}
+
+/* Each proxied request holds two descriptors (client and backend): raise
+ * the soft limit to the hard one (root may raise the hard one too) and say
+ * how many requests that allows. Returns the limit. */
+static long raise_fd_limit(long want)
+{
+	long lim = ig_raise_nofile(want);
+	if (lim < want)
+		ig_log_info("open-file limit %ld: about %ld requests can be proxied at once", lim, (lim - 64) / 2);
+	return lim;
+}
+
+int ig_boot_init(struct ig_gw *gw, struct ig_conf *cfg)
+{
+	memset(gw, 0, sizeof(*gw));
+	gw->cfg = cfg;
+	gw->listen_fd = -1;
+	gw->alog.fd = -1;
+	if (ig_reactor_new(gw) < 0)
+		return -1;
+	/* Held for short stretches by every reactor: spin a little before
+	 * sleeping (glibc's adaptive mutex), as a futex wait and wake per
+	 * contended acquisition cost more than the stretch itself. */
+	pthread_mutexattr_t attr;
+	pthread_mutexattr_init(&attr);
+	pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
+	pthread_mutex_init(&gw->lock, &attr);
+	pthread_mutexattr_destroy(&attr);
+	pthread_cond_init(&gw->rx_ended, NULL);
+	char *err = NULL;
+	ig_sched_init(&gw->sched);
+	ig_clients_init(&gw->clients);
+	if (ig_reload_files(gw, cfg, &err) < 0) {
+		for (char *line = strtok(err, "\n"); line; line = strtok(NULL, "\n"))
+			ig_log_error("%s", line);
+		free(err);
+		return -1;
+	}
+	gw->started_ms = ig_now_ms();
+	long fds = raise_fd_limit(2 * cfg->max_connections + 64);
+	unsigned conn_limit = (unsigned)(cfg->max_connections < fds - 64 ? cfg->max_connections : fds - 64);
+	signal(SIGPIPE, SIG_IGN);
+
+	if (ig_backend_pool_init(&gw->pool, cfg) < 0)
+		return -1;
+	if (*cfg->data_dir) {
+		char *dir = ig_strdupf("%s/files", cfg->data_dir);
+		gw->files = ig_files_open(dir, &err);
+		free(dir);
+		if (!gw->files) {
+			ig_log_error("%s", err);
+			free(err);
+			return -1;
+		}
+	}
+	if (ig_dispatch_init(gw, &err) < 0) {
+		ig_log_error("%s", err);
+		free(err);
+		return -1;
+	}
+	if (ig_sched_rebuild(&gw->sched, &gw->pool) < 0)
+		return -1;
+	gw->listen_fd = bind_listen(cfg->listen_host, cfg->listen_port);
+	if (gw->listen_fd < 0)
+		return -1;
+	if (gw->files) { /* after the bind: a batch's requests go to that address */
+		char *dir = ig_strdupf("%s/batches", cfg->data_dir);
+		gw->batches = ig_batches_open(gw, dir, &err);
+		free(dir);
+		if (!gw->batches) {
+			ig_log_error("%s", err);
+			free(err);
+			return -1;
+		}
+	}
+	if (ig_reactor_open(gw) < 0) /* the loops' epoll sets, curl multis, signals */
+		return -1;
+
+	if (ig_server_start(gw, conn_limit) < 0)
+		return -1;
+
+	if (ig_health_init(gw) < 0 || ig_discover_start(gw) < 0)
+		return -1;
+	return 0;
+}
+
+
+void ig_boot_free(struct ig_gw *gw)
+{
+	for (size_t i = 0; gw->rx && i < gw->nrx; i++)
+		ig_server_stop(&gw->rx[i]);
+	ig_discover_stop(gw);
+	ig_batches_free(gw->batches); /* its transfers leave the multi first */
+	gw->batches = NULL;
+	ig_health_free(gw);
+	ig_reactor_close(gw);
+	ig_dispatch_free(gw);
+	ig_sched_free(&gw->sched);
+	ig_clients_free(&gw->clients);
+	ig_respstore_free(gw->responses);
+	ig_files_free(gw->files);
+	gw->files = NULL;
+	gw->responses = NULL;
+	ig_backend_pool_free(&gw->pool);
+	ig_metrics_free(gw);
+	ig_keyset_free(&gw->api_keys);
+	ig_keyset_free(&gw->admin_keys);
+	ig_accesslog_close(&gw->alog);
+	if (gw->listen_fd >= 0)
+		close(gw->listen_fd);
+	gw->listen_fd = -1;
+	if (gw->rx) { /* the lock was made right after the reactors */
+		pthread_mutex_destroy(&gw->lock);
+		pthread_cond_destroy(&gw->rx_ended);
+	}
+	ig_reactor_free(gw);
+}
