@@ -39,7 +39,7 @@
 #include <arpa/inet.h>
 #include <unistd.h>
 
-#include "../bulk/batchfile.h"
+#include "infergate/batchfile.h"
 #include "batches.h"
 #include "files.h"
 #include "gateway.h"
@@ -127,7 +127,7 @@ struct batch {
 	struct ig_doneset done;
 	bool done_loaded;
 	bool input_done;        /* every line read */
-	struct bulk_line held;  /* read, waiting for a backend of its model */
+	struct ig_corpus_line held;  /* read, waiting for a backend of its model */
 	bool have_held;
 	struct ig_list items;   /* in flight or waiting to be sent again */
 	long inflight;          /* items (both kinds) */
@@ -395,7 +395,7 @@ static void set_status(struct batch *b, enum bstatus s)
 
 /* ----------------------------------------------------------- validating */
 
-static const struct bulk_defaults no_defaults = {.max_tokens = -1, .endpoint = -1};
+static const struct ig_corpus_defaults no_defaults = {.max_tokens = -1, .endpoint = -1};
 
 static void fail_validation(struct ig_batches *bs, struct batch *b)
 {
@@ -487,12 +487,9 @@ static void validate(struct ig_batches *bs, struct batch *b)
 	for (int n = 0; (n & 255) || ig_now_us() < until; n++) {
 		if ((got = ig_corpus_next(&b->rd)) <= 0)
 			break;
-		struct bulk_line l;
+		struct ig_corpus_line l;
 		b->total++;
 		if (ig_corpus_parse(b->rd.line, b->rd.len, b->rd.lineno, &no_defaults, &l, &err) < 0) {
-			char *bulkish = strstr(err, "give --model or set"); /* the bulk client's wording */
-			if (bulkish)
-				memmove(bulkish, bulkish + 16, strlen(bulkish + 16) + 1);
 			problem(b, "invalid_request", b->rd.lineno, NULL, "%s", err);
 			free(err);
 			continue;
@@ -763,7 +760,7 @@ static const char *class_of(struct ig_batches *bs, const struct batch *b)
 
 /* One line becomes an item and is sent. Returns 0, or -1 when the line
  * cannot be (it was valid when checked: only out of memory). */
-static int start_line(struct ig_batches *bs, struct batch *b, struct bulk_line *l)
+static int start_line(struct ig_batches *bs, struct batch *b, struct ig_corpus_line *l)
 {
 	struct item *it = calloc(1, sizeof(*it));
 	if (!it)
@@ -853,7 +850,7 @@ static void finalize(struct ig_batches *bs, struct batch *b);
 
 /* The next line not done yet. Returns 1 with it in *l, or 0 at the end of
  * the input (b->input_done set). */
-static int next_line(struct batch *b, struct bulk_line *l)
+static int next_line(struct batch *b, struct ig_corpus_line *l)
 {
 	char *err = NULL;
 	while (!b->input_done) {
@@ -900,7 +897,7 @@ static void run(struct ig_batches *bs, struct batch *b, uint64_t now)
 	}
 	long share = share_of(bs, b);
 	while (b->inflight < share) {
-		struct bulk_line l;
+		struct ig_corpus_line l;
 		if (b->have_held) {
 			l = b->held;
 			b->have_held = false;

@@ -1,7 +1,7 @@
 /* OpenAI's Batch API on the gateway: POST /v1/batches, GET /v1/batches,
  * GET /v1/batches/{id}, POST /v1/batches/{id}/cancel, and the runner that
  * sends a batch's lines through the gateway itself at class low, exactly
- * once (the same journal as infergate-bulk: src/bulk/batchfile.h), across
+ * once (the same journal as infergate-bulk: infergate/batchfile.h), across
  * restarts. Batches live in data_dir/batches/ID/ (batch.json, written with
  * temp-file-and-rename; output.jsonl and errors.jsonl, appended one line
  * per write(2)); when a batch ends its two result files become Files of its
