@@ -130,6 +130,7 @@ struct ig_affinity;
 struct ig_respstore;
 struct ig_files;
 struct ig_batches;
+struct ig_bio;
 
 /* One libmicrohttpd daemon and the client connections given to it
  * (server.c). MHD walks all of a daemon's suspended connections whenever
@@ -247,6 +248,7 @@ struct ig_gw {
 	struct ig_respstore *responses;  /* which backend holds each stored Responses API answer */
 	struct ig_files *files;          /* the Files API's store, NULL when data_dir is "" */
 	struct ig_batches *batches;      /* the Batch API's, the same */
+	struct ig_bio *bio;              /* their disk work's thread (bio.h), the same */
 	int argc;                      /* to re-read the configuration on SIGHUP */
 	char **argv;
 };

@@ -44,6 +44,7 @@
 #include "proxy.h"
 #include "affinity.h"
 #include "batches.h"
+#include "bio.h"
 #include "files.h"
 #include "reactor.h"
 #include "respstore.h"
@@ -245,6 +246,8 @@ int ig_reactor_init(struct ig_gw *gw, struct ig_conf *cfg)
 	for (size_t i = 0; i < gw->nrx; i++)
 		if (rx_open(&gw->rx[i]) < 0)
 			return -1;
+	if (gw->files && !(gw->bio = ig_bio_start(gw))) /* the Files and Batch APIs' disk work */
+		return -1;
 	/* Signals reach reactor 0's signalfd only: every thread blocks them
 	 * (the reactors' threads inherit this mask). */
 	sigemptyset(&mask);
@@ -479,6 +482,8 @@ int ig_reactor_run(struct ig_gw *gw)
 
 void ig_reactor_free(struct ig_gw *gw)
 {
+	ig_bio_free(gw->bio); /* first: its last dones touch connections and batches */
+	gw->bio = NULL;
 	for (size_t i = 0; gw->rx && i < gw->nrx; i++)
 		ig_server_stop(&gw->rx[i]);
 	ig_discover_stop(gw);
