@@ -131,6 +131,7 @@ struct ig_respstore;
 struct ig_files;
 struct ig_batches;
 struct ig_bio;
+struct ig_metrics_sources;
 
 /* One libmicrohttpd daemon and the client connections given to it
  * (server.c). MHD walks all of a daemon's suspended connections whenever
@@ -249,6 +250,7 @@ struct ig_gw {
 	struct ig_files *files;          /* the Files API's store, NULL when data_dir is "" */
 	struct ig_batches *batches;      /* the Batch API's, the same */
 	struct ig_bio *bio;              /* their disk work's thread (bio.h), the same */
+	struct ig_metrics_sources *reports; /* what modules registered to report (metrics.h) */
 	int argc;                      /* to re-read the configuration on SIGHUP */
 	char **argv;
 };

@@ -10,7 +10,6 @@
 
 #include "infergate/buf.h"
 #include "affinity.h"
-#include "batches.h"
 #include "metrics.h"
 #include "router.h"
 #include "infergate/util.h"
@@ -75,6 +74,35 @@ json_t *ig_metrics_backend_json(const struct ig_backend *b, uint64_t now)
 		json_object_set_new(o, "stale_reports", json_integer((json_int_t)b->learn.stale));
 	}
 	return o;
+}
+
+
+struct ig_metrics_sources {
+	struct ig_metrics_source *v;
+	size_t n, cap;
+};
+
+int ig_metrics_register(struct ig_gw *gw, const struct ig_metrics_source *src)
+{
+	struct ig_metrics_sources *r = gw->reports;
+	if (!r && !(r = gw->reports = calloc(1, sizeof(*r))))
+		return -1;
+	struct ig_metrics_source *v = ig_grow(r->v, &r->cap, r->n, sizeof(*v), 4);
+	if (!v)
+		return -1;
+	r->v = v;
+	r->v[r->n++] = *src;
+	return 0;
+}
+
+void ig_metrics_unregister(struct ig_gw *gw, const void *arg)
+{
+	struct ig_metrics_sources *r = gw->reports;
+	for (size_t i = 0; r && i < r->n;)
+		if (r->v[i].arg == arg)
+			memmove(&r->v[i], &r->v[i + 1], (--r->n - i) * sizeof(*r->v));
+		else
+			i++;
 }
 
 /* The aliases that name m, as a JSON array. */
@@ -206,8 +234,14 @@ char *ig_metrics_backends_json(struct ig_gw *gw)
 									      : json_null(),
 						      "dispatched_from_queue", (json_int_t)k->completed));
 	}
-	return dump(json_pack("{s:o, s:o, s:o, s:o, s:o}", "gateway", g, "backends", arr, "models", models_detail(gw),
-			      "keys", keys, "batches", ig_batches_json(gw->batches)));
+	json_t *out = json_pack("{s:o, s:o, s:o, s:o}", "gateway", g, "backends", arr, "models", models_detail(gw),
+				"keys", keys);
+	for (size_t i = 0; gw->reports && i < gw->reports->n; i++) {
+		const struct ig_metrics_source *src = &gw->reports->v[i];
+		if (src->json)
+			json_object_set_new(out, src->name, src->json(src->arg));
+	}
+	return dump(out);
 }
 
 /* The entry a backend's own /v1/models gave for `name` (the first backend
@@ -308,6 +342,10 @@ void ig_metrics_observe_wait(struct ig_gw *gw, int klass, uint64_t waited_ms)
 
 void ig_metrics_free(struct ig_gw *gw)
 {
+	if (gw->reports)
+		free(gw->reports->v);
+	free(gw->reports);
+	gw->reports = NULL;
 	for (size_t i = 0; i < gw->stats.ncounts; i++)
 		free(gw->stats.counts[i].backend);
 	free(gw->stats.counts);
@@ -617,8 +655,9 @@ char *ig_metrics_text(struct ig_gw *gw)
 			      x->url, atomic_load(&x->probes_ok), x->url, atomic_load(&x->probes_failed),
 			      x->url, atomic_load(&x->probes_slow));
 	}
-	if (gw->batches)
-		ig_batches_metrics(gw->batches, &b);
+	for (size_t i = 0; gw->reports && i < gw->reports->n; i++)
+		if (gw->reports->v[i].prom)
+			gw->reports->v[i].prom(gw->reports->v[i].arg, &b);
 	ig_buf_append(&b, "", 1);
 	char *out = strdup(ig_buf_head(&b));
 	ig_buf_free(&b);
