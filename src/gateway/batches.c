@@ -215,6 +215,7 @@ static void save(const struct ig_batch *b)
 		return;
 	}
 	snprintf(sj->id, sizeof(sj->id), "%s", b->id);
+	sj->job.queue = IG_BIO_BATCHES;
 	sj->job.run = save_run;
 	sj->job.done = save_done;
 	ig_bio_submit(b->bs->gw->bio, &sj->job);
@@ -651,6 +652,7 @@ static void validate_next(struct ig_batches *bs)
 	if (!vj)
 		return; /* the next tick */
 	*vj = (struct vjob){.bs = bs, .b = b, .v = b->v};
+	vj->job.queue = IG_BIO_BATCHES;
 	vj->job.run = validate_run;
 	vj->job.done = validate_done;
 	b->jobs++;
@@ -827,6 +829,7 @@ static bool journals_ready(struct ig_batches *bs, struct ig_batch *b, bool input
 		ig_batch_set_status(b, IG_BATCH_FAILED);
 		return false;
 	}
+	oj->job.queue = IG_BIO_BATCHES;
 	oj->job.run = open_run;
 	oj->job.done = open_done;
 	b->jobs++;
@@ -1288,6 +1291,7 @@ static void finalize(struct ig_batches *bs, struct ig_batch *b)
 		snprintf(fj->ef.filename, sizeof(fj->ef.filename), "%s_error.jsonl", b->id);
 		snprintf(fj->ef.purpose, sizeof(fj->ef.purpose), "batch_output");
 	}
+	fj->job.queue = IG_BIO_BATCHES;
 	fj->job.run = finalize_run;
 	fj->job.done = finalize_done;
 	b->jobs++;
@@ -1537,6 +1541,7 @@ static void sweep(struct ig_batches *bs)
 			ig_files_remove(bs->gw->files, bs->gw->bio, b->output_file_id);
 		if (*b->error_file_id)
 			ig_files_remove(bs->gw->files, bs->gw->bio, b->error_file_id);
+		rj->job.queue = IG_BIO_BATCHES;
 		rj->job.run = rmdir_run;
 		rj->job.done = rmdir_done;
 		ig_bio_submit(bs->gw->bio, &rj->job);

@@ -240,6 +240,7 @@ static enum MHD_Result make(struct batch_call *bc, struct ig_batch *b)
 		return answer_error(bc, 500, NULL, "server_error", "out of memory");
 	}
 	*mj = (struct make_job){.bc = bc, .b = b, .text = ig_batch_text(b)};
+	mj->job.queue = IG_BIO_BATCHES;
 	mj->job.run = make_run;
 	mj->job.done = make_done;
 	ig_bio_submit(bc->gw->bio, &mj->job);

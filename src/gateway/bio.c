@@ -1,20 +1,22 @@
-/* The background I/O thread (bio.h). The queue and the done lists are
+/* The background I/O threads (bio.h). The queues and the done lists are
  * guarded by bio->mu, which is never held while a job runs or a done is
- * called, and never taken with gw->lock let go of in between: a reactor
- * takes it (under gw->lock) only to append or to take its done list whole;
- * the thread takes it (without gw->lock) only to take the next job and to
- * hand a finished one back. So the lock order is gw->lock, then bio->mu,
- * and the thread never wants gw->lock at all. Not for jobs that need the
+ * called: a reactor takes it (under gw->lock) only to append or to take
+ * its done list whole; a thread takes it (without gw->lock) only to take
+ * its next job and to hand a finished one back. So the lock order is
+ * gw->lock, then bio->mu, and the threads never want gw->lock at all. Not for jobs that need the
  * gateway's state while they run: they copy what they need at submit and
  * apply their result in done. */
 #include "config.h"
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -30,15 +32,21 @@ struct home {
 	struct ig_list done;        /* under bio->mu */
 };
 
-struct ig_bio {
-	struct ig_gw *gw;
+/* One kind of job: its thread and queue. */
+struct queue {
+	struct ig_bio *bio;
 	pthread_t thread;
 	bool started;
+	pthread_cond_t cv;          /* a job was queued, or stop */
+	struct ig_list jobs;        /* under bio->mu */
+};
+
+struct ig_bio {
+	struct ig_gw *gw;
 	pthread_mutex_t mu;
-	pthread_cond_t cv;
 	bool stop;                  /* under mu: run what is queued, then end */
-	bool stopped;               /* ig_bio_free has joined the thread: submit runs the job at once */
-	struct ig_list queue;       /* under mu */
+	bool stopped;               /* ig_bio_free has joined the threads: submit runs the job at once */
+	struct queue q[IG_BIO_NQUEUES];
 	size_t queued, bytes;       /* under mu: jobs queued or running, bytes they hold */
 	struct home *homes;         /* one per reactor */
 	size_t nhomes;
@@ -57,16 +65,34 @@ static void splice(struct ig_list *to, struct ig_list *from)
 	ig_list_init(from);
 }
 
+/* The threads give way to the reactors: a validation slice is CPU work
+ * too, and on a machine with few cores a reactor that wants the CPU must
+ * get it first. The Batch API's thread runs only when nothing else wants
+ * the CPU (SCHED_IDLE: a batch has 24 hours); the Files API's, whose
+ * writes a client waits for, at nice +10 (per thread on Linux). */
+#define BIO_NICE 10
+
+static void lower_priority(enum ig_bio_queue k)
+{
+	struct sched_param sp = {0};
+	if (k == IG_BIO_BATCHES && sched_setscheduler(0, SCHED_IDLE, &sp) == 0)
+		return;
+	if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), BIO_NICE) < 0)
+		ig_log_debug("%s: setpriority: %s", __func__, strerror(errno));
+}
+
 static void *bio_thread(void *arg)
 {
-	struct ig_bio *bio = arg;
+	struct queue *q = arg;
+	struct ig_bio *bio = q->bio;
+	lower_priority((enum ig_bio_queue)(q - bio->q));
 	pthread_mutex_lock(&bio->mu);
 	for (;;) {
-		struct ig_bio_job *job = IG_LIST_FIRST(&bio->queue, struct ig_bio_job, link);
+		struct ig_bio_job *job = IG_LIST_FIRST(&q->jobs, struct ig_bio_job, link);
 		if (!job) {
 			if (bio->stop)
 				break;
-			pthread_cond_wait(&bio->cv, &bio->mu);
+			pthread_cond_wait(&q->cv, &bio->mu);
 			continue;
 		}
 		ig_list_del(&job->link);
@@ -125,8 +151,11 @@ struct ig_bio *ig_bio_start(struct ig_gw *gw)
 	bio->gw = gw;
 	bio->nhomes = gw->nrx;
 	pthread_mutex_init(&bio->mu, NULL);
-	pthread_cond_init(&bio->cv, NULL);
-	ig_list_init(&bio->queue);
+	for (int k = 0; k < IG_BIO_NQUEUES; k++) {
+		bio->q[k].bio = bio;
+		pthread_cond_init(&bio->q[k].cv, NULL);
+		ig_list_init(&bio->q[k].jobs);
+	}
 	for (size_t i = 0; i < bio->nhomes; i++)
 		bio->homes[i].ev.fd = -1;
 	for (size_t i = 0; i < bio->nhomes; i++) {
@@ -145,13 +174,16 @@ struct ig_bio *ig_bio_start(struct ig_gw *gw)
 	sigset_t all, old;
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
-	int rc = pthread_create(&bio->thread, NULL, bio_thread, bio);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (rc != 0) {
-		ig_log_error("cannot start the background I/O thread: %s", strerror(rc));
-		goto fail;
+	for (int k = 0; k < IG_BIO_NQUEUES; k++) {
+		int rc = pthread_create(&bio->q[k].thread, NULL, bio_thread, &bio->q[k]);
+		if (rc != 0) {
+			pthread_sigmask(SIG_SETMASK, &old, NULL);
+			ig_log_error("cannot start a background I/O thread: %s", strerror(rc));
+			goto fail;
+		}
+		bio->q[k].started = true;
 	}
-	bio->started = true;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	return bio;
 fail:
 	ig_bio_free(bio);
@@ -168,11 +200,12 @@ void ig_bio_submit(struct ig_bio *bio, struct ig_bio_job *job)
 	}
 	struct ig_rx *self = ig_rx_self;
 	job->home = self && self->gw == bio->gw ? self : ig_gw_home(bio->gw);
+	struct queue *q = &bio->q[job->queue < IG_BIO_NQUEUES ? job->queue : 0];
 	pthread_mutex_lock(&bio->mu);
-	ig_list_append(&bio->queue, &job->link);
+	ig_list_append(&q->jobs, &job->link);
 	bio->queued++;
 	bio->bytes += job->bytes;
-	pthread_cond_signal(&bio->cv);
+	pthread_cond_signal(&q->cv);
 	pthread_mutex_unlock(&bio->mu);
 }
 
@@ -191,14 +224,14 @@ void ig_bio_free(struct ig_bio *bio)
 {
 	if (!bio)
 		return;
-	if (bio->started) {
-		pthread_mutex_lock(&bio->mu);
-		bio->stop = true;
-		pthread_cond_signal(&bio->cv);
-		pthread_mutex_unlock(&bio->mu);
-		pthread_join(bio->thread, NULL);
-		bio->started = false;
-	}
+	pthread_mutex_lock(&bio->mu);
+	bio->stop = true;
+	for (int k = 0; k < IG_BIO_NQUEUES; k++)
+		pthread_cond_signal(&bio->q[k].cv);
+	pthread_mutex_unlock(&bio->mu);
+	for (int k = 0; k < IG_BIO_NQUEUES; k++)
+		if (bio->q[k].started)
+			pthread_join(bio->q[k].thread, NULL);
 	/* from here a submit runs its job and done at once (this is the only
 	 * thread left) */
 	bio->stopped = true;
@@ -217,7 +250,8 @@ void ig_bio_free(struct ig_bio *bio)
 		}
 	}
 	pthread_mutex_destroy(&bio->mu);
-	pthread_cond_destroy(&bio->cv);
+	for (int k = 0; k < IG_BIO_NQUEUES; k++)
+		pthread_cond_destroy(&bio->q[k].cv);
 	free(bio->homes);
 	free(bio);
 }
