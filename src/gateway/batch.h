@@ -1,8 +1,11 @@
-/* One batch of the Batch API: its type, its states, and what both halves
- * of the module use: batches.c (the store and the runner: validation,
- * sending, finalizing, on reactor 0's tick) and batches_api.c (the HTTP
- * API, on whichever reactor holds the client's connection). Private to
- * those two files; the rest of the gateway sees batches.h.
+/* One batch of the Batch API: its type, its states, and what the module's
+ * files share. From the top down (each calls only those below it):
+ *   batches_api.c    the HTTP API, on whichever reactor holds the client
+ *   batches.c        the store and the tick that moves each batch on
+ *   batches_check.c  validating (slices on the I/O thread)
+ *   batches_run.c    in_progress and finalizing (reactor 0's curl multi)
+ *   batch.c          one batch: batch.json, its OpenAI object, its status
+ * Private to those files; the rest of the gateway sees batches.h.
  * Ownership: every field is guarded by gw->lock. A field a job on the I/O
  * thread works on (bio.h) belongs to that job until its done runs; while
  * b->jobs is not 0 the batch is not freed. The transfers (items) and the
@@ -92,6 +95,7 @@ struct ig_batches {
 	struct ig_gw *gw;
 	char *dir;
 	char secret[33];
+	char mark[64];          /* "IG_BATCH_HEADER: SECRET": a batch's request header, but its owner */
 	char base_url[80];      /* the gateway's own address */
 	struct ig_list all;
 	size_t nbatches;
@@ -99,6 +103,63 @@ struct ig_batches {
 	uint64_t lines_ok, lines_failed; /* written by this process */
 	bool vbusy;             /* a validation slice is on the I/O thread */
 };
+
+/* The request defaults of a Batch line: none (a line names its model). */
+static const struct ig_corpus_defaults ig_batch_no_defaults = {.max_tokens = -1, .endpoint = -1};
+
+/* ---- one batch (batch.c) ---- */
+
+/* A file of the batch's directory (malloc'd). */
+char *ig_batch_path(const struct ig_batch *b, const char *name);
+/* batch.json with the batch's state now, written by the I/O thread (a
+ * failure is logged: the next change writes it again). */
+void ig_batch_save(const struct ig_batch *b);
+/* Notes a validation problem (errors.data: OpenAI's {code, message, param,
+ * line}); the first IG_BATCH_MAX_ERRORS are kept. */
+void ig_batch_problem(struct ig_batch *b, const char *code, long line, const char *param, const char *fmt, ...)
+	__attribute__((format(printf, 5, 6)));
+/* Counts model among the batch's (its share of the slots: batches_run.c). */
+void ig_batch_note_model(struct ig_batch *b, const char *model);
+/* The batch's input file on disk (malloc'd), NULL when it was deleted. */
+char *ig_batch_input_path(struct ig_batches *bs, const struct ig_batch *b);
+
+/* ---- validation (batches_check.c) ---- */
+
+/* Hands the next validation slice to the I/O thread, if none is there. */
+void ig_batch_check_next(struct ig_batches *bs);
+/* Whether b's every line is read and its slice's done came back. */
+bool ig_batch_check_ready(const struct ig_batch *b);
+/* Ends b's validation: its models checked (it stays validating while some
+ * backend's list is unknown), then failed with its problems or started. */
+void ig_batch_check_finish(struct ig_batches *bs, struct ig_batch *b);
+void ig_batch_check_free(struct ig_batch_check *v);
+
+/* ---- the runner (batches_run.c) ---- */
+
+/* b goes in_progress: its result files and input are opened on the I/O
+ * thread (at once when there is none: at start). */
+void ig_batch_start(struct ig_batches *bs, struct ig_batch *b);
+/* Whether b's result files are open; when not, their opening (with the
+ * input when `input`) is handed to the I/O thread, once. */
+bool ig_batch_journals_ready(struct ig_batches *bs, struct ig_batch *b, bool input);
+/* Sends what the batch's share allows, writes what came back, notices the
+ * end (reactor 0). */
+void ig_batch_run(struct ig_batches *bs, struct ig_batch *b, uint64_t now_ms);
+/* b's transfers running (not lines waiting to be sent again). */
+size_t ig_batch_running(const struct ig_batch *b);
+/* Writes the result lines the disk refused before. */
+void ig_batch_flush_pending(struct ig_batches *bs, struct ig_batch *b);
+/* Stops every transfer of b (reactor 0: its lines are in neither file). */
+void ig_batch_abort(struct ig_batches *bs, struct ig_batch *b);
+/* The result files become Files of the owner (on the I/O thread), then b
+ * ends (completed, cancelled or expired). A no-op while a job of b runs. */
+void ig_batch_finalize(struct ig_batches *bs, struct ig_batch *b);
+
+/* Frees what running left in b (input, result files, held and pending
+ * lines), transfers aside (ig_batch_abort first). */
+void ig_batch_run_clear(struct ig_batch *b);
+
+/* ---- both halves ---- */
 
 /* The Batch object, as OpenAI shows it (plus "infergate": what only this
  * gateway knows). */
@@ -110,7 +171,8 @@ char *ig_batch_text(const struct ig_batch *b);
 int ig_batch_write_json(const char *dir, const char *id, const char *text);
 /* A new batch (status validating, on no list). NULL out of memory. */
 struct ig_batch *ig_batch_new(struct ig_batches *bs, const char *id);
-/* Frees a batch on no list, with no job (b->jobs 0). NULL is fine. */
+/* Frees a batch on no list, with no job (b->jobs 0), and what every stage
+ * left in it (batches.c). NULL is fine. */
 void ig_batch_free(struct ig_batch *b);
 /* Removes a batch's directory and what is in it (it blocks: the I/O
  * thread). */
