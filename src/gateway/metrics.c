@@ -359,14 +359,20 @@ static void hist_series(struct ig_buf *b, const char *name, const char *key, con
 			const struct ig_metrics_hist *h)
 {
 	uint64_t cum = 0;
+	struct ig_buf lv;
+	ig_buf_init(&lv);
+	ig_buf_printf(&lv, "%s=\"", key);
+	ig_buf_prom_label(&lv, value);
+	ig_buf_append(&lv, "\"", 2); /* with its NUL */
+	const char *l = ig_buf_head(&lv);
 	for (int i = 0; i < IG_HIST_BUCKETS; i++) {
 		cum += h->counts[i];
-		ig_buf_printf(b, "%s_bucket{%s=\"%s\",le=\"%g\"} %lu\n", name, key, value, bounds[i], (unsigned long)cum);
+		ig_buf_printf(b, "%s_bucket{%s,le=\"%g\"} %lu\n", name, l, bounds[i], (unsigned long)cum);
 	}
 	cum += h->counts[IG_HIST_BUCKETS];
-	ig_buf_printf(b, "%s_bucket{%s=\"%s\",le=\"+Inf\"} %lu\n", name, key, value, (unsigned long)cum);
-	ig_buf_printf(b, "%s_sum{%s=\"%s\"} %.6f\n%s_count{%s=\"%s\"} %lu\n", name, key, value, h->sum, name, key,
-		      value, (unsigned long)h->n);
+	ig_buf_printf(b, "%s_bucket{%s,le=\"+Inf\"} %lu\n", name, l, (unsigned long)cum);
+	ig_buf_printf(b, "%s_sum{%s} %.6f\n%s_count{%s} %lu\n", name, l, h->sum, name, l, (unsigned long)h->n);
+	ig_buf_free(&lv);
 }
 
 static void print_hist(struct ig_buf *b, const struct ig_conf *cfg, const char *name, const char *help,
@@ -383,8 +389,11 @@ static void per_backend(struct ig_buf *b, struct ig_gw *gw, const char *name, co
 			const char *help, unsigned long (*get)(const struct ig_backend *))
 {
 	ig_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
-	for (size_t i = 0; i < gw->pool.n; i++)
-		ig_buf_printf(b, "%s{backend=\"%s\"} %lu\n", name, gw->pool.v[i]->url, get(gw->pool.v[i]));
+	for (size_t i = 0; i < gw->pool.n; i++) {
+		ig_buf_printf(b, "%s{backend=\"", name);
+		ig_buf_prom_label(b, gw->pool.v[i]->url);
+		ig_buf_printf(b, "\"} %lu\n", get(gw->pool.v[i]));
+	}
 }
 
 static unsigned long get_up(const struct ig_backend *x) { return atomic_load(&x->state) == IG_BACKEND_UP; }
@@ -561,10 +570,13 @@ char *ig_metrics_text(struct ig_gw *gw)
 	ig_buf_printf(&b, "# HELP infergate_requests_total Proxied requests answered, by route, status and backend "
 		      "(a 200 stream that carried an error event counts as the error's status).\n"
 		      "# TYPE infergate_requests_total counter\n");
-	for (size_t i = 0; i < s->ncounts; i++)
-		ig_buf_printf(&b, "infergate_requests_total{route=\"%s\",code=\"%u\",backend=\"%s\"} %lu\n",
-			      ig_route_path(gw->cfg, s->counts[i].route), s->counts[i].status, s->counts[i].backend,
-			      (unsigned long)s->counts[i].n);
+	for (size_t i = 0; i < s->ncounts; i++) {
+		ig_buf_printf(&b, "infergate_requests_total{route=\"");
+		ig_buf_prom_label(&b, ig_route_path(gw->cfg, s->counts[i].route));
+		ig_buf_printf(&b, "\",code=\"%u\",backend=\"", s->counts[i].status);
+		ig_buf_prom_label(&b, s->counts[i].backend);
+		ig_buf_printf(&b, "\"} %lu\n", (unsigned long)s->counts[i].n);
+	}
 	ig_buf_printf(&b, "# HELP infergate_responses_total Responses sent (all routes), by status class.\n"
 		      "# TYPE infergate_responses_total counter\n");
 	for (int c = 1; c <= 5; c++)
@@ -647,13 +659,16 @@ char *ig_metrics_text(struct ig_gw *gw)
 	ig_buf_printf(&b, "# HELP infergate_backend_probes_total Health probes by result (slow: timed out while "
 		      "requests were answered, not counted as a failure).\n"
 		      "# TYPE infergate_backend_probes_total counter\n");
+	static const char *results[] = {"ok", "failed", "slow"};
 	for (size_t i = 0; i < gw->pool.n; i++) {
 		const struct ig_backend *x = gw->pool.v[i];
-		ig_buf_printf(&b, "infergate_backend_probes_total{backend=\"%s\",result=\"ok\"} %lu\n"
-			      "infergate_backend_probes_total{backend=\"%s\",result=\"failed\"} %lu\n"
-			      "infergate_backend_probes_total{backend=\"%s\",result=\"slow\"} %lu\n",
-			      x->url, atomic_load(&x->probes_ok), x->url, atomic_load(&x->probes_failed),
-			      x->url, atomic_load(&x->probes_slow));
+		unsigned long v[] = {atomic_load(&x->probes_ok), atomic_load(&x->probes_failed),
+				     atomic_load(&x->probes_slow)};
+		for (int k = 0; k < 3; k++) {
+			ig_buf_printf(&b, "infergate_backend_probes_total{backend=\"");
+			ig_buf_prom_label(&b, x->url);
+			ig_buf_printf(&b, "\",result=\"%s\"} %lu\n", results[k], v[k]);
+		}
 	}
 	for (size_t i = 0; gw->reports && i < gw->reports->n; i++)
 		if (gw->reports->v[i].prom)
