@@ -288,7 +288,7 @@ static int by_line(const void *x, const void *y)
  * line order. */
 bool ig_batch_check_ready(const struct ig_batch *b)
 {
-	return b->v && b->v->eof && !b->jobs;
+	return !b->jobs && b->v && b->v->eof; /* v is the job's while one runs */
 }
 
 void ig_batch_check_finish(struct ig_batches *bs, struct ig_batch *b)
