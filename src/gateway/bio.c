@@ -69,8 +69,12 @@ static void splice(struct ig_list *to, struct ig_list *from)
  * too, and on a machine with few cores a reactor that wants the CPU must
  * get it first. The Batch API's thread runs only when nothing else wants
  * the CPU (SCHED_IDLE: a batch has 24 hours); the Files API's, whose
- * writes a client waits for, at nice +10 (per thread on Linux). */
-#define BIO_NICE 10
+ * writes a client waits for, at nice +19 (per thread on Linux): when the
+ * CPU is short, an upload's writer falls behind, its connection is
+ * suspended and the client slows down, rather than the interactive
+ * requests (bench/stall.py: nice +10 gave 1.6-2x idle TTFT p99 beside a
+ * 1 GiB upload, +19 1.1-1.2x, uploads as fast when the CPU is free). */
+#define BIO_NICE 19
 
 static void lower_priority(enum ig_bio_queue k)
 {
