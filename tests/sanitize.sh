@@ -98,22 +98,27 @@ tsan() {
 	dir=$base/tsan
 	reports=$dir/reports
 	if ! configure_in "$dir" CFLAGS="-O1 -g -fsanitize=thread -fno-omit-frame-pointer" LDFLAGS="-fsanitize=thread" ||
-	   ! make -C "$dir" -j"$jobs" infergate infergate-sim infergate-bulk tests/infergate-faults >"$dir/build.log" 2>&1; then
+	   ! make -C "$dir" -j"$jobs" infergate infergate-sim infergate-bulk tests/infergate-faults \
+		tests/unit/gateway/test_bio >"$dir/build.log" 2>&1; then
 		report 1 "ThreadSanitizer build" "$dir/build.log"
 		return
 	fi
 	rm -rf "$reports"
 	mkdir -p "$reports"
 	rc=0
-	for t in test_workers test_priority test_stop; do
+	# the reactors, their stop, and the I/O threads (bio.c) handing
+	# completions to them: the Files and Batch APIs' tests, bio's unit test
+	for t in test_workers test_priority test_stop test_files test_batches; do
 		TSAN_OPTIONS="log_path=$reports/tsan" IG_TEST_WORKERS=2 IG_BUILDDIR=$dir IG_SRCDIR=$src \
 			PYTHONPATH=$here/integration python3 "$here/integration/$t.py" >"$dir/$t.tap" 2>&1 || rc=1
 		grep -q '^not ok' "$dir/$t.tap" && rc=1
 	done
+	TSAN_OPTIONS="log_path=$reports/tsan" CK_TAP_LOG_FILE_NAME=- CK_VERBOSITY=silent \
+		"$dir/tests/unit/gateway/test_bio" >"$dir/test_bio.tap" 2>&1 || rc=1
 	races=$(cat "$reports"/tsan* 2>/dev/null | grep -c 'WARNING: ThreadSanitizer' || true)
 	[ "$races" = 0 ] || { rc=1; cat "$reports"/tsan* | head -80 | sed 's/^/# /'; }
 	[ $rc = 0 ] || grep -h '^not ok' "$dir"/test_*.tap | sed 's/^/# /'
-	report $rc "the gateway's reactors under ThreadSanitizer: test_workers, test_priority, test_stop ($races reports)"
+	report $rc "the gateway's reactors and I/O threads under ThreadSanitizer: test_workers, test_priority, test_stop, test_files, test_batches, test_bio ($races reports)"
 }
 
 for part in $parts; do

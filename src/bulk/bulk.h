@@ -14,7 +14,7 @@
 
 #include "infergate/buf.h"
 #include "infergate/sse.h"
-#include "batchfile.h"
+#include "infergate/batchfile.h"
 
 /* Exit codes, documented in --help. */
 enum {
@@ -277,7 +277,7 @@ json_t *ig_progress_json(struct ig_progress *p, const struct bulk_stats *st, con
  * exactly `concurrency` transfers, retries, writes results. */
 struct bulk_run {
 	const struct bulk_opts *opts;
-	struct bulk_defaults defaults;
+	struct ig_corpus_defaults defaults;
 	struct ig_corpus_reader reader;
 	const uint8_t *skip;    /* bit per request index: already done */
 	long skip_bits;         /* bits in skip; indexes beyond are not done */

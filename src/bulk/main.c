@@ -340,7 +340,7 @@ static void duplicate_found(void *ud, long lineno, const char *id, long first)
 
 /* Reads the whole input once: every line parsed, ids checked, ids already
  * done marked in pf->skip, models noted. */
-static void scan_input(const struct bulk_opts *o, const struct bulk_defaults *d,
+static void scan_input(const struct bulk_opts *o, const struct ig_corpus_defaults *d,
 		       struct preflight *pf, struct bulk_stats *st)
 {
 	struct ig_corpus_reader r;
@@ -349,14 +349,14 @@ static void scan_input(const struct bulk_opts *o, const struct bulk_defaults *d,
 	int got;
 
 	if (ig_corpus_open(&r, o->input, &err) < 0) {
-		problem(pf, "%s", err);
+		problem(pf, "--input %s", err);
 		free(err);
 		return;
 	}
 	if (ig_idset_init(&ids, 0) < 0 || ig_idset_init(&ambiguous, 0) < 0)
 		abort();
 	while ((got = ig_corpus_next(&r)) > 0) {
-		struct bulk_line l;
+		struct ig_corpus_line l;
 		st->requests++;
 		if (ig_corpus_parse(r.line, r.len, r.lineno, d, &l, &err) < 0) {
 			problem(pf, "%s", err);
@@ -397,7 +397,7 @@ static void scan_input(const struct bulk_opts *o, const struct bulk_defaults *d,
 		problem(pf, "--input %s has no request lines", o->input);
 	ig_corpus_close(&r);
 	if (ambiguous.len > 0 && ig_corpus_duplicates(o->input, d, &ambiguous, duplicate_found, pf, &err) < 0) {
-		problem(pf, "%s", err);
+		problem(pf, "--input %s", err);
 		free(err);
 	}
 	ig_idset_free(&ids);
@@ -616,15 +616,19 @@ static int run(struct bulk_opts *o, struct preflight *pf, struct bulk_stats *st)
 		goto fail;
 	if (ig_journal_open(&r.out, o->output, &err) < 0 || ig_journal_open(&r.err, o->errors, &err) < 0)
 		goto fail;
-	if (ig_corpus_open(&r.reader, o->input, &err) < 0)
+	if (ig_corpus_open(&r.reader, o->input, &err) < 0) {
+		char *e = ig_strdupf("--input %s", err);
+		free(err);
+		err = e;
 		goto fail;
+	}
 	if (setup_signals() < 0) {
 		err = ig_strdupf("pipe: %s", strerror(errno));
 		goto fail;
 	}
 	r.opts = o;
-	r.defaults = (struct bulk_defaults){o->model, o->max_tokens, o->temperature, o->have_temperature,
-					    o->endpoint, o->stream};
+	r.defaults = (struct ig_corpus_defaults){o->model, o->max_tokens, o->temperature, o->have_temperature,
+						 o->endpoint, o->stream, "--model"};
 	r.skip = pf->skip;
 	r.skip_bits = (long)(pf->skip_bytes * 8);
 	r.stats = st;
@@ -705,7 +709,8 @@ int main(int argc, char **argv)
 	st.ttft = &hists[1];
 
 	/* preflight: every check, all problems reported together */
-	struct bulk_defaults d = {o.model, o.max_tokens, o.temperature, o.have_temperature, o.endpoint, o.stream};
+	struct ig_corpus_defaults d = {o.model, o.max_tokens, o.temperature, o.have_temperature, o.endpoint, o.stream,
+				       "--model"};
 	check_files(&o, &pf);
 	if (o.resume && pf.n_problems == 0 && ig_journal_done_load(&pf.done, o.output, o.errors, &err) < 0) {
 		problem(&pf, "%s", err);

@@ -370,7 +370,7 @@ static void mg_load_exact(struct merge *m)
 	int derived;
 
 	if (ig_corpus_open(&r, m->input, &err) < 0) {
-		mg_problem(m, "%s", err);
+		mg_problem(m, "--input %s", err);
 		free(err);
 		return;
 	}
@@ -416,7 +416,7 @@ static void mg_load_corpus(struct merge *m)
 	int derived, got;
 
 	if (ig_corpus_open(&r, m->input, &err) < 0) {
-		mg_problem(m, "%s", err);
+		mg_problem(m, "--input %s", err);
 		free(err);
 		return;
 	}

@@ -267,7 +267,7 @@ static struct job *next_line(struct sched *s)
 		}
 		if (r->index % o->shard_n != o->shard_k || skip_bit(run->skip, run->skip_bits, r->index))
 			continue;
-		struct bulk_line l;
+		struct ig_corpus_line l;
 		char *err = NULL;
 		if (ig_corpus_parse(r->line, r->len, r->lineno, &run->defaults, &l, &err) < 0) {
 			s->st->fatal = ig_strdupf("%s changed since the preflight check: %s", o->input, err);

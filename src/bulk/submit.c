@@ -364,7 +364,7 @@ static void sb_check_first_line(struct submit *s)
 	char *err = NULL;
 
 	if (ig_corpus_open(&r, s->input, &err) < 0) {
-		sb_problem(s, "%s", err);
+		sb_problem(s, "--input %s", err);
 		free(err);
 		return;
 	}

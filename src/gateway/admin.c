@@ -83,7 +83,7 @@ static long models_from_json(json_t *v, const char ***out, char *msg, size_t msg
 
 /* PUT /admin/backends/{id}/models {"models": [...] | null}: the models it
  * serves from now on (null: learned from its /v1/models). Requests in
- * flight are not disturbed; queued ones are routed by the new lists. */
+ * flight are not disturbed; queued ones are placed by the new lists. */
 static enum MHD_Result set_models(struct ig_gw *gw, struct MHD_Connection *conn, struct ig_backend *b,
 				  const char *body, size_t len)
 {
@@ -137,7 +137,7 @@ static enum MHD_Result add_backend(struct ig_gw *gw, struct MHD_Connection *conn
 		json_decref(root);
 		return ig_httpd_error(conn, 400, msg, "url", "invalid_url", NULL, false);
 	}
-	struct ig_backend *b = ig_backend_pool_find_url(&gw->pool, url);
+	struct ig_backend *b = ig_backend_fleet_find_url(&gw->fleet, url);
 	if (b && atomic_load(&b->admin) != IG_ADMIN_REMOVING) {
 		snprintf(msg, sizeof(msg), "backend %s is already in the table (id %d)", url, b->id);
 		free(url);
@@ -165,7 +165,7 @@ static enum MHD_Result add_backend(struct ig_gw *gw, struct MHD_Connection *conn
 		free(url);
 		return backend_answer(conn, 200, b);
 	}
-	b = ig_backend_pool_add(&gw->pool, url, weight, maxin);
+	b = ig_backend_fleet_add(&gw->fleet, url, weight, maxin);
 	free(url);
 	int rc = b ? ig_backend_set_models(b, (char *const *)names, (size_t)nm) : -1;
 	free(names);
@@ -210,7 +210,7 @@ enum MHD_Result ig_admin_handle(struct ig_gw *gw, struct MHD_Connection *conn, c
 		snprintf(action, sizeof(action), "%s", rest + 1);
 	else if (*rest)
 		return ig_httpd_error(conn, 404, "expected /admin/backends/{id}[/drain|/enable]", NULL, "not_found", NULL, false);
-	struct ig_backend *b = ig_backend_pool_find_id(&gw->pool, id);
+	struct ig_backend *b = ig_backend_fleet_find_id(&gw->fleet, id);
 	if (!b) {
 		char msg[96];
 		snprintf(msg, sizeof(msg), "no backend with id %d", id);

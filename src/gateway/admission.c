@@ -362,7 +362,7 @@ static const char *only_model(struct ig_gw *gw, struct ig_admission *a)
 	return NULL;
 }
 
-/* Reads and checks what routing needs. The body is forwarded byte for
+/* Reads and checks what dispatch and the routing policy need. The body is forwarded byte for
  * byte, unless its model is an alias, or stream_options had to be changed
  * (set but without include_usage): then it is re-serialised. An absent
  * stream_options is added in front, the rest untouched. Returns 0 or -1
@@ -490,7 +490,7 @@ int ig_admission_by_id(struct ig_gw *gw, struct ig_admission *a, struct MHD_Conn
 	int b = gw->responses ? ig_respstore_get(gw->responses, a->resp_id, strlen(a->resp_id), ig_admission_owner(gw, a),
 						 ig_now_ms())
 			      : -1;
-	const struct ig_backend *held = b >= 0 ? ig_backend_pool_find_id(&gw->pool, b) : NULL;
+	const struct ig_backend *held = b >= 0 ? ig_backend_fleet_find_id(&gw->fleet, b) : NULL;
 	json_t *names = held ? ig_backend_model_names(held) : NULL;
 	const char *model = json_string_value(json_array_get(names, 0));
 	if (model) {

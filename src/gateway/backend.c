@@ -7,37 +7,37 @@
 #include "backend.h"
 #include "infergate/util.h"
 
-struct ig_backend *ig_backend_pool_add(struct ig_pool *pool, const char *url, long weight, long max_inflight)
+struct ig_backend *ig_backend_fleet_add(struct ig_fleet *fleet, const char *url, long weight, long max_inflight)
 {
-	struct ig_backend **v = ig_grow(pool->v, &pool->cap, pool->n, sizeof(*v), 8);
+	struct ig_backend **v = ig_grow(fleet->v, &fleet->cap, fleet->n, sizeof(*v), 8);
 	if (!v)
 		return NULL;
-	pool->v = v;
+	fleet->v = v;
 	struct ig_backend *b = calloc(1, sizeof(*b));
 	if (!b || !(b->url = strdup(url))) {
 		free(b);
 		return NULL;
 	}
-	b->id = pool->next_id++;
+	b->id = fleet->next_id++;
 	b->weight = weight;
 	b->max_inflight = max_inflight;
 	atomic_init(&b->state, IG_BACKEND_DOWN);
 	atomic_init(&b->admin, IG_ADMIN_ENABLED);
 	b->reported_load = b->reported_waiting = -1;
 	ig_capacity_reset(&b->learn);
-	pool->v[pool->n++] = b;
+	fleet->v[fleet->n++] = b;
 	return b;
 }
 
-int ig_backend_pool_init(struct ig_pool *pool, const struct ig_conf *cfg)
+int ig_backend_fleet_init(struct ig_fleet *fleet, const struct ig_conf *cfg)
 {
-	memset(pool, 0, sizeof(*pool));
+	memset(fleet, 0, sizeof(*fleet));
 	for (size_t i = 0; i < cfg->n_backends; i++) {
 		const struct ig_backend_conf *bc = &cfg->backends[i];
 		struct ig_backend *b;
 		if (bc->discover)
 			continue;
-		if (!(b = ig_backend_pool_add(pool, bc->url, bc->weight, bc->max_inflight)) ||
+		if (!(b = ig_backend_fleet_add(fleet, bc->url, bc->weight, bc->max_inflight)) ||
 		    ig_backend_configure(b, bc) < 0)
 			return -1;
 	}
@@ -133,17 +133,17 @@ json_t *ig_backend_model_names(const struct ig_backend *b)
 	return names;
 }
 
-void ig_backend_pool_remove(struct ig_pool *pool, struct ig_backend *b)
+void ig_backend_fleet_remove(struct ig_fleet *fleet, struct ig_backend *b)
 {
-	for (size_t i = 0; i < pool->n; i++) {
-		if (pool->v[i] != b)
+	for (size_t i = 0; i < fleet->n; i++) {
+		if (fleet->v[i] != b)
 			continue;
-		memmove(&pool->v[i], &pool->v[i + 1], (pool->n - i - 1) * sizeof(*pool->v));
-		pool->n--;
-		struct ig_backend **g = realloc(pool->gone, (pool->ngone + 1) * sizeof(*g));
+		memmove(&fleet->v[i], &fleet->v[i + 1], (fleet->n - i - 1) * sizeof(*fleet->v));
+		fleet->n--;
+		struct ig_backend **g = realloc(fleet->gone, (fleet->ngone + 1) * sizeof(*g));
 		if (g) {
-			pool->gone = g;
-			pool->gone[pool->ngone++] = b;
+			fleet->gone = g;
+			fleet->gone[fleet->ngone++] = b;
 		}
 		json_decref(b->models);
 		b->models = NULL;
@@ -160,30 +160,30 @@ static void backend_free(struct ig_backend *b)
 	free(b);
 }
 
-void ig_backend_pool_free(struct ig_pool *pool)
+void ig_backend_fleet_free(struct ig_fleet *fleet)
 {
-	for (size_t i = 0; i < pool->n; i++)
-		backend_free(pool->v[i]);
-	for (size_t i = 0; i < pool->ngone; i++)
-		backend_free(pool->gone[i]);
-	free(pool->v);
-	free(pool->gone);
-	memset(pool, 0, sizeof(*pool));
+	for (size_t i = 0; i < fleet->n; i++)
+		backend_free(fleet->v[i]);
+	for (size_t i = 0; i < fleet->ngone; i++)
+		backend_free(fleet->gone[i]);
+	free(fleet->v);
+	free(fleet->gone);
+	memset(fleet, 0, sizeof(*fleet));
 }
 
-struct ig_backend *ig_backend_pool_find_url(const struct ig_pool *pool, const char *url)
+struct ig_backend *ig_backend_fleet_find_url(const struct ig_fleet *fleet, const char *url)
 {
-	for (size_t i = 0; i < pool->n; i++)
-		if (strcmp(pool->v[i]->url, url) == 0)
-			return pool->v[i];
+	for (size_t i = 0; i < fleet->n; i++)
+		if (strcmp(fleet->v[i]->url, url) == 0)
+			return fleet->v[i];
 	return NULL;
 }
 
-struct ig_backend *ig_backend_pool_find_id(const struct ig_pool *pool, int id)
+struct ig_backend *ig_backend_fleet_find_id(const struct ig_fleet *fleet, int id)
 {
-	for (size_t i = 0; i < pool->n; i++)
-		if (pool->v[i]->id == id)
-			return pool->v[i];
+	for (size_t i = 0; i < fleet->n; i++)
+		if (fleet->v[i]->id == id)
+			return fleet->v[i];
 	return NULL;
 }
 
@@ -192,16 +192,16 @@ long ig_backend_limit(const struct ig_backend *b)
 	return b->max_inflight > 0 ? b->max_inflight : atomic_load(&b->slots);
 }
 
-int ig_backend_routable(const struct ig_backend *b)
+int ig_backend_usable(const struct ig_backend *b)
 {
 	return atomic_load(&b->state) == IG_BACKEND_UP && atomic_load(&b->admin) == IG_ADMIN_ENABLED;
 }
 
-size_t ig_backend_pool_healthy(const struct ig_pool *pool)
+size_t ig_backend_fleet_healthy(const struct ig_fleet *fleet)
 {
 	size_t k = 0;
-	for (size_t i = 0; i < pool->n; i++)
-		k += (size_t)ig_backend_routable(pool->v[i]);
+	for (size_t i = 0; i < fleet->n; i++)
+		k += (size_t)ig_backend_usable(fleet->v[i]);
 	return k;
 }
 

@@ -83,7 +83,10 @@ struct ig_backend {
 	char *discover;         /* the discover URL it came from, NULL if configured */
 };
 
-struct ig_pool {
+/* The fleet: every backend the gateway knows, configured or discovered
+ * (gw->fleet). A model's pool is the part of it that serves the model
+ * (scheduler.h). */
+struct ig_fleet {
 	struct ig_backend **v;
 	size_t n, cap;
 	int next_id;
@@ -119,23 +122,23 @@ int ig_backend_configure(struct ig_backend *b, const struct ig_backend_conf *bc)
 json_t *ig_backend_model_names(const struct ig_backend *b);
 
 /* Creates the table from the configuration. Returns 0 or -1. */
-int ig_backend_pool_init(struct ig_pool *pool, const struct ig_conf *cfg);
-void ig_backend_pool_free(struct ig_pool *pool);
+int ig_backend_fleet_init(struct ig_fleet *fleet, const struct ig_conf *cfg);
+void ig_backend_fleet_free(struct ig_fleet *fleet);
 /* Adds a backend (url already normalised); returns it or NULL. */
-struct ig_backend *ig_backend_pool_add(struct ig_pool *pool, const char *url, long weight, long max_inflight);
+struct ig_backend *ig_backend_fleet_add(struct ig_fleet *fleet, const char *url, long weight, long max_inflight);
 /* Takes b out of the table (its slot count must be zero). */
-void ig_backend_pool_remove(struct ig_pool *pool, struct ig_backend *b);
-/* b went down or is leaving the table: the pool's hook is told. */
-static inline void ig_backend_pool_gone(const struct ig_pool *pool, const struct ig_backend *b)
+void ig_backend_fleet_remove(struct ig_fleet *fleet, struct ig_backend *b);
+/* b went down or is leaving the table: the fleet's hook is told. */
+static inline void ig_backend_fleet_gone(const struct ig_fleet *fleet, const struct ig_backend *b)
 {
-	if (pool->on_gone)
-		pool->on_gone(pool->on_gone_arg, b);
+	if (fleet->on_gone)
+		fleet->on_gone(fleet->on_gone_arg, b);
 }
-struct ig_backend *ig_backend_pool_find_url(const struct ig_pool *pool, const char *url);
-struct ig_backend *ig_backend_pool_find_id(const struct ig_pool *pool, int id);
+struct ig_backend *ig_backend_fleet_find_url(const struct ig_fleet *fleet, const char *url);
+struct ig_backend *ig_backend_fleet_find_id(const struct ig_fleet *fleet, int id);
 /* Backends that can take requests: up and enabled. */
-size_t ig_backend_pool_healthy(const struct ig_pool *pool);
-int ig_backend_routable(const struct ig_backend *b);
+size_t ig_backend_fleet_healthy(const struct ig_fleet *fleet);
+int ig_backend_usable(const struct ig_backend *b);
 /* Requests this gateway may have in flight on b: max_inflight when set,
  * else the learned slot count; 0 = no limit. */
 long ig_backend_limit(const struct ig_backend *b);

@@ -1,7 +1,8 @@
 /* OpenAI's Batch API on the gateway: POST /v1/batches, GET /v1/batches,
- * GET /v1/batches/{id}, POST /v1/batches/{id}/cancel, and the runner that
+ * GET /v1/batches/{id}, POST /v1/batches/{id}/cancel (batches_api.c), and
+ * the runner that
  * sends a batch's lines through the gateway itself at class low, exactly
- * once (the same journal as infergate-bulk: src/bulk/batchfile.h), across
+ * once (the same journal as infergate-bulk: infergate/batchfile.h), across
  * restarts. Batches live in data_dir/batches/ID/ (batch.json, written with
  * temp-file-and-rename; output.jsonl and errors.jsonl, appended one line
  * per write(2)); when a batch ends its two result files become Files of its
@@ -21,12 +22,10 @@ struct ig_gw;
 struct ig_call;
 struct ig_batches;
 
-/* The request header that marks a batch's own request: "SECRET OWNER". */
-#define IG_BATCH_HEADER "X-Infergate-Batch"
-
 /* Opens the store in dir (data_dir/batches, made if missing) and loads every
- * batch; unfinished ones go on where they stopped at the next tick. NULL
- * with *err (malloc'd) when it cannot. */
+ * batch; unfinished ones go on where they stopped at the next tick. Its
+ * reports are registered with metrics.c (the status page's "batches",
+ * the infergate_batch* series). NULL with *err (malloc'd) when it cannot. */
 struct ig_batches *ig_batches_open(struct ig_gw *gw, const char *dir, char **err);
 /* Stops the transfers in flight (their lines are sent again after a
  * restart) and frees everything. NULL is fine. */
@@ -45,13 +44,5 @@ struct ig_call *ig_batches_call(struct ig_gw *gw, struct MHD_Connection *conn, c
 /* Whether value (an IG_BATCH_HEADER) carries this process's secret: then
  * 1, with the owner's hex digest in owner; else 0. */
 int ig_batches_internal(const struct ig_batches *bs, const char *value, char owner[65]);
-
-/* For the status page: {"batches": [{id, status, total, completed, failed,
- * in_flight, paused, created_at}], ...} of the unfinished ones and the last
- * finished. */
-json_t *ig_batches_json(const struct ig_batches *bs);
-/* Prometheus series: batches by status, per-batch progress of the
- * unfinished ones. */
-void ig_batches_metrics(const struct ig_batches *bs, struct ig_buf *out);
 
 #endif

@@ -21,6 +21,7 @@
 
 #include "dispatch.h"
 #include "batches.h"
+#include "bio.h"
 #include "boot.h"
 #include "discover.h"
 #include "files.h"
@@ -115,7 +116,7 @@ int ig_boot_init(struct ig_gw *gw, struct ig_conf *cfg)
 	unsigned conn_limit = (unsigned)(cfg->max_connections < fds - 64 ? cfg->max_connections : fds - 64);
 	signal(SIGPIPE, SIG_IGN);
 
-	if (ig_backend_pool_init(&gw->pool, cfg) < 0)
+	if (ig_backend_fleet_init(&gw->fleet, cfg) < 0)
 		return -1;
 	if (*cfg->data_dir) {
 		char *dir = ig_strdupf("%s/files", cfg->data_dir);
@@ -132,7 +133,7 @@ int ig_boot_init(struct ig_gw *gw, struct ig_conf *cfg)
 		free(err);
 		return -1;
 	}
-	if (ig_sched_rebuild(&gw->sched, &gw->pool) < 0)
+	if (ig_sched_rebuild(&gw->sched, &gw->fleet) < 0)
 		return -1;
 	gw->listen_fd = bind_listen(cfg->listen_host, cfg->listen_port);
 	if (gw->listen_fd < 0)
@@ -161,6 +162,8 @@ int ig_boot_init(struct ig_gw *gw, struct ig_conf *cfg)
 
 void ig_boot_free(struct ig_gw *gw)
 {
+	ig_bio_free(gw->bio); /* first: its last dones touch connections and batches */
+	gw->bio = NULL;
 	for (size_t i = 0; gw->rx && i < gw->nrx; i++)
 		ig_server_stop(&gw->rx[i]);
 	ig_discover_stop(gw);
@@ -175,7 +178,7 @@ void ig_boot_free(struct ig_gw *gw)
 	ig_files_free(gw->files);
 	gw->files = NULL;
 	gw->responses = NULL;
-	ig_backend_pool_free(&gw->pool);
+	ig_backend_fleet_free(&gw->fleet);
 	ig_metrics_free(gw);
 	ig_keyset_free(&gw->api_keys);
 	ig_keyset_free(&gw->admin_keys);

@@ -5,7 +5,7 @@
 
 #include "gateway.h"
 
-/* Sets up the key files, the access log, the backend table, the Files and
+/* Sets up the key files, the access log, the fleet (backend table), the Files and
  * Batch API stores, the listening socket, the reactors (epoll, timers,
  * signals, curl), the HTTP server, health checks and discovery for cfg.
  * Returns 0 or -1 (logged); ig_boot_free either way. */

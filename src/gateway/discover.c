@@ -265,7 +265,7 @@ static void apply(struct ig_gw *gw, struct entry *e, struct result *r)
 		ig_log_info("discover: %s resolves again", e->bc.url);
 	e->last_ok = 1;
 	for (size_t i = 0; i < r->n; i++) {
-		struct ig_backend *b = ig_backend_pool_find_url(&gw->pool, r->urls[i]);
+		struct ig_backend *b = ig_backend_fleet_find_url(&gw->fleet, r->urls[i]);
 		if (b) {
 			if (b->discover && atomic_load(&b->admin) == IG_ADMIN_REMOVING) {
 				atomic_store(&b->admin, IG_ADMIN_ENABLED);
@@ -273,7 +273,7 @@ static void apply(struct ig_gw *gw, struct entry *e, struct result *r)
 			}
 			continue;
 		}
-		b = ig_backend_pool_add(&gw->pool, r->urls[i], e->bc.weight, e->bc.max_inflight);
+		b = ig_backend_fleet_add(&gw->fleet, r->urls[i], e->bc.weight, e->bc.max_inflight);
 		if (!b)
 			continue;
 		if (ig_backend_configure(b, &e->bc) < 0)
@@ -282,8 +282,8 @@ static void apply(struct ig_gw *gw, struct entry *e, struct result *r)
 		ig_health_add(gw, b);
 		ig_log_info("discover: backend %s added from %s (id %d), probing", b->url, e->bc.url, b->id);
 	}
-	for (size_t i = 0; i < gw->pool.n; i++) {
-		struct ig_backend *b = gw->pool.v[i];
+	for (size_t i = 0; i < gw->fleet.n; i++) {
+		struct ig_backend *b = gw->fleet.v[i];
 		if (!b->discover || strcmp(b->discover, e->bc.url) != 0 ||
 		    atomic_load(&b->admin) == IG_ADMIN_REMOVING)
 			continue;

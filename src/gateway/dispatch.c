@@ -51,8 +51,8 @@ int ig_dispatch_init(struct ig_gw *gw, char **err)
 	}
 	s->policy = p;
 	s->policy_state = state;
-	gw->pool.on_gone = backend_gone;
-	gw->pool.on_gone_arg = s;
+	gw->fleet.on_gone = backend_gone;
+	gw->fleet.on_gone_arg = s;
 	gw->report_backend = ig_dispatch_report_backend;
 	gw->report_gateway = ig_dispatch_report;
 	return 0;
@@ -79,7 +79,7 @@ void ig_dispatch_free(struct ig_gw *gw)
 {
 	policy_free(&gw->sched);
 	gw->sched.policy = NULL;
-	gw->pool.on_gone = NULL;
+	gw->fleet.on_gone = NULL;
 }
 
 void ig_dispatch_report_backend(const struct ig_gw *gw, const struct ig_backend *b, json_t *entry)
@@ -149,7 +149,7 @@ static void not_served(struct ig_gw *gw, struct ig_waiter *w)
  * response is out of reach, OpenAI's 404. */
 static void pin_lost(struct ig_gw *gw, struct ig_waiter *w)
 {
-	const struct ig_backend *held = ig_backend_pool_find_id(&gw->pool, w->pick.pinned - 1);
+	const struct ig_backend *held = ig_backend_fleet_find_id(&gw->fleet, w->pick.pinned - 1);
 	const char *why = held ? "is down" : "has left the gateway";
 	bool prev = w->pin_param && strcmp(w->pin_param, "previous_response_id") == 0;
 	refuse(w, 404, "invalid_request_error", w->pin_param, prev ? "previous_response_not_found" : "response_not_found",
@@ -261,12 +261,12 @@ void ig_dispatch_progress(const struct ig_gw *gw IG_UNUSED, struct ig_waiter *w)
 		w->policy->progress(w->backend, &w->pick);
 }
 
-/* ---- routing a request ---- */
+/* ---- placing a request: a backend, the queue, or a refusal ---- */
 
 /* Finds a backend among those that serve w's model and starts w there,
  * queues it, or refuses it. `timeout`, `what`: how its last attempt failed
  * (retries). */
-static enum ig_dispatch_result route(struct ig_gw *gw, struct ig_waiter *w, bool timeout, const char *what)
+static enum ig_dispatch_result place(struct ig_gw *gw, struct ig_waiter *w, bool timeout, const char *what)
 {
 	struct ig_sched *s = &gw->sched;
 	struct ig_model *m = w->m;
@@ -277,8 +277,8 @@ static enum ig_dispatch_result route(struct ig_gw *gw, struct ig_waiter *w, bool
 		return wait_or_refuse(gw, w);
 	if (w->pick.pinned) {
 		/* A follow-up goes where its previous response is, or nowhere. */
-		const struct ig_backend *held = ig_backend_pool_find_id(&gw->pool, w->pick.pinned - 1);
-		if (!held || (!ig_backend_routable(held) && w->pick.ntried == 0)) {
+		const struct ig_backend *held = ig_backend_fleet_find_id(&gw->fleet, w->pick.pinned - 1);
+		if (!held || (!ig_backend_usable(held) && w->pick.ntried == 0)) {
 			pin_lost(gw, w);
 			return IG_DISPATCH_FAILED;
 		}
@@ -313,12 +313,12 @@ enum ig_dispatch_result ig_dispatch_submit(struct ig_gw *gw, struct ig_waiter *w
 {
 	w->m->requests++;
 	w->pick.low = w->q.klass == IG_CLASS_LOW;
-	return route(gw, w, false, "");
+	return place(gw, w, false, "");
 }
 
 enum ig_dispatch_result ig_dispatch_retry(struct ig_gw *gw, struct ig_waiter *w, bool timeout, const char *what)
 {
-	return route(gw, w, timeout, what);
+	return place(gw, w, timeout, what);
 }
 
 void ig_dispatch_cancel(struct ig_gw *gw, struct ig_waiter *w)

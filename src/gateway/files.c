@@ -3,7 +3,15 @@
  * fsync, so a crash leaves either the whole file or nothing; uploads in
  * progress are ".upload-*" files, removed at start. The shapes are OpenAI's
  * (the File object, the list with first_id/last_id/has_more, the deletion
- * object, "No such File object: ID" for an unknown id). */
+ * object, "No such File object: ID" for an unknown id).
+ * The disk work of a request (an upload's writes, its fsync and rename, a
+ * removal's unlinks) runs on the background I/O thread (bio.h), never on
+ * the reactor: an upload's body is copied into chunks that the thread
+ * writes in order; when too much of it waits, the connection is suspended
+ * until the writer catches up (so the client's TCP window closes and its
+ * memory stays bounded), and the answer is queued when the fsync and
+ * rename are done. Not here: the store's list is the reactor's (under
+ * gw->lock); the thread touches only the upload's own file. */
 #include "config.h"
 #include <dirent.h>
 #include <errno.h>
@@ -17,14 +25,28 @@
 #include "infergate/httpd.h"
 #include "infergate/log.h"
 #include "infergate/util.h"
+#include "bio.h"
 #include "files.h"
 #include "gateway.h"
+#include "rx.h"
 
 struct ig_files {
-	char *dir;
+	char *dir;           /* fixed once open: the I/O thread reads it */
 	struct ig_file *v;   /* in upload order */
 	size_t n, cap;
+	size_t queued;       /* uploads' bytes handed to the I/O thread and not written yet */
 };
+
+/* An upload's memory: its body is handed to the writer in chunks of this
+ * size; a connection is suspended while more than UPLOAD_HIGH of its own
+ * bytes wait to be written, or (with some of its own waiting) more than
+ * FILES_HIGH of all uploads' do, and resumed when its own are down to
+ * UPLOAD_LOW. So the gateway holds at most about FILES_HIGH plus a chunk
+ * and a half per upload, whatever the clients send. */
+#define UPLOAD_CHUNK (256 * 1024)
+#define UPLOAD_HIGH (4 * UPLOAD_CHUNK)
+#define UPLOAD_LOW UPLOAD_CHUNK
+#define FILES_HIGH (64u * 1024 * 1024)
 
 /* ---- the store ---- */
 
@@ -50,8 +72,8 @@ static void sync_dir(const char *dir)
 	}
 }
 
-/* FILE_ID.json, written to a temporary name, synced, renamed. Returns 0 or
- * -1 (errno set). */
+/* FILE_ID.json, written to a temporary name, synced, renamed (any thread:
+ * it reads only fs->dir). Returns 0 or -1 (errno set). */
 static int write_meta(const struct ig_files *fs, const struct ig_file *f)
 {
 	json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:I, s:I}", "id", f->id, "owner", f->owner, "filename", f->filename,
@@ -200,19 +222,10 @@ void ig_files_new_id(char out[40])
 	ig_random_hex(out + 5, 24);
 }
 
-int ig_files_adopt(struct ig_files *fs, const char *src, const char *id, const char *owner, const char *filename,
-		   const char *purpose)
+int ig_files_adopt_disk(const struct ig_files *fs, const char *src, struct ig_file *f)
 {
-	for (size_t i = 0; i < fs->n; i++)
-		if (strcmp(fs->v[i].id, id) == 0)
-			return 0;
 	struct stat st;
-	struct ig_file f = {.created_at = ig_wall_s()};
-	snprintf(f.id, sizeof(f.id), "%s", id);
-	snprintf(f.owner, sizeof(f.owner), "%s", owner);
-	snprintf(f.filename, sizeof(f.filename), "%s", filename);
-	snprintf(f.purpose, sizeof(f.purpose), "%s", purpose);
-	char *path = ig_files_path(fs, id);
+	char *path = ig_files_path(fs, f->id);
 	int rc = -1;
 	/* a crash after the rename left the bytes in place without metadata */
 	if (stat(src, &st) == 0)
@@ -220,17 +233,25 @@ int ig_files_adopt(struct ig_files *fs, const char *src, const char *id, const c
 	else if (errno == ENOENT)
 		rc = stat(path, &st);
 	if (rc == 0) {
-		f.bytes = st.st_size;
-		rc = write_meta(fs, &f);
-	}
-	if (rc == 0 && add(fs, &f) < 0) {
-		errno = ENOMEM;
-		rc = -1;
+		f->bytes = st.st_size;
+		rc = write_meta(fs, f);
 	}
 	free(path);
 	if (rc == 0)
 		sync_dir(fs->dir);
 	return rc;
+}
+
+int ig_files_add(struct ig_files *fs, const struct ig_file *f)
+{
+	for (size_t i = 0; i < fs->n; i++)
+		if (strcmp(fs->v[i].id, f->id) == 0)
+			return 0;
+	if (add(fs, f) < 0) {
+		errno = ENOMEM;
+		return -1;
+	}
+	return 0;
 }
 
 int ig_files_pager_take(struct ig_files_pager *p, const char *id)
@@ -263,19 +284,37 @@ json_t *ig_files_list_page(struct ig_files_pager *p)
 struct files_call {
 	struct ig_call call;          /* on_request, on_completed */
 	struct ig_gw *gw;
-	struct MHD_Connection *conn;
+	struct MHD_Connection *conn;  /* NULL once MHD is done with it (gone) */
+	struct ig_rx *rx;             /* the reactor holding the connection */
 	char owner[65];
 	char method[8];
 	char url[200];
-	/* an upload */
+	/* an upload, on the reactor (under gw->lock) */
 	struct MHD_PostProcessor *pp;
-	int fd;                       /* the temporary file, -1 none */
-	char *tmp;                    /* its path */
 	bool got_file;
-	int64_t bytes;
+	int64_t bytes;                /* of the file, read so far */
 	char filename[256];
 	char purpose[32];
 	size_t purpose_len;
+	char *chunk;                  /* bytes read and not handed to the writer yet */
+	size_t chunk_len, chunk_cap;
+	size_t queued;                /* bytes handed to the writer, not written yet */
+	int jobs;                     /* its jobs on the I/O thread (the call lives until 0) */
+	bool suspended;               /* waits for the writer (MHD_suspend_connection) */
+	bool started;                 /* a job was handed over: the temporary file may exist */
+	bool finishing, finished;     /* the fsync and rename: handed over, done */
+	bool kept;                    /* the file is in the store */
+	bool gone;                    /* MHD completed the request: free when jobs is 0 */
+	int io_errno;                 /* the first error of the writer (0 none) */
+	struct ig_file f;             /* what finishing keeps */
+	/* the temporary file: touched only by the call's jobs, in their order */
+	int fd;                       /* -1 not open */
+	bool wfailed;                 /* a write failed: the later ones do nothing */
+	char *tmp;                    /* its path (set before the first job) */
+	/* a DELETE: answered when its unlinks are done (ig_files_remove) */
+	bool deleting, deleted;
+	char deleted_id[40];
+	int delete_errno;             /* of the unlinks (0: removed) */
 	/* an error found while reading the body */
 	unsigned err_status;
 	char err_msg[160];
@@ -292,19 +331,185 @@ static void fail_body(struct files_call *fc, unsigned status, const char *param,
 	snprintf(fc->err_msg, sizeof(fc->err_msg), "%s", msg);
 }
 
-static void drop_upload(struct files_call *fc)
+/* The writer's error as the client sees it. */
+static void fail_storage(struct files_call *fc, int e)
+{
+	fail_body(fc, e == ENOSPC ? 507 : 500, NULL, "storage_error",
+		  e == ENOSPC ? "the gateway's data_dir is full: nothing was kept" : "the gateway cannot write its data_dir");
+}
+
+/* ---- the upload's jobs (bio.h): each runs on the I/O thread, then its
+ * done on the call's reactor ---- */
+
+enum upload_op {
+	UP_WRITE,   /* append a chunk */
+	UP_FINISH,  /* fsync, rename into place, metadata, directory */
+	UP_DROP,    /* close and unlink the temporary file */
+};
+
+struct upload_job {
+	struct ig_bio_job job;
+	struct files_call *fc;
+	enum upload_op op;
+	int err;                      /* errno of the run, 0 ok */
+	size_t len;
+	char *data;
+};
+
+/* The temporary file, created by the first job that needs it. */
+static int upload_open(struct files_call *fc)
+{
+	if (fc->fd < 0)
+		fc->fd = open(fc->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	return fc->fd < 0 ? -1 : 0;
+}
+
+static void upload_close_unlink(struct files_call *fc)
 {
 	if (fc->fd >= 0)
 		close(fc->fd);
 	fc->fd = -1;
-	if (fc->tmp)
-		unlink(fc->tmp);
-	free(fc->tmp);
-	fc->tmp = NULL;
+	unlink(fc->tmp);
 }
 
-/* The post processor's callback: "purpose" kept, "file" written to disk
- * as it comes; anything else ignored. MHD_NO stops the parsing. */
+static void upload_run(struct ig_bio_job *job)
+{
+	struct upload_job *uj = IG_CONTAINER_OF(job, struct upload_job, job);
+	struct files_call *fc = uj->fc;
+	struct ig_files *fs = fc->gw->files;
+	switch (uj->op) {
+	case UP_WRITE:
+		if (fc->wfailed)
+			break;
+		if (upload_open(fc) < 0 || ig_write_all(fc->fd, uj->data, uj->len) < 0) {
+			uj->err = errno;
+			fc->wfailed = true;
+			upload_close_unlink(fc); /* nothing is kept: the rest of the body is dropped */
+		}
+		break;
+	case UP_FINISH: {
+		char *path = ig_files_path(fs, fc->f.id);
+		if (fc->wfailed) {
+			uj->err = EIO; /* not answered with: the write's error came first */
+		} else if (upload_open(fc) < 0 || fsync(fc->fd) < 0 || rename(fc->tmp, path) < 0) {
+			uj->err = errno;
+			upload_close_unlink(fc);
+		} else {
+			close(fc->fd);
+			fc->fd = -1;
+			if (write_meta(fs, &fc->f) < 0) {
+				uj->err = errno;
+				unlink(path);
+			} else {
+				sync_dir(fs->dir);
+			}
+		}
+		free(path);
+		break;
+	}
+	case UP_DROP:
+		upload_close_unlink(fc);
+		break;
+	}
+}
+
+static void call_free(struct files_call *fc)
+{
+	free(fc->chunk);
+	free(fc->tmp);
+	free(fc);
+}
+
+/* Whether the upload should wait for its writer. */
+static bool too_much_queued(const struct files_call *fc)
+{
+	return fc->queued > UPLOAD_HIGH || (fc->queued > 0 && fc->gw->files->queued > FILES_HIGH);
+}
+
+static void upload_done(struct ig_bio_job *job)
+{
+	struct upload_job *uj = IG_CONTAINER_OF(job, struct upload_job, job);
+	struct files_call *fc = uj->fc;
+	fc->jobs--;
+	fc->queued -= uj->len;
+	fc->gw->files->queued -= uj->len;
+	if (uj->err && !fc->io_errno) {
+		fc->io_errno = uj->err;
+		if (uj->op == UP_WRITE)
+			fail_storage(fc, uj->err);
+		ig_log_error("data_dir: %s %s: %s", uj->op == UP_FINISH ? "keeping" : "writing",
+			     uj->op == UP_FINISH ? fc->f.id : fc->tmp, strerror(uj->err));
+	}
+	if (uj->op == UP_FINISH) {
+		fc->finished = true;
+		if (!uj->err && ig_files_add(fc->gw->files, &fc->f) == 0)
+			fc->kept = true;
+		else if (!uj->err && !fc->io_errno)
+			fc->io_errno = ENOMEM;
+	}
+	free(uj->data);
+	free(uj);
+	if (fc->gone) {
+		if (fc->jobs == 0)
+			call_free(fc);
+		return;
+	}
+	/* the handler is called again once resumed: with more body, or to
+	 * answer when finishing is done */
+	if (fc->suspended && (fc->finishing ? fc->finished : fc->io_errno || fc->queued <= UPLOAD_LOW)) {
+		fc->suspended = false;
+		MHD_resume_connection(fc->conn);
+		ig_httpd_resumed(fc->rx, fc->conn);
+	}
+}
+
+/* Hands a job to the I/O thread (data: malloc'd, taken). Returns 0, or -1
+ * out of memory (data freed). */
+static int upload_submit(struct files_call *fc, enum upload_op op, char *data, size_t len)
+{
+	struct upload_job *uj = calloc(1, sizeof(*uj));
+	if (!uj) {
+		free(data);
+		return -1;
+	}
+	*uj = (struct upload_job){.fc = fc, .op = op, .len = len, .data = data};
+	uj->job.run = upload_run;
+	uj->job.done = upload_done;
+	uj->job.bytes = len;
+	fc->jobs++;
+	fc->queued += len;
+	fc->gw->files->queued += len;
+	fc->started = true;
+	ig_bio_submit(fc->gw->bio, &uj->job);
+	return 0;
+}
+
+/* The bytes read so far go to the writer. Returns 0 or -1 (out of memory). */
+static int upload_flush(struct files_call *fc)
+{
+	if (!fc->chunk_len)
+		return 0;
+	char *data = fc->chunk;
+	size_t len = fc->chunk_len;
+	fc->chunk = NULL;
+	fc->chunk_len = fc->chunk_cap = 0;
+	return upload_submit(fc, UP_WRITE, data, len);
+}
+
+/* Whatever was written goes (an error, a refused upload, a client gone). */
+static void drop_upload(struct files_call *fc)
+{
+	free(fc->chunk);
+	fc->chunk = NULL;
+	fc->chunk_len = fc->chunk_cap = 0;
+	if (fc->started && !fc->kept && upload_submit(fc, UP_DROP, NULL, 0) < 0)
+		ig_log_error("data_dir: out of memory: %s stays until the next start", fc->tmp);
+	fc->started = false;
+}
+
+/* The post processor's callback: "purpose" kept, "file" copied into the
+ * chunk the writer gets next; anything else ignored. MHD_NO stops the
+ * parsing. */
 static enum MHD_Result field(void *cls, enum MHD_ValueKind kind IG_UNUSED, const char *key, const char *filename,
 			     const char *content_type IG_UNUSED, const char *transfer_encoding IG_UNUSED,
 			     const char *data, uint64_t off, size_t size)
@@ -330,20 +535,13 @@ static enum MHD_Result field(void *cls, enum MHD_ValueKind kind IG_UNUSED, const
 		char rnd[17];
 		ig_random_hex(rnd, 16);
 		fc->tmp = ig_strdupf("%s/.upload-%s", fs->dir, rnd);
-		fc->fd = open(fc->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 		fc->got_file = true;
 		snprintf(fc->filename, sizeof(fc->filename), "%s", filename ? filename : "upload.jsonl");
 		for (char *c = fc->filename; *c; c++) /* names go to JSON and logs */
 			if ((unsigned char)*c < 0x20 || *c == 0x7f)
 				*c = '_';
-		if (fc->fd < 0) {
-			ig_log_error("data_dir: %s: %s", fc->tmp, strerror(errno));
-			fail_body(fc, errno == ENOSPC ? 507 : 500, NULL, "storage_error",
-				  errno == ENOSPC ? "the gateway's data_dir is full" : "the gateway cannot write its data_dir");
-			return MHD_NO;
-		}
 	}
-	if (fc->fd < 0)
+	if (!fc->tmp || fc->io_errno)
 		return MHD_NO;
 	long max = fc->gw->cfg->files_max_bytes;
 	if (fc->bytes + (int64_t)size > max) {
@@ -353,15 +551,30 @@ static enum MHD_Result field(void *cls, enum MHD_ValueKind kind IG_UNUSED, const
 		drop_upload(fc);
 		return MHD_NO;
 	}
-	if (ig_write_all(fc->fd, data, size) < 0) {
-		int e = errno;
-		ig_log_error("data_dir: writing %s: %s", fc->tmp, strerror(e));
-		fail_body(fc, e == ENOSPC ? 507 : 500, NULL, "storage_error",
-			  e == ENOSPC ? "the gateway's data_dir is full: nothing was kept" : "the gateway cannot write its data_dir");
-		drop_upload(fc);
-		return MHD_NO;
+	while (size) {
+		size_t n = UPLOAD_CHUNK - fc->chunk_len < size ? UPLOAD_CHUNK - fc->chunk_len : size;
+		if (fc->chunk_len + n > fc->chunk_cap) { /* grows to what MHD hands over at once, usually */
+			size_t cap = fc->chunk_len + n;
+			char *c = realloc(fc->chunk, cap);
+			if (!c) {
+				fail_storage(fc, ENOMEM);
+				drop_upload(fc);
+				return MHD_NO;
+			}
+			fc->chunk = c;
+			fc->chunk_cap = cap;
+		}
+		memcpy(fc->chunk + fc->chunk_len, data, n);
+		fc->chunk_len += n;
+		fc->bytes += (int64_t)n;
+		data += n;
+		size -= n;
+		if (fc->chunk_len == UPLOAD_CHUNK && upload_flush(fc) < 0) {
+			fail_storage(fc, ENOMEM);
+			drop_upload(fc);
+			return MHD_NO;
+		}
 	}
-	fc->bytes += (int64_t)size;
 	return MHD_YES;
 }
 
@@ -412,62 +625,57 @@ static enum MHD_Result not_found(struct files_call *fc, const char *id)
 	return answer_error(fc, 404, "id", NULL, msg);
 }
 
+/* The end of an upload's body: checked, then the fsync and rename handed
+ * to the I/O thread with the connection suspended; called again when that
+ * is done (upload_done resumes it), to answer. */
 static enum MHD_Result finish_upload(struct files_call *fc)
 {
-	struct ig_files *fs = fc->gw->files;
+	if (fc->finished) {
+		if (!fc->kept) {
+			fail_storage(fc, fc->io_errno);
+			return answer_error(fc, fc->err_status, fc->err_param, fc->err_code, fc->err_msg);
+		}
+		ig_log_info("file %s: %lld bytes from '%s'", fc->f.id, (long long)fc->f.bytes, fc->f.filename);
+		return answer_json(fc, 200, file_json(&fc->f));
+	}
+	if (fc->finishing) { /* not resumed by us: wait on */
+		MHD_suspend_connection(fc->conn);
+		fc->suspended = true;
+		return MHD_YES;
+	}
 	/* MHD_NO: the body ended inside a part, before the closing boundary
 	 * (a torn upload is not a file) */
 	if (fc->pp && MHD_destroy_post_processor(fc->pp) != MHD_YES)
 		fail_body(fc, 400, "file", "invalid_body", "the multipart/form-data body ends before its closing boundary");
 	fc->pp = NULL;
-	if (fc->err_status) {
-		drop_upload(fc);
-		return answer_error(fc, fc->err_status, fc->err_param, fc->err_code, fc->err_msg);
+	if (fc->io_errno)
+		fail_storage(fc, fc->io_errno);
+	if (!fc->err_status && !fc->got_file)
+		fail_body(fc, 400, "file", "missing_required_parameter",
+			  "Missing required parameter: 'file' (multipart/form-data, with 'purpose').");
+	if (!fc->err_status && (!fc->purpose_len || strcmp(fc->purpose, "batch") != 0))
+		fail_body(fc, 400, "purpose", fc->purpose_len ? "invalid_value" : "missing_required_parameter",
+			  fc->purpose_len ? "Invalid value for 'purpose': only 'batch' is taken here."
+					  : "Missing required parameter: 'purpose'.");
+	if (!fc->err_status) {
+		fc->f = (struct ig_file){.bytes = fc->bytes, .created_at = ig_wall_s()};
+		ig_files_new_id(fc->f.id);
+		snprintf(fc->f.owner, sizeof(fc->f.owner), "%s", fc->owner);
+		snprintf(fc->f.filename, sizeof(fc->f.filename), "%s", fc->filename);
+		snprintf(fc->f.purpose, sizeof(fc->f.purpose), "%s", fc->purpose);
+		if (upload_flush(fc) == 0 && upload_submit(fc, UP_FINISH, NULL, 0) == 0) {
+			fc->finishing = true;
+			if (!fc->finished) { /* no thread (bio NULL): already done */
+				MHD_suspend_connection(fc->conn);
+				fc->suspended = true;
+				return MHD_YES;
+			}
+			return finish_upload(fc);
+		}
+		fail_storage(fc, ENOMEM);
 	}
-	if (!fc->got_file) {
-		drop_upload(fc);
-		return answer_error(fc, 400, "file", "missing_required_parameter",
-				    "Missing required parameter: 'file' (multipart/form-data, with 'purpose').");
-	}
-	if (!fc->purpose_len || strcmp(fc->purpose, "batch") != 0) {
-		drop_upload(fc);
-		return answer_error(fc, 400, "purpose", fc->purpose_len ? "invalid_value" : "missing_required_parameter",
-				    fc->purpose_len ? "Invalid value for 'purpose': only 'batch' is taken here."
-						    : "Missing required parameter: 'purpose'.");
-	}
-	struct ig_file f = {.bytes = fc->bytes, .created_at = ig_wall_s()};
-	ig_files_new_id(f.id);
-	snprintf(f.owner, sizeof(f.owner), "%s", fc->owner);
-	snprintf(f.filename, sizeof(f.filename), "%s", fc->filename);
-	snprintf(f.purpose, sizeof(f.purpose), "%s", fc->purpose);
-	char *path = ig_files_path(fs, f.id);
-	int rc = fsync(fc->fd) == 0 && rename(fc->tmp, path) == 0 ? 0 : -1;
-	int e = errno;
-	if (rc == 0) {
-		close(fc->fd);
-		fc->fd = -1;
-		free(fc->tmp);
-		fc->tmp = NULL;
-		if ((rc = write_meta(fs, &f)) < 0)
-			e = errno;
-		if (rc < 0)
-			unlink(path);
-	}
-	free(path);
-	if (rc == 0 && add(fs, &f) < 0) {
-		rc = -1;
-		e = ENOMEM;
-	}
-	if (rc < 0) {
-		ig_log_error("data_dir: keeping %s: %s", f.id, strerror(e));
-		drop_upload(fc);
-		return answer_error(fc, e == ENOSPC ? 507 : 500, NULL, "storage_error",
-				    e == ENOSPC ? "the gateway's data_dir is full: nothing was kept"
-						: "the gateway cannot write its data_dir");
-	}
-	sync_dir(fs->dir);
-	ig_log_info("file %s: %lld bytes from '%s'", f.id, (long long)f.bytes, f.filename);
-	return answer_json(fc, 200, file_json(&f));
+	drop_upload(fc);
+	return answer_error(fc, fc->err_status, fc->err_param, fc->err_code, fc->err_msg);
 }
 
 /* GET /v1/files: OpenAI's list (purpose, limit 1..10000, after, order). */
@@ -519,7 +727,41 @@ static enum MHD_Result content(struct files_call *fc, const struct ig_file *f)
 	return answer(fc, 200, r, (size_t)f->bytes);
 }
 
-int ig_files_remove(struct ig_files *fs, const char *id)
+/* A removal's unlinks, on the I/O thread: unlinking a large file can take
+ * a while on some file systems. */
+struct remove_job {
+	struct ig_bio_job job;
+	char *meta, *path;
+	int err;                      /* the first unlink's errno (0: both gone) */
+	void (*done)(void *arg, int err);
+	void *arg;
+};
+
+static void remove_run(struct ig_bio_job *job)
+{
+	struct remove_job *rj = IG_CONTAINER_OF(job, struct remove_job, job);
+	/* the metadata first: a crash in between leaves bytes no one lists, not a listed file with no bytes */
+	if (unlink(rj->meta) < 0 && errno != ENOENT) {
+		rj->err = errno;
+		ig_log_error("data_dir: removing %s: %s", rj->meta, strerror(errno));
+	} else if (unlink(rj->path) < 0 && errno != ENOENT) {
+		rj->err = errno;
+		ig_log_error("data_dir: removing %s: %s", rj->path, strerror(errno));
+	}
+}
+
+static void remove_done(struct ig_bio_job *job)
+{
+	struct remove_job *rj = IG_CONTAINER_OF(job, struct remove_job, job);
+	if (rj->done)
+		rj->done(rj->arg, rj->err);
+	free(rj->meta);
+	free(rj->path);
+	free(rj);
+}
+
+int ig_files_remove(struct ig_files *fs, struct ig_bio *bio, const char *id, void (*done)(void *arg, int err),
+		    void *arg)
 {
 	size_t i = 0;
 	while (i < fs->n && strcmp(fs->v[i].id, id) != 0)
@@ -528,32 +770,80 @@ int ig_files_remove(struct ig_files *fs, const char *id)
 		errno = ENOENT;
 		return -1;
 	}
-	char *path = ig_files_path(fs, id), *meta = ig_strdupf("%s/%s.json", fs->dir, id);
-	/* the metadata first: a crash in between leaves bytes no one lists, not a listed file with no bytes */
-	int rc = unlink(meta) == 0 || errno == ENOENT ? 0 : -1;
-	if (rc == 0)
-		unlink(path);
-	free(path);
-	free(meta);
-	if (rc == 0) {
-		memmove(&fs->v[i], &fs->v[i + 1], (fs->n - i - 1) * sizeof(*fs->v));
-		fs->n--;
+	struct remove_job *rj = calloc(1, sizeof(*rj));
+	if (!rj || !(rj->meta = ig_strdupf("%s/%s.json", fs->dir, id)) || !(rj->path = ig_files_path(fs, id))) {
+		if (rj)
+			free(rj->meta);
+		free(rj);
+		errno = ENOMEM;
+		return -1;
 	}
-	return rc;
+	memmove(&fs->v[i], &fs->v[i + 1], (fs->n - i - 1) * sizeof(*fs->v));
+	fs->n--;
+	rj->job.run = remove_run;
+	rj->job.done = remove_done;
+	rj->done = done;
+	rj->arg = arg;
+	ig_bio_submit(bio, &rj->job);
+	return 0;
 }
 
+/* A DELETE's unlinks are done: answer it (the handler runs again once
+ * resumed), or free the call if its client left. */
+static void delete_done(void *arg, int err)
+{
+	struct files_call *fc = arg;
+	fc->jobs--;
+	fc->deleted = true;
+	fc->delete_errno = err;
+	if (fc->gone) {
+		if (fc->jobs == 0)
+			call_free(fc);
+		return;
+	}
+	if (fc->suspended) {
+		fc->suspended = false;
+		MHD_resume_connection(fc->conn);
+		ig_httpd_resumed(fc->rx, fc->conn);
+	}
+}
+
+static enum MHD_Result deleted(struct files_call *fc)
+{
+	if (fc->delete_errno) {
+		char msg[200];
+		snprintf(msg, sizeof(msg), "%s is no longer listed, but data_dir refused to remove it (%s): it may be "
+			 "listed again after a restart", fc->deleted_id, strerror(fc->delete_errno));
+		return answer_error(fc, 500, NULL, "storage_error", msg);
+	}
+	return answer_json(fc, 200, json_pack("{s:s, s:s, s:b}", "id", fc->deleted_id, "object", "file", "deleted", 1));
+}
+
+/* "deleted": true means gone from the disk, not only from the list: the
+ * answer waits for the unlinks (a crash before them would list the file
+ * again at the next start). */
 static enum MHD_Result delete_file(struct files_call *fc, const struct ig_file *f)
 {
-	char id[sizeof(f->id)];
-	snprintf(id, sizeof(id), "%s", f->id);
-	if (ig_files_remove(fc->gw->files, id) < 0)
+	snprintf(fc->deleted_id, sizeof(fc->deleted_id), "%s", f->id);
+	fc->jobs++;
+	if (ig_files_remove(fc->gw->files, fc->gw->bio, fc->deleted_id, delete_done, fc) < 0) {
+		fc->jobs--;
 		return answer_error(fc, 500, NULL, "storage_error", "the file cannot be removed from data_dir");
-	return answer_json(fc, 200, json_pack("{s:s, s:s, s:b}", "id", id, "object", "file", "deleted", 1));
+	}
+	fc->deleting = true;
+	if (fc->deleted) /* no I/O thread (the unit tests): done already */
+		return deleted(fc);
+	MHD_suspend_connection(fc->conn);
+	fc->suspended = true;
+	return MHD_YES;
 }
+
 
 /* The end of the request: answer it. */
 static enum MHD_Result respond(struct files_call *fc)
 {
+	if (fc->deleting)
+		return fc->deleted ? deleted(fc) : MHD_YES;
 	const char *rest = fc->url + strlen("/v1/files");
 	bool get = strcmp(fc->method, "GET") == 0 || strcmp(fc->method, "HEAD") == 0;
 	if (!*rest) {
@@ -598,6 +888,22 @@ static enum MHD_Result on_request(struct ig_call *call, struct ig_gw *gw IG_UNUS
 		    MHD_post_process(fc->pp, upload_data, *upload_data_size) != MHD_YES)
 			fail_body(fc, 400, NULL, "invalid_body", "the multipart/form-data body cannot be read");
 		*upload_data_size = 0; /* the rest of a refused body is read and dropped */
+		/* The first bytes go to the writer at once (the temporary file
+		 * exists, an error opening it shows early); then a chunk when it
+		 * is full: a job per read of MHD's (8 KiB) cost more of the
+		 * reactor than the write it saved. */
+		if (!fc->err_status && !fc->started && upload_flush(fc) < 0) {
+			fail_storage(fc, ENOMEM);
+			drop_upload(fc);
+		}
+		/* The chunk is taken (copied); while the writer is behind, MHD
+		 * reads no more of this connection: suspending it, not leaving
+		 * the data unconsumed, which in external mode makes MHD call
+		 * again at once (a busy loop) and still buffers the socket. */
+		if (!fc->err_status && too_much_queued(fc)) {
+			MHD_suspend_connection(conn);
+			fc->suspended = true;
+		}
 		return MHD_YES;
 	}
 	return respond(fc);
@@ -608,8 +914,12 @@ static void on_completed(struct ig_call *call, enum MHD_RequestTerminationCode t
 	struct files_call *fc = IG_CONTAINER_OF(call, struct files_call, call);
 	if (fc->pp)
 		MHD_destroy_post_processor(fc->pp);
+	fc->pp = NULL;
+	fc->conn = NULL;
+	fc->gone = true;
 	drop_upload(fc); /* an upload the client left mid-way */
-	free(fc);
+	if (fc->jobs == 0)
+		call_free(fc);
 }
 
 struct ig_call *ig_files_call(struct ig_gw *gw, struct MHD_Connection *conn, const char *url, const char *method,
@@ -621,6 +931,7 @@ struct ig_call *ig_files_call(struct ig_gw *gw, struct MHD_Connection *conn, con
 	fc->call = (struct ig_call){on_request, on_completed};
 	fc->gw = gw;
 	fc->conn = conn;
+	fc->rx = ig_rx_self ? ig_rx_self : ig_gw_home(gw);
 	fc->fd = -1;
 	snprintf(fc->owner, sizeof(fc->owner), "%s", owner);
 	snprintf(fc->method, sizeof(fc->method), "%s", method);

@@ -1,7 +1,8 @@
 /* OpenAI's Files API on the gateway (POST, GET /v1/files, GET and DELETE
  * /v1/files/{id}, GET /v1/files/{id}/content), over data_dir/files: an
  * upload is streamed to disk as it arrives (libmicrohttpd's post
- * processor), renamed into place when whole, its metadata written beside it
+ * processor; the writes on the background I/O thread, bio.h), renamed
+ * into place when whole, its metadata written beside it
  * with temp-file-and-rename; content is sent from the file. A file belongs
  * to the API key that uploaded it: others get 404. Not here: batches (which
  * read these files), routing the request to this module (server.c). */
@@ -14,6 +15,7 @@
 #include <stdint.h>
 
 struct ig_gw;
+struct ig_bio;
 struct ig_call;
 struct ig_files;
 
@@ -36,14 +38,23 @@ void ig_files_free(struct ig_files *fs);
 const struct ig_file *ig_files_find(const struct ig_files *fs, const char *id, const char *owner);
 /* Its path on disk (malloc'd). */
 char *ig_files_path(const struct ig_files *fs, const char *id);
-/* Takes the file at src (synced, in the same file system) into the store
- * as id, owned by owner: renamed into place, its metadata written. Done
- * again after a crash it is a no-op when id is already stored. Returns 0,
- * or -1 with errno (ENOSPC: the disk is full). */
-int ig_files_adopt(struct ig_files *fs, const char *src, const char *id, const char *owner, const char *filename,
-		   const char *purpose);
-/* Removes a stored file (its metadata first). Returns 0, or -1 with errno. */
-int ig_files_remove(struct ig_files *fs, const char *id);
+/* Takes the file at src (synced, in the same file system) into the store's
+ * directory as f->id: renamed into place, its metadata written, f->bytes
+ * filled in. Blocks on the disk: for the I/O thread (bio.h); it reads
+ * only what ig_files_open fixed. Done again after a crash it finds the
+ * bytes already in place. Returns 0, or -1 with errno (ENOSPC: the disk is
+ * full). */
+int ig_files_adopt_disk(const struct ig_files *fs, const char *src, struct ig_file *f);
+/* Lists f in the store (on a reactor, under gw->lock); a no-op when its id
+ * is there already. Returns 0, or -1 out of memory. */
+int ig_files_add(struct ig_files *fs, const struct ig_file *f);
+/* Removes a stored file: from the list at once, from the disk (its
+ * metadata first) on the I/O thread, then calls done(arg, errno of the
+ * first unlink that failed, or 0) on this reactor (done may be NULL).
+ * Returns 0, or -1 with errno (ENOENT: no such file, ENOMEM; done is not
+ * called). */
+int ig_files_remove(struct ig_files *fs, struct ig_bio *bio, const char *id, void (*done)(void *arg, int err),
+		    void *arg);
 /* A new file id ("file-" + 24 hex; 40 bytes out). */
 void ig_files_new_id(char out[40]);
 /* A page of an OpenAI list (the Files and Batch APIs'): the entries after

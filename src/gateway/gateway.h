@@ -76,10 +76,12 @@ struct ig_discovery;
 struct ig_respstore;
 struct ig_files;
 struct ig_batches;
+struct ig_bio;
+struct ig_metrics_sources;
 
 struct ig_gw {
 	struct ig_conf *cfg;
-	struct ig_pool pool;
+	struct ig_fleet fleet;           /* every backend (backend.h); a model's pool is its part of it */
 	/* The reactors; rx[0] runs on the main thread. With more than one,
 	 * everything below (and what it points to) is shared: a reactor holds
 	 * `lock` whenever it runs the gateway's code, and lets go of it only
@@ -128,6 +130,8 @@ struct ig_gw {
 	 * them: the routing policy's view of each backend, and of the whole). */
 	void (*report_backend)(const struct ig_gw *gw, const struct ig_backend *b, json_t *entry);
 	void (*report_gateway)(const struct ig_gw *gw, json_t *obj);
+	struct ig_bio *bio;              /* their disk work's thread (bio.h), the same */
+	struct ig_metrics_sources *reports; /* what modules registered to report (metrics.h) */
 	int argc;                      /* to re-read the configuration on SIGHUP */
 	char **argv;
 };

@@ -88,16 +88,16 @@ void ig_health_remove(struct ig_gw *gw, struct ig_backend *b)
 
 int ig_health_init(struct ig_gw *gw)
 {
-	for (size_t i = 0; i < gw->pool.n; i++)
-		if (ig_health_add(gw, gw->pool.v[i]) < 0)
+	for (size_t i = 0; i < gw->fleet.n; i++)
+		if (ig_health_add(gw, gw->fleet.v[i]) < 0)
 			return -1;
 	return 0;
 }
 
 void ig_health_free(struct ig_gw *gw)
 {
-	for (size_t i = 0; i < gw->pool.n; i++)
-		ig_health_remove(gw, gw->pool.v[i]);
+	for (size_t i = 0; i < gw->fleet.n; i++)
+		ig_health_remove(gw, gw->fleet.v[i]);
 }
 
 static size_t on_probe_body(char *ptr, size_t size, size_t nmemb, void *userdata)
@@ -149,8 +149,8 @@ static void start_probe(struct ig_gw *gw, struct ig_probe *p, enum probe_what wh
 
 void ig_health_tick(struct ig_gw *gw, uint64_t now_ms)
 {
-	for (size_t i = 0; i < gw->pool.n; i++) {
-		struct ig_probe *p = gw->pool.v[i]->probe;
+	for (size_t i = 0; i < gw->fleet.n; i++) {
+		struct ig_probe *p = gw->fleet.v[i]->probe;
 		if (p && !p->xfer.running && now_ms >= p->b->next_probe_ms)
 			start_probe(gw, p, PROBE_HEALTH);
 	}
@@ -164,17 +164,17 @@ static void set_state(struct ig_gw *gw, struct ig_backend *b, int state, const c
 	gw->models_dirty = true; /* unknown lists count as up or down (scheduler.h) */
 	if (state == IG_BACKEND_UP) {
 		b->seen_up = 1;
-		ig_log_info("backend %s is up (%s); %zu of %zu healthy", b->url, why, ig_backend_pool_healthy(&gw->pool),
-			    gw->pool.n);
+		ig_log_info("backend %s is up (%s); %zu of %zu healthy", b->url, why, ig_backend_fleet_healthy(&gw->fleet),
+			    gw->fleet.n);
 		gw->drain_pending = true;
 	} else {
-		ig_log_warn("backend %s is down (%s); %zu of %zu healthy", b->url, why, ig_backend_pool_healthy(&gw->pool),
-			    gw->pool.n);
+		ig_log_warn("backend %s is down (%s); %zu of %zu healthy", b->url, why, ig_backend_fleet_healthy(&gw->fleet),
+			    gw->fleet.n);
 		/* It may come back restarted with another capacity: learn anew;
 		 * and with an empty cache: cache-aware forgets what it sent. */
 		ig_capacity_reset(&b->learn);
 		atomic_store(&b->slots, 0);
-		ig_backend_pool_gone(&gw->pool, b);
+		ig_backend_fleet_gone(&gw->fleet, b);
 	}
 }
 
@@ -378,13 +378,13 @@ void ig_health_passive_fail(struct ig_gw *gw, struct ig_backend *b, enum ig_upst
 
 void ig_health_reap(struct ig_gw *gw)
 {
-	for (size_t i = gw->pool.n; i-- > 0;) {
-		struct ig_backend *b = gw->pool.v[i];
+	for (size_t i = gw->fleet.n; i-- > 0;) {
+		struct ig_backend *b = gw->fleet.v[i];
 		if (atomic_load(&b->admin) != IG_ADMIN_REMOVING || atomic_load(&b->inflight) > 0)
 			continue;
 		ig_log_info("backend %s (id %d) removed", b->url, b->id);
-		ig_backend_pool_gone(&gw->pool, b);
+		ig_backend_fleet_gone(&gw->fleet, b);
 		ig_health_remove(gw, b);
-		ig_backend_pool_remove(&gw->pool, b);
+		ig_backend_fleet_remove(&gw->fleet, b);
 	}
 }

@@ -9,7 +9,7 @@
 #include "gateway.h"
 #include "upstream.h"
 
-/* Probe state for every backend of the pool. Returns 0 or -1. */
+/* Probe state for every backend of the fleet. Returns 0 or -1. */
 int ig_health_init(struct ig_gw *gw);
 void ig_health_free(struct ig_gw *gw);
 /* Probe state for a backend added at run time (probed at once) / about to

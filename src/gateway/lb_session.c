@@ -51,7 +51,7 @@ static size_t pick(void *state IG_UNUSED, const struct ig_pick_set *set, const s
 	long total = 1, weights = 0; /* this request counted */
 	for (size_t i = 0; i < set->npool; i++) {
 		const struct ig_backend *b = set->pool[i];
-		if (!ig_backend_routable(b))
+		if (!ig_backend_usable(b))
 			continue;
 		total += ig_policy_load(b);
 		weights += b->weight;

@@ -9,7 +9,7 @@
 #include <time.h>
 
 #include "infergate/buf.h"
-#include "batches.h"
+#include "affinity.h"
 #include "metrics.h"
 #include "policy.h"
 #include "rx.h"
@@ -24,10 +24,10 @@ static char *dump(json_t *j)
 
 char *ig_metrics_health_json(struct ig_gw *gw, unsigned *status)
 {
-	size_t k = ig_backend_pool_healthy(&gw->pool);
+	size_t k = ig_backend_fleet_healthy(&gw->fleet);
 	*status = k > 0 ? 200 : 503;
 	return dump(json_pack("{s:s, s:I, s:I}", "status", k > 0 ? "ok" : "unavailable",
-			      "healthy_backends", (json_int_t)k, "backends", (json_int_t)gw->pool.n));
+			      "healthy_backends", (json_int_t)k, "backends", (json_int_t)gw->fleet.n));
 }
 
 json_t *ig_metrics_backend_json(const struct ig_backend *b, uint64_t now)
@@ -73,6 +73,35 @@ json_t *ig_metrics_backend_json(const struct ig_backend *b, uint64_t now)
 	return o;
 }
 
+
+struct ig_metrics_sources {
+	struct ig_metrics_source *v;
+	size_t n, cap;
+};
+
+int ig_metrics_register(struct ig_gw *gw, const struct ig_metrics_source *src)
+{
+	struct ig_metrics_sources *r = gw->reports;
+	if (!r && !(r = gw->reports = calloc(1, sizeof(*r))))
+		return -1;
+	struct ig_metrics_source *v = ig_grow(r->v, &r->cap, r->n, sizeof(*v), 4);
+	if (!v)
+		return -1;
+	r->v = v;
+	r->v[r->n++] = *src;
+	return 0;
+}
+
+void ig_metrics_unregister(struct ig_gw *gw, const void *arg)
+{
+	struct ig_metrics_sources *r = gw->reports;
+	for (size_t i = 0; r && i < r->n;)
+		if (r->v[i].arg == arg)
+			memmove(&r->v[i], &r->v[i + 1], (--r->n - i) * sizeof(*r->v));
+		else
+			i++;
+}
+
 /* The aliases that name m, as a JSON array. */
 static json_t *aliases_of(const struct ig_gw *gw, const char *model)
 {
@@ -108,10 +137,10 @@ static json_t *models_detail(struct ig_gw *gw)
 }
 
 /* What a model's pool takes at once, for a client that keeps it full
- * (infergate-bulk --concurrency auto): over its routable backends, the sum of
+ * (infergate-bulk --concurrency auto): over its usable backends, the sum of
  * each one's limit (max_inflight, else the learned slot count) for classes
  * high and normal ("slots") and for low ("slots_low": less reserve_slots);
- * "unknown" counts routable backends with neither, which take whatever comes
+ * "unknown" counts usable backends with neither, which take whatever comes
  * because their capacity is not known (yet: it is learned when one queues),
  * and "learning" those of them that send load reports, so that it will be. */
 char *ig_metrics_capacity_json(struct ig_gw *gw)
@@ -122,7 +151,7 @@ char *ig_metrics_capacity_json(struct ig_gw *gw)
 		long slots = 0, slots_low = 0, unknown = 0, learning = 0, healthy = 0;
 		for (size_t j = 0; j < m->nbackends; j++) {
 			const struct ig_backend *b = m->backends[j];
-			if (!ig_backend_routable(b))
+			if (!ig_backend_usable(b))
 				continue;
 			healthy++;
 			long all = ig_policy_limit(b, false), low = ig_policy_limit(b, true);
@@ -156,10 +185,10 @@ char *ig_metrics_backends_json(struct ig_gw *gw)
 {
 	json_t *arr = json_array();
 	uint64_t now = ig_now_ms();
-	for (size_t i = 0; i < gw->pool.n; i++) {
-		json_t *o = ig_metrics_backend_json(gw->pool.v[i], now);
+	for (size_t i = 0; i < gw->fleet.n; i++) {
+		json_t *o = ig_metrics_backend_json(gw->fleet.v[i], now);
 		if (gw->report_backend) /* the routing policy's view of it */
-			gw->report_backend(gw, gw->pool.v[i], o);
+			gw->report_backend(gw, gw->fleet.v[i], o);
 		json_array_append_new(arr, o);
 	}
 	json_t *g = json_pack("{s:s, s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
@@ -168,8 +197,8 @@ char *ig_metrics_backends_json(struct ig_gw *gw)
 			      "requests", (json_int_t)requests_received(gw),
 			      "inflight", (json_int_t)gw->nreqs,
 			      "queue_depth", (json_int_t)gw->sched.qlen,
-			      "healthy_backends", (json_int_t)ig_backend_pool_healthy(&gw->pool),
-			      "backends", (json_int_t)gw->pool.n,
+			      "healthy_backends", (json_int_t)ig_backend_fleet_healthy(&gw->fleet),
+			      "backends", (json_int_t)gw->fleet.n,
 			      "prompt_tokens", (json_int_t)gw->stats.prompt_tokens,
 			      "completion_tokens", (json_int_t)gw->stats.completion_tokens);
 	json_t *classes = json_object();
@@ -201,8 +230,14 @@ char *ig_metrics_backends_json(struct ig_gw *gw)
 									      : json_null(),
 						      "dispatched_from_queue", (json_int_t)k->completed));
 	}
-	return dump(json_pack("{s:o, s:o, s:o, s:o, s:o}", "gateway", g, "backends", arr, "models", models_detail(gw),
-			      "keys", keys, "batches", ig_batches_json(gw->batches)));
+	json_t *out = json_pack("{s:o, s:o, s:o, s:o}", "gateway", g, "backends", arr, "models", models_detail(gw),
+				"keys", keys);
+	for (size_t i = 0; gw->reports && i < gw->reports->n; i++) {
+		const struct ig_metrics_source *src = &gw->reports->v[i];
+		if (src->json)
+			json_object_set_new(out, src->name, src->json(src->arg));
+	}
+	return dump(out);
 }
 
 /* The entry a backend's own /v1/models gave for `name` (the first backend
@@ -303,6 +338,10 @@ void ig_metrics_observe_wait(struct ig_gw *gw, int klass, uint64_t waited_ms)
 
 void ig_metrics_free(struct ig_gw *gw)
 {
+	if (gw->reports)
+		free(gw->reports->v);
+	free(gw->reports);
+	gw->reports = NULL;
 	for (size_t i = 0; i < gw->stats.ncounts; i++)
 		free(gw->stats.counts[i].backend);
 	free(gw->stats.counts);
@@ -316,14 +355,20 @@ static void hist_series(struct ig_buf *b, const char *name, const char *key, con
 			const struct ig_metrics_hist *h)
 {
 	uint64_t cum = 0;
+	struct ig_buf lv;
+	ig_buf_init(&lv);
+	ig_buf_printf(&lv, "%s=\"", key);
+	ig_buf_prom_label(&lv, value);
+	ig_buf_append(&lv, "\"", 2); /* with its NUL */
+	const char *l = ig_buf_head(&lv);
 	for (int i = 0; i < IG_HIST_BUCKETS; i++) {
 		cum += h->counts[i];
-		ig_buf_printf(b, "%s_bucket{%s=\"%s\",le=\"%g\"} %lu\n", name, key, value, bounds[i], (unsigned long)cum);
+		ig_buf_printf(b, "%s_bucket{%s,le=\"%g\"} %lu\n", name, l, bounds[i], (unsigned long)cum);
 	}
 	cum += h->counts[IG_HIST_BUCKETS];
-	ig_buf_printf(b, "%s_bucket{%s=\"%s\",le=\"+Inf\"} %lu\n", name, key, value, (unsigned long)cum);
-	ig_buf_printf(b, "%s_sum{%s=\"%s\"} %.6f\n%s_count{%s=\"%s\"} %lu\n", name, key, value, h->sum, name, key,
-		      value, (unsigned long)h->n);
+	ig_buf_printf(b, "%s_bucket{%s,le=\"+Inf\"} %lu\n", name, l, (unsigned long)cum);
+	ig_buf_printf(b, "%s_sum{%s} %.6f\n%s_count{%s} %lu\n", name, l, h->sum, name, l, (unsigned long)h->n);
+	ig_buf_free(&lv);
 }
 
 static void print_hist(struct ig_buf *b, const struct ig_conf *cfg, const char *name, const char *help,
@@ -340,8 +385,11 @@ static void per_backend(struct ig_buf *b, struct ig_gw *gw, const char *name, co
 			const char *help, unsigned long (*get)(const struct ig_backend *))
 {
 	ig_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
-	for (size_t i = 0; i < gw->pool.n; i++)
-		ig_buf_printf(b, "%s{backend=\"%s\"} %lu\n", name, gw->pool.v[i]->url, get(gw->pool.v[i]));
+	for (size_t i = 0; i < gw->fleet.n; i++) {
+		ig_buf_printf(b, "%s{backend=\"", name);
+		ig_buf_prom_label(b, gw->fleet.v[i]->url);
+		ig_buf_printf(b, "\"} %lu\n", get(gw->fleet.v[i]));
+	}
 }
 
 static unsigned long get_up(const struct ig_backend *x) { return atomic_load(&x->state) == IG_BACKEND_UP; }
@@ -363,7 +411,7 @@ static void per_model(struct ig_buf *b, struct ig_gw *gw)
 		{"infergate_model_queue_depth", "gauge", "Requests waiting for a slot, per model."},
 		{"infergate_model_inflight", "gauge", "Requests on a backend, per model."},
 		{"infergate_model_backends_healthy", "gauge", "Healthy backends that serve the model."},
-		{"infergate_model_requests_total", "counter", "Requests routed or queued, per model."},
+		{"infergate_model_requests_total", "counter", "Requests dispatched or queued, per model."},
 		{"infergate_model_queued_total", "counter", "Requests that waited in the model's queue."},
 		{"infergate_model_queue_rejected_total", "counter", "Requests refused with 429 (the model's queue full)."},
 		{"infergate_model_queue_timeouts_total", "counter", "Requests that waited too long (503), per model."},
@@ -517,10 +565,13 @@ char *ig_metrics_text(struct ig_gw *gw)
 	ig_buf_printf(&b, "# HELP infergate_requests_total Proxied requests answered, by route, status and backend "
 		      "(a 200 stream that carried an error event counts as the error's status).\n"
 		      "# TYPE infergate_requests_total counter\n");
-	for (size_t i = 0; i < s->ncounts; i++)
-		ig_buf_printf(&b, "infergate_requests_total{route=\"%s\",code=\"%u\",backend=\"%s\"} %lu\n",
-			      ig_route_path(gw->cfg, s->counts[i].route), s->counts[i].status, s->counts[i].backend,
-			      (unsigned long)s->counts[i].n);
+	for (size_t i = 0; i < s->ncounts; i++) {
+		ig_buf_printf(&b, "infergate_requests_total{route=\"");
+		ig_buf_prom_label(&b, ig_route_path(gw->cfg, s->counts[i].route));
+		ig_buf_printf(&b, "\",code=\"%u\",backend=\"", s->counts[i].status);
+		ig_buf_prom_label(&b, s->counts[i].backend);
+		ig_buf_printf(&b, "\"} %lu\n", (unsigned long)s->counts[i].n);
+	}
 	ig_buf_printf(&b, "# HELP infergate_responses_total Responses sent (all routes), by status class.\n"
 		      "# TYPE infergate_responses_total counter\n");
 	for (int c = 1; c <= 5; c++)
@@ -603,16 +654,20 @@ char *ig_metrics_text(struct ig_gw *gw)
 	ig_buf_printf(&b, "# HELP infergate_backend_probes_total Health probes by result (slow: timed out while "
 		      "requests were answered, not counted as a failure).\n"
 		      "# TYPE infergate_backend_probes_total counter\n");
-	for (size_t i = 0; i < gw->pool.n; i++) {
-		const struct ig_backend *x = gw->pool.v[i];
-		ig_buf_printf(&b, "infergate_backend_probes_total{backend=\"%s\",result=\"ok\"} %lu\n"
-			      "infergate_backend_probes_total{backend=\"%s\",result=\"failed\"} %lu\n"
-			      "infergate_backend_probes_total{backend=\"%s\",result=\"slow\"} %lu\n",
-			      x->url, atomic_load(&x->probes_ok), x->url, atomic_load(&x->probes_failed),
-			      x->url, atomic_load(&x->probes_slow));
+	static const char *results[] = {"ok", "failed", "slow"};
+	for (size_t i = 0; i < gw->fleet.n; i++) {
+		const struct ig_backend *x = gw->fleet.v[i];
+		unsigned long v[] = {atomic_load(&x->probes_ok), atomic_load(&x->probes_failed),
+				     atomic_load(&x->probes_slow)};
+		for (int k = 0; k < 3; k++) {
+			ig_buf_printf(&b, "infergate_backend_probes_total{backend=\"");
+			ig_buf_prom_label(&b, x->url);
+			ig_buf_printf(&b, "\",result=\"%s\"} %lu\n", results[k], v[k]);
+		}
 	}
-	if (gw->batches)
-		ig_batches_metrics(gw->batches, &b);
+	for (size_t i = 0; gw->reports && i < gw->reports->n; i++)
+		if (gw->reports->v[i].prom)
+			gw->reports->v[i].prom(gw->reports->v[i].arg, &b);
 	ig_buf_append(&b, "", 1);
 	char *out = strdup(ig_buf_head(&b));
 	ig_buf_free(&b);

@@ -1,6 +1,9 @@
 /* The gateway's self-reports: bodies for /health, /health/backends,
  * /v1/models and /metrics, and the counting of finished requests. Reads
- * everything, changes nothing but the counters in gw->stats. */
+ * everything below it, changes nothing but the counters in gw->stats.
+ * Modules above it (the Batch API) are not called: they register what
+ * they report (struct ig_metrics_source) when they open and remove it
+ * when they are freed. */
 #ifndef IG_METRICS_H
 #define IG_METRICS_H
 
@@ -9,6 +12,22 @@
 #include <stdint.h>
 
 #include "gateway.h"
+#include "infergate/buf.h"
+
+/* What a module above metrics reports: an entry `name` in
+ * /health/backends' JSON (json: a new reference) and its own series in
+ * /metrics (prom: whole HELP/TYPE blocks). Either may be NULL. */
+struct ig_metrics_source {
+	const char *name;
+	json_t *(*json)(void *arg);
+	void (*prom)(void *arg, struct ig_buf *out);
+	void *arg;
+};
+/* Adds src (copied; name must outlive it), shown after the gateway's own
+ * in the order added. Returns 0, or -1 out of memory. */
+int ig_metrics_register(struct ig_gw *gw, const struct ig_metrics_source *src);
+/* Removes the sources registered with arg. */
+void ig_metrics_unregister(struct ig_gw *gw, const void *arg);
 
 /* Counts a finished proxied request: its route, the status it ended with,
  * whether a 200 stream carried an error event, the backend that answered

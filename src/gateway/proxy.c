@@ -19,7 +19,6 @@
 #include <strings.h>
 #include <sys/epoll.h>
 
-#include "batches.h"
 #include "health.h"
 #include "infergate/httpd.h"
 #include "infergate/log.h"
@@ -239,7 +238,7 @@ static void on_refused(struct ig_waiter *w, const struct ig_dispatch_error *e)
 
 /* The transfer configure_transfer set up goes into the multi of req's reactor (on
  * its thread). */
-static void begin_transfer(struct ig_req *req)
+static void add_transfer(struct ig_req *req)
 {
 	CURLMcode mc = ig_upstream_start(req->rx, &req->xfer);
 	if (mc != CURLM_OK) {
@@ -322,7 +321,7 @@ options:
 static void launch(struct ig_req *req)
 {
 	configure_transfer(req, req->wait.backend);
-	begin_transfer(req);
+	add_transfer(req);
 }
 
 /* Dispatch gave it backend b, its slot taken (any reactor, under the
@@ -421,7 +420,7 @@ static enum MHD_Result collect_header(void *cls, enum MHD_ValueKind kind IG_UNUS
 			p += n;
 		}
 	}
-	/* A batch's mark (batches.h) is the gateway's own. */
+	/* A batch's mark (IG_BATCH_HEADER) is the gateway's own. */
 	if (strcasecmp(key, IG_BATCH_HEADER) == 0)
 		return MHD_YES;
 	/* The gateway's own key stays here; a backend key replaces it. */
@@ -513,7 +512,7 @@ static enum MHD_Result body_done(struct ig_req *req)
 	req->relay.stream = a->stream;
 	req->relay.usage_added = a->usage_added;
 	req->relay.store = a->store;
-	if (!(w->m = ig_sched_get(&gw->sched, &gw->pool, a->model))) {
+	if (!(w->m = ig_sched_get(&gw->sched, &gw->fleet, a->model))) {
 		set_error(req, 500, "internal_error", "out of memory");
 		return respond(req);
 	}

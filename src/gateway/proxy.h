@@ -16,6 +16,11 @@
 #include "relay.h"
 #include "upstream.h"
 
+/* The request header that marks a batch's own request: "SECRET OWNER"
+ * (batches.c sends it, server.c checks it). The gateway's own: a proxied
+ * request never forwards it. */
+#define IG_BATCH_HEADER "X-Infergate-Batch"
+
 /* What another reactor asks of a request's own (ig_proxy_run_posted). */
 #define IG_HAND_START 1u   /* start the attempt dispatch gave it */
 #define IG_HAND_RESUME 2u  /* resume its connection: an answer is decided */

@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "batches.h"
+#include "bio.h"
 #include "health.h"
 #include "infergate/log.h"
 #include "infergate/util.h"
@@ -141,6 +142,8 @@ int ig_reactor_open(struct ig_gw *gw)
 	for (size_t i = 0; i < gw->nrx; i++)
 		if (rx_open(&gw->rx[i]) < 0)
 			return -1;
+	if (gw->files && !(gw->bio = ig_bio_start(gw))) /* the Files and Batch APIs' disk work */
+		return -1;
 	/* Signals reach reactor 0's signalfd only: every thread blocks them
 	 * (the reactors' threads inherit this mask). */
 	sigemptyset(&mask);
@@ -185,7 +188,7 @@ static void reload(struct ig_gw *gw)
 	}
 	ig_notify_reloading("reloading %s", gw->cfg->config_path ? gw->cfg->config_path : "the key files");
 	int rc = ig_reload(gw);
-	ig_notify_ready("listening on %s, %zu backend%s; %s", gw->cfg->listen, gw->pool.n, gw->pool.n == 1 ? "" : "s",
+	ig_notify_ready("listening on %s, %zu backend%s; %s", gw->cfg->listen, gw->fleet.n, gw->fleet.n == 1 ? "" : "s",
 			rc == 0 ? "reload applied" : "reload refused, running configuration kept (see the log)");
 }
 
@@ -240,7 +243,7 @@ static void deferred(struct ig_rx *rx)
 	}
 	if (gw->models_dirty) {
 		gw->models_dirty = false;
-		if (ig_sched_rebuild(&gw->sched, &gw->pool) < 0)
+		if (ig_sched_rebuild(&gw->sched, &gw->fleet) < 0)
 			gw->models_dirty = true; /* out of memory: next turn */
 		gw->drain_pending = true;
 	}
@@ -405,7 +408,7 @@ static void *rx_thread(void *arg)
 
 int ig_reactor_run(struct ig_gw *gw)
 {
-	ig_log_info("listening on %s, %zu backends, policy %s, %zu reactor%s", gw->cfg->listen, gw->pool.n,
+	ig_log_info("listening on %s, %zu backends, policy %s, %zu reactor%s", gw->cfg->listen, gw->fleet.n,
 		    ig_policy_name(gw->cfg->policy), gw->nrx, gw->nrx == 1 ? "" : "s");
 	gw->threaded = gw->nrx > 1;
 	gw->nrunning = gw->nrx;
@@ -426,8 +429,8 @@ int ig_reactor_run(struct ig_gw *gw)
 	}
 	/* init bound the port and started MHD: a client may connect now */
 	if (!gw->stopping)
-		ig_notify_ready("listening on %s, %zu backend%s", gw->cfg->listen, gw->pool.n,
-				gw->pool.n == 1 ? "" : "s");
+		ig_notify_ready("listening on %s, %zu backend%s", gw->cfg->listen, gw->fleet.n,
+				gw->fleet.n == 1 ? "" : "s");
 	rx_loop(ig_gw_home(gw));
 	if (gw->nreqs)
 		ig_log_warn("grace period over: cutting %zu requests", gw->nreqs);

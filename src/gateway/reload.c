@@ -119,7 +119,7 @@ int ig_reload(struct ig_gw *gw)
 		struct ig_backend_conf *bc = &nc.backends[i];
 		if (bc->discover)
 			continue;
-		struct ig_backend *b = ig_backend_pool_find_url(&gw->pool, bc->url);
+		struct ig_backend *b = ig_backend_fleet_find_url(&gw->fleet, bc->url);
 		if (b) {
 			int changed = ig_backend_configure(b, bc);
 			if (changed > 0)
@@ -131,14 +131,14 @@ int ig_reload(struct ig_gw *gw)
 				atomic_store(&b->admin, IG_ADMIN_ENABLED);
 			continue;
 		}
-		b = ig_backend_pool_add(&gw->pool, bc->url, bc->weight, bc->max_inflight);
+		b = ig_backend_fleet_add(&gw->fleet, bc->url, bc->weight, bc->max_inflight);
 		if (b && ig_backend_configure(b, bc) >= 0 && ig_health_add(gw, b) == 0) {
 			added++;
 			ig_log_info("reload: backend %s added (id %d)", b->url, b->id);
 		}
 	}
-	for (size_t i = 0; i < gw->pool.n; i++) {
-		struct ig_backend *b = gw->pool.v[i];
+	for (size_t i = 0; i < gw->fleet.n; i++) {
+		struct ig_backend *b = gw->fleet.v[i];
 		int keep = 0;
 		for (size_t j = 0; j < nc.n_backends && !keep; j++)
 			keep = strcmp(nc.backends[j].url, b->discover ? b->discover : b->url) == 0 &&

@@ -163,15 +163,15 @@ struct ig_model *ig_sched_find(const struct ig_sched *s, const char *name)
 
 /* m's pool: the backends of the table that serve it, and whether one of
  * them names it (m->named). Returns 0 or -1. */
-static int pool_of(struct ig_model *m, const struct ig_pool *pool)
+static int pool_of(struct ig_model *m, const struct ig_fleet *fleet)
 {
-	struct ig_backend **v = pool->n ? malloc(pool->n * sizeof(*v)) : NULL;
+	struct ig_backend **v = fleet->n ? malloc(fleet->n * sizeof(*v)) : NULL;
 	size_t k = 0;
-	if (pool->n && !v)
+	if (fleet->n && !v)
 		return -1;
 	m->named = false;
-	for (size_t i = 0; i < pool->n; i++) {
-		struct ig_backend *b = pool->v[i];
+	for (size_t i = 0; i < fleet->n; i++) {
+		struct ig_backend *b = fleet->v[i];
 		bool names = ig_backend_names_model(b, m->name);
 		if (!names && ig_backend_serves(b, m->name) != IG_SERVES_YES)
 			continue;
@@ -210,11 +210,11 @@ static void remove_at(struct ig_sched *s, size_t i)
 		s->next--;
 }
 
-int ig_sched_rebuild(struct ig_sched *s, const struct ig_pool *pool)
+int ig_sched_rebuild(struct ig_sched *s, const struct ig_fleet *fleet)
 {
 	s->unknown_up = s->unknown_down = 0;
-	for (size_t i = 0; i < pool->n; i++) {
-		const struct ig_backend *b = pool->v[i];
+	for (size_t i = 0; i < fleet->n; i++) {
+		const struct ig_backend *b = fleet->v[i];
 		if (!b->models_conf && !b->models && !b->models_any) {
 			/* Up, or not probed yet: its list may come any moment. */
 			if (atomic_load(&b->state) == IG_BACKEND_UP || b->last_probe_ms == 0)
@@ -235,7 +235,7 @@ int ig_sched_rebuild(struct ig_sched *s, const struct ig_pool *pool)
 	}
 	for (size_t i = s->n; i-- > 0;) {
 		struct ig_model *m = s->v[i];
-		if (pool_of(m, pool) < 0)
+		if (pool_of(m, fleet) < 0)
 			return -1;
 		if (!m->named && m->refs == 0)
 			remove_at(s, i);
@@ -243,14 +243,14 @@ int ig_sched_rebuild(struct ig_sched *s, const struct ig_pool *pool)
 	return 0;
 }
 
-struct ig_model *ig_sched_get(struct ig_sched *s, const struct ig_pool *pool, const char *name)
+struct ig_model *ig_sched_get(struct ig_sched *s, const struct ig_fleet *fleet, const char *name)
 {
 	struct ig_model *m = ig_sched_find(s, name);
 	if (m)
 		return m;
 	if (!(m = add(s, name)))
 		return NULL;
-	if (pool_of(m, pool) < 0) {
+	if (pool_of(m, fleet) < 0) {
 		remove_at(s, s->n - 1);
 		return NULL;
 	}
@@ -276,7 +276,7 @@ size_t ig_sched_healthy(const struct ig_model *m)
 {
 	size_t k = 0;
 	for (size_t i = 0; i < m->nbackends; i++)
-		k += (size_t)ig_backend_routable(m->backends[i]);
+		k += (size_t)ig_backend_usable(m->backends[i]);
 	return k;
 }
 

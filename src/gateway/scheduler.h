@@ -1,7 +1,7 @@
 /* The scheduler's state: one entry per model with the backends that serve
- * it (the pool its requests are routed among) and its own wait queues, so a
+ * it (the pool its requests are dispatched among) and its own wait queues, so a
  * request for an idle model never waits behind another model's queue.
- * The entries are rebuilt from the backend table whenever a backend's
+ * The entries are rebuilt from the fleet (every backend) whenever a backend's
  * models, state or presence change (ig_sched_rebuild).
  *
  * Who runs next when a slot frees (ig_sched_next): within a model, strict
@@ -62,7 +62,7 @@ struct ig_model {
 	unsigned since_low;          /* higher-class dispatches while low waited */
 	long inflight;               /* its requests on a backend now */
 	size_t refs;                 /* requests that hold this entry */
-	uint64_t requests;           /* routed or queued, in total */
+	uint64_t requests;           /* dispatched or queued, in total */
 	uint64_t queued;             /* of which waited in the queue */
 	uint64_t rejected;           /* 429: its queue was full */
 	uint64_t timeouts;           /* 503: waited too long */
@@ -94,12 +94,12 @@ void ig_sched_free(struct ig_sched *s);
 /* Recomputes every entry's backends from the table, adds entries for newly
  * served names and drops unserved entries no request holds. Returns 0 or -1
  * (out of memory: entries kept as they were). */
-int ig_sched_rebuild(struct ig_sched *s, const struct ig_pool *pool);
+int ig_sched_rebuild(struct ig_sched *s, const struct ig_fleet *fleet);
 /* The entry for a served name, or NULL. */
 struct ig_model *ig_sched_find(const struct ig_sched *s, const char *name);
 /* The entry for `name`, made when missing (with the backends that serve any
  * model, if some do). NULL when out of memory. */
-struct ig_model *ig_sched_get(struct ig_sched *s, const struct ig_pool *pool, const char *name);
+struct ig_model *ig_sched_get(struct ig_sched *s, const struct ig_fleet *fleet, const char *name);
 /* A request takes / lets go of its entry (an unserved one goes with its
  * last request). */
 static inline void ig_sched_hold(struct ig_model *m)

@@ -14,7 +14,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	if (size < 1)
 		return 0;
-	struct bulk_defaults d = {
+	struct ig_corpus_defaults d = {
 		.model = (data[0] & 1) ? "m" : NULL,
 		.max_tokens = (data[0] & 2) ? 16 : -1,
 		.temperature = 0.5,
@@ -22,7 +22,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		.endpoint = (int)((data[0] >> 3) % 3) - 1, /* -1 auto, chat, completions */
 		.stream = (data[0] >> 5) & 1,
 	};
-	struct bulk_line l;
+	struct ig_corpus_line l;
 	char *err = NULL;
 	int rc = ig_corpus_parse((const char *)data + 1, size - 1, 7, &d, &l, &err);
 	if (rc < 0) {

@@ -1,5 +1,5 @@
 /* libFuzzer target: infergate-bulk's resume scanner (ig_journal_done_load and
- * friends, src/bulk/journal.c) over an OUTPUT and an errors file. The input
+ * friends, src/batchfile/journal.c) over an OUTPUT and an errors file. The input
  * is split at the first 0xff byte: before it the output file, after it the
  * errors file. When the scan accepts the files, every complete line's
  * custom_id must be found again (exactly-once rests on that), and the torn

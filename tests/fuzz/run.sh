@@ -63,12 +63,13 @@ rm -f "$build"/lib*.build.log
 	sh "$src/src/gateway/embed.sh" "$src/src/gateway/status.html" ig_status_html >"$build/status_html.c"
 if ! archive common "$src"/src/common/*.c ||
    ! archive gateway $(ls "$src"/src/gateway/*.c | grep -v '/main\.c$') "$build/status_html.c" ||
+   ! archive batchfile "$src"/src/batchfile/*.c ||
    ! archive bulk $(ls "$src"/src/bulk/*.c | grep -v '/main\.c$'); then
 	cat "$build"/lib*.build.log
 	echo "FAIL: the tree does not build with $cc for fuzzing"
 	exit 1
 fi
-archives="$build/libgateway.a $build/libbulk.a $build/libcommon.a"
+archives="$build/libgateway.a $build/libbulk.a $build/libbatchfile.a $build/libcommon.a"
 
 for t in $targets; do
 	case " $all " in *" $t "*) ;; *) echo "unknown target '$t' (targets: $all)" >&2; exit 2 ;; esac

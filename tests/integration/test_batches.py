@@ -372,7 +372,9 @@ def finished_batches_go_after_the_retention_time():
                what="the batch removed")
     files = [(x["purpose"], x["filename"]) for x in http_json("GET", gw.url + "/v1/files")[2]["data"]]
     assert files == [("batch", "corpus.jsonl")], files   # its output went with it; the input is the user's
-    assert not os.path.exists(os.path.join(d("data"), "batches", bid))
+    # its directory goes on the I/O thread, after the batch left the list
+    wait_until(lambda: not os.path.exists(os.path.join(d("data"), "batches", bid)), timeout=20,
+               what="the batch's directory removed")
     assert "removed (finished" in gw.read_log()
 
 

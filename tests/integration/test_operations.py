@@ -49,7 +49,7 @@ def gateway_with_config(cfg, *extra):
 
 def healthy(gw, n):
     wait_until(lambda: http_json("GET", gw.url + "/health")[2]["healthy_backends"] == n, timeout=10,
-               what=f"{n} routable backends")
+               what=f"{n} usable backends")
 
 
 def backends(gw):

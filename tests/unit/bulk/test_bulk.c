@@ -10,9 +10,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../../../src/bulk/corpus.c"
-#include "../../../src/bulk/idset.c"
-#include "../../../src/bulk/journal.c"
+#include "../../../src/batchfile/corpus.c"
+#include "../../../src/batchfile/idset.c"
+#include "../../../src/batchfile/journal.c"
 #include "../../../src/bulk/stream.c"
 #include "../../../src/bulk/report.c"
 #include "../../../src/bulk/progress.c"
@@ -26,9 +26,9 @@
 #include "../check_main.h"
 #undef main
 
-static const struct bulk_defaults no_defaults = {NULL, -1, 0, 0, -1, 0};
+static const struct ig_corpus_defaults no_defaults = {NULL, -1, 0, 0, -1, 0};
 
-static int parse(const char *text, const struct bulk_defaults *d, struct bulk_line *l, char **err)
+static int parse(const char *text, const struct ig_corpus_defaults *d, struct ig_corpus_line *l, char **err)
 {
 	*err = NULL;
 	return ig_corpus_parse(text, strlen(text), 7, d, l, err);
@@ -36,9 +36,9 @@ static int parse(const char *text, const struct bulk_defaults *d, struct bulk_li
 
 START_TEST(corpus_batch_and_shorthand)
 {
-	struct bulk_line l;
+	struct ig_corpus_line l;
 	char *err;
-	struct bulk_defaults d = {"dm", 32, 0.5, 1, -1, 0};
+	struct ig_corpus_defaults d = {"dm", 32, 0.5, 1, -1, 0};
 
 	ck_assert_int_eq(parse("{\"custom_id\":\"a\",\"method\":\"POST\",\"url\":\"/v1/chat/completions\","
 			       "\"body\":{\"model\":\"x\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":5}}",
@@ -84,9 +84,9 @@ END_TEST
 
 START_TEST(corpus_errors_name_the_line)
 {
-	struct bulk_line l;
+	struct ig_corpus_line l;
 	char *err;
-	struct bulk_defaults d = no_defaults;
+	struct ig_corpus_defaults d = no_defaults;
 	static const char *bad[][2] = {
 		{"{not json", "line 7: not JSON"},
 		{"[1,2]", "not a JSON object"},
@@ -106,9 +106,18 @@ START_TEST(corpus_errors_name_the_line)
 		ck_assert_ptr_null(l.body);
 		free(err);
 	}
+	/* the library names no flag: the message says what was wrong, a
+	 * program with flags names its own (model_hint) */
+	ck_assert_int_eq(parse("{\"prompt\":\"p\"}", &d, &l, &err), -1);
+	ck_assert_msg(strstr(err, "no model: set \"model\" in the line") && !strstr(err, "--"), "%s", err);
+	free(err);
+	d.model_hint = "--model";
+	ck_assert_int_eq(parse("{\"prompt\":\"p\"}", &d, &l, &err), -1);
+	ck_assert_ptr_nonnull(strstr(err, "give --model or set \"model\""));
+	free(err);
 	d.endpoint = IG_EP_COMPLETIONS;
 	ck_assert_int_eq(parse("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", &d, &l, &err), -1);
-	ck_assert_ptr_nonnull(strstr(err, "--endpoint completions"));
+	ck_assert_msg(strstr(err, "cannot go to the completions endpoint") && !strstr(err, "--"), "%s", err);
 	free(err);
 }
 END_TEST
@@ -358,7 +367,7 @@ END_TEST
 START_TEST(generator_is_deterministic_and_parses)
 {
 	struct ig_buf a, b;
-	struct bulk_defaults d = {"m", -1, 0, 0, -1, 0};
+	struct ig_corpus_defaults d = {"m", -1, 0, 0, -1, 0};
 	ig_buf_init(&a);
 	ig_buf_init(&b);
 	size_t min = (size_t)-1, max = 0;
@@ -370,7 +379,7 @@ START_TEST(generator_is_deterministic_and_parses)
 		ck_assert_uint_eq(a.len, b.len);
 		ck_assert(memcmp(a.data, b.data, a.len) == 0);
 		ck_assert_ptr_null(memchr(a.data, '\n', a.len));
-		struct bulk_line l;
+		struct ig_corpus_line l;
 		char *err = NULL;
 		ck_assert_msg(ig_corpus_parse(a.data, a.len, i + 1, &d, &l, &err) == 0, "%s", err);
 		char want[32];
@@ -519,7 +528,7 @@ START_TEST(preflight_finds_duplicates_exactly)
 	struct bulk_opts o;
 	struct preflight pf;
 	struct bulk_stats st;
-	struct bulk_defaults d = {"m", -1, 0, 0, -1, 0};
+	struct ig_corpus_defaults d = {"m", -1, 0, 0, -1, 0};
 	put_file(in, "{\"custom_id\":\"a\",\"prompt\":\"x\"}\n\n{\"custom_id\":\"b\",\"prompt\":\"x\"}\n"
 		       "{\"prompt\":\"x\"}\n{\"custom_id\":\"a\",\"prompt\":\"y\"}\n{\"custom_id\":\"line-4\",\"prompt\":\"y\"}\n");
 	memset(&o, 0, sizeof(o));

@@ -13,9 +13,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../../../src/bulk/corpus.c"
-#include "../../../src/bulk/idset.c"
-#include "../../../src/bulk/journal.c"
+#include "../../../src/batchfile/corpus.c"
+#include "../../../src/batchfile/idset.c"
+#include "../../../src/batchfile/journal.c"
 #include "../../../src/bulk/report.c"
 #include "../../../src/bulk/autoconc.c"
 #include "../../../src/bulk/merge.c"

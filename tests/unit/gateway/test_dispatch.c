@@ -62,14 +62,14 @@ static void two_init(struct two *t)
 	ig_sched_init(&t->gw.sched);
 	ig_clients_init(&t->gw.clients);
 	ck_assert_int_eq(ig_dispatch_init(&t->gw, &err), 0);
-	t->a = ig_backend_pool_add(&t->gw.pool, "http://127.0.0.1:9", 1, 1);
-	t->b = ig_backend_pool_add(&t->gw.pool, "http://127.0.0.1:10", 1, 1);
+	t->a = ig_backend_fleet_add(&t->gw.fleet, "http://127.0.0.1:9", 1, 1);
+	t->b = ig_backend_fleet_add(&t->gw.fleet, "http://127.0.0.1:10", 1, 1);
 	ck_assert_int_eq(ig_backend_set_models(t->a, ma, 1), 0);
 	ck_assert_int_eq(ig_backend_set_models(t->b, mb, 1), 0);
 	atomic_store(&t->a->state, IG_BACKEND_UP);
 	atomic_store(&t->b->state, IG_BACKEND_UP);
 	atomic_store(&t->a->inflight, 1); /* its one slot is taken */
-	ck_assert_int_eq(ig_sched_rebuild(&t->gw.sched, &t->gw.pool), 0);
+	ck_assert_int_eq(ig_sched_rebuild(&t->gw.sched, &t->gw.fleet), 0);
 }
 
 static void two_free(struct two *t)
@@ -77,7 +77,7 @@ static void two_free(struct two *t)
 	ig_dispatch_free(&t->gw);
 	ig_sched_free(&t->gw.sched);
 	ig_clients_free(&t->gw.clients);
-	ig_backend_pool_free(&t->gw.pool);
+	ig_backend_fleet_free(&t->gw.fleet);
 }
 
 static void rec_init(struct two *t, struct rec *r, const char *model, const char *key, int klass)
@@ -89,7 +89,7 @@ static void rec_init(struct two *t, struct rec *r, const char *model, const char
 	r->w.q.key = ig_clients_get(&t->gw.clients, key);
 	ig_clients_hold(r->w.q.key);
 	r->w.model = model;
-	r->w.m = ig_sched_get(&t->gw.sched, &t->gw.pool, model);
+	r->w.m = ig_sched_get(&t->gw.sched, &t->gw.fleet, model);
 	ck_assert_ptr_nonnull(r->w.m);
 	ig_sched_hold(r->w.m);
 }
@@ -207,16 +207,16 @@ START_TEST(unknown_lists_make_requests_wait)
 {
 	struct two t;
 	two_init(&t);
-	struct ig_backend *u = ig_backend_pool_add(&t.gw.pool, "http://127.0.0.1:11", 1, 1);
+	struct ig_backend *u = ig_backend_fleet_add(&t.gw.fleet, "http://127.0.0.1:11", 1, 1);
 	atomic_store(&u->state, IG_BACKEND_UP);
-	ck_assert_int_eq(ig_sched_rebuild(&t.gw.sched, &t.gw.pool), 0);
+	ck_assert_int_eq(ig_sched_rebuild(&t.gw.sched, &t.gw.fleet), 0);
 	ck_assert_uint_eq(t.gw.sched.unknown_up, 1);
 	struct rec x;
 	rec_init(&t, &x, "model-c", "", IG_CLASS_NORMAL);
 	ck_assert_int_eq(ig_dispatch_submit(&t.gw, &x.w), IG_DISPATCH_QUEUED);
 	/* Its list arrives without model-c: the waiting request gets 404. */
 	u->models = json_pack("[{s:s}]", "id", "model-d");
-	ck_assert_int_eq(ig_sched_rebuild(&t.gw.sched, &t.gw.pool), 0);
+	ck_assert_int_eq(ig_sched_rebuild(&t.gw.sched, &t.gw.fleet), 0);
 	ck_assert_uint_eq(t.gw.sched.unknown_up, 0);
 	ck_assert_ptr_nonnull(ig_sched_find(&t.gw.sched, "model-d"));
 	ck_assert_ptr_nonnull(ig_sched_find(&t.gw.sched, "model-c")); /* held by x */
@@ -234,10 +234,10 @@ START_TEST(retries_skip_tried_backends_then_fail)
 	struct two t;
 	two_init(&t);
 	static char *mb[] = {"model-b"};
-	struct ig_backend *b2 = ig_backend_pool_add(&t.gw.pool, "http://127.0.0.1:12", 1, 1);
+	struct ig_backend *b2 = ig_backend_fleet_add(&t.gw.fleet, "http://127.0.0.1:12", 1, 1);
 	ck_assert_int_eq(ig_backend_set_models(b2, mb, 1), 0);
 	atomic_store(&b2->state, IG_BACKEND_UP);
-	ck_assert_int_eq(ig_sched_rebuild(&t.gw.sched, &t.gw.pool), 0);
+	ck_assert_int_eq(ig_sched_rebuild(&t.gw.sched, &t.gw.fleet), 0);
 	struct rec r;
 	rec_init(&t, &r, "model-b", "", IG_CLASS_NORMAL);
 	ck_assert_int_eq(ig_dispatch_submit(&t.gw, &r.w), IG_DISPATCH_STARTED);

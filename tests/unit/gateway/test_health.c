@@ -21,7 +21,7 @@ static void setup_gw(struct ig_gw *gw, int nbackends)
 	for (int i = 0; i < nbackends; i++) {
 		char url[64];
 		snprintf(url, sizeof(url), "http://127.0.0.1:%d", 9000 + i);
-		ck_assert_ptr_nonnull(ig_backend_pool_add(&gw->pool, url, 1, 0));
+		ck_assert_ptr_nonnull(ig_backend_fleet_add(&gw->fleet, url, 1, 0));
 	}
 	ig_log_set_level(IG_LOG_ERROR);
 }
@@ -32,7 +32,7 @@ START_TEST(probes_rise_and_fall)
 {
 	struct ig_gw gw;
 	setup_gw(&gw, 1);
-	struct ig_backend *b = gw.pool.v[0];
+	struct ig_backend *b = gw.fleet.v[0];
 
 	/* Never seen up: the first success brings it up at once (a gateway
 	 * started next to healthy backends serves at once), and asks the
@@ -60,7 +60,7 @@ START_TEST(probes_rise_and_fall)
 	probe_result(&gw, b, true, "ok");
 	ck_assert_int_eq(state(b), IG_BACKEND_UP);
 	ck_assert(gw.drain_pending);
-	ig_backend_pool_free(&gw.pool);
+	ig_backend_fleet_free(&gw.fleet);
 }
 END_TEST
 
@@ -68,14 +68,14 @@ START_TEST(requests_eject_a_backend)
 {
 	struct ig_gw gw;
 	setup_gw(&gw, 2);
-	struct ig_backend *a = gw.pool.v[0], *b = gw.pool.v[1];
+	struct ig_backend *a = gw.fleet.v[0], *b = gw.fleet.v[1];
 	probe_result(&gw, a, true, "ok");
 	probe_result(&gw, b, true, "ok");
 
 	/* A refused connection is not a fluke: down at once. */
 	ig_health_passive_fail(&gw, a, IG_UPERR_CONNECT, "Couldn't connect to server");
 	ck_assert_int_eq(state(a), IG_BACKEND_DOWN);
-	ck_assert_int_eq(ig_backend_pool_healthy(&gw.pool), 1);
+	ck_assert_int_eq(ig_backend_fleet_healthy(&gw.fleet), 1);
 
 	/* Resets and timeouts: after `fall` in a row; a success resets. */
 	ig_health_passive_fail(&gw, b, IG_UPERR_RESET, "reset");
@@ -86,8 +86,8 @@ START_TEST(requests_eject_a_backend)
 	ck_assert_int_eq(state(b), IG_BACKEND_UP);
 	ig_health_passive_fail(&gw, b, IG_UPERR_OTHER, "other");
 	ck_assert_int_eq(state(b), IG_BACKEND_DOWN);
-	ck_assert_int_eq(ig_backend_pool_healthy(&gw.pool), 0);
-	ig_backend_pool_free(&gw.pool);
+	ck_assert_int_eq(ig_backend_fleet_healthy(&gw.fleet), 0);
+	ig_backend_fleet_free(&gw.fleet);
 }
 END_TEST
 
@@ -97,7 +97,7 @@ START_TEST(load_reports_teach_slots)
 {
 	struct ig_gw gw;
 	setup_gw(&gw, 1);
-	struct ig_backend *b = gw.pool.v[0];
+	struct ig_backend *b = gw.fleet.v[0];
 	probe_result(&gw, b, true, "ok");
 	gw.drain_pending = false;
 
@@ -124,7 +124,7 @@ START_TEST(load_reports_teach_slots)
 	ig_health_passive_fail(&gw, b, IG_UPERR_CONNECT, "refused");
 	ck_assert_int_eq(atomic_load(&b->slots), 0);
 	ck_assert_int_eq(b->learn.cur, 0);
-	ig_backend_pool_free(&gw.pool);
+	ig_backend_fleet_free(&gw.fleet);
 }
 END_TEST
 
@@ -132,23 +132,23 @@ START_TEST(removed_backends_leave_when_drained)
 {
 	struct ig_gw gw;
 	setup_gw(&gw, 3);
-	struct ig_backend *a = gw.pool.v[0], *b = gw.pool.v[1];
-	int id_c = gw.pool.v[2]->id;
+	struct ig_backend *a = gw.fleet.v[0], *b = gw.fleet.v[1];
+	int id_c = gw.fleet.v[2]->id;
 	ck_assert_int_eq(ig_health_add(&gw, a), 0);
 	ck_assert_ptr_nonnull(a->probe);
 	atomic_store(&a->admin, IG_ADMIN_REMOVING);
 	atomic_store(&b->admin, IG_ADMIN_REMOVING);
 	atomic_store(&b->inflight, 1); /* still serving one */
 	ig_health_reap(&gw);
-	ck_assert_uint_eq(gw.pool.n, 2);
-	ck_assert_ptr_null(ig_backend_pool_find_url(&gw.pool, "http://127.0.0.1:9000"));
-	ck_assert_ptr_nonnull(ig_backend_pool_find_id(&gw.pool, b->id));
-	ck_assert_ptr_nonnull(ig_backend_pool_find_id(&gw.pool, id_c));
+	ck_assert_uint_eq(gw.fleet.n, 2);
+	ck_assert_ptr_null(ig_backend_fleet_find_url(&gw.fleet, "http://127.0.0.1:9000"));
+	ck_assert_ptr_nonnull(ig_backend_fleet_find_id(&gw.fleet, b->id));
+	ck_assert_ptr_nonnull(ig_backend_fleet_find_id(&gw.fleet, id_c));
 	atomic_store(&b->inflight, 0);
 	ig_health_reap(&gw);
-	ck_assert_uint_eq(gw.pool.n, 1);
-	ck_assert_int_eq(gw.pool.v[0]->id, id_c);
-	ig_backend_pool_free(&gw.pool);
+	ck_assert_uint_eq(gw.fleet.n, 1);
+	ck_assert_int_eq(gw.fleet.v[0]->id, id_c);
+	ig_backend_fleet_free(&gw.fleet);
 }
 END_TEST
 

@@ -12,9 +12,9 @@
 #include "policy.h"
 #include "../check_main.h"
 
-static struct ig_pool make_pool(int n)
+static struct ig_fleet make_pool(int n)
 {
-	struct ig_pool pool = {0};
+	struct ig_fleet pool = {0};
 	pool.v = calloc((size_t)n, sizeof(*pool.v));
 	for (int i = 0; i < n; i++) {
 		struct ig_backend *b = calloc(1, sizeof(*b));
@@ -42,13 +42,13 @@ static const struct ig_policy *P(const char *name)
 static unsigned rotor;
 static void *state; /* the policy's, when it has one */
 
-static enum ig_pick pick(const struct ig_policy *p, struct ig_pool *pool, const struct ig_pick_req *rq,
+static enum ig_pick pick(const struct ig_policy *p, struct ig_fleet *pool, const struct ig_pick_req *rq,
 			 struct ig_backend **b)
 {
 	return ig_policy_pick(p, state, pool->v, pool->n, &rotor, rq, b);
 }
 
-static void free_pool(struct ig_pool *pool)
+static void free_pool(struct ig_fleet *pool)
 {
 	for (size_t i = 0; i < pool->n; i++) {
 		free(pool->v[i]->url);
@@ -59,7 +59,7 @@ static void free_pool(struct ig_pool *pool)
 
 START_TEST(least_loaded_rotates_ties)
 {
-	struct ig_pool pool = make_pool(4);
+	struct ig_fleet pool = make_pool(4);
 	int hits[4] = {0};
 	for (int i = 0; i < 400; i++) {
 		struct ig_backend *b;
@@ -75,7 +75,7 @@ END_TEST
 
 START_TEST(least_loaded_follows_load_and_weight)
 {
-	struct ig_pool pool = make_pool(3);
+	struct ig_fleet pool = make_pool(3);
 	struct ig_backend *b;
 	pool.v[0]->weight = 2;
 	atomic_store(&pool.v[0]->inflight, 3); /* 1.5 per unit */
@@ -95,7 +95,7 @@ END_TEST
 
 START_TEST(limits_give_busy_then_none)
 {
-	struct ig_pool pool = make_pool(2);
+	struct ig_fleet pool = make_pool(2);
 	struct ig_backend *b;
 	pool.v[0]->max_inflight = 1;
 	pool.v[1]->max_inflight = 1;
@@ -113,7 +113,7 @@ END_TEST
  * there or nowhere: busy there is busy, whatever the others have free. */
 START_TEST(a_pinned_request_goes_to_its_backend_only)
 {
-	struct ig_pool pool = make_pool(3);
+	struct ig_fleet pool = make_pool(3);
 	struct ig_backend *b = NULL;
 	struct ig_pick_req rq = {.pinned = pool.v[2]->id + 1};
 	pool.v[2]->max_inflight = 2;
@@ -135,7 +135,7 @@ END_TEST
 /* A low request leaves a backend's reserve_slots free; others may take them. */
 START_TEST(reserved_slots_are_not_for_low)
 {
-	struct ig_pool pool = make_pool(1);
+	struct ig_fleet pool = make_pool(1);
 	struct ig_backend *b;
 	pool.v[0]->max_inflight = 4;
 	pool.v[0]->reserve_slots = 1;
@@ -160,7 +160,7 @@ END_TEST
  * measured speed; an unmeasured backend counts at the mean speed. */
 START_TEST(least_tokens_weighs_work_by_speed)
 {
-	struct ig_pool pool = make_pool(3);
+	struct ig_fleet pool = make_pool(3);
 	struct ig_backend *b;
 	struct ig_pick_req rq = {.tokens = 100};
 	/* equal speed: the least outstanding work wins, not the fewest requests */
@@ -193,7 +193,7 @@ END_TEST
  * loaded; a weak match or a guarded one to the least loaded. */
 START_TEST(cache_aware_follows_the_longest_prefix_within_the_guard)
 {
-	struct ig_pool pool = make_pool(3);
+	struct ig_fleet pool = make_pool(3);
 	const struct ig_policy *ca = P("cache-aware");
 	struct ig_conf cfg = {.cache_max_blocks = 1024, .cache_threshold_percent = 50, .cache_balance_abs = 4,
 			      .cache_balance_rel = 1.5};
@@ -249,7 +249,7 @@ END_TEST
 /* The learned count limits like max_inflight; max_inflight wins. */
 START_TEST(learned_slots_limit_like_max_inflight)
 {
-	struct ig_pool pool = make_pool(1);
+	struct ig_fleet pool = make_pool(1);
 	struct ig_backend *b;
 	atomic_store(&pool.v[0]->slots, 2);
 	ck_assert_int_eq(pick(P("least-loaded"), &pool, &(struct ig_pick_req){0}, &b), IG_PICK_OK);
@@ -265,7 +265,7 @@ END_TEST
 START_TEST(least_tokens_counts_work_and_measures_speed)
 {
 	const struct ig_policy *lt = P("least-tokens");
-	struct ig_pool pool = make_pool(1);
+	struct ig_fleet pool = make_pool(1);
 	struct ig_backend *b = pool.v[0];
 	struct ig_pick_req rq = {.tokens = 50};
 	lt->started(NULL, b, &rq);
@@ -291,7 +291,7 @@ START_TEST(least_tokens_counts_work_and_measures_speed)
 END_TEST
 
 /* The backend session sends a session to now (the slot taken is given back). */
-static struct ig_backend *session_pick(struct ig_pool *pool, uint64_t session)
+static struct ig_backend *session_pick(struct ig_fleet *pool, uint64_t session)
 {
 	struct ig_backend *b = NULL;
 	ck_assert_int_eq(pick(P("session"), pool, &(struct ig_pick_req){.session = session}, &b), IG_PICK_OK);
@@ -307,7 +307,7 @@ static struct ig_backend *session_pick(struct ig_pool *pool, uint64_t session)
  * the least loaded. */
 START_TEST(session_sticks_to_a_backend_within_the_bound)
 {
-	struct ig_pool pool = make_pool(7);
+	struct ig_fleet pool = make_pool(7);
 	struct ig_backend *home[20];
 	size_t used[7] = {0}, distinct = 0;
 	for (uint64_t k = 0; k < 20; k++) {

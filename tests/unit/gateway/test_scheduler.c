@@ -12,7 +12,7 @@
 struct fixture {
 	struct ig_sched s;
 	struct ig_clients c;
-	struct ig_pool pool;
+	struct ig_fleet fleet;
 	struct ig_model *m;
 };
 
@@ -21,7 +21,7 @@ static void setup(struct fixture *f)
 	memset(f, 0, sizeof(*f));
 	ig_sched_init(&f->s);
 	ig_clients_init(&f->c);
-	f->m = ig_sched_get(&f->s, &f->pool, "m");
+	f->m = ig_sched_get(&f->s, &f->fleet, "m");
 	ck_assert_ptr_nonnull(f->m);
 	ig_sched_hold(f->m);
 }

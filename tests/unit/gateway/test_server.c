@@ -240,11 +240,11 @@ START_TEST(admin_paths_go_to_the_admin_api)
 	ck_assert_str_eq(json_string_value(json_object_get(j, "admin")), "removing");
 	json_decref(j);
 	free(a.body);
-	ck_assert_uint_eq(gw.pool.n, 1);
+	ck_assert_uint_eq(gw.fleet.n, 1);
 	ck_assert(ig_list_linked(&gw.reap_job.link));
 	ck_assert_ptr_eq(gw.rx[0].jobs.next, &gw.reap_job.link);
 	ig_rx_run_jobs(&gw.rx[0]); /* reactor 0's turn */
-	ck_assert_uint_eq(gw.pool.n, 0);
+	ck_assert_uint_eq(gw.fleet.n, 0);
 	ck_assert(ig_list_empty(&gw.rx[0].jobs));
 }
 END_TEST

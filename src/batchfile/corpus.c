@@ -1,6 +1,7 @@
 /* The input corpus: reading it line by line, and turning one line (OpenAI
  * Batch request, chat shorthand or prompt shorthand) into the request body
- * that is sent. Not for deciding what to send (main.c) or sending it. */
+ * that is sent. Not for deciding what to send or sending it (the programs
+ * that link this library). */
 #include "config.h"
 #include <errno.h>
 #include <fcntl.h>
@@ -9,7 +10,7 @@
 #include <sys/stat.h>
 
 #include "infergate/util.h"
-#include "batchfile.h"
+#include "infergate/batchfile.h"
 
 static const char *ep_paths[IG_EP_COUNT] = {
 	"/v1/chat/completions",
@@ -21,7 +22,7 @@ static const char *ep_names[IG_EP_COUNT] = {"chat", "completions", "embeddings"}
 const char *ig_corpus_endpoint_path(enum ig_endpoint ep) { return ep_paths[ep]; }
 const char *ig_corpus_endpoint_name(enum ig_endpoint ep) { return ep_names[ep]; }
 
-void ig_corpus_line_clear(struct bulk_line *l)
+void ig_corpus_line_clear(struct ig_corpus_line *l)
 {
 	free(l->custom_id);
 	json_decref(l->body);
@@ -36,8 +37,8 @@ static int blank(const char *p, size_t n)
 	return 1;
 }
 
-/* Fills what the line did not set from the flags, and forces streaming. */
-static int apply_defaults(struct bulk_line *l, const struct bulk_defaults *d, char **err)
+/* Fills what the line did not set from the defaults, and forces streaming. */
+static int apply_defaults(struct ig_corpus_line *l, const struct ig_corpus_defaults *d, char **err)
 {
 	json_t *b = l->body;
 
@@ -50,7 +51,8 @@ static int apply_defaults(struct bulk_line *l, const struct bulk_defaults *d, ch
 	}
 	l->model = m ? json_string_value(m) : NULL;
 	if (!l->model || !*l->model) {
-		*err = ig_strdupf("no model: give --model or set \"model\" in the line");
+		*err = d->model_hint ? ig_strdupf("no model: give %s or set \"model\" in the line", d->model_hint)
+				     : ig_strdupf("no model: set \"model\" in the line");
 		return -1;
 	}
 	if (l->ep == IG_EP_EMBEDDINGS) {
@@ -89,7 +91,7 @@ static int apply_defaults(struct bulk_line *l, const struct bulk_defaults *d, ch
 	return 0;
 }
 
-static int parse_custom_id(json_t *obj, long lineno, struct bulk_line *out, char **err)
+static int parse_custom_id(json_t *obj, long lineno, struct ig_corpus_line *out, char **err)
 {
 	json_t *id = json_object_get(obj, "custom_id");
 	if (!id || json_is_null(id)) {
@@ -113,7 +115,7 @@ static int parse_custom_id(json_t *obj, long lineno, struct bulk_line *out, char
 }
 
 /* An OpenAI Batch request line. */
-static int parse_batch(json_t *obj, struct bulk_line *out, char **err)
+static int parse_batch(json_t *obj, struct ig_corpus_line *out, char **err)
 {
 	json_t *method = json_object_get(obj, "method");
 	if (method && (!json_is_string(method) || strcmp(json_string_value(method), "POST") != 0)) {
@@ -159,7 +161,7 @@ static int parse_batch(json_t *obj, struct bulk_line *out, char **err)
 }
 
 /* A shorthand line: the body itself, with custom_id beside its fields. */
-static int parse_shorthand(json_t *obj, const struct bulk_defaults *d, struct bulk_line *out, char **err)
+static int parse_shorthand(json_t *obj, const struct ig_corpus_defaults *d, struct ig_corpus_line *out, char **err)
 {
 	json_t *messages = json_object_get(obj, "messages");
 	json_t *prompt = json_object_get(obj, "prompt");
@@ -174,7 +176,7 @@ static int parse_shorthand(json_t *obj, const struct bulk_defaults *d, struct bu
 			return -1;
 		}
 		if (d->endpoint == IG_EP_COMPLETIONS) {
-			*err = ig_strdupf("a \"messages\" line cannot go to --endpoint completions");
+			*err = ig_strdupf("a \"messages\" line cannot go to the completions endpoint");
 			return -1;
 		}
 		out->ep = IG_EP_CHAT;
@@ -192,7 +194,7 @@ static int parse_shorthand(json_t *obj, const struct bulk_defaults *d, struct bu
 	json_object_del(out->body, "custom_id");
 	if (prompt && out->ep == IG_EP_CHAT) {
 		if (!json_is_string(prompt)) {
-			*err = ig_strdupf("a \"prompt\" array cannot go to --endpoint chat");
+			*err = ig_strdupf("a \"prompt\" array cannot go to the chat endpoint");
 			return -1;
 		}
 		json_t *msgs = json_pack("[{s:s, s:O}]", "role", "user", "content", prompt);
@@ -202,8 +204,8 @@ static int parse_shorthand(json_t *obj, const struct bulk_defaults *d, struct bu
 	return 0;
 }
 
-int ig_corpus_parse(const char *text, size_t len, long lineno, const struct bulk_defaults *d,
-		    struct bulk_line *out, char **err)
+int ig_corpus_parse(const char *text, size_t len, long lineno, const struct ig_corpus_defaults *d,
+		    struct ig_corpus_line *out, char **err)
 {
 	json_error_t je;
 	json_t *obj;
@@ -242,7 +244,7 @@ fail:
 
 int ig_corpus_line_id(const char *text, size_t len, long lineno, char **id, int *derived, char **err)
 {
-	struct bulk_line l;
+	struct ig_corpus_line l;
 	char *why = NULL;
 	json_t *obj = json_loadb(text, len, JSON_REJECT_DUPLICATES, NULL);
 
@@ -274,11 +276,11 @@ int ig_corpus_open(struct ig_corpus_reader *r, const char *path, char **err)
 	r->index = -1;
 	r->f = fopen(path, "re");
 	if (!r->f) {
-		*err = ig_strdupf("--input %s: %s", path, strerror(errno));
+		*err = ig_strdupf("%s: %s", path, strerror(errno));
 		return -1;
 	}
 	if (fstat(fileno(r->f), &st) < 0 || !S_ISREG(st.st_mode)) {
-		*err = ig_strdupf("--input %s: not a regular file (it is read twice)", path);
+		*err = ig_strdupf("%s: not a regular file (it is read twice)", path);
 		fclose(r->f);
 		r->f = NULL;
 		return -1;
@@ -344,7 +346,7 @@ static int cmp_cand(const void *a, const void *b)
 
 /* Second look at the ids whose hash was seen twice: compares the strings,
  * so a hash collision is never called a duplicate, and names both lines. */
-int ig_corpus_duplicates(const char *path, const struct bulk_defaults *d, const struct ig_idset *ambiguous,
+int ig_corpus_duplicates(const char *path, const struct ig_corpus_defaults *d, const struct ig_idset *ambiguous,
 			 void (*found)(void *ud, long lineno, const char *id, long first), void *ud, char **err)
 {
 	struct ig_corpus_reader r;
@@ -357,7 +359,7 @@ int ig_corpus_duplicates(const char *path, const struct bulk_defaults *d, const 
 		return -1;
 	int got;
 	while ((got = ig_corpus_next(&r)) > 0) {
-		struct bulk_line l;
+		struct ig_corpus_line l;
 		if (ig_corpus_parse(r.line, r.len, r.lineno, d, &l, &perr) < 0) {
 			free(perr);
 			perr = NULL;

@@ -1,7 +1,7 @@
 /* The result files (OUTPUT and the errors file) and resuming from them:
  * appending one line per finished request with one write(2), and finding
  * which ids earlier runs already finished. Not for deciding what to retry
- * (scheduler.c) or what to send (main.c). */
+ * or what to send (the programs that link this library). */
 #include "config.h"
 #include <errno.h>
 #include <fcntl.h>
@@ -13,7 +13,7 @@
 #include "infergate/buf.h"
 #include "infergate/log.h"
 #include "infergate/util.h"
-#include "batchfile.h"
+#include "infergate/batchfile.h"
 
 int ig_journal_open(struct ig_journal *j, const char *path, char **err)
 {

@@ -1,9 +1,11 @@
 /* The OpenAI Batch files that infergate-bulk and the gateway's Batch API
- * both read and write (one library, libigbatchfile.a, linked by both): the
- * input corpus line by line, sets of custom_id hashes, and the append-only
- * result files (the journal) with the set of ids already done that makes a
- * resumed run send each line once. Not here: deciding what to send, or
- * sending it. */
+ * both read and write (src/batchfile, libigbatchfile.a, linked by both):
+ * the input corpus line by line, sets of custom_id hashes, and the
+ * append-only result files (the journal) with the set of ids already done
+ * that makes a resumed run send each line once. Its messages name files,
+ * lines and fields, never a program's flags: a caller that has flags adds
+ * their names itself (model_hint below, or a prefix). Not here: deciding
+ * what to send, or sending it. */
 #ifndef IG_BATCHFILE_H
 #define IG_BATCHFILE_H
 
@@ -21,18 +23,22 @@ enum ig_endpoint {
 
 /* --------------------------------------------------------------- corpus */
 
-/* Defaults a line may not set itself, from the flags. */
-struct bulk_defaults {
+/* Defaults a line may not set itself (infergate-bulk's flags; the Batch
+ * API has none). */
+struct ig_corpus_defaults {
 	const char *model;
 	long max_tokens;        /* -1: leave alone */
 	double temperature;
 	int have_temperature;
 	int endpoint;           /* -1 auto */
 	int stream;             /* force "stream": true + include_usage */
+	const char *model_hint; /* how the caller's user gives a default model, named in the
+				 * message for a line without one (infergate-bulk: "--model");
+				 * NULL: there is no way */
 };
 
 /* One input line, normalised into a request. */
-struct bulk_line {
+struct ig_corpus_line {
 	char *custom_id;        /* malloc'd */
 	enum ig_endpoint ep;
 	json_t *body;           /* owned; model/max_tokens/... filled in */
@@ -42,9 +48,9 @@ struct bulk_line {
 
 /* Parses one input line (without its newline). lineno is 1-based and names
  * the default custom_id "line-N". Returns 0, or -1 with *err (malloc'd). */
-int ig_corpus_parse(const char *text, size_t len, long lineno, const struct bulk_defaults *d,
-		    struct bulk_line *out, char **err);
-void ig_corpus_line_clear(struct bulk_line *l);
+int ig_corpus_parse(const char *text, size_t len, long lineno, const struct ig_corpus_defaults *d,
+		    struct ig_corpus_line *out, char **err);
+void ig_corpus_line_clear(struct ig_corpus_line *l);
 const char *ig_corpus_endpoint_path(enum ig_endpoint ep);
 const char *ig_corpus_endpoint_name(enum ig_endpoint ep);
 
@@ -61,7 +67,7 @@ struct ig_corpus_reader {
 	off_t next_offset;      /* where the next physical line starts */
 };
 
-/* Returns 0, or -1 with *err. */
+/* Returns 0, or -1 with *err ("PATH: why"). */
 int ig_corpus_open(struct ig_corpus_reader *r, const char *path, char **err);
 /* Returns 1 with the next request line in r->line/r->len, 0 at the end,
  * -1 on a read error (errno set). */
@@ -81,7 +87,7 @@ struct ig_idset;
  * first pass saw it twice) and calls found(ud, line, id, first line) for
  * each line whose custom_id is an exact repeat (a hash collision is not).
  * Returns 0, or -1 with *err (malloc'd: read error, out of memory). */
-int ig_corpus_duplicates(const char *path, const struct bulk_defaults *d, const struct ig_idset *ambiguous,
+int ig_corpus_duplicates(const char *path, const struct ig_corpus_defaults *d, const struct ig_idset *ambiguous,
 			 void (*found)(void *ud, long lineno, const char *id, long first), void *ud, char **err);
 
 /* ---------------------------------------------------------------- idset */

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "batchfile.h"
+#include "infergate/batchfile.h"
 #include "infergate/util.h"
 
 static uint64_t fmix64(uint64_t k)

@@ -1,0 +1,240 @@
+/* One batch (batch.h): its disk form (batch.json, written with
+ * temp-file-and-rename on the I/O thread), its OpenAI object, its status
+ * changes and validation problems. The bottom of the Batch API's files:
+ * it calls none of them. Not here: moving a batch through its life
+ * (batches.c and the stages' files). */
+#include "config.h"
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "batch.h"
+#include "bio.h"
+#include "files.h"
+#include "gateway.h"
+#include "infergate/log.h"
+#include "infergate/util.h"
+
+const char *const ig_batch_status_names[IG_BATCH_NSTATUS] = {"validating", "failed",     "in_progress",
+								"finalizing", "completed",  "expired",
+								"cancelling", "cancelled"};
+
+/* ---------------------------------------------------------------- disk */
+
+char *ig_batch_path(const struct ig_batch *b, const char *name)
+{
+	return ig_strdupf("%s/%s", b->dir, name);
+}
+
+static json_t *opt_time(int64_t t)
+{
+	return t ? json_integer((json_int_t)t) : json_null();
+}
+
+static json_t *opt_str(const char *s)
+{
+	return *s ? json_string(s) : json_null();
+}
+
+/* The Batch object, as OpenAI shows it (plus "infergate": what only this
+ * gateway knows). */
+json_t *ig_batch_json(const struct ig_batch *b)
+{
+	json_t *errs = json_null();
+	if (b->errors && json_array_size(b->errors))
+		errs = json_pack("{s:s, s:O}", "object", "list", "data", b->errors);
+	json_t *o = json_pack("{s:s, s:s, s:s, s:o, s:s, s:s, s:s, s:o, s:o, s:I}", "id", b->id, "object", "batch",
+			      "endpoint", b->endpoint, "errors", errs, "input_file_id", b->input_file_id,
+			      "completion_window", "24h", "status", ig_batch_status_names[b->status], "output_file_id",
+			      opt_str(b->output_file_id), "error_file_id", opt_str(b->error_file_id), "created_at",
+			      (json_int_t)b->created_at);
+	json_object_set_new(o, "in_progress_at", opt_time(b->in_progress_at));
+	json_object_set_new(o, "expires_at", opt_time(b->expires_at));
+	json_object_set_new(o, "finalizing_at", opt_time(b->finalizing_at));
+	json_object_set_new(o, "completed_at", opt_time(b->completed_at));
+	json_object_set_new(o, "failed_at", opt_time(b->failed_at));
+	json_object_set_new(o, "expired_at", opt_time(b->expired_at));
+	json_object_set_new(o, "cancelling_at", opt_time(b->cancelling_at));
+	json_object_set_new(o, "cancelled_at", opt_time(b->cancelled_at));
+	json_object_set_new(o, "request_counts",
+			    json_pack("{s:I, s:I, s:I}", "total", (json_int_t)b->total, "completed",
+				      (json_int_t)b->completed, "failed", (json_int_t)b->failed));
+	json_object_set(o, "metadata", b->metadata ? b->metadata : json_null());
+	json_object_set_new(o, "infergate",
+			    json_pack("{s:I, s:o}", "in_flight", (json_int_t)b->inflight, "paused",
+				      *b->paused ? json_string(b->paused) : json_null()));
+	return o;
+}
+
+/* batch.json's text: what a restart needs (counts come from the result
+ * files). NULL out of memory. */
+char *ig_batch_text(const struct ig_batch *b)
+{
+	json_t *o = ig_batch_json(b);
+	json_object_del(o, "infergate");
+	json_object_del(o, "request_counts");
+	json_object_set_new(o, "owner", json_string(b->owner));
+	json_object_set_new(o, "total", json_integer((json_int_t)b->total));
+	/* counts at the last change: the result files say more while it runs */
+	json_object_set_new(o, "completed", json_integer((json_int_t)b->completed));
+	json_object_set_new(o, "failed", json_integer((json_int_t)b->failed));
+	if (b->expiring)
+		json_object_set_new(o, "expiring", json_true());
+	char *text = json_dumps(o, JSON_COMPACT);
+	json_decref(o);
+	return text;
+}
+
+/* Writes text as dir/batch.json: a temporary file, synced, renamed (any
+ * thread). Returns 0 or -1 (errno set; logged). */
+int ig_batch_write_json(const char *dir, const char *id, const char *text)
+{
+	char *tmp = ig_strdupf("%s/batch.json.tmp", dir), *path = ig_strdupf("%s/batch.json", dir);
+	int rc = -1, e = ENOMEM, fd = text ? open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : -1;
+	if (text && fd < 0)
+		e = errno;
+	if (fd >= 0) {
+		rc = ig_write_all(fd, text, strlen(text)) == 0 && fsync(fd) == 0 ? 0 : -1;
+		e = errno;
+		close(fd);
+		if (rc == 0 && (rc = rename(tmp, path)) < 0)
+			e = errno;
+		if (rc < 0)
+			unlink(tmp);
+	}
+	if (rc < 0)
+		ig_log_error("batch %s: cannot write %s: %s", id, path, strerror(e));
+	free(tmp);
+	free(path);
+	errno = e;
+	return rc;
+}
+
+/* Saving batch.json on the I/O thread: in submission order, so the last
+ * state saved is the last one written. */
+struct save_job {
+	struct ig_bio_job job;
+	char *dir, *text;
+	char id[40];
+};
+
+static void save_run(struct ig_bio_job *job)
+{
+	struct save_job *sj = IG_CONTAINER_OF(job, struct save_job, job);
+	ig_batch_write_json(sj->dir, sj->id, sj->text);
+}
+
+static void save_done(struct ig_bio_job *job)
+{
+	struct save_job *sj = IG_CONTAINER_OF(job, struct save_job, job);
+	free(sj->dir);
+	free(sj->text);
+	free(sj);
+}
+
+/* batch.json with the batch's state now, written by the I/O thread (a
+ * failure is logged: the next change writes it again). */
+void ig_batch_save(const struct ig_batch *b)
+{
+	struct save_job *sj = calloc(1, sizeof(*sj));
+	if (!sj || !(sj->text = ig_batch_text(b)) || !(sj->dir = strdup(b->dir))) {
+		if (sj)
+			free(sj->text);
+		free(sj);
+		ig_log_error("batch %s: out of memory saving its state", b->id);
+		return;
+	}
+	snprintf(sj->id, sizeof(sj->id), "%s", b->id);
+	sj->job.queue = IG_BIO_BATCHES;
+	sj->job.run = save_run;
+	sj->job.done = save_done;
+	ig_bio_submit(b->bs->gw->bio, &sj->job);
+}
+
+struct ig_batch *ig_batch_new(struct ig_batches *bs, const char *id)
+{
+	struct ig_batch *b = calloc(1, sizeof(*b));
+	if (!b)
+		return NULL;
+	snprintf(b->id, sizeof(b->id), "%s", id);
+	b->bs = bs;
+	b->dir = ig_strdupf("%s/%s", bs->dir, id);
+	ig_list_init(&b->items);
+	ig_list_init(&b->pending);
+	ig_list_init(&b->link);
+	b->errors = json_array();
+	return b;
+}
+
+/* Removes a batch's directory (its files are the owner's, kept apart). */
+void ig_batch_remove_dir(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	while (d && (e = readdir(d))) {
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+			continue;
+		char *p = ig_strdupf("%s/%s", dir, e->d_name);
+		unlink(p);
+		free(p);
+	}
+	if (d)
+		closedir(d);
+	rmdir(dir);
+}
+
+/* Notes a validation problem (errors.data: OpenAI's {code, message, param,
+ * line}); the first IG_BATCH_MAX_ERRORS are kept. */
+void ig_batch_problem(struct ig_batch *b, const char *code, long line, const char *param, const char *fmt, ...)
+{
+	if (b->n_problems++ >= IG_BATCH_MAX_ERRORS)
+		return;
+	va_list ap;
+	char msg[400];
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	json_t *o = json_pack("{s:s, s:s, s:o, s:o}", "code", code, "message", msg, "param",
+			      param ? json_string(param) : json_null(), "line",
+			      line > 0 ? json_integer(line) : json_null());
+	json_array_append_new(b->errors, o);
+}
+
+void ig_batch_set_status(struct ig_batch *b, enum ig_batch_status s)
+{
+	int64_t now = ig_wall_s();
+	b->status = s;
+	switch (s) {
+	case IG_BATCH_IN_PROGRESS: b->in_progress_at = now; break;
+	case IG_BATCH_FINALIZING: b->finalizing_at = now; break;
+	case IG_BATCH_COMPLETED: b->completed_at = now; break;
+	case IG_BATCH_FAILED: b->failed_at = now; break;
+	case IG_BATCH_EXPIRED: b->expired_at = now; break;
+	case IG_BATCH_CANCELLING: b->cancelling_at = now; break;
+	case IG_BATCH_CANCELLED: b->cancelled_at = now; break;
+	default: break;
+	}
+	ig_batch_save(b);
+	ig_log_info("batch %s: %s (%ld of %ld done, %ld failed)", b->id, ig_batch_status_names[s], b->completed + b->failed,
+		    b->total, b->failed);
+}
+
+void ig_batch_note_model(struct ig_batch *b, const char *m)
+{
+	for (size_t i = 0; i < b->n_models; i++)
+		if (strcmp(b->models[i], m) == 0)
+			return;
+	if (b->n_models < IG_BATCH_MAX_MODELS)
+		b->models[b->n_models++] = strdup(m);
+}
+
+/* The batch's input file on disk (malloc'd), NULL when it was deleted. */
+char *ig_batch_input_path(struct ig_batches *bs, const struct ig_batch *b)
+{
+	const struct ig_file *f = ig_files_find(bs->gw->files, b->input_file_id, b->owner);
+	return f ? ig_files_path(bs->gw->files, f->id) : NULL;
+}

@@ -1,0 +1,183 @@
+/* One batch of the Batch API: its type, its states, and what the module's
+ * files share. From the top down (each calls only those below it):
+ *   batches_api.c    the HTTP API, on whichever reactor holds the client
+ *   batches.c        the store and the tick that moves each batch on
+ *   batches_check.c  validating (slices on the I/O thread)
+ *   batches_run.c    in_progress and finalizing (reactor 0's curl multi)
+ *   batch.c          one batch: batch.json, its OpenAI object, its status
+ * Private to those files; the rest of the gateway sees batches.h.
+ * Ownership: every field is guarded by gw->lock. A field a job on the I/O
+ * thread works on (bio.h) belongs to that job until its done runs; while
+ * b->jobs is not 0 the batch is not freed. The transfers (items) and the
+ * input reader are reactor 0's: the API never touches them, it changes
+ * the status and reactor 0's tick does the rest. */
+#ifndef IG_BATCH_H
+#define IG_BATCH_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "infergate/batchfile.h"
+#include "infergate/list.h"
+
+struct ig_gw;
+struct ig_batch_check;
+
+/* OpenAI's statuses, in the order a batch meets them. */
+enum ig_batch_status {
+	IG_BATCH_VALIDATING,    /* its input read and checked by the I/O thread */
+	IG_BATCH_FAILED,        /* validation found problems (errors.data), or the results cannot be kept */
+	IG_BATCH_IN_PROGRESS,   /* its lines sent through the gateway */
+	IG_BATCH_FINALIZING,    /* its result files becoming Files */
+	IG_BATCH_COMPLETED,     /* every line answered */
+	IG_BATCH_EXPIRED,       /* its 24 h passed: what finished is kept */
+	IG_BATCH_CANCELLING,    /* cancelled: reactor 0 aborts its transfers, then finalizes */
+	IG_BATCH_CANCELLED,     /* the lines that finished are in its output file */
+	IG_BATCH_NSTATUS,
+};
+extern const char *const ig_batch_status_names[IG_BATCH_NSTATUS];
+
+static inline bool ig_batch_finished(enum ig_batch_status s)
+{
+	return s == IG_BATCH_FAILED || s == IG_BATCH_COMPLETED || s == IG_BATCH_EXPIRED || s == IG_BATCH_CANCELLED;
+}
+
+#define IG_BATCH_MAX_MODELS 16       /* a batch's distinct models counted for its share */
+#define IG_BATCH_MAX_ERRORS 100      /* errors.data entries kept (the rest counted) */
+#define IG_BATCH_EXPIRY_S 86400      /* completion_window "24h" */
+
+struct ig_batch {
+	struct ig_list link;    /* in bs->all, oldest first */
+	struct ig_batches *bs;
+	char id[40];            /* "batch_" + 24 hex */
+	char owner[65];
+	char input_file_id[40];
+	char endpoint[32];
+	enum ig_endpoint ep;
+	json_t *metadata;       /* object or null */
+	enum ig_batch_status status;
+	bool expiring;          /* finalizing toward expired, not completed */
+	int64_t created_at, in_progress_at, expires_at, finalizing_at, completed_at, failed_at, expired_at,
+		cancelling_at, cancelled_at;
+	long total, completed, failed;
+	char output_file_id[40], error_file_id[40];
+	json_t *errors;         /* errors.data, while validating and after */
+	long n_problems;
+	char *dir;
+	char paused[200];       /* why nothing is sent now ("" running) */
+	int jobs;               /* on the I/O thread (bio.h): the batch stays until 0 */
+	/* validating */
+	struct ig_batch_check *v;       /* what the slices learnt (the job's while one runs) */
+	long vslices;           /* slices done (the next goes to the batch with the fewest) */
+	char *models[IG_BATCH_MAX_MODELS];
+	size_t n_models;
+	/* in_progress: the input, read line by line as lines are sent */
+	struct ig_corpus_reader rd;
+	bool rd_open;
+	/* in_progress */
+	struct ig_journal out, err;
+	bool journals_open;
+	struct ig_doneset done;
+	bool done_loaded;
+	bool input_done;        /* every line read */
+	struct ig_corpus_line held;  /* read, waiting for a backend of its model */
+	bool have_held;
+	struct ig_list items;   /* in flight or waiting to be sent again */
+	long inflight;          /* items (both kinds) */
+	struct ig_list pending; /* struct pending */
+	uint64_t next_flush_ms;
+	long probe_slots;       /* for a backend still learning its slots (share_of) */
+	uint64_t probe_at_ms;   /* when it doubles next */
+};
+
+struct ig_batches {
+	struct ig_gw *gw;
+	char *dir;
+	char secret[33];
+	char mark[64];          /* "IG_BATCH_HEADER: SECRET": a batch's request header, but its owner */
+	char base_url[80];      /* the gateway's own address */
+	struct ig_list all;
+	size_t nbatches;
+	uint64_t next_sweep_ms;
+	uint64_t lines_ok, lines_failed; /* written by this process */
+	bool vbusy;             /* a validation slice is on the I/O thread */
+};
+
+/* The request defaults of a Batch line: none (a line names its model). */
+static const struct ig_corpus_defaults ig_batch_no_defaults = {.max_tokens = -1, .endpoint = -1};
+
+/* ---- one batch (batch.c) ---- */
+
+/* A file of the batch's directory (malloc'd). */
+char *ig_batch_path(const struct ig_batch *b, const char *name);
+/* batch.json with the batch's state now, written by the I/O thread (a
+ * failure is logged: the next change writes it again). */
+void ig_batch_save(const struct ig_batch *b);
+/* Notes a validation problem (errors.data: OpenAI's {code, message, param,
+ * line}); the first IG_BATCH_MAX_ERRORS are kept. */
+void ig_batch_problem(struct ig_batch *b, const char *code, long line, const char *param, const char *fmt, ...)
+	__attribute__((format(printf, 5, 6)));
+/* Counts model among the batch's (its share of the slots: batches_run.c). */
+void ig_batch_note_model(struct ig_batch *b, const char *model);
+/* The batch's input file on disk (malloc'd), NULL when it was deleted. */
+char *ig_batch_input_path(struct ig_batches *bs, const struct ig_batch *b);
+
+/* ---- validation (batches_check.c) ---- */
+
+/* Hands the next validation slice to the I/O thread, if none is there. */
+void ig_batch_check_next(struct ig_batches *bs);
+/* Whether b's every line is read and its slice's done came back. */
+bool ig_batch_check_ready(const struct ig_batch *b);
+/* Ends b's validation: its models checked (it stays validating while some
+ * backend's list is unknown), then failed with its problems or started. */
+void ig_batch_check_finish(struct ig_batches *bs, struct ig_batch *b);
+void ig_batch_check_free(struct ig_batch_check *v);
+
+/* ---- the runner (batches_run.c) ---- */
+
+/* b goes in_progress: its result files and input are opened on the I/O
+ * thread (at once when there is none: at start). */
+void ig_batch_start(struct ig_batches *bs, struct ig_batch *b);
+/* Whether b's result files are open; when not, their opening (with the
+ * input when `input`) is handed to the I/O thread, once. */
+bool ig_batch_journals_ready(struct ig_batches *bs, struct ig_batch *b, bool input);
+/* Sends what the batch's share allows, writes what came back, notices the
+ * end (reactor 0). */
+void ig_batch_run(struct ig_batches *bs, struct ig_batch *b, uint64_t now_ms);
+/* b's transfers running (not lines waiting to be sent again). */
+size_t ig_batch_running(const struct ig_batch *b);
+/* Writes the result lines the disk refused before. */
+void ig_batch_flush_pending(struct ig_batches *bs, struct ig_batch *b);
+/* Stops every transfer of b (reactor 0: its lines are in neither file). */
+void ig_batch_abort(struct ig_batches *bs, struct ig_batch *b);
+/* The result files become Files of the owner (on the I/O thread), then b
+ * ends (completed, cancelled or expired). A no-op while a job of b runs. */
+void ig_batch_finalize(struct ig_batches *bs, struct ig_batch *b);
+
+/* Frees what running left in b (input, result files, held and pending
+ * lines), transfers aside (ig_batch_abort first). */
+void ig_batch_run_clear(struct ig_batch *b);
+
+/* ---- both halves ---- */
+
+/* The Batch object, as OpenAI shows it (plus "infergate": what only this
+ * gateway knows). */
+json_t *ig_batch_json(const struct ig_batch *b);
+/* batch.json's text: what a restart needs. NULL out of memory. */
+char *ig_batch_text(const struct ig_batch *b);
+/* Writes text as dir/batch.json: a temporary file, synced, renamed. It
+ * blocks: for the I/O thread. Returns 0 or -1 (errno set; logged). */
+int ig_batch_write_json(const char *dir, const char *id, const char *text);
+/* A new batch (status validating, on no list). NULL out of memory. */
+struct ig_batch *ig_batch_new(struct ig_batches *bs, const char *id);
+/* Frees a batch on no list, with no job (b->jobs 0), and what every stage
+ * left in it (batches.c). NULL is fine. */
+void ig_batch_free(struct ig_batch *b);
+/* Removes a batch's directory and what is in it (it blocks: the I/O
+ * thread). */
+void ig_batch_remove_dir(const char *dir);
+/* Moves b to status s (its time set), saved by the I/O thread, logged. */
+void ig_batch_set_status(struct ig_batch *b, enum ig_batch_status s);
+
+#endif
