@@ -8,6 +8,7 @@
 
 #include <check.h>
 #include <ftw.h>
+#include <sys/stat.h>
 
 #include "../check_main.h"
 
@@ -105,6 +106,11 @@ START_TEST(a_stored_file_survives_a_restart_and_a_crashs_leftovers_go)
 }
 END_TEST
 
+static void heard_errno(void *arg, int err)
+{
+	*(int *)arg = err;
+}
+
 START_TEST(remove_takes_the_file_from_the_list_and_the_disk)
 {
 	setup();
@@ -120,6 +126,17 @@ START_TEST(remove_takes_the_file_from_the_list_and_the_disk)
 	ck_assert(!exists("files/file-1") && !exists("files/file-1.json"));
 	ck_assert_int_eq(ig_files_remove(fs, NULL, "file-1", NULL, NULL), -1);
 	ck_assert_int_eq(errno, ENOENT);
+	/* done hears how the unlinks went: file-2's metadata replaced by a
+	 * directory, which unlink(2) refuses (EISDIR), as it would as root */
+	char *meta = path_in("files/file-2.json");
+	ck_assert_int_eq(unlink(meta), 0);
+	ck_assert_int_eq(mkdir(meta, 0700), 0);
+	int heard = -1;
+	ck_assert_int_eq(ig_files_remove(fs, NULL, "file-2", heard_errno, &heard), 0);
+	ck_assert_int_eq(heard, EISDIR);
+	ck_assert(exists("files/file-2")); /* the metadata first: the bytes stay */
+	rmdir(meta);
+	free(meta);
 	ig_files_free(fs);
 	fs = ig_files_open(dir, &err); /* gone for good */
 	ck_assert_ptr_null(ig_files_find(fs, "file-1", ""));
