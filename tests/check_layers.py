@@ -52,7 +52,7 @@ LAYERS = {
         "scheduler",                              # who runs next
         "policy lb_*",                            # one file per routing policy
         "upstream health",
-        "accesslog backend loadreport capacity ratelimit keyset respstore affinity clients",
+        "accesslog answer backend loadreport capacity ratelimit keyset respstore affinity clients",
         "conf policy_list",                       # policy_list.h: the policies' table, which conf.c reads
         "routes",
         "rx event bio",                           # the reactors' shared parts, background I/O

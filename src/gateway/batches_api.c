@@ -21,6 +21,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "answer.h"
 #include "batch.h"
 #include "batches.h"
 #include "bio.h"
@@ -48,22 +49,12 @@ struct batch_call {
 	int create_errno;
 };
 
+/* Its answer, counted and logged as the gateway's own (answer.h). */
+#define TO(bc) (&(struct ig_answer_to){(bc)->gw, (bc)->conn, (bc)->method, (bc)->url})
+
 static enum MHD_Result answer_json(struct batch_call *bc, unsigned status, json_t *j)
 {
-	struct ig_gw *gw = bc->gw;
-	char *body = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
-	json_decref(j);
-	if (!body)
-		return MHD_NO;
-	size_t len = strlen(body);
-	struct MHD_Response *r = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
-	MHD_add_response_header(r, "Content-Type", "application/json");
-	MHD_add_response_header(r, "Cache-Control", "no-store");
-	gw->stats.responses[status / 100]++;
-	ig_accesslog_local(&gw->alog, bc->conn, bc->method, bc->url, status, len);
-	enum MHD_Result ret = MHD_queue_response(bc->conn, status, r);
-	MHD_destroy_response(r);
-	return ret;
+	return ig_answer_json(TO(bc), status, j);
 }
 
 static enum MHD_Result answer_error(struct batch_call *bc, unsigned status, const char *param, const char *code,
@@ -71,15 +62,12 @@ static enum MHD_Result answer_error(struct batch_call *bc, unsigned status, cons
 static enum MHD_Result answer_error(struct batch_call *bc, unsigned status, const char *param, const char *code,
 				    const char *fmt, ...)
 {
-	struct ig_gw *gw = bc->gw;
 	char msg[400];
 	va_list ap;
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	gw->stats.responses[status / 100]++;
-	ig_accesslog_local(&gw->alog, bc->conn, bc->method, bc->url, status, 0);
-	return ig_httpd_error(bc->conn, status, msg, param, code, NULL, false);
+	return ig_answer_error(TO(bc), status, param, code, NULL, false, msg);
 }
 
 /* 405 with the methods the path takes. */
@@ -87,9 +75,7 @@ static enum MHD_Result wrong_method(struct batch_call *bc, const char *allow)
 {
 	char msg[64];
 	snprintf(msg, sizeof(msg), "this endpoint takes %s", allow);
-	bc->gw->stats.responses[4]++;
-	ig_accesslog_local(&bc->gw->alog, bc->conn, bc->method, bc->url, 405, 0);
-	return ig_httpd_error_allow(bc->conn, 405, msg, NULL, "method_not_allowed", NULL, allow, false);
+	return ig_answer_error(TO(bc), 405, NULL, "method_not_allowed", allow, false, msg);
 }
 
 static struct ig_batch *find(struct ig_batches *bs, const char *id, const char *owner)

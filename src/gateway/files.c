@@ -25,6 +25,7 @@
 #include "infergate/httpd.h"
 #include "infergate/log.h"
 #include "infergate/util.h"
+#include "answer.h"
 #include "bio.h"
 #include "files.h"
 #include "gateway.h"
@@ -578,38 +579,25 @@ static enum MHD_Result field(void *cls, enum MHD_ValueKind kind IG_UNUSED, const
 	return MHD_YES;
 }
 
-/* Queues an answer, counted and logged as the gateway's own. */
+/* Its answer, counted and logged as the gateway's own (answer.h). */
+#define TO(fc) (&(struct ig_answer_to){(fc)->gw, (fc)->conn, (fc)->method, (fc)->url})
+
 static enum MHD_Result answer(struct files_call *fc, unsigned status, struct MHD_Response *r, size_t len)
 {
-	struct ig_gw *gw = fc->gw;
-	gw->stats.responses[status / 100]++;
-	ig_accesslog_local(&gw->alog, fc->conn, fc->method, fc->url, status, len);
 	MHD_add_response_header(r, "Cache-Control", "no-store");
-	enum MHD_Result ret = MHD_queue_response(fc->conn, status, r);
-	MHD_destroy_response(r);
-	return ret;
+	return ig_answer(TO(fc), status, r, len);
 }
 
 static enum MHD_Result answer_json(struct files_call *fc, unsigned status, json_t *j)
 {
-	char *body = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
-	json_decref(j);
-	if (!body)
-		return MHD_NO;
-	size_t len = strlen(body);
-	struct MHD_Response *r = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
-	MHD_add_response_header(r, "Content-Type", "application/json");
-	return answer(fc, status, r, len);
+	return ig_answer_json(TO(fc), status, j);
 }
 
 /* An OpenAI-shaped error; allow: a 405's methods. */
 static enum MHD_Result answer_error_allow(struct files_call *fc, unsigned status, const char *param, const char *code,
 					  const char *msg, const char *allow)
 {
-	struct ig_gw *gw = fc->gw;
-	gw->stats.responses[status / 100]++;
-	ig_accesslog_local(&gw->alog, fc->conn, fc->method, fc->url, status, 0);
-	return ig_httpd_error_allow(fc->conn, status, msg, param, code, NULL, allow, false);
+	return ig_answer_error(TO(fc), status, param, code, allow, false, msg);
 }
 
 static enum MHD_Result answer_error(struct files_call *fc, unsigned status, const char *param, const char *code,

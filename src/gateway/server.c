@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "admin.h"
+#include "answer.h"
 #include "infergate/httpd.h"
 #include "infergate/log.h"
 #include "infergate/util.h"
@@ -94,14 +95,12 @@ static void log_local(struct ig_gw *gw, struct MHD_Connection *conn, const char 
 }
 
 /* An error the gateway answers itself, before any proxying: counted and
- * logged like every local answer. */
+ * logged like every local answer (answer.h). */
 static enum MHD_Result local_error(struct ig_gw *gw, struct MHD_Connection *conn, const char *method,
 				   const char *url, unsigned status, const char *message, const char *code,
 				   const char *allow, bool close)
 {
-	gw->stats.responses[status / 100]++;
-	log_local(gw, conn, method, url, status, 0);
-	return ig_httpd_error_allow(conn, status, message, NULL, code, NULL, allow, close);
+	return ig_answer_error(&(struct ig_answer_to){gw, conn, method, url}, status, NULL, code, allow, close, message);
 }
 
 /* Request framing that a proxy must refuse (RFC 9112 6.1, 6.3, 5): more
@@ -197,11 +196,7 @@ static enum MHD_Result send_body(struct ig_gw *gw, struct MHD_Connection *conn, 
 	struct MHD_Response *r = MHD_create_response_from_buffer(len, body, mode);
 	MHD_add_response_header(r, "Content-Type", ctype);
 	MHD_add_response_header(r, "Cache-Control", "no-store");
-	gw->stats.responses[status / 100]++;
-	log_local(gw, conn, method, url, status, len);
-	enum MHD_Result ret = MHD_queue_response(conn, status, r);
-	MHD_destroy_response(r);
-	return ret;
+	return ig_answer(&(struct ig_answer_to){gw, conn, method, url}, status, r, len);
 }
 
 /* The entry of the connection's bearer key in ks, or NULL (a disabled
