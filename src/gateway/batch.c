@@ -198,10 +198,13 @@ void ig_batch_problem(struct ig_batch *b, const char *code, long line, const cha
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	json_t *o = json_pack("{s:s, s:s, s:o, s:o}", "code", code, "message", msg, "param",
-			      param ? json_string(param) : json_null(), "line",
-			      line > 0 ? json_integer(line) : json_null());
-	json_array_append_new(b->errors, o);
+	json_array_append_new(b->errors, ig_batch_error_entry(code, msg, line, param));
+}
+
+json_t *ig_batch_error_entry(const char *code, const char *msg, long line, const char *param)
+{
+	return json_pack("{s:s, s:s, s:o, s:o}", "code", code, "message", msg, "param",
+			 param ? json_string(param) : json_null(), "line", line > 0 ? json_integer(line) : json_null());
 }
 
 void ig_batch_set_status(struct ig_batch *b, enum ig_batch_status s)

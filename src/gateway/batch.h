@@ -118,6 +118,8 @@ void ig_batch_save(const struct ig_batch *b);
  * line}); the first IG_BATCH_MAX_ERRORS are kept. */
 void ig_batch_problem(struct ig_batch *b, const char *code, long line, const char *param, const char *fmt, ...)
 	__attribute__((format(printf, 5, 6)));
+/* One entry of errors.data (a new reference; param NULL and line <= 0: null). */
+json_t *ig_batch_error_entry(const char *code, const char *msg, long line, const char *param);
 /* Counts model among the batch's (its share of the slots: batches_run.c). */
 void ig_batch_note_model(struct ig_batch *b, const char *model);
 /* The batch's input file on disk (malloc'd), NULL when it was deleted. */

@@ -108,9 +108,7 @@ static void vproblem(struct ig_batch_check *v, const char *code, long line, cons
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	json_array_append_new(v->problems, json_pack("{s:s, s:s, s:o, s:o}", "code", code, "message", msg, "param",
-						     param ? json_string(param) : json_null(), "line",
-						     line > 0 ? json_integer(line) : json_null()));
+	json_array_append_new(v->problems, ig_batch_error_entry(code, msg, line, param));
 }
 
 static void vnote_model(struct ig_batch_check *v, const char *m, long line)
