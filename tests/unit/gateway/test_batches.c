@@ -79,6 +79,7 @@ static void teardown(struct fixture *f)
 	ig_metrics_free(&f->gw);
 	ig_sched_free(&f->gw.sched);
 	ig_backend_fleet_free(&f->gw.fleet);
+	ig_routes_clear(&f->cfg.routes);
 	nftw(f->root, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 

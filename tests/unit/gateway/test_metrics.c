@@ -42,6 +42,7 @@ static void teardown(struct fixture *f)
 	ig_metrics_free(&f->gw);
 	ig_sched_free(&f->gw.sched);
 	ig_backend_fleet_free(&f->gw.fleet);
+	ig_routes_clear(&f->cfg.routes);
 }
 
 /* The name of a sample line's family: up to '{' or ' ', without a
