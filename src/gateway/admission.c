@@ -52,7 +52,8 @@ void ig_admission_free(struct ig_gw *gw, struct ig_admission *a, bool ok)
 	free(a->prev_id);
 	free(a->resp_id);
 	free(a->up_path);
-	a->model = a->alias = a->prev_id = a->resp_id = a->up_path = NULL;
+	free(a->err.message);
+	a->model = a->alias = a->prev_id = a->resp_id = a->up_path = a->err.message = NULL;
 }
 
 uint32_t ig_admission_owner(const struct ig_gw *gw, const struct ig_admission *a)
@@ -67,7 +68,10 @@ static void refuse(struct ig_admission *a, unsigned status, const char *type, co
 static void refuse(struct ig_admission *a, unsigned status, const char *type, const char *param, const char *code,
 		   const char *fmt, va_list ap)
 {
-	vsnprintf(a->err.message, sizeof(a->err.message), fmt, ap);
+	char msg[1024];
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	free(a->err.message);
+	a->err.message = strdup(msg);
 	a->err.status = status;
 	a->err.type = type;
 	a->err.param = param;

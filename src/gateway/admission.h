@@ -29,7 +29,8 @@ struct ig_admission_error {
 	const char *type;            /* NULL: the status's type */
 	const char *param;           /* NULL: none */
 	const char *code;
-	char message[1024];
+	char *message;               /* malloc'd (NULL: out of memory); inline, 1 KiB
+				      * would be zeroed with every request */
 	uint64_t retry_after_ms;     /* a rate limit's: when to come back, UINT64_MAX never */
 };
 

@@ -476,7 +476,7 @@ static enum MHD_Result refused(struct ig_req *req)
 {
 	const struct ig_admission_error *e = &req->adm.err;
 	set_decided_error(req, e->status ? e->status : 500, e->type, e->param, e->code ? e->code : "internal_error",
-			  e->status ? e->message : "out of memory");
+			  e->status && e->message ? e->message : "out of memory");
 	return respond(req);
 }
 

@@ -48,7 +48,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	int rc = ig_admission_body(&gw, &a, NULL, &body, parsed, &jerr, &w);
 	if (rc < 0) {
-		if (a.err.status != 400 || !a.err.code || strlen(a.err.message) == 0)
+		if (a.err.status != 400 || !a.err.code || !a.err.message || strlen(a.err.message) == 0)
 			abort();
 		char *eb = ig_oaerror_json(a.err.message, a.err.type ? a.err.type : "invalid_request_error",
 					   a.err.param, a.err.code);
