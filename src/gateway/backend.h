@@ -1,4 +1,4 @@
-/* A backend (one inference server) and the table of them. The table and
+/* A backend (one inference server) and the fleet of them. The fleet and
  * every backend are under the gateway's lock; the counters that code
  * running without it reads or writes (the relay's last_io_ms and
  * least-tokens' out_tokens, /metrics) are atomics. Health bookkeeping

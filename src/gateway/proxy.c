@@ -146,7 +146,7 @@ static void unwatch_client(struct ig_req *req)
 }
 
 /* The hang-up watch costs two epoll_ctl calls, so it is set only on
- * requests that stay suspended a while (ig_proxy_tick): a quick answer
+ * requests that stay suspended a while (ig_proxy_tick_rx): a quick answer
  * needs none, and a stream that keeps flowing sees its client leave at the
  * next write anyway. */
 #define WATCH_AFTER_MS 100
