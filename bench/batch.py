@@ -23,6 +23,7 @@ own (time -v); every custom_id once in the downloaded output.
 Target: the gateway's RSS under 64 MB plus the bulk client's own figure.
 
 Usage: python3 bench/batch.py [--parts interactive,rehearsal] [--requests M] [--count N]
+       [--gateway-args "--workers 2"]   (rehearsal: more flags for both gateways)
 Env: IG_BUILD (build dir, default ./build), IG_BENCH_TMP, IG_SKIP_DEPS=1.
 """
 
@@ -201,7 +202,8 @@ def rehearsal_part(args, mach):
     # the reference: infergate-bulk through the gateway, as bench/rehearsal.py runs it
     procs = B.Procs(os.path.join(B.TMP, f"batch-rehearsal-{os.getpid()}"))
     sims, _ = B.start_sims(procs, 7, FAST_SIMS)
-    gw, gwp = B.start_gateway(procs, sims, extra=["--data-dir", os.path.join(procs.workdir, "data")])
+    gw, gwp = B.start_gateway(procs, sims, extra=["--data-dir", os.path.join(procs.workdir, "data")]
+                              + args.gateway_args.split())
     out = os.path.join(procs.workdir, "bulk-out.jsonl")
     timev = os.path.join(procs.workdir, "time-v.txt")
     B.log("infergate-bulk --concurrency 448")
@@ -219,7 +221,7 @@ def rehearsal_part(args, mach):
     # the batch, on fresh simulators and a fresh gateway
     sims, _ = B.start_sims(procs, 7, FAST_SIMS, name="bsim")
     gw, gwp = B.start_gateway(procs, sims, name="bgateway",
-                              extra=["--data-dir", os.path.join(procs.workdir, "bdata")])
+                              extra=["--data-dir", os.path.join(procs.workdir, "bdata")] + args.gateway_args.split())
     rss0 = B.proc_status(gwp.pid)["VmRSS"]
     B.log("the same corpus as a batch")
     r = run_batch(gw, with_model, gwp)
@@ -266,6 +268,8 @@ def main():
     ap.add_argument("--warmup", type=float, default=6, help="seconds of batch before the client starts [6]")
     ap.add_argument("--window", type=float, default=20, help="seconds of interactive load [20]")
     ap.add_argument("--count", type=int, default=902087, help="rehearsal part: corpus size [902087]")
+    ap.add_argument("--gateway-args", default="",
+                    help="rehearsal part: more flags for both gateways (e.g. --workers 2)")
     ap.add_argument("--scenarios", default="idle,bulk-low,batch,batch+chat,batch+chat+reserve,"
                     "bulk-low+chat+reserve",
                     help="interactive part's scenarios")
