@@ -8,10 +8,15 @@
 #include "gateway.h"
 #include "infergate/httpd.h"
 
-enum MHD_Result ig_answer(const struct ig_answer_to *to, unsigned status, struct MHD_Response *r, size_t len)
+static void counted(const struct ig_answer_to *to, unsigned status, size_t len)
 {
 	to->gw->stats.responses[status / 100]++;
 	ig_accesslog_local(&to->gw->alog, to->conn, to->method, to->url, status, len);
+}
+
+enum MHD_Result ig_answer(const struct ig_answer_to *to, unsigned status, struct MHD_Response *r, size_t len)
+{
+	counted(to, status, len);
 	enum MHD_Result ret = MHD_queue_response(to->conn, status, r);
 	MHD_destroy_response(r);
 	return ret;
@@ -37,7 +42,6 @@ enum MHD_Result ig_answer_json(const struct ig_answer_to *to, unsigned status, j
 enum MHD_Result ig_answer_error(const struct ig_answer_to *to, unsigned status, const char *param, const char *code,
 				const char *allow, bool close, const char *message)
 {
-	to->gw->stats.responses[status / 100]++;
-	ig_accesslog_local(&to->gw->alog, to->conn, to->method, to->url, status, 0);
+	counted(to, status, 0);
 	return ig_httpd_error_allow(to->conn, status, message, param, code, NULL, allow, close);
 }

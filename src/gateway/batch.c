@@ -191,20 +191,22 @@ void ig_batch_remove_dir(const char *dir)
  * line}); the first IG_BATCH_MAX_ERRORS are kept. */
 void ig_batch_problem(struct ig_batch *b, const char *code, long line, const char *param, const char *fmt, ...)
 {
-	if (b->n_problems++ >= IG_BATCH_MAX_ERRORS)
-		return;
 	va_list ap;
-	char msg[400];
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
+	ig_batch_vproblem(b->errors, &b->n_problems, code, line, param, fmt, ap);
 	va_end(ap);
-	json_array_append_new(b->errors, ig_batch_error_entry(code, msg, line, param));
 }
 
-json_t *ig_batch_error_entry(const char *code, const char *msg, long line, const char *param)
+void ig_batch_vproblem(json_t *list, long *n, const char *code, long line, const char *param, const char *fmt,
+		       va_list ap)
 {
-	return json_pack("{s:s, s:s, s:o, s:o}", "code", code, "message", msg, "param",
-			 param ? json_string(param) : json_null(), "line", line > 0 ? json_integer(line) : json_null());
+	if ((*n)++ >= IG_BATCH_MAX_ERRORS)
+		return;
+	char msg[400];
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	json_array_append_new(list, json_pack("{s:s, s:s, s:o, s:o}", "code", code, "message", msg, "param",
+					      param ? json_string(param) : json_null(), "line",
+					      line > 0 ? json_integer(line) : json_null()));
 }
 
 void ig_batch_set_status(struct ig_batch *b, enum ig_batch_status s)

@@ -15,6 +15,7 @@
 #define IG_BATCH_H
 
 #include <jansson.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -118,8 +119,10 @@ void ig_batch_save(const struct ig_batch *b);
  * line}); the first IG_BATCH_MAX_ERRORS are kept. */
 void ig_batch_problem(struct ig_batch *b, const char *code, long line, const char *param, const char *fmt, ...)
 	__attribute__((format(printf, 5, 6)));
-/* One entry of errors.data (a new reference; param NULL and line <= 0: null). */
-json_t *ig_batch_error_entry(const char *code, const char *msg, long line, const char *param);
+/* The same into list, counted in *n (problems found, kept or not): the
+ * validation thread keeps its own list and count (batches_check.c). */
+void ig_batch_vproblem(json_t *list, long *n, const char *code, long line, const char *param, const char *fmt,
+		       va_list ap) __attribute__((format(printf, 6, 0)));
 /* Counts model among the batch's (its share of the slots: batches_run.c). */
 void ig_batch_note_model(struct ig_batch *b, const char *model);
 /* The batch's input file on disk (malloc'd), NULL when it was deleted. */

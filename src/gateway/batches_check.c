@@ -101,14 +101,10 @@ static void vproblem(struct ig_batch_check *v, const char *code, long line, cons
 	__attribute__((format(printf, 5, 6)));
 static void vproblem(struct ig_batch_check *v, const char *code, long line, const char *param, const char *fmt, ...)
 {
-	if (v->n_problems++ >= IG_BATCH_MAX_ERRORS)
-		return;
 	va_list ap;
-	char msg[400];
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
+	ig_batch_vproblem(v->problems, &v->n_problems, code, line, param, fmt, ap);
 	va_end(ap);
-	json_array_append_new(v->problems, ig_batch_error_entry(code, msg, line, param));
 }
 
 static void vnote_model(struct ig_batch_check *v, const char *m, long line)
