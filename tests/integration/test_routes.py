@@ -18,6 +18,13 @@ def healthy(gw, n):
                what=f"{n} healthy backends")
 
 
+def models_learned(gw, n):
+    """n backends' model lists fetched: a model none of them lists is then known to be served nowhere
+    (while a list is unknown, its backend may serve it and the request waits)."""
+    wait_until(lambda: sum(1 for b in http_json("GET", gw.url + "/health/backends")[2]["backends"]
+                           if b["models"]) == n, timeout=10, what=f"{n} backends' model lists")
+
+
 def post(url, body):
     """(status, headers as a lower-cased dict, body bytes)"""
     return http("POST", url, body)
@@ -135,6 +142,7 @@ def the_new_routes_are_retried_past_a_dead_backend_and_404_an_unknown_model():
         one, two = (start_sim("--model", "m", "--flavor", flavor, "--tokens-per-second", "0") for _ in range(2))
         gw = start_gateway([one, two], "--health-interval-ms", "60000")  # no probe marks it down first
         healthy(gw, 2)
+        models_learned(gw, 2)  # else "nope" waits for one's list until a probe (60 s) marks it down
         one.kill()
         for _ in range(2):
             for method, path, body in cases:
