@@ -12,9 +12,12 @@
  * flight less the pools' in flight and queue) are in transit, answers on
  * their way here or requests on their way there; headroom = 1.5 x that
  * (smoothed) + 2, at most a quarter of the slots + 2.
- * While the gateway has not learned some backend's slots but that backend
- * sends load reports (so they will be learned the first time it queues),
- * the limit doubles each report until they are ("learning").
+ * A backend's slots are known from its first load report when it states
+ * them (SGLang's max_running_requests), so the run starts at the fleet's
+ * size: the first report is waited for (scheduler.c). While the gateway
+ * has not learned some backend's slots but caps it by a ramp (its load
+ * reports will tell them the first time it queues), the limit is at least
+ * the known slots plus the ramps and doubles each report ("learning").
  *
  * Against any other server, or a gateway whose backends send no load
  * reports: a search for the knee of throughput against requests
@@ -203,13 +206,15 @@ void ig_auto_capacity(struct ig_auto *a, const struct ig_capacity *c, long our_i
 		if (known != a->limit)
 			set_limit(a, known, now);
 	} else if (c->learning == c->unknown && c->unknown > 0) {
-		/* they will be learned once they queue: make them queue */
+		/* The gateway caps them by a ramp that grows while they are
+		 * full and calm, until they queue and are learned: keep the
+		 * ramps full, and a queue at the gateway so that they grow. */
 		long want = a->limit;
 		if (a->state != IG_AUTO_LEARNING)
 			a->state = IG_AUTO_LEARNING;
 		else if ((double)our_inflight >= 0.9 * (double)a->limit)
 			want = a->limit * 2;
-		a->floor = known;
+		a->floor = known + c->ramp < a->max ? known + c->ramp : a->max;
 		want = clamp(a, (double)want);
 		if (want != a->limit)
 			set_limit(a, want, now);

@@ -102,7 +102,8 @@ enum ig_auto_state {
 struct ig_capacity {
 	long slots;             /* known, for the run's class */
 	long unknown;           /* healthy backends with no known slots */
-	long learning;          /* of them, those that send load reports */
+	long learning;          /* of them, those capped by a ramp until learned */
+	long ramp;              /* the sum of those caps */
 	long healthy;
 	long inflight, queued;  /* the pools' requests on backends, in the gateway's queue */
 	double rtt_s;           /* the report's round trip */

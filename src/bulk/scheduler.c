@@ -70,6 +70,7 @@ struct sched {
 	struct ig_buf poll_body;
 	char *poll_url;
 	uint64_t poll_at;
+	uint64_t started_us;    /* the loop's start */
 	int poll_off;           /* not a gateway (or not ours to ask) */
 };
 
@@ -326,9 +327,15 @@ static int rate_ok(struct sched *s, uint64_t now)
 	return s->tokens >= 1.0;
 }
 
+/* The first capacity report is waited for (2 s at most): the run starts
+ * at the fleet's size, not at 16 and a ramp. */
+#define FIRST_POLL_WAIT_US 2000000u
+
 static void fill(struct sched *s)
 {
 	uint64_t now = ig_now_us();
+	if (!s->poll_off && s->st->conc.gw_unknown < 0 && now - s->started_us < FIRST_POLL_WAIT_US)
+		return;
 	while (!s->st->stopping && s->st->in_flight < s->st->conc.limit && rate_ok(s, now)) {
 		struct job *j = take_due(s, now);
 		if (!j) {
@@ -586,6 +593,7 @@ static void add_pool(struct ig_capacity *c, json_t *m, const char *field)
 	c->slots += (long)json_integer_value(json_object_get(m, field));
 	c->unknown += (long)json_integer_value(json_object_get(m, "unknown"));
 	c->learning += (long)json_integer_value(json_object_get(m, "learning"));
+	c->ramp += (long)json_integer_value(json_object_get(m, "ramp"));
 	c->healthy += (long)json_integer_value(json_object_get(m, "backends_healthy"));
 	c->inflight += (long)json_integer_value(json_object_get(m, "inflight"));
 	c->queued += (long)json_integer_value(json_object_get(m, "queue_depth"));
@@ -745,7 +753,7 @@ static int sched_init(struct sched *s, struct bulk_run *run)
 		free(h);
 	}
 	s->tokens = 1.0;
-	s->tokens_at = ig_now_us();
+	s->tokens_at = s->started_us = ig_now_us();
 	return s->headers ? 0 : -1;
 }
 

@@ -24,7 +24,7 @@ struct ig_backend *ig_backend_fleet_add(struct ig_fleet *fleet, const char *url,
 	atomic_init(&b->state, IG_BACKEND_DOWN);
 	atomic_init(&b->admin, IG_ADMIN_ENABLED);
 	b->reported_load = b->reported_waiting = -1;
-	ig_capacity_reset(&b->learn);
+	ig_capacity_reset(&b->learn, false); /* health.c sets the ramp */
 	fleet->v[fleet->n++] = b;
 	return b;
 }
@@ -189,7 +189,32 @@ struct ig_backend *ig_backend_fleet_find_id(const struct ig_fleet *fleet, int id
 
 long ig_backend_limit(const struct ig_backend *b)
 {
+	if (b->max_inflight > 0)
+		return b->max_inflight;
+	long slots = atomic_load(&b->slots);
+	return slots > 0 ? slots : atomic_load(&b->ramp);
+}
+
+long ig_backend_capacity(const struct ig_backend *b)
+{
 	return b->max_inflight > 0 ? b->max_inflight : atomic_load(&b->slots);
+}
+
+const char *ig_backend_limit_from(const struct ig_backend *b)
+{
+	return b->max_inflight > 0 ? "max_inflight" : ig_capacity_from_name(ig_capacity_from(&b->learn));
+}
+
+void ig_backend_publish_slots(struct ig_backend *b)
+{
+	atomic_store(&b->slots, b->learn.cur);
+	atomic_store(&b->ramp, b->learn.cur > 0 ? 0 : b->learn.ramp);
+}
+
+void ig_backend_finished(struct ig_backend *b, bool ok)
+{
+	if (ok && ig_capacity_done(&b->learn, atomic_load(&b->inflight)))
+		atomic_store(&b->ramp, b->learn.ramp);
 }
 
 int ig_backend_usable(const struct ig_backend *b)

@@ -57,10 +57,13 @@ struct ig_backend {
 	_Atomic uint64_t last_io_ms; /* last byte from it for one of our requests (any reactor) */
 	const char *load_path;     /* load_path auto: where it was read (a static
 				    * string); NULL before, or with a set path */
-	atomic_long slots;         /* learned from load reports (learn.cur): the
-				    * requests it runs at once, 0 = not known; the
-				    * limit when max_inflight is not set */
-	struct ig_slots learn;     /* owned by the probing reactor (capacity.h) */
+	atomic_long slots;         /* reported or learned from load reports
+				    * (learn.cur): the requests it runs at once,
+				    * 0 = not known; the limit when max_inflight
+				    * is not set */
+	atomic_long ramp;          /* while slots is 0: the cap that grows until
+				    * they are known (learn.ramp), 0 = none */
+	struct ig_slots learn;     /* capacity.h; under the gateway's lock */
 	/* health, owned by the probing reactor */
 	int consec_ok, consec_fail;
 	int seen_up;            /* ever been up: first success counts as `rise` */
@@ -140,8 +143,20 @@ struct ig_backend *ig_backend_fleet_find_id(const struct ig_fleet *fleet, int id
 size_t ig_backend_fleet_healthy(const struct ig_fleet *fleet);
 int ig_backend_usable(const struct ig_backend *b);
 /* Requests this gateway may have in flight on b: max_inflight when set,
- * else the learned slot count; 0 = no limit. */
+ * else the reported or learned slot count, else the ramp; 0 = no limit. */
 long ig_backend_limit(const struct ig_backend *b);
+/* What b is known to take: max_inflight, else the reported or learned
+ * slots; 0 = not known (a ramp is not knowledge). */
+long ig_backend_capacity(const struct ig_backend *b);
+/* Where ig_backend_limit comes from: "max_inflight", or capacity.h's
+ * "reported", "learned", "ramp", "none". */
+const char *ig_backend_limit_from(const struct ig_backend *b);
+/* b->learn changed: its slots and ramp are published to the atomics that
+ * code without the lock reads. */
+void ig_backend_publish_slots(struct ig_backend *b);
+/* A request of ours on b finished (ok: b answered it), b's in-flight count
+ * still counting it: a ramp at its cap grows. Under the lock. */
+void ig_backend_finished(struct ig_backend *b, bool ok);
 const char *ig_backend_state_name(int state);
 const char *ig_backend_admin_name(int admin);
 

@@ -88,8 +88,6 @@ struct ig_batch {
 	long inflight;          /* items (both kinds) */
 	struct ig_list pending; /* struct pending */
 	uint64_t next_flush_ms;
-	long probe_slots;       /* for a backend still learning its slots (share_of) */
-	uint64_t probe_at_ms;   /* when it doubles next */
 };
 
 struct ig_batches {

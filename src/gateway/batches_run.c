@@ -393,13 +393,11 @@ static int start_line(struct ig_batches *bs, struct ig_batch *b, struct ig_corpu
 	return 0;
 }
 
-/* Requests in flight the batch may have now: per model, its pool's slots
+/* Requests in flight the batch may have now: per model, its pool's limits
  * for class low and an eighth more, split between the running batches that
- * use that model. A backend whose slots are not known yet is learning them
- * from its load reports, which needs it to queue a little (health.c): it
- * counts probe_slots, 4 at first and doubling every second up to 64, so
- * the first seconds do not pile hundreds of requests behind a 4-slot
- * server. One that sends no load report counts 64. */
+ * use that model. A backend whose capacity is not known yet counts the
+ * gateway's ramp for it (capacity.h), which grows while the eighth more
+ * keeps it full; one without any limit (no load reports) counts 64. */
 static long share_of(struct ig_batches *bs, const struct ig_batch *b)
 {
 	struct ig_gw *gw = bs->gw;
@@ -411,8 +409,8 @@ static long share_of(struct ig_batches *bs, const struct ig_batch *b)
 		for (size_t j = 0; m && j < m->nbackends; j++) {
 			const struct ig_backend *be = m->backends[j];
 			long lim = ig_backend_usable(be) ? ig_policy_limit(be, true) : -1;
-			if (lim == 0) /* not known: learning it from load reports, or never */
-				lim = be->reported_load >= 0 ? b->probe_slots : 64;
+			if (lim == 0) /* no limit: no load reports to learn one from */
+				lim = 64;
 			slots += lim > 0 ? lim : 0; /* -1: its slots are reserved for the other classes */
 		}
 		struct ig_batch *o;
@@ -486,10 +484,6 @@ void ig_batch_run(struct ig_batches *bs, struct ig_batch *b, uint64_t now)
 	IG_LIST_FOREACH_SAFE(it, tmp, &b->items, struct item, link)
 		if (it->due_ms && it->due_ms <= now && send_item(bs, it) < 0)
 			item_free(bs, it);
-	if (now >= b->probe_at_ms) {
-		b->probe_slots = b->probe_slots ? (b->probe_slots < 32 ? 2 * b->probe_slots : 64) : 4;
-		b->probe_at_ms = now + 1000;
-	}
 	long share = share_of(bs, b);
 	while (b->inflight < share) {
 		struct ig_corpus_line l;

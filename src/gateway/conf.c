@@ -279,12 +279,14 @@ static const struct ig_flag keys[] = {
 	{.name = "--load-source", .key = "load_source", .type = IG_FLAG_CHOICE, .off = OFF(load_from_backend),
 	 .def = "backend", .metavar = "gateway|backend", .bad = "%s: unknown source '%s' (gateway, backend)",
 	 .help = "backend = requests in flight here plus the backend's own running + waiting, read every "
-		 "health interval; a backend that queues is held to what it runs at once (learned max_inflight) "
-		 "and the rest waits here; gateway = only requests in flight here"},
+		 "health interval; a backend is held to what it states it runs at once, or to what it ran when "
+		 "it queued, and until either is known to a cap that grows while it does not queue; the rest "
+		 "waits here; gateway = only requests in flight here (no limit but max_inflight)"},
 	{.name = "--load-path", .key = "load_path", .type = IG_FLAG_STRING, .off = OFF(load_path), .def = "auto",
 	 .metavar = "PATH",
-	 .help = "with load_source backend: auto (/metrics, then /v1/loads, then /get_load, until one tells), "
-		 "/metrics (SGLang or vLLM gauges), /v1/loads or /get_load (SGLang JSON)"},
+	 .help = "with load_source backend: auto (/v1/loads, then /metrics, then /get_load, until one tells), "
+		 "/metrics (SGLang or vLLM gauges), /v1/loads or /get_load (SGLang JSON; /v1/loads also states "
+		 "the server's max_running_requests, the limit from its first report)"},
 	{.name = "--backend-api-key", .key = "backend_api_key", .type = IG_FLAG_STRING, .off = OFF(backend_api_key),
 	 .def = "", .metavar = "KEY",
 	 .help = "bearer token sent to backends (the client's key is never forwarded when keys are on)"},

@@ -242,6 +242,7 @@ void ig_dispatch_end(struct ig_gw *gw, struct ig_waiter *w, const struct ig_pick
 	if (!w->running)
 		return;
 	w->running = false;
+	ig_backend_finished(w->backend, o->ok);
 	ig_policy_release(w->backend);
 	w->m->inflight--;
 	w->q.key->inflight--;

@@ -52,6 +52,8 @@ struct ig_probe {
 	uint64_t started_us;
 	bool running;
 	size_t load_path;       /* index in auto_load_paths, with load_path "auto" */
+	size_t load_tries;      /* load paths tried this round without a report */
+	bool no_reports;        /* the last round found none (logged once) */
 };
 
 static void probe_done(struct ig_xfer *x, CURLcode result);
@@ -66,6 +68,8 @@ int ig_health_add(struct ig_gw *gw, struct ig_backend *b)
 	p->b = b;
 	ig_buf_init(&p->body);
 	b->probe = p;
+	ig_capacity_reset(&b->learn, gw->cfg->load_from_backend);
+	ig_backend_publish_slots(b);
 	b->next_probe_ms = ig_now_ms(); /* probe at once: serve as soon as one is up */
 	gw->models_dirty = true;        /* a new member of its models' pools */
 	return 0;
@@ -151,8 +155,10 @@ void ig_health_tick(struct ig_gw *gw, uint64_t now_ms)
 {
 	for (size_t i = 0; i < gw->fleet.n; i++) {
 		struct ig_probe *p = gw->fleet.v[i]->probe;
-		if (p && !p->xfer.running && now_ms >= p->b->next_probe_ms)
+		if (p && !p->xfer.running && now_ms >= p->b->next_probe_ms) {
+			p->load_tries = 0; /* a round: health, models, load */
 			start_probe(gw, p, PROBE_HEALTH);
+		}
 	}
 }
 
@@ -172,8 +178,8 @@ static void set_state(struct ig_gw *gw, struct ig_backend *b, int state, const c
 			    gw->fleet.n);
 		/* It may come back restarted with another capacity: learn anew;
 		 * and with an empty cache: cache-aware forgets what it sent. */
-		ig_capacity_reset(&b->learn);
-		atomic_store(&b->slots, 0);
+		ig_capacity_reset(&b->learn, gw->cfg->load_from_backend);
+		ig_backend_publish_slots(b);
 		ig_backend_fleet_gone(&gw->fleet, b);
 	}
 }
@@ -250,16 +256,16 @@ static void store_models(struct ig_gw *gw, struct ig_backend *b, CURLcode result
 }
 
 /* A load report: the backend's load beyond ours, and the slot count it
- * shows, unless it is stale (see ig_capacity_report). */
-static void take_load(struct ig_gw *gw, struct ig_backend *b, long running, long waiting)
+ * states or shows, unless it is stale (see ig_capacity_report). */
+static void take_load(struct ig_gw *gw, struct ig_backend *b, long running, long waiting, long capacity)
 {
 	long ours = atomic_load(&b->inflight);
 	long peak = atomic_exchange(&b->inflight_peak, ours);
 	unsigned long done = atomic_load(&b->served) + atomic_load(&b->failures) + atomic_load(&b->aborted);
 	long load = running < 0 ? -1 : running + waiting;
-	long cur = b->learn.cur;
+	long cur = b->learn.cur, reported = b->learn.reported, ramp = b->learn.ramp;
 	bool stale;
-	long learned = ig_capacity_report(&b->learn, running, waiting, ours, peak, done, &stale);
+	long learned = ig_capacity_report(&b->learn, running, waiting, capacity, ours, peak, done, &stale);
 
 	b->reported_load = load;
 	b->reported_waiting = waiting; /* -1 with running: ig_loadreport_parse gives both or neither */
@@ -271,15 +277,21 @@ static void take_load(struct ig_gw *gw, struct ig_backend *b, long running, long
 	 * sessions on an idle fleet). A stale report's is not believed either. */
 	long ext = load - (peak > ours ? peak : ours);
 	atomic_store(&b->external_load, load >= 0 && ext > 0 && !stale ? ext : 0);
-	if (learned == cur)
+	if (learned == cur && b->learn.ramp == ramp)
 		return;
-	atomic_store(&b->slots, learned);
-	if (learned < cur || cur == 0)
+	ig_backend_publish_slots(b);
+	if (b->learn.reported != reported && learned == b->learn.reported)
+		ig_log_info("backend %s states it runs %ld requests at once (max_running_requests): at most %ld in "
+			    "flight from here", b->url, b->learn.reported, learned);
+	else if (learned < cur || (cur == 0 && learned > 0))
 		ig_log_info("backend %s queues: it runs %ld requests at once (%ld waiting); "
 			    "at most %ld in flight from here", b->url, running, waiting, learned);
-	else
+	else if (learned > cur)
 		ig_log_debug("backend %s: no queue at %ld in flight, now up to %ld", b->url, peak, learned);
-	if (learned > cur)
+	else
+		ig_log_debug("backend %s: no queue at %ld in flight, its capacity not known yet: up to %ld", b->url,
+			     peak, b->learn.ramp);
+	if (learned > cur || b->learn.ramp > ramp)
 		gw->drain_pending = true;
 }
 
@@ -294,18 +306,40 @@ static void probe_done(struct ig_xfer *x, CURLcode result)
 
 	curl_easy_getinfo(p->xfer.easy, CURLINFO_RESPONSE_CODE, &status);
 	if (p->what == PROBE_LOAD) {
-		long running = -1, waiting = -1;
+		long running = -1, waiting = -1, capacity = -1;
 		if (result == CURLE_OK && status == 200)
-			ig_loadreport_parse(ig_buf_head(&p->body), ig_buf_pending(&p->body), &running, &waiting);
+			ig_loadreport_parse(ig_buf_head(&p->body), ig_buf_pending(&p->body), &running, &waiting,
+					    &capacity);
 		if (gw->cfg->load_path_auto) {
-			if (running >= 0)
+			if (running >= 0) {
 				b->load_path = auto_load_paths[p->load_path];
-			else /* try the next one next time */
+			} else if (result == CURLE_OK && ++p->load_tries < N_AUTO_LOAD_PATHS) {
+				/* the next one at once: a backend's capacity is
+				 * known from its first round of probes */
 				p->load_path = (p->load_path + 1) % N_AUTO_LOAD_PATHS;
+				start_probe(gw, p, PROBE_LOAD);
+				return;
+			} else {
+				p->load_path = (p->load_path + 1) % N_AUTO_LOAD_PATHS;
+			}
 		} else {
 			b->load_path = NULL; /* the configured one (a reload may free its string) */
 		}
-		take_load(gw, b, running, waiting);
+		/* Answered, without a load on any path: no capacity will be
+		 * learned, so no cap meanwhile. A failed transfer tells nothing. */
+		bool none = running < 0 && result == CURLE_OK;
+		if (none && !p->no_reports)
+			ig_log_warn("backend %s answers no load report (%s): its capacity cannot be learned; it gets no "
+				    "in-flight limit but its max_inflight", b->url,
+				    gw->cfg->load_path_auto ? "/v1/loads, /metrics, /get_load" : gw->cfg->load_path);
+		if (running >= 0 || none)
+			p->no_reports = none;
+		if (none && b->learn.ramp > 0) {
+			ig_capacity_no_reports(&b->learn);
+			ig_backend_publish_slots(b);
+			gw->drain_pending = true;
+		}
+		take_load(gw, b, running, waiting, capacity);
 	} else if (p->what == PROBE_MODELS) {
 		store_models(gw, b, result, status, &p->body);
 		b->models_at_ms = now;

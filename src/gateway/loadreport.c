@@ -93,13 +93,14 @@ static long prom_sum(const char *text, size_t len, const char *name)
 	return sum;
 }
 
-void ig_loadreport_parse(const char *text, size_t len, long *running, long *waiting)
+void ig_loadreport_parse(const char *text, size_t len, long *running, long *waiting, long *capacity)
 {
 	static const char *const gauges[][2] = {
 		{"sglang:num_running_reqs", "sglang:num_queue_reqs"},
 		{"vllm:num_requests_running", "vllm:num_requests_waiting"},
 	};
 
+	*capacity = -1;
 	for (size_t g = 0; g < sizeof(gauges) / sizeof(gauges[0]); g++) {
 		*running = prom_sum(text, len, gauges[g][0]);
 		*waiting = prom_sum(text, len, gauges[g][1]);
@@ -111,6 +112,8 @@ void ig_loadreport_parse(const char *text, size_t len, long *running, long *wait
 	}
 	json_t *root = json_loadb(text, len, 0, NULL), *item;
 	size_t i;
+	long capsum = 0;
+	bool cap_all = true;
 	if (json_is_array(json_object_get(root, "loads"))) { /* SGLang /v1/loads */
 		json_t *loads = json_incref(json_object_get(root, "loads"));
 		json_decref(root);
@@ -135,6 +138,16 @@ void ig_loadreport_parse(const char *text, size_t len, long *running, long *wait
 			*running = IG_LOADREPORT_MAX;
 		if (*waiting > IG_LOADREPORT_MAX)
 			*waiting = IG_LOADREPORT_MAX;
+		/* Every rank states its own; one that does not (an older server)
+		 * leaves the whole unknown. */
+		json_t *cap = json_object_get(item, "max_running_requests");
+		long nc = json_is_integer(cap) ? sane_count((double)json_integer_value(cap)) : 0;
+		if (nc > 0 && capsum + nc <= IG_LOADREPORT_MAX)
+			capsum += nc;
+		else
+			cap_all = false;
 	}
+	if (*running >= 0 && cap_all && capsum > 0)
+		*capacity = capsum;
 	json_decref(root);
 }

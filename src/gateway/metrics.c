@@ -59,6 +59,11 @@ json_t *ig_metrics_backend_json(const struct ig_backend *b, uint64_t now)
 		json_object_set_new(o, "discovered_from", json_string(b->discover));
 	if (atomic_load(&b->slots) > 0)
 		json_object_set_new(o, "learned_slots", json_integer(atomic_load(&b->slots)));
+	/* the limit in force and where it comes from (capacity.h) */
+	json_object_set_new(o, "limit", json_integer(ig_backend_limit(b)));
+	json_object_set_new(o, "limit_from", json_string(ig_backend_limit_from(b)));
+	if (b->learn.reported > 0)
+		json_object_set_new(o, "reported_slots", json_integer(b->learn.reported));
 	json_object_set_new(o, "models", ig_backend_model_names(b));
 	json_object_set_new(o, "models_from", json_string(b->models_conf ? "config" : b->models ? "backend"
 							  : b->models_any ? "any" : "unknown"));
@@ -138,34 +143,39 @@ static json_t *models_detail(struct ig_gw *gw)
 
 /* What a model's pool takes at once, for a client that keeps it full
  * (infergate-bulk --concurrency auto): over its usable backends, the sum of
- * each one's limit (max_inflight, else the learned slot count) for classes
- * high and normal ("slots") and for low ("slots_low": less reserve_slots);
- * "unknown" counts usable backends with neither, which take whatever comes
- * because their capacity is not known (yet: it is learned when one queues),
- * and "learning" those of them that send load reports, so that it will be. */
+ * each one's capacity (max_inflight, else the slots it states or that were
+ * learned) for classes high and normal ("slots") and for low ("slots_low":
+ * less reserve_slots); "unknown" counts usable backends with neither,
+ * "learning" those of them that are capped by a ramp until their load
+ * reports tell (the others take whatever comes), "ramp" the sum of those
+ * caps. */
 char *ig_metrics_capacity_json(struct ig_gw *gw)
 {
 	json_t *models = json_object();
 	for (size_t i = 0; i < gw->sched.n; i++) {
 		const struct ig_model *m = gw->sched.v[i];
-		long slots = 0, slots_low = 0, unknown = 0, learning = 0, healthy = 0;
+		long slots = 0, slots_low = 0, unknown = 0, learning = 0, ramp = 0, healthy = 0;
 		for (size_t j = 0; j < m->nbackends; j++) {
 			const struct ig_backend *b = m->backends[j];
 			if (!ig_backend_usable(b))
 				continue;
 			healthy++;
 			long all = ig_policy_limit(b, false), low = ig_policy_limit(b, true);
-			if (all == 0) {
+			if (ig_backend_capacity(b) == 0) {
+				/* a ramp is no capacity: counted as unknown, and its
+				 * cap in "ramp" */
 				unknown++;
-				learning += b->reported_load >= 0;
+				learning += atomic_load(&b->ramp) > 0;
+				ramp += atomic_load(&b->ramp);
+				continue;
 			}
 			slots += all > 0 ? all : 0;
 			slots_low += low > 0 ? low : 0;
 		}
 		json_object_set_new(models, m->name,
-				    json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}", "slots", (json_int_t)slots,
+				    json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}", "slots", (json_int_t)slots,
 					      "slots_low", (json_int_t)slots_low, "unknown", (json_int_t)unknown,
-					      "learning", (json_int_t)learning,
+					      "learning", (json_int_t)learning, "ramp", (json_int_t)ramp,
 					      "backends_healthy", (json_int_t)healthy, "inflight", (json_int_t)m->inflight,
 					      "queue_depth", (json_int_t)m->qlen, "aliases", aliases_of(gw, m->name)));
 	}

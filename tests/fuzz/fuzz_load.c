@@ -13,11 +13,13 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	long running = -1, waiting = -1;
+	long running = -1, waiting = -1, capacity = -1;
 
-	ig_loadreport_parse((const char *)data, size, &running, &waiting);
+	ig_loadreport_parse((const char *)data, size, &running, &waiting, &capacity);
 	if ((running < 0) != (waiting < 0))
 		abort(); /* both found or neither */
+	if (capacity == 0 || capacity > IG_LOADREPORT_MAX || (capacity > 0 && running < 0))
+		abort(); /* a capacity is stated with a load, and sane */
 	if (running > IG_LOADREPORT_MAX || waiting > IG_LOADREPORT_MAX || running < -1 || waiting < -1)
 		abort();
 

@@ -430,6 +430,103 @@ def gateways_sharing_a_backend_each_learn_their_share_of_its_slots():
 
 
 @test
+def a_backend_that_states_its_capacity_is_held_to_it_from_the_first_request():
+    # SGLang's /v1/loads states max_running_requests: the gateway knows each backend's slots
+    # from its first probe, before any request. A burst of 48 on 2 + 6 slots never queues at
+    # a backend (the surplus waits here) and splits by slots, from the first request on.
+    small = start_sim("--max-running", "2", "--tokens-per-second", "40", "--ttft-ms", "0",
+                      "--output-tokens", "10")
+    big = start_sim("--max-running", "6", "--tokens-per-second", "40", "--ttft-ms", "0",
+                    "--output-tokens", "10")
+    gw = start_gateway([small, big], "--health-interval-ms", "100")
+    healthy(gw, 2)
+    wait_until(lambda: all(b.get("limit_from") == "reported" for b in backends(gw).values()), timeout=10,
+               what="the stated slots")
+    b = backends(gw)
+    assert [(b[s.url]["limit"], b[s.url]["reported_slots"]) for s in (small, big)] == [(2, 2), (6, 6)], b
+    cap = http_json("GET", gw.url + "/health/capacity")[2]["models"]["sim-model"]
+    assert (cap["slots"], cap["unknown"], cap["ramp"]) == (8, 0, 0), cap
+    assert f"backend {small.url} states it runs 2 requests at once" in gw.read_log()
+    waiting, queued, stop = [], [], threading.Event()
+    def watch():
+        while not stop.is_set():
+            waiting.append(max(http_json("GET", s.url + "/sim/state")[2]["num_waiting_reqs"] for s in (small, big)))
+            queued.append(http_json("GET", gw.url + "/health/backends")[2]["gateway"]["queue_depth"])
+            time.sleep(0.02)
+    t = threading.Thread(target=watch)
+    t.start()
+    got = collections.Counter()
+    def one(i):
+        st, hdrs, _ = http("POST", gw.url + "/v1/completions", {"model": "sim-model", "prompt": f"a{i}"})
+        assert st == 200, st
+        got[hdrs["x-infergate-backend"]] += 1
+    parallel(one, range(48), workers=48)
+    stop.set()
+    t.join()
+    assert max(waiting) == 0, waiting                 # never a request waiting at a backend
+    assert max(queued) >= 20, max(queued)             # the surplus waited here
+    assert sum(got.values()) == 48 and got[big.url] >= 2 * got[small.url], got
+    for p in (gw, small, big):
+        p.stop()
+
+
+@test
+def a_server_whose_kv_budget_runs_fewer_than_it_states_is_held_to_what_it_runs():
+    # An engine-like simulator that states 64 (max_running_requests) but whose KV budget of
+    # 3,000 tokens holds far fewer at once: its queue shows in two reports in a row, and the
+    # learned count replaces the stated one (which stays shown as reported_slots).
+    sim = start_sim("--profile", "h100-8b", "--max-running", "64", "--kv-tokens", "3000")
+    gw = start_gateway([sim], "--health-interval-ms", "100")
+    healthy(gw, 1)
+    wait_until(lambda: backends(gw)[sim.url].get("limit") == 64, timeout=10, what="the stated 64")
+    def one(i):
+        st, _, _ = http("POST", gw.url + "/v1/completions", {"model": "sim-model", "prompt": f"kv {i} " * 30,
+                                                            "max_tokens": 400, "ignore_eos": True})
+        assert st == 200, st
+    parallel(one, range(96), workers=96)
+    b = backends(gw)[sim.url]
+    assert b["limit_from"] == "learned" and 1 <= b["limit"] < 64 and b["reported_slots"] == 64, b
+    assert f"backend {sim.url} queues: it runs" in gw.read_log()
+    gw.stop()
+    sim.stop()
+
+
+@test
+def a_backend_of_unknown_capacity_gets_a_ramp_not_a_flood():
+    # vLLM states no capacity anywhere a client can read: the gateway caps it by a ramp (8,
+    # growing while it does not queue) until its queue shows what it runs. A burst of 40 on a
+    # 4-slot server then waits here, not there: what a blind gateway would queue there (36)
+    # is held here, and 4 is learned.
+    sim = start_sim("--flavor", "vllm", "--max-running", "4", "--tokens-per-second", "40", "--ttft-ms", "0",
+                    "--output-tokens", "10")
+    gw = start_gateway([sim], "--health-interval-ms", "100")
+    healthy(gw, 1)
+    wait_until(lambda: backends(gw)[sim.url].get("load_path") == "/metrics", timeout=10, what="its load found")
+    b = backends(gw)[sim.url]
+    assert (b["limit"], b["limit_from"]) == (8, "ramp"), b
+    cap = http_json("GET", gw.url + "/health/capacity")[2]["models"]["sim-model"]
+    assert (cap["slots"], cap["unknown"], cap["learning"], cap["ramp"]) == (0, 1, 1, 8), cap
+    waiting, stop = [], threading.Event()
+    def watch():
+        while not stop.is_set():
+            waiting.append(http_json("GET", sim.url + "/sim/state")[2]["num_waiting_reqs"])
+            time.sleep(0.02)
+    t = threading.Thread(target=watch)
+    t.start()
+    def one(i):
+        st, _, _ = http("POST", gw.url + "/v1/completions", {"model": "sim-model", "prompt": f"r{i}"})
+        assert st == 200, st
+    parallel(one, range(40), workers=40)
+    stop.set()
+    t.join()
+    assert max(waiting) <= 8, max(waiting)     # the ramp's cap (and a few it grew) less 4 running
+    b = backends(gw)[sim.url]
+    assert (b["limit_from"], b["limit"]) == ("learned", 4), b
+    gw.stop()
+    sim.stop()
+
+
+@test
 def load_path_auto_finds_where_each_server_tells_its_load():
     # Three servers that tell their load in the three places SGLang and vLLM use: Prometheus
     # gauges at /metrics (vLLM; SGLang with --enable-metrics), SGLang's /v1/loads, and the
@@ -438,8 +535,10 @@ def load_path_auto_finds_where_each_server_tells_its_load():
         "/metrics": (200, b"# TYPE vllm:num_requests_running gauge\n"
                           b'vllm:num_requests_running{model_name="m"} 3.0\n'
                           b'vllm:num_requests_waiting{model_name="m"} 2.0\n', "text/plain"),
-        "/v1/loads": (200, {"loads": [{"dp_rank": 0, "num_running_reqs": 4, "num_waiting_reqs": 1},
-                                      {"dp_rank": 1, "num_running_reqs": 2, "num_waiting_reqs": 0}]},
+        "/v1/loads": (200, {"loads": [{"dp_rank": 0, "num_running_reqs": 4, "num_waiting_reqs": 1,
+                                       "max_running_requests": 8},
+                                      {"dp_rank": 1, "num_running_reqs": 2, "num_waiting_reqs": 0,
+                                       "max_running_requests": 8}]},
                       "application/json"),
         "/get_load": (200, [{"dp_rank": 0, "num_reqs": 9, "num_waiting_reqs": 4, "num_tokens": 100}],
                       "application/json"),
@@ -456,8 +555,9 @@ def load_path_auto_finds_where_each_server_tells_its_load():
             return True
         return handler
     fbs = {path: FakeBackend(serving(path)) for path in answers}
-    gw = start_gateway(list(fbs.values()), "--health-interval-ms", "50")
-    healthy(gw, 3)
+    silent = FakeBackend(serving("/nowhere"))   # answers 404 on every load path
+    gw = start_gateway(list(fbs.values()) + [silent], "--health-interval-ms", "50")
+    healthy(gw, 4)
     want = {"/metrics": (5, 2), "/v1/loads": (7, 1), "/get_load": (9, 4)}
     def found():
         b = backends(gw)
@@ -465,6 +565,16 @@ def load_path_auto_finds_where_each_server_tells_its_load():
                    (b[fb.url].get("reported_load"), b[fb.url].get("reported_waiting")) == want[path]
                    for path, fb in fbs.items())
     wait_until(found, timeout=10, what="each server's load read where it tells it")
+    # Where each limit comes from: /v1/loads states 8 per rank; the others state nothing and
+    # are capped by a ramp until they queue; the silent one has no limit, and the log says why.
+    b = backends(gw)
+    assert (b[fbs["/v1/loads"].url]["limit"], b[fbs["/v1/loads"].url]["limit_from"]) == (16, "reported"), b
+    assert b[fbs["/v1/loads"].url]["reported_slots"] == 16, b
+    for path in ("/metrics", "/get_load"):
+        assert (b[fbs[path].url]["limit"], b[fbs[path].url]["limit_from"]) == (8, "ramp"), b
+    wait_until(lambda: backends(gw)[silent.url]["limit_from"] == "none", timeout=10, what="no limit for the silent")
+    assert backends(gw)[silent.url]["limit"] == 0
+    assert f"backend {silent.url} answers no load report" in gw.read_log(), gw.read_log()
     # Once found, a server is not asked elsewhere again.
     n = {path: len(fb.requests) for path, fb in fbs.items()}
     time.sleep(0.5)

@@ -392,7 +392,11 @@ def with_the_backend_key_models_and_load_are_learned():
     st, _, obj = http_json("POST", gw2.url + "/v1/chat/completions", chat_body("hi", model="qwen3"))
     assert_openai_error(st, obj, 401, "authentication_error")
     assert obj["error"]["message"] == "Unauthorized", obj
-    assert "load_path" not in backends(gw2)[sim.url], backends(gw2)
+    # The load is still read where SGLang asks no key (/metrics, utils/auth.py), which states
+    # no capacity: a ramp caps the backend. With the key, /v1/loads states it.
+    wait_until(lambda: backends(gw2)[sim.url].get("load_path") == "/metrics", what="load read at /metrics")
+    assert backends(gw2)[sim.url]["limit_from"] == "ramp", backends(gw2)
+    assert backends(gw)[sim.url]["limit_from"] == "reported", backends(gw)
     assert http_json("GET", gw2.url + "/v1/models")[2]["data"] == []
 
 

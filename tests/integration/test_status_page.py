@@ -247,12 +247,14 @@ class PageServer:
                         status, _, body = http("GET", gateway_url + "/health/backends")
                         ctype = "application/json"
                 elif rest == "health/backends" and prefix == "limits":
-                    # the gateway's answer, with a set max_inflight and a learned count
+                    # the gateway's answer, with a set max_inflight and a learned count (and,
+                    # as an older gateway sends it, the second without "limit")
                     status, _, body = http("GET", gateway_url + "/health/backends")
                     j = json.loads(body)
-                    j["backends"][0]["max_inflight"] = 5
+                    j["backends"][0].update(max_inflight=5, limit=5, limit_from="max_inflight")
                     j["backends"][1]["max_inflight"] = 0
                     j["backends"][1]["learned_slots"] = 7
+                    del j["backends"][1]["limit"]
                     body, ctype = json.dumps(j).encode(), "application/json"
                 self.send_response(status)
                 self.send_header("Content-Type", ctype)
@@ -298,7 +300,8 @@ def status_page_shows_unreachable_and_recovers_behind_a_prefix():
         assert all(r["attrs"]["data-state"] == "up" for r in dom.rows.values()), dom.rows
         assert dom.text("sum-healthy") == "2 / 2", dom.text("sum-healthy")
 
-        # A backend's limit follows its in-flight count: max_inflight, else the learned one.
+        # A backend's limit follows its in-flight count: the one in force (with where it comes
+        # from), or from an older gateway max_inflight, else the learned one.
         dom = Dom(chromium(srv.url + "/limits/status", "--dump-dom"))
         cells = [dom.rows[s.url]["cells"]["inflight"] for s in sims]
         assert cells == ["0 / 5", "0 / 7"], cells

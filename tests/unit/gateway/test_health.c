@@ -104,7 +104,7 @@ START_TEST(load_reports_teach_slots)
 	/* 8 of ours in flight, it runs 8 and queues 4: it holds 8 at once. */
 	atomic_store(&b->inflight, 12);
 	atomic_store(&b->inflight_peak, 12);
-	take_load(&gw, b, 8, 4);
+	take_load(&gw, b, 8, 4, -1);
 	ck_assert_int_eq(atomic_load(&b->slots), 8);
 	ck_assert_int_eq(b->reported_load, 12);
 	ck_assert_int_eq(atomic_load(&b->external_load), 0); /* all of it is ours */
@@ -115,9 +115,9 @@ START_TEST(load_reports_teach_slots)
 	 * ended after it must not show as another client's). */
 	atomic_store(&b->inflight, 4);
 	atomic_store(&b->served, 8);
-	take_load(&gw, b, 6, 0);
+	take_load(&gw, b, 6, 0, -1);
 	ck_assert_int_eq(atomic_load(&b->external_load), 0);
-	take_load(&gw, b, 6, 0);
+	take_load(&gw, b, 6, 0, -1);
 	ck_assert_int_eq(atomic_load(&b->external_load), 2);
 
 	/* Down: learn anew when it comes back. */
