@@ -86,13 +86,13 @@ def sim_waiting(url):
     return json.loads(body)["num_waiting_reqs"] if st == 200 else 0
 
 
-def one_run(procs, name, sims, corpus, slots, d, gw_url):
+def one_run(procs, name, sims, corpus, slots, d, gw_url, bulk_bin):
     out, summary = os.path.join(d, f"{name}.out.jsonl"), os.path.join(d, f"{name}.summary.json")
     for f in (out, summary):
         if os.path.exists(f):
             os.unlink(f)
     conc = "auto" if name.endswith("auto") else str(slots)
-    argv = [B.binary("infergate-bulk"), "--input", corpus, "--output", out, "--url", gw_url,
+    argv = [bulk_bin, "--input", corpus, "--output", out, "--url", gw_url,
             "--model", "sim-model", "--concurrency", conc, "--summary-json", summary,
             "--progress-interval-s", "30", "--priority", "none", "--max-concurrency", str(4 * slots)]
     samples, waits, stop = [], [], threading.Event()
@@ -142,11 +142,16 @@ def main():
     ap.add_argument("--slots", type=int, default=4, help="per backend")
     ap.add_argument("--lines", type=int, default=30000)
     ap.add_argument("--runs", default=",".join(RUNS))
+    ap.add_argument("--reference", metavar="BUILD",
+                    help="another build (infergate, infergate-bulk) also run at 800 and auto: reference-800, "
+                         "reference-auto")
     a = ap.parse_args()
     runs = a.runs.split(",")
     for r in runs:
         if r not in RUNS:
             sys.exit(f"--runs: unknown run '{r}' ({', '.join(RUNS)})")
+    if a.reference:
+        runs += ["reference-800", "reference-auto"]
     if "nginx-800" in runs:
         B.need(("nginx", "nginx-light"))
     B.raise_nofile()
@@ -163,12 +168,15 @@ def main():
     ideal = a.lines / slots * 0.22
     results = []
     for name in runs:
+        ref = name.startswith("reference")
         if name.startswith("nginx"):
             url, p = start_nginx(procs, sims, d)
         else:
-            url, p = B.start_gateway(procs, sims, ["--health-interval-ms", "1000"], name="gateway-" + name)
+            url, p = B.start_gateway(procs, sims, ["--health-interval-ms", "1000"], name="gateway-" + name,
+                                     program=os.path.join(a.reference, "infergate") if ref else None)
         B.log(f"{name}: {a.lines} lines")
-        r = one_run(procs, name, sims, corpus, slots, d, url)
+        bulk = os.path.join(a.reference, "infergate-bulk") if ref else B.binary("infergate-bulk")
+        r = one_run(procs, name, sims, corpus, slots, d, url, bulk)
         r["of_ideal"] = round(ideal / r["wall_s"], 3)
         results.append(r)
         B.log(json.dumps(r))
@@ -177,20 +185,21 @@ def main():
     rows = []
     for r in results:
         ratio = ""
-        if r["run"] == "infergate-auto" and "infergate-800" in by:
-            ratio = f"{by['infergate-800']['wall_s'] / r['wall_s']:.3f}"
+        fixed = r["run"].replace("auto", "800")
+        if r["run"].endswith("auto") and fixed in by:
+            ratio = f"{by[fixed]['wall_s'] / r['wall_s']:.3f}"
         ref = f"{by['nginx-800']['wall_s'] / r['wall_s']:.3f}" if "nginx-800" in by else ""
         rows.append([r["run"], f"{r['wall_s']:.2f} s", f"{100 * r['of_ideal']:.0f}%", ref, ratio,
                      "-" if r["full_at_s"] is None else f"{r['full_at_s']:.1f} s",
                      r["max_waiting_after_1s"], r["max_waiting"], r["lines"]])
-    table = B.md_table(["run", "wall", "of ideal", "speed vs nginx-800", "auto speed vs infergate-800",
+    table = B.md_table(["run", "wall", "of ideal", "speed vs nginx-800", "auto speed vs the same build at 800",
                         "fleet full at", "most waiting at a backend after 1 s", "most waiting (whole run)",
                         "lines written"], rows)
     notes = (f"{a.backends} x infergate-sim (--max-running {a.slots}, 100 tokens/s, 20-token answers, TTFT "
              f"20 ms): {slots} slots, ideal {ideal:.2f} s for {a.lines} lines. Targets: auto speed >= 0.95 of "
              "infergate-800's; fleet full within 2 s; at most 1 waiting at a backend after the first second. "
              "'fleet full at': the first 0.1 s sample with the gateway's requests on backends >= 98% of the "
-             "slots (infergate runs only).")
+             "slots (infergate runs only)." + (f" reference: the build in {a.reference}." if a.reference else ""))
     B.record("fleet", f"{a.backends} backends from the first second", B.command_line(), mach,
              {"results": results, "ideal_s": ideal, "slots": slots}, table, notes)
 

@@ -186,6 +186,7 @@ void ig_auto_capacity(struct ig_auto *a, const struct ig_capacity *c, long our_i
 {
 	if (!a->on)
 		return;
+	bool first = a->gw_unknown < 0;
 	double transit = (double)(our_inflight - c->inflight - c->queued);
 	if (transit < 0)
 		transit = 0; /* others' requests in the pool */
@@ -225,6 +226,13 @@ void ig_auto_capacity(struct ig_auto *a, const struct ig_capacity *c, long our_i
 			ramp_from(a, IG_AUTO_RAMPING, a->limit, now);
 		else if (a->limit < a->floor)
 			set_limit(a, a->floor, now);
+	}
+	/* The run waited for this first report (scheduler.c): the limit it
+	 * set is the first one held, not the 16 it was made with. */
+	if (first && our_inflight == 0) {
+		a->min_seen = a->max_seen = a->limit;
+		a->limit_area = 0;
+		a->t0 = a->last_us = now;
 	}
 	describe(a);
 }

@@ -3,7 +3,9 @@
  * /v1/loads and /get_load JSON) and the slot-count rule fed with what it
  * read (capacity.c ig_capacity_learn). A report is the backend's text, so any
  * bytes must give either "nothing found" (-1, -1) or two counts in
- * 0..IG_LOADREPORT_MAX, and the rule must keep its invariants over any sequence. */
+ * 0..IG_LOADREPORT_MAX (and a stated capacity only with them), and the rules
+ * (ig_capacity_learn, and ig_capacity_report with capacities, finished
+ * requests and missing reports) must keep their invariants over any sequence. */
 #include "config.h"
 #include <stdint.h>
 #include <stdlib.h>
@@ -42,6 +44,28 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		} else if (cur < before) {
 			abort(); /* no queue never lowers the limit */
 		}
+	}
+
+	/* As reports with a stated capacity, finished requests and missing
+	 * reports (running, waiting, capacity, ours; 254: none this time). */
+	struct ig_slots t;
+	bool stale;
+	ig_capacity_reset(&t, true);
+	for (size_t i = 0; i + 4 <= size; i += 4) {
+		long r = data[i] == 255 ? -1 : data[i], w = data[i + 1] == 255 ? -1 : data[i + 1];
+		long cap = data[i + 2] == 255 ? -1 : data[i + 2], ours = data[i + 3];
+		if (data[i] == 254)
+			ig_capacity_no_reports(&t);
+		else if (data[i + 1] == 254)
+			ig_capacity_done(&t, ours);
+		else
+			ig_capacity_report(&t, r, w, cap, ours, ours, i, &stale);
+		if (t.cur < 0 || t.ramp < 0 || t.ramp > IG_SLOTS_RAMP_MAX || ig_capacity_limit(&t) < 0)
+			abort();
+		if (t.reported > 0 && t.cur > t.reported)
+			abort(); /* never past what it states */
+		if (t.cur > 0 && ig_capacity_from(&t) != IG_SLOTS_REPORTED && ig_capacity_from(&t) != IG_SLOTS_LEARNED)
+			abort();
 	}
 	return 0;
 }

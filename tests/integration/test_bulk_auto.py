@@ -85,6 +85,9 @@ def through_the_gateway_it_holds_the_learned_slots_and_follows_backends():
     s = stop_bulk(b, d)
     assert s["concurrency"]["mode"] == "auto" and s["concurrency"]["gateway"]["slots"] in range(16, 19), s
     assert s["concurrency"]["gateway"]["headroom"] >= 2, s
+    # it started at the gateway's slots plus headroom (it waits for the first capacity
+    # report), never at the 16 a search starts from
+    assert s["concurrency"]["min"] >= 18, s["concurrency"]
     print(f"# held {c2} with 2 backends of 8, {c3} with 3, {c1} after one left; "
           f"{s['concurrency']['gateway']['in_transit']:.1f} requests in transit, "
           f"rtt {s['concurrency']['gateway']['rtt_ms']:.2f} ms")
