@@ -369,7 +369,7 @@ def a_backend_that_queues_is_held_to_what_it_runs_and_the_rest_waits_here():
             # what each runs, or one step past it (a probe after 5 calm reports)
             assert b[small.url]["learned_slots"] in (2, 3) and b[big.url]["learned_slots"] in (6, 7), b
             m = http("GET", gw.url + "/metrics")[2]
-            assert metric(m, f'infergate_backend_limit{{backend="{big.url}"}}') == 6
+            assert metric(m, f'infergate_backend_limit{{backend="{big.url}"}}') in (6, 7)   # read later: may have probed
         waiting, queued, stop = [], [], threading.Event()
         def watch():
             while not stop.is_set():
