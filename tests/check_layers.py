@@ -47,6 +47,7 @@ LAYERS = {
         "batch",                                  # one batch's record and its saving
         "files",                                  # the Files API and its store
         "proxy",                                  # the request's life
+        "cluster",                                # what gateways share through Redis
         "relay admission dispatch",
         "metrics",                                # reads the scheduler's, the router's and the tables' state
         "scheduler",                              # who runs next
@@ -55,7 +56,7 @@ LAYERS = {
         "accesslog answer backend loadreport capacity ratelimit keyset respstore affinity clients",
         "conf policy_list",                       # policy_list.h: the policies' table, which conf.c reads
         "routes",
-        "rx event bio",                           # the reactors' shared parts, background I/O
+        "rx event bio redis",                     # the reactors' shared parts, background I/O, Redis
     ],
     "bulk": [
         "main",

@@ -23,6 +23,7 @@
 #include "batches.h"
 #include "bio.h"
 #include "boot.h"
+#include "cluster.h"
 #include "discover.h"
 #include "files.h"
 #include "health.h"
@@ -150,6 +151,8 @@ int ig_boot_init(struct ig_gw *gw, struct ig_conf *cfg)
 	}
 	if (ig_reactor_open(gw) < 0) /* the loops' epoll sets, curl multis, signals */
 		return -1;
+	if (ig_cluster_start(gw) < 0) /* on reactor 0's epoll set; checks its name first */
+		return -1;
 
 	if (ig_server_start(gw, conn_limit) < 0)
 		return -1;
@@ -170,6 +173,7 @@ void ig_boot_free(struct ig_gw *gw)
 	ig_batches_free(gw->batches); /* its transfers leave the multi first */
 	gw->batches = NULL;
 	ig_health_free(gw);
+	ig_cluster_stop(gw);
 	ig_reactor_close(gw);
 	ig_dispatch_free(gw);
 	ig_sched_free(&gw->sched);

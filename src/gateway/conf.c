@@ -26,6 +26,7 @@
 #include "infergate/log.h"
 #include "infergate/util.h"
 #include "conf.h"
+#include "redis.h"
 #include "policy_list.h"
 
 /* --policy's words, from the policies' table. */
@@ -298,6 +299,17 @@ static const struct ig_flag keys[] = {
 	 .def = "", .metavar = "FILE", .help = "https backends: the PEM private key of tls.client_cert"},
 	{.name = "--tls-verify", .key = "tls.verify", .type = IG_FLAG_LONG, .off = OFF(tls_verify), .min = 0, .max = 1,
 	 .def = "1", .metavar = "0|1", .help = "https backends: 0 = accept any certificate and host name (tests only)"},
+	{.name = "--cluster-redis", .key = "cluster.redis_url", .type = IG_FLAG_STRING, .off = OFF(cluster_redis),
+	 .def = "", .metavar = "URL",
+	 .help = "several gateways as one: redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] where they share stored "
+		 "responses and see each other (no TLS: hiredis 0.14 has none); empty = this gateway alone"},
+	{.name = "--cluster-name", .key = "cluster.name", .type = IG_FLAG_STRING, .off = OFF(cluster_name), .def = "",
+	 .metavar = "NAME", .help = "this gateway's name among them, unique among the live ones (default: its "
+		 "listen HOST:PORT); letters, digits and . _ : - only"},
+	{.name = "--cluster-sync-ms", .key = "cluster.sync_ms", .type = IG_FLAG_LONG, .off = OFF(cluster_sync_ms),
+	 .min = 10, .max = 60000, .def = "100", .metavar = "N",
+	 .help = "how often a gateway tells Redis it is alive and reads who else is; one silent for 3 periods "
+		 "has left"},
 };
 
 static const struct ig_flags spec = {
@@ -836,6 +848,30 @@ static void check_data_dir(const struct ig_conf *cfg, struct ig_buf *errs)
 	free(probe);
 }
 
+/* The cluster section: a URL Redis can be reached at, a name of the
+ * allowed characters (the listen address when none is given). */
+static void check_cluster(struct ig_conf *cfg, struct ig_buf *errs)
+{
+	if (!*cfg->cluster_redis)
+		return;
+	struct ig_redis_url u;
+	char *err = NULL;
+	if (ig_redis_url_parse(cfg->cluster_redis, &u, &err) < 0) {
+		ig_flags_problem(errs, "cluster.redis_url: %s", err);
+		free(err);
+	} else {
+		ig_redis_url_free(&u);
+	}
+	if (!*cfg->cluster_name) {
+		free(cfg->cluster_name);
+		cfg->cluster_name = strdup(cfg->listen);
+	}
+	size_t n = strlen(cfg->cluster_name);
+	if (n > 64 || strspn(cfg->cluster_name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-") != n)
+		ig_flags_problem(errs, "cluster.name: '%s' must be 1 to 64 letters, digits, '.', '_', ':' or '-'",
+				 cfg->cluster_name);
+}
+
 /* Checks the cross-field rules and derives fields from strings. */
 static void finish(struct ig_conf *cfg, const char *where_listen, struct ig_buf *errs)
 {
@@ -849,6 +885,7 @@ static void finish(struct ig_conf *cfg, const char *where_listen, struct ig_buf 
 	}
 	if (cfg->health_path[0] != '/')
 		ig_flags_problem(errs, "health.path: '%s' must start with '/'", cfg->health_path);
+	check_cluster(cfg, errs);
 	cfg->load_path_auto = strcmp(cfg->load_path, "auto") == 0;
 	if (cfg->load_path[0] != '/' && !cfg->load_path_auto)
 		ig_flags_problem(errs, "load_path: '%s' must be auto or a path starting with '/'", cfg->load_path);

@@ -112,6 +112,9 @@ struct ig_conf {
 	long files_max_bytes;       /* largest upload */
 	long batch_max_inflight;    /* a batch's requests in flight at most, 0 = its share of the slots */
 	long batch_retention_s;     /* finished batches and their files kept this long, 0 = for ever */
+	char *cluster_redis;        /* cluster.redis_url; "" = no cluster */
+	char *cluster_name;         /* cluster.name (the listen address by default) */
+	long cluster_sync_ms;       /* how often it syncs with Redis */
 	bool backends_from_flags;   /* a --backend or --discover replaced the file's list */
 	bool aliases_from_flags;    /* a --model-alias replaced the file's map */
 	bool check_only;            /* --check-config */

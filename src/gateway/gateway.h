@@ -74,6 +74,7 @@ struct ig_stats {
 struct ig_rx;
 struct ig_discovery;
 struct ig_respstore;
+struct ig_cluster;
 struct ig_files;
 struct ig_batches;
 struct ig_bio;
@@ -124,6 +125,7 @@ struct ig_gw {
 	struct ig_accesslog alog;
 	struct ig_discovery *discovery;  /* NULL without discover entries */
 	struct ig_respstore *responses;  /* which backend holds each stored Responses API answer */
+	struct ig_cluster *cluster;      /* the gateways it acts as one with (cluster.h), NULL alone */
 	struct ig_files *files;          /* the Files API's store, NULL when data_dir is "" */
 	struct ig_batches *batches;      /* the Batch API's, the same */
 	/* What modules above metrics add to /health/backends (dispatch.c sets

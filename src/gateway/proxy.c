@@ -28,6 +28,7 @@
 #include "metrics.h"
 #include "proxy.h"
 #include "ratelimit.h"
+#include "cluster.h"
 #include "respstore.h"
 #include "rx.h"
 
@@ -386,9 +387,11 @@ static void relay_stored(struct ig_relay *r, json_t *response)
 	if (!json_is_string(id) || !req->wait.backend)
 		return;
 	ig_gw_lock(gw);
+	uint32_t owner = ig_admission_owner(gw, &req->adm);
 	if (gw->responses || (gw->responses = ig_respstore_new()))
 		ig_respstore_put(gw->responses, json_string_value(id), json_string_length(id), req->wait.backend->id,
-				 ig_admission_owner(gw, &req->adm), ig_now_ms());
+				 owner, ig_now_ms());
+	ig_cluster_response_stored(gw, json_string_value(id), json_string_length(id), req->wait.backend, owner);
 	ig_gw_unlock(gw);
 }
 

@@ -35,6 +35,7 @@
 
 #include "batches.h"
 #include "bio.h"
+#include "cluster.h"
 #include "health.h"
 #include "infergate/log.h"
 #include "infergate/util.h"
@@ -228,6 +229,8 @@ static void deferred(struct ig_rx *rx)
 		if (gw->accept_paused && rx == ig_gw_home(gw))
 			ig_server_resume_accept(gw);
 	}
+	if (rx == ig_gw_home(gw) && gw->cluster)
+		ig_cluster_tick(gw, ig_now_ms()); /* Redis's events came this turn, or the outbox filled */
 	if (rx->tick_due) {
 		uint64_t now = ig_now_ms();
 		rx->tick_due = false;

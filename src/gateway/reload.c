@@ -114,6 +114,9 @@ int ig_reload(struct ig_gw *gw)
 		ig_log_warn("reload: data_dir needs a restart; keeping '%s'", gw->cfg->data_dir);
 	if (!ig_routes_equal(&nc.routes, &gw->cfg->routes))
 		ig_log_warn("reload: routes need a restart; keeping the %zu running", gw->cfg->routes.n_conf);
+	if (strcmp(nc.cluster_redis, gw->cfg->cluster_redis) != 0 || strcmp(nc.cluster_name, gw->cfg->cluster_name) != 0 ||
+	    nc.cluster_sync_ms != gw->cfg->cluster_sync_ms)
+		ig_log_warn("reload: the cluster section needs a restart; keeping the running one");
 	/* Backends: the file is the source of truth. */
 	for (size_t i = 0; i < nc.n_backends; i++) {
 		struct ig_backend_conf *bc = &nc.backends[i];
@@ -164,6 +167,13 @@ int ig_reload(struct ig_gw *gw)
 	free(nc.data_dir);
 	nc.data_dir = gw->cfg->data_dir;
 	gw->cfg->data_dir = NULL;
+	free(nc.cluster_redis);
+	nc.cluster_redis = gw->cfg->cluster_redis;
+	gw->cfg->cluster_redis = NULL;
+	free(nc.cluster_name);
+	nc.cluster_name = gw->cfg->cluster_name;
+	gw->cfg->cluster_name = NULL;
+	nc.cluster_sync_ms = gw->cfg->cluster_sync_ms;
 	ig_routes_move(&nc.routes, &gw->cfg->routes); /* requests and metrics hold their indexes */
 	struct ig_conf old = *gw->cfg;
 	*gw->cfg = nc;

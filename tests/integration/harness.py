@@ -141,6 +141,21 @@ def start_sims(n, *extra, **kw):
     return [start_sim(*extra, **kw) for _ in range(n)]
 
 
+def start_redis(port=None):
+    """A redis-server of its own (Debian's) on a loopback port, in a temporary directory, no
+    persistence; stopped when the test ends. .url is its redis:// URL."""
+    import shutil as _sh
+    exe = _sh.which("redis-server") or "/usr/bin/redis-server"
+    if not os.path.exists(exe):
+        raise FileNotFoundError("redis-server is not installed (apt-get install -y redis-server)")
+    p_ = port or free_port()
+    d = tempfile.mkdtemp(prefix="ig-redis-")
+    p = start([exe, "--port", str(p_), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+               "--dir", d, "--daemonize", "no"], port=p_)
+    p.redis_url = f"redis://127.0.0.1:{p_}"
+    return p
+
+
 def start_gateway(backends, *extra, port=None, config=None, **kw):
     """Start infergate in front of the given backend URLs (or Proc objects). With
     IG_TEST_WORKERS set (etc/quickstart.sh sets 2), a gateway whose test names no --workers

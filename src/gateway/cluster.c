@@ -1,0 +1,566 @@
+/* Several gateways as one, through Redis (cluster.h).
+ *
+ * In Redis (every key under "infergate:"; each one expires):
+ *   infergate:gw:NAME    the random token of the gateway that holds NAME,
+ *                        refreshed every sync, gone 3 periods after the
+ *                        last one (so a name is held by one live gateway)
+ *   infergate:gws        sorted set: NAME scored by Redis's clock (ms) at
+ *                        its last sync; members older than 3 periods leave
+ *   infergate:resp:ID    "OWNER URL": the backend that holds stored
+ *                        response ID, for the response's life (24 h)
+ *   channel infergate:resp   "NAME OWNER URL ID", published with each one
+ * One sync is one script (Redis's TIME decides who is live; the gateways'
+ * clocks are never compared). Two connections: one for commands, one
+ * subscribed to the channel. */
+#include "config.h"
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <openssl/rand.h>
+
+#include "backend.h"
+#include "cluster.h"
+#include "gateway.h"
+#include "infergate/list.h"
+#include "infergate/log.h"
+#include "infergate/util.h"
+#include "metrics.h"
+#include "redis.h"
+#include "respstore.h"
+#include "rx.h"
+
+#define PREFIX "infergate:"
+#define OUTBOX_MAX 100000  /* responses waiting to be shared, at most */
+
+/* A Lua script: the sync. KEYS: the name's key, the members' set; ARGV:
+ * this gateway's token, the live window (ms), its name. Returns {-1} when
+ * another gateway holds the name, else {now, name, score, name, score...}. */
+static const char sync_script[] =
+	"local t = redis.call('TIME')\n"
+	"local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+	"local cur = redis.call('GET', KEYS[1])\n"
+	"if cur and cur ~= ARGV[1] then return {-1} end\n"
+	"redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\n"
+	"redis.call('ZADD', KEYS[2], now, ARGV[3])\n"
+	"redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - tonumber(ARGV[2]))\n"
+	"redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[2]) * 10)\n"
+	"local m = redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')\n"
+	"table.insert(m, 1, now)\n"
+	"return m\n";
+
+/* Leaving: the name and the membership go at once (only if still ours). */
+static const char leave_script[] =
+	"if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end\n"
+	"redis.call('ZREM', KEYS[2], ARGV[2])\n"
+	"return 1\n";
+
+struct shared_resp {
+	struct ig_list link;
+	char *msg;          /* "NAME OWNER URL ID" */
+	char *key, *value;  /* infergate:resp:ID, "OWNER URL" */
+};
+
+struct member {
+	char name[80];
+	long age_ms;
+};
+
+struct ig_cluster {
+	struct ig_gw *gw;
+	struct ig_redis_url url;
+	char *shown;                 /* the URL without its password */
+	char addr[INET6_ADDRSTRLEN]; /* resolved at start */
+	char *name, *name_key;
+	char token[33];              /* this process's, random */
+	uint64_t sync_ms, live_ms;
+	struct ig_redis *cmd, *sub;
+	bool syncing, subscribed, joined, conflict;
+	bool started;                /* the first state was logged */
+	uint64_t next_sync_ms, last_ok_ms;
+	uint64_t sync_sent_us;
+	double rtt_ms;
+	uint64_t syncs_ok, syncs_failed;
+	struct member *members;
+	size_t nmembers;
+	char *members_logged;        /* "a, b": logged when it changes */
+	struct ig_list outbox;
+	size_t nout;
+	uint64_t resp_shared, resp_learned, resp_dropped;
+};
+
+bool ig_cluster_configured(const struct ig_gw *gw)
+{
+	return gw->cfg->cluster_redis && *gw->cfg->cluster_redis;
+}
+
+/* ---- state and logs ---- */
+
+static void set_joined(struct ig_cluster *c, bool joined, const char *why)
+{
+	if (joined == c->joined && c->started)
+		return;
+	c->started = true;
+	c->joined = joined;
+	if (joined)
+		ig_log_info("cluster: joined as '%s' through %s", c->name, c->shown);
+	else
+		ig_log_warn("cluster: serving alone (%s); shared again when Redis at %s answers", why, c->shown);
+}
+
+static void on_cmd_state(void *arg, enum ig_redis_state s, const char *why)
+{
+	struct ig_cluster *c = arg;
+	if (s == IG_REDIS_DOWN) {
+		c->syncing = false;
+		char msg[300];
+		snprintf(msg, sizeof(msg), "Redis: %s", why);
+		set_joined(c, false, msg);
+	}
+}
+
+static void on_sub_state(void *arg, enum ig_redis_state s, const char *why IG_UNUSED)
+{
+	struct ig_cluster *c = arg;
+	if (s != IG_REDIS_UP)
+		c->subscribed = false;
+}
+
+/* ---- the sync ---- */
+
+static void log_members(struct ig_cluster *c)
+{
+	struct ig_buf b;
+	ig_buf_init(&b);
+	for (size_t i = 0; i < c->nmembers; i++)
+		ig_buf_printf(&b, "%s%s", i ? ", " : "", c->members[i].name);
+	ig_buf_append(&b, "", 1);
+	if (!c->members_logged || strcmp(c->members_logged, ig_buf_head(&b)) != 0) {
+		ig_log_info("cluster: %zu gateway(s) live: %s", c->nmembers, ig_buf_head(&b));
+		free(c->members_logged);
+		c->members_logged = strdup(ig_buf_head(&b));
+	}
+	ig_buf_free(&b);
+}
+
+static int by_name(const void *a, const void *b)
+{
+	return strcmp(((const struct member *)a)->name, ((const struct member *)b)->name);
+}
+
+static void on_sync(redisAsyncContext *ac IG_UNUSED, void *reply, void *privdata)
+{
+	struct ig_cluster *c = privdata;
+	redisReply *r = reply;
+	c->syncing = false;
+	if (!r)
+		return; /* the connection dropped: on_cmd_state said so */
+	if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 || r->element[0]->type != REDIS_REPLY_INTEGER) {
+		c->syncs_failed++;
+		char why[300];
+		snprintf(why, sizeof(why), "sync: %s", r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+		set_joined(c, false, why);
+		return;
+	}
+	long long now = r->element[0]->integer;
+	if (now < 0) {
+		c->syncs_failed++;
+		if (!c->conflict)
+			ig_log_error("cluster: the name '%s' is held by another live gateway (%s%s): this one serves "
+				     "alone until it is free; give each gateway its own cluster.name", c->name, PREFIX "gw:",
+				     c->name);
+		c->conflict = true;
+		set_joined(c, false, "its name is taken");
+		return;
+	}
+	c->conflict = false;
+	c->syncs_ok++;
+	c->last_ok_ms = ig_now_ms();
+	c->rtt_ms = (double)(ig_now_us() - c->sync_sent_us) / 1000.0;
+	size_t n = (r->elements - 1) / 2;
+	struct member *m = realloc(c->members, (n ? n : 1) * sizeof(*m));
+	if (!m)
+		return;
+	c->members = m;
+	c->nmembers = 0;
+	for (size_t i = 0; i < n; i++) {
+		redisReply *name = r->element[1 + 2 * i], *score = r->element[2 + 2 * i];
+		if (name->type != REDIS_REPLY_STRING || score->type != REDIS_REPLY_STRING)
+			continue;
+		struct member *e = &c->members[c->nmembers++];
+		snprintf(e->name, sizeof(e->name), "%.*s", (int)name->len, name->str);
+		e->age_ms = (long)(now - atoll(score->str));
+	}
+	qsort(c->members, c->nmembers, sizeof(*c->members), by_name);
+	set_joined(c, true, "");
+	log_members(c);
+}
+
+static void send_sync(struct ig_cluster *c, uint64_t now)
+{
+	char live[32];
+	snprintf(live, sizeof(live), "%llu", (unsigned long long)c->live_ms);
+	const char *argv[] = {"EVAL", sync_script, "2", c->name_key, PREFIX "gws", c->token, live, c->name};
+	size_t lens[8];
+	for (int i = 0; i < 8; i++)
+		lens[i] = strlen(argv[i]);
+	c->sync_sent_us = ig_now_us();
+	if (ig_redis_argv(c->cmd, on_sync, c, 8, argv, lens) == 0)
+		c->syncing = true;
+	c->next_sync_ms = now + c->sync_ms;
+}
+
+/* ---- stored responses ---- */
+
+static void on_message(redisAsyncContext *ac IG_UNUSED, void *reply, void *privdata)
+{
+	struct ig_cluster *c = privdata;
+	redisReply *r = reply;
+	if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 3 || r->element[0]->type != REDIS_REPLY_STRING ||
+	    strcmp(r->element[0]->str, "message") != 0 || r->element[2]->type != REDIS_REPLY_STRING)
+		return;
+	/* "NAME OWNER URL ID" */
+	char name[80], url[2048];
+	unsigned long owner;
+	int used = 0;
+	const char *msg = r->element[2]->str;
+	if (sscanf(msg, "%79s %lu %2047s %n", name, &owner, url, &used) != 3 || used == 0 || !msg[used])
+		return;
+	if (strcmp(name, c->name) == 0)
+		return; /* ours */
+	struct ig_gw *gw = c->gw;
+	const struct ig_backend *b = ig_backend_fleet_find_url(&gw->fleet, url);
+	if (!b)
+		return; /* a backend this gateway does not have */
+	if (!gw->responses && !(gw->responses = ig_respstore_new()))
+		return;
+	const char *id = msg + used;
+	ig_respstore_put(gw->responses, id, strlen(id), b->id, (uint32_t)owner, ig_now_ms());
+	c->resp_learned++;
+}
+
+static void flush(struct ig_cluster *c)
+{
+	struct shared_resp *s, *tmp;
+	IG_LIST_FOREACH_SAFE(s, tmp, &c->outbox, struct shared_resp, link) {
+		if (ig_redis_state(c->cmd) != IG_REDIS_UP)
+			return;
+		char ttl[32];
+		snprintf(ttl, sizeof(ttl), "%llu", (unsigned long long)IG_RESPSTORE_TTL_MS);
+		const char *set[] = {"SET", s->key, s->value, "PX", ttl};
+		size_t setl[] = {3, strlen(s->key), strlen(s->value), 2, strlen(ttl)};
+		const char *pub[] = {"PUBLISH", PREFIX "resp", s->msg};
+		size_t publ[] = {7, strlen(PREFIX "resp"), strlen(s->msg)};
+		if (ig_redis_argv(c->cmd, NULL, NULL, 5, set, setl) < 0 ||
+		    ig_redis_argv(c->cmd, NULL, NULL, 3, pub, publ) < 0)
+			return;
+		c->resp_shared++;
+		ig_list_del(&s->link);
+		c->nout--;
+		free(s->msg);
+		free(s->key);
+		free(s->value);
+		free(s);
+	}
+}
+
+void ig_cluster_response_stored(struct ig_gw *gw, const char *id, size_t n, const struct ig_backend *b,
+				uint32_t owner)
+{
+	struct ig_cluster *c = gw->cluster;
+	if (!c || n == 0 || n > 512 || memchr(id, ' ', n) || memchr(id, '\n', n))
+		return;
+	struct shared_resp *s = c->nout < OUTBOX_MAX ? calloc(1, sizeof(*s)) : NULL;
+	if (!s) {
+		c->resp_dropped++;
+		return;
+	}
+	s->msg = ig_strdupf("%s %lu %s %.*s", c->name, (unsigned long)owner, b->url, (int)n, id);
+	s->key = ig_strdupf(PREFIX "resp:%.*s", (int)n, id);
+	s->value = ig_strdupf("%lu %s", (unsigned long)owner, b->url);
+	ig_list_append(&c->outbox, &s->link);
+	c->nout++;
+	if (gw->threaded)
+		ig_rx_wake(ig_gw_home(gw)); /* shared at its next turn, not its next tick */
+}
+
+static json_t *report_json(void *arg);
+static void report_prom(void *arg, struct ig_buf *o);
+
+/* ---- start, tick, stop ---- */
+
+/* The host as a numeric address (the reactor never resolves names).
+ * Returns 0 or -1. */
+static int resolve(struct ig_cluster *c)
+{
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+	if (getaddrinfo(c->url.host, NULL, &hints, &res) != 0 || !res)
+		return -1;
+	const void *a = res->ai_family == AF_INET6 ? (const void *)&((struct sockaddr_in6 *)res->ai_addr)->sin6_addr
+						    : (const void *)&((struct sockaddr_in *)res->ai_addr)->sin_addr;
+	int ok = inet_ntop(res->ai_family, a, c->addr, sizeof(c->addr)) != NULL;
+	freeaddrinfo(res);
+	return ok ? 0 : -1;
+}
+
+/* A blocking command on the start-up connection (NULL: failed). */
+static redisReply *ask(redisContext *rc, int argc, const char **argv)
+{
+	size_t lens[8];
+	for (int i = 0; i < argc && i < 8; i++)
+		lens[i] = strlen(argv[i]);
+	return redisCommandArgv(rc, argc, argv, lens);
+}
+
+/* At start: is the name held by a live gateway? Its key is refreshed every
+ * sync while it lives and expires 3 periods after it died: watched for up
+ * to 4 periods, a key whose time to live goes up is alive. Returns 1
+ * (taken), 0 (free), -1 (Redis did not answer: decided later). */
+static int name_taken(struct ig_cluster *c, redisContext *rc)
+{
+	long long last = -3;
+	uint64_t until = ig_now_ms() + 4 * c->sync_ms + 100;
+	for (;;) {
+		const char *argv[] = {"PTTL", c->name_key};
+		redisReply *r = ask(rc, 2, argv);
+		if (!r || r->type != REDIS_REPLY_INTEGER) {
+			if (r)
+				freeReplyObject(r);
+			return -1;
+		}
+		long long ttl = r->integer;
+		freeReplyObject(r);
+		if (ttl == -2)
+			return 0; /* no such key */
+		if (last != -3 && ttl > last)
+			return 1; /* refreshed: alive */
+		last = ttl;
+		if (ig_now_ms() >= until)
+			return 0;
+		struct timespec ts = {0, (long)(c->sync_ms / 2 > 5 ? c->sync_ms / 2 : 5) * 1000000L};
+		nanosleep(&ts, NULL);
+	}
+}
+
+int ig_cluster_start(struct ig_gw *gw)
+{
+	if (!ig_cluster_configured(gw))
+		return 0;
+	const struct ig_conf *cfg = gw->cfg;
+	struct ig_cluster *c = calloc(1, sizeof(*c));
+	char *err = NULL;
+	if (!c)
+		return -1;
+	gw->cluster = c;
+	c->gw = gw;
+	ig_list_init(&c->outbox);
+	if (ig_redis_url_parse(cfg->cluster_redis, &c->url, &err) < 0) { /* checked by conf.c */
+		ig_log_error("cluster.redis_url: %s", err);
+		free(err);
+		return -2;
+	}
+	c->shown = ig_redis_url_shown(&c->url);
+	c->name = strdup(cfg->cluster_name);
+	c->name_key = ig_strdupf(PREFIX "gw:%s", cfg->cluster_name);
+	c->sync_ms = (uint64_t)cfg->cluster_sync_ms;
+	c->live_ms = 3 * c->sync_ms;
+	unsigned char rnd[16];
+	if (RAND_bytes(rnd, sizeof(rnd)) != 1)
+		return -1;
+	for (int i = 0; i < 16; i++)
+		snprintf(c->token + 2 * i, 3, "%02x", rnd[i]);
+	if (resolve(c) < 0) {
+		ig_log_error("cluster.redis_url: cannot resolve the host '%s'", c->url.host);
+		return -2;
+	}
+	/* Blocking, before the loops run: is Redis there, and the name free? */
+	struct timeval tv = {1, 0};
+	redisContext *rc = redisConnectWithTimeout(c->addr, c->url.port, tv);
+	if (!rc || rc->err) {
+		ig_log_warn("cluster: Redis at %s does not answer (%s): serving alone until it does", c->shown,
+			    rc ? rc->errstr : "out of memory");
+	} else {
+		redisSetTimeout(rc, tv);
+		int taken = -1;
+		redisReply *r = NULL;
+		if (c->url.password) {
+			const char *nl = strchr(c->url.password, '\n');
+			char *user = nl ? strndup(c->url.password, (size_t)(nl - c->url.password)) : NULL;
+			const char *argv[] = {"AUTH", user ? user : c->url.password, nl ? nl + 1 : NULL};
+			r = ask(rc, nl ? 3 : 2, argv);
+			free(user);
+		}
+		if (r && r->type == REDIS_REPLY_ERROR) {
+			ig_log_error("cluster.redis_url: Redis at %s refused the password: %s", c->shown, r->str);
+			freeReplyObject(r);
+			redisFree(rc);
+			return -2;
+		}
+		if (r)
+			freeReplyObject(r);
+		char db[32];
+		snprintf(db, sizeof(db), "%ld", c->url.db);
+		const char *sel[] = {"SELECT", db};
+		r = ask(rc, 2, sel);
+		if (r && r->type == REDIS_REPLY_ERROR) {
+			ig_log_error("cluster.redis_url: Redis at %s: SELECT %ld: %s", c->shown, c->url.db, r->str);
+			freeReplyObject(r);
+			redisFree(rc);
+			return -2;
+		}
+		if (r) {
+			freeReplyObject(r);
+			taken = name_taken(c, rc);
+		}
+		if (taken == 1) {
+			ig_log_error("cluster.name: '%s' is held by a live gateway (Redis key %s is refreshed): give each "
+				     "gateway its own name", c->name, c->name_key);
+			redisFree(rc);
+			return -2;
+		}
+		if (taken < 0)
+			ig_log_warn("cluster: Redis at %s does not answer (%s): serving alone until it does", c->shown,
+				    rc->err ? rc->errstr : "no reply");
+	}
+	if (rc)
+		redisFree(rc);
+	uint64_t timeout = c->live_ms > 500 ? c->live_ms : 500;
+	c->cmd = ig_redis_new(ig_gw_home(gw), c->addr, &c->url, timeout, on_cmd_state, c);
+	c->sub = ig_redis_new(ig_gw_home(gw), c->addr, &c->url, timeout, on_sub_state, c);
+	if (!c->cmd || !c->sub ||
+	    ig_metrics_register(gw, &(struct ig_metrics_source){"cluster", report_json, report_prom, c}) < 0)
+		return -1;
+	return 0;
+}
+
+void ig_cluster_tick(struct ig_gw *gw, uint64_t now)
+{
+	struct ig_cluster *c = gw->cluster;
+	if (!c)
+		return;
+	ig_redis_tick(c->cmd, now);
+	ig_redis_tick(c->sub, now);
+	if (!c->subscribed && ig_redis_state(c->sub) == IG_REDIS_UP &&
+	    ig_redis_subscribe(c->sub, PREFIX "resp", on_message, c) == 0)
+		c->subscribed = true;
+	if (ig_redis_state(c->cmd) != IG_REDIS_UP)
+		return;
+	if (!c->syncing && now >= c->next_sync_ms)
+		send_sync(c, now);
+	if (c->joined && now - c->last_ok_ms > c->live_ms)
+		set_joined(c, false, "no sync answered for 3 periods");
+	flush(c);
+}
+
+void ig_cluster_stop(struct ig_gw *gw)
+{
+	struct ig_cluster *c = gw->cluster;
+	if (!c)
+		return;
+	gw->cluster = NULL;
+	ig_metrics_unregister(gw, c);
+	ig_redis_free(c->cmd);
+	ig_redis_free(c->sub);
+	/* Leave at once (blocking: the loops are over), so that a restart
+	 * under the same name is not refused and the others see it go. */
+	if (c->joined) {
+		struct timeval tv = {0, 300000};
+		redisContext *rc = redisConnectWithTimeout(c->addr, c->url.port, tv);
+		if (rc && !rc->err) {
+			redisSetTimeout(rc, tv);
+			redisReply *r = NULL;
+			if (c->url.password && !strchr(c->url.password, '\n')) {
+				const char *argv[] = {"AUTH", c->url.password};
+				r = ask(rc, 2, argv);
+			} else if (c->url.password) {
+				const char *nl = strchr(c->url.password, '\n');
+				char *user = strndup(c->url.password, (size_t)(nl - c->url.password));
+				const char *argv[] = {"AUTH", user, nl + 1};
+				r = ask(rc, 3, argv);
+				free(user);
+			}
+			if (r)
+				freeReplyObject(r);
+			char db[32];
+			snprintf(db, sizeof(db), "%ld", c->url.db);
+			const char *sel[] = {"SELECT", db};
+			if ((r = ask(rc, 2, sel)))
+				freeReplyObject(r);
+			const char *argv[] = {"EVAL", leave_script, "2", c->name_key, PREFIX "gws", c->token, c->name};
+			if ((r = ask(rc, 7, argv)))
+				freeReplyObject(r);
+		}
+		if (rc)
+			redisFree(rc);
+	}
+	struct shared_resp *s, *tmp;
+	IG_LIST_FOREACH_SAFE(s, tmp, &c->outbox, struct shared_resp, link) {
+		free(s->msg);
+		free(s->key);
+		free(s->value);
+		free(s);
+	}
+	ig_redis_url_free(&c->url);
+	free(c->shown);
+	free(c->name);
+	free(c->name_key);
+	free(c->members);
+	free(c->members_logged);
+	free(c);
+}
+
+/* ---- reports ---- */
+
+/* The "cluster" object of /health/backends. */
+static json_t *report_json(void *arg)
+{
+	const struct ig_cluster *c = arg;
+	uint64_t now = ig_now_ms();
+	json_t *members = json_array();
+	for (size_t i = 0; c->joined && i < c->nmembers; i++)
+		json_array_append_new(members, json_pack("{s:s, s:I}", "name", c->members[i].name, "age_ms",
+							 (json_int_t)c->members[i].age_ms));
+	return json_pack("{s:s, s:s, s:s, s:b, s:b, s:o, s:I, s:o, s:f, s:I, s:I, s:I, s:I, s:I}",
+			 "name", c->name, "redis_url", c->shown,
+			 "redis", ig_redis_state_name(ig_redis_state(c->cmd)),
+			 "joined", c->joined, "name_conflict", c->conflict, "members", members,
+			 "sync_ms", (json_int_t)c->sync_ms,
+			 "last_sync_age_ms", c->last_ok_ms ? json_integer((json_int_t)(now - c->last_ok_ms)) : json_null(),
+			 "sync_rtt_ms", c->rtt_ms, "syncs_ok", (json_int_t)c->syncs_ok,
+			 "syncs_failed", (json_int_t)c->syncs_failed, "responses_shared", (json_int_t)c->resp_shared,
+			 "responses_learned", (json_int_t)c->resp_learned, "responses_unshared",
+			 (json_int_t)(c->resp_dropped + c->nout));
+}
+
+/* Its infergate_cluster_* series for /metrics. */
+static void report_prom(void *arg, struct ig_buf *o)
+{
+	const struct ig_cluster *c = arg;
+	ig_buf_printf(o, "# HELP infergate_cluster_redis_up 1 when the connection to Redis is up.\n"
+			 "# TYPE infergate_cluster_redis_up gauge\ninfergate_cluster_redis_up %d\n",
+		      ig_redis_state(c->cmd) == IG_REDIS_UP);
+	ig_buf_printf(o, "# HELP infergate_cluster_joined 1 when this gateway shares with the others, 0 alone.\n"
+			 "# TYPE infergate_cluster_joined gauge\ninfergate_cluster_joined %d\n", c->joined);
+	ig_buf_printf(o, "# HELP infergate_cluster_members Live gateways at the last sync, this one included.\n"
+			 "# TYPE infergate_cluster_members gauge\ninfergate_cluster_members %zu\n",
+		      c->joined ? c->nmembers : 0);
+	ig_buf_printf(o, "# HELP infergate_cluster_syncs_total Syncs with Redis, by result.\n"
+			 "# TYPE infergate_cluster_syncs_total counter\n"
+			 "infergate_cluster_syncs_total{result=\"ok\"} %llu\n"
+			 "infergate_cluster_syncs_total{result=\"failed\"} %llu\n",
+		      (unsigned long long)c->syncs_ok, (unsigned long long)c->syncs_failed);
+	ig_buf_printf(o, "# HELP infergate_cluster_sync_rtt_seconds The last sync's round trip to Redis.\n"
+			 "# TYPE infergate_cluster_sync_rtt_seconds gauge\ninfergate_cluster_sync_rtt_seconds %.6f\n",
+		      c->rtt_ms / 1000.0);
+	ig_buf_printf(o, "# HELP infergate_cluster_responses_total Stored responses' backends shared with the "
+			 "others (shared) and learned from them (learned).\n"
+			 "# TYPE infergate_cluster_responses_total counter\n"
+			 "infergate_cluster_responses_total{direction=\"shared\"} %llu\n"
+			 "infergate_cluster_responses_total{direction=\"learned\"} %llu\n",
+		      (unsigned long long)c->resp_shared, (unsigned long long)c->resp_learned);
+}

@@ -1,0 +1,45 @@
+/* Several gateways acting as one, through Redis (the `cluster` section).
+ * Each gateway has a name, unique among the live ones; every sync_ms it
+ * tells Redis it is alive and learns who else is (Redis's clock decides who
+ * is live: nothing depends on the gateways' clocks agreeing); what they
+ * share goes through Redis too:
+ * - stored Responses: which backend holds each response id, published when
+ *   a gateway relays it and kept under its key for the response's life, so
+ *   that a follow-up or a GET through any gateway reaches it;
+ * Nothing waits on Redis: a gateway whose Redis is down or slow serves
+ * alone (and says so), and joins again when Redis answers.
+ * Runs on reactor 0 (its Redis connections are on that reactor's epoll
+ * set), under the gateway's lock; what other reactors hand it goes through
+ * an outbox under the same lock.
+ * Not here: the connection itself (redis.c). */
+#ifndef IG_CLUSTER_H
+#define IG_CLUSTER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct ig_gw;
+struct ig_backend;
+struct ig_cluster;
+
+/* Whether the configuration names a cluster. */
+bool ig_cluster_configured(const struct ig_gw *gw);
+/* At start, before the reactors run (blocking is allowed there): resolves
+ * Redis's host, and when Redis answers within a second, refuses a name a
+ * live gateway holds. Returns 0, -1 (out of memory, logged) or -2 (the
+ * name is taken: logged; exit 2). Redis unreachable is not an error: the
+ * gateway serves alone until it answers. */
+int ig_cluster_start(struct ig_gw *gw);
+void ig_cluster_stop(struct ig_gw *gw);
+/* On reactor 0's tick and after its events: connects, syncs, flushes the
+ * outbox. */
+void ig_cluster_tick(struct ig_gw *gw, uint64_t now_ms);
+/* Shares that backend b holds the stored response `id` (n bytes) of owner
+ * (respstore.h's). Any reactor, under the lock. */
+void ig_cluster_response_stored(struct ig_gw *gw, const char *id, size_t n, const struct ig_backend *b,
+				uint32_t owner);
+/* Its state is reported through metrics.h's sources: "cluster" in
+ * /health/backends, infergate_cluster_* in /metrics. */
+
+#endif

@@ -1,0 +1,168 @@
+"""Several gateways as one, through a Redis of the test's own (Debian's redis-server on a loopback
+port, no persistence, stopped after): a bad cluster section stops the gateway at start naming the
+key; gateways see each other, a name is held by one live gateway at a time, one that stops or is
+killed leaves; a response stored through one gateway is followed up and read through another;
+Redis going away leaves each gateway serving alone, and its return joins them again."""
+
+import json
+import signal
+import subprocess
+import time
+
+from harness import (binary, http, http_json, metric, run, start_gateway, start_redis, start_sim,
+                     stateful_backend, test, wait_until)
+
+
+def cluster(gw):
+    return http_json("GET", gw.url + "/health/backends")[2]["cluster"]
+
+
+def members(gw):
+    c = cluster(gw)
+    return [m["name"] for m in c["members"]] if c["joined"] else []
+
+
+def healthy(gw, n):
+    wait_until(lambda: http_json("GET", gw.url + "/health")[2]["healthy_backends"] == n, timeout=10,
+               what=f"{n} healthy backends")
+
+
+def gateway(redis, name, backends, *extra):
+    return start_gateway(backends, "--cluster-redis", redis.redis_url, "--cluster-name", name,
+                         "--cluster-sync-ms", "100", "--health-interval-ms", "200", *extra)
+
+
+@test
+def a_bad_cluster_section_stops_the_gateway_at_start_naming_the_key():
+    cases = [
+        (["--cluster-redis", "http://127.0.0.1:6379"], "cluster.redis_url: 'http://127.0.0.1:6379' is not a redis:// URL"),
+        (["--cluster-redis", "rediss://127.0.0.1:6379"], "TLS (rediss://) is not supported"),
+        (["--cluster-redis", "redis://127.0.0.1:99999"], "cluster.redis_url: 'redis://127.0.0.1:99999': the port"),
+        (["--cluster-redis", "redis://127.0.0.1/x"], "the database after '/' must be a number"),
+        (["--cluster-redis", "redis://127.0.0.1", "--cluster-sync-ms", "0"], "--cluster-sync-ms: 0 is out of range"),
+        (["--cluster-redis", "redis://127.0.0.1", "--cluster-name", "a b"], "cluster.name: 'a b' must be"),
+        (["--cluster-redis", "redis://no-such-host.invalid"], "cluster.redis_url: cannot resolve the host"),
+    ]
+    for args, want in cases:
+        t0 = time.monotonic()
+        r = subprocess.run([binary("infergate"), "--listen", "127.0.0.1:0", "--backend", "http://127.0.0.1:9",
+                            *args], capture_output=True, text=True, timeout=20)
+        assert r.returncode == 2 and want in r.stderr, (args, r.returncode, r.stderr)
+        assert time.monotonic() - t0 < 5, args
+    # the same checks from the file, naming the file's keys, and --check-config says so too
+    import tempfile
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump({"backends": ["http://127.0.0.1:9"],
+                   "cluster": {"redis_url": "redis:/x", "name": "gw-a", "sync_ms": 0}}, f)
+    r = subprocess.run([binary("infergate"), "--check-config", "--config", f.name], capture_output=True, text=True,
+                       timeout=10)
+    assert r.returncode == 2 and "cluster.sync_ms" in r.stderr, r.stderr
+
+
+@test
+def gateways_see_each_other_and_a_name_is_held_by_one_at_a_time():
+    redis = start_redis()
+    sim = start_sim()
+    a = gateway(redis, "gw-a", [sim])
+    b = gateway(redis, "gw-b", [sim])
+    wait_until(lambda: members(a) == ["gw-a", "gw-b"] and members(b) == ["gw-a", "gw-b"], timeout=10,
+               what="both see both")
+    c = cluster(a)
+    assert c["redis"] == "up" and c["name"] == "gw-a" and c["redis_url"] == redis.redis_url + "/0", c
+    m = http("GET", a.url + "/metrics")[2]
+    assert metric(m, "infergate_cluster_members") == 2 and metric(m, "infergate_cluster_redis_up") == 1, m
+    # a second gateway configured alike is refused, naming the key
+    r = subprocess.run([binary("infergate"), "--listen", "127.0.0.1:0", "--backend", sim.url,
+                        "--cluster-redis", redis.redis_url, "--cluster-name", "gw-b"],
+                       capture_output=True, text=True, timeout=20)
+    assert r.returncode == 2 and "cluster.name: 'gw-b' is held by a live gateway" in r.stderr, r.stderr
+    # one that stops leaves at once; under its name again, it is welcome
+    b.stop()
+    wait_until(lambda: members(a) == ["gw-a"], timeout=3, what="gw-b gone")
+    b = gateway(redis, "gw-b", [sim])
+    wait_until(lambda: members(a) == ["gw-a", "gw-b"], timeout=10, what="gw-b back")
+    # one killed is dropped after three periods, and its name is free again after them
+    b.stop(signal.SIGKILL)
+    t0 = time.monotonic()
+    wait_until(lambda: members(a) == ["gw-a"], timeout=5, what="the killed one dropped")
+    print(f"# a SIGKILLed gateway left the others' view after {time.monotonic() - t0:.2f} s (sync 100 ms)")
+    b = gateway(redis, "gw-b", [sim])
+    wait_until(lambda: members(a) == ["gw-a", "gw-b"], timeout=10, what="gw-b back after a kill")
+    assert "cluster: joined as 'gw-b'" in b.read_log(), b.read_log()
+
+
+@test
+def a_response_stored_through_one_gateway_is_followed_up_through_another():
+    redis = start_redis()
+    fbs = [stateful_backend() for _ in range(7)]
+    a = gateway(redis, "gw-a", fbs)
+    b = gateway(redis, "gw-b", fbs)
+    healthy(a, 7)
+    healthy(b, 7)
+    wait_until(lambda: members(b) == ["gw-a", "gw-b"], timeout=10, what="both joined")
+    st, hdrs, raw = http("POST", a.url + "/v1/responses", {"model": "m", "input": "first"})
+    assert st == 200, raw
+    holder, rid = hdrs["x-infergate-backend"], json.loads(raw)["id"]
+    wait_until(lambda: cluster(b)["responses_learned"] >= 1, timeout=5, what="gw-b told")
+    # seven backends, least-loaded: without the shared index most follow-ups would miss
+    for i in range(14):
+        st, hdrs, raw = http("POST", b.url + "/v1/responses", {"model": "m", "input": f"more {i}",
+                                                               "previous_response_id": rid})
+        assert st == 200 and hdrs["x-infergate-backend"] == holder, (i, st, raw)
+    st, hdrs, raw = http("GET", f"{b.url}/v1/responses/{rid}")
+    assert st == 200 and hdrs["x-infergate-backend"] == holder and json.loads(raw)["id"] == rid, raw
+    assert cluster(a)["responses_shared"] >= 1 and cluster(b)["responses_learned"] >= 1
+    # Redis keeps it for the response's life, under its id
+    out = subprocess.run(["redis-cli", "-p", str(redis.port), "PTTL", f"infergate:resp:{rid}"],
+                         capture_output=True, text=True, timeout=5).stdout
+    assert int(out) > 23 * 3600 * 1000, out
+
+
+@test
+def without_redis_each_gateway_serves_alone_and_joins_again_when_it_is_back():
+    redis = start_redis()
+    sim = start_sim("--tokens-per-second", "0", "--ttft-ms", "0")
+    a = gateway(redis, "gw-a", [sim])
+    b = gateway(redis, "gw-b", [sim])
+    wait_until(lambda: members(a) == ["gw-a", "gw-b"], timeout=10, what="both joined")
+    port = redis.port
+    redis.stop(signal.SIGKILL)
+    wait_until(lambda: not cluster(a)["joined"] and cluster(a)["redis"] != "up", timeout=5, what="gw-a alone")
+    # traffic goes on, nothing waits for Redis
+    for gw in (a, b):
+        t0 = time.monotonic()
+        for i in range(20):
+            st, _, _ = http("POST", gw.url + "/v1/chat/completions",
+                            {"model": "sim-model", "messages": [{"role": "user", "content": f"q{i}"}]})
+            assert st == 200, st
+        assert time.monotonic() - t0 < 5
+    m = http("GET", a.url + "/metrics")[2]
+    assert metric(m, "infergate_cluster_joined") == 0 and metric(m, "infergate_cluster_redis_up") == 0, m
+    assert "cluster: serving alone (Redis:" in a.read_log(), a.read_log()
+    # Redis back on its port: shared again within a few periods (reconnects back off to 5 s)
+    redis = start_redis(port=port)
+    wait_until(lambda: members(a) == ["gw-a", "gw-b"] and members(b) == ["gw-a", "gw-b"], timeout=15,
+               what="both joined again")
+    assert a.read_log().count("cluster: serving alone") == 1, a.read_log()   # logged once per change
+    assert a.read_log().count("cluster: joined as 'gw-a'") == 2, a.read_log()
+
+
+@test
+def a_gateway_starts_alone_when_redis_is_not_there_and_joins_when_it_comes():
+    from harness import free_port
+    port = free_port()
+    sim = start_sim()
+    t0 = time.monotonic()
+    a = start_gateway([sim], "--cluster-redis", f"redis://127.0.0.1:{port}", "--cluster-name", "gw-a")
+    assert time.monotonic() - t0 < 5
+    assert "cluster: Redis at redis://127.0.0.1:%d/0 does not answer" % port in a.read_log(), a.read_log()
+    st, _, _ = http("POST", a.url + "/v1/chat/completions",
+                    {"model": "sim-model", "messages": [{"role": "user", "content": "hi"}]})
+    assert st == 200
+    assert cluster(a)["joined"] is False
+    start_redis(port=port)
+    wait_until(lambda: members(a) == ["gw-a"], timeout=15, what="joined")
+
+
+if __name__ == "__main__":
+    run()
