@@ -550,8 +550,10 @@ static void snapshot_limits(struct ig_admission *a, uint64_t now_ms)
 	struct ig_key *k = a->key;
 	ig_bucket_refill(&k->rpm, now_ms);
 	ig_bucket_refill(&k->tpm, now_ms);
-	a->rl_req_left = ig_bucket_remaining(&k->rpm);
-	a->rl_tok_left = ig_bucket_remaining(&k->tpm);
+	/* with a cluster, what the other gateways' shares held at their last
+	 * sync too: the fleet's remaining */
+	a->rl_req_left = ig_bucket_remaining(&k->rpm) + (long)k->others_req;
+	a->rl_tok_left = ig_bucket_remaining(&k->tpm) + (long)k->others_tok;
 	a->rl_req_reset_ms = ig_bucket_reset_ms(&k->rpm);
 	a->rl_tok_reset_ms = ig_bucket_reset_ms(&k->tpm);
 	a->rl_shown = true;
@@ -578,7 +580,9 @@ int ig_admission_limits(struct ig_gw *gw IG_UNUSED, struct ig_admission *a)
 	}
 	if (!e->rpm && !e->tpm)
 		return 0;
-	enum ig_limit l = ig_ratelimit_admit(&k->rpm, &k->tpm, a->tok_estimate, now, &retry_ms);
+	k->dem_req += 1; /* what it asked for, admitted or not: its share follows it (cluster.c) */
+	k->dem_tok += (double)a->tok_estimate;
+	enum ig_limit l = ig_ratelimit_admit(&k->rpm, &k->tpm, a->tok_estimate, (double)e->tpm, now, &retry_ms);
 	snapshot_limits(a, now);
 	if (l == IG_LIMIT_NONE) {
 		a->tok_charge = a->tok_estimate;

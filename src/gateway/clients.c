@@ -35,6 +35,14 @@ static size_t key_hash(const char *id)
 	return (size_t)h;
 }
 
+void ig_clients_share(struct ig_key *k, double share_req, double share_tok, uint64_t now_ms)
+{
+	k->share_req = share_req;
+	k->share_tok = share_tok;
+	ig_bucket_set_rate(&k->rpm, k->ent && k->ent->rpm ? (double)k->ent->rpm * share_req : 0, now_ms);
+	ig_bucket_set_rate(&k->tpm, k->ent && k->ent->tpm ? (double)k->ent->tpm * share_tok : 0, now_ms);
+}
+
 struct ig_key *ig_clients_find(const struct ig_clients *c, const char *digest)
 {
 	if (!c->ktabcap)
@@ -79,6 +87,7 @@ struct ig_key *ig_clients_get(struct ig_clients *c, const char *digest)
 		return NULL;
 	snprintf(k->digest, sizeof(k->digest), "%s", digest);
 	k->weight = 1;
+	k->share_req = k->share_tok = 1;
 	k->klass = -1;
 	size_t h = key_hash(digest) & (c->ktabcap - 1);
 	k->hnext = c->ktab[h];
@@ -173,8 +182,7 @@ int ig_clients_configure(struct ig_clients *c, const struct ig_conf *cfg, const 
 	}
 	for (size_t i = c->nkeys; i-- > 0;) {
 		struct ig_key *k = c->keys[i];
-		ig_bucket_set(&k->rpm, k->ent ? k->ent->rpm : 0, now_ms);
-		ig_bucket_set(&k->tpm, k->ent ? k->ent->tpm : 0, now_ms);
+		ig_clients_share(k, k->share_req, k->share_tok, now_ms);
 	}
 	for (size_t i = c->nkeys; i-- > 0;)
 		key_drop_unused(c, c->keys[i]);

@@ -38,7 +38,16 @@ struct ig_key {
 	size_t refs;                 /* requests that hold it */
 	bool configured;             /* named in the configuration: kept */
 	uint64_t completed;          /* requests that left the queue for a backend */
-	struct ig_bucket rpm, tpm;   /* its rate limits (limit 0: none) */
+	struct ig_bucket rpm, tpm;   /* its rate limits (limit 0: none); with a
+				      * cluster, this gateway's share of them */
+	/* With a cluster (cluster.c): this gateway's shares of the key's rpm
+	 * and tpm (1 alone), the demand it saw since the last key sync
+	 * (admissions tried: requests, tokens), and what the other gateways'
+	 * buckets held at their last sync (for x-ratelimit-remaining). */
+	double share_req, share_tok;
+	double dem_req, dem_tok;
+	double rate_req, rate_tok;   /* that demand per second, smoothed */
+	double others_req, others_tok;
 	/* Usage, for /metrics and /admin/keys (keys in the file only). */
 	struct ig_statcount *status; /* requests by the status they ended with */
 	size_t nstatus, capstatus;
@@ -74,6 +83,9 @@ void ig_clients_unconfigure(struct ig_clients *c);
 /* The key of a digest ("" anonymous), made when missing (weight 1, no cap,
  * no class). NULL when out of memory. */
 struct ig_key *ig_clients_get(struct ig_clients *c, const char *digest);
+/* Sets k's shares of its limits (1: all of them; cluster.c's), its
+ * buckets following: a level above a smaller limit is cut to it. */
+void ig_clients_share(struct ig_key *k, double share_req, double share_tok, uint64_t now_ms);
 /* The key of a digest, or NULL. */
 struct ig_key *ig_clients_find(const struct ig_clients *c, const char *digest);
 /* A request takes / lets go of its key (an unconfigured one goes with its

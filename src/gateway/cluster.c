@@ -9,6 +9,14 @@
  *   infergate:resp:ID    "OWNER URL": the backend that holds stored
  *                        response ID, for the response's life (24 h)
  *   channel infergate:resp   "NAME OWNER URL ID", published with each one
+ *   infergate:kd:DIGEST  hash: per gateway NAME, "T REQ TOK LREQ LTOK": at
+ *                        Redis time T, its demand for the key's limits
+ *                        (requests and tokens per second) and what its
+ *                        share's buckets held; each gateway takes a share
+ *                        of the key's rpm and tpm in proportion to its
+ *                        demand (ig_cluster_share), so the fleet admits no
+ *                        more than the limit, and no request waits on
+ *                        Redis: a gateway admits from its own share
  * One sync is one script (Redis's TIME decides who is live; the gateways'
  * clocks are never compared). Two connections: one for commands, one
  * subscribed to the channel. */
@@ -25,6 +33,7 @@
 #include <openssl/rand.h>
 
 #include "backend.h"
+#include "clients.h"
 #include "cluster.h"
 #include "gateway.h"
 #include "infergate/list.h"
@@ -53,6 +62,39 @@ static const char sync_script[] =
 	"local m = redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')\n"
 	"table.insert(m, 1, now)\n"
 	"return m\n";
+
+/* The key sync. ARGV: this gateway's name, the window (ms) in which the
+ * others' entries count, then per key DIGEST REQ TOK LREQ LTOK. Returns,
+ * per key, the others' sums "REQ TOK LREQ LTOK N", then the digests of the
+ * keys some gateway asked for within the window (infergate:kactive): those
+ * are sent next time by every gateway, active there or not. */
+static const char keys_script[] =
+	"local t = redis.call('TIME')\n"
+	"local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+	"local win = tonumber(ARGV[2])\n"
+	"local out = {}\n"
+	"for i = 3, #ARGV, 5 do\n"
+	"  local k = 'infergate:kd:' .. ARGV[i]\n"
+	"  redis.call('HSET', k, ARGV[1], now .. ' ' .. ARGV[i+1] .. ' ' .. ARGV[i+2] .. ' ' .. ARGV[i+3] .. ' ' .. ARGV[i+4])\n"
+	"  redis.call('PEXPIRE', k, 60000)\n"
+	"  local all = redis.call('HGETALL', k)\n"
+	"  local dr, dt, lr, lt, n = 0, 0, 0, 0, 0\n"
+	"  for j = 1, #all, 2 do\n"
+	"    if all[j] ~= ARGV[1] then\n"
+	"      local f = {}\n"
+	"      for w in string.gmatch(all[j+1], '%S+') do f[#f+1] = tonumber(w) end\n"
+	"      if #f == 5 and now - f[1] <= win then\n"
+	"        dr = dr + f[2]; dt = dt + f[3]; lr = lr + f[4]; lt = lt + f[5]; n = n + 1\n"
+	"      elseif #f == 5 and now - f[1] > 60000 then redis.call('HDEL', k, all[j]) end\n"
+	"    end\n"
+	"  end\n"
+	"  out[#out+1] = string.format('%.3f %.3f %.3f %.3f %d', dr, dt, lr, lt, n)\n"
+	"  if tonumber(ARGV[i+1]) > 0 or tonumber(ARGV[i+2]) > 0 then redis.call('ZADD', 'infergate:kactive', now, ARGV[i]) end\n"
+	"end\n"
+	"redis.call('ZREMRANGEBYSCORE', 'infergate:kactive', '-inf', now - win)\n"
+	"redis.call('PEXPIRE', 'infergate:kactive', 60000)\n"
+	"out[#out+1] = redis.call('ZRANGE', 'infergate:kactive', 0, -1)\n"
+	"return out\n";
 
 /* Leaving: the name and the membership go at once (only if still ours). */
 static const char leave_script[] =
@@ -91,6 +133,15 @@ struct ig_cluster {
 	char *members_logged;        /* "a, b": logged when it changes */
 	struct ig_list outbox;
 	size_t nout;
+	/* shared limits */
+	bool keysyncing;
+	uint64_t next_keys_ms, keys_at_ms;
+	char (*ksent)[65];           /* the keys of the key sync in flight */
+	size_t nksent, capksent;
+	char (*active)[65];          /* keys active at some gateway (last key sync) */
+	size_t nactive;
+	long live_last;              /* gateways at the last sync */
+	uint64_t key_syncs;
 	uint64_t resp_shared, resp_learned, resp_dropped;
 };
 
@@ -101,16 +152,53 @@ bool ig_cluster_configured(const struct ig_gw *gw)
 
 /* ---- state and logs ---- */
 
+static void split_evenly(struct ig_cluster *c, long live);
+
 static void set_joined(struct ig_cluster *c, bool joined, const char *why)
 {
 	if (joined == c->joined && c->started)
 		return;
 	c->started = true;
 	c->joined = joined;
+	if (!joined) /* each keeps its part of the limits, the last count seen */
+		split_evenly(c, c->live_last);
 	if (joined)
 		ig_log_info("cluster: joined as '%s' through %s", c->name, c->shown);
 	else
 		ig_log_warn("cluster: serving alone (%s); shared again when Redis at %s answers", why, c->shown);
+}
+
+double ig_cluster_share(double mine, double others, long live)
+{
+	if (live < 1)
+		live = 1;
+	if (mine < 0)
+		mine = 0;
+	if (others < 0)
+		others = 0;
+	double eps = (mine + others > 1.0 ? mine + others : 1.0) / (10.0 * (double)live);
+	return (mine + eps) / (mine + others + (double)live * eps);
+}
+
+static bool limited(const struct ig_key *k)
+{
+	return k->ent && (k->ent->rpm || k->ent->tpm);
+}
+
+/* Every limited key at an even split between `live` gateways: alone (the
+ * last count seen), or before the first key sync. */
+static void split_evenly(struct ig_cluster *c, long live)
+{
+	double s = 1.0 / (double)(live > 0 ? live : 1);
+	uint64_t now = ig_now_ms();
+	struct ig_clients *cl = &c->gw->clients;
+	for (size_t i = 0; i < cl->nkeys; i++) {
+		struct ig_key *k = cl->keys[i];
+		if (!limited(k))
+			continue;
+		ig_clients_share(k, s, s, now);
+		k->others_req = k->others_tok = 0;
+	}
 }
 
 static void on_cmd_state(void *arg, enum ig_redis_state s, const char *why)
@@ -197,6 +285,10 @@ static void on_sync(redisAsyncContext *ac IG_UNUSED, void *reply, void *privdata
 		e->age_ms = (long)(now - atoll(score->str));
 	}
 	qsort(c->members, c->nmembers, sizeof(*c->members), by_name);
+	if ((long)c->nmembers != c->live_last || !c->joined) {
+		c->live_last = (long)c->nmembers;
+		split_evenly(c, c->live_last); /* until the next key sync */
+	}
 	set_joined(c, true, "");
 	log_members(c);
 }
@@ -213,6 +305,133 @@ static void send_sync(struct ig_cluster *c, uint64_t now)
 	if (ig_redis_argv(c->cmd, on_sync, c, 8, argv, lens) == 0)
 		c->syncing = true;
 	c->next_sync_ms = now + c->sync_ms;
+}
+
+/* ---- shared limits ---- */
+
+static bool is_active(const struct ig_cluster *c, const char *digest)
+{
+	for (size_t i = 0; i < c->nactive; i++)
+		if (strcmp(c->active[i], digest) == 0)
+			return true;
+	return false;
+}
+
+static void on_keys(redisAsyncContext *ac IG_UNUSED, void *reply, void *privdata)
+{
+	struct ig_cluster *c = privdata;
+	redisReply *r = reply;
+	c->keysyncing = false;
+	if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != c->nksent + 1 || !c->joined)
+		return;
+	c->key_syncs++;
+	uint64_t now = ig_now_ms();
+	for (size_t i = 0; i < c->nksent; i++) {
+		struct ig_key *k = ig_clients_find(&c->gw->clients, c->ksent[i]);
+		double dr, dt, lr, lt;
+		long n;
+		if (!k || !limited(k) || r->element[i]->type != REDIS_REPLY_STRING ||
+		    sscanf(r->element[i]->str, "%lf %lf %lf %lf %ld", &dr, &dt, &lr, &lt, &n) != 5)
+			continue;
+		ig_clients_share(k, ig_cluster_share(k->rate_req, dr, c->live_last),
+				 ig_cluster_share(k->rate_tok, dt, c->live_last), now);
+		k->others_req = lr;
+		k->others_tok = lt;
+	}
+	redisReply *act = r->element[c->nksent];
+	c->nactive = 0;
+	if (act->type == REDIS_REPLY_ARRAY) {
+		char (*v)[65] = realloc(c->active, (act->elements ? act->elements : 1) * sizeof(*v));
+		if (!v)
+			return;
+		c->active = v;
+		for (size_t i = 0; i < act->elements; i++)
+			if (act->element[i]->type == REDIS_REPLY_STRING && act->element[i]->len < 65)
+				snprintf(c->active[c->nactive++], 65, "%s", act->element[i]->str);
+	}
+}
+
+/* Sends this gateway's demand for every limited key active here or at
+ * another gateway (its rate since the last key sync, smoothed) and takes
+ * back the others'; keys idle everywhere stay at an even split. */
+static void send_keys(struct ig_cluster *c, uint64_t now)
+{
+	struct ig_clients *cl = &c->gw->clients;
+	double dt = c->keys_at_ms && now > c->keys_at_ms ? (double)(now - c->keys_at_ms) / 1000.0 : 0;
+	size_t n = 0, cap = 16;
+	const char **argv = malloc(cap * sizeof(*argv));
+	char **own = NULL; /* the numbers' strings */
+	size_t nown = 0;
+	char win[32];
+	snprintf(win, sizeof(win), "%llu", (unsigned long long)(3 * 5 * c->sync_ms));
+	c->nksent = 0;
+	c->keys_at_ms = now;
+	if (!argv)
+		return;
+	argv[n++] = "EVAL";
+	argv[n++] = keys_script;
+	argv[n++] = "0";
+	argv[n++] = c->name;
+	argv[n++] = win;
+	for (size_t i = 0; i < cl->nkeys; i++) {
+		struct ig_key *k = cl->keys[i];
+		if (!limited(k))
+			continue;
+		double rr = dt > 0 ? k->dem_req / dt : 0, rt = dt > 0 ? k->dem_tok / dt : 0;
+		k->rate_req = 0.5 * k->rate_req + 0.5 * rr;
+		k->rate_tok = 0.5 * k->rate_tok + 0.5 * rt;
+		if (k->rate_req < 0.001)
+			k->rate_req = 0;
+		if (k->rate_tok < 0.001)
+			k->rate_tok = 0;
+		k->dem_req = k->dem_tok = 0;
+		if (k->rate_req == 0 && k->rate_tok == 0 && !is_active(c, k->digest)) {
+			if (k->share_req != 1.0 / (double)(c->live_last > 0 ? c->live_last : 1))
+				ig_clients_share(k, 1.0 / (double)(c->live_last > 0 ? c->live_last : 1),
+						 1.0 / (double)(c->live_last > 0 ? c->live_last : 1), now);
+			k->others_req = k->others_tok = 0;
+			continue;
+		}
+		if (n + 5 > cap) {
+			const char **v = realloc(argv, (cap *= 2) * sizeof(*v));
+			if (!v)
+				goto out;
+			argv = v;
+		}
+		char **o = realloc(own, (nown + 4) * sizeof(*o));
+		if (!o)
+			goto out;
+		own = o;
+		ig_bucket_refill(&k->rpm, now);
+		ig_bucket_refill(&k->tpm, now);
+		own[nown++] = ig_strdupf("%.3f", k->rate_req);
+		own[nown++] = ig_strdupf("%.3f", k->rate_tok);
+		own[nown++] = ig_strdupf("%.3f", k->rpm.level > 0 ? k->rpm.level : 0);
+		own[nown++] = ig_strdupf("%.3f", k->tpm.level > 0 ? k->tpm.level : 0);
+		if (c->nksent == c->capksent) {
+			char (*v)[65] = realloc(c->ksent, (c->capksent = c->capksent ? 2 * c->capksent : 16) * sizeof(*v));
+			if (!v)
+				goto out;
+			c->ksent = v;
+		}
+		snprintf(c->ksent[c->nksent++], 65, "%s", k->digest);
+		argv[n++] = c->ksent[c->nksent - 1];
+		for (int j = 4; j > 0; j--)
+			argv[n++] = own[nown - (size_t)j];
+	}
+	if (c->nksent > 0 || c->nactive > 0) {
+		size_t *lens = malloc(n * sizeof(*lens));
+		for (size_t i = 0; lens && i < n; i++)
+			lens[i] = strlen(argv[i]);
+		if (lens && ig_redis_argv(c->cmd, on_keys, c, (int)n, argv, lens) == 0)
+			c->keysyncing = true;
+		free(lens);
+	}
+out:
+	for (size_t i = 0; i < nown; i++)
+		free(own[i]);
+	free(own);
+	free(argv);
 }
 
 /* ---- stored responses ---- */
@@ -452,6 +671,10 @@ void ig_cluster_tick(struct ig_gw *gw, uint64_t now)
 		return;
 	if (!c->syncing && now >= c->next_sync_ms)
 		send_sync(c, now);
+	if (c->joined && !c->keysyncing && now >= c->next_keys_ms) {
+		c->next_keys_ms = now + 5 * c->sync_ms;
+		send_keys(c, now);
+	}
 	if (c->joined && now - c->last_ok_ms > c->live_ms)
 		set_joined(c, false, "no sync answered for 3 periods");
 	flush(c);
@@ -511,6 +734,8 @@ void ig_cluster_stop(struct ig_gw *gw)
 	free(c->name_key);
 	free(c->members);
 	free(c->members_logged);
+	free(c->ksent);
+	free(c->active);
 	free(c);
 }
 

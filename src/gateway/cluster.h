@@ -39,6 +39,13 @@ void ig_cluster_tick(struct ig_gw *gw, uint64_t now_ms);
  * (respstore.h's). Any reactor, under the lock. */
 void ig_cluster_response_stored(struct ig_gw *gw, const char *id, size_t n, const struct ig_backend *b,
 				uint32_t owner);
+/* This gateway's share of a key's limit: its demand (per second) and the
+ * other live gateways' together, `live` gateways in all (this one
+ * included). Shares follow demand, and each live gateway keeps a small
+ * one (a tenth of an even split, weighed in) so that its first requests
+ * are not refused; with no demand anywhere, an even split. The shares of
+ * gateways that see the same figures add up to 1. */
+double ig_cluster_share(double mine, double others, long live);
 /* Its state is reported through metrics.h's sources: "cluster" in
  * /health/backends, infergate_cluster_* in /metrics. */
 

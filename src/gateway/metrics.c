@@ -225,20 +225,25 @@ char *ig_metrics_backends_json(struct ig_gw *gw)
 	json_t *keys = json_array();
 	for (size_t i = 0; i < gw->clients.nkeys; i++) {
 		const struct ig_key *k = gw->clients.keys[i];
-		/* Only keys in use: a keys file may name thousands (/admin/keys
+		/* Only keys in use (here, or lately: their demand is shared
+		 * with a cluster): a keys file may name thousands (/admin/keys
 		 * lists them all). */
-		if (!k->refs && !k->completed)
+		if (!k->refs && !k->completed && k->rate_req == 0 && k->rate_tok == 0 && k->others_req <= 0 &&
+		    k->others_tok <= 0)
 			continue;
 		/* The first 12 hex digits name a key well enough, and say little of it. */
 		char shown[13];
 		snprintf(shown, sizeof(shown), "%.12s", k->digest);
-		json_array_append_new(keys, json_pack("{s:s, s:o, s:I, s:I, s:I, s:o, s:I}", "key", shown,
-						      "name", k->ent ? json_string(k->ent->name) : json_null(),
-						      "weight", (json_int_t)k->weight, "max_inflight",
-						      (json_int_t)k->max_inflight, "inflight", (json_int_t)k->inflight,
-						      "priority", k->klass >= 0 ? json_string(ig_conf_class_name(k->klass))
-									      : json_null(),
-						      "dispatched_from_queue", (json_int_t)k->completed));
+		json_t *e = json_pack("{s:s, s:o, s:I, s:I, s:I, s:o, s:I}", "key", shown,
+				      "name", k->ent ? json_string(k->ent->name) : json_null(),
+				      "weight", (json_int_t)k->weight, "max_inflight", (json_int_t)k->max_inflight,
+				      "inflight", (json_int_t)k->inflight,
+				      "priority", k->klass >= 0 ? json_string(ig_conf_class_name(k->klass)) : json_null(),
+				      "dispatched_from_queue", (json_int_t)k->completed);
+		if (k->ent && (k->ent->rpm || k->ent->tpm)) /* this gateway's part of its limits (cluster.h) */
+			json_object_set_new(e, "limit_share", json_pack("{s:f, s:f}", "requests", k->share_req, "tokens",
+									 k->share_tok));
+		json_array_append_new(keys, e);
 	}
 	json_t *out = json_pack("{s:o, s:o, s:o, s:o}", "gateway", g, "backends", arr, "models", models_detail(gw),
 				"keys", keys);

@@ -21,6 +21,19 @@ void ig_bucket_set(struct ig_bucket *b, long per_minute, uint64_t now_ms)
 	b->t_ms = now_ms;
 }
 
+void ig_bucket_set_rate(struct ig_bucket *b, double per_minute, uint64_t now_ms)
+{
+	double limit = per_minute > 0 ? per_minute : 0;
+	if (b->limit == 0 || limit == 0)
+		b->level = limit;
+	else
+		ig_bucket_refill(b, now_ms);
+	b->limit = limit;
+	if (b->level > limit)
+		b->level = limit;
+	b->t_ms = now_ms;
+}
+
 void ig_bucket_refill(struct ig_bucket *b, uint64_t now_ms)
 {
 	if (now_ms > b->t_ms) {
@@ -55,16 +68,21 @@ void ig_bucket_give(struct ig_bucket *b, double n)
 		b->level = b->limit;
 }
 
-enum ig_limit ig_ratelimit_admit(struct ig_bucket *req, struct ig_bucket *tok, long tokens, uint64_t now_ms,
-				 uint64_t *retry_ms)
+enum ig_limit ig_ratelimit_admit(struct ig_bucket *req, struct ig_bucket *tok, long tokens, double never,
+				 uint64_t now_ms, uint64_t *retry_ms)
 {
 	*retry_ms = 0;
 	ig_bucket_refill(req, now_ms);
 	ig_bucket_refill(tok, now_ms);
-	if (tok->limit > 0 && (double)tokens > tok->limit)
+	if (never <= 0)
+		never = tok->limit;
+	if (tok->limit > 0 && (double)tokens > never)
 		return IG_LIMIT_TOO_BIG;
+	/* More than the bucket holds at all (a gateway's share of a larger
+	 * limit): it waits for a full bucket and leaves it below zero. */
+	double need = (double)tokens < tok->limit ? (double)tokens : tok->limit;
 	uint64_t wr = req->limit > 0 ? ig_bucket_wait_ms(req, 1) : 0;
-	uint64_t wt = tok->limit > 0 ? ig_bucket_wait_ms(tok, (double)tokens) : 0;
+	uint64_t wt = tok->limit > 0 ? ig_bucket_wait_ms(tok, need) : 0;
 	if (wr || wt) {
 		*retry_ms = wr > wt ? wr : wt;
 		return wr ? IG_LIMIT_REQUESTS : IG_LIMIT_TOKENS;

@@ -22,6 +22,9 @@ struct ig_bucket {
 /* Sets the limit (at start and on reload): a new bucket starts full; a
  * changed limit keeps the level, cut to the new limit. */
 void ig_bucket_set(struct ig_bucket *b, long per_minute, uint64_t now_ms);
+/* The same with a fractional limit (a gateway's share of a fleet's:
+ * cluster.c); per_minute <= 0: no limit. */
+void ig_bucket_set_rate(struct ig_bucket *b, double per_minute, uint64_t now_ms);
 /* Brings the level up to date. */
 void ig_bucket_refill(struct ig_bucket *b, uint64_t now_ms);
 /* Milliseconds until the bucket holds n (0: it does now). */
@@ -41,9 +44,12 @@ enum ig_limit {
 };
 
 /* Admits one request charging `tokens`: both buckets are charged, or
- * neither. Refusing, *retry_ms says when both would admit it. */
-enum ig_limit ig_ratelimit_admit(struct ig_bucket *req, struct ig_bucket *tok, long tokens, uint64_t now_ms,
-				 uint64_t *retry_ms);
+ * neither. A charge above `never` is refused for good (IG_LIMIT_TOO_BIG;
+ * 0: the token bucket's limit); one above the bucket's limit but not
+ * `never` waits for a full bucket and leaves it below zero. Refusing,
+ * *retry_ms says when both would admit it. */
+enum ig_limit ig_ratelimit_admit(struct ig_bucket *req, struct ig_bucket *tok, long tokens, double never,
+				 uint64_t now_ms, uint64_t *retry_ms);
 /* A duration as OpenAI's x-ratelimit-reset-* headers write it: "20ms",
  * "1s", "8.64s", "6m0s", "1h2m3s". */
 void ig_ratelimit_duration(char *out, size_t len, uint64_t ms);

@@ -147,6 +147,63 @@ def without_redis_each_gateway_serves_alone_and_joins_again_when_it_is_back():
     assert a.read_log().count("cluster: joined as 'gw-a'") == 2, a.read_log()
 
 
+def keys(path, entries):
+    import hashlib
+    with open(path, "w") as f:
+        json.dump({"keys": [dict(name=e["name"], sha256=hashlib.sha256(e["key"].encode()).hexdigest(),
+                                 **{k: v for k, v in e.items() if k not in ("name", "key")}) for e in entries]}, f)
+
+
+@test
+def a_keys_limits_hold_across_gateways_and_split_when_redis_is_gone():
+    import tempfile
+    redis = start_redis()
+    sim = start_sim("--tokens-per-second", "0", "--ttft-ms", "0", "--output-tokens", "4")
+    path = tempfile.mkdtemp(prefix="ig-keys-") + "/keys.json"
+    keys(path, [{"name": "shared", "key": "k-shared", "rpm": 60}, {"name": "later", "key": "k-later", "rpm": 60},
+                {"name": "busy", "key": "k-busy", "rpm": 6000}])
+    a = gateway(redis, "gw-a", [sim], "--api-keys-file", path)
+    b = gateway(redis, "gw-b", [sim], "--api-keys-file", path)
+    wait_until(lambda: members(a) == ["gw-a", "gw-b"] and members(b) == ["gw-a", "gw-b"], timeout=10,
+               what="both joined")
+    auth = {"Authorization": "Bearer k-shared"}
+    body = {"model": "sim-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    # 100 requests alternating between the two, within seconds: the key's 60, not 60 each
+    t0 = time.monotonic()
+    got = {200: 0, 429: 0}
+    remaining = []
+    for i in range(100):
+        st, h, _ = http("POST", (a if i % 2 == 0 else b).url + "/v1/chat/completions", body, headers=auth)
+        got[st] = got.get(st, 0) + 1
+        if st == 200:
+            remaining.append(int(h["x-ratelimit-remaining-requests"]))
+    elapsed = time.monotonic() - t0
+    print(f"# rpm 60 over two gateways, 100 alternating in {elapsed:.1f} s: {got[200]} answered, {got[429]} x 429")
+    assert got[200] + got[429] == 100, got
+    assert 55 <= got[200] <= 60 + elapsed + 2, (got, elapsed)
+    assert min(remaining) <= 2, remaining           # the fleet's remaining, not one gateway's
+    # a key used through one gateway only: its share moves there (and the other keeps a little)
+    busy = {"Authorization": "Bearer k-busy"}
+    def share(gw):
+        ks = [k for k in http_json("GET", gw.url + "/health/backends")[2]["keys"] if k["name"] == "busy"]
+        return ks[0]["limit_share"]["requests"] if ks else None
+    t_end = time.monotonic() + 3
+    while time.monotonic() < t_end:
+        assert http("POST", a.url + "/v1/chat/completions", body, headers=busy)[0] == 200
+        time.sleep(0.01)
+    sa, sb = share(a), share(b)
+    print(f"# a key used through gw-a only for 3 s: shares of its rpm gw-a {sa:.3f}, gw-b {sb:.3f}")
+    assert sa > 0.85 and sb < 0.15 and sa + sb <= 1.0 + 1e-6, (sa, sb)
+    # Redis gone: each goes on alone with its part of a limit (half: two were live), so another
+    # key's burst of 60 through one gateway gets 30, not the 60 a lone gateway would give
+    redis.stop(signal.SIGKILL)
+    wait_until(lambda: not cluster(a)["joined"], timeout=5, what="gw-a alone")
+    later = {"Authorization": "Bearer k-later"}
+    n = sum(1 for i in range(60) if http("POST", a.url + "/v1/chat/completions", body, headers=later)[0] == 200)
+    print(f"# Redis gone: a burst of 60 at rpm 60 through one of two gateways: {n} answered")
+    assert 30 <= n <= 32, n
+
+
 @test
 def a_gateway_starts_alone_when_redis_is_not_there_and_joins_when_it_comes():
     from harness import free_port
@@ -155,7 +212,8 @@ def a_gateway_starts_alone_when_redis_is_not_there_and_joins_when_it_comes():
     t0 = time.monotonic()
     a = start_gateway([sim], "--cluster-redis", f"redis://127.0.0.1:{port}", "--cluster-name", "gw-a")
     assert time.monotonic() - t0 < 5
-    assert "cluster: Redis at redis://127.0.0.1:%d/0 does not answer" % port in a.read_log(), a.read_log()
+    wait_until(lambda: "cluster: Redis at redis://127.0.0.1:%d/0 does not answer" % port in a.read_log(), timeout=5,
+               what="the log line")
     st, _, _ = http("POST", a.url + "/v1/chat/completions",
                     {"model": "sim-model", "messages": [{"role": "user", "content": "hi"}]})
     assert st == 200

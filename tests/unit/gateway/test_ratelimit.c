@@ -36,27 +36,41 @@ START_TEST(admission_charges_both_buckets_or_neither)
 	uint64_t retry;
 	ig_bucket_set(&r, 2, 0);
 	ig_bucket_set(&t, 1000, 0);
-	ck_assert_int_eq(ig_ratelimit_admit(&r, &t, 600, 0, &retry), IG_LIMIT_NONE);
+	ck_assert_int_eq(ig_ratelimit_admit(&r, &t, 600, 0, 0, &retry), IG_LIMIT_NONE);
 	ck_assert_int_eq(ig_bucket_remaining(&r), 1);
 	ck_assert_int_eq(ig_bucket_remaining(&t), 400);
 	/* tokens short: neither is charged, retry when 600 are there */
-	ck_assert_int_eq(ig_ratelimit_admit(&r, &t, 600, 0, &retry), IG_LIMIT_TOKENS);
+	ck_assert_int_eq(ig_ratelimit_admit(&r, &t, 600, 0, 0, &retry), IG_LIMIT_TOKENS);
 	ck_assert_int_eq(ig_bucket_remaining(&r), 1);
 	ck_assert_uint_eq(retry, 12000); /* 200 tokens at 1000 a minute */
 	/* the answer used 100 of its 600: 500 back */
 	ig_bucket_give(&t, 500);
 	ck_assert_int_eq(ig_bucket_remaining(&t), 900);
-	ck_assert_int_eq(ig_ratelimit_admit(&r, &t, 600, 0, &retry), IG_LIMIT_NONE);
-	ck_assert_int_eq(ig_ratelimit_admit(&r, &t, 1, 0, &retry), IG_LIMIT_REQUESTS);
+	ck_assert_int_eq(ig_ratelimit_admit(&r, &t, 600, 0, 0, &retry), IG_LIMIT_NONE);
+	ck_assert_int_eq(ig_ratelimit_admit(&r, &t, 1, 0, 0, &retry), IG_LIMIT_REQUESTS);
 	ck_assert_uint_eq(retry, 30000); /* one request at 2 a minute */
-	ck_assert_int_eq(ig_ratelimit_admit(&r, &t, 1001, 60000, &retry), IG_LIMIT_TOO_BIG);
+	ck_assert_int_eq(ig_ratelimit_admit(&r, &t, 1001, 0, 60000, &retry), IG_LIMIT_TOO_BIG);
 	/* more used than charged: the bucket owes, and refuses until refilled */
 	ig_bucket_give(&t, -2000);
 	ck_assert_int_eq(ig_bucket_remaining(&t), 0);
 	ck_assert(t.level < 0);
+	/* A share of a fleet's limit (cluster.c): 250 of 1,000 here. A charge
+	 * of 600 is over the share but not the fleet's limit: it waits for a
+	 * full bucket and leaves it owing; over the fleet's, never. */
+	struct ig_bucket rs = {0}, ts = {0};
+	ig_bucket_set_rate(&rs, 10, 0);
+	ig_bucket_set_rate(&ts, 250, 0);
+	ck_assert_int_eq(ig_ratelimit_admit(&rs, &ts, 1001, 1000, 0, &retry), IG_LIMIT_TOO_BIG);
+	ck_assert_int_eq(ig_ratelimit_admit(&rs, &ts, 600, 1000, 0, &retry), IG_LIMIT_NONE);
+	ck_assert(ts.level < -349 && ts.level > -351);
+	ck_assert_int_eq(ig_ratelimit_admit(&rs, &ts, 600, 1000, 0, &retry), IG_LIMIT_TOKENS);
+	ck_assert_uint_eq(retry, 144000); /* 600 owed at 250 a minute: 350 + 250 */
+	/* a share that shrinks cuts the level to it */
+	ig_bucket_set_rate(&rs, 2.5, 0);
+	ck_assert(rs.level <= 2.5);
 	/* no limits: always admitted, nothing counted */
 	struct ig_bucket r0 = {0}, t0 = {0};
-	ck_assert_int_eq(ig_ratelimit_admit(&r0, &t0, 1000000, 5, &retry), IG_LIMIT_NONE);
+	ck_assert_int_eq(ig_ratelimit_admit(&r0, &t0, 1000000, 0, 5, &retry), IG_LIMIT_NONE);
 	ck_assert_uint_eq(retry, 0);
 }
 END_TEST

@@ -1,10 +1,12 @@
 /* Unit tests for Redis URLs (src/gateway/redis.c): what cluster.redis_url
- * accepts, what it refuses and why, and how it is shown (no password). */
+ * accepts, what it refuses and why, and how it is shown (no password); and
+ * the cluster's share of a key's limits (src/gateway/cluster.c). */
 #include "config.h"
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cluster.h"
 #include "redis.h"
 #include "../check_main.h"
 
@@ -59,4 +61,22 @@ START_TEST(redis_urls)
 }
 END_TEST
 
-IG_CHECK_MAIN("redis", redis_urls)
+/* A gateway's share of a key's limit (cluster.c): even with no demand,
+ * following demand otherwise, a small part kept by the idle; shares add up
+ * to 1 over gateways that see the same figures. */
+START_TEST(limit_shares_follow_demand)
+{
+	ck_assert_double_eq_tol(ig_cluster_share(0, 0, 4), 0.25, 1e-9);
+	ck_assert_double_eq_tol(ig_cluster_share(0, 0, 1), 1.0, 1e-9);
+	ck_assert_double_eq_tol(ig_cluster_share(5, 15, 4), 0.25, 1e-9); /* spread evenly: a quarter */
+	double busy = ig_cluster_share(10, 0, 4), idle = ig_cluster_share(0, 10, 4);
+	ck_assert(busy > 0.93 && busy < 0.94);                          /* (10 + 0.25) / 11 */
+	ck_assert_double_eq_tol(busy + 3 * idle, 1.0, 1e-9);
+	double a = ig_cluster_share(3, 7, 2), b = ig_cluster_share(7, 3, 2);
+	ck_assert_double_eq_tol(a + b, 1.0, 1e-9);
+	ck_assert(a < b);
+	ck_assert_double_eq_tol(ig_cluster_share(-1, -1, 0), 1.0, 1e-9); /* nonsense in: alone */
+}
+END_TEST
+
+IG_CHECK_MAIN("redis", redis_urls, limit_shares_follow_demand)
