@@ -750,7 +750,7 @@ static json_t *report_json(void *arg)
 	for (size_t i = 0; c->joined && i < c->nmembers; i++)
 		json_array_append_new(members, json_pack("{s:s, s:I}", "name", c->members[i].name, "age_ms",
 							 (json_int_t)c->members[i].age_ms));
-	return json_pack("{s:s, s:s, s:s, s:b, s:b, s:o, s:I, s:o, s:f, s:I, s:I, s:I, s:I, s:I}",
+	json_t *o = json_pack("{s:s, s:s, s:s, s:b, s:b, s:o, s:I, s:o, s:f, s:I, s:I, s:I, s:I, s:I}",
 			 "name", c->name, "redis_url", c->shown,
 			 "redis", ig_redis_state_name(ig_redis_state(c->cmd)),
 			 "joined", c->joined, "name_conflict", c->conflict, "members", members,
@@ -760,6 +760,10 @@ static json_t *report_json(void *arg)
 			 "syncs_failed", (json_int_t)c->syncs_failed, "responses_shared", (json_int_t)c->resp_shared,
 			 "responses_learned", (json_int_t)c->resp_learned, "responses_unshared",
 			 (json_int_t)(c->resp_dropped + c->nout));
+	/* the key sync: how many there are, and how many keys the last one carried */
+	json_object_set_new(o, "key_syncs", json_integer((json_int_t)c->key_syncs));
+	json_object_set_new(o, "keys_synced", json_integer((json_int_t)c->nksent));
+	return o;
 }
 
 /* Its infergate_cluster_* series for /metrics. */

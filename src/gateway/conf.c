@@ -306,7 +306,7 @@ static const struct ig_flag keys[] = {
 		 "empty = this gateway alone"},
 	{.name = "--cluster-name", .key = "cluster.name", .type = IG_FLAG_STRING, .off = OFF(cluster_name), .def = "",
 	 .metavar = "NAME", .help = "this gateway's name among them, unique among the live ones (default: its "
-		 "listen HOST:PORT); letters, digits and . _ : - only"},
+		 "listen HOST:PORT, the machine's name for 0.0.0.0); letters, digits and . _ : - only"},
 	{.name = "--cluster-sync-ms", .key = "cluster.sync_ms", .type = IG_FLAG_LONG, .off = OFF(cluster_sync_ms),
 	 .min = 10, .max = 60000, .def = "100", .metavar = "N",
 	 .help = "how often a gateway tells Redis it is alive and reads who else is; one silent for 3 periods "
@@ -864,8 +864,14 @@ static void check_cluster(struct ig_conf *cfg, struct ig_buf *errs)
 		ig_redis_url_free(&u);
 	}
 	if (!*cfg->cluster_name) {
+		/* HOST:PORT, with the machine's name for a wildcard address
+		 * (0.0.0.0:8080 would name every gateway alike) */
+		char host[256] = "";
+		const char *h = cfg->listen_host ? cfg->listen_host : "";
+		if ((!*h || strcmp(h, "0.0.0.0") == 0 || strcmp(h, "::") == 0) && gethostname(host, sizeof(host) - 1) == 0)
+			h = host;
 		free(cfg->cluster_name);
-		cfg->cluster_name = strdup(cfg->listen);
+		cfg->cluster_name = ig_strdupf("%s:%d", h, cfg->listen_port);
 	}
 	size_t n = strlen(cfg->cluster_name);
 	if (n > 64 || strspn(cfg->cluster_name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-") != n)

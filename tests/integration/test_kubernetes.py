@@ -59,6 +59,11 @@ def pod_specs():
             yield f"{d['kind']}/{d['metadata']['name']}", d["spec"]["template"]["spec"]
 
 
+def infergate_pod_specs():
+    """pod_specs() but Redis's (12-redis.yaml runs Redis's own image)."""
+    return [(w, ps) for w, ps in pod_specs() if w != "Deployment/infergate-redis"]
+
+
 def quantity(q):
     """A Kubernetes quantity ("500m", "2", "256Mi", "2Gi") as a number."""
     q = str(q)
@@ -141,7 +146,11 @@ def gateway_deployment_selector_probes_ports_and_service():
     port = container_port(c, "http")
     assert port == int(gateway_config()["listen"].rsplit(":", 1)[1]), "the config listens elsewhere"
     assert gateway_config()["listen"].startswith("0.0.0.0:"), "a pod must listen on all addresses"
-    assert c["command"][-2:] == ["--config", "/etc/infergate/infergate.json"], c["command"]
+    assert c["command"][1:3] == ["--config", "/etc/infergate/infergate.json"], c["command"]
+    # each replica names itself after its pod in the cluster: names must differ among live gateways
+    assert c["command"][3:] == ["--cluster-name", "$(POD_NAME)"], c["command"]
+    env = {e["name"]: e for e in c.get("env", [])}
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name", env
     # the Service reaches those pods on that port
     svc = one("Service", "infergate")
     assert svc["spec"].get("clusterIP") != "None"
@@ -150,6 +159,23 @@ def gateway_deployment_selector_probes_ports_and_service():
         assert container_port(c, p["targetPort"]) == port, p
     # shutdown_grace_s must fit in the pod's grace period
     assert tpl["spec"]["terminationGracePeriodSeconds"] > gateway_config().get("shutdown_grace_s", 30)
+
+
+@test
+def the_replicas_share_a_redis_the_config_names():
+    # the ConfigMap's cluster.redis_url names the Redis Service and its port, and the
+    # Deployment's replicas (2) each get a name of their own (above)
+    url = gateway_config()["cluster"]["redis_url"]
+    m = re.fullmatch(r"redis://([\w.-]+):(\d+)/(\d+)", url)
+    assert m, url
+    svc = one("Service", m.group(1))
+    assert any(p["port"] == int(m.group(2)) for p in svc["spec"]["ports"]), svc["spec"]["ports"]
+    dep = one("Deployment", m.group(1))
+    labels = dep["spec"]["template"]["metadata"]["labels"]
+    assert all(labels.get(k) == v for k, v in svc["spec"]["selector"].items())
+    (c,) = dep["spec"]["template"]["spec"]["containers"]
+    assert "--save" in c["command"] and "--appendonly" in c["command"], c["command"]   # soft state only
+    assert one("Deployment", "infergate")["spec"]["replicas"] >= 2
 
 
 @test
@@ -283,14 +309,14 @@ def containerfile_installs_the_debian_package_on_debian_12():
     # the package is built as `make deb` builds it, and installed with apt
     assert "etc/build-deb.sh" in text and re.search(r"apt-get install .*\n?.*infergate_\*\.deb", text)
     uid = re.search(r"^USER (\d+)", text, re.M).group(1)
-    for what, ps in pod_specs():
+    for what, ps in infergate_pod_specs():
         assert str(ps["securityContext"]["runAsUser"]) == uid, f"{what} runs as another user than the image"
     # etc/container/build-image.sh makes the same image without a registry
     with open(os.path.join(SRCDIR, "etc", "container", "build-image.sh")) as f:
         script = f.read()
     assert f"--change 'USER {uid}:{uid}'" in script and f"uid={uid}" in script
     image = re.search(r"image=\$\{2:-(\S+)\}", script).group(1)
-    for what, ps in pod_specs():
+    for what, ps in infergate_pod_specs():
         for c in ps["containers"]:
             assert c["image"] == image, f"{what}/{c['name']}: image {c['image']}, build-image.sh makes {image}"
 
