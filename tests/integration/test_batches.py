@@ -144,7 +144,9 @@ def infergate_bulk_submit_runs_a_corpus_through_the_gateway():
 @test
 def kill_9_three_times_and_every_line_ends_once():
     d = Dir()
-    sims = [start_sim(*slow(150)) for _ in range(2)]
+    # 32 slots each, stated in their load reports: 64 in flight, 150 ms a line, about 9 s for all,
+    # so that the three moments below are apart
+    sims = [start_sim(*slow(150), "--max-running", "32") for _ in range(2)]
     gw = gateway(d, sims)
     port = gw.port
     n = 4000
