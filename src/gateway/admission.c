@@ -588,6 +588,8 @@ int ig_admission_limits(struct ig_gw *gw IG_UNUSED, struct ig_admission *a)
 		a->tok_charge = a->tok_estimate;
 		return 0;
 	}
+	if (l == IG_LIMIT_REQUESTS && retry_ms < k->retry_floor_ms)
+		retry_ms = k->retry_floor_ms; /* several gateways: see clients.h */
 	ig_ratelimit_duration(wait, sizeof(wait), retry_ms);
 	if (l == IG_LIMIT_REQUESTS) {
 		k->limited_requests++;

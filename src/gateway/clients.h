@@ -48,6 +48,10 @@ struct ig_key {
 	double dem_req, dem_tok;
 	double rate_req, rate_tok;   /* that demand per second, smoothed */
 	double others_req, others_tok;
+	uint64_t retry_floor_ms;     /* a refused request is told to wait at least
+				      * this long: its retry may reach another
+				      * gateway, whose share refills a token in
+				      * about 60 s x gateways / rpm (0 alone) */
 	/* Usage, for /metrics and /admin/keys (keys in the file only). */
 	struct ig_statcount *status; /* requests by the status they ended with */
 	size_t nstatus, capstatus;

@@ -9,14 +9,16 @@
  *   infergate:resp:ID    "OWNER URL": the backend that holds stored
  *                        response ID, for the response's life (24 h)
  *   channel infergate:resp   "NAME OWNER URL ID", published with each one
- *   infergate:kd:DIGEST  hash: per gateway NAME, "T REQ TOK LREQ LTOK": at
- *                        Redis time T, its demand for the key's limits
- *                        (requests and tokens per second) and what its
- *                        share's buckets held; each gateway takes a share
- *                        of the key's rpm and tpm in proportion to its
- *                        demand (ig_cluster_share), so the fleet admits no
- *                        more than the limit, and no request waits on
- *                        Redis: a gateway admits from its own share
+ *   infergate:kd:DIGEST  hash: per gateway and epoch "NAME@EPOCH", "REQ TOK
+ *                        LREQ LTOK": its demand for the key's limits in
+ *                        that epoch of 500 ms (requests and tokens per
+ *                        second) and what its share's buckets held; each
+ *                        gateway takes a share of the key's rpm and tpm in
+ *                        proportion to its demand (ig_cluster_share), from
+ *                        the same epoch as every other, so the fleet
+ *                        admits no more than the limit, and no request
+ *                        waits on Redis: a gateway admits from its share
+ *   infergate:kactive    sorted set: keys some gateway asked for lately
  * One sync is one script (Redis's TIME decides who is live; the gateways'
  * clocks are never compared). Two connections: one for commands, one
  * subscribed to the channel. */
@@ -46,6 +48,7 @@
 
 #define PREFIX "infergate:"
 #define OUTBOX_MAX 100000  /* responses waiting to be shared, at most */
+#define KEY_EPOCH_MS 500   /* the key sync's epoch, the same for every gateway */
 
 /* A Lua script: the sync. KEYS: the name's key, the members' set; ARGV:
  * this gateway's token, the live window (ms), its name. Returns {-1} when
@@ -63,35 +66,46 @@ static const char sync_script[] =
 	"table.insert(m, 1, now)\n"
 	"return m\n";
 
-/* The key sync. ARGV: this gateway's name, the window (ms) in which the
- * others' entries count, then per key DIGEST REQ TOK LREQ LTOK. Returns,
- * per key, the others' sums "REQ TOK LREQ LTOK N", then the digests of the
- * keys some gateway asked for within the window (infergate:kactive): those
- * are sent next time by every gateway, active there or not. */
+/* The key sync. Demand is written per epoch (KEY_EPOCH_MS of Redis's
+ * clock) and every gateway computes its share from the epoch before the
+ * last, which every gateway finished writing a whole epoch ago: all read
+ * the same figures, so their shares add up to 1 (figures read as they
+ * change would not: each would see its own demand new and the others'
+ * old). ARGV: this gateway's name, the epoch (ms), then per key DIGEST REQ
+ * TOK LREQ LTOK. Returns, per key, "MREQ MTOK REQ TOK LREQ LTOK": this
+ * gateway's demand and every gateway's together in that epoch, and what
+ * the others' buckets held; then the digests of the keys some gateway
+ * asked for within 3 epochs (infergate:kactive): those are sent next time
+ * by every gateway, active there or not. */
 static const char keys_script[] =
 	"local t = redis.call('TIME')\n"
 	"local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
-	"local win = tonumber(ARGV[2])\n"
+	"local len = tonumber(ARGV[2])\n"
+	"local ep = math.floor(now / len)\n"
 	"local out = {}\n"
 	"for i = 3, #ARGV, 5 do\n"
 	"  local k = 'infergate:kd:' .. ARGV[i]\n"
-	"  redis.call('HSET', k, ARGV[1], now .. ' ' .. ARGV[i+1] .. ' ' .. ARGV[i+2] .. ' ' .. ARGV[i+3] .. ' ' .. ARGV[i+4])\n"
+	"  redis.call('HSET', k, ARGV[1] .. '@' .. ep, ARGV[i+1] .. ' ' .. ARGV[i+2] .. ' ' .. ARGV[i+3] .. ' ' .. ARGV[i+4])\n"
 	"  redis.call('PEXPIRE', k, 60000)\n"
 	"  local all = redis.call('HGETALL', k)\n"
-	"  local dr, dt, lr, lt, n = 0, 0, 0, 0, 0\n"
+	"  local mr, mt, dr, dt, lr, lt = 0, 0, 0, 0, 0, 0\n"
 	"  for j = 1, #all, 2 do\n"
-	"    if all[j] ~= ARGV[1] then\n"
-	"      local f = {}\n"
-	"      for w in string.gmatch(all[j+1], '%S+') do f[#f+1] = tonumber(w) end\n"
-	"      if #f == 5 and now - f[1] <= win then\n"
-	"        dr = dr + f[2]; dt = dt + f[3]; lr = lr + f[4]; lt = lt + f[5]; n = n + 1\n"
-	"      elseif #f == 5 and now - f[1] > 60000 then redis.call('HDEL', k, all[j]) end\n"
+	"    local at = string.find(all[j], '@', 1, true)\n"
+	"    local fe = at and tonumber(string.sub(all[j], at + 1)) or 0\n"
+	"    if fe < ep - 3 then redis.call('HDEL', k, all[j])\n"
+	"    elseif fe == ep - 2 then\n"
+	"      local v = {}\n"
+	"      for w in string.gmatch(all[j+1], '%S+') do v[#v+1] = tonumber(w) end\n"
+	"      if #v == 4 then\n"
+	"        dr = dr + v[1]; dt = dt + v[2]\n"
+	"        if string.sub(all[j], 1, at - 1) == ARGV[1] then mr = v[1]; mt = v[2] else lr = lr + v[3]; lt = lt + v[4] end\n"
+	"      end\n"
 	"    end\n"
 	"  end\n"
-	"  out[#out+1] = string.format('%.3f %.3f %.3f %.3f %d', dr, dt, lr, lt, n)\n"
+	"  out[#out+1] = string.format('%.3f %.3f %.3f %.3f %.3f %.3f', mr, mt, dr, dt, lr, lt)\n"
 	"  if tonumber(ARGV[i+1]) > 0 or tonumber(ARGV[i+2]) > 0 then redis.call('ZADD', 'infergate:kactive', now, ARGV[i]) end\n"
 	"end\n"
-	"redis.call('ZREMRANGEBYSCORE', 'infergate:kactive', '-inf', now - win)\n"
+	"redis.call('ZREMRANGEBYSCORE', 'infergate:kactive', '-inf', now - 3 * len)\n"
 	"redis.call('PEXPIRE', 'infergate:kactive', 60000)\n"
 	"out[#out+1] = redis.call('ZRANGE', 'infergate:kactive', 0, -1)\n"
 	"return out\n";
@@ -185,6 +199,14 @@ static bool limited(const struct ig_key *k)
 	return k->ent && (k->ent->rpm || k->ent->tpm);
 }
 
+/* How long a refused request of k should wait when `live` gateways share
+ * its rpm: its retry may reach any of them (a balancer in front), and each
+ * refills a token in about 60 s x live / rpm. */
+static uint64_t retry_floor(const struct ig_key *k, long live)
+{
+	return live > 1 && k->ent->rpm > 0 ? (uint64_t)(60000 * live / k->ent->rpm) : 0;
+}
+
 /* Every limited key at an even split between `live` gateways: alone (the
  * last count seen), or before the first key sync. */
 static void split_evenly(struct ig_cluster *c, long live)
@@ -198,6 +220,7 @@ static void split_evenly(struct ig_cluster *c, long live)
 			continue;
 		ig_clients_share(k, s, s, now);
 		k->others_req = k->others_tok = 0;
+		k->retry_floor_ms = retry_floor(k, live);
 	}
 }
 
@@ -328,15 +351,15 @@ static void on_keys(redisAsyncContext *ac IG_UNUSED, void *reply, void *privdata
 	uint64_t now = ig_now_ms();
 	for (size_t i = 0; i < c->nksent; i++) {
 		struct ig_key *k = ig_clients_find(&c->gw->clients, c->ksent[i]);
-		double dr, dt, lr, lt;
-		long n;
+		double mr, mt, dr, dt, lr, lt;
 		if (!k || !limited(k) || r->element[i]->type != REDIS_REPLY_STRING ||
-		    sscanf(r->element[i]->str, "%lf %lf %lf %lf %ld", &dr, &dt, &lr, &lt, &n) != 5)
+		    sscanf(r->element[i]->str, "%lf %lf %lf %lf %lf %lf", &mr, &mt, &dr, &dt, &lr, &lt) != 6)
 			continue;
-		ig_clients_share(k, ig_cluster_share(k->rate_req, dr, c->live_last),
-				 ig_cluster_share(k->rate_tok, dt, c->live_last), now);
+		ig_clients_share(k, ig_cluster_share(mr, dr - mr, c->live_last), ig_cluster_share(mt, dt - mt, c->live_last),
+				 now);
 		k->others_req = lr;
 		k->others_tok = lt;
+		k->retry_floor_ms = retry_floor(k, c->live_last);
 	}
 	redisReply *act = r->element[c->nksent];
 	c->nactive = 0;
@@ -363,7 +386,7 @@ static void send_keys(struct ig_cluster *c, uint64_t now)
 	char **own = NULL; /* the numbers' strings */
 	size_t nown = 0;
 	char win[32];
-	snprintf(win, sizeof(win), "%llu", (unsigned long long)(3 * 5 * c->sync_ms));
+	snprintf(win, sizeof(win), "%d", KEY_EPOCH_MS);
 	c->nksent = 0;
 	c->keys_at_ms = now;
 	if (!argv)
@@ -672,7 +695,7 @@ void ig_cluster_tick(struct ig_gw *gw, uint64_t now)
 	if (!c->syncing && now >= c->next_sync_ms)
 		send_sync(c, now);
 	if (c->joined && !c->keysyncing && now >= c->next_keys_ms) {
-		c->next_keys_ms = now + 5 * c->sync_ms;
+		c->next_keys_ms = now + KEY_EPOCH_MS / 2; /* each epoch written at least once */
 		send_keys(c, now);
 	}
 	if (c->joined && now - c->last_ok_ms > c->live_ms)

@@ -146,7 +146,8 @@ async function main() {
   if (mode === 'loop') return loop(baseURL, model, Number(n));
   if (mode === 'batch') return batch(new OpenAI({ baseURL: baseURL + '/v1', apiKey: 'unused', maxRetries: 0 }), n,
                                      process.argv[6]);
-  if (mode === 'responses') return responses(new OpenAI({ baseURL: baseURL + '/v1', apiKey: 'unused', maxRetries: 0 }),
+  if (mode === 'responses') return responses(new OpenAI({ baseURL: baseURL + '/v1',
+                                                           apiKey: process.env.IG_API_KEY || 'unused', maxRetries: 0 }),
                                              model, Number(n));
   const client = new OpenAI({ baseURL: baseURL + '/v1', apiKey: 'unused', maxRetries: 0 });
   if (mode === 'errors') return errors(client, model);

@@ -206,8 +206,18 @@ def a_keys_limits_hold_across_gateways_and_split_when_redis_is_gone():
 
 @test
 def a_gateway_starts_alone_when_redis_is_not_there_and_joins_when_it_comes():
-    from harness import free_port
-    port = free_port()
+    # a port below the ephemeral range: the gateway's repeated connects to a port nobody listens
+    # on could otherwise self-connect (TCP simultaneous open) and keep Redis from binding it
+    import random
+    import socket
+    while True:
+        port = random.randint(20000, 30000)
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+                break
+            except OSError:
+                continue
     sim = start_sim()
     t0 = time.monotonic()
     a = start_gateway([sim], "--cluster-redis", f"redis://127.0.0.1:{port}", "--cluster-name", "gw-a")
@@ -220,6 +230,62 @@ def a_gateway_starts_alone_when_redis_is_not_there_and_joins_when_it_comes():
     assert cluster(a)["joined"] is False
     start_redis(port=port)
     wait_until(lambda: members(a) == ["gw-a"], timeout=15, what="joined")
+
+
+def start_haproxy(gws):
+    """HAProxy (Debian's) in front of the gateways, roundrobin: consecutive requests of one client
+    reach different gateways."""
+    import os
+    import shutil
+    import tempfile
+    from harness import free_port, start
+    exe = shutil.which("haproxy") or "/usr/sbin/haproxy"
+    if not os.path.exists(exe):
+        raise FileNotFoundError("haproxy is not installed (apt-get install -y haproxy)")
+    port = free_port()
+    d = tempfile.mkdtemp(prefix="ig-haproxy-")
+    with open(os.path.join(d, "haproxy.cfg"), "w") as f:
+        f.write("defaults\n  mode http\n  timeout connect 2s\n  timeout client 60s\n  timeout server 60s\n"
+                f"frontend fe\n  bind 127.0.0.1:{port}\n  default_backend be\n"
+                "backend be\n  balance roundrobin\n" +
+                "".join(f"  server g{i} 127.0.0.1:{g.port}\n" for i, g in enumerate(gws)))
+    return start([exe, "-db", "-f", os.path.join(d, "haproxy.cfg")], port=port)
+
+
+@test
+def the_official_client_through_haproxy_in_front_of_two_gateways():
+    from harness import ensure_openai, run_client, sim_requests
+    import tempfile
+    ensure_openai()    # before any process starts: npm may take a while the first time
+    redis = start_redis()
+    fbs = [stateful_backend() for _ in range(7)]
+    sim = start_sim("--tokens-per-second", "0", "--ttft-ms", "0", "--output-tokens", "4")
+    path = tempfile.mkdtemp(prefix="ig-keys-") + "/keys.json"
+    keys(path, [{"name": "looper", "key": "k-loop", "rpm": 60}, {"name": "writer", "key": "k-resp"}])
+    a = gateway(redis, "gw-a", fbs + [sim], "--api-keys-file", path, "--model-alias", "m2=sim-model")
+    b = gateway(redis, "gw-b", fbs + [sim], "--api-keys-file", path, "--model-alias", "m2=sim-model")
+    for gw in (a, b):
+        healthy(gw, 8)
+    wait_until(lambda: members(a) == ["gw-a", "gw-b"] and members(b) == ["gw-a", "gw-b"], timeout=10,
+               what="both joined")
+    hp = start_haproxy([a, b])
+    # Responses: create, five follow-ups, retrieve, delete; one request to each gateway in turn, so
+    # every other call reaches a gateway that did not see the response made
+    out = run_client(hp, "m", "responses", "5", env={"IG_API_KEY": "k-resp"})
+    holder = out["plain"]["backend"]
+    assert out["plain"]["status"] == "completed" and [f["backend"] for f in out["follow"]] == [holder] * 5, out
+    assert out["stored"]["backend"] == holder and out["stored"]["gone"]["status"] == 404, out
+    assert cluster(a)["responses_learned"] + cluster(b)["responses_learned"] >= 1
+    # a key at rpm 60 over both: 70 chat completions through HAProxy all complete with the
+    # client's default retries, and the fleet admitted no more than the key's limit allows
+    t0 = time.monotonic()
+    before = sim_requests(sim)
+    out = run_client(hp, "m2", "loop", "70", env={"IG_API_KEY": "k-loop"}, timeout=180)
+    elapsed = time.monotonic() - t0
+    print(f"# official client through HAProxy and two gateways, 70 at rpm 60: {out} in {elapsed:.1f} s")
+    assert out["completed"] == 70 and out["statuses"].get("200") == 70, out
+    assert out["statuses"].get("429", 0) >= 5, out
+    assert sim_requests(sim) - before == 70
 
 
 if __name__ == "__main__":
