@@ -61,6 +61,9 @@ struct ig_backend {
 				    * (learn.cur): the requests it runs at once,
 				    * 0 = not known; the limit when max_inflight
 				    * is not set */
+	atomic_long others_inflight; /* other gateways' requests on it (cluster.c;
+				    * 0 alone, or when its limit is a learned share
+				    * of it): taken from a capacity it states */
 	atomic_long ramp;          /* while slots is 0: the cap that grows until
 				    * they are known (learn.ramp), 0 = none */
 	struct ig_slots learn;     /* capacity.h; under the gateway's lock */

@@ -45,26 +45,38 @@
 #include "redis.h"
 #include "respstore.h"
 #include "rx.h"
+#include "scheduler.h"
 
 #define PREFIX "infergate:"
 #define OUTBOX_MAX 100000  /* responses waiting to be shared, at most */
 #define KEY_EPOCH_MS 500   /* the key sync's epoch, the same for every gateway */
 
 /* A Lua script: the sync. KEYS: the name's key, the members' set; ARGV:
- * this gateway's token, the live window (ms), its name. Returns {-1} when
- * another gateway holds the name, else {now, name, score, name, score...}. */
+ * this gateway's token, the live window (ms), its name, its state (lines
+ * "b URL N": N of its requests on backend URL, "m MODEL W": W high and
+ * normal requests it holds waiting for MODEL; kept under
+ * infergate:st:NAME for the live window). Returns {-1} when another
+ * gateway holds the name, else {now, {name, score, ...}, {the other live
+ * gateways' states}}. */
 static const char sync_script[] =
 	"local t = redis.call('TIME')\n"
 	"local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
 	"local cur = redis.call('GET', KEYS[1])\n"
 	"if cur and cur ~= ARGV[1] then return {-1} end\n"
 	"redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\n"
+	"redis.call('SET', 'infergate:st:' .. ARGV[3], ARGV[4], 'PX', ARGV[2])\n"
 	"redis.call('ZADD', KEYS[2], now, ARGV[3])\n"
 	"redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - tonumber(ARGV[2]))\n"
 	"redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[2]) * 10)\n"
 	"local m = redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')\n"
-	"table.insert(m, 1, now)\n"
-	"return m\n";
+	"local st = {}\n"
+	"for i = 1, #m, 2 do\n"
+	"  if m[i] ~= ARGV[3] then\n"
+	"    local s = redis.call('GET', 'infergate:st:' .. m[i])\n"
+	"    if s then st[#st+1] = s end\n"
+	"  end\n"
+	"end\n"
+	"return {now, m, st}\n";
 
 /* The key sync. Demand is written per epoch (KEY_EPOCH_MS of Redis's
  * clock) and every gateway computes its share from the epoch before the
@@ -167,6 +179,7 @@ bool ig_cluster_configured(const struct ig_gw *gw)
 /* ---- state and logs ---- */
 
 static void split_evenly(struct ig_cluster *c, long live);
+static void take_states(struct ig_cluster *c, const redisReply *sts);
 
 static void set_joined(struct ig_cluster *c, bool joined, const char *why)
 {
@@ -174,8 +187,11 @@ static void set_joined(struct ig_cluster *c, bool joined, const char *why)
 		return;
 	c->started = true;
 	c->joined = joined;
-	if (!joined) /* each keeps its part of the limits, the last count seen */
+	if (!joined) { /* each keeps its part of the limits, the last count seen; the
+			* others' requests are no longer seen */
 		split_evenly(c, c->live_last);
+		take_states(c, NULL);
+	}
 	if (joined)
 		ig_log_info("cluster: joined as '%s' through %s", c->name, c->shown);
 	else
@@ -264,6 +280,80 @@ static int by_name(const void *a, const void *b)
 	return strcmp(((const struct member *)a)->name, ((const struct member *)b)->name);
 }
 
+/* The others' state (the sync's third part): their requests on each of our
+ * backends, taken from a capacity the backend states (a learned limit is
+ * already a share of it), and their high and normal requests waiting for
+ * each model. Zero everywhere when alone (sts NULL). */
+static void take_states(struct ig_cluster *c, const redisReply *sts)
+{
+	struct ig_gw *gw = c->gw;
+	long *sum = calloc(gw->fleet.n ? gw->fleet.n : 1, sizeof(*sum));
+	if (!sum)
+		return;
+	for (size_t i = 0; i < gw->sched.n; i++)
+		gw->sched.v[i]->others_waiting = 0;
+	for (size_t k = 0; sts && k < sts->elements; k++) {
+		const redisReply *e = sts->element[k];
+		if (e->type != REDIS_REPLY_STRING)
+			continue;
+		char *text = strndup(e->str, e->len), *save = NULL;
+		for (char *line = text ? strtok_r(text, "\n", &save) : NULL; line; line = strtok_r(NULL, "\n", &save)) {
+			char what, name[2048];
+			long n;
+			if (sscanf(line, "%c %2047s %ld", &what, name, &n) != 3 || n <= 0)
+				continue;
+			if (what == 'b') {
+				for (size_t j = 0; j < gw->fleet.n; j++)
+					if (strcmp(gw->fleet.v[j]->url, name) == 0)
+						sum[j] += n;
+			} else if (what == 'm') {
+				struct ig_model *m = ig_sched_find(&gw->sched, name);
+				if (m)
+					m->others_waiting += n;
+			}
+		}
+		free(text);
+	}
+	bool more = false;
+	for (size_t i = 0; i < gw->fleet.n; i++) {
+		struct ig_backend *b = gw->fleet.v[i];
+		bool stated = b->max_inflight == 0 && b->learn.reported > 0 && b->learn.cur == b->learn.reported;
+		long others = stated ? sum[i] : 0;
+		if (others < atomic_load(&b->others_inflight))
+			more = true;
+		atomic_store(&b->others_inflight, others);
+	}
+	free(sum);
+	if (more || sts == NULL)
+		gw->drain_pending = true; /* slots the others let go, or low work they no longer hold back */
+	for (size_t i = 0; !more && i < gw->sched.n; i++)
+		if (gw->sched.v[i]->others_waiting == 0 && gw->sched.v[i]->qlen)
+			gw->drain_pending = true;
+}
+
+/* This gateway's state for the others (see sync_script). */
+static char *my_state(struct ig_cluster *c)
+{
+	struct ig_gw *gw = c->gw;
+	struct ig_buf b;
+	ig_buf_init(&b);
+	for (size_t i = 0; i < gw->fleet.n; i++) {
+		long n = atomic_load(&gw->fleet.v[i]->inflight);
+		if (n > 0)
+			ig_buf_printf(&b, "b %s %ld\n", gw->fleet.v[i]->url, n);
+	}
+	for (size_t i = 0; i < gw->sched.n; i++) {
+		const struct ig_model *m = gw->sched.v[i];
+		size_t w = m->q[IG_CLASS_HIGH].qlen + m->q[IG_CLASS_NORMAL].qlen;
+		if (w > 0 && !strpbrk(m->name, " \n"))
+			ig_buf_printf(&b, "m %s %zu\n", m->name, w);
+	}
+	ig_buf_append(&b, "", 1);
+	char *s = strdup(ig_buf_head(&b));
+	ig_buf_free(&b);
+	return s;
+}
+
 static void on_sync(redisAsyncContext *ac IG_UNUSED, void *reply, void *privdata)
 {
 	struct ig_cluster *c = privdata;
@@ -271,7 +361,9 @@ static void on_sync(redisAsyncContext *ac IG_UNUSED, void *reply, void *privdata
 	c->syncing = false;
 	if (!r)
 		return; /* the connection dropped: on_cmd_state said so */
-	if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 || r->element[0]->type != REDIS_REPLY_INTEGER) {
+	if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 || r->element[0]->type != REDIS_REPLY_INTEGER ||
+	    (r->element[0]->integer >= 0 && (r->elements != 3 || r->element[1]->type != REDIS_REPLY_ARRAY ||
+					      r->element[2]->type != REDIS_REPLY_ARRAY))) {
 		c->syncs_failed++;
 		char why[300];
 		snprintf(why, sizeof(why), "sync: %s", r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
@@ -293,14 +385,15 @@ static void on_sync(redisAsyncContext *ac IG_UNUSED, void *reply, void *privdata
 	c->syncs_ok++;
 	c->last_ok_ms = ig_now_ms();
 	c->rtt_ms = (double)(ig_now_us() - c->sync_sent_us) / 1000.0;
-	size_t n = (r->elements - 1) / 2;
+	const redisReply *ms = r->element[1];
+	size_t n = ms->elements / 2;
 	struct member *m = realloc(c->members, (n ? n : 1) * sizeof(*m));
 	if (!m)
 		return;
 	c->members = m;
 	c->nmembers = 0;
 	for (size_t i = 0; i < n; i++) {
-		redisReply *name = r->element[1 + 2 * i], *score = r->element[2 + 2 * i];
+		const redisReply *name = ms->element[2 * i], *score = ms->element[2 * i + 1];
 		if (name->type != REDIS_REPLY_STRING || score->type != REDIS_REPLY_STRING)
 			continue;
 		struct member *e = &c->members[c->nmembers++];
@@ -308,6 +401,7 @@ static void on_sync(redisAsyncContext *ac IG_UNUSED, void *reply, void *privdata
 		e->age_ms = (long)(now - atoll(score->str));
 	}
 	qsort(c->members, c->nmembers, sizeof(*c->members), by_name);
+	take_states(c, r->element[2]);
 	if ((long)c->nmembers != c->live_last || !c->joined) {
 		c->live_last = (long)c->nmembers;
 		split_evenly(c, c->live_last); /* until the next key sync */
@@ -320,13 +414,16 @@ static void send_sync(struct ig_cluster *c, uint64_t now)
 {
 	char live[32];
 	snprintf(live, sizeof(live), "%llu", (unsigned long long)c->live_ms);
-	const char *argv[] = {"EVAL", sync_script, "2", c->name_key, PREFIX "gws", c->token, live, c->name};
-	size_t lens[8];
-	for (int i = 0; i < 8; i++)
+	char *state = my_state(c);
+	const char *argv[] = {"EVAL", sync_script, "2", c->name_key, PREFIX "gws", c->token, live, c->name,
+			      state ? state : ""};
+	size_t lens[9];
+	for (int i = 0; i < 9; i++)
 		lens[i] = strlen(argv[i]);
 	c->sync_sent_us = ig_now_us();
-	if (ig_redis_argv(c->cmd, on_sync, c, 8, argv, lens) == 0)
+	if (ig_redis_argv(c->cmd, on_sync, c, 9, argv, lens) == 0)
 		c->syncing = true;
+	free(state);
 	c->next_sync_ms = now + c->sync_ms;
 }
 

@@ -273,8 +273,10 @@ static enum ig_dispatch_result place(struct ig_gw *gw, struct ig_waiter *w, bool
 	struct ig_model *m = w->m;
 	struct ig_backend *b = NULL;
 
-	/* A key at its cap waits for one of its own requests to end. */
-	if (ig_key_capped(w->q.key) && m->nbackends > 0)
+	/* A key at its cap waits for one of its own requests to end; a low
+	 * request, while other gateways hold high or normal ones waiting for
+	 * the model (cluster.h), for them to be placed. */
+	if ((ig_key_capped(w->q.key) || (w->pick.low && m->others_waiting > 0)) && m->nbackends > 0)
 		return wait_or_refuse(gw, w);
 	if (w->pick.pinned) {
 		/* A follow-up goes where its previous response is, or nowhere. */
@@ -358,6 +360,10 @@ void ig_dispatch_drain(struct ig_gw *gw)
 			enum ig_pick p = IG_PICK_NONE;
 			while ((e = m->qlen ? ig_sched_next(s, m) : NULL)) {
 				w = waiter_of(e);
+				if (w->pick.low && m->others_waiting > 0) {
+					p = IG_PICK_BUSY; /* others' high and normal first */
+					break;
+				}
 				p = ig_policy_pick(s->policy, s->policy_state, m->backends, m->nbackends, &m->rotor,
 						   &w->pick, &b);
 				if (p != IG_PICK_BUSY || !w->pick.pinned)

@@ -64,6 +64,8 @@ json_t *ig_metrics_backend_json(const struct ig_backend *b, uint64_t now)
 	json_object_set_new(o, "limit_from", json_string(ig_backend_limit_from(b)));
 	if (b->learn.reported > 0)
 		json_object_set_new(o, "reported_slots", json_integer(b->learn.reported));
+	if (atomic_load(&b->others_inflight) > 0) /* other gateways' requests there (cluster.h) */
+		json_object_set_new(o, "others_inflight", json_integer(atomic_load(&b->others_inflight)));
 	json_object_set_new(o, "models", ig_backend_model_names(b));
 	json_object_set_new(o, "models_from", json_string(b->models_conf ? "config" : b->models ? "backend"
 							  : b->models_any ? "any" : "unknown"));
@@ -137,6 +139,9 @@ static json_t *models_detail(struct ig_gw *gw)
 					      "requests", (json_int_t)m->requests, "queued", (json_int_t)m->queued,
 					      "queue_rejected", (json_int_t)m->rejected,
 					      "queue_timeouts", (json_int_t)m->timeouts, "aliases", aliases_of(gw, m->name)));
+		if (m->others_waiting > 0) /* high and normal ones other gateways hold (cluster.h) */
+			json_object_set_new(json_object_get(o, m->name), "others_waiting",
+					    json_integer((json_int_t)m->others_waiting));
 	}
 	return o;
 }

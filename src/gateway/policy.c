@@ -46,6 +46,12 @@ static bool tried_already(const struct ig_backend *b, const struct ig_pick_req *
 long ig_policy_limit(const struct ig_backend *b, bool low)
 {
 	long limit = ig_backend_limit(b);
+	long others = atomic_load(&b->others_inflight);
+	if (limit > 0 && others > 0) { /* several gateways share what it states */
+		if (limit <= others)
+			return -1;
+		limit -= others;
+	}
 	if (low && limit > 0 && b->reserve_slots > 0)
 		return limit > b->reserve_slots ? limit - b->reserve_slots : -1;
 	return limit;

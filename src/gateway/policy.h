@@ -111,8 +111,9 @@ enum ig_pick ig_policy_pick(const struct ig_policy *p, void *state, struct ig_ba
 			    unsigned *rotor, const struct ig_pick_req *rq, struct ig_backend **out);
 /* Gives back the slot ig_policy_pick took. */
 void ig_policy_release(struct ig_backend *b);
-/* The in-flight limit that applies to a request: a low one leaves the
- * backend's reserve_slots free (0 = no limit, -1 = none for low). */
+/* The in-flight limit that applies to a request: what the backend takes
+ * less the other gateways' requests on it (several gateways), and for a
+ * low one less its reserve_slots (0 = no limit, -1 = none now). */
 long ig_policy_limit(const struct ig_backend *b, bool low);
 
 /* Load relative to weight, for the policies that compare it: requests in

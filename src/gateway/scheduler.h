@@ -61,6 +61,9 @@ struct ig_model {
 	size_t qlen;                 /* waiting, all classes */
 	unsigned since_low;          /* higher-class dispatches while low waited */
 	long inflight;               /* its requests on a backend now */
+	long others_waiting;         /* high and normal requests other gateways hold
+				      * waiting for it (cluster.c; 0 alone): this
+				      * gateway's low ones wait until they are placed */
 	size_t refs;                 /* requests that hold this entry */
 	uint64_t requests;           /* dispatched or queued, in total */
 	uint64_t queued;             /* of which waited in the queue */

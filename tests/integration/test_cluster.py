@@ -232,6 +232,62 @@ def a_gateway_starts_alone_when_redis_is_not_there_and_joins_when_it_comes():
     wait_until(lambda: members(a) == ["gw-a"], timeout=15, what="joined")
 
 
+@test
+def low_work_through_one_gateway_leaves_the_slots_to_normal_work_waiting_at_another():
+    # One backend of 4 slots (stated in /v1/loads), 0.5 s a request. Gateway A gets 40 requests of
+    # class low (a bulk run); then gateway B gets 4 of class normal. Alone, B would send them to
+    # the backend at once (its own limit is 4, it has none there) and they would wait in the
+    # backend's queue behind A's; with the cluster, B counts A's 4 on the backend and holds its
+    # own, A sees B's waiting and starts no more low work, so B's go next.
+    import threading
+    redis = start_redis()
+    sim = start_sim("--max-running", "4", "--tokens-per-second", "20", "--ttft-ms", "0", "--output-tokens", "10")
+    a = gateway(redis, "gw-a", [sim])
+    b = gateway(redis, "gw-b", [sim])
+    for gw in (a, b):
+        wait_until(lambda: http_json("GET", gw.url + "/health/backends")[2]["backends"][0].get("limit_from")
+                   == "reported", timeout=10, what="the stated 4")
+    wait_until(lambda: members(a) == ["gw-a", "gw-b"] and members(b) == ["gw-a", "gw-b"], timeout=10,
+               what="both joined")
+    done, lock = [], threading.Lock()
+    def call(gw, tag, klass):
+        st, _, _ = http("POST", gw.url + "/v1/completions", {"model": "sim-model", "prompt": tag},
+                        headers={"X-Infergate-Priority": klass}, timeout=120)
+        with lock:
+            done.append((tag, st, time.monotonic()))
+    lows = [threading.Thread(target=call, args=(a, f"low{i}", "low")) for i in range(40)]
+    for t in lows:
+        t.start()
+    wait_until(lambda: http_json("GET", a.url + "/health/backends")[2]["models"]["sim-model"]["queue_depth"] >= 30,
+               timeout=10, what="A's low work queued")
+    wait_until(lambda: http_json("GET", b.url + "/health/backends")[2]["backends"][0].get("others_inflight") == 4,
+               timeout=5, what="B sees A's 4 on the backend")
+    waiting = []
+    stop = threading.Event()
+    def watch():
+        while not stop.is_set():
+            waiting.append(http_json("GET", sim.url + "/sim/state")[2]["num_waiting_reqs"])
+            time.sleep(0.02)
+    w = threading.Thread(target=watch)
+    w.start()
+    normals = [threading.Thread(target=call, args=(b, f"normal{i}", "normal")) for i in range(4)]
+    for t in normals:
+        t.start()
+    for t in normals + lows:
+        t.join()
+    stop.set()
+    w.join()
+    assert all(st == 200 for _, st, _ in done) and len(done) == 44, done
+    order = [tag for tag, _, _ in sorted(done, key=lambda x: x[2])]
+    last_normal = max(order.index(f"normal{i}") for i in range(4))
+    print(f"# 40 low through gw-a, then 4 normal through gw-b: the last normal ended {last_normal + 1}th of 44; "
+          f"most waiting at the backend {max(waiting)}")
+    # B's four went in the next round or the one after (A's 4 running then, at most 4 more low that
+    # were placed before A saw B's), not after A's 36 queued low
+    assert last_normal < 16, order
+    assert max(waiting) <= 1, waiting   # neither sends past what the backend runs
+
+
 def start_haproxy(gws):
     """HAProxy (Debian's) in front of the gateways, roundrobin: consecutive requests of one client
     reach different gateways."""
@@ -284,7 +340,7 @@ def the_official_client_through_haproxy_in_front_of_two_gateways():
     elapsed = time.monotonic() - t0
     print(f"# official client through HAProxy and two gateways, 70 at rpm 60: {out} in {elapsed:.1f} s")
     assert out["completed"] == 70 and out["statuses"].get("200") == 70, out
-    assert out["statuses"].get("429", 0) >= 5, out
+    assert out["statuses"].get("429", 0) >= 1, out    # 429 then served (the retries wait as told)
     assert sim_requests(sim) - before == 70
 
 
