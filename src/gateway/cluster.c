@@ -656,6 +656,59 @@ static redisReply *ask(redisContext *rc, int argc, const char **argv)
 	return redisCommandArgv(rc, argc, argv, lens);
 }
 
+/* A blocking connection (at the start and the stop, when no loop runs):
+ * connected, authenticated, its database selected. NULL when not, with
+ * *why (malloc'd, when why is not NULL) and *refused: Redis answered but
+ * refused the password or the database (a configuration mistake). */
+static redisContext *connect_blocking(const struct ig_cluster *c, struct timeval tv, char **why, bool *refused)
+{
+	redisContext *rc = redisConnectWithTimeout(c->addr, c->url.port, tv);
+	redisReply *r = NULL;
+	char *problem = NULL;
+	bool no = false;
+	if (!rc || rc->err) {
+		problem = ig_strdupf("%s", rc ? rc->errstr : "out of memory");
+		goto fail;
+	}
+	redisSetTimeout(rc, tv);
+	if (c->url.password) {
+		const char *nl = strchr(c->url.password, '\n');
+		char *user = nl ? strndup(c->url.password, (size_t)(nl - c->url.password)) : NULL;
+		const char *argv[] = {"AUTH", user ? user : c->url.password, nl ? nl + 1 : NULL};
+		r = ask(rc, nl ? 3 : 2, argv);
+		free(user);
+		if (!r || r->type == REDIS_REPLY_ERROR) {
+			no = r != NULL;
+			problem = r ? ig_strdupf("refused the password: %s", r->str) : ig_strdupf("%s", rc->errstr);
+			goto fail;
+		}
+		freeReplyObject(r);
+	}
+	char db[32];
+	snprintf(db, sizeof(db), "%ld", c->url.db);
+	const char *sel[] = {"SELECT", db};
+	r = ask(rc, 2, sel);
+	if (!r || r->type == REDIS_REPLY_ERROR) {
+		no = r != NULL;
+		problem = r ? ig_strdupf("refused SELECT %ld: %s", c->url.db, r->str) : ig_strdupf("%s", rc->errstr);
+		goto fail;
+	}
+	freeReplyObject(r);
+	return rc;
+fail:
+	if (r)
+		freeReplyObject(r);
+	if (rc)
+		redisFree(rc);
+	if (why)
+		*why = problem;
+	else
+		free(problem);
+	if (refused)
+		*refused = no;
+	return NULL;
+}
+
 /* At start: is the name held by a live gateway? Its key is refreshed every
  * sync while it lives and expires 3 periods after it died: watched for up
  * to 4 periods, a key whose time to live goes up is alive. Returns 1
@@ -718,54 +771,25 @@ int ig_cluster_start(struct ig_gw *gw)
 		return -2;
 	}
 	/* Blocking, before the loops run: is Redis there, and the name free? */
-	struct timeval tv = {1, 0};
-	redisContext *rc = redisConnectWithTimeout(c->addr, c->url.port, tv);
-	if (!rc || rc->err) {
-		ig_log_warn("cluster: Redis at %s does not answer (%s): serving alone until it does", c->shown,
-			    rc ? rc->errstr : "out of memory");
-	} else {
-		redisSetTimeout(rc, tv);
-		int taken = -1;
-		redisReply *r = NULL;
-		if (c->url.password) {
-			const char *nl = strchr(c->url.password, '\n');
-			char *user = nl ? strndup(c->url.password, (size_t)(nl - c->url.password)) : NULL;
-			const char *argv[] = {"AUTH", user ? user : c->url.password, nl ? nl + 1 : NULL};
-			r = ask(rc, nl ? 3 : 2, argv);
-			free(user);
-		}
-		if (r && r->type == REDIS_REPLY_ERROR) {
-			ig_log_error("cluster.redis_url: Redis at %s refused the password: %s", c->shown, r->str);
-			freeReplyObject(r);
-			redisFree(rc);
-			return -2;
-		}
-		if (r)
-			freeReplyObject(r);
-		char db[32];
-		snprintf(db, sizeof(db), "%ld", c->url.db);
-		const char *sel[] = {"SELECT", db};
-		r = ask(rc, 2, sel);
-		if (r && r->type == REDIS_REPLY_ERROR) {
-			ig_log_error("cluster.redis_url: Redis at %s: SELECT %ld: %s", c->shown, c->url.db, r->str);
-			freeReplyObject(r);
-			redisFree(rc);
-			return -2;
-		}
-		if (r) {
-			freeReplyObject(r);
-			taken = name_taken(c, rc);
-		}
-		if (taken == 1) {
-			ig_log_error("cluster.name: '%s' is held by a live gateway (Redis key %s is refreshed): give each "
-				     "gateway its own name", c->name, c->name_key);
-			redisFree(rc);
-			return -2;
-		}
-		if (taken < 0)
-			ig_log_warn("cluster: Redis at %s does not answer (%s): serving alone until it does", c->shown,
-				    rc->err ? rc->errstr : "no reply");
+	char *why = NULL;
+	bool refused = false;
+	redisContext *rc = connect_blocking(c, (struct timeval){1, 0}, &why, &refused);
+	if (!rc && refused) {
+		ig_log_error("cluster.redis_url: Redis at %s %s", c->shown, why);
+		free(why);
+		return -2;
 	}
+	int taken = rc ? name_taken(c, rc) : -1;
+	if (taken == 1) {
+		ig_log_error("cluster.name: '%s' is held by a live gateway (Redis key %s is refreshed): give each "
+			     "gateway its own name", c->name, c->name_key);
+		redisFree(rc);
+		return -2;
+	}
+	if (taken < 0)
+		ig_log_warn("cluster: Redis at %s does not answer (%s): serving alone until it does", c->shown,
+			    why ? why : rc && rc->err ? rc->errstr : "no reply");
+	free(why);
 	if (rc)
 		redisFree(rc);
 	uint64_t timeout = c->live_ms > 500 ? c->live_ms : 500;
@@ -812,34 +836,14 @@ void ig_cluster_stop(struct ig_gw *gw)
 	/* Leave at once (blocking: the loops are over), so that a restart
 	 * under the same name is not refused and the others see it go. */
 	if (c->joined) {
-		struct timeval tv = {0, 300000};
-		redisContext *rc = redisConnectWithTimeout(c->addr, c->url.port, tv);
-		if (rc && !rc->err) {
-			redisSetTimeout(rc, tv);
-			redisReply *r = NULL;
-			if (c->url.password && !strchr(c->url.password, '\n')) {
-				const char *argv[] = {"AUTH", c->url.password};
-				r = ask(rc, 2, argv);
-			} else if (c->url.password) {
-				const char *nl = strchr(c->url.password, '\n');
-				char *user = strndup(c->url.password, (size_t)(nl - c->url.password));
-				const char *argv[] = {"AUTH", user, nl + 1};
-				r = ask(rc, 3, argv);
-				free(user);
-			}
-			if (r)
-				freeReplyObject(r);
-			char db[32];
-			snprintf(db, sizeof(db), "%ld", c->url.db);
-			const char *sel[] = {"SELECT", db};
-			if ((r = ask(rc, 2, sel)))
-				freeReplyObject(r);
+		redisContext *rc = connect_blocking(c, (struct timeval){0, 300000}, NULL, NULL);
+		if (rc) {
+			redisReply *r;
 			const char *argv[] = {"EVAL", leave_script, "2", c->name_key, PREFIX "gws", c->token, c->name};
 			if ((r = ask(rc, 7, argv)))
 				freeReplyObject(r);
-		}
-		if (rc)
 			redisFree(rc);
+		}
 	}
 	struct shared_resp *s, *tmp;
 	IG_LIST_FOREACH_SAFE(s, tmp, &c->outbox, struct shared_resp, link) {

@@ -10,15 +10,7 @@
 
 void ig_bucket_set(struct ig_bucket *b, long per_minute, uint64_t now_ms)
 {
-	double limit = per_minute > 0 ? (double)per_minute : 0;
-	if (b->limit == 0 || limit == 0)
-		b->level = limit;
-	else
-		ig_bucket_refill(b, now_ms);
-	b->limit = limit;
-	if (b->level > limit)
-		b->level = limit;
-	b->t_ms = now_ms;
+	ig_bucket_set_rate(b, per_minute > 0 ? (double)per_minute : 0, now_ms);
 }
 
 void ig_bucket_set_rate(struct ig_bucket *b, double per_minute, uint64_t now_ms)

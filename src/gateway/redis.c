@@ -131,15 +131,18 @@ static void want(struct ig_redis *r, uint32_t events)
 	if (events == r->events && (r->registered || !events))
 		return;
 	struct epoll_event e = {.events = events, .data.ptr = &r->ev};
+	int rc = 0;
 	if (!r->registered && events) {
-		if (epoll_ctl(r->rx->epfd, EPOLL_CTL_ADD, r->ev.fd, &e) == 0)
+		if ((rc = epoll_ctl(r->rx->epfd, EPOLL_CTL_ADD, r->ev.fd, &e)) == 0)
 			r->registered = true;
 	} else if (r->registered && events) {
-		epoll_ctl(r->rx->epfd, EPOLL_CTL_MOD, r->ev.fd, &e);
+		rc = epoll_ctl(r->rx->epfd, EPOLL_CTL_MOD, r->ev.fd, &e);
 	} else if (r->registered) {
-		epoll_ctl(r->rx->epfd, EPOLL_CTL_DEL, r->ev.fd, NULL);
+		rc = epoll_ctl(r->rx->epfd, EPOLL_CTL_DEL, r->ev.fd, NULL);
 		r->registered = false;
 	}
+	if (rc)
+		ig_log_warn("redis: epoll_ctl on fd %d: %s", r->ev.fd, strerror(errno));
 	r->events = events;
 }
 
@@ -193,6 +196,8 @@ static void set_state(struct ig_redis *r, enum ig_redis_state s, const char *why
 	}
 	if (s == IG_REDIS_UP)
 		r->backoff_ms = BACKOFF_MIN_MS;
+	ig_log_debug("redis %s:%d: %s (%s), next try in %llu ms", r->addr, r->port, ig_redis_state_name(s), why,
+		     (unsigned long long)(s == IG_REDIS_DOWN ? r->retry_at_ms - ig_now_ms() : 0));
 	bool changed = s != r->state;
 	r->state = s;
 	if (changed && !r->freeing && r->on_state)
@@ -286,6 +291,7 @@ static void on_handshake(redisAsyncContext *ac IG_UNUSED, void *reply, void *pri
 
 static void start_connect(struct ig_redis *r, uint64_t now)
 {
+	ig_log_debug("redis: connecting to %s:%d", r->addr, r->port);
 	redisAsyncContext *ac = redisAsyncConnect(r->addr, r->port);
 	if (!ac || ac->err) {
 		char why[256];
@@ -297,6 +303,11 @@ static void start_connect(struct ig_redis *r, uint64_t now)
 		return;
 	}
 	r->ac = ac;
+	/* The event source first: setting the connect callback already asks
+	 * for writability (hiredis's _EL_ADD_WRITE), on this fd. */
+	r->ev = (struct ig_event){ac->c.fd, on_event, r};
+	r->events = 0;
+	r->registered = false;
 	ac->ev.data = r;
 	ac->ev.addRead = add_read;
 	ac->ev.delRead = del_read;
@@ -305,9 +316,6 @@ static void start_connect(struct ig_redis *r, uint64_t now)
 	ac->ev.cleanup = cleanup;
 	redisAsyncSetConnectCallback(ac, on_connect);
 	redisAsyncSetDisconnectCallback(ac, on_disconnect);
-	r->ev = (struct ig_event){ac->c.fd, on_event, r};
-	r->events = 0;
-	r->registered = false;
 	r->connect_at_ms = now;
 	r->state = IG_REDIS_CONNECTING;
 	/* The first command starts the connect (hiredis waits for writability). */

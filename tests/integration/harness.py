@@ -141,7 +141,7 @@ def start_sims(n, *extra, **kw):
     return [start_sim(*extra, **kw) for _ in range(n)]
 
 
-def start_redis(port=None):
+def start_redis(*extra, port=None):
     """A redis-server of its own (Debian's) on a loopback port, in a temporary directory, no
     persistence; stopped when the test ends. .url is its redis:// URL."""
     import shutil as _sh
@@ -151,7 +151,7 @@ def start_redis(port=None):
     p_ = port or free_port()
     d = tempfile.mkdtemp(prefix="ig-redis-")
     p = start([exe, "--port", str(p_), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-               "--dir", d, "--daemonize", "no"], port=p_)
+               "--dir", d, "--daemonize", "no", *extra], port=p_)
     p.redis_url = f"redis://127.0.0.1:{p_}"
     return p
 

@@ -92,6 +92,25 @@ def gateways_see_each_other_and_a_name_is_held_by_one_at_a_time():
 
 
 @test
+def a_redis_with_a_password_and_a_database():
+    redis = start_redis("--requirepass", "s3cret")
+    sim = start_sim()
+    url = f"redis://:s3cret@127.0.0.1:{redis.port}/3"
+    a = start_gateway([sim], "--cluster-redis", url, "--cluster-name", "gw-a")
+    wait_until(lambda: members(a) == ["gw-a"], timeout=10, what="joined")
+    c = cluster(a)
+    assert c["redis_url"] == f"redis://***@127.0.0.1:{redis.port}/3" and "s3cret" not in a.read_log(), c
+    out = subprocess.run(["redis-cli", "-p", str(redis.port), "-a", "s3cret", "-n", "3", "EXISTS", "infergate:gw:gw-a"],
+                         capture_output=True, text=True, timeout=5).stdout
+    assert out.strip() == "1", out      # in database 3
+    r = subprocess.run([binary("infergate"), "--listen", "127.0.0.1:0", "--backend", sim.url, "--cluster-redis",
+                        f"redis://:wrong@127.0.0.1:{redis.port}", "--cluster-name", "gw-b"],
+                       capture_output=True, text=True, timeout=20)
+    assert r.returncode == 2 and "cluster.redis_url: Redis at" in r.stderr and "refused the password" in r.stderr, r.stderr
+    assert "wrong" not in r.stderr, r.stderr
+
+
+@test
 def a_response_stored_through_one_gateway_is_followed_up_through_another():
     redis = start_redis()
     fbs = [stateful_backend() for _ in range(7)]
