@@ -521,7 +521,7 @@ def a_backend_of_unknown_capacity_gets_a_ramp_not_a_flood():
     t.join()
     assert max(waiting) <= 8, max(waiting)     # the ramp's cap (and a few it grew) less 4 running
     b = backends(gw)[sim.url]
-    assert (b["limit_from"], b["limit"]) == ("learned", 4), b
+    assert b["limit_from"] == "learned" and b["limit"] in (4, 5), b   # what it runs, or one probe past
     gw.stop()
     sim.stop()
 
