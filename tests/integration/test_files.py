@@ -109,7 +109,10 @@ def bad_uploads_are_refused_and_leave_nothing():
     wait_until(lambda: any(n.startswith(".upload-") for n in os.listdir(stored(d))), timeout=10,
                what="the upload begun")
     s.close()
-    wait_until(lambda: os.listdir(stored(d)) == [], timeout=10, what="the half upload removed")
+    # as soon as the close is seen (0.05 s here), at the latest when client_timeout_s (60) ends the
+    # connection: once, in a full run under a sanitizer with two reactors, it was not seen in 10 s
+    # (not reproduced since; see the session's note)
+    wait_until(lambda: os.listdir(stored(d)) == [], timeout=75, what="the half upload removed")
     assert os.listdir(stored(d)) == [], os.listdir(stored(d))   # no temporary file left
     assert http_json("GET", gw.url + "/v1/files")[2]["data"] == []
 
