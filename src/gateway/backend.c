@@ -214,7 +214,7 @@ void ig_backend_publish_slots(struct ig_backend *b)
 void ig_backend_finished(struct ig_backend *b, bool ok)
 {
 	if (ok && ig_capacity_done(&b->learn, atomic_load(&b->inflight)))
-		atomic_store(&b->ramp, b->learn.ramp);
+		ig_backend_publish_slots(b);
 }
 
 int ig_backend_usable(const struct ig_backend *b)

@@ -39,8 +39,8 @@ void ig_clients_share(struct ig_key *k, double share_req, double share_tok, uint
 {
 	k->share_req = share_req;
 	k->share_tok = share_tok;
-	ig_bucket_set_rate(&k->rpm, k->ent && k->ent->rpm ? (double)k->ent->rpm * share_req : 0, now_ms);
-	ig_bucket_set_rate(&k->tpm, k->ent && k->ent->tpm ? (double)k->ent->tpm * share_tok : 0, now_ms);
+	ig_bucket_set(&k->rpm, k->ent && k->ent->rpm ? (double)k->ent->rpm * share_req : 0, now_ms);
+	ig_bucket_set(&k->tpm, k->ent && k->ent->tpm ? (double)k->ent->tpm * share_tok : 0, now_ms);
 }
 
 struct ig_key *ig_clients_find(const struct ig_clients *c, const char *digest)

@@ -8,12 +8,7 @@
 
 #include "ratelimit.h"
 
-void ig_bucket_set(struct ig_bucket *b, long per_minute, uint64_t now_ms)
-{
-	ig_bucket_set_rate(b, per_minute > 0 ? (double)per_minute : 0, now_ms);
-}
-
-void ig_bucket_set_rate(struct ig_bucket *b, double per_minute, uint64_t now_ms)
+void ig_bucket_set(struct ig_bucket *b, double per_minute, uint64_t now_ms)
 {
 	double limit = per_minute > 0 ? per_minute : 0;
 	if (b->limit == 0 || limit == 0)

@@ -19,12 +19,11 @@ struct ig_bucket {
 	uint64_t t_ms;      /* when level was last brought up to date */
 };
 
-/* Sets the limit (at start and on reload): a new bucket starts full; a
- * changed limit keeps the level, cut to the new limit. */
-void ig_bucket_set(struct ig_bucket *b, long per_minute, uint64_t now_ms);
-/* The same with a fractional limit (a gateway's share of a fleet's:
- * cluster.c); per_minute <= 0: no limit. */
-void ig_bucket_set_rate(struct ig_bucket *b, double per_minute, uint64_t now_ms);
+/* Sets the limit (at start, on reload, and when a gateway's share of a
+ * fleet's limit changes: cluster.c; so it may be fractional): a new bucket
+ * starts full; a changed limit keeps the level, cut to the new limit.
+ * per_minute <= 0: no limit. */
+void ig_bucket_set(struct ig_bucket *b, double per_minute, uint64_t now_ms);
 /* Brings the level up to date. */
 void ig_bucket_refill(struct ig_bucket *b, uint64_t now_ms);
 /* Milliseconds until the bucket holds n (0: it does now). */

@@ -58,15 +58,15 @@ START_TEST(admission_charges_both_buckets_or_neither)
 	 * of 600 is over the share but not the fleet's limit: it waits for a
 	 * full bucket and leaves it owing; over the fleet's, never. */
 	struct ig_bucket rs = {0}, ts = {0};
-	ig_bucket_set_rate(&rs, 10, 0);
-	ig_bucket_set_rate(&ts, 250, 0);
+	ig_bucket_set(&rs, 10, 0);
+	ig_bucket_set(&ts, 250, 0);
 	ck_assert_int_eq(ig_ratelimit_admit(&rs, &ts, 1001, 1000, 0, &retry), IG_LIMIT_TOO_BIG);
 	ck_assert_int_eq(ig_ratelimit_admit(&rs, &ts, 600, 1000, 0, &retry), IG_LIMIT_NONE);
 	ck_assert(ts.level < -349 && ts.level > -351);
 	ck_assert_int_eq(ig_ratelimit_admit(&rs, &ts, 600, 1000, 0, &retry), IG_LIMIT_TOKENS);
 	ck_assert_uint_eq(retry, 144000); /* 600 owed at 250 a minute: 350 + 250 */
 	/* a share that shrinks cuts the level to it */
-	ig_bucket_set_rate(&rs, 2.5, 0);
+	ig_bucket_set(&rs, 2.5, 0);
 	ck_assert(rs.level <= 2.5);
 	/* no limits: always admitted, nothing counted */
 	struct ig_bucket r0 = {0}, t0 = {0};
