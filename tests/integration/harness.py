@@ -30,6 +30,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 import urllib.parse
@@ -276,6 +277,41 @@ def raw_post(port, body, headers=()):
 def sim_requests(sim):
     """Completion requests a simulator has received so far (any outcome)."""
     return http_json("GET", sim.url + "/sim/state")[2]["requests_received"]
+
+
+def sim_waiting(*sims):
+    """The most requests any of the simulators holds waiting in its own queue now."""
+    return max(http_json("GET", s.url + "/sim/state")[2]["num_waiting_reqs"] for s in sims)
+
+
+def gateway_queue(gw):
+    """Requests waiting in the gateway's queue now."""
+    return http_json("GET", gw.url + "/health/backends")[2]["gateway"]["queue_depth"]
+
+
+class Sampler:
+    """Calls each fn every `every` seconds, in a thread, while the with-block runs; what each
+    returned is in .values (one list per fn, in order)."""
+
+    def __init__(self, *fns, every=0.02):
+        self.fns, self.every = fns, every
+        self.values = [[] for _ in fns]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run)
+
+    def _run(self):
+        while not self._stop.is_set():
+            for fn, vs in zip(self.fns, self.values):
+                vs.append(fn())
+            time.sleep(self.every)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
 
 
 def chat_body(prompt, **extra):

@@ -9,8 +9,8 @@ import signal
 import subprocess
 import time
 
-from harness import (binary, http, http_json, metric, run, start_gateway, start_redis, start_sim,
-                     stateful_backend, test, wait_until)
+from harness import (Sampler, binary, http, http_json, metric, run, sim_waiting, start_gateway, start_redis,
+                     start_sim, stateful_backend, test, wait_until)
 
 
 def cluster(gw):
@@ -281,21 +281,13 @@ def low_work_through_one_gateway_leaves_the_slots_to_normal_work_waiting_at_anot
                timeout=10, what="A's low work queued")
     wait_until(lambda: http_json("GET", b.url + "/health/backends")[2]["backends"][0].get("others_inflight") == 4,
                timeout=5, what="B sees A's 4 on the backend")
-    waiting = []
-    stop = threading.Event()
-    def watch():
-        while not stop.is_set():
-            waiting.append(http_json("GET", sim.url + "/sim/state")[2]["num_waiting_reqs"])
-            time.sleep(0.02)
-    w = threading.Thread(target=watch)
-    w.start()
     normals = [threading.Thread(target=call, args=(b, f"normal{i}", "normal")) for i in range(4)]
-    for t in normals:
-        t.start()
-    for t in normals + lows:
-        t.join()
-    stop.set()
-    w.join()
+    with Sampler(lambda: sim_waiting(sim)) as sampled:
+        for t in normals:
+            t.start()
+        for t in normals + lows:
+            t.join()
+    (waiting,) = sampled.values
     assert all(st == 200 for _, st, _ in done) and len(done) == 44, done
     order = [tag for tag, _, _ in sorted(done, key=lambda x: x[2])]
     last_normal = max(order.index(f"normal{i}") for i in range(4))

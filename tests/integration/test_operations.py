@@ -12,8 +12,9 @@ import tempfile
 import threading
 import time
 
-from harness import (FakeBackend, assert_openai_error, binary, chat_body, http, http_json, metric, parallel, run,
-                     sse_events, start, start_gateway, start_sim, start_sims, test, wait_until)
+from harness import (FakeBackend, Sampler, assert_openai_error, binary, chat_body, gateway_queue, http, http_json,
+                     metric, parallel, run, sim_waiting, sse_events, start, start_gateway, start_sim, start_sims, test,
+                     wait_until)
 
 FAST = ("--tokens-per-second", "0", "--ttft-ms", "0")
 ADMIN = {"Authorization": "Bearer admin-secret"}
@@ -372,18 +373,9 @@ def a_backend_that_queues_is_held_to_what_it_runs_and_the_rest_waits_here():
             assert b[small.url]["learned_slots"] in (2, 3) and b[big.url]["learned_slots"] in (6, 7), b
             m = http("GET", gw.url + "/metrics")[2]
             assert metric(m, f'infergate_backend_limit{{backend="{big.url}"}}') in (6, 7)   # read later: may have probed
-        waiting, queued, stop = [], [], threading.Event()
-        def watch():
-            while not stop.is_set():
-                waiting.append(max(http_json("GET", s.url + "/sim/state")[2]["num_waiting_reqs"]
-                                   for s in (small, big)))
-                queued.append(http_json("GET", gw.url + "/health/backends")[2]["gateway"]["queue_depth"])
-                time.sleep(0.02)
-        t = threading.Thread(target=watch)
-        t.start()
-        got = wave("b")
-        stop.set()
-        t.join()
+        with Sampler(lambda: sim_waiting(small, big), lambda: gateway_queue(gw)) as sampled:
+            got = wave("b")
+        waiting, queued = sampled.values
         if source == "backend":
             assert max(waiting) <= 1, max(waiting)       # a probe past the peak at most
             assert max(queued) >= 20, max(queued)        # the surplus waited here
@@ -417,16 +409,9 @@ def gateways_sharing_a_backend_each_learn_their_share_of_its_slots():
     wave("a")
     learned = [backends(gw)[sim.url].get("learned_slots") for gw in gws]
     assert all(1 <= x <= 5 for x in learned), learned   # at most all it runs plus one probe
-    waiting, stop = [], threading.Event()
-    def watch():
-        while not stop.is_set():
-            waiting.append(http_json("GET", sim.url + "/sim/state")[2]["num_waiting_reqs"])
-            time.sleep(0.02)
-    t = threading.Thread(target=watch)
-    t.start()
-    wave("b")
-    stop.set()
-    t.join()
+    with Sampler(lambda: sim_waiting(sim)) as sampled:
+        wave("b")
+    (waiting,) = sampled.values
     waiting.sort()
     assert waiting[len(waiting) // 2] <= 2, waiting    # all 4 each: 4 waiting throughout
 
@@ -449,22 +434,14 @@ def a_backend_that_states_its_capacity_is_held_to_it_from_the_first_request():
     cap = http_json("GET", gw.url + "/health/capacity")[2]["models"]["sim-model"]
     assert (cap["slots"], cap["unknown"], cap["ramp"]) == (8, 0, 0), cap
     assert f"backend {small.url} states it runs 2 requests at once" in gw.read_log()
-    waiting, queued, stop = [], [], threading.Event()
-    def watch():
-        while not stop.is_set():
-            waiting.append(max(http_json("GET", s.url + "/sim/state")[2]["num_waiting_reqs"] for s in (small, big)))
-            queued.append(http_json("GET", gw.url + "/health/backends")[2]["gateway"]["queue_depth"])
-            time.sleep(0.02)
-    t = threading.Thread(target=watch)
-    t.start()
     got = collections.Counter()
     def one(i):
         st, hdrs, _ = http("POST", gw.url + "/v1/completions", {"model": "sim-model", "prompt": f"a{i}"})
         assert st == 200, st
         got[hdrs["x-infergate-backend"]] += 1
-    parallel(one, range(48), workers=48)
-    stop.set()
-    t.join()
+    with Sampler(lambda: sim_waiting(small, big), lambda: gateway_queue(gw)) as sampled:
+        parallel(one, range(48), workers=48)
+    waiting, queued = sampled.values
     assert max(waiting) == 0, waiting                 # never a request waiting at a backend
     assert max(queued) >= 20, max(queued)             # the surplus waited here
     assert sum(got.values()) == 48 and got[big.url] >= 2 * got[small.url], got
@@ -508,19 +485,12 @@ def a_backend_of_unknown_capacity_gets_a_ramp_not_a_flood():
     assert (b["limit"], b["limit_from"]) == (8, "ramp"), b
     cap = http_json("GET", gw.url + "/health/capacity")[2]["models"]["sim-model"]
     assert (cap["slots"], cap["unknown"], cap["learning"], cap["ramp"]) == (0, 1, 1, 8), cap
-    waiting, stop = [], threading.Event()
-    def watch():
-        while not stop.is_set():
-            waiting.append(http_json("GET", sim.url + "/sim/state")[2]["num_waiting_reqs"])
-            time.sleep(0.02)
-    t = threading.Thread(target=watch)
-    t.start()
     def one(i):
         st, _, _ = http("POST", gw.url + "/v1/completions", {"model": "sim-model", "prompt": f"r{i}"})
         assert st == 200, st
-    parallel(one, range(40), workers=40)
-    stop.set()
-    t.join()
+    with Sampler(lambda: sim_waiting(sim)) as sampled:
+        parallel(one, range(40), workers=40)
+    (waiting,) = sampled.values
     assert max(waiting) <= 8, max(waiting)     # the ramp's cap (and a few it grew) less 4 running
     b = backends(gw)[sim.url]
     assert b["limit_from"] == "learned" and b["limit"] in (4, 5), b   # what it runs, or one probe past
