@@ -35,50 +35,9 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
 import benchlib as B  # noqa: E402
+from proxy import start_nginx  # noqa: E402  (bench/proxy.py: the reference nginx configuration)
 
-NGINX_CONF = """daemon off;
-master_process on;
-worker_processes 2;
-worker_rlimit_nofile 65536;
-pid @DIR@/nginx.pid;
-error_log @DIR@/nginx-error.log warn;
-events { worker_connections 16384; }
-http {
-    access_log off;
-    client_body_temp_path @DIR@/client_body;
-    proxy_temp_path @DIR@/proxy_temp;
-    upstream backends {
-        least_conn;
-@SERVERS@
-        keepalive 1024;
-    }
-    server {
-        listen 127.0.0.1:@PORT@ reuseport;
-        location / {
-            proxy_pass http://backends;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-        }
-    }
-}
-"""
 RUNS = ["nginx-800", "infergate-800", "infergate-auto"]
-
-
-def start_nginx(procs, sims, d):
-    port = B.free_port()
-    for sub in ("client_body", "proxy_temp"):
-        os.makedirs(os.path.join(d, sub), exist_ok=True)
-    conf = NGINX_CONF.replace("@DIR@", d).replace("@PORT@", str(port))
-    conf = conf.replace("@SERVERS@", "\n".join(f"        server {u[len('http://'):]};" for u in sims))
-    path = os.path.join(d, "nginx.conf")
-    with open(path, "w") as f:
-        f.write(conf)
-    nginx = "nginx" if B.shutil.which("nginx") else "/usr/sbin/nginx"
-    p = procs.start("nginx", [nginx, "-c", path, "-e", os.path.join(d, "nginx-error.log")])
-    url = f"http://127.0.0.1:{port}"
-    B.wait_http(url + "/health", proc=p)
-    return url, p
 
 
 def sim_waiting(url):
@@ -154,7 +113,7 @@ def main():
         runs += ["reference-800", "reference-auto"]
     if "nginx-800" in runs:
         B.need(("nginx", "nginx-light"))
-    B.raise_nofile()
+    hard = B.raise_nofile()
     mach = B.machine()
     d = os.path.join(B.TMP, "fleet")
     procs = B.Procs(d)
@@ -170,7 +129,10 @@ def main():
     for name in runs:
         ref = name.startswith("reference")
         if name.startswith("nginx"):
-            url, p = start_nginx(procs, sims, d)
+            # the reference configuration (bench/conf/nginx.conf.in), with room for 800 held
+            # connections to 200 backends
+            url, p = start_nginx(procs, sims, d, 2, {"worker_rlimit_nofile": hard, "worker_connections": 16384,
+                                                     "keepalive": 1024})
         else:
             url, p = B.start_gateway(procs, sims, ["--health-interval-ms", "1000"], name="gateway-" + name,
                                      program=os.path.join(a.reference, "infergate") if ref else None)
