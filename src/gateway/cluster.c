@@ -223,21 +223,26 @@ static uint64_t retry_floor(const struct ig_key *k, long live)
 	return live > 1 && k->ent->rpm > 0 ? (uint64_t)(60000 * live / k->ent->rpm) : 0;
 }
 
+/* Key k at an even split between `live` gateways, with nothing known of
+ * the others' buckets. */
+static void share_evenly(struct ig_key *k, long live, uint64_t now)
+{
+	double s = 1.0 / (double)(live > 0 ? live : 1);
+	if (k->share_req != s || k->share_tok != s)
+		ig_clients_share(k, s, s, now);
+	k->others_req = k->others_tok = 0;
+	k->retry_floor_ms = retry_floor(k, live);
+}
+
 /* Every limited key at an even split between `live` gateways: alone (the
  * last count seen), or before the first key sync. */
 static void split_evenly(struct ig_cluster *c, long live)
 {
-	double s = 1.0 / (double)(live > 0 ? live : 1);
 	uint64_t now = ig_now_ms();
 	struct ig_clients *cl = &c->gw->clients;
-	for (size_t i = 0; i < cl->nkeys; i++) {
-		struct ig_key *k = cl->keys[i];
-		if (!limited(k))
-			continue;
-		ig_clients_share(k, s, s, now);
-		k->others_req = k->others_tok = 0;
-		k->retry_floor_ms = retry_floor(k, live);
-	}
+	for (size_t i = 0; i < cl->nkeys; i++)
+		if (limited(cl->keys[i]))
+			share_evenly(cl->keys[i], live, now);
 }
 
 static void on_cmd_state(void *arg, enum ig_redis_state s, const char *why)
@@ -506,10 +511,7 @@ static void send_keys(struct ig_cluster *c, uint64_t now)
 			k->rate_tok = 0;
 		k->dem_req = k->dem_tok = 0;
 		if (k->rate_req == 0 && k->rate_tok == 0 && !is_active(c, k->digest)) {
-			if (k->share_req != 1.0 / (double)(c->live_last > 0 ? c->live_last : 1))
-				ig_clients_share(k, 1.0 / (double)(c->live_last > 0 ? c->live_last : 1),
-						 1.0 / (double)(c->live_last > 0 ? c->live_last : 1), now);
-			k->others_req = k->others_tok = 0;
+			share_evenly(k, c->live_last, now); /* idle everywhere */
 			continue;
 		}
 		if (n + 5 > cap) {
@@ -535,7 +537,7 @@ static void send_keys(struct ig_cluster *c, uint64_t now)
 			c->ksent = v;
 		}
 		snprintf(c->ksent[c->nksent++], 65, "%s", k->digest);
-		argv[n++] = c->ksent[c->nksent - 1];
+		argv[n++] = k->digest; /* not ksent's copy: ksent moves when it grows */
 		for (int j = 4; j > 0; j--)
 			argv[n++] = own[nown - (size_t)j];
 	}

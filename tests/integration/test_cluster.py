@@ -180,7 +180,8 @@ def a_keys_limits_hold_across_gateways_and_split_when_redis_is_gone():
     sim = start_sim("--tokens-per-second", "0", "--ttft-ms", "0", "--output-tokens", "4")
     path = tempfile.mkdtemp(prefix="ig-keys-") + "/keys.json"
     keys(path, [{"name": "shared", "key": "k-shared", "rpm": 60}, {"name": "later", "key": "k-later", "rpm": 60},
-                {"name": "busy", "key": "k-busy", "rpm": 6000}])
+                {"name": "busy", "key": "k-busy", "rpm": 6000}] +
+         [{"name": f"many{i}", "key": f"k-many{i}", "rpm": 600} for i in range(40)])
     a = gateway(redis, "gw-a", [sim], "--api-keys-file", path)
     b = gateway(redis, "gw-b", [sim], "--api-keys-file", path)
     wait_until(lambda: members(a) == ["gw-a", "gw-b"] and members(b) == ["gw-a", "gw-b"], timeout=10,
@@ -213,6 +214,13 @@ def a_keys_limits_hold_across_gateways_and_split_when_redis_is_gone():
     sa, sb = share(a), share(b)
     print(f"# a key used through gw-a only for 3 s: shares of its rpm gw-a {sa:.3f}, gw-b {sb:.3f}")
     assert sa > 0.85 and sb < 0.15 and sa + sb <= 1.0 + 1e-6, (sa, sb)
+    # many keys active at once: each key sync carries them all (both gateways: B syncs them as
+    # active elsewhere), and the shares follow
+    for i in range(40):
+        assert http("POST", a.url + "/v1/chat/completions", body, headers={"Authorization": f"Bearer k-many{i}"})[0] == 200
+    wait_until(lambda: cluster(a)["keys_synced"] >= 40 and cluster(b)["keys_synced"] >= 40, timeout=5,
+               what="40 keys in the key syncs")
+    assert members(a) == ["gw-a", "gw-b"] and members(b) == ["gw-a", "gw-b"]
     # Redis gone: each goes on alone with its part of a limit (half: two were live), so another
     # key's burst of 60 through one gateway gets 30, not the 60 a lone gateway would give
     redis.stop(signal.SIGKILL)
