@@ -51,6 +51,15 @@ int ig_reload_check_files(const struct ig_conf *cfg, char **err)
 	return 0;
 }
 
+/* A string setting that needs a restart: the new configuration takes the
+ * running one's (the running configuration is freed after). */
+static void keep(char **next, char **running)
+{
+	free(*next);
+	*next = *running;
+	*running = NULL;
+}
+
 int ig_reload_files(struct ig_gw *gw, const struct ig_conf *cfg, char **err)
 {
 	struct ig_keyset api, admin;
@@ -154,25 +163,15 @@ int ig_reload(struct ig_gw *gw)
 		}
 	}
 	/* Keep what cannot change without a restart. */
-	free(nc.listen);
-	nc.listen = gw->cfg->listen;
-	gw->cfg->listen = NULL;
-	free(nc.listen_host);
-	nc.listen_host = gw->cfg->listen_host;
-	gw->cfg->listen_host = NULL;
+	keep(&nc.listen, &gw->cfg->listen);
+	keep(&nc.listen_host, &gw->cfg->listen_host);
 	nc.listen_port = gw->cfg->listen_port;
 	nc.max_connections = gw->cfg->max_connections;
 	nc.header_buffer_bytes = gw->cfg->header_buffer_bytes;
 	nc.workers = gw->cfg->workers;
-	free(nc.data_dir);
-	nc.data_dir = gw->cfg->data_dir;
-	gw->cfg->data_dir = NULL;
-	free(nc.cluster_redis);
-	nc.cluster_redis = gw->cfg->cluster_redis;
-	gw->cfg->cluster_redis = NULL;
-	free(nc.cluster_name);
-	nc.cluster_name = gw->cfg->cluster_name;
-	gw->cfg->cluster_name = NULL;
+	keep(&nc.data_dir, &gw->cfg->data_dir);
+	keep(&nc.cluster_redis, &gw->cfg->cluster_redis);
+	keep(&nc.cluster_name, &gw->cfg->cluster_name);
 	nc.cluster_sync_ms = gw->cfg->cluster_sync_ms;
 	ig_routes_move(&nc.routes, &gw->cfg->routes); /* requests and metrics hold their indexes */
 	struct ig_conf old = *gw->cfg;
