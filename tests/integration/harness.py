@@ -59,8 +59,51 @@ def free_port():
         return s.getsockname()[1]
 
 
+def _listening_inodes(port):
+    """The inodes of the sockets that listen on this TCP port (IPv4 and IPv6)."""
+    out = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                next(f)
+                for line in f:
+                    cols = line.split()
+                    if cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
+                        out.add(cols[9])
+        except OSError:
+            pass
+    return out
+
+
+def _session_owns(sid, inodes):
+    """Whether a process of session sid (a program started by start() and its children) holds
+    one of these socket inodes."""
+    want = {f"socket:[{i}]" for i in inodes}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+            if int(stat.rsplit(")", 1)[1].split()[3]) != sid:
+                continue
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                try:
+                    if os.readlink(f"/proc/{pid}/fd/{fd}") in want:
+                        return True
+                except OSError:
+                    pass
+        except (OSError, ValueError, IndexError):
+            pass
+    return False
+
+
 def wait_listening(port, timeout=10.0, proc=None, host="127.0.0.1"):
-    """Wait until something accepts TCP connections on host:port."""
+    """Wait until something accepts TCP connections on host:port; with proc, until proc (or a
+    process of its session) is what listens there. free_port() hands out a port that another
+    test running at the same time may be handed too: a connection accepted by that other
+    test's server must not pass for ours (ours then fails to bind, exits, and the caller
+    retries on another port)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
@@ -68,9 +111,11 @@ def wait_listening(port, timeout=10.0, proc=None, host="127.0.0.1"):
                                + proc.read_log())
         try:
             with socket.create_connection((host, port), timeout=0.5):
-                return
+                if proc is None or _session_owns(proc.pid, _listening_inodes(port)):
+                    return
         except OSError:
-            time.sleep(0.02)
+            pass
+        time.sleep(0.02)
     raise TimeoutError(f"nothing listens on {host}:{port} after {timeout}s")
 
 
