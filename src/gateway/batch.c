@@ -14,6 +14,7 @@
 
 #include "batch.h"
 #include "bio.h"
+#include "cluster.h"
 #include "files.h"
 #include "gateway.h"
 #include "infergate/log.h"
@@ -67,6 +68,10 @@ json_t *ig_batch_json(const struct ig_batch *b)
 	json_object_set_new(o, "infergate",
 			    json_pack("{s:I, s:o}", "in_flight", (json_int_t)b->inflight, "paused",
 				      *b->paused ? json_string(b->paused) : json_null()));
+	if (b->bs->clustered) /* several gateways: whether this one runs it, under which fencing token */
+		json_object_set_new(json_object_get(o, "infergate"), "run_here",
+				    json_pack("{s:b, s:o}", "held", b->ours, "fencing_token",
+					      b->ours ? json_integer((json_int_t)b->fence) : json_null()));
 	return o;
 }
 
@@ -118,19 +123,31 @@ int ig_batch_write_json(const char *dir, const char *id, const char *text)
  * state saved is the last one written. */
 struct save_job {
 	struct ig_bio_job job;
+	struct ig_gw *gw;
 	char *dir, *text;
 	char id[40];
+	uint64_t fence;     /* 0 alone */
+	int rc;
 };
 
 static void save_run(struct ig_bio_job *job)
 {
 	struct save_job *sj = IG_CONTAINER_OF(job, struct save_job, job);
-	ig_batch_write_json(sj->dir, sj->id, sj->text);
+	int fd = ig_batch_fence_check_path(sj->dir, sj->fence);
+	if (fd == -1) { /* another gateway runs it now: its state is its own */
+		sj->rc = -1;
+		return;
+	}
+	sj->rc = ig_batch_write_json(sj->dir, sj->id, sj->text);
+	if (fd >= 0)
+		close(fd);
 }
 
 static void save_done(struct ig_bio_job *job)
 {
 	struct save_job *sj = IG_CONTAINER_OF(job, struct save_job, job);
+	if (sj->rc == 0 && sj->fence) /* the others read it again */
+		ig_cluster_publish(sj->gw, NULL, NULL, 0, 'b', "%s", sj->id);
 	free(sj->dir);
 	free(sj->text);
 	free(sj);
@@ -140,6 +157,8 @@ static void save_done(struct ig_bio_job *job)
  * failure is logged: the next change writes it again). */
 void ig_batch_save(const struct ig_batch *b)
 {
+	if (b->bs->clustered && !b->ours)
+		return; /* its state is the gateway's that runs it */
 	struct save_job *sj = calloc(1, sizeof(*sj));
 	if (!sj || !(sj->text = ig_batch_text(b)) || !(sj->dir = strdup(b->dir))) {
 		if (sj)
@@ -149,6 +168,8 @@ void ig_batch_save(const struct ig_batch *b)
 		return;
 	}
 	snprintf(sj->id, sizeof(sj->id), "%s", b->id);
+	sj->gw = b->bs->gw;
+	sj->fence = b->bs->clustered ? b->fence : 0;
 	sj->job.queue = IG_BIO_BATCHES;
 	sj->job.run = save_run;
 	sj->job.done = save_done;
@@ -162,6 +183,8 @@ struct ig_batch *ig_batch_new(struct ig_batches *bs, const char *id)
 		return NULL;
 	snprintf(b->id, sizeof(b->id), "%s", id);
 	b->bs = bs;
+	b->ours = !bs->clustered;
+	b->fence_fd = -1;
 	b->dir = ig_strdupf("%s/%s", bs->dir, id);
 	ig_list_init(&b->items);
 	ig_list_init(&b->pending);

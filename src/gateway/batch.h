@@ -4,6 +4,8 @@
  *   batches.c        the store and the tick that moves each batch on
  *   batches_check.c  validating (slices on the I/O thread)
  *   batches_run.c    in_progress and finalizing (reactor 0's curl multi)
+ *   batches_lease.c  across gateways: who runs which batch (a lease and a
+ *                    fencing token), what the others learn of it
  *   batch.c          one batch: batch.json, its OpenAI object, its status
  * Private to those files; the rest of the gateway sees batches.h.
  * Ownership: every field is guarded by gw->lock. A field a job on the I/O
@@ -88,6 +90,14 @@ struct ig_batch {
 	long inflight;          /* items (both kinds) */
 	struct ig_list pending; /* struct pending */
 	uint64_t next_flush_ms;
+	/* across gateways (batches_lease.c). Alone, `ours` is always true. */
+	bool ours;              /* this gateway runs it: it holds its lease, its fence is written */
+	bool taking;            /* the lease is ours, the fence being written (a job) */
+	bool releasing;         /* lost: what running left goes at the next tick with no job */
+	bool reloading;         /* a copy of another's: its batch.json being read again */
+	uint64_t fence;         /* the fencing token of our lease (0: none) */
+	int fence_fd;           /* dir/fence while ours, else -1 */
+	long pub_completed, pub_failed, pub_inflight; /* the progress last told to the others */
 };
 
 struct ig_batches {
@@ -101,6 +111,12 @@ struct ig_batches {
 	uint64_t next_sweep_ms;
 	uint64_t lines_ok, lines_failed; /* written by this process */
 	bool vbusy;             /* a validation slice is on the I/O thread */
+	/* across gateways (batches_lease.c) */
+	bool clustered;         /* the cluster section is set: batches run under leases */
+	bool leasing;           /* a lease round is in flight */
+	bool lease_now;         /* a round at the next tick, not in lease_s / 3 */
+	uint64_t next_lease_ms, next_progress_ms;
+	uint64_t takeovers, leases_lost;
 };
 
 /* The request defaults of a Batch line: none (a line names its model). */
@@ -162,6 +178,29 @@ void ig_batch_finalize(struct ig_batches *bs, struct ig_batch *b);
  * lines), transfers aside (ig_batch_abort first). */
 void ig_batch_run_clear(struct ig_batch *b);
 
+/* ---- across gateways (batches_lease.c) ---- */
+
+/* Renews the leases of the batches run here, tries to take those nobody
+ * runs, tells the others of progress; lets go of what was lost (reactor 0,
+ * each tick, when clustered). */
+void ig_batch_lease_tick(struct ig_batches *bs, uint64_t now_ms);
+/* Before a journal append on the reactor: whether b's fence still holds
+ * our token (then it is held shared until ig_batch_fence_unlock, so that
+ * no gateway takes the batch over in between). Alone: always 0. On -1 b
+ * is lost (ig_batch_lose): nothing more is written. */
+int ig_batch_fence_lock(struct ig_batch *b);
+void ig_batch_fence_unlock(struct ig_batch *b);
+/* The same on the I/O thread, by path: fence 0 (alone, or not ours):
+ * returns -2 and nothing is held; else an fd holding dir/fence shared
+ * (close it after the write), or -1 when another gateway's token is
+ * there (errno EPERM). */
+int ig_batch_fence_check_path(const char *dir, uint64_t fence);
+/* b is run here no more (its lease or its fence says another runs it):
+ * nothing more is sent or written; the tick lets go of the rest. */
+void ig_batch_lose(struct ig_batch *b, const char *why);
+/* Cancels b through whichever gateway runs it (b is not run here). */
+void ig_batch_cancel_remote(struct ig_batch *b);
+
 /* ---- both halves ---- */
 
 /* The Batch object, as OpenAI shows it (plus "infergate": what only this
@@ -172,6 +211,16 @@ char *ig_batch_text(const struct ig_batch *b);
 /* Writes text as dir/batch.json: a temporary file, synced, renamed. It
  * blocks: for the I/O thread. Returns 0 or -1 (errno set; logged). */
 int ig_batch_write_json(const char *dir, const char *id, const char *text);
+/* A batch read back from data_dir (its batch.json), on no list; NULL when
+ * it is not one. Any thread. */
+struct ig_batch *ig_batch_load(struct ig_batches *bs, const char *id);
+/* b (another gateway's, or before a take-over) gets what from says: its
+ * status, times, counts, file ids, errors. */
+void ig_batch_take_state(struct ig_batch *b, const struct ig_batch *from);
+/* Adds b to bs->all in order of creation. */
+void ig_batch_insert(struct ig_batches *bs, struct ig_batch *b);
+/* The batch with this id, or NULL. */
+struct ig_batch *ig_batch_find(struct ig_batches *bs, const char *id);
 /* A new batch (status validating, on no list). NULL out of memory. */
 struct ig_batch *ig_batch_new(struct ig_batches *bs, const char *id);
 /* Frees a batch on no list, with no job (b->jobs 0), and what every stage

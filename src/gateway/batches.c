@@ -55,6 +55,7 @@
 #include "batch.h"
 #include "batches.h"
 #include "bio.h"
+#include "cluster.h"
 #include "files.h"
 #include "gateway.h"
 #include "infergate/log.h"
@@ -85,12 +86,13 @@ void ig_batch_free(struct ig_batch *b)
 		free(b->models[i]);
 	json_decref(b->metadata);
 	json_decref(b->errors);
+	if (b->fence_fd >= 0)
+		close(b->fence_fd);
 	free(b->dir);
 	free(b);
 }
 
-/* One batch read back from its batch.json; NULL when it is not one. */
-static struct ig_batch *load(struct ig_batches *bs, const char *id)
+struct ig_batch *ig_batch_load(struct ig_batches *bs, const char *id)
 {
 	struct ig_batch *b = ig_batch_new(bs, id);
 	char *path = b ? ig_batch_path(b, "batch.json") : NULL;
@@ -137,6 +139,58 @@ static struct ig_batch *load(struct ig_batches *bs, const char *id)
 	}
 	json_decref(o);
 	return b;
+}
+
+void ig_batch_take_state(struct ig_batch *b, const struct ig_batch *f)
+{
+	b->status = f->status;
+	b->expiring = f->expiring;
+	snprintf(b->owner, sizeof(b->owner), "%s", f->owner);
+	snprintf(b->input_file_id, sizeof(b->input_file_id), "%s", f->input_file_id);
+	snprintf(b->endpoint, sizeof(b->endpoint), "%s", f->endpoint);
+	snprintf(b->output_file_id, sizeof(b->output_file_id), "%s", f->output_file_id);
+	snprintf(b->error_file_id, sizeof(b->error_file_id), "%s", f->error_file_id);
+	b->ep = f->ep;
+	b->created_at = f->created_at;
+	b->in_progress_at = f->in_progress_at;
+	b->expires_at = f->expires_at;
+	b->finalizing_at = f->finalizing_at;
+	b->completed_at = f->completed_at;
+	b->failed_at = f->failed_at;
+	b->expired_at = f->expired_at;
+	b->cancelling_at = f->cancelling_at;
+	b->cancelled_at = f->cancelled_at;
+	b->total = f->total;
+	b->completed = f->completed;
+	b->failed = f->failed;
+	json_decref(b->metadata);
+	b->metadata = json_incref(f->metadata);
+	json_decref(b->errors);
+	b->errors = json_deep_copy(f->errors);
+	b->n_problems = (long)json_array_size(b->errors);
+}
+
+void ig_batch_insert(struct ig_batches *bs, struct ig_batch *b)
+{
+	struct ig_list *at = &bs->all; /* before the first one created later */
+	for (struct ig_list *l = bs->all.next; l != &bs->all; l = l->next) {
+		const struct ig_batch *o = IG_LIST_ELEM(l, struct ig_batch, link);
+		if (o->created_at > b->created_at || (o->created_at == b->created_at && strcmp(o->id, b->id) > 0)) {
+			at = l;
+			break;
+		}
+	}
+	ig_list_append(at, &b->link); /* appended to `at`'s list: just before it */
+	bs->nbatches++;
+}
+
+struct ig_batch *ig_batch_find(struct ig_batches *bs, const char *id)
+{
+	struct ig_batch *b;
+	IG_LIST_FOREACH(b, &bs->all, struct ig_batch, link)
+		if (strcmp(b->id, id) == 0)
+			return b;
+	return NULL;
 }
 
 /* ------------------------------------------------------------- the store */
@@ -264,6 +318,7 @@ struct ig_batches *ig_batches_open(struct ig_gw *gw, const char *dir, char **err
 		return NULL;
 	}
 	bs->gw = gw;
+	bs->clustered = ig_cluster_configured(gw);
 	ig_list_init(&bs->all);
 	ig_random_hex(bs->secret, 32);
 	snprintf(bs->mark, sizeof(bs->mark), "%s: %s", IG_BATCH_HEADER, bs->secret);
@@ -285,7 +340,7 @@ struct ig_batches *ig_batches_open(struct ig_gw *gw, const char *dir, char **err
 	while ((e = readdir(d))) {
 		if (strncmp(e->d_name, "batch_", 6) != 0)
 			continue;
-		struct ig_batch *b = load(bs, e->d_name);
+		struct ig_batch *b = ig_batch_load(bs, e->d_name);
 		if (!b) {
 			ig_log_warn("data_dir: %s/%s is not a batch (no readable batch.json): left alone", dir, e->d_name);
 			continue;
@@ -310,11 +365,14 @@ struct ig_batches *ig_batches_open(struct ig_gw *gw, const char *dir, char **err
 		/* its counts, from its result files, before any request: at
 		 * start, before the loops and the I/O thread (gw->bio NULL: the
 		 * job runs here), when nothing waits on it */
-		if (v[i]->status == IG_BATCH_IN_PROGRESS)
+		if (v[i]->status == IG_BATCH_IN_PROGRESS && !bs->clustered)
 			ig_batch_start(bs, v[i]);
 	}
 	free(v);
-	if (resumed)
+	if (resumed && bs->clustered)
+		ig_log_info("data_dir: %zu unfinished batch(es): each goes on here or at another gateway, whichever "
+			    "takes its lease", resumed);
+	else if (resumed)
 		ig_log_info("data_dir: %zu unfinished batch(es) go on where they stopped", resumed);
 	return bs;
 fail:
@@ -401,9 +459,13 @@ void ig_batches_tick(struct ig_batches *bs, uint64_t now_ms)
 		bs->next_sweep_ms = now_ms + 1000;
 		sweep(bs);
 	}
+	if (bs->clustered)
+		ig_batch_lease_tick(bs, now_ms);
 	int64_t wall = ig_wall_s();
 	struct ig_batch *b;
 	IG_LIST_FOREACH(b, &bs->all, struct ig_batch, link) {
+		if (!b->ours) /* another gateway runs it, or none yet */
+			continue;
 		if ((b->status == IG_BATCH_VALIDATING || b->status == IG_BATCH_IN_PROGRESS) && b->expires_at && wall >= b->expires_at) {
 			/* OpenAI's 24 h window: what finished is kept, the rest is not run */
 			ig_batch_abort(bs, b);

@@ -25,6 +25,7 @@
 #include "batch.h"
 #include "batches.h"
 #include "bio.h"
+#include "cluster.h"
 #include "files.h"
 #include "gateway.h"
 #include "infergate/httpd.h"
@@ -191,6 +192,12 @@ static void make_done(struct ig_bio_job *job)
 	} else { /* reactor 0's tick validates it from now on */
 		ig_list_append(&bs->all, &b->link);
 		bs->nbatches++;
+		if (bs->clustered) { /* run where it was made, once its lease is taken (the others
+				      * learn of it then) */
+			bs->lease_now = true;
+			if (bs->gw->threaded)
+				ig_rx_wake(ig_gw_home(bs->gw));
+		}
 		ig_log_info("batch %s: validating %s (%s) for %s", b->id, b->input_file_id, b->endpoint,
 			    *b->owner ? "its key" : "anyone");
 	}
@@ -310,7 +317,10 @@ static enum MHD_Result cancel(struct batch_call *bc, struct ig_batch *b)
 	switch (b->status) {
 	case IG_BATCH_VALIDATING:
 	case IG_BATCH_IN_PROGRESS:
-		ig_batch_set_status(b, IG_BATCH_CANCELLING);
+		if (b->bs->clustered && !b->ours)
+			ig_batch_cancel_remote(b); /* the gateway that runs it cancels it */
+		else
+			ig_batch_set_status(b, IG_BATCH_CANCELLING);
 		break;
 	case IG_BATCH_CANCELLING:
 		break;

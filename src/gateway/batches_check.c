@@ -232,7 +232,7 @@ void ig_batch_check_next(struct ig_batches *bs)
 	if (bs->vbusy)
 		return;
 	IG_LIST_FOREACH(b, &bs->all, struct ig_batch, link)
-		if (b->status == IG_BATCH_VALIDATING && !b->expiring && !b->jobs && !(b->v && b->v->eof) &&
+		if (b->status == IG_BATCH_VALIDATING && b->ours && !b->expiring && !b->jobs && !(b->v && b->v->eof) &&
 		    (!pick || b->vslices < pick->vslices))
 			pick = b;
 	if (!pick)

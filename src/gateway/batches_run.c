@@ -201,7 +201,14 @@ static void emit(struct ig_batches *bs, struct ig_batch *b, int file, char *line
 		ig_log_error("batch %s: out of memory writing a result", b->id);
 		abort();
 	}
-	if (first && ig_journal_append(file ? &b->err : &b->out, line, len) == 0) {
+	if (ig_batch_fence_lock(b) < 0) { /* another gateway runs the batch now: it sends the line again */
+		free(line);
+		return;
+	}
+	int rc = first ? ig_journal_append(file ? &b->err : &b->out, line, len) : -1;
+	int e = errno;
+	ig_batch_fence_unlock(b);
+	if (rc == 0) {
 		if (file)
 			b->failed++, bs->lines_failed++;
 		else
@@ -209,7 +216,6 @@ static void emit(struct ig_batches *bs, struct ig_batch *b, int file, char *line
 		free(line);
 		return;
 	}
-	int e = errno;
 	struct pending *p = malloc(sizeof(*p) + len);
 	if (!p) {
 		ig_log_error("batch %s: out of memory keeping a result", b->id);
@@ -231,9 +237,13 @@ static void emit(struct ig_batches *bs, struct ig_batch *b, int file, char *line
 void ig_batch_flush_pending(struct ig_batches *bs, struct ig_batch *b)
 {
 	struct pending *p, *tmp;
+	if (ig_batch_fence_lock(b) < 0)
+		return;
 	IG_LIST_FOREACH_SAFE(p, tmp, &b->pending, struct pending, link) {
-		if (ig_journal_append(p->file ? &b->err : &b->out, p->line, p->len) < 0)
+		if (ig_journal_append(p->file ? &b->err : &b->out, p->line, p->len) < 0) {
+			ig_batch_fence_unlock(b);
 			return;
+		}
 		if (p->file)
 			b->failed++, bs->lines_failed++;
 		else
@@ -241,6 +251,7 @@ void ig_batch_flush_pending(struct ig_batches *bs, struct ig_batch *b)
 		ig_list_del(&p->link);
 		free(p);
 	}
+	ig_batch_fence_unlock(b);
 	if (*b->paused && strncmp(b->paused, "cannot write", 12) == 0) {
 		ig_log_info("batch %s: results written again, going on", b->id);
 		*b->paused = 0;
@@ -530,6 +541,7 @@ struct fjob {
 	char *text;                 /* batch.json */
 	char *out, *errs;
 	struct ig_file of, ef;      /* id "" when there is no such file */
+	uint64_t fence;             /* our fencing token (0 alone) */
 	int err;                    /* errno of the failed step, 0 ok */
 	const char *step;
 };
@@ -539,11 +551,17 @@ static void finalize_run(struct ig_bio_job *job)
 	struct fjob *fj = IG_CONTAINER_OF(job, struct fjob, job);
 	struct ig_batch *b = fj->b;
 	const struct ig_files *fs = b->bs->gw->files;
+	int fd = ig_batch_fence_check_path(b->dir, fj->fence);
+	if (fd == -1) {
+		fj->err = EPERM;
+		fj->step = "another gateway runs it now";
+		return;
+	}
 	if (fj->sync) { /* the batch writes nothing while it finalizes: its journals are the job's */
 		if (ig_journal_sync(&b->out) < 0 || ig_journal_sync(&b->err) < 0) {
 			fj->err = errno;
 			fj->step = "cannot sync the results";
-			return;
+			goto out;
 		}
 		ig_journal_close(&b->out);
 		ig_journal_close(&b->err);
@@ -551,13 +569,16 @@ static void finalize_run(struct ig_bio_job *job)
 	if (ig_batch_write_json(b->dir, b->id, fj->text) < 0) {
 		fj->err = errno;
 		fj->step = "cannot save its state";
-		return;
+		goto out;
 	}
 	if ((*fj->of.id && ig_files_adopt_disk(fs, fj->out, &fj->of) < 0) ||
 	    (*fj->ef.id && ig_files_adopt_disk(fs, fj->errs, &fj->ef) < 0)) {
 		fj->err = errno;
 		fj->step = "cannot store the result files";
 	}
+out:
+	if (fd >= 0)
+		close(fd);
 }
 
 static void finalize_done(struct ig_bio_job *job)
@@ -566,13 +587,15 @@ static void finalize_done(struct ig_bio_job *job)
 	struct ig_batch *b = fj->b;
 	struct ig_files *fs = b->bs->gw->files;
 	b->jobs--;
-	if (fj->sync && !(fj->err && strcmp(fj->step, "cannot sync the results") == 0))
+	if (fj->sync && !(fj->err && (fj->err == EPERM || strcmp(fj->step, "cannot sync the results") == 0)))
 		b->journals_open = false;
 	if (!fj->err && ((*fj->of.id && ig_files_add(fs, &fj->of) < 0) || (*fj->ef.id && ig_files_add(fs, &fj->ef) < 0))) {
 		fj->err = ENOMEM;
 		fj->step = "cannot store the result files";
 	}
-	if (fj->err) {
+	if (fj->err == EPERM && fj->fence) {
+		ig_batch_lose(b, "its fence holds another gateway's token at finalizing");
+	} else if (fj->err) {
 		snprintf(b->paused, sizeof(b->paused), "%s: %s (retrying)", fj->step, strerror(fj->err));
 	} else {
 		enum ig_batch_status end = b->status == IG_BATCH_CANCELLING ? IG_BATCH_CANCELLED : b->expiring ? IG_BATCH_EXPIRED : IG_BATCH_COMPLETED;
@@ -613,6 +636,7 @@ void ig_batch_finalize(struct ig_batches *bs, struct ig_batch *b)
 		return;
 	}
 	fj->b = b;
+	fj->fence = bs->clustered ? b->fence : 0;
 	fj->sync = b->journals_open;
 	fj->out = ig_batch_path(b, "output.jsonl");
 	fj->errs = ig_batch_path(b, "errors.jsonl");

@@ -121,7 +121,7 @@ int ig_boot_init(struct ig_gw *gw, struct ig_conf *cfg)
 		return -1;
 	if (*cfg->data_dir) {
 		char *dir = ig_strdupf("%s/files", cfg->data_dir);
-		gw->files = ig_files_open(dir, &err);
+		gw->files = ig_files_open(dir, ig_cluster_configured(gw), &err);
 		free(dir);
 		if (!gw->files) {
 			ig_log_error("%s", err);

@@ -25,6 +25,7 @@
 #include "config.h"
 #include <arpa/inet.h>
 #include <netdb.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,7 @@
 #include <openssl/rand.h>
 
 #include "backend.h"
+#include "batches.h"
 #include "clients.h"
 #include "cluster.h"
 #include "gateway.h"
@@ -128,10 +130,14 @@ static const char leave_script[] =
 	"redis.call('ZREM', KEYS[2], ARGV[2])\n"
 	"return 1\n";
 
+/* Something to tell the others: SET key value PX ttl (when key), then
+ * PUBLISH msg on channel. */
 struct shared_resp {
 	struct ig_list link;
-	char *msg;          /* "NAME OWNER URL ID" */
+	const char *channel;
+	char *msg;          /* infergate:resp: "NAME OWNER URL ID"; infergate:data: "KIND NAME ID ..." */
 	char *key, *value;  /* infergate:resp:ID, "OWNER URL" */
+	uint64_t ttl_ms;
 };
 
 struct member {
@@ -146,6 +152,8 @@ struct ig_cluster {
 	char addr[INET6_ADDRSTRLEN]; /* resolved at start */
 	char *name, *name_key;
 	char token[33];              /* this process's, random */
+	char *holder;                /* "NAME TOKEN": what a batch's lease holds */
+	bool was_joined;             /* joined once: a later join reads data_dir again */
 	uint64_t sync_ms, live_ms;
 	struct ig_redis *cmd, *sub;
 	bool syncing, subscribed, joined, conflict;
@@ -169,7 +177,10 @@ struct ig_cluster {
 	long live_last;              /* gateways at the last sync */
 	uint64_t key_syncs;
 	uint64_t resp_shared, resp_learned, resp_dropped;
+	uint64_t data_shared, data_learned;  /* batch and file messages */
 };
+
+static const char data_channel[] = PREFIX "data";
 
 bool ig_cluster_configured(const struct ig_gw *gw)
 {
@@ -192,6 +203,10 @@ static void set_joined(struct ig_cluster *c, bool joined, const char *why)
 		split_evenly(c, c->live_last);
 		take_states(c, NULL);
 	}
+	if (joined && c->was_joined)
+		ig_batches_cluster_joined(c->gw); /* what was published while away */
+	if (joined)
+		c->was_joined = true;
 	if (joined)
 		ig_log_info("cluster: joined as '%s' through %s", c->name, c->shown);
 	else
@@ -592,15 +607,18 @@ static void flush(struct ig_cluster *c)
 		if (ig_redis_state(c->cmd) != IG_REDIS_UP)
 			return;
 		char ttl[32];
-		snprintf(ttl, sizeof(ttl), "%llu", (unsigned long long)IG_RESPSTORE_TTL_MS);
+		snprintf(ttl, sizeof(ttl), "%llu", (unsigned long long)s->ttl_ms);
 		const char *set[] = {"SET", s->key, s->value, "PX", ttl};
-		size_t setl[] = {3, strlen(s->key), strlen(s->value), 2, strlen(ttl)};
-		const char *pub[] = {"PUBLISH", PREFIX "resp", s->msg};
-		size_t publ[] = {7, strlen(PREFIX "resp"), strlen(s->msg)};
-		if (ig_redis_argv(c->cmd, NULL, NULL, 5, set, setl) < 0 ||
+		size_t setl[] = {3, s->key ? strlen(s->key) : 0, s->value ? strlen(s->value) : 0, 2, strlen(ttl)};
+		const char *pub[] = {"PUBLISH", s->channel, s->msg};
+		size_t publ[] = {7, strlen(s->channel), strlen(s->msg)};
+		if ((s->key && ig_redis_argv(c->cmd, NULL, NULL, 5, set, setl) < 0) ||
 		    ig_redis_argv(c->cmd, NULL, NULL, 3, pub, publ) < 0)
 			return;
-		c->resp_shared++;
+		if (s->channel == data_channel)
+			c->data_shared++;
+		else
+			c->resp_shared++;
 		ig_list_del(&s->link);
 		c->nout--;
 		free(s->msg);
@@ -621,6 +639,8 @@ void ig_cluster_response_stored(struct ig_gw *gw, const char *id, size_t n, cons
 		c->resp_dropped++;
 		return;
 	}
+	s->channel = PREFIX "resp";
+	s->ttl_ms = IG_RESPSTORE_TTL_MS;
 	s->msg = ig_strdupf("%s %lu %s %.*s", c->name, (unsigned long)owner, b->url, (int)n, id);
 	s->key = ig_strdupf(PREFIX "resp:%.*s", (int)n, id);
 	s->value = ig_strdupf("%lu %s", (unsigned long)owner, b->url);
@@ -628,6 +648,69 @@ void ig_cluster_response_stored(struct ig_gw *gw, const char *id, size_t n, cons
 	c->nout++;
 	if (gw->threaded)
 		ig_rx_wake(ig_gw_home(gw)); /* shared at its next turn, not its next tick */
+}
+
+void ig_cluster_publish(struct ig_gw *gw, const char *key, const char *value, uint64_t ttl_ms, char kind,
+			const char *fmt, ...)
+{
+	struct ig_cluster *c = gw->cluster;
+	if (!c)
+		return;
+	struct shared_resp *s = c->nout < OUTBOX_MAX ? calloc(1, sizeof(*s)) : NULL;
+	if (!s) {
+		c->resp_dropped++;
+		return;
+	}
+	char rest[600];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(rest, sizeof(rest), fmt, ap);
+	va_end(ap);
+	s->channel = data_channel;
+	s->msg = ig_strdupf("%c %s %s", kind, c->name, rest);
+	s->key = key ? strdup(key) : NULL;
+	s->value = value ? strdup(value) : NULL;
+	s->ttl_ms = ttl_ms;
+	ig_list_append(&c->outbox, &s->link);
+	c->nout++;
+	if (gw->threaded)
+		ig_rx_wake(ig_gw_home(gw));
+}
+
+/* A message of infergate:data: "KIND NAME REST" from another gateway. */
+static void on_data(redisAsyncContext *ac IG_UNUSED, void *reply, void *privdata)
+{
+	struct ig_cluster *c = privdata;
+	redisReply *r = reply;
+	if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 3 || r->element[0]->type != REDIS_REPLY_STRING ||
+	    strcmp(r->element[0]->str, "message") != 0 || r->element[2]->type != REDIS_REPLY_STRING)
+		return;
+	char kind, name[80];
+	int used = 0;
+	const char *msg = r->element[2]->str;
+	if (sscanf(msg, "%c %79s %n", &kind, name, &used) != 2 || used == 0 || strcmp(name, c->name) == 0)
+		return;
+	c->data_learned++;
+	ig_batches_cluster_message(c->gw, kind, msg + used);
+}
+
+bool ig_cluster_joined(const struct ig_gw *gw)
+{
+	return gw->cluster && gw->cluster->joined;
+}
+
+const char *ig_cluster_holder(const struct ig_gw *gw)
+{
+	return gw->cluster ? gw->cluster->holder : "";
+}
+
+int ig_cluster_command(struct ig_gw *gw, redisCallbackFn *fn, void *privdata, int argc, const char **argv,
+		       const size_t *lens)
+{
+	struct ig_cluster *c = gw->cluster;
+	if (!c || !c->joined)
+		return -1;
+	return ig_redis_argv(c->cmd, fn, privdata, argc, argv, lens);
 }
 
 static json_t *report_json(void *arg);
@@ -768,6 +851,7 @@ int ig_cluster_start(struct ig_gw *gw)
 		return -1;
 	for (int i = 0; i < 16; i++)
 		snprintf(c->token + 2 * i, 3, "%02x", rnd[i]);
+	c->holder = ig_strdupf("%s %s", c->name, c->token);
 	if (resolve(c) < 0) {
 		ig_log_error("cluster.redis_url: cannot resolve the host '%s'", c->url.host);
 		return -2;
@@ -811,7 +895,8 @@ void ig_cluster_tick(struct ig_gw *gw, uint64_t now)
 	ig_redis_tick(c->cmd, now);
 	ig_redis_tick(c->sub, now);
 	if (!c->subscribed && ig_redis_state(c->sub) == IG_REDIS_UP &&
-	    ig_redis_subscribe(c->sub, PREFIX "resp", on_message, c) == 0)
+	    ig_redis_subscribe(c->sub, PREFIX "resp", on_message, c) == 0 &&
+	    ig_redis_subscribe(c->sub, data_channel, on_data, c) == 0)
 		c->subscribed = true;
 	if (ig_redis_state(c->cmd) != IG_REDIS_UP)
 		return;
@@ -858,6 +943,7 @@ void ig_cluster_stop(struct ig_gw *gw)
 	free(c->shown);
 	free(c->name);
 	free(c->name_key);
+	free(c->holder);
 	free(c->members);
 	free(c->members_logged);
 	free(c->ksent);
@@ -889,6 +975,9 @@ static json_t *report_json(void *arg)
 	/* the key sync: how many there are, and how many keys the last one carried */
 	json_object_set_new(o, "key_syncs", json_integer((json_int_t)c->key_syncs));
 	json_object_set_new(o, "keys_synced", json_integer((json_int_t)c->nksent));
+	/* batches and files: messages sent to the others and taken from them */
+	json_object_set_new(o, "data_shared", json_integer((json_int_t)c->data_shared));
+	json_object_set_new(o, "data_learned", json_integer((json_int_t)c->data_learned));
 	return o;
 }
 

@@ -19,6 +19,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <hiredis/async.h>
+
 struct ig_gw;
 struct ig_backend;
 struct ig_cluster;
@@ -46,6 +48,21 @@ void ig_cluster_response_stored(struct ig_gw *gw, const char *id, size_t n, cons
  * are not refused; with no demand anywhere, an even split. The shares of
  * gateways that see the same figures add up to 1. */
 double ig_cluster_share(double mine, double others, long live);
+/* Tells the other gateways of a batch's or a file's change: PUBLISH "KIND
+ * NAME REST" on infergate:data (REST from fmt), after SET key value PX
+ * ttl_ms when key is not NULL. Any reactor, under the lock; sent by
+ * reactor 0 at its next turn, dropped while Redis is down (a gateway that
+ * joins again reads data_dir again). */
+void ig_cluster_publish(struct ig_gw *gw, const char *key, const char *value, uint64_t ttl_ms, char kind,
+			const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* Whether this gateway shares with the others now. */
+bool ig_cluster_joined(const struct ig_gw *gw);
+/* "NAME TOKEN": this process among the gateways (a batch's lease holds it). */
+const char *ig_cluster_holder(const struct ig_gw *gw);
+/* A command on the cluster's Redis connection (reactor 0, joined only):
+ * fn gets the reply, NULL when the connection drops. Returns 0 or -1. */
+int ig_cluster_command(struct ig_gw *gw, redisCallbackFn *fn, void *privdata, int argc, const char **argv,
+		       const size_t *lens);
 /* Its state is reported through metrics.h's sources: "cluster" in
  * /health/backends, infergate_cluster_* in /metrics. */
 

@@ -311,6 +311,10 @@ static const struct ig_flag keys[] = {
 	 .min = 10, .max = 60000, .def = "100", .metavar = "N",
 	 .help = "how often a gateway tells Redis it is alive and reads who else is; one silent for 3 periods "
 		 "has left"},
+	{.name = "--cluster-lease-s", .key = "cluster.lease_s", .type = IG_FLAG_LONG, .off = OFF(cluster_lease_s),
+	 .min = 1, .max = 3600, .def = "10", .metavar = "N",
+	 .help = "a batch is run by the one gateway that holds its lease in Redis; a gateway that dies "
+		 "loses it after N seconds, and another takes the batch over from its journal"},
 };
 
 static const struct ig_flags spec = {

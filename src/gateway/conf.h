@@ -115,6 +115,7 @@ struct ig_conf {
 	char *cluster_redis;        /* cluster.redis_url; "" = no cluster */
 	char *cluster_name;         /* cluster.name (the listen address by default) */
 	long cluster_sync_ms;       /* how often it syncs with Redis */
+	long cluster_lease_s;       /* a batch's lease: how long a silent holder keeps it */
 	bool backends_from_flags;   /* a --backend or --discover replaced the file's list */
 	bool aliases_from_flags;    /* a --model-alias replaced the file's map */
 	bool check_only;            /* --check-config */

@@ -14,6 +14,7 @@
  * gw->lock); the thread touches only the upload's own file. */
 #include "config.h"
 #include <dirent.h>
+#include <time.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -36,6 +37,8 @@ struct ig_files {
 	struct ig_file *v;   /* in upload order */
 	size_t n, cap;
 	size_t queued;       /* uploads' bytes handed to the I/O thread and not written yet */
+	void (*notify)(void *arg, char kind, const char *id); /* across gateways: 'f' stored, 'd' deleted */
+	void *notify_arg;
 };
 
 /* An upload's memory: its body is handed to the writer in chunks of this
@@ -136,13 +139,28 @@ static int add(struct ig_files *fs, const struct ig_file *f)
 	return 0;
 }
 
+/* Adds f learnt from another gateway, in order of creation; a no-op when
+ * it is there. */
+static void add_learnt(struct ig_files *fs, const struct ig_file *f)
+{
+	size_t i = 0;
+	for (i = 0; i < fs->n; i++)
+		if (strcmp(fs->v[i].id, f->id) == 0)
+			return;
+	if (add(fs, f) < 0)
+		return;
+	for (i = fs->n - 1; i > 0 && fs->v[i - 1].created_at > f->created_at; i--)
+		fs->v[i] = fs->v[i - 1];
+	fs->v[i] = *f;
+}
+
 static int by_created(const void *a, const void *b)
 {
 	const struct ig_file *x = a, *y = b;
 	return x->created_at < y->created_at ? -1 : x->created_at > y->created_at ? 1 : strcmp(x->id, y->id);
 }
 
-struct ig_files *ig_files_open(const char *dir, char **err)
+struct ig_files *ig_files_open(const char *dir, bool shared, char **err)
 {
 	struct ig_files *fs = calloc(1, sizeof(*fs));
 	if (!fs || !(fs->dir = strdup(dir))) {
@@ -166,9 +184,14 @@ struct ig_files *ig_files_open(const char *dir, char **err)
 		struct ig_file f;
 		if (strncmp(e->d_name, ".upload-", 8) == 0) { /* a crash's half-written upload */
 			char *p = ig_strdupf("%s/%s", dir, e->d_name);
-			unlink(p);
+			struct stat st;
+			/* shared with other gateways: theirs may be under way (written
+			 * within the hour) */
+			if (!shared || (stat(p, &st) == 0 && st.st_mtime < time(NULL) - 3600)) {
+				unlink(p);
+				dropped++;
+			}
 			free(p);
-			dropped++;
 		} else if (n > 5 && strcmp(e->d_name + n - 5, ".json") == 0 && read_meta(fs, e->d_name, &f) == 0) {
 			struct stat st;
 			char *p = ig_files_path(fs, f.id);
@@ -252,6 +275,8 @@ int ig_files_add(struct ig_files *fs, const struct ig_file *f)
 		errno = ENOMEM;
 		return -1;
 	}
+	if (fs->notify)
+		fs->notify(fs->notify_arg, 'f', f->id);
 	return 0;
 }
 
@@ -768,6 +793,8 @@ int ig_files_remove(struct ig_files *fs, struct ig_bio *bio, const char *id, voi
 	}
 	memmove(&fs->v[i], &fs->v[i + 1], (fs->n - i - 1) * sizeof(*fs->v));
 	fs->n--;
+	if (fs->notify)
+		fs->notify(fs->notify_arg, 'd', id);
 	rj->job.run = remove_run;
 	rj->job.done = remove_done;
 	rj->done = done;
@@ -925,4 +952,92 @@ struct ig_call *ig_files_call(struct ig_gw *gw, struct MHD_Connection *conn, con
 	snprintf(fc->method, sizeof(fc->method), "%s", method);
 	snprintf(fc->url, sizeof(fc->url), "%s", url);
 	return &fc->call;
+}
+
+/* ---- across gateways ---- */
+
+void ig_files_set_notify(struct ig_files *fs, void (*fn)(void *arg, char kind, const char *id), void *arg)
+{
+	fs->notify = fn;
+	fs->notify_arg = arg;
+}
+
+void ig_files_forget(struct ig_files *fs, const char *id)
+{
+	for (size_t i = 0; fs && i < fs->n; i++)
+		if (strcmp(fs->v[i].id, id) == 0) {
+			memmove(&fs->v[i], &fs->v[i + 1], (fs->n - i - 1) * sizeof(*fs->v));
+			fs->n--;
+			return;
+		}
+}
+
+/* Reading files' metadata that other gateways wrote, on the I/O thread:
+ * one id, or all of them (id ""). */
+struct learn_job {
+	struct ig_bio_job job;
+	struct ig_files *fs;
+	char id[40];
+	struct ig_file *got;
+	size_t n;
+};
+
+static void learn_one(struct learn_job *lj, const char *name)
+{
+	struct ig_file f;
+	struct stat st;
+	if (read_meta(lj->fs, name, &f) < 0)
+		return;
+	char *p = ig_files_path(lj->fs, f.id);
+	bool whole = stat(p, &st) == 0 && st.st_size == f.bytes;
+	free(p);
+	struct ig_file *v = whole ? realloc(lj->got, (lj->n + 1) * sizeof(*v)) : NULL;
+	if (v) {
+		lj->got = v;
+		lj->got[lj->n++] = f;
+	}
+}
+
+static void learn_run(struct ig_bio_job *job)
+{
+	struct learn_job *lj = IG_CONTAINER_OF(job, struct learn_job, job);
+	if (*lj->id) {
+		char name[64];
+		snprintf(name, sizeof(name), "%s.json", lj->id);
+		learn_one(lj, name);
+		return;
+	}
+	DIR *d = opendir(lj->fs->dir);
+	struct dirent *e;
+	while (d && (e = readdir(d))) {
+		size_t n = strlen(e->d_name);
+		if (n > 5 && strncmp(e->d_name, "file-", 5) == 0 && strcmp(e->d_name + n - 5, ".json") == 0)
+			learn_one(lj, e->d_name);
+	}
+	if (d)
+		closedir(d);
+}
+
+static void learn_done(struct ig_bio_job *job)
+{
+	struct learn_job *lj = IG_CONTAINER_OF(job, struct learn_job, job);
+	for (size_t i = 0; i < lj->n; i++)
+		add_learnt(lj->fs, &lj->got[i]);
+	free(lj->got);
+	free(lj);
+}
+
+void ig_files_learn(struct ig_files *fs, struct ig_bio *bio, const char *id)
+{
+	struct learn_job *lj = fs ? calloc(1, sizeof(*lj)) : NULL;
+	if (!lj || (id && strlen(id) >= sizeof(lj->id))) {
+		free(lj);
+		return;
+	}
+	lj->fs = fs;
+	snprintf(lj->id, sizeof(lj->id), "%s", id ? id : "");
+	lj->job.queue = IG_BIO_FILES;
+	lj->job.run = learn_run;
+	lj->job.done = learn_done;
+	ig_bio_submit(bio, &lj->job);
 }

@@ -30,9 +30,10 @@ struct ig_file {
 };
 
 /* Opens the store in dir (data_dir/files, made if missing): loads every
- * file's metadata, removes uploads a crash left half-written. NULL with
+ * file's metadata, removes uploads a crash left half-written (`shared`:
+ * other gateways use dir too, so only those untouched for an hour). NULL with
  * *err (malloc'd) when it cannot. */
-struct ig_files *ig_files_open(const char *dir, char **err);
+struct ig_files *ig_files_open(const char *dir, bool shared, char **err);
 void ig_files_free(struct ig_files *fs);
 /* The file with this id that owner may see, or NULL. */
 const struct ig_file *ig_files_find(const struct ig_files *fs, const char *id, const char *owner);
@@ -80,5 +81,13 @@ void ig_files_count(const struct ig_files *fs, uint64_t *n, uint64_t *bytes);
  * NULL when out of memory. */
 struct ig_call *ig_files_call(struct ig_gw *gw, struct MHD_Connection *conn, const char *url,
 			      const char *method, const char *owner);
+
+/* Across gateways (a data_dir they all mount). fn is told of each file
+ * stored ('f') or deleted ('d') here; the others learn them with
+ * ig_files_learn (an id; NULL: every file of dir, after being away) and
+ * ig_files_forget. On a reactor, under the lock. */
+void ig_files_set_notify(struct ig_files *fs, void (*fn)(void *arg, char kind, const char *id), void *arg);
+void ig_files_learn(struct ig_files *fs, struct ig_bio *bio, const char *id);
+void ig_files_forget(struct ig_files *fs, const char *id);
 
 #endif

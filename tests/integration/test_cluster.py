@@ -5,12 +5,13 @@ killed leaves; a response stored through one gateway is followed up and read thr
 Redis going away leaves each gateway serving alone, and its return joins them again."""
 
 import json
+import os
 import signal
 import subprocess
 import time
 
-from harness import (Sampler, binary, http, http_json, metric, run, sim_waiting, start_gateway, start_redis,
-                     start_sim, stateful_backend, test, wait_until)
+from harness import (Dir, Sampler, binary, http, http_json, metric, run, sim_waiting, start_gateway, start_redis,
+                     start_sim, stateful_backend, test, upload, wait_until)
 
 
 def cluster(gw):
@@ -361,6 +362,175 @@ def the_official_client_through_haproxy_in_front_of_two_gateways():
     assert out["completed"] == 70 and out["statuses"].get("200") == 70, out
     assert out["statuses"].get("429", 0) >= 1, out    # 429 then served (the retries wait as told)
     assert sim_requests(sim) - before == 70
+
+
+# ---- files and batches in a data_dir every gateway mounts
+
+def redis_cli(redis, *args):
+    return subprocess.run(["redis-cli", "-p", str(redis.port), *args], capture_output=True, text=True,
+                          timeout=10).stdout.strip()
+
+
+def batch_gateway(redis, name, d, sims, *extra, port=None):
+    return start_gateway(sims, "--cluster-redis", redis.redis_url, "--cluster-name", name, "--cluster-sync-ms", "100",
+                         "--cluster-lease-s", "2", "--data-dir", d("data"), *extra, port=port)
+
+
+def batch_line(i, **body):
+    b = {"model": "m", "messages": [{"role": "user", "content": f"question {i}"}], **body}
+    return {"custom_id": f"r{i}", "method": "POST", "url": "/v1/chat/completions", "body": b}
+
+
+def make_batch(d, gw, n, **body):
+    with open(d("c.jsonl"), "w") as f:
+        for i in range(n):
+            f.write(json.dumps(batch_line(i, **body)) + "\n")
+    st, f = upload(gw, open(d("c.jsonl"), "rb").read())
+    assert st == 200, f
+    st, _, b = http_json("POST", gw.url + "/v1/batches", {"input_file_id": f["id"], "endpoint": "/v1/chat/completions",
+                                                          "completion_window": "24h"})
+    assert st == 200 and b["status"] == "validating", b
+    return f["id"], b["id"]
+
+
+def batch(gw, bid):
+    st, _, b = http_json("GET", f"{gw.url}/v1/batches/{bid}")
+    return b if st == 200 else None
+
+
+def lines_of(gw, file_id):
+    st, _, raw = http("GET", f"{gw.url}/v1/files/{file_id}/content")
+    assert st == 200, (st, raw[:200])
+    return [json.loads(x)["custom_id"] for x in raw.decode().splitlines()]
+
+
+def once(n, *lists):
+    seen = [c for lst in lists for c in lst]
+    dup = sorted({c for c in seen if seen.count(c) > 1})
+    assert not dup, dup[:10]
+    assert set(seen) == {f"r{i}" for i in range(n)}, (len(set(seen)), n)
+
+
+def holder(gws, bid):
+    """The gateway that runs the batch now (its lease and fence), or None."""
+    for g in gws:
+        b = batch(g, bid)
+        if b and b["infergate"]["run_here"]["held"]:
+            return g
+    return None
+
+
+SLOW = ("--model", "m", "--tokens-per-second", "0", "--ttft-ms", "150", "--output-tokens", "4", "--max-running", "16")
+
+
+@test
+def files_and_a_batch_made_through_one_gateway_are_read_and_cancelled_through_another():
+    d = Dir()
+    redis = start_redis()
+    sim = start_sim(*SLOW)
+    a = batch_gateway(redis, "gw-a", d, [sim])
+    b = batch_gateway(redis, "gw-b", d, [sim])
+    wait_until(lambda: members(a) == ["gw-a", "gw-b"] and members(b) == ["gw-a", "gw-b"], timeout=10,
+               what="both see both")
+    # a file uploaded through A is listed, read and deleted through B
+    st, f = upload(a, b'{"custom_id": "x"}\n', filename="one.jsonl")
+    assert st == 200, f
+    wait_until(lambda: http_json("GET", f"{b.url}/v1/files/{f['id']}")[0] == 200, timeout=10, what="B knows A's file")
+    assert http_json("GET", f"{b.url}/v1/files/{f['id']}")[2] == f
+    assert http("GET", f"{b.url}/v1/files/{f['id']}/content")[2] == b'{"custom_id": "x"}\n'
+    assert f["id"] in [x["id"] for x in http_json("GET", b.url + "/v1/files")[2]["data"]]
+    st, _, obj = http_json("DELETE", f"{b.url}/v1/files/{f['id']}")
+    assert st == 200 and obj["deleted"] is True, obj
+    wait_until(lambda: http_json("GET", f"{a.url}/v1/files/{f['id']}")[0] == 404, timeout=10, what="A forgets it")
+    # a batch made through A: run by A, seen through B with its progress
+    n = 1200
+    fid, bid = make_batch(d, a, n)
+    wait_until(lambda: batch(b, bid) is not None, timeout=10, what="B knows A's batch")
+    wait_until(lambda: batch(a, bid)["infergate"]["run_here"]["held"], timeout=10, what="A runs it")
+    assert batch(b, bid)["infergate"]["run_here"]["held"] is False
+    assert bid in [x["id"] for x in http_json("GET", b.url + "/v1/batches")[2]["data"]]
+    wait_until(lambda: batch(b, bid)["request_counts"]["completed"] >= 100, timeout=60, what="progress seen through B")
+    # cancelled through B: A stops it; both say cancelled; the partial output read through B
+    st, _, got = http_json("POST", f"{b.url}/v1/batches/{bid}/cancel")
+    assert st == 200 and got["status"] == "cancelling", got
+    wait_until(lambda: batch(a, bid)["status"] == "cancelled" and batch(b, bid)["status"] == "cancelled",
+               timeout=30, what="cancelled on both")
+    assert "cancelled through another gateway" in a.read_log()
+    done = batch(b, bid)
+    assert done == {**batch(a, bid), "infergate": done["infergate"]}, (done, batch(a, bid))
+    k = done["request_counts"]["completed"]
+    assert 100 <= k < n, done
+    out = lines_of(b, done["output_file_id"])
+    assert len(out) == k and len(set(out)) == k, (len(out), k)
+    # a small one made through B runs to completed there, read through A
+    fid2, bid2 = make_batch(d, b, 50)
+    wait_until(lambda: (batch(a, bid2) or {}).get("status") == "completed", timeout=60, what="completed, seen by A")
+    once(50, lines_of(a, batch(a, bid2)["output_file_id"]))
+    assert "run here from now" in b.read_log()
+
+
+@test
+def the_gateway_running_a_batch_killed_three_times_and_another_finishes_every_line_once():
+    d = Dir()
+    redis = start_redis()
+    sims = [start_sim(*SLOW) for _ in range(2)]
+    gws = {"gw-a": batch_gateway(redis, "gw-a", d, sims), "gw-b": batch_gateway(redis, "gw-b", d, sims)}
+    n = 3000
+    _, bid = make_batch(d, gws["gw-a"], n)
+    for frac in (0.1, 0.4, 0.7):       # three different moments
+        wait_until(lambda: holder(gws.values(), bid) is not None and
+                   (batch(holder(gws.values(), bid), bid) or {}).get("request_counts", {}).get("completed", 0) >= frac * n,
+                   timeout=90, interval=0.05, what=f"{frac:.0%} done")
+        h = holder(gws.values(), bid)
+        name = next(k for k, g in gws.items() if g is h)
+        port = h.port
+        h.send_signal(signal.SIGKILL)
+        h.wait()
+        other = next(g for k, g in gws.items() if k != name)
+        # the other takes it over once the lease lapses, from the journal
+        wait_until(lambda: batch(other, bid)["infergate"]["run_here"]["held"], timeout=15, what="taken over")
+        assert "run here from now" in other.read_log()
+        gws[name] = batch_gateway(redis, name, d, sims, port=port)
+    b = None
+    def finished():
+        nonlocal b
+        b = batch(gws["gw-a"], bid)
+        return b["status"] == "completed"
+    wait_until(finished, timeout=180, interval=0.2, what="completed")
+    assert b["request_counts"] == {"total": n, "completed": n, "failed": 0}, b
+    once(n, lines_of(gws["gw-b"], b["output_file_id"]))
+    # the fencing tokens grew with each take-over: four holders in all
+    assert int(redis_cli(redis, "GET", "infergate:bfence")) >= 4
+
+
+@test
+def a_gateway_paused_past_its_lease_writes_nothing_more():
+    d = Dir()
+    redis = start_redis()
+    sims = [start_sim(*SLOW) for _ in range(2)]
+    a = batch_gateway(redis, "gw-a", d, sims)
+    b = batch_gateway(redis, "gw-b", d, sims)
+    n = 2000
+    _, bid = make_batch(d, a, n)
+    wait_until(lambda: batch(a, bid)["request_counts"]["completed"] >= 300, timeout=60, what="300 done")
+    os.killpg(a.pid, signal.SIGSTOP)   # A holds its lines in flight, its lease lapses
+    try:
+        wait_until(lambda: batch(b, bid)["infergate"]["run_here"]["held"], timeout=15, what="B takes it over")
+        fence_b = batch(b, bid)["infergate"]["run_here"]["fencing_token"]
+        wait_until(lambda: batch(b, bid)["request_counts"]["completed"] >= 600, timeout=60, what="B goes on")
+    finally:
+        os.killpg(a.pid, signal.SIGCONT)
+    # A's answers arrive now: its next append finds B's token in the fence, and it stops
+    wait_until(lambda: "run here no more" in a.read_log(), timeout=15, what="A lets go")
+    assert batch(a, bid)["infergate"]["run_here"]["held"] is False
+    done = None
+    def finished():
+        nonlocal done
+        done = batch(b, bid)
+        return done["status"] == "completed"
+    wait_until(finished, timeout=120, interval=0.2, what="completed")
+    assert done["infergate"]["run_here"]["fencing_token"] == fence_b
+    once(n, lines_of(a, done["output_file_id"]))
 
 
 if __name__ == "__main__":

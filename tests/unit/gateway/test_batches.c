@@ -66,7 +66,7 @@ static void setup(struct fixture *f)
 	atomic_store(&b->state, IG_BACKEND_UP);
 	ck_assert_int_eq(ig_sched_rebuild(&f->gw.sched, &f->gw.fleet), 0);
 	char *dir = in_root(f, "%s", "files"), *err = NULL;
-	f->gw.files = ig_files_open(dir, &err);
+	f->gw.files = ig_files_open(dir, false, &err);
 	ck_assert_ptr_nonnull(f->gw.files);
 	free(dir);
 	open_store(f);

@@ -73,7 +73,7 @@ START_TEST(a_stored_file_survives_a_restart_and_a_crashs_leftovers_go)
 	setup();
 	char *dir = path_in("files");
 	char *err = NULL;
-	struct ig_files *fs = ig_files_open(dir, &err);
+	struct ig_files *fs = ig_files_open(dir, false, &err);
 	ck_assert_ptr_nonnull(fs);
 	put("out.jsonl", "{\"a\":1}\n{\"a\":2}\n");
 	adopt(fs, "out.jsonl", "file-aaa", "alice", 100);
@@ -95,7 +95,7 @@ START_TEST(a_stored_file_survives_a_restart_and_a_crashs_leftovers_go)
 	put("files/file-bbb.json", "{\"id\":\"file-bbb\",\"owner\":\"\",\"filename\":\"x\",\"purpose\":\"batch\","
 				   "\"bytes\":99,\"created_at\":1}");
 	put("files/file-bbb", "short");
-	fs = ig_files_open(dir, &err);
+	fs = ig_files_open(dir, false, &err);
 	ck_assert_ptr_nonnull(fs);
 	ck_assert(!exists("files/.upload-0123"));
 	ck_assert_ptr_nonnull(ig_files_find(fs, "file-aaa", "alice"));
@@ -115,7 +115,7 @@ START_TEST(remove_takes_the_file_from_the_list_and_the_disk)
 {
 	setup();
 	char *dir = path_in("files"), *err = NULL;
-	struct ig_files *fs = ig_files_open(dir, &err);
+	struct ig_files *fs = ig_files_open(dir, false, &err);
 	put("o1", "1\n");
 	put("o2", "22\n");
 	adopt(fs, "o1", "file-1", "", 1);
@@ -138,7 +138,7 @@ START_TEST(remove_takes_the_file_from_the_list_and_the_disk)
 	rmdir(meta);
 	free(meta);
 	ig_files_free(fs);
-	fs = ig_files_open(dir, &err); /* gone for good */
+	fs = ig_files_open(dir, false, &err); /* gone for good */
 	ck_assert_ptr_null(ig_files_find(fs, "file-1", ""));
 	ig_files_free(fs);
 	free(dir);
@@ -232,7 +232,7 @@ START_TEST(an_uploads_bytes_reach_the_store_through_the_writer)
 {
 	setup();
 	char *dir = path_in("files"), *err = NULL;
-	struct ig_files *fs = ig_files_open(dir, &err);
+	struct ig_files *fs = ig_files_open(dir, false, &err);
 	struct files_call *fc = upload_call(files_gw(fs));
 	feed(fc, "{\"prompt\":\"a\"}\n");
 	ck_assert_int_eq(upload_flush(fc), 0); /* the first bytes: the temporary file exists */
@@ -264,7 +264,7 @@ START_TEST(a_full_disk_keeps_nothing_and_says_so)
 {
 	setup();
 	char *dir = path_in("files"), *err = NULL;
-	struct ig_files *fs = ig_files_open(dir, &err);
+	struct ig_files *fs = ig_files_open(dir, false, &err);
 	struct files_call *fc = upload_call(files_gw(fs));
 	feed(fc, "{\"prompt\":\"a\"}\n");
 	close(open(fc->tmp, O_WRONLY | O_CREAT, 0600)); /* as if the writer had made it */
@@ -292,7 +292,7 @@ START_TEST(too_large_an_upload_is_refused_and_dropped)
 {
 	setup();
 	char *dir = path_in("files"), *err = NULL;
-	struct ig_files *fs = ig_files_open(dir, &err);
+	struct ig_files *fs = ig_files_open(dir, false, &err);
 	struct ig_gw *gw = files_gw(fs);
 	gw->cfg->files_max_bytes = 20;
 	struct files_call *fc = upload_call(gw);

@@ -1,0 +1,554 @@
+/* The Batch and Files APIs across gateways (batch.h), when the cluster
+ * section is set and every gateway mounts the same data_dir (a
+ * ReadWriteMany volume, or one directory). data_dir stays the one truth
+ * of what a batch is (batch.json) and has done (its two journals); Redis
+ * decides who runs it and tells the others when something changed:
+ *
+ *   infergate:blease:ID   "NAME TOKEN FENCE": the gateway that runs batch
+ *                         ID, for cluster.lease_s (renewed every lease_s/3)
+ *   infergate:bfence      a counter: each lease taken gets the next number,
+ *                         its fencing token, never used twice
+ *   infergate:bcancel:ID  set when a gateway that does not run ID is asked
+ *                         to cancel it: the holder (or the next) cancels it
+ *   channel infergate:data  "b NAME ID": ID's batch.json changed (read it
+ *                         again); "p NAME ID COMPLETED FAILED IN_FLIGHT":
+ *                         progress, each second; "c NAME ID": cancel it;
+ *                         "f NAME ID" / "d NAME ID": file ID stored/deleted
+ *
+ * Exactly one writer: a gateway that takes a lease writes its token into
+ * the batch's `fence` file under an exclusive flock(2) before it reads the
+ * journals; every journal append (on the reactor) and every batch.json
+ * write and hand-over (on the I/O thread) is made under a shared flock
+ * after checking that the fence still holds the writer's own token. So a
+ * gateway that was paused past its lease (SIGSTOP, a long GC-like stall, a
+ * partition) finds another's token at its next append and stops: its line
+ * either went in before the take-over's scan (which then counts it as
+ * done) or not at all (and the new holder sends it). Nothing depends on
+ * the gateways' clocks: Redis's lease expiry decides when a batch may be
+ * taken, the fence decides who may write.
+ *
+ * A batch another gateway runs is a copy here: what the API shows comes
+ * from its batch.json (read again on each "b" message) and the last
+ * progress message; a cancel through this gateway is handed to the holder
+ * through Redis. While Redis is down, each gateway goes on with the batches
+ * it holds (its fence still protects them) and nobody takes new ones; on
+ * joining again a gateway reads data_dir again for what it missed.
+ * Reactor 0 (its tick and its Redis replies), under the lock; the fence
+ * and batch.json reads on the I/O thread. */
+#include "config.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <unistd.h>
+#include <dirent.h>
+
+#include <hiredis/hiredis.h>
+
+#include "batch.h"
+#include "batches.h"
+#include "bio.h"
+#include "cluster.h"
+#include "files.h"
+#include "gateway.h"
+#include "infergate/log.h"
+#include "infergate/util.h"
+
+#define PREFIX "infergate:"
+#define CANCEL_TTL_MS (7ull * 86400 * 1000)
+
+/* One round for every unfinished batch: ARGV this gateway's "NAME TOKEN",
+ * the lease (ms), then per batch ID and 'r' (renew: ours) or 't' (take it
+ * if nobody holds it). Returns per batch the fencing token it holds for
+ * us (0: not ours) and whether a cancel was asked. */
+static const char lease_script[] =
+	"local h = ARGV[1]\n"
+	"local px = tonumber(ARGV[2])\n"
+	"local out = {}\n"
+	"for i = 3, #ARGV, 2 do\n"
+	"  local k = 'infergate:blease:' .. ARGV[i]\n"
+	"  local cur = redis.call('GET', k)\n"
+	"  local tok = 0\n"
+	"  if cur and string.sub(cur, 1, #h + 1) == h .. ' ' then\n"
+	"    redis.call('PEXPIRE', k, px)\n"
+	"    tok = tonumber(string.sub(cur, #h + 2)) or 0\n"
+	"  elseif not cur and ARGV[i+1] == 't' then\n"
+	"    tok = redis.call('INCR', 'infergate:bfence')\n"
+	"    redis.call('SET', k, h .. ' ' .. tok, 'PX', px)\n"
+	"  end\n"
+	"  out[#out+1] = tok\n"
+	"  out[#out+1] = redis.call('EXISTS', 'infergate:bcancel:' .. ARGV[i])\n"
+	"end\n"
+	"return out\n";
+
+/* ------------------------------------------------------------- the fence */
+
+static int read_token(int fd, uint64_t *tok)
+{
+	char buf[32];
+	ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+	if (n < 0)
+		return -1;
+	buf[n] = 0;
+	*tok = strtoull(buf, NULL, 10);
+	return 0;
+}
+
+int ig_batch_fence_lock(struct ig_batch *b)
+{
+	if (!b->bs->clustered)
+		return 0;
+	if (!b->ours || b->fence_fd < 0)
+		return -1;
+	uint64_t tok = 0;
+	/* not blocking: an exclusive lock is another gateway taking the batch over */
+	if (flock(b->fence_fd, LOCK_SH | LOCK_NB) < 0) {
+		ig_batch_lose(b, "another gateway is taking it over (its fence is locked)");
+		return -1;
+	}
+	if (read_token(b->fence_fd, &tok) < 0 || tok != b->fence) {
+		flock(b->fence_fd, LOCK_UN);
+		char why[120];
+		snprintf(why, sizeof(why), "its fence holds token %" PRIu64 ", not ours (%" PRIu64 ")", tok, b->fence);
+		ig_batch_lose(b, why);
+		return -1;
+	}
+	return 0;
+}
+
+void ig_batch_fence_unlock(struct ig_batch *b)
+{
+	if (b->bs->clustered && b->fence_fd >= 0)
+		flock(b->fence_fd, LOCK_UN);
+}
+
+int ig_batch_fence_check_path(const char *dir, uint64_t fence)
+{
+	if (!fence)
+		return -2;
+	char *p = ig_strdupf("%s/fence", dir);
+	int fd = p ? open(p, O_RDONLY | O_CLOEXEC) : -1;
+	free(p);
+	uint64_t tok = 0;
+	if (fd >= 0 && flock(fd, LOCK_SH) == 0 && read_token(fd, &tok) == 0 && tok == fence)
+		return fd;
+	if (fd >= 0)
+		close(fd);
+	errno = EPERM;
+	return -1;
+}
+
+void ig_batch_lose(struct ig_batch *b, const char *why)
+{
+	if (!b->ours && !b->taking)
+		return;
+	ig_log_warn("batch %s: run here no more: %s; its lines in flight here are not written (the gateway that "
+		    "runs it sends them)", b->id, why);
+	b->ours = false;
+	b->taking = false;
+	b->fence = 0;
+	b->releasing = true; /* the tick aborts the transfers: this may be one's callback */
+	b->bs->leases_lost++;
+}
+
+/* What running left in a lost batch, once no job of it runs; then its
+ * state is read again from data_dir, as any other gateway's. */
+static void reload(struct ig_batches *bs, struct ig_batch *b);
+
+static void release(struct ig_batches *bs, struct ig_batch *b)
+{
+	ig_batch_abort(bs, b);
+	if (b->jobs)
+		return;
+	ig_batch_run_clear(b);
+	ig_batch_check_free(b->v);
+	b->v = NULL;
+	b->vslices = 0;
+	if (b->fence_fd >= 0)
+		close(b->fence_fd);
+	b->fence_fd = -1;
+	*b->paused = 0;
+	b->inflight = 0;
+	b->releasing = false;
+	reload(bs, b);
+}
+
+/* ------------------------------------------------- taking a batch over */
+
+struct take_job {
+	struct ig_bio_job job;
+	struct ig_batches *bs;
+	char id[40];
+	char *dir;
+	uint64_t fence;
+	int fd;
+	uint64_t before;            /* the token the fence held */
+	struct ig_batch *disk;      /* batch.json as the last holder left it */
+	int err;
+};
+
+static void take_run(struct ig_bio_job *job)
+{
+	struct take_job *tj = IG_CONTAINER_OF(job, struct take_job, job);
+	char *p = ig_strdupf("%s/fence", tj->dir);
+	char text[32];
+	int n = snprintf(text, sizeof(text), "%" PRIu64 "\n", tj->fence);
+	tj->fd = p ? open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0600) : -1;
+	free(p);
+	/* exclusive: a holder's append in progress ends first, and its next
+	 * one sees our token */
+	if (tj->fd < 0 || flock(tj->fd, LOCK_EX) < 0 || read_token(tj->fd, &tj->before) < 0 ||
+	    pwrite(tj->fd, text, (size_t)n, 0) != n || ftruncate(tj->fd, n) < 0 || fsync(tj->fd) < 0) {
+		tj->err = errno ? errno : EIO;
+		if (tj->fd >= 0)
+			close(tj->fd);
+		tj->fd = -1;
+		return;
+	}
+	flock(tj->fd, LOCK_UN);
+	tj->disk = ig_batch_load(tj->bs, tj->id);
+}
+
+static void take_done(struct ig_bio_job *job)
+{
+	struct take_job *tj = IG_CONTAINER_OF(job, struct take_job, job);
+	struct ig_batch *b = ig_batch_find(tj->bs, tj->id);
+	if (b)
+		b->jobs--;
+	if (!b || !b->taking || b->fence != tj->fence || tj->err) {
+		if (tj->err)
+			ig_log_error("batch %s: cannot write its fence: %s; not run here", tj->id, strerror(tj->err));
+		if (b && b->taking)
+			b->taking = false, b->fence = 0;
+		if (tj->fd >= 0)
+			close(tj->fd);
+	} else {
+		b->taking = false;
+		b->ours = true;
+		b->fence_fd = tj->fd;
+		if (tj->disk)
+			ig_batch_take_state(b, tj->disk);
+		b->inflight = 0;
+		tj->bs->takeovers++;
+		ig_cluster_publish(tj->bs->gw, NULL, NULL, 0, 'b', "%s", b->id); /* a new one: the others learn it */
+		ig_log_info("batch %s: run here from now (fencing token %" PRIu64 ", %s before): %s, %ld of %ld done",
+			    b->id, tj->fence, tj->before ? "another's" : "none", ig_batch_status_names[b->status],
+			    b->completed + b->failed, b->total);
+	}
+	ig_batch_free(tj->disk);
+	free(tj->dir);
+	free(tj);
+}
+
+static void take(struct ig_batches *bs, struct ig_batch *b, uint64_t fence)
+{
+	struct take_job *tj = calloc(1, sizeof(*tj));
+	if (!tj || !(tj->dir = strdup(b->dir))) {
+		free(tj);
+		return; /* out of memory: the lease lapses, someone takes it */
+	}
+	tj->bs = bs;
+	snprintf(tj->id, sizeof(tj->id), "%s", b->id);
+	tj->fence = fence;
+	tj->fd = -1;
+	b->taking = true;
+	b->fence = fence;
+	b->jobs++;
+	tj->job.queue = IG_BIO_BATCHES;
+	tj->job.run = take_run;
+	tj->job.done = take_done;
+	ig_bio_submit(bs->gw->bio, &tj->job);
+}
+
+/* --------------------------------------------------- others' batches */
+
+/* Reading batch.json again (one batch, or every one: id ""). */
+struct reload_job {
+	struct ig_bio_job job;
+	struct ig_batches *bs;
+	char id[40];
+	struct ig_batch **got;
+	size_t n;
+};
+
+static void reload_run(struct ig_bio_job *job)
+{
+	struct reload_job *rj = IG_CONTAINER_OF(job, struct reload_job, job);
+	if (*rj->id) {
+		if ((rj->got = malloc(sizeof(*rj->got))) && (rj->got[0] = ig_batch_load(rj->bs, rj->id)))
+			rj->n = 1;
+		return;
+	}
+	DIR *d = opendir(rj->bs->dir);
+	struct dirent *e;
+	while (d && (e = readdir(d))) {
+		if (strncmp(e->d_name, "batch_", 6) != 0)
+			continue;
+		struct ig_batch *b = ig_batch_load(rj->bs, e->d_name), **v;
+		if (b && (v = realloc(rj->got, (rj->n + 1) * sizeof(*v)))) {
+			rj->got = v;
+			rj->got[rj->n++] = b;
+		} else {
+			ig_batch_free(b);
+		}
+	}
+	if (d)
+		closedir(d);
+}
+
+static void reload_done(struct ig_bio_job *job)
+{
+	struct reload_job *rj = IG_CONTAINER_OF(job, struct reload_job, job);
+	struct ig_batches *bs = rj->bs;
+	if (*rj->id) {
+		struct ig_batch *b = ig_batch_find(bs, rj->id);
+		if (b)
+			b->reloading = false;
+	}
+	for (size_t i = 0; i < rj->n; i++) {
+		struct ig_batch *got = rj->got[i], *b = ig_batch_find(bs, got->id);
+		if (!b) {
+			got->ours = false;
+			ig_batch_insert(bs, got); /* made through another gateway */
+			continue;
+		}
+		if (!b->ours && !b->taking && !b->releasing) {
+			long inflight = b->inflight;
+			ig_batch_take_state(b, got);
+			if (ig_batch_finished(b->status))
+				inflight = 0;
+			b->inflight = inflight;
+		}
+		ig_batch_free(got);
+	}
+	free(rj->got);
+	free(rj);
+}
+
+static void submit_reload(struct ig_batches *bs, const char *id)
+{
+	struct reload_job *rj = calloc(1, sizeof(*rj));
+	if (!rj)
+		return;
+	rj->bs = bs;
+	snprintf(rj->id, sizeof(rj->id), "%s", id);
+	rj->job.queue = IG_BIO_BATCHES;
+	rj->job.run = reload_run;
+	rj->job.done = reload_done;
+	ig_bio_submit(bs->gw->bio, &rj->job);
+}
+
+static void reload(struct ig_batches *bs, struct ig_batch *b)
+{
+	if (b->reloading)
+		return;
+	b->reloading = true;
+	submit_reload(bs, b->id);
+}
+
+/* Cancelled here, run here: as the API does alone. */
+static void cancel_here(struct ig_batch *b)
+{
+	if (b->status == IG_BATCH_VALIDATING || b->status == IG_BATCH_IN_PROGRESS) {
+		ig_log_info("batch %s: cancelled through another gateway", b->id);
+		ig_batch_set_status(b, IG_BATCH_CANCELLING);
+	}
+}
+
+void ig_batch_cancel_remote(struct ig_batch *b)
+{
+	char key[80];
+	snprintf(key, sizeof(key), PREFIX "bcancel:%s", b->id);
+	b->status = IG_BATCH_CANCELLING; /* here, until its holder's batch.json says more */
+	b->cancelling_at = ig_wall_s();
+	ig_cluster_publish(b->bs->gw, key, "1", CANCEL_TTL_MS, 'c', "%s", b->id);
+	b->bs->lease_now = true; /* nobody runs it? then this gateway takes it and cancels it */
+}
+
+void ig_batches_cluster_message(struct ig_gw *gw, char kind, const char *rest)
+{
+	struct ig_batches *bs = gw->batches;
+	char id[48];
+	long c = 0, f = 0, inflight = 0;
+	if (!bs || sscanf(rest, "%47s", id) != 1)
+		return;
+	if (kind == 'f' || kind == 'd') {
+		if (kind == 'f')
+			ig_files_learn(gw->files, gw->bio, id);
+		else
+			ig_files_forget(gw->files, id);
+		return;
+	}
+	struct ig_batch *b = ig_batch_find(bs, id);
+	switch (kind) {
+	case 'b':
+		if (!b)
+			submit_reload(bs, id);
+		else if (!b->ours && !b->taking) {
+			reload(bs, b);
+		}
+		break;
+	case 'p':
+		if (b && !b->ours && !b->taking && sscanf(rest, "%*s %ld %ld %ld", &c, &f, &inflight) == 3 &&
+		    !ig_batch_finished(b->status)) {
+			b->completed = c;
+			b->failed = f;
+			b->inflight = inflight;
+		}
+		break;
+	case 'c':
+		if (b && b->ours)
+			cancel_here(b);
+		break;
+	default:
+		break;
+	}
+}
+
+void ig_batches_cluster_joined(struct ig_gw *gw)
+{
+	if (gw->batches) {
+		submit_reload(gw->batches, "");
+		gw->batches->lease_now = true;
+	}
+	if (gw->files)
+		ig_files_learn(gw->files, gw->bio, NULL);
+}
+
+/* ------------------------------------------------------------ the round */
+
+struct round {
+	struct ig_batches *bs;
+	size_t n;
+	char (*ids)[40];
+	char *modes;
+};
+
+static void on_round(redisAsyncContext *ac IG_UNUSED, void *reply, void *privdata)
+{
+	struct round *rd = privdata;
+	struct ig_batches *bs = rd->bs;
+	redisReply *r = reply;
+	bs->leasing = false;
+	if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 * rd->n) {
+		for (size_t i = 0; i < rd->n; i++) {
+			struct ig_batch *b = ig_batch_find(bs, rd->ids[i]);
+			const redisReply *t = r->element[2 * i], *cx = r->element[2 * i + 1];
+			if (!b || t->type != REDIS_REPLY_INTEGER || cx->type != REDIS_REPLY_INTEGER)
+				continue;
+			uint64_t tok = t->integer > 0 ? (uint64_t)t->integer : 0;
+			if (rd->modes[i] == 'r') {
+				if ((b->ours || b->taking) && tok != b->fence) {
+					char why[120];
+					snprintf(why, sizeof(why), "its lease is %s", tok ? "another's" : "gone");
+					ig_batch_lose(b, why);
+				}
+			} else if (tok && !b->ours && !b->taking && !b->releasing) {
+				take(bs, b, tok);
+			}
+			if (cx->integer && b->ours)
+				cancel_here(b);
+		}
+	} else if (r && r->type == REDIS_REPLY_ERROR) {
+		ig_log_error("cluster: the batches' lease round: %s", r->str);
+	}
+	free(rd->ids);
+	free(rd->modes);
+	free(rd);
+}
+
+static void send_round(struct ig_batches *bs)
+{
+	struct ig_gw *gw = bs->gw;
+	size_t cap = 0, n = 0;
+	struct ig_batch *b;
+	IG_LIST_FOREACH(b, &bs->all, struct ig_batch, link)
+		cap += !ig_batch_finished(b->status);
+	if (cap == 0)
+		return;
+	struct round *rd = calloc(1, sizeof(*rd));
+	const char **argv = calloc(4 + 2 * cap, sizeof(*argv));
+	size_t *lens = calloc(4 + 2 * cap, sizeof(*lens));
+	if (rd) {
+		rd->ids = calloc(cap, sizeof(*rd->ids));
+		rd->modes = calloc(cap, 1);
+	}
+	char px[32];
+	snprintf(px, sizeof(px), "%ld", gw->cfg->cluster_lease_s * 1000);
+	if (!rd || !argv || !lens || !rd->ids || !rd->modes)
+		goto out;
+	argv[0] = "EVAL";
+	argv[1] = lease_script;
+	argv[2] = "0";
+	argv[3] = ig_cluster_holder(gw);
+	argv[4] = px;
+	size_t argc = 5;
+	static const char modes[2][2] = {"r", "t"};
+	IG_LIST_FOREACH(b, &bs->all, struct ig_batch, link) {
+		if (ig_batch_finished(b->status) || b->releasing || n == cap)
+			continue;
+		bool mine = b->ours || b->taking;
+		if (!mine && b->jobs)
+			continue;
+		snprintf(rd->ids[n], sizeof(rd->ids[n]), "%s", b->id);
+		rd->modes[n] = mine ? 'r' : 't';
+		argv[argc++] = rd->ids[n];
+		argv[argc++] = modes[mine ? 0 : 1];
+		n++;
+	}
+	rd->n = n;
+	rd->bs = bs;
+	for (size_t i = 0; i < argc; i++)
+		lens[i] = strlen(argv[i]);
+	if (n && ig_cluster_command(gw, on_round, rd, (int)argc, argv, lens) == 0) {
+		bs->leasing = true;
+		rd = NULL; /* on_round's */
+	}
+out:
+	if (rd) {
+		free(rd->ids);
+		free(rd->modes);
+		free(rd);
+	}
+	free(argv);
+	free(lens);
+}
+
+static void files_notify(void *arg, char kind, const char *id)
+{
+	ig_cluster_publish(arg, NULL, NULL, 0, kind, "%s", id);
+}
+
+void ig_batch_lease_tick(struct ig_batches *bs, uint64_t now)
+{
+	struct ig_gw *gw = bs->gw;
+	struct ig_batch *b;
+	if (gw->files)
+		ig_files_set_notify(gw->files, files_notify, gw);
+	IG_LIST_FOREACH(b, &bs->all, struct ig_batch, link)
+		if (b->releasing)
+			release(bs, b);
+	if (!ig_cluster_joined(gw))
+		return; /* the batches held go on under their fences; none is taken */
+	if (!bs->leasing && (bs->lease_now || now >= bs->next_lease_ms)) {
+		bs->lease_now = false;
+		bs->next_lease_ms = now + (uint64_t)gw->cfg->cluster_lease_s * 1000 / 3;
+		send_round(bs);
+	}
+	if (now >= bs->next_progress_ms) {
+		bs->next_progress_ms = now + 1000;
+		IG_LIST_FOREACH(b, &bs->all, struct ig_batch, link) {
+			if (!b->ours || b->status != IG_BATCH_IN_PROGRESS ||
+			    (b->completed == b->pub_completed && b->failed == b->pub_failed && b->inflight == b->pub_inflight))
+				continue;
+			b->pub_completed = b->completed;
+			b->pub_failed = b->failed;
+			b->pub_inflight = b->inflight;
+			ig_cluster_publish(gw, NULL, NULL, 0, 'p', "%s %ld %ld %ld", b->id, b->completed, b->failed,
+					   b->inflight);
+		}
+	}
+}
