@@ -290,6 +290,12 @@ static void report_prom(void *arg, struct ig_buf *out)
 			   "infergate_batch_lines_total{file=\"output\"} %llu\n"
 			   "infergate_batch_lines_total{file=\"errors\"} %llu\n",
 		      (unsigned long long)bs->lines_ok, (unsigned long long)bs->lines_failed);
+	if (bs->clustered)
+		ig_buf_printf(out, "# HELP infergate_batch_leases_total Batches this gateway took to run (taken) and "
+				   "let go because another runs them (lost).\n# TYPE infergate_batch_leases_total counter\n"
+				   "infergate_batch_leases_total{event=\"taken\"} %llu\n"
+				   "infergate_batch_leases_total{event=\"lost\"} %llu\n",
+			      (unsigned long long)bs->takeovers, (unsigned long long)bs->leases_lost);
 	ig_buf_printf(out, "# HELP infergate_batch_requests Lines of each unfinished batch, by state.\n"
 			   "# TYPE infergate_batch_requests gauge\n");
 	IG_LIST_FOREACH(b, &bs->all, struct ig_batch, link) {
@@ -388,6 +394,8 @@ void ig_batches_free(struct ig_batches *bs)
 	ig_metrics_unregister(bs->gw, bs);
 	struct ig_batch *b, *tmp;
 	IG_LIST_FOREACH_SAFE(b, tmp, &bs->all, struct ig_batch, link) {
+		if (bs->clustered && b->ours && !ig_batch_finished(b->status))
+			ig_cluster_lease_held(bs->gw, b->id, b->fence); /* another takes it at once */
 		ig_batch_abort(bs, b);
 		ig_list_del(&b->link);
 		ig_batch_free(b);

@@ -51,5 +51,7 @@ int ig_batches_internal(const struct ig_batches *bs, const char *value, char own
  * for what was said meanwhile). Reactor 0, under the lock. */
 void ig_batches_cluster_message(struct ig_gw *gw, char kind, const char *rest);
 void ig_batches_cluster_joined(struct ig_gw *gw);
+/* A gateway left: a lease round at once (it may have let go of batches). */
+void ig_batches_cluster_left(struct ig_gw *gw);
 
 #endif

@@ -418,6 +418,12 @@ void ig_batches_cluster_joined(struct ig_gw *gw)
 		ig_files_learn(gw->files, gw->bio, NULL);
 }
 
+void ig_batches_cluster_left(struct ig_gw *gw)
+{
+	if (gw->batches)
+		gw->batches->lease_now = true;
+}
+
 /* ------------------------------------------------------------ the round */
 
 struct round {

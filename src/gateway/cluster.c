@@ -124,10 +124,16 @@ static const char keys_script[] =
 	"out[#out+1] = redis.call('ZRANGE', 'infergate:kactive', 0, -1)\n"
 	"return out\n";
 
-/* Leaving: the name and the membership go at once (only if still ours). */
+/* Leaving: the name and the membership go at once (only if still ours),
+ * and the leases of the batches it ran (ARGV[3]...: "ID FENCE"), so that
+ * another gateway takes them at its next round rather than after lease_s. */
 static const char leave_script[] =
 	"if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end\n"
 	"redis.call('ZREM', KEYS[2], ARGV[2])\n"
+	"for i = 4, #ARGV, 2 do\n"
+	"  local k = 'infergate:blease:' .. ARGV[i]\n"
+	"  if redis.call('GET', k) == ARGV[3] .. ' ' .. ARGV[i+1] then redis.call('DEL', k) end\n"
+	"end\n"
 	"return 1\n";
 
 /* Something to tell the others: SET key value PX ttl (when key), then
@@ -178,6 +184,8 @@ struct ig_cluster {
 	uint64_t key_syncs;
 	uint64_t resp_shared, resp_learned, resp_dropped;
 	uint64_t data_shared, data_learned;  /* batch and file messages */
+	char **leases;               /* at the stop: "ID", "FENCE" of the batches it ran */
+	size_t nleases;
 };
 
 static const char data_channel[] = PREFIX "data";
@@ -421,6 +429,8 @@ static void on_sync(redisAsyncContext *ac IG_UNUSED, void *reply, void *privdata
 		e->age_ms = (long)(now - atoll(score->str));
 	}
 	qsort(c->members, c->nmembers, sizeof(*c->members), by_name);
+	if ((long)c->nmembers < c->live_last)
+		ig_batches_cluster_left(c->gw); /* the batches it ran may be free (a stop lets go at once) */
 	take_states(c, r->element[2]);
 	if ((long)c->nmembers != c->live_last || !c->joined) {
 		c->live_last = (long)c->nmembers;
@@ -694,6 +704,17 @@ static void on_data(redisAsyncContext *ac IG_UNUSED, void *reply, void *privdata
 	ig_batches_cluster_message(c->gw, kind, msg + used);
 }
 
+void ig_cluster_lease_held(struct ig_gw *gw, const char *id, uint64_t fence)
+{
+	struct ig_cluster *c = gw->cluster;
+	char **v = c ? realloc(c->leases, (c->nleases + 2) * sizeof(*v)) : NULL;
+	if (!v)
+		return;
+	c->leases = v;
+	if ((c->leases[c->nleases] = strdup(id)) && (c->leases[c->nleases + 1] = ig_strdupf("%llu", (unsigned long long)fence)))
+		c->nleases += 2;
+}
+
 bool ig_cluster_joined(const struct ig_gw *gw)
 {
 	return gw->cluster && gw->cluster->joined;
@@ -924,14 +945,28 @@ void ig_cluster_stop(struct ig_gw *gw)
 	 * under the same name is not refused and the others see it go. */
 	if (c->joined) {
 		redisContext *rc = connect_blocking(c, (struct timeval){0, 300000}, NULL, NULL);
-		if (rc) {
+		const char **argv = calloc(8 + c->nleases, sizeof(*argv));
+		size_t *lens = calloc(8 + c->nleases, sizeof(*lens));
+		if (rc && argv && lens) {
 			redisReply *r;
-			const char *argv[] = {"EVAL", leave_script, "2", c->name_key, PREFIX "gws", c->token, c->name};
-			if ((r = ask(rc, 7, argv)))
+			const char *head[] = {"EVAL", leave_script, "2", c->name_key, PREFIX "gws", c->token, c->name,
+					      c->holder};
+			memcpy(argv, head, sizeof(head));
+			for (size_t i = 0; i < c->nleases; i++)
+				argv[8 + i] = c->leases[i];
+			for (size_t i = 0; i < 8 + c->nleases; i++)
+				lens[i] = strlen(argv[i]);
+			if ((r = redisCommandArgv(rc, (int)(8 + c->nleases), argv, lens)))
 				freeReplyObject(r);
-			redisFree(rc);
 		}
+		free(argv);
+		free(lens);
+		if (rc)
+			redisFree(rc);
 	}
+	for (size_t i = 0; i < c->nleases; i++)
+		free(c->leases[i]);
+	free(c->leases);
 	struct shared_resp *s, *tmp;
 	IG_LIST_FOREACH_SAFE(s, tmp, &c->outbox, struct shared_resp, link) {
 		free(s->msg);

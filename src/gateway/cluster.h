@@ -55,6 +55,10 @@ double ig_cluster_share(double mine, double others, long live);
  * joins again reads data_dir again). */
 void ig_cluster_publish(struct ig_gw *gw, const char *key, const char *value, uint64_t ttl_ms, char kind,
 			const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* At the stop (after the loops): this gateway held batch id's lease with
+ * this fencing token; ig_cluster_stop lets go of it, so that another
+ * takes the batch over at once. */
+void ig_cluster_lease_held(struct ig_gw *gw, const char *id, uint64_t fence);
 /* Whether this gateway shares with the others now. */
 bool ig_cluster_joined(const struct ig_gw *gw);
 /* "NAME TOKEN": this process among the gateways (a batch's lease holds it). */

@@ -302,8 +302,8 @@ static const struct ig_flag keys[] = {
 	{.name = "--cluster-redis", .key = "cluster.redis_url", .type = IG_FLAG_STRING, .off = OFF(cluster_redis),
 	 .def = "", .metavar = "URL",
 	 .help = "several gateways as one: redis://[[USER]:PASSWORD@]HOST[:PORT][/DB], where they share "
-		 "per-key limits and stored responses and see each other (no TLS: hiredis 0.14 has none); "
-		 "empty = this gateway alone"},
+		 "per-key limits, backends' slots, classes, stored responses, files and batches and see each "
+		 "other (no TLS: hiredis 0.14 has none); empty = this gateway alone"},
 	{.name = "--cluster-name", .key = "cluster.name", .type = IG_FLAG_STRING, .off = OFF(cluster_name), .def = "",
 	 .metavar = "NAME", .help = "this gateway's name among them, unique among the live ones (default: its "
 		 "listen HOST:PORT, the machine's name for 0.0.0.0); letters, digits and . _ : - only"},

@@ -41,6 +41,7 @@ def a_bad_cluster_section_stops_the_gateway_at_start_naming_the_key():
         (["--cluster-redis", "redis://127.0.0.1:99999"], "cluster.redis_url: 'redis://127.0.0.1:99999': the port"),
         (["--cluster-redis", "redis://127.0.0.1/x"], "the database after '/' must be a number"),
         (["--cluster-redis", "redis://127.0.0.1", "--cluster-sync-ms", "0"], "--cluster-sync-ms: 0 is out of range"),
+        (["--cluster-redis", "redis://127.0.0.1", "--cluster-lease-s", "0"], "--cluster-lease-s: 0 is out of range"),
         (["--cluster-redis", "redis://127.0.0.1", "--cluster-name", "a b"], "cluster.name: 'a b' must be"),
         (["--cluster-redis", "redis://no-such-host.invalid"], "cluster.redis_url: cannot resolve the host"),
     ]
@@ -54,10 +55,10 @@ def a_bad_cluster_section_stops_the_gateway_at_start_naming_the_key():
     import tempfile
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump({"backends": ["http://127.0.0.1:9"],
-                   "cluster": {"redis_url": "redis:/x", "name": "gw-a", "sync_ms": 0}}, f)
+                   "cluster": {"redis_url": "redis:/x", "name": "gw-a", "sync_ms": 0, "lease_s": "ten"}}, f)
     r = subprocess.run([binary("infergate"), "--check-config", "--config", f.name], capture_output=True, text=True,
                        timeout=10)
-    assert r.returncode == 2 and "cluster.sync_ms" in r.stderr, r.stderr
+    assert r.returncode == 2 and "cluster.sync_ms" in r.stderr and "cluster.lease_s" in r.stderr, r.stderr
 
 
 @test
@@ -532,6 +533,32 @@ def a_gateway_paused_past_its_lease_writes_nothing_more():
     assert done["infergate"]["run_here"]["fencing_token"] == fence_b
     once(n, lines_of(a, done["output_file_id"]))
 
+
+
+@test
+def a_gateway_stopped_with_sigterm_hands_its_batch_over_at_once():
+    # a lease of 60 s: a take-over that waited for it to lapse would not come within the test's 10 s
+    d = Dir()
+    redis = start_redis()
+    sims = [start_sim(*SLOW) for _ in range(2)]
+    a = batch_gateway(redis, "gw-a", d, sims, "--cluster-lease-s", "60")
+    b = batch_gateway(redis, "gw-b", d, sims, "--cluster-lease-s", "60")
+    n = 1500
+    _, bid = make_batch(d, a, n)
+    wait_until(lambda: batch(a, bid)["request_counts"]["completed"] >= 200, timeout=60, what="200 done")
+    m = http("GET", a.url + "/metrics")[2]
+    assert metric(m, 'infergate_batch_leases_total{event="taken"}') == 1, m
+    lease = redis_cli(redis, "GET", f"infergate:blease:{bid}")
+    assert lease.startswith("gw-a ") and lease.endswith(" 1"), lease      # NAME TOKEN FENCE
+    size = int(redis_cli(redis, "MEMORY", "USAGE", f"infergate:blease:{bid}"))
+    print(f"# Redis: a batch's lease takes {size} bytes")
+    a.stop()
+    wait_until(lambda: batch(b, bid)["infergate"]["run_here"]["held"], timeout=10, what="B takes it at once")
+    assert batch(b, bid)["infergate"]["run_here"]["fencing_token"] == 2
+    wait_until(lambda: batch(b, bid)["status"] == "completed", timeout=120, interval=0.2, what="completed")
+    done = batch(b, bid)
+    assert done["request_counts"] == {"total": n, "completed": n, "failed": 0}, done
+    once(n, lines_of(b, done["output_file_id"]))
 
 if __name__ == "__main__":
     run()
