@@ -198,6 +198,13 @@ int ig_batch_fence_check_path(const char *dir, uint64_t fence);
 /* b is run here no more (its lease or its fence says another runs it):
  * nothing more is sent or written; the tick lets go of the rest. */
 void ig_batch_lose(struct ig_batch *b, const char *why);
+/* Whether id is a batch id ("batch_" and 24 hex digits: safe in a path). */
+bool ig_batch_id_valid(const char *id);
+/* A batch this gateway does not know may have been made through another
+ * one a moment ago: its batch.json is read (on the I/O thread) and done
+ * (arg) called on this reactor once it is listed, or not. Returns 0, or -1
+ * (alone, not an id, out of memory: done is not called). */
+int ig_batch_lookup(struct ig_batches *bs, const char *id, void (*done)(void *arg), void *arg);
 /* Cancels b through whichever gateway runs it (b is not run here). */
 void ig_batch_cancel_remote(struct ig_batch *b);
 

@@ -48,6 +48,8 @@ struct batch_call {
 	bool creating, created;
 	bool gone;                    /* MHD completed the request: the job's done frees the call */
 	int create_errno;
+	/* an id not known here, looked up in data_dir (made through another gateway) */
+	bool looked, looking;
 };
 
 /* Its answer, counted and logged as the gateway's own (answer.h). */
@@ -331,8 +333,23 @@ static enum MHD_Result cancel(struct batch_call *bc, struct ig_batch *b)
 	return answer_json(bc, 200, ig_batch_json(b));
 }
 
+/* The lookup of an unknown id is over: answer (the handler runs again). */
+static void looked_up(void *arg)
+{
+	struct batch_call *bc = arg;
+	bc->looking = false;
+	if (bc->gone) {
+		call_free(bc);
+		return;
+	}
+	MHD_resume_connection(bc->conn);
+	ig_httpd_resumed(bc->rx, bc->conn);
+}
+
 static enum MHD_Result respond(struct batch_call *bc)
 {
+	if (bc->looking)
+		return MHD_YES;
 	if (bc->too_big)
 		return answer_error(bc, 413, NULL, "request_too_large", "the request body is larger than %ld bytes",
 				    bc->gw->cfg->max_body_bytes);
@@ -357,6 +374,17 @@ static enum MHD_Result respond(struct batch_call *bc)
 	if (slash ? !post : !get)
 		return wrong_method(bc, slash ? "POST" : "GET");
 	struct ig_batch *b = find(bc->gw->batches, id, bc->owner);
+	if (!b && !bc->looked && bc->gw->batches->clustered && ig_batch_id_valid(id) &&
+	    !ig_batch_find(bc->gw->batches, id)) {
+		/* made through another gateway a moment ago? data_dir says (the answer
+		 * comes when the handler runs again, resumed by looked_up) */
+		bc->looked = true;
+		bc->looking = true;
+		MHD_suspend_connection(bc->conn);
+		if (ig_batch_lookup(bc->gw->batches, id, looked_up, bc) < 0)
+			looked_up(bc); /* out of memory: a 404 */
+		return MHD_YES;
+	}
 	if (!b)
 		return answer_error(bc, 404, "batch_id", NULL, "No such Batch object: %.80s", id);
 	if (slash)
@@ -385,7 +413,7 @@ static void on_completed(struct ig_call *call, enum MHD_RequestTerminationCode t
 	struct batch_call *bc = IG_CONTAINER_OF(call, struct batch_call, call);
 	bc->conn = NULL;
 	bc->gone = true;
-	if (!bc->creating || bc->created) /* else make_done frees it */
+	if ((!bc->creating || bc->created) && !bc->looking) /* else make_done or looked_up frees it */
 		call_free(bc);
 }
 

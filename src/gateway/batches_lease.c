@@ -272,6 +272,8 @@ struct reload_job {
 	char id[40];
 	struct ig_batch **got;
 	size_t n;
+	void (*cb)(void *arg);      /* a lookup's: called at the end */
+	void *arg;
 };
 
 static void reload_run(struct ig_bio_job *job)
@@ -324,21 +326,44 @@ static void reload_done(struct ig_bio_job *job)
 		}
 		ig_batch_free(got);
 	}
+	if (rj->cb)
+		rj->cb(rj->arg);
 	free(rj->got);
 	free(rj);
 }
 
-static void submit_reload(struct ig_batches *bs, const char *id)
+static int submit_reload_cb(struct ig_batches *bs, const char *id, void (*cb)(void *), void *arg)
 {
 	struct reload_job *rj = calloc(1, sizeof(*rj));
 	if (!rj)
-		return;
+		return -1;
+	rj->cb = cb;
+	rj->arg = arg;
 	rj->bs = bs;
 	snprintf(rj->id, sizeof(rj->id), "%s", id);
 	rj->job.queue = IG_BIO_BATCHES;
 	rj->job.run = reload_run;
 	rj->job.done = reload_done;
 	ig_bio_submit(bs->gw->bio, &rj->job);
+	return 0;
+}
+
+static void submit_reload(struct ig_batches *bs, const char *id)
+{
+	submit_reload_cb(bs, id, NULL, NULL);
+}
+
+bool ig_batch_id_valid(const char *id)
+{
+	size_t n = strlen(id);
+	return n == 30 && strncmp(id, "batch_", 6) == 0 && strspn(id + 6, "0123456789abcdef") == 24;
+}
+
+int ig_batch_lookup(struct ig_batches *bs, const char *id, void (*done)(void *arg), void *arg)
+{
+	if (!bs->clustered || !ig_batch_id_valid(id))
+		return -1;
+	return submit_reload_cb(bs, id, done, arg);
 }
 
 static void reload(struct ig_batches *bs, struct ig_batch *b)

@@ -339,6 +339,7 @@ struct files_call {
 	char *tmp;                    /* its path (set before the first job) */
 	/* a DELETE: answered when its unlinks are done (ig_files_remove) */
 	bool deleting, deleted;
+	bool looked;                  /* an id not known here looked up in data_dir (another gateway's) */
 	char deleted_id[40];
 	int delete_errno;             /* of the unlinks (0: removed) */
 	/* an error found while reading the body */
@@ -855,6 +856,19 @@ static enum MHD_Result delete_file(struct files_call *fc, const struct ig_file *
 
 
 /* The end of the request: answer it. */
+static void looked_up(void *arg);
+static int learn(struct ig_files *fs, struct ig_bio *bio, const char *id, void (*cb)(void *), void *arg);
+static bool id_valid(const char *id);
+
+/* Whether id is in the store, whoever owns it. */
+static bool known(const struct ig_files *fs, const char *id)
+{
+	for (size_t i = 0; i < fs->n; i++)
+		if (strcmp(fs->v[i].id, id) == 0)
+			return true;
+	return false;
+}
+
 static enum MHD_Result respond(struct files_call *fc)
 {
 	if (fc->deleting)
@@ -879,6 +893,17 @@ static enum MHD_Result respond(struct files_call *fc)
 					  slash ? "this endpoint takes GET" : "this endpoint takes GET, DELETE",
 					  slash ? "GET" : "GET, DELETE");
 	const struct ig_file *f = ig_files_find(fc->gw->files, id, fc->owner);
+	if (!f && !fc->looked && fc->gw->files->notify && id_valid(id) && !known(fc->gw->files, id)) {
+		/* stored through another gateway a moment ago? data_dir says (the
+		 * answer comes when the handler runs again, resumed by looked_up) */
+		fc->looked = true;
+		fc->jobs++;
+		fc->suspended = true;
+		MHD_suspend_connection(fc->conn);
+		if (learn(fc->gw->files, fc->gw->bio, id, looked_up, fc) < 0)
+			looked_up(fc);
+		return MHD_YES;
+	}
 	if (!f)
 		return not_found(fc, id);
 	if (slash)
@@ -980,6 +1005,8 @@ struct learn_job {
 	char id[40];
 	struct ig_file *got;
 	size_t n;
+	void (*cb)(void *arg);      /* a lookup's, called at the end */
+	void *arg;
 };
 
 static void learn_one(struct learn_job *lj, const char *name)
@@ -1023,21 +1050,51 @@ static void learn_done(struct ig_bio_job *job)
 	struct learn_job *lj = IG_CONTAINER_OF(job, struct learn_job, job);
 	for (size_t i = 0; i < lj->n; i++)
 		add_learnt(lj->fs, &lj->got[i]);
+	if (lj->cb)
+		lj->cb(lj->arg);
 	free(lj->got);
 	free(lj);
 }
 
-void ig_files_learn(struct ig_files *fs, struct ig_bio *bio, const char *id)
+/* A file id: "file-" and 24 hex digits (safe in a path). */
+static bool id_valid(const char *id)
 {
-	struct learn_job *lj = fs ? calloc(1, sizeof(*lj)) : NULL;
-	if (!lj || (id && strlen(id) >= sizeof(lj->id))) {
-		free(lj);
-		return;
-	}
+	return strlen(id) == 29 && strncmp(id, "file-", 5) == 0 && strspn(id + 5, "0123456789abcdef") == 24;
+}
+
+static int learn(struct ig_files *fs, struct ig_bio *bio, const char *id, void (*cb)(void *), void *arg)
+{
+	struct learn_job *lj = fs && (!id || id_valid(id)) ? calloc(1, sizeof(*lj)) : NULL;
+	if (!lj)
+		return -1;
+	lj->cb = cb;
+	lj->arg = arg;
 	lj->fs = fs;
 	snprintf(lj->id, sizeof(lj->id), "%s", id ? id : "");
 	lj->job.queue = IG_BIO_FILES;
 	lj->job.run = learn_run;
 	lj->job.done = learn_done;
 	ig_bio_submit(bio, &lj->job);
+	return 0;
+}
+
+void ig_files_learn(struct ig_files *fs, struct ig_bio *bio, const char *id)
+{
+	learn(fs, bio, id, NULL, NULL);
+}
+
+/* The lookup of an id not known here is over: answer (the handler runs
+ * again), or free the call if its client left. */
+static void looked_up(void *arg)
+{
+	struct files_call *fc = arg;
+	fc->jobs--;
+	if (fc->gone) {
+		if (fc->jobs == 0)
+			call_free(fc);
+		return;
+	}
+	fc->suspended = false;
+	MHD_resume_connection(fc->conn);
+	ig_httpd_resumed(fc->rx, fc->conn);
 }

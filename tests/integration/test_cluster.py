@@ -468,6 +468,23 @@ def files_and_a_batch_made_through_one_gateway_are_read_and_cancelled_through_an
     wait_until(lambda: (batch(a, bid2) or {}).get("status") == "completed", timeout=60, what="completed, seen by A")
     once(50, lines_of(a, batch(a, bid2)["output_file_id"]))
     assert "run here from now" in b.read_log()
+    # a third gateway cut off from Redis (it hears no announcement) still finds them in data_dir
+    # when asked for them by id, and says 404 for what is not there
+    from harness import free_port
+    c = start_gateway([sim], "--cluster-redis", f"redis://127.0.0.1:{free_port()}", "--cluster-name", "gw-c",
+                      "--data-dir", d("data"))
+    st, f2 = upload(a, b'{"custom_id": "y"}\n', filename="two.jsonl")
+    assert http_json("GET", f"{c.url}/v1/files/{f2['id']}")[2] == f2
+    assert http("GET", f"{c.url}/v1/files/{f2['id']}/content")[2] == b'{"custom_id": "y"}\n'
+    assert batch(c, bid2) == {**batch(a, bid2), "infergate": batch(c, bid2)["infergate"]}
+    _, bid3 = make_batch(d, a, 5)    # made after C started: C has not read it at its start
+    wait_until(lambda: batch(a, bid3)["status"] == "completed", timeout=30, what="the third completed")
+    got = batch(c, bid3)
+    assert got is not None and got["status"] == "completed" and got["request_counts"]["completed"] == 5, got
+    assert got["infergate"]["run_here"]["held"] is False
+    assert http_json("GET", f"{c.url}/v1/files/file-{'0' * 24}")[0] == 404
+    assert http_json("GET", f"{c.url}/v1/batches/batch_{'0' * 24}")[0] == 404
+    assert http_json("GET", f"{c.url}/v1/batches/batch_..%2F..%2Fx")[0] == 404
 
 
 @test
@@ -559,6 +576,37 @@ def a_gateway_stopped_with_sigterm_hands_its_batch_over_at_once():
     done = batch(b, bid)
     assert done["request_counts"] == {"total": n, "completed": n, "failed": 0}, done
     once(n, lines_of(b, done["output_file_id"]))
+
+
+@test
+def the_official_client_runs_files_and_a_batch_through_haproxy_in_front_of_two_gateways():
+    # roundrobin: each of the client's calls (upload, create, every retrieve, list, content,
+    # delete) reaches the other gateway than the one before
+    from harness import ensure_openai, run_client
+    ensure_openai()
+    d = Dir()
+    redis = start_redis()
+    sims = [start_sim("--model", "m", "--tokens-per-second", "0", "--ttft-ms", "0", "--output-tokens", "4")
+            for _ in range(2)]
+    a = batch_gateway(redis, "gw-a", d, sims)
+    b = batch_gateway(redis, "gw-b", d, sims)
+    wait_until(lambda: members(a) == ["gw-a", "gw-b"] and members(b) == ["gw-a", "gw-b"], timeout=10,
+               what="both joined")
+    hp = start_haproxy([a, b])
+    n = 2000
+    with open(d("c.jsonl"), "w") as f:
+        for i in range(n):
+            f.write(json.dumps(batch_line(i)) + "\n")
+    out = run_client(hp, "m", "files", d("c.jsonl"))
+    assert out["same"] and out["content_equal"] and out["gone"] == 404, out
+    out = run_client(hp, "m", "batch", d("c.jsonl"), d("out.jsonl"), timeout=300)
+    got = out["batch"]
+    assert got["status"] == "completed" and got["request_counts"] == {"total": n, "completed": n, "failed": 0}, out
+    assert got["id"] in out["listed"], out
+    once(n, [json.loads(x)["custom_id"] for x in open(d("out.jsonl"))])
+    # it ran on one gateway; the other answered every other call of the client about it
+    runs = [g for g in (a, b) if "run here from now" in g.read_log()]
+    assert len(runs) == 1, [g.read_log()[-2000:] for g in (a, b)]
 
 if __name__ == "__main__":
     run()
