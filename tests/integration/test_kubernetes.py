@@ -212,9 +212,13 @@ def volumes_referenced_exist():
                 raise AssertionError(f"{what}: unexpected volume {v}")
     # the config file is where the gateway is told to read it
     dep = one("Deployment", "infergate")["spec"]["template"]["spec"]
-    (m,) = dep["containers"][0]["volumeMounts"]
+    m, data = dep["containers"][0]["volumeMounts"]
     (item,) = [v for v in dep["volumes"] if v["name"] == m["name"]][0]["configMap"]["items"]
     assert os.path.join(m["mountPath"], item["path"]) == "/etc/infergate/infergate.json"
+    # the Files and Batch APIs' data_dir is one volume every replica mounts (batches move between them)
+    (vol,) = [v for v in dep["volumes"] if v["name"] == data["name"]]
+    assert pvcs[vol["persistentVolumeClaim"]["claimName"]]["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert gateway_config()["data_dir"] == data["mountPath"], (gateway_config().get("data_dir"), data)
     # shards on several nodes write the one volume at once
     for pvc in pvcs.values():
         assert pvc["spec"]["accessModes"] == ["ReadWriteMany"], pvc["spec"]
