@@ -33,6 +33,15 @@ long ig_capacity_learn(struct ig_slots *s, long running, long waiting, long ours
 		 * report can catch requests that arrived since the last step. */
 		if (s->reported > 0 && s->cur > 0 && ++s->queued < 2)
 			return s->cur;
+		if (s->shared && s->reported > 0) {
+			/* the gateways' requests together: it runs what it states
+			 * (no lower limit), or fewer (a KV budget): that many in all */
+			if (running < s->cur)
+				s->cur = running > 0 ? running : 1;
+			if (s->cur > s->peak)
+				s->peak = s->cur;
+			return s->cur;
+		}
 		/* Our share of what it runs: all of it when we are its only
 		 * client, 1/M when M gateways (or other clients) load it alike. */
 		long total = running + waiting, mine = ours < total ? ours : total;

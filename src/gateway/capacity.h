@@ -46,6 +46,10 @@ struct ig_slots {
 	unsigned long last_done;
 	unsigned long stale;             /* reports set aside as stale */
 	bool last_stale;                 /* the previous one was */
+	bool shared;   /* several gateways share it and subtract each other's requests
+			* (cluster.c): cur is what the server runs in all, not our
+			* share, and a queue while it runs all it states is theirs and
+			* ours together sent a moment apart, not a smaller capacity */
 };
 
 /* The first cap of a backend whose capacity is not known: small enough not

@@ -316,6 +316,7 @@ static void take_states(struct ig_cluster *c, const redisReply *sts)
 {
 	struct ig_gw *gw = c->gw;
 	long *sum = calloc(gw->fleet.n ? gw->fleet.n : 1, sizeof(*sum));
+	long waiting_others = 0; /* other gateways holding requests waiting */
 	if (!sum)
 		return;
 	for (size_t i = 0; i < gw->sched.n; i++)
@@ -338,6 +339,8 @@ static void take_states(struct ig_cluster *c, const redisReply *sts)
 				struct ig_model *m = ig_sched_find(&gw->sched, name);
 				if (m)
 					m->others_waiting += n;
+			} else if (what == 'w') {
+				waiting_others++;
 			}
 		}
 		free(text);
@@ -345,11 +348,29 @@ static void take_states(struct ig_cluster *c, const redisReply *sts)
 	bool more = false;
 	for (size_t i = 0; i < gw->fleet.n; i++) {
 		struct ig_backend *b = gw->fleet.v[i];
-		bool stated = b->max_inflight == 0 && b->learn.reported > 0 && b->learn.cur == b->learn.reported;
+		/* with others, its learned limit is a total too (capacity.h's shared) */
+		b->learn.shared = sts != NULL && b->max_inflight == 0 && b->learn.reported > 0;
+		bool stated = b->learn.shared;
 		long others = stated ? sum[i] : 0;
 		if (others < atomic_load(&b->others_inflight))
 			more = true;
 		atomic_store(&b->others_inflight, others);
+		/* Until the next sync, the slots free now are split with the other
+		 * live gateways: each takes its part, so that together they do
+		 * not send the backend more than it runs (each would otherwise
+		 * see them all free, and a burst through two gateways at once
+		 * sends it twice its slots). A gateway busy alone fills them in
+		 * a few syncs: 1 - (1 - 1/N)^k of them after k. Alone: no cap. */
+		long cap = 0, split = sts && c->nmembers > 1 ? (long)c->nmembers - 1 : 0;
+		if (split < waiting_others)
+			split = waiting_others;
+		if (stated && split > 0) {
+			long mine = atomic_load(&b->inflight), free = b->learn.cur - others - mine;
+			cap = mine + (free > 0 ? (free + split) / (split + 1) : 0);
+			if (cap < 1)
+				cap = -1; /* nothing more until the next sync (0 would be no cap) */
+		}
+		atomic_store(&b->claim_cap, cap);
 	}
 	free(sum);
 	if (more || sts == NULL)
@@ -370,12 +391,16 @@ static char *my_state(struct ig_cluster *c)
 		if (n > 0)
 			ig_buf_printf(&b, "b %s %ld\n", gw->fleet.v[i]->url, n);
 	}
+	size_t all = 0;
 	for (size_t i = 0; i < gw->sched.n; i++) {
 		const struct ig_model *m = gw->sched.v[i];
 		size_t w = m->q[IG_CLASS_HIGH].qlen + m->q[IG_CLASS_NORMAL].qlen;
+		all += m->qlen;
 		if (w > 0 && !strpbrk(m->name, " \n"))
 			ig_buf_printf(&b, "m %s %zu\n", m->name, w);
 	}
+	if (all > 0) /* requests waiting here: the free slots are split with this one */
+		ig_buf_printf(&b, "w all %zu\n", all);
 	ig_buf_append(&b, "", 1);
 	char *s = strdup(ig_buf_head(&b));
 	ig_buf_free(&b);

@@ -66,6 +66,8 @@ json_t *ig_metrics_backend_json(const struct ig_backend *b, uint64_t now)
 		json_object_set_new(o, "reported_slots", json_integer(b->learn.reported));
 	if (atomic_load(&b->others_inflight) > 0) /* other gateways' requests there (cluster.h) */
 		json_object_set_new(o, "others_inflight", json_integer(atomic_load(&b->others_inflight)));
+	if (atomic_load(&b->claim_cap) != 0) /* its part of the free slots until the next sync (cluster.c) */
+		json_object_set_new(o, "cluster_cap", json_integer(atomic_load(&b->claim_cap) > 0 ? atomic_load(&b->claim_cap) : 0));
 	json_object_set_new(o, "models", ig_backend_model_names(b));
 	json_object_set_new(o, "models_from", json_string(b->models_conf ? "config" : b->models ? "backend"
 							  : b->models_any ? "any" : "unknown"));

@@ -52,6 +52,11 @@ long ig_policy_limit(const struct ig_backend *b, bool low)
 			return -1;
 		limit -= others;
 	}
+	long cap = atomic_load(&b->claim_cap);
+	if (limit > 0 && cap < 0) /* the free slots split with the others that wait: none left here */
+		return -1;
+	if (limit > 0 && cap > 0 && cap < limit)
+		limit = cap;
 	if (low && limit > 0 && b->reserve_slots > 0)
 		return limit > b->reserve_slots ? limit - b->reserve_slots : -1;
 	return limit;
