@@ -154,16 +154,29 @@ def wait_http(url, ok=lambda status, body: status == 200, timeout=15, proc=None)
 def start_sims(procs, n, args, name="sim"):
     """n infergate-sim on free ports with the same flags (or a list of per-sim flag lists)."""
     urls, ps = [], []
-    for i in range(n):
+
+    def one(i):
         port = free_port()
         a = args[i] if args and isinstance(args[0], list) else args
-        p = procs.start(f"{name}{i + 1}", [binary("infergate-sim"), "--listen",
-                                           f"127.0.0.1:{port}", "--log-level", "warn",
-                                           "--seed", str(i + 1)] + a)
-        urls.append(f"http://127.0.0.1:{port}")
+        return f"http://127.0.0.1:{port}", procs.start(f"{name}{i + 1}", [
+            binary("infergate-sim"), "--listen", f"127.0.0.1:{port}", "--log-level", "warn",
+            "--seed", str(i + 1)] + a)
+    for i in range(n):
+        u, p = one(i)
+        urls.append(u)
         ps.append(p)
-    for u, p in zip(urls, ps):
-        wait_http(u + "/health", proc=p)
+    for i in range(n):
+        # a port free_port() handed out may be taken by the time the simulator binds it (another
+        # program's connection): a new port, twice at most
+        for attempt in range(3):
+            p = ps[i]
+            deadline = time.time() + 15
+            while p.poll() is None and time.time() < deadline and http(urls[i] + "/health", timeout=1)[0] != 200:
+                time.sleep(0.05)
+            if p.poll() is None or attempt == 2:
+                break
+            urls[i], ps[i] = one(i)
+        wait_http(urls[i] + "/health", proc=ps[i])
     return urls, ps
 
 

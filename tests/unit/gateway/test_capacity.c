@@ -163,5 +163,34 @@ START_TEST(unknown_capacity_ramps_until_a_queue_shows_it)
 }
 END_TEST
 
+START_TEST(shared_by_gateways_a_stated_capacity_is_a_total)
+{
+	/* Several gateways subtract each other's requests from what it states
+	 * (cluster.c): a queue while it runs all it states is their requests
+	 * sent a moment apart, and lowers nothing; one while it runs fewer
+	 * (a KV budget) makes that many the total, not this gateway's share. */
+	struct ig_slots s = {0};
+	bool stale = false;
+	s.shared = true;
+	ig_capacity_report(&s, 0, 0, 32, 0, 0, 0, &stale);
+	ck_assert_int_eq(ig_capacity_limit(&s), 32);
+	ig_capacity_report(&s, 32, 2, 32, 16, 16, 1, &stale);
+	ig_capacity_report(&s, 32, 1, 32, 16, 16, 2, &stale);
+	ig_capacity_report(&s, 32, 3, 32, 17, 17, 3, &stale);
+	ck_assert_int_eq(ig_capacity_limit(&s), 32);
+	ck_assert_int_eq(ig_capacity_from(&s), IG_SLOTS_REPORTED);
+	ig_capacity_report(&s, 20, 5, 32, 10, 10, 4, &stale);
+	ig_capacity_report(&s, 20, 6, 32, 10, 10, 5, &stale);
+	ck_assert_int_eq(ig_capacity_limit(&s), 20);   /* all of them, not 20 x 10/25 */
+	/* alone, the same reports teach this gateway's share */
+	struct ig_slots a = {0};
+	ig_capacity_report(&a, 0, 0, 32, 0, 0, 0, &stale);
+	ig_capacity_report(&a, 32, 2, 32, 16, 16, 1, &stale);
+	ig_capacity_report(&a, 32, 1, 32, 16, 16, 2, &stale);
+	ck_assert_int_lt(ig_capacity_limit(&a), 32);
+}
+END_TEST
+
 IG_CHECK_MAIN("capacity", slots_learned_from_load_reports, stale_load_reports_teach_nothing,
-	      stated_capacity_is_the_limit_until_a_queue_lasts, unknown_capacity_ramps_until_a_queue_shows_it)
+	      stated_capacity_is_the_limit_until_a_queue_lasts, unknown_capacity_ramps_until_a_queue_shows_it,
+	      shared_by_gateways_a_stated_capacity_is_a_total)
