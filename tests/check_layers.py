@@ -42,6 +42,7 @@ LAYERS = {
         "server admin reload discover notify",
         "batches_api",                            # the Batch API's HTTP side
         "batches",                                # its store and its tick
+        "batches_lease",                          # across gateways: leases, fences, announcements
         "batches_check",                          # a batch's input, validated
         "batches_run",                            # its lines sent and answered
         "batch",                                  # one batch's record and its saving

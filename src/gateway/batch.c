@@ -7,9 +7,11 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include "batch.h"
@@ -176,6 +178,128 @@ void ig_batch_save(const struct ig_batch *b)
 	ig_bio_submit(b->bs->gw->bio, &sj->job);
 }
 
+static int64_t get_time(json_t *o, const char *k)
+{
+	return json_is_integer(json_object_get(o, k)) ? (int64_t)json_integer_value(json_object_get(o, k)) : 0;
+}
+
+static void get_str(json_t *o, const char *k, char *out, size_t n)
+{
+	const char *v = json_string_value(json_object_get(o, k));
+	snprintf(out, n, "%s", v ? v : "");
+}
+
+struct ig_batch *ig_batch_load(struct ig_batches *bs, const char *id)
+{
+	struct ig_batch *b = ig_batch_new(bs, id);
+	char *path = b ? ig_batch_path(b, "batch.json") : NULL;
+	json_t *o = path ? json_load_file(path, 0, NULL) : NULL;
+	free(path);
+	const char *st = json_string_value(json_object_get(o, "status"));
+	int s = -1;
+	for (int i = 0; st && i < IG_BATCH_NSTATUS; i++)
+		if (strcmp(st, ig_batch_status_names[i]) == 0)
+			s = i;
+	if (!b || !o || s < 0 || !json_is_string(json_object_get(o, "endpoint"))) {
+		json_decref(o);
+		ig_batch_drop(b);
+		return NULL;
+	}
+	b->status = (enum ig_batch_status)s;
+	get_str(o, "owner", b->owner, sizeof(b->owner));
+	get_str(o, "input_file_id", b->input_file_id, sizeof(b->input_file_id));
+	get_str(o, "endpoint", b->endpoint, sizeof(b->endpoint));
+	get_str(o, "output_file_id", b->output_file_id, sizeof(b->output_file_id));
+	get_str(o, "error_file_id", b->error_file_id, sizeof(b->error_file_id));
+	for (int i = 0; i < IG_EP_COUNT; i++)
+		if (strcmp(b->endpoint, ig_corpus_endpoint_path((enum ig_endpoint)i)) == 0)
+			b->ep = (enum ig_endpoint)i;
+	b->created_at = get_time(o, "created_at");
+	b->in_progress_at = get_time(o, "in_progress_at");
+	b->expires_at = get_time(o, "expires_at");
+	b->finalizing_at = get_time(o, "finalizing_at");
+	b->completed_at = get_time(o, "completed_at");
+	b->failed_at = get_time(o, "failed_at");
+	b->expired_at = get_time(o, "expired_at");
+	b->cancelling_at = get_time(o, "cancelling_at");
+	b->cancelled_at = get_time(o, "cancelled_at");
+	b->total = (long)get_time(o, "total");
+	b->completed = (long)get_time(o, "completed");
+	b->failed = (long)get_time(o, "failed");
+	b->expiring = json_is_true(json_object_get(o, "expiring"));
+	json_t *m = json_object_get(o, "metadata");
+	b->metadata = json_is_object(m) ? json_incref(m) : json_null();
+	json_t *e = json_object_get(json_object_get(o, "errors"), "data");
+	if (json_is_array(e)) {
+		json_decref(b->errors);
+		b->errors = json_incref(e);
+	}
+	json_decref(o);
+	return b;
+}
+
+void ig_batch_take_state(struct ig_batch *b, const struct ig_batch *f)
+{
+	b->status = f->status;
+	b->expiring = f->expiring;
+	snprintf(b->owner, sizeof(b->owner), "%s", f->owner);
+	snprintf(b->input_file_id, sizeof(b->input_file_id), "%s", f->input_file_id);
+	snprintf(b->endpoint, sizeof(b->endpoint), "%s", f->endpoint);
+	snprintf(b->output_file_id, sizeof(b->output_file_id), "%s", f->output_file_id);
+	snprintf(b->error_file_id, sizeof(b->error_file_id), "%s", f->error_file_id);
+	b->ep = f->ep;
+	b->created_at = f->created_at;
+	b->in_progress_at = f->in_progress_at;
+	b->expires_at = f->expires_at;
+	b->finalizing_at = f->finalizing_at;
+	b->completed_at = f->completed_at;
+	b->failed_at = f->failed_at;
+	b->expired_at = f->expired_at;
+	b->cancelling_at = f->cancelling_at;
+	b->cancelled_at = f->cancelled_at;
+	b->total = f->total;
+	b->completed = f->completed;
+	b->failed = f->failed;
+	json_decref(b->metadata);
+	b->metadata = json_incref(f->metadata);
+	json_decref(b->errors);
+	b->errors = json_deep_copy(f->errors);
+	b->n_problems = (long)json_array_size(b->errors);
+}
+
+void ig_batch_insert(struct ig_batches *bs, struct ig_batch *b)
+{
+	struct ig_list *at = &bs->all; /* before the first one created later */
+	for (struct ig_list *l = bs->all.next; l != &bs->all; l = l->next) {
+		const struct ig_batch *o = IG_LIST_ELEM(l, struct ig_batch, link);
+		if (o->created_at > b->created_at || (o->created_at == b->created_at && strcmp(o->id, b->id) > 0)) {
+			at = l;
+			break;
+		}
+	}
+	ig_list_append(at, &b->link); /* appended to `at`'s list: just before it */
+	bs->nbatches++;
+}
+
+struct ig_batch *ig_batch_find(struct ig_batches *bs, const char *id)
+{
+	struct ig_batch *b;
+	IG_LIST_FOREACH(b, &bs->all, struct ig_batch, link)
+		if (strcmp(b->id, id) == 0)
+			return b;
+	return NULL;
+}
+
+void ig_batch_drop(struct ig_batch *b)
+{
+	if (!b)
+		return;
+	json_decref(b->metadata);
+	json_decref(b->errors);
+	free(b->dir);
+	free(b);
+}
+
 struct ig_batch *ig_batch_new(struct ig_batches *bs, const char *id)
 {
 	struct ig_batch *b = calloc(1, sizeof(*b));
@@ -266,3 +390,74 @@ char *ig_batch_input_path(struct ig_batches *bs, const struct ig_batch *b)
 	const struct ig_file *f = ig_files_find(bs->gw->files, b->input_file_id, b->owner);
 	return f ? ig_files_path(bs->gw->files, f->id) : NULL;
 }
+
+/* ---------------------------------------------- the fence (batches_lease.c) */
+
+int ig_batch_fence_read(int fd, uint64_t *tok)
+{
+	char buf[32];
+	ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+	if (n < 0)
+		return -1;
+	buf[n] = 0;
+	*tok = strtoull(buf, NULL, 10);
+	return 0;
+}
+
+int ig_batch_fence_lock(struct ig_batch *b)
+{
+	if (!b->bs->clustered)
+		return 0;
+	if (!b->ours || b->fence_fd < 0)
+		return -1;
+	uint64_t tok = 0;
+	/* not blocking: an exclusive lock is another gateway taking the batch over */
+	if (flock(b->fence_fd, LOCK_SH | LOCK_NB) < 0) {
+		ig_batch_lose(b, "another gateway is taking it over (its fence is locked)");
+		return -1;
+	}
+	if (ig_batch_fence_read(b->fence_fd, &tok) < 0 || tok != b->fence) {
+		flock(b->fence_fd, LOCK_UN);
+		char why[120];
+		snprintf(why, sizeof(why), "its fence holds token %" PRIu64 ", not ours (%" PRIu64 ")", tok, b->fence);
+		ig_batch_lose(b, why);
+		return -1;
+	}
+	return 0;
+}
+
+void ig_batch_fence_unlock(struct ig_batch *b)
+{
+	if (b->bs->clustered && b->fence_fd >= 0)
+		flock(b->fence_fd, LOCK_UN);
+}
+
+int ig_batch_fence_check_path(const char *dir, uint64_t fence)
+{
+	if (!fence)
+		return -2;
+	char *p = ig_strdupf("%s/fence", dir);
+	int fd = p ? open(p, O_RDONLY | O_CLOEXEC) : -1;
+	free(p);
+	uint64_t tok = 0;
+	if (fd >= 0 && flock(fd, LOCK_SH) == 0 && ig_batch_fence_read(fd, &tok) == 0 && tok == fence)
+		return fd;
+	if (fd >= 0)
+		close(fd);
+	errno = EPERM;
+	return -1;
+}
+
+void ig_batch_lose(struct ig_batch *b, const char *why)
+{
+	if (!b->ours && !b->taking)
+		return;
+	ig_log_warn("batch %s: run here no more: %s; its lines in flight here are not written (the gateway that "
+		    "runs it sends them)", b->id, why);
+	b->ours = false;
+	b->taking = false;
+	b->fence = 0;
+	b->releasing = true; /* the tick aborts the transfers: this may be one's callback */
+	b->bs->leases_lost++;
+}
+

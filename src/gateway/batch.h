@@ -184,12 +184,16 @@ void ig_batch_run_clear(struct ig_batch *b);
  * runs, tells the others of progress; lets go of what was lost (reactor 0,
  * each tick, when clustered). */
 void ig_batch_lease_tick(struct ig_batches *bs, uint64_t now_ms);
+/* The fence, the load and the lose below are batch.c's (one batch's record,
+ * used by the runner too); the rest is batches_lease.c's. */
 /* Before a journal append on the reactor: whether b's fence still holds
  * our token (then it is held shared until ig_batch_fence_unlock, so that
  * no gateway takes the batch over in between). Alone: always 0. On -1 b
  * is lost (ig_batch_lose): nothing more is written. */
 int ig_batch_fence_lock(struct ig_batch *b);
 void ig_batch_fence_unlock(struct ig_batch *b);
+/* The token an open fence file holds (0: none yet). Returns 0 or -1. */
+int ig_batch_fence_read(int fd, uint64_t *tok);
 /* The same on the I/O thread, by path: fence 0 (alone, or not ours):
  * returns -2 and nothing is held; else an fd holding dir/fence shared
  * (close it after the write), or -1 when another gateway's token is
@@ -228,6 +232,9 @@ void ig_batch_take_state(struct ig_batch *b, const struct ig_batch *from);
 void ig_batch_insert(struct ig_batches *bs, struct ig_batch *b);
 /* The batch with this id, or NULL. */
 struct ig_batch *ig_batch_find(struct ig_batches *bs, const char *id);
+/* Frees a batch ig_batch_load made that was never run here (no stage's
+ * state). NULL is fine. */
+void ig_batch_drop(struct ig_batch *b);
 /* A new batch (status validating, on no list). NULL out of memory. */
 struct ig_batch *ig_batch_new(struct ig_batches *bs, const char *id);
 /* Frees a batch on no list, with no job (b->jobs 0), and what every stage

@@ -63,17 +63,6 @@
 #include "metrics.h"
 #include "proxy.h"
 
-static int64_t get_time(json_t *o, const char *k)
-{
-	return json_is_integer(json_object_get(o, k)) ? (int64_t)json_integer_value(json_object_get(o, k)) : 0;
-}
-
-static void get_str(json_t *o, const char *k, char *out, size_t n)
-{
-	const char *v = json_string_value(json_object_get(o, k));
-	snprintf(out, n, "%s", v ? v : "");
-}
-
 /* A batch with no job on the I/O thread (b->jobs 0). */
 /* A batch on no list, with no job (b->jobs 0): what every stage left. */
 void ig_batch_free(struct ig_batch *b)
@@ -90,107 +79,6 @@ void ig_batch_free(struct ig_batch *b)
 		close(b->fence_fd);
 	free(b->dir);
 	free(b);
-}
-
-struct ig_batch *ig_batch_load(struct ig_batches *bs, const char *id)
-{
-	struct ig_batch *b = ig_batch_new(bs, id);
-	char *path = b ? ig_batch_path(b, "batch.json") : NULL;
-	json_t *o = path ? json_load_file(path, 0, NULL) : NULL;
-	free(path);
-	const char *st = json_string_value(json_object_get(o, "status"));
-	int s = -1;
-	for (int i = 0; st && i < IG_BATCH_NSTATUS; i++)
-		if (strcmp(st, ig_batch_status_names[i]) == 0)
-			s = i;
-	if (!b || !o || s < 0 || !json_is_string(json_object_get(o, "endpoint"))) {
-		json_decref(o);
-		ig_batch_free(b);
-		return NULL;
-	}
-	b->status = (enum ig_batch_status)s;
-	get_str(o, "owner", b->owner, sizeof(b->owner));
-	get_str(o, "input_file_id", b->input_file_id, sizeof(b->input_file_id));
-	get_str(o, "endpoint", b->endpoint, sizeof(b->endpoint));
-	get_str(o, "output_file_id", b->output_file_id, sizeof(b->output_file_id));
-	get_str(o, "error_file_id", b->error_file_id, sizeof(b->error_file_id));
-	for (int i = 0; i < IG_EP_COUNT; i++)
-		if (strcmp(b->endpoint, ig_corpus_endpoint_path((enum ig_endpoint)i)) == 0)
-			b->ep = (enum ig_endpoint)i;
-	b->created_at = get_time(o, "created_at");
-	b->in_progress_at = get_time(o, "in_progress_at");
-	b->expires_at = get_time(o, "expires_at");
-	b->finalizing_at = get_time(o, "finalizing_at");
-	b->completed_at = get_time(o, "completed_at");
-	b->failed_at = get_time(o, "failed_at");
-	b->expired_at = get_time(o, "expired_at");
-	b->cancelling_at = get_time(o, "cancelling_at");
-	b->cancelled_at = get_time(o, "cancelled_at");
-	b->total = (long)get_time(o, "total");
-	b->completed = (long)get_time(o, "completed");
-	b->failed = (long)get_time(o, "failed");
-	b->expiring = json_is_true(json_object_get(o, "expiring"));
-	json_t *m = json_object_get(o, "metadata");
-	b->metadata = json_is_object(m) ? json_incref(m) : json_null();
-	json_t *e = json_object_get(json_object_get(o, "errors"), "data");
-	if (json_is_array(e)) {
-		json_decref(b->errors);
-		b->errors = json_incref(e);
-	}
-	json_decref(o);
-	return b;
-}
-
-void ig_batch_take_state(struct ig_batch *b, const struct ig_batch *f)
-{
-	b->status = f->status;
-	b->expiring = f->expiring;
-	snprintf(b->owner, sizeof(b->owner), "%s", f->owner);
-	snprintf(b->input_file_id, sizeof(b->input_file_id), "%s", f->input_file_id);
-	snprintf(b->endpoint, sizeof(b->endpoint), "%s", f->endpoint);
-	snprintf(b->output_file_id, sizeof(b->output_file_id), "%s", f->output_file_id);
-	snprintf(b->error_file_id, sizeof(b->error_file_id), "%s", f->error_file_id);
-	b->ep = f->ep;
-	b->created_at = f->created_at;
-	b->in_progress_at = f->in_progress_at;
-	b->expires_at = f->expires_at;
-	b->finalizing_at = f->finalizing_at;
-	b->completed_at = f->completed_at;
-	b->failed_at = f->failed_at;
-	b->expired_at = f->expired_at;
-	b->cancelling_at = f->cancelling_at;
-	b->cancelled_at = f->cancelled_at;
-	b->total = f->total;
-	b->completed = f->completed;
-	b->failed = f->failed;
-	json_decref(b->metadata);
-	b->metadata = json_incref(f->metadata);
-	json_decref(b->errors);
-	b->errors = json_deep_copy(f->errors);
-	b->n_problems = (long)json_array_size(b->errors);
-}
-
-void ig_batch_insert(struct ig_batches *bs, struct ig_batch *b)
-{
-	struct ig_list *at = &bs->all; /* before the first one created later */
-	for (struct ig_list *l = bs->all.next; l != &bs->all; l = l->next) {
-		const struct ig_batch *o = IG_LIST_ELEM(l, struct ig_batch, link);
-		if (o->created_at > b->created_at || (o->created_at == b->created_at && strcmp(o->id, b->id) > 0)) {
-			at = l;
-			break;
-		}
-	}
-	ig_list_append(at, &b->link); /* appended to `at`'s list: just before it */
-	bs->nbatches++;
-}
-
-struct ig_batch *ig_batch_find(struct ig_batches *bs, const char *id)
-{
-	struct ig_batch *b;
-	IG_LIST_FOREACH(b, &bs->all, struct ig_batch, link)
-		if (strcmp(b->id, id) == 0)
-			return b;
-	return NULL;
 }
 
 /* ------------------------------------------------------------- the store */

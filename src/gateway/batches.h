@@ -45,13 +45,5 @@ struct ig_call *ig_batches_call(struct ig_gw *gw, struct MHD_Connection *conn, c
  * 1, with the owner's hex digest in owner; else 0. */
 int ig_batches_internal(const struct ig_batches *bs, const char *value, char owner[65]);
 
-/* Across gateways (batches_lease.c): a message of another gateway on
- * infergate:data (KIND 'b', 'p', 'c' for batches, 'f', 'd' for files; rest
- * "ID ..."), and joining again after being alone (data_dir is read again
- * for what was said meanwhile). Reactor 0, under the lock. */
-void ig_batches_cluster_message(struct ig_gw *gw, char kind, const char *rest);
-void ig_batches_cluster_joined(struct ig_gw *gw);
-/* A gateway left: a lease round at once (it may have let go of batches). */
-void ig_batches_cluster_left(struct ig_gw *gw);
 
 #endif

@@ -246,6 +246,8 @@ static enum MHD_Result make(struct batch_call *bc, struct ig_batch *b)
 	return MHD_YES;
 }
 
+static void looked_up(void *arg);
+
 static enum MHD_Result create(struct batch_call *bc)
 {
 	struct ig_gw *gw = bc->gw;
@@ -256,6 +258,18 @@ static enum MHD_Result create(struct batch_call *bc)
 		json_decref(req);
 		return answer_error(bc, 400, NULL, "invalid_json", "The body is not a JSON object: %s.",
 				    req ? "another JSON value" : je.text);
+	}
+	const char *fid = json_string_value(json_object_get(req, "input_file_id"));
+	if (fid && !bc->looked && bs->clustered && !ig_files_known(gw->files, fid)) {
+		/* uploaded through another gateway a moment ago? data_dir says (the
+		 * handler runs again once looked_up resumes it) */
+		bc->looked = true;
+		bc->looking = true;
+		json_decref(req);
+		MHD_suspend_connection(bc->conn);
+		if (ig_files_lookup(gw->files, gw->bio, fid, looked_up, bc) < 0)
+			looked_up(bc);
+		return MHD_YES;
 	}
 	const struct ig_file *f;
 	const char *param = NULL, *code = NULL, *ep = json_string_value(json_object_get(req, "endpoint"));

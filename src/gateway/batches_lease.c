@@ -49,7 +49,6 @@
 #include <hiredis/hiredis.h>
 
 #include "batch.h"
-#include "batches.h"
 #include "bio.h"
 #include "cluster.h"
 #include "files.h"
@@ -83,76 +82,6 @@ static const char lease_script[] =
 	"  out[#out+1] = redis.call('EXISTS', 'infergate:bcancel:' .. ARGV[i])\n"
 	"end\n"
 	"return out\n";
-
-/* ------------------------------------------------------------- the fence */
-
-static int read_token(int fd, uint64_t *tok)
-{
-	char buf[32];
-	ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
-	if (n < 0)
-		return -1;
-	buf[n] = 0;
-	*tok = strtoull(buf, NULL, 10);
-	return 0;
-}
-
-int ig_batch_fence_lock(struct ig_batch *b)
-{
-	if (!b->bs->clustered)
-		return 0;
-	if (!b->ours || b->fence_fd < 0)
-		return -1;
-	uint64_t tok = 0;
-	/* not blocking: an exclusive lock is another gateway taking the batch over */
-	if (flock(b->fence_fd, LOCK_SH | LOCK_NB) < 0) {
-		ig_batch_lose(b, "another gateway is taking it over (its fence is locked)");
-		return -1;
-	}
-	if (read_token(b->fence_fd, &tok) < 0 || tok != b->fence) {
-		flock(b->fence_fd, LOCK_UN);
-		char why[120];
-		snprintf(why, sizeof(why), "its fence holds token %" PRIu64 ", not ours (%" PRIu64 ")", tok, b->fence);
-		ig_batch_lose(b, why);
-		return -1;
-	}
-	return 0;
-}
-
-void ig_batch_fence_unlock(struct ig_batch *b)
-{
-	if (b->bs->clustered && b->fence_fd >= 0)
-		flock(b->fence_fd, LOCK_UN);
-}
-
-int ig_batch_fence_check_path(const char *dir, uint64_t fence)
-{
-	if (!fence)
-		return -2;
-	char *p = ig_strdupf("%s/fence", dir);
-	int fd = p ? open(p, O_RDONLY | O_CLOEXEC) : -1;
-	free(p);
-	uint64_t tok = 0;
-	if (fd >= 0 && flock(fd, LOCK_SH) == 0 && read_token(fd, &tok) == 0 && tok == fence)
-		return fd;
-	if (fd >= 0)
-		close(fd);
-	errno = EPERM;
-	return -1;
-}
-
-void ig_batch_lose(struct ig_batch *b, const char *why)
-{
-	if (!b->ours && !b->taking)
-		return;
-	ig_log_warn("batch %s: run here no more: %s; its lines in flight here are not written (the gateway that "
-		    "runs it sends them)", b->id, why);
-	b->ours = false;
-	b->taking = false;
-	b->fence = 0;
-	b->releasing = true; /* the tick aborts the transfers: this may be one's callback */
-	b->bs->leases_lost++;
-}
 
 /* What running left in a lost batch, once no job of it runs; then its
  * state is read again from data_dir, as any other gateway's. */
@@ -200,7 +129,7 @@ static void take_run(struct ig_bio_job *job)
 	free(p);
 	/* exclusive: a holder's append in progress ends first, and its next
 	 * one sees our token */
-	if (tj->fd < 0 || flock(tj->fd, LOCK_EX) < 0 || read_token(tj->fd, &tj->before) < 0 ||
+	if (tj->fd < 0 || flock(tj->fd, LOCK_EX) < 0 || ig_batch_fence_read(tj->fd, &tj->before) < 0 ||
 	    pwrite(tj->fd, text, (size_t)n, 0) != n || ftruncate(tj->fd, n) < 0 || fsync(tj->fd) < 0) {
 		tj->err = errno ? errno : EIO;
 		if (tj->fd >= 0)
@@ -238,7 +167,7 @@ static void take_done(struct ig_bio_job *job)
 			    b->id, tj->fence, tj->before ? "another's" : "none", ig_batch_status_names[b->status],
 			    b->completed + b->failed, b->total);
 	}
-	ig_batch_free(tj->disk);
+	ig_batch_drop(tj->disk);
 	free(tj->dir);
 	free(tj);
 }
@@ -294,7 +223,7 @@ static void reload_run(struct ig_bio_job *job)
 			rj->got = v;
 			rj->got[rj->n++] = b;
 		} else {
-			ig_batch_free(b);
+			ig_batch_drop(b);
 		}
 	}
 	if (d)
@@ -324,7 +253,7 @@ static void reload_done(struct ig_bio_job *job)
 				inflight = 0;
 			b->inflight = inflight;
 		}
-		ig_batch_free(got);
+		ig_batch_drop(got);
 	}
 	if (rj->cb)
 		rj->cb(rj->arg);
@@ -393,7 +322,7 @@ void ig_batch_cancel_remote(struct ig_batch *b)
 	b->bs->lease_now = true; /* nobody runs it? then this gateway takes it and cancels it */
 }
 
-void ig_batches_cluster_message(struct ig_gw *gw, char kind, const char *rest)
+static void on_message(struct ig_gw *gw, char kind, const char *rest)
 {
 	struct ig_batches *bs = gw->batches;
 	char id[48];
@@ -433,7 +362,7 @@ void ig_batches_cluster_message(struct ig_gw *gw, char kind, const char *rest)
 	}
 }
 
-void ig_batches_cluster_joined(struct ig_gw *gw)
+static void on_joined(struct ig_gw *gw)
 {
 	if (gw->batches) {
 		submit_reload(gw->batches, "");
@@ -443,7 +372,7 @@ void ig_batches_cluster_joined(struct ig_gw *gw)
 		ig_files_learn(gw->files, gw->bio, NULL);
 }
 
-void ig_batches_cluster_left(struct ig_gw *gw)
+static void on_left(struct ig_gw *gw)
 {
 	if (gw->batches)
 		gw->batches->lease_now = true;
@@ -557,8 +486,10 @@ void ig_batch_lease_tick(struct ig_batches *bs, uint64_t now)
 {
 	struct ig_gw *gw = bs->gw;
 	struct ig_batch *b;
+	static const struct ig_cluster_hooks hooks = {on_message, on_joined, on_left};
 	if (gw->files)
 		ig_files_set_notify(gw->files, files_notify, gw);
+	ig_cluster_hooks(gw, &hooks); /* what the others announce comes here */
 	IG_LIST_FOREACH(b, &bs->all, struct ig_batch, link)
 		if (b->releasing)
 			release(bs, b);

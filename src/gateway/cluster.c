@@ -36,7 +36,6 @@
 #include <openssl/rand.h>
 
 #include "backend.h"
-#include "batches.h"
 #include "clients.h"
 #include "cluster.h"
 #include "gateway.h"
@@ -186,6 +185,7 @@ struct ig_cluster {
 	uint64_t data_shared, data_learned;  /* batch and file messages */
 	long long redis_now_ms;      /* Redis's clock at the last sync */
 	char **leases;               /* at the stop: "ID", "FENCE" of the batches it ran */
+	const struct ig_cluster_hooks *hooks; /* batches_lease.c's */
 	size_t nleases;
 };
 
@@ -212,8 +212,8 @@ static void set_joined(struct ig_cluster *c, bool joined, const char *why)
 		split_evenly(c, c->live_last);
 		take_states(c, NULL);
 	}
-	if (joined && c->was_joined)
-		ig_batches_cluster_joined(c->gw); /* what was published while away */
+	if (joined && c->was_joined && c->hooks)
+		c->hooks->joined(c->gw); /* what was published while away */
 	if (joined)
 		c->was_joined = true;
 	if (joined)
@@ -384,8 +384,10 @@ static void take_states(struct ig_cluster *c, const redisReply *sts)
 			/* free / N each, and the remainder to one gateway per slot in
 			 * turn: by rank among the members (sorted by name, the same
 			 * list for all), rotated each second of Redis's clock and by
-			 * backend, so that no free slot is claimed twice (a rounded-up
-			 * part each claimed one slot of a 2-slot server four times) */
+			 * backend (a hash of its URL: the gateways may list their
+			 * backends in different orders), so that no free slot is
+			 * claimed twice (a rounded-up part each claimed one slot of a
+			 * 2-slot server four times) */
 			long n = split + 1, mine = atomic_load(&b->inflight);
 			/* with requests waiting here, the slots it told the others it
 			 * holds stay its own (a request of it that just ended leaves a
@@ -395,7 +397,10 @@ static void take_states(struct ig_cluster *c, const redisReply *sts)
 				mine = b->claim_next;
 			long free = b->learn.cur - others - mine;
 			long part = free > 0 ? free / n : 0, rem = free > 0 ? free % n : 0;
-			long turn = (long)(((unsigned long long)(c->redis_now_ms / 1000) + i) % (unsigned long long)n);
+			unsigned long long h = 1469598103934665603ull; /* FNV-1a */
+			for (const char *u = b->url; *u; u++)
+				h = (h ^ (unsigned char)*u) * 1099511628211ull;
+			long turn = (long)(((unsigned long long)(c->redis_now_ms / 1000) + h) % (unsigned long long)n);
 			long off = (rank - turn + n) % n;
 			cap = mine + part + (off < rem ? 1 : 0);
 			if (cap < 1)
@@ -498,8 +503,8 @@ static void on_sync(redisAsyncContext *ac IG_UNUSED, void *reply, void *privdata
 		e->age_ms = (long)(now - atoll(score->str));
 	}
 	qsort(c->members, c->nmembers, sizeof(*c->members), by_name);
-	if ((long)c->nmembers < c->live_last)
-		ig_batches_cluster_left(c->gw); /* the batches it ran may be free (a stop lets go at once) */
+	if ((long)c->nmembers < c->live_last && c->hooks)
+		c->hooks->left(c->gw); /* the batches it ran may be free (a stop lets go at once) */
 	c->redis_now_ms = now;
 	take_states(c, r->element[2]);
 	if ((long)c->nmembers != c->live_last || !c->joined) {
@@ -771,7 +776,8 @@ static void on_data(redisAsyncContext *ac IG_UNUSED, void *reply, void *privdata
 	if (sscanf(msg, "%c %79s %n", &kind, name, &used) != 2 || used == 0 || strcmp(name, c->name) == 0)
 		return;
 	c->data_learned++;
-	ig_batches_cluster_message(c->gw, kind, msg + used);
+	if (c->hooks)
+		c->hooks->message(c->gw, kind, msg + used);
 }
 
 void ig_cluster_lease_held(struct ig_gw *gw, const char *id, uint64_t fence)
@@ -783,6 +789,12 @@ void ig_cluster_lease_held(struct ig_gw *gw, const char *id, uint64_t fence)
 	c->leases = v;
 	if ((c->leases[c->nleases] = strdup(id)) && (c->leases[c->nleases + 1] = ig_strdupf("%llu", (unsigned long long)fence)))
 		c->nleases += 2;
+}
+
+void ig_cluster_hooks(struct ig_gw *gw, const struct ig_cluster_hooks *hooks)
+{
+	if (gw->cluster)
+		gw->cluster->hooks = hooks;
 }
 
 bool ig_cluster_joined(const struct ig_gw *gw)

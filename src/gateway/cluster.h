@@ -59,6 +59,18 @@ void ig_cluster_publish(struct ig_gw *gw, const char *key, const char *value, ui
  * this fencing token; ig_cluster_stop lets go of it, so that another
  * takes the batch over at once. */
 void ig_cluster_lease_held(struct ig_gw *gw, const char *id, uint64_t fence);
+/* What a module above (batches_lease.c) is told: a message of another
+ * gateway on infergate:data (KIND 'b', 'p', 'c' for batches, 'f', 'd' for
+ * files; rest "ID ..."); this gateway joining again after being alone (to
+ * read data_dir again for what was said meanwhile); a gateway leaving (it
+ * may have let go of batches). Reactor 0, under the lock. */
+struct ig_cluster_hooks {
+	void (*message)(struct ig_gw *gw, char kind, const char *rest);
+	void (*joined)(struct ig_gw *gw);
+	void (*left)(struct ig_gw *gw);
+};
+/* Sets them (a static table; a no-op without a cluster). */
+void ig_cluster_hooks(struct ig_gw *gw, const struct ig_cluster_hooks *hooks);
 /* Whether this gateway shares with the others now. */
 bool ig_cluster_joined(const struct ig_gw *gw);
 /* "NAME TOKEN": this process among the gateways (a batch's lease holds it). */

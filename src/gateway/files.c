@@ -860,8 +860,7 @@ static void looked_up(void *arg);
 static int learn(struct ig_files *fs, struct ig_bio *bio, const char *id, void (*cb)(void *), void *arg);
 static bool id_valid(const char *id);
 
-/* Whether id is in the store, whoever owns it. */
-static bool known(const struct ig_files *fs, const char *id)
+bool ig_files_known(const struct ig_files *fs, const char *id)
 {
 	for (size_t i = 0; i < fs->n; i++)
 		if (strcmp(fs->v[i].id, id) == 0)
@@ -893,7 +892,7 @@ static enum MHD_Result respond(struct files_call *fc)
 					  slash ? "this endpoint takes GET" : "this endpoint takes GET, DELETE",
 					  slash ? "GET" : "GET, DELETE");
 	const struct ig_file *f = ig_files_find(fc->gw->files, id, fc->owner);
-	if (!f && !fc->looked && fc->gw->files->notify && id_valid(id) && !known(fc->gw->files, id)) {
+	if (!f && !fc->looked && fc->gw->files->notify && id_valid(id) && !ig_files_known(fc->gw->files, id)) {
 		/* stored through another gateway a moment ago? data_dir says (the
 		 * answer comes when the handler runs again, resumed by looked_up) */
 		fc->looked = true;
@@ -1081,6 +1080,13 @@ static int learn(struct ig_files *fs, struct ig_bio *bio, const char *id, void (
 void ig_files_learn(struct ig_files *fs, struct ig_bio *bio, const char *id)
 {
 	learn(fs, bio, id, NULL, NULL);
+}
+
+int ig_files_lookup(struct ig_files *fs, struct ig_bio *bio, const char *id, void (*done)(void *arg), void *arg)
+{
+	if (!fs || !fs->notify || !id_valid(id))
+		return -1;
+	return learn(fs, bio, id, done, arg);
 }
 
 /* The lookup of an id not known here is over: answer (the handler runs

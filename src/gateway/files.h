@@ -89,5 +89,12 @@ struct ig_call *ig_files_call(struct ig_gw *gw, struct MHD_Connection *conn, con
 void ig_files_set_notify(struct ig_files *fs, void (*fn)(void *arg, char kind, const char *id), void *arg);
 void ig_files_learn(struct ig_files *fs, struct ig_bio *bio, const char *id);
 void ig_files_forget(struct ig_files *fs, const char *id);
+/* Whether id is in the store, whoever owns it. */
+bool ig_files_known(const struct ig_files *fs, const char *id);
+/* A file stored through another gateway a moment ago may not be known
+ * here yet: its metadata is read from dir (I/O thread), then done(arg) on
+ * this reactor, the file listed or not. Returns 0, or -1 (alone, not a
+ * file id, out of memory: done is not called). */
+int ig_files_lookup(struct ig_files *fs, struct ig_bio *bio, const char *id, void (*done)(void *arg), void *arg);
 
 #endif
