@@ -2,11 +2,13 @@
  * files share. From the top down (each calls only those below it):
  *   batches_api.c    the HTTP API, on whichever reactor holds the client
  *   batches.c        the store and the tick that moves each batch on
+ *   batches_lease.c  across gateways: who runs which batch (a lease and a
+ *                    fencing token), what the others learn of it (cluster.c
+ *                    tells it through hooks)
  *   batches_check.c  validating (slices on the I/O thread)
  *   batches_run.c    in_progress and finalizing (reactor 0's curl multi)
- *   batches_lease.c  across gateways: who runs which batch (a lease and a
- *                    fencing token), what the others learn of it
- *   batch.c          one batch: batch.json, its OpenAI object, its status
+ *   batch.c          one batch: batch.json, its OpenAI object, its status,
+ *                    its fence
  * Private to those files; the rest of the gateway sees batches.h.
  * Ownership: every field is guarded by gw->lock. A field a job on the I/O
  * thread works on (bio.h) belongs to that job until its done runs; while
