@@ -430,8 +430,8 @@ static void send_round(struct ig_batches *bs)
 	if (cap == 0)
 		return;
 	struct round *rd = calloc(1, sizeof(*rd));
-	const char **argv = calloc(4 + 2 * cap, sizeof(*argv));
-	size_t *lens = calloc(4 + 2 * cap, sizeof(*lens));
+	const char **argv = calloc(5 + 2 * cap, sizeof(*argv));
+	size_t *lens = calloc(5 + 2 * cap, sizeof(*lens));
 	if (rd) {
 		rd->ids = calloc(cap, sizeof(*rd->ids));
 		rd->modes = calloc(cap, 1);
