@@ -21,7 +21,9 @@
  *   infergate:kactive    sorted set: keys some gateway asked for lately
  * One sync is one script (Redis's TIME decides who is live; the gateways'
  * clocks are never compared). Two connections: one for commands, one
- * subscribed to the channel. */
+ * subscribed to the channels. Files and batches (their leases, fencing
+ * counter and channel infergate:data) are batches_lease.c's, which this
+ * file tells what the others announce through hooks (cluster.h). */
 #include "config.h"
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -54,8 +56,10 @@
 
 /* A Lua script: the sync. KEYS: the name's key, the members' set; ARGV:
  * this gateway's token, the live window (ms), its name, its state (lines
- * "b URL N": N of its requests on backend URL, "m MODEL W": W high and
- * normal requests it holds waiting for MODEL; kept under
+ * "b URL N": what it may run on backend URL until its next sync (its
+ * requests there, or its cap when it has requests waiting), "m MODEL W": W
+ * high and normal requests it holds waiting for MODEL, "w all N": N
+ * requests waiting in all; kept under
  * infergate:st:NAME for the live window). Returns {-1} when another
  * gateway holds the name, else {now, {name, score, ...}, {the other live
  * gateways' states}}. */
