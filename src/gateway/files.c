@@ -855,7 +855,6 @@ static enum MHD_Result delete_file(struct files_call *fc, const struct ig_file *
 }
 
 
-/* The end of the request: answer it. */
 static void looked_up(void *arg);
 static int learn(struct ig_files *fs, struct ig_bio *bio, const char *id, void (*cb)(void *), void *arg);
 static bool id_valid(const char *id);
@@ -868,6 +867,7 @@ bool ig_files_known(const struct ig_files *fs, const char *id)
 	return false;
 }
 
+/* The end of the request: answer it. */
 static enum MHD_Result respond(struct files_call *fc)
 {
 	if (fc->deleting)
