@@ -202,6 +202,10 @@ def without_a_model_several_models_need_one_and_unknown_ones_are_404():
     a, b = start_sim("--model", "a"), start_sim("--model", "b")
     gw = start_gateway([a, b], "--health-interval-ms", "200")
     healthy(gw, 2)
+    # a backend is up before its model list is read (a moment later): until both lists are in,
+    # the one known model is the only one and a request without a model goes to it
+    wait_until(lambda: sorted(m["id"] for m in http_json("GET", gw.url + "/v1/models")[2]["data"]) == ["a", "b"],
+               timeout=10, what="both model lists read")
     st, _, obj = http_json("POST", gw.url + "/tokenize", {"prompt": "x"})
     assert st == 400 and obj["error"]["param"] == "model", obj
     msg = obj["error"]["message"]
