@@ -290,6 +290,38 @@ struct ig_batch *ig_batch_find(struct ig_batches *bs, const char *id)
 	return NULL;
 }
 
+int ig_batch_load_dir(struct ig_batches *bs, struct ig_batch ***out, size_t *n, bool warn)
+{
+	struct ig_batch **v = NULL;
+	size_t cap = 0;
+	DIR *d = opendir(bs->dir);
+	struct dirent *e;
+	*n = 0;
+	if (!d)
+		return -1;
+	while ((e = readdir(d))) {
+		if (strncmp(e->d_name, "batch_", 6) != 0)
+			continue;
+		struct ig_batch *b = ig_batch_load(bs, e->d_name);
+		if (!b) {
+			if (warn)
+				ig_log_warn("data_dir: %s/%s is not a batch (no readable batch.json): left alone", bs->dir,
+					    e->d_name);
+			continue;
+		}
+		struct ig_batch **nv = ig_grow(v, &cap, *n, sizeof(*v), 16);
+		if (!nv) {
+			ig_batch_drop(b);
+			break;
+		}
+		v = nv;
+		v[(*n)++] = b;
+	}
+	closedir(d);
+	*out = v;
+	return 0;
+}
+
 void ig_batch_drop(struct ig_batch *b)
 {
 	if (!b)

@@ -234,6 +234,11 @@ void ig_batch_take_state(struct ig_batch *b, const struct ig_batch *from);
 void ig_batch_insert(struct ig_batches *bs, struct ig_batch *b);
 /* The batch with this id, or NULL. */
 struct ig_batch *ig_batch_find(struct ig_batches *bs, const char *id);
+/* Every batch of bs->dir read back (*out malloc'd, *n of them, in no
+ * order); those that are not batches are skipped, with a warning when
+ * `warn`. Any thread. Returns 0, or -1 when the directory cannot be read
+ * (errno set). */
+int ig_batch_load_dir(struct ig_batches *bs, struct ig_batch ***out, size_t *n, bool warn);
 /* Frees a batch ig_batch_load made that was never run here (no stage's
  * state). NULL is fine. */
 void ig_batch_drop(struct ig_batch *b);

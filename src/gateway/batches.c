@@ -39,7 +39,6 @@
  * reactor: appending one result line (one write(2), no fsync) and reading
  * the input as lines are sent. */
 #include "config.h"
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <openssl/crypto.h>
@@ -205,7 +204,7 @@ struct ig_batches *ig_batches_open(struct ig_gw *gw, const char *dir, char **err
 {
 	struct ig_batches *bs = calloc(1, sizeof(*bs));
 	struct ig_batch **v = NULL;
-	size_t n = 0, cap = 0;
+	size_t n = 0;
 	if (!bs || !(bs->dir = strdup(dir))) {
 		free(bs);
 		*err = strdup("out of memory");
@@ -225,29 +224,10 @@ struct ig_batches *ig_batches_open(struct ig_gw *gw, const char *dir, char **err
 		*err = ig_strdupf("data_dir: cannot make %s: %s", dir, strerror(errno));
 		goto fail;
 	}
-	DIR *d = opendir(dir);
-	if (!d) {
+	if (ig_batch_load_dir(bs, &v, &n, true) < 0) {
 		*err = ig_strdupf("data_dir: cannot read %s: %s", dir, strerror(errno));
 		goto fail;
 	}
-	struct dirent *e;
-	while ((e = readdir(d))) {
-		if (strncmp(e->d_name, "batch_", 6) != 0)
-			continue;
-		struct ig_batch *b = ig_batch_load(bs, e->d_name);
-		if (!b) {
-			ig_log_warn("data_dir: %s/%s is not a batch (no readable batch.json): left alone", dir, e->d_name);
-			continue;
-		}
-		struct ig_batch **nv = ig_grow(v, &cap, n, sizeof(*v), 16);
-		if (!nv) {
-			ig_batch_free(b);
-			break;
-		}
-		v = nv;
-		v[n++] = b;
-	}
-	closedir(d);
 	if (n > 1)
 		qsort(v, n, sizeof(*v), by_created);
 	size_t resumed = 0;

@@ -44,7 +44,6 @@
 #include <string.h>
 #include <sys/file.h>
 #include <unistd.h>
-#include <dirent.h>
 
 #include <hiredis/hiredis.h>
 
@@ -213,21 +212,7 @@ static void reload_run(struct ig_bio_job *job)
 			rj->n = 1;
 		return;
 	}
-	DIR *d = opendir(rj->bs->dir);
-	struct dirent *e;
-	while (d && (e = readdir(d))) {
-		if (strncmp(e->d_name, "batch_", 6) != 0)
-			continue;
-		struct ig_batch *b = ig_batch_load(rj->bs, e->d_name), **v;
-		if (b && (v = realloc(rj->got, (rj->n + 1) * sizeof(*v)))) {
-			rj->got = v;
-			rj->got[rj->n++] = b;
-		} else {
-			ig_batch_drop(b);
-		}
-	}
-	if (d)
-		closedir(d);
+	ig_batch_load_dir(rj->bs, &rj->got, &rj->n, false); /* one it cannot read: read at the next join */
 }
 
 static void reload_done(struct ig_bio_job *job)
@@ -247,11 +232,9 @@ static void reload_done(struct ig_bio_job *job)
 			continue;
 		}
 		if (!b->ours && !b->taking && !b->releasing) {
-			long inflight = b->inflight;
-			ig_batch_take_state(b, got);
+			ig_batch_take_state(b, got); /* its in-flight count comes with the progress messages */
 			if (ig_batch_finished(b->status))
-				inflight = 0;
-			b->inflight = inflight;
+				b->inflight = 0;
 		}
 		ig_batch_drop(got);
 	}
@@ -341,9 +324,8 @@ static void on_message(struct ig_gw *gw, char kind, const char *rest)
 	case 'b':
 		if (!b)
 			submit_reload(bs, id);
-		else if (!b->ours && !b->taking) {
+		else if (!b->ours && !b->taking)
 			reload(bs, b);
-		}
 		break;
 	case 'p':
 		if (b && !b->ours && !b->taking && sscanf(rest, "%*s %ld %ld %ld", &c, &f, &inflight) == 3 &&

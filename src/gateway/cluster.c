@@ -58,8 +58,7 @@
  * this gateway's token, the live window (ms), its name, its state (lines
  * "b URL N": what it may run on backend URL until its next sync (its
  * requests there, or its cap when it has requests waiting), "m MODEL W": W
- * high and normal requests it holds waiting for MODEL, "w all N": N
- * requests waiting in all; kept under
+ * high and normal requests it holds waiting for MODEL; kept under
  * infergate:st:NAME for the live window). Returns {-1} when another
  * gateway holds the name, else {now, {name, score, ...}, {the other live
  * gateways' states}}. */
@@ -313,15 +312,14 @@ static int by_name(const void *a, const void *b)
 	return strcmp(((const struct member *)a)->name, ((const struct member *)b)->name);
 }
 
-/* The others' state (the sync's third part): their requests on each of our
- * backends, taken from a capacity the backend states (a learned limit is
- * already a share of it), and their high and normal requests waiting for
- * each model. Zero everywhere when alone (sts NULL). */
+/* The others' state (the sync's third part): what each may run on each of
+ * our backends (taken from the capacity the backend states, and from our
+ * part of its free slots until the next sync), and their high and normal
+ * requests waiting for each model. Zero everywhere when alone (sts NULL). */
 static void take_states(struct ig_cluster *c, const redisReply *sts)
 {
 	struct ig_gw *gw = c->gw;
 	long *sum = calloc(gw->fleet.n ? gw->fleet.n : 1, sizeof(*sum));
-	long waiting_others = 0; /* other gateways holding requests waiting */
 	long rank = 0;           /* this gateway's place among the members, by name */
 	bool others_hn = false;  /* another gateway holds high or normal requests waiting */
 	size_t my_hn = 0;        /* and this one: its high and normal ones waiting */
@@ -350,8 +348,6 @@ static void take_states(struct ig_cluster *c, const redisReply *sts)
 				struct ig_model *m = ig_sched_find(&gw->sched, name);
 				if (m)
 					m->others_waiting += n;
-			} else if (what == 'w') {
-				waiting_others++;
 			}
 		}
 		free(text);
@@ -382,8 +378,6 @@ static void take_states(struct ig_cluster *c, const redisReply *sts)
 		 * sends it twice its slots). A gateway busy alone fills them in
 		 * a few syncs: 1 - (1 - 1/N)^k of them after k. Alone: no cap. */
 		long cap = 0, split = sts && c->nmembers > 1 ? (long)c->nmembers - 1 : 0;
-		if (split < waiting_others)
-			split = waiting_others;
 		if (stated && split > 0) {
 			/* free / N each, and the remainder to one gateway per slot in
 			 * turn: by rank among the members (sorted by name, the same
@@ -444,16 +438,12 @@ static char *my_state(struct ig_cluster *c)
 		if (n > 0)
 			ig_buf_printf(&b, "b %s %ld\n", gw->fleet.v[i]->url, n);
 	}
-	size_t all = 0;
 	for (size_t i = 0; i < gw->sched.n; i++) {
 		const struct ig_model *m = gw->sched.v[i];
 		size_t w = m->q[IG_CLASS_HIGH].qlen + m->q[IG_CLASS_NORMAL].qlen;
-		all += m->qlen;
 		if (w > 0 && !strpbrk(m->name, " \n"))
 			ig_buf_printf(&b, "m %s %zu\n", m->name, w);
 	}
-	if (all > 0) /* requests waiting here: the free slots are split with this one */
-		ig_buf_printf(&b, "w all %zu\n", all);
 	ig_buf_append(&b, "", 1);
 	char *s = strdup(ig_buf_head(&b));
 	ig_buf_free(&b);
