@@ -186,6 +186,9 @@ void ig_batch_run_clear(struct ig_batch *b);
  * runs, tells the others of progress; lets go of what was lost (reactor 0,
  * each tick, when clustered). */
 void ig_batch_lease_tick(struct ig_batches *bs, uint64_t now_ms);
+/* At the store's opening, when clustered: files stored or deleted here are
+ * announced to the others. */
+void ig_batch_lease_open(struct ig_batches *bs);
 /* The fence, the load and the lose below are batch.c's (one batch's record,
  * used by the runner too); the rest is batches_lease.c's. */
 /* Before a journal append on the reactor: whether b's fence still holds

@@ -212,6 +212,8 @@ struct ig_batches *ig_batches_open(struct ig_gw *gw, const char *dir, char **err
 	}
 	bs->gw = gw;
 	bs->clustered = ig_cluster_configured(gw);
+	if (bs->clustered)
+		ig_batch_lease_open(bs);
 	ig_list_init(&bs->all);
 	ig_random_hex(bs->secret, 32);
 	snprintf(bs->mark, sizeof(bs->mark), "%s: %s", IG_BATCH_HEADER, bs->secret);

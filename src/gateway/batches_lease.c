@@ -464,14 +464,18 @@ static void files_notify(void *arg, char kind, const char *id)
 	ig_cluster_publish(arg, NULL, NULL, 0, kind, "%s", id);
 }
 
+void ig_batch_lease_open(struct ig_batches *bs)
+{
+	if (bs->gw->files) /* from the start: a lookup of an id not known yet needs it before the first tick */
+		ig_files_set_notify(bs->gw->files, files_notify, bs->gw);
+}
+
 void ig_batch_lease_tick(struct ig_batches *bs, uint64_t now)
 {
 	struct ig_gw *gw = bs->gw;
 	struct ig_batch *b;
 	static const struct ig_cluster_hooks hooks = {on_message, on_joined, on_left};
-	if (gw->files)
-		ig_files_set_notify(gw->files, files_notify, gw);
-	ig_cluster_hooks(gw, &hooks); /* what the others announce comes here */
+	ig_cluster_hooks(gw, &hooks); /* what the others announce comes here (the cluster starts after the store) */
 	IG_LIST_FOREACH(b, &bs->all, struct ig_batch, link)
 		if (b->releasing)
 			release(bs, b);
