@@ -78,6 +78,9 @@ struct ig_backend {
 	int consec_ok, consec_fail;
 	int seen_up;            /* ever been up: first success counts as `rise` */
 	int probing;
+	bool coming_up;         /* its probe passed, its model list is being read:
+				 * it goes up with the list (health.c) */
+	char up_why[200];       /* the probe's words for the log line then */
 	uint64_t next_probe_ms;
 	uint64_t last_probe_ms; /* when the last probe finished (monotonic) */
 	int last_probe_ok;

@@ -191,11 +191,24 @@ static void probe_result(struct ig_gw *gw, struct ig_backend *b, bool ok, const 
 		b->consec_ok++;
 		/* The very first success counts as `rise`: a gateway that starts
 		 * next to healthy backends serves at once. */
-		if (b->consec_ok >= gw->cfg->health_rise || !b->seen_up)
-			set_state(gw, b, IG_BACKEND_UP, why);
+		if (b->consec_ok < gw->cfg->health_rise && b->seen_up)
+			return;
+		if (atomic_load(&b->state) != IG_BACKEND_UP && !b->models_conf && !b->models && !b->models_any) {
+			/* Up only with its model list read: a backend counted
+			 * healthy (/health) is one a request for its model can
+			 * be sent to. probe_done reads the list next. */
+			b->coming_up = true;
+			gw->models_dirty = true; /* it counts as up for the lists (scheduler.h) */
+			snprintf(b->up_why, sizeof(b->up_why), "%s", why);
+			return;
+		}
+		set_state(gw, b, IG_BACKEND_UP, why);
 	} else {
 		b->consec_ok = 0;
 		b->consec_fail++;
+		if (b->coming_up)
+			gw->models_dirty = true;
+		b->coming_up = false;
 		if (b->consec_fail >= gw->cfg->health_fall)
 			set_state(gw, b, IG_BACKEND_DOWN, why);
 		else if (!b->seen_up && b->consec_fail == 1)
@@ -343,6 +356,13 @@ static void probe_done(struct ig_xfer *x, CURLcode result)
 	} else if (p->what == PROBE_MODELS) {
 		store_models(gw, b, result, status, &p->body);
 		b->models_at_ms = now;
+		if (b->coming_up) {
+			/* Whatever the list's transfer did: the probe passed. A
+			 * list not read stays unknown, and requests for a model
+			 * no one else names wait for it (scheduler.h). */
+			b->coming_up = false;
+			set_state(gw, b, IG_BACKEND_UP, b->up_why);
+		}
 		if (gw->cfg->load_from_backend) {
 			start_probe(gw, p, PROBE_LOAD);
 			return;
@@ -377,8 +397,8 @@ static void probe_done(struct ig_xfer *x, CURLcode result)
 			atomic_fetch_add(ok ? &b->probes_ok : &b->probes_failed, 1);
 			probe_result(gw, b, ok, why);
 		}
-		if (ok && atomic_load(&b->state) == IG_BACKEND_UP &&
-		    ((!b->models && !b->models_any) || now - b->models_at_ms >= MODELS_REFRESH_MS)) {
+		if (ok && (b->coming_up || (atomic_load(&b->state) == IG_BACKEND_UP &&
+					    ((!b->models && !b->models_any) || now - b->models_at_ms >= MODELS_REFRESH_MS)))) {
 			start_probe(gw, p, PROBE_MODELS);
 			return;
 		}

@@ -216,8 +216,8 @@ int ig_sched_rebuild(struct ig_sched *s, const struct ig_fleet *fleet)
 	for (size_t i = 0; i < fleet->n; i++) {
 		const struct ig_backend *b = fleet->v[i];
 		if (!b->models_conf && !b->models && !b->models_any) {
-			/* Up, or not probed yet: its list may come any moment. */
-			if (atomic_load(&b->state) == IG_BACKEND_UP || b->last_probe_ms == 0)
+			/* Up, coming up or not probed yet: its list may come any moment. */
+			if (atomic_load(&b->state) == IG_BACKEND_UP || b->coming_up || b->last_probe_ms == 0)
 				s->unknown_up++;
 			else
 				s->unknown_down++;
