@@ -268,6 +268,21 @@ static void store_models(struct ig_gw *gw, struct ig_backend *b, CURLcode result
 	json_decref(root);
 }
 
+/* The model list's probe ended: the list taken, and a backend coming up
+ * is up, whatever the list's transfer did (the probe passed; a list not
+ * read stays unknown, and requests for a model no one else names wait
+ * for it: scheduler.h). */
+static void models_read(struct ig_gw *gw, struct ig_backend *b, CURLcode result, long status, struct ig_buf *body,
+			uint64_t now)
+{
+	store_models(gw, b, result, status, body);
+	b->models_at_ms = now;
+	if (b->coming_up) {
+		b->coming_up = false;
+		set_state(gw, b, IG_BACKEND_UP, b->up_why);
+	}
+}
+
 /* A load report: the backend's load beyond ours, and the slot count it
  * states or shows, unless it is stale (see ig_capacity_report). */
 static void take_load(struct ig_gw *gw, struct ig_backend *b, long running, long waiting, long capacity)
@@ -354,15 +369,7 @@ static void probe_done(struct ig_xfer *x, CURLcode result)
 		}
 		take_load(gw, b, running, waiting, capacity);
 	} else if (p->what == PROBE_MODELS) {
-		store_models(gw, b, result, status, &p->body);
-		b->models_at_ms = now;
-		if (b->coming_up) {
-			/* Whatever the list's transfer did: the probe passed. A
-			 * list not read stays unknown, and requests for a model
-			 * no one else names wait for it (scheduler.h). */
-			b->coming_up = false;
-			set_state(gw, b, IG_BACKEND_UP, b->up_why);
-		}
+		models_read(gw, b, result, status, &p->body, now);
 		if (gw->cfg->load_from_backend) {
 			start_probe(gw, p, PROBE_LOAD);
 			return;

@@ -35,11 +35,23 @@ START_TEST(probes_rise_and_fall)
 	struct ig_backend *b = gw.fleet.v[0];
 
 	/* Never seen up: the first success brings it up at once (a gateway
-	 * started next to healthy backends serves at once), and asks the
-	 * reactor to start queued requests. */
+	 * started next to healthy backends serves at once), with its model
+	 * list read (until then it is coming up: counted as a backend whose
+	 * list may come, not as healthy), and asks the reactor to start
+	 * queued requests. */
 	ck_assert_int_eq(state(b), IG_BACKEND_DOWN);
 	probe_result(&gw, b, true, "probe: HTTP 200");
+	ck_assert_int_eq(state(b), IG_BACKEND_DOWN);
+	ck_assert(b->coming_up);
+	ck_assert_uint_eq(ig_backend_fleet_healthy(&gw.fleet), 0);
+	struct ig_buf list;
+	ig_buf_init(&list);
+	ig_buf_printf(&list, "{\"object\":\"list\",\"data\":[{\"id\":\"m\"}]}");
+	models_read(&gw, b, CURLE_OK, 200, &list, 1);
+	ig_buf_free(&list);
 	ck_assert_int_eq(state(b), IG_BACKEND_UP);
+	ck_assert(!b->coming_up);
+	ck_assert_uint_eq(ig_backend_fleet_healthy(&gw.fleet), 1);
 	ck_assert(gw.drain_pending);
 	gw.drain_pending = false;
 
@@ -69,8 +81,14 @@ START_TEST(requests_eject_a_backend)
 	struct ig_gw gw;
 	setup_gw(&gw, 2);
 	struct ig_backend *a = gw.fleet.v[0], *b = gw.fleet.v[1];
+	/* a list that could not be read still lets it up (the probe passed) */
 	probe_result(&gw, a, true, "ok");
+	models_read(&gw, a, CURLE_COULDNT_CONNECT, 0, NULL, 1);
+	/* nor does one whose list is known (here: it answered without one, so it takes any model) */
+	b->models_any = true;
 	probe_result(&gw, b, true, "ok");
+	ck_assert_int_eq(state(a), IG_BACKEND_UP);
+	ck_assert_int_eq(state(b), IG_BACKEND_UP);
 
 	/* A refused connection is not a fluke: down at once. */
 	ig_health_passive_fail(&gw, a, IG_UPERR_CONNECT, "Couldn't connect to server");
@@ -98,6 +116,7 @@ START_TEST(load_reports_teach_slots)
 	struct ig_gw gw;
 	setup_gw(&gw, 1);
 	struct ig_backend *b = gw.fleet.v[0];
+	b->models_any = true;
 	probe_result(&gw, b, true, "ok");
 	gw.drain_pending = false;
 
