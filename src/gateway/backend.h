@@ -69,8 +69,9 @@ struct ig_backend {
 				    * and its part of the free slots); 0 = no such
 				    * cap, -1 = none more (cluster.c) */
 	long claim_next;           /* the cap computed at the last sync, in force
-				    * once the next one tells the others (a
+				    * once the next one has told the others (a
 				    * smaller one at once); reactor 0's */
+	long claim_sent;           /* the claim the last state sent made (cluster.c) */
 	atomic_long ramp;          /* while slots is 0: the cap that grows until
 				    * they are known (learn.ramp), 0 = none */
 	struct ig_slots learn;     /* capacity.h; under the gateway's lock */

@@ -35,6 +35,16 @@ struct ig_key {
 	long max_inflight;           /* 0 = no cap */
 	int klass;                   /* its default class, -1 none */
 	long inflight;               /* its requests on a backend now (dispatch.c's) */
+	size_t waiting;              /* its requests in the queues, every model (scheduler.c's) */
+	/* With a cluster and a max_inflight (cluster.c): this gateway's part of
+	 * it, as for a backend's slots: claim_cap in force (0: all of
+	 * max_inflight, -1: none more until the next sync), claim_next the
+	 * part computed at the last sync, in force once the others count it. */
+	long claim_cap, claim_next;
+	long claim_sent;             /* what the last state sent claimed */
+	unsigned others_waited;      /* syncs in a row in which another gateway held it waiting */
+	uint64_t active_until_ms;    /* it ran here lately: it keeps a part */
+	uint64_t seen_completed;     /* `completed` at the last sync */
 	size_t refs;                 /* requests that hold it */
 	bool configured;             /* named in the configuration: kept */
 	uint64_t completed;          /* requests that left the queue for a backend */
@@ -65,7 +75,8 @@ struct ig_key {
 /* A key at its max_inflight: its requests wait for one of its own to end. */
 static inline bool ig_key_capped(const struct ig_key *k)
 {
-	return k->max_inflight > 0 && k->inflight >= k->max_inflight;
+	long cap = k->claim_cap == 0 ? k->max_inflight : k->claim_cap < 0 ? 0 : k->claim_cap;
+	return k->max_inflight > 0 && k->inflight >= cap;
 }
 
 struct ig_clients {

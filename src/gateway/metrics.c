@@ -247,6 +247,10 @@ char *ig_metrics_backends_json(struct ig_gw *gw)
 				      "inflight", (json_int_t)k->inflight,
 				      "priority", k->klass >= 0 ? json_string(ig_conf_class_name(k->klass)) : json_null(),
 				      "dispatched_from_queue", (json_int_t)k->completed);
+		if (k->max_inflight > 0 && k->claim_cap != 0) /* its part of max_inflight until the next sync (cluster.c) */
+			json_object_set_new(e, "cluster_inflight_cap", json_integer(k->claim_cap > 0 ? k->claim_cap : 0));
+		if (k->waiting > 0)
+			json_object_set_new(e, "waiting", json_integer((json_int_t)k->waiting));
 		if (k->ent && (k->ent->rpm || k->ent->tpm)) /* this gateway's part of its limits (cluster.h) */
 			json_object_set_new(e, "limit_share", json_pack("{s:f, s:f}", "requests", k->share_req, "tokens",
 									 k->share_tok));

@@ -47,6 +47,7 @@ found:
 		ig_list_append(&f->queue, &e->link);
 	f->qlen++;
 	e->flow = f;
+	e->key->waiting++;
 	q->qlen++;
 	m->qlen++;
 	return 0;
@@ -70,6 +71,7 @@ void ig_sched_dequeue(struct ig_sched *s IG_UNUSED, struct ig_model *m, struct i
 	ig_list_del(&e->link);
 	e->flow = NULL;
 	f->qlen--;
+	e->key->waiting--;
 	m->q[e->klass].qlen--;
 	m->qlen--;
 	if (f->qlen == 0) {

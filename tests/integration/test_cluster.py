@@ -1,7 +1,8 @@
 """Several gateways as one, through a Redis of the test's own (Debian's redis-server on a loopback
 port, no persistence, stopped after): a bad cluster section stops the gateway at start naming the
 key; gateways see each other, a name is held by one live gateway at a time, one that stops or is
-killed leaves; a response stored through one gateway is followed up and read through another;
+killed leaves; keys' limits, weights and max_inflight hold for the fleet; a response stored
+through one gateway is followed up and read through another;
 Redis going away leaves each gateway serving alone, and its return joins them again."""
 
 import json
@@ -307,6 +308,70 @@ def low_work_through_one_gateway_leaves_the_slots_to_normal_work_waiting_at_anot
     # were placed before A saw B's), not after A's 36 queued low
     assert last_normal < 16, order
     assert max(waiting) <= 1, waiting   # neither sends past what the backend runs
+
+
+@test
+def fair_shares_and_a_keys_max_inflight_hold_across_gateways():
+    # One backend of 8 slots (stated), 0.5 s a request. Key "light" (weight 1) sends 40 through
+    # gateway A, key "heavy" (weight 3) 40 through gateway B, at once. Each gateway alone would
+    # take half the slots (each sees one key); across the fleet the split follows the weights:
+    # 2 slots for light, 6 for heavy.
+    import tempfile
+    import threading
+    redis = start_redis()
+    sim = start_sim("--max-running", "8", "--tokens-per-second", "20", "--ttft-ms", "0", "--output-tokens", "10")
+    path = tempfile.mkdtemp(prefix="ig-keys-") + "/keys.json"
+    keys(path, [{"name": "light", "key": "k-light", "weight": 1}, {"name": "heavy", "key": "k-heavy", "weight": 3},
+                {"name": "capped", "key": "k-capped", "max_inflight": 4}])
+    a = gateway(redis, "gw-a", [sim], "--api-keys-file", path)
+    b = gateway(redis, "gw-b", [sim], "--api-keys-file", path)
+    for gw in (a, b):
+        wait_until(lambda: http_json("GET", gw.url + "/health/backends")[2]["backends"][0].get("limit_from")
+                   == "reported", timeout=10, what="the stated 8")
+    wait_until(lambda: members(a) == ["gw-a", "gw-b"] and members(b) == ["gw-a", "gw-b"], timeout=10,
+               what="both joined")
+    done, lock = [], threading.Lock()
+    def call(gw, key, tag):
+        st, _, _ = http("POST", gw.url + "/v1/completions", {"model": "sim-model", "prompt": tag},
+                        headers={"Authorization": "Bearer " + key}, timeout=120)
+        with lock:
+            done.append((tag, st))
+    ts = [threading.Thread(target=call, args=(a, "k-light", f"light{i}")) for i in range(40)] + \
+         [threading.Thread(target=call, args=(b, "k-heavy", f"heavy{i}")) for i in range(40)]
+    with Sampler(lambda: sim_waiting(sim)) as sampled:
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+    assert len(done) == 80 and all(st == 200 for _, st in done), done
+    order = [tag for tag, _ in done]
+    heavy30 = [i for i, tag in enumerate(order) if tag.startswith("heavy")][29]
+    light = sum(1 for tag in order[:heavy30] if tag.startswith("light"))
+    print(f"# weights 1 and 3 through two gateways, 8 slots: {light} light ended before the 30th heavy "
+          f"(by weight: 10; an even split: 30); most waiting at the backend {max(sampled.values[0])}")
+    assert 3 <= light <= 18, order
+    assert max(sampled.values[0]) <= 1, sampled.values[0]
+    # A key's max_inflight (4) over both: 20 requests through each at once, the backend with room for
+    # 8; never more than 4 of the key's running, counted at the backend, and both gateways serve.
+    done.clear()
+    def running():
+        return http_json("GET", sim.url + "/sim/state")[2]["num_running_reqs"]
+    ts = [threading.Thread(target=call, args=(gw, "k-capped", f"{name}{i}"))
+          for i in range(20) for gw, name in ((a, "a"), (b, "b"))]
+    with Sampler(running, lambda: [k.get("cluster_inflight_cap") for gw in (a, b)
+                                   for k in http_json("GET", gw.url + "/health/backends")[2]["keys"]
+                                   if k["name"] == "capped"], every=0.01) as sampled:
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+    run_counts, caps = sampled.values
+    assert len(done) == 40 and all(st == 200 for _, st in done), done
+    print(f"# max_inflight 4 over two gateways, 20 requests through each: most running at the backend "
+          f"{max(run_counts)} ({sum(1 for r in run_counts if r > 4)} of {len(run_counts)} samples above 4); "
+          f"caps seen {sorted(set(str(c) for c in caps))[:8]}")
+    assert max(run_counts) >= 3, run_counts   # the key ran, at its cap
+    assert max(run_counts) <= 4, run_counts
 
 
 def start_haproxy(gws):
