@@ -42,7 +42,8 @@ struct ig_key {
 	 * part computed at the last sync, in force once the others count it. */
 	long claim_cap, claim_next;
 	long claim_sent;             /* what the last state sent claimed */
-	unsigned others_waited;      /* syncs in a row in which another gateway held it waiting */
+	uint64_t others_wait_ms;     /* since when another gateway has held it waiting at
+				      * every sync (0: none at the last one) */
 	uint64_t active_until_ms;    /* it ran here lately: it keeps a part */
 	uint64_t seen_completed;     /* `completed` at the last sync */
 	size_t refs;                 /* requests that hold it */

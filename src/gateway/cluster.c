@@ -186,7 +186,11 @@ struct ig_cluster {
 	char (*active)[65];          /* keys active at some gateway (last key sync) */
 	size_t nactive;
 	long live_last;              /* gateways at the last sync */
-	unsigned others_waited;      /* syncs in a row in which another held requests waiting */
+	uint64_t others_wait_ms;     /* since when another has held requests waiting at
+				      * every sync (0: none at the last one) */
+	bool hurry;                  /* some gateway holds high or normal requests waiting:
+				      * sync four times as often (slots they wait for
+				      * change hands a sync sooner) */
 	uint64_t key_syncs;
 	uint64_t resp_shared, resp_learned, resp_dropped;
 	uint64_t data_shared, data_learned;  /* batch and file messages */
@@ -473,9 +477,12 @@ static void weigh(struct peer *pv, size_t n, const struct kline *kl, size_t nk)
  * gateways seen. */
 #define KEY_IDLE_MS 10000
 /* A gateway with nothing waiting lets go of its part for a burst once the
- * others have held requests waiting this many syncs in a row (and none is
- * free for them). */
-#define RELEASE_SYNCS 3
+ * others have held requests waiting at every sync for 3 sync periods (and
+ * none is free for them). */
+static uint64_t release_ms(const struct ig_cluster *c)
+{
+	return 3 * c->sync_ms;
+}
 static void split_key(struct ig_cluster *c, struct ig_key *k, const struct peer *pv, size_t n, size_t me,
 		      const struct kline *kl, size_t nk, bool *more)
 {
@@ -525,7 +532,10 @@ static void split_key(struct ig_cluster *c, struct ig_key *k, const struct peer 
 			seen[at->g] = true;
 		}
 	waits |= others_wait;
-	k->others_waited = others_wait ? k->others_waited + 1 : 0;
+	if (!others_wait)
+		k->others_wait_ms = 0;
+	else if (!k->others_wait_ms)
+		k->others_wait_ms = now;
 	/* what it holds: its requests there, and the part it claimed (as a
 	 * backend's: a slot its request just freed is its own to refill) */
 	claim[me] = k->claim_sent > k->inflight ? k->claim_sent : k->inflight;
@@ -536,7 +546,8 @@ static void split_key(struct ig_cluster *c, struct ig_key *k, const struct peer 
 	long others = 0;
 	for (size_t g = 0; g < n; g++)
 		others += g == me ? 0 : claim[g];
-	if (k->waiting == 0 && k->others_waited >= RELEASE_SYNCS && k->max_inflight - others - claim[me] <= 0)
+	if (k->waiting == 0 && k->others_wait_ms && now - k->others_wait_ms >= release_ms(c) &&
+	    k->max_inflight - others - claim[me] <= 0)
 		claim[me] = k->inflight; /* another waits and none is free: its part for a burst goes */
 	cap = ig_cluster_claim(k->max_inflight, claim, w, n, me, (unsigned long long)(c->redis_now_ms / 1000) + fnv(k->digest));
 	free(claim);
@@ -613,9 +624,17 @@ static void take_states(struct ig_cluster *c, const redisReply *sts)
 	for (size_t i = 0; i < gw->sched.n; i++)
 		my_hn += gw->sched.v[i]->q[IG_CLASS_HIGH].qlen + gw->sched.v[i]->q[IG_CLASS_NORMAL].qlen;
 	bool others_wait = false;
+	c->hurry = my_hn > 0;
 	for (size_t i = 0; i < nk; i++)
 		others_wait |= kl[i].wait > 0;
-	c->others_waited = others_wait ? c->others_waited + 1 : 0;
+	for (size_t g = 0; g < n; g++)
+		c->hurry |= pv[g].hn;
+	uint64_t now_ms = ig_now_ms();
+	if (!others_wait)
+		c->others_wait_ms = 0;
+	else if (!c->others_wait_ms)
+		c->others_wait_ms = now_ms;
+	uint64_t waited = c->others_wait_ms ? now_ms - c->others_wait_ms : 0;
 	if (pv) { /* this gateway among them, then all by name: the order every gateway sees */
 		struct peer *p = &pv[n];
 		p->claim = claims + n * nb;
@@ -690,7 +709,7 @@ static void take_states(struct ig_cluster *c, const redisReply *sts)
 			 * none waiting while others have; or only low work while
 			 * others hold high or normal: weigh), it keeps them while
 			 * some are free for the others, or while the others have
-			 * not waited RELEASE_SYNCS syncs in a row (else two gateways
+			 * not waited 3 sync periods at every sync (else two gateways
 			 * taking turns with one request each made each wait a sync
 			 * for its part, for good: 200 ms a request), and then lets
 			 * go of all but its requests there (after 10 times as long
@@ -699,8 +718,8 @@ static void take_states(struct ig_cluster *c, const redisReply *sts)
 			 * slots as they wait for was measured worse: interactive p99
 			 * 808 ms against 525, the bulk run no faster). */
 			if (b->claim_sent > mine &&
-			    (pv[me].w > 0 || c->others_waited < RELEASE_SYNCS ||
-			     (b->learn.cur - others - b->claim_sent > 0 && c->others_waited < 10 * RELEASE_SYNCS)))
+			    (pv[me].w > 0 || waited < release_ms(c) ||
+			     (b->learn.cur - others - b->claim_sent > 0 && waited < 10 * release_ms(c))))
 				mine = b->claim_sent;
 			pv[me].claim[i] = mine;
 			double *w = malloc(n * sizeof(*w));
@@ -858,7 +877,7 @@ static void send_sync(struct ig_cluster *c, uint64_t now)
 	if (ig_redis_argv(c->cmd, on_sync, c, 9, argv, lens) == 0)
 		c->syncing = true;
 	free(state);
-	c->next_sync_ms = now + c->sync_ms;
+	c->next_sync_ms = now + (c->hurry && c->sync_ms >= 4 ? c->sync_ms / 4 : c->sync_ms);
 }
 
 /* ---- shared limits ---- */
