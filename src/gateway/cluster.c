@@ -621,8 +621,11 @@ static void take_states(struct ig_cluster *c, const redisReply *sts)
 		free(text);
 		n++;
 	}
-	for (size_t i = 0; i < gw->sched.n; i++)
+	for (size_t i = 0; i < gw->sched.n; i++) {
 		my_hn += gw->sched.v[i]->q[IG_CLASS_HIGH].qlen + gw->sched.v[i]->q[IG_CLASS_NORMAL].qlen;
+		if (gw->sched.v[i]->others_waiting == 0)
+			gw->sched.v[i]->ends_held = 0; /* low's turn counts while others wait */
+	}
 	bool others_wait = false;
 	c->hurry = my_hn > 0;
 	for (size_t i = 0; i < nk; i++)

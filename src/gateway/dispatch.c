@@ -229,11 +229,24 @@ static enum ig_dispatch_result start(struct ig_gw *gw, struct ig_waiter *w, stru
 	w->attempt_us = ig_now_us();
 	w->policy = s->policy;
 	w->m->inflight++;
+	if (w->pick.low && w->m->others_waiting > 0)
+		w->m->ends_held = 0; /* low's turn taken */
 	w->q.key->inflight++;
 	s->class_inflight[w->q.klass]++;
 	if (s->policy->started)
 		s->policy->started(s->policy_state, b, &w->pick);
 	return w->ops->start(w, b) == 0 ? IG_DISPATCH_STARTED : IG_DISPATCH_FAILED;
+}
+
+/* A low request of m waits while other gateways hold high or normal ones
+ * waiting for it (cluster.h), but for low's turn: one of every low_every
+ * of this gateway's requests of m that end meanwhile (the slot it frees is
+ * its own until the next sync) is followed by a low one; the others' slots
+ * go to the other gateways. Low's small share, across gateways as within
+ * one. */
+static bool low_held(const struct ig_sched *s, const struct ig_model *m)
+{
+	return m->others_waiting > 0 && m->ends_held + 1 < s->low_every;
 }
 
 void ig_dispatch_end(struct ig_gw *gw, struct ig_waiter *w, const struct ig_pick_outcome *o)
@@ -245,6 +258,8 @@ void ig_dispatch_end(struct ig_gw *gw, struct ig_waiter *w, const struct ig_pick
 	ig_backend_finished(w->backend, o->ok);
 	ig_policy_release(w->backend);
 	w->m->inflight--;
+	if (w->m->others_waiting > 0 && w->m->ends_held < gw->sched.low_every)
+		w->m->ends_held++;
 	w->q.key->inflight--;
 	s->class_inflight[w->q.klass]--;
 	struct ig_pick_outcome out = *o;
@@ -276,7 +291,7 @@ static enum ig_dispatch_result place(struct ig_gw *gw, struct ig_waiter *w, bool
 	/* A key at its cap waits for one of its own requests to end; a low
 	 * request, while other gateways hold high or normal ones waiting for
 	 * the model (cluster.h), for them to be placed. */
-	if ((ig_key_capped(w->q.key) || (w->pick.low && m->others_waiting > 0)) && m->nbackends > 0)
+	if ((ig_key_capped(w->q.key) || (w->pick.low && low_held(s, m))) && m->nbackends > 0)
 		return wait_or_refuse(gw, w);
 	if (w->pick.pinned) {
 		/* A follow-up goes where its previous response is, or nowhere. */
@@ -360,7 +375,7 @@ void ig_dispatch_drain(struct ig_gw *gw)
 			enum ig_pick p = IG_PICK_NONE;
 			while ((e = m->qlen ? ig_sched_next(s, m) : NULL)) {
 				w = waiter_of(e);
-				if (w->pick.low && m->others_waiting > 0) {
+				if (w->pick.low && low_held(s, m)) {
 					p = IG_PICK_BUSY; /* others' high and normal first */
 					break;
 				}

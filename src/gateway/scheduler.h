@@ -63,7 +63,10 @@ struct ig_model {
 	long inflight;               /* its requests on a backend now */
 	long others_waiting;         /* high and normal requests other gateways hold
 				      * waiting for it (cluster.c; 0 alone): this
-				      * gateway's low ones wait until they are placed */
+				      * gateway's low ones wait until they are placed,
+				      * but for low's turn (dispatch.c) */
+	unsigned ends_held;          /* its requests that ended here while others
+				      * waited, since low's last turn (dispatch.c) */
 	size_t refs;                 /* requests that hold this entry */
 	uint64_t requests;           /* dispatched or queued, in total */
 	uint64_t queued;             /* of which waited in the queue */

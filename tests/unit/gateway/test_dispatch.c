@@ -284,6 +284,49 @@ START_TEST(waiters_past_their_deadline_get_503)
 }
 END_TEST
 
+/* While another gateway holds normal requests waiting for model-a (cluster.h),
+ * this one's low request waits, though a slot is free, but for low's turn:
+ * after low_every - 1 of this gateway's requests of the model ended, the
+ * next slot goes to it. With none waiting elsewhere, low goes at once. */
+START_TEST(low_waits_for_other_gateways_but_for_its_turn)
+{
+	struct two t;
+	two_init(&t);
+	t.gw.sched.low_every = 3;
+	struct ig_model *ma = ig_sched_find(&t.gw.sched, "model-a");
+	ma->others_waiting = 2;
+	atomic_store(&t.a->inflight, 0);
+	struct rec n1, n2, low, low2;
+	rec_init(&t, &n1, "model-a", "", IG_CLASS_NORMAL);
+	rec_init(&t, &n2, "model-a", "", IG_CLASS_NORMAL);
+	rec_init(&t, &low, "model-a", "", IG_CLASS_LOW);
+	rec_init(&t, &low2, "model-a", "", IG_CLASS_LOW);
+	ck_assert_int_eq(ig_dispatch_submit(&t.gw, &n1.w), IG_DISPATCH_STARTED);
+	ck_assert_int_eq(ig_dispatch_submit(&t.gw, &low.w), IG_DISPATCH_QUEUED);
+	struct ig_pick_outcome ok = {.ok = true, .completion_tokens = -1};
+	ig_dispatch_end(&t.gw, &n1.w, &ok); /* 1 of 3: the slot is left to the others */
+	ig_dispatch_drain(&t.gw);
+	ck_assert_ptr_null(low.started);
+	ck_assert_uint_eq(ma->ends_held, 1);
+	ck_assert_int_eq(ig_dispatch_submit(&t.gw, &n2.w), IG_DISPATCH_STARTED); /* normal is not held */
+	ig_dispatch_end(&t.gw, &n2.w, &ok); /* 2 of 3: low's turn */
+	ig_dispatch_drain(&t.gw);
+	ck_assert_ptr_eq(low.started, t.a);
+	ck_assert_uint_eq(ma->ends_held, 0);
+	ig_dispatch_end(&t.gw, &low.w, &ok);
+	/* none waiting elsewhere: low is not held */
+	ma->others_waiting = 0;
+	ma->ends_held = 0;
+	ck_assert_int_eq(ig_dispatch_submit(&t.gw, &low2.w), IG_DISPATCH_STARTED);
+	ig_dispatch_end(&t.gw, &low2.w, &ok);
+	rec_free(&t, &n1);
+	rec_free(&t, &n2);
+	rec_free(&t, &low);
+	rec_free(&t, &low2);
+	two_free(&t);
+}
+END_TEST
+
 IG_CHECK_MAIN("dispatch", queue_is_fifo_and_bounded, models_have_their_own_pools_and_queues,
 	      unknown_lists_make_requests_wait, retries_skip_tried_backends_then_fail,
-	      waiters_past_their_deadline_get_503)
+	      waiters_past_their_deadline_get_503, low_waits_for_other_gateways_but_for_its_turn)
