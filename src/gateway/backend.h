@@ -41,6 +41,9 @@ struct ig_backend {
 	atomic_ulong served;    /* responses relayed (any status) */
 	atomic_ulong failures;  /* connect errors, resets, timeouts, 502/503/504 */
 	atomic_ulong retried;   /* requests moved from here to another backend */
+	atomic_ullong rest_until_ms; /* it answered 429 or 503 with Retry-After: no
+				      * new request before then (monotonic ms) */
+	atomic_ulong rests;     /* such answers */
 	atomic_ulong aborted;   /* upstream transfers cut because the client left */
 	atomic_ulong prompt_tokens;     /* from "usage" in responses */
 	atomic_ulong completion_tokens;

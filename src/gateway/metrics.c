@@ -57,6 +57,10 @@ json_t *ig_metrics_backend_json(const struct ig_backend *b, uint64_t now)
 	json_object_set_new(o, "last_probe", probe);
 	if (b->discover)
 		json_object_set_new(o, "discovered_from", json_string(b->discover));
+	if (atomic_load(&b->rests) > 0) /* 429/503 answers with Retry-After (proxy.c) */
+		json_object_set_new(o, "retry_after", json_pack("{s:I, s:I}", "answers", (json_int_t)atomic_load(&b->rests),
+							       "resting_ms", (json_int_t)(atomic_load(&b->rest_until_ms) > now
+											  ? atomic_load(&b->rest_until_ms) - now : 0)));
 	if (atomic_load(&b->slots) > 0)
 		json_object_set_new(o, "learned_slots", json_integer(atomic_load(&b->slots)));
 	/* the limit in force and where it comes from (capacity.h) */
@@ -425,6 +429,7 @@ static unsigned long get_limit(const struct ig_backend *x) { return (unsigned lo
 static unsigned long get_served(const struct ig_backend *x) { return atomic_load(&x->served); }
 static unsigned long get_failures(const struct ig_backend *x) { return atomic_load(&x->failures); }
 static unsigned long get_retried(const struct ig_backend *x) { return atomic_load(&x->retried); }
+static unsigned long get_rests(const struct ig_backend *x) { return atomic_load(&x->rests); }
 static unsigned long get_aborted(const struct ig_backend *x) { return atomic_load(&x->aborted); }
 static unsigned long get_ptok(const struct ig_backend *x) { return atomic_load(&x->prompt_tokens); }
 static unsigned long get_ctok(const struct ig_backend *x) { return atomic_load(&x->completion_tokens); }
@@ -672,6 +677,8 @@ char *ig_metrics_text(struct ig_gw *gw)
 		    "Failed transfers per backend (connect, reset, timeout, 502/503/504).", get_failures);
 	per_backend(&b, gw, "infergate_backend_retried_total", "counter",
 		    "Requests moved from this backend to another.", get_retried);
+	per_backend(&b, gw, "infergate_backend_retry_after_total", "counter",
+		    "429 or 503 answers with Retry-After: the backend was sent nothing new for that long.", get_rests);
 	per_backend(&b, gw, "infergate_backend_aborted_total", "counter",
 		    "Transfers cut because the client left.", get_aborted);
 	per_backend(&b, gw, "infergate_backend_prompt_tokens_total", "counter", "Prompt tokens per backend.", get_ptok);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "policy_list.h"
+#include "infergate/util.h"
 #include "policy.h"
 
 #define DECLARE(id, name, help) extern const struct ig_policy ig_lb_##id;
@@ -94,11 +95,16 @@ enum ig_pick ig_policy_pick(const struct ig_policy *p, void *state, struct ig_ba
 			free(cand);
 		return IG_PICK_NONE;
 	}
+	uint64_t now = 0;
 	for (size_t i = 0; i < n; i++) {
 		struct ig_backend *b = v[i];
 		if (!ig_backend_usable(b) || tried_already(b, rq) || (rq->pinned && b->id + 1 != rq->pinned))
 			continue;
 		healthy++;
+		/* It asked for time (Retry-After): up, but nothing new until then;
+		 * a request with nowhere else to go waits for it. */
+		if (atomic_load(&b->rest_until_ms) && atomic_load(&b->rest_until_ms) > (now ? now : (now = ig_now_ms())))
+			continue;
 		long limit = ig_policy_limit(b, rq->low);
 		if (limit < 0 || (limit > 0 && atomic_load(&b->inflight) >= limit))
 			continue;

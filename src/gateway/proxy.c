@@ -18,6 +18,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/epoll.h>
+#include <time.h>
 
 #include "health.h"
 #include "infergate/httpd.h"
@@ -764,8 +765,10 @@ static void end_attempt(struct ig_req *req, enum ig_upstream_error e, const char
 	if (e != IG_UPERR_NONE) {
 		req->last_err = e;
 		gw->stats.upstream_errors[e]++;
-		atomic_fetch_add(&b->failures, 1);
-		ig_health_passive_fail(gw, b, e, detail);
+		if (atomic_load(&b->rest_until_ms) <= ig_now_ms()) { /* one that asked for time is alive */
+			atomic_fetch_add(&b->failures, 1);
+			ig_health_passive_fail(gw, b, e, detail);
+		}
 		if (rl->committed) {
 			ig_log_warn("request %s: backend %s failed mid-stream (%s)", req->request_id, b->url, detail);
 			ig_relay_fail_stream(rl, "the backend failed while streaming; the response is incomplete");
@@ -809,12 +812,45 @@ static void end_attempt(struct ig_req *req, enum ig_upstream_error e, const char
 	resume(req);
 }
 
+/* Seconds of a Retry-After value (delta-seconds or an HTTP-date), at most
+ * RETRY_AFTER_MAX_S; 0 when there is none or it is not one. */
+#define RETRY_AFTER_MAX_S 300
+static long retry_after_s(const char *v)
+{
+	if (!v || !*v)
+		return 0;
+	char *end;
+	long s;
+	if (*v >= '0' && *v <= '9') {
+		s = strtol(v, &end, 10);
+		if (*end)
+			return 0;
+	} else {
+		time_t at = curl_getdate(v, NULL);
+		s = at < 0 ? 0 : (long)(at - time(NULL));
+	}
+	return s < 0 ? 0 : s > RETRY_AFTER_MAX_S ? RETRY_AFTER_MAX_S : s;
+}
+
 static void on_upstream_done(struct ig_xfer *x, CURLcode result)
 {
 	struct ig_req *req = IG_CONTAINER_OF(x, struct ig_req, xfer);
 	enum ig_upstream_error e = classify(req, result);
 	char detail[256];
+	long status = req->relay.up_status, rest;
 
+	/* A 429 or 503 that says when to come back: the backend is alive and
+	 * busy. It is sent nothing new for that long, the request goes
+	 * elsewhere (or waits for it), and it is no health failure. */
+	if (result == CURLE_OK && (status == 429 || status == 503) &&
+	    (rest = retry_after_s(ig_relay_header(&req->relay, "Retry-After"))) > 0) {
+		struct ig_backend *b = req->wait.backend;
+		atomic_store(&b->rest_until_ms, ig_now_ms() + (uint64_t)rest * 1000u);
+		atomic_fetch_add(&b->rests, 1);
+		ig_log_info("request %s: backend %s answered HTTP %ld with Retry-After: %ld s: nothing new sent there "
+			    "for that long", req->request_id, b->url, status, rest);
+		e = IG_UPERR_STATUS;
+	}
 	if (e == IG_UPERR_STATUS)
 		snprintf(detail, sizeof(detail), "HTTP %ld", req->relay.up_status);
 	else

@@ -358,6 +358,54 @@ def garbage_answers_are_retried_on_a_good_backend_or_reported():
 
 
 @test
+def a_backend_that_answers_retry_after_is_sent_nothing_new_until_then():
+    # SGLang and vLLM answer 429 or 503 when they are overloaded; one that says when to come back
+    # (Retry-After) is alive and busy: the request goes to another backend at once, nothing new
+    # goes to it until then, and it is not taken for a failing backend.
+    def handler(fb, req, sock):
+        if req["method"] == "POST" and len(fb.posts()) == 1:
+            FakeBackend.reply(sock, 429, {"error": {"message": "too busy"}}, extra=b"Retry-After: 2\r\n")
+            return True
+        return FakeBackend.answer_ok(fb, req, sock)
+    fb = FakeBackend(handler)
+    good = start_sim(*FAST)
+    gw = start_gateway([fb, good], "--policy", "round-robin", "--health-interval-ms", "60000")
+    wait_healthy(gw, 2)
+    served = []
+    for i in range(8):
+        st, hdrs, body = http("POST", gw.url + "/v1/chat/completions", chat_body(f"busy {i}"), timeout=30)
+        assert st == 200, (st, body[:200])
+        served.append(hdrs["x-infergate-backend"])
+    assert len(fb.posts()) == 1 and served == [good.url] * 8, (len(fb.posts()), served)
+    b = {x["url"]: x for x in http_json("GET", gw.url + "/health/backends")[2]["backends"]}[fb.url]
+    assert b["state"] == "up" and b["failures"] == 0, b
+    assert b["retry_after"]["answers"] == 1 and 0 < b["retry_after"]["resting_ms"] <= 2000, b
+    text = http("GET", gw.url + "/metrics")[2].decode()
+    assert metric(text, 'infergate_backend_retry_after_total{backend="%s"}' % fb.url) == 1
+    # its time is up: it gets its turn again
+    wait_until(lambda: http_json("GET", gw.url + "/health/backends")[2]["backends"][0]["retry_after"]["resting_ms"]
+               == 0, timeout=10, what="the rest over")
+    served = [http("POST", gw.url + "/v1/chat/completions", chat_body(f"back {i}"), timeout=30)[1]["x-infergate-backend"]
+              for i in range(4)]
+    assert fb.url in served and len(fb.posts()) >= 2, served
+    gw.stop()
+    # Alone, with nowhere else to go: the client gets the backend's own answer with its
+    # Retry-After, and the backend stays up.
+    fb2 = FakeBackend(lambda fb, req, sock: FakeBackend.reply(sock, 503, {"error": {"message": "overloaded"}},
+                                                              extra=b"Retry-After: 30\r\n") or True
+                      if req["method"] == "POST" else FakeBackend.answer_ok(fb, req, sock))
+    gw = start_gateway([fb2], "--health-interval-ms", "60000")
+    wait_healthy(gw, 1)
+    st, hdrs, body = http("POST", gw.url + "/v1/chat/completions", chat_body("alone"), timeout=30)
+    assert st == 503 and hdrs.get("retry-after") == "30", (st, hdrs)
+    assert json.loads(body)["error"]["message"] == "overloaded", body
+    assert len(fb2.posts()) == 1
+    assert http_json("GET", gw.url + "/health")[2]["healthy_backends"] == 1
+    fb.stop()
+    fb2.stop()
+
+
+@test
 def truncated_stream_from_a_backend_ends_with_an_error_event():
     def handler(fb, req, sock):
         if req["method"] == "GET":
