@@ -184,6 +184,13 @@ static const struct ig_flag keys[] = {
 	 .max = 100, .def = "3", .metavar = "N", .help = "consecutive failures that take a backend down"},
 	{.name = "--retries", .key = "retries", .type = IG_FLAG_LONG, .off = OFF(retries), .min = 0, .max = 20,
 	 .def = "2", .metavar = "N", .help = "retries on another backend before any byte reached the client"},
+	{.name = "--retry-budget-percent", .key = "retry_budget.percent", .type = IG_FLAG_LONG,
+	 .off = OFF(retry_budget_percent), .min = 0, .max = 1000, .def = "20", .metavar = "P",
+	 .help = "retries over the last 10 s: at most P% of the requests (plus the minimum below), so that a "
+		 "failing fleet is not hit by a storm of retries"},
+	{.name = "--retry-budget-min-per-s", .key = "retry_budget.min_per_s", .type = IG_FLAG_LONG,
+	 .off = OFF(retry_budget_min_per_s), .min = 0, .max = 100000, .def = "10", .metavar = "N",
+	 .help = "retries a second always allowed, whatever the share"},
 	{.name = "--max-inflight", .key = "max_inflight", .type = IG_FLAG_LONG, .off = OFF(max_inflight), .min = 0,
 	 .max = 1000000, .def = "0", .metavar = "N",
 	 .help = "default per-backend limit of requests in flight (0 = none)"},

@@ -327,8 +327,40 @@ static enum ig_dispatch_result place(struct ig_gw *gw, struct ig_waiter *w, bool
 	return IG_DISPATCH_FAILED;
 }
 
+/* ---- the retry budget (after Finagle's RetryBudget and Envoy's
+ * retry_budget: a share of the requests plus a floor, over a window) ---- */
+
+/* The ring's slot for second `sec`, emptied when it held an older one. */
+static size_t budget_slot(struct ig_sched *s, uint64_t sec)
+{
+	size_t i = (size_t)(sec % IG_RETRY_WINDOW_S);
+	if (s->budget_sec[i] != sec) {
+		s->budget_sec[i] = sec;
+		s->budget_req[i] = s->budget_retry[i] = 0;
+	}
+	return i;
+}
+
+bool ig_dispatch_retry_budget(struct ig_gw *gw)
+{
+	struct ig_sched *s = &gw->sched;
+	uint64_t sec = ig_now_ms() / 1000, req, retry;
+	size_t i = budget_slot(s, sec);
+	ig_sched_budget_window(s, sec, &req, &retry);
+	uint64_t allowed = (uint64_t)gw->cfg->retry_budget_min_per_s * IG_RETRY_WINDOW_S +
+			   req * (uint64_t)gw->cfg->retry_budget_percent / 100;
+	if (retry + 1 > allowed) {
+		s->retries_denied++;
+		return false;
+	}
+	s->budget_retry[i]++;
+	return true;
+}
+
 enum ig_dispatch_result ig_dispatch_submit(struct ig_gw *gw, struct ig_waiter *w)
 {
+	struct ig_sched *s = &gw->sched;
+	s->budget_req[budget_slot(s, ig_now_ms() / 1000)]++;
 	w->m->requests++;
 	w->pick.low = w->q.klass == IG_CLASS_LOW;
 	return place(gw, w, false, "");

@@ -89,6 +89,11 @@ enum ig_dispatch_result ig_dispatch_submit(struct ig_gw *gw, struct ig_waiter *w
  * called): another backend, the queue, or `fail` (timeout: a 504 naming the
  * backend, else a 502 naming `what` went wrong). */
 enum ig_dispatch_result ig_dispatch_retry(struct ig_gw *gw, struct ig_waiter *w, bool timeout, const char *what);
+/* Whether the retry budget allows one more retry now (counted when it
+ * does): over the last IG_RETRY_WINDOW_S seconds, retries stay within
+ * retry_budget.percent of the requests submitted plus
+ * retry_budget.min_per_s a second. */
+bool ig_dispatch_retry_budget(struct ig_gw *gw);
 /* Its attempt ended (answered, failed, or cut): the slot given back, the
  * policy told. A drain follows at the end of the turn. */
 void ig_dispatch_end(struct ig_gw *gw, struct ig_waiter *w, const struct ig_pick_outcome *o);

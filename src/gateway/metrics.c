@@ -222,6 +222,11 @@ char *ig_metrics_backends_json(struct ig_gw *gw)
 			      "backends", (json_int_t)gw->fleet.n,
 			      "prompt_tokens", (json_int_t)gw->stats.prompt_tokens,
 			      "completion_tokens", (json_int_t)gw->stats.completion_tokens);
+	uint64_t wreq, wretry;
+	ig_sched_budget_window(&gw->sched, ig_now_ms() / 1000, &wreq, &wretry);
+	json_object_set_new(g, "retry_budget", json_pack("{s:I, s:I, s:I}", "requests_10s", (json_int_t)wreq,
+							  "retries_10s", (json_int_t)wretry, "denied",
+							  (json_int_t)gw->sched.retries_denied));
 	json_t *classes = json_object();
 	for (int c = 0; c < IG_NCLASSES; c++)
 		json_object_set_new(classes, ig_conf_class_name(c),
@@ -639,6 +644,9 @@ char *ig_metrics_text(struct ig_gw *gw)
 			      (unsigned long)gw->rx[i].requests);
 	ig_buf_printf(&b, "# HELP infergate_retries_total Requests moved to another backend.\n"
 		      "# TYPE infergate_retries_total counter\ninfergate_retries_total %lu\n", (unsigned long)s->retries);
+	ig_buf_printf(&b, "# HELP infergate_retries_denied_total Retries the retry budget refused.\n"
+		      "# TYPE infergate_retries_denied_total counter\ninfergate_retries_denied_total %lu\n",
+		      (unsigned long)gw->sched.retries_denied);
 	ig_buf_printf(&b, "# HELP infergate_client_aborts_total Requests whose client left first.\n"
 		      "# TYPE infergate_client_aborts_total counter\ninfergate_client_aborts_total %lu\n",
 		      (unsigned long)s->client_aborts);

@@ -772,6 +772,13 @@ static void end_attempt(struct ig_req *req, enum ig_upstream_error e, const char
 		if (rl->committed) {
 			ig_log_warn("request %s: backend %s failed mid-stream (%s)", req->request_id, b->url, detail);
 			ig_relay_fail_stream(rl, "the backend failed while streaming; the response is incomplete");
+		} else if (req->retries_done < gw->cfg->retries && !ig_dispatch_retry_budget(gw)) {
+			ig_log_debug("request %s: not retried after %s from %s: the retry budget is spent", req->request_id,
+				     detail, b->url);
+			if (e != IG_UPERR_STATUS)
+				set_error(req, e == IG_UPERR_TIMEOUT ? 504 : 502,
+					  e == IG_UPERR_TIMEOUT ? "backend_timeout" : "backend_error",
+					  "backend %s failed: %s (not retried: the retry budget is spent)", b->url, detail);
 		} else if (req->retries_done < gw->cfg->retries) {
 			req->retries_done++;
 			gw->stats.retries++;

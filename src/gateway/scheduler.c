@@ -289,3 +289,13 @@ size_t ig_sched_waiting(const struct ig_sched *s, int klass)
 		k += s->v[i]->q[klass].qlen;
 	return k;
 }
+
+void ig_sched_budget_window(const struct ig_sched *s, uint64_t sec, uint64_t *requests, uint64_t *retries)
+{
+	*requests = *retries = 0;
+	for (size_t i = 0; i < IG_RETRY_WINDOW_S; i++)
+		if (s->budget_sec[i] + IG_RETRY_WINDOW_S > sec && s->budget_sec[i] <= sec) {
+			*requests += s->budget_req[i];
+			*retries += s->budget_retry[i];
+		}
+}

@@ -27,6 +27,8 @@
 struct ig_flow;
 struct ig_policy;
 
+#define IG_RETRY_WINDOW_S 10
+
 /* A request's place in the queues: its class and key, and where it waits. */
 struct ig_sched_entry {
 	int klass;                   /* enum ig_class, for the request's whole life */
@@ -90,6 +92,11 @@ struct ig_sched {
 	void *policy_state;
 	size_t qlen;                 /* requests waiting, all models */
 	uint64_t dispatched;         /* requests sent to a backend (first attempts) */
+	/* the retry budget: requests and retries per second of the last
+	 * IG_RETRY_WINDOW_S (a ring by second), and the retries it refused */
+	uint64_t budget_sec[IG_RETRY_WINDOW_S];
+	uint64_t budget_req[IG_RETRY_WINDOW_S], budget_retry[IG_RETRY_WINDOW_S];
+	uint64_t retries_denied;
 	long class_inflight[IG_NCLASSES];
 };
 
@@ -134,6 +141,9 @@ void ig_sched_dispatch(struct ig_sched *s, struct ig_model *m, struct ig_sched_e
 void ig_sched_expire(struct ig_sched *s, struct ig_model *m, uint64_t now_ms,
 		     void (*fn)(struct ig_sched_entry *e, void *arg), void *arg);
 
+/* The retry budget's window (dispatch.c's): requests and retries of the
+ * IG_RETRY_WINDOW_S seconds up to `sec`. */
+void ig_sched_budget_window(const struct ig_sched *s, uint64_t sec, uint64_t *requests, uint64_t *retries);
 /* Healthy backends among m's. */
 size_t ig_sched_healthy(const struct ig_model *m);
 /* Waiting requests of one class, every model. */

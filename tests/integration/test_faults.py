@@ -358,6 +358,34 @@ def garbage_answers_are_retried_on_a_good_backend_or_reported():
 
 
 @test
+def the_retry_budget_caps_retries_when_every_backend_fails():
+    # Three backends that close every request at once: with the budget's floor at 0 and 20%, 50
+    # requests get at most a fifth of them in retries (the rest fail at once), against two
+    # retries each with the defaults (a floor of 10 a second covers them).
+    fbs = [FakeBackend(garbage_handler("close_at_once")) for _ in range(3)]
+    counts = {}
+    for name, extra in (("budget", ("--retry-budget-percent", "20", "--retry-budget-min-per-s", "0")),
+                        ("defaults", ())):
+        gw = start_gateway(fbs, "--retries", "2", "--health-interval-ms", "60000", "--health-fall", "100", *extra)
+        wait_healthy(gw, 3)
+        messages = []
+        for i in range(50):
+            st, _, body = http("POST", gw.url + "/v1/chat/completions", chat_body(f"{name} {i}"), timeout=30)
+            assert st == 502, (st, body[:200])
+            messages.append(json.loads(body)["error"]["message"])
+        text = http("GET", gw.url + "/metrics")[2].decode()
+        counts[name] = (metric(text, "infergate_retries_total"), metric(text, "infergate_retries_denied_total"),
+                        sum("the retry budget is spent" in m for m in messages))
+        gw.stop()
+    print(f"# 50 requests, every backend failing: retries/denied/answers saying so: {counts}")
+    retries, denied, said = counts["budget"]
+    assert 5 <= retries <= 11 and denied >= 39 and said == denied, counts
+    assert counts["defaults"] == (100, 0, 0), counts
+    for fb in fbs:
+        fb.stop()
+
+
+@test
 def a_backend_that_answers_retry_after_is_sent_nothing_new_until_then():
     # SGLang and vLLM answer 429 or 503 when they are overloaded; one that says when to come back
     # (Retry-After) is alive and busy: the request goes to another backend at once, nothing new
