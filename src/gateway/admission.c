@@ -518,6 +518,7 @@ int ig_admission_classify(struct ig_gw *gw, struct ig_admission *a, struct MHD_C
 			  struct ig_waiter *w)
 {
 	const char *prio = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Infergate-Priority");
+	const char *timeout = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Infergate-Timeout-Ms");
 	bool fifo = gw->cfg->scheduling != 0;
 
 	if ((a->key = ig_clients_get(&gw->clients, a->key_id)))
@@ -541,6 +542,20 @@ int ig_admission_classify(struct ig_gw *gw, struct ig_admission *a, struct MHD_C
 	}
 	if (fifo)
 		w->q.klass = IG_CLASS_NORMAL;
+	if (timeout) {
+		/* the client's deadline for the whole request: queue, attempts,
+		 * retries (proxy.c ends it with a 504 when it passes) */
+		char *end;
+		long v = strtol(timeout, &end, 10);
+		if (end == timeout || *end || v < 1 || v > 86400000) {
+			set_param_error(a, 400, "X-Infergate-Timeout-Ms", "invalid_timeout",
+					"Invalid 'X-Infergate-Timeout-Ms' header: '%.64s' (expected milliseconds, 1 to "
+					"86400000)", timeout);
+			return -1;
+		}
+		a->timeout_ms = v;
+		a->deadline_ms = ig_now_ms() + (uint64_t)v;
+	}
 	return 0;
 }
 

@@ -49,6 +49,8 @@ struct ig_admission {
 	char *prev_id;               /* previous_response_id, or NULL */
 	bool store;                  /* the answer is stored by its backend */
 	char *up_path;               /* a BY_ID route: the path (and query) to send */
+	long timeout_ms;             /* X-Infergate-Timeout-Ms, 0 none */
+	uint64_t deadline_ms;        /* when that passes (monotonic), 0 none */
 	struct ig_key *key;          /* the client's key (held): limits, usage */
 	/* its key's rate limits */
 	long tok_estimate;           /* its work in tokens: its tpm charge */

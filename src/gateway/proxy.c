@@ -762,7 +762,18 @@ static void end_attempt(struct ig_req *req, enum ig_upstream_error e, const char
 		ig_relay_whole_body(rl); /* a whole body's usage, a stored response */
 	ig_dispatch_end(gw, &req->wait, &(struct ig_pick_outcome){.ok = e == IG_UPERR_NONE,
 								   .completion_tokens = rl->completion_tokens});
-	if (e != IG_UPERR_NONE) {
+	if (e != IG_UPERR_NONE && req->deadline_hit) {
+		/* the client's deadline, not the backend's fault: no retry, no
+		 * health failure */
+		atomic_fetch_add(&b->aborted, 1);
+		if (rl->committed)
+			ig_relay_fail_stream(rl, "the request's deadline (X-Infergate-Timeout-Ms) passed; the response is "
+						 "incomplete");
+		else
+			set_error(req, 504, "deadline_exceeded",
+				  "the request's deadline (X-Infergate-Timeout-Ms: %ld) passed before %s answered",
+				  req->adm.timeout_ms, b->url);
+	} else if (e != IG_UPERR_NONE) {
 		req->last_err = e;
 		gw->stats.upstream_errors[e]++;
 		if (atomic_load(&b->rest_until_ms) <= ig_now_ms()) { /* one that asked for time is alive */
@@ -899,6 +910,22 @@ static void scan_idle(struct ig_rx *rx, uint64_t now_ms)
 	uint64_t limit = (uint64_t)gw->cfg->idle_s * 1000u;
 	struct ig_req *req, *next;
 	IG_LIST_FOREACH_SAFE(req, next, &rx->reqs, struct ig_req, link) {
+		if (req->adm.deadline_ms && now_ms >= req->adm.deadline_ms && !req->deadline_hit &&
+		    (req->wait.queued || req->xfer.running)) {
+			/* The client's deadline: a 504 (or, streaming, the stream's
+			 * end with an error event), and the upstream aborted. */
+			req->deadline_hit = true;
+			if (req->wait.queued) {
+				ig_dispatch_cancel(gw, &req->wait);
+				set_error(req, 504, "deadline_exceeded",
+					  "the request's deadline (X-Infergate-Timeout-Ms: %ld) passed while it waited for "
+					  "a backend", req->adm.timeout_ms);
+				resume(req);
+			} else {
+				end_attempt(req, IG_UPERR_TIMEOUT, "the client's deadline passed");
+			}
+			continue;
+		}
 		if (req->xfer.running && !req->relay.paused && now_ms - req->relay.last_io_ms >= limit) {
 			char detail[96];
 			snprintf(detail, sizeof(detail), "no byte for %lds", gw->cfg->idle_s);

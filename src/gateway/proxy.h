@@ -64,6 +64,7 @@ struct ig_req {
 	struct ig_list post_link;    /* rx->posted: handed over by another reactor */
 	unsigned post_ops;           /* IG_HAND_*, while posted */
 	bool start_posted;           /* its attempt waits for its reactor to start it */
+	bool deadline_hit;           /* the client's deadline passed (X-Infergate-Timeout-Ms) */
 	int retries_done;
 	enum ig_upstream_error last_err;
 	unsigned err_status;         /* error answer decided by the gateway */

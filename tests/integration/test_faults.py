@@ -55,12 +55,12 @@ def state_lines(gw, url):
     return out
 
 
-def raw_stream(gw, body):
+def raw_stream(gw, body, headers=b""):
     """Starts a streamed request on a raw socket; returns (socket, header bytes, first body bytes)."""
     s = socket.create_connection(("127.0.0.1", gw.port))
     data = json.dumps(body).encode()
-    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
-              b"Content-Length: %d\r\n\r\n%s" % (len(data), data))
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n%s"
+              b"Content-Length: %d\r\n\r\n%s" % (headers, len(data), data))
     s.settimeout(10)
     got = b""
     while b"data: " not in got:
@@ -355,6 +355,56 @@ def garbage_answers_are_retried_on_a_good_backend_or_reported():
         gw.stop()
         good.stop()
         fb.stop()
+
+
+@test
+def a_clients_deadline_ends_the_request_with_a_504_and_aborts_the_backend():
+    # X-Infergate-Timeout-Ms: the whole request's deadline (queue, attempts, retries). One slot,
+    # 20 tokens/s, 100-token answers (5 s each).
+    sim = start_sim("--max-running", "1", "--tokens-per-second", "20", "--ttft-ms", "0", "--output-tokens", "100")
+    gw = start_gateway([sim], "--health-interval-ms", "200")
+    wait_until(lambda: http_json("GET", gw.url + "/health/backends")[2]["backends"][0].get("limit_from") == "reported",
+               timeout=10, what="the stated slot")
+    dl = {"X-Infergate-Timeout-Ms": "400"}
+    # running, not streamed: a 504 in OpenAI's shape, and the backend's request aborted
+    st, _, body = http("POST", gw.url + "/v1/chat/completions", chat_body("slow"), headers=dl, timeout=30)
+    assert_openai_error(st, json.loads(body), 504)
+    assert json.loads(body)["error"]["code"] == "deadline_exceeded", body
+    wait_until(lambda: http_json("GET", sim.url + "/sim/state")[2]["num_running_reqs"] == 0, timeout=5,
+               what="the backend's request aborted")
+    # streamed: the 200 went out, so the stream ends with an error event (no [DONE])
+    s, head, first = raw_stream(gw, chat_body("slow stream", stream=True), b"X-Infergate-Timeout-Ms: 400\r\n")
+    rest, _ = read_to_close(s)   # the gateway ends the stream: no last chunk, the connection closed
+    s.close()
+    events = sse_events(unchunk(first + rest))
+    assert head.startswith(b"HTTP/1.1 200") and "[DONE]" not in events, events[-3:]
+    assert "deadline" in json.loads(events[-1])["error"]["message"], events[-1]
+    # waiting in the queue behind a long request: a 504 that says so, and the one in front runs on
+    import threading
+    first = {}
+    t = threading.Thread(target=lambda: first.update(r=http("POST", gw.url + "/v1/chat/completions",
+                                                            chat_body("in front", max_tokens=40), timeout=30)))
+    wait_until(lambda: http_json("GET", sim.url + "/sim/state")[2]["num_running_reqs"] == 0, timeout=5,
+               what="the backend free")
+    t.start()
+    wait_until(lambda: http_json("GET", sim.url + "/sim/state")[2]["num_running_reqs"] == 1, timeout=5,
+               what="the first running")
+    st, _, body = http("POST", gw.url + "/v1/chat/completions", chat_body("behind"), headers=dl, timeout=30)
+    assert st == 504 and "waited for a backend" in json.loads(body)["error"]["message"], (st, body)
+    t.join()
+    assert first["r"][0] == 200
+    text = http("GET", gw.url + "/metrics")[2].decode()
+    assert metric(text, "infergate_retries_total") == 0  # a deadline is not retried
+    b = http_json("GET", gw.url + "/health/backends")[2]["backends"][0]
+    assert b["state"] == "up" and b["failures"] == 0 and b["aborted"] >= 2, b
+    # a malformed deadline: a 400 that names the header, and nothing sent
+    before = http_json("GET", sim.url + "/sim/state")[2]["requests_received"]
+    st, _, body = http("POST", gw.url + "/v1/chat/completions", chat_body("x"),
+                       headers={"X-Infergate-Timeout-Ms": "soon"})
+    obj = json.loads(body)
+    assert_openai_error(st, obj, 400)
+    assert obj["error"]["param"] == "X-Infergate-Timeout-Ms" and obj["error"]["code"] == "invalid_timeout", obj
+    assert http_json("GET", sim.url + "/sim/state")[2]["requests_received"] == before
 
 
 @test
