@@ -65,6 +65,7 @@ struct ig_conf {
 	long health_rise;
 	long health_fall;
 	long retries;
+	long ttft_ms;               /* a stream's first byte within this, else retried (0: no limit) */
 	long retry_budget_percent;  /* retries over the last 10 s: at most this share of */
 	long retry_budget_min_per_s; /* the requests, plus this many a second (dispatch.c) */
 	long max_inflight;          /* default per-backend limit, 0 = none */

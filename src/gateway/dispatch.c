@@ -318,8 +318,8 @@ static enum ig_dispatch_result place(struct ig_gw *gw, struct ig_waiter *w, bool
 		refuse(w, 503, NULL, NULL, "no_healthy_backend",
 		       "no healthy backend serves the model '%s' (%zu of them, 0 up)", w->model, m->nbackends);
 	} else if (timeout) {
-		refuse(w, 504, NULL, NULL, "backend_timeout", "backend %s sent nothing for %lds", w->backend->url,
-		       gw->cfg->idle_s);
+		refuse(w, 504, NULL, NULL, "backend_timeout", "backend %s timed out after %d attempt(s): %s",
+		       w->backend->url, w->pick.ntried, what);
 	} else {
 		refuse(w, 502, NULL, NULL, "backend_error", "backend failed after %d attempt(s), last %s: %s error",
 		       w->pick.ntried, w->backend->url, what);

@@ -86,8 +86,8 @@ void ig_dispatch_free(struct ig_gw *gw);
 /* A new request: started, queued or refused (see enum ig_dispatch_result). */
 enum ig_dispatch_result ig_dispatch_submit(struct ig_gw *gw, struct ig_waiter *w);
 /* Its attempt failed before any byte went to the client (ig_dispatch_end
- * called): another backend, the queue, or `fail` (timeout: a 504 naming the
- * backend, else a 502 naming `what` went wrong). */
+ * called): another backend, the queue, or `fail` (timeout: a 504, else a
+ * 502, naming the backend and `what` went wrong). */
 enum ig_dispatch_result ig_dispatch_retry(struct ig_gw *gw, struct ig_waiter *w, bool timeout, const char *what);
 /* Whether the retry budget allows one more retry now (counted when it
  * does): over the last IG_RETRY_WINDOW_S seconds, retries stay within

@@ -776,10 +776,13 @@ static void end_attempt(struct ig_req *req, enum ig_upstream_error e, const char
 	} else if (e != IG_UPERR_NONE) {
 		req->last_err = e;
 		gw->stats.upstream_errors[e]++;
-		if (atomic_load(&b->rest_until_ms) <= ig_now_ms()) { /* one that asked for time is alive */
+		/* one that asked for time is alive; one slow to its first byte
+		 * is busy (its own queue), not failing */
+		if (atomic_load(&b->rest_until_ms) <= ig_now_ms() && !req->ttft_cut) {
 			atomic_fetch_add(&b->failures, 1);
 			ig_health_passive_fail(gw, b, e, detail);
 		}
+		req->ttft_cut = false;
 		if (rl->committed) {
 			ig_log_warn("request %s: backend %s failed mid-stream (%s)", req->request_id, b->url, detail);
 			ig_relay_fail_stream(rl, "the backend failed while streaming; the response is incomplete");
@@ -795,7 +798,8 @@ static void end_attempt(struct ig_req *req, enum ig_upstream_error e, const char
 			gw->stats.retries++;
 			atomic_fetch_add(&b->retried, 1);
 			ig_log_debug("request %s: retrying after %s from %s", req->request_id, detail, b->url);
-			if (ig_dispatch_retry(gw, &req->wait, e == IG_UPERR_TIMEOUT, uperr_name(e)) != IG_DISPATCH_FAILED)
+			if (ig_dispatch_retry(gw, &req->wait, e == IG_UPERR_TIMEOUT,
+					      e == IG_UPERR_TIMEOUT ? detail : uperr_name(e)) != IG_DISPATCH_FAILED)
 				return;
 			/* Nowhere else to go: a backend's own 5xx answer says more
 			 * than ours. */
@@ -924,6 +928,16 @@ static void scan_idle(struct ig_rx *rx, uint64_t now_ms)
 			} else {
 				end_attempt(req, IG_UPERR_TIMEOUT, "the client's deadline passed");
 			}
+			continue;
+		}
+		/* A stream with no first event within timeouts.ttft_ms: a straggler
+		 * (a server's own queue, a stuck prefill): tried elsewhere. */
+		if (gw->cfg->ttft_ms && req->xfer.running && req->adm.stream && !req->relay.committed &&
+		    (ig_now_us() - req->wait.attempt_us) / 1000 >= (uint64_t)gw->cfg->ttft_ms) {
+			char detail[96];
+			snprintf(detail, sizeof(detail), "no first byte in %ld ms", gw->cfg->ttft_ms);
+			req->ttft_cut = true;
+			end_attempt(req, IG_UPERR_TIMEOUT, detail);
 			continue;
 		}
 		if (req->xfer.running && !req->relay.paused && now_ms - req->relay.last_io_ms >= limit) {

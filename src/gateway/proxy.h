@@ -65,6 +65,7 @@ struct ig_req {
 	unsigned post_ops;           /* IG_HAND_*, while posted */
 	bool start_posted;           /* its attempt waits for its reactor to start it */
 	bool deadline_hit;           /* the client's deadline passed (X-Infergate-Timeout-Ms) */
+	bool ttft_cut;               /* its attempt ended for timeouts.ttft_ms (no health failure) */
 	int retries_done;
 	enum ig_upstream_error last_err;
 	unsigned err_status;         /* error answer decided by the gateway */

@@ -408,6 +408,33 @@ def a_clients_deadline_ends_the_request_with_a_504_and_aborts_the_backend():
 
 
 @test
+def a_stream_with_no_first_byte_in_ttft_timeout_is_tried_on_another_backend():
+    # One backend takes 5 s to its first token (a long queue of its own), the other 0: with
+    # --ttft-timeout-ms 300, every stream ends whole, answered by the quick one.
+    slow = start_sim("--ttft-ms", "5000", "--tokens-per-second", "0")
+    quick = start_sim(*FAST)
+    gw = start_gateway([slow, quick], "--policy", "round-robin", "--ttft-timeout-ms", "300",
+                       "--health-interval-ms", "200")
+    wait_healthy(gw, 2)
+    served = []
+    for i in range(4):
+        st, hdrs, body = http("POST", gw.url + "/v1/chat/completions", chat_body(f"ttft {i}", stream=True),
+                              timeout=30)
+        events = sse_events(body)
+        assert st == 200 and events[-1] == "[DONE]", (st, events[-3:])
+        served.append(hdrs["x-infergate-backend"])
+    text = http("GET", gw.url + "/metrics")[2].decode()
+    print(f"# streams with a 300 ms first-byte limit over a 5 s and a 0 s backend: served by {served}, "
+          f"retries {metric(text, 'infergate_retries_total'):.0f}")
+    assert served == [quick.url] * 4, served
+    assert metric(text, "infergate_retries_total") >= 1
+    wait_until(lambda: http_json("GET", slow.url + "/sim/state")[2]["num_running_reqs"] == 0, timeout=5,
+               what="the slow backend's requests cut")
+    b = {x["url"]: x for x in http_json("GET", gw.url + "/health/backends")[2]["backends"]}[slow.url]
+    assert b["state"] == "up" and b["failures"] == 0, b   # slow to start is busy, not failing
+
+
+@test
 def the_retry_budget_caps_retries_when_every_backend_fails():
     # Three backends that close every request at once: with the budget's floor at 0 and 20%, 50
     # requests get at most a fifth of them in retries (the rest fail at once), against two
