@@ -91,15 +91,25 @@ static void backends_clear(struct ig_conf *cfg)
 	cfg->n_backends = 0;
 }
 
+static void pairs_clear(struct ig_model_alias **v, size_t *n)
+{
+	for (size_t i = 0; i < *n; i++) {
+		free((*v)[i].alias);
+		free((*v)[i].model);
+	}
+	free(*v);
+	*v = NULL;
+	*n = 0;
+}
+
 static void aliases_clear(struct ig_conf *cfg)
 {
-	for (size_t i = 0; i < cfg->n_aliases; i++) {
-		free(cfg->aliases[i].alias);
-		free(cfg->aliases[i].model);
-	}
-	free(cfg->aliases);
-	cfg->aliases = NULL;
-	cfg->n_aliases = 0;
+	pairs_clear(&cfg->aliases, &cfg->n_aliases);
+}
+
+static void fallbacks_clear(struct ig_conf *cfg)
+{
+	pairs_clear(&cfg->fallbacks, &cfg->n_fallbacks);
 }
 
 static int parse_backend_flag(void *target, const struct ig_flag *f, const char *what, const char *v, char **err);
@@ -110,6 +120,9 @@ static void parse_keys_json(void *target, const struct ig_flag *f, json_t *v, co
 			    struct ig_buf *errs);
 static void parse_aliases_json(void *target, const struct ig_flag *f, json_t *v, const char *where,
 			       struct ig_buf *errs);
+static int parse_fallback_flag(void *target, const struct ig_flag *f, const char *what, const char *v, char **err);
+static void parse_fallbacks_json(void *target, const struct ig_flag *f, json_t *v, const char *where,
+				 struct ig_buf *errs);
 
 static void parse_routes_json(void *target, const struct ig_flag *f IG_UNUSED, json_t *v, const char *where,
 			      struct ig_buf *errs)
@@ -142,6 +155,11 @@ static const struct ig_flag keys[] = {
 	 .parse = parse_alias_flag, .parse_json = parse_aliases_json,
 	 .help = "a client's model name that is served as MODEL (the forwarded body names MODEL); repeatable, "
 		 "replaces the file's map; in the file {\"ALIAS\": \"MODEL\", ...}"},
+	{.name = "--model-fallback", .key = "model_fallbacks", .type = IG_FLAG_CUSTOM,
+	 .metavar = "MODEL=FALLBACK[,FALLBACK...]", .parse = parse_fallback_flag, .parse_json = parse_fallbacks_json,
+	 .help = "when no backend of MODEL is up, or its queue is full, a request for it runs on FALLBACK "
+		 "(tried in order; the answer says so in X-Infergate-Fallback); repeatable, replaces the file's "
+		 "map; in the file {\"MODEL\": [\"FALLBACK\", ...]}"},
 	{.name = "--discover", .type = IG_FLAG_CUSTOM, .metavar = "URL", .parse = parse_backend_flag,
 	 .help = "backend URL whose host is a DNS name: every address it resolves to becomes a backend "
 		 "(URL#MODEL,... as for --backend; repeatable; in the file {\"discover\": URL} in backends)"},
@@ -678,6 +696,96 @@ static void parse_aliases_json(void *target, const struct ig_flag *f IG_UNUSED, 
 	}
 }
 
+/* Adds model -> fallback (tried in the order added). Returns 0, or -1 with *err. */
+static int add_fallback(struct ig_conf *cfg, const char *where, const char *model, const char *fallback, char **err)
+{
+	const char *why = ig_conf_bad_model_name(model);
+	if (why || (why = ig_conf_bad_model_name(fallback))) {
+		*err = ig_strdupf("%s: '%s' -> '%s': a model name is %s", where, model, fallback, why);
+		return -1;
+	}
+	if (strcmp(model, fallback) == 0) {
+		*err = ig_strdupf("%s: '%s' falls back to itself", where, model);
+		return -1;
+	}
+	for (size_t i = 0; i < cfg->n_fallbacks; i++)
+		if (strcmp(cfg->fallbacks[i].alias, model) == 0 && strcmp(cfg->fallbacks[i].model, fallback) == 0) {
+			*err = ig_strdupf("%s: '%s' -> '%s' is given twice", where, model, fallback);
+			return -1;
+		}
+	struct ig_model_alias *v = realloc(cfg->fallbacks, (cfg->n_fallbacks + 1) * sizeof(*v));
+	if (!v)
+		abort();
+	cfg->fallbacks = v;
+	v[cfg->n_fallbacks++] = (struct ig_model_alias){strdup(model), strdup(fallback)};
+	return 0;
+}
+
+static int parse_fallback_flag(void *target, const struct ig_flag *f IG_UNUSED, const char *what, const char *v,
+			       char **err)
+{
+	struct ig_conf *cfg = target;
+	if (!cfg->fallbacks_from_flags) {
+		fallbacks_clear(cfg);
+		cfg->fallbacks_from_flags = true;
+	}
+	const char *eq = strchr(v, '=');
+	if (!eq || eq == v || !eq[1]) {
+		*err = ig_strdupf("%s: '%s' is not MODEL=FALLBACK[,FALLBACK...]", what, v);
+		return -1;
+	}
+	char *model = strndup(v, (size_t)(eq - v)), *list = strdup(eq + 1), *save = NULL;
+	int rc = 0;
+	for (char *fb = strtok_r(list, ",", &save); fb && rc == 0; fb = strtok_r(NULL, ",", &save))
+		rc = add_fallback(cfg, what, model, fb, err);
+	free(model);
+	free(list);
+	return rc;
+}
+
+/* model_fallbacks: {"MODEL": ["FALLBACK", ...]} (or one name as a string). */
+static void parse_fallbacks_json(void *target, const struct ig_flag *f IG_UNUSED, json_t *v, const char *where,
+				 struct ig_buf *errs)
+{
+	struct ig_conf *cfg = target;
+	const char *model;
+	json_t *list;
+
+	if (!json_is_object(v)) {
+		ig_flags_problem(errs, "%s: key 'model_fallbacks' must be an object {\"MODEL\": [\"FALLBACK\", ...]}",
+				 where);
+		return;
+	}
+	fallbacks_clear(cfg);
+	json_object_foreach(v, model, list) {
+		char ctx[600];
+		snprintf(ctx, sizeof(ctx), "%s: model_fallbacks", where);
+		json_t *one = json_is_string(list) ? json_pack("[O]", list) : json_incref(list);
+		size_t i;
+		json_t *fb;
+		if (!json_is_array(one) || json_array_size(one) == 0)
+			ig_flags_problem(errs, "%s.%s must be a list of model names", ctx, model);
+		json_array_foreach(one, i, fb) {
+			char *err = NULL;
+			if (!json_is_string(fb)) {
+				ig_flags_problem(errs, "%s.%s[%zu] must be a model name (a string)", ctx, model, i);
+			} else if (add_fallback(cfg, ctx, model, json_string_value(fb), &err) < 0) {
+				ig_flags_problem(errs, "%s", err);
+				free(err);
+			}
+		}
+		json_decref(one);
+	}
+}
+
+const char *ig_conf_fallback(const struct ig_conf *cfg, const char *name, size_t i)
+{
+	for (size_t k = 0; k < cfg->n_fallbacks; k++)
+		if (strcmp(cfg->fallbacks[k].alias, name) == 0 && i-- == 0)
+			return cfg->fallbacks[k].model;
+	return NULL;
+}
+
 /* api_key_settings: {"<sha256 hex>": {"priority"?, "weight"?, "max_inflight"?}}. */
 static void parse_keys_json(void *target, const struct ig_flag *f IG_UNUSED, json_t *v, const char *where,
 			    struct ig_buf *errs)
@@ -1001,6 +1109,7 @@ void ig_conf_free(struct ig_conf *cfg)
 	ig_flags_free(&spec, cfg);
 	backends_clear(cfg);
 	aliases_clear(cfg);
+	fallbacks_clear(cfg);
 	ig_routes_clear(&cfg->routes);
 	free(cfg->keys);
 	cfg->keys = NULL;
@@ -1054,6 +1163,14 @@ char *ig_conf_to_json(const struct ig_conf *cfg)
 			v = json_object();
 			for (size_t a = 0; a < cfg->n_aliases; a++)
 				json_object_set_new(v, cfg->aliases[a].alias, json_string(cfg->aliases[a].model));
+		} else if (k->parse_json == parse_fallbacks_json) {
+			v = json_object();
+			for (size_t a = 0; a < cfg->n_fallbacks; a++) {
+				json_t *l = json_object_get(v, cfg->fallbacks[a].alias);
+				if (!l)
+					json_object_set_new(v, cfg->fallbacks[a].alias, l = json_array());
+				json_array_append_new(l, json_string(cfg->fallbacks[a].model));
+			}
 		} else {
 			v = ig_flags_value_json(k, cfg);
 		}

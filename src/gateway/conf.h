@@ -110,6 +110,10 @@ struct ig_conf {
 	long discover_interval_s;   /* how often discovered names are resolved again */
 	struct ig_model_alias *aliases; /* model_aliases */
 	size_t n_aliases;
+	struct ig_model_alias *fallbacks; /* model_fallbacks: {alias: the model, model:
+					   * its fallback}, in the order tried */
+	size_t n_fallbacks;
+	bool fallbacks_from_flags;  /* a --model-fallback replaced the file's map */
 	struct ig_routes routes;    /* what is forwarded, and how (routes.h) */
 	char *data_dir;             /* files and batches; "" = the Files API off */
 	long files_max_bytes;       /* largest upload */
@@ -150,5 +154,7 @@ const char *ig_conf_bad_model_name(const char *m);
 /* The served name a client's model name stands for (an alias's target), or
  * NULL when it is no alias. */
 const char *ig_conf_alias_target(const struct ig_conf *cfg, const char *name);
+/* The i-th fallback of model `name` (model_fallbacks), or NULL past the last. */
+const char *ig_conf_fallback(const struct ig_conf *cfg, const char *name, size_t i);
 
 #endif

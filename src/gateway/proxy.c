@@ -99,6 +99,7 @@ static void req_free(struct ig_req *req)
 	ig_list_del(&req->post_link);
 	gw->nreqs--;
 	ig_buf_free(&req->body);
+	free(req->fallback);
 	json_decref(req->parsed); /* answered before admission took it */
 	curl_slist_free_all(req->up_headers);
 	ig_upstream_easy_put(req->rx, req->xfer.easy);
@@ -235,6 +236,7 @@ static void on_refused(struct ig_waiter *w, const struct ig_dispatch_error *e)
 {
 	struct ig_req *req = IG_CONTAINER_OF(w, struct ig_req, wait);
 	set_decided_error(req, e->status, e->type, e->param, e->code, e->message);
+	req->refused_code = e->code;
 	resume(req);
 }
 
@@ -484,6 +486,53 @@ static enum MHD_Result refused(struct ig_req *req)
 	return respond(req);
 }
 
+/* model_fallbacks: a request refused because no backend of its model is up
+ * (503 no_healthy_backend) or its model's queue is full (429 queue_full)
+ * runs on the model's next fallback that its key may use, its body naming
+ * that model; X-Infergate-Fallback says so. Returns true when it was
+ * placed there (started or queued); false leaves the last refusal. */
+static bool fall_back(struct ig_req *req)
+{
+	struct ig_gw *gw = req->gw;
+	struct ig_waiter *w = &req->wait;
+	const char *model = req->adm.model;
+	for (size_t i = 0; req->refused_code && (strcmp(req->refused_code, "no_healthy_backend") == 0 ||
+						 strcmp(req->refused_code, "queue_full") == 0); i++) {
+		const char *fb = ig_conf_fallback(gw->cfg, model, i);
+		if (!fb)
+			return false;
+		if (req->adm.key && req->adm.key->ent && !ig_keyset_model_allowed(req->adm.key->ent, fb, NULL))
+			continue; /* its key may not use that model */
+		json_t *root = json_loadb(req->body.data ? req->body.data : "", req->body.len, 0, NULL);
+		char *text = NULL;
+		struct ig_model *m = ig_sched_get(&gw->sched, &gw->fleet, fb);
+		if (!json_is_object(root) || json_object_set_new(root, "model", json_string(fb)) < 0 || !m ||
+		    !(text = json_dumps(root, JSON_COMPACT))) {
+			json_decref(root);
+			return false;
+		}
+		json_decref(root);
+		ig_buf_reset(&req->body);
+		ig_buf_append(&req->body, text, strlen(text));
+		free(text);
+		free(req->fallback);
+		req->fallback = strdup(fb);
+		ig_sched_hold(m);
+		ig_sched_release(&gw->sched, w->m);
+		w->m = m;
+		w->model = req->fallback ? req->fallback : fb;
+		ig_log_info("request %s: model '%s' has no backend free (%s); it runs on '%s' (model_fallbacks)",
+			    req->request_id, model, req->refused_code, fb);
+		free(req->err_body);
+		req->err_body = NULL;
+		req->err_status = 0;
+		req->refused_code = NULL;
+		if (ig_dispatch_submit(gw, w) != IG_DISPATCH_FAILED)
+			return true;
+	}
+	return false;
+}
+
 /* The body is complete: admit, dispatch, and answer or suspend. */
 static enum MHD_Result body_done(struct ig_req *req)
 {
@@ -531,7 +580,7 @@ static enum MHD_Result body_done(struct ig_req *req)
 		w->pin_id = a->prev_id;
 	}
 	upstream_headers(req);
-	if (ig_dispatch_submit(gw, w) == IG_DISPATCH_FAILED)
+	if (ig_dispatch_submit(gw, w) == IG_DISPATCH_FAILED && !fall_back(req))
 		return respond(req);
 	suspend(req);
 	return MHD_YES;
@@ -583,6 +632,8 @@ static void add_limit_headers(struct ig_req *req, struct MHD_Response *r)
 static void add_common_headers(struct ig_req *req, struct MHD_Response *r)
 {
 	MHD_add_response_header(r, "X-Request-Id", req->request_id);
+	if (req->fallback)
+		MHD_add_response_header(r, "X-Infergate-Fallback", req->fallback);
 	add_limit_headers(req, r);
 	if (req->wait.backend && !req->err_status)
 		MHD_add_response_header(r, "X-Infergate-Backend", req->wait.backend->url);

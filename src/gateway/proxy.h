@@ -65,6 +65,8 @@ struct ig_req {
 	unsigned post_ops;           /* IG_HAND_*, while posted */
 	bool start_posted;           /* its attempt waits for its reactor to start it */
 	bool deadline_hit;           /* the client's deadline passed (X-Infergate-Timeout-Ms) */
+	const char *refused_code;    /* the code of dispatch's refusal (a literal) */
+	char *fallback;              /* the model it runs on instead of its own (model_fallbacks) */
 	bool ttft_cut;               /* its attempt ended for timeouts.ttft_ms (no health failure) */
 	int retries_done;
 	enum ig_upstream_error last_err;

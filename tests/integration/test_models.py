@@ -398,4 +398,58 @@ def bulk_runs_a_two_model_corpus_and_refuses_an_unserved_model():
                 "backends is healthy now") in p.stderr, p.stderr
 
 
+@test
+def a_model_with_no_backend_up_or_a_full_queue_falls_back_to_the_next():
+    # model_fallbacks {"big": ["small"]}: when no backend of big is up, or big's queue is full, the
+    # request runs on small (its body names small; X-Infergate-Fallback says so); a key that may
+    # not use small gets big's refusal as before. A bad map stops the gateway at start.
+    import hashlib
+    import threading
+    big = start_sim("--model", "big", "--max-running", "1", "--tokens-per-second", "20", "--ttft-ms", "0",
+                    "--output-tokens", "40")
+    small = start_sim("--model", "small", *FAST)
+    path = os.path.join(tempfile.mkdtemp(prefix="ig-keys-"), "keys.json")
+    with open(path, "w") as f:
+        json.dump({"keys": [{"name": "both", "sha256": hashlib.sha256(b"k-both").hexdigest(), "models": ["big", "small"]},
+                            {"name": "big-only", "sha256": hashlib.sha256(b"k-big").hexdigest(), "models": ["big"]}]}, f)
+    both, big_only = {"Authorization": "Bearer k-both"}, {"Authorization": "Bearer k-big"}
+    gw = start_gateway([big, small], "--model-fallback", "big=small", "--queue-size", "0", "--api-keys-file", path,
+                       "--health-interval-ms", "100", "--health-timeout-ms", "500")
+    wait_until(lambda: sorted(m["id"] for m in http_json("GET", gw.url + "/v1/models", headers=both)[2]["data"])
+               == ["big", "small"], timeout=15, what="both models listed")
+    wait_until(lambda: any(b.get("limit") == 1 for b in http_json("GET", gw.url + "/health/backends")[2]["backends"]),
+               timeout=10, what="big's one slot known")
+    st, hdrs, body = http("POST", gw.url + "/v1/chat/completions", chat_body("x", model="big", max_tokens=2),
+                          headers=both)
+    assert st == 200 and "x-infergate-fallback" not in hdrs and hdrs["x-infergate-backend"] == big.url, (st, hdrs)
+    # big's one slot taken and no queue: the next request for big runs on small
+    first = {}
+    t = threading.Thread(target=lambda: first.update(r=http("POST", gw.url + "/v1/chat/completions",
+                                                            chat_body("long", model="big"), headers=both)))
+    t.start()
+    wait_until(lambda: http_json("GET", big.url + "/sim/state")[2]["num_running_reqs"] == 1, timeout=5,
+               what="big busy")
+    st, hdrs, body = http("POST", gw.url + "/v1/chat/completions", chat_body("y", model="big"), headers=both)
+    assert st == 200 and hdrs.get("x-infergate-fallback") == "small" and hdrs["x-infergate-backend"] == small.url, \
+        (st, hdrs, body[:200])
+    assert json.loads(body)["model"] == "small"
+    st, _, body = http("POST", gw.url + "/v1/chat/completions", chat_body("z", model="big"), headers=big_only)
+    assert st == 429 and json.loads(body)["error"]["code"] == "queue_full", (st, body)
+    t.join()
+    assert first["r"][0] == 200
+    # big down: every request for big answered by small, for a key that may use it
+    big.stop()
+    wait_until(lambda: http_json("GET", gw.url + "/health")[2]["healthy_backends"] == 1, timeout=10, what="big down")
+    for i in range(3):
+        st, hdrs, body = http("POST", gw.url + "/v1/chat/completions", chat_body(f"d{i}", model="big"), headers=both)
+        assert st == 200 and hdrs.get("x-infergate-fallback") == "small", (st, hdrs, body[:200])
+    st, _, body = http("POST", gw.url + "/v1/chat/completions", chat_body("d", model="big"), headers=big_only)
+    assert st == 503 and json.loads(body)["error"]["code"] == "no_healthy_backend", (st, body)
+    for bad, why in ((["--model-fallback", "big=big"], "'big' falls back to itself"),
+                     (["--model-fallback", "big"], "is not MODEL=FALLBACK")):
+        p = subprocess.run([binary("infergate"), "--backend", small.url, *bad, "--check-config"], capture_output=True,
+                           text=True, timeout=10)
+        assert p.returncode == 2 and why in p.stderr, (bad, p.returncode, p.stderr)
+
+
 run()
