@@ -272,7 +272,7 @@ def a_bad_file_fails_in_validation_naming_its_lines():
 @test
 def cancel_stops_sending_and_keeps_a_whole_partial_output():
     d = Dir()
-    sims = [start_sim(*slow(300)) for _ in range(2)]
+    sims = [start_sim(*slow(1000)) for _ in range(2)]  # 512 lines/s: cancelled well before the end
     gw = gateway(d, sims)
     n = 3000
     bid = start_batch(d, gw, (line(i) for i in range(n)))
