@@ -468,14 +468,8 @@ static void weigh(struct peer *pv, size_t n, const struct kline *kl, size_t nk)
 		pv[g].w = 1;
 }
 
-/* A key's max_inflight across the gateways: split as a backend's slots
- * (ig_cluster_claim), all weights equal among the gateways where it waits, or
- * where it ran lately when it waits nowhere (each keeps a part for a
- * burst). A gateway where it has not run for KEY_IDLE_MS claims nothing:
- * its next request waits a sync or two for a part (so that the states
- * carry only the keys in use). Alone: its even part of the last count of
- * gateways seen. */
 #define KEY_IDLE_MS 10000
+
 /* A gateway with nothing waiting lets go of its part for a burst once the
  * others have held requests waiting at every sync for 3 sync periods (and
  * none is free for them). */
@@ -483,6 +477,14 @@ static uint64_t release_ms(const struct ig_cluster *c)
 {
 	return 3 * c->sync_ms;
 }
+
+/* A key's max_inflight across the gateways: split as a backend's slots
+ * (ig_cluster_claim), all weights equal among the gateways where it waits, or
+ * where it ran lately when it waits nowhere (each keeps a part for a
+ * burst). A gateway where it has not run for KEY_IDLE_MS claims nothing:
+ * its next request waits a sync or two for a part (so that the states
+ * carry only the keys in use). Alone: its even part of the last count of
+ * gateways seen. */
 static void split_key(struct ig_cluster *c, struct ig_key *k, const struct peer *pv, size_t n, size_t me,
 		      const struct kline *kl, size_t nk, bool *more)
 {
