@@ -57,6 +57,8 @@ void sim_engine_req_free(struct sim_req *r)
 	ig_buf_free(&r->gen_ids);
 	free(r->model_json);
 	r->model_json = NULL;
+	free(r->prefill);
+	r->prefill = NULL;
 	free(r->chain);
 	r->chain = NULL;
 	r->nchain = 0;

@@ -116,6 +116,39 @@ static int prompt_text(struct sim_req *r, json_t *root, struct ig_buf *p, struct
 			return fail(e, strdup("'messages' is required"));
 		if (!json_is_array(msgs) || json_array_size(msgs) == 0)
 			return fail(e, strdup("'messages' must be a non-empty array"));
+		/* continue_final_message with add_generation_prompt false (vLLM's
+		 * ChatCompletionRequest, vllm/entrypoints/openai/protocol.py:
+		 * "Cannot be used at the same time as add_generation_prompt",
+		 * which defaults to true): the final message is a prefill the
+		 * model continues. The answer is seeded from the messages before
+		 * it, so a prefill that is the start of that answer (what a
+		 * gateway relayed before a backend broke) is continued word for
+		 * word; the answer holds only the new words. */
+		json_t *cfm = json_object_get(root, "continue_final_message"),
+		       *agp = json_object_get(root, "add_generation_prompt");
+		if ((cfm && !json_is_null(cfm) && !json_is_boolean(cfm)) ||
+		    (agp && !json_is_null(agp) && !json_is_boolean(agp)))
+			return fail(e, strdup("'continue_final_message' and 'add_generation_prompt' must be booleans"));
+		if (json_is_true(cfm)) {
+			if (!json_is_false(agp))
+				return fail(e, strdup("Cannot set both `continue_final_message` and `add_generation_prompt` to "
+						      "True."));
+			size_t last = json_array_size(msgs) - 1;
+			json_t *fin = json_array_get(msgs, last);
+			json_t *content = json_is_object(fin) ? json_object_get(fin, "content") : NULL;
+			if (last > 0 && json_is_string(content)) {
+				json_t *before = json_array();
+				for (size_t i = 0; i < last; i++)
+					json_array_append(before, json_array_get(msgs, i));
+				int rc = messages_text(before, "messages", p, e);
+				json_decref(before);
+				if (rc < 0)
+					return rc;
+				r->prefill = strndup(json_string_value(content), json_string_length(content));
+				r->prefill_len = json_string_length(content);
+				return 0;
+			}
+		}
 		return messages_text(msgs, "messages", p, e);
 	}
 	json_t *prompt = json_object_get(root, "prompt");
@@ -305,7 +338,16 @@ int sim_parse_completion(struct sim *s, struct sim_req *r, const char *body, siz
 	if (!r->model_json)
 		abort();
 	r->text_seed = sim_text_seed(p.data ? p.data : "", p.len, (uint64_t)s->conf->seed);
-	r->prompt_tokens = sim_text_prompt_tokens(p.len);
+	if (r->prefill) {
+		/* the prefill is the start of this answer: go on after it; else
+		 * an answer of its own, seeded from the prefill too */
+		r->text_skip = sim_text_prefix_words(r->text_seed, r->prefill, r->prefill_len, 1000000);
+		if (!r->text_skip) {
+			ig_buf_append(&p, r->prefill, r->prefill_len);
+			r->text_seed = sim_text_seed(p.data, p.len, (uint64_t)s->conf->seed);
+		}
+	}
+	r->prompt_tokens = sim_text_prompt_tokens(p.len + (r->text_skip ? r->prefill_len : 0)); /* a prefill is prompt */
 	if (sim_conf_steps(s->conf)) {
 		/* The prompt as blocks for the prefix cache (kvcache.h), and
 		 * what is left of it, which the answer's text continues. */
@@ -325,12 +367,13 @@ int sim_parse_completion(struct sim *s, struct sim_req *r, const char *body, siz
 	long limit = max_tokens;
 	if (max_completion_tokens > 0 && (limit == 0 || max_completion_tokens < limit))
 		limit = max_completion_tokens;
+	natural = natural > r->text_skip ? natural - r->text_skip : 0; /* what a prefill left of it */
 	r->n_tokens = natural;
 	if (limit > 0 && natural > limit) {
 		r->n_tokens = limit;
 		r->length_cut = true;
 	}
-	sim_text_init(&r->text, r->text_seed);
+	sim_text_start(&r->text, r->text_seed, r->text_skip);
 	ret = 0;
 out:
 	json_decref(root);

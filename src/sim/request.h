@@ -53,6 +53,10 @@ struct sim_req {
 	char *model_json;              /* model as a JSON string literal */
 	int64_t created;
 	uint64_t text_seed;
+	long text_skip;                /* words of the seed's text already given:
+					* continue_final_message's prefill (parse.c) */
+	char *prefill;                 /* that prefill (the final message), or NULL */
+	size_t prefill_len;
 	struct sim_text text;
 	long prompt_tokens;
 	long n_tokens;                 /* tokens this answer will have */

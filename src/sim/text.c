@@ -66,6 +66,31 @@ size_t sim_text_next(struct sim_text *t, char *out)
 	return n;
 }
 
+void sim_text_start(struct sim_text *t, uint64_t text_seed, long skip)
+{
+	char tok[SIM_TOKEN_MAX + 1];
+	sim_text_init(t, text_seed);
+	for (long i = 0; i < skip; i++)
+		sim_text_next(t, tok);
+}
+
+long sim_text_prefix_words(uint64_t text_seed, const char *prefix, size_t n, long max)
+{
+	struct sim_text t;
+	char tok[SIM_TOKEN_MAX + 1];
+	size_t at = 0;
+	sim_text_init(&t, text_seed);
+	for (long k = 1; k <= max && at < n; k++) {
+		size_t len = sim_text_next(&t, tok);
+		if (len > n - at || memcmp(prefix + at, tok, len) != 0)
+			return 0;
+		at += len;
+		if (at == n)
+			return k;
+	}
+	return 0;
+}
+
 long sim_text_natural_tokens(uint64_t text_seed)
 {
 	uint64_t st = text_seed ^ 0x5851F42D4C957F2Dull;

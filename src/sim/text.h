@@ -18,9 +18,15 @@ struct sim_text {
 /* The seed of a prompt's answer: same prompt bytes and --seed, same text. */
 uint64_t sim_text_seed(const void *prompt, size_t n, uint64_t seed);
 void sim_text_init(struct sim_text *t, uint64_t text_seed);
+/* Words of text_seed's text that make up `prefix` exactly (its first k
+ * words, k >= 1), or 0 when it is not such a prefix (at most max words
+ * looked at). */
+long sim_text_prefix_words(uint64_t text_seed, const char *prefix, size_t n, long max);
 /* Writes the next token (NUL-terminated, at most SIM_TOKEN_MAX bytes, JSON-safe
  * ASCII) into out; returns its length. */
 size_t sim_text_next(struct sim_text *t, char *out);
+/* t at text_seed's text after its first `skip` words. */
+void sim_text_start(struct sim_text *t, uint64_t text_seed, long skip);
 /* The answer's natural length in tokens, 16..256, from the same seed. */
 long sim_text_natural_tokens(uint64_t text_seed);
 /* Tokens the prompt counts as: about one per 4 bytes, at least 1. */

@@ -1309,4 +1309,34 @@ def step_profile_reports_the_prefix_cache_it_keeps():
     p = subprocess.run([binary("infergate-sim"), "--kv-tokens", "1000"], capture_output=True, text=True, timeout=10)
     assert p.returncode == 2 and "--kv-tokens: the classic profile has no decode steps" in p.stderr, p.stderr
 
+@test
+def continue_final_message_goes_on_word_for_word_after_its_own_prefill():
+    # What a gateway sends to continue a broken stream on another backend: the messages, the
+    # text relayed so far as the final assistant message, continue_final_message true and
+    # add_generation_prompt false (vLLM's ChatCompletionRequest). The continuation is exactly the
+    # rest of the answer the first backend was giving; a prefill that is not that answer's start
+    # gets an answer of its own; both flags true is vLLM's 400.
+    for flavor in ("sglang", "vllm"):
+        sim = start_sim("--model", "m", "--flavor", flavor, "--tokens-per-second", "0", "--ttft-ms", "0")
+        whole = chat(sim, "tell me a story", max_tokens=40)["choices"][0]["message"]["content"]
+        words = whole.split(" ")
+        for k in (1, 10, 39):
+            prefix = " ".join(words[:k])
+            body = {"model": "m", "messages": [{"role": "user", "content": "tell me a story"},
+                                               {"role": "assistant", "content": prefix}],
+                    "continue_final_message": True, "add_generation_prompt": False, "max_tokens": 40 - k}
+            st, _, obj = http_json("POST", sim.url + CHAT, body)
+            assert st == 200 and prefix + obj["choices"][0]["message"]["content"] == whole, (flavor, k, obj)
+            assert obj["usage"]["completion_tokens"] == 40 - k, obj["usage"]
+            _, events, _ = stream(sim, CHAT, dict(body, stream=True))
+            streamed = "".join(e["choices"][0]["delta"].get("content", "") for e in events if e.get("choices"))
+            assert prefix + streamed == whole, (flavor, k, streamed)
+        other = dict(body, messages=[body["messages"][0], {"role": "assistant", "content": "Not its start"}])
+        st, _, obj = http_json("POST", sim.url + CHAT, other)
+        assert st == 200 and not ("Not its start" + obj["choices"][0]["message"]["content"]).startswith(whole[:20])
+        st, _, obj = http_json("POST", sim.url + CHAT, dict(body, add_generation_prompt=True))
+        assert st == 400 and "continue_final_message" in json.dumps(obj), (st, obj)
+        sim.stop()
+
+
 run()
