@@ -76,7 +76,7 @@ static int messages_text(json_t *msgs, const char *what, struct ig_buf *p, struc
 
 /* The prompt text the answer is seeded from: for chat, each message's role
  * and content on their own lines. Returns 0 or -1 with *e. */
-static int prompt_text(struct sim_req *r, json_t *root, struct ig_buf *p, struct sim_perr *e)
+static int prompt_text(struct sim_req *r, json_t *root, struct ig_buf *p, bool vllm, struct sim_perr *e)
 {
 	if (r->kind == SIM_GENERATE) { /* "text", or "input_ids" as /detokenize reads them */
 		json_t *text = json_object_get(root, "text"), *ids = json_object_get(root, "input_ids");
@@ -116,11 +116,13 @@ static int prompt_text(struct sim_req *r, json_t *root, struct ig_buf *p, struct
 			return fail(e, strdup("'messages' is required"));
 		if (!json_is_array(msgs) || json_array_size(msgs) == 0)
 			return fail(e, strdup("'messages' must be a non-empty array"));
-		/* continue_final_message with add_generation_prompt false (vLLM's
-		 * ChatCompletionRequest, vllm/entrypoints/openai/protocol.py:
-		 * "Cannot be used at the same time as add_generation_prompt",
-		 * which defaults to true): the final message is a prefill the
-		 * model continues. The answer is seeded from the messages before
+		/* continue_final_message: the final message is a prefill the
+		 * model continues. vLLM's ChatCompletionRequest
+		 * (vllm/entrypoints/openai/protocol.py) wants it with
+		 * add_generation_prompt false ("Cannot be used at the same time
+		 * as add_generation_prompt", which defaults to true); SGLang's
+		 * (python/sglang/srt/entrypoints/openai/protocol.py) has no
+		 * add_generation_prompt and takes it alone. The answer is seeded from the messages before
 		 * it, so a prefill that is the start of that answer (what a
 		 * gateway relayed before a backend broke) is continued word for
 		 * word; the answer holds only the new words. */
@@ -130,7 +132,7 @@ static int prompt_text(struct sim_req *r, json_t *root, struct ig_buf *p, struct
 		    (agp && !json_is_null(agp) && !json_is_boolean(agp)))
 			return fail(e, strdup("'continue_final_message' and 'add_generation_prompt' must be booleans"));
 		if (json_is_true(cfm)) {
-			if (!json_is_false(agp))
+			if (vllm && !json_is_false(agp))
 				return fail(e, strdup("Cannot set both `continue_final_message` and `add_generation_prompt` to "
 						      "True."));
 			size_t last = json_array_size(msgs) - 1;
@@ -318,7 +320,7 @@ int sim_parse_completion(struct sim *s, struct sim_req *r, const char *body, siz
 		json_int_t v = json_integer_value(prio);
 		r->priority = v > 1000000000 ? 1000000000 : v < -1000000000 ? -1000000000 : (long)v;
 	}
-	if (prompt_text(r, root, &p, e) < 0)
+	if (prompt_text(r, root, &p, s->conf->flavor == SIM_FLAVOR_VLLM, e) < 0)
 		goto out;
 	/* vLLM serves its model names only; SGLang answers whatever a request
 	 * names (vllm-project/vllm vllm/entrypoints/openai/engine/serving.py
