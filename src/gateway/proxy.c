@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <time.h>
 
@@ -322,8 +323,31 @@ options:
 }
 
 /* Its attempt, on its own reactor: configured and started. */
+/* Whether the client of a request that waited in the queue has hung up:
+ * its hang-up may not have been read yet (the watch's event comes later
+ * in the loop, or there is no watch on one suspended less than
+ * WATCH_AFTER_MS). A batch cancelled here closes its requests to this
+ * gateway at once, and those queued behind the ones it aborted were sent
+ * to a backend before their hang-ups were read. */
+static bool client_left(struct ig_req *req)
+{
+	if (!req->wait.was_queued || req->relay.client_gone)
+		return req->relay.client_gone;
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	struct pollfd p = {ci ? ci->connect_fd : -1, POLLRDHUP, 0};
+	return ci && poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
 static void launch(struct ig_req *req)
 {
+	if (client_left(req)) { /* nothing sent for nobody: the slot back */
+		ig_dispatch_end(req->gw, &req->wait, &(struct ig_pick_outcome){.ok = false, .completion_tokens = -1});
+		if (!req->relay.client_gone)
+			req->gw->stats.client_aborts++;
+		req->relay.client_gone = true;
+		unwatch_client(req);
+		return;
+	}
 	configure_transfer(req, req->wait.backend);
 	add_transfer(req);
 }
