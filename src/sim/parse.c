@@ -122,10 +122,10 @@ static int prompt_text(struct sim_req *r, json_t *root, struct ig_buf *p, bool v
 		 * add_generation_prompt false ("Cannot be used at the same time
 		 * as add_generation_prompt", which defaults to true); SGLang's
 		 * (python/sglang/srt/entrypoints/openai/protocol.py) has no
-		 * add_generation_prompt and takes it alone. The answer is seeded from the messages before
-		 * it, so a prefill that is the start of that answer (what a
-		 * gateway relayed before a backend broke) is continued word for
-		 * word; the answer holds only the new words. */
+		 * add_generation_prompt and takes it alone. The answer is seeded
+		 * from the messages before it, so a prefill that is the start of
+		 * that answer (what a gateway relayed before a backend broke) is
+		 * continued word for word; the answer holds only the new words. */
 		json_t *cfm = json_object_get(root, "continue_final_message"),
 		       *agp = json_object_get(root, "add_generation_prompt");
 		if ((cfm && !json_is_null(cfm) && !json_is_boolean(cfm)) ||
