@@ -740,6 +740,12 @@ static void take_states(struct ig_cluster *c, const redisReply *sts)
 			free(cv);
 		}
 		long old = atomic_load(&b->claim_cap), now = in_force(cap, b->claim_sent);
+		/* Redis away: the others it last saw still send there; its even
+		 * part of what the backend states, as for the keys' limits */
+		if (!sts && c->live_last > 1 && b->learn.shared) {
+			long part = b->learn.cur / c->live_last;
+			now = cap = part > 0 ? part : 1;
+		}
 		b->claim_next = cap;
 		atomic_store(&b->claim_cap, now);
 		if (now > old || (now < 0) != (old < 0))
