@@ -326,6 +326,7 @@ static int by_name(const void *a, const void *b)
  * shared between the gateways where it waits as its requests there). */
 struct peer {
 	char name[80];
+	size_t orig;   /* its index before the peers are sorted by name */
 	long *claim;   /* per backend of gw->fleet */
 	bool hn;
 	double w;
@@ -337,6 +338,11 @@ struct kline {
 	size_t g;      /* its gateway: an index in the peers */
 	long wait, weight, claim;
 };
+
+static int by_peer_name(const void *a, const void *b)
+{
+	return strcmp(((const struct peer *)a)->name, ((const struct peer *)b)->name);
+}
 
 static int by_digest(const void *a, const void *b)
 {
@@ -411,11 +417,10 @@ long ig_cluster_claim(long total, const long *claim, const double *w, size_t n, 
 		elig[i] = w[i] > 0;
 	/* with requests waiting (a weight), holding more than its fair part
 	 * while another gateway waits under its own, or while the claims
-	 * together are more than there is (as
-	 * after Redis was away and each ran alone: each would hold on to what
-	 * it ran then and leave the others nothing): no more than the fair
-	 * part from now (what it holds above goes as its requests end; the
-	 * others see it held until then) */
+	 * together are more than there is (as after Redis was away and each
+	 * ran alone: each would hold on to what it ran then and leave the
+	 * others nothing): no more than the fair part from now (what it holds
+	 * above goes as its requests end; the others see it held until then) */
 	double fair = sumw > 0 ? ceil((double)total * w[me] / sumw) : 0;
 	long cap = w[me] > 0 && (double)claim[me] > fair && (ne > (size_t)elig[me] || taken > total)
 			   ? (long)fair
@@ -657,33 +662,28 @@ static void take_states(struct ig_cluster *c, const redisReply *sts)
 			snprintf(kl[nk++].digest, sizeof(kl->digest), "%s", key_name(k));
 		}
 		n++;
-		/* the key lines name peers by index: sort those along */
-		size_t *to = malloc(n * sizeof(*to));
-		for (size_t g = 0; to && g < n; g++)
-			to[g] = g;
-		for (size_t g = 0; to && g < n; g++) /* a small insertion sort keeps `to` in step */
-			for (size_t h = g; h > 0 && strcmp(pv[h - 1].name, pv[h].name) > 0; h--) {
-				struct peer t = pv[h];
-				pv[h] = pv[h - 1];
-				pv[h - 1] = t;
-				size_t u = to[h];
-				to[h] = to[h - 1];
-				to[h - 1] = u;
-			}
+		/* the key lines name peers by index: renumbered after the sort */
+		for (size_t g = 0; g < n; g++)
+			pv[g].orig = g;
+		qsort(pv, n, sizeof(*pv), by_peer_name);
 		size_t *inv = malloc(n * sizeof(*inv));
-		for (size_t g = 0; to && inv && g < n; g++)
-			inv[to[g]] = g;
-		for (size_t i = 0; to && inv && i < nk; i++)
+		for (size_t g = 0; inv && g < n; g++)
+			inv[pv[g].orig] = g;
+		for (size_t i = 0; inv && i < nk; i++)
 			kl[i].g = inv[kl[i].g];
 		for (size_t g = 0; g < n; g++)
 			if (strcmp(pv[g].name, c->name) == 0)
 				me = g;
-		free(to);
 		free(inv);
 		if (nk)
 			qsort(kl, nk, sizeof(*kl), by_digest);
 		weigh(pv, n, kl, nk);
 	}
+	/* the weights are the same for every backend; the claims, one backend's at a time */
+	double *w = n ? malloc(n * sizeof(*w)) : NULL;
+	long *cv = n ? malloc(n * sizeof(*cv)) : NULL;
+	for (size_t g = 0; w && g < n; g++)
+		w[g] = pv[g].w;
 	for (size_t i = 0; i < gw->fleet.n; i++) {
 		struct ig_backend *b = gw->fleet.v[i];
 		/* with others, its learned limit is a total too (capacity.h's shared);
@@ -717,27 +717,22 @@ static void take_states(struct ig_cluster *c, const redisReply *sts)
 			 * not waited 3 sync periods at every sync (else two gateways
 			 * taking turns with one request each made each wait a sync
 			 * for its part, for good: 200 ms a request), and then lets
-			 * go of all but its requests there (after 10 times as long
-			 * even with some free as it sees them: the others may know
-			 * the backend smaller, learned from a queue) (letting go of only as many
-			 * slots as they wait for was measured worse: interactive p99
-			 * 808 ms against 525, the bulk run no faster). */
+			 * go of all but its requests there; after 10 times as long
+			 * even with some free as it sees them (the others may know
+			 * the backend smaller, learned from a queue). Letting go of
+			 * only as many slots as they wait for was measured worse
+			 * (interactive p99 808 ms against 525, the bulk run no
+			 * faster). */
 			if (b->claim_sent > mine &&
 			    (pv[me].w > 0 || waited < release_ms(c) ||
 			     (b->learn.cur - others - b->claim_sent > 0 && waited < 10 * release_ms(c))))
 				mine = b->claim_sent;
 			pv[me].claim[i] = mine;
-			double *w = malloc(n * sizeof(*w));
-			long *cv = malloc(n * sizeof(*cv));
-			for (size_t g = 0; w && cv && g < n; g++) {
-				w[g] = pv[g].w;
+			for (size_t g = 0; cv && g < n; g++)
 				cv[g] = pv[g].claim[i];
-			}
 			cap = w && cv ? ig_cluster_claim(b->learn.cur, cv, w, n, me,
 						 (unsigned long long)(c->redis_now_ms / 1000) + fnv(b->url))
 				      : -1;
-			free(w);
-			free(cv);
 		}
 		long old = atomic_load(&b->claim_cap), now = in_force(cap, b->claim_sent);
 		/* Redis away: the others it last saw still send there; its even
@@ -758,6 +753,8 @@ static void take_states(struct ig_cluster *c, const redisReply *sts)
 		else
 			k->claim_cap = k->claim_next = 0;
 	}
+	free(w);
+	free(cv);
 	free(kl);
 	free(claims);
 	free(pv);
