@@ -357,10 +357,7 @@ static const char *key_name(const struct ig_key *k)
 
 static unsigned long long fnv(const char *s)
 {
-	unsigned long long h = 1469598103934665603ull; /* FNV-1a */
-	for (; *s; s++)
-		h = (h ^ (unsigned char)*s) * 1099511628211ull;
-	return h;
+	return ig_hash64(s, strlen(s), 0); /* FNV-1a (util.h) */
 }
 
 /* Gateway me's part of `free` slots, split among the eligible gateways (by
