@@ -627,14 +627,31 @@ static void parse_backends_json(void *target, const struct ig_flag *f IG_UNUSED,
 	}
 }
 
+/* The error for a pair of model names (an alias or a fallback) when
+ * either is not a model name, else NULL. */
+static char *bad_pair(const char *where, const char *a, const char *b)
+{
+	const char *why = ig_conf_bad_model_name(a);
+	if (why || (why = ig_conf_bad_model_name(b)))
+		return ig_strdupf("%s: '%s' -> '%s': a model name is %s", where, a, b, why);
+	return NULL;
+}
+
+/* Appends {a, b} to a list of pairs (aliases, fallbacks). */
+static void pair_append(struct ig_model_alias **v, size_t *n, const char *a, const char *b)
+{
+	struct ig_model_alias *grown = realloc(*v, (*n + 1) * sizeof(*grown));
+	if (!grown)
+		abort();
+	*v = grown;
+	grown[(*n)++] = (struct ig_model_alias){strdup(a), strdup(b)};
+}
+
 /* Adds alias -> model. Returns 0, or -1 with *err. */
 static int add_alias(struct ig_conf *cfg, const char *where, const char *alias, const char *model, char **err)
 {
-	const char *why = ig_conf_bad_model_name(alias);
-	if (why || (why = ig_conf_bad_model_name(model))) {
-		*err = ig_strdupf("%s: '%s' -> '%s': a model name is %s", where, alias, model, why);
+	if ((*err = bad_pair(where, alias, model)))
 		return -1;
-	}
 	if (strcmp(alias, model) == 0) {
 		*err = ig_strdupf("%s: '%s' is an alias of itself", where, alias);
 		return -1;
@@ -645,11 +662,7 @@ static int add_alias(struct ig_conf *cfg, const char *where, const char *alias, 
 			return -1;
 		}
 	}
-	struct ig_model_alias *v = realloc(cfg->aliases, (cfg->n_aliases + 1) * sizeof(*v));
-	if (!v)
-		abort();
-	cfg->aliases = v;
-	v[cfg->n_aliases++] = (struct ig_model_alias){strdup(alias), strdup(model)};
+	pair_append(&cfg->aliases, &cfg->n_aliases, alias, model);
 	return 0;
 }
 
@@ -699,11 +712,8 @@ static void parse_aliases_json(void *target, const struct ig_flag *f IG_UNUSED, 
 /* Adds model -> fallback (tried in the order added). Returns 0, or -1 with *err. */
 static int add_fallback(struct ig_conf *cfg, const char *where, const char *model, const char *fallback, char **err)
 {
-	const char *why = ig_conf_bad_model_name(model);
-	if (why || (why = ig_conf_bad_model_name(fallback))) {
-		*err = ig_strdupf("%s: '%s' -> '%s': a model name is %s", where, model, fallback, why);
+	if ((*err = bad_pair(where, model, fallback)))
 		return -1;
-	}
 	if (strcmp(model, fallback) == 0) {
 		*err = ig_strdupf("%s: '%s' falls back to itself", where, model);
 		return -1;
@@ -713,11 +723,7 @@ static int add_fallback(struct ig_conf *cfg, const char *where, const char *mode
 			*err = ig_strdupf("%s: '%s' -> '%s' is given twice", where, model, fallback);
 			return -1;
 		}
-	struct ig_model_alias *v = realloc(cfg->fallbacks, (cfg->n_fallbacks + 1) * sizeof(*v));
-	if (!v)
-		abort();
-	cfg->fallbacks = v;
-	v[cfg->n_fallbacks++] = (struct ig_model_alias){strdup(model), strdup(fallback)};
+	pair_append(&cfg->fallbacks, &cfg->n_fallbacks, model, fallback);
 	return 0;
 }
 
