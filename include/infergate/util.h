@@ -68,6 +68,9 @@ double ig_rand_unit(void);
 
 /* 64-bit FNV-1a: a stable, fast, non-cryptographic hash (for seeding only). */
 uint64_t ig_hash64(const void *p, size_t n, uint64_t seed);
+/* The same hash carried on over n more bytes: ig_hash64(a + b, seed) is
+ * ig_hash64_more(ig_hash64(a, seed), b). */
+uint64_t ig_hash64_more(uint64_t h, const void *p, size_t n);
 
 /* Writes a random id of `hexlen` hex characters (+ NUL) into out. */
 void ig_random_hex(char *out, size_t hexlen);

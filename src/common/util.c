@@ -198,15 +198,19 @@ uint64_t ig_secret64(void)
 
 double ig_rand_unit(void) { return (double)(ig_rand_u64() >> 11) / 9007199254740992.0; }
 
-uint64_t ig_hash64(const void *p, size_t n, uint64_t seed)
+uint64_t ig_hash64_more(uint64_t h, const void *p, size_t n)
 {
 	const unsigned char *c = p;
-	uint64_t h = 0xcbf29ce484222325ull ^ seed;
 	for (size_t i = 0; i < n; i++) {
 		h ^= c[i];
 		h *= 0x100000001b3ull;
 	}
 	return h;
+}
+
+uint64_t ig_hash64(const void *p, size_t n, uint64_t seed)
+{
+	return ig_hash64_more(0xcbf29ce484222325ull ^ seed, p, n);
 }
 
 void ig_random_hex(char *out, size_t hexlen)

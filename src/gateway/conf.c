@@ -266,6 +266,14 @@ static const struct ig_flag keys[] = {
 	{.name = "--ttft-timeout-ms", .key = "timeouts.ttft_ms", .type = IG_FLAG_LONG, .off = OFF(ttft_ms), .min = 0,
 	 .max = 86400000, .def = "0", .metavar = "N",
 	 .help = "a streamed request whose backend sends no first event in N ms is retried on another (0 = no limit)"},
+	{.name = "--token-gap-timeout-ms", .key = "timeouts.token_gap_ms", .type = IG_FLAG_LONG, .off = OFF(token_gap_ms),
+	 .min = 0, .max = 86400000, .def = "0", .metavar = "N",
+	 .help = "a stream whose backend sends no event for N ms after its first is continued on another (0 = only "
+		 "timeouts.idle_s)"},
+	{.name = "--continue-max", .key = "continue.max", .type = IG_FLAG_LONG, .off = OFF(continue_max), .min = 0,
+	 .max = IG_CONT_MAX, .def = "2", .metavar = "N",
+	 .help = "a stream whose backend fails after its first event goes on on another backend, at most N times (0 = "
+		 "it ends with an error event)"},
 	{.name = "--shutdown-grace-s", .key = "shutdown_grace_s", .type = IG_FLAG_LONG, .off = OFF(shutdown_grace_s),
 	 .min = 0, .max = 86400, .def = "30", .metavar = "N",
 	 .help = "on SIGTERM/SIGINT, how long in-flight requests may finish"},

@@ -10,6 +10,8 @@
 
 #include "routes.h"
 
+#define IG_CONT_MAX 5 /* continue.max's ceiling */
+
 struct ig_backend_conf {
 	char *url;          /* normalised: scheme://host[:port][/prefix], no trailing slash */
 	long weight;        /* relative capacity, 1..1000 */
@@ -66,6 +68,8 @@ struct ig_conf {
 	long health_fall;
 	long retries;
 	long ttft_ms;               /* a stream's first byte within this, else retried (0: no limit) */
+	long token_gap_ms;          /* a stream's next event within this, else continued (0: idle_s only) */
+	long continue_max;          /* continuations of a broken stream (cont.h), <= IG_CONT_MAX */
 	long retry_budget_percent;  /* retries over the last 10 s: at most this share of */
 	long retry_budget_min_per_s; /* the requests, plus this many a second (dispatch.c) */
 	long max_inflight;          /* default per-backend limit, 0 = none */

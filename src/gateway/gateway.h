@@ -31,6 +31,7 @@
 #include "backend.h"
 #include "clients.h"
 #include "conf.h"
+#include "cont.h"
 #include "event.h"
 #include "infergate/list.h"
 #include "keyset.h"
@@ -67,6 +68,8 @@ struct ig_stats {
 	uint64_t queue_rejected;    /* 429 */
 	uint64_t queue_timeouts;    /* 503 after waiting */
 	uint64_t stream_errors;     /* 200 streams that carried an error event */
+	uint64_t continued[IG_CONT_NREASONS]; /* broken streams continued elsewhere, by why */
+	uint64_t cont_prompt_tokens; /* prompt tokens those continuations sent again */
 	uint64_t upstream_errors[IG_UPERR_OTHER + 1];
 	uint64_t prompt_tokens, completion_tokens;
 };

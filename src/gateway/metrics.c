@@ -644,6 +644,16 @@ char *ig_metrics_text(struct ig_gw *gw)
 			      (unsigned long)gw->rx[i].requests);
 	ig_buf_printf(&b, "# HELP infergate_retries_total Requests moved to another backend.\n"
 		      "# TYPE infergate_retries_total counter\ninfergate_retries_total %lu\n", (unsigned long)s->retries);
+	ig_buf_printf(&b, "# HELP infergate_stream_continuations_total Broken streams continued on another backend, "
+		      "by why they broke.\n# TYPE infergate_stream_continuations_total counter\n");
+	static const char *const cont_why[IG_CONT_NREASONS] = {"reset", "error_event", "stall"};
+	for (int i = 0; i < IG_CONT_NREASONS; i++)
+		ig_buf_printf(&b, "infergate_stream_continuations_total{reason=\"%s\"} %lu\n", cont_why[i],
+			      (unsigned long)s->continued[i]);
+	ig_buf_printf(&b, "# HELP infergate_stream_continuation_prompt_tokens_total Prompt tokens the continuations "
+		      "sent again (the backend work a continuation costs).\n"
+		      "# TYPE infergate_stream_continuation_prompt_tokens_total counter\n"
+		      "infergate_stream_continuation_prompt_tokens_total %lu\n", (unsigned long)s->cont_prompt_tokens);
 	ig_buf_printf(&b, "# HELP infergate_retries_denied_total Retries the retry budget refused.\n"
 		      "# TYPE infergate_retries_denied_total counter\ninfergate_retries_denied_total %lu\n",
 		      (unsigned long)gw->sched.retries_denied);

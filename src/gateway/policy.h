@@ -36,7 +36,7 @@ enum ig_pick {
 #define IG_POLICY_NEEDS_PREFIX 2u  /* its prompt's block-hash chain */
 #define IG_POLICY_NEEDS_SESSION 4u /* its session key's hash */
 
-#define IG_MAX_TRIES 21 /* retries <= 20, plus the first attempt */
+#define IG_MAX_TRIES 26 /* retries <= 20, continuations <= 5 (IG_CONT_MAX), plus the first attempt */
 
 /* What a policy is told of one request, for its whole life (embedded in
  * the request's struct ig_waiter). */

@@ -46,6 +46,8 @@ static void relay_idle(struct ig_relay *r);
 static void relay_committed(struct ig_relay *r);
 static void relay_event(struct ig_relay *r);
 static void relay_stored(struct ig_relay *r, json_t *response);
+static void end_refused_stream(struct ig_req *req);
+static void count_answer(struct ig_req *req);
 
 static const struct ig_waiter_ops waiter_ops = {on_dispatched, on_refused};
 static const struct ig_relay_ops relay_ops = {relay_wake, relay_idle, relay_committed, relay_event, relay_stored};
@@ -77,6 +79,7 @@ struct ig_req *ig_proxy_req_new(struct ig_gw *gw, struct MHD_Connection *conn, i
 	ig_list_init(&req->watch_link);
 	req->t_start_us = ig_now_us();
 	ig_buf_init(&req->body);
+	ig_buf_init(&req->orig_body);
 	ig_relay_init(&req->relay, &relay_ops);
 	req->relay.usage_where = ig_gw_route(gw->cfg, route_idx)->usage;
 	req->relay.responses = ig_gw_route(gw->cfg, route_idx)->flags & IG_RT_RESPONSES;
@@ -100,6 +103,8 @@ static void req_free(struct ig_req *req)
 	ig_list_del(&req->post_link);
 	gw->nreqs--;
 	ig_buf_free(&req->body);
+	ig_buf_free(&req->orig_body);
+	free(req->cont_refused);
 	free(req->fallback);
 	json_decref(req->parsed); /* answered before admission took it */
 	curl_slist_free_all(req->up_headers);
@@ -236,6 +241,15 @@ static void set_decided_error(struct ig_req *req, unsigned status, const char *t
 static void on_refused(struct ig_waiter *w, const struct ig_dispatch_error *e)
 {
 	struct ig_req *req = IG_CONTAINER_OF(w, struct ig_req, wait);
+	if (req->relay.committed) { /* a continuation: its stream is under way */
+		free(req->cont_refused);
+		req->cont_refused = strdup(e->message);
+		if (req->rx != ig_rx_self)
+			hand_over(req, IG_HAND_END_STREAM);
+		else
+			end_refused_stream(req);
+		return;
+	}
 	set_decided_error(req, e->status, e->type, e->param, e->code, e->message);
 	req->refused_code = e->code;
 	resume(req);
@@ -390,6 +404,8 @@ static void relay_committed(struct ig_relay *r)
 {
 	struct ig_req *req = of_relay(r);
 	curl_off_t sent = 0;
+	if (r->cont.max > 0)
+		return; /* a continuation is made from it */
 	size_t len = req->prio_body ? strlen(req->prio_body) : req->body.len;
 	if (curl_easy_getinfo(req->xfer.easy, CURLINFO_SIZE_UPLOAD_T, &sent) != CURLE_OK || sent < (curl_off_t)len)
 		return;
@@ -589,6 +605,9 @@ static enum MHD_Result body_done(struct ig_req *req)
 	req->relay.stream = a->stream;
 	req->relay.usage_added = a->usage_added;
 	req->relay.store = a->store;
+	const struct ig_route *rt = ig_gw_route(gw->cfg, a->route_idx);
+	if (a->stream && (rt->flags & IG_RT_OUTPUT) && (rt->flags & IG_RT_USAGE_OPTION) && !(rt->flags & IG_RT_RESPONSES))
+		req->relay.cont.max = (int)gw->cfg->continue_max;
 	if (!(w->m = ig_sched_get(&gw->sched, &gw->fleet, a->model))) {
 		set_error(req, 500, "internal_error", "out of memory");
 		return respond(req);
@@ -824,15 +843,86 @@ static const char *uperr_name(enum ig_upstream_error e)
 	return n[e];
 }
 
-/* One attempt ended (e says how): account for it, then retry, relay or
- * answer. On req's reactor. */
+/* A stream whose continuation was refused (no backend left, the queue, its
+ * deadline) ends with an error event. On req's reactor. */
+static void end_refused_stream(struct ig_req *req)
+{
+	struct ig_relay *rl = &req->relay;
+	char msg[640];
+	snprintf(msg, sizeof(msg), "the backend failed while streaming and no other could continue the stream (%s); "
+		 "the response is incomplete", req->cont_refused ? req->cont_refused : "refused");
+	ig_log_warn("request %s: %s", req->request_id, msg);
+	ig_relay_fail_stream(rl, msg);
+	ig_admission_settle(&req->adm, rl->prompt_tokens, rl->completion_tokens, false);
+	rl->upstream_done = true;
+	count_answer(req);
+	resume(req);
+}
+
+/* A stream that broke after its first event goes on on another backend
+ * with what was relayed (cont.h), when it may: true then (a refusal ends
+ * it through on_refused); false: it ends with an error event. */
+static bool continue_stream(struct ig_req *req, enum ig_upstream_error e, const char *detail)
+{
+	struct ig_gw *gw = req->gw;
+	struct ig_relay *rl = &req->relay;
+	struct ig_cont *c = &rl->cont;
+	struct ig_backend *b = req->wait.backend;
+	enum ig_cont_reason reason = c->broken ? IG_CONT_ERROR_EVENT : e == IG_UPERR_TIMEOUT ? IG_CONT_STALL : IG_CONT_RESET;
+	const char *why = NULL;
+	char *body = NULL;
+
+	if (c->max == 0 || rl->client_gone)
+		return false;
+	if (!ig_cont_possible(c))
+		why = c->dead ? c->dead_why : "continue.max continuations were made";
+	const struct ig_buf *orig = req->orig_body.data ? &req->orig_body : &req->body;
+	if (!why)
+		body = ig_cont_body(c, orig->data, orig->len, &why);
+	if (body && !ig_dispatch_retry_budget(gw))
+		why = "the retry budget is spent";
+	if (why) {
+		free(body);
+		ig_log_info("request %s: the stream is not continued after %s from %s: %s", req->request_id, detail,
+			    b->url, why);
+		return false;
+	}
+	if (!req->orig_body.data) {
+		req->orig_body = req->body;
+		ig_buf_init(&req->body);
+	} else {
+		ig_buf_reset(&req->body);
+	}
+	int rc = ig_buf_append(&req->body, body, strlen(body));
+	free(body);
+	if (rc < 0)
+		return false;
+	ig_cont_begin(c);
+	gw->stats.continued[reason]++;
+	atomic_fetch_add(&b->retried, 1);
+	ig_log_info("request %s: backend %s failed mid-stream (%s) after %ld tokens; continuing elsewhere (%d of %d)",
+		    req->request_id, b->url, detail, c->tokens, c->count, c->max);
+	ig_dispatch_retry(gw, &req->wait, e == IG_UPERR_TIMEOUT, detail);
+	return true;
+}
+
+/* One attempt ended (e says how): account for it, then retry, continue,
+ * relay or answer. On req's reactor. */
 static void end_attempt(struct ig_req *req, enum ig_upstream_error e, const char *detail)
 {
 	struct ig_gw *gw = req->gw;
 	struct ig_relay *rl = &req->relay;
 	struct ig_backend *b = req->wait.backend;
+	char event_detail[320];
 
 	ig_upstream_stop(&req->xfer); /* when it ends early: idle timeout */
+	if (e == IG_UPERR_NONE && rl->cont.broken) {
+		/* a 5xx error event, taken out of the stream (relay.c) */
+		snprintf(event_detail, sizeof(event_detail), "an error event: %s",
+			 rl->stream_error_msg ? rl->stream_error_msg : "");
+		detail = event_detail;
+		e = IG_UPERR_STATUS;
+	}
 	if (e == IG_UPERR_NONE)
 		ig_relay_whole_body(rl); /* a whole body's usage, a stored response */
 	ig_dispatch_end(gw, &req->wait, &(struct ig_pick_outcome){.ok = e == IG_UPERR_NONE,
@@ -859,6 +949,8 @@ static void end_attempt(struct ig_req *req, enum ig_upstream_error e, const char
 		}
 		req->ttft_cut = false;
 		if (rl->committed) {
+			if (continue_stream(req, e, detail))
+				return;
 			ig_log_warn("request %s: backend %s failed mid-stream (%s)", req->request_id, b->url, detail);
 			ig_relay_fail_stream(rl, "the backend failed while streaming; the response is incomplete");
 		} else if (req->retries_done < gw->cfg->retries && !ig_dispatch_retry_budget(gw)) {
@@ -887,9 +979,17 @@ static void end_attempt(struct ig_req *req, enum ig_upstream_error e, const char
 				  e == IG_UPERR_TIMEOUT ? "backend_timeout" : "backend_error",
 				  "backend %s failed: %s", b->url, detail);
 		}
+	} else if (rl->committed && !ig_relay_streaming(rl)) {
+		/* a continuation the next backend would not take (its 4xx) */
+		char msg[160];
+		snprintf(msg, sizeof(msg), "the backend failed while streaming and %s refused to continue the stream "
+			 "(HTTP %ld); the response is incomplete", b->url, rl->up_status);
+		ig_log_warn("request %s: %s", req->request_id, msg);
+		ig_relay_fail_stream(rl, msg);
 	} else {
 		atomic_fetch_add(&b->served, 1);
 		ig_health_passive_ok(gw, b);
+		gw->stats.cont_prompt_tokens += (uint64_t)rl->cont.reprefilled;
 		if (rl->prompt_tokens > 0) {
 			atomic_fetch_add(&b->prompt_tokens, (unsigned long)rl->prompt_tokens);
 			gw->stats.prompt_tokens += (uint64_t)rl->prompt_tokens;
@@ -994,7 +1094,12 @@ static void scan_idle(struct ig_rx *rx, uint64_t now_ms)
 			/* The client's deadline: a 504 (or, streaming, the stream's
 			 * end with an error event), and the upstream aborted. */
 			req->deadline_hit = true;
-			if (req->wait.queued) {
+			if (req->wait.queued && req->relay.committed) { /* a continuation waiting */
+				ig_dispatch_cancel(gw, &req->wait);
+				free(req->cont_refused);
+				req->cont_refused = strdup("the request's deadline (X-Infergate-Timeout-Ms) passed");
+				end_refused_stream(req);
+			} else if (req->wait.queued) {
 				ig_dispatch_cancel(gw, &req->wait);
 				set_error(req, 504, "deadline_exceeded",
 					  "the request's deadline (X-Infergate-Timeout-Ms: %ld) passed while it waited for "
@@ -1012,6 +1117,15 @@ static void scan_idle(struct ig_rx *rx, uint64_t now_ms)
 			char detail[96];
 			snprintf(detail, sizeof(detail), "no first byte in %ld ms", gw->cfg->ttft_ms);
 			req->ttft_cut = true;
+			end_attempt(req, IG_UPERR_TIMEOUT, detail);
+			continue;
+		}
+		/* A stream silent timeouts.token_gap_ms after its first event: a
+		 * stalled backend; the stream goes on elsewhere (continue_stream). */
+		if (gw->cfg->token_gap_ms && req->xfer.running && req->relay.committed && !req->relay.paused &&
+		    now_ms - req->relay.last_io_ms >= (uint64_t)gw->cfg->token_gap_ms) {
+			char detail[96];
+			snprintf(detail, sizeof(detail), "no event for %ld ms", gw->cfg->token_gap_ms);
 			end_attempt(req, IG_UPERR_TIMEOUT, detail);
 			continue;
 		}
@@ -1057,6 +1171,8 @@ void ig_proxy_run_posted(struct ig_rx *rx)
 		unsigned ops = req->post_ops;
 		ig_list_del(&req->post_link);
 		req->post_ops = 0;
+		if (ops & IG_HAND_END_STREAM)
+			end_refused_stream(req);
 		if ((ops & IG_HAND_START) && req->start_posted) {
 			req->start_posted = false;
 			launch(req);
@@ -1082,7 +1198,7 @@ static void req_log(struct ig_req *req, bool completed)
 	/* A stream that carried an error event is logged as the error's status
 	 * (status_sent says what went on the wire) with its message. */
 	json_t *e = json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:o, s:o, s:o, s:o, s:o, s:s, s:I, s:o, s:b, s:I, s:I, s:o, "
-			      "s:f, s:I, s:o, s:o, s:b}",
+			      "s:f, s:I, s:I, s:o, s:o, s:b}",
 			      "time", ts, "request_id", req->request_id, "client", req->client,
 			      "method", ig_routes_method_name(req->adm.method), "path",
 			      req->adm.up_path ? req->adm.up_path : ig_route_path(req->gw->cfg, req->adm.route_idx),
@@ -1102,6 +1218,7 @@ static void req_log(struct ig_req *req, bool completed)
 			      "ttfb_ms", first ? json_real((double)(first - req->t_start_us) / 1000.0) : json_null(),
 			      "duration_ms", (double)(now - req->t_start_us) / 1000.0,
 			      "retries", (json_int_t)req->retries_done,
+			      "continuations", (json_int_t)req->relay.cont.count,
 			      "prompt_tokens", req->relay.prompt_tokens >= 0 ? json_integer(req->relay.prompt_tokens) : json_null(),
 			      "completion_tokens",
 			      req->relay.completion_tokens >= 0 ? json_integer(req->relay.completion_tokens) : json_null(),

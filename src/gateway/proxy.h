@@ -24,6 +24,7 @@
 /* What another reactor asks of a request's own (ig_proxy_run_posted). */
 #define IG_HAND_START 1u   /* start the attempt dispatch gave it */
 #define IG_HAND_RESUME 2u  /* resume its connection: an answer is decided */
+#define IG_HAND_END_STREAM 4u /* its stream's continuation was refused: end it (cont_refused) */
 
 struct ig_req {
 	/* 1. Fixed at creation. */
@@ -46,7 +47,10 @@ struct ig_req {
 	bool suspended;              /* MHD connection suspended by us */
 	bool watching;               /* client fd in rx's epoll for hang-up */
 	uint64_t suspended_at_ms;
-	struct ig_buf body;          /* the client's body (the forwarded one, once admitted) */
+	struct ig_buf body;          /* the client's body (the forwarded one, once admitted;
+				      * a continuation's, once continued) */
+	struct ig_buf orig_body;     /* a continued stream's forwarded body, which each
+				      * continuation is made from (cont.h) */
 	json_t *parsed;              /* the body, parsed with the lock let go, or NULL */
 	json_error_t parse_error;    /* why it did not parse */
 	bool parse_done;
@@ -68,6 +72,7 @@ struct ig_req {
 	const char *refused_code;    /* the code of dispatch's refusal (a literal) */
 	char *fallback;              /* the model it runs on instead of its own (model_fallbacks) */
 	bool ttft_cut;               /* its attempt ended for timeouts.ttft_ms (no health failure) */
+	char *cont_refused;          /* why its stream's continuation was refused */
 	int retries_done;
 	enum ig_upstream_error last_err;
 	unsigned err_status;         /* error answer decided by the gateway */

@@ -34,6 +34,7 @@ void ig_relay_init(struct ig_relay *r, const struct ig_relay_ops *ops)
 	ig_buf_init(&r->resp);
 	ig_sse_init(&r->lines);
 	r->prompt_tokens = r->completion_tokens = -1;
+	ig_cont_init(&r->cont, 0);
 }
 
 void ig_relay_free(struct ig_relay *r)
@@ -43,6 +44,7 @@ void ig_relay_free(struct ig_relay *r)
 	ig_sse_free(&r->lines);
 	free(r->stream_error_msg);
 	r->stream_error_msg = NULL;
+	ig_cont_free(&r->cont);
 }
 
 void ig_relay_attempt(struct ig_relay *r, struct ig_xfer *x, struct ig_backend *b)
@@ -54,10 +56,16 @@ void ig_relay_attempt(struct ig_relay *r, struct ig_xfer *x, struct ig_backend *
 	r->paused = false;
 	r->skip_blank = false;
 	ig_buf_reset(&r->up_headers);
-	ig_buf_reset(&r->resp);
+	if (r->committed) /* a continuation: what came whole still goes out */
+		r->resp.len = r->resp.off + r->ready;
+	else
+		ig_buf_reset(&r->resp);
 	ig_sse_reset(&r->lines);
-	r->ready = 0;
+	if (!r->committed)
+		r->ready = 0;
 	r->stream_error = 0;
+	free(r->stream_error_msg);
+	r->stream_error_msg = NULL;
 	r->last_io_ms = ig_now_ms();
 	curl_easy_setopt(x->easy, CURLOPT_HEADERFUNCTION, on_header);
 	curl_easy_setopt(x->easy, CURLOPT_HEADERDATA, r);
@@ -226,6 +234,8 @@ static char *stream_error(struct ig_relay *r, const char *payload, size_t len)
 struct scan {
 	struct ig_relay *r;
 	size_t changed; /* lowest pending position a rewrite changed, or SIZE_MAX */
+	size_t cut;     /* the pending bytes end here (a dropped error event and all
+			 * after it), or SIZE_MAX */
 };
 
 /* The usage event a stream ends with when include_usage is set: no
@@ -250,19 +260,27 @@ static bool is_usage_event(const char *d, size_t dn)
  * OpenAI puts on every other chunk (SGLang and vLLM omit it). The line ends
  * `rest` bytes before the end of r->resp; returns the lowest position
  * changed, or SIZE_MAX. */
+/* An event taken out whole: its line, its LF and the blank line after it
+ * (now or when it arrives: skip_blank). Returns the lowest position
+ * changed, or SIZE_MAX. */
+static size_t drop_event(struct ig_relay *r, size_t line_len, size_t rest)
+{
+	struct ig_buf *b = &r->resp;
+	const char *after = b->data + b->len - rest;
+	size_t blank = rest >= 1 && after[0] == '\n' ? 1 : rest >= 2 && after[0] == '\r' && after[1] == '\n' ? 2 : 0;
+	if (!blank)
+		r->skip_blank = true;
+	if (buf_replace_back(b, rest - blank, line_len + 1 + blank, "", 0) < 0)
+		return SIZE_MAX;
+	return ig_buf_pending(b) - (rest - blank);
+}
+
 static size_t hide_usage(struct ig_relay *r, const char *d, size_t dn, size_t line_len, size_t rest)
 {
 	struct ig_buf *b = &r->resp;
 	size_t nul = sizeof(USAGE_NULL) - 1;
-	if (is_usage_event(d, dn)) {
-		const char *after = b->data + b->len - rest;
-		size_t blank = rest >= 1 && after[0] == '\n' ? 1 : rest >= 2 && after[0] == '\r' && after[1] == '\n' ? 2 : 0;
-		if (!blank)
-			r->skip_blank = true;
-		if (buf_replace_back(b, rest - blank, line_len + 1 + blank, "", 0) < 0)
-			return SIZE_MAX;
-		return ig_buf_pending(b) - (rest - blank);
-	}
+	if (is_usage_event(d, dn))
+		return drop_event(r, line_len, rest);
 	if (dn > nul && d[dn - 1] == '}' && memcmp(d + dn - 1 - nul, USAGE_NULL, nul) == 0) {
 		/* after the member: '}', the CR if any, the LF, then rest */
 		const char *lf = b->data + b->len - rest - 1;
@@ -275,13 +293,55 @@ static size_t hide_usage(struct ig_relay *r, const char *d, size_t dn, size_t li
 	return SIZE_MAX;
 }
 
+static void changed_at(struct scan *sc, size_t at)
+{
+	if (at < sc->changed)
+		sc->changed = at;
+}
+
+/* A continuation's event in the first attempt's name, or dropped (cont.h);
+ * *d, *dn, *line_len then describe what stands in its place. Returns the
+ * new line (free it after) or NULL; *dropped when it is gone. */
+static char *continuation_event(struct scan *sc, const char **d, size_t *dn, size_t *line_len, size_t rest,
+				bool *dropped)
+{
+	struct ig_relay *r = sc->r;
+	char *ev, *w = NULL;
+	*dropped = false;
+	switch (ig_cont_event(&r->cont, *d, *dn, &ev)) {
+	case IG_CONT_DROP:
+		changed_at(sc, drop_event(r, *line_len, rest));
+		*dropped = true;
+		break;
+	case IG_CONT_REWRITE:
+		w = ig_strdupf("data: %s", ev);
+		free(ev);
+		if (buf_replace_back(&r->resp, rest + 1, *line_len, w, strlen(w)) < 0) {
+			free(w);
+			return NULL;
+		}
+		*line_len = strlen(w);
+		changed_at(sc, ig_buf_pending(&r->resp) - rest - 1 - *line_len);
+		*d = w + 6;
+		*dn = *line_len - 6;
+		break;
+	case IG_CONT_KEEP:
+		break;
+	}
+	return w;
+}
+
 static void on_sse_data(void *arg, const char *d, size_t dn, size_t line_len, size_t rest)
 {
 	struct scan *sc = arg;
 	struct ig_relay *r = sc->r;
 	r->sse_events++;
-	if (!d)
-		return; /* longer than IG_SSE_MAX_LINE: relayed, not read */
+	if (!d || r->cont.broken)
+		return; /* longer than IG_SSE_MAX_LINE: relayed, not read; or dropped below */
+	bool dropped = false;
+	char *w = r->cont.max > 0 ? continuation_event(sc, &d, &dn, &line_len, rest, &dropped) : NULL;
+	if (dropped)
+		return;
 	usage_from_json(r, d, dn); /* finds "usage" or returns */
 	if (r->store && !r->stored && memmem(d, dn, "\"response.created\"", 18)) {
 		json_t *o = json_loadb(d, dn, 0, NULL);
@@ -292,32 +352,43 @@ static void on_sse_data(void *arg, const char *d, size_t dn, size_t line_len, si
 	r->ops->event(r);
 	if (r->usage_added && r->sse) {
 		size_t at = hide_usage(r, d, dn, line_len, rest);
-		if (at < sc->changed)
-			sc->changed = at;
+		changed_at(sc, at);
 		if (at != SIZE_MAX)
-			return;
+			goto out;
 	}
 	char *fixed = memmem(d, dn, "\"error\"", 7) ? stream_error(r, d, dn) : NULL;
+	if (r->stream_error >= 500 && r->committed && r->sse && ig_cont_possible(&r->cont)) {
+		/* A backend's failure mid-stream: this event and all after it
+		 * dropped, the stream continued elsewhere (proxy.c). */
+		r->cont.broken = true;
+		sc->cut = ig_buf_pending(&r->resp) - rest - 1 - line_len;
+		free(fixed);
+		goto out;
+	}
 	if (fixed && r->sse) {
 		/* The line ends at its LF, rest + 1 bytes before the end of resp. */
 		size_t tail = rest + 1;
-		char *w = ig_strdupf("data: %s", fixed);
-		if (buf_replace_back(&r->resp, tail, line_len, w, strlen(w)) == 0) {
-			size_t at = ig_buf_pending(&r->resp) - tail - strlen(w);
-			if (at < sc->changed)
-				sc->changed = at;
-		}
-		free(w);
+		char *ev = ig_strdupf("data: %s", fixed);
+		if (buf_replace_back(&r->resp, tail, line_len, ev, strlen(ev)) == 0)
+			changed_at(sc, ig_buf_pending(&r->resp) - tail - strlen(ev));
+		free(ev);
 	}
 	free(fixed);
+out:
+	free(w);
 }
 
 /* p..n were just appended to r->resp. Returns the lowest position (in
  * r->resp's pending bytes) that a rewritten event changed, or SIZE_MAX. */
 static size_t scan_sse(struct ig_relay *r, const char *p, size_t n)
 {
-	struct scan sc = {r, SIZE_MAX};
+	struct scan sc = {r, SIZE_MAX, SIZE_MAX};
 	ig_sse_feed(&r->lines, p, n, on_sse_data, &sc);
+	if (sc.cut != SIZE_MAX) {
+		r->resp.len = r->resp.off + sc.cut;
+		r->skip_blank = false;
+		changed_at(&sc, sc.cut);
+	}
 	return sc.changed;
 }
 
@@ -387,6 +458,8 @@ static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
 		return 0;
 	r->last_io_ms = ig_now_ms();
 	atomic_store(&r->backend->last_io_ms, r->last_io_ms);
+	if (r->cont.broken || (r->committed && !ig_relay_streaming(r)))
+		return n; /* a broken attempt's rest, a refused continuation's answer */
 	if (!ig_relay_streaming(r)) {
 		if (r->resp.len + n > MAX_BUFFERED_BODY || ig_buf_append(&r->resp, ptr, n) < 0)
 			return 0;

@@ -23,6 +23,7 @@
 #include <sys/types.h>
 
 #include "backend.h"
+#include "cont.h"
 #include "infergate/buf.h"
 #include "infergate/sse.h"
 #include "upstream.h"
@@ -84,12 +85,15 @@ struct ig_relay {
 	char *stream_error_msg;      /* its message, for the access log */
 	long sse_events;             /* data lines relayed (a Responses error event
 				      * numbers itself after them) */
+	struct ig_cont cont;         /* what a continuation elsewhere needs (cont.h);
+				      * cont.max set by the request, 0: none */
 };
 
 void ig_relay_init(struct ig_relay *r, const struct ig_relay_ops *ops);
 void ig_relay_free(struct ig_relay *r);
-/* A new attempt on b through x: the buffers emptied, curl's callbacks set
- * on x->easy. */
+/* A new attempt on b through x: the buffers emptied (a continuation's:
+ * the whole events not yet sent kept, a torn one dropped), curl's
+ * callbacks set on x->easy. */
 void ig_relay_attempt(struct ig_relay *r, struct ig_xfer *x, struct ig_backend *b);
 /* Whether a header (name, n bytes) is hop-by-hop, or the gateway's own to
  * set: not relayed either way. 1 or 0. */

@@ -349,7 +349,19 @@ int sim_parse_completion(struct sim *s, struct sim_req *r, const char *body, siz
 			r->text_seed = sim_text_seed(p.data, p.len, (uint64_t)s->conf->seed);
 		}
 	}
-	r->prompt_tokens = sim_text_prompt_tokens(p.len + (r->text_skip ? r->prefill_len : 0)); /* a prefill is prompt */
+	size_t at;
+	long words;
+	if (r->kind == SIM_COMPLETION && !r->prefill && (at = sim_text_split(p.data, p.len, (uint64_t)s->conf->seed, &words))) {
+		/* a prompt that ends with the start of its own answer: the answer
+		 * goes on after it, as a chat's prefill does */
+		r->text_seed = sim_text_seed(p.data, at, (uint64_t)s->conf->seed);
+		r->text_skip = words;
+		p.len = at;
+	}
+	/* A prefill that is the answer's start is prompt, its words tokens
+	 * as they were generated (a server's tokenizer reads its own output
+	 * back into about the same tokens). */
+	r->prompt_tokens = sim_text_prompt_tokens(p.len) + r->text_skip;
 	if (sim_conf_steps(s->conf)) {
 		/* The prompt as blocks for the prefix cache (kvcache.h), and
 		 * what is left of it, which the answer's text continues. */

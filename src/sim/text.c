@@ -91,6 +91,22 @@ long sim_text_prefix_words(uint64_t text_seed, const char *prefix, size_t n, lon
 	return 0;
 }
 
+size_t sim_text_split(const char *prompt, size_t n, uint64_t seed, long *nwords)
+{
+	uint64_t h = sim_text_seed("", 0, seed);
+	for (size_t k = 1; k < n; k++) {
+		h = ig_hash64_more(h, prompt + k - 1, 1);
+		if (prompt[k] < 'A' || prompt[k] > 'Z')
+			continue;
+		long w = sim_text_prefix_words(h, prompt + k, n - k, 1000000);
+		if (w > 0) {
+			*nwords = w;
+			return k;
+		}
+	}
+	return 0;
+}
+
 long sim_text_natural_tokens(uint64_t text_seed)
 {
 	uint64_t st = text_seed ^ 0x5851F42D4C957F2Dull;

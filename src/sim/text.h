@@ -22,6 +22,12 @@ void sim_text_init(struct sim_text *t, uint64_t text_seed);
  * words, k >= 1), or 0 when it is not such a prefix (at most max words
  * looked at). */
 long sim_text_prefix_words(uint64_t text_seed, const char *prefix, size_t n, long max);
+/* A completion's prompt that ends with the start of its own answer (what a
+ * gateway sends to continue a broken stream: the prompt, then the text so
+ * far): the length of the prompt before it, and *nwords, the answer's words
+ * it holds; 0 when there is no such end. The answer's first word starts
+ * with a capital, so only those bytes are tried. */
+size_t sim_text_split(const char *prompt, size_t n, uint64_t seed, long *nwords);
 /* Writes the next token (NUL-terminated, at most SIM_TOKEN_MAX bytes, JSON-safe
  * ASCII) into out; returns its length. */
 size_t sim_text_next(struct sim_text *t, char *out);

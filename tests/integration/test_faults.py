@@ -162,29 +162,174 @@ def lines_in(path):
 
 # ----------------------------------------------------- a backend that dies
 
-@test
-def backend_killed_mid_stream_ends_the_stream_with_an_error_event():
-    sims = start_sims(2, "--tokens-per-second", "20", "--ttft-ms", "0", "--output-tokens", "400")
-    gw = start_gateway(sims, *QUICK_HEALTH)
-    wait_healthy(gw, 2)
-    s, head, first = raw_stream(gw, chat_body("die while talking", stream=True))
+SEEDED = ("--tokens-per-second", "20", "--ttft-ms", "0", "--output-tokens", "400", "--seed", "7")
+
+
+def one_stream(gw, body, path="/v1/chat/completions", kill_after=None, sims=(), on_served=None):
+    """Streams one request on a raw socket; after kill_after seconds, does on_served(the
+    serving simulator) (default: SIGKILL it). Returns (served_by, events as parsed objects or
+    "[DONE]")."""
+    s = socket.create_connection(("127.0.0.1", gw.port))
+    payload = json.dumps(body).encode()
+    s.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+              b"Connection: close\r\n\r\n%s" % (path.encode(), len(payload), payload))
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += s.recv(65536)
+    head, first = data.split(b"\r\n\r\n", 1)
     assert b" 200 " in head.split(b"\r\n")[0], head
     served_by = re.search(rb"X-Infergate-Backend: (\S+)", head, re.I).group(1).decode()
-    victim = next(x for x in sims if x.url == served_by)
-    time.sleep(0.3)                                     # a few tokens relayed
-    victim.send_signal(signal.SIGKILL)
-    rest, took = read_to_close(s)
+    if kill_after is not None:
+        time.sleep(kill_after)
+        victim = next(x for x in sims if x.url == served_by)
+        (on_served or (lambda v: v.send_signal(signal.SIGKILL)))(victim)
+    rest, _ = read_to_close(s, limit=30)
     s.close()
-    events = sse_events(unchunk(first + rest))
+    return served_by, [e if e == "[DONE]" else json.loads(e) for e in sse_events(unchunk(first + rest))]
+
+
+def stream_text(events, chat=True):
+    out = []
+    for e in events:
+        if e == "[DONE]" or not e.get("choices"):
+            continue
+        c = e["choices"][0]
+        out.append((c.get("delta") or {}).get("content") or "" if chat else c.get("text") or "")
+    return "".join(out)
+
+
+def assert_one_whole_stream(events, want_text, want_usage, chat=True):
+    """One stream as a client sees it: [DONE] last, no error event, one id, created and model,
+    one role chunk, the text a whole answer has, the usage of the whole answer."""
+    assert events and events[-1] == "[DONE]", events[-3:]
+    objs = events[:-1]
+    assert not any("error" in e for e in objs), [e for e in objs if "error" in e]
+    assert len({(e["id"], e["created"], e["model"]) for e in objs}) == 1, {(e["id"], e["created"]) for e in objs}
+    if chat:
+        roles = [e for e in objs if e.get("choices") and "role" in e["choices"][0].get("delta", {})]
+        assert len(roles) == 1, roles
+    assert stream_text(objs, chat) == want_text, (stream_text(objs, chat), want_text)
+    usage = [e["usage"] for e in objs if e.get("usage")]
+    assert usage == [want_usage], (usage, want_usage)
+    ends = [e["choices"][0]["finish_reason"] for e in objs if e.get("choices") and e["choices"][0].get("finish_reason")]
+    assert ends == ["length"], ends
+
+
+def direct_answer(sim, body, path="/v1/chat/completions"):
+    """What a simulator answers the same request, asked directly, not streamed."""
+    b = dict(body, stream=False)
+    b.pop("stream_options", None)
+    st, _, obj = http_json("POST", sim.url + path, b, timeout=60)
+    assert st == 200, obj
+    c = obj["choices"][0]
+    text = c["message"]["content"] if "message" in c else c["text"]
+    u = obj["usage"]
+    return text, {"prompt_tokens": u["prompt_tokens"], "completion_tokens": u["completion_tokens"],
+                  "total_tokens": u["total_tokens"]}
+
+
+def continuations(gw):
+    _, _, text = http("GET", gw.url + "/metrics")
+    return {r: metric(text, f'infergate_stream_continuations_total{{reason="{r}"}}')
+            for r in ("reset", "error_event", "stall")}
+
+
+@test
+def a_stream_whose_backend_is_killed_goes_on_on_another_word_for_word():
+    sims = start_sims(2, *SEEDED)
+    gw = start_gateway(sims, *QUICK_HEALTH, "--access-log", "-")
+    wait_healthy(gw, 2)
+    body = chat_body("die while talking", stream=True, max_tokens=40, stream_options={"include_usage": True})
+    served_by, events = one_stream(gw, body, kill_after=0.6, sims=sims)
+    survivor = next(x for x in sims if x.url != served_by)
+    want_text, want_usage = direct_answer(survivor, body)
+    assert_one_whole_stream(events, want_text, want_usage)
+    assert continuations(gw) == {"reset": 1, "error_event": 0, "stall": 0}, continuations(gw)
+    entry = wait_until(lambda: [json.loads(l) for l in gw.read_log().splitlines()
+                                if l.startswith("{") and '"/v1/chat/completions"' in l], timeout=5,
+                       what="the access log line")
+    assert [(e["status"], e["continuations"], e["backend"], e["completion_tokens"]) for e in entry] == \
+        [(200, 1, survivor.url, 40)], entry
+    # Without include_usage the client gets no usage event, and the same text.
+    pair = [survivor, start_sim(*SEEDED)]
+    gw2 = start_gateway(pair, *QUICK_HEALTH)
+    wait_healthy(gw2, 2)
+    _, events = one_stream(gw2, chat_body("die while talking", stream=True, max_tokens=40), kill_after=0.6,
+                           sims=pair)
+    assert events[-1] == "[DONE]" and not any("usage" in e for e in events[:-1]), events[-3:]
+    assert stream_text(events[:-1]) == want_text
+
+
+@test
+def a_completions_stream_goes_on_after_its_prompt_and_text_so_far():
+    sims = start_sims(2, *SEEDED)
+    gw = start_gateway(sims, *QUICK_HEALTH)
+    wait_healthy(gw, 2)
+    body = {"model": MODEL, "prompt": "once upon a time", "stream": True, "max_tokens": 30,
+            "stream_options": {"include_usage": True}}
+    served_by, events = one_stream(gw, body, path="/v1/completions", kill_after=0.5, sims=sims)
+    survivor = next(x for x in sims if x.url != served_by)
+    want_text, want_usage = direct_answer(survivor, body, "/v1/completions")
+    assert_one_whole_stream(events, want_text, want_usage, chat=False)
+    assert continuations(gw)["reset"] == 1
+
+
+@test
+def with_continue_max_0_a_killed_backends_stream_ends_with_an_error_event():
+    sims = start_sims(2, "--tokens-per-second", "20", "--ttft-ms", "0", "--output-tokens", "400")
+    gw = start_gateway(sims, *QUICK_HEALTH, "--continue-max", "0")
+    wait_healthy(gw, 2)
+    served_by, events = one_stream(gw, chat_body("die while talking", stream=True), kill_after=0.3, sims=sims)
     assert events and "[DONE]" not in events, events[-3:]
-    last = json.loads(events[-1])
-    assert set(last) == {"error"} and last["error"]["message"] and last["error"]["type"], last
-    assert any("choices" in json.loads(e) for e in events[:-1]), events[:3]   # tokens came before it
+    assert set(events[-1]) == {"error"} and events[-1]["error"]["message"] and events[-1]["error"]["type"], events[-1]
+    assert any("choices" in e for e in events[:-1]), events[:3]   # tokens came before it
+    assert continuations(gw) == {"reset": 0, "error_event": 0, "stall": 0}
     # The survivor serves the next stream whole.
     st, hdrs, data = http("POST", gw.url + "/v1/chat/completions",
                           chat_body("after", stream=True, max_tokens=5), timeout=30)
     assert st == 200 and sse_events(data)[-1] == "[DONE]", data[-200:]
     assert hdrs["x-infergate-backend"] != served_by
+
+
+@test
+def a_stream_that_carries_an_error_event_goes_on_on_another_backend():
+    # The first simulator ends every stream with an error event half way (HTTP 200 sent).
+    bad = start_sim(*SEEDED, "--stream-fail-rate", "1")
+    good = start_sim(*SEEDED)
+    gw = start_gateway([bad, good], *QUICK_HEALTH, "--policy", "round-robin")
+    wait_healthy(gw, 2)
+    body = chat_body("half and half", stream=True, max_tokens=20, stream_options={"include_usage": True})
+    want_text, want_usage = direct_answer(good, body)
+    served = []
+    for _ in range(2):   # round robin: one of the two starts on the bad one
+        by, events = one_stream(gw, body)
+        served.append(by)
+        assert_one_whole_stream(events, want_text, want_usage)
+    assert bad.url in served, served
+    assert continuations(gw)["error_event"] == 1, continuations(gw)
+
+
+@test
+def a_stream_that_stalls_past_token_gap_timeout_goes_on_on_another_backend():
+    sims = start_sims(2, *SEEDED)
+    gw = start_gateway(sims, *QUICK_HEALTH, "--token-gap-timeout-ms", "600", "--health-fall", "100")
+    wait_healthy(gw, 2)
+    body = chat_body("stall while talking", stream=True, max_tokens=30, stream_options={"include_usage": True})
+    stopped = []
+
+    def freeze(victim):
+        victim.send_signal(signal.SIGSTOP)
+        stopped.append(victim)
+
+    try:
+        served_by, events = one_stream(gw, body, kill_after=0.5, sims=sims, on_served=freeze)
+    finally:
+        for v in stopped:
+            v.send_signal(signal.SIGCONT)
+    survivor = next(x for x in sims if x.url != served_by)
+    want_text, want_usage = direct_answer(survivor, body)
+    assert_one_whole_stream(events, want_text, want_usage)
+    assert continuations(gw) == {"reset": 0, "error_event": 0, "stall": 1}, continuations(gw)
 
 
 @test
