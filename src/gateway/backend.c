@@ -219,7 +219,15 @@ void ig_backend_finished(struct ig_backend *b, bool ok)
 
 int ig_backend_usable(const struct ig_backend *b)
 {
-	return atomic_load(&b->state) == IG_BACKEND_UP && atomic_load(&b->admin) == IG_ADMIN_ENABLED;
+	uint64_t until = atomic_load(&b->breaker_until_ms);
+	return atomic_load(&b->state) == IG_BACKEND_UP && atomic_load(&b->admin) == IG_ADMIN_ENABLED &&
+	       (!until || ig_now_ms() >= until);
+}
+
+const char *ig_backend_breaker_state(const struct ig_backend *b)
+{
+	uint64_t until = atomic_load(&b->breaker_until_ms);
+	return !until ? "closed" : ig_now_ms() < until ? "open" : "half_open";
 }
 
 size_t ig_backend_fleet_healthy(const struct ig_fleet *fleet)

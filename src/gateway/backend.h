@@ -44,6 +44,15 @@ struct ig_backend {
 	atomic_ullong rest_until_ms; /* it answered 429 or 503 with Retry-After: no
 				      * new request before then (monotonic ms) */
 	atomic_ulong rests;     /* such answers */
+	/* Its circuit breaker (health.c): opened by breaker.failures request
+	 * failures in a row, it takes no request until breaker_until_ms, then
+	 * one trial at a time (half-open): a success closes it, a failure opens
+	 * it again for twice as long. Under the gateway's lock but the reads of
+	 * breaker_until_ms (0: closed). */
+	_Atomic uint64_t breaker_until_ms;
+	int breaker_fails;      /* request failures in a row (probes do not reset them) */
+	int breaker_trips;      /* times opened in a row */
+	atomic_ulong breaker_opened; /* times opened, ever */
 	atomic_ulong aborted;   /* upstream transfers cut because the client left */
 	atomic_ulong prompt_tokens;     /* from "usage" in responses */
 	atomic_ulong completion_tokens;
@@ -159,6 +168,8 @@ struct ig_backend *ig_backend_fleet_find_id(const struct ig_fleet *fleet, int id
 /* Backends that can take requests: up and enabled. */
 size_t ig_backend_fleet_healthy(const struct ig_fleet *fleet);
 int ig_backend_usable(const struct ig_backend *b);
+/* Its circuit breaker's state: "closed", "open" or "half_open". */
+const char *ig_backend_breaker_state(const struct ig_backend *b);
 /* Requests this gateway may have in flight on b: max_inflight when set,
  * else the reported or learned slot count, else the ramp; 0 = no limit. */
 long ig_backend_limit(const struct ig_backend *b);

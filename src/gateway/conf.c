@@ -270,6 +270,13 @@ static const struct ig_flag keys[] = {
 	 .min = 0, .max = 86400000, .def = "0", .metavar = "N",
 	 .help = "a stream whose backend sends no event for N ms after its first is continued on another (0 = only "
 		 "timeouts.idle_s)"},
+	{.name = "--breaker-failures", .key = "breaker.failures", .type = IG_FLAG_LONG, .off = OFF(breaker_failures),
+	 .min = 0, .max = 1000, .def = "5", .metavar = "N",
+	 .help = "N request failures in a row open a backend's circuit breaker: no request for breaker.open_ms, "
+		 "then one trial at a time (0 = no breaker)"},
+	{.name = "--breaker-open-ms", .key = "breaker.open_ms", .type = IG_FLAG_LONG, .off = OFF(breaker_open_ms),
+	 .min = 100, .max = 3600000, .def = "5000", .metavar = "N",
+	 .help = "how long an open breaker takes no request; it doubles each time a trial fails, up to 8x"},
 	{.name = "--continue-max", .key = "continue.max", .type = IG_FLAG_LONG, .off = OFF(continue_max), .min = 0,
 	 .max = IG_CONT_MAX, .def = "2", .metavar = "N",
 	 .help = "a stream whose backend fails after its first event goes on on another backend, at most N times (0 = "

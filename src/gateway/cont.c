@@ -37,6 +37,7 @@ static void kill_cont(struct ig_cont *c, const char *why)
 	if (!c->dead) {
 		c->dead = true;
 		c->dead_why = why;
+		ig_buf_free(&c->text); /* never sent again */
 	}
 }
 
@@ -73,7 +74,7 @@ static void take_parsed(struct ig_cont *c, json_t *o)
 	} else {
 		text = json_object_get(ch, "text");
 	}
-	if (nonempty_string(text)) {
+	if (nonempty_string(text) && !c->dead) {
 		ig_buf_append(&c->text, json_string_value(text), json_string_length(text));
 		c->tokens++;
 	}

@@ -423,6 +423,31 @@ static void probe_done(struct ig_xfer *x, CURLcode result)
 void ig_health_passive_ok(struct ig_gw *gw IG_UNUSED, struct ig_backend *b)
 {
 	b->consec_fail = 0;
+	b->breaker_fails = 0;
+	if (atomic_load(&b->breaker_until_ms)) {
+		atomic_store(&b->breaker_until_ms, 0);
+		b->breaker_trips = 0;
+		ig_log_info("backend %s: circuit breaker closed (a trial request succeeded)", b->url);
+	}
+}
+
+/* A request to b failed: breaker.failures in a row open its breaker; a
+ * failed trial (half-open) opens it again for twice as long, up to 8x. A
+ * failure of a request sent before it opened changes nothing. */
+static void breaker_fail(struct ig_gw *gw, struct ig_backend *b, const char *why)
+{
+	uint64_t until = atomic_load(&b->breaker_until_ms), now = ig_now_ms();
+	if (gw->cfg->breaker_failures <= 0 || (until && now < until))
+		return;
+	if (!until && ++b->breaker_fails < gw->cfg->breaker_failures)
+		return;
+	int shift = b->breaker_trips < 3 ? b->breaker_trips : 3;
+	uint64_t ms = (uint64_t)gw->cfg->breaker_open_ms << shift;
+	b->breaker_trips++;
+	atomic_fetch_add(&b->breaker_opened, 1);
+	atomic_store(&b->breaker_until_ms, now + ms);
+	ig_log_warn("backend %s: circuit breaker open for %llu ms (%s after %d request failures in a row; last: %s)",
+		    b->url, (unsigned long long)ms, until ? "a trial request failed" : "opened", b->breaker_fails, why);
 }
 
 void ig_health_passive_fail(struct ig_gw *gw, struct ig_backend *b, enum ig_upstream_error e,
@@ -432,6 +457,7 @@ void ig_health_passive_fail(struct ig_gw *gw, struct ig_backend *b, enum ig_upst
 	snprintf(why, sizeof(why), "request: %s", detail);
 	b->consec_ok = 0;
 	b->consec_fail++;
+	breaker_fail(gw, b, why);
 	/* A refused connection is not a fluke: eject at once. */
 	if (e == IG_UPERR_CONNECT || b->consec_fail >= gw->cfg->health_fall)
 		set_state(gw, b, IG_BACKEND_DOWN, why);

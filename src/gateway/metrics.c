@@ -61,6 +61,11 @@ json_t *ig_metrics_backend_json(const struct ig_backend *b, uint64_t now)
 		json_object_set_new(o, "retry_after", json_pack("{s:I, s:I}", "answers", (json_int_t)atomic_load(&b->rests),
 							       "resting_ms", (json_int_t)(atomic_load(&b->rest_until_ms) > now
 											  ? atomic_load(&b->rest_until_ms) - now : 0)));
+	uint64_t until = atomic_load(&b->breaker_until_ms);
+	json_object_set_new(o, "breaker", json_pack("{s:s, s:i, s:I, s:I}", "state", ig_backend_breaker_state(b),
+						    "failures_in_a_row", b->breaker_fails, "opened",
+						    (json_int_t)atomic_load(&b->breaker_opened), "open_ms_left",
+						    (json_int_t)(until > now ? until - now : 0)));
 	if (atomic_load(&b->slots) > 0)
 		json_object_set_new(o, "learned_slots", json_integer(atomic_load(&b->slots)));
 	/* the limit in force and where it comes from (capacity.h) */
@@ -435,6 +440,12 @@ static unsigned long get_served(const struct ig_backend *x) { return atomic_load
 static unsigned long get_failures(const struct ig_backend *x) { return atomic_load(&x->failures); }
 static unsigned long get_retried(const struct ig_backend *x) { return atomic_load(&x->retried); }
 static unsigned long get_rests(const struct ig_backend *x) { return atomic_load(&x->rests); }
+static unsigned long get_breaker(const struct ig_backend *x)
+{
+	const char *s = ig_backend_breaker_state(x);
+	return s[0] == 'c' ? 0 : s[0] == 'o' ? 1 : 2;
+}
+static unsigned long get_breaker_opened(const struct ig_backend *x) { return atomic_load(&x->breaker_opened); }
 static unsigned long get_aborted(const struct ig_backend *x) { return atomic_load(&x->aborted); }
 static unsigned long get_ptok(const struct ig_backend *x) { return atomic_load(&x->prompt_tokens); }
 static unsigned long get_ctok(const struct ig_backend *x) { return atomic_load(&x->completion_tokens); }
@@ -695,6 +706,11 @@ char *ig_metrics_text(struct ig_gw *gw)
 		    "Failed transfers per backend (connect, reset, timeout, 502/503/504).", get_failures);
 	per_backend(&b, gw, "infergate_backend_retried_total", "counter",
 		    "Requests moved from this backend to another.", get_retried);
+	per_backend(&b, gw, "infergate_backend_breaker_state", "gauge",
+		    "Its circuit breaker: 0 closed, 1 open (no request), 2 half-open (one trial at a time).", get_breaker);
+	per_backend(&b, gw, "infergate_backend_breaker_opened_total", "counter",
+		    "Times its circuit breaker opened (breaker.failures request failures in a row, or a failed trial).",
+		    get_breaker_opened);
 	per_backend(&b, gw, "infergate_backend_retry_after_total", "counter",
 		    "429 or 503 answers with Retry-After: the backend was sent nothing new for that long.", get_rests);
 	per_backend(&b, gw, "infergate_backend_aborted_total", "counter",

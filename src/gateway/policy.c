@@ -105,6 +105,9 @@ enum ig_pick ig_policy_pick(const struct ig_policy *p, void *state, struct ig_ba
 		 * a request with nowhere else to go waits for it. */
 		if (atomic_load(&b->rest_until_ms) && atomic_load(&b->rest_until_ms) > (now ? now : (now = ig_now_ms())))
 			continue;
+		/* Its breaker is half-open (health.c): one trial request at a time. */
+		if (atomic_load(&b->breaker_until_ms) && atomic_load(&b->inflight) > 0)
+			continue;
 		long limit = ig_policy_limit(b, rq->low);
 		if (limit < 0 || (limit > 0 && atomic_load(&b->inflight) >= limit))
 			continue;

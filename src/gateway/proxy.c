@@ -942,8 +942,9 @@ static void end_attempt(struct ig_req *req, enum ig_upstream_error e, const char
 		req->last_err = e;
 		gw->stats.upstream_errors[e]++;
 		/* one that asked for time is alive; one slow to its first byte
-		 * is busy (its own queue), not failing */
-		if (atomic_load(&b->rest_until_ms) <= ig_now_ms() && !req->ttft_cut) {
+		 * is busy (its own queue), not failing; one that sent an error
+		 * event answers (the request failed there) */
+		if (atomic_load(&b->rest_until_ms) <= ig_now_ms() && !req->ttft_cut && !rl->cont.broken) {
 			atomic_fetch_add(&b->failures, 1);
 			ig_health_passive_fail(gw, b, e, detail);
 		}

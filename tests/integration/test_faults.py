@@ -261,6 +261,21 @@ def a_stream_whose_backend_is_killed_goes_on_on_another_word_for_word():
 
 
 @test
+def a_stream_goes_on_on_vllm_which_wants_add_generation_prompt_false():
+    # vLLM's ChatCompletionRequest refuses continue_final_message with add_generation_prompt
+    # left at its default (true): the continuation sends both.
+    sims = start_sims(2, *SEEDED, "--flavor", "vllm")
+    gw = start_gateway(sims, *QUICK_HEALTH)
+    wait_healthy(gw, 2)
+    body = chat_body("die on vllm", stream=True, max_tokens=30, stream_options={"include_usage": True})
+    served_by, events = one_stream(gw, body, kill_after=0.5, sims=sims)
+    survivor = next(x for x in sims if x.url != served_by)
+    want_text, want_usage = direct_answer(survivor, body)
+    assert_one_whole_stream(events, want_text, want_usage)
+    assert continuations(gw)["reset"] == 1
+
+
+@test
 def a_completions_stream_goes_on_after_its_prompt_and_text_so_far():
     sims = start_sims(2, *SEEDED)
     gw = start_gateway(sims, *QUICK_HEALTH)
@@ -330,6 +345,58 @@ def a_stream_that_stalls_past_token_gap_timeout_goes_on_on_another_backend():
     want_text, want_usage = direct_answer(survivor, body)
     assert_one_whole_stream(events, want_text, want_usage)
     assert continuations(gw) == {"reset": 0, "error_event": 0, "stall": 1}, continuations(gw)
+
+
+def breaker(gw, url):
+    _, _, obj = http_json("GET", gw.url + "/health/backends")
+    return next(b["breaker"] for b in obj["backends"] if b["url"] == url)
+
+
+@test
+def a_backends_breaker_opens_after_ten_failures_in_a_row_and_closes_after_a_good_trial():
+    failing = {"on": True}
+
+    def handler(fb, req, sock):
+        if req["method"] == "POST" and failing["on"]:
+            FakeBackend.reply(sock, 503, {"error": {"message": "overloaded", "type": "x", "code": 503}})
+            return True
+        return FakeBackend.answer_ok(fb, req, sock)
+
+    bad, good = FakeBackend(handler), FakeBackend()
+    # health.fall high: the breaker alone keeps requests away (the probes pass).
+    gw = start_gateway([bad, good], *QUICK_HEALTH, "--policy", "round-robin", "--health-fall", "100",
+                       "--breaker-failures", "10", "--breaker-open-ms", "1500")
+    wait_healthy(gw, 2)
+
+    def send(n):
+        for _ in range(n):
+            st, hdrs, _ = http("POST", gw.url + "/v1/chat/completions", chat_body("x"), timeout=30)
+            assert st == 200, st      # retried on the good one
+    # Round robin: every other request starts on the bad one; 19 requests, 10 failures there.
+    send(19)
+    assert len(bad.posts()) == 10, len(bad.posts())
+    b = breaker(gw, bad.url)
+    assert b["state"] == "open" and b["opened"] == 1 and b["failures_in_a_row"] == 10, b
+    _, _, text = http("GET", gw.url + "/metrics")
+    assert metric(text, f'infergate_backend_breaker_state{{backend="{bad.url}"}}') == 1
+    assert metric(text, f'infergate_backend_breaker_opened_total{{backend="{bad.url}"}}') == 1
+    # Open: nothing is sent there.
+    send(10)
+    assert len(bad.posts()) == 10, len(bad.posts())
+    # Half-open, still failing: one trial, it fails, the breaker opens again.
+    wait_until(lambda: breaker(gw, bad.url)["state"] == "half_open", timeout=10, what="half-open")
+    send(4)
+    assert len(bad.posts()) == 11, len(bad.posts())
+    b = breaker(gw, bad.url)
+    assert b["state"] == "open" and b["opened"] == 2, b
+    # It recovers: the next trial succeeds and the breaker closes.
+    failing["on"] = False
+    wait_until(lambda: breaker(gw, bad.url)["state"] == "half_open", timeout=10, what="half-open again")
+    send(4)
+    assert len(bad.posts()) >= 12, len(bad.posts())
+    b = breaker(gw, bad.url)
+    assert b["state"] == "closed" and b["failures_in_a_row"] == 0 and b["opened"] == 2, b
+    assert "circuit breaker closed" in gw.read_log()
 
 
 @test
@@ -588,7 +655,8 @@ def the_retry_budget_caps_retries_when_every_backend_fails():
     counts = {}
     for name, extra in (("budget", ("--retry-budget-percent", "20", "--retry-budget-min-per-s", "0")),
                         ("defaults", ())):
-        gw = start_gateway(fbs, "--retries", "2", "--health-interval-ms", "60000", "--health-fall", "100", *extra)
+        gw = start_gateway(fbs, "--retries", "2", "--health-interval-ms", "60000", "--health-fall", "100",
+                           "--breaker-failures", "0", *extra)
         wait_healthy(gw, 3)
         messages = []
         for i in range(50):

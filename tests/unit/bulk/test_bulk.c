@@ -26,7 +26,7 @@
 #include "../check_main.h"
 #undef main
 
-static const struct ig_corpus_defaults no_defaults = {NULL, -1, 0, 0, -1, 0};
+static const struct ig_corpus_defaults no_defaults = {NULL, -1, 0, 0, -1, 0, NULL};
 
 static int parse(const char *text, const struct ig_corpus_defaults *d, struct ig_corpus_line *l, char **err)
 {
@@ -38,7 +38,7 @@ START_TEST(corpus_batch_and_shorthand)
 {
 	struct ig_corpus_line l;
 	char *err;
-	struct ig_corpus_defaults d = {"dm", 32, 0.5, 1, -1, 0};
+	struct ig_corpus_defaults d = {"dm", 32, 0.5, 1, -1, 0, NULL};
 
 	ck_assert_int_eq(parse("{\"custom_id\":\"a\",\"method\":\"POST\",\"url\":\"/v1/chat/completions\","
 			       "\"body\":{\"model\":\"x\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":5}}",
@@ -367,7 +367,7 @@ END_TEST
 START_TEST(generator_is_deterministic_and_parses)
 {
 	struct ig_buf a, b;
-	struct ig_corpus_defaults d = {"m", -1, 0, 0, -1, 0};
+	struct ig_corpus_defaults d = {"m", -1, 0, 0, -1, 0, NULL};
 	ig_buf_init(&a);
 	ig_buf_init(&b);
 	size_t min = (size_t)-1, max = 0;
@@ -528,7 +528,7 @@ START_TEST(preflight_finds_duplicates_exactly)
 	struct bulk_opts o;
 	struct preflight pf;
 	struct bulk_stats st;
-	struct ig_corpus_defaults d = {"m", -1, 0, 0, -1, 0};
+	struct ig_corpus_defaults d = {"m", -1, 0, 0, -1, 0, NULL};
 	put_file(in, "{\"custom_id\":\"a\",\"prompt\":\"x\"}\n\n{\"custom_id\":\"b\",\"prompt\":\"x\"}\n"
 		       "{\"prompt\":\"x\"}\n{\"custom_id\":\"a\",\"prompt\":\"y\"}\n{\"custom_id\":\"line-4\",\"prompt\":\"y\"}\n");
 	memset(&o, 0, sizeof(o));
