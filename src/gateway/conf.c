@@ -270,6 +270,18 @@ static const struct ig_flag keys[] = {
 	 .min = 0, .max = 86400000, .def = "0", .metavar = "N",
 	 .help = "a stream whose backend sends no event for N ms after its first is continued on another (0 = only "
 		 "timeouts.idle_s)"},
+	{.name = "--ttft-timeout-high-ms", .key = "timeouts.ttft_high_ms", .type = IG_FLAG_LONG, .off = OFF(ttft_high_ms),
+	 .min = -1, .max = 86400000, .def = "-1", .metavar = "N",
+	 .help = "timeouts.ttft_ms for requests of class high (-1 = the same)"},
+	{.name = "--ttft-timeout-low-ms", .key = "timeouts.ttft_low_ms", .type = IG_FLAG_LONG, .off = OFF(ttft_low_ms),
+	 .min = -1, .max = 86400000, .def = "-1", .metavar = "N",
+	 .help = "timeouts.ttft_ms for requests of class low (-1 = the same)"},
+	{.name = "--token-gap-timeout-high-ms", .key = "timeouts.token_gap_high_ms", .type = IG_FLAG_LONG,
+	 .off = OFF(token_gap_high_ms), .min = -1, .max = 86400000, .def = "-1", .metavar = "N",
+	 .help = "timeouts.token_gap_ms for requests of class high (-1 = the same)"},
+	{.name = "--token-gap-timeout-low-ms", .key = "timeouts.token_gap_low_ms", .type = IG_FLAG_LONG,
+	 .off = OFF(token_gap_low_ms), .min = -1, .max = 86400000, .def = "-1", .metavar = "N",
+	 .help = "timeouts.token_gap_ms for requests of class low (-1 = the same)"},
 	{.name = "--breaker-failures", .key = "breaker.failures", .type = IG_FLAG_LONG, .off = OFF(breaker_failures),
 	 .min = 0, .max = 1000, .def = "5", .metavar = "N",
 	 .help = "N request failures in a row open a backend's circuit breaker: no request for breaker.open_ms, "

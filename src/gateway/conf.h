@@ -69,6 +69,8 @@ struct ig_conf {
 	long retries;
 	long ttft_ms;               /* a stream's first byte within this, else retried (0: no limit) */
 	long token_gap_ms;          /* a stream's next event within this, else continued (0: idle_s only) */
+	long ttft_high_ms, ttft_low_ms; /* the same for classes high and low; -1: as ttft_ms */
+	long token_gap_high_ms, token_gap_low_ms; /* -1: as token_gap_ms */
 	long breaker_failures;      /* request failures in a row that open a backend's breaker (0: none) */
 	long breaker_open_ms;       /* how long it stays open first (doubling, up to 8x) */
 	long continue_max;          /* continuations of a broken stream (cont.h), <= IG_CONT_MAX */

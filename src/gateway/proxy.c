@@ -1082,14 +1082,25 @@ void ig_proxy_req_client_gone(struct ig_req *req)
 
 /* ---- housekeeping ---- */
 
+/* A class's value of a per-class timeout: its own, or (-1) the common one. */
+static long by_class(int klass, long common, long high, long low)
+{
+	long v = klass == IG_CLASS_HIGH ? high : klass == IG_CLASS_LOW ? low : -1;
+	return v >= 0 ? v : common;
+}
+
 /* Transfers with no byte from their backend for timeouts.idle_s. A paused
  * transfer is waiting for a slow client, not for the backend. */
 static void scan_idle(struct ig_rx *rx, uint64_t now_ms)
 {
 	struct ig_gw *gw = rx->gw;
-	uint64_t limit = (uint64_t)gw->cfg->idle_s * 1000u;
+	const struct ig_conf *cfg = gw->cfg;
+	uint64_t limit = (uint64_t)cfg->idle_s * 1000u;
 	struct ig_req *req, *next;
 	IG_LIST_FOREACH_SAFE(req, next, &rx->reqs, struct ig_req, link) {
+		int klass = req->wait.q.klass;
+		long ttft_ms = by_class(klass, cfg->ttft_ms, cfg->ttft_high_ms, cfg->ttft_low_ms);
+		long gap_ms = by_class(klass, cfg->token_gap_ms, cfg->token_gap_high_ms, cfg->token_gap_low_ms);
 		if (req->adm.deadline_ms && now_ms >= req->adm.deadline_ms && !req->deadline_hit &&
 		    (req->wait.queued || req->xfer.running)) {
 			/* The client's deadline: a 504 (or, streaming, the stream's
@@ -1113,20 +1124,20 @@ static void scan_idle(struct ig_rx *rx, uint64_t now_ms)
 		}
 		/* A stream with no first event within timeouts.ttft_ms: a straggler
 		 * (a server's own queue, a stuck prefill): tried elsewhere. */
-		if (gw->cfg->ttft_ms && req->xfer.running && req->adm.stream && !req->relay.committed &&
-		    (ig_now_us() - req->wait.attempt_us) / 1000 >= (uint64_t)gw->cfg->ttft_ms) {
+		if (ttft_ms && req->xfer.running && req->adm.stream && !req->relay.committed &&
+		    (ig_now_us() - req->wait.attempt_us) / 1000 >= (uint64_t)ttft_ms) {
 			char detail[96];
-			snprintf(detail, sizeof(detail), "no first byte in %ld ms", gw->cfg->ttft_ms);
+			snprintf(detail, sizeof(detail), "no first byte in %ld ms", ttft_ms);
 			req->ttft_cut = true;
 			end_attempt(req, IG_UPERR_TIMEOUT, detail);
 			continue;
 		}
 		/* A stream silent timeouts.token_gap_ms after its first event: a
 		 * stalled backend; the stream goes on elsewhere (continue_stream). */
-		if (gw->cfg->token_gap_ms && req->xfer.running && req->relay.committed && !req->relay.paused &&
-		    now_ms - req->relay.last_io_ms >= (uint64_t)gw->cfg->token_gap_ms) {
+		if (gap_ms && req->xfer.running && req->relay.committed && !req->relay.paused &&
+		    now_ms - req->relay.last_io_ms >= (uint64_t)gap_ms) {
 			char detail[96];
-			snprintf(detail, sizeof(detail), "no event for %ld ms", gw->cfg->token_gap_ms);
+			snprintf(detail, sizeof(detail), "no event for %ld ms", gap_ms);
 			end_attempt(req, IG_UPERR_TIMEOUT, detail);
 			continue;
 		}

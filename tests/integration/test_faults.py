@@ -647,6 +647,30 @@ def a_stream_with_no_first_byte_in_ttft_timeout_is_tried_on_another_backend():
 
 
 @test
+def the_first_byte_timeout_may_differ_by_class():
+    # Only class high has a first-byte limit (300 ms); normal and low wait for the slow backend.
+    slow = start_sim("--ttft-ms", "1500", "--tokens-per-second", "0")
+    quick = start_sim(*FAST)
+    gw = start_gateway([slow, quick], "--policy", "round-robin", "--ttft-timeout-high-ms", "300",
+                       "--health-interval-ms", "200")
+    wait_healthy(gw, 2)
+    served = {}
+    for klass in ("high", "normal", "low"):
+        served[klass] = []
+        for i in range(2):   # round robin: one of the two starts on the slow one
+            st, hdrs, body = http("POST", gw.url + "/v1/chat/completions",
+                                  chat_body(f"{klass} {i}", stream=True, max_tokens=3), timeout=30,
+                                  headers={"X-Infergate-Priority": klass})
+            assert st == 200 and sse_events(body)[-1] == "[DONE]", (st, body[-200:])
+            served[klass].append(hdrs["x-infergate-backend"])
+    assert served["high"] == [quick.url] * 2, served
+    assert sorted(served["normal"]) == sorted([slow.url, quick.url]), served
+    assert sorted(served["low"]) == sorted([slow.url, quick.url]), served
+    text = http("GET", gw.url + "/metrics")[2].decode()
+    assert metric(text, "infergate_retries_total") == 1, text
+
+
+@test
 def the_retry_budget_caps_retries_when_every_backend_fails():
     # Three backends that close every request at once: with the budget's floor at 0 and 20%, 50
     # requests get at most a fifth of them in retries (the rest fail at once), against two
