@@ -32,6 +32,7 @@
 #include "metrics.h"
 #include "reactor.h"
 #include "reload.h"
+#include "idem.h"
 #include "respstore.h"
 #include "rx.h"
 #include "server.h"
@@ -106,6 +107,7 @@ int ig_boot_init(struct ig_gw *gw, struct ig_conf *cfg)
 	char *err = NULL;
 	ig_sched_init(&gw->sched);
 	ig_clients_init(&gw->clients);
+	ig_idem_init(&gw->idem, (size_t)cfg->idem_max_bytes, (uint64_t)cfg->idem_ttl_s * 1000u);
 	if (ig_reload_files(gw, cfg, &err) < 0) {
 		for (char *line = strtok(err, "\n"); line; line = strtok(NULL, "\n"))
 			ig_log_error("%s", line);
@@ -179,6 +181,7 @@ void ig_boot_free(struct ig_gw *gw)
 	ig_sched_free(&gw->sched);
 	ig_clients_free(&gw->clients);
 	ig_respstore_free(gw->responses);
+	ig_idem_free(&gw->idem);
 	ig_files_free(gw->files);
 	gw->files = NULL;
 	gw->responses = NULL;

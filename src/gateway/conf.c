@@ -289,6 +289,13 @@ static const struct ig_flag keys[] = {
 	{.name = "--breaker-open-ms", .key = "breaker.open_ms", .type = IG_FLAG_LONG, .off = OFF(breaker_open_ms),
 	 .min = 100, .max = 3600000, .def = "5000", .metavar = "N",
 	 .help = "how long an open breaker takes no request; it doubles each time a trial fails, up to 8x"},
+	{.name = "--idempotency-ttl-s", .key = "idempotency.ttl_s", .type = IG_FLAG_LONG, .off = OFF(idem_ttl_s),
+	 .min = 0, .max = 2592000, .def = "86400", .metavar = "S",
+	 .help = "a POST with an Idempotency-Key runs once: a duplicate joins it or gets its answer for S seconds "
+		 "(0 = the header is not read)"},
+	{.name = "--idempotency-max-bytes", .key = "idempotency.max_bytes", .type = IG_FLAG_LONG,
+	 .off = OFF(idem_max_bytes), .min = 0, .max = 68719476736.0, .def = "268435456", .metavar = "N",
+	 .help = "the answers kept for Idempotency-Key take at most N bytes of memory (the oldest go first)"},
 	{.name = "--continue-max", .key = "continue.max", .type = IG_FLAG_LONG, .off = OFF(continue_max), .min = 0,
 	 .max = IG_CONT_MAX, .def = "2", .metavar = "N",
 	 .help = "a stream whose backend fails after its first event goes on on another backend, at most N times (0 = "

@@ -73,6 +73,8 @@ struct ig_conf {
 	long token_gap_high_ms, token_gap_low_ms; /* -1: as token_gap_ms */
 	long breaker_failures;      /* request failures in a row that open a backend's breaker (0: none) */
 	long breaker_open_ms;       /* how long it stays open first (doubling, up to 8x) */
+	long idem_ttl_s;            /* Idempotency-Key answers kept this long (0: the header is not read) */
+	long idem_max_bytes;        /* ... up to this many bytes (the oldest go first) */
 	long continue_max;          /* continuations of a broken stream (cont.h), <= IG_CONT_MAX */
 	long retry_budget_percent;  /* retries over the last 10 s: at most this share of */
 	long retry_budget_min_per_s; /* the requests, plus this many a second (dispatch.c) */

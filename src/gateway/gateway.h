@@ -32,6 +32,7 @@
 #include "clients.h"
 #include "conf.h"
 #include "cont.h"
+#include "idem.h"
 #include "event.h"
 #include "infergate/list.h"
 #include "keyset.h"
@@ -70,6 +71,8 @@ struct ig_stats {
 	uint64_t stream_errors;     /* 200 streams that carried an error event */
 	uint64_t continued[IG_CONT_NREASONS]; /* broken streams continued elsewhere, by why */
 	uint64_t cont_prompt_tokens; /* prompt tokens those continuations sent again */
+	uint64_t idem[4];           /* Idempotency-Key requests: ran, joined (while it ran),
+				     * replayed (after), conflicts (another body: 422) */
 	uint64_t upstream_errors[IG_UPERR_OTHER + 1];
 	uint64_t prompt_tokens, completion_tokens;
 };
@@ -128,6 +131,7 @@ struct ig_gw {
 	struct ig_accesslog alog;
 	struct ig_discovery *discovery;  /* NULL without discover entries */
 	struct ig_respstore *responses;  /* which backend holds each stored Responses API answer */
+	struct ig_idem idem;             /* Idempotency-Key answers (idem.h) */
 	struct ig_cluster *cluster;      /* the gateways it acts as one with (cluster.h), NULL alone */
 	struct ig_files *files;          /* the Files API's store, NULL when data_dir is "" */
 	struct ig_batches *batches;      /* the Batch API's, the same */

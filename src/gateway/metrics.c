@@ -665,6 +665,17 @@ char *ig_metrics_text(struct ig_gw *gw)
 		      "sent again (the backend work a continuation costs).\n"
 		      "# TYPE infergate_stream_continuation_prompt_tokens_total counter\n"
 		      "infergate_stream_continuation_prompt_tokens_total %lu\n", (unsigned long)s->cont_prompt_tokens);
+	ig_buf_printf(&b, "# HELP infergate_idempotency_requests_total Requests with an Idempotency-Key, by what "
+		      "became of them.\n# TYPE infergate_idempotency_requests_total counter\n");
+	static const char *const idem_what[4] = {"ran", "joined", "replayed", "conflict"};
+	for (int i = 0; i < 4; i++)
+		ig_buf_printf(&b, "infergate_idempotency_requests_total{outcome=\"%s\"} %lu\n", idem_what[i],
+			      (unsigned long)s->idem[i]);
+	ig_buf_printf(&b, "# HELP infergate_idempotency_stored_bytes Memory the Idempotency-Key answers take.\n"
+		      "# TYPE infergate_idempotency_stored_bytes gauge\ninfergate_idempotency_stored_bytes %zu\n"
+		      "# HELP infergate_idempotency_keys Idempotency-Key answers kept or running.\n"
+		      "# TYPE infergate_idempotency_keys gauge\ninfergate_idempotency_keys %zu\n",
+		      gw->idem.bytes, gw->idem.n);
 	ig_buf_printf(&b, "# HELP infergate_retries_denied_total Retries the retry budget refused.\n"
 		      "# TYPE infergate_retries_denied_total counter\ninfergate_retries_denied_total %lu\n",
 		      (unsigned long)gw->sched.retries_denied);

@@ -21,7 +21,10 @@
 #include <sys/epoll.h>
 #include <time.h>
 
+#include <openssl/evp.h>
+
 #include "health.h"
+#include "idem.h"
 #include "infergate/httpd.h"
 #include "infergate/log.h"
 #include "infergate/oaerror.h"
@@ -46,11 +49,14 @@ static void relay_idle(struct ig_relay *r);
 static void relay_committed(struct ig_relay *r);
 static void relay_event(struct ig_relay *r);
 static void relay_stored(struct ig_relay *r, json_t *response);
+static void relay_tee(struct ig_relay *r, const char *p, size_t n);
 static void end_refused_stream(struct ig_req *req);
 static void count_answer(struct ig_req *req);
+static void req_log(struct ig_req *req, bool completed);
 
 static const struct ig_waiter_ops waiter_ops = {on_dispatched, on_refused};
-static const struct ig_relay_ops relay_ops = {relay_wake, relay_idle, relay_committed, relay_event, relay_stored};
+static const struct ig_relay_ops relay_ops = {relay_wake,  relay_idle,   relay_committed,
+					      relay_event, relay_stored, relay_tee};
 
 static struct ig_req *of_relay(struct ig_relay *r)
 {
@@ -77,6 +83,7 @@ struct ig_req *ig_proxy_req_new(struct ig_gw *gw, struct MHD_Connection *conn, i
 	req->conn = conn;
 	req->client_ev = (struct ig_event){-1, NULL, req};
 	ig_list_init(&req->watch_link);
+	ig_list_init(&req->idem_link);
 	req->t_start_us = ig_now_us();
 	ig_buf_init(&req->body);
 	ig_buf_init(&req->orig_body);
@@ -105,6 +112,12 @@ static void req_free(struct ig_req *req)
 	ig_buf_free(&req->body);
 	ig_buf_free(&req->orig_body);
 	free(req->cont_refused);
+	if (req->idem) {
+		ig_list_del(&req->idem_link);
+		if (req->idem_runner && !req->idem_ended) /* never told: not kept */
+			ig_idem_end(&gw->idem, req->idem, true, ig_now_ms());
+		ig_idem_put(&gw->idem, req->idem);
+	}
 	free(req->fallback);
 	json_decref(req->parsed); /* answered before admission took it */
 	curl_slist_free_all(req->up_headers);
@@ -133,7 +146,7 @@ static void on_client_hangup(struct ig_event *ev, uint32_t events IG_UNUSED)
 
 static void watch_client(struct ig_req *req)
 {
-	if (req->watching || req->relay.client_gone)
+	if (req->watching || req->relay.client_gone || req->detached)
 		return;
 	const union MHD_ConnectionInfo *ci =
 		MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -162,7 +175,7 @@ static void unwatch_client(struct ig_req *req)
 
 static void suspend(struct ig_req *req)
 {
-	if (!req->suspended) {
+	if (!req->suspended && !req->detached) {
 		MHD_suspend_connection(req->conn);
 		req->suspended = true;
 		req->suspended_at_ms = ig_now_ms();
@@ -192,6 +205,13 @@ static void resume(struct ig_req *req)
 {
 	if (req->rx != ig_rx_self) {
 		hand_over(req, IG_HAND_RESUME);
+		return;
+	}
+	if (req->detached) {
+		/* no client to wake: once its answer is decided, it ends (later in
+		 * this turn: its callers may still hold it) */
+		if (req->err_status || req->relay.upstream_done)
+			hand_over(req, IG_HAND_DETACHED_END);
 		return;
 	}
 	if (req->suspended) {
@@ -233,6 +253,131 @@ static void set_decided_error(struct ig_req *req, unsigned status, const char *t
 	free(req->err_body);
 	req->err_status = status;
 	req->err_body = ig_oaerror_json(message, type ? type : ig_oaerror_type_for_status(status), param, code);
+}
+
+/* ---- Idempotency-Key (idem.h): the runner's answer told, its readers woken ---- */
+
+/* Readers waiting for more of e's answer: resumed. Under the lock. */
+static void idem_wake(struct ig_idem_entry *e)
+{
+	struct ig_req *r;
+	while ((r = IG_LIST_FIRST(&e->waiting, struct ig_req, idem_link))) {
+		ig_list_del(&r->idem_link);
+		resume(r);
+	}
+}
+
+/* The answer's status and Content-Type, once. Under the lock. */
+static void idem_status(struct ig_idem_entry *e, unsigned status, const char *ctype)
+{
+	if (!e || e->status)
+		return;
+	e->status = status;
+	free(e->content_type);
+	e->content_type = ctype ? strdup(ctype) : NULL;
+	idem_wake(e);
+}
+
+/* A runner's stream bytes (the relay's tee, the lock let go). */
+static void relay_tee(struct ig_relay *r, const char *p, size_t n)
+{
+	struct ig_req *req = of_relay(r);
+	ig_gw_lock(req->gw);
+	if (req->idem) {
+		ig_idem_append(req->idem, p, n);
+		idem_wake(req->idem);
+	}
+	ig_gw_unlock(req->gw);
+}
+
+/* A runner's answer is decided: its entry told (a whole answer's bytes, or
+ * what a stream had not teed), kept or not. A refusal or failure of the
+ * gateway's, a 5xx, a stream cut or ended by an error event are not kept:
+ * a retry runs again. Under the lock; once. */
+static void idem_finish(struct ig_req *req)
+{
+	struct ig_idem_entry *e = req->idem;
+	struct ig_relay *rl = &req->relay;
+	bool failed;
+	if (!req->idem_runner || req->idem_ended)
+		return;
+	if (req->err_status && !rl->committed) {
+		idem_status(e, req->err_status, "application/json");
+		ig_idem_append(e, req->err_body, strlen(req->err_body));
+		failed = true;
+	} else if (rl->committed && rl->stream) {
+		if (!rl->upstream_done)
+			return;
+		ig_relay_tee_rest(rl);
+		failed = rl->upstream_failed || rl->stream_error || rl->client_gone;
+	} else if (rl->upstream_done) {
+		char *oa = rl->up_status >= 400 ? ig_oaerror_normalize((unsigned)rl->up_status, ig_buf_head(&rl->resp),
+									ig_buf_pending(&rl->resp)) : NULL;
+		idem_status(e, (unsigned)rl->up_status, oa ? "application/json" : ig_relay_header(rl, "Content-Type"));
+		if (oa)
+			ig_idem_append(e, oa, strlen(oa));
+		else
+			ig_idem_append(e, ig_buf_head(&rl->resp), ig_buf_pending(&rl->resp));
+		free(oa);
+		failed = rl->up_status >= 500;
+	} else {
+		return;
+	}
+	req->idem_ended = true;
+	ig_idem_end(&req->gw->idem, e, failed, ig_now_ms());
+	idem_wake(e);
+}
+
+/* The Idempotency-Key of a POST, if it has one: 0 it runs (the first with
+ * its key, or none), 1 it reads another's answer (joined or replayed), -1
+ * refused (a malformed key: 400; another body under the same key: 422). */
+static int idem_begin(struct ig_req *req)
+{
+	struct ig_gw *gw = req->gw;
+	if (!gw->cfg->idem_ttl_s || req->adm.method != IG_RT_POST || req->adm.resp_id)
+		return 0;
+	const char *v = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Idempotency-Key");
+	if (!v)
+		return 0;
+	size_t n = strlen(v);
+	bool ok = n > 0 && n <= IG_IDEM_KEY_MAX;
+	for (size_t i = 0; ok && i < n; i++)
+		ok = v[i] >= 0x20 && v[i] < 0x7f;
+	if (!ok) {
+		set_decided_error(req, 400, NULL, "Idempotency-Key", "invalid_idempotency_key",
+				  "the Idempotency-Key header must be 1 to 255 printable ASCII characters");
+		return -1;
+	}
+	unsigned char digest[32];
+	EVP_Digest(req->body.data ? req->body.data : "", req->body.len, digest, NULL, EVP_sha256(), NULL);
+	/* keys are scoped to the API key: another's same value is another key */
+	char *scope = ig_strdupf("%s\n%s", req->adm.key ? req->adm.key->digest : "", v);
+	ig_idem_expire(&gw->idem, ig_now_ms());
+	struct ig_idem_entry *e = ig_idem_find(&gw->idem, scope);
+	if (!e) {
+		e = ig_idem_add(&gw->idem, scope, digest);
+		free(scope);
+		if (!e)
+			return 0; /* out of memory: it runs, not kept */
+		req->idem = e;
+		req->idem_runner = true;
+		gw->stats.idem[0]++;
+		return 0;
+	}
+	free(scope);
+	if (memcmp(e->digest, digest, sizeof(digest)) != 0) {
+		gw->stats.idem[3]++;
+		set_decided_error(req, 422, "invalid_request_error", "Idempotency-Key", "idempotency_key_conflict",
+				  "this Idempotency-Key was used with another request body; a key names one request");
+		return -1;
+	}
+	e->refs++;
+	req->idem = e;
+	req->idem_reader = true;
+	gw->stats.idem[e->done ? 2 : 1]++;
+	ig_log_debug("request %s: Idempotency-Key '%s' %s", req->request_id, v,
+		     e->done ? "was answered: the answer is replayed" : "runs: its answer is followed");
+	return 1;
 }
 
 /* ---- dispatch's callbacks ---- */
@@ -345,6 +490,8 @@ options:
  * to a backend before their hang-ups were read. */
 static bool client_left(struct ig_req *req)
 {
+	if (req->detached)
+		return false;
 	if (!req->wait.was_queued || req->relay.client_gone)
 		return req->relay.client_gone;
 	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -404,6 +551,11 @@ static void relay_committed(struct ig_relay *r)
 {
 	struct ig_req *req = of_relay(r);
 	curl_off_t sent = 0;
+	if (r->tee) { /* its answer's status and type, for the readers */
+		ig_gw_lock(req->gw);
+		idem_status(req->idem, (unsigned)r->up_status, ig_relay_header(r, "Content-Type"));
+		ig_gw_unlock(req->gw);
+	}
 	if (r->cont.max > 0)
 		return; /* a continuation is made from it */
 	size_t len = req->prio_body ? strlen(req->prio_body) : req->body.len;
@@ -589,6 +741,8 @@ static enum MHD_Result body_done(struct ig_req *req)
 	req->bytes_in = req->body.len; /* as sent: the forwarded body may differ */
 	if (ig_admission_classify(gw, a, req->conn, w) < 0)
 		return refused(req);
+	if (idem_begin(req) != 0) /* refused, or another's answer is its own */
+		return respond(req);
 	if (a->resp_id) {
 		if (ig_admission_by_id(gw, a, req->conn, w) < 0)
 			return refused(req);
@@ -605,6 +759,7 @@ static enum MHD_Result body_done(struct ig_req *req)
 	req->relay.stream = a->stream;
 	req->relay.usage_added = a->usage_added;
 	req->relay.store = a->store;
+	req->relay.tee = req->idem_runner && a->stream;
 	const struct ig_route *rt = ig_gw_route(gw->cfg, a->route_idx);
 	if (a->stream && (rt->flags & IG_RT_OUTPUT) && (rt->flags & IG_RT_USAGE_OPTION) && !(rt->flags & IG_RT_RESPONSES))
 		req->relay.cont.max = (int)gw->cfg->continue_max;
@@ -732,6 +887,74 @@ static enum MHD_Result queue_answer(struct ig_req *req, unsigned status, struct 
 	return ret;
 }
 
+/* A duplicate's answer: the runner's, as it was relayed (whole when it
+ * ended, else followed: idem_read), with Idempotent-Replayed. It waits
+ * for the runner's status. */
+static ssize_t idem_read(void *cls, uint64_t pos IG_UNUSED, char *buf, size_t max);
+static enum MHD_Result respond_read(struct ig_req *req)
+{
+	struct ig_idem_entry *e = req->idem;
+	struct MHD_Response *r;
+	size_t len = 0;
+	if (!e->status) {
+		if (!ig_list_linked(&req->idem_link))
+			ig_list_append(&e->waiting, &req->idem_link);
+		suspend(req);
+		return MHD_YES;
+	}
+	if (e->done) {
+		unwatch_client(req);
+		len = e->bytes.len;
+		r = MHD_create_response_from_buffer(len, e->bytes.data, MHD_RESPMEM_MUST_COPY);
+		req->idem_off = len;
+	} else {
+		r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, idem_read, req, NULL);
+	}
+	if (e->content_type)
+		MHD_add_response_header(r, "Content-Type", e->content_type);
+	if (e->content_type && strncasecmp(e->content_type, "text/event-stream", 17) == 0) {
+		MHD_add_response_header(r, "Cache-Control", "no-cache");
+		MHD_add_response_header(r, "X-Accel-Buffering", "no");
+	}
+	MHD_add_response_header(r, "Idempotent-Replayed", "true");
+	add_common_headers(req, r);
+	enum MHD_Result ret = queue_answer(req, e->status, r, len);
+	if (e->done)
+		count_answer(req);
+	return ret;
+}
+
+/* The content reader of a duplicate following a running answer: inside
+ * MHD_run, the lock let go (it is taken here, as the entry is shared). */
+static ssize_t idem_read(void *cls, uint64_t pos IG_UNUSED, char *buf, size_t max)
+{
+	struct ig_req *req = cls;
+	struct ig_gw *gw = req->gw;
+	ssize_t ret = 0;
+	if (req->relay.client_gone)
+		return MHD_CONTENT_READER_END_WITH_ERROR;
+	ig_gw_lock(gw);
+	struct ig_idem_entry *e = req->idem;
+	size_t n = e->bytes.len - req->idem_off;
+	if (n > max)
+		n = max;
+	if (n > 0) {
+		memcpy(buf, e->bytes.data + req->idem_off, n);
+		req->idem_off += n;
+		req->relay.bytes_out += n;
+		ret = (ssize_t)n;
+	} else if (e->done) {
+		count_answer(req);
+		ret = MHD_CONTENT_READER_END_OF_STREAM;
+	} else { /* more to come: wait for the runner's tee */
+		if (!ig_list_linked(&req->idem_link))
+			ig_list_append(&e->waiting, &req->idem_link);
+		suspend(req);
+	}
+	ig_gw_unlock(gw);
+	return ret;
+}
+
 /* Queues whatever is decided (called again after each resume). */
 static enum MHD_Result respond(struct ig_req *req)
 {
@@ -740,6 +963,10 @@ static enum MHD_Result respond(struct ig_req *req)
 
 	if (rl->client_gone)
 		return MHD_NO;
+	if (req->idem_reader && !req->err_status)
+		return respond_read(req);
+	if (req->err_status || rl->upstream_done)
+		idem_finish(req);
 	if (req->err_status) {
 		unwatch_client(req);
 		r = MHD_create_response_from_buffer(strlen(req->err_body), req->err_body, MHD_RESPMEM_MUST_COPY);
@@ -855,6 +1082,7 @@ static void end_refused_stream(struct ig_req *req)
 	ig_relay_fail_stream(rl, msg);
 	ig_admission_settle(&req->adm, rl->prompt_tokens, rl->completion_tokens, false);
 	rl->upstream_done = true;
+	idem_finish(req);
 	count_answer(req);
 	resume(req);
 }
@@ -1005,6 +1233,7 @@ static void end_attempt(struct ig_req *req, enum ig_upstream_error e, const char
 	ig_admission_settle(&req->adm, rl->prompt_tokens, rl->completion_tokens,
 			    e == IG_UPERR_NONE && rl->up_status / 100 == 2 && !rl->stream_error);
 	rl->upstream_done = true;
+	idem_finish(req);
 	if (rl->committed)
 		count_answer(req); /* a stream already queued: its end is decided */
 	resume(req);
@@ -1056,10 +1285,60 @@ static void on_upstream_done(struct ig_xfer *x, CURLcode result)
 	end_attempt(req, e, detail);
 }
 
+/* A detached runner's end: its answer told to its entry (what is not
+ * decided is a failure: the gateway stops), counted, logged, freed. */
+static void detached_end(struct ig_req *req)
+{
+	if (!req->err_status && !req->relay.upstream_done) {
+		req->relay.upstream_done = true;
+		req->relay.upstream_failed = true;
+	}
+	idem_finish(req);
+	req->status_sent = req->err_status ? req->err_status : (unsigned)req->relay.up_status;
+	count_answer(req);
+	req_log(req, false);
+	req_free(req);
+}
+
+/* Its client left while it ran: with an Idempotency-Key it runs on, its
+ * answer going to the entry alone, so that the client's retry gets it
+ * rather than running it twice. */
+static void detach(struct ig_req *req)
+{
+	struct ig_relay *rl = &req->relay;
+	unwatch_client(req);
+	ig_list_del(&req->watch_link);
+	req->suspended = false;
+	req->conn = NULL;
+	req->detached = rl->detached = true;
+	if (rl->ready) { /* teed, not read: no one will */
+		ig_buf_consume(&rl->resp, rl->ready);
+		rl->consumed += rl->ready;
+		rl->ready = 0;
+	}
+	if (rl->paused && req->xfer.running) {
+		rl->paused = false;
+		ig_upstream_unpause(&req->xfer);
+	}
+	ig_log_info("request %s: its client left; it runs on for its Idempotency-Key", req->request_id);
+}
+
 void ig_proxy_req_client_gone(struct ig_req *req)
 {
 	struct ig_gw *gw = req->gw;
 
+	if (req->detached) { /* the gateway stops */
+		ig_list_del(&req->post_link);
+		if (req->xfer.running || req->start_posted) {
+			req->start_posted = false;
+			ig_upstream_stop(&req->xfer);
+			ig_dispatch_end(gw, &req->wait, &(struct ig_pick_outcome){.ok = false, .completion_tokens = -1});
+		}
+		if (req->wait.queued)
+			ig_dispatch_cancel(gw, &req->wait);
+		detached_end(req);
+		return;
+	}
 	if (req->relay.client_gone)
 		return;
 	req->relay.client_gone = true;
@@ -1183,6 +1462,10 @@ void ig_proxy_run_posted(struct ig_rx *rx)
 		unsigned ops = req->post_ops;
 		ig_list_del(&req->post_link);
 		req->post_ops = 0;
+		if (ops & IG_HAND_DETACHED_END) {
+			detached_end(req);
+			continue;
+		}
 		if (ops & IG_HAND_END_STREAM)
 			end_refused_stream(req);
 		if ((ops & IG_HAND_START) && req->start_posted) {
@@ -1279,6 +1562,11 @@ static enum MHD_Result on_request(struct ig_call *call, struct ig_gw *gw, struct
 static void on_completed(struct ig_call *call, enum MHD_RequestTerminationCode toe)
 {
 	struct ig_req *req = IG_CONTAINER_OF(call, struct ig_req, call);
+	if (req->idem_runner && !req->idem_ended && !req->relay.client_gone &&
+	    (req->xfer.running || req->wait.queued || req->start_posted)) {
+		detach(req);
+		return;
+	}
 	if (!req->relay.client_gone) {
 		if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
 			ig_log_debug("request %s: connection ended early (%d)", req->request_id, (int)toe);

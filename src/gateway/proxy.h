@@ -25,6 +25,7 @@
 #define IG_HAND_START 1u   /* start the attempt dispatch gave it */
 #define IG_HAND_RESUME 2u  /* resume its connection: an answer is decided */
 #define IG_HAND_END_STREAM 4u /* its stream's continuation was refused: end it (cont_refused) */
+#define IG_HAND_DETACHED_END 8u /* a detached request's answer is decided: told, freed */
 
 struct ig_req {
 	/* 1. Fixed at creation. */
@@ -73,6 +74,15 @@ struct ig_req {
 	char *fallback;              /* the model it runs on instead of its own (model_fallbacks) */
 	bool ttft_cut;               /* its attempt ended for timeouts.ttft_ms (no health failure) */
 	char *cont_refused;          /* why its stream's continuation was refused */
+	/* Idempotency-Key (idem.h): the entry it runs (its answer goes there)
+	 * or reads (a duplicate: the runner's answer is its own). */
+	struct ig_idem_entry *idem;
+	bool idem_runner, idem_reader;
+	bool idem_ended;             /* the runner told the entry its end */
+	bool detached;               /* a runner whose client left: it runs on for the
+				      * entry, conn is NULL, freed at its end */
+	size_t idem_off;             /* a reader's bytes of the answer sent */
+	struct ig_list idem_link;    /* a reader waiting: the entry's `waiting` */
 	int retries_done;
 	enum ig_upstream_error last_err;
 	unsigned err_status;         /* error answer decided by the gateway */
@@ -87,8 +97,8 @@ struct ig_req {
  * when out of memory. On the reactor whose daemon holds conn. */
 struct ig_req *ig_proxy_req_new(struct ig_gw *gw, struct MHD_Connection *conn, int route_idx, unsigned method,
 				const char *id, size_t idn);
-/* The client left or the gateway stops: abort everything, let MHD close.
- * On its reactor. */
+/* The client left or the gateway stops: abort everything, let MHD close
+ * (a detached request is freed). On its reactor. */
 void ig_proxy_req_client_gone(struct ig_req *req);
 /* The status a request ended with: what was sent, or the status named by
  * the error event a 200 stream carried (metrics and the access log count it

@@ -388,9 +388,9 @@ static void rx_loop(struct ig_rx *rx)
 	if (rx == ig_gw_home(gw))
 		wait_for_others(gw);
 	/* Abort what is left and let MHD see the connections once more. */
-	struct ig_req *r;
-	IG_LIST_FOREACH(r, &rx->reqs, struct ig_req, link)
-		ig_proxy_req_client_gone(r);
+	struct ig_req *r, *rnext;
+	IG_LIST_FOREACH_SAFE(r, rnext, &rx->reqs, struct ig_req, link)
+		ig_proxy_req_client_gone(r); /* a detached one is freed */
 	ig_server_wake_all(rx);
 	ig_server_run(rx);
 	gw->nrunning--;

@@ -444,6 +444,33 @@ static int append_stream(struct ig_relay *r, const char *ptr, size_t n)
 	return 0;
 }
 
+/* The bytes made whole since the last call go to `tee`; a detached
+ * stream's are consumed (no client reads them). */
+static void tee_ready(struct ig_relay *r)
+{
+	uint64_t final = r->consumed + r->ready;
+	if (final > r->teed) {
+		r->ops->tee(r, ig_buf_head(&r->resp) + (r->teed - r->consumed), (size_t)(final - r->teed));
+		r->teed = final;
+	}
+	if (r->detached && r->ready) {
+		ig_buf_consume(&r->resp, r->ready);
+		r->consumed += r->ready;
+		r->ready = 0;
+	}
+}
+
+void ig_relay_tee_rest(struct ig_relay *r)
+{
+	if (!r->tee)
+		return;
+	uint64_t end = r->consumed + ig_buf_pending(&r->resp);
+	if (end > r->teed) {
+		r->ops->tee(r, ig_buf_head(&r->resp) + (r->teed - r->consumed), (size_t)(end - r->teed));
+		r->teed = end;
+	}
+}
+
 bool ig_relay_streaming(const struct ig_relay *r)
 {
 	return r->stream && r->up_status >= 200 && r->up_status < 300;
@@ -486,6 +513,8 @@ static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
 		r->t_first_byte_us = ig_now_us();
 		r->ops->committed(r);
 	}
+	if (r->tee)
+		tee_ready(r);
 	r->ops->wake(r);
 	return n;
 }
@@ -510,6 +539,7 @@ ssize_t ig_relay_read(void *cls, uint64_t pos IG_UNUSED, char *buf, size_t max)
 		ig_buf_consume(&r->resp, n);
 		r->ready -= n;
 		r->bytes_out += n;
+		r->consumed += n;
 		if (r->paused && r->xfer->running && ig_buf_pending(&r->resp) < STREAM_LOW_WATER) {
 			r->paused = false;
 			ig_upstream_unpause(r->xfer); /* by the reactor, outside MHD */

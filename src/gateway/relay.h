@@ -45,6 +45,9 @@ struct ig_relay_ops {
 	/* A stored Responses API answer was seen (its object): remember which
 	 * backend holds it. Takes the gateway's lock itself. */
 	void (*stored)(struct ig_relay *r, json_t *response);
+	/* With `tee`: n more bytes of the stream as the client gets them (whole
+	 * events, rewritten). Takes the gateway's lock itself. */
+	void (*tee)(struct ig_relay *r, const char *p, size_t n);
 };
 
 struct ig_relay {
@@ -57,6 +60,9 @@ struct ig_relay {
 				      * gateway's count: the usage event (and "usage":
 				      * null members) are not relayed */
 	bool store;                  /* the answer is stored by its backend: tell `stored` */
+	bool tee;                    /* a stream's bytes go to `tee` too (Idempotency-Key) */
+	bool detached;               /* its client left, the stream runs on for `tee`
+				      * alone: what is teed is consumed */
 	bool stored;                 /* told */
 	/* The attempt's (ig_relay_attempt resets them). */
 	struct ig_xfer *xfer;        /* its transfer (pause, upload size) */
@@ -79,6 +85,8 @@ struct ig_relay {
 	uint64_t last_io_ms;         /* last byte from the backend (idle timeout) */
 	uint64_t t_first_byte_us;
 	uint64_t bytes_out;          /* streamed bytes handed to MHD */
+	uint64_t consumed;           /* bytes taken out of resp (by MHD, or detached) */
+	uint64_t teed;               /* bytes handed to `tee` */
 	long prompt_tokens, completion_tokens; /* from "usage", -1 when none */
 	unsigned stream_error;       /* a 200 stream that carried an error event: the
 				      * status it names, 0 none */
@@ -105,6 +113,9 @@ bool ig_relay_streaming(const struct ig_relay *r);
 /* A whole (not streamed) 2xx body arrived: its usage read, and a stored
  * response told. */
 void ig_relay_whole_body(struct ig_relay *r);
+/* The stream's end: with `tee`, the bytes it had not teed yet (whatever
+ * is left goes to the client now). */
+void ig_relay_tee_rest(struct ig_relay *r);
 /* The backend failed mid-stream: the torn event dropped, an error event in
  * the route's shape ends the stream. */
 void ig_relay_fail_stream(struct ig_relay *r, const char *why);

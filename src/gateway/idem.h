@@ -1,0 +1,69 @@
+/* Idempotency-Key: the answers of requests that named one, by API key and
+ * key value, so that a client that sends a POST again (its connection broke
+ * after it sent it, it cannot know whether it ran) is not answered twice by
+ * a backend. The first request runs and its answer's bytes are kept here as
+ * they are relayed; a duplicate while it runs reads the same bytes from the
+ * start and then follows them live; one after it ended, within
+ * idempotency.ttl_s, gets them at once. A failed run (a 5xx, a stream cut,
+ * a refusal by the gateway) is not kept once its readers are done: a retry
+ * runs again. Kept answers are bounded in bytes (the oldest go first).
+ * After Stripe's idempotent requests and the IETF draft
+ * "The Idempotency-Key HTTP Header Field".
+ *
+ * Threads: the store and its entries are under the gateway's lock.
+ * Not here: which requests take part, the tee and the replies (proxy.c). */
+#ifndef IG_IDEM_H
+#define IG_IDEM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "infergate/buf.h"
+#include "infergate/list.h"
+
+#define IG_IDEM_KEY_MAX 255 /* bytes of an Idempotency-Key value */
+
+struct ig_idem_entry {
+	struct ig_list link;        /* the store's, oldest first */
+	struct ig_idem_entry *next; /* its hash chain */
+	char *scope;                /* "<API key name>\n<Idempotency-Key>" */
+	unsigned char digest[32];   /* SHA-256 of the request body as sent */
+	unsigned status;            /* the answer's, 0 until known */
+	char *content_type;         /* its Content-Type, or NULL */
+	struct ig_buf bytes;        /* its body as relayed so far */
+	bool done;                  /* whole: no more bytes */
+	bool failed;                /* not kept: dropped once no one reads it */
+	bool dropped;               /* out of the store, freed by its last reader */
+	int refs;                   /* requests that run or read it */
+	uint64_t done_ms;
+	struct ig_list waiting;     /* readers waiting for more bytes (proxy.c's) */
+};
+
+struct ig_idem {
+	struct ig_list entries;
+	struct ig_idem_entry **tab; /* chains by scope, keyed with a secret */
+	size_t ntab;                /* a power of two */
+	uint64_t secret;
+	size_t n;
+	size_t bytes;               /* of its entries (answers, scopes, overhead) */
+	size_t max_bytes;
+	uint64_t ttl_ms;
+};
+
+void ig_idem_init(struct ig_idem *s, size_t max_bytes, uint64_t ttl_ms);
+void ig_idem_free(struct ig_idem *s);
+/* The entry of scope (NUL-terminated), or NULL. */
+struct ig_idem_entry *ig_idem_find(struct ig_idem *s, const char *scope);
+/* A new running entry (one reference: its runner's), or NULL. */
+struct ig_idem_entry *ig_idem_add(struct ig_idem *s, const char *scope, const unsigned char digest[32]);
+/* More bytes of its answer. Returns 0 or -1 (out of memory: it fails). */
+int ig_idem_append(struct ig_idem_entry *e, const void *p, size_t n);
+/* Its run ended: kept (failed false) or not. */
+void ig_idem_end(struct ig_idem *s, struct ig_idem_entry *e, bool failed, uint64_t now_ms);
+/* A reference let go: a dropped or failed entry goes with its last. */
+void ig_idem_put(struct ig_idem *s, struct ig_idem_entry *e);
+/* Drops answers older than the ttl, then the oldest while over max_bytes. */
+void ig_idem_expire(struct ig_idem *s, uint64_t now_ms);
+
+#endif
