@@ -1341,6 +1341,19 @@ void ig_proxy_req_client_gone(struct ig_req *req)
 	}
 	if (req->relay.client_gone)
 		return;
+	if (req->idem_runner && !req->idem_ended && !gw->stopping &&
+	    (req->xfer.running || req->wait.queued || req->start_posted)) {
+		/* it runs on for its Idempotency-Key; MHD closes the connection
+		 * (on_completed leaves the request be) */
+		struct MHD_Connection *conn = req->conn;
+		bool was_suspended = req->suspended;
+		detach(req);
+		if (was_suspended) {
+			MHD_resume_connection(conn);
+			ig_httpd_resumed(req->rx, conn);
+		}
+		return;
+	}
 	req->relay.client_gone = true;
 	unwatch_client(req);
 	if (req->xfer.running || req->start_posted) {
@@ -1530,6 +1543,8 @@ static enum MHD_Result on_request(struct ig_call *call, struct ig_gw *gw, struct
 				  const char *upload_data, size_t *upload_data_size, void **con_cls IG_UNUSED)
 {
 	struct ig_req *req = IG_CONTAINER_OF(call, struct ig_req, call);
+	if (req->detached)
+		return MHD_NO; /* its client left: the connection closes */
 	if (*upload_data_size) {
 		if (!req->too_large) {
 			if (req->body.len + *upload_data_size > (size_t)gw->cfg->max_body_bytes) {
@@ -1562,6 +1577,8 @@ static enum MHD_Result on_request(struct ig_call *call, struct ig_gw *gw, struct
 static void on_completed(struct ig_call *call, enum MHD_RequestTerminationCode toe)
 {
 	struct ig_req *req = IG_CONTAINER_OF(call, struct ig_req, call);
+	if (req->detached)
+		return; /* detached at its hang-up: it runs on, MHD is done with it */
 	if (req->idem_runner && !req->idem_ended && !req->relay.client_gone &&
 	    (req->xfer.running || req->wait.queued || req->start_posted)) {
 		detach(req);

@@ -140,8 +140,23 @@ async function batch(client, path, out) {
   console.log(JSON.stringify({ batch: b, seen, listed, input_file: f.id }));
 }
 
+// One chat completion with an Idempotency-Key header (a request option,
+// sent again with each of the client's own retries, 2 by default). What it
+// got, and how many attempts its fetch made.
+async function idempotent(baseURL, model) {
+  let attempts = 0;
+  const client = new OpenAI({ baseURL: baseURL + '/v1', apiKey: 'unused', maxRetries: 2,
+                              fetch: (url, init) => { attempts++; return fetch(url, init); } });
+  const { data, response } = await client.chat.completions.create({
+    model, messages: [{ role: 'user', content: 'once and only once' }], max_tokens: 12,
+  }, { headers: { 'Idempotency-Key': 'order-' + process.pid } }).withResponse();
+  console.log(JSON.stringify({ id: data.id, content: data.choices[0].message.content, usage: data.usage,
+                               replayed: response.headers.get('idempotent-replayed'), attempts }));
+}
+
 async function main() {
   const [baseURL, model, mode, n] = process.argv.slice(2);
+  if (mode === 'idempotent') return idempotent(baseURL, model);
   if (mode === 'files') return files(new OpenAI({ baseURL: baseURL + '/v1', apiKey: 'unused', maxRetries: 0 }), n);
   if (mode === 'loop') return loop(baseURL, model, Number(n));
   if (mode === 'batch') return batch(new OpenAI({ baseURL: baseURL + '/v1', apiKey: 'unused', maxRetries: 0 }), n,

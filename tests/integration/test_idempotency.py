@@ -1,0 +1,252 @@
+"""Idempotency-Key: a POST that names one runs once per API key and value. A duplicate while it
+runs follows the same bytes, one after it gets the kept answer; a client whose connection broke
+after it sent the POST retries and is answered without a second run; the official `openai` npm
+client (which sends the header on every POST and keeps it across its retries) through a TCP relay
+that cuts its first connection. What is asserted: the requests the backends received, the bytes
+and headers the clients got, status codes."""
+
+import json
+import os
+import socket
+import threading
+import time
+
+from harness import (FakeBackend, Dir, chat_body, ensure_openai, http, http_json, keys_file, metric, run, run_client,
+                     sse_events, start_gateway, start_sim, test, wait_until)
+
+PACED = ("--tokens-per-second", "40", "--ttft-ms", "0", "--output-tokens", "400", "--seed", "3")
+
+
+def sim_requests(sim):
+    _, _, text = http("GET", sim.url + "/metrics")
+    for line in text.decode().splitlines():
+        if line.startswith("sglang:num_requests_total{"):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def sim_aborted(sim):
+    _, _, text = http("GET", sim.url + "/metrics")
+    return sum(float(l.rsplit(" ", 1)[1]) for l in text.decode().splitlines()
+               if l.startswith("infergate_sim_requests_aborted_total{"))
+
+
+def idem_counts(gw):
+    _, _, text = http("GET", gw.url + "/metrics")
+    return {o: metric(text, f'infergate_idempotency_requests_total{{outcome="{o}"}}')
+            for o in ("ran", "joined", "replayed", "conflict")}
+
+
+def post(gw, body, key, headers=None, timeout=60):
+    h = {"Idempotency-Key": key, **(headers or {})}
+    return http("POST", gw.url + "/v1/chat/completions", body, headers=h, timeout=timeout)
+
+
+@test
+def a_duplicate_after_the_answer_gets_the_same_bytes_and_runs_nothing():
+    fb = FakeBackend()
+    gw = start_gateway([fb])
+    wait_until(lambda: http_json("GET", gw.url + "/health")[2]["healthy_backends"] == 1, what="healthy")
+    body = chat_body("only once", max_tokens=5)
+    st1, h1, b1 = post(gw, body, "key-1")
+    st2, h2, b2 = post(gw, body, "key-1")
+    assert (st1, st2) == (200, 200) and b1 == b2, (st1, st2, b1, b2)
+    assert "idempotent-replayed" not in h1 and h2["idempotent-replayed"] == "true", (h1, h2)
+    assert h2["content-type"] == h1["content-type"], (h1, h2)
+    assert len(fb.posts()) == 1, fb.posts()
+    # Another value runs again; no header is as before.
+    assert post(gw, body, "key-2")[0] == 200 and http("POST", gw.url + "/v1/chat/completions", body)[0] == 200
+    assert len(fb.posts()) == 3
+    assert idem_counts(gw) == {"ran": 2, "joined": 0, "replayed": 1, "conflict": 0}, idem_counts(gw)
+
+
+@test
+def a_duplicate_while_a_stream_runs_follows_it_byte_for_byte():
+    sim = start_sim(*PACED)
+    gw = start_gateway([sim])
+    wait_until(lambda: http_json("GET", gw.url + "/health")[2]["healthy_backends"] == 1, what="healthy")
+    body = chat_body("a story", stream=True, max_tokens=40, stream_options={"include_usage": True})
+    out = {}
+
+    def first():
+        out["first"] = post(gw, body, "stream-1")
+
+    t = threading.Thread(target=first)
+    t.start()
+    wait_until(lambda: http_json("GET", sim.url + "/sim/state")[2]["num_running_reqs"] == 1, what="running")
+    time.sleep(0.3)                       # some events relayed: the duplicate replays them, then follows
+    st2, h2, b2 = post(gw, body, "stream-1")
+    t.join(30)
+    st1, h1, b1 = out["first"]
+    assert (st1, st2) == (200, 200), (st1, st2)
+    assert b1 == b2 and sse_events(b2)[-1] == "[DONE]", (len(b1), len(b2))
+    assert h2["idempotent-replayed"] == "true" and h2["content-type"].startswith("text/event-stream"), h2
+    assert sim_requests(sim) == 1, sim_requests(sim)
+    assert idem_counts(gw)["joined"] == 1, idem_counts(gw)
+
+
+@test
+def a_retry_after_the_connection_broke_gets_the_one_answer():
+    sim = start_sim(*PACED)
+    gw = start_gateway([sim])
+    wait_until(lambda: http_json("GET", gw.url + "/health")[2]["healthy_backends"] == 1, what="healthy")
+    for stream in (False, True):
+        key = f"cut-{stream}"
+        body = json.dumps(chat_body("cut me", stream=stream, max_tokens=20)).encode()
+        before = sim_requests(sim)
+        s = socket.create_connection(("127.0.0.1", gw.port))
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Idempotency-Key: %s\r\nContent-Length: %d\r\n\r\n%s" % (key.encode(), len(body), body))
+        time.sleep(0.2)                   # it runs: 20 tokens at 40/s
+        s.close()                         # the client's connection breaks; it does not know
+        # The run goes on to its end (not aborted), for the retry.
+        wait_until(lambda: http_json("GET", sim.url + "/sim/state")[2]["num_running_reqs"] == 0, what="its end")
+        assert sim_aborted(sim) == 0, sim_aborted(sim)
+        st, h, b = http("POST", gw.url + "/v1/chat/completions", body, timeout=30,
+                        headers={"Idempotency-Key": key, "Content-Type": "application/json"})
+        assert st == 200 and h["idempotent-replayed"] == "true", (st, h)
+        if stream:
+            ev = sse_events(b)
+            assert ev[-1] == "[DONE]" and sum('"content"' in e for e in ev) == 21, ev[-3:]   # role + 20
+        else:
+            assert json.loads(b)["usage"]["completion_tokens"] == 20, b
+        assert sim_requests(sim) == before + 1, (sim_requests(sim), before)
+    assert sim_requests(sim) == 2
+
+
+@test
+def another_body_is_a_422_a_bad_key_a_400_and_another_api_keys_value_its_own():
+    d = Dir()
+    fb = FakeBackend()
+    auth = keys_file(d("keys.json"), "team-a", "team-b")
+    gw = start_gateway([fb], "--api-keys-file", d("keys.json"))
+    wait_until(lambda: http_json("GET", gw.url + "/health")[2]["healthy_backends"] == 1, what="healthy")
+    body = chat_body("same key", max_tokens=5)
+    assert post(gw, body, "k", auth[0])[0] == 200
+    st, _, b = post(gw, chat_body("another body", max_tokens=5), "k", auth[0])
+    e = json.loads(b)["error"]
+    assert st == 422 and e["code"] == "idempotency_key_conflict" and e["param"] == "Idempotency-Key", (st, e)
+    st, _, b = post(gw, body, "x" * 256, auth[0])
+    assert st == 400 and json.loads(b)["error"]["code"] == "invalid_idempotency_key", (st, b)
+    # team-b's "k" is its own: it runs (and its different body is no conflict).
+    st, h, _ = post(gw, chat_body("another body", max_tokens=5), "k", auth[1])
+    assert st == 200 and "idempotent-replayed" not in h, h
+    assert len(fb.posts()) == 2, len(fb.posts())
+    assert idem_counts(gw) == {"ran": 2, "joined": 0, "replayed": 0, "conflict": 1}, idem_counts(gw)
+
+
+@test
+def a_5xx_is_not_kept_so_a_retry_runs_again():
+    answers = [500]
+
+    def handler(fb, req, sock):
+        if req["method"] == "POST" and answers:
+            FakeBackend.reply(sock, answers.pop(), {"error": {"message": "boom", "type": "server_error", "code": 500}})
+            return True
+        return FakeBackend.answer_ok(fb, req, sock)
+
+    fb = FakeBackend(handler)
+    gw = start_gateway([fb])
+    wait_until(lambda: http_json("GET", gw.url + "/health")[2]["healthy_backends"] == 1, what="healthy")
+    body = chat_body("fails once", max_tokens=5)
+    assert post(gw, body, "r")[0] == 500
+    st, h, _ = post(gw, body, "r")
+    assert st == 200 and "idempotent-replayed" not in h, (st, h)
+    st, h, _ = post(gw, body, "r")
+    assert st == 200 and h["idempotent-replayed"] == "true", (st, h)
+    assert len(fb.posts()) == 2, len(fb.posts())
+
+
+class CuttingRelay:
+    """A TCP relay to the gateway that cuts its first connection once the request was sent (no
+    answer reaches the client) and passes the others through; records each request's
+    Idempotency-Key and the answers it passed back."""
+
+    def __init__(self, port):
+        self.target = port
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.keys, self.bodies, self.answers, self.conns = [], [], [], 0
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def accept(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns += 1
+            threading.Thread(target=self.serve, args=(c, self.conns == 1), daemon=True).start()
+
+    def serve(self, c, cut):
+        up = socket.create_connection(("127.0.0.1", self.target))
+        buf = b""
+        while b"\r\n\r\n" not in buf:
+            d = c.recv(65536)
+            if not d:
+                return
+            buf += d
+        head, rest = buf.split(b"\r\n\r\n", 1)
+        n = 0
+        for line in head.split(b"\r\n")[1:]:
+            k, _, v = line.partition(b":")
+            if k.strip().lower() == b"content-length":
+                n = int(v)
+            if k.strip().lower() == b"idempotency-key":
+                self.keys.append(v.strip().decode())
+        while len(rest) < n:
+            rest += c.recv(65536)
+        self.bodies.append(rest)
+        up.sendall(head + b"\r\n\r\n" + rest)
+        if cut:                           # sent whole: the connection breaks before any answer
+            time.sleep(0.2)
+            c.close()
+            up.close()
+            return
+        answer = b""
+        up.settimeout(30)
+        while True:
+            d = up.recv(65536)
+            if not d:
+                break
+            answer += d
+            c.sendall(d)
+            if b"\r\n\r\n" in answer:
+                h, body = answer.split(b"\r\n\r\n", 1)
+                cl = [int(l.split(b":")[1]) for l in h.split(b"\r\n") if l.lower().startswith(b"content-length:")]
+                if cl and len(body) >= cl[0]:
+                    break
+        self.answers.append(answer)
+        c.close()
+        up.close()
+
+
+@test
+def the_official_openai_client_retrying_after_a_cut_connection_gets_one_answer():
+    ensure_openai()    # before any process starts: npm may take a while the first time
+    sim = start_sim(*PACED)
+    gw = start_gateway([sim])
+    wait_until(lambda: http_json("GET", gw.url + "/health")[2]["healthy_backends"] == 1, what="healthy")
+    relay = CuttingRelay(gw.port)
+
+    class Via:
+        url = f"http://127.0.0.1:{relay.port}"
+    out = run_client(Via, "sim-model", "idempotent")
+    # The client sent the POST twice with one key; the simulator ran it once.
+    assert out["attempts"] == 2 and len(relay.keys) == 2 and relay.keys[0] == relay.keys[1], (out, relay.keys)
+    assert sim_requests(sim) == 1, sim_requests(sim)
+    assert out["replayed"] == "true" and out["usage"]["completion_tokens"] == 12 and out["content"], out
+    # The bytes the client got are the kept answer's: asked again with its key (and its API key:
+    # keys are scoped to it), the same body.
+    assert relay.bodies[0] == relay.bodies[1]
+    st, h, b = http("POST", gw.url + "/v1/chat/completions", relay.bodies[0], timeout=30,
+                    headers={"Idempotency-Key": relay.keys[0], "Authorization": "Bearer unused",
+                             "Content-Type": "application/json"})
+    got = relay.answers[0].split(b"\r\n\r\n", 1)[1]
+    assert st == 200 and b == got, (st, b, got)
+    assert sim_requests(sim) == 1
+
+
+run()
