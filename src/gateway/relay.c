@@ -526,7 +526,7 @@ ssize_t ig_relay_read(void *cls, uint64_t pos IG_UNUSED, char *buf, size_t max)
 	struct ig_relay *r = cls;
 	size_t n = ig_buf_pending(&r->resp);
 
-	if (r->client_gone)
+	if (r->client_gone || r->detached)
 		return MHD_CONTENT_READER_END_WITH_ERROR;
 	if (r->upstream_done)
 		r->ready = n; /* the end: whatever is left goes */
