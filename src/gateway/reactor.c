@@ -225,10 +225,12 @@ static void deferred(struct ig_rx *rx)
 	if (gw->threaded) {
 		if (rx->nnewfds)
 			ig_server_take_handed(rx);
-		ig_proxy_run_posted(rx);
 		if (gw->accept_paused && rx == ig_gw_home(gw))
 			ig_server_resume_accept(gw);
 	}
+	/* what other reactors handed over, and what a request deferred to the
+	 * end of its own reactor's turn (a detached one's end: proxy.c) */
+	ig_proxy_run_posted(rx);
 	if (rx == ig_gw_home(gw) && gw->cluster)
 		ig_cluster_tick(gw, ig_now_ms()); /* Redis's events came this turn, or the outbox filled */
 	if (rx->tick_due) {

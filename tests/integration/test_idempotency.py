@@ -87,9 +87,18 @@ def a_duplicate_while_a_stream_runs_follows_it_byte_for_byte():
 
 @test
 def a_retry_after_the_connection_broke_gets_the_one_answer():
-    sim = start_sim(*PACED)
-    gw = start_gateway([sim])
-    wait_until(lambda: http_json("GET", gw.url + "/health")[2]["healthy_backends"] == 1, what="healthy")
+    for workers in ("1", "2"):   # one reactor defers a detached request's end to its own turn
+        sim = start_sim(*PACED)
+        gw = start_gateway([sim], "--workers", workers)
+        wait_until(lambda: http_json("GET", gw.url + "/health")[2]["healthy_backends"] == 1, what="healthy")
+        cut_and_retry(gw, sim)
+        # The detached runs ended and were freed: nothing is left in flight.
+        wait_until(lambda: metric(http("GET", gw.url + "/metrics")[2], "infergate_inflight_requests") == 0,
+                   what="no request left in flight")
+        gw.stop()
+
+
+def cut_and_retry(gw, sim):
     for stream in (False, True):
         key = f"cut-{stream}"
         body = json.dumps(chat_body("cut me", stream=stream, max_tokens=20)).encode()
