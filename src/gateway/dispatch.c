@@ -341,6 +341,33 @@ static size_t budget_slot(struct ig_sched *s, uint64_t sec)
 	return i;
 }
 
+/* The hedge ring's slot for second `sec`. */
+static size_t hedge_slot(struct ig_sched *s, uint64_t sec)
+{
+	size_t i = (size_t)(sec % IG_HEDGE_WINDOW_S);
+	if (s->hedge_sec[i] != sec) {
+		s->hedge_sec[i] = sec;
+		s->hedge_req[i] = s->hedge_n[i] = 0;
+	}
+	return i;
+}
+
+bool ig_dispatch_hedge_budget(struct ig_gw *gw)
+{
+	struct ig_sched *s = &gw->sched;
+	uint64_t sec = ig_now_ms() / 1000, req = 0, n = 0;
+	size_t at = hedge_slot(s, sec);
+	for (size_t i = 0; i < IG_HEDGE_WINDOW_S; i++)
+		if (s->hedge_sec[i] + IG_HEDGE_WINDOW_S > sec && s->hedge_sec[i] <= sec) {
+			req += s->hedge_req[i];
+			n += s->hedge_n[i];
+		}
+	if ((n + 1) * 100 > req * (uint64_t)gw->cfg->hedge_budget_percent || !ig_dispatch_retry_budget(gw))
+		return false;
+	s->hedge_n[at]++;
+	return true;
+}
+
 bool ig_dispatch_retry_budget(struct ig_gw *gw)
 {
 	struct ig_sched *s = &gw->sched;
@@ -361,6 +388,7 @@ enum ig_dispatch_result ig_dispatch_submit(struct ig_gw *gw, struct ig_waiter *w
 {
 	struct ig_sched *s = &gw->sched;
 	s->budget_req[budget_slot(s, ig_now_ms() / 1000)]++;
+	s->hedge_req[hedge_slot(s, ig_now_ms() / 1000)]++;
 	w->m->requests++;
 	w->pick.low = w->q.klass == IG_CLASS_LOW;
 	return place(gw, w, false, "");

@@ -94,6 +94,10 @@ enum ig_dispatch_result ig_dispatch_retry(struct ig_gw *gw, struct ig_waiter *w,
  * retry_budget.percent of the requests submitted plus
  * retry_budget.min_per_s a second. */
 bool ig_dispatch_retry_budget(struct ig_gw *gw);
+/* Whether one more hedge may go now (counted when it may): over the last
+ * IG_HEDGE_WINDOW_S seconds, hedges stay within hedge.budget_percent of the
+ * requests submitted, and within the retry budget. */
+bool ig_dispatch_hedge_budget(struct ig_gw *gw);
 /* Its attempt ended (answered, failed, or cut): the slot given back, the
  * policy told. A drain follows at the end of the turn. */
 void ig_dispatch_end(struct ig_gw *gw, struct ig_waiter *w, const struct ig_pick_outcome *o);

@@ -71,6 +71,9 @@ struct ig_stats {
 	uint64_t stream_errors;     /* 200 streams that carried an error event */
 	uint64_t continued[IG_CONT_NREASONS]; /* broken streams continued elsewhere, by why */
 	uint64_t cont_prompt_tokens; /* prompt tokens those continuations sent again */
+	uint64_t hedges[4];         /* hedges sent, won (the hedge answered first), lost
+				     * (the primary did), not sent (the budget, no free slot) */
+	uint64_t hedge_waste_us;    /* backend time of the attempts that lost a race */
 	uint64_t idem[4];           /* Idempotency-Key requests: ran, joined (while it ran),
 				     * replayed (after), conflicts (another body: 422) */
 	uint64_t upstream_errors[IG_UPERR_OTHER + 1];

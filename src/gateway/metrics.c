@@ -665,6 +665,16 @@ char *ig_metrics_text(struct ig_gw *gw)
 		      "sent again (the backend work a continuation costs).\n"
 		      "# TYPE infergate_stream_continuation_prompt_tokens_total counter\n"
 		      "infergate_stream_continuation_prompt_tokens_total %lu\n", (unsigned long)s->cont_prompt_tokens);
+	ig_buf_printf(&b, "# HELP infergate_hedges_total Requests with no byte after hedge.after_ms sent to a second "
+		      "backend too, and how their races ended.\n# TYPE infergate_hedges_total counter\n");
+	static const char *const hedge_what[4] = {"sent", "won", "lost", "not_sent"};
+	for (int i = 0; i < 4; i++)
+		ig_buf_printf(&b, "infergate_hedges_total{outcome=\"%s\"} %lu\n", hedge_what[i],
+			      (unsigned long)s->hedges[i]);
+	ig_buf_printf(&b, "# HELP infergate_hedge_waste_seconds_total Backend time of the attempts that lost a race "
+		      "(dropped at the winner's first byte, or when they had one).\n"
+		      "# TYPE infergate_hedge_waste_seconds_total counter\ninfergate_hedge_waste_seconds_total %.3f\n",
+		      (double)s->hedge_waste_us / 1e6);
 	ig_buf_printf(&b, "# HELP infergate_idempotency_requests_total Requests with an Idempotency-Key, by what "
 		      "became of them.\n# TYPE infergate_idempotency_requests_total counter\n");
 	static const char *const idem_what[4] = {"ran", "joined", "replayed", "conflict"};

@@ -50,13 +50,15 @@ static void relay_committed(struct ig_relay *r);
 static void relay_event(struct ig_relay *r);
 static void relay_stored(struct ig_relay *r, json_t *response);
 static void relay_tee(struct ig_relay *r, const char *p, size_t n);
+static bool relay_first_byte(struct ig_relay *r);
+static void hedge_drop(struct ig_req *h);
 static void end_refused_stream(struct ig_req *req);
 static void count_answer(struct ig_req *req);
 static void req_log(struct ig_req *req, bool completed);
 
 static const struct ig_waiter_ops waiter_ops = {on_dispatched, on_refused};
-static const struct ig_relay_ops relay_ops = {relay_wake,  relay_idle,   relay_committed,
-					      relay_event, relay_stored, relay_tee};
+static const struct ig_relay_ops relay_ops = {relay_wake,  relay_idle,   relay_committed, relay_event,
+					      relay_stored, relay_tee, relay_first_byte};
 
 static struct ig_req *of_relay(struct ig_relay *r)
 {
@@ -112,6 +114,15 @@ static void req_free(struct ig_req *req)
 	ig_buf_free(&req->body);
 	ig_buf_free(&req->orig_body);
 	free(req->cont_refused);
+	if (req->hedge_of && req->hedge_of->hedge == req)
+		req->hedge_of->hedge = NULL;
+	if (req->hedge) { /* its hedge: on if it won (it runs for itself), else dropped */
+		struct ig_req *h = req->hedge;
+		h->hedge_of = NULL;
+		req->hedge = NULL;
+		if (req->hedge_winner != 2)
+			hedge_drop(h);
+	}
 	if (req->idem) {
 		ig_list_del(&req->idem_link);
 		if (req->idem_runner && !req->idem_ended) /* never told: not kept */
@@ -380,12 +391,181 @@ static int idem_begin(struct ig_req *req)
 	return 1;
 }
 
+/* ---- hedging: a straggler sent to a second backend, the first byte wins ---- */
+
+/* A hedge that lost, was refused or is not needed: its transfer stopped,
+ * its slot given back, freed. Not from a curl callback. */
+static void hedge_drop(struct ig_req *h)
+{
+	struct ig_gw *gw = h->gw;
+	if (h->xfer.running || h->start_posted) {
+		h->start_posted = false;
+		ig_upstream_stop(&h->xfer);
+		ig_dispatch_end(gw, &h->wait, &(struct ig_pick_outcome){.ok = false, .completion_tokens = -1});
+		atomic_fetch_add(&h->wait.backend->aborted, 1);
+		gw->stats.hedge_waste_us += ig_now_us() - h->wait.attempt_us;
+	}
+	if (h->wait.queued)
+		ig_dispatch_cancel(gw, &h->wait);
+	ig_list_del(&h->post_link);
+	if (h->hedge_of && h->hedge_of->hedge == h)
+		h->hedge_of->hedge = NULL;
+	h->hedge_of = NULL;
+	req_free(h);
+}
+
+/* p has had no byte for hedge.after_ms: the same request goes to another
+ * backend with a free slot, within the budget. On p's reactor, under the
+ * lock, outside curl's callbacks. */
+static void hedge_start(struct ig_req *p)
+{
+	struct ig_gw *gw = p->gw;
+	p->hedged = true;
+	if (!ig_dispatch_hedge_budget(gw)) {
+		gw->stats.hedges[3]++;
+		return;
+	}
+	struct ig_req *h = calloc(1, sizeof(*h));
+	struct ig_idem_entry *e = calloc(1, sizeof(*e));
+	if (!h || !e) {
+		free(h);
+		free(e);
+		return;
+	}
+	/* its answer's bytes, for p should it win: an entry of its own, in no store */
+	ig_buf_init(&e->bytes);
+	ig_list_init(&e->waiting);
+	ig_list_init(&e->link);
+	e->dropped = true;
+	e->refs = 1;
+	ig_admission_init(&h->adm);
+	h->adm.method = p->adm.method;
+	h->adm.route_idx = p->adm.route_idx;
+	h->adm.model = strdup(p->adm.model ? p->adm.model : "");
+	h->adm.stream = p->adm.stream;
+	h->adm.usage_added = p->adm.usage_added;
+	h->xfer.done = on_upstream_done;
+	ig_list_init(&h->xfer.unpause_link);
+	h->gw = gw;
+	h->client_ev = (struct ig_event){-1, NULL, h};
+	ig_list_init(&h->watch_link);
+	ig_list_init(&h->idem_link);
+	ig_list_init(&h->post_link);
+	h->t_start_us = ig_now_us();
+	snprintf(h->request_id, sizeof(h->request_id), "%.60s-hedge", p->request_id);
+	snprintf(h->client, sizeof(h->client), "%s", p->client);
+	ig_buf_init(&h->body);
+	ig_buf_init(&h->orig_body);
+	ig_buf_append(&h->body, p->body.data ? p->body.data : "", p->body.len);
+	for (struct curl_slist *l = p->up_headers; l; l = l->next)
+		h->up_headers = curl_slist_append(h->up_headers, l->data);
+	ig_relay_init(&h->relay, &relay_ops);
+	h->relay.usage_where = p->relay.usage_where;
+	h->relay.responses = p->relay.responses;
+	h->relay.stream = p->relay.stream;
+	h->relay.usage_added = p->relay.usage_added;
+	h->relay.tee = p->relay.stream;
+	h->relay.race = true;
+	h->relay.detached = h->detached = true;
+	h->relay.cont.max = p->relay.cont.max;
+	h->is_hedge = true;
+	h->idem = e;
+	h->idem_runner = true;
+	h->retries_done = (int)gw->cfg->retries; /* a hedge is not retried */
+	ig_list_init(&h->wait.q.link);
+	h->wait.q.klass = p->wait.q.klass;
+	h->wait.q.key = p->wait.q.key; /* its slot counts against the key's max_inflight */
+	h->wait.q.key->refs++;
+	h->wait.ops = &waiter_ops;
+	h->wait.m = p->wait.m;
+	ig_sched_hold(h->wait.m);
+	h->wait.model = h->adm.model;
+	memcpy(h->wait.pick.tried, p->wait.pick.tried, sizeof(h->wait.pick.tried)); /* not where p runs */
+	h->wait.pick.ntried = p->wait.pick.ntried;
+	h->wait.pick.tokens = p->wait.pick.tokens;
+	h->rx = p->rx;
+	ig_list_append(&h->rx->reqs, &h->link);
+	gw->nreqs++;
+	h->hedge_of = p;
+	p->hedge = h;
+	p->relay.race = true;
+	enum ig_dispatch_result r = ig_dispatch_retry(gw, &h->wait, false, "hedge");
+	if (r != IG_DISPATCH_STARTED || h->hedge_refused || !h->xfer.running) {
+		/* no backend with a free slot: no hedge */
+		gw->stats.hedges[3]++;
+		p->relay.race = false;
+		hedge_drop(h);
+		return;
+	}
+	gw->stats.hedges[0]++;
+	ig_log_debug("request %s: no byte from %s after %ld ms: hedged on %s", p->request_id, p->wait.backend->url,
+		     gw->cfg->hedge_after_ms, h->wait.backend->url);
+}
+
+/* The first byte of either of a race (the relay's hook, the lock let go):
+ * the first wins; the other's transfer is dropped (hedge_lose). */
+static bool relay_first_byte(struct ig_relay *r)
+{
+	struct ig_req *req = of_relay(r);
+	struct ig_gw *gw = req->gw;
+	bool won = true;
+	ig_gw_lock(gw);
+	struct ig_req *p = req->hedge_of ? req->hedge_of : req, *h = req->hedge_of ? req : req->hedge;
+	if (p && h && !req->hedge_lost) {
+		if (p->hedge_winner == 0) {
+			p->hedge_winner = req == p ? 1 : 2;
+			struct ig_req *loser = req == p ? h : p;
+			loser->hedge_lost = true;
+			gw->stats.hedges[req == p ? 2 : 1]++;
+			hand_over(loser, IG_HAND_HEDGE_LOST);
+		} else {
+			won = (p->hedge_winner == 1) == (req == p);
+		}
+	}
+	if (req->hedge_lost)
+		won = false;
+	ig_gw_unlock(gw);
+	return won;
+}
+
+/* It lost its race (or its primary failed while it ran: the hedge won):
+ * its transfer stopped; a hedge goes, a primary reads its hedge's answer.
+ * On its reactor, outside curl's callbacks. */
+static void hedge_lose(struct ig_req *req)
+{
+	struct ig_gw *gw = req->gw;
+	if (req->is_hedge) {
+		hedge_drop(req);
+		return;
+	}
+	if (req->xfer.running) {
+		ig_upstream_stop(&req->xfer);
+		ig_dispatch_end(gw, &req->wait, &(struct ig_pick_outcome){.ok = false, .completion_tokens = -1});
+		atomic_fetch_add(&req->wait.backend->aborted, 1);
+		gw->stats.hedge_waste_us += ig_now_us() - req->wait.attempt_us;
+	}
+	if (req->wait.queued)
+		ig_dispatch_cancel(gw, &req->wait);
+	struct ig_req *h = req->hedge;
+	if (!h || req->idem_reader)
+		return;
+	req->idem = h->idem;
+	req->idem->refs++;
+	req->idem_reader = true;
+	req->wait.backend = h->wait.backend; /* what answers it (headers, log) */
+	resume(req);
+}
+
 /* ---- dispatch's callbacks ---- */
 
 /* Dispatch will not run it (any reactor, under the lock): its answer. */
 static void on_refused(struct ig_waiter *w, const struct ig_dispatch_error *e)
 {
 	struct ig_req *req = IG_CONTAINER_OF(w, struct ig_req, wait);
+	if (req->hedge_of && !req->xfer.running && !req->relay.first_seen) {
+		req->hedge_refused = true; /* hedge_start drops it */
+		return;
+	}
 	if (req->relay.committed) { /* a continuation: its stream is under way */
 		free(req->cont_refused);
 		req->cont_refused = strdup(e->message);
@@ -916,7 +1096,10 @@ static enum MHD_Result respond_read(struct ig_req *req)
 		MHD_add_response_header(r, "Cache-Control", "no-cache");
 		MHD_add_response_header(r, "X-Accel-Buffering", "no");
 	}
-	MHD_add_response_header(r, "Idempotent-Replayed", "true");
+	if (req->hedge_winner == 2)
+		MHD_add_response_header(r, "X-Infergate-Hedged", "true");
+	else
+		MHD_add_response_header(r, "Idempotent-Replayed", "true");
 	add_common_headers(req, r);
 	enum MHD_Result ret = queue_answer(req, e->status, r, len);
 	if (e->done)
@@ -1143,6 +1326,12 @@ static void end_attempt(struct ig_req *req, enum ig_upstream_error e, const char
 	struct ig_backend *b = req->wait.backend;
 	char event_detail[320];
 
+	if (req->hedge_lost) { /* dropped at its first byte: hedge_lose (posted) does the rest */
+		ig_upstream_stop(&req->xfer);
+		ig_dispatch_end(gw, &req->wait, &(struct ig_pick_outcome){.ok = false, .completion_tokens = -1});
+		gw->stats.hedge_waste_us += ig_now_us() - req->wait.attempt_us;
+		return;
+	}
 	ig_upstream_stop(&req->xfer); /* when it ends early: idle timeout */
 	if (e == IG_UPERR_NONE && rl->cont.broken) {
 		/* a 5xx error event, taken out of the stream (relay.c) */
@@ -1177,6 +1366,14 @@ static void end_attempt(struct ig_req *req, enum ig_upstream_error e, const char
 			ig_health_passive_fail(gw, b, e, detail);
 		}
 		req->ttft_cut = false;
+		if (!rl->committed && req->hedge && req->hedge_winner == 0) {
+			/* it failed while its hedge runs: the hedge's answer is its own */
+			req->hedge_winner = 2;
+			req->hedge_lost = true;
+			gw->stats.hedges[1]++;
+			hedge_lose(req);
+			return;
+		}
 		if (rl->committed) {
 			if (continue_stream(req, e, detail))
 				return;
@@ -1222,12 +1419,14 @@ static void end_attempt(struct ig_req *req, enum ig_upstream_error e, const char
 		if (rl->prompt_tokens > 0) {
 			atomic_fetch_add(&b->prompt_tokens, (unsigned long)rl->prompt_tokens);
 			gw->stats.prompt_tokens += (uint64_t)rl->prompt_tokens;
-			req->adm.key->prompt_tokens += (uint64_t)rl->prompt_tokens;
+			if (req->adm.key)
+				req->adm.key->prompt_tokens += (uint64_t)rl->prompt_tokens;
 		}
 		if (rl->completion_tokens > 0) {
 			atomic_fetch_add(&b->completion_tokens, (unsigned long)rl->completion_tokens);
 			gw->stats.completion_tokens += (uint64_t)rl->completion_tokens;
-			req->adm.key->completion_tokens += (uint64_t)rl->completion_tokens;
+			if (req->adm.key)
+				req->adm.key->completion_tokens += (uint64_t)rl->completion_tokens;
 		}
 	}
 	ig_admission_settle(&req->adm, rl->prompt_tokens, rl->completion_tokens,
@@ -1295,6 +1494,16 @@ static void detached_end(struct ig_req *req)
 	}
 	idem_finish(req);
 	req->status_sent = req->err_status ? req->err_status : (unsigned)req->relay.up_status;
+	if (req->is_hedge) { /* its primary counts the request; the tokens are its */
+		struct ig_req *p = req->hedge_of;
+		if (p && p->hedge_winner == 2) {
+			p->relay.prompt_tokens = req->relay.prompt_tokens;
+			p->relay.completion_tokens = req->relay.completion_tokens;
+		}
+		ig_list_del(&req->post_link);
+		hedge_drop(req);
+		return;
+	}
 	count_answer(req);
 	req_log(req, false);
 	req_free(req);
@@ -1414,6 +1623,12 @@ static void scan_idle(struct ig_rx *rx, uint64_t now_ms)
 			}
 			continue;
 		}
+		/* No byte after hedge.after_ms: a straggler, hedged (class high
+		 * and normal; not a follow-up pinned to its backend). */
+		if (cfg->hedge_after_ms && !req->hedged && !req->is_hedge && !req->idem && req->xfer.running &&
+		    !req->relay.first_seen && !req->relay.committed && klass != IG_CLASS_LOW && !req->wait.pick.pinned &&
+		    (ig_now_us() - req->wait.attempt_us) / 1000 >= (uint64_t)cfg->hedge_after_ms)
+			hedge_start(req);
 		/* A stream with no first event within timeouts.ttft_ms: a straggler
 		 * (a server's own queue, a stuck prefill): tried elsewhere. */
 		if (ttft_ms && req->xfer.running && req->adm.stream && !req->relay.committed &&
@@ -1463,7 +1678,7 @@ void ig_proxy_tick_rx(struct ig_rx *rx, uint64_t now_ms)
 		scan_watch(rx, now_ms);
 	}
 	if (now_ms >= rx->next_idle_scan_ms) {
-		rx->next_idle_scan_ms = now_ms + 250;
+		rx->next_idle_scan_ms = now_ms + (rx->gw->cfg->hedge_after_ms ? 50 : 250);
 		scan_idle(rx, now_ms);
 	}
 }
@@ -1478,6 +1693,12 @@ void ig_proxy_run_posted(struct ig_rx *rx)
 		if (ops & IG_HAND_DETACHED_END) {
 			detached_end(req);
 			continue;
+		}
+		if (ops & IG_HAND_HEDGE_LOST) {
+			bool hedge = req->is_hedge;
+			hedge_lose(req);
+			if (hedge)
+				continue; /* freed */
 		}
 		if (ops & IG_HAND_END_STREAM)
 			end_refused_stream(req);

@@ -26,6 +26,7 @@
 #define IG_HAND_RESUME 2u  /* resume its connection: an answer is decided */
 #define IG_HAND_END_STREAM 4u /* its stream's continuation was refused: end it (cont_refused) */
 #define IG_HAND_DETACHED_END 8u /* a detached request's answer is decided: told, freed */
+#define IG_HAND_HEDGE_LOST 16u  /* the other of its race answered first (hedge_lose) */
 
 struct ig_req {
 	/* 1. Fixed at creation. */
@@ -83,6 +84,18 @@ struct ig_req {
 				      * entry, conn is NULL, freed at its end */
 	size_t idem_off;             /* a reader's bytes of the answer sent */
 	struct ig_list idem_link;    /* a reader waiting: the entry's `waiting` */
+	/* Hedging: a request with no byte after hedge.after_ms is sent to a
+	 * second backend too, by a hedge (a detached request of its own); the
+	 * first byte of either wins, the other is dropped, and a primary whose
+	 * hedge won reads the hedge's answer (through its entry, as a
+	 * duplicate reads its runner's). */
+	struct ig_req *hedge;        /* the primary's hedge, while it lives */
+	struct ig_req *hedge_of;     /* the hedge's primary, while it lives */
+	int hedge_winner;            /* the primary's: 0 undecided, 1 it, 2 its hedge */
+	bool hedge_lost;             /* it lost its race: its transfer goes, no retry */
+	bool hedged;                 /* the primary was hedged (once at most) */
+	bool hedge_refused;          /* a hedge that dispatch would not place */
+	bool is_hedge;               /* it is a hedge (not counted as a request) */
 	int retries_done;
 	enum ig_upstream_error last_err;
 	unsigned err_status;         /* error answer decided by the gateway */

@@ -485,6 +485,11 @@ static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
 		return 0;
 	r->last_io_ms = ig_now_ms();
 	atomic_store(&r->backend->last_io_ms, r->last_io_ms);
+	if (!r->first_seen && r->up_status >= 200 && r->up_status < 300) {
+		r->first_seen = true;
+		if (r->race && !r->ops->first_byte(r))
+			return 0; /* the other of its race answered first: this transfer goes */
+	}
 	if (r->cont.broken || (r->committed && !ig_relay_streaming(r)))
 		return n; /* a broken attempt's rest, a refused continuation's answer */
 	if (!ig_relay_streaming(r)) {

@@ -48,6 +48,10 @@ struct ig_relay_ops {
 	/* With `tee`: n more bytes of the stream as the client gets them (whole
 	 * events, rewritten). Takes the gateway's lock itself. */
 	void (*tee)(struct ig_relay *r, const char *p, size_t n);
+	/* With `race`: the first byte of a 2xx answer. Returns whether this
+	 * attempt won its race with a hedge (false: the transfer is dropped).
+	 * Takes the gateway's lock itself. */
+	bool (*first_byte)(struct ig_relay *r);
 };
 
 struct ig_relay {
@@ -61,6 +65,8 @@ struct ig_relay {
 				      * null members) are not relayed */
 	bool store;                  /* the answer is stored by its backend: tell `stored` */
 	bool tee;                    /* a stream's bytes go to `tee` too (Idempotency-Key) */
+	bool race;                   /* a hedge runs: the first byte asks `first_byte` */
+	bool first_seen;             /* a 2xx answer's first body byte came */
 	bool detached;               /* its client left, the stream runs on for `tee`
 				      * alone: what is teed is consumed */
 	bool stored;                 /* told */

@@ -28,6 +28,7 @@ struct ig_flow;
 struct ig_policy;
 
 #define IG_RETRY_WINDOW_S 10
+#define IG_HEDGE_WINDOW_S 60
 
 /* A request's place in the queues: its class and key, and where it waits. */
 struct ig_sched_entry {
@@ -96,6 +97,9 @@ struct ig_sched {
 	 * IG_RETRY_WINDOW_S (a ring by second), and the retries it refused */
 	uint64_t budget_sec[IG_RETRY_WINDOW_S];
 	uint64_t budget_req[IG_RETRY_WINDOW_S], budget_retry[IG_RETRY_WINDOW_S];
+	/* Hedges (proxy.c) and requests over the last IG_HEDGE_WINDOW_S, by second */
+	uint64_t hedge_sec[IG_HEDGE_WINDOW_S];
+	uint64_t hedge_req[IG_HEDGE_WINDOW_S], hedge_n[IG_HEDGE_WINDOW_S];
 	uint64_t retries_denied;
 	long class_inflight[IG_NCLASSES];
 };

@@ -399,6 +399,80 @@ def a_backends_breaker_opens_after_ten_failures_in_a_row_and_closes_after_a_good
     assert "circuit breaker closed" in gw.read_log()
 
 
+def hedges(gw):
+    _, _, text = http("GET", gw.url + "/metrics")
+    return {o: metric(text, f'infergate_hedges_total{{outcome="{o}"}}') for o in ("sent", "won", "lost", "not_sent")}
+
+
+def sim_aborted(sim):
+    _, _, text = http("GET", sim.url + "/metrics")
+    return sum(float(l.rsplit(" ", 1)[1]) for l in text.decode().splitlines()
+               if l.startswith("infergate_sim_requests_aborted_total{"))
+
+
+@test
+def a_straggler_is_hedged_on_another_backend_and_the_first_byte_wins():
+    slow = start_sim("--tokens-per-second", "0", "--ttft-ms", "3000", "--output-tokens", "10", "--seed", "3")
+    quick = start_sim("--tokens-per-second", "0", "--ttft-ms", "10", "--output-tokens", "10", "--seed", "3")
+    gw = start_gateway([slow, quick], "--policy", "round-robin", "--hedge-after-ms", "200",
+                       "--hedge-budget-percent", "100", "--health-interval-ms", "200")
+    wait_healthy(gw, 2)
+    want = direct_answer(quick, chat_body("hedge me"))[0]
+    got = []
+    for stream in (False, False, True, True):   # round robin: one of each pair starts on the slow one
+        st, h, b = http("POST", gw.url + "/v1/chat/completions", chat_body("hedge me", stream=stream), timeout=30)
+        assert st == 200, (st, b)
+        text = json.loads(b)["choices"][0]["message"]["content"] if not stream else \
+            "".join(json.loads(e)["choices"][0]["delta"].get("content") or "" for e in sse_events(b)[:-1]
+                    if json.loads(e).get("choices"))
+        got.append((h["x-infergate-backend"], h.get("x-infergate-hedged"), text == want))
+    # Every answer came from the quick one, the same text; two were hedged there.
+    assert [g[0] for g in got] == [quick.url] * 4 and all(g[2] for g in got), got
+    assert sorted(g[1] or "" for g in got) == ["", "", "true", "true"], got
+    assert hedges(gw) == {"sent": 2, "won": 2, "lost": 0, "not_sent": 0}, hedges(gw)
+    # The slow one's requests were dropped (aborted), not left to run.
+    wait_until(lambda: sim_aborted(slow) == 2, timeout=10, what="the slow backend's requests aborted")
+    assert metric(http("GET", gw.url + "/metrics")[2], "infergate_inflight_requests") == 0
+
+
+@test
+def a_primary_that_answers_first_drops_its_hedge():
+    # A answers after 700 ms, B after 4 s; hedged after 200 ms: a request that starts on A
+    # wins over its hedge on B; one that starts on B is answered by its hedge on A.
+    a = start_sim("--tokens-per-second", "0", "--ttft-ms", "700", "--output-tokens", "5")
+    b = start_sim("--tokens-per-second", "0", "--ttft-ms", "4000", "--output-tokens", "5")
+    gw = start_gateway([a, b], "--policy", "round-robin", "--hedge-after-ms", "200", "--hedge-budget-percent", "100",
+                       "--health-interval-ms", "200")
+    wait_healthy(gw, 2)
+    served = [http("POST", gw.url + "/v1/chat/completions", chat_body(f"race {i}"), timeout=30)[1]["x-infergate-backend"]
+              for i in range(2)]
+    assert served == [a.url, a.url], served
+    assert hedges(gw) == {"sent": 2, "won": 1, "lost": 1, "not_sent": 0}, hedges(gw)
+    wait_until(lambda: sim_aborted(b) == 2, timeout=10, what="both of B's requests dropped")
+    assert sim_aborted(a) == 0
+
+
+@test
+def hedges_stay_within_their_budget_and_class_low_is_not_hedged():
+    slow = start_sim("--tokens-per-second", "0", "--ttft-ms", "600", "--output-tokens", "5")
+    quick = start_sim(*FAST)
+    gw = start_gateway([slow, quick], "--policy", "round-robin", "--hedge-after-ms", "100",
+                       "--hedge-budget-percent", "0", "--health-interval-ms", "200")
+    wait_healthy(gw, 2)
+    served = [http("POST", gw.url + "/v1/chat/completions", chat_body(f"b {i}"), timeout=30)[1]["x-infergate-backend"]
+              for i in range(2)]
+    assert sorted(served) == sorted([slow.url, quick.url]), served   # the slow one answered its own
+    assert hedges(gw)["sent"] == 0 and hedges(gw)["not_sent"] == 1, hedges(gw)
+    gw.stop()
+    gw = start_gateway([slow, quick], "--policy", "round-robin", "--hedge-after-ms", "100",
+                       "--hedge-budget-percent", "100", "--health-interval-ms", "200")
+    wait_healthy(gw, 2)
+    served = [http("POST", gw.url + "/v1/chat/completions", chat_body(f"l {i}"), timeout=30,
+                   headers={"X-Infergate-Priority": "low"})[1]["x-infergate-backend"] for i in range(2)]
+    assert sorted(served) == sorted([slow.url, quick.url]), served
+    assert hedges(gw) == {"sent": 0, "won": 0, "lost": 0, "not_sent": 0}, hedges(gw)
+
+
 @test
 def non_streamed_requests_in_flight_on_a_killed_backend_are_retried():
     sims = start_sims(3, "--tokens-per-second", "50", "--ttft-ms", "0", "--output-tokens", "60")

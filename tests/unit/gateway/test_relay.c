@@ -15,7 +15,7 @@ static void stored_nothing(struct ig_relay *r IG_UNUSED, json_t *o IG_UNUSED)
 {
 }
 
-static const struct ig_relay_ops ops = {nothing, nothing, nothing, nothing, stored_nothing, NULL};
+static const struct ig_relay_ops ops = {nothing, nothing, nothing, nothing, stored_nothing, NULL, NULL};
 
 /* A relay as a chat stream comes in. */
 static struct ig_relay *stream_req(void)
