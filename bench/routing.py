@@ -33,6 +33,7 @@ TTFT_MS = 20
 # (batch slots, tokens/s): slots 8..32 (4x), speed 25..100 (4x)
 SIMS = [(32, 100), (32, 50), (16, 100), (16, 50), (8, 100), (32, 25), (8, 50)]
 SLOW = 2          # index of the simulator that turns slow halfway (16 slots, 100 tok/s)
+HEDGE_MS = 2500   # the +hedge variants' hedge.after_ms: past a well server's slowest answer
 
 
 def capacity(slots, tps, ttft_ms):
@@ -54,6 +55,12 @@ def run_policy(policy, corpus, m, conc, cap_s, workdir):
                        "backends": [{"url": u, "max_inflight": s}
                                     for u, (s, _) in zip(sims, SIMS)]}, f)
         gw, gwp = B.start_gateway(procs, sims, config=cfg)   # --listen overrides the file
+    elif policy.endswith("+hedge"):
+        # stragglers hedged: no byte after HEDGE_MS (a well server answers 50 tokens in 0.5-2 s;
+        # the slowed one in 5.2 s), within 5% of the requests a minute
+        gw, gwp = B.start_gateway(procs, sims, extra=["--policy", policy[:-len("+hedge")],
+                                                      "--hedge-after-ms", str(HEDGE_MS),
+                                                      "--hedge-budget-percent", "5"])
     elif policy.endswith("+gateway-load"):
         # blind to the backends' own queues: counts only its own requests in flight
         gw, gwp = B.start_gateway(procs, sims, extra=["--policy", policy[:-len("+gateway-load")],
@@ -92,6 +99,11 @@ def run_policy(policy, corpus, m, conc, cap_s, workdir):
     if st == 200:
         for b in json.loads(body)["backends"]:
             served[b["url"]] = b["served"]
+    hedges = {}
+    st, body = B.http(gw + "/metrics")
+    for line in body.decode().splitlines() if st == 200 else []:
+        if line.startswith("infergate_hedges_total{") or line.startswith("infergate_hedge_waste_seconds_total "):
+            hedges[line.rsplit(" ", 1)[0]] = float(line.rsplit(" ", 1)[1])
     capped = p.returncode is None or not os.path.exists(summary)
     if not capped:
         with open(summary) as f:
@@ -101,7 +113,11 @@ def run_policy(policy, corpus, m, conc, cap_s, workdir):
     return {"policy": policy, "done": done, "wall_s": wall, "rps": done / wall,
             "capped": capped, "fault_at_s": t_fault, "done_at_fault": done_at_fault,
             "rps_before_fault": done_at_fault / t_fault if t_fault else None,
-            "served": [served.get(u, 0) for u in sims]}
+            "served": [served.get(u, 0) for u in sims], "hedges": hedges}
+
+
+def k(outcome):
+    return f'infergate_hedges_total{{outcome="{outcome}"}}'
 
 
 def main():
@@ -131,7 +147,8 @@ def main():
     for pol in args.policies.split(","):
         r = run_policy(pol, corpus, args.requests, args.concurrency, args.time_cap, workdir)
         B.log(f"{pol}: {r['done']} in {r['wall_s']:.1f} s = {r['rps']:.1f} req/s "
-              f"({100 * r['rps'] / ideal:.0f}% of ideal); served per backend {r['served']}")
+              f"({100 * r['rps'] / ideal:.0f}% of ideal); served per backend {r['served']}"
+              + (f"; hedges {r['hedges']}" if r["hedges"].get('infergate_hedges_total{outcome="sent"}') else ""))
         runs.append(r)
     def first_half(r):
         if not r["rps_before_fault"]:
@@ -162,7 +179,13 @@ def main():
              f"queue). least-loaded+gateway-load: `--load-source gateway`, blind to the "
              f"backends' queues (the default before this was learned). "
              f"least-loaded+max_inflight: each backend's `max_inflight` set by hand to its slot "
-             f"count, the reference for what learning should reach.")
+             f"count, the reference for what learning should reach. A `+hedge` variant: "
+             f"`--hedge-after-ms {HEDGE_MS} --hedge-budget-percent 5`" +
+             "".join(f"; {r['policy']}: hedges sent {r['hedges'].get(k('sent'), 0):.0f}, won "
+                     f"{r['hedges'].get(k('won'), 0):.0f}, lost {r['hedges'].get(k('lost'), 0):.0f}, not sent "
+                     f"{r['hedges'].get(k('not_sent'), 0):.0f} (budget or no free slot), backend time of the "
+                     f"losers {r['hedges'].get('infergate_hedge_waste_seconds_total', 0):.1f} s"
+                     for r in runs if r["policy"].endswith("+hedge")) + ".")
     B.record("routing", "Routing quality", B.command_line(), mach,
              {"ideal_rps": ideal, "capacity_before": c_before, "capacity_after": c_after,
               "runs": runs}, table, notes)
