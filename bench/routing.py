@@ -61,6 +61,9 @@ def run_policy(policy, corpus, m, conc, cap_s, workdir):
         gw, gwp = B.start_gateway(procs, sims, extra=["--policy", policy[:-len("+hedge")],
                                                       "--hedge-after-ms", str(HEDGE_MS),
                                                       "--hedge-budget-percent", "5"])
+    elif policy.endswith("+normal"):
+        # the +hedge variant's reference: the same class (normal), no hedging
+        gw, gwp = B.start_gateway(procs, sims, extra=["--policy", policy[:-len("+normal")]])
     elif policy.endswith("+gateway-load"):
         # blind to the backends' own queues: counts only its own requests in flight
         gw, gwp = B.start_gateway(procs, sims, extra=["--policy", policy[:-len("+gateway-load")],
@@ -73,7 +76,9 @@ def run_policy(policy, corpus, m, conc, cap_s, workdir):
     p = procs.start("bulk", [B.binary("infergate-bulk"), "--input", corpus, "--output", out,
                              "--url", gw, "--model", "sim-model", "--concurrency", str(conc),
                              "--progress-file", progress, "--summary-json", summary,
-                             "--progress-interval-s", "30"])
+                             "--progress-interval-s", "30"]
+                    # class low (the bulk client's default) is never hedged: these run as normal
+                    + (["--priority", "normal"] if policy.endswith(("+hedge", "+normal")) else []))
     t0 = time.time()
     t_fault = None
     done = done_at_fault = 0
@@ -180,7 +185,9 @@ def main():
              f"backends' queues (the default before this was learned). "
              f"least-loaded+max_inflight: each backend's `max_inflight` set by hand to its slot "
              f"count, the reference for what learning should reach. A `+hedge` variant: "
-             f"`--hedge-after-ms {HEDGE_MS} --hedge-budget-percent 5`" +
+             f"`--hedge-after-ms {HEDGE_MS} --hedge-budget-percent 5`, its requests of class normal "
+             f"(`infergate-bulk --priority normal`: low is never hedged), against `+normal`, the "
+             f"same class without hedging" +
              "".join(f"; {r['policy']}: hedges sent {r['hedges'].get(k('sent'), 0):.0f}, won "
                      f"{r['hedges'].get(k('won'), 0):.0f}, lost {r['hedges'].get(k('lost'), 0):.0f}, not sent "
                      f"{r['hedges'].get(k('not_sent'), 0):.0f} (budget or no free slot), backend time of the "
