@@ -297,9 +297,10 @@ static const struct ig_flag keys[] = {
 	 .off = OFF(idem_max_bytes), .min = 0, .max = 68719476736.0, .def = "268435456", .metavar = "N",
 	 .help = "the answers kept for Idempotency-Key take at most N bytes of memory (the oldest go first)"},
 	{.name = "--hedge-after-ms", .key = "hedge.after_ms", .type = IG_FLAG_LONG, .off = OFF(hedge_after_ms),
-	 .min = 0, .max = 86400000, .def = "0", .metavar = "N",
+	 .min = -1, .max = 86400000, .def = "0", .metavar = "N",
 	 .help = "a request of class high or normal with no byte from its backend after N ms is sent to another "
-		 "with a free slot too; the first to answer wins (0 = no hedging)"},
+		 "with a free slot too; the first to answer wins (0 = no hedging; -1 = after its model's learned p95 "
+		 "time to first byte)"},
 	{.name = "--hedge-budget-percent", .key = "hedge.budget_percent", .type = IG_FLAG_LONG,
 	 .off = OFF(hedge_budget_percent), .min = 0, .max = 100, .def = "5", .metavar = "P",
 	 .help = "hedges over the last minute stay within P% of the requests (and the retry budget)"},

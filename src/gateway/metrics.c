@@ -477,6 +477,19 @@ static void per_model(struct ig_buf *b, struct ig_gw *gw)
 	}
 }
 
+static void per_model_ttfb(struct ig_buf *b, struct ig_gw *gw)
+{
+	ig_buf_printf(b, "# HELP infergate_model_ttfb_p95_seconds The 95th percentile of its backends' time to "
+		      "first byte over its last 256 answers (hedge.after_ms -1); 0 until 32.\n"
+		      "# TYPE infergate_model_ttfb_p95_seconds gauge\n");
+	for (size_t i = 0; i < gw->sched.n; i++) {
+		const struct ig_model *m = gw->sched.v[i];
+		ig_buf_printf(b, "infergate_model_ttfb_p95_seconds{model=\"");
+		ig_buf_prom_label(b, m->name);
+		ig_buf_printf(b, "\"} %.3f\n", (double)m->ttfb_p95_ms / 1000.0);
+	}
+}
+
 static void per_class(struct ig_buf *b, struct ig_gw *gw)
 {
 	ig_buf_printf(b, "# HELP infergate_class_queue_depth Requests waiting, per priority class.\n"
@@ -714,6 +727,7 @@ char *ig_metrics_text(struct ig_gw *gw)
 		      "infergate_tokens_total{kind=\"prompt\"} %lu\ninfergate_tokens_total{kind=\"completion\"} %lu\n",
 		      (unsigned long)s->prompt_tokens, (unsigned long)s->completion_tokens);
 	per_model(&b, gw);
+	per_model_ttfb(&b, gw);
 	per_class(&b, gw);
 	per_key(&b, gw);
 	per_backend(&b, gw, "infergate_backend_up", "gauge", "Backend health (1 up, 0 down).", get_up);

@@ -417,7 +417,7 @@ static void hedge_drop(struct ig_req *h)
 /* p has had no byte for hedge.after_ms: the same request goes to another
  * backend with a free slot, within the budget. On p's reactor, under the
  * lock, outside curl's callbacks. */
-static void hedge_start(struct ig_req *p)
+static void hedge_start(struct ig_req *p, long after_ms)
 {
 	struct ig_gw *gw = p->gw;
 	p->hedged = true;
@@ -499,7 +499,7 @@ static void hedge_start(struct ig_req *p)
 	}
 	gw->stats.hedges[0]++;
 	ig_log_debug("request %s: no byte from %s after %ld ms: hedged on %s", p->request_id, p->wait.backend->url,
-		     gw->cfg->hedge_after_ms, h->wait.backend->url);
+		     after_ms, h->wait.backend->url);
 }
 
 /* The first byte of either of a race (the relay's hook, the lock let go):
@@ -1415,6 +1415,10 @@ static void end_attempt(struct ig_req *req, enum ig_upstream_error e, const char
 	} else {
 		atomic_fetch_add(&b->served, 1);
 		ig_health_passive_ok(gw, b);
+		if (req->wait.m && !rl->cont.count && rl->up_status / 100 == 2) { /* its time to first byte */
+			uint64_t first = rl->t_first_byte_us ? rl->t_first_byte_us : ig_now_us();
+			ig_sched_ttfb(req->wait.m, first > req->wait.attempt_us ? (first - req->wait.attempt_us) / 1000 : 0);
+		}
 		gw->stats.cont_prompt_tokens += (uint64_t)rl->cont.reprefilled;
 		if (rl->prompt_tokens > 0) {
 			atomic_fetch_add(&b->prompt_tokens, (unsigned long)rl->prompt_tokens);
@@ -1625,10 +1629,11 @@ static void scan_idle(struct ig_rx *rx, uint64_t now_ms)
 		}
 		/* No byte after hedge.after_ms: a straggler, hedged (class high
 		 * and normal; not a follow-up pinned to its backend). */
-		if (cfg->hedge_after_ms && !req->hedged && !req->is_hedge && !req->idem && req->xfer.running &&
+		long after = cfg->hedge_after_ms >= 0 ? cfg->hedge_after_ms : req->wait.m ? req->wait.m->ttfb_p95_ms : 0;
+		if (after > 0 && !req->hedged && !req->is_hedge && !req->idem && req->xfer.running &&
 		    !req->relay.first_seen && !req->relay.committed && klass != IG_CLASS_LOW && !req->wait.pick.pinned &&
-		    (ig_now_us() - req->wait.attempt_us) / 1000 >= (uint64_t)cfg->hedge_after_ms)
-			hedge_start(req);
+		    (ig_now_us() - req->wait.attempt_us) / 1000 >= (uint64_t)after)
+			hedge_start(req, after);
 		/* A stream with no first event within timeouts.ttft_ms: a straggler
 		 * (a server's own queue, a stuck prefill): tried elsewhere. */
 		if (ttft_ms && req->xfer.running && req->adm.stream && !req->relay.committed &&
@@ -1678,7 +1683,7 @@ void ig_proxy_tick_rx(struct ig_rx *rx, uint64_t now_ms)
 		scan_watch(rx, now_ms);
 	}
 	if (now_ms >= rx->next_idle_scan_ms) {
-		rx->next_idle_scan_ms = now_ms + (rx->gw->cfg->hedge_after_ms ? 50 : 250);
+		rx->next_idle_scan_ms = now_ms + (rx->gw->cfg->hedge_after_ms ? 25 : 250);
 		scan_idle(rx, now_ms);
 	}
 }

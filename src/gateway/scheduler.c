@@ -290,6 +290,26 @@ size_t ig_sched_waiting(const struct ig_sched *s, int klass)
 	return k;
 }
 
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+void ig_sched_ttfb(struct ig_model *m, uint64_t ms)
+{
+	m->ttfb_ms[m->ttfb_at] = ms > UINT32_MAX ? UINT32_MAX : (uint32_t)ms;
+	m->ttfb_at = (m->ttfb_at + 1) % IG_TTFB_SAMPLES;
+	if (m->ttfb_n < IG_TTFB_SAMPLES)
+		m->ttfb_n++;
+	if (m->ttfb_n < IG_TTFB_MIN || m->ttfb_at % 16 != 0)
+		return; /* the p95 is sorted out every 16 answers */
+	uint32_t v[IG_TTFB_SAMPLES];
+	memcpy(v, m->ttfb_ms, m->ttfb_n * sizeof(v[0]));
+	qsort(v, m->ttfb_n, sizeof(v[0]), cmp_u32);
+	m->ttfb_p95_ms = v[m->ttfb_n * 95 / 100];
+}
+
 void ig_sched_budget_window(const struct ig_sched *s, uint64_t sec, uint64_t *requests, uint64_t *retries)
 {
 	*requests = *retries = 0;

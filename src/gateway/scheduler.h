@@ -29,6 +29,8 @@ struct ig_policy;
 
 #define IG_RETRY_WINDOW_S 10
 #define IG_HEDGE_WINDOW_S 60
+#define IG_TTFB_SAMPLES 256
+#define IG_TTFB_MIN 32
 
 /* A request's place in the queues: its class and key, and where it waits. */
 struct ig_sched_entry {
@@ -75,6 +77,12 @@ struct ig_model {
 	uint64_t queued;             /* of which waited in the queue */
 	uint64_t rejected;           /* 429: its queue was full */
 	uint64_t timeouts;           /* 503: waited too long */
+	/* Its backends' time to the first byte of their last IG_TTFB_SAMPLES
+	 * answers (ms; an attempt's start to its first byte, a whole answer's
+	 * end), and their 95th percentile (hedge.after_ms -1). */
+	uint32_t ttfb_ms[IG_TTFB_SAMPLES];
+	unsigned ttfb_n, ttfb_at;
+	long ttfb_p95_ms;            /* 0 until IG_TTFB_MIN samples */
 };
 
 struct ig_sched {
@@ -145,6 +153,8 @@ void ig_sched_dispatch(struct ig_sched *s, struct ig_model *m, struct ig_sched_e
 void ig_sched_expire(struct ig_sched *s, struct ig_model *m, uint64_t now_ms,
 		     void (*fn)(struct ig_sched_entry *e, void *arg), void *arg);
 
+/* One answer's time to its first byte (ms), for m's learned p95. */
+void ig_sched_ttfb(struct ig_model *m, uint64_t ms);
 /* The retry budget's window (dispatch.c's): requests and retries of the
  * IG_RETRY_WINDOW_S seconds up to `sec`. */
 void ig_sched_budget_window(const struct ig_sched *s, uint64_t sec, uint64_t *requests, uint64_t *retries);

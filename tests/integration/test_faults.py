@@ -453,6 +453,29 @@ def a_primary_that_answers_first_drops_its_hedge():
 
 
 @test
+def hedging_after_the_models_learned_p95_time_to_first_byte():
+    sims = start_sims(2, "--tokens-per-second", "0", "--ttft-ms", "50", "--output-tokens", "5")
+    gw = start_gateway(sims, "--policy", "round-robin", "--hedge-after-ms", "-1", "--hedge-budget-percent", "100",
+                       "--health-interval-ms", "200")
+    wait_healthy(gw, 2)
+    for i in range(48):   # 32 answers needed before the p95 is learned
+        assert http("POST", gw.url + "/v1/chat/completions", chat_body(f"learn {i}"), timeout=30)[0] == 200
+    p95 = metric(http("GET", gw.url + "/metrics")[2], 'infergate_model_ttfb_p95_seconds{model="sim-model"}')
+    assert 0.04 <= p95 < 0.5, p95
+    assert hedges(gw)["sent"] == 0, hedges(gw)   # nothing slower than the p95 yet
+    set_fault(sims[0], "slow")                    # ten times slower to its first token: 500 ms
+    served = [http("POST", gw.url + "/v1/chat/completions", chat_body(f"after {i}"), timeout=30)[1]
+              for i in range(4)]
+    # Those that started on the slowed server (round robin: at least every other one) were
+    # answered by their hedges, and the slow one's attempts dropped; a quick one a little over
+    # the p95 may be hedged too (5% of them).
+    assert [h["x-infergate-backend"] for h in served] == [sims[1].url] * 4, served
+    assert any(h.get("x-infergate-hedged") == "true" for h in served), served
+    assert hedges(gw)["won"] >= 1, hedges(gw)
+    wait_until(lambda: sim_aborted(sims[0]) >= 1, timeout=10, what="the slowed server's attempts dropped")
+
+
+@test
 def hedges_stay_within_their_budget_and_class_low_is_not_hedged():
     slow = start_sim("--tokens-per-second", "0", "--ttft-ms", "600", "--output-tokens", "5")
     quick = start_sim(*FAST)
