@@ -57,11 +57,11 @@ static void drop(struct ig_idem *s, struct ig_idem_entry *e)
 
 void ig_idem_free(struct ig_idem *s)
 {
-	struct ig_idem_entry *e, *next;
-	IG_LIST_FOREACH_SAFE(e, next, &s->entries, struct ig_idem_entry, link) {
-		e->refs = 0; /* the requests are gone before the store */
-		drop(s, e);
-	}
+	for (size_t i = 0; i < s->ntab; i++)
+		while (s->tab[i]) {
+			s->tab[i]->refs = 0; /* the requests are gone before the store */
+			drop(s, s->tab[i]);
+		}
 	free(s->tab);
 	s->tab = NULL;
 	s->ntab = 0;
@@ -108,11 +108,11 @@ struct ig_idem_entry *ig_idem_add(struct ig_idem *s, const char *scope, const un
 	memcpy(e->digest, digest, 32);
 	ig_buf_init(&e->bytes);
 	ig_list_init(&e->waiting);
+	ig_list_init(&e->link); /* on the list of ended ones when it ends */
 	e->refs = 1;
 	size_t k = slot(s, scope);
 	e->next = s->tab[k];
 	s->tab[k] = e;
-	ig_list_append(&s->entries, &e->link);
 	s->n++;
 	s->bytes += cost(e);
 	return e;
@@ -138,8 +138,7 @@ void ig_idem_end(struct ig_idem *s, struct ig_idem_entry *e, bool failed, uint64
 	e->done_ms = now_ms;
 	if (!e->dropped) {
 		s->bytes += e->bytes.len; /* cost() counts them from now */
-		ig_list_del(&e->link); /* the oldest first: by end */
-		ig_list_append(&s->entries, &e->link);
+		ig_list_append(&s->entries, &e->link); /* by end: the oldest first */
 	}
 	if (e->failed)
 		drop(s, e); /* readers already joined keep it until they are done */
@@ -160,8 +159,7 @@ void ig_idem_expire(struct ig_idem *s, uint64_t now_ms)
 {
 	struct ig_idem_entry *e, *next;
 	IG_LIST_FOREACH_SAFE(e, next, &s->entries, struct ig_idem_entry, link) {
-		if (!e->done)
-			continue; /* running: kept */
+		/* only ended ones are here, by end: a running one is kept */
 		if (now_ms - e->done_ms < s->ttl_ms && s->bytes <= s->max_bytes)
 			break;
 		drop(s, e);

@@ -25,7 +25,7 @@
 #define IG_IDEM_KEY_MAX 255 /* bytes of an Idempotency-Key value */
 
 struct ig_idem_entry {
-	struct ig_list link;        /* the store's, oldest first */
+	struct ig_list link;        /* the store's ended ones, by end, oldest first */
 	struct ig_idem_entry *next; /* its hash chain */
 	char *scope;                /* "<API key name>\n<Idempotency-Key>" */
 	unsigned char digest[32];   /* SHA-256 of the request body as sent */
@@ -41,7 +41,7 @@ struct ig_idem_entry {
 };
 
 struct ig_idem {
-	struct ig_list entries;
+	struct ig_list entries;     /* those that ended (a running one is in tab only) */
 	struct ig_idem_entry **tab; /* chains by scope, keyed with a secret */
 	size_t ntab;                /* a power of two */
 	uint64_t secret;

@@ -393,20 +393,30 @@ static int idem_begin(struct ig_req *req)
 
 /* ---- hedging: a straggler sent to a second backend, the first byte wins ---- */
 
-/* A hedge that lost, was refused or is not needed: its transfer stopped,
- * its slot given back, freed. Not from a curl callback. */
+/* Its attempt stopped where it is: a transfer running (or about to start
+ * on its reactor) cut, its slot given back and counted as aborted at its
+ * backend; a place in the queue left. Returns whether a transfer was cut.
+ * Not from a curl callback. */
+static bool stop_attempt(struct ig_req *req)
+{
+	bool cut = req->xfer.running || req->start_posted;
+	if (cut) {
+		req->start_posted = false; /* its reactor will not start it */
+		ig_upstream_stop(&req->xfer);
+		ig_dispatch_end(req->gw, &req->wait, &(struct ig_pick_outcome){.ok = false, .completion_tokens = -1});
+		atomic_fetch_add(&req->wait.backend->aborted, 1);
+	}
+	if (req->wait.queued)
+		ig_dispatch_cancel(req->gw, &req->wait);
+	return cut;
+}
+
+/* A hedge that lost, was refused or is not needed: its attempt stopped,
+ * freed. Not from a curl callback. */
 static void hedge_drop(struct ig_req *h)
 {
-	struct ig_gw *gw = h->gw;
-	if (h->xfer.running || h->start_posted) {
-		h->start_posted = false;
-		ig_upstream_stop(&h->xfer);
-		ig_dispatch_end(gw, &h->wait, &(struct ig_pick_outcome){.ok = false, .completion_tokens = -1});
-		atomic_fetch_add(&h->wait.backend->aborted, 1);
-		gw->stats.hedge_waste_us += ig_now_us() - h->wait.attempt_us;
-	}
-	if (h->wait.queued)
-		ig_dispatch_cancel(gw, &h->wait);
+	if (stop_attempt(h))
+		h->gw->stats.hedge_waste_us += ig_now_us() - h->wait.attempt_us;
 	ig_list_del(&h->post_link);
 	if (h->hedge_of && h->hedge_of->hedge == h)
 		h->hedge_of->hedge = NULL;
@@ -466,7 +476,8 @@ static void hedge_start(struct ig_req *p, long after_ms)
 	h->relay.usage_added = p->relay.usage_added;
 	h->relay.tee = p->relay.stream;
 	h->relay.race = true;
-	h->relay.detached = h->detached = true;
+	h->detached = true;
+	ig_relay_detach(&h->relay);
 	h->relay.cont.max = p->relay.cont.max;
 	h->is_hedge = true;
 	h->idem = e;
@@ -538,14 +549,8 @@ static void hedge_lose(struct ig_req *req)
 		hedge_drop(req);
 		return;
 	}
-	if (req->xfer.running) {
-		ig_upstream_stop(&req->xfer);
-		ig_dispatch_end(gw, &req->wait, &(struct ig_pick_outcome){.ok = false, .completion_tokens = -1});
-		atomic_fetch_add(&req->wait.backend->aborted, 1);
+	if (stop_attempt(req))
 		gw->stats.hedge_waste_us += ig_now_us() - req->wait.attempt_us;
-	}
-	if (req->wait.queued)
-		ig_dispatch_cancel(gw, &req->wait);
 	struct ig_req *h = req->hedge;
 	if (!h || req->idem_reader)
 		return;
@@ -1523,12 +1528,8 @@ static void detach(struct ig_req *req)
 	ig_list_del(&req->watch_link);
 	req->suspended = false;
 	req->conn = NULL;
-	req->detached = rl->detached = true;
-	if (rl->ready) { /* teed, not read: no one will */
-		ig_buf_consume(&rl->resp, rl->ready);
-		rl->consumed += rl->ready;
-		rl->ready = 0;
-	}
+	req->detached = true;
+	ig_relay_detach(rl);
 	if (rl->paused && req->xfer.running) {
 		rl->paused = false;
 		ig_upstream_unpause(&req->xfer);
@@ -1542,13 +1543,7 @@ void ig_proxy_req_client_gone(struct ig_req *req)
 
 	if (req->detached) { /* the gateway stops */
 		ig_list_del(&req->post_link);
-		if (req->xfer.running || req->start_posted) {
-			req->start_posted = false;
-			ig_upstream_stop(&req->xfer);
-			ig_dispatch_end(gw, &req->wait, &(struct ig_pick_outcome){.ok = false, .completion_tokens = -1});
-		}
-		if (req->wait.queued)
-			ig_dispatch_cancel(gw, &req->wait);
+		stop_attempt(req);
 		detached_end(req);
 		return;
 	}
@@ -1569,19 +1564,14 @@ void ig_proxy_req_client_gone(struct ig_req *req)
 	}
 	req->relay.client_gone = true;
 	unwatch_client(req);
-	if (req->xfer.running || req->start_posted) {
-		req->start_posted = false; /* its reactor will not start it */
-		ig_upstream_stop(&req->xfer);
-		ig_dispatch_end(gw, &req->wait, &(struct ig_pick_outcome){.ok = false, .completion_tokens = -1});
-		atomic_fetch_add(&req->wait.backend->aborted, 1);
+	bool queued = req->wait.queued;
+	if (stop_attempt(req)) {
 		gw->stats.client_aborts++;
 		ig_log_debug("request %s: client left, upstream transfer to %s aborted", req->request_id,
 			     req->wait.backend->url);
 	}
-	if (req->wait.queued) {
-		ig_dispatch_cancel(gw, &req->wait);
+	if (queued)
 		gw->stats.client_aborts++;
-	}
 	resume(req); /* MHD must see the connection to close it */
 }
 

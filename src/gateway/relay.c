@@ -254,12 +254,6 @@ static bool is_usage_event(const char *d, size_t dn)
 
 #define USAGE_NULL ",\"usage\":null"
 
-/* What include_usage added, taken out again for a client that did not ask
- * for it: the usage event (the line, its LF and the blank line after it,
- * now or when it arrives: skip_blank), or the "usage": null member that
- * OpenAI puts on every other chunk (SGLang and vLLM omit it). The line ends
- * `rest` bytes before the end of r->resp; returns the lowest position
- * changed, or SIZE_MAX. */
 /* An event taken out whole: its line, its LF and the blank line after it
  * (now or when it arrives: skip_blank). Returns the lowest position
  * changed, or SIZE_MAX. */
@@ -275,6 +269,12 @@ static size_t drop_event(struct ig_relay *r, size_t line_len, size_t rest)
 	return ig_buf_pending(b) - (rest - blank);
 }
 
+/* What include_usage added, taken out again for a client that did not ask
+ * for it: the usage event (the line, its LF and the blank line after it,
+ * now or when it arrives: skip_blank), or the "usage": null member that
+ * OpenAI puts on every other chunk (SGLang and vLLM omit it). The line ends
+ * `rest` bytes before the end of r->resp; returns the lowest position
+ * changed, or SIZE_MAX. */
 static size_t hide_usage(struct ig_relay *r, const char *d, size_t dn, size_t line_len, size_t rest)
 {
 	struct ig_buf *b = &r->resp;
@@ -444,31 +444,43 @@ static int append_stream(struct ig_relay *r, const char *ptr, size_t n)
 	return 0;
 }
 
-/* The bytes made whole since the last call go to `tee`; a detached
- * stream's are consumed (no client reads them). */
-static void tee_ready(struct ig_relay *r)
+/* The whole events ready for the client, consumed unread. */
+static void drop_ready(struct ig_relay *r)
 {
-	uint64_t final = r->consumed + r->ready;
-	if (final > r->teed) {
-		r->ops->tee(r, ig_buf_head(&r->resp) + (r->teed - r->consumed), (size_t)(final - r->teed));
-		r->teed = final;
-	}
-	if (r->detached && r->ready) {
-		ig_buf_consume(&r->resp, r->ready);
-		r->consumed += r->ready;
-		r->ready = 0;
-	}
+	ig_buf_consume(&r->resp, r->ready);
+	r->consumed += r->ready;
+	r->ready = 0;
 }
 
-void ig_relay_tee_rest(struct ig_relay *r)
+/* The bytes not teed yet up to `end` (counted as r->consumed is) go to
+ * `tee`. */
+static void tee_to(struct ig_relay *r, uint64_t end)
 {
-	if (!r->tee)
-		return;
-	uint64_t end = r->consumed + ig_buf_pending(&r->resp);
 	if (end > r->teed) {
 		r->ops->tee(r, ig_buf_head(&r->resp) + (r->teed - r->consumed), (size_t)(end - r->teed));
 		r->teed = end;
 	}
+}
+
+/* The bytes made whole since the last call go to `tee`; a detached
+ * stream's are consumed (no client reads them). */
+static void tee_ready(struct ig_relay *r)
+{
+	tee_to(r, r->consumed + r->ready);
+	if (r->detached)
+		drop_ready(r);
+}
+
+void ig_relay_detach(struct ig_relay *r)
+{
+	r->detached = true;
+	drop_ready(r); /* teed, not read: no one will */
+}
+
+void ig_relay_tee_rest(struct ig_relay *r)
+{
+	if (r->tee)
+		tee_to(r, r->consumed + ig_buf_pending(&r->resp));
 }
 
 bool ig_relay_streaming(const struct ig_relay *r)

@@ -119,6 +119,9 @@ bool ig_relay_streaming(const struct ig_relay *r);
 /* A whole (not streamed) 2xx body arrived: its usage read, and a stored
  * response told. */
 void ig_relay_whole_body(struct ig_relay *r);
+/* Its client left: from now on what is teed is consumed unread (and what
+ * was ready already). */
+void ig_relay_detach(struct ig_relay *r);
 /* The stream's end: with `tee`, the bytes it had not teed yet (whatever
  * is left goes to the client now). */
 void ig_relay_tee_rest(struct ig_relay *r);
