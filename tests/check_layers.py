@@ -48,7 +48,7 @@ LAYERS = {
         "batch",                                  # one batch's record and its saving
         "files",                                  # the Files API and its store
         "proxy",                                  # the request's life
-        "cluster",                                # what gateways share through Redis
+        "cluster idem_share",                     # what gateways share through Redis
         "relay admission dispatch",
         "metrics",                                # reads the scheduler's, the router's and the tables' state
         "scheduler",                              # who runs next

@@ -33,6 +33,7 @@
 #include "reactor.h"
 #include "reload.h"
 #include "idem.h"
+#include "proxy.h"
 #include "respstore.h"
 #include "rx.h"
 #include "server.h"
@@ -108,6 +109,7 @@ int ig_boot_init(struct ig_gw *gw, struct ig_conf *cfg)
 	ig_sched_init(&gw->sched);
 	ig_clients_init(&gw->clients);
 	ig_idem_init(&gw->idem, (size_t)cfg->idem_max_bytes, (uint64_t)cfg->idem_ttl_s * 1000u);
+	gw->idem.wake = ig_proxy_idem_wake;
 	if (ig_reload_files(gw, cfg, &err) < 0) {
 		for (char *line = strtok(err, "\n"); line; line = strtok(NULL, "\n"))
 			ig_log_error("%s", line);

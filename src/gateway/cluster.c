@@ -151,6 +151,17 @@ struct shared_resp {
 	uint64_t ttl_ms;
 };
 
+/* A command another module asked for (ig_cluster_ask), sent at reactor
+ * 0's next turn. */
+struct ask {
+	struct ig_list link;
+	int argc;
+	char **argv;
+	size_t *lens;
+	redisCallbackFn *fn;
+	void *arg;
+};
+
 struct member {
 	char name[80];
 	long age_ms;
@@ -178,6 +189,8 @@ struct ig_cluster {
 	char *members_logged;        /* "a, b": logged when it changes */
 	struct ig_list outbox;
 	size_t nout;
+	struct ig_list asks;         /* ig_cluster_ask's, not sent yet */
+	size_t nasks;
 	/* shared limits */
 	bool keysyncing;
 	uint64_t next_keys_ms, keys_at_ms;
@@ -1169,6 +1182,62 @@ int ig_cluster_command(struct ig_gw *gw, redisCallbackFn *fn, void *privdata, in
 	return ig_redis_argv(c->cmd, fn, privdata, argc, argv, lens);
 }
 
+static void ask_free(struct ask *a)
+{
+	for (int i = 0; a->argv && i < a->argc; i++)
+		free(a->argv[i]);
+	free(a->argv);
+	free(a->lens);
+	free(a);
+}
+
+int ig_cluster_ask(struct ig_gw *gw, redisCallbackFn *fn, void *privdata, int argc, const char **argv,
+		   const size_t *lens)
+{
+	struct ig_cluster *c = gw->cluster;
+	if (!c || !c->joined || c->nasks >= OUTBOX_MAX)
+		return -1;
+	struct ask *a = calloc(1, sizeof(*a));
+	if (!a || !(a->argv = calloc((size_t)argc, sizeof(*a->argv))) || !(a->lens = malloc((size_t)argc * sizeof(*a->lens)))) {
+		if (a)
+			ask_free(a);
+		return -1;
+	}
+	a->argc = argc;
+	for (int i = 0; i < argc; i++) {
+		if (!(a->argv[i] = malloc(lens[i] + 1))) {
+			ask_free(a);
+			return -1;
+		}
+		memcpy(a->argv[i], argv[i], lens[i]);
+		a->argv[i][lens[i]] = '\0';
+		a->lens[i] = lens[i];
+	}
+	a->fn = fn;
+	a->arg = privdata;
+	ig_list_append(&c->asks, &a->link);
+	c->nasks++;
+	if (gw->threaded)
+		ig_rx_wake(ig_gw_home(gw));
+	return 0;
+}
+
+/* The asks sent while Redis is up; failed (their callbacks told NULL) when
+ * this gateway serves alone, or at the stop (fail). */
+static void flush_asks(struct ig_cluster *c, bool fail)
+{
+	struct ask *a;
+	while ((a = IG_LIST_FIRST(&c->asks, struct ask, link))) {
+		if (!fail && ig_redis_argv(c->cmd, a->fn, a->arg, a->argc, (const char **)a->argv, a->lens) < 0)
+			return;
+		if (fail && a->fn)
+			a->fn(NULL, NULL, a->arg);
+		ig_list_del(&a->link);
+		c->nasks--;
+		ask_free(a);
+	}
+}
+
 static json_t *report_json(void *arg);
 static void report_prom(void *arg, struct ig_buf *o);
 
@@ -1292,6 +1361,7 @@ int ig_cluster_start(struct ig_gw *gw)
 	gw->cluster = c;
 	c->gw = gw;
 	ig_list_init(&c->outbox);
+	ig_list_init(&c->asks);
 	if (ig_redis_url_parse(cfg->cluster_redis, &c->url, &err) < 0) { /* checked by conf.c */
 		ig_log_error("cluster.redis_url: %s", err);
 		free(err);
@@ -1350,6 +1420,8 @@ void ig_cluster_tick(struct ig_gw *gw, uint64_t now)
 		return;
 	ig_redis_tick(c->cmd, now);
 	ig_redis_tick(c->sub, now);
+	if (!c->joined)
+		flush_asks(c, true);
 	if (!c->subscribed && ig_redis_state(c->sub) == IG_REDIS_UP &&
 	    ig_redis_subscribe(c->sub, PREFIX "resp", on_message, c) == 0 &&
 	    ig_redis_subscribe(c->sub, data_channel, on_data, c) == 0)
@@ -1365,6 +1437,8 @@ void ig_cluster_tick(struct ig_gw *gw, uint64_t now)
 	if (c->joined && now - c->last_ok_ms > c->live_ms)
 		set_joined(c, false, "no sync answered for 3 periods");
 	flush(c);
+	if (c->joined)
+		flush_asks(c, false);
 }
 
 void ig_cluster_stop(struct ig_gw *gw)
@@ -1376,6 +1450,7 @@ void ig_cluster_stop(struct ig_gw *gw)
 	ig_metrics_unregister(gw, c);
 	ig_redis_free(c->cmd);
 	ig_redis_free(c->sub);
+	flush_asks(c, true);
 	/* Leave at once (blocking: the loops are over), so that a restart
 	 * under the same name is not refused and the others see it go. */
 	if (c->joined) {

@@ -100,6 +100,12 @@ const char *ig_cluster_holder(const struct ig_gw *gw);
  * fn gets the reply, NULL when the connection drops. Returns 0 or -1. */
 int ig_cluster_command(struct ig_gw *gw, redisCallbackFn *fn, void *privdata, int argc, const char **argv,
 		       const size_t *lens);
+/* The same from any reactor, under the lock: queued, sent at reactor 0's
+ * next turn; fn gets the reply there (under the lock), or NULL when the
+ * connection drops first, this gateway comes to serve alone, or it stops.
+ * Returns 0, or -1 (alone now, or too many queued: fn is not called). */
+int ig_cluster_ask(struct ig_gw *gw, redisCallbackFn *fn, void *privdata, int argc, const char **argv,
+		   const size_t *lens);
 /* Its state is reported through metrics.h's sources: "cluster" in
  * /health/backends, infergate_cluster_* in /metrics. */
 

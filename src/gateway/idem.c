@@ -12,6 +12,7 @@ void ig_idem_init(struct ig_idem *s, size_t max_bytes, uint64_t ttl_ms)
 {
 	memset(s, 0, sizeof(*s));
 	ig_list_init(&s->entries);
+	ig_list_init(&s->shared);
 	s->max_bytes = max_bytes;
 	s->ttl_ms = ttl_ms;
 	s->secret = ig_secret64();
@@ -25,6 +26,8 @@ static size_t cost(const struct ig_idem_entry *e)
 
 static void entry_free(struct ig_idem_entry *e)
 {
+	ig_list_del(&e->share_link);
+	free(e->claim);
 	free(e->scope);
 	free(e->content_type);
 	ig_buf_free(&e->bytes);
@@ -109,6 +112,7 @@ struct ig_idem_entry *ig_idem_add(struct ig_idem *s, const char *scope, const un
 	ig_buf_init(&e->bytes);
 	ig_list_init(&e->waiting);
 	ig_list_init(&e->link); /* on the list of ended ones when it ends */
+	ig_list_init(&e->share_link);
 	e->refs = 1;
 	size_t k = slot(s, scope);
 	e->next = s->tab[k];
@@ -143,6 +147,22 @@ void ig_idem_end(struct ig_idem *s, struct ig_idem_entry *e, bool failed, uint64
 	if (e->failed)
 		drop(s, e); /* readers already joined keep it until they are done */
 	ig_idem_expire(s, now_ms);
+}
+
+void ig_idem_fail(struct ig_idem *s, struct ig_idem_entry *e, unsigned status, const char *body, uint64_t now_ms)
+{
+	if (e->done)
+		return;
+	if (!e->status) {
+		e->status = status;
+		free(e->content_type);
+		e->content_type = strdup("application/json");
+		ig_buf_reset(&e->bytes);
+		ig_buf_append(&e->bytes, body, strlen(body));
+	}
+	ig_idem_end(s, e, true, now_ms);
+	if (s->wake)
+		s->wake(e);
 }
 
 void ig_idem_put(struct ig_idem *s, struct ig_idem_entry *e)

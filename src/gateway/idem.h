@@ -38,6 +38,21 @@ struct ig_idem_entry {
 	int refs;                   /* requests that run or read it */
 	uint64_t done_ms;
 	struct ig_list waiting;     /* readers waiting for more bytes (proxy.c's) */
+	/* across gateways (idem_share.c's) */
+	unsigned char share;        /* enum ig_idem_share */
+	bool share_busy;            /* a command of its in flight */
+	bool conflict;              /* another body holds the key: its answer is the 422 */
+	uint64_t share_next_ms;     /* its next poll or refresh */
+	char *claim;                /* what it holds in Redis while it runs here */
+	struct ig_list share_link;  /* the store's `shared` */
+};
+
+/* An entry across gateways (idem_share.h): */
+enum ig_idem_share {
+	IG_IDEM_ALONE,  /* this gateway's only (no cluster, Redis gone, or settled) */
+	IG_IDEM_ASKING, /* Redis asked whether another gateway holds its key */
+	IG_IDEM_OURS,   /* it runs here, its key claimed in Redis */
+	IG_IDEM_THEIRS, /* it runs at another gateway: its answer is polled for */
 };
 
 struct ig_idem {
@@ -49,6 +64,9 @@ struct ig_idem {
 	size_t bytes;               /* of its entries (answers, scopes, overhead) */
 	size_t max_bytes;
 	uint64_t ttl_ms;
+	struct ig_list shared;      /* entries asking, running or followed across gateways */
+	/* wakes an entry's waiting readers (proxy.c's, set at start) */
+	void (*wake)(struct ig_idem_entry *e);
 };
 
 void ig_idem_init(struct ig_idem *s, size_t max_bytes, uint64_t ttl_ms);
@@ -61,6 +79,10 @@ struct ig_idem_entry *ig_idem_add(struct ig_idem *s, const char *scope, const un
 int ig_idem_append(struct ig_idem_entry *e, const void *p, size_t n);
 /* Its run ended: kept (failed false) or not. */
 void ig_idem_end(struct ig_idem *s, struct ig_idem_entry *e, bool failed, uint64_t now_ms);
+/* Its run ended without an answer to keep: the answer its readers get is
+ * this error (status, OpenAI-shaped body) unless it had a status already;
+ * not kept, readers woken. */
+void ig_idem_fail(struct ig_idem *s, struct ig_idem_entry *e, unsigned status, const char *body, uint64_t now_ms);
 /* A reference let go: a dropped or failed entry goes with its last. */
 void ig_idem_put(struct ig_idem *s, struct ig_idem_entry *e);
 /* Drops answers older than the ttl, then the oldest while over max_bytes. */

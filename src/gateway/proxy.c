@@ -25,6 +25,7 @@
 
 #include "health.h"
 #include "idem.h"
+#include "idem_share.h"
 #include "infergate/httpd.h"
 #include "infergate/log.h"
 #include "infergate/oaerror.h"
@@ -125,8 +126,14 @@ static void req_free(struct ig_req *req)
 	}
 	if (req->idem) {
 		ig_list_del(&req->idem_link);
-		if (req->idem_runner && !req->idem_ended) /* never told: not kept */
-			ig_idem_end(&gw->idem, req->idem, true, ig_now_ms());
+		if (req->idem_runner && !req->idem_ended) { /* never told: not kept, its readers told */
+			ig_idem_fail(&gw->idem, req->idem, 502,
+				     "{\"error\": {\"message\": \"the first request with this Idempotency-Key ended before "
+				     "its answer; send it again\", \"type\": \"api_error\", \"param\": null, "
+				     "\"code\": \"idempotent_request_failed\"}}",
+				     ig_now_ms());
+			ig_idem_share_end(gw, req->idem);
+		}
 		ig_idem_put(&gw->idem, req->idem);
 	}
 	free(req->fallback);
@@ -336,12 +343,19 @@ static void idem_finish(struct ig_req *req)
 	}
 	req->idem_ended = true;
 	ig_idem_end(&req->gw->idem, e, failed, ig_now_ms());
+	ig_idem_share_end(req->gw, e);
+	idem_wake(e);
+}
+
+void ig_proxy_idem_wake(struct ig_idem_entry *e)
+{
 	idem_wake(e);
 }
 
 /* The Idempotency-Key of a POST, if it has one: 0 it runs (the first with
  * its key, or none), 1 it reads another's answer (joined or replayed), -1
- * refused (a malformed key: 400; another body under the same key: 422). */
+ * refused (a malformed key: 400; another body under the same key: 422), 2
+ * the other gateways are asked first (idem_share.h; idem_asked decides). */
 static int idem_begin(struct ig_req *req)
 {
 	struct ig_gw *gw = req->gw;
@@ -372,6 +386,10 @@ static int idem_begin(struct ig_req *req)
 			return 0; /* out of memory: it runs, not kept */
 		req->idem = e;
 		req->idem_runner = true;
+		if (ig_idem_share_claim(gw, e) == 0) {
+			req->idem_asking = true;
+			return 2;
+		}
 		gw->stats.idem[0]++;
 		return 0;
 	}
@@ -910,6 +928,9 @@ static bool fall_back(struct ig_req *req)
 	return false;
 }
 
+static enum MHD_Result admit(struct ig_req *req);
+static int idem_asked(struct ig_req *req);
+
 /* The body is complete: admit, dispatch, and answer or suspend. */
 static enum MHD_Result body_done(struct ig_req *req)
 {
@@ -926,8 +947,45 @@ static enum MHD_Result body_done(struct ig_req *req)
 	req->bytes_in = req->body.len; /* as sent: the forwarded body may differ */
 	if (ig_admission_classify(gw, a, req->conn, w) < 0)
 		return refused(req);
-	if (idem_begin(req) != 0) /* refused, or another's answer is its own */
+	int idem = idem_begin(req);
+	if (idem == 2) /* the other gateways asked: idem_asked goes on */
 		return respond(req);
+	if (idem != 0) /* refused, or another's answer is its own */
+		return respond(req);
+	return admit(req);
+}
+
+/* Whether the other gateways hold its Idempotency-Key (idem_share.h):
+ * 0 not, it runs (admit); 1 it reads the answer (run through another
+ * gateway, kept, or the conflict's 422); 2 not known yet, it waits. */
+static int idem_asked(struct ig_req *req)
+{
+	struct ig_idem_entry *e = req->idem;
+	if (e->share == IG_IDEM_ASKING) {
+		if (!ig_list_linked(&req->idem_link))
+			ig_list_append(&e->waiting, &req->idem_link);
+		suspend(req);
+		return 2;
+	}
+	req->idem_asking = false;
+	if (e->share != IG_IDEM_THEIRS && !e->done) {
+		req->gw->stats.idem[0]++;
+		return 0;
+	}
+	req->idem_runner = false;
+	req->idem_reader = true;
+	req->gw->stats.idem[e->conflict ? 3 : e->done ? 2 : 1]++;
+	ig_log_debug("request %s: its Idempotency-Key is held through another gateway%s", req->request_id,
+		     e->conflict ? " with another body" : "");
+	return 1;
+}
+
+/* Admitted (body, limits), then dispatched: answered, or suspended. */
+static enum MHD_Result admit(struct ig_req *req)
+{
+	struct ig_gw *gw = req->gw;
+	struct ig_admission *a = &req->adm;
+	struct ig_waiter *w = &req->wait;
 	if (a->resp_id) {
 		if (ig_admission_by_id(gw, a, req->conn, w) < 0)
 			return refused(req);
@@ -1103,7 +1161,7 @@ static enum MHD_Result respond_read(struct ig_req *req)
 	}
 	if (req->hedge_winner == 2)
 		MHD_add_response_header(r, "X-Infergate-Hedged", "true");
-	else
+	else if (!e->conflict)
 		MHD_add_response_header(r, "Idempotent-Replayed", "true");
 	add_common_headers(req, r);
 	enum MHD_Result ret = queue_answer(req, e->status, r, len);
@@ -1151,6 +1209,13 @@ static enum MHD_Result respond(struct ig_req *req)
 
 	if (rl->client_gone)
 		return MHD_NO;
+	if (req->idem_asking) {
+		int asked = idem_asked(req);
+		if (asked == 2)
+			return MHD_YES;
+		if (asked == 0)
+			return admit(req);
+	}
 	if (req->idem_reader && !req->err_status)
 		return respond_read(req);
 	if (req->err_status || rl->upstream_done)

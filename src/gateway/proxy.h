@@ -80,6 +80,7 @@ struct ig_req {
 	struct ig_idem_entry *idem;
 	bool idem_runner, idem_reader;
 	bool idem_ended;             /* the runner told the entry its end */
+	bool idem_asking;            /* the other gateways asked first (idem_share.h) */
 	bool detached;               /* a runner whose client left: it runs on for the
 				      * entry, conn is NULL, freed at its end */
 	size_t idem_off;             /* a reader's bytes of the answer sent */
@@ -124,6 +125,10 @@ static inline unsigned ig_proxy_req_status(const struct ig_req *req)
 /* On each reactor's housekeeping tick: idle timeouts and hang-up watches
  * of its requests. */
 void ig_proxy_tick_rx(struct ig_rx *rx, uint64_t now_ms);
+/* Wakes the readers waiting for an Idempotency-Key entry (idem.h's hook,
+ * set at start). Under the lock. */
+struct ig_idem_entry;
+void ig_proxy_idem_wake(struct ig_idem_entry *e);
 /* Does what other reactors asked of rx's requests (IG_HAND_*). */
 void ig_proxy_run_posted(struct ig_rx *rx);
 

@@ -41,6 +41,7 @@
 #include "infergate/util.h"
 #include "notify.h"
 #include "proxy.h"
+#include "idem_share.h"
 #include "dispatch.h"
 #include "reactor.h"
 #include "reload.h"
@@ -239,6 +240,8 @@ static void deferred(struct ig_rx *rx)
 		ig_proxy_tick_rx(rx, now);
 		if (rx == ig_gw_home(gw)) {
 			ig_health_tick(gw, now);
+			if (gw->cluster)
+				ig_idem_share_tick(gw, now);
 			ig_dispatch_expire(gw, now); /* drains the queue too */
 			ig_batches_tick(gw->batches, now);
 			ig_health_reap(gw);

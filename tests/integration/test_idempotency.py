@@ -11,8 +11,10 @@ import socket
 import threading
 import time
 
+import subprocess
+
 from harness import (FakeBackend, Dir, chat_body, ensure_openai, http, http_json, keys_file, metric, run, run_client,
-                     sse_events, start_gateway, start_sim, test, wait_until)
+                     sse_events, start_gateway, start_redis, start_sim, test, wait_until)
 
 PACED = ("--tokens-per-second", "40", "--ttft-ms", "0", "--output-tokens", "400", "--seed", "3")
 
@@ -256,6 +258,112 @@ def the_official_openai_client_retrying_after_a_cut_connection_gets_one_answer()
     got = relay.answers[0].split(b"\r\n\r\n", 1)[1]
     assert st == 200 and b == got, (st, b, got)
     assert sim_requests(sim) == 1
+
+
+def clustered(redis, name, backends, *extra):
+    gw = start_gateway(backends, "--cluster-redis", redis.redis_url, "--cluster-name", name,
+                       "--cluster-sync-ms", "100", "--health-interval-ms", "200", *extra)
+    wait_until(lambda: http_json("GET", gw.url + "/health")[2]["healthy_backends"] == len(backends),
+               what=f"{name} healthy")
+    return gw
+
+
+def joined(*gws):
+    names = sorted(f"gw-{i}" for i in "ab"[:len(gws)])
+    wait_until(lambda: all(http_json("GET", g.url + "/health/backends")[2]["cluster"]["joined"] and
+                           sorted(m["name"] for m in http_json("GET", g.url + "/health/backends")[2]["cluster"]
+                                  ["members"]) == names for g in gws), timeout=10, what="both joined")
+
+
+def redis_get(redis, key):
+    return subprocess.run(["redis-cli", "-p", str(redis.port), "--no-raw", *key], capture_output=True, text=True,
+                          timeout=5).stdout
+
+
+@test
+def a_key_holds_across_gateways_sharing_redis():
+    """Two gateways, one Redis, one backend: the answer run through one is replayed through the
+    other (same bytes, the backend asked once); another body is the 422 there too; a 5xx through
+    one lets go of the key, so a retry through the other runs; a stream running through one is
+    answered through the other, whole, when it ends."""
+    answers = []
+
+    def handler(fb, req, sock):
+        if req["method"] == "POST" and answers:
+            if b"slowly" in req["body"]:
+                time.sleep(0.6)
+            FakeBackend.reply(sock, answers.pop(), {"error": {"message": "boom", "type": "server_error", "code": 500}})
+            return True
+        return FakeBackend.answer_ok(fb, req, sock)
+
+    redis = start_redis()
+    fb = FakeBackend(handler)
+    a, b = clustered(redis, "gw-a", [fb]), clustered(redis, "gw-b", [fb])
+    joined(a, b)
+    body = chat_body("once for the fleet", max_tokens=5)
+    st1, h1, b1 = post(a, body, "fleet-1")
+    st2, h2, b2 = post(b, body, "fleet-1")
+    assert (st1, st2) == (200, 200) and b1 == b2, (st1, st2, b1, b2)
+    assert "idempotent-replayed" not in h1 and h2["idempotent-replayed"] == "true", (h1, h2)
+    assert h2["content-type"] == h1["content-type"], (h1, h2)
+    assert len(fb.posts()) == 1, fb.posts()
+    assert idem_counts(b) == {"ran": 0, "joined": 0, "replayed": 1, "conflict": 0}, idem_counts(b)
+    # Kept in Redis for idempotency.ttl_s, under a digest (neither the API key nor the value readable).
+    keys = redis_get(redis, ["KEYS", "infergate:idem:*"])
+    assert keys.count("infergate:idem:") == 1 and "fleet-1" not in keys, keys
+    ttl = int(redis_get(redis, ["PTTL", keys.split('"')[1]]).strip().split()[-1])
+    assert ttl > 23 * 3600 * 1000, ttl
+    # Another body under the key, through the other gateway: the 422, nothing run.
+    st, h, raw = post(b, chat_body("another body", max_tokens=5), "fleet-1")
+    assert st == 422 and json.loads(raw)["error"]["code"] == "idempotency_key_conflict", (st, raw)
+    assert "idempotent-replayed" not in h and len(fb.posts()) == 1, h
+    # A 5xx through gw-a is not kept: the retry through gw-b runs, then gw-a replays gw-b's answer.
+    answers.append(500)
+    body = chat_body("fails once", max_tokens=5)
+    assert post(a, body, "fleet-2")[0] == 500
+    st, h, b3 = post(b, body, "fleet-2")
+    assert st == 200 and "idempotent-replayed" not in h, (st, h)
+    st, h, b4 = post(a, body, "fleet-2")
+    assert st == 200 and h["idempotent-replayed"] == "true" and b4 == b3, (st, h)
+    assert len(fb.posts()) == 3, len(fb.posts())
+    # A duplicate through gw-b of a request that fails while it runs through gw-a: a 502 to send
+    # again (not the other's 500, which gw-b never saw), and the next try runs.
+    answers.append(500)
+    body = chat_body("fails slowly", max_tokens=5)
+    out = {}
+    t = threading.Thread(target=lambda: out.update(first=post(a, body, "fleet-3")))
+    t.start()
+    wait_until(lambda: len(fb.posts()) == 4, what="running through gw-a")
+    st, h, raw = post(b, body, "fleet-3")
+    t.join(10)
+    assert out["first"][0] == 500, out
+    assert st == 502 and json.loads(raw)["error"]["code"] == "idempotent_request_failed", (st, raw)
+    assert post(b, body, "fleet-3")[0] == 200 and len(fb.posts()) == 5, len(fb.posts())
+
+
+@test
+def a_stream_running_through_one_gateway_is_answered_through_another():
+    redis = start_redis()
+    sim = start_sim(*PACED)
+    a, b = clustered(redis, "gw-a", [sim]), clustered(redis, "gw-b", [sim])
+    joined(a, b)
+    body = chat_body("a story", stream=True, max_tokens=40, stream_options={"include_usage": True})
+    out = {}
+
+    def first():
+        out["first"] = post(a, body, "stream-x")
+
+    t = threading.Thread(target=first)
+    t.start()
+    wait_until(lambda: http_json("GET", sim.url + "/sim/state")[2]["num_running_reqs"] == 1, what="running")
+    st2, h2, b2 = post(b, body, "stream-x")
+    t.join(30)
+    st1, h1, b1 = out["first"]
+    assert (st1, st2) == (200, 200), (st1, st2)
+    assert b1 == b2 and sse_events(b2)[-1] == "[DONE]", (len(b1), len(b2))
+    assert h2["idempotent-replayed"] == "true" and h2["content-type"].startswith("text/event-stream"), h2
+    assert sim_requests(sim) == 1, sim_requests(sim)
+    assert idem_counts(b)["joined"] == 1, idem_counts(b)
 
 
 run()

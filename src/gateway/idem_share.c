@@ -1,0 +1,250 @@
+/* Idempotency-Key across gateways (idem_share.h). */
+#include "config.h"
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cluster.h"
+#include "gateway.h"
+#include "idem.h"
+#include "idem_share.h"
+#include "infergate/log.h"
+#include "infergate/oaerror.h"
+#include "infergate/util.h"
+
+#define CLAIM_MS 120000  /* a running claim's life in Redis... */
+#define RENEW_MS 30000   /* ...renewed this often by its gateway */
+#define POLL_MS 100      /* another's running answer looked at this often */
+#define SHARE_MAX (64u << 20) /* an answer larger is not shared (nor kept by Redis) */
+
+/* The claim let go, or renewed, only while it is still this one's (it may
+ * have lapsed and been taken by another gateway). */
+static const char release_lua[] =
+	"if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
+static const char renew_lua[] =
+	"if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0";
+
+/* A command's context: its entry holds a reference until the reply. */
+struct pending {
+	struct ig_gw *gw;
+	struct ig_idem_entry *e;
+};
+
+static void hex(char *out, const unsigned char *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		snprintf(out + 2 * i, 3, "%02x", p[i]);
+}
+
+/* infergate:idem:<SHA-256 of the scope>: neither the API key's digest nor
+ * the client's value is readable in Redis. */
+static void redis_key(const struct ig_idem_entry *e, char out[15 + 65])
+{
+	unsigned char d[32];
+	EVP_Digest(e->scope, strlen(e->scope), d, NULL, EVP_sha256(), NULL);
+	memcpy(out, "infergate:idem:", 15);
+	hex(out + 15, d, 32);
+}
+
+static void settle(struct ig_gw *gw, struct ig_idem_entry *e, enum ig_idem_share to)
+{
+	e->share = (unsigned char)to;
+	if (to == IG_IDEM_ALONE)
+		ig_list_del(&e->share_link);
+	else if (!ig_list_linked(&e->share_link))
+		ig_list_append(&gw->idem.shared, &e->share_link);
+}
+
+/* Sends argv for e (a reference held until the reply). Returns 0 or -1. */
+static int ask(struct ig_gw *gw, struct ig_idem_entry *e, redisCallbackFn *fn, int argc, const char **argv,
+	       const size_t *lens)
+{
+	struct pending *p = malloc(sizeof(*p));
+	if (!p)
+		return -1;
+	*p = (struct pending){gw, e};
+	if (ig_cluster_ask(gw, fn, p, argc, argv, lens) < 0) {
+		free(p);
+		return -1;
+	}
+	e->refs++;
+	e->share_busy = true;
+	return 0;
+}
+
+/* The end of a reply's handling: the reference let go, readers woken. */
+static void done(struct pending *p)
+{
+	struct ig_idem *s = &p->gw->idem;
+	p->e->share_busy = false;
+	if (s->wake)
+		s->wake(p->e);
+	ig_idem_put(s, p->e);
+	free(p);
+}
+
+static void conflict(struct ig_gw *gw, struct ig_idem_entry *e)
+{
+	char *body = ig_oaerror_json("this Idempotency-Key was used with another request body; a key names one request",
+				     "invalid_request_error", "Idempotency-Key", "idempotency_key_conflict");
+	e->conflict = true;
+	settle(gw, e, IG_IDEM_ALONE);
+	ig_idem_fail(&gw->idem, e, 422, body ? body : "{}", ig_now_ms());
+	free(body);
+}
+
+static void gone(struct ig_gw *gw, struct ig_idem_entry *e, const char *why)
+{
+	char *body = ig_oaerror_json(why, "api_error", NULL, "idempotent_request_failed");
+	settle(gw, e, IG_IDEM_ALONE);
+	ig_idem_fail(&gw->idem, e, 502, body ? body : "{}", ig_now_ms());
+	free(body);
+}
+
+/* What Redis holds under e's key: "R DIGEST HOLDER" (running elsewhere) or
+ * "D DIGEST STATUS CTYPE\nANSWER" (kept). */
+static void take(struct ig_gw *gw, struct ig_idem_entry *e, const char *v, size_t n)
+{
+	char d[65], want[65];
+	hex(want, e->digest, 32);
+	if (n < 67 || (v[0] != 'R' && v[0] != 'D') || v[1] != ' ' || v[66] != ' ') {
+		ig_log_warn("Idempotency-Key: Redis holds something else under its key; the request runs here");
+		settle(gw, e, IG_IDEM_ALONE);
+		return;
+	}
+	memcpy(d, v + 2, 64);
+	d[64] = '\0';
+	if (strcmp(d, want) != 0) {
+		conflict(gw, e);
+		return;
+	}
+	if (v[0] == 'R') {
+		settle(gw, e, IG_IDEM_THEIRS);
+		e->share_next_ms = ig_now_ms() + POLL_MS;
+		return;
+	}
+	const char *nl = memchr(v, '\n', n);
+	unsigned status = 0;
+	if (!nl || sscanf(v + 67, "%u", &status) != 1 || status < 100 || status > 599) {
+		gone(gw, e, "the answer kept for this Idempotency-Key by another gateway cannot be read; send it again");
+		return;
+	}
+	const char *ct = strchr(v + 67, ' ');
+	settle(gw, e, IG_IDEM_ALONE);
+	if (e->done)
+		return;
+	e->status = status;
+	free(e->content_type);
+	e->content_type = ct && ct + 1 < nl && ct[1] != '-' ? strndup(ct + 1, (size_t)(nl - ct - 1)) : NULL;
+	ig_buf_reset(&e->bytes);
+	ig_idem_append(e, nl + 1, n - (size_t)(nl + 1 - v));
+	ig_idem_end(&gw->idem, e, false, ig_now_ms()); /* kept here too, the store's rules */
+}
+
+static void on_claim(redisAsyncContext *ac IG_UNUSED, void *reply, void *privdata)
+{
+	struct pending *p = privdata;
+	struct ig_idem_entry *e = p->e;
+	redisReply *r = reply;
+	if (!r || r->type == REDIS_REPLY_ERROR) {
+		if (r) /* Redis before 7.0 has no SET ... GET */
+			ig_log_warn("Idempotency-Key: Redis refused the claim (%s); keys hold at this gateway only", r->str);
+		settle(p->gw, e, IG_IDEM_ALONE);
+	} else if (r->type == REDIS_REPLY_NIL) {
+		settle(p->gw, e, IG_IDEM_OURS);
+		e->share_next_ms = ig_now_ms() + RENEW_MS;
+		if (e->done) /* its runner left meanwhile */
+			ig_idem_share_end(p->gw, e);
+	} else if (r->type == REDIS_REPLY_STRING) {
+		take(p->gw, e, r->str, r->len);
+	} else {
+		settle(p->gw, e, IG_IDEM_ALONE);
+	}
+	done(p);
+}
+
+static void on_poll(redisAsyncContext *ac IG_UNUSED, void *reply, void *privdata)
+{
+	struct pending *p = privdata;
+	struct ig_idem_entry *e = p->e;
+	redisReply *r = reply;
+	e->share_next_ms = ig_now_ms() + POLL_MS;
+	if (e->share != IG_IDEM_THEIRS || !r || r->type == REDIS_REPLY_ERROR)
+		; /* polled again (or settled meanwhile) */
+	else if (r->type == REDIS_REPLY_NIL)
+		gone(p->gw, e, "the request with this Idempotency-Key ran through another gateway and failed, or that "
+			       "gateway stopped; send it again");
+	else if (r->type == REDIS_REPLY_STRING)
+		take(p->gw, e, r->str, r->len);
+	done(p);
+}
+
+int ig_idem_share_claim(struct ig_gw *gw, struct ig_idem_entry *e)
+{
+	char key[80], d[65], ms[24];
+	if (!ig_cluster_joined(gw))
+		return -1;
+	redis_key(e, key);
+	hex(d, e->digest, 32);
+	free(e->claim);
+	if (!(e->claim = ig_strdupf("R %s %s", d, ig_cluster_holder(gw))))
+		return -1;
+	snprintf(ms, sizeof(ms), "%d", CLAIM_MS);
+	const char *argv[] = {"SET", key, e->claim, "NX", "GET", "PX", ms};
+	size_t lens[] = {3, strlen(key), strlen(e->claim), 2, 3, 2, strlen(ms)};
+	if (ask(gw, e, on_claim, 7, argv, lens) < 0)
+		return -1;
+	settle(gw, e, IG_IDEM_ASKING);
+	return 0;
+}
+
+void ig_idem_share_end(struct ig_gw *gw, struct ig_idem_entry *e)
+{
+	char key[80], ms[24];
+	if (e->share != IG_IDEM_OURS)
+		return; /* asking: the claim's reply lets it go */
+	settle(gw, e, IG_IDEM_ALONE);
+	redis_key(e, key);
+	if (e->failed || e->bytes.len > SHARE_MAX || e->bytes.len > gw->idem.max_bytes) {
+		const char *argv[] = {"EVAL", release_lua, "1", key, e->claim};
+		size_t lens[] = {4, sizeof(release_lua) - 1, 1, strlen(key), strlen(e->claim)};
+		ig_cluster_ask(gw, NULL, NULL, 5, argv, lens);
+		return;
+	}
+	char d[65];
+	hex(d, e->digest, 32);
+	char *head = ig_strdupf("D %s %u %s\n", d, e->status, e->content_type ? e->content_type : "-");
+	struct ig_buf v;
+	ig_buf_init(&v);
+	if (head && ig_buf_append(&v, head, strlen(head)) == 0 && ig_buf_append(&v, e->bytes.data, e->bytes.len) == 0) {
+		snprintf(ms, sizeof(ms), "%llu", (unsigned long long)gw->idem.ttl_ms);
+		const char *argv[] = {"SET", key, v.data, "PX", ms};
+		size_t lens[] = {3, strlen(key), v.len, 2, strlen(ms)};
+		ig_cluster_ask(gw, NULL, NULL, 5, argv, lens);
+	}
+	free(head);
+	ig_buf_free(&v);
+}
+
+void ig_idem_share_tick(struct ig_gw *gw, uint64_t now)
+{
+	struct ig_idem_entry *e, *next;
+	char key[80], ms[24];
+	IG_LIST_FOREACH_SAFE(e, next, &gw->idem.shared, struct ig_idem_entry, share_link) {
+		if (e->share_busy || now < e->share_next_ms)
+			continue;
+		redis_key(e, key);
+		if (e->share == IG_IDEM_THEIRS) {
+			const char *argv[] = {"GET", key};
+			size_t lens[] = {3, strlen(key)};
+			ask(gw, e, on_poll, 2, argv, lens);
+		} else if (e->share == IG_IDEM_OURS) {
+			e->share_next_ms = now + RENEW_MS;
+			snprintf(ms, sizeof(ms), "%d", CLAIM_MS);
+			const char *argv[] = {"EVAL", renew_lua, "1", key, e->claim, ms};
+			size_t lens[] = {4, sizeof(renew_lua) - 1, 1, strlen(key), strlen(e->claim), strlen(ms)};
+			ig_cluster_ask(gw, NULL, NULL, 6, argv, lens);
+		}
+	}
+}

@@ -1,0 +1,42 @@
+/* Idempotency-Key across gateways: the first request with a key, at any
+ * gateway of the cluster, runs; a duplicate through another gateway gets
+ * its answer. Through cluster.c's Redis, one key per API key and value
+ * (infergate:idem:<SHA-256 of both>):
+ * - "R <body digest> <holder>" while it runs, set if absent (SET NX GET,
+ *   Redis 7.0 or later: the claim and the look are one command) with a life
+ *   of 2 minutes that its gateway renews every 30 s, so the claim of a
+ *   gateway that died lapses;
+ * - "D <body digest> <status> <Content-Type>\n<answer>" once it ended and is
+ *   kept (idem.h's rules), for idempotency.ttl_s; a failed run lets go of
+ *   its claim, so that a retry runs again.
+ * A duplicate of a running answer at another gateway is polled for every
+ * 100 ms and answered whole when it ended (not followed live, as at the
+ * gateway that runs it); one whose run failed or whose gateway died gets a
+ * 502 to retry. Nothing waits on a Redis that is gone: an entry asking
+ * when the gateway comes to serve alone runs here.
+ *
+ * Threads: under the gateway's lock; the replies come on reactor 0.
+ * Not here: the entries (idem.c), the requests (proxy.c), Redis (cluster.c). */
+#ifndef IG_IDEM_SHARE_H
+#define IG_IDEM_SHARE_H
+
+#include <stdint.h>
+
+struct ig_gw;
+struct ig_idem_entry;
+
+/* A new entry (its runner's): asks Redis whether another gateway holds its
+ * key (share IG_IDEM_ASKING until the reply; then OURS: it runs here;
+ * THEIRS: another runs it; ALONE with an answer: another's kept answer or
+ * the conflict's 422; ALONE without: Redis failed, it runs here). Returns 0
+ * (asked: its readers are woken at the reply) or -1 (not in a cluster now:
+ * it runs here). */
+int ig_idem_share_claim(struct ig_gw *gw, struct ig_idem_entry *e);
+/* Its run here ended (idem.c's ig_idem_end done): its answer shared, or
+ * its claim let go. */
+void ig_idem_share_end(struct ig_gw *gw, struct ig_idem_entry *e);
+/* Polls the answers others run, renews the claims of those that run here.
+ * Reactor 0's tick. */
+void ig_idem_share_tick(struct ig_gw *gw, uint64_t now_ms);
+
+#endif
