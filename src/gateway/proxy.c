@@ -1642,7 +1642,8 @@ void ig_proxy_req_client_gone(struct ig_req *req)
 
 /* ---- housekeeping ---- */
 
-/* A class's value of a per-class timeout: its own, or (-1) the common one. */
+/* A timeout for class klass: the class's own (high, low: -1 none), else
+ * the common one (the route's own, else the configuration's). */
 static long by_class(int klass, long common, long high, long low)
 {
 	long v = klass == IG_CLASS_HIGH ? high : klass == IG_CLASS_LOW ? low : -1;
@@ -1659,8 +1660,11 @@ static void scan_idle(struct ig_rx *rx, uint64_t now_ms)
 	struct ig_req *req, *next;
 	IG_LIST_FOREACH_SAFE(req, next, &rx->reqs, struct ig_req, link) {
 		int klass = req->wait.q.klass;
-		long ttft_ms = by_class(klass, cfg->ttft_ms, cfg->ttft_high_ms, cfg->ttft_low_ms);
-		long gap_ms = by_class(klass, cfg->token_gap_ms, cfg->token_gap_high_ms, cfg->token_gap_low_ms);
+		const struct ig_route *rt = ig_gw_route(cfg, req->adm.route_idx);
+		long ttft_ms = by_class(klass, rt->ttft_ms >= 0 ? rt->ttft_ms : cfg->ttft_ms, cfg->ttft_high_ms,
+					cfg->ttft_low_ms);
+		long gap_ms = by_class(klass, rt->token_gap_ms >= 0 ? rt->token_gap_ms : cfg->token_gap_ms,
+				       cfg->token_gap_high_ms, cfg->token_gap_low_ms);
 		if (req->adm.deadline_ms && now_ms >= req->adm.deadline_ms && !req->deadline_hit &&
 		    (req->wait.queued || req->xfer.running)) {
 			/* The client's deadline: a 504 (or, streaming, the stream's

@@ -60,7 +60,7 @@ static void add(struct ig_routes *t, const char *path, unsigned flags, int usage
 	char *p = strdup(path);
 	if (!p)
 		abort();
-	t->v[t->n++] = (struct ig_route){p, flags, usage};
+	t->v[t->n++] = (struct ig_route){p, flags, usage, -1, -1};
 }
 
 void ig_routes_clear(struct ig_routes *t)
@@ -145,11 +145,26 @@ static void flag_member(json_t *o, const char *key, unsigned bit, bool def, unsi
 		*flags |= bit;
 }
 
-/* One object entry; returns 0 with the route's flags and usage, or -1. */
-static int parse_entry(json_t *o, const char *ctx, unsigned *flags, int *usage, struct ig_buf *errs)
+/* A timeout member: *ms gets it (-1 when absent). */
+static void ms_member(json_t *o, const char *key, long *ms, const char *ctx, struct ig_buf *errs)
+{
+	json_t *v = json_object_get(o, key);
+	*ms = -1;
+	if (!v)
+		return;
+	if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 86400000)
+		ig_flags_problem(errs, "%s.%s: must be a whole number of milliseconds from 0 (no limit) to 86400000", ctx,
+				 key);
+	else
+		*ms = (long)json_integer_value(v);
+}
+
+/* One object entry; returns 0 with the route's flags, usage and timeouts,
+ * or -1. */
+static int parse_entry(json_t *o, const char *ctx, unsigned *flags, int *usage, long ms[2], struct ig_buf *errs)
 {
 	static const char *const known[] = {"path", "methods", "model", "stream", "usage", "stream_options",
-					    "output", "responses"};
+					    "output", "responses", "ttft_timeout_ms", "token_gap_timeout_ms"};
 	size_t problems = ig_buf_pending(errs);
 	const char *k;
 	json_t *v;
@@ -159,7 +174,7 @@ static int parse_entry(json_t *o, const char *ctx, unsigned *flags, int *usage, 
 			i++;
 		if (i == sizeof(known) / sizeof(known[0]))
 			ig_flags_problem(errs, "%s: unknown key '%s' (path, methods, model, stream, usage, stream_options, "
-					 "output, responses)", ctx, k);
+					 "output, responses, ttft_timeout_ms, token_gap_timeout_ms)", ctx, k);
 	}
 	*flags = 0;
 	v = json_object_get(o, "methods");
@@ -212,6 +227,8 @@ static int parse_entry(json_t *o, const char *ctx, unsigned *flags, int *usage, 
 					 "and is not the Responses API's", ctx);
 		*flags |= IG_RT_USAGE_OPTION;
 	}
+	ms_member(o, "ttft_timeout_ms", &ms[0], ctx, errs);
+	ms_member(o, "token_gap_timeout_ms", &ms[1], ctx, errs);
 	if ((*flags & IG_RT_RESPONSES) && *usage != IG_USAGE_USAGE)
 		ig_flags_problem(errs, "%s.responses: the Responses API's usage is in \"usage\"", ctx);
 	return ig_buf_pending(errs) == problems ? 0 : -1;
@@ -255,6 +272,7 @@ void ig_routes_parse_json(struct ig_routes *t, json_t *v, const char *where, str
 		}
 		unsigned flags;
 		int usage;
+		long ms[2] = {-1, -1};
 		if (json_is_string(e)) {
 			const struct builtin *b = builtin(path);
 			if (!b) {
@@ -269,10 +287,12 @@ void ig_routes_parse_json(struct ig_routes *t, json_t *v, const char *where, str
 			}
 			flags = b->flags;
 			usage = b->usage;
-		} else if (parse_entry(e, ctx, &flags, &usage, errs) < 0) {
+		} else if (parse_entry(e, ctx, &flags, &usage, ms, errs) < 0) {
 			continue;
 		}
 		add(t, path, flags, usage);
+		t->v[t->n - 1].ttft_ms = ms[0];
+		t->v[t->n - 1].token_gap_ms = ms[1];
 	}
 	t->n_conf = t->n;
 	size_t derived = 0;
@@ -293,13 +313,16 @@ json_t *ig_routes_to_json(const struct ig_routes *t)
 		for (size_t k = 0; k < 4; k++)
 			if (r->flags & ((unsigned)IG_RT_POST << k))
 				json_array_append_new(methods, json_string(method_names[k]));
-		json_array_append_new(a, json_pack("{s:s, s:o, s:s, s:b, s:s, s:b, s:b, s:b}", "path", r->path, "methods",
-						   methods, "model",
-						   r->flags & IG_RT_MODEL_OPTIONAL ? "optional" : "required", "stream",
-						   !(r->flags & IG_RT_NO_STREAM), "usage", usage_names[r->usage],
-						   "stream_options", (r->flags & IG_RT_USAGE_OPTION) != 0, "output",
-						   (r->flags & IG_RT_OUTPUT) != 0, "responses",
-						   (r->flags & IG_RT_RESPONSES) != 0));
+		json_t *o = json_pack("{s:s, s:o, s:s, s:b, s:s, s:b, s:b, s:b}", "path", r->path, "methods", methods,
+				      "model", r->flags & IG_RT_MODEL_OPTIONAL ? "optional" : "required", "stream",
+				      !(r->flags & IG_RT_NO_STREAM), "usage", usage_names[r->usage], "stream_options",
+				      (r->flags & IG_RT_USAGE_OPTION) != 0, "output", (r->flags & IG_RT_OUTPUT) != 0,
+				      "responses", (r->flags & IG_RT_RESPONSES) != 0);
+		if (o && r->ttft_ms >= 0)
+			json_object_set_new(o, "ttft_timeout_ms", json_integer(r->ttft_ms));
+		if (o && r->token_gap_ms >= 0)
+			json_object_set_new(o, "token_gap_timeout_ms", json_integer(r->token_gap_ms));
+		json_array_append_new(a, o);
 	}
 	return a;
 }
@@ -310,7 +333,8 @@ bool ig_routes_equal(const struct ig_routes *a, const struct ig_routes *b)
 		return false;
 	for (size_t i = 0; i < a->n; i++)
 		if (strcmp(a->v[i].path, b->v[i].path) != 0 || a->v[i].flags != b->v[i].flags ||
-		    a->v[i].usage != b->v[i].usage)
+		    a->v[i].usage != b->v[i].usage || a->v[i].ttft_ms != b->v[i].ttft_ms ||
+		    a->v[i].token_gap_ms != b->v[i].token_gap_ms)
 			return false;
 	return true;
 }

@@ -36,6 +36,8 @@ struct ig_route {
 	char *path;          /* BY_ID: a template with "{id}" */
 	unsigned flags;
 	int usage;           /* enum ig_route_usage */
+	long ttft_ms;        /* its own timeouts.ttft_ms, -1: the common one */
+	long token_gap_ms;   /* its own timeouts.token_gap_ms, -1: the common one */
 };
 
 #define IG_MAX_ROUTES 64
@@ -70,7 +72,7 @@ static inline const char *ig_routes_path(const struct ig_routes *t, int i)
 void ig_routes_default(struct ig_routes *t);
 /* "routes" in the configuration: a list of paths of built-in routes or
  * objects {"path", "methods", "model", "stream", "usage", "stream_options",
- * "output", "responses"}. Replaces the table; every problem named. */
+ * "output", "responses", "ttft_timeout_ms", "token_gap_timeout_ms"}. Replaces the table; every problem named. */
 void ig_routes_parse_json(struct ig_routes *t, json_t *v, const char *where, struct ig_buf *errs);
 /* Adds the routes of the stored responses of each "responses" route
  * (PATH/{id}, PATH/{id}/cancel, PATH/{id}/input_items). */

@@ -17,7 +17,7 @@ import tempfile
 import threading
 import time
 
-from harness import (FakeBackend, Skip, assert_openai_error, binary, chat_body, http, http_json,
+from harness import (Dir, FakeBackend, Skip, assert_openai_error, binary, chat_body, http, http_json,
                      metric, parallel, run, sse_events, start, start_gateway, start_sim, start_sims,
                      test, wait_until)
 
@@ -765,6 +765,43 @@ def the_first_byte_timeout_may_differ_by_class():
     assert sorted(served["low"]) == sorted([slow.url, quick.url]), served
     text = http("GET", gw.url + "/metrics")[2].decode()
     assert metric(text, "infergate_retries_total") == 1, text
+
+
+@test
+def the_timeouts_may_differ_by_route():
+    # Chat has its own first-byte limit (300 ms) in the route table; completions keeps the
+    # common one (none), so it waits for the slow backend. A bad value is named at start.
+    slow = start_sim("--ttft-ms", "1500", "--tokens-per-second", "0")
+    quick = start_sim(*FAST)
+    d = Dir()
+    with open(d("gw.json"), "w") as f:
+        json.dump({"routes": [{"path": "/v1/chat/completions", "stream_options": True, "output": True,
+                               "ttft_timeout_ms": 300, "token_gap_timeout_ms": 0}, "/v1/completions"]}, f)
+    gw = start_gateway([slow, quick], "--policy", "round-robin", "--health-interval-ms", "200", config=d("gw.json"))
+    wait_healthy(gw, 2)
+    served = {"chat": [], "completions": []}
+    for route in ("chat", "completions"):
+        for i in range(2):   # round robin: one of the two starts on the slow one
+            body = chat_body(f"chat {i}", stream=True, max_tokens=3) if route == "chat" else \
+                {"model": "sim-model", "prompt": f"c {i}", "stream": True, "max_tokens": 3}
+            st, hdrs, raw = http("POST", f"{gw.url}/v1/{'chat/' if route == 'chat' else ''}completions", body,
+                                 timeout=30)
+            assert st == 200 and sse_events(raw)[-1] == "[DONE]", (st, raw[-200:])
+            served[route].append(hdrs["x-infergate-backend"])
+    assert served["chat"] == [quick.url] * 2, served
+    assert sorted(served["completions"]) == sorted([slow.url, quick.url]), served
+    text = http("GET", gw.url + "/metrics")[2].decode()
+    assert metric(text, "infergate_retries_total") == 1, text
+    out = subprocess.run([binary("infergate"), "--config", d("gw.json"), "--backend", quick.url, "--check-config"],
+                         capture_output=True, text=True, timeout=10)
+    chat = json.loads(out.stdout)["routes"][0]
+    assert chat["ttft_timeout_ms"] == 300 and chat["token_gap_timeout_ms"] == 0, chat
+    with open(d("bad.json"), "w") as f:
+        json.dump({"routes": [{"path": "/v1/chat/completions", "ttft_timeout_ms": -5}]}, f)
+    bad = subprocess.run([binary("infergate"), "--config", d("bad.json"), "--backend", quick.url, "--check-config"],
+                         capture_output=True, text=True, timeout=10)
+    assert bad.returncode == 2 and "routes[0].ttft_timeout_ms: must be a whole number of milliseconds" in bad.stderr, \
+        bad.stderr
 
 
 @test
