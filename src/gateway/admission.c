@@ -257,11 +257,10 @@ static size_t text_bytes(json_t *v)
 	return n;
 }
 
-/* The tokens a request may use, charged to its key's tpm at admission:
- * its prompt at 4 bytes a token (a chat message's role and two separators
- * counted with its text, as infergate-sim counts it) plus the output it
- * may ask for (max_tokens times n, else default_max_tokens). */
-static long token_estimate(const struct ig_gw *gw, const struct ig_admission *a, json_t *root)
+/* A request's prompt in tokens: its text at 4 bytes a token (a chat
+ * message's role and two separators counted with its text, as
+ * infergate-sim counts it). */
+static long prompt_estimate(json_t *root)
 {
 	json_t *msgs = json_object_get(root, "messages"), *m;
 	size_t bytes = 0, i;
@@ -272,7 +271,15 @@ static long token_estimate(const struct ig_gw *gw, const struct ig_admission *a,
 		bytes = text_bytes(json_object_get(root, "prompt")) + text_bytes(json_object_get(root, "input")) +
 			text_bytes(json_object_get(root, "text"));
 	}
-	long prompt = (long)((bytes + 3) / 4);
+	return (long)((bytes + 3) / 4);
+}
+
+/* The tokens a request may use, charged to its key's tpm at admission:
+ * its prompt (prompt_estimate) plus the output it may ask for (max_tokens
+ * times n, else default_max_tokens). */
+static long token_estimate(const struct ig_gw *gw, const struct ig_admission *a, json_t *root)
+{
+	long prompt = a->prompt_estimate;
 	if (!(rt(gw, a)->flags & IG_RT_OUTPUT))
 		return prompt > 0 ? prompt : 1;
 	json_t *n = json_object_get(root, "n");
@@ -410,8 +417,10 @@ int ig_admission_body(struct ig_gw *gw, struct ig_admission *a, struct MHD_Conne
 		mt = json_object_get(json_object_get(root, "sampling_params"), "max_new_tokens");
 	if (json_is_integer(mt))
 		a->max_tokens = (long)json_integer_value(mt);
-	if (a->key->tpm.limit > 0 || (needs & IG_POLICY_NEEDS_TOKENS))
+	if (a->key->tpm.limit > 0 || (needs & IG_POLICY_NEEDS_TOKENS) || gw->cfg->hedge_after_ms) {
+		a->prompt_estimate = prompt_estimate(root);
 		a->tok_estimate = token_estimate(gw, a, root);
+	}
 	w->pick.tokens = a->tok_estimate;
 	if (needs & IG_POLICY_NEEDS_SESSION)
 		w->pick.session = session_of(a, conn, root);

@@ -54,6 +54,7 @@ struct ig_admission {
 	struct ig_key *key;          /* the client's key (held): limits, usage */
 	/* its key's rate limits */
 	long tok_estimate;           /* its work in tokens: its tpm charge */
+	long prompt_estimate;        /* of it, its prompt (0 when not needed) */
 	long tok_charge;             /* what it was charged (admitted), 0 none */
 	bool tok_settled;            /* the charge was corrected by the usage */
 	bool rl_shown;               /* the x-ratelimit-* values below are set */

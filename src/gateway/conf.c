@@ -304,6 +304,9 @@ static const struct ig_flag keys[] = {
 	{.name = "--hedge-budget-percent", .key = "hedge.budget_percent", .type = IG_FLAG_LONG,
 	 .off = OFF(hedge_budget_percent), .min = 0, .max = 100, .def = "5", .metavar = "P",
 	 .help = "hedges over the last minute stay within P% of the requests (and the retry budget)"},
+	{.name = "--hedge-low", .key = "hedge.low", .type = IG_FLAG_SWITCH, .off = OFF(hedge_low), .def = "false",
+	 .help = "requests of class low are hedged too (by default a bulk run's stragglers wait: its tail matters "
+		 "less than the fleet's work)"},
 	{.name = "--continue-max", .key = "continue.max", .type = IG_FLAG_LONG, .off = OFF(continue_max), .min = 0,
 	 .max = IG_CONT_MAX, .def = "2", .metavar = "N",
 	 .help = "a stream whose backend fails after its first event goes on on another backend, at most N times (0 = "

@@ -74,6 +74,7 @@ struct ig_stats {
 	uint64_t hedges[4];         /* hedges sent, won (the hedge answered first), lost
 				     * (the primary did), not sent (the budget, no free slot) */
 	uint64_t hedge_waste_us;    /* backend time of the attempts that lost a race */
+	uint64_t hedge_waste_prompt_tokens; /* the prompts they were sent (estimated) */
 	uint64_t idem[4];           /* Idempotency-Key requests: ran, joined (while it ran),
 				     * replayed (after), conflicts (another body: 422) */
 	uint64_t upstream_errors[IG_UPERR_OTHER + 1];

@@ -99,21 +99,31 @@ static int grow(struct ig_idem *s)
 	return 0;
 }
 
-struct ig_idem_entry *ig_idem_add(struct ig_idem *s, const char *scope, const unsigned char digest[32])
+struct ig_idem_entry *ig_idem_private(void)
 {
-	if (s->n >= s->ntab && grow(s) < 0)
-		return NULL;
 	struct ig_idem_entry *e = calloc(1, sizeof(*e));
-	if (!e || !(e->scope = strdup(scope))) {
-		free(e);
+	if (!e)
 		return NULL;
-	}
-	memcpy(e->digest, digest, 32);
 	ig_buf_init(&e->bytes);
 	ig_list_init(&e->waiting);
 	ig_list_init(&e->link); /* on the list of ended ones when it ends */
 	ig_list_init(&e->share_link);
+	e->dropped = true;
 	e->refs = 1;
+	return e;
+}
+
+struct ig_idem_entry *ig_idem_add(struct ig_idem *s, const char *scope, const unsigned char digest[32])
+{
+	if (s->n >= s->ntab && grow(s) < 0)
+		return NULL;
+	struct ig_idem_entry *e = ig_idem_private();
+	if (!e || !(e->scope = strdup(scope))) {
+		free(e);
+		return NULL;
+	}
+	e->dropped = false;
+	memcpy(e->digest, digest, 32);
 	size_t k = slot(s, scope);
 	e->next = s->tab[k];
 	s->tab[k] = e;

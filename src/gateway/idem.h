@@ -73,6 +73,9 @@ void ig_idem_init(struct ig_idem *s, size_t max_bytes, uint64_t ttl_ms);
 void ig_idem_free(struct ig_idem *s);
 /* The entry of scope (NUL-terminated), or NULL. */
 struct ig_idem_entry *ig_idem_find(struct ig_idem *s, const char *scope);
+/* An entry in no store (a hedge's answer, for its primary should it win):
+ * one reference, freed by its last. NULL: out of memory. */
+struct ig_idem_entry *ig_idem_private(void);
 /* A new running entry (one reference: its runner's), or NULL. */
 struct ig_idem_entry *ig_idem_add(struct ig_idem *s, const char *scope, const unsigned char digest[32]);
 /* More bytes of its answer. Returns 0 or -1 (out of memory: it fails). */

@@ -693,6 +693,10 @@ char *ig_metrics_text(struct ig_gw *gw)
 		      "(dropped at the winner's first byte, or when they had one).\n"
 		      "# TYPE infergate_hedge_waste_seconds_total counter\ninfergate_hedge_waste_seconds_total %.3f\n",
 		      (double)s->hedge_waste_us / 1e6);
+	ig_buf_printf(&b, "# HELP infergate_hedge_waste_prompt_tokens_total The prompts the attempts that lost a race "
+		      "were sent, in tokens (4 bytes of text a token): the prefill they may have cost.\n"
+		      "# TYPE infergate_hedge_waste_prompt_tokens_total counter\n"
+		      "infergate_hedge_waste_prompt_tokens_total %lu\n", (unsigned long)s->hedge_waste_prompt_tokens);
 	static const char *const idem_what[4] = {"ran", "joined", "replayed", "conflict"};
 	by_label(&b, "infergate_idempotency_requests_total", "Requests with an Idempotency-Key, by what became of them.",
 		 "outcome", idem_what, s->idem, 4);

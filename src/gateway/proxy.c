@@ -429,12 +429,21 @@ static bool stop_attempt(struct ig_req *req)
 	return cut;
 }
 
+/* An attempt that lost its race, stopped: its backend time and the prompt
+ * it was sent (the prefill it may have cost) counted as hedge waste. Its
+ * output is not known (a streamed loser had sent none). */
+static void hedge_waste(struct ig_req *req)
+{
+	req->gw->stats.hedge_waste_us += ig_now_us() - req->wait.attempt_us;
+	req->gw->stats.hedge_waste_prompt_tokens += (uint64_t)(req->adm.prompt_estimate > 0 ? req->adm.prompt_estimate : 0);
+}
+
 /* A hedge that lost, was refused or is not needed: its attempt stopped,
  * freed. Not from a curl callback. */
 static void hedge_drop(struct ig_req *h)
 {
 	if (stop_attempt(h))
-		h->gw->stats.hedge_waste_us += ig_now_us() - h->wait.attempt_us;
+		hedge_waste(h);
 	ig_list_del(&h->post_link);
 	if (h->hedge_of && h->hedge_of->hedge == h)
 		h->hedge_of->hedge = NULL;
@@ -454,24 +463,20 @@ static void hedge_start(struct ig_req *p, long after_ms)
 		return;
 	}
 	struct ig_req *h = calloc(1, sizeof(*h));
-	struct ig_idem_entry *e = calloc(1, sizeof(*e));
+	/* its answer's bytes, for p should it win: an entry of its own, in no store */
+	struct ig_idem_entry *e = ig_idem_private();
 	if (!h || !e) {
 		free(h);
 		free(e);
 		return;
 	}
-	/* its answer's bytes, for p should it win: an entry of its own, in no store */
-	ig_buf_init(&e->bytes);
-	ig_list_init(&e->waiting);
-	ig_list_init(&e->link);
-	e->dropped = true;
-	e->refs = 1;
 	ig_admission_init(&h->adm);
 	h->adm.method = p->adm.method;
 	h->adm.route_idx = p->adm.route_idx;
 	h->adm.model = strdup(p->adm.model ? p->adm.model : "");
 	h->adm.stream = p->adm.stream;
 	h->adm.usage_added = p->adm.usage_added;
+	h->adm.prompt_estimate = p->adm.prompt_estimate;
 	h->xfer.done = on_upstream_done;
 	ig_list_init(&h->xfer.unpause_link);
 	h->gw = gw;
@@ -562,13 +567,12 @@ static bool relay_first_byte(struct ig_relay *r)
  * On its reactor, outside curl's callbacks. */
 static void hedge_lose(struct ig_req *req)
 {
-	struct ig_gw *gw = req->gw;
 	if (req->is_hedge) {
 		hedge_drop(req);
 		return;
 	}
 	if (stop_attempt(req))
-		gw->stats.hedge_waste_us += ig_now_us() - req->wait.attempt_us;
+		hedge_waste(req);
 	struct ig_req *h = req->hedge;
 	if (!h || req->idem_reader)
 		return;
@@ -1399,7 +1403,7 @@ static void end_attempt(struct ig_req *req, enum ig_upstream_error e, const char
 	if (req->hedge_lost) { /* dropped at its first byte: hedge_lose (posted) does the rest */
 		ig_upstream_stop(&req->xfer);
 		ig_dispatch_end(gw, &req->wait, &(struct ig_pick_outcome){.ok = false, .completion_tokens = -1});
-		gw->stats.hedge_waste_us += ig_now_us() - req->wait.attempt_us;
+		hedge_waste(req);
 		return;
 	}
 	ig_upstream_stop(&req->xfer); /* when it ends early: idle timeout */
@@ -1690,7 +1694,7 @@ static void scan_idle(struct ig_rx *rx, uint64_t now_ms)
 		 * and normal; not a follow-up pinned to its backend). */
 		long after = cfg->hedge_after_ms >= 0 ? cfg->hedge_after_ms : req->wait.m ? req->wait.m->ttfb_p95_ms : 0;
 		if (after > 0 && !req->hedged && !req->is_hedge && !req->idem && req->xfer.running &&
-		    !req->relay.first_seen && !req->relay.committed && klass != IG_CLASS_LOW && !req->wait.pick.pinned &&
+		    !req->relay.first_seen && !req->relay.committed && (klass != IG_CLASS_LOW || cfg->hedge_low) && !req->wait.pick.pinned &&
 		    (ig_now_us() - req->wait.attempt_us) / 1000 >= (uint64_t)after)
 			hedge_start(req, after);
 		/* A stream with no first event within timeouts.ttft_ms: a straggler

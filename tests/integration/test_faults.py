@@ -450,6 +450,11 @@ def a_primary_that_answers_first_drops_its_hedge():
     assert hedges(gw) == {"sent": 2, "won": 1, "lost": 1, "not_sent": 0}, hedges(gw)
     wait_until(lambda: sim_aborted(b) == 2, timeout=10, what="both of B's requests dropped")
     assert sim_aborted(a) == 0
+    # Each race's loser was sent the prompt ("user" + "race N" + 2, at 4 bytes a token: 3 tokens)
+    # and held B for at least the 200 ms before its hedge.
+    text = http("GET", gw.url + "/metrics")[2]
+    assert metric(text, "infergate_hedge_waste_prompt_tokens_total") == 2 * 3, text
+    assert metric(text, "infergate_hedge_waste_seconds_total") >= 0.2, text
 
 
 @test
@@ -476,7 +481,7 @@ def hedging_after_the_models_learned_p95_time_to_first_byte():
 
 
 @test
-def hedges_stay_within_their_budget_and_class_low_is_not_hedged():
+def hedges_stay_within_their_budget_and_class_low_is_hedged_only_when_configured():
     slow = start_sim("--tokens-per-second", "0", "--ttft-ms", "600", "--output-tokens", "5")
     quick = start_sim(*FAST)
     gw = start_gateway([slow, quick], "--policy", "round-robin", "--hedge-after-ms", "100",
@@ -494,6 +499,15 @@ def hedges_stay_within_their_budget_and_class_low_is_not_hedged():
                    headers={"X-Infergate-Priority": "low"})[1]["x-infergate-backend"] for i in range(2)]
     assert sorted(served) == sorted([slow.url, quick.url]), served
     assert hedges(gw) == {"sent": 0, "won": 0, "lost": 0, "not_sent": 0}, hedges(gw)
+    gw.stop()
+    # hedge.low: class low is hedged too
+    gw = start_gateway([slow, quick], "--policy", "round-robin", "--hedge-after-ms", "100",
+                       "--hedge-budget-percent", "100", "--hedge-low", "--health-interval-ms", "200")
+    wait_healthy(gw, 2)
+    served = [http("POST", gw.url + "/v1/chat/completions", chat_body(f"h {i}"), timeout=30,
+                   headers={"X-Infergate-Priority": "low"})[1]["x-infergate-backend"] for i in range(2)]
+    assert served == [quick.url] * 2, served
+    assert hedges(gw) == {"sent": 1, "won": 1, "lost": 0, "not_sent": 0}, hedges(gw)
 
 
 @test
