@@ -368,6 +368,17 @@ bool ig_dispatch_hedge_budget(struct ig_gw *gw)
 	return true;
 }
 
+void ig_dispatch_hedge_unspend(struct ig_gw *gw)
+{
+	struct ig_sched *s = &gw->sched;
+	uint64_t sec = ig_now_ms() / 1000;
+	size_t h = hedge_slot(s, sec), r = budget_slot(s, sec);
+	if (s->hedge_n[h] > 0)
+		s->hedge_n[h]--;
+	if (s->budget_retry[r] > 0)
+		s->budget_retry[r]--;
+}
+
 bool ig_dispatch_retry_budget(struct ig_gw *gw)
 {
 	struct ig_sched *s = &gw->sched;

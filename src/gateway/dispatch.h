@@ -98,6 +98,9 @@ bool ig_dispatch_retry_budget(struct ig_gw *gw);
  * IG_HEDGE_WINDOW_S seconds, hedges stay within hedge.budget_percent of the
  * requests submitted, and within the retry budget. */
 bool ig_dispatch_hedge_budget(struct ig_gw *gw);
+/* A hedge counted by ig_dispatch_hedge_budget that did not go (no backend
+ * had a free slot): given back, in both budgets. */
+void ig_dispatch_hedge_unspend(struct ig_gw *gw);
 /* Its attempt ended (answered, failed, or cut): the slot given back, the
  * policy told. A drain follows at the end of the turn. */
 void ig_dispatch_end(struct ig_gw *gw, struct ig_waiter *w, const struct ig_pick_outcome *o);

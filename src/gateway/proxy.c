@@ -457,9 +457,11 @@ static void hedge_drop(struct ig_req *h)
 static void hedge_start(struct ig_req *p, long after_ms)
 {
 	struct ig_gw *gw = p->gw;
-	p->hedged = true;
+	if (p->wait.m && p->wait.m->qlen > 0)
+		return; /* no free slot, and requests wait for the next: tried again when one frees */
 	if (!ig_dispatch_hedge_budget(gw)) {
-		gw->stats.hedges[3]++;
+		p->hedged = true;
+		gw->stats.hedges[3] += !p->hedge_missed;
 		return;
 	}
 	struct ig_req *h = calloc(1, sizeof(*h));
@@ -525,12 +527,20 @@ static void hedge_start(struct ig_req *p, long after_ms)
 	p->relay.race = true;
 	enum ig_dispatch_result r = ig_dispatch_retry(gw, &h->wait, false, "hedge");
 	if (r != IG_DISPATCH_STARTED || h->hedge_refused || !h->xfer.running) {
-		/* no backend with a free slot: no hedge */
-		gw->stats.hedges[3]++;
+		/* no backend with a free slot: no hedge now; tried again in a
+		 * while (at the end of a run, slots free up while stragglers
+		 * still run), counted once as not sent */
+		gw->stats.hedges[3] += !p->hedge_missed;
+		p->hedge_missed = true;
+		p->hedge_next_ms = ig_now_ms() + 100;
 		p->relay.race = false;
 		hedge_drop(h);
+		ig_dispatch_hedge_unspend(gw);
 		return;
 	}
+	if (p->hedge_missed)
+		gw->stats.hedges[3]--; /* it went after all */
+	p->hedged = true;
 	gw->stats.hedges[0]++;
 	ig_log_debug("request %s: no byte from %s after %ld ms: hedged on %s", p->request_id, p->wait.backend->url,
 		     after_ms, h->wait.backend->url);
@@ -1695,7 +1705,7 @@ static void scan_idle(struct ig_rx *rx, uint64_t now_ms)
 		long after = cfg->hedge_after_ms >= 0 ? cfg->hedge_after_ms : req->wait.m ? req->wait.m->ttfb_p95_ms : 0;
 		if (after > 0 && !req->hedged && !req->is_hedge && !req->idem && req->xfer.running &&
 		    !req->relay.first_seen && !req->relay.committed && (klass != IG_CLASS_LOW || cfg->hedge_low) && !req->wait.pick.pinned &&
-		    (ig_now_us() - req->wait.attempt_us) / 1000 >= (uint64_t)after)
+		    (ig_now_us() - req->wait.attempt_us) / 1000 >= (uint64_t)after && now_ms >= req->hedge_next_ms)
 			hedge_start(req, after);
 		/* A stream with no first event within timeouts.ttft_ms: a straggler
 		 * (a server's own queue, a stuck prefill): tried elsewhere. */

@@ -94,7 +94,10 @@ struct ig_req {
 	struct ig_req *hedge_of;     /* the hedge's primary, while it lives */
 	int hedge_winner;            /* the primary's: 0 undecided, 1 it, 2 its hedge */
 	bool hedge_lost;             /* it lost its race: its transfer goes, no retry */
-	bool hedged;                 /* the primary was hedged (once at most) */
+	bool hedged;                 /* the primary was hedged, or its budget said no
+				      * (once at most) */
+	bool hedge_missed;           /* a hedge found no free slot (tried again later) */
+	uint64_t hedge_next_ms;      /* when it may be tried again */
 	bool hedge_refused;          /* a hedge that dispatch would not place */
 	bool is_hedge;               /* it is a hedge (not counted as a request) */
 	int retries_done;
