@@ -55,6 +55,10 @@ def run_policy(policy, corpus, m, conc, cap_s, workdir):
                        "backends": [{"url": u, "max_inflight": s}
                                     for u, (s, _) in zip(sims, SIMS)]}, f)
         gw, gwp = B.start_gateway(procs, sims, config=cfg)   # --listen overrides the file
+    elif policy.endswith("+hedge-p95"):
+        # the same, hedged after the model's learned p95 time to first byte (hedge.after_ms -1)
+        gw, gwp = B.start_gateway(procs, sims, extra=["--policy", policy[:-len("+hedge-p95")],
+                                                      "--hedge-after-ms", "-1", "--hedge-budget-percent", "5"])
     elif policy.endswith("+hedge"):
         # stragglers hedged: no byte after HEDGE_MS (a well server answers 50 tokens in 0.5-2 s;
         # the slowed one in 5.2 s), within 5% of the requests a minute
@@ -78,7 +82,7 @@ def run_policy(policy, corpus, m, conc, cap_s, workdir):
                              "--progress-file", progress, "--summary-json", summary,
                              "--progress-interval-s", "30"]
                     # class low (the bulk client's default) is never hedged: these run as normal
-                    + (["--priority", "normal"] if policy.endswith(("+hedge", "+normal")) else []))
+                    + (["--priority", "normal"] if policy.endswith(("+hedge", "+hedge-p95", "+normal")) else []))
     t0 = time.time()
     t_fault = None
     done = done_at_fault = 0
@@ -107,7 +111,8 @@ def run_policy(policy, corpus, m, conc, cap_s, workdir):
     hedges = {}
     st, body = B.http(gw + "/metrics")
     for line in body.decode().splitlines() if st == 200 else []:
-        if line.startswith("infergate_hedges_total{") or line.startswith("infergate_hedge_waste_seconds_total "):
+        if line.startswith(("infergate_hedges_total{", "infergate_hedge_waste_seconds_total ",
+                            "infergate_hedge_waste_prompt_tokens_total ")):
             hedges[line.rsplit(" ", 1)[0]] = float(line.rsplit(" ", 1)[1])
     capped = p.returncode is None or not os.path.exists(summary)
     if not capped:
@@ -186,13 +191,16 @@ def main():
              f"least-loaded+max_inflight: each backend's `max_inflight` set by hand to its slot "
              f"count, the reference for what learning should reach. A `+hedge` variant: "
              f"`--hedge-after-ms {HEDGE_MS} --hedge-budget-percent 5`, its requests of class normal "
-             f"(`infergate-bulk --priority normal`: low is never hedged), against `+normal`, the "
-             f"same class without hedging" +
+             f"(`infergate-bulk --priority normal`: low is not hedged unless `hedge.low`), against "
+             f"`+normal`, the same class without hedging; `+hedge-p95`: after the model's learned p95 "
+             f"time to first byte (`--hedge-after-ms -1`)" +
              "".join(f"; {r['policy']}: hedges sent {r['hedges'].get(k('sent'), 0):.0f}, won "
                      f"{r['hedges'].get(k('won'), 0):.0f}, lost {r['hedges'].get(k('lost'), 0):.0f}, not sent "
                      f"{r['hedges'].get(k('not_sent'), 0):.0f} (budget or no free slot), backend time of the "
-                     f"losers {r['hedges'].get('infergate_hedge_waste_seconds_total', 0):.1f} s"
-                     for r in runs if r["policy"].endswith("+hedge")) + ".")
+                     f"losers {r['hedges'].get('infergate_hedge_waste_seconds_total', 0):.1f} s and the "
+                     f"prompts they were sent "
+                     f"{r['hedges'].get('infergate_hedge_waste_prompt_tokens_total', 0):,.0f} tokens"
+                     for r in runs if "+hedge" in r["policy"]) + ".")
     B.record("routing", "Routing quality", B.command_line(), mach,
              {"ideal_rps": ideal, "capacity_before": c_before, "capacity_after": c_after,
               "runs": runs}, table, notes)
