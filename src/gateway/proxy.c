@@ -1718,15 +1718,17 @@ static void scan_idle(struct ig_rx *rx, uint64_t now_ms)
 			continue;
 		}
 		/* A stream silent timeouts.token_gap_ms after its first event: a
-		 * stalled backend; the stream goes on elsewhere (continue_stream). */
-		if (gap_ms && req->xfer.running && req->relay.committed && !req->relay.paused &&
-		    now_ms - req->relay.last_io_ms >= (uint64_t)gap_ms) {
+		 * stalled backend; the stream goes on elsewhere (continue_stream).
+		 * Its last byte may be newer than the scan's clock (a hedge this
+		 * scan started, a byte read meanwhile): not a huge silence. */
+		uint64_t quiet = now_ms > req->relay.last_io_ms ? now_ms - req->relay.last_io_ms : 0;
+		if (gap_ms && req->xfer.running && req->relay.committed && !req->relay.paused && quiet >= (uint64_t)gap_ms) {
 			char detail[96];
 			snprintf(detail, sizeof(detail), "no event for %ld ms", gap_ms);
 			end_attempt(req, IG_UPERR_TIMEOUT, detail);
 			continue;
 		}
-		if (req->xfer.running && !req->relay.paused && now_ms - req->relay.last_io_ms >= limit) {
+		if (req->xfer.running && !req->relay.paused && quiet >= limit) {
 			char detail[96];
 			snprintf(detail, sizeof(detail), "no byte for %lds", gw->cfg->idle_s);
 			end_attempt(req, IG_UPERR_TIMEOUT, detail);
