@@ -304,6 +304,11 @@ static const struct ig_flag keys[] = {
 	{.name = "--hedge-budget-percent", .key = "hedge.budget_percent", .type = IG_FLAG_LONG,
 	 .off = OFF(hedge_budget_percent), .min = 0, .max = 100, .def = "5", .metavar = "P",
 	 .help = "hedges over the last minute stay within P% of the requests (and the retry budget)"},
+	{.name = "--headroom-max-percent", .key = "headroom.max_percent", .type = IG_FLAG_LONG,
+	 .off = OFF(headroom_max_percent), .min = 0, .max = 90, .def = "25", .metavar = "P",
+	 .help = "slots kept free of new low (bulk) work for high and normal requests are learned from their "
+		 "arrival rate and how long they hold a slot, up to P% of a model's slots (0 = none kept: priority "
+		 "alone; a backend's reserve_slots overrides it)"},
 	{.name = "--hedge-low", .key = "hedge.low", .type = IG_FLAG_SWITCH, .off = OFF(hedge_low), .def = "false",
 	 .help = "requests of class low are hedged too (by default a bulk run's stragglers wait: its tail matters "
 		 "less than the fleet's work)"},

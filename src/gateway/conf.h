@@ -78,6 +78,7 @@ struct ig_conf {
 	long hedge_after_ms;        /* a request with no byte after this is hedged (0: never) */
 	long hedge_budget_percent;  /* hedges per minute, of the requests */
 	bool hedge_low;             /* class low is hedged too */
+	long headroom_max_percent;  /* learned headroom's cap, of a pool's slots (0: none learned) */
 	long continue_max;          /* continuations of a broken stream (cont.h), <= IG_CONT_MAX */
 	long retry_budget_percent;  /* retries over the last 10 s: at most this share of */
 	long retry_budget_min_per_s; /* the requests, plus this many a second (dispatch.c) */

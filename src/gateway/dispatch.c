@@ -243,10 +243,14 @@ static enum ig_dispatch_result start(struct ig_gw *gw, struct ig_waiter *w, stru
  * of this gateway's requests of m that end meanwhile (the slot it frees is
  * its own until the next sync) is followed by a low one; the others' slots
  * go to the other gateways. Low's small share, across gateways as within
- * one. */
+ * one. It waits too while the model's free slots are down to its learned
+ * headroom (headroom_full). */
+static bool headroom_full(const struct ig_model *m);
 static bool low_held(const struct ig_sched *s, const struct ig_model *m)
 {
-	return m->others_waiting > 0 && m->ends_held + 1 < s->low_every;
+	if (m->others_waiting > 0 && m->ends_held + 1 < s->low_every)
+		return true;
+	return headroom_full(m);
 }
 
 void ig_dispatch_end(struct ig_gw *gw, struct ig_waiter *w, const struct ig_pick_outcome *o)
@@ -264,6 +268,8 @@ void ig_dispatch_end(struct ig_gw *gw, struct ig_waiter *w, const struct ig_pick
 	s->class_inflight[w->q.klass]--;
 	struct ig_pick_outcome out = *o;
 	out.duration_us = ig_now_us() - w->attempt_us;
+	if (w->q.klass != IG_CLASS_LOW)
+		ig_headroom_busy(&w->m->headroom, (double)out.duration_us / 1e6);
 	if (w->policy && w->policy->done)
 		/* A reload may have changed the policy while it ran: the old
 		 * one's state is gone, it undoes its counts without it. */
@@ -325,6 +331,61 @@ static enum ig_dispatch_result place(struct ig_gw *gw, struct ig_waiter *w, bool
 		       w->pick.ntried, w->backend->url, what);
 	}
 	return IG_DISPATCH_FAILED;
+}
+
+/* ---- learned headroom (headroom.h) ---- */
+
+/* Its usable backends' slots and, of them, those free now (-1: some
+ * backend has no limit known, so the pool's free slots are not known). */
+static void pool_slots(const struct ig_model *m, long *slots, long *free)
+{
+	*slots = 0;
+	*free = 0;
+	for (size_t i = 0; i < m->nbackends; i++) {
+		const struct ig_backend *b = m->backends[i];
+		if (!ig_backend_usable(b))
+			continue;
+		long limit = ig_policy_limit(b, false);
+		if (limit == 0) { /* no limit known: nothing to keep free from */
+			*slots = 0;
+			*free = -1;
+			return;
+		}
+		if (limit < 0)
+			continue;
+		long in = atomic_load(&b->inflight);
+		*slots += limit;
+		*free += limit > in ? limit - in : 0;
+	}
+}
+
+/* Whether a new low request would take one of the slots kept for high and
+ * normal ones: its model's learned headroom, unless a backend of it has
+ * reserve_slots (the operator's number wins) or no limit is known. */
+static bool headroom_full(const struct ig_model *m)
+{
+	if (m->reserve_set || m->headroom.slots <= 0)
+		return false;
+	long slots, free;
+	pool_slots(m, &slots, &free);
+	return free >= 0 && slots > 0 && free <= m->headroom.slots;
+}
+
+void ig_dispatch_headroom(struct ig_gw *gw, uint64_t now_ms)
+{
+	long pct = gw->cfg->headroom_max_percent;
+	for (size_t i = 0; i < gw->sched.n; i++) {
+		struct ig_model *m = gw->sched.v[i];
+		bool reserve = false;
+		for (size_t k = 0; k < m->nbackends; k++)
+			reserve = reserve || m->backends[k]->reserve_slots > 0;
+		m->reserve_set = reserve;
+		pool_slots(m, &m->pool_slots, &m->free_slots);
+		long before = m->headroom.slots;
+		ig_headroom_update(&m->headroom, now_ms, m->pool_slots, reserve ? 0 : pct);
+		if (m->headroom.slots < before)
+			gw->drain_pending = true; /* low work may take what was kept */
+	}
 }
 
 /* ---- the retry budget (after Finagle's RetryBudget and Envoy's
@@ -402,6 +463,8 @@ enum ig_dispatch_result ig_dispatch_submit(struct ig_gw *gw, struct ig_waiter *w
 	s->hedge_req[hedge_slot(s, ig_now_ms() / 1000)]++;
 	w->m->requests++;
 	w->pick.low = w->q.klass == IG_CLASS_LOW;
+	if (!w->pick.low && gw->cfg->headroom_max_percent > 0)
+		ig_headroom_arrival(&w->m->headroom, ig_now_ms());
 	return place(gw, w, false, "");
 }
 
@@ -507,6 +570,7 @@ static void expire_one(struct ig_sched_entry *e, void *arg)
 
 void ig_dispatch_expire(struct ig_gw *gw, uint64_t now_ms)
 {
+	ig_dispatch_headroom(gw, now_ms);
 	ig_dispatch_drain(gw);
 	/* Each flow is FIFO within one timeout: its head expires first. */
 	for (size_t i = 0; i < gw->sched.n && gw->sched.qlen; i++)

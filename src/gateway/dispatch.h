@@ -110,6 +110,9 @@ void ig_dispatch_cancel(struct ig_gw *gw, struct ig_waiter *w);
  * thread, the request's reactor). */
 void ig_dispatch_progress(const struct ig_gw *gw, struct ig_waiter *w);
 
+/* Each model's learned headroom recomputed (headroom.h): the slots its
+ * low requests leave free for high and normal ones. On the tick. */
+void ig_dispatch_headroom(struct ig_gw *gw, uint64_t now_ms);
 /* Starts waiting requests while their models' backends have slots. */
 void ig_dispatch_drain(struct ig_gw *gw);
 /* Requests that waited their class's queue timeout: 503. */

@@ -131,6 +131,28 @@ static json_t *aliases_of(const struct ig_gw *gw, const char *model)
 }
 
 /* Per model: its pool, queue and counters. */
+/* A model's learned headroom and why it is what it is. */
+static json_t *headroom_json(const struct ig_gw *gw, const struct ig_model *m)
+{
+	const struct ig_headroom *h = &m->headroom;
+	char why[256];
+	if (m->reserve_set)
+		snprintf(why, sizeof(why), "a backend of it has reserve_slots: that number holds, none is learned");
+	else if (gw->cfg->headroom_max_percent <= 0)
+		snprintf(why, sizeof(why), "headroom.max_percent is 0: priority alone");
+	else if (h->slots <= 0)
+		snprintf(why, sizeof(why), "no high or normal request in the last %d s: low work may take every slot",
+			 IG_HEADROOM_WINDOW_S);
+	else
+		snprintf(why, sizeof(why),
+			 "%.2f high and normal requests/s x %.2f s each holds a slot = %.2f slots in use, + its square "
+			 "root for the tail: %ld%s", h->rate, h->busy_s, h->in_use, h->slots,
+			 h->capped ? " (capped at headroom.max_percent of the pool)" : "");
+	return json_pack("{s:I, s:f, s:f, s:f, s:I, s:I, s:s}", "slots", (json_int_t)h->slots, "arrivals_per_s", h->rate,
+			 "busy_s", h->busy_s, "in_use", h->in_use, "pool_slots", (json_int_t)m->pool_slots, "free_slots",
+			 (json_int_t)m->free_slots, "why", why);
+}
+
 static json_t *models_detail(struct ig_gw *gw)
 {
 	json_t *o = json_object();
@@ -150,6 +172,7 @@ static json_t *models_detail(struct ig_gw *gw)
 					      "requests", (json_int_t)m->requests, "queued", (json_int_t)m->queued,
 					      "queue_rejected", (json_int_t)m->rejected,
 					      "queue_timeouts", (json_int_t)m->timeouts, "aliases", aliases_of(gw, m->name)));
+		json_object_set_new(json_object_get(o, m->name), "headroom", headroom_json(gw, m));
 		if (m->others_waiting > 0) /* high and normal ones other gateways hold (cluster.h) */
 			json_object_set_new(json_object_get(o, m->name), "others_waiting",
 					    json_integer((json_int_t)m->others_waiting));
@@ -499,6 +522,30 @@ static void per_model_ttfb(struct ig_buf *b, struct ig_gw *gw)
 	}
 }
 
+static void per_model_headroom(struct ig_buf *b, struct ig_gw *gw)
+{
+	static const struct {
+		const char *name, *help;
+	} series[] = {
+		{"infergate_model_headroom_slots", "Slots kept free of new low work for high and normal requests, "
+						   "learned (headroom.max_percent)."},
+		{"infergate_model_interactive_arrivals_per_second", "High and normal requests a second, over the "
+								   "last 10 s (the headroom's rate)."},
+		{"infergate_model_interactive_busy_seconds", "How long a high or normal request holds a slot (EWMA; "
+							    "the headroom's time)."},
+	};
+	for (size_t k = 0; k < sizeof(series) / sizeof(series[0]); k++) {
+		ig_buf_printf(b, "# HELP %s %s\n# TYPE %s gauge\n", series[k].name, series[k].help, series[k].name);
+		for (size_t i = 0; i < gw->sched.n; i++) {
+			const struct ig_model *m = gw->sched.v[i];
+			double v = k == 0 ? (double)m->headroom.slots : k == 1 ? m->headroom.rate : m->headroom.busy_s;
+			ig_buf_printf(b, "%s{model=\"", series[k].name);
+			ig_buf_prom_label(b, m->name);
+			ig_buf_printf(b, "\"} %.3f\n", v);
+		}
+	}
+}
+
 static void per_class(struct ig_buf *b, struct ig_gw *gw)
 {
 	ig_buf_printf(b, "# HELP infergate_class_queue_depth Requests waiting, per priority class.\n"
@@ -734,6 +781,7 @@ char *ig_metrics_text(struct ig_gw *gw)
 		      (unsigned long)s->prompt_tokens, (unsigned long)s->completion_tokens);
 	per_model(&b, gw);
 	per_model_ttfb(&b, gw);
+	per_model_headroom(&b, gw);
 	per_class(&b, gw);
 	per_key(&b, gw);
 	per_backend(&b, gw, "infergate_backend_up", "gauge", "Backend health (1 up, 0 down).", get_up);

@@ -22,6 +22,7 @@
 
 #include "backend.h"
 #include "clients.h"
+#include "headroom.h"
 #include "infergate/list.h"
 
 struct ig_flow;
@@ -83,6 +84,12 @@ struct ig_model {
 	uint32_t ttfb_ms[IG_TTFB_SAMPLES];
 	unsigned ttfb_n, ttfb_at;
 	long ttfb_p95_ms;            /* 0 until IG_TTFB_MIN samples */
+	/* The slots kept free of new low work for its high and normal
+	 * requests, learned (headroom.h; dispatch.c updates and reads it). */
+	struct ig_headroom headroom;
+	long pool_slots;             /* its usable backends' slots at the last update (0: unknown) */
+	long free_slots;             /* of them free then, -1 unknown */
+	bool reserve_set;            /* some backend of it has reserve_slots: no learning */
 };
 
 struct ig_sched {

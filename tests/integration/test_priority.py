@@ -234,6 +234,55 @@ def reserved_slots_stay_free_for_interactive_requests():
 
 
 @test
+def a_headroom_learned_from_interactive_traffic_keeps_a_slot_free_and_goes_when_it_stops():
+    # Four slots, 60 low requests of about a second each (15 s of bulk work). No knob: with no
+    # interactive request, low takes all four; the first normal one waits for a slot, and from
+    # then on one slot is kept free of low work, so the next ones are not queued; ten quiet
+    # seconds later low has all four again. With headroom.max_percent 0: priority alone.
+    sim = start_sim("--tokens-per-second", "20", "--ttft-ms", "0")
+    with tempfile.TemporaryDirectory() as d:
+        cfg = os.path.join(d, "c.json")
+        with open(cfg, "w") as f:
+            json.dump({"backends": [{"url": sim.url, "max_inflight": 4}]}, f)
+        for learned in (True, False):
+            gw = start_gateway([], "--config", cfg, *(() if learned else ("--headroom-max-percent", "0")))
+            wait_until(lambda: http_json("GET", gw.url + "/v1/models")[2]["data"], timeout=10, what="models")
+            socks = [raw_post(gw.port, chat_body(f"bulk{i}", max_tokens=20), [("X-Infergate-Priority", "low")])
+                     for i in range(60)]
+            try:
+                wait_until(lambda: waiting(gw)["low"]["inflight"] == 4 and waiting(gw)["low"]["waiting"] > 40,
+                           timeout=10, what="four low running, the rest waiting")
+                model = lambda: http_json("GET", gw.url + "/health/backends")[2]["models"]["sim-model"]["headroom"]
+                assert model()["slots"] == 0, model()
+                st, hdrs, _ = http_json("POST", gw.url + "/v1/chat/completions", chat_body("first", max_tokens=2))
+                assert st == 200 and "x-infergate-queued-ms" in hdrs, hdrs   # every slot was low's
+                queued = []
+                for i in range(3):
+                    if learned:   # low's next ends leave one slot free
+                        wait_until(lambda: waiting(gw)["low"]["inflight"] == 3, timeout=10, what="a slot kept free")
+                    st, hdrs, _ = http_json("POST", gw.url + "/v1/chat/completions", chat_body(f"chat {i}", max_tokens=2))
+                    assert st == 200, st
+                    queued.append("x-infergate-queued-ms" in hdrs)
+                if not learned:
+                    assert queued == [True] * 3, queued
+                    assert model()["slots"] == 0 and "max_percent is 0" in model()["why"], model()
+                    continue
+                assert queued == [False] * 3, queued
+                h = model()
+                assert h["slots"] >= 1 and h["pool_slots"] == 4 and "requests/s" in h["why"], h
+                m = http("GET", gw.url + "/metrics")[2].decode()
+                assert 'infergate_model_headroom_slots{model="sim-model"} ' in m, m
+                # quiet: within the window's 10 s (and a tick) the headroom is gone, low has all four
+                wait_until(lambda: model()["slots"] == 0, timeout=15, what="the headroom gone")
+                wait_until(lambda: waiting(gw)["low"]["inflight"] == 4, timeout=5, what="low on all four")
+                assert waiting(gw)["low"]["waiting"] > 0, waiting(gw)
+            finally:
+                for s in socks:
+                    s.close()
+                gw.stop()
+
+
+@test
 def queue_timeouts_are_per_class():
     slot = Slot("--queue-timeout-ms", "300", "--queue-timeout-low-ms", "60000")
     try:
