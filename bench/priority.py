@@ -146,8 +146,13 @@ def scenario(name, corpus, args, workdir):
         if res["bulk"]["wall_s"] < args.warmup + args.window:
             B.log(f"{name}: the bulk run ended before the interactive window did: raise --requests")
     ttft = [x[1] for x in chats if x[1] is not None]
+    # after the interactive traffic's first 2 s: what a learned headroom keeps once it has seen
+    # the traffic start (the first requests find every slot busy and wait for one to free)
+    begin = 0 if name == "idle" else args.warmup
+    steady = [x[1] for x in chats if x[1] is not None and x[0] is not None and x[0] >= begin + 2]
     res["chat"] = {"sent": len(chats), "ok": len(ttft), "p50": B.pct(ttft, 50), "p90": B.pct(ttft, 90),
-                   "p99": B.pct(ttft, 99), "max": max(ttft) if ttft else float("nan")}
+                   "p99": B.pct(ttft, 99), "max": max(ttft) if ttft else float("nan"),
+                   "p99_steady": B.pct(steady, 99) if steady else float("nan")}
     res["series"] = [(round(a, 3), round(b, 1)) for a, b in chats if a is not None and b is not None]
     procs.stop_all()
     B.log(f"{name}: chat {res['chat']}, bulk {res.get('bulk')}")
@@ -180,9 +185,11 @@ def main():
         rows.append([n, f"{c['ok']}/{c['sent']}" if c["sent"] else "-",
                      f"{c['p50']:.0f}" if c["sent"] else "-", f"{c['p99']:.0f}" if c["sent"] else "-",
                      f"{c['p99'] / idle_p99:.2f}" if c["sent"] and n != "idle" else "-",
+                     f"{c['p99_steady'] / idle_p99:.2f}" if c["sent"] and n != "idle" else "-",
                      f"{b['rps']:.1f}" if b else "-", f"{b['rps'] / alone:.3f}" if b else "-",
                      f"{b['errors']}" if b else "-"])
     table = B.md_table(["scenario", "chat ok/sent", "TTFT p50 ms", "TTFT p99 ms", "p99 / idle p99",
+                        "p99 after the first 2 s / idle",
                         "bulk req/s", "bulk / alone", "bulk errors"], rows)
     verdict = []
     if "priority" in runs and "idle" in runs and "bulk" in runs:
@@ -192,8 +199,10 @@ def main():
                 continue
             r1 = runs[n]["chat"]["p99"] / idle_p99
             r2 = runs[n]["bulk"]["rps"] / alone
+            r3 = runs[n]["chat"]["p99_steady"] / idle_p99
             verdict.append(f"Targets, {n}: interactive p99 under bulk <= 1.5x idle: {r1:.2f}x "
-                           f"({'met' if r1 <= 1.5 else 'MISSED'}); bulk >= 97% of alone: {100 * r2:.1f}% "
+                           f"({'met' if r1 <= 1.5 else 'MISSED'}; after its first 2 s {r3:.2f}x); "
+                           f"bulk >= 97% of alone: {100 * r2:.1f}% "
                            f"({'met' if r2 >= 0.97 else 'MISSED'})" +
                            (f"; learned headroom mid-run: {runs[n]['headroom']['slots']} slots "
                             f"({runs[n]['headroom']['why']})" if runs[n].get("headroom") and n == "priority"

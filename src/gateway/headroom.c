@@ -26,8 +26,9 @@ static uint32_t *count_of(struct ig_headroom *h, uint64_t sec)
 
 void ig_headroom_arrival(struct ig_headroom *h, uint64_t now_ms)
 {
-	if (!h->first_ms)
-		h->first_ms = now_ms ? now_ms : 1;
+	if (!h->first_ms || (h->last_ms && now_ms - h->last_ms > IG_HEADROOM_WINDOW_S * 1000u))
+		h->first_ms = now_ms ? now_ms : 1; /* the first, or the first after a quiet window */
+	h->last_ms = now_ms;
 	(*count_of(h, now_ms / 1000))++;
 	if (h->slots == 0) /* the first after a quiet window: one slot kept at once */
 		h->slots = 1;
@@ -77,6 +78,12 @@ long ig_headroom_update(struct ig_headroom *h, uint64_t now_ms, long pool_slots,
 	if (span < 1)
 		span = 1;
 	h->rate = (double)n / span;
+	/* stopped: no arrival for five of its mean gaps (2 s at least) */
+	if (h->rate > 0 && now_ms > h->last_ms) {
+		double quiet_ms = 5000.0 / h->rate;
+		if ((double)(now_ms - h->last_ms) > (quiet_ms > 2000 ? quiet_ms : 2000))
+			h->rate = 0;
+	}
 	h->in_use = h->rate * (h->busy_s > 0 ? h->busy_s : BUSY_FIRST);
 	h->slots = ig_headroom_rule(h->rate, h->busy_s, pool_slots, max_percent, &h->capped);
 	return h->slots;

@@ -4,9 +4,10 @@
  * interactive requests hold on average are L = arrival rate x the time a
  * slot stays busy with one; the headroom is L plus a margin for the tail
  * (their number in service is about Poisson: L + sqrt(L), rounded up),
- * capped at a share of the pool. With no interactive request for the
- * window the headroom is 0 and a bulk run gets every slot; the first
- * arrival makes it 1 at once (it is counted the moment it arrives).
+ * capped at a share of the pool. When the interactive traffic stops (no
+ * arrival for five of its mean gaps, 2 s at least) the headroom is 0 and a
+ * bulk run gets every slot; the first arrival makes it 1 at once (it is
+ * counted the moment it arrives).
  * reserve_slots, where set, overrides it (dispatch.c).
  *
  * Threads: under the gateway's lock (the model's, scheduler.h).
@@ -23,6 +24,7 @@ struct ig_headroom {
 	uint64_t sec[IG_HEADROOM_WINDOW_S]; /* the second each count is of */
 	uint32_t n[IG_HEADROOM_WINDOW_S];   /* high and normal arrivals in it */
 	uint64_t first_ms;                  /* the first arrival seen (the window's start before it is full) */
+	uint64_t last_ms;                   /* the last one */
 	double busy_s;                      /* a slot's time per interactive request (EWMA), 0: none seen */
 	/* the last ig_headroom_update's */
 	double rate;                        /* arrivals per second */

@@ -237,8 +237,8 @@ def reserved_slots_stay_free_for_interactive_requests():
 def a_headroom_learned_from_interactive_traffic_keeps_a_slot_free_and_goes_when_it_stops():
     # Four slots, 60 low requests of about a second each (15 s of bulk work). No knob: with no
     # interactive request, low takes all four; the first normal one waits for a slot, and from
-    # then on one slot is kept free of low work, so the next ones are not queued; ten quiet
-    # seconds later low has all four again. With headroom.max_percent 0: priority alone.
+    # then on one slot is kept free of low work, so the next ones are not queued; once they
+    # stop, low has all four again. With headroom.max_percent 0: priority alone.
     sim = start_sim("--tokens-per-second", "20", "--ttft-ms", "0")
     with tempfile.TemporaryDirectory() as d:
         cfg = os.path.join(d, "c.json")
@@ -272,7 +272,8 @@ def a_headroom_learned_from_interactive_traffic_keeps_a_slot_free_and_goes_when_
                 assert h["slots"] >= 1 and h["pool_slots"] == 4 and "requests/s" in h["why"], h
                 m = http("GET", gw.url + "/metrics")[2].decode()
                 assert 'infergate_model_headroom_slots{model="sim-model"} ' in m, m
-                # quiet: within the window's 10 s (and a tick) the headroom is gone, low has all four
+                # quiet: after five mean gaps (2 s at least), or the window's 10 s, the headroom
+                # is gone and low has all four
                 wait_until(lambda: model()["slots"] == 0, timeout=15, what="the headroom gone")
                 wait_until(lambda: waiting(gw)["low"]["inflight"] == 4, timeout=5, what="low on all four")
                 assert waiting(gw)["low"]["waiting"] > 0, waiting(gw)

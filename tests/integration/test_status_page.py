@@ -188,6 +188,12 @@ def status_page_shows_backends_counters_and_chart():
             assert dom.text(f"cls-{c}") == f"{k['inflight']} / {k['waiting']}", (c, dom.text(f"cls-{c}"), k)
     # Rates: nothing moved while the page watched.
     assert dom.text("sum-rps") == "0", dom.text("sum-rps")
+    # The learned headroom over the models (the 30 requests were interactive: it may still be
+    # kept, or have lapsed after 10 quiet seconds between the page's read and the test's).
+    if "models" in truth:
+        def kept(t):
+            return sum(m["headroom"]["slots"] for m in t["models"].values() if "headroom" in m)
+        assert as_int(dom.text("sum-headroom")) in (kept(truth), kept(backends_json(gw))), dom.text("sum-headroom")
 
     assert dom.by_id.get("chart", {}).get("tag") == "svg", "no <svg id=chart>"
     assert int(dom.attr("chart", "data-points")) >= 1, dom.by_id["chart"]

@@ -64,9 +64,15 @@ START_TEST(headroom_follows_the_interactive_traffic)
 	ck_assert(slots == 10 || slots == 11);
 	t = script(&h, t + 1, 20, 5, 0.37);
 	ck_assert_int_eq(ig_headroom_update(&h, t + 1, 88, 25), 11);
-	/* it stops: after the window, nothing is kept */
-	ck_assert_int_gt(ig_headroom_update(&h, t + 5000, 88, 25), 0);
-	ck_assert_int_eq(ig_headroom_update(&h, t + 11000, 88, 25), 0);
+	/* it stops: at 20/s, 2 s of quiet (more than five gaps) is enough: nothing kept */
+	ck_assert_int_gt(ig_headroom_update(&h, t + 1500, 88, 25), 0);
+	ck_assert_int_eq(ig_headroom_update(&h, t + 2100, 88, 25), 0);
+	/* at 0.2/s (a gap of 5 s) quiet means 25 s, and the window's 10 s end it first */
+	ig_headroom_init(&h);
+	for (int i = 0; i < 3; i++)
+		ig_headroom_arrival(&h, 500000 + (uint64_t)i * 5000);
+	ck_assert_int_eq(ig_headroom_update(&h, 510000 + 4000, 88, 25), 1);
+	ck_assert_int_eq(ig_headroom_update(&h, 510000 + 10001, 88, 25), 0);
 }
 END_TEST
 
