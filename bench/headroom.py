@@ -143,13 +143,15 @@ def main():
     ws = windows(pts, WARMUP, WARMUP + args.step)
     bad = [w0 for (w0, vs) in ws if vs and B.pct(vs, 99) > 1.5 * idle_p99]
     start_s = (max(bad) + 2 - WARMUP) if bad else 0.0
-    # the stop: 2 s windows of the bulk run's throughput, and the headroom's fall to 0
-    bw = windows(low_ends, t_stop, t_stop + AFTER_STOP)
-    low = [w0 for (w0, vs) in bw if len(vs) / 2.0 < 0.99 * alone_rps]
-    back_s = (min((w0 for (w0, _) in bw if w0 > max(low)), default=None) - t_stop) if low else 0.0
+    # the stop: when the headroom fell to 0, and the bulk run's throughput over the 10 s after
+    # the stop and the 10 s after those (completions are bursty: 2 s windows of ~80 vary by
+    # 10%, so 1% is read over 10 s)
     zero = [t for (t, h, _) in heads if t >= t_stop and h == 0]
     zero_s = (min(zero) - t_stop) if zero else None
-    fig.update({"start_recovery_s": start_s, "stop_bulk_back_s": back_s, "stop_headroom_zero_s": zero_s})
+    first10 = sum(1 for t, _ in low_ends if t_stop <= t < t_stop + 10) / 10.0
+    next10 = sum(1 for t, _ in low_ends if t_stop + 10 <= t < t_stop + 20) / 10.0
+    fig.update({"start_recovery_s": start_s, "stop_headroom_zero_s": zero_s,
+                "stop_bulk_first_10s_vs_alone": first10 / alone_rps, "stop_bulk_next_10s_vs_alone": next10 / alone_rps})
     table = B.md_table(["interactive rate", "requests", "TTFT p99 ms", "p99 / idle", "p99 / idle after its first 2 s",
                         "bulk req/s", "bulk / alone", "headroom (slots)"], rows)
     notes = (f"bench/priority.py's fleet ({sum(P.SLOTS)} slots) and bulk run (class low, "
@@ -159,8 +161,9 @@ def main():
              f"{idle_p99:.0f} ms (5/s on an idle fleet), bulk alone {alone_rps:.1f} req/s; bulk per step from the "
              f"access log's low requests ended. Interactive start: the p99 over 2 s windows is under 1.5x idle "
              f"from {start_s:.0f} s after the first request (target <= 5 s). Interactive stop: the headroom is 0 "
-             f"after {zero_s if zero_s is None else round(zero_s, 1)} s, the bulk run's 2 s throughput back to "
-             f">= 99% of alone after {back_s if back_s is None else round(back_s, 1)} s (target <= 10 s). "
+             f"after {zero_s if zero_s is None else round(zero_s, 1)} s; the bulk run's throughput over the 10 s "
+             f"after the stop {100 * first10 / alone_rps:.1f}% of alone, over the next 10 s "
+             f"{100 * next10 / alone_rps:.1f}% (target: >= 99% within 10 s). "
              f"Plot: bench/results/headroom.png.")
     dat = os.path.join(B.RESULTS, "headroom.dat")
     with open(dat, "w") as f:

@@ -579,8 +579,8 @@ static void split_key(struct ig_cluster *c, struct ig_key *k, const struct peer 
 /* The others' state (the sync's third part): what each may run on each of
  * our backends (taken from the capacity the backend states, and from our
  * part of its free slots until the next sync), their high and normal
- * requests waiting for each model, and their keys' requests waiting and in
- * flight. Zero everywhere when alone (sts NULL). */
+ * requests waiting for each model and the headroom each has learned for it
+ * (headroom.h), and their keys' requests waiting and in flight. Zero everywhere when alone (sts NULL). */
 static void take_states(struct ig_cluster *c, const redisReply *sts)
 {
 	struct ig_gw *gw = c->gw;
@@ -596,8 +596,10 @@ static void take_states(struct ig_cluster *c, const redisReply *sts)
 		free(claims);
 		return;
 	}
-	for (size_t i = 0; i < gw->sched.n; i++)
+	for (size_t i = 0; i < gw->sched.n; i++) {
 		gw->sched.v[i]->others_waiting = 0;
+		gw->sched.v[i]->others_headroom = 0;
+	}
 	for (size_t k = 0; sts && k < sts->elements; k++) {
 		const redisReply *e = sts->element[k];
 		if (e->type != REDIS_REPLY_STRING)
@@ -633,6 +635,10 @@ static void take_states(struct ig_cluster *c, const redisReply *sts)
 				if (m)
 					m->others_waiting += v;
 				p->hn = true;
+			} else if (what == 'h') {
+				struct ig_model *m = ig_sched_find(&gw->sched, name);
+				if (m)
+					m->others_headroom += v;
 			}
 		}
 		free(text);
@@ -803,6 +809,8 @@ static char *my_state(struct ig_cluster *c)
 		size_t w = m->q[IG_CLASS_HIGH].qlen + m->q[IG_CLASS_NORMAL].qlen;
 		if (w > 0 && !strpbrk(m->name, " \n"))
 			ig_buf_printf(&b, "m %s %zu\n", m->name, w);
+		if (m->headroom.slots > 0 && !strpbrk(m->name, " \n")) /* its learned headroom (headroom.h) */
+			ig_buf_printf(&b, "h %s %ld\n", m->name, m->headroom.slots);
 	}
 	for (size_t i = 0; i < cl->nkeys; i++) {
 		struct ig_key *k = cl->keys[i];

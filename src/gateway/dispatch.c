@@ -360,15 +360,18 @@ static void pool_slots(const struct ig_model *m, long *slots, long *free)
 }
 
 /* Whether a new low request would take one of the slots kept for high and
- * normal ones: its model's learned headroom, unless a backend of it has
- * reserve_slots (the operator's number wins) or no limit is known. */
+ * normal ones: its model's learned headroom, this gateway's and the other
+ * gateways' (a cluster: interactive traffic through one, bulk through
+ * another), unless a backend of it has reserve_slots (the operator's number
+ * wins) or no limit is known. */
 static bool headroom_full(const struct ig_model *m)
 {
-	if (m->reserve_set || m->headroom.slots <= 0)
+	long keep = m->headroom.slots + m->others_headroom; /* the fleet's interactive traffic */
+	if (m->reserve_set || keep <= 0)
 		return false;
 	long slots, free;
 	pool_slots(m, &slots, &free);
-	return free >= 0 && slots > 0 && free <= m->headroom.slots;
+	return free >= 0 && slots > 0 && free <= keep;
 }
 
 void ig_dispatch_headroom(struct ig_gw *gw, uint64_t now_ms)

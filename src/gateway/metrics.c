@@ -148,9 +148,9 @@ static json_t *headroom_json(const struct ig_gw *gw, const struct ig_model *m)
 			 "%.2f high and normal requests/s x %.2f s each holds a slot = %.2f slots in use, + its square "
 			 "root for the tail: %ld%s", h->rate, h->busy_s, h->in_use, h->slots,
 			 h->capped ? " (capped at headroom.max_percent of the pool)" : "");
-	return json_pack("{s:I, s:f, s:f, s:f, s:I, s:I, s:s}", "slots", (json_int_t)h->slots, "arrivals_per_s", h->rate,
-			 "busy_s", h->busy_s, "in_use", h->in_use, "pool_slots", (json_int_t)m->pool_slots, "free_slots",
-			 (json_int_t)m->free_slots, "why", why);
+	return json_pack("{s:I, s:f, s:f, s:f, s:I, s:I, s:I, s:s}", "slots", (json_int_t)h->slots, "arrivals_per_s",
+			 h->rate, "busy_s", h->busy_s, "in_use", h->in_use, "others_slots", (json_int_t)m->others_headroom,
+			 "pool_slots", (json_int_t)m->pool_slots, "free_slots", (json_int_t)m->free_slots, "why", why);
 }
 
 static json_t *models_detail(struct ig_gw *gw)

@@ -11,8 +11,8 @@ import signal
 import subprocess
 import time
 
-from harness import (Dir, Sampler, binary, http, http_json, metric, run, sim_waiting, start_gateway, start_redis,
-                     start_sim, stateful_backend, test, upload, wait_until)
+from harness import (Dir, Sampler, binary, chat_body, http, http_json, metric, raw_post, run, sim_waiting,
+                     start_gateway, start_redis, start_sim, stateful_backend, test, upload, wait_until)
 
 
 def cluster(gw):
@@ -308,6 +308,46 @@ def low_work_through_one_gateway_leaves_the_slots_to_normal_work_waiting_at_anot
     # were placed before A saw B's), not after A's 36 queued low
     assert last_normal < 16, order
     assert max(waiting) <= 1, waiting   # neither sends past what the backend runs
+
+
+@test
+def a_headroom_learned_at_one_gateway_holds_low_work_back_at_another():
+    # Interactive requests through gw-a, a bulk run at low through gw-b, one backend of four
+    # slots (max_inflight on both): gw-b keeps gw-a's learned headroom free of its low work.
+    redis = start_redis()
+    sim = start_sim("--tokens-per-second", "20", "--ttft-ms", "0")
+    d = Dir()
+    with open(d("c.json"), "w") as f:
+        json.dump({"backends": [{"url": sim.url, "max_inflight": 4}]}, f)
+    a = start_gateway([], "--cluster-redis", redis.redis_url, "--cluster-name", "gw-a", "--cluster-sync-ms", "100",
+                      config=d("c.json"))
+    b = start_gateway([], "--cluster-redis", redis.redis_url, "--cluster-name", "gw-b", "--cluster-sync-ms", "100",
+                      config=d("c.json"))
+    wait_until(lambda: members(a) == ["gw-a", "gw-b"] and members(b) == ["gw-a", "gw-b"], timeout=10,
+               what="both joined")
+    wait_until(lambda: http_json("GET", b.url + "/v1/models")[2]["data"], timeout=10, what="models")
+    socks = [raw_post(b.port, chat_body(f"bulk{i}", max_tokens=20), [("X-Infergate-Priority", "low")])
+             for i in range(60)]
+
+    def low(gw):
+        return http_json("GET", gw.url + "/health/backends")[2]["gateway"]["classes"]["low"]
+
+    def headroom(gw):
+        return http_json("GET", gw.url + "/health/backends")[2]["models"]["sim-model"]["headroom"]
+    try:
+        wait_until(lambda: low(b)["inflight"] == 4, timeout=10, what="gw-b's low work on all four slots")
+        for i in range(4):   # interactive traffic through gw-a: the first waits, then one slot is kept
+            st, _, _ = http_json("POST", a.url + "/v1/chat/completions", chat_body(f"chat {i}", max_tokens=2))
+            assert st == 200, st
+        assert headroom(a)["slots"] >= 1, headroom(a)
+        wait_until(lambda: headroom(b)["others_slots"] >= 1, timeout=5, what="gw-b told")
+        wait_until(lambda: low(b)["inflight"] == 3, timeout=10, what="gw-b leaving a slot free")
+        assert low(b)["waiting"] > 0, low(b)
+        st, hdrs, _ = http_json("POST", a.url + "/v1/chat/completions", chat_body("at once", max_tokens=2))
+        assert st == 200 and "x-infergate-queued-ms" not in hdrs, hdrs
+    finally:
+        for s in socks:
+            s.close()
 
 
 @test
