@@ -275,11 +275,11 @@ static long prompt_estimate(json_t *root)
 }
 
 /* The tokens a request may use, charged to its key's tpm at admission:
- * its prompt (prompt_estimate) plus the output it may ask for (max_tokens
- * times n, else default_max_tokens). */
-static long token_estimate(const struct ig_gw *gw, const struct ig_admission *a, json_t *root)
+ * its prompt (prompt_estimate, kept in a->prompt_estimate) plus the output
+ * it may ask for (max_tokens times n, else default_max_tokens). */
+static long token_estimate(const struct ig_gw *gw, struct ig_admission *a, json_t *root)
 {
-	long prompt = a->prompt_estimate;
+	long prompt = a->prompt_estimate = prompt_estimate(root);
 	if (!(rt(gw, a)->flags & IG_RT_OUTPUT))
 		return prompt > 0 ? prompt : 1;
 	json_t *n = json_object_get(root, "n");
@@ -417,10 +417,8 @@ int ig_admission_body(struct ig_gw *gw, struct ig_admission *a, struct MHD_Conne
 		mt = json_object_get(json_object_get(root, "sampling_params"), "max_new_tokens");
 	if (json_is_integer(mt))
 		a->max_tokens = (long)json_integer_value(mt);
-	if (a->key->tpm.limit > 0 || (needs & IG_POLICY_NEEDS_TOKENS) || gw->cfg->hedge_after_ms) {
-		a->prompt_estimate = prompt_estimate(root);
-		a->tok_estimate = token_estimate(gw, a, root);
-	}
+	if (a->key->tpm.limit > 0 || (needs & IG_POLICY_NEEDS_TOKENS) || gw->cfg->hedge_after_ms)
+		a->tok_estimate = token_estimate(gw, a, root); /* and the prompt's: a hedge's waste */
 	w->pick.tokens = a->tok_estimate;
 	if (needs & IG_POLICY_NEEDS_SESSION)
 		w->pick.session = session_of(a, conn, root);

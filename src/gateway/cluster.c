@@ -580,7 +580,8 @@ static void split_key(struct ig_cluster *c, struct ig_key *k, const struct peer 
  * our backends (taken from the capacity the backend states, and from our
  * part of its free slots until the next sync), their high and normal
  * requests waiting for each model and the headroom each has learned for it
- * (headroom.h), and their keys' requests waiting and in flight. Zero everywhere when alone (sts NULL). */
+ * (headroom.h), and their keys' requests waiting and in flight. Zero
+ * everywhere when alone (sts NULL). */
 static void take_states(struct ig_cluster *c, const redisReply *sts)
 {
 	struct ig_gw *gw = c->gw;
@@ -1206,7 +1207,8 @@ int ig_cluster_ask(struct ig_gw *gw, redisCallbackFn *fn, void *privdata, int ar
 	if (!c || !c->joined || c->nasks >= OUTBOX_MAX)
 		return -1;
 	struct ask *a = calloc(1, sizeof(*a));
-	if (!a || !(a->argv = calloc((size_t)argc, sizeof(*a->argv))) || !(a->lens = malloc((size_t)argc * sizeof(*a->lens)))) {
+	if (!a || !(a->argv = calloc((size_t)argc, sizeof(*a->argv))) ||
+	    !(a->lens = malloc((size_t)argc * sizeof(*a->lens)))) {
 		if (a)
 			ask_free(a);
 		return -1;

@@ -127,11 +127,10 @@ static void req_free(struct ig_req *req)
 	if (req->idem) {
 		ig_list_del(&req->idem_link);
 		if (req->idem_runner && !req->idem_ended) { /* never told: not kept, its readers told */
-			ig_idem_fail(&gw->idem, req->idem, 502,
-				     "{\"error\": {\"message\": \"the first request with this Idempotency-Key ended before "
-				     "its answer; send it again\", \"type\": \"api_error\", \"param\": null, "
-				     "\"code\": \"idempotent_request_failed\"}}",
-				     ig_now_ms());
+			char *body = ig_oaerror_json("the first request with this Idempotency-Key ended before its "
+						     "answer; send it again", "api_error", NULL, "idempotent_request_failed");
+			ig_idem_fail(&gw->idem, req->idem, 502, body ? body : "{}", ig_now_ms());
+			free(body);
 			ig_idem_share_end(gw, req->idem);
 		}
 		ig_idem_put(&gw->idem, req->idem);
@@ -434,8 +433,9 @@ static bool stop_attempt(struct ig_req *req)
  * output is not known (a streamed loser had sent none). */
 static void hedge_waste(struct ig_req *req)
 {
+	long prompt = req->adm.prompt_estimate;
 	req->gw->stats.hedge_waste_us += ig_now_us() - req->wait.attempt_us;
-	req->gw->stats.hedge_waste_prompt_tokens += (uint64_t)(req->adm.prompt_estimate > 0 ? req->adm.prompt_estimate : 0);
+	req->gw->stats.hedge_waste_prompt_tokens += (uint64_t)(prompt > 0 ? prompt : 0);
 }
 
 /* A hedge that lost, was refused or is not needed: its attempt stopped,
@@ -943,7 +943,6 @@ static bool fall_back(struct ig_req *req)
 }
 
 static enum MHD_Result admit(struct ig_req *req);
-static int idem_asked(struct ig_req *req);
 
 /* The body is complete: admit, dispatch, and answer or suspend. */
 static enum MHD_Result body_done(struct ig_req *req)
@@ -961,10 +960,9 @@ static enum MHD_Result body_done(struct ig_req *req)
 	req->bytes_in = req->body.len; /* as sent: the forwarded body may differ */
 	if (ig_admission_classify(gw, a, req->conn, w) < 0)
 		return refused(req);
-	int idem = idem_begin(req);
-	if (idem == 2) /* the other gateways asked: idem_asked goes on */
-		return respond(req);
-	if (idem != 0) /* refused, or another's answer is its own */
+	/* refused, another's answer is its own, or the other gateways are
+	 * asked first (respond() waits for them: idem_asked) */
+	if (idem_begin(req) != 0)
 		return respond(req);
 	return admit(req);
 }
@@ -1704,8 +1702,9 @@ static void scan_idle(struct ig_rx *rx, uint64_t now_ms)
 		 * and normal; not a follow-up pinned to its backend). */
 		long after = cfg->hedge_after_ms >= 0 ? cfg->hedge_after_ms : req->wait.m ? req->wait.m->ttfb_p95_ms : 0;
 		if (after > 0 && !req->hedged && !req->is_hedge && !req->idem && req->xfer.running &&
-		    !req->relay.first_seen && !req->relay.committed && (klass != IG_CLASS_LOW || cfg->hedge_low) && !req->wait.pick.pinned &&
-		    (ig_now_us() - req->wait.attempt_us) / 1000 >= (uint64_t)after && now_ms >= req->hedge_next_ms)
+		    !req->relay.first_seen && !req->relay.committed && (klass != IG_CLASS_LOW || cfg->hedge_low) &&
+		    !req->wait.pick.pinned && now_ms >= req->hedge_next_ms &&
+		    (ig_now_us() - req->wait.attempt_us) / 1000 >= (uint64_t)after)
 			hedge_start(req, after);
 		/* A stream with no first event within timeouts.ttft_ms: a straggler
 		 * (a server's own queue, a stuck prefill): tried elsewhere. */

@@ -62,28 +62,31 @@ def a_duplicate_after_the_answer_gets_the_same_bytes_and_runs_nothing():
     assert idem_counts(gw) == {"ran": 2, "joined": 0, "replayed": 1, "conflict": 0}, idem_counts(gw)
 
 
-@test
-def a_duplicate_while_a_stream_runs_follows_it_byte_for_byte():
-    sim = start_sim(*PACED)
-    gw = start_gateway([sim])
-    wait_until(lambda: http_json("GET", gw.url + "/health")[2]["healthy_backends"] == 1, what="healthy")
+def stream_and_its_duplicate(gw1, gw2, sim, key):
+    """A paced stream through gw1 and, while it runs (some events relayed), its duplicate
+    through gw2: both get the same bytes, the duplicate says it was replayed, the simulator
+    ran it once."""
     body = chat_body("a story", stream=True, max_tokens=40, stream_options={"include_usage": True})
     out = {}
-
-    def first():
-        out["first"] = post(gw, body, "stream-1")
-
-    t = threading.Thread(target=first)
+    t = threading.Thread(target=lambda: out.update(first=post(gw1, body, key)))
     t.start()
     wait_until(lambda: http_json("GET", sim.url + "/sim/state")[2]["num_running_reqs"] == 1, what="running")
-    time.sleep(0.3)                       # some events relayed: the duplicate replays them, then follows
-    st2, h2, b2 = post(gw, body, "stream-1")
+    time.sleep(0.3)
+    st2, h2, b2 = post(gw2, body, key)
     t.join(30)
     st1, h1, b1 = out["first"]
     assert (st1, st2) == (200, 200), (st1, st2)
     assert b1 == b2 and sse_events(b2)[-1] == "[DONE]", (len(b1), len(b2))
     assert h2["idempotent-replayed"] == "true" and h2["content-type"].startswith("text/event-stream"), h2
     assert sim_requests(sim) == 1, sim_requests(sim)
+
+
+@test
+def a_duplicate_while_a_stream_runs_follows_it_byte_for_byte():
+    sim = start_sim(*PACED)
+    gw = start_gateway([sim])
+    wait_until(lambda: http_json("GET", gw.url + "/health")[2]["healthy_backends"] == 1, what="healthy")
+    stream_and_its_duplicate(gw, gw, sim, "stream-1")   # replays the events relayed, then follows
     assert idem_counts(gw)["joined"] == 1, idem_counts(gw)
 
 
@@ -347,22 +350,7 @@ def a_stream_running_through_one_gateway_is_answered_through_another():
     sim = start_sim(*PACED)
     a, b = clustered(redis, "gw-a", [sim]), clustered(redis, "gw-b", [sim])
     joined(a, b)
-    body = chat_body("a story", stream=True, max_tokens=40, stream_options={"include_usage": True})
-    out = {}
-
-    def first():
-        out["first"] = post(a, body, "stream-x")
-
-    t = threading.Thread(target=first)
-    t.start()
-    wait_until(lambda: http_json("GET", sim.url + "/sim/state")[2]["num_running_reqs"] == 1, what="running")
-    st2, h2, b2 = post(b, body, "stream-x")
-    t.join(30)
-    st1, h1, b1 = out["first"]
-    assert (st1, st2) == (200, 200), (st1, st2)
-    assert b1 == b2 and sse_events(b2)[-1] == "[DONE]", (len(b1), len(b2))
-    assert h2["idempotent-replayed"] == "true" and h2["content-type"].startswith("text/event-stream"), h2
-    assert sim_requests(sim) == 1, sim_requests(sim)
+    stream_and_its_duplicate(a, b, sim, "stream-x")   # answered whole when the first ends
     assert idem_counts(b)["joined"] == 1, idem_counts(b)
 
 
