@@ -88,12 +88,7 @@ def one_stream(host, port, i, tokens):
 
 def prom(url, name):
     """The sum of one metric's samples (every label set) in the gateway's /metrics."""
-    st, raw = B.http(url + "/metrics")
-    total = 0.0
-    for line in raw.decode().splitlines():
-        if line.startswith(name + "{") or line.startswith(name + " "):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
+    return sum(B.metrics(url, (name + "{", name + " ")).values())
 
 
 def one_pass(a, procs, sims, ports, urls, ref_url, label, gw_args):

@@ -108,12 +108,8 @@ def run_policy(policy, corpus, m, conc, cap_s, workdir):
     if st == 200:
         for b in json.loads(body)["backends"]:
             served[b["url"]] = b["served"]
-    hedges = {}
-    st, body = B.http(gw + "/metrics")
-    for line in body.decode().splitlines() if st == 200 else []:
-        if line.startswith(("infergate_hedges_total{", "infergate_hedge_waste_seconds_total ",
-                            "infergate_hedge_waste_prompt_tokens_total ")):
-            hedges[line.rsplit(" ", 1)[0]] = float(line.rsplit(" ", 1)[1])
+    hedges = B.metrics(gw, ("infergate_hedges_total{", "infergate_hedge_waste_seconds_total ",
+                            "infergate_hedge_waste_prompt_tokens_total "))
     capped = p.returncode is None or not os.path.exists(summary)
     if not capped:
         with open(summary) as f:

@@ -26,20 +26,6 @@ SIMS = 7
 TPS, SLOW_TPS = 500, 25   # the slow one decodes 20x slower
 
 
-def pct(xs, p):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(p / 100 * len(xs)))]
-
-
-def metric_sum(url, prefix):
-    st, body = B.http(url + "/metrics")
-    out = {}
-    for line in body.decode().splitlines() if st == 200 else []:
-        if line.startswith(prefix):
-            out[line.rsplit(" ", 1)[0]] = float(line.rsplit(" ", 1)[1])
-    return out
-
-
 def one_run(a, label, gw_extra):
     procs = B.Procs(os.path.join(B.TMP, f"stragglers-{label.split()[0]}"))
     try:
@@ -71,9 +57,9 @@ def one_run(a, label, gw_extra):
         for w in ws:
             w.join()
         wall = time.monotonic() - t0
-        h = metric_sum(gw, "infergate_hedge")
+        h = B.metrics(gw, "infergate_hedge")
         g = lambda o: h.get(f'infergate_hedges_total{{outcome="{o}"}}', 0)   # noqa: E731
-        return {"label": label, "p50": pct(lat, 50), "p99": pct(lat, 99), "max": max(lat), "wall_s": wall,
+        return {"label": label, "p50": B.pct(lat, 50), "p99": B.pct(lat, 99), "max": max(lat), "wall_s": wall,
                 "statuses": statuses, "sent": g("sent"), "won": g("won"), "lost": g("lost"),
                 "not_sent": g("not_sent"), "waste_s": h.get("infergate_hedge_waste_seconds_total", 0)}
     finally:

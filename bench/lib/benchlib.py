@@ -289,6 +289,17 @@ def command_line():
     return " ".join([os.path.relpath(sys.argv[0], REPO)] + sys.argv[1:]) if sys.argv else "?"
 
 
+def metrics(url, prefixes):
+    """The gateway's /metrics samples whose names start with one of `prefixes` (a string or a
+    tuple): {"name{labels}": value}; {} when it does not answer 200."""
+    st, body = http(url + "/metrics")
+    out = {}
+    for line in body.decode().splitlines() if st == 200 else []:
+        if line.startswith(prefixes):
+            out[line.rsplit(" ", 1)[0]] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
 def pct(values, p):
     """Nearest-rank percentile of a list (p in 0..100)."""
     if not values:
