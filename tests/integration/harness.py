@@ -202,6 +202,25 @@ def start_redis(*extra, port=None):
     return p
 
 
+def start_clustered(redis, name, backends, *extra, **kw):
+    """infergate as gateway `name` of a cluster on redis (start_redis), syncing every 100 ms
+    and probing its backends every 200 ms."""
+    return start_gateway(backends, "--cluster-redis", redis.redis_url, "--cluster-name", name,
+                         "--cluster-sync-ms", "100", "--health-interval-ms", "200", *extra, **kw)
+
+
+def cluster_members(gw):
+    """The names of the gateways gw shares with, itself included ([] while it serves alone)."""
+    c = http_json("GET", gw.url + "/health/backends")[2]["cluster"]
+    return [m["name"] for m in c["members"]] if c["joined"] else []
+
+
+def wait_cluster(gws, names, timeout=10):
+    """Waits until every gateway of gws sees exactly `names` (sorted) as its cluster."""
+    wait_until(lambda: all(cluster_members(g) == sorted(names) for g in gws), timeout=timeout,
+               what=f"{', '.join(sorted(names))} joined")
+
+
 def start_gateway(backends, *extra, port=None, config=None, **kw):
     """Start infergate in front of the given backend URLs (or Proc objects). With
     IG_TEST_WORKERS set (etc/quickstart.sh sets 2), a gateway whose test names no --workers

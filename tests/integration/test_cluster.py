@@ -11,27 +11,18 @@ import signal
 import subprocess
 import time
 
-from harness import (Dir, Sampler, binary, chat_body, http, http_json, metric, raw_post, run, sim_waiting,
-                     start_gateway, start_redis, start_sim, stateful_backend, test, upload, wait_until)
+from harness import (Dir, Sampler, binary, chat_body, cluster_members, http, http_json, metric, raw_post, run,
+                     sim_waiting, start_clustered, start_gateway, start_redis, start_sim, stateful_backend, test,
+                     upload, wait_cluster, wait_until)
 
 
 def cluster(gw):
     return http_json("GET", gw.url + "/health/backends")[2]["cluster"]
 
 
-def members(gw):
-    c = cluster(gw)
-    return [m["name"] for m in c["members"]] if c["joined"] else []
-
-
 def healthy(gw, n):
     wait_until(lambda: http_json("GET", gw.url + "/health")[2]["healthy_backends"] == n, timeout=10,
                what=f"{n} healthy backends")
-
-
-def gateway(redis, name, backends, *extra):
-    return start_gateway(backends, "--cluster-redis", redis.redis_url, "--cluster-name", name,
-                         "--cluster-sync-ms", "100", "--health-interval-ms", "200", *extra)
 
 
 @test
@@ -66,9 +57,9 @@ def a_bad_cluster_section_stops_the_gateway_at_start_naming_the_key():
 def gateways_see_each_other_and_a_name_is_held_by_one_at_a_time():
     redis = start_redis()
     sim = start_sim()
-    a = gateway(redis, "gw-a", [sim])
-    b = gateway(redis, "gw-b", [sim])
-    wait_until(lambda: members(a) == ["gw-a", "gw-b"] and members(b) == ["gw-a", "gw-b"], timeout=10,
+    a = start_clustered(redis, "gw-a", [sim])
+    b = start_clustered(redis, "gw-b", [sim])
+    wait_until(lambda: cluster_members(a) == ["gw-a", "gw-b"] and cluster_members(b) == ["gw-a", "gw-b"], timeout=10,
                what="both see both")
     c = cluster(a)
     assert c["redis"] == "up" and c["name"] == "gw-a" and c["redis_url"] == redis.redis_url + "/0", c
@@ -81,16 +72,16 @@ def gateways_see_each_other_and_a_name_is_held_by_one_at_a_time():
     assert r.returncode == 2 and "cluster.name: 'gw-b' is held by a live gateway" in r.stderr, r.stderr
     # one that stops leaves at once; under its name again, it is welcome
     b.stop()
-    wait_until(lambda: members(a) == ["gw-a"], timeout=3, what="gw-b gone")
-    b = gateway(redis, "gw-b", [sim])
-    wait_until(lambda: members(a) == ["gw-a", "gw-b"], timeout=10, what="gw-b back")
+    wait_until(lambda: cluster_members(a) == ["gw-a"], timeout=3, what="gw-b gone")
+    b = start_clustered(redis, "gw-b", [sim])
+    wait_until(lambda: cluster_members(a) == ["gw-a", "gw-b"], timeout=10, what="gw-b back")
     # one killed is dropped after three periods, and its name is free again after them
     b.stop(signal.SIGKILL)
     t0 = time.monotonic()
-    wait_until(lambda: members(a) == ["gw-a"], timeout=5, what="the killed one dropped")
+    wait_until(lambda: cluster_members(a) == ["gw-a"], timeout=5, what="the killed one dropped")
     print(f"# a SIGKILLed gateway left the others' view after {time.monotonic() - t0:.2f} s (sync 100 ms)")
-    b = gateway(redis, "gw-b", [sim])
-    wait_until(lambda: members(a) == ["gw-a", "gw-b"], timeout=10, what="gw-b back after a kill")
+    b = start_clustered(redis, "gw-b", [sim])
+    wait_until(lambda: cluster_members(a) == ["gw-a", "gw-b"], timeout=10, what="gw-b back after a kill")
     assert "cluster: joined as 'gw-b'" in b.read_log(), b.read_log()
 
 
@@ -100,7 +91,7 @@ def a_redis_with_a_password_and_a_database():
     sim = start_sim()
     url = f"redis://:s3cret@127.0.0.1:{redis.port}/3"
     a = start_gateway([sim], "--cluster-redis", url, "--cluster-name", "gw-a")
-    wait_until(lambda: members(a) == ["gw-a"], timeout=10, what="joined")
+    wait_until(lambda: cluster_members(a) == ["gw-a"], timeout=10, what="joined")
     c = cluster(a)
     assert c["redis_url"] == f"redis://***@127.0.0.1:{redis.port}/3" and "s3cret" not in a.read_log(), c
     out = subprocess.run(["redis-cli", "-p", str(redis.port), "-a", "s3cret", "-n", "3", "EXISTS", "infergate:gw:gw-a"],
@@ -117,11 +108,11 @@ def a_redis_with_a_password_and_a_database():
 def a_response_stored_through_one_gateway_is_followed_up_through_another():
     redis = start_redis()
     fbs = [stateful_backend() for _ in range(7)]
-    a = gateway(redis, "gw-a", fbs)
-    b = gateway(redis, "gw-b", fbs)
+    a = start_clustered(redis, "gw-a", fbs)
+    b = start_clustered(redis, "gw-b", fbs)
     healthy(a, 7)
     healthy(b, 7)
-    wait_until(lambda: members(b) == ["gw-a", "gw-b"], timeout=10, what="both joined")
+    wait_until(lambda: cluster_members(b) == ["gw-a", "gw-b"], timeout=10, what="both joined")
     st, hdrs, raw = http("POST", a.url + "/v1/responses", {"model": "m", "input": "first"})
     assert st == 200, raw
     holder, rid = hdrs["x-infergate-backend"], json.loads(raw)["id"]
@@ -144,9 +135,9 @@ def a_response_stored_through_one_gateway_is_followed_up_through_another():
 def without_redis_each_gateway_serves_alone_and_joins_again_when_it_is_back():
     redis = start_redis()
     sim = start_sim("--tokens-per-second", "0", "--ttft-ms", "0")
-    a = gateway(redis, "gw-a", [sim])
-    b = gateway(redis, "gw-b", [sim])
-    wait_until(lambda: members(a) == ["gw-a", "gw-b"], timeout=10, what="both joined")
+    a = start_clustered(redis, "gw-a", [sim])
+    b = start_clustered(redis, "gw-b", [sim])
+    wait_until(lambda: cluster_members(a) == ["gw-a", "gw-b"], timeout=10, what="both joined")
     port = redis.port
     redis.stop(signal.SIGKILL)
     wait_until(lambda: not cluster(a)["joined"] and cluster(a)["redis"] != "up", timeout=5, what="gw-a alone")
@@ -163,7 +154,7 @@ def without_redis_each_gateway_serves_alone_and_joins_again_when_it_is_back():
     assert "cluster: serving alone (Redis:" in a.read_log(), a.read_log()
     # Redis back on its port: shared again within a few periods (reconnects back off to 5 s)
     redis = start_redis(port=port)
-    wait_until(lambda: members(a) == ["gw-a", "gw-b"] and members(b) == ["gw-a", "gw-b"], timeout=15,
+    wait_until(lambda: cluster_members(a) == ["gw-a", "gw-b"] and cluster_members(b) == ["gw-a", "gw-b"], timeout=15,
                what="both joined again")
     assert a.read_log().count("cluster: serving alone") == 1, a.read_log()   # logged once per change
     assert a.read_log().count("cluster: joined as 'gw-a'") == 2, a.read_log()
@@ -185,9 +176,9 @@ def a_keys_limits_hold_across_gateways_and_split_when_redis_is_gone():
     keys(path, [{"name": "shared", "key": "k-shared", "rpm": 60}, {"name": "later", "key": "k-later", "rpm": 60},
                 {"name": "busy", "key": "k-busy", "rpm": 6000}] +
          [{"name": f"many{i}", "key": f"k-many{i}", "rpm": 600} for i in range(40)])
-    a = gateway(redis, "gw-a", [sim], "--api-keys-file", path)
-    b = gateway(redis, "gw-b", [sim], "--api-keys-file", path)
-    wait_until(lambda: members(a) == ["gw-a", "gw-b"] and members(b) == ["gw-a", "gw-b"], timeout=10,
+    a = start_clustered(redis, "gw-a", [sim], "--api-keys-file", path)
+    b = start_clustered(redis, "gw-b", [sim], "--api-keys-file", path)
+    wait_until(lambda: cluster_members(a) == ["gw-a", "gw-b"] and cluster_members(b) == ["gw-a", "gw-b"], timeout=10,
                what="both joined")
     auth = {"Authorization": "Bearer k-shared"}
     body = {"model": "sim-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
@@ -223,7 +214,7 @@ def a_keys_limits_hold_across_gateways_and_split_when_redis_is_gone():
         assert http("POST", a.url + "/v1/chat/completions", body, headers={"Authorization": f"Bearer k-many{i}"})[0] == 200
     wait_until(lambda: cluster(a)["keys_synced"] >= 40 and cluster(b)["keys_synced"] >= 40, timeout=5,
                what="40 keys in the key syncs")
-    assert members(a) == ["gw-a", "gw-b"] and members(b) == ["gw-a", "gw-b"]
+    assert cluster_members(a) == ["gw-a", "gw-b"] and cluster_members(b) == ["gw-a", "gw-b"]
     # Redis gone: each goes on alone with its part of a limit (half: two were live), so another
     # key's burst of 60 through one gateway gets 30, not the 60 a lone gateway would give
     redis.stop(signal.SIGKILL)
@@ -259,7 +250,7 @@ def a_gateway_starts_alone_when_redis_is_not_there_and_joins_when_it_comes():
     assert st == 200
     assert cluster(a)["joined"] is False
     start_redis(port=port)
-    wait_until(lambda: members(a) == ["gw-a"], timeout=15, what="joined")
+    wait_until(lambda: cluster_members(a) == ["gw-a"], timeout=15, what="joined")
 
 
 @test
@@ -272,12 +263,12 @@ def low_work_through_one_gateway_leaves_the_slots_to_normal_work_waiting_at_anot
     import threading
     redis = start_redis()
     sim = start_sim("--max-running", "4", "--tokens-per-second", "20", "--ttft-ms", "0", "--output-tokens", "10")
-    a = gateway(redis, "gw-a", [sim])
-    b = gateway(redis, "gw-b", [sim])
+    a = start_clustered(redis, "gw-a", [sim])
+    b = start_clustered(redis, "gw-b", [sim])
     for gw in (a, b):
         wait_until(lambda: http_json("GET", gw.url + "/health/backends")[2]["backends"][0].get("limit_from")
                    == "reported", timeout=10, what="the stated 4")
-    wait_until(lambda: members(a) == ["gw-a", "gw-b"] and members(b) == ["gw-a", "gw-b"], timeout=10,
+    wait_until(lambda: cluster_members(a) == ["gw-a", "gw-b"] and cluster_members(b) == ["gw-a", "gw-b"], timeout=10,
                what="both joined")
     done, lock = [], threading.Lock()
     def call(gw, tag, klass):
@@ -319,12 +310,9 @@ def a_headroom_learned_at_one_gateway_holds_low_work_back_at_another():
     d = Dir()
     with open(d("c.json"), "w") as f:
         json.dump({"backends": [{"url": sim.url, "max_inflight": 4}]}, f)
-    a = start_gateway([], "--cluster-redis", redis.redis_url, "--cluster-name", "gw-a", "--cluster-sync-ms", "100",
-                      config=d("c.json"))
-    b = start_gateway([], "--cluster-redis", redis.redis_url, "--cluster-name", "gw-b", "--cluster-sync-ms", "100",
-                      config=d("c.json"))
-    wait_until(lambda: members(a) == ["gw-a", "gw-b"] and members(b) == ["gw-a", "gw-b"], timeout=10,
-               what="both joined")
+    a = start_clustered(redis, "gw-a", [], config=d("c.json"))
+    b = start_clustered(redis, "gw-b", [], config=d("c.json"))
+    wait_cluster((a, b), ["gw-a", "gw-b"])
     wait_until(lambda: http_json("GET", b.url + "/v1/models")[2]["data"], timeout=10, what="models")
     socks = [raw_post(b.port, chat_body(f"bulk{i}", max_tokens=20), [("X-Infergate-Priority", "low")])
              for i in range(60)]
@@ -363,12 +351,12 @@ def fair_shares_and_a_keys_max_inflight_hold_across_gateways():
     path = tempfile.mkdtemp(prefix="ig-keys-") + "/keys.json"
     keys(path, [{"name": "light", "key": "k-light", "weight": 1}, {"name": "heavy", "key": "k-heavy", "weight": 3},
                 {"name": "capped", "key": "k-capped", "max_inflight": 4}])
-    a = gateway(redis, "gw-a", [sim], "--api-keys-file", path)
-    b = gateway(redis, "gw-b", [sim], "--api-keys-file", path)
+    a = start_clustered(redis, "gw-a", [sim], "--api-keys-file", path)
+    b = start_clustered(redis, "gw-b", [sim], "--api-keys-file", path)
     for gw in (a, b):
         wait_until(lambda: http_json("GET", gw.url + "/health/backends")[2]["backends"][0].get("limit_from")
                    == "reported", timeout=10, what="the stated 8")
-    wait_until(lambda: members(a) == ["gw-a", "gw-b"] and members(b) == ["gw-a", "gw-b"], timeout=10,
+    wait_until(lambda: cluster_members(a) == ["gw-a", "gw-b"] and cluster_members(b) == ["gw-a", "gw-b"], timeout=10,
                what="both joined")
     done, lock = [], threading.Lock()
     def call(gw, key, tag):
@@ -447,11 +435,11 @@ def the_official_client_through_haproxy_in_front_of_two_gateways():
     sim = start_sim("--tokens-per-second", "0", "--ttft-ms", "0", "--output-tokens", "4")
     path = tempfile.mkdtemp(prefix="ig-keys-") + "/keys.json"
     keys(path, [{"name": "looper", "key": "k-loop", "rpm": 60}, {"name": "writer", "key": "k-resp"}])
-    a = gateway(redis, "gw-a", fbs + [sim], "--api-keys-file", path, "--model-alias", "m2=sim-model")
-    b = gateway(redis, "gw-b", fbs + [sim], "--api-keys-file", path, "--model-alias", "m2=sim-model")
+    a = start_clustered(redis, "gw-a", fbs + [sim], "--api-keys-file", path, "--model-alias", "m2=sim-model")
+    b = start_clustered(redis, "gw-b", fbs + [sim], "--api-keys-file", path, "--model-alias", "m2=sim-model")
     for gw in (a, b):
         healthy(gw, 8)
-    wait_until(lambda: members(a) == ["gw-a", "gw-b"] and members(b) == ["gw-a", "gw-b"], timeout=10,
+    wait_until(lambda: cluster_members(a) == ["gw-a", "gw-b"] and cluster_members(b) == ["gw-a", "gw-b"], timeout=10,
                what="both joined")
     hp = start_haproxy([a, b])
     # Responses: create, five follow-ups, retrieve, delete; one request to each gateway in turn, so
@@ -539,7 +527,7 @@ def files_and_a_batch_made_through_one_gateway_are_read_and_cancelled_through_an
     sim = start_sim(*SLOW)
     a = batch_gateway(redis, "gw-a", d, [sim])
     b = batch_gateway(redis, "gw-b", d, [sim])
-    wait_until(lambda: members(a) == ["gw-a", "gw-b"] and members(b) == ["gw-a", "gw-b"], timeout=10,
+    wait_until(lambda: cluster_members(a) == ["gw-a", "gw-b"] and cluster_members(b) == ["gw-a", "gw-b"], timeout=10,
                what="both see both")
     # a file uploaded through A is listed, read and deleted through B
     st, f = upload(a, b'{"custom_id": "x"}\n', filename="one.jsonl")
@@ -698,7 +686,7 @@ def the_official_client_runs_files_and_a_batch_through_haproxy_in_front_of_two_g
             for _ in range(2)]
     a = batch_gateway(redis, "gw-a", d, sims)
     b = batch_gateway(redis, "gw-b", d, sims)
-    wait_until(lambda: members(a) == ["gw-a", "gw-b"] and members(b) == ["gw-a", "gw-b"], timeout=10,
+    wait_until(lambda: cluster_members(a) == ["gw-a", "gw-b"] and cluster_members(b) == ["gw-a", "gw-b"], timeout=10,
                what="both joined")
     hp = start_haproxy([a, b])
     n = 2000

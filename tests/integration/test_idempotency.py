@@ -14,7 +14,8 @@ import time
 import subprocess
 
 from harness import (FakeBackend, Dir, chat_body, ensure_openai, http, http_json, keys_file, metric, run, run_client,
-                     sse_events, start_gateway, start_redis, start_sim, test, wait_until)
+                     sse_events, start_clustered, start_gateway, start_redis, start_sim, test, wait_cluster,
+                     wait_until)
 
 PACED = ("--tokens-per-second", "40", "--ttft-ms", "0", "--output-tokens", "400", "--seed", "3")
 
@@ -44,18 +45,37 @@ def post(gw, body, key, headers=None, timeout=60):
     return http("POST", gw.url + "/v1/chat/completions", body, headers=h, timeout=timeout)
 
 
+def failing_backend(statuses):
+    """A FakeBackend that answers its POSTs with the statuses popped from the list while it has
+    some (after 0.6 s for a body that says "slowly"), and like a small OpenAI server after."""
+    def handler(fb, req, sock):
+        if req["method"] == "POST" and statuses:
+            if b"slowly" in req["body"]:
+                time.sleep(0.6)
+            FakeBackend.reply(sock, statuses.pop(), {"error": {"message": "boom", "type": "server_error", "code": 500}})
+            return True
+        return FakeBackend.answer_ok(fb, req, sock)
+    return FakeBackend(handler)
+
+
+def answer_and_its_replay(gw1, gw2, fb, body, key):
+    """body with key through gw1, then again through gw2: the same bytes and Content-Type,
+    the second replayed, the backend asked once."""
+    st1, h1, b1 = post(gw1, body, key)
+    st2, h2, b2 = post(gw2, body, key)
+    assert (st1, st2) == (200, 200) and b1 == b2, (st1, st2, b1, b2)
+    assert "idempotent-replayed" not in h1 and h2["idempotent-replayed"] == "true", (h1, h2)
+    assert h2["content-type"] == h1["content-type"], (h1, h2)
+    assert len(fb.posts()) == 1, fb.posts()
+
+
 @test
 def a_duplicate_after_the_answer_gets_the_same_bytes_and_runs_nothing():
     fb = FakeBackend()
     gw = start_gateway([fb])
     wait_until(lambda: http_json("GET", gw.url + "/health")[2]["healthy_backends"] == 1, what="healthy")
     body = chat_body("only once", max_tokens=5)
-    st1, h1, b1 = post(gw, body, "key-1")
-    st2, h2, b2 = post(gw, body, "key-1")
-    assert (st1, st2) == (200, 200) and b1 == b2, (st1, st2, b1, b2)
-    assert "idempotent-replayed" not in h1 and h2["idempotent-replayed"] == "true", (h1, h2)
-    assert h2["content-type"] == h1["content-type"], (h1, h2)
-    assert len(fb.posts()) == 1, fb.posts()
+    answer_and_its_replay(gw, gw, fb, body, "key-1")
     # Another value runs again; no header is as before.
     assert post(gw, body, "key-2")[0] == 200 and http("POST", gw.url + "/v1/chat/completions", body)[0] == 200
     assert len(fb.posts()) == 3
@@ -151,15 +171,7 @@ def another_body_is_a_422_a_bad_key_a_400_and_another_api_keys_value_its_own():
 
 @test
 def a_5xx_is_not_kept_so_a_retry_runs_again():
-    answers = [500]
-
-    def handler(fb, req, sock):
-        if req["method"] == "POST" and answers:
-            FakeBackend.reply(sock, answers.pop(), {"error": {"message": "boom", "type": "server_error", "code": 500}})
-            return True
-        return FakeBackend.answer_ok(fb, req, sock)
-
-    fb = FakeBackend(handler)
+    fb = failing_backend([500])
     gw = start_gateway([fb])
     wait_until(lambda: http_json("GET", gw.url + "/health")[2]["healthy_backends"] == 1, what="healthy")
     body = chat_body("fails once", max_tokens=5)
@@ -263,19 +275,11 @@ def the_official_openai_client_retrying_after_a_cut_connection_gets_one_answer()
     assert sim_requests(sim) == 1
 
 
-def clustered(redis, name, backends, *extra):
-    gw = start_gateway(backends, "--cluster-redis", redis.redis_url, "--cluster-name", name,
-                       "--cluster-sync-ms", "100", "--health-interval-ms", "200", *extra)
+def clustered(redis, name, backends):
+    gw = start_clustered(redis, name, backends)
     wait_until(lambda: http_json("GET", gw.url + "/health")[2]["healthy_backends"] == len(backends),
                what=f"{name} healthy")
     return gw
-
-
-def joined(*gws):
-    names = sorted(f"gw-{i}" for i in "ab"[:len(gws)])
-    wait_until(lambda: all(http_json("GET", g.url + "/health/backends")[2]["cluster"]["joined"] and
-                           sorted(m["name"] for m in http_json("GET", g.url + "/health/backends")[2]["cluster"]
-                                  ["members"]) == names for g in gws), timeout=10, what="both joined")
 
 
 def redis_get(redis, key):
@@ -290,26 +294,11 @@ def a_key_holds_across_gateways_sharing_redis():
     one lets go of the key, so a retry through the other runs; a stream running through one is
     answered through the other, whole, when it ends."""
     answers = []
-
-    def handler(fb, req, sock):
-        if req["method"] == "POST" and answers:
-            if b"slowly" in req["body"]:
-                time.sleep(0.6)
-            FakeBackend.reply(sock, answers.pop(), {"error": {"message": "boom", "type": "server_error", "code": 500}})
-            return True
-        return FakeBackend.answer_ok(fb, req, sock)
-
     redis = start_redis()
-    fb = FakeBackend(handler)
+    fb = failing_backend(answers)
     a, b = clustered(redis, "gw-a", [fb]), clustered(redis, "gw-b", [fb])
-    joined(a, b)
-    body = chat_body("once for the fleet", max_tokens=5)
-    st1, h1, b1 = post(a, body, "fleet-1")
-    st2, h2, b2 = post(b, body, "fleet-1")
-    assert (st1, st2) == (200, 200) and b1 == b2, (st1, st2, b1, b2)
-    assert "idempotent-replayed" not in h1 and h2["idempotent-replayed"] == "true", (h1, h2)
-    assert h2["content-type"] == h1["content-type"], (h1, h2)
-    assert len(fb.posts()) == 1, fb.posts()
+    wait_cluster((a, b), ["gw-a", "gw-b"])
+    answer_and_its_replay(a, b, fb, chat_body("once for the fleet", max_tokens=5), "fleet-1")
     assert idem_counts(b) == {"ran": 0, "joined": 0, "replayed": 1, "conflict": 0}, idem_counts(b)
     # Kept in Redis for idempotency.ttl_s, under a digest (neither the API key nor the value readable).
     keys = redis_get(redis, ["KEYS", "infergate:idem:*"])
@@ -349,7 +338,7 @@ def a_stream_running_through_one_gateway_is_answered_through_another():
     redis = start_redis()
     sim = start_sim(*PACED)
     a, b = clustered(redis, "gw-a", [sim]), clustered(redis, "gw-b", [sim])
-    joined(a, b)
+    wait_cluster((a, b), ["gw-a", "gw-b"])
     stream_and_its_duplicate(a, b, sim, "stream-x")   # answered whole when the first ends
     assert idem_counts(b)["joined"] == 1, idem_counts(b)
 

@@ -13,8 +13,8 @@ import tempfile
 import threading
 import time
 
-from harness import (FakeBackend, assert_openai_error, binary, chat_body, http, http_json, raw_post, run, sim_requests,
-                     start_gateway, start_sim, test, wait_until)
+from harness import (Dir, FakeBackend, assert_openai_error, binary, chat_body, http, http_json, raw_post, run,
+                     sim_requests, start_gateway, start_sim, test, wait_until)
 
 
 def digest(key):
@@ -177,60 +177,73 @@ def keys_share_slots_by_weight():
                 slot.close()
 
 
+def configured(config, backends=(), *extra):
+    """A gateway started on `config` (a dict, written to a file of its own) and `extra`, once it
+    knows its models."""
+    d = Dir()
+    with open(d("c.json"), "w") as f:
+        json.dump(config, f)
+    gw = start_gateway(list(backends), "--config", d("c.json"), *extra)
+    gw.conf_dir = d   # removed with the gateway's object
+    wait_until(lambda: http_json("GET", gw.url + "/v1/models")[2]["data"], timeout=10, what="models")
+    return gw
+
+
+def low_flood(gw, n, max_tokens):
+    """n streams of class low held open on gw (their sockets: close them)."""
+    return [raw_post(gw.port, chat_body(f"bulk{i}", max_tokens=max_tokens), [("X-Infergate-Priority", "low")])
+            for i in range(n)]
+
+
+def chat_queued(gw, prompt):
+    """A normal chat request through gw, answered: whether it waited in the gateway's queue."""
+    st, hdrs, _ = http_json("POST", gw.url + "/v1/chat/completions", chat_body(prompt, max_tokens=2))
+    assert st == 200, (st, hdrs)
+    return "x-infergate-queued-ms" in hdrs
+
+
 @test
 def a_key_over_its_cap_waits_while_others_run():
     sim = start_sim("--tokens-per-second", "20", "--ttft-ms", "0")
-    with tempfile.TemporaryDirectory() as d:
-        cfg = os.path.join(d, "c.json")
-        with open(cfg, "w") as f:
-            json.dump({"api_key_settings": {digest("sk-capped"): {"max_inflight": 1}}}, f)
-        gw = start_gateway([sim], "--config", cfg, "--max-inflight", "8")
-        wait_until(lambda: http_json("GET", gw.url + "/v1/models")[2]["data"], timeout=10, what="models")
-        results = {}
+    gw = configured({"api_key_settings": {digest("sk-capped"): {"max_inflight": 1}}}, [sim], "--max-inflight", "8")
+    results = {}
 
-        def call(name, key):
-            results[name] = http_json("POST", gw.url + "/v1/chat/completions", chat_body(name, max_tokens=20),
-                                      headers={"Authorization": f"Bearer {key}"}, timeout=60)
-        ts = [threading.Thread(target=call, args=(f"capped{i}", "sk-capped")) for i in range(3)]
-        for t in ts:
-            t.start()
-        wait_until(lambda: waiting(gw)["normal"]["waiting"] == 2, timeout=10, what="two capped requests waiting")
-        keys = {k["key"]: k for k in http_json("GET", gw.url + "/health/backends")[2]["keys"]}
-        capped = keys[digest("sk-capped")[:12]]          # a digest's first 12 hex digits name it
-        assert capped["inflight"] == 1 and capped["max_inflight"] == 1, keys
-        # Another key runs at once, beside the capped one's single request (8 slots are free).
-        ts.append(threading.Thread(target=call, args=("free", "sk-free")))
-        ts[-1].start()
-        ts[-1].join(60)
-        for t in ts:
-            t.join(60)
-        assert all(r[0] == 200 for r in results.values()), results
-        assert "x-infergate-queued-ms" not in results["free"][1], results["free"][1]
-        assert sum("x-infergate-queued-ms" in results[f"capped{i}"][1] for i in range(3)) == 2
+    def call(name, key):
+        results[name] = http_json("POST", gw.url + "/v1/chat/completions", chat_body(name, max_tokens=20),
+                                  headers={"Authorization": f"Bearer {key}"}, timeout=60)
+    ts = [threading.Thread(target=call, args=(f"capped{i}", "sk-capped")) for i in range(3)]
+    for t in ts:
+        t.start()
+    wait_until(lambda: waiting(gw)["normal"]["waiting"] == 2, timeout=10, what="two capped requests waiting")
+    keys = {k["key"]: k for k in http_json("GET", gw.url + "/health/backends")[2]["keys"]}
+    capped = keys[digest("sk-capped")[:12]]          # a digest's first 12 hex digits name it
+    assert capped["inflight"] == 1 and capped["max_inflight"] == 1, keys
+    # Another key runs at once, beside the capped one's single request (8 slots are free).
+    ts.append(threading.Thread(target=call, args=("free", "sk-free")))
+    ts[-1].start()
+    ts[-1].join(60)
+    for t in ts:
+        t.join(60)
+    assert all(r[0] == 200 for r in results.values()), results
+    assert "x-infergate-queued-ms" not in results["free"][1], results["free"][1]
+    assert sum("x-infergate-queued-ms" in results[f"capped{i}"][1] for i in range(3)) == 2
 
 
 @test
 def reserved_slots_stay_free_for_interactive_requests():
     sim = start_sim("--tokens-per-second", "20", "--ttft-ms", "0")
-    with tempfile.TemporaryDirectory() as d:
-        cfg = os.path.join(d, "c.json")
-        with open(cfg, "w") as f:
-            json.dump({"backends": [{"url": sim.url, "max_inflight": 3, "reserve_slots": 1}]}, f)
-        gw = start_gateway([], "--config", cfg)
-        wait_until(lambda: http_json("GET", gw.url + "/v1/models")[2]["data"], timeout=10, what="models")
-        socks = [raw_post(gw.port, chat_body(f"bulk{i}", max_tokens=400), [("X-Infergate-Priority", "low")])
-                 for i in range(5)]
-        try:
-            # 2 of the 3 slots run low requests; 3 wait although a slot is free.
-            wait_until(lambda: waiting(gw)["low"]["waiting"] == 3, timeout=10, what="3 low requests waiting")
-            assert waiting(gw)["low"]["inflight"] == 2, waiting(gw)
-            # A normal request takes the reserved slot at once.
-            st, hdrs, obj = http_json("POST", gw.url + "/v1/chat/completions", chat_body("chat", max_tokens=2))
-            assert st == 200 and "x-infergate-queued-ms" not in hdrs, (st, hdrs)
-            assert waiting(gw)["low"]["waiting"] == 3 and waiting(gw)["low"]["inflight"] == 2, waiting(gw)
-        finally:
-            for s in socks:
-                s.close()
+    gw = configured({"backends": [{"url": sim.url, "max_inflight": 3, "reserve_slots": 1}]})
+    socks = low_flood(gw, 5, 400)
+    try:
+        # 2 of the 3 slots run low requests; 3 wait although a slot is free.
+        wait_until(lambda: waiting(gw)["low"]["waiting"] == 3, timeout=10, what="3 low requests waiting")
+        assert waiting(gw)["low"]["inflight"] == 2, waiting(gw)
+        # A normal request takes the reserved slot at once.
+        assert not chat_queued(gw, "chat")
+        assert waiting(gw)["low"]["waiting"] == 3 and waiting(gw)["low"]["inflight"] == 2, waiting(gw)
+    finally:
+        for s in socks:
+            s.close()
 
 
 @test
@@ -240,47 +253,39 @@ def a_headroom_learned_from_interactive_traffic_keeps_a_slot_free_and_goes_when_
     # then on one slot is kept free of low work, so the next ones are not queued; once they
     # stop, low has all four again. With headroom.max_percent 0: priority alone.
     sim = start_sim("--tokens-per-second", "20", "--ttft-ms", "0")
-    with tempfile.TemporaryDirectory() as d:
-        cfg = os.path.join(d, "c.json")
-        with open(cfg, "w") as f:
-            json.dump({"backends": [{"url": sim.url, "max_inflight": 4}]}, f)
-        for learned in (True, False):
-            gw = start_gateway([], "--config", cfg, *(() if learned else ("--headroom-max-percent", "0")))
-            wait_until(lambda: http_json("GET", gw.url + "/v1/models")[2]["data"], timeout=10, what="models")
-            socks = [raw_post(gw.port, chat_body(f"bulk{i}", max_tokens=20), [("X-Infergate-Priority", "low")])
-                     for i in range(60)]
-            try:
-                wait_until(lambda: waiting(gw)["low"]["inflight"] == 4 and waiting(gw)["low"]["waiting"] > 40,
-                           timeout=10, what="four low running, the rest waiting")
-                model = lambda: http_json("GET", gw.url + "/health/backends")[2]["models"]["sim-model"]["headroom"]
-                assert model()["slots"] == 0, model()
-                st, hdrs, _ = http_json("POST", gw.url + "/v1/chat/completions", chat_body("first", max_tokens=2))
-                assert st == 200 and "x-infergate-queued-ms" in hdrs, hdrs   # every slot was low's
-                queued = []
-                for i in range(3):
-                    if learned:   # low's next ends leave one slot free
-                        wait_until(lambda: waiting(gw)["low"]["inflight"] == 3, timeout=10, what="a slot kept free")
-                    st, hdrs, _ = http_json("POST", gw.url + "/v1/chat/completions", chat_body(f"chat {i}", max_tokens=2))
-                    assert st == 200, st
-                    queued.append("x-infergate-queued-ms" in hdrs)
-                if not learned:
-                    assert queued == [True] * 3, queued
-                    assert model()["slots"] == 0 and "max_percent is 0" in model()["why"], model()
-                    continue
-                assert queued == [False] * 3, queued
-                h = model()
-                assert h["slots"] >= 1 and h["pool_slots"] == 4 and "requests/s" in h["why"], h
-                m = http("GET", gw.url + "/metrics")[2].decode()
-                assert 'infergate_model_headroom_slots{model="sim-model"} ' in m, m
-                # quiet: after five mean gaps (2 s at least), or the window's 10 s, the headroom
-                # is gone and low has all four
-                wait_until(lambda: model()["slots"] == 0, timeout=15, what="the headroom gone")
-                wait_until(lambda: waiting(gw)["low"]["inflight"] == 4, timeout=5, what="low on all four")
-                assert waiting(gw)["low"]["waiting"] > 0, waiting(gw)
-            finally:
-                for s in socks:
-                    s.close()
-                gw.stop()
+    for learned in (True, False):
+        gw = configured({"backends": [{"url": sim.url, "max_inflight": 4}]}, [],
+                        *(() if learned else ("--headroom-max-percent", "0")))
+        socks = low_flood(gw, 60, 20)
+        try:
+            wait_until(lambda: waiting(gw)["low"]["inflight"] == 4 and waiting(gw)["low"]["waiting"] > 40,
+                       timeout=10, what="four low running, the rest waiting")
+            model = lambda: http_json("GET", gw.url + "/health/backends")[2]["models"]["sim-model"]["headroom"]
+            assert model()["slots"] == 0, model()
+            assert chat_queued(gw, "first")   # every slot was low's
+            queued = []
+            for i in range(3):
+                if learned:   # low's next ends leave one slot free
+                    wait_until(lambda: waiting(gw)["low"]["inflight"] == 3, timeout=10, what="a slot kept free")
+                queued.append(chat_queued(gw, f"chat {i}"))
+            if not learned:
+                assert queued == [True] * 3, queued
+                assert model()["slots"] == 0 and "max_percent is 0" in model()["why"], model()
+                continue
+            assert queued == [False] * 3, queued
+            h = model()
+            assert h["slots"] >= 1 and h["pool_slots"] == 4 and "requests/s" in h["why"], h
+            m = http("GET", gw.url + "/metrics")[2].decode()
+            assert 'infergate_model_headroom_slots{model="sim-model"} ' in m, m
+            # quiet: after five mean gaps (2 s at least), or the window's 10 s, the headroom
+            # is gone and low has all four
+            wait_until(lambda: model()["slots"] == 0, timeout=15, what="the headroom gone")
+            wait_until(lambda: waiting(gw)["low"]["inflight"] == 4, timeout=5, what="low on all four")
+            assert waiting(gw)["low"]["waiting"] > 0, waiting(gw)
+        finally:
+            for s in socks:
+                s.close()
+            gw.stop()
 
 
 @test
