@@ -172,10 +172,16 @@ static void on_poll(redisAsyncContext *ac IG_UNUSED, void *reply, void *privdata
 	e->share_next_ms = ig_now_ms() + POLL_MS;
 	if (e->share != IG_IDEM_THEIRS || !r || r->type == REDIS_REPLY_ERROR)
 		; /* polled again (or settled meanwhile) */
-	else if (r->type == REDIS_REPLY_NIL)
-		gone(p->gw, e, "the request with this Idempotency-Key ran through another gateway and failed, or that "
-			       "gateway stopped; send it again");
-	else if (r->type == REDIS_REPLY_STRING)
+	else if (e->done) /* its request left: nothing to wait for */
+		settle(p->gw, e, IG_IDEM_ALONE);
+	else if (r->type == REDIS_REPLY_NIL) {
+		/* The claim is gone: the run through the other gateway failed (a
+		 * failed run is not kept), or that gateway died and its claim
+		 * lapsed. The request waiting here claims the key in turn and
+		 * runs, as a retry would; alone if Redis is gone meanwhile. */
+		if (ig_idem_share_claim(p->gw, e) < 0)
+			settle(p->gw, e, IG_IDEM_ALONE);
+	} else if (r->type == REDIS_REPLY_STRING)
 		take(p->gw, e, r->str, r->len);
 	done(p);
 }

@@ -11,9 +11,10 @@
  *   its claim, so that a retry runs again.
  * A duplicate of a running answer at another gateway is polled for every
  * 100 ms and answered whole when it ended (not followed live, as at the
- * gateway that runs it); one whose run failed or whose gateway died gets a
- * 502 to retry. Nothing waits on a Redis that is gone: an entry asking
- * when the gateway comes to serve alone runs here.
+ * gateway that runs it); when that run failed or its gateway died (the
+ * claim gone), the duplicate claims the key in turn and runs, as a retry
+ * would. Nothing waits on a Redis that is gone: an entry asking when the
+ * gateway comes to serve alone runs here.
  *
  * Threads: under the gateway's lock; the replies come on reactor 0.
  * Not here: the entries (idem.c), the requests (proxy.c), Redis (cluster.c). */
@@ -27,8 +28,10 @@ struct ig_idem_entry;
 
 /* A new entry (its runner's): asks Redis whether another gateway holds its
  * key (share IG_IDEM_ASKING until the reply; then OURS: it runs here;
- * THEIRS: another runs it; ALONE with an answer: another's kept answer or
- * the conflict's 422; ALONE without: Redis failed, it runs here). Returns 0
+ * THEIRS: another runs it, and its answer is waited for, or the key claimed
+ * again once that one's claim is gone; ALONE with an answer: another's
+ * kept answer or the conflict's 422; ALONE without: Redis failed, it runs
+ * here). Returns 0
  * (asked: its readers are woken at the reply) or -1 (not in a cluster now:
  * it runs here). */
 int ig_idem_share_claim(struct ig_gw *gw, struct ig_idem_entry *e);

@@ -969,24 +969,26 @@ static enum MHD_Result body_done(struct ig_req *req)
 
 /* Whether the other gateways hold its Idempotency-Key (idem_share.h):
  * 0 not, it runs (admit); 1 it reads the answer (run through another
- * gateway, kept, or the conflict's 422); 2 not known yet, it waits. */
+ * gateway and kept, or the conflict's 422); 2 not known yet, or another
+ * gateway runs it: it waits (and runs if that run fails). */
 static int idem_asked(struct ig_req *req)
 {
 	struct ig_idem_entry *e = req->idem;
-	if (e->share == IG_IDEM_ASKING) {
+	if ((e->share == IG_IDEM_ASKING || e->share == IG_IDEM_THEIRS) && !e->done) {
+		req->idem_followed |= e->share == IG_IDEM_THEIRS;
 		if (!ig_list_linked(&req->idem_link))
 			ig_list_append(&e->waiting, &req->idem_link);
 		suspend(req);
 		return 2;
 	}
 	req->idem_asking = false;
-	if (e->share != IG_IDEM_THEIRS && !e->done) {
+	if (!e->done) {
 		req->gw->stats.idem[0]++;
 		return 0;
 	}
 	req->idem_runner = false;
 	req->idem_reader = true;
-	req->gw->stats.idem[e->conflict ? 3 : e->done ? 2 : 1]++;
+	req->gw->stats.idem[e->conflict ? 3 : req->idem_followed ? 1 : 2]++;
 	ig_log_debug("request %s: its Idempotency-Key is held through another gateway%s", req->request_id,
 		     e->conflict ? " with another body" : "");
 	return 1;

@@ -81,6 +81,7 @@ struct ig_req {
 	bool idem_runner, idem_reader;
 	bool idem_ended;             /* the runner told the entry its end */
 	bool idem_asking;            /* the other gateways asked first (idem_share.h) */
+	bool idem_followed;          /* meanwhile another gateway ran it (counted as joined) */
 	bool detached;               /* a runner whose client left: it runs on for the
 				      * entry, conn is NULL, freed at its end */
 	size_t idem_off;             /* a reader's bytes of the answer sent */
