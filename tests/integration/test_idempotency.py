@@ -58,10 +58,11 @@ def failing_backend(statuses):
     return FakeBackend(handler)
 
 
-def answer_and_its_replay(gw1, gw2, fb, body, key):
-    """body with key through gw1, then again through gw2: the same bytes and Content-Type,
-    the second replayed, the backend asked once."""
+def answer_and_its_replay(gw1, gw2, fb, body, key, kept=lambda: True):
+    """body with key through gw1, then (once kept() says its answer is kept) again through
+    gw2: the same bytes and Content-Type, the second replayed, the backend asked once."""
     st1, h1, b1 = post(gw1, body, key)
+    wait_until(kept, timeout=5, what="the answer kept")
     st2, h2, b2 = post(gw2, body, key)
     assert (st1, st2) == (200, 200) and b1 == b2, (st1, st2, b1, b2)
     assert "idempotent-replayed" not in h1 and h2["idempotent-replayed"] == "true", (h1, h2)
@@ -298,7 +299,11 @@ def a_key_holds_across_gateways_sharing_redis():
     fb = failing_backend(answers)
     a, b = clustered(redis, "gw-a", [fb]), clustered(redis, "gw-b", [fb])
     wait_cluster((a, b), ["gw-a", "gw-b"])
-    answer_and_its_replay(a, b, fb, chat_body("once for the fleet", max_tokens=5), "fleet-1")
+    # gw-a writes the kept answer to Redis as it answers, not before: wait for it, so that gw-b
+    # replays a kept answer rather than following a run it still sees (counted as joined)
+    answer_and_its_replay(a, b, fb, chat_body("once for the fleet", max_tokens=5), "fleet-1",
+                          kept=lambda: '"D ' in "".join(redis_get(redis, ["GET", k]) for k in
+                                                       redis_get(redis, ["KEYS", "infergate:idem:*"]).split('"')[1::2]))
     assert idem_counts(b) == {"ran": 0, "joined": 0, "replayed": 1, "conflict": 0}, idem_counts(b)
     # Kept in Redis for idempotency.ttl_s, under a digest (neither the API key nor the value readable).
     keys = redis_get(redis, ["KEYS", "infergate:idem:*"])
