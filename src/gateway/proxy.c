@@ -1135,8 +1135,14 @@ static enum MHD_Result queue_answer(struct ig_req *req, unsigned status, struct 
 {
 	struct ig_gw *gw = req->gw;
 	req->relay.bytes_out += body_len;
+	/* A duplicate following a running answer: its reader (idem_read) takes
+	 * the lock inside MHD's response mutex, so its response is queued and
+	 * let go with the lock let go (never the two the other way round). */
+	int depth = req->idem_reader && !req->idem->done ? ig_gw_release(gw) : -1;
 	enum MHD_Result ret = MHD_queue_response(req->conn, status, r);
 	MHD_destroy_response(r);
+	if (depth >= 0)
+		ig_gw_reacquire(gw, depth);
 	if (status >= 100 && status < 600)
 		gw->stats.responses[status / 100]++;
 	req->status_sent = status;
