@@ -224,6 +224,28 @@ int ig_backend_usable(const struct ig_backend *b)
 	       (!until || ig_now_ms() >= until);
 }
 
+int ig_backend_priority_field(const struct ig_backend *b, long *step)
+{
+	unsigned learned = (unsigned)atomic_load(&b->prio_sched);
+	long t = atomic_load(&b->prio_threshold);
+	*step = learned && t >= 0 && t < 1000000 ? t + 1 : 10;
+	if (b->priority_field == 1 || b->priority_field == 2)
+		return b->priority_field;
+	if (b->priority_field != 0)
+		return 0; /* "none" */
+	return learned & IG_PRIO_LARGER_FIRST ? 1 : learned & IG_PRIO_SMALLER_FIRST ? 2 : 0;
+}
+
+bool ig_backend_preempts(const struct ig_backend *b)
+{
+	long step;
+	unsigned learned = (unsigned)atomic_load(&b->prio_sched);
+	int field = ig_backend_priority_field(b, &step);
+	/* (a configured field that runs against the server's order does not) */
+	return (learned & IG_PRIO_PREEMPTS) && ((field == 1 && (learned & IG_PRIO_LARGER_FIRST)) ||
+						(field == 2 && (learned & IG_PRIO_SMALLER_FIRST)));
+}
+
 const char *ig_backend_breaker_state(const struct ig_backend *b)
 {
 	uint64_t until = atomic_load(&b->breaker_until_ms);

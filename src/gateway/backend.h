@@ -28,13 +28,24 @@ enum ig_backend_admin {
 
 struct ig_probe;
 
+/* prio_sched: the server orders its queue by the request's "priority"... */
+#define IG_PRIO_LARGER_FIRST 1u  /* larger values first (SGLang's default) */
+#define IG_PRIO_SMALLER_FIRST 2u /* smaller first (--schedule-low-priority-values-first) */
+#define IG_PRIO_PREEMPTS 4u      /* and a waiting request preempts a running one that
+				  * is more than prio_threshold below it when its
+				  * slots are full (not --disable-priority-preemption) */
+
 struct ig_backend {
 	int id;                 /* stable for the process, never reused */
 	char *url;              /* normalised base URL, no trailing slash */
 	long weight;
 	long max_inflight;      /* 0 = unlimited */
 	long reserve_slots;     /* of its limit, slots class low may not take */
-	int priority_field;     /* struct ig_backend_conf's */
+	int priority_field;     /* struct ig_backend_conf's (0: as learned, below) */
+	/* What its /server_info says of its scheduling (health.c; SGLang's
+	 * ServerArgs): IG_PRIO_* bits, 0 none known; read without the lock. */
+	atomic_int prio_sched;
+	atomic_long prio_threshold; /* its priority_scheduling_preemption_threshold */
 	_Atomic int state;      /* enum ig_backend_state */
 	_Atomic int admin;      /* enum ig_backend_admin */
 	atomic_long inflight;   /* requests through this gateway, now */
@@ -176,6 +187,16 @@ long ig_backend_limit(const struct ig_backend *b);
 /* What b is known to take: max_inflight, else the reported or learned
  * slots; 0 = not known (a ramp is not knowledge). */
 long ig_backend_capacity(const struct ig_backend *b);
+/* How a request's class goes into its body as "priority" for b: 0 it does
+ * not (no scheduling by priority known or configured, or "none"), 1
+ * larger values first, 2 smaller first; *step: the value of high (and
+ * minus it, of low; normal is 0), one more than the server's preemption
+ * threshold when it told it (so normal preempts low and high normal), else
+ * 10. Read without the lock. */
+int ig_backend_priority_field(const struct ig_backend *b, long *step);
+/* Whether b preempts a running request for a waiting one of a priority more
+ * than its threshold above (learned; a configured field does not say). */
+bool ig_backend_preempts(const struct ig_backend *b);
 /* Where ig_backend_limit comes from: "max_inflight", or capacity.h's
  * "reported", "learned", "ramp", "none". */
 const char *ig_backend_limit_from(const struct ig_backend *b);

@@ -35,8 +35,8 @@
 #define LB_HELP(id, name, help) " " name " (" help ");"
 
 static const char *const class_names[IG_NCLASSES] = {"high", "normal", "low"};
-/* backends[].priority_field, by value (0: none) */
-static const char *const priority_fields[] = {NULL, "sglang", "vllm"};
+/* backends[].priority_field, by value (0: learned) */
+static const char *const priority_fields[] = {NULL, "sglang", "vllm", "none"};
 
 const char *ig_conf_class_name(int klass)
 {
@@ -309,6 +309,11 @@ static const struct ig_flag keys[] = {
 	 .help = "slots kept free of new low (bulk) work for high and normal requests are learned from their "
 		 "arrival rate and how long they hold a slot, up to P% of a model's slots (0 = none kept: priority "
 		 "alone; a backend's reserve_slots overrides it)"},
+	{.name = "--headroom-overshoot", .key = "headroom.overshoot", .type = IG_FLAG_LONG,
+	 .off = OFF(headroom_overshoot), .min = 0, .max = 64, .def = "2", .metavar = "N",
+	 .help = "a high or normal request that finds no free slot may go up to N over the slots of a backend "
+		 "that preempts lower priorities (SGLang with --enable-priority-scheduling, learned from its "
+		 "/server_info), which then preempts a low one; those N count as headroom (0 = never)"},
 	{.name = "--hedge-low", .key = "hedge.low", .type = IG_FLAG_SWITCH, .off = OFF(hedge_low), .def = "false",
 	 .help = "requests of class low are hedged too (by default a bulk run's stragglers wait: its tail matters "
 		 "less than the fleet's work)"},
@@ -627,11 +632,11 @@ static void parse_backends_json(void *target, const struct ig_flag *f IG_UNUSED,
 			if (strcmp(bk, "priority_field") == 0) {
 				const char *pv = json_string_value(bv);
 				proto.priority_field = -1;
-				for (int p = 1; p < 3 && pv; p++)
+				for (int p = 1; p < 4 && pv; p++)
 					if (strcmp(pv, priority_fields[p]) == 0)
 						proto.priority_field = p;
 				if (proto.priority_field < 0) {
-					ig_flags_problem(errs, "%s.priority_field: must be \"sglang\" or \"vllm\"", ctx);
+					ig_flags_problem(errs, "%s.priority_field: must be \"sglang\", \"vllm\" or \"none\"", ctx);
 					ok = 0;
 				}
 				continue;

@@ -21,8 +21,9 @@ struct ig_backend_conf {
 	char **models;      /* the models it serves; NULL: learned from its /v1/models */
 	size_t n_models;
 	long reserve_slots; /* slots a bulk (low) request may not take */
-	int priority_field; /* 0 none; 1 "sglang", 2 "vllm": the class goes into the body's
-			     * "priority" for a backend that schedules by it */
+	int priority_field; /* 0 learned (health.c: the server's /server_info); 1 "sglang",
+			     * 2 "vllm": the class goes into the body's "priority" for a
+			     * backend that schedules by it; 3 "none": never */
 };
 
 /* Priority classes of requests (the scheduler serves them in this order). */
@@ -79,6 +80,7 @@ struct ig_conf {
 	long hedge_budget_percent;  /* hedges per minute, of the requests */
 	bool hedge_low;             /* class low is hedged too */
 	long headroom_max_percent;  /* learned headroom's cap, of a pool's slots (0: none learned) */
+	long headroom_overshoot;    /* high/normal over a preempting backend's slots (dispatch.c) */
 	long continue_max;          /* continuations of a broken stream (cont.h), <= IG_CONT_MAX */
 	long retry_budget_percent;  /* retries over the last 10 s: at most this share of */
 	long retry_budget_min_per_s; /* the requests, plus this many a second (dispatch.c) */

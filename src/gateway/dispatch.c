@@ -299,6 +299,7 @@ static enum ig_dispatch_result place(struct ig_gw *gw, struct ig_waiter *w, bool
 	 * the model (cluster.h), for them to be placed. */
 	if ((ig_key_capped(w->q.key) || (w->pick.low && low_held(s, m))) && m->nbackends > 0)
 		return wait_or_refuse(gw, w);
+	w->pick.overshoot = w->pick.low || w->pick.no_overshoot ? 0 : gw->cfg->headroom_overshoot;
 	if (w->pick.pinned) {
 		/* A follow-up goes where its previous response is, or nowhere. */
 		const struct ig_backend *held = ig_backend_fleet_find_id(&gw->fleet, w->pick.pinned - 1);
@@ -364,9 +365,17 @@ static void pool_slots(const struct ig_model *m, long *slots, long *free)
  * gateways' (a cluster: interactive traffic through one, bulk through
  * another), unless a backend of it has reserve_slots (the operator's number
  * wins) or no limit is known. */
+static long headroom_kept(const struct ig_model *m)
+{
+	/* the fleet's interactive traffic, less what goes over the slots of
+	 * backends that preempt a low request for it (policy.c) */
+	long keep = m->headroom.slots + m->others_headroom - m->overshoot_slots;
+	return keep > 0 ? keep : 0;
+}
+
 static bool headroom_full(const struct ig_model *m)
 {
-	long keep = m->headroom.slots + m->others_headroom; /* the fleet's interactive traffic */
+	long keep = headroom_kept(m);
 	if (m->reserve_set || keep <= 0)
 		return false;
 	long slots, free;
@@ -384,8 +393,18 @@ void ig_dispatch_headroom(struct ig_gw *gw, uint64_t now_ms)
 			reserve = reserve || m->backends[k]->reserve_slots > 0;
 		m->reserve_set = reserve;
 		pool_slots(m, &m->pool_slots, &m->free_slots);
+		m->preempting = 0;
+		for (size_t k = 0; k < m->nbackends; k++) {
+			const struct ig_backend *b = m->backends[k];
+			m->preempting += ig_backend_usable(b) && ig_policy_limit(b, false) > 0 && ig_backend_preempts(b);
+		}
+		long over_before = m->overshoot_slots;
+		m->overshoot_slots = m->preempting * gw->cfg->headroom_overshoot;
+		if (m->overshoot_slots > over_before)
+			gw->drain_pending = true;
 		long before = m->headroom.slots;
 		ig_headroom_update(&m->headroom, now_ms, m->pool_slots, reserve ? 0 : pct);
+		m->kept_slots = reserve ? 0 : headroom_kept(m);
 		if (m->headroom.slots < before)
 			gw->drain_pending = true; /* low work may take what was kept */
 	}
@@ -516,6 +535,7 @@ void ig_dispatch_drain(struct ig_gw *gw)
 					p = IG_PICK_BUSY; /* others' high and normal first */
 					break;
 				}
+				w->pick.overshoot = w->pick.low || w->pick.no_overshoot ? 0 : gw->cfg->headroom_overshoot;
 				p = ig_policy_pick(s->policy, s->policy_state, m->backends, m->nbackends, &m->rotor,
 						   &w->pick, &b);
 				if (p != IG_PICK_BUSY || !w->pick.pinned)

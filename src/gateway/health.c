@@ -29,7 +29,14 @@ enum probe_what {
 	PROBE_HEALTH, /* GET <url><health.path> */
 	PROBE_MODELS, /* GET <url>/v1/models, after a successful health probe */
 	PROBE_LOAD,   /* GET <url><load_path>, with load_source "backend" */
+	PROBE_INFO,   /* GET <url>/server_info (then /get_server_info), with the model list */
 };
+
+/* Where SGLang answers its settings: /server_info, and /get_server_info,
+ * its older name (a deprecated alias in newer versions) (sgl-project/sglang
+ * python/sglang/srt/entrypoints/http_server.py). vLLM has /server_info only
+ * with VLLM_SERVER_DEV_MODE, without these fields: nothing is learned. */
+static const char *const info_paths[] = {"/server_info", "/get_server_info"};
 
 /* load_path "auto": where SGLang and vLLM tell their load, tried in turn
  * until one answers with it. Live sources first: SGLang computes /v1/loads
@@ -53,6 +60,7 @@ struct ig_probe {
 	bool running;
 	size_t load_path;       /* index in auto_load_paths, with load_path "auto" */
 	size_t load_tries;      /* load paths tried this round without a report */
+	size_t info_path;       /* index in info_paths */
 	bool no_reports;        /* the last round found none (logged once) */
 };
 
@@ -120,7 +128,8 @@ static void start_probe(struct ig_gw *gw, struct ig_probe *p, enum probe_what wh
 	const char *load_path = cfg->load_path_auto ? auto_load_paths[p->load_path] : cfg->load_path;
 
 	snprintf(url, sizeof(url), "%s%s", p->b->url,
-		 what == PROBE_HEALTH ? cfg->health_path : what == PROBE_MODELS ? "/v1/models" : load_path);
+		 what == PROBE_HEALTH ? cfg->health_path : what == PROBE_MODELS ? "/v1/models"
+		 : what == PROBE_INFO ? info_paths[p->info_path] : load_path);
 	if (p->xfer.easy)
 		curl_easy_reset(p->xfer.easy);
 	else
@@ -323,6 +332,51 @@ static void take_load(struct ig_gw *gw, struct ig_backend *b, long running, long
 		gw->drain_pending = true;
 }
 
+/* What a server's settings say of its scheduling by priority (SGLang's
+ * ServerArgs at the top level of /server_info: enable_priority_scheduling,
+ * schedule_low_priority_values_first, disable_priority_preemption,
+ * priority_scheduling_preemption_threshold; python/sglang/srt/server_args.py).
+ * Preemption is on by default with priority scheduling
+ * (python/sglang/srt/managers/scheduler.py init_schedule_policy). An answer
+ * without them (another server) leaves nothing learned; a failed transfer
+ * changes nothing. Logged when it changes. */
+static void take_info(struct ig_backend *b, CURLcode result, long status, struct ig_buf *body)
+{
+	if (result != CURLE_OK)
+		return;
+	json_t *root = status == 200 ? json_loadb(body->data ? body->data : "", body->len, 0, NULL) : NULL;
+	json_t *on = json_object_get(root, "enable_priority_scheduling");
+	unsigned sched = 0;
+	long threshold = -1;
+	if (json_is_true(on)) {
+		sched = json_is_true(json_object_get(root, "schedule_low_priority_values_first")) ? IG_PRIO_SMALLER_FIRST
+												  : IG_PRIO_LARGER_FIRST;
+		if (!json_is_true(json_object_get(root, "disable_priority_preemption")))
+			sched |= IG_PRIO_PREEMPTS;
+		json_t *t = json_object_get(root, "priority_scheduling_preemption_threshold");
+		threshold = json_is_integer(t) && json_integer_value(t) >= 0 ? (long)json_integer_value(t) : 10;
+	}
+	json_decref(root);
+	unsigned before = (unsigned)atomic_exchange(&b->prio_sched, (int)sched);
+	long tbefore = atomic_exchange(&b->prio_threshold, threshold);
+	if (before == sched && tbefore == threshold)
+		return;
+	long step;
+	int field = ig_backend_priority_field(b, &step);
+	if (!sched)
+		ig_log_info("backend %s does not schedule by priority (no enable_priority_scheduling in its settings)%s",
+			    b->url, field ? "" : ": no class is sent to it");
+	else {
+		char pre[120] = ", no preemption";
+		if (sched & IG_PRIO_PREEMPTS)
+			snprintf(pre, sizeof(pre), ", a waiting request preempting a running one more than %ld below",
+				 threshold);
+		ig_log_info("backend %s schedules by priority (%s values first%s): %s", b->url,
+			    sched & IG_PRIO_SMALLER_FIRST ? "smaller" : "larger", pre,
+			    field ? "the class goes to it as \"priority\"" : "priority_field \"none\": no class is sent");
+	}
+}
+
 static void probe_done(struct ig_xfer *x, CURLcode result)
 {
 	struct ig_probe *p = IG_CONTAINER_OF(x, struct ig_probe, xfer);
@@ -368,6 +422,15 @@ static void probe_done(struct ig_xfer *x, CURLcode result)
 			gw->drain_pending = true;
 		}
 		take_load(gw, b, running, waiting, capacity);
+	} else if (p->what == PROBE_INFO) {
+		if (result == CURLE_OK && status == 404 && p->info_path + 1 < sizeof(info_paths) / sizeof(info_paths[0])) {
+			p->info_path++; /* an older SGLang */
+			start_probe(gw, p, PROBE_INFO);
+			return;
+		}
+		take_info(b, result, status, &p->body);
+		start_probe(gw, p, PROBE_MODELS);
+		return;
 	} else if (p->what == PROBE_MODELS) {
 		models_read(gw, b, result, status, &p->body, now);
 		if (gw->cfg->load_from_backend) {
@@ -406,7 +469,10 @@ static void probe_done(struct ig_xfer *x, CURLcode result)
 		}
 		if (ok && (b->coming_up || (atomic_load(&b->state) == IG_BACKEND_UP &&
 					    ((!b->models && !b->models_any) || now - b->models_at_ms >= MODELS_REFRESH_MS)))) {
-			start_probe(gw, p, PROBE_MODELS);
+			/* its settings first, with the list (a restart may change
+			 * them): it goes up knowing how it schedules */
+			p->info_path = 0;
+			start_probe(gw, p, b->priority_field == 3 ? PROBE_MODELS : PROBE_INFO);
 			return;
 		}
 		if (ok && gw->cfg->load_from_backend) {

@@ -77,6 +77,19 @@ json_t *ig_metrics_backend_json(const struct ig_backend *b, uint64_t now)
 		json_object_set_new(o, "others_inflight", json_integer(atomic_load(&b->others_inflight)));
 	if (atomic_load(&b->claim_cap) != 0) /* its part of the free slots until the next sync (cluster.c) */
 		json_object_set_new(o, "cluster_cap", json_integer(atomic_load(&b->claim_cap) > 0 ? atomic_load(&b->claim_cap) : 0));
+	/* how the class reaches it (proxy.c) and what it does with it (health.c) */
+	long step;
+	int field = ig_backend_priority_field(b, &step);
+	unsigned learned = (unsigned)atomic_load(&b->prio_sched);
+	json_object_set_new(o, "priority_scheduling",
+			    json_pack("{s:s, s:s, s:b, s:o, s:o}", "sent_as",
+				      field == 1 ? "larger first" : field == 2 ? "smaller first" : "not sent",
+				      "from", b->priority_field == 3 ? "priority_field none"
+				      : b->priority_field ? "priority_field" : learned ? "server_info" : "none",
+				      "preempts", ig_backend_preempts(b),
+				      "high_value", field ? json_integer(field == 1 ? step : -step) : json_null(),
+				      "preemption_threshold", learned & IG_PRIO_PREEMPTS
+				      ? json_integer(atomic_load(&b->prio_threshold)) : json_null()));
 	json_object_set_new(o, "models", ig_backend_model_names(b));
 	json_object_set_new(o, "models_from", json_string(b->models_conf ? "config" : b->models ? "backend"
 							  : b->models_any ? "any" : "unknown"));
@@ -148,9 +161,16 @@ static json_t *headroom_json(const struct ig_gw *gw, const struct ig_model *m)
 			 "%.2f high and normal requests/s x %.2f s each holds a slot = %.2f slots in use, + its square "
 			 "root for the tail: %ld%s", h->rate, h->busy_s, h->in_use, h->slots,
 			 h->capped ? " (capped at headroom.max_percent of the pool)" : "");
-	return json_pack("{s:I, s:f, s:f, s:f, s:I, s:I, s:I, s:s}", "slots", (json_int_t)h->slots, "arrivals_per_s",
-			 h->rate, "busy_s", h->busy_s, "in_use", h->in_use, "others_slots", (json_int_t)m->others_headroom,
-			 "pool_slots", (json_int_t)m->pool_slots, "free_slots", (json_int_t)m->free_slots, "why", why);
+	if (!m->reserve_set && m->overshoot_slots > 0 && h->slots + m->others_headroom > 0) {
+		size_t at = strlen(why);
+		snprintf(why + at, sizeof(why) - at, "; %ld go over the slots of %ld backend(s) that preempt low work "
+			 "(headroom.overshoot): %ld kept", m->overshoot_slots, m->preempting, m->kept_slots);
+	}
+	return json_pack("{s:I, s:I, s:I, s:f, s:f, s:f, s:I, s:I, s:I, s:s}", "slots", (json_int_t)h->slots,
+			 "kept_slots", (json_int_t)m->kept_slots, "overshoot_slots", (json_int_t)m->overshoot_slots,
+			 "arrivals_per_s", h->rate, "busy_s", h->busy_s, "in_use", h->in_use,
+			 "others_slots", (json_int_t)m->others_headroom, "pool_slots", (json_int_t)m->pool_slots,
+			 "free_slots", (json_int_t)m->free_slots, "why", why);
 }
 
 static json_t *models_detail(struct ig_gw *gw)
@@ -527,8 +547,10 @@ static void per_model_headroom(struct ig_buf *b, struct ig_gw *gw)
 	static const struct {
 		const char *name, *help;
 	} series[] = {
-		{"infergate_model_headroom_slots", "Slots kept free of new low work for high and normal requests, "
-						   "learned (headroom.max_percent)."},
+		{"infergate_model_headroom_slots", "Slots for high and normal requests, learned from their traffic "
+						   "(headroom.max_percent)."},
+		{"infergate_model_headroom_kept_slots", "Of them, those kept free of new low work: the rest go over "
+							"the slots of backends that preempt (headroom.overshoot)."},
 		{"infergate_model_interactive_arrivals_per_second", "High and normal requests a second, over the "
 								   "last 10 s (the headroom's rate)."},
 		{"infergate_model_interactive_busy_seconds", "How long a high or normal request holds a slot (EWMA; "
@@ -538,7 +560,8 @@ static void per_model_headroom(struct ig_buf *b, struct ig_gw *gw)
 		ig_buf_printf(b, "# HELP %s %s\n# TYPE %s gauge\n", series[k].name, series[k].help, series[k].name);
 		for (size_t i = 0; i < gw->sched.n; i++) {
 			const struct ig_model *m = gw->sched.v[i];
-			double v = k == 0 ? (double)m->headroom.slots : k == 1 ? m->headroom.rate : m->headroom.busy_s;
+			double v = k == 0 ? (double)m->headroom.slots : k == 1 ? (double)m->kept_slots
+				   : k == 2 ? m->headroom.rate : m->headroom.busy_s;
 			ig_buf_printf(b, "%s{model=\"", series[k].name);
 			ig_buf_prom_label(b, m->name);
 			ig_buf_printf(b, "\"} %.3f\n", v);

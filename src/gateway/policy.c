@@ -83,7 +83,7 @@ static void take_slot(struct ig_backend *b)
 }
 
 enum ig_pick ig_policy_pick(const struct ig_policy *p, void *state, struct ig_backend *const *v, size_t n,
-			    unsigned *rotor, const struct ig_pick_req *rq, struct ig_backend **out)
+			    unsigned *rotor, struct ig_pick_req *rq, struct ig_backend **out)
 {
 	struct ig_backend *elig[256], *rot[256];
 	struct ig_backend **cand = elig, **t = rot;
@@ -96,6 +96,12 @@ enum ig_pick ig_policy_pick(const struct ig_policy *p, void *state, struct ig_ba
 		return IG_PICK_NONE;
 	}
 	uint64_t now = 0;
+	/* Pass 0: backends with a free slot. Pass 1, when there is none and
+	 * the request may: those that preempt a lower priority for it, up to
+	 * `overshoot` over their slots (the server runs it at once and puts a
+	 * low request back in its queue). */
+	long over = 0;
+again:
 	for (size_t i = 0; i < n; i++) {
 		struct ig_backend *b = v[i];
 		if (!ig_backend_usable(b) || tried_already(b, rq) || (rq->pinned && b->id + 1 != rq->pinned))
@@ -109,14 +115,22 @@ enum ig_pick ig_policy_pick(const struct ig_policy *p, void *state, struct ig_ba
 		if (atomic_load(&b->breaker_until_ms) && atomic_load(&b->inflight) > 0)
 			continue;
 		long limit = ig_policy_limit(b, rq->low);
-		if (limit < 0 || (limit > 0 && atomic_load(&b->inflight) >= limit))
+		if (over && (limit <= 0 || !ig_backend_preempts(b)))
+			continue;
+		if (limit < 0 || (limit > 0 && atomic_load(&b->inflight) >= limit + over))
 			continue;
 		cand[k++] = b;
+	}
+	if (k == 0 && healthy && !over && rq->overshoot > 0 && !rq->low) {
+		over = rq->overshoot;
+		healthy = 0;
+		goto again;
 	}
 	if (k == 0) {
 		res = healthy ? IG_PICK_BUSY : IG_PICK_NONE;
 		goto done;
 	}
+	rq->over = over > 0;
 	/* Rotate among the eligible ones (not among all: a down backend would
 	 * hand its turn to its neighbour and skew the split). */
 	if (k > 1) {

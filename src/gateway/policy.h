@@ -43,6 +43,12 @@ enum ig_pick {
 struct ig_pick_req {
 	bool low;                        /* class low (a bulk run): may not take a
 					  * backend's last reserve_slots slots */
+	long overshoot;                  /* when no backend has a free slot, it may go this
+					  * many over the slots of one that preempts lower
+					  * priorities (dispatch.c: headroom.overshoot for
+					  * high and normal) */
+	bool no_overshoot;               /* a hedge: a free slot or nothing */
+	bool over;                       /* its last pick went over the slots */
 	long tokens;                     /* NEEDS_TOKENS: the work it brings */
 	int pinned;                      /* 1 + the id of the only backend it may go to
 					  * (it holds the response a follow-up names);
@@ -106,9 +112,10 @@ size_t ig_policy_count(void);
 
 /* Picks one of the n backends in v (a model's pool) for rq with policy p
  * and takes an in-flight slot on it. `rotor` is the pool's rotating start
- * for ties. Under the gateway's lock. */
+ * for ties; rq->over says whether it went over the backend's slots
+ * (rq->overshoot). Under the gateway's lock. */
 enum ig_pick ig_policy_pick(const struct ig_policy *p, void *state, struct ig_backend *const *v, size_t n,
-			    unsigned *rotor, const struct ig_pick_req *rq, struct ig_backend **out);
+			    unsigned *rotor, struct ig_pick_req *rq, struct ig_backend **out);
 /* Gives back the slot ig_policy_pick took. */
 void ig_policy_release(struct ig_backend *b);
 /* The in-flight limit that applies to a request: what the backend takes

@@ -519,6 +519,7 @@ static void hedge_start(struct ig_req *p, long after_ms)
 	memcpy(h->wait.pick.tried, p->wait.pick.tried, sizeof(h->wait.pick.tried)); /* not where p runs */
 	h->wait.pick.ntried = p->wait.pick.ntried;
 	h->wait.pick.tokens = p->wait.pick.tokens;
+	h->wait.pick.no_overshoot = true; /* a free slot or no hedge */
 	h->rx = p->rx;
 	ig_list_append(&h->rx->reqs, &h->link);
 	gw->nreqs++;
@@ -635,10 +636,13 @@ static void add_transfer(struct ig_req *req)
  * values first (vllm/v1/core/sched/request_queue.py). A "priority" the
  * client sent comes later in the object and wins (the last of a repeated
  * key is what Python's json keeps). The body is a JSON object (checked).
+ * The values: high `step`, normal 0, low -`step` (negated for smaller
+ * first), `step` one more than the server's preemption threshold when it
+ * told it, so that SGLang preempts a low request for a normal one
+ * (priority_diff > threshold: schedule_policy.py preempt_to_schedule).
  * malloc'd, or NULL to send the body as it is. */
-static char *body_with_priority(const struct ig_req *req, int field)
+static char *body_with_priority(const struct ig_req *req, int field, long step)
 {
-	static const int sglang[IG_NCLASSES] = {10, 0, -10}, vllm[IG_NCLASSES] = {-10, 0, 10};
 	const char *p = req->body.data, *end = p + req->body.len;
 	while (p < end && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n'))
 		p++;
@@ -647,8 +651,9 @@ static char *body_with_priority(const struct ig_req *req, int field)
 	const char *q = p + 1;
 	while (q < end && (*q == ' ' || *q == '\t' || *q == '\r' || *q == '\n'))
 		q++;
-	int v = (field == 1 ? sglang : vllm)[req->wait.q.klass];
-	return ig_strdupf("{\"priority\":%d%s%.*s", v, q < end && *q == '}' ? "" : ",", (int)(end - (p + 1)), p + 1);
+	long k = req->wait.q.klass;
+	long v = (k == IG_CLASS_HIGH ? step : k == IG_CLASS_LOW ? -step : 0) * (field == 1 ? 1 : -1);
+	return ig_strdupf("{\"priority\":%ld%s%.*s", v, q < end && *q == '}' ? "" : ",", (int)(end - (p + 1)), p + 1);
 }
 
 /* The easy handle of req's attempt on b, configured (on req's reactor:
@@ -675,7 +680,9 @@ static void configure_transfer(struct ig_req *req, struct ig_backend *b)
 	if (req->adm.method == IG_RT_PUT)
 		curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, "PUT");
 	free(req->prio_body);
-	req->prio_body = b->priority_field ? body_with_priority(req, b->priority_field) : NULL;
+	long step;
+	int field = ig_backend_priority_field(b, &step);
+	req->prio_body = field ? body_with_priority(req, field, step) : NULL;
 	if (req->prio_body) {
 		curl_easy_setopt(e, CURLOPT_POSTFIELDS, req->prio_body);
 		curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(req->prio_body));
@@ -1813,7 +1820,7 @@ static void req_log(struct ig_req *req, bool completed)
 	uint64_t first = req->relay.t_first_byte_us ? req->relay.t_first_byte_us : req->t_answer_us;
 	/* A stream that carried an error event is logged as the error's status
 	 * (status_sent says what went on the wire) with its message. */
-	json_t *e = json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:o, s:o, s:o, s:o, s:o, s:s, s:I, s:o, s:b, s:I, s:I, s:o, "
+	json_t *e = json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:o, s:o, s:o, s:o, s:o, s:s, s:I, s:o, s:b, s:b, s:I, s:I, s:o, "
 			      "s:f, s:I, s:I, s:o, s:o, s:b}",
 			      "time", ts, "request_id", req->request_id, "client", req->client,
 			      "method", ig_routes_method_name(req->adm.method), "path",
@@ -1828,6 +1835,7 @@ static void req_log(struct ig_req *req, bool completed)
 			      "priority", ig_conf_class_name(req->wait.q.klass),
 			      "queue_ms", (json_int_t)req->wait.waited_ms,
 			      "dispatch", req->wait.dispatch_seq ? json_integer((json_int_t)req->wait.dispatch_seq) : json_null(),
+			      "over_slots", req->wait.pick.over,
 			      "stream", req->adm.stream,
 			      "bytes_in", (json_int_t)req->bytes_in,
 			      "bytes_out", (json_int_t)req->relay.bytes_out,

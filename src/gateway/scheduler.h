@@ -90,6 +90,10 @@ struct ig_model {
 	long pool_slots;             /* its usable backends' slots at the last update (0: unknown) */
 	long free_slots;             /* of them free then, -1 unknown */
 	bool reserve_set;            /* some backend of it has reserve_slots: no learning */
+	long overshoot_slots;        /* headroom.overshoot x its usable backends that preempt
+				      * lower priorities: taken over their slots, not kept */
+	long preempting;             /* those backends */
+	long kept_slots;             /* what low work was kept from at the last update */
 	long others_headroom;        /* what the other gateways learned for it (cluster.c; 0 alone):
 				      * their interactive traffic's slots, kept free here too */
 };

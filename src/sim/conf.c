@@ -134,8 +134,17 @@ static const struct ig_flag flags[] = {
 	 .metavar = "N",
 	 .help = "data-parallel ranks, each with its own --max-running slots and FIFO; requests go round-robin"},
 	{.name = "--enable-priority-scheduling", .type = IG_FLAG_SWITCH, .off = OFF(priority_scheduling),
-	 .help = "accept an integer \"priority\" per request and print per-priority gauge series "
-		 "(sglang; scheduling stays FIFO)"},
+	 .help = "accept an integer \"priority\" per request: larger values run first (a request without one "
+		 "runs last), a waiting request preempts a running one more than "
+		 "--priority-scheduling-preemption-threshold below it when the slots are full, and the gauges "
+		 "get per-priority series (sglang)"},
+	{.name = "--schedule-low-priority-values-first", .type = IG_FLAG_SWITCH, .off = OFF(low_first),
+	 .help = "with priority scheduling, smaller values run first"},
+	{.name = "--disable-priority-preemption", .type = IG_FLAG_SWITCH, .off = OFF(no_preemption),
+	 .help = "with priority scheduling, never preempt a running request"},
+	{.name = "--priority-scheduling-preemption-threshold", .type = IG_FLAG_LONG, .off = OFF(preempt_threshold),
+	 .min = 0, .max = 1000000000, .def = "10", .metavar = "N",
+	 .help = "a waiting request preempts a running one only when its priority is more than N better"},
 	{.name = "--metrics-refresh", .type = IG_FLAG_CHOICE, .off = OFF(metrics_refresh), .def = "live",
 	 .metavar = "live|sglang",
 	 .help = "sglang: the /metrics running/queue gauges change only when SGLang would log stats "
@@ -160,7 +169,8 @@ static const struct ig_flags spec = {
 		  "GET /v1/responses/{id}, POST /v1/responses/{id}/cancel, POST /v1/embeddings,\n"
 		  "POST /v1/rerank, POST /v1/score, POST /classify, POST /tokenize, POST /detokenize,\n"
 		  "GET /health, GET /v1/models, GET /metrics; sglang only: POST /generate,\n"
-		  "GET /health_generate, GET /v1/loads, GET /get_load, GET /get_model_info; vllm only:\n"
+		  "GET /health_generate, GET /v1/loads, GET /get_load, GET /get_model_info, GET /server_info (and\n"
+		  "  /get_server_info); vllm only:\n"
 		  "POST /pooling, /rerank, /v2/rerank, /score. Test control (never needs the key):\n"
 		  "GET /sim/state, GET|POST /sim/fault ({\"mode\": \"ok\"|\"error\"|\"hang\"|\"slow\"|\"down\", \"max_running\": N};\n"
 		  "with \"probes\": N the mode lasts N /health answers, then the one before comes back),\n"
@@ -257,6 +267,11 @@ int sim_conf_from_args(struct sim_conf *c, int argc, char **argv, char **err)
 	}
 	if (c->flavor == SIM_FLAVOR_VLLM && c->priority_scheduling) {
 		*err = ig_strdupf("--enable-priority-scheduling: needs --flavor sglang (vLLM prints no per-priority series)");
+		return -1;
+	}
+	if (!c->priority_scheduling && (c->low_first || c->no_preemption)) {
+		*err = ig_strdupf("%s: needs --enable-priority-scheduling",
+				  c->low_first ? "--schedule-low-priority-values-first" : "--disable-priority-preemption");
 		return -1;
 	}
 	return 0;

@@ -56,7 +56,10 @@ struct sim_conf {
 	int flavor;               /* enum sim_flavor */
 	long health_delay_ms;     /* /health answers after this long */
 	long dp_ranks;            /* data-parallel ranks, each with max_running slots */
-	bool priority_scheduling; /* per-priority gauge series (sglang) */
+	bool priority_scheduling; /* the queue by "priority", preemption, per-priority series (sglang) */
+	bool low_first;           /* --schedule-low-priority-values-first */
+	bool no_preemption;       /* --disable-priority-preemption */
+	long preempt_threshold;   /* --priority-scheduling-preemption-threshold */
 	int metrics_refresh;      /* enum sim_refresh */
 	char *api_key;            /* NULL: no key needed */
 	long context_length;      /* 0: prompts and max_tokens are not checked */

@@ -1,6 +1,8 @@
 /* The engine: what a GPU batch does, minus the GPU. Requests go round-robin
  * to --dp-ranks ranks; on its rank a request holds one of --max-running
- * slots from admission to its last token, the rest wait in the rank's FIFO.
+ * slots from admission to its last token, the rest wait in the rank's FIFO
+ * (in priority order with --enable-priority-scheduling, where a waiting
+ * request may preempt a running one: "priorities" below).
  * Running requests of every rank sit in one min-heap by their next deadline
  * (first token after TTFT, then one token per 1/tokens-per-second), so one
  * timer serves thousands of streams. Tokens go into req->out as SSE chunks,
@@ -226,9 +228,32 @@ static void heap_later(struct sim_engine *s, struct sim_req *r)
 
 /* ---- a rank's wait queue, the deferred /health answers ---- */
 
+/* Whether a's priority runs before b's: larger values first, smaller with
+ * --schedule-low-priority-values-first. */
+static bool prio_before(const struct sim_engine *s, long a, long b)
+{
+	return s->conf->low_first ? a < b : a > b;
+}
+
+/* Into its rank's queue: at the end, or with priority scheduling after the
+ * last one of its priority or a better one. SGLang sorts its waiting queue
+ * by (priority, the time it entered the queue) (after sgl-project/sglang
+ * python/sglang/srt/managers/schedule_policy.py _sort_by_priority_and_fcfs);
+ * a preempted request enters it anew, behind its equals already there. */
 static void queue_push(struct sim_engine *s, struct sim_req *r)
 {
-	ig_list_append(&r->rank->queue, &r->qlink);
+	struct ig_list *q = &r->rank->queue, *at = q;
+	r->queued_us = ig_now_us();
+	if (s->conf->priority_scheduling) {
+		struct sim_req *o;
+		IG_LIST_FOREACH(o, q, struct sim_req, qlink) {
+			if (prio_before(s, r->priority, o->priority)) {
+				at = &o->qlink;
+				break;
+			}
+		}
+	}
+	ig_list_append(at, &r->qlink); /* before `at`: at the end when at is the list */
 	r->rank->waiting++;
 	s->waiting++;
 }
@@ -296,7 +321,7 @@ static struct sim_prio_count *prio_count(struct sim_gauges *g, const struct sim_
 /* Copies the rank's counts now into its snapshot. SNAP_RUNNING resets the
  * per-priority list to the known priorities, so it comes first when both
  * halves are taken at different moments. */
-static void snap_take(struct sim_engine *s, struct sim_rank *rk, int what)
+static void snap_take(struct sim_rank *rk, int what)
 {
 	struct sim_gauges *g = &rk->snap;
 
@@ -322,15 +347,10 @@ static void snap_take(struct sim_engine *s, struct sim_rank *rk, int what)
 	}
 	if (g->nprio == 0)
 		return;
-	/* Every RUNNING request is in the heap, every QUEUED one in its rank's
-	 * queue. */
+	/* Every RUNNING request is in its rank's batch, every QUEUED one in
+	 * its queue. */
 	if (what & SNAP_RUNNING) {
-		for (size_t h = 0; h < s->heap_len; h++) {
-			struct sim_prio_count *pc = prio_count(g, s->heap[h], rk);
-			if (pc)
-				pc->running++;
-		}
-		struct sim_req *r; /* step profiles: the batch */
+		struct sim_req *r;
 		IG_LIST_FOREACH(r, &rk->batch, struct sim_req, blink) {
 			struct sim_prio_count *pc = prio_count(g, r, rk);
 			if (pc)
@@ -350,7 +370,7 @@ static void snap_take(struct sim_engine *s, struct sim_rank *rk, int what)
 const struct sim_gauges *sim_engine_gauges(struct sim_engine *s, struct sim_rank *rk)
 {
 	if (s->conf->metrics_refresh == SIM_REFRESH_LIVE)
-		snap_take(s, rk, SNAP_RUNNING | SNAP_WAITING);
+		snap_take(rk, SNAP_RUNNING | SNAP_WAITING);
 	return &rk->snap;
 }
 
@@ -368,21 +388,31 @@ static uint64_t decode_log_us(const struct sim_engine *s)
 }
 
 /* A decode step's log: the running batch and the queue as they are now. */
-static void log_decode(struct sim_engine *s, struct sim_rank *rk, uint64_t now)
+static void log_decode(struct sim_rank *rk, uint64_t now)
 {
-	snap_take(s, rk, SNAP_RUNNING | SNAP_WAITING);
+	snap_take(rk, SNAP_RUNNING | SNAP_WAITING);
 	rk->last_log_us = now;
 	rk->finished_since_log = 0;
 }
 
 /* ---- pacing ---- */
 
-/* When token i (0-based) is due. */
+/* When token i (0-based) is due: the first one it makes after its
+ * (re)admission when its TTFT has passed, then at its pace. */
 static uint64_t token_time(const struct sim_req *r, long i)
 {
-	if (r->tps <= 0 || i <= 0)
+	if (r->tps <= 0 || i <= r->resumed_at)
 		return r->t_first_us;
-	return r->t_first_us + (uint64_t)ceil((double)i * 1e6 / r->tps);
+	return r->t_first_us + (uint64_t)ceil((double)(i - r->resumed_at) * 1e6 / r->tps);
+}
+
+/* How many tokens are due by `now` at r's pace (at most n_tokens). */
+static long due_by(const struct sim_req *r, uint64_t now)
+{
+	if (r->tps <= 0)
+		return r->n_tokens;
+	double d = floor((double)(now - r->t_first_us) * r->tps / 1e6) + 1 + (double)r->resumed_at;
+	return d < (double)r->n_tokens ? (long)d : r->n_tokens;
 }
 
 static void start(struct sim_engine *s, struct sim_req *r, uint64_t now)
@@ -404,6 +434,72 @@ static void start(struct sim_engine *s, struct sim_req *r, uint64_t now)
 		rk->next_log_us = now + decode_log_us(s); /* decode steps begin */
 	r->deadline_us = r->stream ? r->t_first_us : token_time(r, r->n_tokens - 1);
 	heap_push(s, r);
+	ig_list_append(&rk->batch, &r->blink);
+}
+
+/* ---- priorities: preemption ----
+ * With --enable-priority-scheduling and every slot of a rank taken, the
+ * request at the head of its queue preempts the running request of the
+ * lowest priority (of those, the one that entered the queue last) when its
+ * priority is more than --priority-scheduling-preemption-threshold better;
+ * one victim per request admitted, as SGLang's PrefillAdder does when the
+ * batch is full of requests (a KV shortage does not preempt there). The
+ * victim goes back to the queue, keeps the tokens it made (a stream pauses)
+ * and, readmitted, prefills its prompt and those tokens again: SGLang frees
+ * its KV (release_req, reset_for_retract) and prefills origin_input_ids +
+ * output_ids. After sgl-project/sglang
+ * python/sglang/srt/managers/schedule_policy.py preempt_to_schedule and
+ * python/sglang/srt/managers/scheduler.py _get_new_batch_prefill_raw
+ * (preemption on by default with priority scheduling, off with
+ * --disable-priority-preemption). In the classic profile the prefill again
+ * is one more TTFT; a held request (POST /sim/hold) is not preempted. */
+
+/* The running request on rk that `head` may preempt, or NULL. */
+static struct sim_req *victim(const struct sim_engine *s, struct sim_rank *rk, const struct sim_req *head)
+{
+	if (!s->conf->priority_scheduling || s->conf->no_preemption)
+		return NULL;
+	struct sim_req *v = NULL, *r;
+	IG_LIST_FOREACH(r, &rk->batch, struct sim_req, blink) {
+		if (r->held || r->state != SIM_REQ_RUNNING)
+			continue;
+		if (!v || prio_before(s, v->priority, r->priority) ||
+		    (v->priority == r->priority && r->queued_us > v->queued_us))
+			v = r;
+	}
+	if (!v)
+		return NULL;
+	/* (priorities may be LONG_MIN/LONG_MAX: the difference in double) */
+	double diff = (double)head->priority - (double)v->priority;
+	if (s->conf->low_first)
+		diff = -diff;
+	return diff > (double)s->conf->preempt_threshold ? v : NULL;
+}
+
+/* v leaves its slot for the queue, with the tokens it has. */
+static void preempt(struct sim_engine *s, struct sim_req *v, uint64_t now)
+{
+	struct sim_rank *rk = v->rank;
+	ig_log_debug("%s: %s (priority %ld) preempted after %ld tokens", __func__, v->id, v->priority, v->emitted);
+	if (sim_conf_steps(s->conf)) {
+		ig_list_del(&v->blink);
+		sim_kv_release(&rk->kv, v->chain, v->nmatched, v->nmatched, v->own);
+		v->own = 0;
+		v->prefill_now = v->prefill_left = 0;
+		v->resumed_at = v->emitted;
+	} else {
+		v->resumed_at = v->stream ? v->emitted : (now < v->t_first_us ? v->resumed_at : due_by(v, now));
+		if (v->resumed_at >= v->n_tokens)
+			v->resumed_at = v->n_tokens - 1; /* its last token is made after the prefill again */
+		heap_remove(s, v);
+		ig_list_del(&v->blink);
+	}
+	s->running--;
+	rk->running--;
+	v->preempted++;
+	s->st.preempted++;
+	v->state = SIM_REQ_QUEUED;
+	queue_push(s, v);
 }
 
 /* Fills the rank's free slots from the head of its queue: one prefill
@@ -416,14 +512,19 @@ static void admit(struct sim_engine *s, struct sim_rank *rk, uint64_t now)
 	bool log = sglang_refresh(s) && !ig_list_empty(&rk->queue) && rk->running < s->conf->max_running;
 
 	if (log)
-		snap_take(s, rk, SNAP_RUNNING);
-	while (!ig_list_empty(&rk->queue) && rk->running < s->conf->max_running) {
-		struct sim_req *r = IG_LIST_FIRST(&rk->queue, struct sim_req, qlink);
+		snap_take(rk, SNAP_RUNNING);
+	while (!ig_list_empty(&rk->queue)) {
+		struct sim_req *r = IG_LIST_FIRST(&rk->queue, struct sim_req, qlink), *v;
+		if (rk->running >= s->conf->max_running) {
+			if (!(v = victim(s, rk, r)))
+				break;
+			preempt(s, v, now);
+		}
 		queue_unlink(s, r);
 		start(s, r, now);
 	}
 	if (log) {
-		snap_take(s, rk, SNAP_WAITING);
+		snap_take(rk, SNAP_WAITING);
 		rk->last_log_us = now;
 	}
 }
@@ -449,6 +550,7 @@ static void release(struct sim_engine *s, struct sim_req *r, uint64_t now)
 		return;
 	}
 	heap_remove(s, r);
+	ig_list_del(&r->blink);
 	s->running--;
 	if (--rk->running == 0)
 		rk->next_log_us = 0; /* no decode steps while nothing runs */
@@ -508,7 +610,7 @@ static void finish(struct sim_engine *s, struct sim_req *r, uint64_t now, bool f
 	/* Unpaced, a decode step has no length in time: count finished
 	 * requests as steps instead. */
 	if (sglang_refresh(s) && decode_log_us(s) == 0 && ++rk->finished_since_log >= DECODE_LOG_STEPS)
-		log_decode(s, rk, now);
+		log_decode(rk, now);
 }
 
 
@@ -603,11 +705,8 @@ static void step(struct sim_engine *s, struct sim_req *r, uint64_t now)
 		return;
 	}
 	long due = r->n_tokens;
-	if (r->tps > 0 && now >= r->t_first_us) {
-		double d = floor((double)(now - r->t_first_us) * r->tps / 1e6) + 1;
-		if (d < (double)due)
-			due = (long)d;
-	}
+	if (r->tps > 0 && now >= r->t_first_us)
+		due = due_by(r, now);
 	if (r->fail_at >= 0 && due > r->fail_at)
 		due = r->fail_at;
 	if (stops(s, r) && due > s->hold_after)
@@ -643,19 +742,26 @@ static uint64_t wall_us(const struct sim_engine *s, double sim_us)
 	return w < 1 ? 1 : (uint64_t)w;
 }
 
-static void step_admit(struct sim_engine *s, struct sim_rank *rk, uint64_t now IG_UNUSED)
+static void step_admit(struct sim_engine *s, struct sim_rank *rk, uint64_t now)
 {
 	const struct sim_steps *k = &s->conf->steps;
-	while (!ig_list_empty(&rk->queue) && rk->running < s->conf->max_running) {
-		struct sim_req *r = IG_LIST_FIRST(&rk->queue, struct sim_req, qlink);
+	while (!ig_list_empty(&rk->queue)) {
+		struct sim_req *r = IG_LIST_FIRST(&rk->queue, struct sim_req, qlink), *v;
+		if (rk->running >= s->conf->max_running) {
+			if (!(v = victim(s, rk, r)))
+				break;
+			preempt(s, v, now);
+		}
 		size_t m = sim_kv_match(&rk->kv, r->chain, r->nchain);
 		/* The last prompt token is always computed (it gives the first
 		 * output token), so a fully cached prompt still prefills one. */
 		long cached = (long)m * IG_BLOCK_TOKENS;
 		if (cached > r->prompt_tokens - 1)
 			cached = r->prompt_tokens > 0 ? r->prompt_tokens - 1 : 0;
-		long own = r->prompt_tokens - cached;
-		long reserve = r->n_tokens < k->output_reserve ? r->n_tokens : k->output_reserve;
+		/* a preempted one prefills the tokens it made too */
+		long own = r->prompt_tokens - cached + r->emitted;
+		long left = r->n_tokens - r->emitted;
+		long reserve = left < k->output_reserve ? left : k->output_reserve;
 		if (sim_kv_admit(&rk->kv, r->chain, m, own, reserve) < 0) {
 			if (rk->running > 0)
 				break; /* the head waits for room; FCFS: so do the others */
@@ -666,7 +772,7 @@ static void step_admit(struct sim_engine *s, struct sim_rank *rk, uint64_t now I
 			rk->kv.own += own;
 			m = 0;
 			cached = 0;
-			own = r->prompt_tokens;
+			own = r->prompt_tokens + r->emitted;
 		}
 		queue_unlink(s, r);
 		r->nmatched = m;
@@ -838,7 +944,7 @@ void sim_engine_run(struct sim_engine *s, uint64_t now_us)
 		uint64_t due = next_refresh(s, rk);
 		if (due == 0 || due > now_us)
 			continue;
-		log_decode(s, rk, now_us);
+		log_decode(rk, now_us);
 		if (rk->running > 0) {
 			rk->next_log_us += decode_log_us(s);
 			if (rk->next_log_us <= now_us) /* a late wake-up: no burst of logs */
@@ -875,12 +981,11 @@ int sim_engine_timeout_ms(struct sim_engine *s, uint64_t now_us)
  * non-streamed answer (written only at its end) those its pace made due. */
 static long tokens_so_far(const struct sim_req *r, uint64_t now)
 {
-	if (r->stream || now < r->t_first_us)
+	if (r->stream)
 		return r->emitted;
-	if (r->tps <= 0)
-		return r->n_tokens;
-	double d = floor((double)(now - r->t_first_us) * r->tps / 1e6) + 1;
-	return d < (double)r->n_tokens ? (long)d : r->n_tokens;
+	if (now < r->t_first_us)
+		return r->resumed_at;
+	return due_by(r, now);
 }
 
 void sim_engine_rank_tokens(const struct sim_engine *s, const struct sim_rank *rk, uint64_t now_us,

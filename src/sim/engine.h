@@ -36,6 +36,7 @@ struct sim_stats {
 	uint64_t prompt_tokens;     /* of served requests */
 	uint64_t generation_tokens; /* tokens produced, aborted ones included */
 	uint64_t stream_failed;     /* streams ended by --stream-fail-rate */
+	uint64_t preempted;         /* running requests preempted by a higher priority */
 };
 
 /* The running and waiting counts the gauges of /metrics show for one rank,

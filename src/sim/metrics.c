@@ -160,6 +160,32 @@ char *sim_metrics_get_load(struct sim *s)
 	return dump(arr);
 }
 
+/* GET /server_info (and its older name /get_server_info): SGLang answers
+ * every field of its ServerArgs at the top level, then the scheduler's
+ * info and the version (after sgl-project/sglang
+ * python/sglang/srt/entrypoints/http_server.py get_server_info:
+ * {**dataclasses.asdict(server_args), **scheduler_info, "version", ...});
+ * here the fields the simulator has, with SGLang's names and defaults. */
+char *sim_metrics_server_info(struct sim *s)
+{
+	const struct sim_conf *c = s->conf;
+	json_t *o = json_pack("{s:s, s:s, s:I, s:I, s:s, s:b, s:b, s:b, s:I, s:n, s:b, s:s}",
+			      "model_path", c->model, "served_model_name", c->model,
+			      "max_running_requests", (json_int_t)c->max_running,
+			      "dp_size", (json_int_t)c->dp_ranks, "schedule_policy", "fcfs",
+			      "enable_priority_scheduling", c->priority_scheduling,
+			      "disable_priority_preemption", c->no_preemption,
+			      "schedule_low_priority_values_first", c->low_first,
+			      "priority_scheduling_preemption_threshold", (json_int_t)c->preempt_threshold,
+			      "default_priority_value", "abort_on_priority_when_disabled", 0,
+			      "version", PACKAGE_VERSION);
+	if (c->context_length > 0)
+		json_object_set_new(o, "context_length", json_integer((json_int_t)c->context_length));
+	if (sim_conf_steps(c))
+		json_object_set_new(o, "max_total_num_tokens", json_integer((json_int_t)c->steps.kv_tokens));
+	return dump(o);
+}
+
 /* GET /sim/state: what tests and people want to know, always live. */
 char *sim_metrics_state(struct sim *s)
 {
@@ -168,8 +194,9 @@ char *sim_metrics_state(struct sim *s)
 		json_array_append_new(ranks, json_pack("{s:I, s:I}",
 						       "num_running_reqs", (json_int_t)s->eng.ranks[i].running,
 						       "num_waiting_reqs", (json_int_t)s->eng.ranks[i].waiting));
-	return dump(json_pack("{s:I, s:I, s:I, s:I, s:I, s:s, s:s, s:o}",
+	return dump(json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:s, s:o}",
 			      "requests_received", (json_int_t)s->eng.st.received,
+			      "requests_preempted", (json_int_t)s->eng.st.preempted,
 			      "num_running_reqs", (json_int_t)s->eng.running,
 			      "num_waiting_reqs", (json_int_t)s->eng.waiting,
 			      "num_hung_reqs", (json_int_t)s->eng.hung,

@@ -16,6 +16,8 @@ char *sim_metrics_loads(struct sim *s, const char *dp_rank);
  * is logged once. */
 char *sim_metrics_get_load(struct sim *s);
 /* GET /sim/state: the live totals and per-rank counts. */
+/* GET /server_info: the server's settings (SGLang's names). */
+char *sim_metrics_server_info(struct sim *s);
 char *sim_metrics_state(struct sim *s);
 
 #endif

@@ -8,6 +8,7 @@
  * engine's. */
 #include "config.h"
 #include <jansson.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -312,6 +313,12 @@ int sim_parse_completion(struct sim *s, struct sim_req *r, const char *body, siz
 		goto out;
 	}
 	json_t *prio = json_object_get(root, "priority");
+	/* Without one, the last of all: SGLang's scheduler gives a request
+	 * with no priority (and no --default-priority-value) the worst one,
+	 * -sys.maxsize - 1, or sys.maxsize with low values first
+	 * (python/sglang/srt/managers/scheduler.py _set_or_validate_priority). */
+	if (s->conf->priority_scheduling)
+		r->priority = s->conf->low_first ? LONG_MAX : LONG_MIN;
 	if (s->conf->priority_scheduling && prio && !json_is_null(prio)) {
 		if (!json_is_integer(prio)) {
 			fail(e, strdup("'priority' must be an integer"));

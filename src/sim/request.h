@@ -60,7 +60,8 @@ struct sim_req {
 	struct sim_text text;
 	long prompt_tokens;
 	long n_tokens;                 /* tokens this answer will have */
-	long priority;                 /* "priority" (--enable-priority-scheduling) */
+	long priority;                 /* "priority" (--enable-priority-scheduling; LONG_MIN
+					* or LONG_MAX when not sent: the last) */
 	long fail_at;                  /* the stream fails after this many tokens; -1 never */
 	bool held;                     /* stopped by POST /sim/hold until released */
 	uint64_t t_recv_us;            /* when it came (/generate's e2e_latency) */
@@ -76,6 +77,10 @@ struct sim_req {
 	struct ig_buf gen_text;        /* /generate streams: the text so far (JSON-safe) */
 	struct ig_buf gen_ids;         /* ... and its output_ids, "1,2,3" */
 	long emitted;                  /* tokens streamed so far */
+	long resumed_at;               /* tokens it had when last admitted (> 0: preempted
+					* and resumed) */
+	uint64_t queued_us;            /* when it last entered its rank's queue */
+	long preempted;                /* times it was preempted */
 	double tps;                    /* pace for this request, 0 = unpaced */
 	uint64_t t_first_us;           /* when the first token is due */
 	uint64_t deadline_us;          /* next engine event; the answer, when DELAYED */

@@ -32,6 +32,7 @@ enum route {
 	R_LOAD,        /* GET /get_load (SGLang, deprecated) */
 	R_LOADS,       /* GET /v1/loads (SGLang) */
 	R_MODEL_INFO,  /* GET /get_model_info (SGLang) */
+	R_SERVER_INFO, /* GET /server_info, /get_server_info (SGLang) */
 	R_METRICS,     /* GET /metrics */
 	R_STATE,       /* GET /sim/state: the simulator's live counts */
 	R_FAULT,       /* GET or POST /sim/fault */
@@ -66,6 +67,8 @@ static const struct {
 	{"/get_load", R_LOAD, true, false, "GET, HEAD", SGLANG},
 	{"/v1/loads", R_LOADS, true, false, "GET, HEAD", SGLANG},
 	{"/get_model_info", R_MODEL_INFO, true, false, "GET, HEAD", SGLANG},
+	{"/server_info", R_SERVER_INFO, true, false, "GET, HEAD", SGLANG},
+	{"/get_server_info", R_SERVER_INFO, true, false, "GET, HEAD", SGLANG},
 	{"/metrics", R_METRICS, true, false, "GET, HEAD", SGLANG | VLLM},
 	{"/sim/state", R_STATE, true, false, "GET, HEAD", SGLANG | VLLM},
 	{"/sim/fault", R_FAULT, true, true, "GET, HEAD, POST", SGLANG | VLLM},
@@ -319,6 +322,8 @@ static enum MHD_Result answer_get(struct sim *s, struct MHD_Connection *conn, en
 		return respond_json(conn, 200, dump(json_pack("{s:s, s:s, s:b}", "model_path", s->conf->model,
 							      "tokenizer_path", s->conf->model,
 							      "is_generation", 1)));
+	case R_SERVER_INFO:
+		return respond_json(conn, 200, sim_metrics_server_info(s));
 	case R_METRICS:
 		return respond(conn, 200, sim_metrics_text(s), "text/plain; version=0.0.4; charset=utf-8", NULL);
 	case R_FAULT:

@@ -289,6 +289,59 @@ def a_headroom_learned_from_interactive_traffic_keeps_a_slot_free_and_goes_when_
 
 
 @test
+def an_interactive_request_goes_over_the_slots_of_a_backend_that_preempts():
+    # The simulator as SGLang started with --enable-priority-scheduling (4 slots) says so in its
+    # /server_info; the gateway learns it and sends the class as "priority", low -11 and normal 0
+    # (more than the server's preemption threshold of 10 apart). A normal request that finds
+    # every slot taken by low work goes to it over its slots (headroom.overshoot 2): the server
+    # preempts a low request, which resumes later and is answered whole. With
+    # headroom.overshoot 0 the normal request waits in the gateway's queue for a slot instead,
+    # and nothing is preempted.
+    for overshoot in (2, 0):
+        sim = start_sim("--enable-priority-scheduling", "--max-running", "4", "--tokens-per-second", "20",
+                        "--ttft-ms", "0")
+        d = Dir()
+        gw = start_gateway([sim], "--headroom-overshoot", str(overshoot), "--access-log", d("access.log"))
+        backend = lambda: http_json("GET", gw.url + "/health/backends")[2]["backends"][0]
+        wait_until(lambda: backend().get("learned_slots") == 4 and backend()["state"] == "up", timeout=10,
+                   what="4 slots learned")
+        assert backend()["priority_scheduling"] == {"sent_as": "larger first", "from": "server_info",
+                                                     "preempts": True, "high_value": 11,
+                                                     "preemption_threshold": 10}, backend()
+        answers = {}
+
+        def low(i):
+            answers[i] = http_json("POST", gw.url + "/v1/chat/completions", chat_body(f"bulk{i}", max_tokens=20),
+                                   headers={"X-Infergate-Priority": "low"}, timeout=60)
+        ts = [threading.Thread(target=low, args=(i,)) for i in range(8)]
+        for t in ts:
+            t.start()
+        try:
+            wait_until(lambda: waiting(gw)["low"]["inflight"] == 4 and waiting(gw)["low"]["waiting"] == 4,
+                       timeout=10, what="four low running, four waiting")
+            queued = chat_queued(gw, "chat")
+            state = http_json("GET", sim.url + "/sim/state")[2]
+            assert queued == (overshoot == 0), queued
+            assert state["requests_preempted"] == (1 if overshoot else 0), state
+            headroom = http_json("GET", gw.url + "/health/backends")[2]["models"]["sim-model"]["headroom"]
+            assert headroom["overshoot_slots"] == overshoot, headroom
+            assert headroom["kept_slots"] == max(0, headroom["slots"] - overshoot), headroom
+        finally:
+            for t in ts:
+                t.join(60)
+        # every low request answered whole, the preempted one too
+        assert sorted(answers) == list(range(8)), answers
+        for st, _, obj in answers.values():
+            assert st == 200 and obj["usage"]["completion_tokens"] == 20, obj
+        logged = log_lines(d("access.log"), 9)
+        chat = [x for x in logged if x["priority"] == "normal"]
+        assert len(chat) == 1 and chat[0]["over_slots"] == (overshoot > 0), chat
+        assert not any(x["over_slots"] for x in logged if x["priority"] == "low"), logged
+        gw.stop()
+        sim.stop()
+
+
+@test
 def queue_timeouts_are_per_class():
     slot = Slot("--queue-timeout-ms", "300", "--queue-timeout-low-ms", "60000")
     try:

@@ -127,7 +127,9 @@ def help_and_version_exit_0():
     for flag in ("--listen", "--model", "--tokens-per-second", "--ttft-ms", "--max-running",
                  "--output-tokens", "--fail-rate", "--seed", "--version", "--flavor",
                  "--health-delay-ms", "--dp-ranks", "--enable-priority-scheduling",
-                 "--metrics-refresh", "--api-key", "--context-length", "--stream-fail-rate"):
+                 "--metrics-refresh", "--api-key", "--context-length", "--stream-fail-rate",
+                 "--schedule-low-priority-values-first", "--disable-priority-preemption",
+                 "--priority-scheduling-preemption-threshold"):
         assert flag in p.stdout, flag
     p = subprocess.run([binary("infergate-sim"), "--version"], capture_output=True, text=True, timeout=10)
     assert p.returncode == 0 and re.match(r"infergate-sim \d+\.\d+", p.stdout), p
@@ -164,6 +166,10 @@ def bad_flags_exit_2_naming_the_flag():
         (["--stream-fail-rate", "x"], "--stream-fail-rate"),
         (["--flavor", "vllm", "--metrics-refresh", "sglang"], "--metrics-refresh"),
         (["--flavor", "vllm", "--enable-priority-scheduling"], "--enable-priority-scheduling"),
+        (["--schedule-low-priority-values-first"], "--schedule-low-priority-values-first"),
+        (["--disable-priority-preemption"], "--disable-priority-preemption"),
+        (["--enable-priority-scheduling", "--priority-scheduling-preemption-threshold", "-1"],
+         "--priority-scheduling-preemption-threshold"),
     ]
     for args, needle in cases:
         p = subprocess.run([binary("infergate-sim")] + args, capture_output=True, text=True, timeout=10)
@@ -793,6 +799,45 @@ def dp_ranks_split_requests_round_robin():
     assert len(http_json("GET", one.url + "/v1/loads")[2]["loads"]) == 1
 
 
+LOWEST = str(-2**63)
+
+
+@test
+def priority_scheduling_runs_larger_first_and_preempts_as_sglang():
+    # One slot: a low request (-20) runs; 0 (20 above it, over the threshold of 10) preempts it,
+    # then 5, 3 and -15 queue behind 0 in priority order (5 does not preempt 0: only 5 apart),
+    # the preempted one back among them by its priority. Every stream ends whole, the preempted
+    # one too. /server_info says how it schedules.
+    sim = start_sim("--enable-priority-scheduling", "--max-running", "1", "--tokens-per-second", "40",
+                    "--output-tokens", "40", "--ttft-ms", "0")
+    info = http_json("GET", sim.url + "/server_info")[2]
+    assert info["enable_priority_scheduling"] is True and info["disable_priority_preemption"] is False, info
+    assert info["priority_scheduling_preemption_threshold"] == 10, info
+    assert info["schedule_low_priority_values_first"] is False and info["max_running_requests"] == 1, info
+    assert http_json("GET", sim.url + "/get_server_info")[2] == info   # the older name
+    state = lambda: http_json("GET", sim.url + "/sim/state")[2]
+    done, words = [], {}
+
+    def go(name, prio):
+        _, events, _ = stream(sim, CHAT, chat_body(name, priority=prio, stream=True))
+        words[name] = sum(1 for e in events if e["choices"] and e["choices"][0]["delta"].get("content"))
+        done.append(name)
+    threads = []
+    for n, (name, prio) in enumerate((("low", -20), ("zero", 0), ("five", 5), ("three", 3), ("minus15", -15))):
+        threads.append(threading.Thread(target=go, args=(name, prio)))
+        threads[-1].start()
+        wait_until(lambda: state()["requests_received"] == n + 1, timeout=5, what=name)
+        if name == "low":
+            wait_until(lambda: running_waiting(sim) == (1, 0), timeout=5, what="low running")
+        if name == "zero":
+            assert state()["requests_preempted"] == 1, state()
+    for t in threads:
+        t.join(30)
+    assert done == ["zero", "five", "three", "minus15", "low"], done
+    assert words == {"low": 40, "zero": 40, "five": 40, "three": 40, "minus15": 40}, words
+    assert state()["requests_preempted"] == 1, state()
+
+
 @test
 def priority_series_for_every_priority_seen():
     sim = start_sim("--enable-priority-scheduling", "--max-running", "1", "--tokens-per-second", "5",
@@ -813,15 +858,16 @@ def priority_series_for_every_priority_seen():
         socks += [raw_post(sim, CHAT, chat_body("b", priority=0)), raw_post(sim, COMP, {"prompt": "c", "priority": 5}),
                   raw_post(sim, CHAT, chat_body("d")), raw_post(sim, CHAT, chat_body("e", priority=-2))]
         wait_until(lambda: running_waiting(sim) == (1, 4), timeout=5, what="4 waiting")
-        assert by_priority("sglang:num_running_reqs") == {"": 1, "-2": 0, "0": 0, "5": 1}
-        assert by_priority("sglang:num_queue_reqs") == {"": 4, "-2": 1, "0": 2, "5": 1}
+        # d sent none: SGLang gives it the lowest priority there is, -sys.maxsize - 1
+        assert by_priority("sglang:num_running_reqs") == {"": 1, "-2": 0, "0": 0, "5": 1, LOWEST: 0}
+        assert by_priority("sglang:num_queue_reqs") == {"": 4, "-2": 1, "0": 1, "5": 1, LOWEST: 1}
     finally:
         for s in socks:
             s.close()
     wait_until(lambda: running_waiting(sim) == (0, 0), timeout=5, what="all gone")
     # A priority seen once keeps its series, at 0.
     for name in ("sglang:num_running_reqs", "sglang:num_queue_reqs"):
-        assert by_priority(name) == {"": 0, "-2": 0, "0": 0, "5": 0}, name
+        assert by_priority(name) == {"": 0, "-2": 0, "0": 0, "5": 0, LOWEST: 0}, name
     # The other SGLang metrics carry priority="" too.
     assert {labels["priority"] for labels, _ in samples(sim, "sglang:num_requests_total")} == {""}
 
@@ -934,7 +980,7 @@ def load_endpoints_have_sglang_shapes():
         assert sim.read_log().count("'/get_load' is deprecated") == 1, sim.read_log()
         # /sim/state: the live totals and the ranks.
         st = load(sim)
-        assert st == {"requests_received": 3, "num_running_reqs": 2, "num_waiting_reqs": 1, "num_hung_reqs": 0,
+        assert st == {"requests_received": 3, "requests_preempted": 0, "num_running_reqs": 2, "num_waiting_reqs": 1, "num_hung_reqs": 0,
                       "max_running_requests": 1,
                       "fault": "ok", "flavor": "sglang",
                       "ranks": [{"num_running_reqs": 1, "num_waiting_reqs": 1},

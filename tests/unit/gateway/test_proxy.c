@@ -18,22 +18,26 @@ START_TEST(priority_goes_in_front_of_the_body)
 	ig_buf_init(&req->body);
 	ig_buf_printf(&req->body, " {\"model\":\"m\", \"priority\": 3}");
 	req->wait.q.klass = IG_CLASS_HIGH;
-	char *s = body_with_priority(req, 1);
+	char *s = body_with_priority(req, 1, 10);
 	ck_assert_str_eq(s, "{\"priority\":10,\"model\":\"m\", \"priority\": 3}");
 	free(s);
 	req->wait.q.klass = IG_CLASS_LOW;
-	s = body_with_priority(req, 2);
+	s = body_with_priority(req, 2, 10);
 	ck_assert_str_eq(s, "{\"priority\":10,\"model\":\"m\", \"priority\": 3}");
+	free(s);
+	/* one more than a threshold the server told: 11 apart from normal */
+	s = body_with_priority(req, 1, 11);
+	ck_assert_str_eq(s, "{\"priority\":-11,\"model\":\"m\", \"priority\": 3}");
 	free(s);
 	req->wait.q.klass = IG_CLASS_NORMAL;
 	ig_buf_reset(&req->body);
 	ig_buf_printf(&req->body, "{}");
-	s = body_with_priority(req, 1);
+	s = body_with_priority(req, 1, 10);
 	ck_assert_str_eq(s, "{\"priority\":0}");
 	free(s);
 	ig_buf_reset(&req->body);
 	ig_buf_printf(&req->body, "[1]");
-	ck_assert_ptr_null(body_with_priority(req, 1));
+	ck_assert_ptr_null(body_with_priority(req, 1, 10));
 	ig_buf_free(&req->body);
 	free(req);
 }

@@ -5,6 +5,7 @@
  * callback records what the HTTP side would be told. */
 #include "config.h"
 #include <check.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,6 +34,7 @@ static struct sim_conf conf_default(void)
 	c.ttft_ms = 50;
 	c.max_running = 2;
 	c.dp_ranks = 1;
+	c.preempt_threshold = 10; /* SGLang's default, used with priority_scheduling */
 	return c;
 }
 
@@ -643,10 +645,125 @@ START_TEST(hold_stops_at_n_tokens_until_released)
 }
 END_TEST
 
+/* With priority scheduling (SGLang's), the queue runs by priority, larger
+ * first, equals in arrival order; a request more than the threshold above
+ * the lowest running one preempts it (of equals, the last one queued), and
+ * the preempted stream resumes later where it stopped: whole, no token
+ * twice. */
+START_TEST(priorities_order_the_queue_and_preempt)
+{
+	struct sim_conf c = conf_default();
+	c.priority_scheduling = true;
+	struct sim_engine e;
+	struct sim_req r[5];
+	long prio[5] = {-11, -11, 0, -5, LONG_MIN};
+
+	engine_init(&e, &c);
+	for (int i = 0; i < 5; i++) {
+		req_setup(&r[i], true, 10, 3);
+		r[i].priority = prio[i];
+	}
+	uint64_t t0 = ig_now_us();
+	sim_engine_submit(&e, &r[0]);
+	sim_engine_submit(&e, &r[1]);
+	sim_engine_run(&e, t0 + 85000); /* TTFT 50 ms, then 100 tokens/s: 4 tokens each */
+	ck_assert_int_eq(r[0].emitted, 4);
+	ck_assert_int_eq(r[1].emitted, 4);
+	/* 0 is 11 above -11: r[1], queued after r[0], gives up its slot */
+	sim_engine_submit(&e, &r[2]);
+	ck_assert_int_eq(r[2].state, SIM_REQ_RUNNING);
+	ck_assert_int_eq(r[1].state, SIM_REQ_QUEUED);
+	ck_assert_int_eq(r[0].state, SIM_REQ_RUNNING);
+	ck_assert_int_eq(e.st.preempted, 1);
+	/* -5 is only 6 above -11: it waits, but before r[1]; no priority at all
+	 * is the last */
+	sim_engine_submit(&e, &r[3]);
+	sim_engine_submit(&e, &r[4]);
+	ck_assert_int_eq(e.st.preempted, 1);
+	ck_assert_int_eq(e.waiting, 3);
+	struct sim_req *q[3], *x;
+	int n = 0;
+	IG_LIST_FOREACH(x, &e.ranks[0].queue, struct sim_req, qlink)
+		q[n++] = x;
+	ck_assert_ptr_eq(q[0], &r[3]);
+	ck_assert_ptr_eq(q[1], &r[1]);
+	ck_assert_ptr_eq(q[2], &r[4]);
+	/* a running low request's turn comes back: everything ends whole */
+	uint64_t t = t0 + LATER_US;
+	for (int k = 0; k < 5 && e.running + e.waiting > 0; k++, t += LATER_US)
+		sim_engine_run(&e, t);
+	ck_assert_int_eq(e.st.served, 5);
+	for (int i = 0; i < 5; i++) {
+		ck_assert_int_eq(r[i].state, SIM_REQ_DONE);
+		ck_assert_int_eq(count(&r[i].out, "\"delta\":{\"content\""), 10);
+		ck_assert_int_eq(count(&r[i].out, "[DONE]"), 1);
+	}
+	ck_assert_int_eq(r[1].preempted, 1);
+	ck_assert_int_eq(r[0].preempted, 0);
+	ck_assert_uint_eq(e.st.generation_tokens, 50);
+	for (int i = 0; i < 5; i++)
+		sim_engine_req_free(&r[i]);
+	/* --disable-priority-preemption: ordered, never preempted */
+	c.no_preemption = true;
+	engine_init(&e, &c);
+	for (int i = 0; i < 3; i++) {
+		req_setup(&r[i], true, 10, 3);
+		r[i].priority = prio[i];
+		sim_engine_submit(&e, &r[i]);
+	}
+	ck_assert_int_eq(r[2].state, SIM_REQ_QUEUED);
+	ck_assert_int_eq(e.st.preempted, 0);
+	for (int i = 0; i < 3; i++) {
+		sim_engine_abort(&e, &r[i]);
+		sim_engine_req_free(&r[i]);
+	}
+	sim_engine_free(&e);
+}
+END_TEST
+
+/* Decode steps: the preempted request gives back its KV and, readmitted,
+ * prefills its prompt and the tokens it had made again. */
+START_TEST(a_preempted_request_prefills_again_in_steps)
+{
+	struct sim_conf c = conf_steps();
+	c.max_running = 1;
+	c.priority_scheduling = true;
+	struct sim_engine e;
+	struct sim_req r[2];
+	engine_init(&e, &c);
+	uint64_t now = ig_now_us();
+	req_setup(&r[0], true, 10, 7);
+	r[0].priority = -20;
+	sim_engine_submit(&e, &r[0]);
+	for (int i = 0; i < 4; i++) { /* its prefill gives one token, then a decode each */
+		now = e.ranks[0].step_end_us;
+		sim_engine_run(&e, now);
+	}
+	ck_assert_int_eq(r[0].emitted, 4);
+	req_setup(&r[1], true, 10, 7);
+	r[1].priority = 0;
+	sim_engine_submit(&e, &r[1]);
+	ck_assert_int_eq(r[0].state, SIM_REQ_QUEUED);
+	ck_assert_int_eq(r[1].state, SIM_REQ_RUNNING);
+	ck_assert_int_eq(e.st.preempted, 1);
+	ck_assert_int_eq(e.ranks[0].kv.own, 7); /* r[1]'s prompt only: r[0]'s KV freed */
+	run_steps(&e, &now);
+	for (int i = 0; i < 2; i++) {
+		ck_assert_int_eq(r[i].state, SIM_REQ_DONE);
+		ck_assert_int_eq(count(&r[i].out, "\"delta\":{\"content\""), 10);
+	}
+	ck_assert_uint_eq(e.st.generation_tokens, 20);
+	for (int i = 0; i < 2; i++)
+		sim_engine_req_free(&r[i]);
+	sim_engine_free(&e);
+}
+END_TEST
+
 IG_CHECK_MAIN("sim engine", slots_then_fifo, unpaced_answer_is_done_on_submit, stream_bytes,
 	      stream_fails_midway, max_tokens_cut_is_length, abort_frees_slot_for_next,
 	      ranks_round_robin, hang_fault_holds_no_slot, deferred_health_answer, priority_gauges,
 	      fail_draws_follow_the_seed, kv_cache_matches_refs_and_evicts_lru,
 	      a_step_serves_the_whole_batch_and_slows_with_it, mtp_gives_more_tokens_per_step,
 	      kv_budget_queues_and_the_cache_skips_prefill, a_cached_prompt_still_prefills_its_last_token,
-	      hold_stops_at_n_tokens_until_released)
+	      hold_stops_at_n_tokens_until_released, priorities_order_the_queue_and_preempt,
+	      a_preempted_request_prefills_again_in_steps)

@@ -30,6 +30,7 @@ static void setup(int flavor, long ranks, bool priorities)
 	conf.dp_ranks = ranks;
 	conf.ttft_ms = 60000; /* admitted requests stay running */
 	conf.priority_scheduling = priorities;
+	conf.preempt_threshold = 10;
 	sim.conf = &conf;
 	ck_assert_int_eq(sim_engine_init(&sim.eng, &conf), 0);
 	nreqs = 0;
@@ -170,7 +171,7 @@ START_TEST(loads_select_ranks_and_state_counts)
 	ck_assert_ptr_null(sim_metrics_loads(&sim, ""));
 
 	b = sim_metrics_state(&sim);
-	ck_assert_str_eq(b, "{\"requests_received\":0,\"num_running_reqs\":2,\"num_waiting_reqs\":1,"
+	ck_assert_str_eq(b, "{\"requests_received\":0,\"requests_preempted\":0,\"num_running_reqs\":2,\"num_waiting_reqs\":1,"
 			    "\"num_hung_reqs\":0,\"max_running_requests\":1,\"fault\":\"ok\",\"flavor\":\"sglang\","
 			    "\"ranks\":[{\"num_running_reqs\":1,\"num_waiting_reqs\":1},"
 			    "{\"num_running_reqs\":1,\"num_waiting_reqs\":0}]}");
