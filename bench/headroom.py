@@ -11,7 +11,12 @@ After the start and after the stop: how long until the interactive p99 over 2 s 
 back under 1.5x idle (target <= 5 s), and until the bulk throughput over 2 s windows is back
 to >= 99% of alone and the headroom 0 (target <= 10 s).
 
-Usage: python3 bench/headroom.py [--step S] [--rates 1,5,20,5]
+With --engine-priority the simulators run as SGLang with --enable-priority-scheduling (a normal
+request preempts a low one when the slots are full): the gateway learns it, sends the class and
+lets interactive requests go over a backend's slots (headroom.overshoot) instead of keeping
+slots free.
+
+Usage: python3 bench/headroom.py [--step S] [--rates 1,5,20,5] [--engine-priority]
 Env: IG_BUILD (build dir, default ./build), IG_SKIP_DEPS=1 (no apt-get).
 """
 
@@ -60,7 +65,7 @@ def windows(points, start, end, width=2.0):
 
 def run(args, workdir, corpus):
     procs = B.Procs(os.path.join(workdir, "steps"))
-    sims = P.start_sims(procs)
+    sims = P.start_sims(procs, args.engine_priority)
     alog = os.path.join(procs.workdir, "access.log")
     url, _ = B.start_gateway(procs, sims, extra=["--queue-size", "100000", "--access-log", alog])
     chats, heads = [], []
@@ -73,7 +78,8 @@ def run(args, workdir, corpus):
             st, body = B.http(url + "/health/backends")
             if st == 200:
                 h = json.loads(body).get("models", {}).get("sim-model", {}).get("headroom") or {}
-                heads.append((time.monotonic() - t0, h.get("slots", 0), h.get("arrivals_per_s", 0.0)))
+                heads.append((time.monotonic() - t0, h.get("kept_slots", h.get("slots", 0)),
+                              h.get("arrivals_per_s", 0.0)))
             time.sleep(0.5)
 
     def chat():
@@ -103,6 +109,8 @@ def main():
     ap.add_argument("--step", type=float, default=30, help="seconds per step [30]")
     ap.add_argument("--rates", default="1,5,20,5", help="interactive requests/s per step [1,5,20,5]")
     ap.add_argument("--requests", type=int, default=8000, help="bulk corpus size [8000]")
+    ap.add_argument("--engine-priority", action="store_true",
+                    help="simulators with --enable-priority-scheduling (preempting)")
     args = ap.parse_args()
     args.rates = [float(x) for x in args.rates.split(",")]
     if not os.environ.get("IG_SKIP_DEPS"):
@@ -123,6 +131,7 @@ def main():
     idle_p99, alone_rps = idle["chat"]["p99"], alone["bulk"]["rps"]
     chats, heads, ends, t_stop = run(args, workdir, corpus)
 
+    suffix = "-engine" if args.engine_priority else ""
     rows, fig = [], {"idle_p99_ms": idle_p99, "alone_rps": alone_rps, "steps": []}
     low_ends = [(t, 1) for t, c in ends if c == "low"]
     for i, rate in enumerate(args.rates):
@@ -153,8 +162,10 @@ def main():
     fig.update({"start_recovery_s": start_s, "stop_headroom_zero_s": zero_s,
                 "stop_bulk_first_10s_vs_alone": first10 / alone_rps, "stop_bulk_next_10s_vs_alone": next10 / alone_rps})
     table = B.md_table(["interactive rate", "requests", "TTFT p99 ms", "p99 / idle", "p99 / idle after its first 2 s",
-                        "bulk req/s", "bulk / alone", "headroom (slots)"], rows)
-    notes = (f"bench/priority.py's fleet ({sum(P.SLOTS)} slots) and bulk run (class low, "
+                        "bulk req/s", "bulk / alone", "headroom kept (slots)"], rows)
+    notes = (("Simulators as SGLang with --enable-priority-scheduling (preempting); " if args.engine_priority
+              else "") +
+             f"bench/priority.py's fleet ({sum(P.SLOTS)} slots) and bulk run (class low, "
              f"--concurrency {4 * sum(P.SLOTS)}), the defaults (no reserve_slots, headroom learned); "
              f"interactive streamed chat of {P.CHAT_TOKENS} tokens at {', '.join(f'{r:g}' for r in args.rates)}/s, "
              f"{args.step:g} s each after a {WARMUP:g} s warm-up, then stopped for {AFTER_STOP:g} s. Idle TTFT p99 "
@@ -164,8 +175,8 @@ def main():
              f"after {zero_s if zero_s is None else round(zero_s, 1)} s; the bulk run's throughput over the 10 s "
              f"after the stop {100 * first10 / alone_rps:.1f}% of alone, over the next 10 s "
              f"{100 * next10 / alone_rps:.1f}% (target: >= 99% within 10 s). "
-             f"Plot: bench/results/headroom.png.")
-    dat = os.path.join(B.RESULTS, "headroom.dat")
+             f"Plot: bench/results/headroom{suffix}.png.")
+    dat = os.path.join(B.RESULTS, f"headroom{suffix}.dat")
     with open(dat, "w") as f:
         f.write("# headroom\n")
         for t, h, r in heads:
@@ -174,7 +185,7 @@ def main():
         for s, v in pts:
             f.write(f"{s:.3f} {v:.1f}\n")
     try:
-        B.gnuplot("headroom.gp", DAT=dat, PNG=os.path.join(B.RESULTS, "headroom.png"))
+        B.gnuplot("headroom.gp", DAT=dat, PNG=os.path.join(B.RESULTS, f"headroom{suffix}.png"))
     except (OSError, subprocess.CalledProcessError, SystemExit) as e:
         B.log(f"no plot: {e}")
     B.log(table)

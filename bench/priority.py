@@ -13,6 +13,12 @@ Scenarios, each on fresh simulators:
   priority+reserve  priority alone with reserve_slots 3 on the 32-slot simulator (the hand-set number)
   priority-fixed    (on request) the same with the slot counts given, not learned
   fifo       both, through infergate with --scheduling fifo (arrival order)
+  engine:priority   the defaults, on simulators started as SGLang with --enable-priority-scheduling
+             (the queue by priority, a normal request preempting a low one when the slots are full):
+             the gateway learns it from their /server_info, sends the class, and lets high and
+             normal requests go headroom.overshoot (2) over a backend's slots
+  engine:overshootN the same with --headroom-overshoot N (0: held back in the gateway's queue, the
+             learned headroom kept, the class still sent)
   nginx      both, through nginx (least_conn, keep-alive: its best case; no queue of its own,
              so the simulators' FIFO queues hold the surplus)
 The interactive client starts after a warm-up (the gateway learns each simulator's slot count
@@ -45,9 +51,9 @@ CHAT_TOKENS = 16
 RESERVE = 3         # priority+reserve: slots of the 32-slot simulator kept from the bulk run
 
 
-def start_sims(procs):
+def start_sims(procs, engine_priority=False):
     args = [["--max-running", str(s), "--tokens-per-second", str(TPS), "--ttft-ms", str(TTFT_MS),
-             "--output-tokens", "0"] for s in SLOTS]
+             "--output-tokens", "0"] + (["--enable-priority-scheduling"] if engine_priority else []) for s in SLOTS]
     sims, _ = B.start_sims(procs, len(SLOTS), args)
     return sims
 
@@ -98,8 +104,9 @@ def run_bulk(procs, url, corpus, m, conc):
 
 
 def scenario(name, corpus, args, workdir):
-    procs = B.Procs(os.path.join(workdir, name))
-    sims = start_sims(procs)
+    procs = B.Procs(os.path.join(workdir, name.replace(":", "-")))
+    engine = name.startswith("engine:")
+    sims = start_sims(procs, engine)
     if name == "nginx":
         url = start_nginx(procs, sims)
     elif name in ("priority-fixed", "priority+reserve"):
@@ -116,7 +123,8 @@ def scenario(name, corpus, args, workdir):
         url, _ = B.start_gateway(procs, sims, config=cfg)
     else:
         extra = ["--queue-size", "100000"] + (["--scheduling", "fifo"] if name == "fifo" else []) + \
-            (["--headroom-max-percent", "0"] if name == "priority-alone" else [])
+            (["--headroom-max-percent", "0"] if name == "priority-alone" else []) + \
+            (["--headroom-overshoot", name[len("engine:overshoot"):]] if name.startswith("engine:overshoot") else [])
         url, _ = B.start_gateway(procs, sims, extra=extra)
     res = {"scenario": name}
     chats = []
@@ -140,6 +148,7 @@ def scenario(name, corpus, args, workdir):
                     res["mid_run"] = [(b.get("learned_slots"), b.get("reported_waiting"), b["inflight"])
                                       for b in hb["backends"]]
                     res["headroom"] = hb.get("models", {}).get("sim-model", {}).get("headroom")
+                    res["over_slots"] = [(b.get("priority_scheduling") or {}).get("preempts") for b in hb["backends"]]
             threading.Thread(target=watch, daemon=True).start()
         res["bulk"] = run_bulk(procs, url, corpus, args.requests, 4 * sum(SLOTS))
         t.join()
@@ -165,7 +174,8 @@ def main():
     ap.add_argument("--rate", type=float, default=5, help="interactive requests/s [5]")
     ap.add_argument("--warmup", type=float, default=6, help="seconds of bulk before the client starts [6]")
     ap.add_argument("--window", type=float, default=20, help="seconds of interactive load [20]")
-    ap.add_argument("--scenarios", default="idle,bulk,priority,priority-alone,priority+reserve,fifo,nginx")
+    ap.add_argument("--scenarios", default="idle,bulk,priority,priority-alone,priority+reserve,fifo,nginx,"
+                    "engine:priority,engine:overshoot0,engine:overshoot1,engine:overshoot4")
     args = ap.parse_args()
     if not os.environ.get("IG_SKIP_DEPS"):
         B.need(("nginx", "nginx-light"), ("gnuplot", "gnuplot-nox"))
@@ -194,7 +204,8 @@ def main():
     verdict = []
     if "priority" in runs and "idle" in runs and "bulk" in runs:
         p = runs["priority"]
-        for n in ("priority", "priority-alone", "priority+reserve"):
+        for n in ("priority", "priority-alone", "priority+reserve", "engine:priority", "engine:overshoot0",
+                  "engine:overshoot1", "engine:overshoot4"):
             if n not in runs:
                 continue
             r1 = runs[n]["chat"]["p99"] / idle_p99
@@ -206,6 +217,9 @@ def main():
                            f"({'met' if r2 >= 0.97 else 'MISSED'})" +
                            (f"; learned headroom mid-run: {runs[n]['headroom']['slots']} slots "
                             f"({runs[n]['headroom']['why']})" if runs[n].get("headroom") and n == "priority"
+                            else "") +
+                           (f"; mid-run headroom learned {runs[n]['headroom']['slots']}, kept "
+                            f"{runs[n]['headroom'].get('kept_slots')}" if runs[n].get("headroom") and n.startswith("engine:")
                             else "") + ".")
         for other in ("fifo", "nginx"):
             if other in runs:
