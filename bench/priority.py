@@ -16,7 +16,7 @@ Scenarios, each on fresh simulators:
   engine:priority   the defaults, on simulators started as SGLang with --enable-priority-scheduling
              (the queue by priority, a normal request preempting a low one when the slots are full):
              the gateway learns it from their /server_info, sends the class, and lets high and
-             normal requests go headroom.overshoot (2) over a backend's slots
+             normal requests go headroom.overshoot (1) over a backend's slots
   engine:overshootN the same with --headroom-overshoot N (0: held back in the gateway's queue, the
              learned headroom kept, the class still sent)
   nginx      both, through nginx (least_conn, keep-alive: its best case; no queue of its own,

@@ -49,6 +49,7 @@ struct ig_backend {
 	_Atomic int state;      /* enum ig_backend_state */
 	_Atomic int admin;      /* enum ig_backend_admin */
 	atomic_long inflight;   /* requests through this gateway, now */
+	atomic_long low_inflight; /* of them, of class low (dispatch.c) */
 	atomic_ulong served;    /* responses relayed (any status) */
 	atomic_ulong failures;  /* connect errors, resets, timeouts, 502/503/504 */
 	atomic_ulong retried;   /* requests moved from here to another backend */

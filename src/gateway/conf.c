@@ -310,7 +310,7 @@ static const struct ig_flag keys[] = {
 		 "arrival rate and how long they hold a slot, up to P% of a model's slots (0 = none kept: priority "
 		 "alone; a backend's reserve_slots overrides it)"},
 	{.name = "--headroom-overshoot", .key = "headroom.overshoot", .type = IG_FLAG_LONG,
-	 .off = OFF(headroom_overshoot), .min = 0, .max = 64, .def = "2", .metavar = "N",
+	 .off = OFF(headroom_overshoot), .min = 0, .max = 64, .def = "1", .metavar = "N",
 	 .help = "a high or normal request that finds no free slot may go up to N over the slots of a backend "
 		 "that preempts lower priorities (SGLang with --enable-priority-scheduling, learned from its "
 		 "/server_info), which then preempts a low one; those N count as headroom (0 = never)"},

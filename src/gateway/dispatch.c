@@ -229,6 +229,8 @@ static enum ig_dispatch_result start(struct ig_gw *gw, struct ig_waiter *w, stru
 	w->attempt_us = ig_now_us();
 	w->policy = s->policy;
 	w->m->inflight++;
+	if (w->pick.low)
+		atomic_fetch_add(&b->low_inflight, 1);
 	if (w->pick.low && w->m->others_waiting > 0)
 		w->m->ends_held = 0; /* low's turn taken */
 	w->q.key->inflight++;
@@ -261,6 +263,8 @@ void ig_dispatch_end(struct ig_gw *gw, struct ig_waiter *w, const struct ig_pick
 	w->running = false;
 	ig_backend_finished(w->backend, o->ok);
 	ig_policy_release(w->backend);
+	if (w->pick.low)
+		atomic_fetch_sub(&w->backend->low_inflight, 1);
 	w->m->inflight--;
 	if (w->m->others_waiting > 0 && w->m->ends_held < gw->sched.low_every)
 		w->m->ends_held++;

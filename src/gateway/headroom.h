@@ -8,7 +8,9 @@
  * arrival for five of its mean gaps, 2 s at least) the headroom is 0 and a
  * bulk run gets every slot; the first arrival makes it 1 at once (it is
  * counted the moment it arrives).
- * reserve_slots, where set, overrides it (dispatch.c).
+ * reserve_slots, where set, overrides it (dispatch.c); what high and normal
+ * requests may take over the slots of backends that preempt low work
+ * (headroom.overshoot, policy.c) is deducted from it there.
  *
  * Threads: under the gateway's lock (the model's, scheduler.h).
  * Not here: where it holds low work back (dispatch.c). */

@@ -5,6 +5,8 @@
  * backend is ejected after its first failed requests rather than at the next
  * probe. Probes are ordinary transfers in the reactor's curl multi: they
  * never block a request. State changes are logged once per change.
+ * With the model list, a backend's settings (/server_info): whether it
+ * schedules by priority and preempts (take_info).
  * A backend coming up or learning more slots sets gw->drain_pending: the
  * reactor then starts queued requests (proxy.c), which sits above us.
  * Not here: what the routing policies do with the state (policy.c). */

@@ -1,6 +1,8 @@
 /* What every routing policy shares (policy.h): the table of policies, which
- * backends are eligible for a request, the rotating start among them, and
- * the in-flight slot taken on the one chosen. Runs under the gateway's
+ * backends are eligible for a request (those with a free slot; when there
+ * is none, for a high or normal request, those that preempt lower
+ * priorities, up to headroom.overshoot over their slots), the rotating
+ * start among them, and the in-flight slot taken on the one chosen. Runs under the gateway's
  * lock, so a slot is a plain check and increment of the backend's count
  * (atomic only because the metrics and the relay read it without the lock).
  * Not here: how a policy chooses (lb_*.c), what happens when none is
@@ -98,8 +100,9 @@ enum ig_pick ig_policy_pick(const struct ig_policy *p, void *state, struct ig_ba
 	uint64_t now = 0;
 	/* Pass 0: backends with a free slot. Pass 1, when there is none and
 	 * the request may: those that preempt a lower priority for it, up to
-	 * `overshoot` over their slots (the server runs it at once and puts a
-	 * low request back in its queue). */
+	 * `overshoot` over their slots and while a low request of ours runs
+	 * there for each one over (the server runs it at once and puts a low
+	 * request back in its queue; with none, it would only wait there). */
 	long over = 0;
 again:
 	for (size_t i = 0; i < n; i++) {
@@ -115,7 +118,8 @@ again:
 		if (atomic_load(&b->breaker_until_ms) && atomic_load(&b->inflight) > 0)
 			continue;
 		long limit = ig_policy_limit(b, rq->low);
-		if (over && (limit <= 0 || !ig_backend_preempts(b)))
+		if (over && (limit <= 0 || !ig_backend_preempts(b) ||
+			     atomic_load(&b->low_inflight) <= atomic_load(&b->inflight) - limit))
 			continue;
 		if (limit < 0 || (limit > 0 && atomic_load(&b->inflight) >= limit + over))
 			continue;

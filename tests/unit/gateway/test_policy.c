@@ -42,7 +42,7 @@ static const struct ig_policy *P(const char *name)
 static unsigned rotor;
 static void *state; /* the policy's, when it has one */
 
-static enum ig_pick pick(const struct ig_policy *p, struct ig_fleet *pool, const struct ig_pick_req *rq,
+static enum ig_pick pick(const struct ig_policy *p, struct ig_fleet *pool, struct ig_pick_req *rq,
 			 struct ig_backend **b)
 {
 	return ig_policy_pick(p, state, pool->v, pool->n, &rotor, rq, b);
@@ -357,7 +357,45 @@ START_TEST(session_sticks_to_a_backend_within_the_bound)
 }
 END_TEST
 
-IG_CHECK_MAIN("policy", cache_aware_follows_the_longest_prefix_within_the_guard, least_tokens_weighs_work_by_speed,
+/* With no free slot anywhere, a high or normal request may go up to its
+ * overshoot over the slots of a backend that preempts lower priorities,
+ * one for each low request of ours running there; a low one may not, nor
+ * one on a backend that does not preempt. */
+START_TEST(over_the_slots_of_a_backend_that_preempts)
+{
+	struct ig_fleet pool = make_pool(2);
+	struct ig_backend *b;
+	for (int i = 0; i < 2; i++) {
+		pool.v[i]->max_inflight = 2;
+		atomic_store(&pool.v[i]->inflight, 2);
+		atomic_store(&pool.v[i]->low_inflight, 2);
+	}
+	atomic_store(&pool.v[0]->prio_sched, (int)(IG_PRIO_LARGER_FIRST | IG_PRIO_PREEMPTS));
+	atomic_store(&pool.v[0]->prio_threshold, 10);
+	atomic_store(&pool.v[1]->prio_sched, (int)IG_PRIO_LARGER_FIRST); /* --disable-priority-preemption */
+	struct ig_pick_req low = {.low = true, .overshoot = 2}, rq = {.overshoot = 2}, none = {0};
+	ck_assert_int_eq(pick(P("least-loaded"), &pool, &low, &b), IG_PICK_BUSY);
+	ck_assert_int_eq(pick(P("least-loaded"), &pool, &none, &b), IG_PICK_BUSY);
+	for (int i = 0; i < 2; i++) {
+		ck_assert_int_eq(pick(P("least-loaded"), &pool, &rq, &b), IG_PICK_OK);
+		ck_assert_int_eq(b->id, 0);
+		ck_assert(rq.over);
+	}
+	ck_assert_int_eq(atomic_load(&pool.v[0]->inflight), 4);
+	ck_assert_int_eq(pick(P("least-loaded"), &pool, &rq, &b), IG_PICK_BUSY); /* 2 over: its overshoot */
+	ig_policy_release(pool.v[0]);
+	atomic_store(&pool.v[0]->low_inflight, 1); /* one over already, on the one low request there */
+	ck_assert_int_eq(pick(P("least-loaded"), &pool, &rq, &b), IG_PICK_BUSY);
+	/* a free slot anywhere comes first, and is not over */
+	atomic_store(&pool.v[1]->inflight, 1);
+	ck_assert_int_eq(pick(P("least-loaded"), &pool, &rq, &b), IG_PICK_OK);
+	ck_assert_int_eq(b->id, 1);
+	ck_assert(!rq.over);
+	free_pool(&pool);
+}
+END_TEST
+
+IG_CHECK_MAIN("policy", over_the_slots_of_a_backend_that_preempts, cache_aware_follows_the_longest_prefix_within_the_guard, least_tokens_weighs_work_by_speed,
 	      least_tokens_counts_work_and_measures_speed, learned_slots_limit_like_max_inflight, session_sticks_to_a_backend_within_the_bound,
 	      least_loaded_rotates_ties, least_loaded_follows_load_and_weight,
 	      limits_give_busy_then_none, a_pinned_request_goes_to_its_backend_only, reserved_slots_are_not_for_low)
