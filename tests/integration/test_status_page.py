@@ -153,8 +153,8 @@ def status_page_shows_backends_counters_and_chart():
         assert page == f.read(), "GET /status does not serve the current src/gateway/status.html " \
                                  "(is the embedded copy rebuilt when the file changes?)"
 
-    def kept(t):   # the learned headroom over the models (/health/backends)
-        return sum(m["headroom"]["slots"] for m in t.get("models", {}).values() if "headroom" in m)
+    def kept(t):   # the headroom kept over the models (/health/backends)
+        return sum(m["headroom"]["kept_slots"] for m in t.get("models", {}).values() if "headroom" in m)
     kept_before = kept(backends_json(gw))
     dom = Dom(chromium(gw.url + "/status", "--dump-dom"))
     # The script ran and read the gateway more than once (rates need two reads).
