@@ -54,7 +54,7 @@ LAYERS = {
         "scheduler",                              # who runs next
         "policy lb_*",                            # one file per routing policy
         "upstream health",
-        "accesslog answer backend loadreport capacity ratelimit keyset respstore affinity clients cont idem headroom",
+        "accesslog answer backend loadreport capacity ratelimit keyset respstore affinity clients cont idem headroom trace",
         "conf policy_list",                       # policy_list.h: the policies' table, which conf.c reads
         "routes",
         "rx event bio redis",                     # the reactors' shared parts, background I/O, Redis

@@ -37,6 +37,7 @@
 #include "respstore.h"
 #include "rx.h"
 #include "server.h"
+#include "trace.h"
 
 /* Binds the listening socket ourselves, so a busy port is reported with
  * its cause. Returns the fd or -1 (logged). */
@@ -133,6 +134,12 @@ int ig_boot_init(struct ig_gw *gw, struct ig_conf *cfg)
 			return -1;
 		}
 	}
+	gw->tracer = ig_tracer_start(cfg, &err);
+	if (!gw->tracer && err) {
+		ig_log_error("%s", err);
+		free(err);
+		return -1;
+	}
 	if (ig_dispatch_init(gw, &err) < 0) {
 		ig_log_error("%s", err);
 		free(err);
@@ -179,6 +186,8 @@ void ig_boot_free(struct ig_gw *gw)
 	ig_health_free(gw);
 	ig_cluster_stop(gw);
 	ig_reactor_close(gw);
+	ig_tracer_stop(gw->tracer); /* after the requests: their last spans go */
+	gw->tracer = NULL;
 	ig_dispatch_free(gw);
 	ig_sched_free(&gw->sched);
 	ig_clients_free(&gw->clients);

@@ -81,6 +81,12 @@ struct ig_conf {
 	bool hedge_low;             /* class low is hedged too */
 	long headroom_max_percent;  /* learned headroom's cap, of a pool's slots (0: none learned) */
 	long headroom_overshoot;    /* high/normal over a preempting backend's slots (dispatch.c) */
+	/* tracing (trace.h); OTEL_* variables fill what the configuration leaves at its default */
+	char *trace_endpoint;       /* OTLP/HTTP traces URL; "" off */
+	char *trace_headers;        /* "k=v,k2=v2" */
+	char *trace_service;        /* service.name */
+	double trace_ratio;         /* of new (root) traces sampled */
+	long trace_delay_ms;        /* a batch at least this often */
 	long continue_max;          /* continuations of a broken stream (cont.h), <= IG_CONT_MAX */
 	long retry_budget_percent;  /* retries over the last 10 s: at most this share of */
 	long retry_budget_min_per_s; /* the requests, plus this many a second (dispatch.c) */

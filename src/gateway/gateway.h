@@ -144,6 +144,7 @@ struct ig_gw {
 	void (*report_backend)(const struct ig_gw *gw, const struct ig_backend *b, json_t *entry);
 	void (*report_gateway)(const struct ig_gw *gw, json_t *obj);
 	struct ig_bio *bio;              /* their disk work's thread (bio.h), the same */
+	struct ig_tracer *tracer;        /* spans' exporter (trace.h), NULL without tracing */
 	struct ig_metrics_sources *reports; /* what modules registered to report (metrics.h) */
 	int argc;                      /* to re-read the configuration on SIGHUP */
 	char **argv;

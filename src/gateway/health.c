@@ -361,7 +361,7 @@ static void take_info(struct ig_backend *b, CURLcode result, long status, struct
 	json_decref(root);
 	unsigned before = (unsigned)atomic_exchange(&b->prio_sched, (int)sched);
 	long tbefore = atomic_exchange(&b->prio_threshold, threshold);
-	if (before == sched && tbefore == threshold)
+	if (before == sched && (tbefore == threshold || !sched))
 		return;
 	long step;
 	int field = ig_backend_priority_field(b, &step);

@@ -13,6 +13,7 @@
 #include "metrics.h"
 #include "policy.h"
 #include "rx.h"
+#include "trace.h"
 #include "infergate/util.h"
 
 static char *dump(json_t *j)
@@ -569,6 +570,28 @@ static void per_model_headroom(struct ig_buf *b, struct ig_gw *gw)
 	}
 }
 
+/* The trace exporter's counts (trace.h), with tracing on. */
+static void tracing(struct ig_buf *b, struct ig_gw *gw)
+{
+	if (!gw->tracer)
+		return;
+	struct ig_tracer_stats st;
+	ig_tracer_stats(gw->tracer, &st);
+	ig_buf_printf(b, "# HELP infergate_trace_spans_exported_total Spans the collector took.\n"
+		      "# TYPE infergate_trace_spans_exported_total counter\ninfergate_trace_spans_exported_total %llu\n"
+		      "# HELP infergate_trace_spans_dropped_total Spans dropped: the export queue was full (a slow or "
+		      "absent collector).\n"
+		      "# TYPE infergate_trace_spans_dropped_total counter\ninfergate_trace_spans_dropped_total %llu\n"
+		      "# HELP infergate_trace_spans_failed_total Spans of export requests the collector refused or "
+		      "never answered.\n"
+		      "# TYPE infergate_trace_spans_failed_total counter\ninfergate_trace_spans_failed_total %llu\n"
+		      "# HELP infergate_trace_exports_total Export requests sent.\n"
+		      "# TYPE infergate_trace_exports_total counter\ninfergate_trace_exports_total %llu\n"
+		      "# HELP infergate_trace_queue_spans Spans waiting to be sent.\n"
+		      "# TYPE infergate_trace_queue_spans gauge\ninfergate_trace_queue_spans %ld\n",
+		      st.exported, st.dropped, st.failed, st.batches, st.queued);
+}
+
 static void per_class(struct ig_buf *b, struct ig_gw *gw)
 {
 	ig_buf_printf(b, "# HELP infergate_class_queue_depth Requests waiting, per priority class.\n"
@@ -805,6 +828,7 @@ char *ig_metrics_text(struct ig_gw *gw)
 	per_model(&b, gw);
 	per_model_ttfb(&b, gw);
 	per_model_headroom(&b, gw);
+	tracing(&b, gw);
 	per_class(&b, gw);
 	per_key(&b, gw);
 	per_backend(&b, gw, "infergate_backend_up", "gauge", "Backend health (1 up, 0 down).", get_up);

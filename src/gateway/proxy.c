@@ -56,6 +56,7 @@ static void hedge_drop(struct ig_req *h);
 static void end_refused_stream(struct ig_req *req);
 static void count_answer(struct ig_req *req);
 static void req_log(struct ig_req *req, bool completed);
+static const char *gen_ai_operation(const struct ig_req *req);
 
 static const struct ig_waiter_ops waiter_ops = {on_dispatched, on_refused};
 static const struct ig_relay_ops relay_ops = {relay_wake,  relay_idle,   relay_committed, relay_event,
@@ -105,9 +106,61 @@ struct ig_req *ig_proxy_req_new(struct ig_gw *gw, struct MHD_Connection *conn, i
 	return req;
 }
 
+/* Its spans to the exporter: the queue wait, its attempts, and (but for a
+ * hedge, whose spans are its primary's children) the server span with
+ * what the GenAI conventions name (gen_ai.*) and ours (infergate.*). */
+static void trace_finish(struct ig_req *req)
+{
+	struct ig_trace *t = &req->trace;
+	if (!t->sampled) {
+		ig_trace_end(t, NULL, NULL);
+		return;
+	}
+	if (req->t_submit_us && !req->is_hedge) {
+		json_t *q = ig_trace_child(t, "queue", IG_SPAN_INTERNAL, req->t_submit_us,
+					   req->t_first_attempt_us ? req->t_first_attempt_us : ig_now_us());
+		ig_span_str(q, "infergate.class", ig_conf_class_name(req->wait.q.klass));
+		ig_span_int(q, "infergate.queue_ms", (long long)req->wait.waited_ms);
+		ig_span_bool(q, "infergate.queued", req->wait.was_queued);
+	}
+	json_t *s = NULL;
+	if (!req->is_hedge) {
+		const char *path = req->adm.up_path ? req->adm.up_path : ig_route_path(req->gw->cfg, req->adm.route_idx);
+		const char *method = ig_routes_method_name(req->adm.method);
+		char name[300];
+		snprintf(name, sizeof(name), "%s %s", method, path ? path : "");
+		s = ig_trace_server_span(t, name);
+		unsigned status = ig_proxy_req_status(req);
+		const struct ig_relay *rl = &req->relay;
+		ig_span_str(s, "http.request.method", method);
+		ig_span_str(s, "url.path", path);
+		ig_span_int(s, "http.response.status_code", status);
+		ig_span_str(s, "gen_ai.operation.name", gen_ai_operation(req));
+		ig_span_str(s, "gen_ai.request.model", req->adm.model);
+		if (rl->prompt_tokens >= 0)
+			ig_span_int(s, "gen_ai.usage.input_tokens", rl->prompt_tokens);
+		if (rl->completion_tokens >= 0)
+			ig_span_int(s, "gen_ai.usage.output_tokens", rl->completion_tokens);
+		if (req->wait.backend)
+			ig_span_str(s, "server.address", req->wait.backend->url);
+		ig_span_str(s, "infergate.request_id", req->request_id);
+		ig_span_str(s, "infergate.class", ig_conf_class_name(req->wait.q.klass));
+		if (req->adm.key && req->adm.key->ent)
+			ig_span_str(s, "infergate.key", req->adm.key->ent->name);
+		ig_span_int(s, "infergate.queue_ms", (long long)req->wait.waited_ms);
+		ig_span_int(s, "infergate.retries", req->retries_done);
+		ig_span_int(s, "infergate.continuations", rl->cont.count);
+		if (status >= 500 || status == 0)
+			ig_span_error(s, rl->stream_error_msg ? rl->stream_error_msg : req->err_body ? "an error answer"
+				      : "no answer");
+	}
+	ig_trace_end(t, req->gw->tracer, s);
+}
+
 static void req_free(struct ig_req *req)
 {
 	struct ig_gw *gw = req->gw;
+	trace_finish(req);
 	ig_list_del(&req->link);
 	ig_list_del(&req->watch_link);
 	ig_list_del(&req->post_link);
@@ -493,7 +546,9 @@ static void hedge_start(struct ig_req *p, long after_ms)
 	ig_buf_init(&h->orig_body);
 	ig_buf_append(&h->body, p->body.data ? p->body.data : "", p->body.len);
 	for (struct curl_slist *l = p->up_headers; l; l = l->next)
-		h->up_headers = curl_slist_append(h->up_headers, l->data);
+		if (l != p->tp_node) /* its own, per attempt */
+			h->up_headers = curl_slist_append(h->up_headers, l->data);
+	ig_trace_fork(&h->trace, &p->trace);
 	ig_relay_init(&h->relay, &relay_ops);
 	h->relay.usage_where = p->relay.usage_where;
 	h->relay.responses = p->relay.responses;
@@ -656,6 +711,50 @@ static char *body_with_priority(const struct ig_req *req, int field, long step)
 	return ig_strdupf("{\"priority\":%ld%s%.*s", v, q < end && *q == '}' ? "" : ",", (int)(end - (p + 1)), p + 1);
 }
 
+/* What a request asks of a model, in the GenAI conventions' words
+ * (gen_ai.operation.name), or NULL. */
+static const char *gen_ai_operation(const struct ig_req *req)
+{
+	const char *path = req->adm.up_path ? req->adm.up_path : ig_route_path(req->gw->cfg, req->adm.route_idx);
+	return !path ? NULL : strstr(path, "chat/completions") ? "chat" : strstr(path, "/completions") ? "text_completion"
+	       : strstr(path, "/embeddings") ? "embeddings" : strstr(path, "/responses") ? "chat" : NULL;
+}
+
+/* A new attempt of a traced request on b: its span (CLIENT, the GenAI
+ * conventions' inference span) and the traceparent naming it, the line of
+ * up_headers rewritten (curl copies nothing: the list is read at send). */
+static void trace_attempt(struct ig_req *req, struct ig_backend *b)
+{
+	struct ig_trace *t = &req->trace;
+	const char *op = gen_ai_operation(req);
+	char name[200];
+	snprintf(name, sizeof(name), "%s %s", op ? op : "request", req->adm.model ? req->adm.model : "");
+	if (!req->t_first_attempt_us)
+		req->t_first_attempt_us = ig_now_us();
+	ig_trace_attempt_begin(t, name);
+	json_t *s = t->attempt;
+	if (s) {
+		ig_span_str(s, "gen_ai.operation.name", op);
+		ig_span_str(s, "gen_ai.request.model", req->adm.model);
+		ig_span_str(s, "server.address", b->url);
+		ig_span_int(s, "infergate.attempt", req->wait.pick.ntried);
+		ig_span_str(s, "infergate.attempt.kind", req->is_hedge ? "hedge" : req->relay.cont.count ? "continuation"
+			    : req->wait.pick.ntried > 1 ? "retry" : "first");
+		ig_span_bool(s, "infergate.over_slots", req->wait.pick.over);
+	}
+	char tp[56], line[80];
+	ig_trace_format(t, t->attempt_id, tp);
+	snprintf(line, sizeof(line), "traceparent: %s", tp);
+	if (req->tp_node) {
+		free(req->tp_node->data);
+		req->tp_node->data = strdup(line);
+	} else {
+		req->up_headers = curl_slist_append(req->up_headers, line);
+		for (req->tp_node = req->up_headers; req->tp_node->next;)
+			req->tp_node = req->tp_node->next;
+	}
+}
+
 /* The easy handle of req's attempt on b, configured (on req's reactor:
  * a handle is configured only by its own). */
 static void configure_transfer(struct ig_req *req, struct ig_backend *b)
@@ -691,6 +790,8 @@ static void configure_transfer(struct ig_req *req, struct ig_backend *b)
 		curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->body.len);
 	}
 options:
+	if (req->trace.on)
+		trace_attempt(req, b);
 	curl_easy_setopt(e, CURLOPT_HTTPHEADER, req->up_headers);
 	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(e, CURLOPT_HTTP_CONTENT_DECODING, 0L);
@@ -845,6 +946,9 @@ static enum MHD_Result collect_header(void *cls, enum MHD_ValueKind kind IG_UNUS
 	/* A batch's mark (IG_BATCH_HEADER) is the gateway's own. */
 	if (strcasecmp(key, IG_BATCH_HEADER) == 0)
 		return MHD_YES;
+	/* Traced, the trace goes on from each attempt's span (configure_transfer). */
+	if (req->trace.on && (strcasecmp(key, "traceparent") == 0 || strcasecmp(key, "tracestate") == 0))
+		return MHD_YES;
 	/* The gateway's own key stays here; a backend key replaces it. */
 	if (strcasecmp(key, "Authorization") == 0 && (gw->api_keys.enabled || *gw->cfg->backend_api_key))
 		return MHD_YES;
@@ -886,6 +990,11 @@ static void upstream_headers(struct ig_req *req)
 	    !MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Content-Type"))
 		req->up_headers = curl_slist_append(req->up_headers, "Content-Type: application/json");
 	req->up_headers = curl_slist_append(req->up_headers, "Expect:");
+	if (req->trace.state) {
+		line = ig_strdupf("tracestate: %s", req->trace.state);
+		req->up_headers = curl_slist_append(req->up_headers, line);
+		free(line);
+	}
 	if (*gw->cfg->backend_api_key) {
 		line = ig_strdupf("Authorization: Bearer %s", gw->cfg->backend_api_key);
 		req->up_headers = curl_slist_append(req->up_headers, line);
@@ -959,6 +1068,8 @@ static enum MHD_Result body_done(struct ig_req *req)
 	struct ig_waiter *w = &req->wait;
 
 	pick_request_id(req);
+	ig_trace_begin(&req->trace, gw->tracer, MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "traceparent"),
+		       MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "tracestate"));
 	if (req->too_large) {
 		set_error(req, 413, "request_too_large", "the request body is larger than %ld bytes",
 			  gw->cfg->max_body_bytes);
@@ -1042,6 +1153,7 @@ static enum MHD_Result admit(struct ig_req *req)
 		w->pin_id = a->prev_id;
 	}
 	upstream_headers(req);
+	req->t_submit_us = ig_now_us();
 	if (ig_dispatch_submit(gw, w) == IG_DISPATCH_FAILED && !fall_back(req))
 		return respond(req);
 	suspend(req);
@@ -1094,6 +1206,11 @@ static void add_limit_headers(struct ig_req *req, struct MHD_Response *r)
 static void add_common_headers(struct ig_req *req, struct MHD_Response *r)
 {
 	MHD_add_response_header(r, "X-Request-Id", req->request_id);
+	if (req->trace.on) { /* where its trace is: the gateway's span */
+		char tp[56];
+		ig_trace_format(&req->trace, req->trace.span, tp);
+		MHD_add_response_header(r, "traceparent", tp);
+	}
 	if (req->fallback)
 		MHD_add_response_header(r, "X-Infergate-Fallback", req->fallback);
 	add_limit_headers(req, r);
@@ -1423,6 +1540,9 @@ static void end_attempt(struct ig_req *req, enum ig_upstream_error e, const char
 	struct ig_backend *b = req->wait.backend;
 	char event_detail[320];
 
+	ig_trace_attempt_end(&req->trace, rl->up_status,
+			     req->hedge_lost ? "lost the race to the other attempt" : e != IG_UPERR_NONE ? detail
+			     : rl->cont.broken ? "an error event in the stream" : NULL);
 	if (req->hedge_lost) { /* dropped at its first byte: hedge_lose (posted) does the rest */
 		ig_upstream_stop(&req->xfer);
 		ig_dispatch_end(gw, &req->wait, &(struct ig_pick_outcome){.ok = false, .completion_tokens = -1});

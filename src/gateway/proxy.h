@@ -14,6 +14,7 @@
 #include "gateway.h"
 #include "infergate/buf.h"
 #include "relay.h"
+#include "trace.h"
 #include "upstream.h"
 
 /* The request header that marks a batch's own request: "SECRET OWNER"
@@ -107,6 +108,12 @@ struct ig_req {
 	char *err_body;
 	unsigned status_sent;        /* what the client was answered */
 	bool counted;                /* in the metrics and its key's usage */
+	/* Tracing (trace.h): its context and spans, when it went to the
+	 * scheduler, its first attempt's start, the traceparent line of
+	 * up_headers (rewritten per attempt). */
+	struct ig_trace trace;
+	uint64_t t_submit_us, t_first_attempt_us;
+	struct curl_slist *tp_node;
 };
 
 /* A new request for a proxied route (method: its IG_RT_ method bit; id:

@@ -194,7 +194,11 @@ char *sim_metrics_state(struct sim *s)
 		json_array_append_new(ranks, json_pack("{s:I, s:I}",
 						       "num_running_reqs", (json_int_t)s->eng.ranks[i].running,
 						       "num_waiting_reqs", (json_int_t)s->eng.ranks[i].waiting));
-	return dump(json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:s, s:o}",
+	json_t *tps = json_array(); /* the last 16 traceparents received, oldest first */
+	size_t n = s->ntraceparents < 16 ? s->ntraceparents : 16;
+	for (size_t i = s->ntraceparents - n; i < s->ntraceparents; i++)
+		json_array_append_new(tps, json_string(s->traceparents[i % 16]));
+	return dump(json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:s, s:o, s:o}",
 			      "requests_received", (json_int_t)s->eng.st.received,
 			      "requests_preempted", (json_int_t)s->eng.st.preempted,
 			      "num_running_reqs", (json_int_t)s->eng.running,
@@ -203,7 +207,7 @@ char *sim_metrics_state(struct sim *s)
 			      "max_running_requests", (json_int_t)s->conf->max_running,
 			      "fault", sim_engine_fault_name(s->eng.fault),
 			      "flavor", flavor_names[s->conf->flavor],
-			      "ranks", ranks));
+			      "ranks", ranks, "traceparents", tps));
 }
 
 static void metric(struct ig_buf *o, const char *name, const char *type, const char *help,

@@ -850,8 +850,13 @@ enum MHD_Result sim_server_handler(void *cls, struct MHD_Connection *conn, const
 					   : rt == R_RESPONSES ? SIM_RESPONSES
 					   : rt == R_GENERATE ? SIM_GENERATE
 					   : rt == R_FAULT || rt == R_HOLD ? SIM_FAULT_SET : SIM_UTILITY;
-			if (kind == SIM_CHAT || kind == SIM_COMPLETION || kind == SIM_RESPONSES || kind == SIM_GENERATE)
+			if (kind == SIM_CHAT || kind == SIM_COMPLETION || kind == SIM_RESPONSES || kind == SIM_GENERATE) {
 				s->eng.st.received++;
+				const char *tp = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "traceparent");
+				if (tp)
+					snprintf(s->traceparents[s->ntraceparents++ % 16], sizeof(s->traceparents[0]), "%s",
+						 tp);
+			}
 			c = call_new(s, conn, kind);
 			if (!c)
 				return MHD_NO;

@@ -57,6 +57,11 @@ struct sim {
 	int fault_then;             /* enum sim_fault: the mode after them */
 	struct sim_stored *stored;  /* stored.c: stored Responses, a ring */
 	size_t nstored;             /* ids put so far */
+	/* The traceparent headers of the last completion requests, newest
+	 * last (a ring): a real engine continues the trace it is given, the
+	 * tests read them from /sim/state. */
+	char traceparents[16][64];
+	size_t ntraceparents;       /* seen so far */
 };
 
 static inline int sim_event_add(struct sim *s, struct sim_event *ev, uint32_t events)
