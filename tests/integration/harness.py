@@ -421,6 +421,29 @@ def ensure_openai():
     return os.path.join(NODE_PREFIX, "node_modules")
 
 
+# The OpenTelemetry JS SDK beside it (tests/integration/otel_client.cjs), in a directory of its
+# own (an npm install --no-save into another's would prune that one's packages). Pinned to
+# versions that agree: sdk-trace-node 2.12 wants @opentelemetry/api < 1.10, instrumentation-
+# undici 0.34 wants 1.10's logs API, so 0.33.
+OTEL_NPM = ["openai@" + OPENAI_NPM_VERSION, "@opentelemetry/api@1.9.1", "@opentelemetry/sdk-trace-node@2.12.1",
+            "@opentelemetry/sdk-trace-base@2.12.1", "@opentelemetry/instrumentation-undici@0.33.0"]
+OTEL_PREFIX = os.path.join(BUILDDIR, "tests", "node-deps-otel")
+
+
+def ensure_otel():
+    """node_modules with the openai client and the OpenTelemetry JS SDK, installed on first use."""
+    import fcntl
+    os.makedirs(OTEL_PREFIX, exist_ok=True)
+    with open(os.path.join(OTEL_PREFIX, ".install.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        mark = os.path.join(OTEL_PREFIX, "node_modules", "@opentelemetry", "instrumentation-undici", "package.json")
+        if not os.path.exists(mark):
+            p = subprocess.run(["npm", "install", "--no-save", "--no-audit", "--no-fund", "--prefix", OTEL_PREFIX,
+                                *OTEL_NPM], capture_output=True, text=True, timeout=300)
+            assert p.returncode == 0, f"npm install {' '.join(OTEL_NPM)} failed:\n{p.stderr[-2000:]}"
+    return os.path.join(OTEL_PREFIX, "node_modules")
+
+
 def run_client(gw, model, *mode, env=None, timeout=60):
     """tests/integration/openai_client.cjs (the official npm client) against
     the gateway: its JSON summary."""

@@ -13,8 +13,8 @@ import subprocess
 import threading
 import time
 
-from harness import (FakeBackend, binary, chat_body, http, http_json, metric, run, start_gateway, start_sim, test,
-                     wait_until)
+from harness import (SRCDIR, FakeBackend, binary, chat_body, ensure_otel, http, http_json, metric, run,
+                     start_gateway, start_sim, test, wait_until)
 
 TP = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -111,6 +111,35 @@ def a_clients_trace_goes_on_through_the_gateway_to_the_backend():
     wait_until(lambda: metric(http("GET", gw.url + "/metrics")[2].decode(),
                               "infergate_trace_spans_exported_total") >= 3, timeout=5, what="exported counted")
     assert "infergate_trace_spans_dropped_total 0" in m, m
+
+
+@test
+def the_official_client_instrumented_with_the_opentelemetry_sdk_sees_one_trace_into_the_engine():
+    # The openai npm client inside a span of its own, its fetch instrumented by the SDK's undici
+    # instrumentation (unmodified, from npm): the client's HTTP span is the gateway's server
+    # span's parent, the attempt is the server span's child, and the engine was given the
+    # attempt's span, all in the client's trace.
+    col = Collector()
+    sim, gw = traced(col)
+    p = subprocess.run(["node", os.path.join(SRCDIR, "tests", "integration", "otel_client.cjs"), gw.url, "sim-model"],
+                       capture_output=True, text=True, timeout=120, env={**os.environ, "NODE_PATH": ensure_otel()})
+    assert p.returncode == 0, p.stderr[-3000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    root = next(s for s in out["spans"] if s["name"] == "user-request")
+    http_span = next(s for s in out["spans"] if s["parentSpanId"] == root["spanId"])
+    trace = root["traceId"]
+    assert http_span["traceId"] == trace, out
+    wait_until(lambda: len([s for s in col.spans() if s["traceId"] == trace]) >= 3, timeout=10,
+               what="the gateway's spans of the client's trace")
+    spans = [s for s in col.spans() if s["traceId"] == trace]
+    server = next(s for s in spans if s["kind"] == 2)
+    attempt = next(s for s in spans if s["kind"] == 3)
+    queue = next(s for s in spans if s["name"] == "queue")
+    assert server["parentSpanId"] == http_span["spanId"], (server, http_span)
+    assert attempt["parentSpanId"] == queue["parentSpanId"] == server["spanId"], spans
+    assert attrs(server)["gen_ai.usage.output_tokens"] == out["usage"]["completion_tokens"] == 5, (server, out)
+    assert attrs(attempt)["gen_ai.request.model"] == "sim-model", attempt
+    assert sim_traceparents(sim)[-1] == f"00-{trace}-{attempt['spanId']}-01", sim_traceparents(sim)
 
 
 @test
