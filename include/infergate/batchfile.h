@@ -166,11 +166,12 @@ int ig_journal_done_cut_torn(struct ig_doneset *d, const char *output, const cha
 void ig_journal_done_free(struct ig_doneset *d);
 
 /* Result lines in the OpenAI Batch output format, malloc'd, ending in \n.
- * body may be NULL (JSON null), a JSON object or a string. */
-char *ig_journal_ok_line(const char *custom_id, long status, const char *request_id,
+ * body may be NULL (JSON null), a JSON object or a string; trace_id, when
+ * not NULL, is written as "trace_id" (infergate-bulk --trace). */
+char *ig_journal_ok_line(const char *custom_id, long status, const char *request_id, const char *trace_id,
 			 json_t *body, size_t *len);
 /* status 0: "response" is null (no HTTP answer). */
-char *ig_journal_error_line(const char *custom_id, long status, const char *request_id,
+char *ig_journal_error_line(const char *custom_id, long status, const char *request_id, const char *trace_id,
 			    json_t *body, const char *code, const char *message, size_t *len);
 
 #endif

@@ -120,23 +120,27 @@ static json_t *response_obj(long status, const char *request_id, json_t *body)
 	return r;
 }
 
-char *ig_journal_ok_line(const char *custom_id, long status, const char *request_id,
+char *ig_journal_ok_line(const char *custom_id, long status, const char *request_id, const char *trace_id,
 			 json_t *body, size_t *len)
 {
 	json_t *o = json_object();
 	json_object_set_new(o, "id", batch_id());
 	json_object_set_new(o, "custom_id", json_string(custom_id));
+	if (trace_id)
+		json_object_set_new(o, "trace_id", json_string(trace_id));
 	json_object_set_new(o, "response", response_obj(status, request_id, body));
 	json_object_set_new(o, "error", json_null());
 	return dump_line(o, len);
 }
 
-char *ig_journal_error_line(const char *custom_id, long status, const char *request_id,
+char *ig_journal_error_line(const char *custom_id, long status, const char *request_id, const char *trace_id,
 			    json_t *body, const char *code, const char *message, size_t *len)
 {
 	json_t *o = json_object();
 	json_object_set_new(o, "id", batch_id());
 	json_object_set_new(o, "custom_id", json_string(custom_id));
+	if (trace_id)
+		json_object_set_new(o, "trace_id", json_string(trace_id));
 	json_object_set_new(o, "response", status ? response_obj(status, request_id, body) : json_null());
 	json_object_set_new(o, "error", json_pack("{s:s, s:s}", "code", code, "message", message));
 	return dump_line(o, len);

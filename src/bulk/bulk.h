@@ -52,6 +52,7 @@ struct bulk_opts {
 	bool resume;
 	bool dry_run;
 	bool stream;
+	bool trace;             /* a W3C trace per line, its id in the result line */
 	int priority;           /* 0 high, 1 normal, 2 low, 3 none (no header) */
 	long progress_interval_s; /* plain progress lines when stderr is not a TTY */
 	int log_level;          /* enum ig_log_level */

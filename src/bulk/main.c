@@ -134,6 +134,9 @@ static const struct ig_flag flags[] = {
 	 .help = "run every check, print the plan, send nothing"},
 	{.name = "--stream", .type = IG_FLAG_SWITCH, .off = O(stream),
 	 .help = "stream responses (measures time to first token)"},
+	{.name = "--trace", .type = IG_FLAG_SWITCH, .off = O(trace),
+	 .help = "give each line a W3C trace (traceparent, sampled) and write its trace_id in the result line: "
+		 "through a gateway with tracing, a bad answer leads to its spans"},
 	{.name = "--priority", .type = IG_FLAG_CHOICE, .off = O(priority), .def = "low",
 	 .metavar = "high|normal|low|none", .bad = "%s: '%s' is not high, normal, low or none",
 	 .help = "X-Infergate-Priority sent with every request: an infergate gateway serves interactive "
@@ -464,15 +467,16 @@ static void check_models(struct preflight *pf, json_t *data, const char *url)
 	}
 }
 
-/* GET /v1/models: the server answers and serves every model the lines use. */
-static void check_server(const struct bulk_opts *o, struct preflight *pf)
+/* GET /v1/models: its "data" list (a new reference), or NULL when the
+ * server cannot be reached or gives none (said in pf, unless pf is NULL). */
+static json_t *fetch_models(const struct bulk_opts *o, struct preflight *pf)
 {
 	char *url = ig_strdupf("%s/v1/models", o->url);
 	char errbuf[CURL_ERROR_SIZE] = "";
 	struct ig_buf body;
 	struct curl_slist *h = NULL;
 	long status = 0;
-	json_t *j = NULL;
+	json_t *j = NULL, *data = NULL;
 
 	ig_buf_init(&body);
 	CURL *e = curl_easy_init();
@@ -493,29 +497,56 @@ static void check_server(const struct bulk_opts *o, struct preflight *pf)
 	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, errbuf);
 	CURLcode rc = curl_easy_perform(e);
 	if (rc != CURLE_OK) {
-		problem(pf, "cannot reach %s: %s", url, errbuf[0] ? errbuf : curl_easy_strerror(rc));
+		if (pf)
+			problem(pf, "cannot reach %s: %s", url, errbuf[0] ? errbuf : curl_easy_strerror(rc));
 		goto out;
 	}
 	curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
 	j = json_loadb(body.data ? body.data : "", ig_buf_pending(&body), 0, NULL);
 	if (status != 200) {
 		json_t *m = json_object_get(json_object_get(j, "error"), "message");
-		problem(pf, "%s answered HTTP %ld%s%s%s", url, status, json_is_string(m) ? " (" : "",
-			json_is_string(m) ? json_string_value(m) : "", json_is_string(m) ? ")" : "");
+		if (pf)
+			problem(pf, "%s answered HTTP %ld%s%s%s", url, status, json_is_string(m) ? " (" : "",
+				json_is_string(m) ? json_string_value(m) : "", json_is_string(m) ? ")" : "");
 		goto out;
 	}
-	json_t *data = json_object_get(j, "data");
+	data = json_object_get(j, "data");
 	if (!json_is_array(data)) {
-		problem(pf, "%s: the answer has no \"data\" list of models", url);
+		if (pf)
+			problem(pf, "%s: the answer has no \"data\" list of models", url);
+		data = NULL;
 		goto out;
 	}
-	check_models(pf, data, o->url);
+	json_incref(data);
 out:
 	json_decref(j);
 	ig_buf_free(&body);
 	curl_slist_free_all(h);
 	curl_easy_cleanup(e);
 	free(url);
+	return data;
+}
+
+/* GET /v1/models: the server answers and serves every model the lines use. */
+static void check_server(const struct bulk_opts *o, struct preflight *pf)
+{
+	json_t *data = fetch_models(o, pf);
+	if (data)
+		check_models(pf, data, o->url);
+	json_decref(data);
+}
+
+/* Without --model: the one model the server serves, for lines that name
+ * none (malloc'd), or NULL when it serves several, none, or cannot say
+ * (then such lines are refused, naming --model). */
+static char *the_one_model(const struct bulk_opts *o)
+{
+	json_t *data = fetch_models(o, NULL);
+	const char *id = json_array_size(data) == 1 ? json_string_value(json_object_get(json_array_get(data, 0), "id"))
+						  : NULL;
+	char *m = id && *id ? strdup(id) : NULL;
+	json_decref(data);
+	return m;
 }
 
 /* --concurrency as the plan and the log say it: "48" or "auto (at most 4096)". */
@@ -709,6 +740,13 @@ int main(int argc, char **argv)
 	st.ttft = &hists[1];
 
 	/* preflight: every check, all problems reported together */
+	char *auto_model = NULL;
+	if (!o.model && o.url && (auto_model = the_one_model(&o))) {
+		/* lines that name no model: the one it serves, said once */
+		o.model = auto_model;
+		ig_log_info("lines that name no model go to '%s', the one model %s serves (--model chooses another)",
+			    auto_model, o.url);
+	}
 	struct ig_corpus_defaults d = {o.model, o.max_tokens, o.temperature, o.have_temperature, o.endpoint, o.stream,
 				       "--model"};
 	check_files(&o, &pf);

@@ -47,6 +47,8 @@ struct job {
 	uint64_t ttft_us;
 	int too_large;
 	char request_id[128];
+	char trace_id[33];      /* --trace: its W3C trace id, kept over its retries; "" none */
+	struct curl_slist *headers; /* --trace: the run's headers and its traceparent */
 	long retry_after_s;     /* -1: none */
 	char errbuf[CURL_ERROR_SIZE];
 };
@@ -80,6 +82,7 @@ static void job_free(struct job *j)
 		return;
 	free(j->custom_id);
 	free(j->body);
+	curl_slist_free_all(j->headers);
 	ig_buf_free(&j->resp);
 	ig_stream_free(&j->sse);
 	free(j);
@@ -95,6 +98,22 @@ static void reset_attempt(struct job *j)
 	j->request_id[0] = '\0';
 	j->retry_after_s = -1;
 	j->errbuf[0] = '\0';
+}
+
+/* --trace: a trace of its own for the line (a random id, sampled), sent
+ * as traceparent with each of its attempts and written in its result line,
+ * so that a bad answer leads to its trace in the gateway's and the
+ * engines' spans. The parent span is the line's (the client records none). */
+static void trace_job(struct sched *s, struct job *j)
+{
+	char span[17];
+	ig_random_hex(j->trace_id, 32);
+	ig_random_hex(span, 16);
+	for (const struct curl_slist *l = s->headers; l; l = l->next)
+		j->headers = curl_slist_append(j->headers, l->data);
+	char *h = ig_strdupf("traceparent: 00-%s-%s-01", j->trace_id, span);
+	j->headers = curl_slist_append(j->headers, h);
+	free(h);
 }
 
 /* ------------------------------------------------------------ callbacks */
@@ -214,6 +233,7 @@ static int start(struct sched *s, struct job *j)
 	reset_attempt(j);
 	j->easy = e;
 	curl_easy_setopt(e, CURLOPT_URL, s->urls[j->ep]);
+	curl_easy_setopt(e, CURLOPT_HTTPHEADER, j->headers ? j->headers : s->headers);
 	curl_easy_setopt(e, CURLOPT_POSTFIELDS, j->body);
 	curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)j->body_len);
 	curl_easy_setopt(e, CURLOPT_WRITEDATA, j);
@@ -294,6 +314,8 @@ static struct job *next_line(struct sched *s)
 		j->stream = l.stream;
 		j->lineno = r->lineno;
 		j->model = l.model ? ig_report_model_index(s->st, l.model) : -1;
+		if (s->o->trace)
+			trace_job(s, j);
 		ig_stream_init(&j->sse);
 		ig_buf_init(&j->resp);
 		ig_corpus_line_clear(&l);
@@ -513,7 +535,7 @@ static void finished(struct sched *s, struct job *j, CURLcode rc)
 
 	if (!code[0]) { /* success */
 		size_t len;
-		char *line = ig_journal_ok_line(j->custom_id, status, j->request_id, body, &len);
+		char *line = ig_journal_ok_line(j->custom_id, status, j->request_id, j->trace_id[0] ? j->trace_id : NULL, body, &len);
 		write_result(s, j, &s->run->out, line, len);
 		if (!st->fatal) {
 			json_t *u = json_object_get(body, "usage");
@@ -540,7 +562,8 @@ static void finished(struct sched *s, struct job *j, CURLcode rc)
 	} else {
 		size_t len;
 		char *m = retryable ? ig_strdupf("%s (after %d attempts)", message, j->attempt + 1) : NULL;
-		char *line = ig_journal_error_line(j->custom_id, status, j->request_id, status ? body : NULL,
+		char *line = ig_journal_error_line(j->custom_id, status, j->request_id, j->trace_id[0] ? j->trace_id : NULL,
+						   status ? body : NULL,
 						   code, m ? m : message, &len);
 		free(m);
 		write_result(s, j, &s->run->err, line, len);

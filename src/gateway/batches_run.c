@@ -316,7 +316,7 @@ static void item_done(struct ig_xfer *x, CURLcode result)
 	size_t len = 0;
 	char *line;
 	if (status == 200) {
-		line = ig_journal_ok_line(it->custom_id, status, it->request_id, body, &len);
+		line = ig_journal_ok_line(it->custom_id, status, it->request_id, NULL, body, &len);
 		emit(bs, b, 0, line, len);
 	} else {
 		const char *code = "request_failed", *msg = status ? "the request failed" : curl_easy_strerror(result);
@@ -327,7 +327,7 @@ static void item_done(struct ig_xfer *x, CURLcode result)
 			msg = json_string_value(json_object_get(e, "message"));
 		if (!status)
 			code = "connection_error";
-		line = ig_journal_error_line(it->custom_id, status, it->request_id, body, code, msg, &len);
+		line = ig_journal_error_line(it->custom_id, status, it->request_id, NULL, body, code, msg, &len);
 		emit(bs, b, 1, line, len);
 	}
 	json_decref(body);

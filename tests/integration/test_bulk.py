@@ -592,4 +592,32 @@ def api_key_is_sent_as_bearer():
         srv.shutdown()
 
 
+
+@test
+def lines_without_a_model_go_to_the_one_model_the_gateway_serves():
+    # `infergate-bulk generate` writes lines with no model; without --model, against a gateway
+    # (or server) that serves exactly one, they go to it, and the run says so. Against one that
+    # serves two, nothing is sent and the message names --model.
+    d = Dir()
+    generate(d("c.jsonl"), 20)
+    sim = start_sim(*UNPACED)
+    url = target([sim])
+    rc, out, err = bulk("--input", d("c.jsonl"), "--output", d("o.jsonl"), "--url", url)
+    assert rc == 0, err
+    assert f"lines that name no model go to '{MODEL}', the one model {url} serves" in err, err
+    assert sorted(ids(d("o.jsonl"))) == sorted(input_ids(d("c.jsonl")))
+    assert all(x["response"]["body"]["model"] == MODEL for x in lines(d("o.jsonl")))
+    if not have_gateway():
+        return
+    other = start_sim("--model", "other", "--tokens-per-second", "0", "--ttft-ms", "0")
+    two = target([sim, other])
+    before = sim_requests(sim)
+    rc, out, err = bulk("--input", d("c.jsonl"), "--output", d("o2.jsonl"), "--url", two)
+    assert rc == 2 and "preflight failed, nothing was sent" in err and "no model: give --model" in err, (rc, err)
+    assert sim_requests(sim) == before
+    # `generate --model M` writes it into every line
+    generate_args = ("generate", "--count", "3", "--model", "other", "--output", d("m.jsonl"))
+    assert bulk(*generate_args)[0] == 0
+    assert all(x["body"]["model"] == "other" for x in lines(d("m.jsonl")))
+
 run()

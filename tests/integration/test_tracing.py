@@ -13,8 +13,8 @@ import subprocess
 import threading
 import time
 
-from harness import (SRCDIR, FakeBackend, binary, chat_body, ensure_otel, http, http_json, metric, run,
-                     start_gateway, start_sim, test, wait_until)
+from harness import (SRCDIR, Dir, FakeBackend, binary, bulk, chat_body, ensure_otel, generate, http, http_json, lines,
+                     metric, run, start_gateway, start_sim, test, wait_until)
 
 TP = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -256,6 +256,27 @@ def the_opentelemetry_variables_are_read_and_bad_settings_stop_the_start():
         p = subprocess.run([binary("infergate"), "--backend", sim.url, "--listen", "127.0.0.1:1", *args],
                            capture_output=True, text=True, timeout=10, env=dict(os.environ, **env))
         assert p.returncode == 2 and needle in p.stderr, (args, env, p.returncode, p.stderr)
+
+
+@test
+def infergate_bulk_trace_writes_each_lines_trace_id_and_the_gateway_traces_it():
+    col = Collector()
+    sim, gw = traced(col)
+    d = Dir()
+    generate(d("c.jsonl"), 30)
+    rc, _, err = bulk("--input", d("c.jsonl"), "--output", d("o.jsonl"), "--url", gw.url, "--model", "sim-model",
+                      "--trace")
+    assert rc == 0, err
+    out = lines(d("o.jsonl"))
+    traces = {x["custom_id"]: x["trace_id"] for x in out}
+    assert len(out) == 30 and len(set(traces.values())) == 30, out[:2]
+    assert all(len(t) == 32 and int(t, 16) for t in traces.values()), traces
+    # each line's trace is the one the gateway recorded, with the line's request id on it
+    wait_until(lambda: len([s for s in col.spans() if s["kind"] == 2]) >= 30, timeout=10, what="30 server spans")
+    servers = {s["traceId"]: attrs(s) for s in col.spans() if s["kind"] == 2}
+    for x in out:
+        assert servers[x["trace_id"]]["infergate.request_id"] == x["response"]["request_id"], (x, servers)
+    assert {tp.split("-")[1] for tp in sim_traceparents(sim)} <= set(traces.values())
 
 
 @test

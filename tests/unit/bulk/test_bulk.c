@@ -247,7 +247,7 @@ START_TEST(journal_lines_and_append)
 
 	unlink(path);
 	ck_assert_int_eq(ig_journal_open(&j, path, &e), 0);
-	char *l1 = ig_journal_ok_line("id\"1", 200, "req-1", body, &len);
+	char *l1 = ig_journal_ok_line("id\"1", 200, "req-1", NULL, body, &len);
 	ck_assert_int_eq(ig_journal_append(&j, l1, len), 0);
 	ck_assert(l1[len - 1] == '\n');
 	json_t *o = json_loadb(l1, len, 0, NULL);
@@ -258,9 +258,12 @@ START_TEST(journal_lines_and_append)
 	ck_assert_str_eq(json_string_value(json_object_get(r, "request_id")), "req-1");
 	ck_assert_ptr_nonnull(strstr(json_string_value(json_object_get(o, "id")), "batch_req_"));
 	json_decref(o);
-	char *l2 = ig_journal_error_line("id2", 0, NULL, NULL, "timeout", "no byte for 5 s", &len);
+	ck_assert_ptr_null(strstr(l1, "trace_id")); /* only with --trace */
+	char *l2 = ig_journal_error_line("id2", 0, NULL, "4bf92f3577b34da6a3ce929d0e0e4736", NULL, "timeout",
+					 "no byte for 5 s", &len);
 	o = json_loadb(l2, len, 0, NULL);
 	ck_assert(json_is_null(json_object_get(o, "response")));
+	ck_assert_str_eq(json_string_value(json_object_get(o, "trace_id")), "4bf92f3577b34da6a3ce929d0e0e4736");
 	ck_assert_str_eq(json_string_value(json_object_get(json_object_get(o, "error"), "code")), "timeout");
 	json_decref(o);
 	ck_assert_int_eq(ig_journal_append(&j, l2, len), 0);

@@ -141,8 +141,8 @@ static size_t result_in(const char *dir, const char *id, bool ok)
 {
 	size_t len;
 	json_t *body = json_pack("{s:s}", "id", "x");
-	char *l = ok ? ig_journal_ok_line(id, 200, "req", body, &len)
-		     : ig_journal_error_line(id, 500, "req", body, "server_error", "boom", &len);
+	char *l = ok ? ig_journal_ok_line(id, 200, "req", NULL, body, &len)
+		     : ig_journal_error_line(id, 500, "req", NULL, body, "server_error", "boom", &len);
 	char *p = ig_strdupf("%s/%s", dir, ok ? "output.jsonl" : "errors.jsonl");
 	FILE *out = fopen(p, "a");
 	fwrite(l, 1, len, out);
