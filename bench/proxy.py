@@ -25,9 +25,16 @@ build directory (an earlier commit: `git worktree add /tmp/ref COMMIT`, built th
 of the same backends, and the two gateways' main runs alternate --rounds times: the medians and
 their ratio say whether this commit is slower, measured side by side on the same machine.
 
+With --tracing, two more gateways in front of the same backends: "infergate+trace" with
+tracing on at ratio 1.0 (every request's server, queue and attempt spans exported over OTLP/HTTP
+JSON to a collector, an nginx answering 200 at /v1/traces) and "infergate+trace-down" with the
+collector's port closed (every export fails); their runs alternate --rounds times with the
+plain gateway's, and the medians' ratios say what tracing costs a request and that a collector
+that is gone does not slow one (issue 35: >= 0.97x).
+
 Usage: python3 bench/proxy.py [--duration S] [--connections N] [--sweep 8,16,...]
        [--sweep-duration S] [--no-sweep] [--keys N] [--policy P] [--reference DIR [--rounds N]]
-       [--pin]
+       [--pin] [--tracing [--rounds N]]
 Env: IG_BUILD (build dir, default ./build), IG_SKIP_DEPS=1 (no apt-get).
 """
 
@@ -88,6 +95,26 @@ def start_haproxy(procs, backends, workdir, workers):
     url = f"http://127.0.0.1:{port}"
     B.wait_http(url + "/health", proc=p)
     return url, p
+
+
+def start_collector(procs, workdir):
+    """An OTLP/HTTP receiver that takes every export and answers 200: nginx, one worker."""
+    port = B.free_port()
+    d = os.path.join(workdir, "collector")
+    os.makedirs(os.path.join(d, "body"), exist_ok=True)
+    conf = os.path.join(d, "nginx.conf")
+    with open(conf, "w") as f:
+        f.write(f"""worker_processes 1; daemon off; pid {d}/nginx.pid; error_log {d}/error.log;
+events {{ worker_connections 1024; }}
+http {{ access_log off; client_body_temp_path {d}/body; client_max_body_size 64m;
+  server {{ listen 127.0.0.1:{port}; location /v1/traces {{ return 200 '{{}}'; }}
+           location / {{ return 200 'ok'; }} }} }}
+""")
+    nginx = "nginx" if B.shutil.which("nginx") else "/usr/sbin/nginx"
+    p = procs.start("collector", [nginx, "-c", conf, "-e", os.path.join(d, "error.log")])
+    url = f"http://127.0.0.1:{port}"
+    B.wait_http(url + "/", proc=p)
+    return url
 
 
 def wrk(url, conns, seconds, threads, key=None):
@@ -151,7 +178,9 @@ def main():
                     help="json: named keys with rpm and tpm; lines: digests only, no limits")
     ap.add_argument("--reference", metavar="DIR",
                     help="also the infergate of this build directory, alternating with this one's")
-    ap.add_argument("--rounds", type=int, default=5, help="with --reference: alternations [5]")
+    ap.add_argument("--rounds", type=int, default=5, help="with --reference or --tracing: alternations [5]")
+    ap.add_argument("--tracing", action="store_true",
+                    help="gateways with tracing on (ratio 1.0) and with the collector down, against off")
     ap.add_argument("--pin", action="store_true",
                     help="proxies on CPU 0 (one worker each), wrk and simulators on CPU 1")
     args = ap.parse_args()
@@ -225,6 +254,50 @@ def main():
               f"{ref_figs['median_p99_ms'][0]:.2f}", f"{ref_figs['median_p99_ms'][1]:.2f}"],
              ["this / ref", f"{ref_figs['rps_this_over_ref']:.3f}", "", f"{ref_figs['p99_ms_this_over_ref']:.3f}", ""]])
 
+    trace_table, trace_figs = "", {}
+    if args.tracing:
+        cores({0})
+        col = start_collector(procs, workdir)
+        tr_url, tr = B.start_gateway(procs, sims, extra=["--policy", args.policy, "--tracing-endpoint",
+                                                        col + "/v1/traces", "--tracing-sample-ratio", "1"],
+                                     name="gateway-trace")
+        down = f"http://127.0.0.1:{B.free_port()}/v1/traces"      # nothing listens there
+        td_url, td = B.start_gateway(procs, sims, extra=["--policy", args.policy, "--tracing-endpoint", down,
+                                                        "--tracing-sample-ratio", "1"], name="gateway-trace-down")
+        cores({1})
+        trios = []
+        for _ in range(args.rounds):
+            trios.append((measure("infergate", gw_url, gw.pid, args.connections, args.duration, args.wrk_threads),
+                          measure("infergate+trace", tr_url, tr.pid, args.connections, args.duration,
+                                  args.wrk_threads),
+                          measure("infergate+trace-down", td_url, td.pid, args.connections, args.duration,
+                                  args.wrk_threads)))
+
+        def median(v):
+            v = sorted(v)
+            return v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
+        names = ("infergate", "infergate+trace", "infergate+trace-down")
+        trace_figs = {"rounds": args.rounds, "runs": [[r["rps"] for r in t] for t in trios]}
+        for k in ("rps", "p99_ms", "cpu_pct"):
+            trace_figs[f"median_{k}"] = {n: median([t[i][k] for t in trios]) for i, n in enumerate(names)}
+        mr = trace_figs["median_rps"]
+        trace_figs["rps_trace_over_off"] = mr["infergate+trace"] / mr["infergate"]
+        trace_figs["rps_down_over_off"] = mr["infergate+trace-down"] / mr["infergate"]
+        # the cost per request: the difference of the mean time a request takes of the gateway's
+        # CPU (its CPU share over its req/s), traced against not
+        cpu_us = {n: trace_figs["median_cpu_pct"][n] / 100 / mr[n] * 1e6 for n in names}
+        trace_figs["cpu_us_per_request"] = cpu_us
+        trace_table = "\n\nTracing (" + str(args.rounds) + " alternating rounds, medians):\n\n" + B.md_table(
+            ["gateway", "req/s", "p99 ms", "CPU", "CPU µs per request", "req/s / tracing off"],
+            [[n, f"{mr[n]:,.0f}", f"{trace_figs['median_p99_ms'][n]:.2f}",
+              f"{trace_figs['median_cpu_pct'][n]:.0f}%", f"{cpu_us[n]:.1f}", f"{mr[n] / mr['infergate']:.3f}"]
+             for n in names])
+        exported = B.metrics(tr_url, ("infergate_trace_spans_exported_total", "infergate_trace_spans_dropped_total"))
+        failed = B.metrics(td_url, ("infergate_trace_spans_failed_total", "infergate_trace_spans_dropped_total"))
+        trace_figs["collector_up"] = exported
+        trace_figs["collector_down"] = failed
+        trace_table += (f"\n\nSpans: collector up {exported}; collector down {failed}.")
+
     sweep = []
     if not args.no_sweep:
         for c in [int(x) for x in args.sweep.split(",")]:
@@ -281,12 +354,17 @@ def main():
                                 for t in ("direct", "infergate", "nginx", "haproxy")])
         table += "\n\nSweep (req/s / p99 ms), plot in results/proxy-sweep.png:\n\n" + B.md_table(
             ["connections", "direct", "infergate", "nginx", "haproxy"], srows)
+    if args.tracing:
+        table += trace_table
+        notes += (" infergate+trace: --tracing-sample-ratio 1 to an nginx collector answering 200; "
+                  "infergate+trace-down: the same to a closed port; alternating with infergate after the main runs.")
     if ref_bin:
         table += ref_table
         notes += (f" infergate@ref: {ref_bin}, the same flags and backends; the two gateways' runs alternate "
                   f"{args.rounds} times after the main runs.")
     B.record("proxy", "Proxy overhead", B.command_line(), mach,
-             {"main": main_runs, "ratios": ratios, "sweep": sweep, "reference": ref_figs, "pinned": args.pin,
+             {"main": main_runs, "ratios": ratios, "sweep": sweep, "reference": ref_figs, "tracing": trace_figs,
+              "pinned": args.pin,
               "proxy_workers": workers}, table, notes)
 
 
