@@ -56,6 +56,18 @@ struct ig_reqcount {
 	uint64_t n;
 };
 
+/* Per model, what people chart (the OpenTelemetry GenAI server metrics:
+ * time to first token, time per output token, request duration; tokens
+ * by kind), of its answered (2xx) requests. A short list, searched
+ * linearly. */
+struct ig_model_stats {
+	char *model;
+	struct ig_metrics_hist ttft;      /* streams: request to first token */
+	struct ig_metrics_hist tpot;      /* (duration - ttft) / (output tokens - 1) */
+	struct ig_metrics_hist duration;  /* request to the end of the answer */
+	uint64_t prompt_tokens, completion_tokens;
+};
+
 /* Counters written where things happen, printed by metrics.c. */
 struct ig_stats {
 	struct ig_metrics_hist duration[IG_MAX_ROUTES];   /* whole request */
@@ -79,6 +91,8 @@ struct ig_stats {
 				     * replayed (after), conflicts (another body: 422) */
 	uint64_t upstream_errors[IG_UPERR_OTHER + 1];
 	uint64_t prompt_tokens, completion_tokens;
+	struct ig_model_stats *models;
+	size_t nmodels;
 };
 
 struct ig_rx;

@@ -4,6 +4,7 @@
  * counters; none changes state. */
 #include "config.h"
 #include <jansson.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -414,6 +415,39 @@ void ig_metrics_observe(struct ig_gw *gw, int route, unsigned status, bool strea
 	s->counts[s->ncounts++] = (struct ig_reqcount){route, status, strdup(backend), 1};
 }
 
+void ig_metrics_observe_model(struct ig_gw *gw, const char *model, uint64_t duration_us, int64_t ttft_us,
+			      long prompt_tokens, long completion_tokens)
+{
+	struct ig_stats *s = &gw->stats;
+	struct ig_model_stats *m = NULL;
+	if (!model)
+		return;
+	for (size_t i = 0; i < s->nmodels && !m; i++)
+		if (strcmp(s->models[i].model, model) == 0)
+			m = &s->models[i];
+	if (!m) {
+		if (s->nmodels >= 256) /* models are few: a name per request would be a leak */
+			return;
+		struct ig_model_stats *v = realloc(s->models, (s->nmodels + 1) * sizeof(*v));
+		if (!v)
+			return;
+		s->models = v;
+		m = &s->models[s->nmodels++];
+		memset(m, 0, sizeof(*m));
+		m->model = strdup(model);
+	}
+	observe(&m->duration, (double)duration_us / 1e6);
+	if (ttft_us >= 0) {
+		observe(&m->ttft, (double)ttft_us / 1e6);
+		if (completion_tokens > 1 && duration_us > (uint64_t)ttft_us)
+			observe(&m->tpot, (double)(duration_us - (uint64_t)ttft_us) / 1e6 / (double)(completion_tokens - 1));
+	}
+	if (prompt_tokens > 0)
+		m->prompt_tokens += (uint64_t)prompt_tokens;
+	if (completion_tokens > 0)
+		m->completion_tokens += (uint64_t)completion_tokens;
+}
+
 void ig_metrics_observe_wait(struct ig_gw *gw, int klass, uint64_t waited_ms)
 {
 	if (klass >= 0 && klass < IG_NCLASSES)
@@ -431,6 +465,11 @@ void ig_metrics_free(struct ig_gw *gw)
 	free(gw->stats.counts);
 	gw->stats.counts = NULL;
 	gw->stats.ncounts = 0;
+	for (size_t i = 0; i < gw->stats.nmodels; i++)
+		free(gw->stats.models[i].model);
+	free(gw->stats.models);
+	gw->stats.models = NULL;
+	gw->stats.nmodels = 0;
 }
 
 /* The series of one histogram with one label (key="value"), cumulative as
@@ -570,6 +609,41 @@ static void per_model_headroom(struct ig_buf *b, struct ig_gw *gw)
 	}
 }
 
+/* Per model: the GenAI latency histograms and tokens by kind. */
+static void per_model_genai(struct ig_buf *b, struct ig_gw *gw)
+{
+	static const struct {
+		const char *name, *help;
+		size_t off;
+	} h[] = {
+		{"infergate_model_time_to_first_token_seconds", "Streams: time from the request to its first token, "
+								"per model (answered requests).",
+		 offsetof(struct ig_model_stats, ttft)},
+		{"infergate_model_time_per_output_token_seconds", "Streams: (duration - time to first token) / "
+								  "(output tokens - 1), per model.",
+		 offsetof(struct ig_model_stats, tpot)},
+		{"infergate_model_request_duration_seconds", "Time from the request to the end of its answer, per "
+							     "model (answered requests).",
+		 offsetof(struct ig_model_stats, duration)},
+	};
+	const struct ig_stats *s = &gw->stats;
+	for (size_t k = 0; k < sizeof(h) / sizeof(h[0]); k++) {
+		ig_buf_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", h[k].name, h[k].help, h[k].name);
+		for (size_t i = 0; i < s->nmodels; i++)
+			hist_series(b, h[k].name, "model", s->models[i].model,
+				    (const struct ig_metrics_hist *)((const char *)&s->models[i] + h[k].off));
+	}
+	ig_buf_printf(b, "# HELP infergate_model_tokens_total Tokens of answered requests per model, by kind "
+		      "(from their usage).\n# TYPE infergate_model_tokens_total counter\n");
+	for (size_t i = 0; i < s->nmodels; i++)
+		for (int k = 0; k < 2; k++) {
+			ig_buf_printf(b, "infergate_model_tokens_total{model=\"");
+			ig_buf_prom_label(b, s->models[i].model);
+			ig_buf_printf(b, "\",kind=\"%s\"} %llu\n", k ? "completion" : "prompt",
+				      (unsigned long long)(k ? s->models[i].completion_tokens : s->models[i].prompt_tokens));
+		}
+}
+
 /* The trace exporter's counts (trace.h), with tracing on. */
 static void tracing(struct ig_buf *b, struct ig_gw *gw)
 {
@@ -588,8 +662,12 @@ static void tracing(struct ig_buf *b, struct ig_gw *gw)
 		      "# HELP infergate_trace_exports_total Export requests sent.\n"
 		      "# TYPE infergate_trace_exports_total counter\ninfergate_trace_exports_total %llu\n"
 		      "# HELP infergate_trace_queue_spans Spans waiting to be sent.\n"
-		      "# TYPE infergate_trace_queue_spans gauge\ninfergate_trace_queue_spans %ld\n",
-		      st.exported, st.dropped, st.failed, st.batches, st.queued);
+		      "# TYPE infergate_trace_queue_spans gauge\ninfergate_trace_queue_spans %ld\n"
+		      "# HELP infergate_trace_requests_unrecorded_total Sampled requests whose spans were not even "
+		      "built: the export queue was full.\n"
+		      "# TYPE infergate_trace_requests_unrecorded_total counter\n"
+		      "infergate_trace_requests_unrecorded_total %llu\n",
+		      st.exported, st.dropped, st.failed, st.batches, st.queued, st.unrecorded);
 }
 
 static void per_class(struct ig_buf *b, struct ig_gw *gw)
@@ -828,6 +906,7 @@ char *ig_metrics_text(struct ig_gw *gw)
 	per_model(&b, gw);
 	per_model_ttfb(&b, gw);
 	per_model_headroom(&b, gw);
+	per_model_genai(&b, gw);
 	tracing(&b, gw);
 	per_class(&b, gw);
 	per_key(&b, gw);

@@ -35,6 +35,11 @@ void ig_metrics_unregister(struct ig_gw *gw, const void *arg);
  * (-1: none). */
 void ig_metrics_observe(struct ig_gw *gw, int route, unsigned status, bool stream_error, const char *backend,
 			uint64_t duration_us, int64_t ttfb_us);
+/* Counts an answered (2xx) request of `model` for the per-model series:
+ * its duration, its time to first token (streams; -1 none), its tokens
+ * (-1 unknown). */
+void ig_metrics_observe_model(struct ig_gw *gw, const char *model, uint64_t duration_us, int64_t ttft_us,
+			      long prompt_tokens, long completion_tokens);
 void ig_metrics_free(struct ig_gw *gw);
 /* Counts how long a request of class klass waited in a queue. */
 void ig_metrics_observe_wait(struct ig_gw *gw, int klass, uint64_t waited_ms);

@@ -1251,6 +1251,11 @@ static void count_answer(struct ig_req *req)
 			   req->wait.backend ? req->wait.backend->url : "", ig_now_us() - req->t_start_us,
 			   req->adm.stream && req->relay.t_first_byte_us
 				   ? (int64_t)(req->relay.t_first_byte_us - req->t_start_us) : -1);
+	if (ig_proxy_req_status(req) / 100 == 2 && !req->relay.stream_error)
+		ig_metrics_observe_model(req->gw, req->adm.model, ig_now_us() - req->t_start_us,
+					 req->adm.stream && req->relay.t_first_byte_us
+						 ? (int64_t)(req->relay.t_first_byte_us - req->t_start_us) : -1,
+					 req->relay.prompt_tokens, req->relay.completion_tokens);
 }
 
 /* Queues r; body_len counts bytes sent at once (a stream counts its own, as

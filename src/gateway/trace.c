@@ -2,13 +2,14 @@
  * OTLP/HTTP JSON exporter's queue and thread. */
 #include "config.h"
 #include <curl/curl.h>
-#include <openssl/rand.h>
+#include <stdatomic.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "infergate/buf.h"
 #include "infergate/log.h"
 #include "infergate/util.h"
 #include "trace.h"
@@ -72,12 +73,22 @@ int ig_trace_parse(const char *v, uint8_t trace_id[16], uint8_t parent[8], uint8
 	return all_zero(trace_id, 16) || all_zero(parent, 8) ? -1 : 0;
 }
 
+/* Ids: a per-thread splitmix64 stream seeded from the kernel (getrandom)
+ * on the thread's first id; not OpenSSL's RAND_bytes, whose locks and
+ * fork checks cost more than the span itself at 15,000 requests/s. */
 static void random_bytes(uint8_t *out, size_t n)
 {
+	static __thread uint64_t state;
+	static __thread bool seeded;
+	if (!seeded) {
+		state = ig_secret64();
+		seeded = true;
+	}
 	do {
-		if (RAND_bytes(out, (int)n) != 1)
-			for (size_t i = 0; i < n; i++)
-				out[i] = (uint8_t)ig_rand_u64();
+		for (size_t i = 0; i < n; i += 8) {
+			uint64_t x = ig_rand_next(&state);
+			memcpy(out + i, &x, n - i < 8 ? n - i : 8);
+		}
 	} while (all_zero(out, n));
 }
 
@@ -98,13 +109,24 @@ struct ig_tracer {
 	/* the queue, under mu */
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
-	json_t *queue;          /* requests' span arrays waiting, handed over whole (their
-				 * objects then only the exporter's: no reference to them
-				 * counted from two threads) */
+	/* Requests' spans waiting, each as its JSON text ("{...},{...}"):
+	 * built and freed on the request's thread, so no JSON object crosses
+	 * threads (a span of a few dozen small allocations freed on another
+	 * thread made malloc's arena locks the cost of a request). */
+	struct pending {
+		char *text;
+		size_t len;
+		long n;
+	} *queue;
+	size_t qlen, qcap;
 	long nqueued;           /* the spans in them */
+	atomic_bool full;       /* nqueued reached QUEUE_MAX: new requests are not recorded */
+	atomic_ullong unrecorded; /* sampled requests not recorded for it */
+	char *prefix, *suffix;  /* the export body around the spans */
 	bool stopping;
 	unsigned long long exported, dropped, failed, batches;
 	pthread_t thread;
+	bool running;           /* the thread was started */
 };
 
 void ig_trace_begin(struct ig_trace *t, struct ig_tracer *tr, const char *traceparent, const char *tracestate)
@@ -131,8 +153,13 @@ void ig_trace_begin(struct ig_trace *t, struct ig_tracer *tr, const char *tracep
 		t->sampled = tr->ratio >= 1 || (double)x < tr->ratio * 18446744073709551616.0;
 	}
 	random_bytes(t->span, 8);
-	if (t->sampled)
+	/* Recorded when sampled, unless the exporter is full (its collector
+	 * slow or gone): then nothing is built, and the trace still goes on
+	 * upstream as sampled. */
+	if (t->sampled && !atomic_load_explicit(&tr->full, memory_order_relaxed))
 		t->spans = json_array();
+	else if (t->sampled)
+		atomic_fetch_add_explicit(&tr->unrecorded, 1, memory_order_relaxed);
 }
 
 void ig_trace_format(const struct ig_trace *t, const uint8_t span[8], char out[56])
@@ -236,7 +263,7 @@ void ig_trace_attempt_begin(struct ig_trace *t, const char *name)
 	if (t->attempt)
 		ig_trace_attempt_end(t, 0, NULL);
 	random_bytes(t->attempt_id, 8);
-	if (t->sampled)
+	if (t->spans)
 		t->attempt = span_new(t, name, IG_SPAN_CLIENT, t->attempt_id, t->span, wall_ns());
 }
 
@@ -255,7 +282,7 @@ void ig_trace_attempt_end(struct ig_trace *t, long status, const char *error)
 
 json_t *ig_trace_child(struct ig_trace *t, const char *name, int kind, uint64_t start_us, uint64_t end_us)
 {
-	if (!t->sampled)
+	if (!t->spans)
 		return NULL;
 	uint8_t id[8];
 	random_bytes(id, 8);
@@ -267,7 +294,7 @@ json_t *ig_trace_child(struct ig_trace *t, const char *name, int kind, uint64_t 
 
 json_t *ig_trace_server_span(struct ig_trace *t, const char *name)
 {
-	if (!t->sampled)
+	if (!t->spans)
 		return NULL;
 	json_t *s = span_new(t, name, IG_SPAN_SERVER, t->span, t->remote ? t->parent : NULL, t->start_ns);
 	span_close(s, wall_ns());
@@ -281,7 +308,7 @@ void ig_trace_fork(struct ig_trace *t2, const struct ig_trace *t)
 		return;
 	*t2 = *t;
 	t2->state = t->state ? strdup(t->state) : NULL;
-	t2->spans = t->sampled ? json_array() : NULL;
+	t2->spans = t->spans ? json_array() : NULL;
 	t2->attempt = NULL;
 	t2->base_us = ig_now_us();
 	t2->start_ns = wall_ns();
@@ -307,20 +334,37 @@ void ig_trace_end(struct ig_trace *t, struct ig_tracer *tr, json_t *server)
 
 /* ---- the exporter ---- */
 
-/* Takes spans (a request's array). A request's spans go whole or not at
- * all: a trace with holes is worse than one missing. */
+/* Takes spans (a request's array), as text. A request's spans go whole
+ * or not at all: a trace with holes is worse than one missing. */
 static void submit(struct ig_tracer *tr, json_t *spans)
 {
 	long n = (long)json_array_size(spans);
-	pthread_mutex_lock(&tr->mu);
-	if (tr->nqueued + n > QUEUE_MAX) {
-		tr->dropped += (unsigned long long)n;
-		pthread_mutex_unlock(&tr->mu);
-		json_decref(spans); /* never shared: ours alone */
+	char *text = json_dumps(spans, JSON_COMPACT);
+	json_decref(spans);
+	size_t len = text ? strlen(text) : 0;
+	if (len < 2) {
+		free(text);
 		return;
 	}
-	json_array_append_new(tr->queue, spans);
+	memmove(text, text + 1, len - 2); /* "[a,b]" -> "a,b" */
+	len -= 2;
+	text[len] = '\0';
+	pthread_mutex_lock(&tr->mu);
+	struct pending *q = tr->nqueued + n > QUEUE_MAX ? NULL
+			    : ig_grow(tr->queue, &tr->qcap, tr->qlen, sizeof(*tr->queue), 64);
+	if (q)
+		tr->queue = q;
+	if (!q) {
+		atomic_store(&tr->full, true); /* no room: the next requests build nothing */
+		tr->dropped += (unsigned long long)n;
+		pthread_mutex_unlock(&tr->mu);
+		free(text);
+		return;
+	}
+	tr->queue[tr->qlen++] = (struct pending){text, len, n};
 	tr->nqueued += n;
+	if (tr->nqueued >= QUEUE_MAX)
+		atomic_store(&tr->full, true);
 	if (tr->nqueued >= BATCH_MAX)
 		pthread_cond_signal(&tr->cv);
 	pthread_mutex_unlock(&tr->mu);
@@ -331,19 +375,24 @@ static size_t discard(char *p IG_UNUSED, size_t size, size_t nmemb, void *u IG_U
 	return size * nmemb;
 }
 
-/* One export request: true when the collector took it (2xx). */
-static bool post(struct ig_tracer *tr, CURL *c, json_t *spans, long timeout_ms)
+/* One export request of the texts p[0..k): true when the collector took
+ * it (2xx). */
+static bool post(struct ig_tracer *tr, CURL *c, const struct pending *p, size_t k, long timeout_ms)
 {
-	json_t *body = json_pack("{s:[{s:{s:[{s:s, s:{s:s}}]}, s:[{s:{s:s, s:s}, s:O}]}]}", "resourceSpans", "resource",
-				 "attributes", "key", "service.name", "value", "stringValue", tr->service, "scopeSpans",
-				 "scope", "name", "infergate", "version", PACKAGE_VERSION, "spans", spans);
-	char *text = json_dumps(body, JSON_COMPACT);
-	json_decref(body);
-	if (!text)
-		return false;
+	struct ig_buf b;
+	ig_buf_init(&b);
+	ig_buf_append(&b, tr->prefix, strlen(tr->prefix));
+	for (size_t i = 0; i < k; i++) {
+		if (i)
+			ig_buf_append(&b, ",", 1);
+		ig_buf_append(&b, p[i].text, p[i].len);
+	}
+	ig_buf_append(&b, tr->suffix, strlen(tr->suffix) + 1); /* with its NUL */
+	char *text = b.data;
 	curl_easy_reset(c);
 	curl_easy_setopt(c, CURLOPT_URL, tr->url);
 	curl_easy_setopt(c, CURLOPT_POSTFIELDS, text);
+	curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)(b.len - 1));
 	curl_easy_setopt(c, CURLOPT_HTTPHEADER, tr->headers);
 	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout_ms);
@@ -352,7 +401,7 @@ static bool post(struct ig_tracer *tr, CURL *c, json_t *spans, long timeout_ms)
 	CURLcode rc = curl_easy_perform(c);
 	long status = 0;
 	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
-	free(text);
+	ig_buf_free(&b);
 	if (rc != CURLE_OK || status / 100 != 2) {
 		ig_log_debug("tracing: export to %s failed: %s", tr->url,
 			     rc != CURLE_OK ? curl_easy_strerror(rc) : "an HTTP error status");
@@ -361,55 +410,69 @@ static bool post(struct ig_tracer *tr, CURL *c, json_t *spans, long timeout_ms)
 	return true;
 }
 
+/* Waits until `ms` from now, or (unless `whole`) a signal: a full batch.
+ * The stop ends either. */
+static void wait_for(struct ig_tracer *tr, long ms, bool whole)
+{
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += ms / 1000;
+	until.tv_nsec += (ms % 1000) * 1000000L;
+	if (until.tv_nsec >= 1000000000L) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000L;
+	}
+	while (!tr->stopping && pthread_cond_timedwait(&tr->cv, &tr->mu, &until) == 0)
+		if (!whole && tr->nqueued >= BATCH_MAX)
+			return;
+}
+
 static void *exporter(void *arg)
 {
 	struct ig_tracer *tr = arg;
 	CURL *c = curl_easy_init();
-	bool warned = false;
+	bool warned = false, failing = false;
 	pthread_mutex_lock(&tr->mu);
 	for (;;) {
-		if (!tr->stopping && tr->nqueued < BATCH_MAX) {
-			struct timespec until;
-			clock_gettime(CLOCK_REALTIME, &until);
-			until.tv_sec += tr->delay_ms / 1000;
-			until.tv_nsec += (tr->delay_ms % 1000) * 1000000L;
-			if (until.tv_nsec >= 1000000000L) {
-				until.tv_sec++;
-				until.tv_nsec -= 1000000000L;
-			}
-			pthread_cond_timedwait(&tr->cv, &tr->mu, &until);
-		}
+		/* a batch's worth, or the delay; after a failed export the
+		 * delay in any case (the batch is dropped, as the SDKs do:
+		 * no busy loop on a collector that is gone) */
+		if (!tr->stopping && (failing || tr->nqueued < BATCH_MAX))
+			wait_for(tr, tr->delay_ms, failing);
 		bool stopping = tr->stopping;
-		if (tr->nqueued == 0) {
+		if (tr->qlen == 0) {
 			if (stopping)
 				break;
 			continue;
 		}
 		/* whole requests' spans, up to a batch (at least one request's) */
-		json_t *taken = tr->queue;
-		tr->queue = json_array();
 		size_t n = 0, k = 0;
-		for (; k < json_array_size(taken); k++) {
-			size_t m = json_array_size(json_array_get(taken, k));
-			if (n > 0 && n + m > BATCH_MAX)
+		for (; k < tr->qlen; k++) {
+			if (n > 0 && n + (size_t)tr->queue[k].n > BATCH_MAX)
 				break;
-			n += m;
+			n += (size_t)tr->queue[k].n;
 		}
-		for (size_t i = k; i < json_array_size(taken); i++)
-			json_array_append(tr->queue, json_array_get(taken, i));
+		struct pending *taken = malloc(k * sizeof(*taken));
+		if (!taken)
+			k = n = 0;
+		else
+			memcpy(taken, tr->queue, k * sizeof(*taken));
+		memmove(tr->queue, tr->queue + k, (tr->qlen - k) * sizeof(*tr->queue));
+		tr->qlen -= k;
 		tr->nqueued -= (long)n;
+		if (tr->nqueued < QUEUE_MAX - BATCH_MAX)
+			atomic_store(&tr->full, false);
 		pthread_mutex_unlock(&tr->mu);
-		json_t *batch = json_array();
+		bool ok = c && k && post(tr, c, taken, k, stopping ? STOP_WAIT_MS : EXPORT_TIMEOUT_MS);
 		for (size_t i = 0; i < k; i++)
-			json_array_extend(batch, json_array_get(taken, i));
-		json_decref(taken);
-		bool ok = c && post(tr, c, batch, stopping ? STOP_WAIT_MS : EXPORT_TIMEOUT_MS);
-		json_decref(batch);
+			free(taken[i].text);
+		free(taken);
 		if (!ok && !warned) {
 			ig_log_warn("tracing: the collector at %s did not take a batch of %zu spans (counted in "
 				    "infergate_trace_spans_failed_total; told once)", tr->url, n);
 			warned = true;
 		}
+		failing = !ok;
 		pthread_mutex_lock(&tr->mu);
 		tr->batches++;
 		if (ok)
@@ -418,8 +481,10 @@ static void *exporter(void *arg)
 			tr->failed += n;
 		if (stopping && !ok) { /* no second wait at stop: the rest goes */
 			tr->failed += (unsigned long long)tr->nqueued;
+			for (size_t i = 0; i < tr->qlen; i++)
+				free(tr->queue[i].text);
+			tr->qlen = 0;
 			tr->nqueued = 0;
-			json_array_clear(tr->queue);
 		}
 	}
 	pthread_mutex_unlock(&tr->mu);
@@ -476,18 +541,34 @@ struct ig_tracer *ig_tracer_start(const struct ig_conf *cfg, char **err)
 		ig_tracer_stop(tr);
 		return NULL;
 	}
-	tr->queue = json_array();
+	/* the body around the spans: {"resourceSpans": [{"resource": ...,
+	 * "scopeSpans": [{"scope": ..., "spans": [ SPANS ]}]}]} */
+	json_t *body = json_pack("{s:[{s:{s:[{s:s, s:{s:s}}]}, s:[{s:{s:s, s:s}, s:[]}]}]}", "resourceSpans", "resource",
+				 "attributes", "key", "service.name", "value", "stringValue", tr->service, "scopeSpans",
+				 "scope", "name", "infergate", "version", PACKAGE_VERSION, "spans");
+	char *whole = json_dumps(body, JSON_COMPACT);
+	json_decref(body);
+	char *at = whole ? strstr(whole, "\"spans\":[]") : NULL;
+	if (!at) {
+		free(whole);
+		*err = ig_strdupf("tracing: out of memory");
+		ig_tracer_stop(tr);
+		return NULL;
+	}
+	at += strlen("\"spans\":[");
+	tr->suffix = strdup(at);
+	*at = '\0';
+	tr->prefix = whole;
 	pthread_mutex_init(&tr->mu, NULL);
 	pthread_cond_init(&tr->cv, NULL);
 	if (pthread_create(&tr->thread, NULL, exporter, tr) != 0) {
 		*err = ig_strdupf("tracing: cannot start the exporter's thread");
 		pthread_mutex_destroy(&tr->mu);
 		pthread_cond_destroy(&tr->cv);
-		json_decref(tr->queue);
-		tr->queue = NULL;
 		ig_tracer_stop(tr);
 		return NULL;
 	}
+	tr->running = true;
 	ig_log_info("tracing: spans to %s (OTLP/HTTP JSON), service %s, sampling %g of new traces (a client's "
 		    "traceparent decides for its own), a batch every %ld ms", tr->url, tr->service, tr->ratio, tr->delay_ms);
 	return tr;
@@ -497,7 +578,7 @@ void ig_tracer_stop(struct ig_tracer *tr)
 {
 	if (!tr)
 		return;
-	if (tr->queue) {
+	if (tr->running) {
 		pthread_mutex_lock(&tr->mu);
 		tr->stopping = true;
 		pthread_cond_signal(&tr->cv);
@@ -505,8 +586,12 @@ void ig_tracer_stop(struct ig_tracer *tr)
 		pthread_join(tr->thread, NULL);
 		pthread_mutex_destroy(&tr->mu);
 		pthread_cond_destroy(&tr->cv);
-		json_decref(tr->queue);
 	}
+	for (size_t i = 0; i < tr->qlen; i++)
+		free(tr->queue[i].text);
+	free(tr->queue);
+	free(tr->prefix);
+	free(tr->suffix);
 	curl_slist_free_all(tr->headers);
 	free(tr->url);
 	free(tr->service);
@@ -524,6 +609,7 @@ void ig_tracer_stats(struct ig_tracer *tr, struct ig_tracer_stats *out)
 	out->failed = tr->failed;
 	out->batches = tr->batches;
 	out->queued = tr->nqueued;
+	out->unrecorded = atomic_load(&tr->unrecorded);
 	pthread_mutex_unlock(&tr->mu);
 }
 

@@ -100,6 +100,7 @@ struct ig_tracer_stats {
 	unsigned long long failed;    /* spans of batches the collector refused or never got */
 	unsigned long long batches;   /* export requests sent */
 	long queued;                  /* spans waiting now */
+	unsigned long long unrecorded; /* sampled requests not recorded: the queue was full */
 };
 void ig_tracer_stats(struct ig_tracer *tr, struct ig_tracer_stats *out);
 const char *ig_tracer_endpoint(const struct ig_tracer *tr);

@@ -5,6 +5,7 @@ import collections
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -12,7 +13,7 @@ import tempfile
 import threading
 import time
 
-from harness import (FakeBackend, Sampler, assert_openai_error, binary, chat_body, gateway_queue, http, http_json,
+from harness import (SRCDIR, FakeBackend, Sampler, assert_openai_error, binary, chat_body, gateway_queue, http, http_json,
                      metric, parallel, run, sim_waiting, sse_events, start, start_gateway, start_sim, start_sims, test,
                      wait_until)
 
@@ -79,6 +80,13 @@ def metrics_follow_a_scripted_run_and_pass_promtool():
     assert metric(text, 'infergate_request_duration_seconds_count{route="/v1/completions"}') == 10
     assert metric(text, 'infergate_stream_first_byte_seconds_count{route="/v1/chat/completions"}') == 1
     assert metric(text, 'infergate_backend_up{backend="%s"}' % sims[0].url) == 1
+    # per model, as the GenAI conventions chart them: 11 answered, 1 stream with 5 tokens
+    assert metric(text, 'infergate_model_request_duration_seconds_count{model="sim-model"}') == 11
+    assert metric(text, 'infergate_model_time_to_first_token_seconds_count{model="sim-model"}') == 1
+    assert metric(text, 'infergate_model_time_per_output_token_seconds_count{model="sim-model"}') == 1
+    assert metric(text, 'infergate_model_tokens_total{model="sim-model",kind="completion"}') == 10 * 7 + 5
+    assert metric(text, 'infergate_model_tokens_total{model="sim-model",kind="prompt"}') == \
+        metric(text, 'infergate_tokens_total{kind="prompt"}') > 0
     # A backend going down shows in the gauges and the probe counters.
     sims[0].stop(signal.SIGKILL)
     wait_until(lambda: metric(http("GET", gw.url + "/metrics")[2],
@@ -90,6 +98,25 @@ def metrics_follow_a_scripted_run_and_pass_promtool():
     assert promtool, "promtool not found: apt-get install -y prometheus"
     p = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, timeout=30)
     assert p.returncode == 0 and not p.stdout.strip() and not p.stderr.strip(), (p.stdout, p.stderr)
+
+
+@test
+def the_grafana_dashboard_charts_series_the_gateway_exports():
+    # etc/grafana/infergate.json: every series a panel's query names is one /metrics exports
+    # (a histogram by its _bucket/_sum/_count), with tracing on so that its series are there.
+    with open(os.path.join(SRCDIR, "etc", "grafana", "infergate.json")) as f:
+        dash = json.load(f)
+    exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
+    names = {re.sub(r"_(bucket|sum|count)$", "", n) for e in exprs for n in re.findall(r"\binfergate_[a-z0-9_]+", e)}
+    assert len(exprs) >= 12 and len(names) >= 15, (exprs, names)
+    sims = start_sims(1, *FAST)
+    gw = start_gateway(sims, "--tracing-endpoint", "http://127.0.0.1:9/v1/traces")
+    healthy(gw, 1)
+    st, _, _ = http("POST", gw.url + "/v1/chat/completions", chat_body("s", stream=True, max_tokens=5))
+    assert st == 200
+    text = http("GET", gw.url + "/metrics")[2].decode()
+    exported = set(re.findall(r"^# TYPE (\S+) ", text, re.M))
+    assert not names - exported, sorted(names - exported)
 
 
 @test
