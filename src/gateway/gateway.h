@@ -93,7 +93,17 @@ struct ig_stats {
 	uint64_t prompt_tokens, completion_tokens;
 	struct ig_model_stats *models;
 	size_t nmodels;
+	/* The status page's history (metrics.c): the headline figures once a
+	 * second for the last IG_HISTORY_S seconds, a ring. */
+	struct ig_history_sample {
+		int64_t t_ms;           /* wall clock */
+		uint64_t requests, ctokens;
+		long inflight, queued, healthy;
+	} *history;
+	size_t history_n, history_at; /* samples held, the next one's slot */
 };
+
+#define IG_HISTORY_S 1800
 
 struct ig_rx;
 struct ig_discovery;

@@ -252,6 +252,45 @@ static uint64_t requests_received(const struct ig_gw *gw)
 	return n;
 }
 
+static int64_t wall_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void ig_metrics_sample(struct ig_gw *gw)
+{
+	struct ig_stats *s = &gw->stats;
+	int64_t now = wall_ms();
+	if (s->history_n && s->history[(s->history_at + IG_HISTORY_S - 1) % IG_HISTORY_S].t_ms / 1000 == now / 1000)
+		return; /* this second's is taken */
+	if (!s->history && !(s->history = calloc(IG_HISTORY_S, sizeof(*s->history))))
+		return;
+	s->history[s->history_at] = (struct ig_history_sample){now, requests_received(gw), s->completion_tokens,
+								(long)gw->nreqs, (long)gw->sched.qlen,
+								(long)ig_backend_fleet_healthy(&gw->fleet)};
+	s->history_at = (s->history_at + 1) % IG_HISTORY_S;
+	if (s->history_n < IG_HISTORY_S)
+		s->history_n++;
+}
+
+char *ig_metrics_history_json(struct ig_gw *gw)
+{
+	const struct ig_stats *s = &gw->stats;
+	json_t *samples = json_array();
+	for (size_t i = 0; i < s->history_n; i++) {
+		const struct ig_history_sample *h =
+			&s->history[(s->history_at + IG_HISTORY_S - s->history_n + i) % IG_HISTORY_S];
+		json_array_append_new(samples, json_pack("[I, I, I, I, I, I]", (json_int_t)h->t_ms, (json_int_t)h->requests,
+							 (json_int_t)h->ctokens, (json_int_t)h->inflight,
+							 (json_int_t)h->queued, (json_int_t)h->healthy));
+	}
+	return dump(json_pack("{s:i, s:i, s:[s, s, s, s, s, s], s:o}", "interval_s", 1, "window_s", IG_HISTORY_S,
+			      "fields", "t_ms", "requests", "completion_tokens", "inflight", "queued", "healthy_backends",
+			      "samples", samples));
+}
+
 char *ig_metrics_backends_json(struct ig_gw *gw)
 {
 	json_t *arr = json_array();
@@ -465,6 +504,8 @@ void ig_metrics_free(struct ig_gw *gw)
 	free(gw->stats.counts);
 	gw->stats.counts = NULL;
 	gw->stats.ncounts = 0;
+	free(gw->stats.history);
+	gw->stats.history = NULL;
 	for (size_t i = 0; i < gw->stats.nmodels; i++)
 		free(gw->stats.models[i].model);
 	free(gw->stats.models);

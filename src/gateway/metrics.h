@@ -49,6 +49,13 @@ char *ig_metrics_text(struct ig_gw *gw);
 /* /health: *status is 200 with a healthy backend, else 503. */
 char *ig_metrics_health_json(struct ig_gw *gw, unsigned *status);
 char *ig_metrics_backends_json(struct ig_gw *gw);
+/* Takes the second's sample of the headline figures for the status page,
+ * once per wall-clock second (reactor 0's tick, under the lock). */
+void ig_metrics_sample(struct ig_gw *gw);
+/* GET /status/history: {"interval_s": 1, "fields": [...], "samples":
+ * [[t_ms, requests, completion_tokens, inflight, queued, healthy], ...]},
+ * oldest first, the last 30 minutes. */
+char *ig_metrics_history_json(struct ig_gw *gw);
 /* GET /health/capacity: per model, the requests its pool takes at once. */
 char *ig_metrics_capacity_json(struct ig_gw *gw);
 json_t *ig_metrics_backend_json(const struct ig_backend *b, uint64_t now);

@@ -37,6 +37,7 @@
 #include "bio.h"
 #include "cluster.h"
 #include "health.h"
+#include "metrics.h"
 #include "infergate/log.h"
 #include "infergate/util.h"
 #include "notify.h"
@@ -245,6 +246,7 @@ static void deferred(struct ig_rx *rx)
 			ig_dispatch_expire(gw, now); /* drains the queue too */
 			ig_batches_tick(gw->batches, now);
 			ig_health_reap(gw);
+			ig_metrics_sample(gw); /* the status page's history */
 			gw->drain_pending = gw->models_dirty;
 		}
 		ig_server_wake_all(rx);

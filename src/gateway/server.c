@@ -219,7 +219,7 @@ static int local_endpoint(struct ig_gw *gw, struct MHD_Connection *conn, const c
 	const char *ctype = "application/json";
 	int is_status = strcmp(path, "/") == 0 || strcmp(path, "/status") == 0;
 	int watch = is_status || strcmp(path, "/health/backends") == 0 || strcmp(path, "/health/capacity") == 0 ||
-		    strcmp(path, "/metrics") == 0;
+		    strcmp(path, "/metrics") == 0 || strcmp(path, "/status/history") == 0;
 
 	if (!watch && strcmp(path, "/health") != 0 && strcmp(path, "/v1/models") != 0)
 		return -1;
@@ -244,6 +244,8 @@ static int local_endpoint(struct ig_gw *gw, struct MHD_Connection *conn, const c
 		body = ig_metrics_backends_json(gw);
 	} else if (strcmp(path, "/health/capacity") == 0) {
 		body = ig_metrics_capacity_json(gw);
+	} else if (strcmp(path, "/status/history") == 0) {
+		body = ig_metrics_history_json(gw);
 	} else if (strcmp(path, "/v1/models") == 0) {
 		body = ig_metrics_models_json(gw, key);
 	} else {
