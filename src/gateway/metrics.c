@@ -17,6 +17,10 @@
 #include "trace.h"
 #include "infergate/util.h"
 
+/* The histograms' bucket bounds, in seconds (Prometheus's le). */
+static const double bounds[IG_HIST_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
+						2.5, 5, 10, 30, 60, 120, 300, 600};
+
 static char *dump(json_t *j)
 {
 	char *s = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6));
@@ -175,6 +179,23 @@ static json_t *headroom_json(const struct ig_gw *gw, const struct ig_model *m)
 			 "free_slots", (json_int_t)m->free_slots, "why", why);
 }
 
+/* The upper bound of the bucket that holds a model's 95th percentile time
+ * to first token (its histogram), -1 without one. */
+static double model_ttft_p95(const struct ig_gw *gw, const char *name)
+{
+	for (size_t i = 0; i < gw->stats.nmodels; i++) {
+		const struct ig_metrics_hist *h = &gw->stats.models[i].ttft;
+		if (strcmp(gw->stats.models[i].model, name) != 0 || h->n == 0)
+			continue;
+		uint64_t want = (h->n * 95 + 99) / 100, cum = 0;
+		for (int b = 0; b < IG_HIST_BUCKETS; b++)
+			if ((cum += h->counts[b]) >= want)
+				return bounds[b];
+		return bounds[IG_HIST_BUCKETS - 1];
+	}
+	return -1;
+}
+
 static json_t *models_detail(struct ig_gw *gw)
 {
 	json_t *o = json_object();
@@ -195,6 +216,9 @@ static json_t *models_detail(struct ig_gw *gw)
 					      "queue_rejected", (json_int_t)m->rejected,
 					      "queue_timeouts", (json_int_t)m->timeouts, "aliases", aliases_of(gw, m->name)));
 		json_object_set_new(json_object_get(o, m->name), "headroom", headroom_json(gw, m));
+		double p95 = model_ttft_p95(gw, m->name);
+		if (p95 >= 0) /* its streams' time to first token, the bucket's bound (metrics histograms) */
+			json_object_set_new(json_object_get(o, m->name), "ttft_p95_s", json_real(p95));
 		if (m->others_waiting > 0) /* high and normal ones other gateways hold (cluster.h) */
 			json_object_set_new(json_object_get(o, m->name), "others_waiting",
 					    json_integer((json_int_t)m->others_waiting));
@@ -328,6 +352,33 @@ char *ig_metrics_backends_json(struct ig_gw *gw)
 	json_object_set_new(g, "reactors", json_integer((json_int_t)gw->nrx));
 	json_object_set_new(g, "classes", classes);
 	json_t *keys = json_array();
+	/* the five keys that used the most tokens here (the status page) */
+	const struct ig_key *top[5] = {0};
+	for (size_t i = 0; i < gw->clients.nkeys; i++) {
+		const struct ig_key *k = gw->clients.keys[i];
+		uint64_t t = k->prompt_tokens + k->completion_tokens;
+		if (!k->digest[0]) /* an open gateway's one client: no key to name */
+			continue;
+		for (size_t j = 0; t > 0 && j < 5; j++) {
+			if (top[j] && top[j]->prompt_tokens + top[j]->completion_tokens >= t)
+				continue;
+			memmove(top + j + 1, top + j, (4 - j) * sizeof(*top));
+			top[j] = k;
+			break;
+		}
+	}
+	json_t *top_keys = json_array();
+	for (size_t j = 0; j < 5 && top[j]; j++) {
+		char shown[13];
+		snprintf(shown, sizeof(shown), "%.12s", top[j]->digest);
+		json_array_append_new(top_keys, json_pack("{s:s, s:o, s:I, s:I, s:I, s:o}", "key", shown, "name",
+							  top[j]->ent ? json_string(top[j]->ent->name) : json_null(),
+							  "tokens", (json_int_t)(top[j]->prompt_tokens + top[j]->completion_tokens),
+							  "inflight", (json_int_t)top[j]->inflight,
+							  "waiting", (json_int_t)top[j]->waiting,
+							  "priority", top[j]->klass >= 0 ? json_string(ig_conf_class_name(top[j]->klass))
+							  : json_null()));
+	}
 	for (size_t i = 0; i < gw->clients.nkeys; i++) {
 		const struct ig_key *k = gw->clients.keys[i];
 		/* Only keys in use (here, or lately: their demand is shared
@@ -354,8 +405,8 @@ char *ig_metrics_backends_json(struct ig_gw *gw)
 									 k->share_tok));
 		json_array_append_new(keys, e);
 	}
-	json_t *out = json_pack("{s:o, s:o, s:o, s:o}", "gateway", g, "backends", arr, "models", models_detail(gw),
-				"keys", keys);
+	json_t *out = json_pack("{s:o, s:o, s:o, s:o, s:o}", "gateway", g, "backends", arr, "models", models_detail(gw),
+				"keys", keys, "top_keys", top_keys);
 	for (size_t i = 0; gw->reports && i < gw->reports->n; i++) {
 		const struct ig_metrics_source *src = &gw->reports->v[i];
 		if (src->json)
@@ -415,8 +466,7 @@ char *ig_metrics_models_json(struct ig_gw *gw, const struct ig_keyent *key)
 	return dump(json_pack("{s:s, s:o}", "object", "list", "data", data));
 }
 
-static const double bounds[IG_HIST_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
-						2.5, 5, 10, 30, 60, 120, 300, 600};
+
 
 static void observe(struct ig_metrics_hist *h, double seconds)
 {

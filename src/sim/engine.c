@@ -502,6 +502,19 @@ static void preempt(struct sim_engine *s, struct sim_req *v, uint64_t now)
 	queue_push(s, v);
 }
 
+/* Whether `head` has a slot on rk: a free one, or one a running request
+ * of a lower priority gave up to it (preempted). */
+static bool slot_for(struct sim_engine *s, struct sim_rank *rk, struct sim_req *head, uint64_t now)
+{
+	if (rk->running < s->conf->max_running)
+		return true;
+	struct sim_req *v = victim(s, rk, head);
+	if (!v)
+		return false;
+	preempt(s, v, now);
+	return true;
+}
+
 /* Fills the rank's free slots from the head of its queue: one prefill
  * batch. SGLang logs each prefill batch with the running batch as it was
  * before the new requests join and the queue after they left it (after
@@ -514,12 +527,9 @@ static void admit(struct sim_engine *s, struct sim_rank *rk, uint64_t now)
 	if (log)
 		snap_take(rk, SNAP_RUNNING);
 	while (!ig_list_empty(&rk->queue)) {
-		struct sim_req *r = IG_LIST_FIRST(&rk->queue, struct sim_req, qlink), *v;
-		if (rk->running >= s->conf->max_running) {
-			if (!(v = victim(s, rk, r)))
-				break;
-			preempt(s, v, now);
-		}
+		struct sim_req *r = IG_LIST_FIRST(&rk->queue, struct sim_req, qlink);
+		if (!slot_for(s, rk, r, now))
+			break;
 		queue_unlink(s, r);
 		start(s, r, now);
 	}
@@ -746,12 +756,9 @@ static void step_admit(struct sim_engine *s, struct sim_rank *rk, uint64_t now)
 {
 	const struct sim_steps *k = &s->conf->steps;
 	while (!ig_list_empty(&rk->queue)) {
-		struct sim_req *r = IG_LIST_FIRST(&rk->queue, struct sim_req, qlink), *v;
-		if (rk->running >= s->conf->max_running) {
-			if (!(v = victim(s, rk, r)))
-				break;
-			preempt(s, v, now);
-		}
+		struct sim_req *r = IG_LIST_FIRST(&rk->queue, struct sim_req, qlink);
+		if (!slot_for(s, rk, r, now))
+			break;
 		size_t m = sim_kv_match(&rk->kv, r->chain, r->nchain);
 		/* The last prompt token is always computed (it gives the first
 		 * output token), so a fully cached prompt still prefills one. */

@@ -19,8 +19,8 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from harness import (BUILDDIR, SRCDIR, Dir, chat_body, http, http_json, run, start, start_gateway, start_sim,
-                     start_sims, test, upload, wait_until)
+from harness import (BUILDDIR, SRCDIR, Dir, chat_body, http, http_json, keys_file, run, start, start_gateway,
+                     start_sim, start_sims, test, upload, wait_until)
 
 FAST = ("--tokens-per-second", "0", "--ttft-ms", "0")
 QUICK_HEALTH = ("--health-interval-ms", "100", "--health-timeout-ms", "500")
@@ -63,6 +63,7 @@ class Dom(html.parser.HTMLParser):
         self.by_id = {}       # id -> {"tag", "attrs", "text"}
         self.rows = {}        # backend url -> {"attrs", "cells": {class: text}}
         self.batches = {}     # batch id -> the row's attrs
+        self.named = {}       # a models' or keys' row's data-name -> its cells' texts
         self.body = {}
         self.chart_tags = []
         self._stack = []      # [tag, attrs, text parts]
@@ -95,8 +96,11 @@ class Dom(html.parser.HTMLParser):
                 self.by_id[a["id"]] = {"tag": t, "attrs": a, "text": text}
             if t in ("td", "th") and self._stack and self._stack[-1][0] == "tr":
                 self._stack[-1][1].setdefault("_cells", {})[a.get("class", "").split(" ")[0]] = text
+                self._stack[-1][1].setdefault("_texts", []).append(text)
             if t == "tr" and "data-batch" in a:
                 self.batches[a["data-batch"]] = a
+            if t == "tr" and "data-name" in a:   # the models' and keys' panels: their cells in order
+                self.named.setdefault(a["data-name"], a.get("_texts", []))
             if t == "tr" and "data-backend-url" in a:
                 self.rows[a["data-backend-url"]] = {"attrs": a, "cells": a.get("_cells", {})}
             if t == tag:
@@ -241,7 +245,7 @@ def the_page_shows_the_minutes_before_it_opened():
 
     def load():
         while not stop.is_set():
-            http("POST", gw.url + "/v1/chat/completions", chat_body(f"h{sent[0]}", max_tokens=4))
+            http("POST", gw.url + "/v1/chat/completions", chat_body(f"h{sent[0]}", max_tokens=4, stream=True))
             sent[0] += 1
             time.sleep(0.02)
     t = threading.Thread(target=load, daemon=True)
@@ -264,10 +268,38 @@ def the_page_shows_the_minutes_before_it_opened():
     assert int(dom.body.get("data-history", "0")) >= 20, dom.body
     assert int(dom.attr("chart", "data-points")) >= 20, dom.by_id["chart"]
     assert "path" in dom.chart_tags, dom.chart_tags
+    # the models' panel: the one model, its backend up, nothing running or waiting, the slots its
+    # headroom keeps (learned from the run's requests), its TTFT p95 (the histogram's bucket)
+    model = dom.named["sim-model"]
+    assert model[:4] == ["sim-model", "1 / 1", "0", "0 / 0 / 0"] and model[5].endswith(" ms"), model
+    m = http_json("GET", gw.url + "/health/backends")[2]["models"]["sim-model"]
+    assert int(model[4]) >= m["headroom"]["kept_slots"] and model[5] == f"{round(m['ttft_p95_s'] * 1000)} ms", (model, m)
+    assert dom.attr("models-panel", "hidden") is None and dom.attr("keys-panel", "hidden") is not None, dom.by_id
     shot = os.path.join(BUILDDIR, "tests", "status-page-history.png")
     os.makedirs(os.path.dirname(shot), exist_ok=True)
     chromium(gw.url + "/status", f"--screenshot={shot}", "--window-size=1280,800", budget_ms=1500)
     assert os.path.getsize(shot) > 10000 and png_size(shot) == (1280, 800), shot
+
+
+@test
+def the_page_lists_the_keys_that_used_the_most_tokens():
+    d = Dir()
+    alice, bob = keys_file(d("keys.json"), "alice", "bob")
+    sim = start_sim("--tokens-per-second", "0", "--ttft-ms", "0")
+    gw = start_gateway([sim], "--api-keys-file", d("keys.json"), "--auth-status", "0")
+    wait_until(lambda: http_json("GET", gw.url + "/health")[2]["healthy_backends"] == 1, timeout=10, what="up")
+    for key, n, tokens in ((bob, 1, 3), (alice, 3, 9)):
+        for i in range(n):
+            st, _, _ = http("POST", gw.url + "/v1/chat/completions", chat_body(f"k{i}", max_tokens=tokens),
+                            headers=key)
+            assert st == 200
+    dom = Dom(chromium(gw.url + "/status", "--dump-dom", budget_ms=1500))
+    keys = [n for n in dom.named if n in ("alice", "bob")]
+    assert keys == ["alice", "bob"], dom.named             # most tokens first
+    top = http_json("GET", gw.url + "/health/backends")[2]["top_keys"]
+    assert [k["name"] for k in top] == ["alice", "bob"] and top[0]["tokens"] > top[1]["tokens"] > 3, top
+    assert dom.named["alice"][:3] == ["alice", f"{top[0]['tokens']:,}", "0"], dom.named["alice"]
+    assert dom.attr("keys-panel", "hidden") is None
 
 
 class PageServer:
@@ -391,7 +423,7 @@ def status_page_shows_the_batches():
 def status_page_is_small_and_self_contained():
     with open(PAGE, "rb") as f:
         page = f.read()
-    assert len(page) < 28 * 1024, len(page)   # 25 KiB until it loaded its history (status/history)
+    assert len(page) < 32 * 1024, len(page)   # 25 KiB before its history, models and keys panels
     text = page.decode()
     for needle in ("<script src", "<link", "@import", "url(http", "src=\"http", "href=\"http"):
         assert needle not in text, f"status.html refers to an external asset: {needle}"
