@@ -703,6 +703,7 @@ START_TEST(priorities_order_the_queue_and_preempt)
 	ck_assert_uint_eq(e.st.generation_tokens, 50);
 	for (int i = 0; i < 5; i++)
 		sim_engine_req_free(&r[i]);
+	sim_engine_free(&e);
 	/* --disable-priority-preemption: ordered, never preempted */
 	c.no_preemption = true;
 	engine_init(&e, &c);
