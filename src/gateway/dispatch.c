@@ -289,6 +289,14 @@ void ig_dispatch_progress(const struct ig_gw *gw IG_UNUSED, struct ig_waiter *w)
 
 /* ---- placing a request: a backend, the queue, or a refusal ---- */
 
+/* How far over a preempting backend's slots w may go when none is free
+ * (policy.c): headroom.overshoot for high and normal, never for low work or
+ * a hedge. Read at each pick: a reload may change it. */
+static void set_overshoot(const struct ig_gw *gw, struct ig_waiter *w)
+{
+	w->pick.overshoot = w->pick.low || w->pick.no_overshoot ? 0 : gw->cfg->headroom_overshoot;
+}
+
 /* Finds a backend among those that serve w's model and starts w there,
  * queues it, or refuses it. `timeout`, `what`: how its last attempt failed
  * (retries). */
@@ -303,7 +311,7 @@ static enum ig_dispatch_result place(struct ig_gw *gw, struct ig_waiter *w, bool
 	 * the model (cluster.h), for them to be placed. */
 	if ((ig_key_capped(w->q.key) || (w->pick.low && low_held(s, m))) && m->nbackends > 0)
 		return wait_or_refuse(gw, w);
-	w->pick.overshoot = w->pick.low || w->pick.no_overshoot ? 0 : gw->cfg->headroom_overshoot;
+	set_overshoot(gw, w);
 	if (w->pick.pinned) {
 		/* A follow-up goes where its previous response is, or nowhere. */
 		const struct ig_backend *held = ig_backend_fleet_find_id(&gw->fleet, w->pick.pinned - 1);
@@ -539,7 +547,7 @@ void ig_dispatch_drain(struct ig_gw *gw)
 					p = IG_PICK_BUSY; /* others' high and normal first */
 					break;
 				}
-				w->pick.overshoot = w->pick.low || w->pick.no_overshoot ? 0 : gw->cfg->headroom_overshoot;
+				set_overshoot(gw, w);
 				p = ig_policy_pick(s->policy, s->policy_state, m->backends, m->nbackends, &m->rotor,
 						   &w->pick, &b);
 				if (p != IG_PICK_BUSY || !w->pick.pinned)

@@ -179,21 +179,28 @@ static json_t *headroom_json(const struct ig_gw *gw, const struct ig_model *m)
 			 "free_slots", (json_int_t)m->free_slots, "why", why);
 }
 
+/* A model's entry of the per-model series, or NULL before its first answer. */
+static struct ig_model_stats *model_stats(const struct ig_stats *s, const char *name)
+{
+	for (size_t i = 0; i < s->nmodels; i++)
+		if (strcmp(s->models[i].model, name) == 0)
+			return &s->models[i];
+	return NULL;
+}
+
 /* The upper bound of the bucket that holds a model's 95th percentile time
  * to first token (its histogram), -1 without one. */
 static double model_ttft_p95(const struct ig_gw *gw, const char *name)
 {
-	for (size_t i = 0; i < gw->stats.nmodels; i++) {
-		const struct ig_metrics_hist *h = &gw->stats.models[i].ttft;
-		if (strcmp(gw->stats.models[i].model, name) != 0 || h->n == 0)
-			continue;
-		uint64_t want = (h->n * 95 + 99) / 100, cum = 0;
-		for (int b = 0; b < IG_HIST_BUCKETS; b++)
-			if ((cum += h->counts[b]) >= want)
-				return bounds[b];
-		return bounds[IG_HIST_BUCKETS - 1];
-	}
-	return -1;
+	const struct ig_model_stats *m = model_stats(&gw->stats, name);
+	if (!m || m->ttft.n == 0)
+		return -1;
+	const struct ig_metrics_hist *h = &m->ttft;
+	uint64_t want = (h->n * 95 + 99) / 100, cum = 0;
+	for (int b = 0; b < IG_HIST_BUCKETS; b++)
+		if ((cum += h->counts[b]) >= want)
+			return bounds[b];
+	return bounds[IG_HIST_BUCKETS - 1];
 }
 
 static json_t *models_detail(struct ig_gw *gw)
@@ -315,6 +322,11 @@ char *ig_metrics_history_json(struct ig_gw *gw)
 			      "samples", samples));
 }
 
+static uint64_t key_tokens(const struct ig_key *k)
+{
+	return k->prompt_tokens + k->completion_tokens;
+}
+
 char *ig_metrics_backends_json(struct ig_gw *gw)
 {
 	json_t *arr = json_array();
@@ -356,11 +368,11 @@ char *ig_metrics_backends_json(struct ig_gw *gw)
 	const struct ig_key *top[5] = {0};
 	for (size_t i = 0; i < gw->clients.nkeys; i++) {
 		const struct ig_key *k = gw->clients.keys[i];
-		uint64_t t = k->prompt_tokens + k->completion_tokens;
+		uint64_t t = key_tokens(k);
 		if (!k->digest[0]) /* an open gateway's one client: no key to name */
 			continue;
 		for (size_t j = 0; t > 0 && j < 5; j++) {
-			if (top[j] && top[j]->prompt_tokens + top[j]->completion_tokens >= t)
+			if (top[j] && key_tokens(top[j]) >= t)
 				continue;
 			memmove(top + j + 1, top + j, (4 - j) * sizeof(*top));
 			top[j] = k;
@@ -373,7 +385,7 @@ char *ig_metrics_backends_json(struct ig_gw *gw)
 		snprintf(shown, sizeof(shown), "%.12s", top[j]->digest);
 		json_array_append_new(top_keys, json_pack("{s:s, s:o, s:I, s:I, s:I, s:o}", "key", shown, "name",
 							  top[j]->ent ? json_string(top[j]->ent->name) : json_null(),
-							  "tokens", (json_int_t)(top[j]->prompt_tokens + top[j]->completion_tokens),
+							  "tokens", (json_int_t)key_tokens(top[j]),
 							  "inflight", (json_int_t)top[j]->inflight,
 							  "waiting", (json_int_t)top[j]->waiting,
 							  "priority", top[j]->klass >= 0 ? json_string(ig_conf_class_name(top[j]->klass))
@@ -466,8 +478,6 @@ char *ig_metrics_models_json(struct ig_gw *gw, const struct ig_keyent *key)
 	return dump(json_pack("{s:s, s:o}", "object", "list", "data", data));
 }
 
-
-
 static void observe(struct ig_metrics_hist *h, double seconds)
 {
 	int i = 0;
@@ -508,12 +518,9 @@ void ig_metrics_observe_model(struct ig_gw *gw, const char *model, uint64_t dura
 			      long prompt_tokens, long completion_tokens)
 {
 	struct ig_stats *s = &gw->stats;
-	struct ig_model_stats *m = NULL;
 	if (!model)
 		return;
-	for (size_t i = 0; i < s->nmodels && !m; i++)
-		if (strcmp(s->models[i].model, model) == 0)
-			m = &s->models[i];
+	struct ig_model_stats *m = model_stats(s, model);
 	if (!m) {
 		if (s->nmodels >= 256) /* models are few: a name per request would be a leak */
 			return;

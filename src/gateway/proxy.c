@@ -58,6 +58,12 @@ static void count_answer(struct ig_req *req);
 static void req_log(struct ig_req *req, bool completed);
 static const char *gen_ai_operation(const struct ig_req *req);
 
+/* The path it goes to upstream: its own (a by-id route's), else its route's. */
+static const char *req_path(const struct ig_req *req)
+{
+	return req->adm.up_path ? req->adm.up_path : ig_route_path(req->gw->cfg, req->adm.route_idx);
+}
+
 static const struct ig_waiter_ops waiter_ops = {on_dispatched, on_refused};
 static const struct ig_relay_ops relay_ops = {relay_wake,  relay_idle,   relay_committed, relay_event,
 					      relay_stored, relay_tee, relay_first_byte};
@@ -112,7 +118,7 @@ struct ig_req *ig_proxy_req_new(struct ig_gw *gw, struct MHD_Connection *conn, i
 static void trace_finish(struct ig_req *req)
 {
 	struct ig_trace *t = &req->trace;
-	if (!t->sampled) {
+	if (!t->spans) { /* not sampled, or not recorded (the exporter is full): nothing to build */
 		ig_trace_end(t, NULL, NULL);
 		return;
 	}
@@ -125,7 +131,7 @@ static void trace_finish(struct ig_req *req)
 	}
 	json_t *s = NULL;
 	if (!req->is_hedge) {
-		const char *path = req->adm.up_path ? req->adm.up_path : ig_route_path(req->gw->cfg, req->adm.route_idx);
+		const char *path = req_path(req);
 		const char *method = ig_routes_method_name(req->adm.method);
 		char name[300];
 		snprintf(name, sizeof(name), "%s %s", method, path ? path : "");
@@ -715,7 +721,7 @@ static char *body_with_priority(const struct ig_req *req, int field, long step)
  * (gen_ai.operation.name), or NULL. */
 static const char *gen_ai_operation(const struct ig_req *req)
 {
-	const char *path = req->adm.up_path ? req->adm.up_path : ig_route_path(req->gw->cfg, req->adm.route_idx);
+	const char *path = req_path(req);
 	return !path ? NULL : strstr(path, "chat/completions") ? "chat" : strstr(path, "/completions") ? "text_completion"
 	       : strstr(path, "/embeddings") ? "embeddings" : strstr(path, "/responses") ? "chat" : NULL;
 }
@@ -767,7 +773,7 @@ static void configure_transfer(struct ig_req *req, struct ig_backend *b)
 	else
 		req->xfer.easy = ig_upstream_easy_get(req->rx);
 	CURL *e = req->xfer.easy;
-	snprintf(url, sizeof(url), "%s%s", b->url, req->adm.up_path ? req->adm.up_path : ig_route_path(cfg, req->adm.route_idx));
+	snprintf(url, sizeof(url), "%s%s", b->url, req_path(req));
 	curl_easy_setopt(e, CURLOPT_URL, url);
 	if (req->adm.method == IG_RT_GET || req->adm.method == IG_RT_DELETE) {
 		curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
@@ -1247,15 +1253,15 @@ static void count_answer(struct ig_req *req)
 	req->counted = true;
 	if (req->adm.key)
 		ig_clients_count(req->adm.key, ig_proxy_req_status(req));
-	ig_metrics_observe(req->gw, req->adm.route_idx, ig_proxy_req_status(req), req->relay.stream_error != 0,
-			   req->wait.backend ? req->wait.backend->url : "", ig_now_us() - req->t_start_us,
-			   req->adm.stream && req->relay.t_first_byte_us
-				   ? (int64_t)(req->relay.t_first_byte_us - req->t_start_us) : -1);
-	if (ig_proxy_req_status(req) / 100 == 2 && !req->relay.stream_error)
-		ig_metrics_observe_model(req->gw, req->adm.model, ig_now_us() - req->t_start_us,
-					 req->adm.stream && req->relay.t_first_byte_us
-						 ? (int64_t)(req->relay.t_first_byte_us - req->t_start_us) : -1,
-					 req->relay.prompt_tokens, req->relay.completion_tokens);
+	unsigned status = ig_proxy_req_status(req);
+	uint64_t duration_us = ig_now_us() - req->t_start_us;
+	int64_t ttfb_us = req->adm.stream && req->relay.t_first_byte_us
+				  ? (int64_t)(req->relay.t_first_byte_us - req->t_start_us) : -1;
+	ig_metrics_observe(req->gw, req->adm.route_idx, status, req->relay.stream_error != 0,
+			   req->wait.backend ? req->wait.backend->url : "", duration_us, ttfb_us);
+	if (status / 100 == 2 && !req->relay.stream_error)
+		ig_metrics_observe_model(req->gw, req->adm.model, duration_us, ttfb_us, req->relay.prompt_tokens,
+					 req->relay.completion_tokens);
 }
 
 /* Queues r; body_len counts bytes sent at once (a stream counts its own, as
@@ -1949,7 +1955,7 @@ static void req_log(struct ig_req *req, bool completed)
 			      "s:f, s:I, s:I, s:o, s:o, s:b}",
 			      "time", ts, "request_id", req->request_id, "client", req->client,
 			      "method", ig_routes_method_name(req->adm.method), "path",
-			      req->adm.up_path ? req->adm.up_path : ig_route_path(req->gw->cfg, req->adm.route_idx),
+			      req_path(req),
 			      "status", (json_int_t)ig_proxy_req_status(req),
 			      "status_sent", (json_int_t)req->status_sent,
 			      "error", req->relay.stream_error_msg ? json_string(req->relay.stream_error_msg) : json_null(),
