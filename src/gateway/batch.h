@@ -107,7 +107,6 @@ struct ig_batches {
 	char *dir;
 	char secret[33];
 	char mark[64];          /* "IG_BATCH_HEADER: SECRET": a batch's request header, but its owner */
-	char base_url[80];      /* the gateway's own address */
 	struct ig_list all;
 	size_t nbatches;
 	uint64_t next_sweep_ms;

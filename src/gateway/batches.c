@@ -12,8 +12,8 @@
  *                model served here (and allowed to the owner's key). Any
  *                problem: failed, with errors.data naming the lines, nothing
  *                sent.
- *   in_progress  the lines sent as requests to the gateway's own listening
- *                address, X-Infergate-Priority low (or the owner key's
+ *   in_progress  the lines sent as requests to the gateway through its own
+ *                socket (boot.c: bind_self), X-Infergate-Priority low (or the owner key's
  *                higher class), so a batch goes through the same scheduler,
  *                router, retries and limits as anyone and takes the slots
  *                interactive requests leave. Each answer is appended to
@@ -107,35 +107,6 @@ static int by_created(const void *a, const void *b)
 	return x->created_at < y->created_at ? -1 : x->created_at > y->created_at ? 1 : strcmp(x->id, y->id);
 }
 
-/* The address a batch's requests go to: the gateway's own socket (the
- * loopback address when it listens on every interface). */
-static void own_address(struct ig_batches *bs)
-{
-	struct sockaddr_storage ss;
-	socklen_t sl = sizeof(ss);
-	char host[INET6_ADDRSTRLEN] = "127.0.0.1";
-	int port = bs->gw->cfg->listen_port;
-	if (bs->gw->listen_fd >= 0 && getsockname(bs->gw->listen_fd, (struct sockaddr *)&ss, &sl) == 0) {
-		if (ss.ss_family == AF_INET) {
-			struct sockaddr_in *in = (struct sockaddr_in *)&ss;
-			port = ntohs(in->sin_port);
-			if (in->sin_addr.s_addr != htonl(INADDR_ANY))
-				inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
-		} else if (ss.ss_family == AF_INET6) {
-			struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
-			port = ntohs(in6->sin6_port);
-			if (memcmp(&in6->sin6_addr, &in6addr_any, sizeof(in6addr_any)) == 0)
-				snprintf(host, sizeof(host), "::1");
-			else
-				inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
-		}
-	}
-	if (strchr(host, ':'))
-		snprintf(bs->base_url, sizeof(bs->base_url), "http://[%s]:%d", host, port);
-	else
-		snprintf(bs->base_url, sizeof(bs->base_url), "http://%s:%d", host, port);
-}
-
 /* ------------------------------------------------------------- reports */
 
 /* For the status page: the unfinished batches and the last few finished:
@@ -221,7 +192,6 @@ struct ig_batches *ig_batches_open(struct ig_gw *gw, const char *dir, char **err
 		*err = strdup("out of memory");
 		goto fail;
 	}
-	own_address(bs);
 	if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
 		*err = ig_strdupf("data_dir: cannot make %s: %s", dir, strerror(errno));
 		goto fail;

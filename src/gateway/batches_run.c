@@ -334,6 +334,12 @@ static void item_done(struct ig_xfer *x, CURLcode result)
 	item_free(bs, it);
 }
 
+/* A line goes to the gateway through its own socket (gw->self_path: a
+ * Unix socket in data_dir only its user may open), plain HTTP whatever the
+ * listen address speaks (TLS, client certificates); the URL's address is
+ * never connected to. */
+#define SELF_URL "http://127.0.0.1"
+
 /* Starts (again) the transfer of one line. Returns 0 or -1. */
 static int send_item(struct ig_batches *bs, struct item *it)
 {
@@ -343,9 +349,10 @@ static int send_item(struct ig_batches *bs, struct item *it)
 	it->x.easy = e;
 	it->x.done = item_done;
 	it->due_ms = 0;
-	char *url = ig_strdupf("%s%s", bs->base_url, it->b->endpoint);
+	char *url = ig_strdupf("%s%s", SELF_URL, it->b->endpoint);
 	curl_easy_setopt(e, CURLOPT_URL, url);
 	free(url);
+	curl_easy_setopt(e, CURLOPT_UNIX_SOCKET_PATH, bs->gw->self_path);
 	curl_easy_setopt(e, CURLOPT_POST, 1L);
 	curl_easy_setopt(e, CURLOPT_POSTFIELDS, it->body);
 	curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(it->body));
@@ -354,7 +361,6 @@ static int send_item(struct ig_batches *bs, struct item *it)
 	curl_easy_setopt(e, CURLOPT_WRITEDATA, it);
 	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
-	curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
 	return ig_upstream_start(ig_gw_home(bs->gw), &it->x) == CURLM_OK ? 0 : -1;
 }
 

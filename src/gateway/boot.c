@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "dispatch.h"
@@ -32,6 +34,7 @@
 #include "metrics.h"
 #include "reactor.h"
 #include "reload.h"
+#include "servertls.h"
 #include "idem.h"
 #include "proxy.h"
 #include "respstore.h"
@@ -41,7 +44,7 @@
 
 /* Binds the listening socket ourselves, so a busy port is reported with
  * its cause. Returns the fd or -1 (logged). */
-static int bind_listen(const char *host, int port)
+static int bind_listen(const char *what, const char *host, int port)
 {
 	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
 				 .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
@@ -52,21 +55,21 @@ static int bind_listen(const char *host, int port)
 	snprintf(portstr, sizeof(portstr), "%d", port);
 	int rc = getaddrinfo(host, portstr, &hints, &res);
 	if (rc != 0) {
-		ig_log_error("listen: cannot resolve '%s': %s", host, gai_strerror(rc));
+		ig_log_error("%s: cannot resolve '%s': %s", what, host, gai_strerror(rc));
 		return -1;
 	}
 	fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0) {
-		ig_log_error("listen: socket: %s", strerror(errno));
+		ig_log_error("%s: socket: %s", what, strerror(errno));
 		goto fail;
 	}
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	if (bind(fd, res->ai_addr, res->ai_addrlen) < 0) {
-		ig_log_error("listen: cannot bind %s:%d: %s", host, port, strerror(errno));
+		ig_log_error("%s: cannot bind %s:%d: %s", what, host, port, strerror(errno));
 		goto fail;
 	}
 	if (listen(fd, 4096) < 0) {
-		ig_log_error("listen: %s:%d: %s", host, port, strerror(errno));
+		ig_log_error("%s: %s:%d: %s", what, host, port, strerror(errno));
 		goto fail;
 	}
 	freeaddrinfo(res);
@@ -76,6 +79,37 @@ fail:
 		close(fd);
 	freeaddrinfo(res);
 	return -1;
+}
+
+/* The gateway's own socket, for a batch's lines (batches_run.c): a Unix
+ * socket in data_dir, named by the listen port (two gateways may share a
+ * data_dir, never a port), that only this user may open (umask 077 while
+ * it is made). Returns the fd or -1 (logged). */
+static int bind_self(struct ig_gw *gw)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	gw->self_path = ig_strdupf("%s/gateway-%d.sock", gw->cfg->data_dir, gw->cfg->listen_port);
+	if (strlen(gw->self_path) >= sizeof(sa.sun_path)) {
+		ig_log_error("data_dir: '%s' is too long for the gateway's own socket in it (%s: at most %zu bytes)",
+			     gw->cfg->data_dir, gw->self_path, sizeof(sa.sun_path) - 1);
+		return -1;
+	}
+	memcpy(sa.sun_path, gw->self_path, strlen(gw->self_path) + 1);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		ig_log_error("data_dir: the gateway's own socket: %s", strerror(errno));
+		return -1;
+	}
+	unlink(gw->self_path); /* a gateway on this port before that did not stop */
+	mode_t old = umask(077);
+	int rc = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
+	umask(old);
+	if (rc < 0 || listen(fd, 256) < 0) {
+		ig_log_error("data_dir: cannot make the gateway's own socket %s: %s", gw->self_path, strerror(errno));
+		close(fd);
+		return -1;
+	}
+	return fd;
 }
 
 /* Each proxied request holds two descriptors (client and backend): raise
@@ -94,6 +128,8 @@ int ig_boot_init(struct ig_gw *gw, struct ig_conf *cfg)
 	memset(gw, 0, sizeof(*gw));
 	gw->cfg = cfg;
 	gw->listen_fd = -1;
+	gw->admin_fd = -1;
+	gw->self_fd = -1;
 	gw->alog.fd = -1;
 	if (ig_reactor_new(gw) < 0)
 		return -1;
@@ -147,10 +183,24 @@ int ig_boot_init(struct ig_gw *gw, struct ig_conf *cfg)
 	}
 	if (ig_sched_rebuild(&gw->sched, &gw->fleet) < 0)
 		return -1;
-	gw->listen_fd = bind_listen(cfg->listen_host, cfg->listen_port);
+	if (*cfg->server_tls_cert) {
+		struct ig_servertls_files f = {cfg->server_tls_cert, cfg->server_tls_key, cfg->server_tls_client_ca,
+					       cfg->server_tls_priorities};
+		if (!(gw->tls = ig_servertls_open(&f, &err))) {
+			for (char *line = strtok(err, "\n"); line; line = strtok(NULL, "\n"))
+				ig_log_error("%s", line);
+			free(err);
+			return -1;
+		}
+	}
+	gw->listen_fd = bind_listen("listen", cfg->listen_host, cfg->listen_port);
 	if (gw->listen_fd < 0)
 		return -1;
-	if (gw->files) { /* after the bind: a batch's requests go to that address */
+	if (cfg->admin_listen_host && (gw->admin_fd = bind_listen("admin_listen", cfg->admin_listen_host, cfg->admin_listen_port)) < 0)
+		return -1;
+	if (gw->files) {
+		if ((gw->self_fd = bind_self(gw)) < 0)
+			return -1;
 		char *dir = ig_strdupf("%s/batches", cfg->data_dir);
 		gw->batches = ig_batches_open(gw, dir, &err);
 		free(dir);
@@ -204,6 +254,18 @@ void ig_boot_free(struct ig_gw *gw)
 	if (gw->listen_fd >= 0)
 		close(gw->listen_fd);
 	gw->listen_fd = -1;
+	if (gw->admin_fd >= 0)
+		close(gw->admin_fd);
+	gw->admin_fd = -1;
+	if (gw->self_fd >= 0) {
+		close(gw->self_fd);
+		unlink(gw->self_path);
+	}
+	gw->self_fd = -1;
+	free(gw->self_path);
+	gw->self_path = NULL;
+	ig_servertls_free(gw->tls); /* after the daemons: their connections held its credentials */
+	gw->tls = NULL;
 	if (gw->rx) { /* the lock was made right after the reactors */
 		pthread_mutex_destroy(&gw->lock);
 		pthread_cond_destroy(&gw->rx_ended);

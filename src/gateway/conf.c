@@ -27,6 +27,7 @@
 #include "infergate/util.h"
 #include "conf.h"
 #include "redis.h"
+#include "servertls.h"
 #include "policy_list.h"
 
 /* --policy's words, from the policies' table. */
@@ -146,6 +147,23 @@ static const struct ig_flag keys[] = {
 	 .help = "validate, print the effective configuration, exit 0 (or 2)"},
 	{.name = "--listen", .key = "listen", .type = IG_FLAG_STRING, .off = OFF(listen), .def = "127.0.0.1:8080",
 	 .metavar = "HOST:PORT", .help = "address to serve on"},
+	{.name = "--admin-listen", .key = "admin_listen", .type = IG_FLAG_STRING, .off = OFF(admin_listen), .def = "",
+	 .metavar = "HOST:PORT",
+	 .help = "serve the admin API, /metrics and the status page on this address instead (the listen address "
+		 "then answers 404 for them; the health routes stay on both), e.g. 127.0.0.1:8081"},
+	{.name = "--server-tls-cert", .key = "server_tls.cert_file", .type = IG_FLAG_STRING, .off = OFF(server_tls_cert),
+	 .def = "", .metavar = "FILE",
+	 .help = "HTTPS for clients: the PEM certificate (then its chain), with server_tls.key_file; re-read on SIGHUP"},
+	{.name = "--server-tls-key", .key = "server_tls.key_file", .type = IG_FLAG_STRING, .off = OFF(server_tls_key),
+	 .def = "", .metavar = "FILE", .help = "HTTPS for clients: the PEM private key of server_tls.cert_file"},
+	{.name = "--server-tls-client-ca", .key = "server_tls.client_ca_file", .type = IG_FLAG_STRING,
+	 .off = OFF(server_tls_client_ca), .def = "", .metavar = "FILE",
+	 .help = "HTTPS for clients: PEM CA certificates; a client must show a certificate one of them signed "
+		 "(mutual TLS), else its handshake fails"},
+	{.name = "--server-tls-priorities", .key = "server_tls.priorities", .type = IG_FLAG_STRING,
+	 .off = OFF(server_tls_priorities), .def = IG_SERVERTLS_DEFAULT_PRIORITIES, .metavar = "STRING",
+	 .help = "HTTPS for clients: GnuTLS priority string (protocol versions, cipher suites); the default allows "
+		 "TLS 1.2 and 1.3 with GnuTLS's NORMAL suites"},
 	{.name = "--backend", .key = "backends", .type = IG_FLAG_CUSTOM, .metavar = "URL",
 	 .parse = parse_backend_flag, .parse_json = parse_backends_json,
 	 .help = "backend base URL, URL#MODEL,MODEL... to name the models it serves (else they are learned "
@@ -1016,6 +1034,21 @@ static void check_tls(const struct ig_conf *cfg, struct ig_buf *errs)
 	ERR_clear_error();
 }
 
+/* HTTPS for clients: the files read and checked as they will be served
+ * (servertls.c), every problem named by its key. */
+static void check_server_tls(const struct ig_conf *cfg, struct ig_buf *errs)
+{
+	if (!*cfg->server_tls_cert && !*cfg->server_tls_key) {
+		if (*cfg->server_tls_client_ca)
+			ig_flags_problem(errs, "server_tls.client_ca_file: given without server_tls.cert_file and key_file "
+					 "(client certificates are asked for over HTTPS only)");
+		return;
+	}
+	struct ig_servertls_files f = {cfg->server_tls_cert, cfg->server_tls_key, cfg->server_tls_client_ca,
+				       cfg->server_tls_priorities};
+	ig_servertls_check(&f, errs);
+}
+
 /* data_dir exists (or is made) and takes a new file: checked before
  * anything starts, as a full or read-only disk found hours later loses
  * uploads. */
@@ -1151,6 +1184,20 @@ static void finish(struct ig_conf *cfg, const char *where_listen, struct ig_buf 
 		ig_flags_problem(errs, "%s", err);
 		free(err);
 	}
+	free(cfg->admin_listen_host);
+	cfg->admin_listen_host = NULL;
+	cfg->admin_listen_port = 0;
+	if (*cfg->admin_listen) {
+		if (ig_parse_hostport("admin_listen", cfg->admin_listen, &cfg->admin_listen_host, &cfg->admin_listen_port,
+				      &err) < 0) {
+			ig_flags_problem(errs, "%s", err);
+			free(err);
+			err = NULL;
+		} else if (strcmp(cfg->admin_listen, cfg->listen) == 0) {
+			ig_flags_problem(errs, "admin_listen: '%s' is the listen address; give the admin API an address "
+					 "of its own", cfg->admin_listen);
+		}
+	}
 	if (cfg->health_path[0] != '/')
 		ig_flags_problem(errs, "health.path: '%s' must start with '/'", cfg->health_path);
 	check_cluster(cfg, errs);
@@ -1178,6 +1225,7 @@ static void finish(struct ig_conf *cfg, const char *where_listen, struct ig_buf 
 	if (!cfg->routes.from_file)
 		ig_routes_default(&cfg->routes);
 	check_tls(cfg, errs);
+	check_server_tls(cfg, errs);
 	check_data_dir(cfg, errs);
 	check_tracing(cfg, errs);
 }
@@ -1255,8 +1303,9 @@ void ig_conf_free(struct ig_conf *cfg)
 	cfg->keys = NULL;
 	cfg->n_keys = 0;
 	free(cfg->listen_host);
+	free(cfg->admin_listen_host);
 	free(cfg->config_path);
-	cfg->listen_host = cfg->config_path = NULL;
+	cfg->listen_host = cfg->admin_listen_host = cfg->config_path = NULL;
 }
 
 char *ig_conf_to_json(const struct ig_conf *cfg)

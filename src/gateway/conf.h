@@ -59,6 +59,13 @@ struct ig_conf {
 	char *listen;               /* "HOST:PORT" as given */
 	char *listen_host;
 	int listen_port;
+	char *admin_listen;         /* "HOST:PORT" of the admin listener; "" = none */
+	char *admin_listen_host;
+	int admin_listen_port;
+	char *server_tls_cert;      /* PEM certificate (and chain) of HTTPS for clients; "" = plain HTTP */
+	char *server_tls_key;       /* its PEM private key */
+	char *server_tls_client_ca; /* PEM CAs a client's certificate must come from; "" = none asked */
+	char *server_tls_priorities; /* GnuTLS priority string: versions and cipher suites */
 	struct ig_backend_conf *backends;
 	size_t n_backends;
 	int policy;                 /* the routing policy: its row in policy_list.h */

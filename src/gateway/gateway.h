@@ -113,6 +113,7 @@ struct ig_files;
 struct ig_batches;
 struct ig_bio;
 struct ig_metrics_sources;
+struct ig_servertls;
 
 struct ig_gw {
 	struct ig_conf *cfg;
@@ -137,6 +138,12 @@ struct ig_gw {
 					* waits on it to end last (reactor.c) */
 	struct ig_event ev_listen, ev_signal; /* reactor 0's */
 	int listen_fd;
+	struct ig_event ev_admin;      /* reactor 0's: admin_listen's socket */
+	int admin_fd;                  /* -1 without admin_listen */
+	struct ig_event ev_self;       /* reactor 0's: the gateway's own socket, */
+	int self_fd;                   /* for a batch's lines; -1 without data_dir */
+	char *self_path;               /* its path */
+	struct ig_servertls *tls;      /* HTTPS for clients (servertls.h), NULL for plain HTTP */
 	bool accept_paused;            /* at conn_limit: the listening socket is not watched */
 	long conns, conn_limit;        /* client connections open or being handed over, and the most at once */
 	size_t next_rx;                /* where the next accepted client's reactor search starts */

@@ -12,6 +12,7 @@
 #include "infergate/buf.h"
 #include "affinity.h"
 #include "metrics.h"
+#include "servertls.h"
 #include "policy.h"
 #include "rx.h"
 #include "trace.h"
@@ -768,6 +769,33 @@ static void tracing(struct ig_buf *b, struct ig_gw *gw)
 		      st.exported, st.dropped, st.failed, st.batches, st.queued, st.unrecorded);
 }
 
+/* HTTPS for clients (servertls.h), with server_tls set. */
+static void server_tls(struct ig_buf *b, struct ig_gw *gw)
+{
+	if (!gw->tls)
+		return;
+	struct ig_servertls_stats st;
+	ig_servertls_stats(gw->tls, &st);
+	ig_buf_printf(b, "# HELP infergate_tls_handshakes_total Client TLS handshakes, by result (failed: the "
+		      "connection closed before its handshake ended: plain HTTP, garbage, no or a refused client "
+		      "certificate, a stalled handshake timed out).\n"
+		      "# TYPE infergate_tls_handshakes_total counter\n"
+		      "infergate_tls_handshakes_total{result=\"ok\"} %llu\n"
+		      "infergate_tls_handshakes_total{result=\"failed\"} %llu\n"
+		      "# HELP infergate_tls_certificate_reloads_total Certificates read again on SIGHUP, by result "
+		      "(failed: the running one kept).\n"
+		      "# TYPE infergate_tls_certificate_reloads_total counter\n"
+		      "infergate_tls_certificate_reloads_total{result=\"ok\"} %llu\n"
+		      "infergate_tls_certificate_reloads_total{result=\"failed\"} %llu\n"
+		      "# HELP infergate_tls_certificate_expiry_timestamp_seconds When the certificate new connections "
+		      "get expires (Unix time).\n"
+		      "# TYPE infergate_tls_certificate_expiry_timestamp_seconds gauge\n"
+		      "infergate_tls_certificate_expiry_timestamp_seconds{serial=\"%s\"} %lld\n",
+		      (unsigned long long)st.handshakes_ok, (unsigned long long)st.handshakes_failed,
+		      (unsigned long long)st.reloads_ok, (unsigned long long)st.reloads_failed, st.serial,
+		      (long long)st.not_after);
+}
+
 static void per_class(struct ig_buf *b, struct ig_gw *gw)
 {
 	ig_buf_printf(b, "# HELP infergate_class_queue_depth Requests waiting, per priority class.\n"
@@ -1006,6 +1034,7 @@ char *ig_metrics_text(struct ig_gw *gw)
 	per_model_headroom(&b, gw);
 	per_model_genai(&b, gw);
 	tracing(&b, gw);
+	server_tls(&b, gw);
 	per_class(&b, gw);
 	per_key(&b, gw);
 	per_backend(&b, gw, "infergate_backend_up", "gauge", "Backend health (1 up, 0 down).", get_up);

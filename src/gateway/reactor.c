@@ -418,8 +418,10 @@ static void *rx_thread(void *arg)
 
 int ig_reactor_run(struct ig_gw *gw)
 {
-	ig_log_info("listening on %s, %zu backends, policy %s, %zu reactor%s", gw->cfg->listen, gw->fleet.n,
-		    ig_policy_name(gw->cfg->policy), gw->nrx, gw->nrx == 1 ? "" : "s");
+	ig_log_info("listening on %s%s, %zu backends, policy %s, %zu reactor%s%s%s", gw->tls ? "https://" : "",
+		    gw->cfg->listen, gw->fleet.n, ig_policy_name(gw->cfg->policy), gw->nrx, gw->nrx == 1 ? "" : "s",
+		    gw->admin_fd >= 0 ? "; admin API, /metrics and status page on " : "",
+		    gw->admin_fd >= 0 ? gw->cfg->admin_listen : "");
 	gw->threaded = gw->nrx > 1;
 	gw->nrunning = gw->nrx;
 #ifdef IG_TEST_FAULTS

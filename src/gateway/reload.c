@@ -17,6 +17,7 @@
 #include "infergate/util.h"
 #include "reload.h"
 #include "policy.h"
+#include "servertls.h"
 
 /* Loads the key files cfg names and checks them against it; every
  * problem of both files is listed. Returns 0, or -1 with *err (both sets
@@ -58,6 +59,47 @@ static void keep(char **next, char **running)
 	free(*next);
 	*next = *running;
 	*running = NULL;
+}
+
+/* HTTPS for clients: the certificate, its key and the client CAs are read
+ * again (a certificate renewed at the same path too); new connections get
+ * them, those open keep theirs. A problem keeps the running ones, logged.
+ * Turning HTTPS on or off and its priorities need a restart. With `next`
+ * a new configuration, what it keeps is moved into it from the running one. */
+static void reload_tls(struct ig_gw *gw, struct ig_conf *next)
+{
+	struct ig_conf *run = gw->cfg, *nc = next ? next : gw->cfg;
+	if (next && (*nc->server_tls_cert != '\0') != (gw->tls != NULL)) {
+		ig_log_warn("reload: turning server_tls %s needs a restart; keeping %s", gw->tls ? "off" : "on",
+			    gw->tls ? "HTTPS" : "plain HTTP");
+		keep(&nc->server_tls_cert, &run->server_tls_cert);
+		keep(&nc->server_tls_key, &run->server_tls_key);
+		keep(&nc->server_tls_client_ca, &run->server_tls_client_ca);
+	}
+	if (next && strcmp(nc->server_tls_priorities, run->server_tls_priorities) != 0) {
+		ig_log_warn("reload: server_tls.priorities needs a restart; keeping '%s'", run->server_tls_priorities);
+		keep(&nc->server_tls_priorities, &run->server_tls_priorities);
+	}
+	if (!gw->tls)
+		return;
+	struct ig_servertls_files f = {nc->server_tls_cert, nc->server_tls_key, nc->server_tls_client_ca,
+				       nc->server_tls_priorities};
+	char *err = NULL;
+	if (ig_servertls_reload(gw->tls, &f, &err) < 0) {
+		for (char *line = strtok(err, "\n"); line; line = strtok(NULL, "\n"))
+			ig_log_error("reload: %s; the running certificate kept", line);
+		free(err);
+		if (next) {
+			keep(&nc->server_tls_cert, &run->server_tls_cert);
+			keep(&nc->server_tls_key, &run->server_tls_key);
+			keep(&nc->server_tls_client_ca, &run->server_tls_client_ca);
+		}
+		return;
+	}
+	struct ig_servertls_stats st;
+	ig_servertls_stats(gw->tls, &st);
+	ig_log_info("reload: server_tls certificate %s read: serial %s; new connections get it", nc->server_tls_cert,
+		    st.serial);
 }
 
 int ig_reload_files(struct ig_gw *gw, const struct ig_conf *cfg, char **err)
@@ -103,6 +145,7 @@ int ig_reload(struct ig_gw *gw)
 			free(err);
 			return -1;
 		}
+		reload_tls(gw, NULL);
 		ig_log_info("reload: started without --config; the key files re-read (%zu API keys)", gw->api_keys.n);
 		gw->drain_pending = true;
 		return 0;
@@ -119,6 +162,8 @@ int ig_reload(struct ig_gw *gw)
 	    nc.header_buffer_bytes != gw->cfg->header_buffer_bytes || nc.workers != gw->cfg->workers)
 		ig_log_warn("reload: listen, max_connections, header_buffer_bytes and workers need a restart; keeping %s",
 			    gw->cfg->listen);
+	if (strcmp(nc.admin_listen, gw->cfg->admin_listen) != 0)
+		ig_log_warn("reload: admin_listen needs a restart; keeping '%s'", gw->cfg->admin_listen);
 	if (strcmp(nc.data_dir, gw->cfg->data_dir) != 0)
 		ig_log_warn("reload: data_dir needs a restart; keeping '%s'", gw->cfg->data_dir);
 	if (!ig_routes_equal(&nc.routes, &gw->cfg->routes))
@@ -169,6 +214,10 @@ int ig_reload(struct ig_gw *gw)
 	nc.max_connections = gw->cfg->max_connections;
 	nc.header_buffer_bytes = gw->cfg->header_buffer_bytes;
 	nc.workers = gw->cfg->workers;
+	keep(&nc.admin_listen, &gw->cfg->admin_listen);
+	keep(&nc.admin_listen_host, &gw->cfg->admin_listen_host);
+	nc.admin_listen_port = gw->cfg->admin_listen_port;
+	reload_tls(gw, &nc);
 	keep(&nc.data_dir, &gw->cfg->data_dir);
 	keep(&nc.cluster_redis, &gw->cfg->cluster_redis);
 	keep(&nc.cluster_name, &gw->cfg->cluster_name);

@@ -30,8 +30,15 @@
 #define IG_HTTPD_SHARDS 256
 #define IG_HTTPD_FILL 64
 #define IG_HTTPD_TRAIL 3        /* turns a daemon still runs after it had work */
+/* Which door a daemon's connections came in by (server.c): the listen
+ * address (HTTPS with server_tls), admin_listen's (the same), or the
+ * gateway's own socket for a batch's lines (plain HTTP on a Unix socket
+ * only its user may open: batches_run.c). */
+enum ig_door { IG_DOOR_PUBLIC, IG_DOOR_ADMIN, IG_DOOR_INTERNAL };
+
 struct ig_httpd {
 	struct MHD_Daemon *mhd;
+	enum ig_door door;
 	struct ig_event ev;            /* the daemon's epoll fd; data: its reactor */
 	long conns;                    /* client connections it holds */
 	bool due;                      /* has events or resumed connections: MHD_run it */
@@ -41,6 +48,7 @@ struct ig_httpd {
 /* A client socket reactor 0 accepted for another. */
 struct ig_newfd {
 	int fd;
+	enum ig_door door;
 	socklen_t len;
 	struct sockaddr_storage addr;
 };
@@ -189,6 +197,7 @@ static inline void ig_gw_reacquire(struct ig_gw *gw, int depth)
 /* Wakes rx from its epoll_wait: its posted lists or new sockets have
  * something (under the lock). Nothing when rx is this thread's. */
 void ig_rx_wake(struct ig_rx *rx);
+
 /* Posts job (its `run` set) to reactor rx, under the lock: rx runs it at
  * the end of its turn (this one, when rx is this thread's), on its own
  * thread, with the lock held. Nothing when the job is posted already: one

@@ -30,6 +30,11 @@
 #include "files.h"
 #include "rx.h"
 #include "server.h"
+#include "servertls.h"
+
+/* Connections the admin listener holds at once (its own daemon's limit:
+ * a flood of the public address never takes them). */
+#define ADMIN_CONNS 64
 
 /* How far past max_body_bytes a declared body is still read (and dropped). */
 #define DISCARD_BYTES (1024L * 1024)
@@ -72,13 +77,26 @@ static const struct deferred batches_off = DEFERRED(404, "the Batch API is off o
 	"not_found");
 static const struct deferred admin_off = DEFERRED(403, "the admin API is off: set admin_keys_file to enable it",
 	"admin_disabled");
+static const struct deferred not_public = DEFERRED(404, "not served on this address: the admin API, /metrics and the "
+	"status page are on the admin listener (admin_listen)", "not_found");
+static const struct deferred not_admin = DEFERRED(404, "the admin listener serves the admin API, /metrics, the status "
+	"page and the health routes; the API is on the listen address", "not_found");
 
 /* "Headers seen, not routed yet": kept in *con_cls between the first call
- * (answering then would make MHD close the connection) and the second. */
+ * (answering then would make MHD close the connection) and the second;
+ * one for each door the request came in by. */
 static enum MHD_Result route(struct ig_call *call, struct ig_gw *gw, struct MHD_Connection *conn,
 			     const char *url, const char *method, const char *upload_data, size_t *upload_data_size,
 			     void **con_cls);
-static struct ig_call first_call = {route, NULL};
+struct first_call {
+	struct ig_call call; /* route */
+	enum ig_door door;
+};
+static struct first_call first_calls[] = {
+	[IG_DOOR_PUBLIC] = {{route, NULL}, IG_DOOR_PUBLIC},
+	[IG_DOOR_ADMIN] = {{route, NULL}, IG_DOOR_ADMIN},
+	[IG_DOOR_INTERNAL] = {{route, NULL}, IG_DOOR_INTERNAL},
+};
 
 /* An /admin request whose body is being read. */
 struct admin_req {
@@ -211,6 +229,21 @@ static const struct ig_keyent *key_of(const struct ig_keyset *ks, struct MHD_Con
 
 /* The gateway's own GET endpoints: 0 answered, 1 wrong method, 2 needs a
  * key, 3 the key is disabled, -1 not one of them. */
+/* What admin_listen moves off the listen address: the admin API,
+ * /metrics and the status page (with its history). */
+static bool admin_only(const char *url)
+{
+	return strncmp(url, "/admin/", 7) == 0 || strcmp(url, "/admin") == 0 || strcmp(url, "/metrics") == 0 ||
+	       strcmp(url, "/") == 0 || strcmp(url, "/status") == 0 || strcmp(url, "/status/history") == 0;
+}
+
+/* The health routes, served at every door. */
+static bool health_path(const char *url)
+{
+	return strcmp(url, "/health") == 0 || strcmp(url, "/health/backends") == 0 ||
+	       strcmp(url, "/health/capacity") == 0;
+}
+
 static int local_endpoint(struct ig_gw *gw, struct MHD_Connection *conn, const char *path,
 			  const char *method, enum MHD_Result *ret)
 {
@@ -296,13 +329,25 @@ static bool admin_path(const char *url)
 	return strncmp(url, "/admin/", 7) == 0 || strcmp(url, "/admin") == 0;
 }
 
+/* With admin_listen, each listener answers its own part: 404 for the
+ * other's (the health routes at both). The gateway's own connection to
+ * itself is the listen address's. */
+static bool wrong_door(const struct ig_gw *gw, enum ig_door door, const char *url)
+{
+	if (gw->admin_fd < 0 && door != IG_DOOR_ADMIN)
+		return false;
+	if (door == IG_DOOR_ADMIN)
+		return !admin_only(url) && !health_path(url);
+	return admin_only(url);
+}
+
 static bool batches_path(const char *url)
 {
 	return strcmp(url, "/v1/batches") == 0 || strncmp(url, "/v1/batches/", 12) == 0;
 }
 
 /* The second call: the request's path and method decide who answers. */
-static enum MHD_Result route(struct ig_call *call IG_UNUSED, struct ig_gw *gw, struct MHD_Connection *conn,
+static enum MHD_Result route(struct ig_call *call, struct ig_gw *gw, struct MHD_Connection *conn,
 			     const char *url, const char *method, const char *upload_data, size_t *upload_data_size,
 			     void **con_cls)
 {
@@ -310,8 +355,12 @@ static enum MHD_Result route(struct ig_call *call IG_UNUSED, struct ig_gw *gw, s
 	const char *id = NULL;
 	size_t idn = 0;
 	int route_idx = ig_routes_match(&gw->cfg->routes, url, &id, &idn);
+	enum ig_door door = IG_CONTAINER_OF(call, struct first_call, call)->door;
 
 	*con_cls = NULL;
+	if (wrong_door(gw, door, url))
+		return defer(door == IG_DOOR_ADMIN ? &not_admin : &not_public, gw, conn, url, method, upload_data_size,
+			     con_cls);
 	if (admin_path(url)) {
 		if (!gw->admin_keys.enabled)
 			return defer(&admin_off, gw, conn, url, method, upload_data_size, con_cls);
@@ -391,8 +440,8 @@ static enum MHD_Result route(struct ig_call *call IG_UNUSED, struct ig_gw *gw, s
 	return req->call.on_request(&req->call, gw, conn, url, method, upload_data, upload_data_size, con_cls);
 }
 
-static enum MHD_Result handle(struct ig_gw *gw, struct MHD_Connection *conn, const char *url, const char *method,
-			      const char *upload_data, size_t *upload_data_size, void **con_cls)
+static enum MHD_Result handle(struct ig_gw *gw, enum ig_door door, struct MHD_Connection *conn, const char *url,
+			      const char *method, const char *upload_data, size_t *upload_data_size, void **con_cls)
 {
 	struct ig_call *call = *con_cls;
 
@@ -418,7 +467,7 @@ static enum MHD_Result handle(struct ig_gw *gw, struct MHD_Connection *conn, con
 				 upload ? " (files.max_bytes)" : "");
 			return local_error(gw, conn, method, url, 413, msg, "request_too_large", NULL, false);
 		}
-		*con_cls = &first_call;
+		*con_cls = &first_calls[door].call;
 		return MHD_YES;
 	}
 	return call->on_request(call, gw, conn, url, method, upload_data, upload_data_size, con_cls);
@@ -431,10 +480,11 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
 			       const char *method, const char *version IG_UNUSED,
 			       const char *upload_data, size_t *upload_data_size, void **con_cls)
 {
-	struct ig_gw *gw = cls;
+	struct ig_httpd *h = cls;
+	struct ig_gw *gw = ((struct ig_rx *)h->ev.data)->gw;
 	enum MHD_Result ret;
 	ig_gw_lock(gw);
-	ret = handle(gw, conn, url, method, upload_data, upload_data_size, con_cls);
+	ret = handle(gw, h->door, conn, url, method, upload_data, upload_data_size, con_cls);
 	ig_gw_unlock(gw);
 	return ret;
 }
@@ -499,26 +549,39 @@ void ig_server_resume_accept(struct ig_gw *gw)
 		gw->accept_paused = false;
 }
 
-static struct ig_httpd *start_httpd(struct ig_rx *rx);
+static struct ig_httpd *start_httpd(struct ig_rx *rx, enum ig_door door);
 
-/* The first daemon with room under IG_HTTPD_FILL, else a new one, else
- * the least full. */
-static struct ig_httpd *pick_httpd(struct ig_rx *rx)
+/* The first daemon of the door with room under IG_HTTPD_FILL, else a new
+ * one, else the least full. The admin door and the internal one have one
+ * daemon each, on reactor 0. */
+static struct ig_httpd *pick_httpd(struct ig_rx *rx, enum ig_door door)
 {
-	struct ig_httpd *least = &rx->httpd[0], *h;
+	struct ig_httpd *least = NULL, *h;
 	for (size_t i = 0; i < rx->nhttpd; i++) {
-		if (rx->httpd[i].conns < IG_HTTPD_FILL)
-			return &rx->httpd[i];
-		if (rx->httpd[i].conns < least->conns)
-			least = &rx->httpd[i];
+		h = &rx->httpd[i];
+		if (h->door != door)
+			continue;
+		if (h->conns < IG_HTTPD_FILL || door != IG_DOOR_PUBLIC)
+			return h;
+		if (!least || h->conns < least->conns)
+			least = h;
 	}
-	return (h = start_httpd(rx)) ? h : least;
+	return (h = start_httpd(rx, door)) ? h : least;
 }
 
 /* A client's socket to one of rx's daemons (on rx's thread). */
 static void take_client(struct ig_rx *rx, struct ig_newfd *c)
 {
-	struct ig_httpd *h = pick_httpd(rx);
+	struct ig_httpd *h = pick_httpd(rx, c->door);
+	if (!h) {
+		close(c->fd);
+		return;
+	}
+	if (c->door != IG_DOOR_PUBLIC) { /* counted by their daemon alone */
+		if (MHD_add_connection(h->mhd, c->fd, (struct sockaddr *)&c->addr, c->len) == MHD_YES)
+			ig_httpd_due(rx, h);
+		return;
+	}
 	uint64_t closed = rx->closed;
 	rx->accepted++;
 	rx->conns++; /* gw->conns counted it when it was accepted */
@@ -571,7 +634,7 @@ static void on_listen(struct ig_event *ev, uint32_t events IG_UNUSED)
 			pause_accept(gw);
 			return;
 		}
-		struct ig_newfd c;
+		struct ig_newfd c = {.door = IG_DOOR_PUBLIC};
 		c.len = sizeof(c.addr);
 		c.fd = accept4(gw->listen_fd, (struct sockaddr *)&c.addr, &c.len, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		int fd = c.fd;
@@ -612,17 +675,28 @@ static void on_listen(struct ig_event *ev, uint32_t events IG_UNUSED)
 }
 
 /* Counts client connections, the daemon's (cls) and its reactor's; all of
- * them (conn_limit) were counted when accepted. */
-static void on_connection(void *cls, struct MHD_Connection *conn IG_UNUSED, void **socket_context IG_UNUSED,
+ * them (conn_limit) were counted when accepted. Those of the admin door
+ * and the internal one count in their daemon only. A TLS connection's
+ * session gets the current certificate (servertls.c). */
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
 			  enum MHD_ConnectionNotificationCode code)
 {
 	struct ig_httpd *h = cls;
 	struct ig_rx *rx = h->ev.data;
 	struct ig_gw *gw = rx->gw;
+	bool tls = gw->tls && h->door != IG_DOOR_INTERNAL;
 	ig_gw_lock(gw);
 	if (code == MHD_CONNECTION_NOTIFY_STARTED) {
 		h->conns++;
+		if (tls)
+			ig_servertls_conn_started(gw->tls, conn, socket_context);
+	} else if (h->door != IG_DOOR_PUBLIC) {
+		h->conns--;
+		if (tls)
+			ig_servertls_conn_closed(gw->tls, socket_context);
 	} else {
+		if (tls)
+			ig_servertls_conn_closed(gw->tls, socket_context);
 		h->conns--;
 		rx->conns--;
 		rx->closed++;
@@ -632,20 +706,27 @@ static void on_connection(void *cls, struct MHD_Connection *conn IG_UNUSED, void
 	ig_gw_unlock(gw);
 }
 
-/* One more daemon for rx. Returns it, or NULL (logged). */
-static struct ig_httpd *start_httpd(struct ig_rx *rx)
+/* One more daemon for rx and a door. Returns it, or NULL (logged). */
+static struct ig_httpd *start_httpd(struct ig_rx *rx, enum ig_door door)
 {
 	struct ig_gw *gw = rx->gw;
 	if (rx->nhttpd >= IG_HTTPD_SHARDS)
 		return NULL;
 	struct ig_httpd *h = &rx->httpd[rx->nhttpd];
-	*h = (struct ig_httpd){.ev = {-1, on_httpd, rx}};
-	/* Each may take up to conn_limit; on_listen keeps the sum there. */
-	h->mhd = MHD_start_daemon(MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG | MHD_USE_NO_LISTEN_SOCKET,
-				  0, NULL, NULL, handler, gw,
+	*h = (struct ig_httpd){.ev = {-1, on_httpd, rx}, .door = door};
+	bool tls = gw->tls && door != IG_DOOR_INTERNAL;
+	static const struct MHD_OptionItem none[] = {{MHD_OPTION_END, 0, NULL}};
+	/* Each public one may take up to conn_limit; on_listen keeps the sum
+	 * there. The admin door's has a limit of its own. */
+	unsigned limit = door == IG_DOOR_ADMIN ? ADMIN_CONNS : (unsigned)gw->conn_limit;
+	h->mhd = MHD_start_daemon(MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG | MHD_USE_NO_LISTEN_SOCKET |
+				  (tls ? MHD_USE_TLS : 0),
+				  0, NULL, NULL, handler, h,
+				  MHD_OPTION_EXTERNAL_LOGGER, ig_httpd_log, NULL, /* first: for the options' own messages */
+				  MHD_OPTION_ARRAY, tls ? ig_servertls_mhd_options(gw->tls) : none,
 				  MHD_OPTION_NOTIFY_COMPLETED, completed, gw,
 				  MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
-				  MHD_OPTION_CONNECTION_LIMIT, (unsigned)gw->conn_limit,
+				  MHD_OPTION_CONNECTION_LIMIT, limit,
 				  /* Idle and half-sent requests (slowloris); suspended
 				   * connections, waiting on a backend, never time out. */
 				  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)gw->cfg->client_timeout_s,
@@ -655,7 +736,6 @@ static struct ig_httpd *start_httpd(struct ig_rx *rx)
 				   * 431, as most servers do), and every held stream
 				   * keeps it. */
 				  MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)gw->cfg->header_buffer_bytes,
-				  MHD_OPTION_EXTERNAL_LOGGER, ig_httpd_log, NULL,
 				  MHD_OPTION_END);
 	if (!h->mhd) {
 		ig_log_error("%s: cannot start an HTTP server daemon (%zu running)", __func__, rx->nhttpd);
@@ -672,17 +752,62 @@ static struct ig_httpd *start_httpd(struct ig_rx *rx)
 	return h;
 }
 
+/* New clients of the admin listener or of the gateway's own socket
+ * (reactor 0): straight to the door's daemon, which refuses those past
+ * its limit. */
+static void accept_to(struct ig_gw *gw, int fd, enum ig_door door)
+{
+	for (int i = 0; i < 10; i++) {
+		struct ig_newfd c = {.door = door};
+		c.len = sizeof(c.addr);
+		c.fd = accept4(fd, (struct sockaddr *)&c.addr, &c.len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (c.fd < 0) {
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			return;
+		}
+		take_client(ig_gw_home(gw), &c);
+	}
+}
+
+static void on_admin_listen(struct ig_event *ev, uint32_t events IG_UNUSED)
+{
+	struct ig_gw *gw = ev->data;
+	accept_to(gw, gw->admin_fd, IG_DOOR_ADMIN);
+}
+
+static void on_self_listen(struct ig_event *ev, uint32_t events IG_UNUSED)
+{
+	struct ig_gw *gw = ev->data;
+	accept_to(gw, gw->self_fd, IG_DOOR_INTERNAL);
+}
+
 int ig_server_start(struct ig_gw *gw, unsigned conn_limit)
 {
 	route_messages(gw->cfg);
 	gw->conn_limit = conn_limit;
 	for (size_t i = 0; i < gw->nrx; i++)
-		if (!start_httpd(&gw->rx[i]))
+		if (!start_httpd(&gw->rx[i], IG_DOOR_PUBLIC))
 			return -1;
 	gw->ev_listen = (struct ig_event){gw->listen_fd, on_listen, gw};
 	if (ig_event_add(ig_gw_home(gw), &gw->ev_listen, EPOLLIN) < 0) {
 		ig_log_error("%s: epoll_ctl: %s", __func__, strerror(errno));
 		return -1;
+	}
+	if (gw->admin_fd >= 0) {
+		gw->ev_admin = (struct ig_event){gw->admin_fd, on_admin_listen, gw};
+		if (!start_httpd(ig_gw_home(gw), IG_DOOR_ADMIN) ||
+		    ig_event_add(ig_gw_home(gw), &gw->ev_admin, EPOLLIN) < 0) {
+			ig_log_error("%s: the admin listener: %s", __func__, strerror(errno));
+			return -1;
+		}
+	}
+	if (gw->self_fd >= 0) {
+		gw->ev_self = (struct ig_event){gw->self_fd, on_self_listen, gw};
+		if (ig_event_add(ig_gw_home(gw), &gw->ev_self, EPOLLIN) < 0) {
+			ig_log_error("%s: the gateway's own socket: %s", __func__, strerror(errno));
+			return -1;
+		}
 	}
 	return 0;
 }
@@ -747,6 +872,11 @@ void ig_server_run(struct ig_rx *rx)
 
 void ig_server_stop_accepting(struct ig_gw *gw)
 {
+	if (gw->admin_fd >= 0) {
+		ig_event_del(ig_gw_home(gw), &gw->ev_admin);
+		close(gw->admin_fd);
+		gw->admin_fd = -1;
+	}
 	if (gw->listen_fd < 0)
 		return;
 	if (!gw->accept_paused)
@@ -759,7 +889,8 @@ void ig_server_stop(struct ig_rx *rx)
 {
 	for (size_t i = 0; i < rx->nnewfds; i++) {
 		close(rx->newfds[i].fd);
-		rx->gw->conns--;
+		if (rx->newfds[i].door == IG_DOOR_PUBLIC)
+			rx->gw->conns--;
 	}
 	rx->nnewfds = 0;
 	free(rx->newfds);
