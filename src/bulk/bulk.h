@@ -6,7 +6,9 @@
 #ifndef IG_BULK_H
 #define IG_BULK_H
 
+#include <curl/curl.h>
 #include <jansson.h>
+#include <stddef.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -27,6 +29,32 @@ enum {
 
 /* ---------------------------------------------------------------- options */
 
+/* HTTPS to a gateway whose certificate a private CA signed, or that asks
+ * for a client certificate: --cacert, --cert, --key (curl's names). */
+struct ig_bulk_tls {
+	char *cacert, *cert, *key;
+};
+
+static inline void ig_bulk_tls_setopt(CURL *e, const struct ig_bulk_tls *t)
+{
+	if (t->cacert && *t->cacert)
+		curl_easy_setopt(e, CURLOPT_CAINFO, t->cacert);
+	if (t->cert && *t->cert)
+		curl_easy_setopt(e, CURLOPT_SSLCERT, t->cert);
+	if (t->key && *t->key)
+		curl_easy_setopt(e, CURLOPT_SSLKEY, t->key);
+}
+
+/* The three flags, for a flag table over a struct whose member `tls` they
+ * fill (the preflight's first request then shows a bad CA or certificate). */
+#define IG_BULK_TLS_FLAGS(T, check)                                                                           \
+	{.name = "--cacert", .type = IG_FLAG_STRING, .off = offsetof(T, tls.cacert), .metavar = "FILE",        \
+	 .parse = check, .help = "HTTPS: PEM CA certificates to verify the server with (default: the system's)"},  \
+	{.name = "--cert", .type = IG_FLAG_STRING, .off = offsetof(T, tls.cert), .metavar = "FILE",            \
+	 .parse = check, .help = "HTTPS: PEM client certificate, for a gateway that asks for one (with --key)"},    \
+	{.name = "--key", .type = IG_FLAG_STRING, .off = offsetof(T, tls.key), .metavar = "FILE",              \
+	 .parse = check, .help = "HTTPS: the PEM private key of --cert"}
+
 struct bulk_opts {
 	char *input;
 	char *output;
@@ -34,6 +62,7 @@ struct bulk_opts {
 	char *url;              /* normalised: no trailing slash, no trailing /v1 */
 	char *api_key_env;
 	char *api_key;          /* value of that variable, not owned */
+	struct ig_bulk_tls tls; /* --cacert, --cert, --key */
 	char *model;
 	long max_tokens;        /* -1: not set */
 	double temperature;

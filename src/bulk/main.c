@@ -31,6 +31,16 @@
 /* ------------------------------------------------------------------ flags */
 
 /* A file name, variable or model: not empty. */
+/* A file flag whose file must be readable now (fail fast). */
+static int check_readable(void *target IG_UNUSED, const struct ig_flag *f IG_UNUSED, const char *what,
+			  const char *v, char **err)
+{
+	if (access(v, R_OK) == 0)
+		return 0;
+	*err = ig_strdupf("%s: '%s': %s", what, v, strerror(errno));
+	return -1;
+}
+
 static int check_nonempty(void *target IG_UNUSED, const struct ig_flag *f IG_UNUSED, const char *what,
 			  const char *v, char **err)
 {
@@ -95,6 +105,7 @@ static const struct ig_flag flags[] = {
 	 .parse = check_nonempty, .help = "OpenAI-compatible server or gateway; a trailing /v1 is fine"},
 	{.name = "--api-key-env", .type = IG_FLAG_STRING, .off = O(api_key_env), .metavar = "VAR",
 	 .parse = check_nonempty, .help = "send Authorization: Bearer $VAR"},
+	IG_BULK_TLS_FLAGS(struct bulk_opts, check_readable),
 	{.name = "--model", .type = IG_FLAG_STRING, .off = O(model), .metavar = "NAME", .parse = check_nonempty,
 	 .help = "model for lines that do not name one"},
 	{.name = "--max-tokens", .type = IG_FLAG_LONG, .off = O(max_tokens), .min = 1, .max = 10000000,
@@ -490,6 +501,7 @@ static json_t *fetch_models(const struct bulk_opts *o, struct preflight *pf)
 	curl_easy_setopt(e, CURLOPT_URL, url);
 	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(e, CURLOPT_HTTPHEADER, h);
+	ig_bulk_tls_setopt(e, &o->tls);
 	curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, o->connect_timeout_s * 1000L);
 	curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, 30000L); /* a listing, not a generation */
 	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, collect);

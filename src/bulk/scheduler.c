@@ -204,6 +204,7 @@ static CURL *easy_get(struct sched *s)
 		return NULL;
 	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(e, CURLOPT_HTTPHEADER, s->headers);
+	ig_bulk_tls_setopt(e, &s->o->tls);
 	curl_easy_setopt(e, CURLOPT_POST, 1L);
 	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
 	curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
@@ -601,6 +602,7 @@ static void poll_start(struct sched *s, uint64_t now)
 	curl_easy_setopt(s->poll, CURLOPT_URL, s->poll_url);
 	curl_easy_setopt(s->poll, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(s->poll, CURLOPT_HTTPHEADER, s->headers);
+	ig_bulk_tls_setopt(s->poll, &s->o->tls);
 	curl_easy_setopt(s->poll, CURLOPT_WRITEFUNCTION, on_poll_body);
 	curl_easy_setopt(s->poll, CURLOPT_WRITEDATA, &s->poll_body);
 	curl_easy_setopt(s->poll, CURLOPT_TIMEOUT_MS, 5000L);

@@ -58,6 +58,7 @@ struct sb_answer {
 struct submit {
 	/* the flags (ig_flags_free frees the strings) */
 	char *input, *output, *errors_flag, *url_flag, *api_key_env, *batch_flag;
+	struct ig_bulk_tls tls;
 	int endpoint;           /* IG_EP_*, -1: from the first request line's "url" */
 	json_t *metadata;       /* --metadata KEY=VALUE, an object */
 	bool no_wait, cancel, force;
@@ -132,6 +133,15 @@ static void sb_sleep(long s)
 }
 
 /* ------------------------------------------------------------------ flags */
+
+static int sb_check_readable(void *target IG_UNUSED, const struct ig_flag *f IG_UNUSED, const char *what,
+			     const char *v, char **err)
+{
+	if (access(v, R_OK) == 0)
+		return 0;
+	*err = ig_strdupf("%s: '%s': %s", what, v, strerror(errno));
+	return -1;
+}
 
 static int sb_check_nonempty(void *target IG_UNUSED, const struct ig_flag *f IG_UNUSED, const char *what,
 			     const char *v, char **err)
@@ -210,6 +220,7 @@ static const struct ig_flag sb_flag_table[] = {
 	{.name = "--api-key-env", .type = IG_FLAG_STRING, .off = SB_OFF(api_key_env), .metavar = "VAR",
 	 .parse = sb_check_nonempty,
 	 .help = "send Authorization: Bearer $VAR (default: OPENAI_API_KEY, when it is set)"},
+	IG_BULK_TLS_FLAGS(struct submit, sb_check_readable),
 	{.name = "--metadata", .type = IG_FLAG_CUSTOM, .metavar = "KEY=VALUE", .parse = sb_parse_metadata,
 	 .help = "the batch's metadata; repeat it, at most 16 pairs"},
 	{.name = "--batch", .type = IG_FLAG_STRING, .off = SB_OFF(batch_flag), .metavar = "ID",
@@ -510,6 +521,7 @@ static void sb_prepare(struct submit *s, const char *method, const char *url)
 	curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, strcmp(method, "GET") == 0 ? NULL : method);
 	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(e, CURLOPT_HTTPHEADER, s->auth);
+	ig_bulk_tls_setopt(e, &s->tls);
 	curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, s->connect_timeout_s * 1000L);
 	/* files are large and a gateway may be slow to start sending: an idle
 	 * limit, never a total timeout */
