@@ -90,8 +90,10 @@ valgrind_run() {
 	lost=$(grep -o 'definitely lost: [0-9,]* bytes in [0-9,]* blocks' "$log" | tail -1)
 	errs=$(grep -o 'ERROR SUMMARY: [0-9,]* errors' "$log" | tail -1)
 	echo "# valgrind: ${errs:-no summary}; ${lost:-definitely lost: 0 bytes}"
+	tls_errs=$(grep -o 'ERROR SUMMARY: [0-9,]* errors' "$log.tls" 2>/dev/null | tail -1)
+	echo "# valgrind over HTTPS: ${tls_errs:-no summary}"
 	[ $rc = 0 ] || sed 's/^/# /' "$dir/valgrind_load.tap" | tail -40
-	report $rc "infergate under valgrind memcheck: load, client disconnects, SIGTERM (${errs:-?})" "$log"
+	report $rc "infergate under valgrind memcheck: load, client disconnects, SIGTERM (${errs:-?}), and over HTTPS with a certificate reload (${tls_errs:-?})" "$log"
 }
 
 tsan() {

@@ -227,8 +227,6 @@ static const struct ig_keyent *key_of(const struct ig_keyset *ks, struct MHD_Con
 	return *disabled ? NULL : e;
 }
 
-/* The gateway's own GET endpoints: 0 answered, 1 wrong method, 2 needs a
- * key, 3 the key is disabled, -1 not one of them. */
 /* What admin_listen moves off the listen address: the admin API,
  * /metrics and the status page (with its history). */
 static bool admin_only(const char *url)
@@ -244,6 +242,8 @@ static bool health_path(const char *url)
 	       strcmp(url, "/health/capacity") == 0;
 }
 
+/* The gateway's own GET endpoints: 0 answered, 1 wrong method, 2 needs a
+ * key, 3 the key is disabled, -1 not one of them. */
 static int local_endpoint(struct ig_gw *gw, struct MHD_Connection *conn, const char *path,
 			  const char *method, enum MHD_Result *ret)
 {
@@ -334,7 +334,7 @@ static bool admin_path(const char *url)
  * itself is the listen address's. */
 static bool wrong_door(const struct ig_gw *gw, enum ig_door door, const char *url)
 {
-	if (gw->admin_fd < 0 && door != IG_DOOR_ADMIN)
+	if (!gw->cfg->admin_listen_host) /* (its socket is closed at SIGTERM: the rule stays) */
 		return false;
 	if (door == IG_DOOR_ADMIN)
 		return !admin_only(url) && !health_path(url);

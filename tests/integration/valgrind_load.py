@@ -9,6 +9,11 @@ Run by tests/sanitize.sh (`make check-valgrind`) against a plain -O1 -g build:
 
     IG_BUILDDIR=BUILD IG_VALGRIND_LOG=FILE python3 tests/integration/valgrind_load.py
 
+The second test does the same over HTTPS (server_tls, an admin listener):
+requests and streams, a stream held while SIGHUP replaces the certificate,
+refused handshakes (plain HTTP, garbage, a half ClientHello left), then
+SIGTERM.
+
 Passes when every good request is answered 200, the last stream ends with
 [DONE], and valgrind exits 0 (no memory error, no definitely lost block:
 --errors-for-leak-kinds=definite --error-exitcode=1). valgrind's own report
@@ -18,6 +23,8 @@ import os
 import shutil
 import signal
 import socket
+import ssl
+import subprocess
 import tempfile
 import time
 
@@ -182,6 +189,97 @@ def gateway_under_valgrind_load_disconnects_sigterm():
     assert "ERROR SUMMARY: 0 errors" in report, report[-3000:]
     assert rc == 0, (rc, report[-3000:])
     assert ok == 250, ok
+    assert b"data: [DONE]" in rest, rest[-300:]
+
+
+def make_certs(d):
+    """A CA and two server certificates for 127.0.0.1 it signed (P-256)."""
+    def ossl(*a):
+        subprocess.run(["openssl", *a], check=True, capture_output=True)
+    ossl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "2",
+         "-subj", "/CN=vg ca", "-keyout", f"{d}/ca.key", "-out", f"{d}/ca.pem")
+    with open(f"{d}/san.cnf", "w") as f:
+        f.write("subjectAltName=IP:127.0.0.1\n")
+    for n in ("one", "two"):
+        ossl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj", "/CN=vg",
+             "-keyout", f"{d}/{n}.key", "-out", f"{d}/{n}.csr")
+        ossl("x509", "-req", "-in", f"{d}/{n}.csr", "-CA", f"{d}/ca.pem", "-CAkey", f"{d}/ca.key",
+             "-CAcreateserial", "-days", "2", "-extfile", f"{d}/san.cnf", "-out", f"{d}/{n}.pem")
+
+
+def tls_request(ctx, port, raw, keep=False):
+    s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port), 30), server_hostname="127.0.0.1")
+    s.settimeout(30)
+    s.sendall(raw)
+    if keep:
+        return s
+    out = b""
+    try:
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            out += b
+    except (socket.timeout, ConnectionResetError, ssl.SSLError):
+        pass
+    s.close()
+    return out
+
+
+@test
+def https_gateway_under_valgrind_reload_refused_handshakes_sigterm():
+    if not shutil.which("valgrind"):
+        raise AssertionError("valgrind is not installed (apt-get install -y valgrind)")
+    log = (os.environ.get("IG_VALGRIND_LOG") or tempfile.mktemp(prefix="ig-valgrind-", suffix=".log")) + ".tls"
+    d = tempfile.mkdtemp(prefix="ig-valgrind-tls-")
+    make_certs(d)
+    shutil.copy(f"{d}/one.pem", f"{d}/cert.pem")
+    shutil.copy(f"{d}/one.key", f"{d}/cert.key")
+    sim = start_sim("--tokens-per-second", "50", "--ttft-ms", "0")
+    gp, ap = free_port(), free_port()
+    vg = start(["valgrind", "--leak-check=full", "--show-leak-kinds=definite", "--errors-for-leak-kinds=definite",
+                "--error-exitcode=1", "--num-callers=30", f"--log-file={log}",
+                binary("infergate"), "--listen", f"127.0.0.1:{gp}", "--admin-listen", f"127.0.0.1:{ap}",
+                "--backend", sim.url, "--health-interval-ms", "200", "--shutdown-grace-s", "5",
+                "--server-tls-cert", f"{d}/cert.pem", "--server-tls-key", f"{d}/cert.key"],
+               port=gp, timeout=120)
+    time.sleep(1)
+    ctx = ssl.create_default_context(cafile=f"{d}/ca.pem")
+    ok = 0
+    for i in range(40):
+        r = tls_request(ctx, gp, post(b"/v1/chat/completions", {"model": "sim-model", "max_tokens": 4,
+                                                                "messages": [{"role": "user", "content": f"t{i}"}]},
+                                      key=b""))
+        ok += r.startswith(b"HTTP/1.1 200")
+    held = tls_request(ctx, gp, post(b"/v1/completions", {"model": "sim-model", "prompt": "held", "max_tokens": 100,
+                                                          "stream": True}, key=b""), keep=True)
+    shutil.copy(f"{d}/two.pem", f"{d}/cert.pem")
+    shutil.copy(f"{d}/two.key", f"{d}/cert.key")
+    os.kill(vg.pid, signal.SIGHUP)
+    time.sleep(1)
+    ok += tls_request(ctx, gp, b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").startswith(b"HTTP/1.1 200")
+    ok += tls_request(ctx, ap, b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").startswith(b"HTTP/1.1 200")
+    for raw in (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", b"\x00" * 64):
+        request(gp, raw)
+    rest = b""
+    try:
+        while b"[DONE]" not in rest:
+            b = held.recv(65536)
+            if not b:
+                break
+            rest += b
+    except (socket.timeout, ssl.SSLError):
+        pass
+    held.close()
+    os.kill(vg.pid, signal.SIGTERM)
+    rc = vg.wait(120)
+    print(f"# {ok} of 42 requests answered 200 over HTTPS under valgrind; the stream held over the reload finished: "
+          f"{b'[DONE]' in rest}; exit {rc}")
+    with open(log) as f:
+        report = f.read()
+    assert "ERROR SUMMARY: 0 errors" in report, report[-3000:]
+    assert rc == 0, (rc, report[-3000:])
+    assert ok == 42, ok
     assert b"data: [DONE]" in rest, rest[-300:]
 
 
