@@ -99,6 +99,10 @@ json_t *ig_flags_value_json(const struct ig_flag *f, const void *target);
 /* The help text: usage, one entry per flag (metavar, help wrapped, default,
  * the file key), --help and --version, the epilog. */
 void ig_flags_print_help(const struct ig_flags *spec, FILE *out);
+/* The same table as Markdown (usage, then one row per entry: flag, file key,
+ * default, metavar, help; file-only keys too), for docs/reference/. Printed
+ * by the hidden flag --help-markdown. */
+void ig_flags_print_markdown(const struct ig_flags *spec, FILE *out);
 /* The entry with this flag name or file key, or NULL. */
 const struct ig_flag *ig_flags_find(const struct ig_flags *spec, const char *name);
 /* Frees the STRING fields and sets them to NULL. */

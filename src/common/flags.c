@@ -182,6 +182,10 @@ int ig_flags_parse(const struct ig_flags *spec, void *target, int argc, char **a
 			ig_flags_print_help(spec, stdout);
 			return 1;
 		}
+		if (len == 15 && strncmp(a, "--help-markdown", 15) == 0) { /* not in --help: for `make docs-reference` */
+			ig_flags_print_markdown(spec, stdout);
+			return 1;
+		}
 		if (!spec->no_version && len == 9 && strncmp(a, "--version", 9) == 0) {
 			printf("%s %s\n", spec->prog, PACKAGE_VERSION);
 			return 1;
@@ -478,6 +482,69 @@ void ig_flags_print_help(const struct ig_flags *spec, FILE *out)
 		entry(out, "--version", "print the version and exit");
 	if (spec->epilog)
 		fputs(spec->epilog, out);
+}
+
+/* One table cell: '|' escaped (it would end the cell, even inside a code
+ * span), a newline as a space. */
+static void md_cell(FILE *out, const char *text, bool code)
+{
+	if (!text || !*text)
+		return;
+	if (code)
+		fputc('`', out);
+	for (const char *p = text; *p; p++) {
+		if (*p == '|')
+			fputs("\\|", out);
+		else if (*p == '\n')
+			fputc(' ', out);
+		else
+			fputc(*p, out);
+	}
+	if (code)
+		fputc('`', out);
+}
+
+void ig_flags_print_markdown(const struct ig_flags *spec, FILE *out)
+{
+	bool keys = false;
+	for (size_t i = 0; i < spec->n; i++)
+		keys |= spec->flags[i].key != NULL;
+	fprintf(out, "```\n%s", spec->usage);
+	if (spec->usage[0] && spec->usage[strlen(spec->usage) - 1] != '\n')
+		fputc('\n', out);
+	fputs("```\n\n", out);
+	fputs(keys ? "| Flag | File key | Default | Value | What it does |\n|---|---|---|---|---|\n"
+		   : "| Flag | Default | Value | What it does |\n|---|---|---|---|\n", out);
+	for (size_t i = 0; i < spec->n; i++) {
+		const struct ig_flag *f = &spec->flags[i];
+		bool takes_value = f->type != IG_FLAG_SWITCH && f->metavar && f->metavar[0];
+		fputs("| ", out);
+		if (f->name)
+			md_cell(out, f->name, true);
+		else
+			fputs("(file only)", out);
+		if (keys) {
+			fputs(" | ", out);
+			md_cell(out, f->key, true);
+		}
+		fputs(" | ", out);
+		if (f->type == IG_FLAG_SWITCH)
+			fputs("off", out);
+		else
+			md_cell(out, f->def, true);
+		fputs(" | ", out);
+		md_cell(out, takes_value ? f->metavar : NULL, true);
+		fputs(" | ", out);
+		md_cell(out, f->help, false);
+		fputs(" |\n", out);
+	}
+	fputs("| `--help` |", out);
+	fputs(keys ? " | | | print this help and exit |\n" : " | | print this help and exit |\n", out);
+	if (!spec->no_version)
+		fputs(keys ? "| `--version` | | | | print the version and exit |\n"
+			   : "| `--version` | | | print the version and exit |\n", out);
+	if (spec->epilog)
+		fprintf(out, "\n```\n%s```\n", spec->epilog[0] == '\n' ? spec->epilog + 1 : spec->epilog);
 }
 
 void ig_flags_free(const struct ig_flags *spec, void *target)

@@ -89,7 +89,7 @@ static const struct ig_flag flags[] = {
 	{.name = "--profile", .type = IG_FLAG_CHOICE, .off = OFF(profile), .def = "classic",
 	 .metavar = "classic|h100-8b|b200-27b-mtp",
 	 .help = "engine model: classic paces each request alone (--tokens-per-second, --ttft-ms); the others "
-		 "run decode steps over the batch, with a KV budget and a prefix cache (README: infergate-sim)"},
+		 "run decode steps over the batch, with a KV budget and a prefix cache (docs/simulator.md)"},
 	{.name = "--step-ms", .type = IG_FLAG_DOUBLE, .off = OFF(steps.step_ms), .min = 0.01, .max = 10000,
 	 .metavar = "X", .help = "step profiles: a decode step's base time, ms"},
 	{.name = "--step-per-request-us", .type = IG_FLAG_DOUBLE, .off = OFF(steps.per_request_us), .min = 0,
@@ -183,8 +183,8 @@ static const struct ig_flags spec = {
 	.positional = "unexpected argument '%s' (flags start with --)",
 };
 
-/* The profiles' knobs. Where the numbers come from: README, "infergate-sim
- * reference", engine profiles. */
+/* The profiles' knobs. Where the numbers come from: docs/simulator.md,
+ * engine profiles. */
 static const struct sim_steps profiles[] = {
 	[SIM_PROFILE_H100_8B] = {.step_ms = 6.2, .per_request_us = 30, .per_context_ns = 40, .tokens_per_step = 1,
 				 .prefill_tps = 60000, .chunk = 8192, .kv_tokens = 420000, .output_reserve = 128},

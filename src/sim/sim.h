@@ -2,7 +2,7 @@
  * HTTP side are handed, and the event sources the reactor dispatches. Types
  * and inline helpers only: no module's functions are declared here.
  *
- * The layers, calls only going down (README, "How it is built"):
+ * The layers, calls only going down (docs/how-it-is-built.md):
  *   main.c     startup
  *   reactor.c  the loop: MHD in external epoll mode, the engine's deadlines,
  *              signals and the hang-up watches of suspended clients
