@@ -6,7 +6,7 @@ src/common, in include/infergate/). Module A depends on module B when one of
 A's files #includes B's header or names a function or variable that B's .c
 defines (a call, or a callback taken by address), or a static inline function
 of B's header. LAYERS below declares each program's modules from the top layer
-down (for src/gateway, as README "How it is built" draws them): a module may
+down (for src/gateway, as docs/how-it-is-built.md draws them): a module may
 depend on modules of its own layer or below and on the libraries (src/common,
 src/batchfile), never on a layer above nor on another program; a module the table does not place fails
 too, so a new file must be given its layer here. Within a layer, and across

@@ -9,7 +9,7 @@
 #                                               image's user 10001 (default
 #                                               /var/tmp/infergate-rootfs)
 # PODMAN_RUN_FLAGS: more `podman run` flags, e.g. on a host that does not let
-# podman raise the open-file limit (README: "Installing"):
+# podman raise the open-file limit (docs/installing.md):
 #   PODMAN_RUN_FLAGS='--ulimit nofile=20000:20000 --ulimit nproc=4096:4096'
 # PODMAN_RUNTIME: the OCI runtime (runc where crun refuses hybrid cgroups).
 # Prints "ok"/"not ok" lines; exit 0 when all passed.

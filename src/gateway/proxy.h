@@ -1,6 +1,6 @@
 /* The request object: one proxied call, owning both halves (the client
  * connection and the upstream transfer). See proxy.c for its life;
- * README "How it is built" (and gateway.h) for the ownership rules the
+ * docs/how-it-is-built.md (and gateway.h) for the ownership rules the
  * struct's three parts follow. */
 #ifndef IG_PROXY_H
 #define IG_PROXY_H

@@ -4,7 +4,7 @@ pages render. The pages are written by hand for people; this test is what
 keeps them from drifting: every flag --help prints is an item of the page's
 option list (and of the right subcommand's), every item there is a flag
 --help prints, every configuration key --help names ([file: KEY]) or the
-README's Configuration table names is documented in infergate.json(5), and
+docs/configuring.md's table of every key names is documented in infergate.json(5), and
 groff finds nothing to warn about. Needs groff (Debian: groff-base) and
 man (Debian: man-db)."""
 import os
@@ -125,13 +125,13 @@ def agree(name, where, *argv):
 
 
 def readme_config_keys():
-    """The keys of the README's Configuration table (its first column)."""
-    with open(os.path.join(SRCDIR, "README.md")) as f:
+    """The keys of docs/configuring.md's table of every key (its first column)."""
+    with open(os.path.join(SRCDIR, "docs", "configuring.md")) as f:
         text = f.read()
-    start = text.index("\n### Configuration\n")
-    end = re.compile(r"^#{1,3} ", re.M).search(text, start + 20)
+    start = text.index("\n## Every key\n")
+    end = re.compile(r"^#{1,2} ", re.M).search(text, start + 20)
     keys = set()
-    for line in text[start:end.start()].splitlines():
+    for line in text[start:end.start() if end else len(text)].splitlines():
         if line.startswith("|") and not line.startswith("|---"):
             cells = [c.strip() for c in line.strip().strip("|").split("|")]
             keys |= set(re.findall(r"`([a-z0-9_.\[\]]+)`", cells[0]))
@@ -218,7 +218,7 @@ def config_page_documents_every_key():
     missing = sorted(top - keys) + sorted("backends[]." + k for k in entry - backends)
     assert not missing, f"man/infergate.json.5 does not document {missing}"
     unknown = keys - top
-    assert not unknown, f"man/infergate.json.5 documents {sorted(unknown)}, neither --help nor the README has them"
+    assert not unknown, f"man/infergate.json.5 documents {sorted(unknown)}, neither --help nor docs/configuring.md has them"
     assert {"url", "discover", "weight", "max_inflight", "models"} <= backends, backends
 
 

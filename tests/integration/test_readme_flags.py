@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""The README's flag tables and the programs' --help agree: both come from
-the flag tables in the sources (the flag library), and this test is what keeps
-the README honest. Every flag --help prints is documented in its README
-section, and every flag a README table names is one --help prints."""
+"""The hand-written flag tables of docs/ and the programs' --help agree: --help
+comes from the flag tables in the sources (the flag library), and this test is
+what keeps the explained tables honest (docs/reference/ is generated from the
+same tables and checked by test_reference.py). Every flag --help prints is
+documented in its section of docs/, and every flag a table there names is one
+--help prints."""
 import os
 import re
 import subprocess
@@ -14,14 +16,21 @@ FLAG = re.compile(r"--[a-z0-9][a-z0-9-]*")
 HELP_FLAG = re.compile(r"^  (--[a-z0-9][a-z0-9-]*)", re.M)
 
 
-def readme_section(title):
+def doc_section(page, title):
     src = os.environ.get("IG_SRCDIR") or os.path.join(os.path.dirname(__file__), "..", "..")
-    with open(os.path.join(src, "README.md")) as f:
-        text = f.read()
+    with open(os.path.join(src, "docs", page)) as f:
+        text = "\n" + f.read()  # a title on the first line is found like any other
     start = text.index("\n" + title + "\n") + 1
     level = len(title) - len(title.lstrip("#"))
     # the section runs to the next heading of the same or a higher level
-    end = re.compile(r"^#{1,%d} " % level, re.M).search(text, start + len(title))
+    # (a line starting with '#' inside a code block is no heading)
+    heading = re.compile(r"^```.*?^```|^#{1,%d} " % level, re.M | re.S)
+    pos = start + len(title)
+    while True:
+        end = heading.search(text, pos)
+        if not end or not end.group(0).startswith("```"):
+            break
+        pos = end.end()
     return text[start:end.start() if end else len(text)]
 
 
@@ -45,8 +54,8 @@ def help_flags(*argv):
     return found
 
 
-def agree(section_title, column, *argv):
-    section = readme_section(section_title)
+def agree(page, section_title, column, *argv):
+    section = doc_section(page, section_title)
     in_table = table_flags(section, column)
     assert in_table, f"no flags found in the table of '{section_title}'"
     in_help = help_flags(*argv)
@@ -58,27 +67,27 @@ def agree(section_title, column, *argv):
 
 @test
 def gateway_configuration_table_matches_help():
-    agree("### Configuration", 1, "infergate")
+    agree("configuring.md", "## Every key", 1, "infergate")
 
 
 @test
 def bulk_reference_table_matches_help():
-    agree("## infergate-bulk reference", 0, "infergate-bulk")
+    agree("bulk-runs.md", "## infergate-bulk reference", 0, "infergate-bulk")
 
 
 @test
 def bulk_submit_table_matches_help():
-    agree("## infergate-bulk submit reference", 0, "infergate-bulk", "submit")
+    agree("bulk-runs.md", "## infergate-bulk submit reference", 0, "infergate-bulk", "submit")
 
 
 @test
 def sim_reference_table_matches_help():
-    agree("## infergate-sim reference", 0, "infergate-sim")
+    agree("simulator.md", "# The simulator: infergate-sim", 0, "infergate-sim")
 
 
 @test
 def the_check_finds_a_flag_missing_from_help():
-    # the comparison itself can fail: a README line naming a flag no program has
+    # the comparison itself can fail: a table line naming a flag no program has
     section = "| `--no-such-flag` | | |\n"
     assert table_flags(section, 0) == {"--no-such-flag"}
     assert "--no-such-flag" not in help_flags("infergate-sim")
