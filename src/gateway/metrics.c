@@ -776,12 +776,14 @@ static void server_tls(struct ig_buf *b, struct ig_gw *gw)
 		return;
 	struct ig_servertls_stats st;
 	ig_servertls_stats(gw->tls, &st);
-	ig_buf_printf(b, "# HELP infergate_tls_handshakes_total Client TLS handshakes, by result (failed: the "
-		      "connection closed before its handshake ended: plain HTTP, garbage, no or a refused client "
-		      "certificate, a stalled handshake timed out).\n"
+	ig_buf_printf(b, "# HELP infergate_tls_handshakes_total Client connections to the HTTPS listeners by how "
+		      "their handshake ended: ok; failed (a ClientHello, then no finished handshake: a version or "
+		      "suite refused, no or a refused client certificate, stalled and timed out); not_tls (closed "
+		      "before a ClientHello: plain HTTP, garbage, a TCP check).\n"
 		      "# TYPE infergate_tls_handshakes_total counter\n"
 		      "infergate_tls_handshakes_total{result=\"ok\"} %llu\n"
 		      "infergate_tls_handshakes_total{result=\"failed\"} %llu\n"
+		      "infergate_tls_handshakes_total{result=\"not_tls\"} %llu\n"
 		      "# HELP infergate_tls_certificate_reloads_total Certificates read again on SIGHUP, by result "
 		      "(failed: the running one kept).\n"
 		      "# TYPE infergate_tls_certificate_reloads_total counter\n"
@@ -792,6 +794,7 @@ static void server_tls(struct ig_buf *b, struct ig_gw *gw)
 		      "# TYPE infergate_tls_certificate_expiry_timestamp_seconds gauge\n"
 		      "infergate_tls_certificate_expiry_timestamp_seconds{serial=\"%s\"} %lld\n",
 		      (unsigned long long)st.handshakes_ok, (unsigned long long)st.handshakes_failed,
+		      (unsigned long long)st.not_tls,
 		      (unsigned long long)st.reloads_ok, (unsigned long long)st.reloads_failed, st.serial,
 		      (long long)st.not_after);
 }

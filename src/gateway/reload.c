@@ -66,7 +66,7 @@ static void keep(char **next, char **running)
  * them, those open keep theirs. A problem keeps the running ones, logged.
  * Turning HTTPS on or off and its priorities need a restart. With `next`
  * a new configuration, what it keeps is moved into it from the running one. */
-static void reload_tls(struct ig_gw *gw, struct ig_conf *next)
+static int reload_tls(struct ig_gw *gw, struct ig_conf *next)
 {
 	struct ig_conf *run = gw->cfg, *nc = next ? next : gw->cfg;
 	if (next && (*nc->server_tls_cert != '\0') != (gw->tls != NULL)) {
@@ -81,7 +81,7 @@ static void reload_tls(struct ig_gw *gw, struct ig_conf *next)
 		keep(&nc->server_tls_priorities, &run->server_tls_priorities);
 	}
 	if (!gw->tls)
-		return;
+		return 0;
 	struct ig_servertls_files f = {nc->server_tls_cert, nc->server_tls_key, nc->server_tls_client_ca,
 				       nc->server_tls_priorities};
 	char *err = NULL;
@@ -94,12 +94,13 @@ static void reload_tls(struct ig_gw *gw, struct ig_conf *next)
 			keep(&nc->server_tls_key, &run->server_tls_key);
 			keep(&nc->server_tls_client_ca, &run->server_tls_client_ca);
 		}
-		return;
+		return -1;
 	}
 	struct ig_servertls_stats st;
 	ig_servertls_stats(gw->tls, &st);
 	ig_log_info("reload: server_tls certificate %s read: serial %s; new connections get it", nc->server_tls_cert,
 		    st.serial);
+	return 0;
 }
 
 int ig_reload_files(struct ig_gw *gw, const struct ig_conf *cfg, char **err)
@@ -145,15 +146,20 @@ int ig_reload(struct ig_gw *gw)
 			free(err);
 			return -1;
 		}
-		reload_tls(gw, NULL);
+		int tls = reload_tls(gw, NULL);
 		ig_log_info("reload: started without --config; the key files re-read (%zu API keys)", gw->api_keys.n);
 		gw->drain_pending = true;
-		return 0;
+		return tls; /* a certificate kept is a reload refused, for systemd's status */
 	}
 	if (ig_conf_from_args(&nc, gw->argc, gw->argv, &err) != 0 ||
 	    ig_reload_files(gw, &nc, &err) < 0) {
-		for (char *line = strtok(err, "\n"); line; line = strtok(NULL, "\n"))
+		bool tls_refused = false;
+		for (char *line = strtok(err, "\n"); line; line = strtok(NULL, "\n")) {
 			ig_log_error("reload rejected, running configuration kept: %s", line);
+			tls_refused |= strncmp(line, "server_tls.", 11) == 0; /* conf.c names the key first */
+		}
+		if (tls_refused && gw->tls)
+			ig_servertls_reload_refused(gw->tls);
 		free(err);
 		ig_conf_free(&nc);
 		return -1;

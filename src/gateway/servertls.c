@@ -30,16 +30,17 @@ struct ig_servertls {
 	struct creds *cur, *retired;
 	char *priorities;
 	struct MHD_OptionItem opts[4];
-	_Atomic uint64_t ok, failed;
+	_Atomic uint64_t ok, failed, not_tls;
 	uint64_t reloads_ok, reloads_failed;
 };
 
 /* A connection's record (its socket context): the credentials it holds,
- * and whether its handshake ended (the hook, on its reactor). */
+ * and how far its handshake went (the hook, on its reactor). */
 struct conn {
 	struct ig_servertls *t;
 	struct creds *c;
-	bool handshaken;
+	bool hello;       /* a ClientHello came in: it speaks TLS */
+	bool handshaken;  /* the client's Finished came in */
 };
 
 /* A file's text, NUL-terminated; NULL with the problem said, named by key. */
@@ -263,6 +264,11 @@ static void reap(struct ig_servertls *t)
 	}
 }
 
+void ig_servertls_reload_refused(struct ig_servertls *t)
+{
+	t->reloads_failed++;
+}
+
 int ig_servertls_reload(struct ig_servertls *t, const struct ig_servertls_files *f, char **err)
 {
 	struct ig_buf errs;
@@ -304,13 +310,18 @@ const struct MHD_OptionItem *ig_servertls_mhd_options(struct ig_servertls *t)
 	return t->opts;
 }
 
-/* A Finished message came in: the client finished its side of the
- * handshake (the last message it sends in TLS 1.2 and 1.3 alike). */
-static int on_finished(gnutls_session_t s, unsigned htype IG_UNUSED, unsigned when IG_UNUSED, unsigned incoming,
-		       const gnutls_datum_t *msg IG_UNUSED)
+/* A handshake message was processed: a ClientHello says the client
+ * speaks TLS; its Finished, that it finished its side of the handshake
+ * (the last message it sends in TLS 1.2 and 1.3 alike). */
+static int on_message(gnutls_session_t s, unsigned htype, unsigned when IG_UNUSED, unsigned incoming,
+		      const gnutls_datum_t *msg IG_UNUSED)
 {
 	struct conn *r = gnutls_db_get_ptr(s);
-	if (incoming && r && !r->handshaken) {
+	if (!incoming || !r)
+		return 0;
+	if (htype == GNUTLS_HANDSHAKE_CLIENT_HELLO)
+		r->hello = true;
+	else if (htype == GNUTLS_HANDSHAKE_FINISHED && !r->handshaken) {
 		r->handshaken = true;
 		atomic_fetch_add(&r->t->ok, 1);
 	}
@@ -339,7 +350,7 @@ void ig_servertls_conn_started(struct ig_servertls *t, struct MHD_Connection *co
 	/* The session's database pointer is free (libmicrohttpd keeps no
 	 * session cache): it carries the record to the hook. */
 	gnutls_db_set_ptr(s, r);
-	gnutls_handshake_set_hook_function(s, GNUTLS_HANDSHAKE_FINISHED, GNUTLS_HOOK_POST, on_finished);
+	gnutls_handshake_set_hook_function(s, GNUTLS_HANDSHAKE_ANY, GNUTLS_HOOK_POST, on_message);
 	*socket_context = r;
 }
 
@@ -350,7 +361,7 @@ void ig_servertls_conn_closed(struct ig_servertls *t, void **socket_context)
 	if (!r)
 		return;
 	if (!r->handshaken)
-		atomic_fetch_add(&t->failed, 1);
+		atomic_fetch_add(r->hello ? &t->failed : &t->not_tls, 1);
 	r->c->users--;
 	if (r->c != t->cur && r->c->users == 0)
 		reap(t);
@@ -361,6 +372,7 @@ void ig_servertls_stats(const struct ig_servertls *t, struct ig_servertls_stats 
 {
 	out->handshakes_ok = atomic_load(&t->ok);
 	out->handshakes_failed = atomic_load(&t->failed);
+	out->not_tls = atomic_load(&t->not_tls);
 	out->reloads_ok = t->reloads_ok;
 	out->reloads_failed = t->reloads_failed;
 	out->not_after = t->cur->not_after;

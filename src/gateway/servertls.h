@@ -45,6 +45,10 @@ struct ig_servertls *ig_servertls_open(const struct ig_servertls_files *f, char 
  * the daemon's and stay those it started with. */
 int ig_servertls_reload(struct ig_servertls *t, const struct ig_servertls_files *f, char **err);
 
+/* A reload refused before it got to the files (the new configuration
+ * names bad ones: conf.c checked them): counted as a failed one. */
+void ig_servertls_reload_refused(struct ig_servertls *t);
+
 void ig_servertls_free(struct ig_servertls *t);
 
 /* libmicrohttpd's options for a TLS daemon (MHD_OPTION_ARRAY's items, END
@@ -57,7 +61,9 @@ void ig_servertls_conn_started(struct ig_servertls *t, struct MHD_Connection *co
 void ig_servertls_conn_closed(struct ig_servertls *t, void **socket_context);
 
 struct ig_servertls_stats {
-	uint64_t handshakes_ok, handshakes_failed; /* connections closed before their handshake ended fail */
+	uint64_t handshakes_ok;
+	uint64_t handshakes_failed; /* connections closed after a ClientHello, before their handshake ended */
+	uint64_t not_tls;           /* closed before a ClientHello: plain HTTP, garbage, a TCP check */
 	uint64_t reloads_ok, reloads_failed;
 	int64_t not_after;      /* the current certificate's expiry, Unix seconds */
 	char serial[80];        /* its serial number, hex */
