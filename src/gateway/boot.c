@@ -185,7 +185,7 @@ int ig_boot_init(struct ig_gw *gw, struct ig_conf *cfg)
 		return -1;
 	if (*cfg->server_tls_cert) {
 		struct ig_servertls_files f = {cfg->server_tls_cert, cfg->server_tls_key, cfg->server_tls_client_ca,
-					       cfg->server_tls_priorities};
+					       cfg->server_tls_priorities, cfg->server_tls_tickets != 0};
 		if (!(gw->tls = ig_servertls_open(&f, &err))) {
 			for (char *line = strtok(err, "\n"); line; line = strtok(NULL, "\n"))
 				ig_log_error("%s", line);

@@ -164,6 +164,11 @@ static const struct ig_flag keys[] = {
 	 .off = OFF(server_tls_priorities), .def = IG_SERVERTLS_DEFAULT_PRIORITIES, .metavar = "STRING",
 	 .help = "HTTPS for clients: GnuTLS priority string (protocol versions, cipher suites); the default allows "
 		 "TLS 1.2 and 1.3 with GnuTLS's NORMAL suites"},
+	{.name = "--server-tls-session-tickets", .key = "server_tls.session_tickets", .type = IG_FLAG_LONG,
+	 .off = OFF(server_tls_tickets), .min = 0, .max = 1, .def = "1", .metavar = "0|1",
+	 .help = "HTTPS for clients: 1 gives clients session tickets, so one that comes back resumes without a "
+		 "full handshake (and a TLS 1.3 client gets its first answer without waiting for an ACK); 0: every "
+		 "connection a full handshake"},
 	{.name = "--backend", .key = "backends", .type = IG_FLAG_CUSTOM, .metavar = "URL",
 	 .parse = parse_backend_flag, .parse_json = parse_backends_json,
 	 .help = "backend base URL, URL#MODEL,MODEL... to name the models it serves (else they are learned "
@@ -1045,7 +1050,7 @@ static void check_server_tls(const struct ig_conf *cfg, struct ig_buf *errs)
 		return;
 	}
 	struct ig_servertls_files f = {cfg->server_tls_cert, cfg->server_tls_key, cfg->server_tls_client_ca,
-				       cfg->server_tls_priorities};
+				       cfg->server_tls_priorities, cfg->server_tls_tickets != 0};
 	ig_servertls_check(&f, errs);
 }
 

@@ -66,6 +66,7 @@ struct ig_conf {
 	char *server_tls_key;       /* its PEM private key */
 	char *server_tls_client_ca; /* PEM CAs a client's certificate must come from; "" = none asked */
 	char *server_tls_priorities; /* GnuTLS priority string: versions and cipher suites */
+	long server_tls_tickets;    /* 1: session tickets (resumption) */
 	struct ig_backend_conf *backends;
 	size_t n_backends;
 	int policy;                 /* the routing policy: its row in policy_list.h */

@@ -80,10 +80,14 @@ static int reload_tls(struct ig_gw *gw, struct ig_conf *next)
 		ig_log_warn("reload: server_tls.priorities needs a restart; keeping '%s'", run->server_tls_priorities);
 		keep(&nc->server_tls_priorities, &run->server_tls_priorities);
 	}
+	if (next && nc->server_tls_tickets != run->server_tls_tickets) {
+		ig_log_warn("reload: server_tls.session_tickets needs a restart; keeping %ld", run->server_tls_tickets);
+		nc->server_tls_tickets = run->server_tls_tickets;
+	}
 	if (!gw->tls)
 		return 0;
 	struct ig_servertls_files f = {nc->server_tls_cert, nc->server_tls_key, nc->server_tls_client_ca,
-				       nc->server_tls_priorities};
+				       nc->server_tls_priorities, false};
 	char *err = NULL;
 	if (ig_servertls_reload(gw->tls, &f, &err) < 0) {
 		for (char *line = strtok(err, "\n"); line; line = strtok(NULL, "\n"))

@@ -29,6 +29,7 @@ struct creds {
 struct ig_servertls {
 	struct creds *cur, *retired;
 	char *priorities;
+	gnutls_datum_t ticket_key; /* session tickets: resumption, and TLS 1.3's ticket after the handshake */
 	struct MHD_OptionItem opts[4];
 	_Atomic uint64_t ok, failed, not_tls;
 	uint64_t reloads_ok, reloads_failed;
@@ -247,6 +248,8 @@ struct ig_servertls *ig_servertls_open(const struct ig_servertls_files *f, char 
 	ig_buf_free(&errs);
 	t->cur = c;
 	set_options(t);
+	if (f->tickets && gnutls_session_ticket_key_generate(&t->ticket_key) < 0)
+		t->ticket_key = (gnutls_datum_t){NULL, 0};
 	return t;
 }
 
@@ -302,6 +305,10 @@ void ig_servertls_free(struct ig_servertls *t)
 		creds_free(c);
 	}
 	free(t->priorities);
+	if (t->ticket_key.data) {
+		gnutls_memset(t->ticket_key.data, 0, t->ticket_key.size);
+		gnutls_free(t->ticket_key.data);
+	}
 	free(t);
 }
 
@@ -342,6 +349,16 @@ void ig_servertls_conn_started(struct ig_servertls *t, struct MHD_Connection *co
 	r->c = t->cur;
 	r->c->users++;
 	gnutls_credentials_set(s, GNUTLS_CRD_CERTIFICATE, r->c->cred);
+	/* Session tickets, as nginx and HAProxy have them by default: a client
+	 * that comes back resumes without a full handshake, and TLS 1.3's
+	 * ticket right after the handshake makes the client's TCP see an
+	 * answer at once (without one, a client with Nagle on, Python's
+	 * http.client for one, waited for our delayed ACK: 43 ms before its
+	 * first request; bench/tls.py). The key is made at start and kept:
+	 * tickets outlive a certificate reload, not a restart. Off with
+	 * server_tls.session_tickets 0. */
+	if (t->ticket_key.data)
+		gnutls_session_ticket_enable_server(s, &t->ticket_key);
 	if (r->c->client_ca) {
 		/* The handshake fails without a certificate the CAs signed. */
 		gnutls_certificate_server_set_request(s, GNUTLS_CERT_REQUIRE);

@@ -30,6 +30,7 @@ struct ig_servertls;
 /* What server_tls says, by file. */
 struct ig_servertls_files {
 	const char *cert_file, *key_file, *client_ca_file, *priorities;
+	bool tickets;   /* session tickets (server_tls.session_tickets), taken at open */
 };
 
 /* Every problem of the files and settings, each named by its key, added
