@@ -167,8 +167,7 @@ static const struct ig_flag keys[] = {
 	{.name = "--server-tls-session-tickets", .key = "server_tls.session_tickets", .type = IG_FLAG_LONG,
 	 .off = OFF(server_tls_tickets), .min = 0, .max = 1, .def = "1", .metavar = "0|1",
 	 .help = "HTTPS for clients: 1 gives clients session tickets, so one that comes back resumes without a "
-		 "full handshake (and a TLS 1.3 client gets its first answer without waiting for an ACK); 0: every "
-		 "connection a full handshake"},
+		 "full handshake; 0: every connection a full handshake"},
 	{.name = "--backend", .key = "backends", .type = IG_FLAG_CUSTOM, .metavar = "URL",
 	 .parse = parse_backend_flag, .parse_json = parse_backends_json,
 	 .help = "backend base URL, URL#MODEL,MODEL... to name the models it serves (else they are learned "

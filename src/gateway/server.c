@@ -11,6 +11,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -569,13 +570,22 @@ static struct ig_httpd *pick_httpd(struct ig_rx *rx, enum ig_door door)
 	return (h = start_httpd(rx, door)) ? h : least;
 }
 
-/* A client's socket to one of rx's daemons (on rx's thread). */
+/* A client's socket to one of rx's daemons (on rx's thread). A TLS one
+ * gets TCP_NODELAY: libmicrohttpd corks and uncorks plain HTTP answers
+ * itself, not TLS records, and GnuTLS writes an answer in more than one
+ * record: with Nagle on, the last one waited for the client's delayed ACK
+ * (about 40 ms per new connection of a client with Nagle on too,
+ * bench/tls.py's probe; nginx sets tcp_nodelay too). */
 static void take_client(struct ig_rx *rx, struct ig_newfd *c)
 {
 	struct ig_httpd *h = pick_httpd(rx, c->door);
 	if (!h) {
 		close(c->fd);
 		return;
+	}
+	if (rx->gw->tls && c->door != IG_DOOR_INTERNAL) {
+		int one = 1;
+		setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	}
 	if (c->door != IG_DOOR_PUBLIC) { /* counted by their daemon alone */
 		if (MHD_add_connection(h->mhd, c->fd, (struct sockaddr *)&c->addr, c->len) == MHD_YES)

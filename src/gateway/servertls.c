@@ -4,6 +4,8 @@
 #include <errno.h>
 #include <gnutls/gnutls.h>
 #include <gnutls/x509.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -331,6 +333,14 @@ static int on_message(gnutls_session_t s, unsigned htype, unsigned when IG_UNUSE
 	else if (htype == GNUTLS_HANDSHAKE_FINISHED && !r->handshaken) {
 		r->handshaken = true;
 		atomic_fetch_add(&r->t->ok, 1);
+		/* Acknowledge the client's last flight now: GnuTLS has sent its
+		 * session tickets already (TLS 1.3 lets it, before the client's
+		 * Finished) and has nothing more to send, so the ACK would wait
+		 * for the kernel's delayed-ACK timer, and a client with Nagle on
+		 * holds its first request until then (40 ms a new connection;
+		 * bench/tls.py's probe, strace). */
+		int one = 1;
+		setsockopt(gnutls_transport_get_int(s), IPPROTO_TCP, TCP_QUICKACK, &one, sizeof(one));
 	}
 	return 0;
 }
@@ -350,13 +360,9 @@ void ig_servertls_conn_started(struct ig_servertls *t, struct MHD_Connection *co
 	r->c->users++;
 	gnutls_credentials_set(s, GNUTLS_CRD_CERTIFICATE, r->c->cred);
 	/* Session tickets, as nginx and HAProxy have them by default: a client
-	 * that comes back resumes without a full handshake, and TLS 1.3's
-	 * ticket right after the handshake makes the client's TCP see an
-	 * answer at once (without one, a client with Nagle on, Python's
-	 * http.client for one, waited for our delayed ACK: 43 ms before its
-	 * first request; bench/tls.py). The key is made at start and kept:
-	 * tickets outlive a certificate reload, not a restart. Off with
-	 * server_tls.session_tickets 0. */
+	 * that comes back resumes without a full handshake. The key is made at
+	 * start and kept: tickets outlive a certificate reload, not a restart.
+	 * Off with server_tls.session_tickets 0. */
 	if (t->ticket_key.data)
 		gnutls_session_ticket_enable_server(s, &t->ticket_key);
 	if (r->c->client_ca) {

@@ -393,6 +393,23 @@ def curl_over_https_chat_and_stream_plain_http_refused_and_the_handshake_counter
     wait_until(lambda: handshakes(gw.port, ctx, "not_tls") >= not_tls0 + 2, timeout=5,
                what="2 connections that were not TLS counted (plain HTTP)")
 
+    # Session tickets: a client that comes back with its session resumes (no full handshake)
+    def health_on(session=None):
+        with socket.create_connection(("127.0.0.1", gw.port), timeout=5) as raw:
+            with ctx.wrap_socket(raw, server_hostname="127.0.0.1", session=session) as s:
+                s.sendall(b"GET /health HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n\r\n")
+                data = b""
+                while True:
+                    b = s.recv(4096)
+                    if not b:
+                        break
+                    data += b
+                assert data.startswith(b"HTTP/1.1 200"), data[:100]
+                return s.session, s.session_reused
+    first, reused = health_on()
+    assert not reused
+    assert health_on(first)[1], "a session offered again was not resumed (session tickets)"
+
     # TLS 1.2 and 1.3 are served, 1.1 not (the client allows it: SECLEVEL=0)
     for version in (ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3):
         cx = c.ctx()
