@@ -196,7 +196,8 @@ int ig_boot_init(struct ig_gw *gw, struct ig_conf *cfg)
 	gw->listen_fd = bind_listen("listen", cfg->listen_host, cfg->listen_port);
 	if (gw->listen_fd < 0)
 		return -1;
-	if (cfg->admin_listen_host && (gw->admin_fd = bind_listen("admin_listen", cfg->admin_listen_host, cfg->admin_listen_port)) < 0)
+	if (cfg->admin_listen_host &&
+	    (gw->admin_fd = bind_listen("admin_listen", cfg->admin_listen_host, cfg->admin_listen_port)) < 0)
 		return -1;
 	if (gw->files) {
 		if ((gw->self_fd = bind_self(gw)) < 0)

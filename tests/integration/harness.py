@@ -307,6 +307,22 @@ def assert_openai_error(status, obj, want_status, want_type=None):
         assert e["type"] == want_type, obj
 
 
+def rss_kb(pid):
+    """A process's resident memory, kB (VmRSS)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise KeyError("VmRSS")
+
+
+def sanitized(pid):
+    """ASan holds freed memory in quarantine: RSS says nothing about leaks
+    there (LeakSanitizer checks those at exit instead)."""
+    with open(f"/proc/{pid}/maps") as f:
+        return "libasan" in f.read()
+
+
 def wait_until(pred, timeout=10.0, interval=0.05, what="condition"):
     """Poll pred() until it returns a truthy value; returns it or raises."""
     deadline = time.monotonic() + timeout

@@ -15,26 +15,11 @@ import socket
 import subprocess
 import time
 
-from harness import (FakeBackend, assert_openai_error, binary, chat_body, http, http_json, run,
-                     start_gateway, start_sim, test, wait_until)
+from harness import (FakeBackend, assert_openai_error, binary, chat_body, http, http_json, rss_kb, run,
+                     sanitized, start_gateway, start_sim, test, wait_until)
 
 FAST = ("--tokens-per-second", "0", "--ttft-ms", "0")
 SMALL_BODY = 4096
-
-
-def sanitized(pid):
-    """ASan holds freed memory in quarantine: RSS says nothing about leaks
-    there (LeakSanitizer checks those at exit instead)."""
-    with open(f"/proc/{pid}/maps") as f:
-        return "libasan" in f.read()
-
-
-def rss_kb(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise KeyError("VmRSS")
 
 
 def exchange(port, data, wait=2.0, until_close=False, count=1):

@@ -23,10 +23,9 @@ import threading
 import time
 import types
 
-from harness import (BOUNDARY, Dir, assert_openai_error, binary, bulk, chat_body, ensure_openai, free_port,
-                     ids, lines, multipart,
-                     run, run_client, sim_requests, sse_events, start_gateway, start_sim, stateful_backend, test,
-                     wait_listening, wait_until)
+from harness import (BOUNDARY, Dir, assert_openai_error, binary, bulk, chat_body, ensure_openai, free_port, ids,
+                     lines, multipart, rss_kb, run, run_client, sanitized, sim_requests, sse_events, start_gateway,
+                     start_sim, stateful_backend, test, wait_listening, wait_until)
 
 FAST = ("--tokens-per-second", "0", "--ttft-ms", "0")
 
@@ -314,21 +313,6 @@ def raw_exchange(port, data, wait=3.0):
     finally:
         s.close()
     return out, closed
-
-
-def rss_kb(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise KeyError("VmRSS")
-
-
-def sanitized(pid):
-    """ASan holds freed memory in quarantine: RSS says nothing about leaks
-    there (LeakSanitizer checks those at exit instead)."""
-    with open(f"/proc/{pid}/maps") as f:
-        return "libasan" in f.read()
 
 
 def stops_clean(gw):

@@ -63,7 +63,9 @@ static void setup(void)
 	ck_assert_int_eq(listen(fd, 16), 0);
 	ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
 	port = ntohs(a.sin_port);
-	mhd = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0, NULL, NULL, handler, &gw,
+	/* the handler's argument: a daemon of the gateway's (its door: the listen address's) */
+	mhd = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0, NULL, NULL, handler,
+			       &ig_gw_home(&gw)->httpd[0],
 			       MHD_OPTION_NOTIFY_COMPLETED, completed, &gw, MHD_OPTION_LISTEN_SOCKET, fd,
 			       MHD_OPTION_END);
 	ck_assert_ptr_nonnull(mhd);
