@@ -317,10 +317,12 @@ def rss_kb(pid):
 
 
 def sanitized(pid):
-    """ASan holds freed memory in quarantine: RSS says nothing about leaks
-    there (LeakSanitizer checks those at exit instead)."""
+    """ASan holds freed memory in quarantine and ThreadSanitizer keeps its
+    shadow and history: RSS says nothing about leaks there (LeakSanitizer
+    checks those at exit instead)."""
     with open(f"/proc/{pid}/maps") as f:
-        return "libasan" in f.read()
+        maps = f.read()
+    return "libasan" in maps or "libtsan" in maps
 
 
 def wait_until(pred, timeout=10.0, interval=0.05, what="condition"):
