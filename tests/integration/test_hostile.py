@@ -15,64 +15,11 @@ import socket
 import subprocess
 import time
 
-from harness import (FakeBackend, assert_openai_error, binary, chat_body, http, http_json, rss_kb, run,
-                     sanitized, start_gateway, start_sim, test, wait_until)
+from harness import (FakeBackend, assert_openai_error, binary, chat_body, exchange, http, http_json, responses,
+                     rss_kb, run, sanitized, start_gateway, start_sim, test, wait_until)
 
 FAST = ("--tokens-per-second", "0", "--ttft-ms", "0")
 SMALL_BODY = 4096
-
-
-def exchange(port, data, wait=2.0, until_close=False, count=1):
-    """Sends raw bytes and reads the answer: until `count` whole responses
-    arrived (or, with until_close, until the server closes), or until it is
-    silent for `wait` seconds. Returns (bytes received, closed by the server)."""
-    s = socket.create_connection(("127.0.0.1", port))
-    s.settimeout(wait)
-    out = b""
-    closed = False
-    try:
-        s.sendall(data)
-        while True:
-            d = s.recv(65536)
-            if not d:
-                closed = True
-                break
-            out += d
-            if not until_close and len(responses(out)) >= count:
-                break
-    except socket.timeout:
-        pass
-    except (ConnectionResetError, BrokenPipeError):
-        closed = True
-    finally:
-        s.close()
-    return out, closed
-
-
-def responses(data):
-    """Splits raw bytes into [(status, headers dict, body)] of the whole
-    responses in it (Content-Length framed, which is all the gateway sends
-    for errors; interim 1xx responses are skipped)."""
-    out = []
-    while data.startswith(b"HTTP/"):
-        head, sep, rest = data.partition(b"\r\n\r\n")
-        if not sep:
-            break
-        lines = head.split(b"\r\n")
-        status = int(lines[0].split()[1])
-        hdrs = {}
-        for ln in lines[1:]:
-            k, _, v = ln.decode("latin-1").partition(":")
-            hdrs[k.strip().lower()] = v.strip()
-        if 100 <= status < 200:
-            data = rest
-            continue
-        n = int(hdrs.get("content-length", "0"))
-        if len(rest) < n:
-            break
-        out.append((status, hdrs, rest[:n]))
-        data = rest[n:]
-    return out
 
 
 def openai_error(status, body, want):

@@ -23,9 +23,9 @@ import threading
 import time
 import types
 
-from harness import (BOUNDARY, Dir, assert_openai_error, binary, bulk, chat_body, ensure_openai, free_port, ids,
-                     lines, multipart, rss_kb, run, run_client, sanitized, sim_requests, sse_events, start_gateway,
-                     start_sim, stateful_backend, test, wait_listening, wait_until)
+from harness import (BOUNDARY, Dir, assert_openai_error, binary, bulk, chat_body, ensure_openai, exchange, free_port,
+                     ids, lines, multipart, rss_kb, run, run_client, sanitized, sim_requests, sse_events,
+                     start_gateway, start_sim, stateful_backend, test, wait_listening, wait_until)
 
 FAST = ("--tokens-per-second", "0", "--ttft-ms", "0")
 
@@ -292,29 +292,6 @@ def client_hello():
     return hello
 
 
-def raw_exchange(port, data, wait=3.0):
-    """Sends raw bytes on a plain TCP socket, reads until the server closes or
-    is silent for `wait` s: (bytes received, closed by the server)."""
-    s = socket.create_connection(("127.0.0.1", port))
-    s.settimeout(wait)
-    out, closed = b"", False
-    try:
-        s.sendall(data)
-        while True:
-            d = s.recv(65536)
-            if not d:
-                closed = True
-                break
-            out += d
-    except socket.timeout:
-        pass
-    except (ConnectionResetError, BrokenPipeError):
-        closed = True
-    finally:
-        s.close()
-    return out, closed
-
-
 def stops_clean(gw):
     """SIGTERM: the gateway exits 0 (with sanitizers: nothing leaked, e.g. a
     replaced certificate's credentials)."""
@@ -370,7 +347,7 @@ def curl_over_https_chat_and_stream_plain_http_refused_and_the_handshake_counter
     # Plain HTTP to the TLS port: no HTTP answer at all
     p = curl("-o", "/dev/null", "-w", "%{http_code}", f"http://127.0.0.1:{gw.port}/health")
     assert p.returncode != 0 and p.stdout == "000", (p.returncode, p.stdout, p.stderr)
-    data, closed = raw_exchange(gw.port, b"GET /health HTTP/1.1\r\nHost: gw\r\n\r\n")
+    data, closed = exchange(gw.port, b"GET /health HTTP/1.1\r\nHost: gw\r\n\r\n", wait=3.0, until_close=True)
     assert closed and not data.startswith(b"HTTP/"), data[:200]
     wait_until(lambda: handshakes(gw.port, ctx, "failed") >= failed0 + 1, timeout=5,
                what="a failed handshake counted (curl without the CA: a ClientHello, then it left)")
@@ -769,7 +746,7 @@ def hostile_bytes_and_stalled_handshakes_on_the_tls_port_then_normal_service():
     hello = client_hello()
 
     # A ClientHello to a plain port: an HTTP 400 or a close, and it still serves
-    data, closed = raw_exchange(plain_gw.port, hello)
+    data, closed = exchange(plain_gw.port, hello, wait=3.0, until_close=True)
     assert closed or data.startswith(b"HTTP/1.1 400"), data[:200]
     st, _, obj = plain("POST", plain_gw.port, "/v1/chat/completions", chat_body("hi", max_tokens=2))
     assert st == 200, (st, obj)
@@ -785,7 +762,7 @@ def hostile_bytes_and_stalled_handshakes_on_the_tls_port_then_normal_service():
     # than are sent is waited for, up to the client timeout, as a stall.)
     for data_in in (b"GET /health HTTP/1.1\r\nHost: gw\r\n\r\n", b"\x00\xff" + random.Random(7).randbytes(1998),
                     b"\x16\x03\x01\xff\xff" + random.Random(8).randbytes(200)):
-        data, closed = raw_exchange(gw.port, data_in)
+        data, closed = exchange(gw.port, data_in, wait=3.0, until_close=True)
         assert closed and b"HTTP/" not in data, (data_in[:20], data[:100])
 
     # 3,000 bad connections, 100 at a time, closed without reading
@@ -995,7 +972,7 @@ def admin_listen_serves_admin_metrics_and_status_apart_plain_and_with_tls():
     assert serial(aport, ctx) == Certs.SERVER_SERIAL
     check_admin_split(lambda m, p, b, h: https(m, gw.port, p, b, h, ctx=ctx),
                       lambda m, p, b, h: https(m, aport, p, b, h, ctx=ctx))
-    data, closed = raw_exchange(aport, b"GET /metrics HTTP/1.1\r\nHost: gw\r\n\r\n")
+    data, closed = exchange(aport, b"GET /metrics HTTP/1.1\r\nHost: gw\r\n\r\n", wait=3.0, until_close=True)
     assert closed and not data.startswith(b"HTTP/"), data[:200]
     # the handshake counters count the admin listener's too: visible on /metrics there
     assert msum(metrics(aport, ctx), "infergate_tls_handshakes_total", result="not_tls") >= 1
