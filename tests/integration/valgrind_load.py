@@ -31,22 +31,28 @@ import time
 from harness import binary, free_port, run, start, start_sim, test
 
 
-def request(port, raw):
-    """Sends raw bytes, reads until the gateway closes (30 s hang guard)."""
-    s = socket.create_connection(("127.0.0.1", port), 30)
+def read_to_end(s, until=None):
+    """What s receives until the peer closes, a hang guard ends it (30 s
+    without a byte), or `until` is in it; s is closed."""
     s.settimeout(30)
-    s.sendall(raw)
     out = b""
     try:
-        while True:
+        while not (until and until in out):
             b = s.recv(65536)
             if not b:
                 break
             out += b
-    except (socket.timeout, ConnectionResetError):
+    except (socket.timeout, ConnectionResetError, ssl.SSLError):
         pass
     s.close()
     return out
+
+
+def request(port, raw):
+    """Sends raw bytes, reads until the gateway closes (30 s hang guard)."""
+    s = socket.create_connection(("127.0.0.1", port), 30)
+    s.sendall(raw)
+    return read_to_end(s)
 
 
 def keyed(raw, key=b"vg-key"):
@@ -170,17 +176,7 @@ def gateway_under_valgrind_load_disconnects_sigterm():
     s.sendall(post(b"/v1/completions", {"model": "sim-model", "prompt": "last", "max_tokens": 100, "stream": True}))
     time.sleep(0.2)
     os.kill(vg.pid, signal.SIGTERM)
-    rest = b""
-    s.settimeout(30)
-    try:
-        while True:
-            b = s.recv(65536)
-            if not b:
-                break
-            rest += b
-    except socket.timeout:
-        pass
-    s.close()
+    rest = read_to_end(s)
     rc = vg.wait(120)
     print(f"# {ok} of 250 requests answered 200 under valgrind; last stream finished: {b'[DONE]' in rest}; "
           f"exit {rc}")
@@ -211,19 +207,7 @@ def tls_request(ctx, port, raw, keep=False):
     s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port), 30), server_hostname="127.0.0.1")
     s.settimeout(30)
     s.sendall(raw)
-    if keep:
-        return s
-    out = b""
-    try:
-        while True:
-            b = s.recv(65536)
-            if not b:
-                break
-            out += b
-    except (socket.timeout, ConnectionResetError, ssl.SSLError):
-        pass
-    s.close()
-    return out
+    return s if keep else read_to_end(s)
 
 
 @test
@@ -261,16 +245,7 @@ def https_gateway_under_valgrind_reload_refused_handshakes_sigterm():
     ok += tls_request(ctx, ap, b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").startswith(b"HTTP/1.1 200")
     for raw in (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", b"\x00" * 64):
         request(gp, raw)
-    rest = b""
-    try:
-        while b"[DONE]" not in rest:
-            b = held.recv(65536)
-            if not b:
-                break
-            rest += b
-    except (socket.timeout, ssl.SSLError):
-        pass
-    held.close()
+    rest = read_to_end(held, until=b"[DONE]")
     os.kill(vg.pid, signal.SIGTERM)
     rc = vg.wait(120)
     print(f"# {ok} of 42 requests answered 200 over HTTPS under valgrind; the stream held over the reload finished: "
