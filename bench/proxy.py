@@ -117,12 +117,16 @@ http {{ access_log off; client_body_temp_path {d}/body; client_max_body_size 64m
     return url
 
 
-def wrk(url, conns, seconds, threads, key=None):
-    """One wrk run; returns a dict of figures (req/s, latencies in ms, errors)."""
+def wrk(url, conns, seconds, threads, key=None, headers=()):
+    """One wrk run; returns a dict of figures (req/s, latencies in ms, errors).
+    headers: more request headers ("Name: value"), e.g. bench/tls.py's
+    "Connection: close"."""
     env = {**os.environ, **({"IG_BENCH_KEY": key} if key else {})}
-    out = subprocess.run(["wrk", f"-t{threads}", f"-c{conns}", f"-d{seconds}s", "--latency",
-                          "-s", os.path.join(B.BENCH, "lib", "post.lua"), url + PATH],
-                         capture_output=True, text=True, timeout=seconds + 60, env=env).stdout
+    argv = ["wrk", f"-t{threads}", f"-c{conns}", f"-d{seconds}s", "--latency",
+            "-s", os.path.join(B.BENCH, "lib", "post.lua")]
+    for h in headers:
+        argv += ["-H", h]
+    out = subprocess.run(argv + [url + PATH], capture_output=True, text=True, timeout=seconds + 60, env=env).stdout
     m = re.search(r"IG_RESULT (.*)", out)
     if not m:
         sys.exit("wrk printed no result:\n" + out)

@@ -56,6 +56,7 @@ import urllib.request
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
 import benchlib as B  # noqa: E402
 from proxy import render  # noqa: E402  (bench/proxy.py: the same nginx template)
+from proxy import wrk as proxy_wrk  # noqa: E402  (and the same wrk run)
 
 PATH = "/v1/chat/completions"
 FAST_SIM = ["--tokens-per-second", "0", "--ttft-ms", "0", "--output-tokens", "16"]   # proxy.py's
@@ -240,22 +241,9 @@ def start_nginx_tls(procs, backends, workdir, workers, cert, key, ctx, name):
 # ---- part 1 and 2: wrk --------------------------------------------------------------------
 
 def wrk(url, conns, seconds, threads, close):
-    """One wrk run of bench/lib/post.lua; close: every request on a new connection."""
-    argv = ["wrk", f"-t{threads}", f"-c{conns}", f"-d{seconds}s", "--latency",
-            "-s", os.path.join(B.BENCH, "lib", "post.lua")]
-    if close:
-        argv += ["-H", "Connection: close"]
-    out = subprocess.run(argv + [url + PATH], capture_output=True, text=True,
-                         timeout=seconds + 60).stdout
-    m = re.search(r"IG_RESULT (.*)", out)
-    if not m:
-        sys.exit("wrk printed no result:\n" + out)
-    f = {k: int(v) for k, v in (kv.split("=") for kv in m.group(1).split())}
-    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    errors = (f["errors_connect"] + f["errors_read"] + f["errors_write"] + f["errors_timeout"]
-              + (int(non2xx.group(1)) if non2xx else 0))
-    return {"rps": f["requests"] / (f["duration_us"] / 1e6), "p50_ms": f["p50_us"] / 1000,
-            "p99_ms": f["p99_us"] / 1000, "requests": f["requests"], "errors": errors}
+    """One wrk run of bench/lib/post.lua (bench/proxy.py's); close: every request on a new
+    connection."""
+    return proxy_wrk(url, conns, seconds, threads, headers=["Connection: close"] if close else [])
 
 
 def measure(t, args, close):
