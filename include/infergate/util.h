@@ -52,8 +52,9 @@ void *ig_grow(void *v, size_t *cap, size_t n, size_t size, size_t first);
  * gives a well-mixed output, so nearby seeds (prompt hashes that differ in
  * one byte) still give unrelated sequences. ig_rand_next advances a state of
  * the caller's (reproducible runs: texts, corpora); ig_rand_u64 and the rest
- * use a per-thread state seeded from the clock and thread unless
- * ig_rand_seed is called (jitter, tie-breaking, ids). */
+ * use a per-thread state seeded from the kernel unless ig_rand_seed is
+ * called (jitter, tie-breaking). Predictable from its outputs: never for
+ * ids or secrets (ig_random_hex, ig_secret_bytes below). */
 uint64_t ig_rand_next(uint64_t *state);
 /* Uniform in [0, 1) from a caller's state. */
 double ig_rand_next_unit(uint64_t *state);
@@ -62,8 +63,14 @@ uint64_t ig_rand_u64(void);
 /* Uniform in [0, n). n > 0. */
 uint64_t ig_rand_below(uint64_t n);
 /* A secret for keying hash tables against crafted input: from the kernel
- * (getrandom), else from the clock-seeded generator. */
+ * (getrandom). Aborts when the kernel gives none (no Linux since 3.17). */
 uint64_t ig_secret64(void);
+/* n bytes of a secret from the kernel (getrandom, unbuffered). Returns 0,
+ * or -1 with errno. */
+int ig_secret_bytes(void *out, size_t n);
+/* n random bytes for ids: the kernel's, drawn a page at a time per thread.
+ * Aborts when the kernel gives none. */
+void ig_random_bytes(void *out, size_t n);
 double ig_rand_unit(void);
 
 /* 64-bit FNV-1a: a stable, fast, non-cryptographic hash (for seeding only). */
@@ -72,7 +79,11 @@ uint64_t ig_hash64(const void *p, size_t n, uint64_t seed);
  * ig_hash64_more(ig_hash64(a, seed), b). */
 uint64_t ig_hash64_more(uint64_t h, const void *p, size_t n);
 
-/* Writes a random id of `hexlen` hex characters (+ NUL) into out. */
+/* Writes a random id of `hexlen` hex characters (+ NUL) into out, from
+ * ig_random_bytes: unpredictable, and telling nothing of other ids or of
+ * any secret. */
 void ig_random_hex(char *out, size_t hexlen);
+/* The same for a secret (ig_secret_bytes). Returns 0, or -1 with errno. */
+int ig_secret_hex(char *out, size_t hexlen);
 
 #endif

@@ -179,21 +179,90 @@ uint64_t ig_rand_next(uint64_t *state)
 
 double ig_rand_next_unit(uint64_t *state) { return (double)(ig_rand_next(state) >> 11) / 9007199254740992.0; }
 
+/* The kernel's random bytes (getrandom, /dev/urandom if the kernel is older
+ * than 3.17). Returns 0, or -1 with errno. */
+static int kernel_bytes(void *out, size_t n)
+{
+	unsigned char *p = out;
+	while (n > 0) {
+		ssize_t got = getrandom(p, n, 0);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got < 0 && errno == ENOSYS) {
+			FILE *f = fopen("/dev/urandom", "rb");
+			size_t r = f ? fread(p, 1, n, f) : 0;
+			if (f)
+				fclose(f);
+			if (r != n) {
+				errno = EIO;
+				return -1;
+			}
+			return 0;
+		}
+		if (got <= 0)
+			return -1;
+		p += got;
+		n -= (size_t)got;
+	}
+	return 0;
+}
+
+int ig_secret_bytes(void *out, size_t n) { return kernel_bytes(out, n); }
+
+uint64_t ig_secret64(void)
+{
+	uint64_t k;
+	if (kernel_bytes(&k, sizeof(k)) < 0) {
+		/* Linux has had getrandom since 3.17: a process with neither it
+		 * nor /dev/urandom has nothing to key its tables with. */
+		fprintf(stderr, "no random bytes from the kernel (getrandom, /dev/urandom): %s\n", strerror(errno));
+		abort();
+	}
+	return k;
+}
+
 uint64_t ig_rand_u64(void)
 {
 	if (!rng_state)
-		ig_rand_seed(ig_now_us() ^ ((uint64_t)(uintptr_t)pthread_self() << 17) ^ (uint64_t)clock());
+		ig_rand_seed(ig_secret64());
 	return ig_rand_next(&rng_state);
 }
 
 uint64_t ig_rand_below(uint64_t n) { return ig_rand_u64() % n; }
 
-uint64_t ig_secret64(void)
+/* Ids come from the kernel too, a page at a time per thread (a request id
+ * costs one getrandom call in 64): an id tells nothing about the splitmix
+ * state above nor about any secret (X-Request-Id once gave away the batch
+ * runner's secret, issue 46). A forked child starts a page of its own. */
+static __thread unsigned char id_pool[1024];
+static __thread size_t id_left;
+static pthread_once_t id_once = PTHREAD_ONCE_INIT;
+
+static void id_forked(void) { id_left = 0; }
+
+static void id_init(void) { pthread_atfork(NULL, NULL, id_forked); }
+
+void ig_random_bytes(void *out, size_t n)
 {
-	uint64_t k;
-	if (getrandom(&k, sizeof(k), 0) != (ssize_t)sizeof(k))
-		k = ig_rand_u64();
-	return k;
+	unsigned char *p = out;
+	pthread_once(&id_once, id_init);
+	while (n > 0) {
+		if (id_left == 0) {
+			if (kernel_bytes(id_pool, sizeof(id_pool)) < 0) {
+				fprintf(stderr, "no random bytes from the kernel (getrandom, /dev/urandom): %s\n",
+					strerror(errno));
+				abort();
+			}
+			id_left = sizeof(id_pool);
+		}
+		size_t k = n < id_left ? n : id_left;
+		memcpy(p, id_pool + sizeof(id_pool) - id_left, k);
+		/* used bytes are not kept: a later read of the pool shows only ids to come */
+		memset(id_pool + sizeof(id_pool) - id_left, 0, k);
+		id_left -= k;
+		p += k;
+		n -= k;
+	}
 }
 
 double ig_rand_unit(void) { return (double)(ig_rand_u64() >> 11) / 9007199254740992.0; }
@@ -213,17 +282,38 @@ uint64_t ig_hash64(const void *p, size_t n, uint64_t seed)
 	return ig_hash64_more(0xcbf29ce484222325ull ^ seed, p, n);
 }
 
-void ig_random_hex(char *out, size_t hexlen)
+static void to_hex(char *out, const unsigned char *b, size_t hexlen)
 {
 	static const char hex[] = "0123456789abcdef";
-	uint64_t r = 0;
-	for (size_t i = 0; i < hexlen; i++) {
-		if (i % 16 == 0)
-			r = ig_rand_u64();
-		out[i] = hex[r & 15];
-		r >>= 4;
+	for (size_t i = 0; i < hexlen; i++)
+		out[i] = hex[(b[i / 2] >> (i % 2 ? 0 : 4)) & 15];
+	out[hexlen] = '\0';
+}
+
+void ig_random_hex(char *out, size_t hexlen)
+{
+	unsigned char b[64];
+	for (size_t done = 0; done < hexlen;) { /* 128 hex characters at a time */
+		size_t k = hexlen - done < 128 ? hexlen - done : 128;
+		ig_random_bytes(b, (k + 1) / 2);
+		to_hex(out + done, b, k);
+		done += k;
 	}
 	out[hexlen] = '\0';
+}
+
+int ig_secret_hex(char *out, size_t hexlen)
+{
+	unsigned char b[64];
+	for (size_t done = 0; done < hexlen;) {
+		size_t k = hexlen - done < 128 ? hexlen - done : 128;
+		if (kernel_bytes(b, (k + 1) / 2) < 0)
+			return -1;
+		to_hex(out + done, b, k);
+		done += k;
+	}
+	out[hexlen] = '\0';
+	return 0;
 }
 
 char *ig_parse_base_url(const char *what, const char *u, char **err)

@@ -186,7 +186,10 @@ struct ig_batches *ig_batches_open(struct ig_gw *gw, const char *dir, char **err
 	if (bs->clustered)
 		ig_batch_lease_open(bs);
 	ig_list_init(&bs->all);
-	ig_random_hex(bs->secret, 32);
+	if (ig_secret_hex(bs->secret, 32) < 0) {
+		*err = ig_strdupf("cannot draw the batch runner's secret: %s", strerror(errno));
+		goto fail;
+	}
 	snprintf(bs->mark, sizeof(bs->mark), "%s: %s", IG_BATCH_HEADER, bs->secret);
 	if (ig_metrics_register(gw, &(struct ig_metrics_source){"batches", report_json, report_prom, bs}) < 0) {
 		*err = strdup("out of memory");

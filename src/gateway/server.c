@@ -415,11 +415,14 @@ static enum MHD_Result route(struct ig_call *call, struct ig_gw *gw, struct MHD_
 	if (!(m & ig_gw_route(gw->cfg, route_idx)->flags))
 		return defer(&wrong_method[route_idx], gw, conn, url, method, upload_data_size, con_cls);
 	/* The key is hashed once: the digest names it for the scheduler too.
-	 * A batch's own request (batches.c) carries its owner's digest. */
+	 * A batch's own request (batches.c) carries its owner's digest, and is
+	 * believed only on the gateway's own socket: elsewhere the header is
+	 * a client's, ignored here and not passed upstream (proxy.c). */
 	unsigned char d[IG_DIGEST_LEN];
 	char owner[2 * IG_DIGEST_LEN + 1];
 	bool has_bearer;
-	if (ig_batches_internal(gw->batches, MHD_lookup_connection_value(conn, MHD_HEADER_KIND, IG_BATCH_HEADER), owner))
+	if (door == IG_DOOR_INTERNAL &&
+	    ig_batches_internal(gw->batches, MHD_lookup_connection_value(conn, MHD_HEADER_KIND, IG_BATCH_HEADER), owner))
 		has_bearer = *owner && ig_keyset_unhex(owner, d) == 0;
 	else
 		has_bearer = ig_keyset_digest(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization"), d) == 0;

@@ -73,23 +73,15 @@ int ig_trace_parse(const char *v, uint8_t trace_id[16], uint8_t parent[8], uint8
 	return all_zero(trace_id, 16) || all_zero(parent, 8) ? -1 : 0;
 }
 
-/* Ids: a per-thread splitmix64 stream seeded from the kernel (getrandom)
- * on the thread's first id; not OpenSSL's RAND_bytes, whose locks and
- * fork checks cost more than the span itself at 15,000 requests/s. */
+/* Ids: the kernel's random bytes through ig_random_bytes's per-thread page
+ * (one getrandom call per 64 spans): a trace id tells nothing of another
+ * tenant's ids. Not OpenSSL's RAND_bytes, whose locks and fork checks cost
+ * more than the span itself at 15,000 requests/s. */
 static void random_bytes(uint8_t *out, size_t n)
 {
-	static __thread uint64_t state;
-	static __thread bool seeded;
-	if (!seeded) {
-		state = ig_secret64();
-		seeded = true;
-	}
-	do {
-		for (size_t i = 0; i < n; i += 8) {
-			uint64_t x = ig_rand_next(&state);
-			memcpy(out + i, &x, n - i < 8 ? n - i : 8);
-		}
-	} while (all_zero(out, n));
+	do
+		ig_random_bytes(out, n);
+	while (all_zero(out, n));
 }
 
 static uint64_t wall_ns(void)

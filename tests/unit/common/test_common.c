@@ -179,6 +179,36 @@ START_TEST(hash_and_rand)
 }
 END_TEST
 
+/* Ids and secrets: every length (odd ones and past the 128-digit chunk),
+ * hex only, NUL-terminated, and not repeated; a page of ids is used up
+ * and drawn again without a repeat. */
+START_TEST(random_ids_and_secrets)
+{
+	char a[301], b[301];
+	for (size_t n = 0; n <= 300; n += (n < 40 ? 1 : 37)) {
+		memset(a, 'x', sizeof(a));
+		ig_random_hex(a, n);
+		ck_assert_uint_eq(strlen(a), n);
+		ck_assert_uint_eq(strspn(a, "0123456789abcdef"), n);
+		ck_assert_int_eq(ig_secret_hex(b, n), 0);
+		ck_assert_uint_eq(strlen(b), n);
+		ck_assert_uint_eq(strspn(b, "0123456789abcdef"), n);
+		if (n >= 16)
+			ck_assert_str_ne(a, b);
+	}
+	char prev[33] = "", id[33];
+	for (int i = 0; i < 1000; i++) { /* 16,000 bytes: the page is drawn 15 times */
+		ig_random_hex(id, 32);
+		ck_assert_str_ne(id, prev);
+		memcpy(prev, id, sizeof(id));
+	}
+	unsigned char z[64] = {0};
+	ck_assert_int_eq(ig_secret_bytes(z, sizeof(z)), 0);
+	unsigned char zero[64] = {0};
+	ck_assert_int_ne(memcmp(z, zero, sizeof(z)), 0);
+}
+END_TEST
+
 /* Label values of the Prometheus text format: \, " and newline escaped,
  * everything else as it is. */
 START_TEST(buf_prom_label_escapes)
@@ -193,4 +223,4 @@ START_TEST(buf_prom_label_escapes)
 END_TEST
 
 IG_CHECK_MAIN("common", buf_append_consume, buf_prom_label_escapes, parse_long_bounds, parse_hostport, oaerror_shape,
-	      oaerror_from_real_servers, hash_and_rand)
+	      oaerror_from_real_servers, hash_and_rand, random_ids_and_secrets)
