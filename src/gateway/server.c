@@ -70,6 +70,9 @@ static const struct deferred stopping = DEFERRED(503, "the gateway is shutting d
 static const struct deferred no_key = DEFERRED(401, "missing or invalid API key (send Authorization: Bearer KEY)",
 	"invalid_api_key");
 static const struct deferred disabled_key = DEFERRED(401, "this API key is disabled", "api_key_disabled");
+static const struct deferred no_status_right = DEFERRED(403, "this API key may not read the status endpoints "
+	"(auth_status): they take an admin key, or a key given \"status\": true in the keys file",
+	"insufficient_permissions");
 static const struct deferred no_admin_key = DEFERRED(401, "the admin API needs the admin key "
 	"(Authorization: Bearer ADMIN_KEY)", "invalid_api_key");
 static const struct deferred files_off = DEFERRED(404, "the Files API is off on this gateway (it needs data_dir)",
@@ -243,8 +246,24 @@ static bool health_path(const char *url)
 	       strcmp(url, "/health/capacity") == 0;
 }
 
+/* With auth_status, who may read the status endpoints (every key's names,
+ * limits and token counts): an admin key, or an API key given the status
+ * right; a tenant's own key is not enough. 0 it may, 2 no key (or an
+ * unknown one), 3 a disabled key, 4 a key without the right. */
+static int status_reader(const struct ig_gw *gw, struct MHD_Connection *conn)
+{
+	bool admin_disabled, api_disabled;
+	if (key_of(&gw->admin_keys, conn, &admin_disabled))
+		return 0;
+	const struct ig_keyent *e = key_of(&gw->api_keys, conn, &api_disabled);
+	if (e)
+		return e->status ? 0 : 4;
+	return admin_disabled || api_disabled ? 3 : 2;
+}
+
 /* The gateway's own GET endpoints: 0 answered, 1 wrong method, 2 needs a
- * key, 3 the key is disabled, -1 not one of them. */
+ * key, 3 the key is disabled, 4 the key may not read it, -1 not one of
+ * them. */
 static int local_endpoint(struct ig_gw *gw, struct MHD_Connection *conn, const char *path,
 			  const char *method, enum MHD_Result *ret)
 {
@@ -262,11 +281,14 @@ static int local_endpoint(struct ig_gw *gw, struct MHD_Connection *conn, const c
 	/* /health stays open for load balancers; the model list is API, and
 	 * shows a key the models it may use. */
 	const struct ig_keyent *key = NULL;
-	if (gw->api_keys.enabled && (strcmp(path, "/v1/models") == 0 || (watch && gw->cfg->auth_status))) {
+	if (gw->api_keys.enabled && strcmp(path, "/v1/models") == 0) {
 		bool disabled;
 		if (!(key = key_of(&gw->api_keys, conn, &disabled)))
 			return disabled ? 3 : 2;
 	}
+	int who;
+	if (watch && gw->cfg->auth_status && (who = status_reader(gw, conn)) != 0)
+		return who;
 	if (is_status) {
 		*ret = send_body(gw, conn, method, path, 200, "text/html; charset=utf-8", (void *)ig_status_html,
 				 ig_status_html_len, MHD_RESPMEM_PERSISTENT);
@@ -407,6 +429,8 @@ static enum MHD_Result route(struct ig_call *call, struct ig_gw *gw, struct MHD_
 			return defer(&no_key, gw, conn, url, method, upload_data_size, con_cls);
 		case 3:
 			return defer(&disabled_key, gw, conn, url, method, upload_data_size, con_cls);
+		case 4:
+			return defer(&no_status_right, gw, conn, url, method, upload_data_size, con_cls);
 		default:
 			return defer(&not_found, gw, conn, url, method, upload_data_size, con_cls);
 		}
