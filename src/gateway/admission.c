@@ -426,9 +426,22 @@ int ig_admission_body(struct ig_gw *gw, struct ig_admission *a, struct MHD_Conne
 		json_t *prev = json_object_get(root, "previous_response_id");
 		if (json_is_string(prev)) {
 			a->prev_id = strdup(json_string_value(prev));
-			if (gw->responses)
-				w->pick.pinned = 1 + ig_respstore_get(gw->responses, json_string_value(prev),
-								   json_string_length(prev), ig_admission_owner(gw, a), ig_now_ms());
+			int b = gw->responses ? ig_respstore_get(gw->responses, json_string_value(prev), json_string_length(prev),
+								 ig_admission_owner(gw, a), ig_now_ms())
+					      : -1;
+			/* With keys, a conversation is continued only for the key that
+			 * stored it: one the gateway does not hold for this key (another
+			 * key's, or one it never saw or forgot) is refused here, as
+			 * GET /v1/responses/{id} refuses it, not sent to a backend that
+			 * would continue whoever's it is. Without keys there is one
+			 * tenant: an id not held is routed like any request. */
+			if (b < 0 && gw->api_keys.enabled) {
+				set_param_error(a, 404, "previous_response_id", "previous_response_not_found",
+						"Previous response with id '%.200s' not found.", json_string_value(prev));
+				json_decref(root);
+				return -1;
+			}
+			w->pick.pinned = b >= 0 ? 1 + b : 0;
 		}
 		a->store = !json_is_false(json_object_get(root, "store")); /* stored unless told not to */
 	}
