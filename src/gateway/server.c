@@ -127,10 +127,11 @@ static enum MHD_Result local_error(struct ig_gw *gw, struct MHD_Connection *conn
 
 /* Request framing that a proxy must refuse (RFC 9112 6.1, 6.3, 5): more
  * than one Content-Length, Content-Length with Transfer-Encoding, a
- * Transfer-Encoding other than "chunked", or a header name that is not a
- * token or a value with control characters. Refused before any body byte
- * is read, with the connection closed, so that no byte of an ambiguous
- * message can be taken for a request of its own. */
+ * Transfer-Encoding other than "chunked", a folded header line (obs-fold,
+ * 5.2), or a header name that is not a token or a value with control
+ * characters. Refused before any body byte is read, with the connection
+ * closed, so that no byte of an ambiguous message can be taken for a
+ * request of its own. */
 struct framing {
 	int content_lengths, transfer_encodings, bad;
 	const char *why;
@@ -142,10 +143,39 @@ static int is_tchar(unsigned char c)
 	       (c && strchr("!#$%&'*+-.^_`|~", c));
 }
 
+/* Whether a header came from more than one line. libmicrohttpd 0.9.75
+ * (Debian 12's) joins an obs-fold's continuation onto the header's NAME,
+ * in a block of its own, and keeps the value of the first line:
+ * "Transfer-Encoding: chunked\r\n x" becomes "Transfer-Encodingx: chunked",
+ * a request with no body whose chunks would be read as the next request.
+ * It cannot be told from the name; but a header parsed from one line keeps
+ * its value in that line, right after the name's end (its colon, now a NUL)
+ * and blanks: a value anywhere else, or a name starting with a blank (a
+ * fold of the request line), is a fold. Later versions replace a fold by
+ * spaces inside the value, as RFC 9112 5.2 allows, or refuse it. */
+static bool folded(const char *key, size_t key_size, const char *value)
+{
+	if (*key == ' ' || *key == '\t')
+		return true;
+	/* as addresses: the two may lie in different blocks of MHD's pool */
+	uintptr_t at = (uintptr_t)value, after_name = (uintptr_t)key + key_size + 1;
+	if (at < after_name)
+		return true;
+	for (const char *p = key + key_size + 1; (uintptr_t)p < at; p++) /* stops at the first non-blank */
+		if (*p != ' ' && *p != '\t')
+			return true;
+	return false;
+}
+
 static enum MHD_Result check_header(void *cls, enum MHD_ValueKind kind IG_UNUSED, const char *key,
-				    const char *value)
+				    size_t key_size, const char *value, size_t value_size IG_UNUSED)
 {
 	struct framing *f = cls;
+	if (key && value && folded(key, key_size, value)) {
+		f->bad = 1;
+		f->why = "a folded header line (obs-fold)";
+		return MHD_NO;
+	}
 	if (!key || !*key) {
 		f->bad = 1;
 		f->why = "empty header name";
@@ -178,7 +208,7 @@ static enum MHD_Result check_header(void *cls, enum MHD_ValueKind kind IG_UNUSED
 static const char *bad_framing(struct MHD_Connection *conn)
 {
 	struct framing f = {0, 0, 0, NULL};
-	MHD_get_connection_values(conn, MHD_HEADER_KIND, check_header, &f);
+	MHD_get_connection_values_n(conn, MHD_HEADER_KIND, check_header, &f);
 	if (f.bad)
 		return f.why;
 	if (f.content_lengths > 1)
