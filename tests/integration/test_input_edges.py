@@ -9,8 +9,8 @@ one body. FakeBackend records every byte the gateway sends upstream."""
 import json
 import os
 
-from harness import (FakeBackend, Dir, assert_openai_error, chat_body, exchange, http, http_json, keys_file, multipart,
-                     responses, run, start_gateway, test, upload, wait_until, BOUNDARY)
+from harness import (BOUNDARY, FakeBackend, Dir, assert_openai_error, chat_body, exchange, http, http_json, keys_file,
+                     responses, rss_kb, run, sanitized, start_gateway, test, upload, wait_until)
 
 
 def gateway(*extra):
@@ -172,6 +172,30 @@ def an_idempotency_key_names_one_route_and_one_body():
     st, h, again = http("POST", gw.url + "/v1/chat/completions", body, headers={"Idempotency-Key": "once"})
     assert st == 200 and h.get("idempotent-replayed") == "true" and again == first, (st, h)
     assert [r["path"] for r in fb.posts()] == ["/v1/chat/completions"], [r["path"] for r in fb.posts()]
+
+
+@test
+def each_edge_five_hundred_times_and_the_memory_is_back_at_its_baseline():
+    d = Dir()
+    gw, fb = gateway("--data-dir", d("data"))
+    still_serves(gw)
+    st, _, _ = http("POST", gw.url + "/v1/chat/completions", chat_body("x"), headers={"Idempotency-Key": "r"})
+    assert st == 200
+    rss0 = rss_kb(gw.pid)
+    end = b"--" + BOUNDARY.encode() + b"--\r\n"
+    two = part("purpose", b"batch") + part("file", b"a\n" * 500, b"a") + part("file", b"b\n", b"b") + end
+    for i in range(500):
+        data, _ = exchange(gw.port, raw_post(b"X-A: v\r\n w%d\r\n" % i), wait=2, until_close=True)
+        assert responses(data)[0][0] == 400, data[:200]
+        assert http("POST", gw.url + "/v1/chat/completions", chat_body("x", max_tokens=2 ** 63 - 1, n=i + 1))[0] == 400
+        assert raw_upload(gw, two)[0] == 400
+        assert http("POST", gw.url + "/v1/completions", chat_body("x"), headers={"Idempotency-Key": "r"})[0] == 422
+    still_serves(gw)
+    assert http_json("GET", gw.url + "/v1/files")[2]["data"] == [] and files_left(d) == []
+    assert len(fb.posts()) == 3, len(fb.posts())   # the three still_serves and the first keyed request
+    rss1 = rss_kb(gw.pid)
+    print(f"# gateway RSS {rss0} kB before, {rss1} kB after 2,000 refusals")
+    assert sanitized(gw.pid) or rss1 < rss0 + 8192, (rss0, rss1)
 
 
 run()

@@ -9,8 +9,8 @@ and token counts) take an admin key or a key given "status": true, never a tenan
 import json
 import subprocess
 
-from harness import (FakeBackend, Dir, assert_openai_error, binary, chat_body, http,
-                     http_json, keys_file, run, start_gateway, stateful_backend, test, upload, wait_until)
+from harness import (FakeBackend, Dir, assert_openai_error, binary, chat_body, http, http_json, keys_file, rss_kb, run,
+                     sanitized, start_gateway, stateful_backend, test, upload, wait_until)
 
 
 def tenant_keys(d, *names, status=()):
@@ -68,7 +68,7 @@ def another_keys_responses_files_batches_and_idempotent_answers_are_not_found():
     idem_body = chat_body("alice's question", model="m", max_tokens=5)
     st, h, first = http("POST", gw.url + "/v1/chat/completions", idem_body, headers={**alice, "Idempotency-Key": "k-1"})
     assert st == 200 and "idempotent-replayed" not in h, (st, h)
-    posts_before = len(fb.posts())
+    rss0 = rss_kb(gw.pid)
 
     # bob: her stored response, by id and as the conversation to continue, answers as one never made
     st, _, obj = http_json("GET", f"{gw.url}/v1/responses/{rid}", headers=bob)
@@ -106,8 +106,18 @@ def another_keys_responses_files_batches_and_idempotent_answers_are_not_found():
     # her Idempotency-Key's value, sent by bob with her very body: bob's own request, run for him
     st, h, mine = http("POST", gw.url + "/v1/chat/completions", idem_body, headers={**bob, "Idempotency-Key": "k-1"})
     assert st == 200 and "idempotent-replayed" not in h, (st, h)
-    bob_posts = fb.posts()[posts_before:]
-    assert len(bob_posts) == 1 and bob_posts[0]["body"] == json.dumps(idem_body).encode(), bob_posts
+    sent = [r for r in fb.posts() if r["body"] == json.dumps(idem_body).encode()]
+    assert len(sent) == 2, sent   # alice's, then bob's own (her batch's lines may run meanwhile)
+
+    # again and again: the same answers, and the memory back where it was
+    for i in range(300):
+        assert http("POST", gw.url + "/v1/responses", {"model": "m", "input": f"{i}", "previous_response_id": rid},
+                    headers=bob)[0] == 404
+        for path in (f"/v1/responses/{rid}", f"/v1/files/{f['id']}/content", f"/v1/batches/{batch['id']}"):
+            assert http("GET", gw.url + path, headers=bob)[0] == 404, path
+    rss1 = rss_kb(gw.pid)
+    print(f"# gateway RSS {rss0} kB before, {rss1} kB after 1,200 of bob's tries")
+    assert sanitized(gw.pid) or rss1 < rss0 + 8192, (rss0, rss1)
 
     # the gateway serves on, and alice still has everything
     assert http("GET", gw.url + "/health")[0] == 200
