@@ -30,12 +30,19 @@ void ig_admission_init(struct ig_admission *a)
 	a->max_tokens = -1;
 }
 
+/* A backend's count of tokens, held to 0..IG_ADMISSION_TOKENS_MAX (its
+ * usage is its word: two of them added must not overflow). */
+static long tokens_held(long n)
+{
+	return n < 0 ? 0 : n > IG_ADMISSION_TOKENS_MAX ? IG_ADMISSION_TOKENS_MAX : n;
+}
+
 void ig_admission_settle(struct ig_admission *a, long prompt_tokens, long completion_tokens, bool ok)
 {
 	if (!a->tok_charge || a->tok_settled)
 		return;
 	a->tok_settled = true;
-	long used = prompt_tokens >= 0 ? prompt_tokens + (completion_tokens > 0 ? completion_tokens : 0)
+	long used = prompt_tokens >= 0 ? tokens_held(prompt_tokens) + tokens_held(completion_tokens)
 		    : ok ? a->tok_charge : 0;
 	ig_bucket_refill(&a->key->tpm, ig_now_ms());
 	ig_bucket_give(&a->key->tpm, (double)(a->tok_charge - used));
@@ -205,9 +212,13 @@ static int check_fields(struct ig_gw *gw, struct ig_admission *a, json_t *root)
 				"Invalid type for 'stream': expected a boolean, but got %s instead.", json_kind(v));
 		return -1;
 	}
-	static const char *const counts[] = {"max_tokens", "max_completion_tokens", "max_output_tokens"};
-	for (size_t i = 0; i < 3; i++) {
-		v = json_object_get(root, counts[i]);
+	/* the counts the token estimate multiplies: bounded here, so that its
+	 * arithmetic (token_estimate) stays in range whatever a client sends */
+	static const char *const counts[] = {"max_tokens", "max_completion_tokens", "max_output_tokens", "n", "best_of",
+					     "sampling_params.max_new_tokens"};
+	for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++) {
+		const char *dot = strchr(counts[i], '.');
+		v = dot ? json_object_get(json_object_get(root, "sampling_params"), dot + 1) : json_object_get(root, counts[i]);
 		if (!v || json_is_null(v))
 			continue;
 		if (!json_is_integer(v)) {
@@ -221,6 +232,13 @@ static int check_fields(struct ig_gw *gw, struct ig_admission *a, json_t *root)
 					"Invalid '%s': integer below minimum value. Expected a value >= 1, but got %lld "
 					"instead.",
 					counts[i], (long long)json_integer_value(v));
+			return -1;
+		}
+		if (json_integer_value(v) > IG_ADMISSION_COUNT_MAX) {
+			set_param_error(a, 400, counts[i], "integer_above_max_value",
+					"Invalid '%s': integer above maximum value. Expected a value <= %ld, but got %lld "
+					"instead.",
+					counts[i], IG_ADMISSION_COUNT_MAX, (long long)json_integer_value(v));
 			return -1;
 		}
 	}
@@ -276,16 +294,28 @@ static long prompt_estimate(json_t *root)
 
 /* The tokens a request may use, charged to its key's tpm at admission:
  * its prompt (prompt_estimate, kept in a->prompt_estimate) plus the output
- * it may ask for (max_tokens times n, else default_max_tokens). */
+ * it may ask for (max_tokens times n or best_of, else default_max_tokens).
+ * check_fields bounded the counts; the sum is still held to
+ * IG_ADMISSION_TOKENS_MAX, past any key's tpm (a request asking more is
+ * "too large" for every limited key), and the backends' outstanding
+ * tokens (least-tokens) add such estimates up. */
 static long token_estimate(const struct ig_gw *gw, struct ig_admission *a, json_t *root)
 {
 	long prompt = a->prompt_estimate = prompt_estimate(root);
 	if (!(rt(gw, a)->flags & IG_RT_OUTPUT))
 		return prompt > 0 ? prompt : 1;
-	json_t *n = json_object_get(root, "n");
-	long choices = json_is_integer(n) && json_integer_value(n) > 1 && json_integer_value(n) < 1000
-			       ? (long)json_integer_value(n) : 1;
-	return prompt + choices * (a->max_tokens > 0 ? a->max_tokens : gw->cfg->default_max_tokens);
+	long choices = 1, out, total;
+	static const char *const several[] = {"n", "best_of"};
+	for (size_t i = 0; i < 2; i++) {
+		json_t *n = json_object_get(root, several[i]);
+		if (json_is_integer(n) && json_integer_value(n) > choices)
+			choices = json_integer_value(n) < IG_ADMISSION_COUNT_MAX ? (long)json_integer_value(n)
+										   : IG_ADMISSION_COUNT_MAX;
+	}
+	if (__builtin_mul_overflow(choices, a->max_tokens > 0 ? a->max_tokens : gw->cfg->default_max_tokens, &out) ||
+	    __builtin_add_overflow(prompt, out, &total) || total > IG_ADMISSION_TOKENS_MAX)
+		return IG_ADMISSION_TOKENS_MAX;
+	return total;
 }
 
 /* Appends the text of a prompt-like value (as text_bytes counts it). */
@@ -426,9 +456,22 @@ int ig_admission_body(struct ig_gw *gw, struct ig_admission *a, struct MHD_Conne
 		json_t *prev = json_object_get(root, "previous_response_id");
 		if (json_is_string(prev)) {
 			a->prev_id = strdup(json_string_value(prev));
-			if (gw->responses)
-				w->pick.pinned = 1 + ig_respstore_get(gw->responses, json_string_value(prev),
-								   json_string_length(prev), ig_admission_owner(gw, a), ig_now_ms());
+			int b = gw->responses ? ig_respstore_get(gw->responses, json_string_value(prev), json_string_length(prev),
+								 ig_admission_owner(gw, a), ig_now_ms())
+					      : -1;
+			/* With keys, a conversation is continued only for the key that
+			 * stored it: one the gateway does not hold for this key (another
+			 * key's, or one it never saw or forgot) is refused here, as
+			 * GET /v1/responses/{id} refuses it, not sent to a backend that
+			 * would continue whoever's it is. Without keys there is one
+			 * tenant: an id not held is routed like any request. */
+			if (b < 0 && gw->api_keys.enabled) {
+				set_param_error(a, 404, "previous_response_id", "previous_response_not_found",
+						"Previous response with id '%.200s' not found.", json_string_value(prev));
+				json_decref(root);
+				return -1;
+			}
+			w->pick.pinned = b >= 0 ? 1 + b : 0;
 		}
 		a->store = !json_is_false(json_object_get(root, "store")); /* stored unless told not to */
 	}

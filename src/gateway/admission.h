@@ -23,6 +23,13 @@
 
 struct ig_gw;
 
+/* The most a count the gateway computes with may be (max_tokens and its
+ * kin, n, best_of): more is a 400 naming it. */
+#define IG_ADMISSION_COUNT_MAX 2147483647L
+/* A request's token estimate at most: past any key's tpm (keyset.c takes
+ * up to 4e12), so a request asking more is refused by every limited key. */
+#define IG_ADMISSION_TOKENS_MAX (1L << 44)
+
 /* A refusal: status and OpenAI's error fields (message included). */
 struct ig_admission_error {
 	unsigned status;             /* 0: none */

@@ -387,8 +387,8 @@ static const struct ig_flag keys[] = {
 	{.name = "--api-keys-file", .key = "api_keys_file", .type = IG_FLAG_STRING, .off = OFF(api_keys_file),
 	 .def = "", .metavar = "FILE",
 	 .help = "API keys: JSON {\"keys\": [{\"name\", \"sha256\", \"priority\", \"weight\", \"max_inflight\", "
-		 "\"rpm\", \"tpm\", \"models\", \"disabled\"}]} or one SHA-256 hex digest per line (see --new-key, "
-		 "--hash-key); re-read on SIGHUP; empty = no keys needed"},
+		 "\"rpm\", \"tpm\", \"models\", \"status\", \"disabled\"}]} or one SHA-256 hex digest per line "
+		 "(see --new-key, --hash-key); re-read on SIGHUP; empty = no keys needed"},
 	{.name = "--default-max-tokens", .key = "default_max_tokens", .type = IG_FLAG_LONG,
 	 .off = OFF(default_max_tokens), .min = 0, .max = 10000000, .def = "1024", .metavar = "N",
 	 .help = "output tokens a request that names no max_tokens is taken to ask for: charged to its key's "
@@ -401,7 +401,8 @@ static const struct ig_flag keys[] = {
 	 .def = "", .metavar = "FILE", .help = "file of SHA-256 digests of admin keys; empty = admin API off"},
 	{.name = "--auth-status", .key = "auth_status", .type = IG_FLAG_LONG, .off = OFF(auth_status), .min = 0,
 	 .max = 1, .def = "0", .metavar = "0|1",
-	 .help = "1 = /metrics, /status and /health/backends need an API key too"},
+	 .help = "1 = /metrics, /status and /health/backends (every key's names and counts) need an admin key, "
+		 "or an API key given \"status\": true in the keys file; a tenant's own key gets a 403"},
 	{.name = "--load-source", .key = "load_source", .type = IG_FLAG_CHOICE, .off = OFF(load_from_backend),
 	 .def = "backend", .metavar = "gateway|backend", .bad = "%s: unknown source '%s' (gateway, backend)",
 	 .help = "backend = requests in flight here plus the backend's own running + waiting, read every "

@@ -86,6 +86,8 @@ static int write_meta(const struct ig_files *fs, const struct ig_file *f)
 	char *tmp = ig_strdupf("%s/.upload-%s.json", fs->dir, f->id), *path = ig_strdupf("%s/%s.json", fs->dir, f->id);
 	json_decref(j);
 	int rc = -1, fd = text ? open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600) : -1;
+	if (!text) /* a name jansson cannot encode (the upload checks its UTF-8 first), or no memory */
+		errno = EINVAL;
 	if (fd >= 0) {
 		rc = ig_write_all(fd, text, strlen(text)) == 0 && fsync(fd) == 0 ? 0 : -1;
 		int e = errno;
@@ -318,6 +320,7 @@ struct files_call {
 	/* an upload, on the reactor (under gw->lock) */
 	struct MHD_PostProcessor *pp;
 	bool got_file;
+	bool in_file;                 /* the last part read was the file's */
 	int64_t bytes;                /* of the file, read so far */
 	char filename[256];
 	char purpose[32];
@@ -425,7 +428,7 @@ static void upload_run(struct ig_bio_job *job)
 			close(fc->fd);
 			fc->fd = -1;
 			if (write_meta(fs, &fc->f) < 0) {
-				uj->err = errno;
+				uj->err = errno ? errno : EIO; /* 0 would be taken for kept */
 				unlink(path);
 			} else {
 				sync_dir(fs->dir);
@@ -543,7 +546,14 @@ static enum MHD_Result field(void *cls, enum MHD_ValueKind kind IG_UNUSED, const
 {
 	struct files_call *fc = cls;
 	struct ig_files *fs = fc->gw->files;
+	bool was_file = fc->in_file;
+	fc->in_file = strcmp(key, "file") == 0;
 	if (strcmp(key, "purpose") == 0) {
+		if (off == 0 && fc->purpose_len) { /* a second purpose part would be appended to the first */
+			fail_body(fc, 400, "purpose", "invalid_value", "Invalid 'purpose': given more than once.");
+			drop_upload(fc);
+			return MHD_NO;
+		}
 		if (fc->purpose_len + size >= sizeof(fc->purpose)) {
 			fail_body(fc, 400, "purpose", "invalid_value", "Invalid value for 'purpose': only 'batch' is taken here.");
 			return MHD_NO;
@@ -554,16 +564,32 @@ static enum MHD_Result field(void *cls, enum MHD_ValueKind kind IG_UNUSED, const
 	}
 	if (strcmp(key, "file") != 0)
 		return MHD_YES;
+	/* A part starts at offset 0; MHD may call twice at 0 for one part (the
+	 * first time with no bytes, before they arrived), so another file part
+	 * is one at 0 after the file's bytes or after another field. (An empty
+	 * file part right before another is not told apart: nothing of it would
+	 * be kept anyway.) Its bytes would be appended to the first file's. */
+	if (off == 0 && fc->got_file && (fc->bytes > 0 || !was_file)) {
+		fail_body(fc, 400, "file", "invalid_value",
+			  "Invalid 'file': more than one file part; an upload is one file (upload each on its own).");
+		drop_upload(fc);
+		return MHD_NO;
+	}
 	if (off == 0 && !fc->tmp) {
-		if (fc->got_file) {
-			fail_body(fc, 400, "file", "invalid_value", "one file per upload");
+		const char *name = filename ? filename : "upload.jsonl";
+		json_t *encodable = json_string(name); /* jansson's UTF-8 check: the name goes into JSON */
+		json_decref(encodable);
+		if (!encodable || strlen(name) >= sizeof(fc->filename)) {
+			fail_body(fc, 400, "file", "invalid_filename",
+				  !encodable ? "Invalid 'file': its filename is not UTF-8 text."
+					     : "Invalid 'file': its filename is longer than 255 bytes.");
 			return MHD_NO;
 		}
 		char rnd[17];
 		ig_random_hex(rnd, 16);
 		fc->tmp = ig_strdupf("%s/.upload-%s", fs->dir, rnd);
 		fc->got_file = true;
-		snprintf(fc->filename, sizeof(fc->filename), "%s", filename ? filename : "upload.jsonl");
+		snprintf(fc->filename, sizeof(fc->filename), "%s", name);
 		for (char *c = fc->filename; *c; c++) /* names go to JSON and logs */
 			if ((unsigned char)*c < 0x20 || *c == 0x7f)
 				*c = '_';

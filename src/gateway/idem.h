@@ -23,12 +23,15 @@
 #include "infergate/list.h"
 
 #define IG_IDEM_KEY_MAX 255 /* bytes of an Idempotency-Key value */
+/* The 422 of a value sent again with another route or body. */
+#define IG_IDEM_CONFLICT_MESSAGE \
+	"this Idempotency-Key was used with another request (another route or body); a key names one request"
 
 struct ig_idem_entry {
 	struct ig_list link;        /* the store's ended ones, by end, oldest first */
 	struct ig_idem_entry *next; /* its hash chain */
 	char *scope;                /* "<API key name>\n<Idempotency-Key>" */
-	unsigned char digest[32];   /* SHA-256 of the request body as sent */
+	unsigned char digest[32];   /* SHA-256 of the route's path, a NUL and the body as sent */
 	unsigned status;            /* the answer's, 0 until known */
 	char *content_type;         /* its Content-Type, or NULL */
 	struct ig_buf bytes;        /* its body as relayed so far */

@@ -86,7 +86,7 @@ static void done(struct pending *p)
 
 static void conflict(struct ig_gw *gw, struct ig_idem_entry *e)
 {
-	char *body = ig_oaerror_json("this Idempotency-Key was used with another request body; a key names one request",
+	char *body = ig_oaerror_json(IG_IDEM_CONFLICT_MESSAGE,
 				     "invalid_request_error", "Idempotency-Key", "idempotency_key_conflict");
 	e->conflict = true;
 	settle(gw, e, IG_IDEM_ALONE);

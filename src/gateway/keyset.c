@@ -177,7 +177,8 @@ static void get_models(struct ig_buf *errs, const char *at, json_t *x, struct ig
 	}
 }
 
-static const char *const fields_all = "name, sha256, priority, weight, max_inflight, rpm, tpm, models, disabled";
+static const char *const fields_all = "name, sha256, priority, weight, max_inflight, rpm, tpm, models, status, "
+				       "disabled";
 
 static void parse_entry(struct ig_keyset *ks, json_t *o, size_t i, const char *where, bool with_limits,
 			struct ig_buf *errs)
@@ -220,6 +221,11 @@ static void parse_entry(struct ig_keyset *ks, json_t *o, size_t i, const char *w
 			if (!json_is_boolean(x))
 				ig_buf_printf(errs, "%s: disabled: must be true or false\n", at);
 			k->disabled = json_is_true(x);
+		} else if (strcmp(field, "status") == 0) {
+			/* an admin key reads them anyway: a right of API keys only */
+			if (!json_is_boolean(x))
+				ig_buf_printf(errs, "%s: status: must be true or false\n", at);
+			k->status = json_is_true(x);
 		} else if (strcmp(field, "priority") == 0) {
 			k->priority = json_is_string(x) ? ig_conf_class_parse(json_string_value(x)) : -1;
 			if (k->priority < 0)

@@ -4,8 +4,8 @@
  *
  * Two formats, told apart by the first character:
  *   - JSON: {"keys": [{"name": "alice", "sha256": "<64 hex>", "priority"?,
- *     "weight"?, "max_inflight"?, "rpm"?, "tpm"?, "models"?, "disabled"?},
- *     ...]}: named keys with settings and limits;
+ *     "weight"?, "max_inflight"?, "rpm"?, "tpm"?, "models"?, "status"?,
+ *     "disabled"?}, ...]}: named keys with settings and limits;
  *   - lines: one hex digest per line ('#' comments, blank lines): each a
  *     key with no settings, named by the first 12 digits of its digest.
  * Not here: what the settings do (scheduler.c, ratelimit.c, proxy.c). */
@@ -30,6 +30,9 @@ struct ig_keyent {
 	char **models;               /* allowed models, NULL = any */
 	size_t n_models;
 	bool disabled;               /* 401 */
+	bool status;                 /* may read the status endpoints with auth_status 1
+				      * (/metrics, /status, /health/backends: every key's
+				      * names and counts), as an admin key may */
 };
 
 struct ig_keyset {

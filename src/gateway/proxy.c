@@ -431,8 +431,18 @@ static int idem_begin(struct ig_req *req)
 				  "the Idempotency-Key header must be 1 to 255 printable ASCII characters");
 		return -1;
 	}
+	/* what the value names: the route and the body; the same value sent to
+	 * another route is a conflict, never that route's answer */
 	unsigned char digest[32];
-	EVP_Digest(req->body.data ? req->body.data : "", req->body.len, digest, NULL, EVP_sha256(), NULL);
+	const char *route = ig_gw_route(gw->cfg, req->adm.route_idx)->path;
+	EVP_MD_CTX *md = EVP_MD_CTX_new();
+	if (!md || !EVP_DigestInit_ex(md, EVP_sha256(), NULL) || !EVP_DigestUpdate(md, route, strlen(route) + 1) ||
+	    !EVP_DigestUpdate(md, req->body.data ? req->body.data : "", req->body.len) ||
+	    !EVP_DigestFinal_ex(md, digest, NULL)) {
+		EVP_MD_CTX_free(md);
+		return 0; /* out of memory: it runs, not kept */
+	}
+	EVP_MD_CTX_free(md);
 	/* keys are scoped to the API key: another's same value is another key */
 	char *scope = ig_strdupf("%s\n%s", req->adm.key ? req->adm.key->digest : "", v);
 	ig_idem_expire(&gw->idem, ig_now_ms());
@@ -455,7 +465,7 @@ static int idem_begin(struct ig_req *req)
 	if (memcmp(e->digest, digest, sizeof(digest)) != 0) {
 		gw->stats.idem[3]++;
 		set_decided_error(req, 422, "invalid_request_error", "Idempotency-Key", "idempotency_key_conflict",
-				  "this Idempotency-Key was used with another request body; a key names one request");
+				  IG_IDEM_CONFLICT_MESSAGE);
 		return -1;
 	}
 	e->refs++;

@@ -19,6 +19,19 @@
 #include "policy.h"
 #include "servertls.h"
 
+/* Whether some key may read the status endpoints: an admin key, or an
+ * API key with the status right (neither disabled). */
+static bool status_readable(const struct ig_keyset *api, const struct ig_keyset *admin)
+{
+	for (size_t i = 0; i < admin->n; i++)
+		if (!admin->v[i].disabled)
+			return true;
+	for (size_t i = 0; i < api->n; i++)
+		if (api->v[i].status && !api->v[i].disabled)
+			return true;
+	return false;
+}
+
 /* Loads the key files cfg names and checks them against it; every
  * problem of both files is listed. Returns 0, or -1 with *err (both sets
  * then empty). */
@@ -26,10 +39,15 @@ static int load_keys(const struct ig_conf *cfg, struct ig_keyset *api, struct ig
 {
 	char *e1 = NULL, *e2 = NULL, *e3 = NULL;
 	int r1 = ig_keyset_load(api, "api_keys_file", cfg->api_keys_file, true, &e1);
-	ig_keyset_load(admin, "admin_keys_file", cfg->admin_keys_file, false, &e2);
+	int r2 = ig_keyset_load(admin, "admin_keys_file", cfg->admin_keys_file, false, &e2);
 	if (r1 == 0 && api->json && cfg->n_keys > 0)
 		e3 = ig_strdupf("api_key_settings: with a JSON keys file (%s) a key's priority, weight and "
 				"max_inflight go in its entry; remove api_key_settings", cfg->api_keys_file);
+	else if (r1 == 0 && r2 == 0 && cfg->auth_status && !status_readable(api, admin))
+		/* the status endpoints would be closed to everyone */
+		e3 = ig_strdupf("auth_status: 1, but no key may read /metrics, /status and /health/backends: set "
+				"admin_keys_file (an admin key reads them), or give an API key \"status\": true in "
+				"api_keys_file");
 	if (!e1 && !e2 && !e3)
 		return 0;
 	*err = ig_strdupf("%s%s%s%s%s", e1 ? e1 : "", e1 && (e2 || e3) ? "\n" : "", e2 ? e2 : "",

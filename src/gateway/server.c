@@ -70,6 +70,9 @@ static const struct deferred stopping = DEFERRED(503, "the gateway is shutting d
 static const struct deferred no_key = DEFERRED(401, "missing or invalid API key (send Authorization: Bearer KEY)",
 	"invalid_api_key");
 static const struct deferred disabled_key = DEFERRED(401, "this API key is disabled", "api_key_disabled");
+static const struct deferred no_status_right = DEFERRED(403, "this API key may not read the status endpoints "
+	"(auth_status): they take an admin key, or a key given \"status\": true in the keys file",
+	"insufficient_permissions");
 static const struct deferred no_admin_key = DEFERRED(401, "the admin API needs the admin key "
 	"(Authorization: Bearer ADMIN_KEY)", "invalid_api_key");
 static const struct deferred files_off = DEFERRED(404, "the Files API is off on this gateway (it needs data_dir)",
@@ -124,10 +127,11 @@ static enum MHD_Result local_error(struct ig_gw *gw, struct MHD_Connection *conn
 
 /* Request framing that a proxy must refuse (RFC 9112 6.1, 6.3, 5): more
  * than one Content-Length, Content-Length with Transfer-Encoding, a
- * Transfer-Encoding other than "chunked", or a header name that is not a
- * token or a value with control characters. Refused before any body byte
- * is read, with the connection closed, so that no byte of an ambiguous
- * message can be taken for a request of its own. */
+ * Transfer-Encoding other than "chunked", a folded header line (obs-fold,
+ * 5.2), or a header name that is not a token or a value with control
+ * characters. Refused before any body byte is read, with the connection
+ * closed, so that no byte of an ambiguous message can be taken for a
+ * request of its own. */
 struct framing {
 	int content_lengths, transfer_encodings, bad;
 	const char *why;
@@ -139,10 +143,39 @@ static int is_tchar(unsigned char c)
 	       (c && strchr("!#$%&'*+-.^_`|~", c));
 }
 
+/* Whether a header came from more than one line. libmicrohttpd 0.9.75
+ * (Debian 12's) joins an obs-fold's continuation onto the header's NAME,
+ * in a block of its own, and keeps the value of the first line:
+ * "Transfer-Encoding: chunked\r\n x" becomes "Transfer-Encodingx: chunked",
+ * a request with no body whose chunks would be read as the next request.
+ * It cannot be told from the name; but a header parsed from one line keeps
+ * its value in that line, right after the name's end (its colon, now a NUL)
+ * and blanks: a value anywhere else, or a name starting with a blank (a
+ * fold of the request line), is a fold. Later versions replace a fold by
+ * spaces inside the value, as RFC 9112 5.2 allows, or refuse it. */
+static bool folded(const char *key, size_t key_size, const char *value)
+{
+	if (*key == ' ' || *key == '\t')
+		return true;
+	/* as addresses: the two may lie in different blocks of MHD's pool */
+	uintptr_t at = (uintptr_t)value, after_name = (uintptr_t)key + key_size + 1;
+	if (at < after_name)
+		return true;
+	for (const char *p = key + key_size + 1; (uintptr_t)p < at; p++) /* stops at the first non-blank */
+		if (*p != ' ' && *p != '\t')
+			return true;
+	return false;
+}
+
 static enum MHD_Result check_header(void *cls, enum MHD_ValueKind kind IG_UNUSED, const char *key,
-				    const char *value)
+				    size_t key_size, const char *value, size_t value_size IG_UNUSED)
 {
 	struct framing *f = cls;
+	if (key && value && folded(key, key_size, value)) {
+		f->bad = 1;
+		f->why = "a folded header line (obs-fold)";
+		return MHD_NO;
+	}
 	if (!key || !*key) {
 		f->bad = 1;
 		f->why = "empty header name";
@@ -175,7 +208,7 @@ static enum MHD_Result check_header(void *cls, enum MHD_ValueKind kind IG_UNUSED
 static const char *bad_framing(struct MHD_Connection *conn)
 {
 	struct framing f = {0, 0, 0, NULL};
-	MHD_get_connection_values(conn, MHD_HEADER_KIND, check_header, &f);
+	MHD_get_connection_values_n(conn, MHD_HEADER_KIND, check_header, &f);
 	if (f.bad)
 		return f.why;
 	if (f.content_lengths > 1)
@@ -243,8 +276,24 @@ static bool health_path(const char *url)
 	       strcmp(url, "/health/capacity") == 0;
 }
 
+/* With auth_status, who may read the status endpoints (every key's names,
+ * limits and token counts): an admin key, or an API key given the status
+ * right; a tenant's own key is not enough. 0 it may, 2 no key (or an
+ * unknown one), 3 a disabled key, 4 a key without the right. */
+static int status_reader(const struct ig_gw *gw, struct MHD_Connection *conn)
+{
+	bool admin_disabled, api_disabled;
+	if (key_of(&gw->admin_keys, conn, &admin_disabled))
+		return 0;
+	const struct ig_keyent *e = key_of(&gw->api_keys, conn, &api_disabled);
+	if (e)
+		return e->status ? 0 : 4;
+	return admin_disabled || api_disabled ? 3 : 2;
+}
+
 /* The gateway's own GET endpoints: 0 answered, 1 wrong method, 2 needs a
- * key, 3 the key is disabled, -1 not one of them. */
+ * key, 3 the key is disabled, 4 the key may not read it, -1 not one of
+ * them. */
 static int local_endpoint(struct ig_gw *gw, struct MHD_Connection *conn, const char *path,
 			  const char *method, enum MHD_Result *ret)
 {
@@ -262,11 +311,14 @@ static int local_endpoint(struct ig_gw *gw, struct MHD_Connection *conn, const c
 	/* /health stays open for load balancers; the model list is API, and
 	 * shows a key the models it may use. */
 	const struct ig_keyent *key = NULL;
-	if (gw->api_keys.enabled && (strcmp(path, "/v1/models") == 0 || (watch && gw->cfg->auth_status))) {
+	if (gw->api_keys.enabled && strcmp(path, "/v1/models") == 0) {
 		bool disabled;
 		if (!(key = key_of(&gw->api_keys, conn, &disabled)))
 			return disabled ? 3 : 2;
 	}
+	int who;
+	if (watch && gw->cfg->auth_status && (who = status_reader(gw, conn)) != 0)
+		return who;
 	if (is_status) {
 		*ret = send_body(gw, conn, method, path, 200, "text/html; charset=utf-8", (void *)ig_status_html,
 				 ig_status_html_len, MHD_RESPMEM_PERSISTENT);
@@ -407,6 +459,8 @@ static enum MHD_Result route(struct ig_call *call, struct ig_gw *gw, struct MHD_
 			return defer(&no_key, gw, conn, url, method, upload_data_size, con_cls);
 		case 3:
 			return defer(&disabled_key, gw, conn, url, method, upload_data_size, con_cls);
+		case 4:
+			return defer(&no_status_right, gw, conn, url, method, upload_data_size, con_cls);
 		default:
 			return defer(&not_found, gw, conn, url, method, upload_data_size, con_cls);
 		}

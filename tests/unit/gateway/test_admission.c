@@ -65,5 +65,62 @@ START_TEST(session_key_comes_from_user_or_key)
 }
 END_TEST
 
+/* The counts a client sends are bounded before any arithmetic: a 400
+ * naming the field; in range, their product is held to
+ * IG_ADMISSION_TOKENS_MAX (past any tpm), never overflowed; best_of counts
+ * as n does. A backend's usage cannot overflow the settling either. */
+START_TEST(a_clients_counts_are_bounded_and_the_estimate_saturates)
+{
+	static struct ig_conf cfg;
+	struct ig_gw gw = {.cfg = &cfg};
+	ig_routes_default(&cfg.routes);
+	cfg.default_max_tokens = 100;
+	struct ig_admission a;
+	ig_admission_init(&a);
+	a.route_idx = 0; /* chat */
+	static const struct {
+		const char *body, *param, *code;
+	} bad[] = {
+		{"{\"model\":\"m\",\"max_tokens\":9223372036854775807}", "max_tokens", "integer_above_max_value"},
+		{"{\"model\":\"m\",\"max_completion_tokens\":2147483648}", "max_completion_tokens",
+		 "integer_above_max_value"},
+		{"{\"model\":\"m\",\"n\":4294967296}", "n", "integer_above_max_value"},
+		{"{\"model\":\"m\",\"n\":0}", "n", "integer_below_min_value"},
+		{"{\"model\":\"m\",\"best_of\":\"2\"}", "best_of", "invalid_type"},
+		{"{\"model\":\"m\",\"sampling_params\":{\"max_new_tokens\":-1}}", "sampling_params.max_new_tokens",
+		 "integer_below_min_value"},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		json_t *root = json_loads(bad[i].body, 0, NULL);
+		ck_assert_int_eq(check_fields(&gw, &a, root), -1);
+		ck_assert_uint_eq(a.err.status, 400);
+		ck_assert_str_eq(a.err.param, bad[i].param);
+		ck_assert_str_eq(a.err.code, bad[i].code);
+		json_decref(root);
+	}
+	json_t *root = json_loads("{\"model\":\"m\",\"max_tokens\":2147483647,\"n\":2147483647,\"best_of\":3}", 0,
+				  NULL);
+	ck_assert_int_eq(check_fields(&gw, &a, root), 0);
+	a.max_tokens = 2147483647;
+	ck_assert_int_eq(token_estimate(&gw, &a, root), IG_ADMISSION_TOKENS_MAX);
+	json_decref(root);
+	root = json_loads("{\"model\":\"m\",\"prompt\":\"abcd\",\"n\":2,\"best_of\":5}", 0, NULL);
+	a.max_tokens = 10;
+	ck_assert_int_eq(token_estimate(&gw, &a, root), 1 + 5 * 10); /* best_of sequences are made */
+	json_decref(root);
+	/* a backend's usage past any range: its charge is given back, not overflowed */
+	struct ig_key k = {0};
+	ig_bucket_set(&k.tpm, 1000, 0);
+	a.key = &k;
+	a.tok_charge = 100;
+	ig_admission_settle(&a, LONG_MAX, LONG_MAX, true);
+	/* charged what the usage says past the estimate, each count held to the range (no wrap to a gift) */
+	ck_assert(k.tpm.level < 0 && k.tpm.level >= 1000.0 - 2.0 * (double)IG_ADMISSION_TOKENS_MAX);
+	a.key = NULL;
+	ig_admission_free(&gw, &a, true);
+	ig_routes_clear(&cfg.routes);
+}
+END_TEST
+
 IG_CHECK_MAIN("admission", include_usage_is_spliced_in_front, token_estimate_counts_prompt_and_output,
-	      session_key_comes_from_user_or_key)
+	      session_key_comes_from_user_or_key, a_clients_counts_are_bounded_and_the_estimate_saturates)

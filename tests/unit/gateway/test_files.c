@@ -224,6 +224,7 @@ static void finish(struct files_call *fc)
 	snprintf(fc->f.id, sizeof(fc->f.id), "file-up");
 	snprintf(fc->f.owner, sizeof(fc->f.owner), "%s", fc->owner);
 	snprintf(fc->f.purpose, sizeof(fc->f.purpose), "batch");
+	snprintf(fc->f.filename, sizeof(fc->f.filename), "%s", fc->filename);
 	ck_assert_int_eq(upload_flush(fc), 0);
 	ck_assert_int_eq(upload_submit(fc, UP_FINISH, NULL, 0), 0);
 }
@@ -309,7 +310,88 @@ START_TEST(too_large_an_upload_is_refused_and_dropped)
 }
 END_TEST
 
+/* One file part per upload: a second one (after the first's bytes, or
+ * after another field) is a 400 naming 'file', and what was written goes;
+ * MHD's empty first call of a part is not a second part. A second
+ * 'purpose' is refused too (it would be appended to the first). */
+START_TEST(a_second_file_part_or_purpose_is_refused_and_nothing_kept)
+{
+	setup();
+	char *dir = path_in("files"), *err = NULL;
+	struct ig_files *fs = ig_files_open(dir, false, &err);
+	struct files_call *fc = upload_call(files_gw(fs));
+	ck_assert_int_eq(field(fc, MHD_POSTDATA_KIND, "file", "a.jsonl", NULL, NULL, "", 0, 0), MHD_YES);
+	feed(fc, "{\"prompt\":\"a\"}\n"); /* the same part: its bytes come at offset 0 after an empty call */
+	ck_assert_uint_eq(fc->err_status, 0);
+	ck_assert_int_eq(upload_flush(fc), 0);
+	ck_assert(exists(fc->tmp + strlen(root) + 1));
+	ck_assert_int_eq(field(fc, MHD_POSTDATA_KIND, "file", "b.jsonl", NULL, NULL, "x", 0, 1), MHD_NO);
+	ck_assert_uint_eq(fc->err_status, 400);
+	ck_assert_str_eq(fc->err_param, "file");
+	ck_assert_ptr_nonnull(strstr(fc->err_msg, "more than one file part"));
+	ck_assert(!exists(fc->tmp + strlen(root) + 1)); /* dropped */
+	call_free(fc);
+
+	fc = upload_call(files_gw(fs)); /* a file, a field, a file */
+	feed(fc, "");
+	ck_assert_int_eq(field(fc, MHD_POSTDATA_KIND, "purpose", NULL, NULL, NULL, "batch", 0, 5), MHD_YES);
+	ck_assert_int_eq(field(fc, MHD_POSTDATA_KIND, "file", "b.jsonl", NULL, NULL, "x", 0, 1), MHD_NO);
+	ck_assert_str_eq(fc->err_param, "file");
+	call_free(fc);
+
+	fc = upload_call(files_gw(fs));
+	ck_assert_int_eq(field(fc, MHD_POSTDATA_KIND, "purpose", NULL, NULL, NULL, "bat", 0, 3), MHD_YES);
+	ck_assert_int_eq(field(fc, MHD_POSTDATA_KIND, "purpose", NULL, NULL, NULL, "ch", 0, 2), MHD_NO);
+	ck_assert_str_eq(fc->err_param, "purpose");
+	call_free(fc);
+	ck_assert_uint_eq(fs->n, 0);
+	ig_files_free(fs);
+	free(dir);
+	teardown();
+}
+END_TEST
+
+/* A filename that JSON cannot hold (not UTF-8) or that would be cut is
+ * refused before a byte is written: never a file kept without its
+ * metadata. A metadata write that fails anyway fails the upload. */
+START_TEST(a_filename_that_cannot_be_kept_is_refused_before_anything_is_written)
+{
+	setup();
+	char *dir = path_in("files"), *err = NULL;
+	struct ig_files *fs = ig_files_open(dir, false, &err);
+	struct files_call *fc = upload_call(files_gw(fs));
+	ck_assert_int_eq(field(fc, MHD_POSTDATA_KIND, "file", "caf\xe9.jsonl", NULL, NULL, "x", 0, 1), MHD_NO);
+	ck_assert_uint_eq(fc->err_status, 400);
+	ck_assert_str_eq(fc->err_code, "invalid_filename");
+	ck_assert_ptr_nonnull(strstr(fc->err_msg, "not UTF-8"));
+	ck_assert(!fc->started && !fc->tmp);
+	call_free(fc);
+	char longname[300];
+	memset(longname, 'x', sizeof(longname) - 1);
+	longname[sizeof(longname) - 1] = '\0';
+	fc = upload_call(files_gw(fs));
+	ck_assert_int_eq(field(fc, MHD_POSTDATA_KIND, "file", longname, NULL, NULL, "x", 0, 1), MHD_NO);
+	ck_assert_ptr_nonnull(strstr(fc->err_msg, "longer than 255 bytes"));
+	call_free(fc);
+	/* UTF-8 beyond ASCII is kept as sent */
+	fc = upload_call(files_gw(fs));
+	ck_assert_int_eq(field(fc, MHD_POSTDATA_KIND, "file", "donn\xc3\xa9es.jsonl", NULL, NULL, "x", 0, 1), MHD_YES);
+	ck_assert_str_eq(fc->filename, "donn\xc3\xa9es.jsonl");
+	/* metadata that cannot be written: the upload fails, the bytes go */
+	snprintf(fc->filename, sizeof(fc->filename), "caf\xe9"); /* as if it had got past the check */
+	finish(fc);
+	ck_assert(fc->finished && !fc->kept);
+	ck_assert_int_eq(fc->io_errno, EINVAL);
+	ck_assert(!exists("files/file-up") && !exists("files/file-up.json"));
+	call_free(fc);
+	ig_files_free(fs);
+	free(dir);
+	teardown();
+}
+END_TEST
+
 IG_CHECK_MAIN("files", a_stored_file_survives_a_restart_and_a_crashs_leftovers_go,
 	      remove_takes_the_file_from_the_list_and_the_disk, the_pager_gives_openai_pages,
 	      an_uploads_bytes_reach_the_store_through_the_writer, a_full_disk_keeps_nothing_and_says_so,
-	      too_large_an_upload_is_refused_and_dropped)
+	      too_large_an_upload_is_refused_and_dropped, a_second_file_part_or_purpose_is_refused_and_nothing_kept,
+	      a_filename_that_cannot_be_kept_is_refused_before_anything_is_written)

@@ -58,8 +58,8 @@ START_TEST(json_entries_carry_settings)
 	int n = snprintf(text, sizeof(text), "{\"keys\": [{\"name\": \"team-a\", \"sha256\": \"%s\", \"priority\": "
 			 "\"low\", \"weight\": 3, \"max_inflight\": 8, \"rpm\": 60, \"tpm\": 90000, \"models\": [\"m1\", "
 			 "\"m2\"]},", hex_of("a"));
-	snprintf(text + n, sizeof(text) - (size_t)n, " {\"name\": \"b@x.org\", \"sha256\": \"%s\", \"disabled\": true}]}",
-		 hex_of("b"));
+	snprintf(text + n, sizeof(text) - (size_t)n, " {\"name\": \"b@x.org\", \"sha256\": \"%s\", \"disabled\": true, "
+		 "\"status\": true}]}", hex_of("b"));
 	char *path = write_tmp(text);
 	ck_assert_msg(ig_keyset_load(&ks, "api_keys_file", path, true, &err) == 0, "%s", err);
 	ck_assert(ks.json);
@@ -77,6 +77,7 @@ START_TEST(json_entries_carry_settings)
 	ck_assert(!ig_keyset_model_allowed(a, "m3", NULL));
 	ck_assert(ig_keyset_model_allowed(b, "anything", NULL));
 	ck_assert(b->disabled);
+	ck_assert(b->status && !a->status); /* the status right: given, or not */
 	ig_keyset_free(&ks);
 	/* The admin file takes names, digests and disabled only. */
 	ck_assert_int_eq(ig_keyset_load(&ks, "admin_keys_file", path, false, &err), -1);
@@ -92,14 +93,16 @@ START_TEST(every_problem_is_listed)
 	struct ig_keyset ks;
 	snprintf(text, sizeof(text),
 		 "{\"keys\": [{\"name\": \"ok\", \"sha256\": \"%s\"}, {\"name\": \"x y\", \"sha256\": \"12\"},"
-		 " {\"name\": \"r\", \"sha256\": \"%s\", \"rpm\": \"60\", \"tpm\": 0, \"disabled\": 1, \"oops\": 1},"
+		 " {\"name\": \"r\", \"sha256\": \"%s\", \"rpm\": \"60\", \"tpm\": 0, \"disabled\": 1, \"oops\": 1,"
+		 " \"status\": \"yes\"},"
 		 " 7], \"extra\": 1}", hex_of("a"), hex_of("a"));
 	char *path = write_tmp(text);
 	ck_assert_int_eq(ig_keyset_load(&ks, "api_keys_file", path, true, &err), -1);
 	const char *want[] = {"unknown key 'extra'", "keys[1]: name: must be 1..64 characters",
 			      "keys[1]: sha256: must be the key's SHA-256", "keys[2] 'r': rpm: must be an integer in "
 			      "1..1000000000, got \"60\"", "keys[2] 'r': tpm: must be an integer", "keys[2] 'r': disabled: "
-			      "must be true or false", "keys[2] 'r': unknown field 'oops'", "keys[2] 'r': sha256: the same "
+			      "must be true or false", "keys[2] 'r': unknown field 'oops'",
+			      "keys[2] 'r': status: must be true or false", "keys[2] 'r': sha256: the same "
 			      "digest as keys[0] 'ok'", "keys[3]: must be an object"};
 	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
 		ck_assert_msg(strstr(err, want[i]), "missing '%s' in:\n%s", want[i], err);

@@ -320,6 +320,12 @@ START_TEST(framing_and_size_are_refused_before_the_body)
 	a = ask_str("GET /health HTTP/1.1\r\nHost: x\r\nX-Bad: a\x01z\r\n\r\n");
 	assert_error(&a, 400, "bad_request", "malformed request: a control character in a header value");
 
+	/* a folded header line: refused, and the connection closed */
+	a = ask_str("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n x\r\n\r\n"
+		    "2\r\n{}\r\n0\r\n\r\n");
+	ck_assert_str_eq(header(&a, "Connection", v, sizeof(v)), "close");
+	assert_error(&a, 400, "bad_request", "malformed request: a folded header line (obs-fold)");
+
 	/* a declared body far over max_body_bytes (4096): refused from its
 	 * length, unread */
 	a = ask_str("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " API_KEY
@@ -331,30 +337,93 @@ START_TEST(framing_and_size_are_refused_before_the_body)
 }
 END_TEST
 
+/* One header line given to check_header as libmicrohttpd leaves it in
+ * its read buffer: the colon made a NUL, the value after the blanks. */
+static enum MHD_Result line(struct framing *f, const char *text)
+{
+	static char buf[256];
+	snprintf(buf, sizeof(buf), "%s", text);
+	char *colon = strchr(buf, ':'), *value = colon + 1;
+	*colon = '\0';
+	while (*value == ' ' || *value == '\t')
+		value++;
+	return check_header(f, MHD_HEADER_KIND, buf, strlen(buf), value, strlen(value));
+}
+
 START_TEST(the_framing_check_itself)
 {
 	/* check_header is MHD's iterator over the request's headers */
 	struct framing f = {0, 0, 0, NULL};
-	check_header(&f, MHD_HEADER_KIND, "Content-Length", "12");
-	check_header(&f, MHD_HEADER_KIND, "transfer-encoding", "chunked");
+	line(&f, "Content-Length: 12");
+	line(&f, "transfer-encoding:chunked");
 	ck_assert_int_eq(f.content_lengths, 1);
 	ck_assert_int_eq(f.transfer_encodings, 1);
 	ck_assert_int_eq(f.bad, 0);
-	check_header(&f, MHD_HEADER_KIND, "Transfer-Encoding", "gzip, chunked");
+	line(&f, "Transfer-Encoding: gzip, chunked");
 	ck_assert_int_eq(f.bad, 1);
 	ck_assert_str_eq(f.why, "a Transfer-Encoding other than chunked");
 
 	struct framing g = {0, 0, 0, NULL};
-	check_header(&g, MHD_HEADER_KIND, "X(y)", "1");
+	line(&g, "X(y): 1");
 	ck_assert_str_eq(g.why, "a header name that is not a token");
 	struct framing h = {0, 0, 0, NULL};
-	check_header(&h, MHD_HEADER_KIND, "X-Tab", "a\tb"); /* a tab is fine */
+	line(&h, "X-Tab: a\tb"); /* a tab is fine */
+	line(&h, "X-Blanks: \t  \t v"); /* and blanks before the value */
+	line(&h, "X-Empty:");
 	ck_assert_int_eq(h.bad, 0);
-	check_header(&h, MHD_HEADER_KIND, "X-Del", "a\x7f");
+	line(&h, "X-Del: a\x7f");
 	ck_assert_str_eq(h.why, "a control character in a header value");
+
+	/* obs-fold, as libmicrohttpd 0.9.75 joins it: the continuation on the
+	 * name (moved to a block of its own, or written over the line in
+	 * place), the value left where the first line had it */
+	char pool[] = "Transfer-Encoding\0 chunked\0Transfer-Encodingx"; /* the line, then the new block */
+	struct framing k = {0, 0, 0, NULL};
+	ck_assert_int_eq(check_header(&k, MHD_HEADER_KIND, pool + 27, 18, pool + 19, 7), MHD_NO);
+	ck_assert_str_eq(k.why, "a folded header line (obs-fold)");
+	char in_place[] = "X-Acont\0nt";
+	struct framing m = {0, 0, 0, NULL};
+	check_header(&m, MHD_HEADER_KIND, in_place, 7, in_place + 5, 2);
+	ck_assert_str_eq(m.why, "a folded header line (obs-fold)");
+	char after_blank[] = "X-A\0 junk v";
+	struct framing n = {0, 0, 0, NULL};
+	check_header(&n, MHD_HEADER_KIND, after_blank, 3, after_blank + 10, 1);
+	ck_assert_str_eq(n.why, "a folded header line (obs-fold)");
+	struct framing o = {0, 0, 0, NULL};
+	line(&o, " X-A: v"); /* a fold of the request line */
+	ck_assert_str_eq(o.why, "a folded header line (obs-fold)");
 
 	ck_assert(admin_path("/admin") && admin_path("/admin/backends") && !admin_path("/administer"));
 	ck_assert(batches_path("/v1/batches") && batches_path("/v1/batches/b1/cancel") && !batches_path("/v1/batchesx"));
+}
+END_TEST
+
+/* With auth_status 1 the status endpoints take the admin key; an API key
+ * without the status right is a 403, none a 401; /health stays open. */
+START_TEST(status_endpoints_with_auth_status)
+{
+	cfg.auth_status = 1;
+	static const char *const paths[] = {"/metrics", "/status", "/health/backends", "/health/capacity",
+					    "/status/history"};
+	char req[512];
+	for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
+		snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", paths[i]);
+		struct answer a = ask_str(req);
+		assert_error(&a, 401, "invalid_api_key", "missing or invalid API key");
+		snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " API_KEY
+			 "\r\nConnection: close\r\n\r\n", paths[i]);
+		a = ask_str(req);
+		assert_error(&a, 403, "insufficient_permissions", "\"status\": true in the keys file");
+		snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " ADMIN_KEY
+			 "\r\nConnection: close\r\n\r\n", paths[i]);
+		a = ask_str(req);
+		ck_assert_msg(a.status == 200, "%s: %u", paths[i], a.status);
+		free(a.body);
+	}
+	struct answer a = ask_str("GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+	ck_assert_uint_eq(a.status, 503); /* answered: no backend up */
+	free(a.body);
+	cfg.auth_status = 0;
 }
 END_TEST
 
@@ -363,7 +432,8 @@ int main(void)
 	const TTest *const tests[] = {the_gateways_own_endpoints, admin_paths_go_to_the_admin_api,
 				      files_and_batches_paths_without_a_data_dir,
 				      forwarded_routes_are_checked_before_anything_is_forwarded,
-				      framing_and_size_are_refused_before_the_body, the_framing_check_itself};
+				      framing_and_size_are_refused_before_the_body, the_framing_check_itself,
+				      status_endpoints_with_auth_status};
 	Suite *s = suite_create("server");
 	TCase *tc = tcase_create("core");
 	tcase_set_timeout(tc, 600);
