@@ -34,7 +34,7 @@ cat > "$build/config.h" <<'H'
 #define VERSION "fuzz"
 H
 
-pkgs="libmicrohttpd gnutls libcurl jansson libcrypto hiredis"
+pkgs="libmicrohttpd gnutls libcurl jansson libssl libcrypto hiredis"
 cflags="-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
   -fno-omit-frame-pointer -D_GNU_SOURCE -I$build -I$src/include -I$src/src/bulk -I$src/src/gateway
   $(pkg-config --cflags $pkgs) ${FUZZ_EXTRA_CFLAGS:-}"
