@@ -873,7 +873,9 @@ static void on_event(struct ig_event *ev, uint32_t events)
 		if (tls_step(r) <= 0)
 			return;
 		r->phase = PH_OPEN;
-		events = EPOLLOUT; /* the handshake's commands wait to be written */
+		/* the handshake's commands wait to be written; read first what
+		 * may have come (an alert: no client certificate) */
+		events = EPOLLIN | EPOLLOUT;
 	}
 	if (r->phase != PH_OPEN)
 		return;

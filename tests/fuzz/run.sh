@@ -20,7 +20,7 @@ src=$(cd "$here/../.." && pwd)
 secs=${FUZZ_SECONDS:-30}
 build=${FUZZ_BUILD:-${TMPDIR:-/tmp}/infergate-fuzz}
 cc=${FUZZ_CC:-clang}
-all="config inspect load sse corpus_line resume"
+all="config inspect load sse corpus_line resume redis_wire"
 targets=${*:-$all}
 
 command -v "$cc" >/dev/null 2>&1 || { echo "FAIL: $cc not found (apt-get install -y clang)"; exit 1; }

@@ -10,10 +10,12 @@ test plays a hostile or broken one.
     fake.push(resp(["message", "infergate:resp", "..."]))
 
 Connections are told apart by what they sent: "cmd" (the sync's EVAL), "sub" (SUBSCRIBE), "start"
-(PTTL: the blocking connection at the gateway's start), "other". Stopped when the test's process ends
-(daemon threads) or by close()."""
+(PTTL: the blocking connection at the gateway's start), "other". With a certificate and its key it speaks
+TLS (rediss://). Stopped when the test's process ends (daemon threads) or by close()."""
 
+import select
 import socket
+import ssl
 import threading
 import time
 
@@ -42,20 +44,31 @@ def error(s):
 
 
 class Conn:
+    """One client connection. Only its own thread reads and writes its socket (an SSL object must
+    not be used from two threads at once): what others send is queued."""
+
     def __init__(self, fake, sock):
         self.fake, self.sock = fake, sock
         self.role = "other"
         self.channels = set()
         self.commands = []          # each one as a list of str
         self.closed = False
+        self.outbox = []
         self.lock = threading.Lock()
 
     def send(self, data):
         with self.lock:
-            try:
-                self.sock.sendall(data)
-            except OSError:
-                self.closed = True
+            self.outbox.append(data)
+
+    def _flush(self):
+        while True:
+            with self.lock:
+                if not self.outbox:
+                    return
+                data = self.outbox.pop(0)
+            self.sock.setblocking(True)
+            self.sock.sendall(data)
+            self.sock.setblocking(False)
 
     def _read_commands(self, buf):
         """Whole commands (arrays of bulk strings) at the head of buf; the rest."""
@@ -83,8 +96,19 @@ class Conn:
     def run(self):
         buf = b""
         try:
+            if self.fake.tls:
+                self.sock = self.fake.tls.wrap_socket(self.sock, server_side=True)
+            self.sock.setblocking(False)
             while True:
-                d = self.sock.recv(65536)
+                self._flush()
+                r, _, _ = select.select([self.sock], [], [], 0.02)
+                pending = getattr(self.sock, "pending", lambda: 0)()
+                if not r and not pending:
+                    continue
+                try:
+                    d = self.sock.recv(65536)
+                except (ssl.SSLWantReadError, BlockingIOError):
+                    continue
                 if not d:
                     break
                 buf += d
@@ -92,7 +116,7 @@ class Conn:
                 for c in cmds:
                     self.commands.append(c)
                     self.fake._answer(self, c)
-        except OSError:
+        except (OSError, ValueError):
             pass
         self.closed = True
         try:
@@ -102,14 +126,19 @@ class Conn:
 
 
 class FakeRedis:
-    def __init__(self, password=None):
+    def __init__(self, password=None, certfile=None, keyfile=None):
+        """With certfile and keyfile, it speaks TLS (rediss://)."""
         self.password = password
+        self.tls = None
+        if certfile:
+            self.tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            self.tls.load_cert_chain(certfile, keyfile)
         self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.listener.bind(("127.0.0.1", 0))
         self.listener.listen(64)
         self.port = self.listener.getsockname()[1]
-        self.url = f"redis://127.0.0.1:{self.port}"
+        self.url = f"{'rediss' if self.tls else 'redis'}://127.0.0.1:{self.port}"
         self.conns = []
         self.scripts = {}           # command -> [(instead, then)], one-shot, in order
         self.lock = threading.Lock()
@@ -131,7 +160,7 @@ class FakeRedis:
         for c in self.conns:
             try:
                 c.sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
+            except (OSError, ValueError):
                 pass
 
     # --- what a test does ---
