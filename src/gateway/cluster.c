@@ -173,7 +173,7 @@ struct bad_kind {
 	uint64_t n;
 	bool logged;
 };
-#define BAD_KINDS 24 /* kinds counted apart; more share the last, "other" */
+#define BAD_KINDS 24 /* kinds counted apart; more are counted as "other" */
 
 struct ig_cluster {
 	struct ig_gw *gw;
@@ -322,16 +322,16 @@ static void on_sub_state(void *arg, enum ig_redis_state s, const char *why IG_UN
 		c->subscribed = false;
 }
 
-/* The counter of kind, added when new (the last one takes what finds no
- * room). */
+/* The counter of kind, added when new; past BAD_KINDS - 1 kinds, new ones
+ * are counted as "other" (the last slot is kept for it). */
 static struct bad_kind *bad_kind(struct ig_cluster *c, const char *kind)
 {
 	for (size_t i = 0; i < c->nbad; i++)
 		if (strcmp(c->bad[i].kind, kind) == 0)
 			return &c->bad[i];
-	if (c->nbad == BAD_KINDS - 1)
-		kind = "other";
-	else if (c->nbad == BAD_KINDS)
+	if (c->nbad >= BAD_KINDS - 1 && strcmp(kind, "other") != 0)
+		return bad_kind(c, "other");
+	if (c->nbad == BAD_KINDS) /* "other" holds the last slot: not reached */
 		return &c->bad[BAD_KINDS - 1];
 	struct bad_kind *b = &c->bad[c->nbad++];
 	snprintf(b->kind, sizeof(b->kind), "%s", kind);

@@ -232,7 +232,7 @@ struct ig_redis_tls *ig_redis_tls_new(const struct ig_redis_tls_files *f, const 
 	t->ip = inet_pton(AF_INET, name, bin) == 1 || inet_pton(AF_INET6, name, bin) == 1;
 	SSL_CTX_set_min_proto_version(t->ctx, TLS1_2_VERSION);
 	SSL_CTX_set_verify(t->ctx, SSL_VERIFY_PEER, NULL);
-	/* flush() writes what it can and retries from a buffer that may have
+	/* write_some() writes what it can and retries from a buffer that may have
 	 * moved (grown) meanwhile */
 	SSL_CTX_set_mode(t->ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
 	SSL_CTX_set_default_passwd_cb(t->ctx, no_passphrase);
@@ -768,7 +768,7 @@ static void read_some(struct ig_redis *r)
 	}
 }
 
-static void flush(struct ig_redis *r)
+static void write_some(struct ig_redis *r)
 {
 	while (r->outoff < r->outlen) {
 		size_t len = r->outlen - r->outoff;
@@ -885,7 +885,7 @@ static void on_event(struct ig_event *ev, uint32_t events)
 			return;
 	}
 	if (r->outlen > r->outoff) {
-		flush(r);
+		write_some(r);
 		if (r->gen != gen)
 			return;
 	}
@@ -1109,21 +1109,17 @@ int ig_redis_subscribe(struct ig_redis *r, const char *channel, ig_redis_reply_f
 		return -1;
 	r->subs = v;
 	size_t len = strlen(channel);
-	char *cmd = NULL;
+	char *copy = strdup(channel), *cmd = NULL;
 	const char *argv[] = {"SUBSCRIBE", channel};
 	size_t lens[] = {9, len};
 	int n = redisFormatCommandArgv(&cmd, 2, argv, lens);
-	struct sub *s = &r->subs[r->nsubs];
-	if (n < 0 || !(s->channel = strdup(channel)) || out_append(r, cmd, (size_t)n) < 0) {
-		if (n >= 0)
-			free(s->channel);
+	if (!copy || n < 0 || out_append(r, cmd, (size_t)n) < 0) {
+		free(copy);
 		redisFreeCommand(cmd);
 		return -1;
 	}
 	redisFreeCommand(cmd);
-	s->len = len;
-	s->fn = fn;
-	s->privdata = privdata;
+	r->subs[r->nsubs] = (struct sub){copy, len, fn, privdata};
 	r->nsubs++;
 	r->subscriber = true;
 	interest(r);
