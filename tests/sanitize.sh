@@ -92,8 +92,10 @@ valgrind_run() {
 	echo "# valgrind: ${errs:-no summary}; ${lost:-definitely lost: 0 bytes}"
 	tls_errs=$(grep -o 'ERROR SUMMARY: [0-9,]* errors' "$log.tls" 2>/dev/null | tail -1)
 	echo "# valgrind over HTTPS: ${tls_errs:-no summary}"
+	redis_errs=$(grep -o 'ERROR SUMMARY: [0-9,]* errors' "$log.redis" 2>/dev/null | tail -1)
+	echo "# valgrind with a hostile Redis over TLS: ${redis_errs:-no summary}"
 	[ $rc = 0 ] || sed 's/^/# /' "$dir/valgrind_load.tap" | tail -40
-	report $rc "infergate under valgrind memcheck: load, client disconnects, SIGTERM (${errs:-?}), and over HTTPS with a certificate reload (${tls_errs:-?})" "$log"
+	report $rc "infergate under valgrind memcheck: load, client disconnects, SIGTERM (${errs:-?}), over HTTPS with a certificate reload (${tls_errs:-?}), and with a hostile Redis over TLS (${redis_errs:-?})" "$log"
 }
 
 tsan() {
@@ -111,7 +113,7 @@ tsan() {
 	# the reactors, their stop, and the I/O threads (bio.c) handing
 	# completions to them: the Files and Batch APIs' tests, bio's unit test;
 	# Idempotency-Key's readers, runners and Redis replies across reactors
-	for t in test_workers test_priority test_stop test_files test_batches test_cluster test_idempotency test_tracing test_https; do
+	for t in test_workers test_priority test_stop test_files test_batches test_cluster test_cluster_redis test_idempotency test_tracing test_https; do
 		TSAN_OPTIONS="log_path=$reports/tsan" IG_TEST_WORKERS=2 IG_BUILDDIR=$dir IG_SRCDIR=$src \
 			PYTHONPATH=$here/integration python3 "$here/integration/$t.py" >"$dir/$t.tap" 2>&1 || rc=1
 		grep -q '^not ok' "$dir/$t.tap" && rc=1
@@ -121,7 +123,7 @@ tsan() {
 	races=$(cat "$reports"/tsan* 2>/dev/null | grep -c 'WARNING: ThreadSanitizer' || true)
 	[ "$races" = 0 ] || { rc=1; cat "$reports"/tsan* | head -80 | sed 's/^/# /'; }
 	[ $rc = 0 ] || grep -h '^not ok' "$dir"/test_*.tap | sed 's/^/# /'
-	report $rc "the gateway's reactors and I/O threads under ThreadSanitizer: test_workers, test_priority, test_stop, test_files, test_batches, test_cluster, test_idempotency, test_tracing, test_https, test_bio ($races reports)"
+	report $rc "the gateway's reactors and I/O threads under ThreadSanitizer: test_workers, test_priority, test_stop, test_files, test_batches, test_cluster, test_cluster_redis, test_idempotency, test_tracing, test_https, test_bio ($races reports)"
 }
 
 for part in $parts; do

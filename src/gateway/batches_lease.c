@@ -369,11 +369,11 @@ struct round {
 	char *modes;
 };
 
-static void on_round(redisAsyncContext *ac IG_UNUSED, void *reply, void *privdata)
+static void on_round(const redisReply *reply, void *privdata)
 {
 	struct round *rd = privdata;
 	struct ig_batches *bs = rd->bs;
-	redisReply *r = reply;
+	const redisReply *r = reply;
 	bs->leasing = false;
 	if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 * rd->n) {
 		for (size_t i = 0; i < rd->n; i++) {

@@ -158,7 +158,7 @@ struct ask {
 	int argc;
 	char **argv;
 	size_t *lens;
-	redisCallbackFn *fn;
+	ig_redis_reply_fn *fn;
 	void *arg;
 };
 
@@ -167,9 +167,18 @@ struct member {
 	long age_ms;
 };
 
+/* Messages from Redis dropped as bad, of one kind (ig_cluster_count_bad). */
+struct bad_kind {
+	char kind[32];
+	uint64_t n;
+	bool logged;
+};
+#define BAD_KINDS 24 /* kinds counted apart; more are counted as "other" */
+
 struct ig_cluster {
 	struct ig_gw *gw;
 	struct ig_redis_url url;
+	struct ig_redis_tls *tls;    /* rediss://: its settings; NULL: plain */
 	char *shown;                 /* the URL without its password */
 	char addr[INET6_ADDRSTRLEN]; /* resolved at start */
 	char *name, *name_key;
@@ -211,6 +220,8 @@ struct ig_cluster {
 	char **leases;               /* at the stop: "ID", "FENCE" of the batches it ran */
 	const struct ig_cluster_hooks *hooks; /* batches_lease.c's */
 	size_t nleases;
+	struct bad_kind bad[BAD_KINDS];  /* infergate_cluster_bad_messages_total */
+	size_t nbad;
 };
 
 static const char data_channel[] = PREFIX "data";
@@ -309,6 +320,40 @@ static void on_sub_state(void *arg, enum ig_redis_state s, const char *why IG_UN
 	struct ig_cluster *c = arg;
 	if (s != IG_REDIS_UP)
 		c->subscribed = false;
+}
+
+/* The counter of kind, added when new; past BAD_KINDS - 1 kinds, new ones
+ * are counted as "other" (the last slot is kept for it). */
+static struct bad_kind *bad_kind(struct ig_cluster *c, const char *kind)
+{
+	for (size_t i = 0; i < c->nbad; i++)
+		if (strcmp(c->bad[i].kind, kind) == 0)
+			return &c->bad[i];
+	if (c->nbad >= BAD_KINDS - 1 && strcmp(kind, "other") != 0)
+		return bad_kind(c, "other");
+	if (c->nbad == BAD_KINDS) /* "other" holds the last slot: not reached */
+		return &c->bad[BAD_KINDS - 1];
+	struct bad_kind *b = &c->bad[c->nbad++];
+	snprintf(b->kind, sizeof(b->kind), "%s", kind);
+	return b;
+}
+
+void ig_cluster_count_bad(struct ig_cluster *c, const char *kind, const char *detail)
+{
+	struct bad_kind *b = bad_kind(c, kind);
+	b->n++;
+	if (b->logged)
+		return;
+	b->logged = true;
+	ig_log_warn("cluster: dropped a bad message from Redis at %s (%s: %s); counted in "
+		    "infergate_cluster_bad_messages_total{kind=\"%s\"}, logged once per kind", c->shown, b->kind, detail,
+		    b->kind);
+}
+
+/* What the connections found bad (redis.c's kinds). */
+static void on_bad(void *arg, const char *kind, const char *detail)
+{
+	ig_cluster_count_bad(arg, kind, detail);
 }
 
 /* ---- the sync ---- */
@@ -831,10 +876,10 @@ static char *my_state(struct ig_cluster *c)
 	return s;
 }
 
-static void on_sync(redisAsyncContext *ac IG_UNUSED, void *reply, void *privdata)
+static void on_sync(const redisReply *reply, void *privdata)
 {
 	struct ig_cluster *c = privdata;
-	redisReply *r = reply;
+	const redisReply *r = reply;
 	c->syncing = false;
 	if (!r)
 		return; /* the connection dropped: on_cmd_state said so */
@@ -917,10 +962,10 @@ static bool is_active(const struct ig_cluster *c, const char *digest)
 	return false;
 }
 
-static void on_keys(redisAsyncContext *ac IG_UNUSED, void *reply, void *privdata)
+static void on_keys(const redisReply *reply, void *privdata)
 {
 	struct ig_cluster *c = privdata;
-	redisReply *r = reply;
+	const redisReply *r = reply;
 	c->keysyncing = false;
 	if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != c->nksent + 1 || !c->joined)
 		return;
@@ -1033,10 +1078,10 @@ out:
 
 /* ---- stored responses ---- */
 
-static void on_message(redisAsyncContext *ac IG_UNUSED, void *reply, void *privdata)
+static void on_message(const redisReply *reply, void *privdata)
 {
 	struct ig_cluster *c = privdata;
-	redisReply *r = reply;
+	const redisReply *r = reply;
 	if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 3 || r->element[0]->type != REDIS_REPLY_STRING ||
 	    strcmp(r->element[0]->str, "message") != 0 || r->element[2]->type != REDIS_REPLY_STRING)
 		return;
@@ -1138,10 +1183,10 @@ void ig_cluster_publish(struct ig_gw *gw, const char *key, const char *value, ui
 }
 
 /* A message of infergate:data: "KIND NAME REST" from another gateway. */
-static void on_data(redisAsyncContext *ac IG_UNUSED, void *reply, void *privdata)
+static void on_data(const redisReply *reply, void *privdata)
 {
 	struct ig_cluster *c = privdata;
-	redisReply *r = reply;
+	const redisReply *r = reply;
 	if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 3 || r->element[0]->type != REDIS_REPLY_STRING ||
 	    strcmp(r->element[0]->str, "message") != 0 || r->element[2]->type != REDIS_REPLY_STRING)
 		return;
@@ -1182,7 +1227,7 @@ const char *ig_cluster_holder(const struct ig_gw *gw)
 	return gw->cluster ? gw->cluster->holder : "";
 }
 
-int ig_cluster_command(struct ig_gw *gw, redisCallbackFn *fn, void *privdata, int argc, const char **argv,
+int ig_cluster_command(struct ig_gw *gw, ig_redis_reply_fn *fn, void *privdata, int argc, const char **argv,
 		       const size_t *lens)
 {
 	struct ig_cluster *c = gw->cluster;
@@ -1200,7 +1245,7 @@ static void ask_free(struct ask *a)
 	free(a);
 }
 
-int ig_cluster_ask(struct ig_gw *gw, redisCallbackFn *fn, void *privdata, int argc, const char **argv,
+int ig_cluster_ask(struct ig_gw *gw, ig_redis_reply_fn *fn, void *privdata, int argc, const char **argv,
 		   const size_t *lens)
 {
 	struct ig_cluster *c = gw->cluster;
@@ -1241,7 +1286,7 @@ static void flush_asks(struct ig_cluster *c, bool fail)
 		if (!fail && ig_redis_argv(c->cmd, a->fn, a->arg, a->argc, (const char **)a->argv, a->lens) < 0)
 			return;
 		if (fail && a->fn)
-			a->fn(NULL, NULL, a->arg);
+			a->fn(NULL, a->arg);
 		ig_list_del(&a->link);
 		c->nasks--;
 		ask_free(a);
@@ -1268,72 +1313,32 @@ static int resolve(struct ig_cluster *c)
 }
 
 /* A blocking command on the start-up connection (NULL: failed). */
-static redisReply *ask(redisContext *rc, int argc, const char **argv)
+static redisReply *ask(struct ig_redis *rc, int argc, const char **argv)
 {
 	size_t lens[8];
 	for (int i = 0; i < argc && i < 8; i++)
 		lens[i] = strlen(argv[i]);
-	return redisCommandArgv(rc, argc, argv, lens);
+	return ig_redis_call(rc, argc, argv, lens);
 }
 
 /* A blocking connection (at the start and the stop, when no loop runs):
- * connected, authenticated, its database selected. NULL when not, with
- * *why (malloc'd, when why is not NULL) and *refused: Redis answered but
- * refused the password or the database (a configuration mistake). */
-static redisContext *connect_blocking(const struct ig_cluster *c, struct timeval tv, char **why, bool *refused)
+ * connected, authenticated, its database selected, within timeout_ms.
+ * NULL when not, with *why (malloc'd, when why is not NULL) and *refused:
+ * Redis answered but refused the password or the database (a
+ * configuration mistake). */
+static struct ig_redis *connect_blocking(struct ig_cluster *c, uint64_t timeout_ms, char **why, bool *refused)
 {
-	redisContext *rc = redisConnectWithTimeout(c->addr, c->url.port, tv);
-	redisReply *r = NULL;
-	char *problem = NULL;
-	bool no = false;
-	if (!rc || rc->err) {
-		problem = ig_strdupf("%s", rc ? rc->errstr : "out of memory");
-		goto fail;
-	}
-	redisSetTimeout(rc, tv);
-	if (c->url.password) {
-		const char *nl = strchr(c->url.password, '\n');
-		char *user = nl ? strndup(c->url.password, (size_t)(nl - c->url.password)) : NULL;
-		const char *argv[] = {"AUTH", user ? user : c->url.password, nl ? nl + 1 : NULL};
-		r = ask(rc, nl ? 3 : 2, argv);
-		free(user);
-		if (!r || r->type == REDIS_REPLY_ERROR) {
-			no = r != NULL;
-			problem = r ? ig_strdupf("refused the password: %s", r->str) : ig_strdupf("%s", rc->errstr);
-			goto fail;
-		}
-		freeReplyObject(r);
-	}
-	char db[32];
-	snprintf(db, sizeof(db), "%ld", c->url.db);
-	const char *sel[] = {"SELECT", db};
-	r = ask(rc, 2, sel);
-	if (!r || r->type == REDIS_REPLY_ERROR) {
-		no = r != NULL;
-		problem = r ? ig_strdupf("refused SELECT %ld: %s", c->url.db, r->str) : ig_strdupf("%s", rc->errstr);
-		goto fail;
-	}
-	freeReplyObject(r);
-	return rc;
-fail:
-	if (r)
-		freeReplyObject(r);
+	struct ig_redis *rc = ig_redis_connect_blocking(c->addr, &c->url, c->tls, timeout_ms, why, refused);
 	if (rc)
-		redisFree(rc);
-	if (why)
-		*why = problem;
-	else
-		free(problem);
-	if (refused)
-		*refused = no;
-	return NULL;
+		ig_redis_set_bad_fn(rc, on_bad, c);
+	return rc;
 }
 
 /* At start: is the name held by a live gateway? Its key is refreshed every
  * sync while it lives and expires 3 periods after it died: watched for up
  * to 4 periods, a key whose time to live goes up is alive. Returns 1
  * (taken), 0 (free), -1 (Redis did not answer: decided later). */
-static int name_taken(struct ig_cluster *c, redisContext *rc)
+static int name_taken(struct ig_cluster *c, struct ig_redis *rc)
 {
 	long long last = -3;
 	uint64_t until = ig_now_ms() + 4 * c->sync_ms + 100;
@@ -1378,6 +1383,10 @@ int ig_cluster_start(struct ig_gw *gw)
 		return -2;
 	}
 	c->shown = ig_redis_url_shown(&c->url);
+	/* the connection's kinds, at 0 from the start */
+	static const char *const kinds[] = {"protocol", "oversize", "unsolicited", "pubsub_shape"};
+	for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
+		bad_kind(c, kinds[i]);
 	c->name = strdup(cfg->cluster_name);
 	c->name_key = ig_strdupf(PREFIX "gw:%s", cfg->cluster_name);
 	c->sync_ms = (uint64_t)cfg->cluster_sync_ms;
@@ -1392,10 +1401,19 @@ int ig_cluster_start(struct ig_gw *gw)
 		ig_log_error("cluster.redis_url: cannot resolve the host '%s'", c->url.host);
 		return -2;
 	}
+	if (c->url.tls) {
+		struct ig_redis_tls_files f = {cfg->cluster_redis_tls_ca, cfg->cluster_redis_tls_cert,
+					       cfg->cluster_redis_tls_key, cfg->cluster_redis_tls_name};
+		if (!(c->tls = ig_redis_tls_new(&f, c->url.host, &err))) { /* checked by conf.c */
+			ig_log_error("cluster.redis_url: TLS: %s", err);
+			free(err);
+			return -2;
+		}
+	}
 	/* Blocking, before the loops run: is Redis there, and the name free? */
 	char *why = NULL;
 	bool refused = false;
-	redisContext *rc = connect_blocking(c, (struct timeval){1, 0}, &why, &refused);
+	struct ig_redis *rc = connect_blocking(c, 1000, &why, &refused);
 	if (!rc && refused) {
 		ig_log_error("cluster.redis_url: Redis at %s %s", c->shown, why);
 		free(why);
@@ -1405,18 +1423,21 @@ int ig_cluster_start(struct ig_gw *gw)
 	if (taken == 1) {
 		ig_log_error("cluster.name: '%s' is held by a live gateway (Redis key %s is refreshed): give each "
 			     "gateway its own name", c->name, c->name_key);
-		redisFree(rc);
+		ig_redis_free(rc);
 		return -2;
 	}
 	if (taken < 0)
 		ig_log_warn("cluster: Redis at %s does not answer (%s): serving alone until it does", c->shown,
-			    why ? why : rc && rc->err ? rc->errstr : "no reply");
+			    why ? why : "no reply");
 	free(why);
-	if (rc)
-		redisFree(rc);
+	ig_redis_free(rc);
 	uint64_t timeout = c->live_ms > 500 ? c->live_ms : 500;
-	c->cmd = ig_redis_new(ig_gw_home(gw), c->addr, &c->url, timeout, on_cmd_state, c);
-	c->sub = ig_redis_new(ig_gw_home(gw), c->addr, &c->url, timeout, on_sub_state, c);
+	c->cmd = ig_redis_new(ig_gw_home(gw), c->addr, &c->url, c->tls, timeout, on_cmd_state, c);
+	c->sub = ig_redis_new(ig_gw_home(gw), c->addr, &c->url, c->tls, timeout, on_sub_state, c);
+	if (c->cmd)
+		ig_redis_set_bad_fn(c->cmd, on_bad, c);
+	if (c->sub)
+		ig_redis_set_bad_fn(c->sub, on_bad, c);
 	if (!c->cmd || !c->sub ||
 	    ig_metrics_register(gw, &(struct ig_metrics_source){"cluster", report_json, report_prom, c}) < 0)
 		return -1;
@@ -1464,7 +1485,7 @@ void ig_cluster_stop(struct ig_gw *gw)
 	/* Leave at once (blocking: the loops are over), so that a restart
 	 * under the same name is not refused and the others see it go. */
 	if (c->joined) {
-		redisContext *rc = connect_blocking(c, (struct timeval){0, 300000}, NULL, NULL);
+		struct ig_redis *rc = connect_blocking(c, 300, NULL, NULL);
 		const char **argv = calloc(8 + c->nleases, sizeof(*argv));
 		size_t *lens = calloc(8 + c->nleases, sizeof(*lens));
 		if (rc && argv && lens) {
@@ -1476,13 +1497,12 @@ void ig_cluster_stop(struct ig_gw *gw)
 				argv[8 + i] = c->leases[i];
 			for (size_t i = 0; i < 8 + c->nleases; i++)
 				lens[i] = strlen(argv[i]);
-			if ((r = redisCommandArgv(rc, (int)(8 + c->nleases), argv, lens)))
+			if ((r = ig_redis_call(rc, (int)(8 + c->nleases), argv, lens)))
 				freeReplyObject(r);
 		}
 		free(argv);
 		free(lens);
-		if (rc)
-			redisFree(rc);
+		ig_redis_free(rc);
 	}
 	for (size_t i = 0; i < c->nleases; i++)
 		free(c->leases[i]);
@@ -1495,6 +1515,7 @@ void ig_cluster_stop(struct ig_gw *gw)
 		free(s);
 	}
 	ig_redis_url_free(&c->url);
+	ig_redis_tls_free(c->tls);
 	free(c->shown);
 	free(c->name);
 	free(c->name_key);
@@ -1533,6 +1554,11 @@ static json_t *report_json(void *arg)
 	/* batches and files: messages sent to the others and taken from them */
 	json_object_set_new(o, "data_shared", json_integer((json_int_t)c->data_shared));
 	json_object_set_new(o, "data_learned", json_integer((json_int_t)c->data_learned));
+	/* what Redis sent that was dropped, by kind */
+	json_t *bad = json_object();
+	for (size_t i = 0; i < c->nbad; i++)
+		json_object_set_new(bad, c->bad[i].kind, json_integer((json_int_t)c->bad[i].n));
+	json_object_set_new(o, "bad_messages", bad);
 	return o;
 }
 
@@ -1562,4 +1588,9 @@ static void report_prom(void *arg, struct ig_buf *o)
 			 "infergate_cluster_responses_total{direction=\"shared\"} %llu\n"
 			 "infergate_cluster_responses_total{direction=\"learned\"} %llu\n",
 		      (unsigned long long)c->resp_shared, (unsigned long long)c->resp_learned);
+	ig_buf_printf(o, "# HELP infergate_cluster_bad_messages_total Replies and messages from Redis dropped as "
+			 "malformed, by kind.\n# TYPE infergate_cluster_bad_messages_total counter\n");
+	for (size_t i = 0; i < c->nbad; i++)
+		ig_buf_printf(o, "infergate_cluster_bad_messages_total{kind=\"%s\"} %llu\n", c->bad[i].kind,
+			      (unsigned long long)c->bad[i].n);
 }

@@ -28,7 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <hiredis/async.h>
+#include "redis.h"
 
 struct ig_gw;
 struct ig_backend;
@@ -98,14 +98,21 @@ bool ig_cluster_joined(const struct ig_gw *gw);
 const char *ig_cluster_holder(const struct ig_gw *gw);
 /* A command on the cluster's Redis connection (reactor 0, joined only):
  * fn gets the reply, NULL when the connection drops. Returns 0 or -1. */
-int ig_cluster_command(struct ig_gw *gw, redisCallbackFn *fn, void *privdata, int argc, const char **argv,
+int ig_cluster_command(struct ig_gw *gw, ig_redis_reply_fn *fn, void *privdata, int argc, const char **argv,
 		       const size_t *lens);
 /* The same from any reactor, under the lock: queued, sent at reactor 0's
  * next turn; fn gets the reply there (under the lock), or NULL when the
  * connection drops first, this gateway comes to serve alone, or it stops.
  * Returns 0, or -1 (alone now, or too many queued: fn is not called). */
-int ig_cluster_ask(struct ig_gw *gw, redisCallbackFn *fn, void *privdata, int argc, const char **argv,
+int ig_cluster_ask(struct ig_gw *gw, ig_redis_reply_fn *fn, void *privdata, int argc, const char **argv,
 		   const size_t *lens);
+/* Something from Redis dropped as malformed: counted under kind (at most
+ * 31 characters, [a-z_]) in infergate_cluster_bad_messages_total{kind},
+ * logged the first time with detail (short, printable: never a whole
+ * message). redis.c's kinds come through its bad hook; cluster.c and the
+ * modules above add their own. Reactor 0 (or at the start), under the
+ * lock. */
+void ig_cluster_count_bad(struct ig_cluster *c, const char *kind, const char *detail);
 /* Its state is reported through metrics.h's sources: "cluster" in
  * /health/backends, infergate_cluster_* in /metrics. */
 

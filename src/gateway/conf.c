@@ -429,7 +429,22 @@ static const struct ig_flag keys[] = {
 	 .def = "", .metavar = "URL",
 	 .help = "several gateways as one: redis://[[USER]:PASSWORD@]HOST[:PORT][/DB], where they share "
 		 "per-key limits, backends' slots, classes, stored responses, files and batches and see each "
-		 "other (no TLS: hiredis 0.14 has none); empty = this gateway alone"},
+		 "other; rediss:// for TLS (the cluster.redis_tls_* keys); empty = this gateway alone"},
+	{.name = "--cluster-redis-tls-ca-file", .key = "cluster.redis_tls_ca_file", .type = IG_FLAG_STRING,
+	 .off = OFF(cluster_redis_tls_ca), .def = "", .metavar = "FILE",
+	 .help = "rediss://: PEM CA certificates Redis's certificate is verified with (default: the system's); "
+		 "its name is verified too (cluster.redis_tls_server_name)"},
+	{.name = "--cluster-redis-tls-client-cert", .key = "cluster.redis_tls_client_cert", .type = IG_FLAG_STRING,
+	 .off = OFF(cluster_redis_tls_cert), .def = "", .metavar = "FILE",
+	 .help = "rediss://: PEM client certificate shown to Redis (its tls-auth-clients), with "
+		 "cluster.redis_tls_client_key"},
+	{.name = "--cluster-redis-tls-client-key", .key = "cluster.redis_tls_client_key", .type = IG_FLAG_STRING,
+	 .off = OFF(cluster_redis_tls_key), .def = "", .metavar = "FILE",
+	 .help = "rediss://: the PEM private key of cluster.redis_tls_client_cert"},
+	{.name = "--cluster-redis-tls-server-name", .key = "cluster.redis_tls_server_name", .type = IG_FLAG_STRING,
+	 .off = OFF(cluster_redis_tls_name), .def = "", .metavar = "NAME",
+	 .help = "rediss://: the DNS name or IP address Redis's certificate must carry, and the SNI sent "
+		 "(default: the URL's host)"},
 	{.name = "--cluster-name", .key = "cluster.name", .type = IG_FLAG_STRING, .off = OFF(cluster_name), .def = "",
 	 .metavar = "NAME", .help = "this gateway's name among them, unique among the live ones (default: its "
 		 "listen HOST:PORT, the machine's name for 0.0.0.0); letters, digits and . _ : - only"},
@@ -993,17 +1008,18 @@ static BIO *tls_file(struct ig_buf *errs, const char *key, const char *path)
 	return b;
 }
 
-/* The TLS files can be read and go together: every problem named by its
- * key, at start and on reload, before any backend is asked. */
-static void check_tls(const struct ig_conf *cfg, struct ig_buf *errs)
+/* TLS files can be read and go together: every problem named by its key
+ * (keys: the CA file's, the client certificate's, its key's). */
+static void check_tls_files(struct ig_buf *errs, const char *const names[3], const char *ca_file,
+			    const char *client_cert, const char *client_key)
 {
 	X509 *cert = NULL;
 	EVP_PKEY *key = NULL;
 	BIO *b;
 
-	if (*cfg->tls_ca_file) {
+	if (*ca_file) {
 		long n = 0;
-		if ((b = tls_file(errs, "tls.ca_file", cfg->tls_ca_file))) {
+		if ((b = tls_file(errs, names[0], ca_file))) {
 			X509 *x;
 			while ((x = PEM_read_bio_X509(b, NULL, NULL, NULL))) {
 				n++;
@@ -1011,32 +1027,39 @@ static void check_tls(const struct ig_conf *cfg, struct ig_buf *errs)
 			}
 			BIO_free(b);
 			if (n == 0)
-				ig_flags_problem(errs, "tls.ca_file: %s: no PEM certificate in it", cfg->tls_ca_file);
+				ig_flags_problem(errs, "%s: %s: no PEM certificate in it", names[0], ca_file);
 		}
 		ERR_clear_error();
 	}
-	if (!*cfg->tls_client_cert != !*cfg->tls_client_key)
-		ig_flags_problem(errs, "%s: given without %s", *cfg->tls_client_cert ? "tls.client_cert" : "tls.client_key",
-				 *cfg->tls_client_cert ? "tls.client_key" : "tls.client_cert");
-	if (*cfg->tls_client_cert) {
-		b = tls_file(errs, "tls.client_cert", cfg->tls_client_cert);
+	if (!*client_cert != !*client_key)
+		ig_flags_problem(errs, "%s: given without %s", *client_cert ? names[1] : names[2],
+				 *client_cert ? names[2] : names[1]);
+	if (*client_cert) {
+		b = tls_file(errs, names[1], client_cert);
 		if (b && !(cert = PEM_read_bio_X509(b, NULL, NULL, NULL)))
-			ig_flags_problem(errs, "tls.client_cert: %s: not a PEM certificate", cfg->tls_client_cert);
+			ig_flags_problem(errs, "%s: %s: not a PEM certificate", names[1], client_cert);
 		BIO_free(b);
 	}
-	if (*cfg->tls_client_key) {
-		b = tls_file(errs, "tls.client_key", cfg->tls_client_key);
+	if (*client_key) {
+		b = tls_file(errs, names[2], client_key);
 		if (b && !(key = PEM_read_bio_PrivateKey(b, NULL, NULL, NULL)))
-			ig_flags_problem(errs, "tls.client_key: %s: not a PEM private key (or it needs a passphrase)",
-					 cfg->tls_client_key);
+			ig_flags_problem(errs, "%s: %s: not a PEM private key (or it needs a passphrase)", names[2],
+					 client_key);
 		BIO_free(b);
 	}
 	if (cert && key && X509_check_private_key(cert, key) != 1)
-		ig_flags_problem(errs, "tls.client_key: %s is not the key of tls.client_cert %s", cfg->tls_client_key,
-				 cfg->tls_client_cert);
+		ig_flags_problem(errs, "%s: %s is not the key of %s %s", names[2], client_key, names[1], client_cert);
 	X509_free(cert);
 	EVP_PKEY_free(key);
 	ERR_clear_error();
+}
+
+/* The backends' TLS files, at start and on reload, before any backend is
+ * asked. */
+static void check_tls(const struct ig_conf *cfg, struct ig_buf *errs)
+{
+	static const char *const names[3] = {"tls.ca_file", "tls.client_cert", "tls.client_key"};
+	check_tls_files(errs, names, cfg->tls_ca_file, cfg->tls_client_cert, cfg->tls_client_key);
 }
 
 /* HTTPS for clients: the files read and checked as they will be served
@@ -1090,6 +1113,47 @@ static void check_data_dir(const struct ig_conf *cfg, struct ig_buf *errs)
 	free(probe);
 }
 
+/* rediss://: the files readable and going together, then loaded as the
+ * connections will (a key that is not the certificate's, a CA file
+ * OpenSSL refuses); the TLS keys without rediss:// are a mistake (the
+ * link would be plain while the keys say it is not). */
+static void check_redis_tls(const struct ig_conf *cfg, const struct ig_redis_url *u, struct ig_buf *errs)
+{
+	static const char *const names[3] = {"cluster.redis_tls_ca_file", "cluster.redis_tls_client_cert",
+					    "cluster.redis_tls_client_key"};
+	const char *given = NULL;
+	if (*cfg->cluster_redis_tls_ca)
+		given = names[0];
+	else if (*cfg->cluster_redis_tls_cert)
+		given = names[1];
+	else if (*cfg->cluster_redis_tls_key)
+		given = names[2];
+	else if (*cfg->cluster_redis_tls_name)
+		given = "cluster.redis_tls_server_name";
+	if (!u->tls) {
+		if (given)
+			ig_flags_problem(errs, "%s: given with a redis:// URL, which is plain TCP (rediss:// is TLS)", given);
+		return;
+	}
+	size_t n = strlen(cfg->cluster_redis_tls_name);
+	if (n > 253 || strspn(cfg->cluster_redis_tls_name,
+			      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789.-:") != n)
+		ig_flags_problem(errs, "cluster.redis_tls_server_name: '%s' is not a DNS name or an IP address",
+				 cfg->cluster_redis_tls_name);
+	size_t before = errs->len;
+	check_tls_files(errs, names, cfg->cluster_redis_tls_ca, cfg->cluster_redis_tls_cert, cfg->cluster_redis_tls_key);
+	if (errs->len != before)
+		return; /* said by key already */
+	struct ig_redis_tls_files f = {cfg->cluster_redis_tls_ca, cfg->cluster_redis_tls_cert, cfg->cluster_redis_tls_key,
+				       cfg->cluster_redis_tls_name};
+	char *err = NULL;
+	struct ig_redis_tls *t = ig_redis_tls_new(&f, u->host, &err);
+	if (!t)
+		ig_flags_problem(errs, "cluster.redis_url: TLS: %s", err);
+	free(err);
+	ig_redis_tls_free(t);
+}
+
 /* The cluster section: a URL Redis can be reached at, a name of the
  * allowed characters (the listen address when none is given). */
 static void check_cluster(struct ig_conf *cfg, struct ig_buf *errs)
@@ -1102,6 +1166,7 @@ static void check_cluster(struct ig_conf *cfg, struct ig_buf *errs)
 		ig_flags_problem(errs, "cluster.redis_url: %s", err);
 		free(err);
 	} else {
+		check_redis_tls(cfg, &u, errs);
 		ig_redis_url_free(&u);
 	}
 	if (!*cfg->cluster_name) {

@@ -150,6 +150,10 @@ struct ig_conf {
 	long batch_max_inflight;    /* a batch's requests in flight at most, 0 = its share of the slots */
 	long batch_retention_s;     /* finished batches and their files kept this long, 0 = for ever */
 	char *cluster_redis;        /* cluster.redis_url; "" = no cluster */
+	char *cluster_redis_tls_ca; /* rediss://: PEM CAs Redis's certificate is verified with; "" = the system's */
+	char *cluster_redis_tls_cert; /* rediss://: PEM client certificate (tls-auth-clients), with the key */
+	char *cluster_redis_tls_key;
+	char *cluster_redis_tls_name; /* rediss://: the name its certificate must carry; "" = the URL's host */
 	char *cluster_name;         /* cluster.name (the listen address by default) */
 	long cluster_sync_ms;       /* how often it syncs with Redis */
 	long cluster_lease_s;       /* a batch's lease: how long a silent holder keeps it */

@@ -57,7 +57,7 @@ static void settle(struct ig_gw *gw, struct ig_idem_entry *e, enum ig_idem_share
 }
 
 /* Sends argv for e (a reference held until the reply). Returns 0 or -1. */
-static int ask(struct ig_gw *gw, struct ig_idem_entry *e, redisCallbackFn *fn, int argc, const char **argv,
+static int ask(struct ig_gw *gw, struct ig_idem_entry *e, ig_redis_reply_fn *fn, int argc, const char **argv,
 	       const size_t *lens)
 {
 	struct pending *p = malloc(sizeof(*p));
@@ -142,11 +142,11 @@ static void take(struct ig_gw *gw, struct ig_idem_entry *e, const char *v, size_
 	ig_idem_end(&gw->idem, e, false, ig_now_ms()); /* kept here too, the store's rules */
 }
 
-static void on_claim(redisAsyncContext *ac IG_UNUSED, void *reply, void *privdata)
+static void on_claim(const redisReply *reply, void *privdata)
 {
 	struct pending *p = privdata;
 	struct ig_idem_entry *e = p->e;
-	redisReply *r = reply;
+	const redisReply *r = reply;
 	if (!r || r->type == REDIS_REPLY_ERROR) {
 		if (r) /* Redis before 7.0 has no SET ... GET */
 			ig_log_warn("Idempotency-Key: Redis refused the claim (%s); keys hold at this gateway only", r->str);
@@ -164,11 +164,11 @@ static void on_claim(redisAsyncContext *ac IG_UNUSED, void *reply, void *privdat
 	done(p);
 }
 
-static void on_poll(redisAsyncContext *ac IG_UNUSED, void *reply, void *privdata)
+static void on_poll(const redisReply *reply, void *privdata)
 {
 	struct pending *p = privdata;
 	struct ig_idem_entry *e = p->e;
-	redisReply *r = reply;
+	const redisReply *r = reply;
 	e->share_next_ms = ig_now_ms() + POLL_MS;
 	if (e->share != IG_IDEM_THEIRS || !r || r->type == REDIS_REPLY_ERROR)
 		; /* polled again (or settled meanwhile) */

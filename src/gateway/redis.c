@@ -1,14 +1,32 @@
-/* An async Redis connection on a reactor's epoll set (redis.h). hiredis
- * calls the ev hooks when it wants to read or write; the reactor calls
- * on_event, which hands the readiness back to hiredis. The handshake (AUTH,
- * SELECT, PING) runs before the connection counts as up. */
+/* A Redis connection of our own on a reactor's epoll set (redis.h): a
+ * non-blocking socket (OpenSSL on it for rediss://), a write buffer of
+ * commands formatted by hiredis, hiredis's reader behind limits of ours,
+ * and a FIFO of the callbacks of the replies awaited. Redis answers in
+ * order, so the FIFO's head is what the next reply answers; on a
+ * subscriber's connection every reply is a push, matched to its
+ * subscription by channel. Whatever does not fit is told to the bad hook
+ * and dropped (with the connection, unless it is one push): what Redis
+ * sends is input, never trusted to be what we asked for.
+ * The handshake (AUTH, SELECT, PING) runs before the connection counts as
+ * up. The same code serves the blocking connection of the start and the
+ * stop: poll instead of epoll. */
 #include "config.h"
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 
 #include "infergate/log.h"
 #include "infergate/util.h"
@@ -17,26 +35,84 @@
 
 #define BACKOFF_MIN_MS 250
 #define BACKOFF_MAX_MS 5000
+#define READ_CHUNK 16384      /* a TLS record's plaintext at most: read whole, none left in OpenSSL */
+#define READS_PER_EVENT 64    /* then the loop's other work (level-triggered: it comes back) */
+#define WRITE_CHUNK 65536
+#define OBJ_COST 64           /* what one parsed element is charged, besides its string */
+
+struct ig_redis_tls {
+	SSL_CTX *ctx;
+	char *name;   /* what the server's certificate must name */
+	bool ip;      /* name is an IP address (no SNI then) */
+};
+
+enum phase {
+	PH_NONE,  /* no socket */
+	PH_TCP,   /* connect() under way */
+	PH_TLS,   /* SSL_connect under way */
+	PH_OPEN,  /* commands and replies flow (the handshake's first) */
+};
+
+/* What the reply at the FIFO's head answers. */
+enum cmd_kind { CMD_USER, CMD_AUTH, CMD_SELECT, CMD_PING, CMD_CALL };
+
+struct cmd {
+	ig_redis_reply_fn *fn;
+	void *privdata;
+	enum cmd_kind kind;
+};
+
+struct sub {
+	char *channel;
+	size_t len;
+	ig_redis_reply_fn *fn;
+	void *privdata;
+};
 
 struct ig_redis {
-	struct ig_rx *rx;
+	struct ig_rx *rx;               /* NULL: blocking (the start and the stop), poll */
 	char *addr;
 	int port;
 	long db;
-	char *user, *password;
+	char *password;                 /* "USER\nPASSWORD" with an ACL user */
+	struct ig_redis_tls *tls;       /* NULL: plain TCP; not ours */
 	uint64_t timeout_ms;
-	redisAsyncContext *ac;
+	/* the connection (phase PH_NONE: none of it) */
+	int fd;
+	SSL *ssl;
+	enum phase phase;
 	struct ig_event ev;
-	uint32_t events;        /* registered in the epoll set */
+	uint32_t events;                /* wanted; in rx's epoll set when registered */
 	bool registered;
-	bool freeing;           /* ig_redis_free: no state callbacks */
+	bool read_wants_write;          /* SSL_read needs writability first */
+	bool write_wants_read;          /* SSL_write needs readability first */
+	redisReader *reader;
+	redisReplyObjectFunctions fns;  /* hiredis's own, behind the limits */
+	redisReplyObjectFunctions *hfns;
+	size_t reply_bytes;             /* the reply being parsed, as charged */
+	const char *refusal;            /* a limit refused the reply: its kind */
+	char refusal_detail[128];
+	char *out;                      /* formatted commands not written: out[outoff, outlen) */
+	size_t outoff, outlen, outcap;
+	struct cmd *q;                  /* replies awaited, oldest at qhead: a ring of qcap */
+	size_t qhead, qlen, qcap;
+	struct sub *subs;
+	size_t nsubs;
 	bool subscriber;
+	uint64_t gen;                   /* bumped by each drop: a caller tells the connection went */
+	/* its life */
 	enum ig_redis_state state;
+	bool freeing;                   /* ig_redis_free: no state callbacks */
 	uint64_t retry_at_ms, backoff_ms, connect_at_ms;
-	long pending;           /* commands sent, not answered */
-	uint64_t pending_since_ms;
+	uint64_t pending_since_ms;      /* the oldest reply awaited was sent, or the last came */
 	ig_redis_state_fn *on_state;
 	void *arg;
+	ig_redis_bad_fn *on_bad;
+	void *bad_arg;
+	char why[256];                  /* why it went down, last */
+	bool refused;                   /* ... the handshake's error reply */
+	redisReply *kept;               /* ig_redis_call's reply */
+	bool got;
 };
 
 /* ---- the URL ---- */
@@ -46,13 +122,13 @@ int ig_redis_url_parse(const char *url, struct ig_redis_url *u, char **err)
 	char *user = NULL;
 	memset(u, 0, sizeof(*u));
 	u->port = 6379;
-	if (strncmp(url, "redis://", 8) != 0) {
-		*err = ig_strdupf("'%s' is not a redis:// URL (redis://[:PASSWORD@]HOST[:PORT][/DB])%s", url,
-				  strncmp(url, "rediss://", 9) == 0 ? "; TLS (rediss://) is not supported: hiredis 0.14 has none"
-								     : "");
+	u->tls = strncmp(url, "rediss://", 9) == 0;
+	if (!u->tls && strncmp(url, "redis://", 8) != 0) {
+		*err = ig_strdupf("'%s' is not a redis:// URL (redis://[[USER]:PASSWORD@]HOST[:PORT][/DB], or rediss:// "
+				  "for TLS)", url);
 		return -1;
 	}
-	const char *p = url + 8, *at = strrchr(p, '@');
+	const char *p = url + (u->tls ? 9 : 8), *at = strrchr(p, '@');
 	if (at) {
 		const char *colon = memchr(p, ':', (size_t)(at - p));
 		if (!colon) {
@@ -120,14 +196,156 @@ void ig_redis_url_free(struct ig_redis_url *u)
 char *ig_redis_url_shown(const struct ig_redis_url *u)
 {
 	bool v6 = strchr(u->host, ':') != NULL;
-	return ig_strdupf("redis://%s%s%s%s:%d/%ld", u->password ? "***@" : "", v6 ? "[" : "", u->host, v6 ? "]" : "",
-			  u->port, u->db);
+	return ig_strdupf("%s://%s%s%s%s:%d/%ld", u->tls ? "rediss" : "redis", u->password ? "***@" : "", v6 ? "[" : "",
+			  u->host, v6 ? "]" : "", u->port, u->db);
 }
 
-/* ---- the event hooks ---- */
+/* ---- TLS settings ---- */
+
+/* A key that needs a passphrase fails to load rather than asking the
+ * terminal for one. */
+static int no_passphrase(char *buf IG_UNUSED, int size IG_UNUSED, int rw IG_UNUSED, void *u IG_UNUSED)
+{
+	return 0;
+}
+
+/* OpenSSL's last error, said short (its queue emptied). */
+static const char *ssl_reason(void)
+{
+	unsigned long e = ERR_peek_last_error();
+	const char *s = e ? ERR_reason_error_string(e) : NULL;
+	ERR_clear_error();
+	return s ? s : "unreadable";
+}
+
+struct ig_redis_tls *ig_redis_tls_new(const struct ig_redis_tls_files *f, const char *host, char **err)
+{
+	struct ig_redis_tls *t = calloc(1, sizeof(*t));
+	const char *name = f->server_name && *f->server_name ? f->server_name : host;
+	bool cert = f->cert_file && *f->cert_file, key = f->key_file && *f->key_file;
+	unsigned char bin[sizeof(struct in6_addr)];
+	ERR_clear_error();
+	if (!t || !(t->name = strdup(name)) || !(t->ctx = SSL_CTX_new(TLS_client_method()))) {
+		*err = ig_strdupf("out of memory");
+		goto fail;
+	}
+	t->ip = inet_pton(AF_INET, name, bin) == 1 || inet_pton(AF_INET6, name, bin) == 1;
+	SSL_CTX_set_min_proto_version(t->ctx, TLS1_2_VERSION);
+	SSL_CTX_set_verify(t->ctx, SSL_VERIFY_PEER, NULL);
+	/* write_some() writes what it can and retries from a buffer that may have
+	 * moved (grown) meanwhile */
+	SSL_CTX_set_mode(t->ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+	SSL_CTX_set_default_passwd_cb(t->ctx, no_passphrase);
+	if (f->ca_file && *f->ca_file) {
+		if (SSL_CTX_load_verify_locations(t->ctx, f->ca_file, NULL) != 1) {
+			*err = ig_strdupf("the CA file %s: %s", f->ca_file, ssl_reason());
+			goto fail;
+		}
+	} else if (SSL_CTX_set_default_verify_paths(t->ctx) != 1) {
+		*err = ig_strdupf("the system's CA certificates: %s", ssl_reason());
+		goto fail;
+	}
+	if (cert != key) {
+		*err = ig_strdupf("a client certificate needs its key, and a key its certificate");
+		goto fail;
+	}
+	if (cert && SSL_CTX_use_certificate_chain_file(t->ctx, f->cert_file) != 1) {
+		*err = ig_strdupf("the client certificate %s: %s", f->cert_file, ssl_reason());
+		goto fail;
+	}
+	if (key && SSL_CTX_use_PrivateKey_file(t->ctx, f->key_file, SSL_FILETYPE_PEM) != 1) {
+		*err = ig_strdupf("the client key %s: %s (or it needs a passphrase)", f->key_file, ssl_reason());
+		goto fail;
+	}
+	if (cert && SSL_CTX_check_private_key(t->ctx) != 1) {
+		*err = ig_strdupf("the client key %s is not the key of the certificate %s", f->key_file, f->cert_file);
+		goto fail;
+	}
+	ERR_clear_error();
+	return t;
+fail:
+	ERR_clear_error();
+	ig_redis_tls_free(t);
+	return NULL;
+}
+
+void ig_redis_tls_free(struct ig_redis_tls *t)
+{
+	if (!t)
+		return;
+	SSL_CTX_free(t->ctx);
+	free(t->name);
+	free(t);
+}
+
+/* ---- what went wrong, said ---- */
+
+/* s (n bytes) as at most `max` printable characters. */
+static void printable(char *out, size_t size, const char *s, size_t n, size_t max)
+{
+	size_t j = 0;
+	for (size_t i = 0; i < n && i < max && j + 1 < size; i++)
+		out[j++] = s[i] >= 0x20 && s[i] < 0x7f && s[i] != '"' && s[i] != '\\' ? s[i] : '?';
+	if (n > max && j + 3 < size) {
+		memcpy(out + j, "...", 3);
+		j += 3;
+	}
+	out[j < size ? j : size - 1] = '\0';
+}
+
+static const char *type_name(int type)
+{
+	switch (type) {
+	case REDIS_REPLY_STRING: return "bulk";
+	case REDIS_REPLY_ARRAY: return "array";
+	case REDIS_REPLY_INTEGER: return "integer";
+	case REDIS_REPLY_NIL: return "nil";
+	case REDIS_REPLY_STATUS: return "status";
+	case REDIS_REPLY_ERROR: return "error";
+	}
+	return "?";
+}
+
+/* A reply's shape, for a log line: "array of 3: bulk "message", integer,
+ * bulk". */
+static void describe(const redisReply *rep, char *out, size_t size)
+{
+	char s[40];
+	if (rep->type != REDIS_REPLY_ARRAY) {
+		bool text = rep->type == REDIS_REPLY_STRING || rep->type == REDIS_REPLY_STATUS || rep->type == REDIS_REPLY_ERROR;
+		if (text)
+			printable(s, sizeof(s), rep->str, rep->len, 24);
+		snprintf(out, size, "%s%s%s%s", type_name(rep->type), text ? " \"" : "", text ? s : "", text ? "\"" : "");
+		return;
+	}
+	int used = snprintf(out, size, "array of %zu", rep->elements);
+	for (size_t i = 0; i < rep->elements && i < 4 && used > 0 && (size_t)used < size; i++) {
+		const redisReply *e = rep->element[i];
+		s[0] = '\0';
+		if (e->type == REDIS_REPLY_STRING && i == 0)
+			printable(s, sizeof(s), e->str, e->len, 16);
+		used += snprintf(out + used, size - (size_t)used, "%s%s%s%s%s", i ? ", " : ": ", type_name(e->type),
+				 *s ? " \"" : "", s, *s ? "\"" : "");
+	}
+	if (rep->elements > 4 && used > 0 && (size_t)used < size)
+		snprintf(out + used, size - (size_t)used, ", ...");
+}
+
+static void bad(struct ig_redis *r, const char *kind, const char *detail)
+{
+	ig_log_debug("redis %s:%d: dropped a bad message (%s: %s)", r->addr, r->port, kind, detail);
+	if (r->on_bad)
+		r->on_bad(r->bad_arg, kind, detail);
+}
+
+/* ---- the epoll set ---- */
 
 static void want(struct ig_redis *r, uint32_t events)
 {
+	if (!r->rx) { /* blocking: pump() polls for these */
+		r->events = events;
+		return;
+	}
 	if (events == r->events && (r->registered || !events))
 		return;
 	struct epoll_event e = {.events = events, .data.ptr = &r->ev};
@@ -146,43 +364,12 @@ static void want(struct ig_redis *r, uint32_t events)
 	r->events = events;
 }
 
-static void add_read(void *p)
+/* Readable always; writable while something waits to be written (and
+ * OpenSSL does not wait to read first), or OpenSSL's read needs it. */
+static void interest(struct ig_redis *r)
 {
-	struct ig_redis *r = p;
-	want(r, r->events | EPOLLIN);
-}
-
-static void del_read(void *p)
-{
-	struct ig_redis *r = p;
-	want(r, r->events & ~(uint32_t)EPOLLIN);
-}
-
-static void add_write(void *p)
-{
-	struct ig_redis *r = p;
-	want(r, r->events | EPOLLOUT);
-}
-
-static void del_write(void *p)
-{
-	struct ig_redis *r = p;
-	want(r, r->events & ~(uint32_t)EPOLLOUT);
-}
-
-static void cleanup(void *p)
-{
-	struct ig_redis *r = p;
-	want(r, 0);
-}
-
-static void on_event(struct ig_event *ev, uint32_t events)
-{
-	struct ig_redis *r = ev->data;
-	if (r->ac && (events & (EPOLLIN | EPOLLERR | EPOLLHUP)))
-		redisAsyncHandleRead(r->ac);
-	if (r->ac && (events & (EPOLLOUT | EPOLLERR)))
-		redisAsyncHandleWrite(r->ac);
+	bool out = (r->outlen > r->outoff && !r->write_wants_read) || r->read_wants_write;
+	want(r, EPOLLIN | (out ? EPOLLOUT : 0));
 }
 
 /* ---- state ---- */
@@ -192,7 +379,7 @@ static void set_state(struct ig_redis *r, enum ig_redis_state s, const char *why
 	if (s == IG_REDIS_DOWN) {
 		r->retry_at_ms = ig_now_ms() + r->backoff_ms;
 		r->backoff_ms = r->backoff_ms * 2 < BACKOFF_MAX_MS ? r->backoff_ms * 2 : BACKOFF_MAX_MS;
-		r->pending = 0;
+		snprintf(r->why, sizeof(r->why), "%s", why);
 	}
 	if (s == IG_REDIS_UP)
 		r->backoff_ms = BACKOFF_MIN_MS;
@@ -204,132 +391,544 @@ static void set_state(struct ig_redis *r, enum ig_redis_state s, const char *why
 		r->on_state(r->arg, s, why);
 }
 
-/* Ends the connection now: every callback in flight gets NULL. */
+/* Ends the connection now: every callback in flight, and every
+ * subscription's, gets NULL; then the state goes down. */
 static void drop(struct ig_redis *r, const char *why)
 {
-	redisAsyncContext *ac = r->ac;
-	if (!ac)
+	if (r->phase == PH_NONE)
 		return;
-	r->ac = NULL;
-	ac->onDisconnect = NULL;
-	redisAsyncFree(ac);
+	want(r, 0);
+	SSL_free(r->ssl);
+	r->ssl = NULL;
+	if (r->fd >= 0)
+		close(r->fd);
+	r->fd = -1;
+	if (r->reader)
+		redisReaderFree(r->reader);
+	r->reader = NULL;
+	r->phase = PH_NONE;
+	r->outoff = r->outlen = 0;
+	r->read_wants_write = r->write_wants_read = false;
+	r->gen++;
+	/* taken apart first: a callback may look at (not use) the connection */
+	struct cmd *q = r->q;
+	size_t head = r->qhead, n = r->qlen, cap = r->qcap;
+	struct sub *subs = r->subs;
+	size_t nsubs = r->nsubs;
+	r->q = NULL;
+	r->qhead = r->qlen = r->qcap = 0;
+	r->subs = NULL;
+	r->nsubs = 0;
+	r->subscriber = false;
+	for (size_t i = 0; i < n; i++) {
+		const struct cmd *c = &q[(head + i) % cap];
+		if (c->kind == CMD_USER && c->fn)
+			c->fn(NULL, c->privdata);
+	}
+	free(q);
+	for (size_t i = 0; i < nsubs; i++) {
+		if (subs[i].fn)
+			subs[i].fn(NULL, subs[i].privdata);
+		free(subs[i].channel);
+	}
+	free(subs);
 	set_state(r, IG_REDIS_DOWN, why);
 }
 
-static void on_disconnect(const redisAsyncContext *ac, int status)
+/* ---- commands out ---- */
+
+static int out_append(struct ig_redis *r, const char *s, size_t n)
 {
-	struct ig_redis *r = ac->ev.data;
-	char why[256];
-	snprintf(why, sizeof(why), "%s", status == REDIS_OK ? "connection closed" : ac->errstr);
-	r->ac = NULL; /* hiredis frees it */
-	set_state(r, IG_REDIS_DOWN, why);
+	if (r->outlen + n > r->outcap) {
+		if (r->outoff > 0) { /* what was written makes room */
+			memmove(r->out, r->out + r->outoff, r->outlen - r->outoff);
+			r->outlen -= r->outoff;
+			r->outoff = 0;
+		}
+		if (r->outlen + n > r->outcap) {
+			size_t cap = r->outcap ? r->outcap : 1024;
+			while (cap < r->outlen + n)
+				cap *= 2;
+			char *o = realloc(r->out, cap);
+			if (!o)
+				return -1;
+			r->out = o;
+			r->outcap = cap;
+		}
+	}
+	memcpy(r->out + r->outlen, s, n);
+	r->outlen += n;
+	return 0;
 }
 
-static void on_connect(const redisAsyncContext *ac, int status)
+static int q_push(struct ig_redis *r, const struct cmd *c)
 {
-	struct ig_redis *r = ac->ev.data;
-	if (status == REDIS_OK)
-		return; /* the handshake's replies decide */
-	char why[256];
-	snprintf(why, sizeof(why), "%s", ac->errstr);
-	r->ac = NULL; /* hiredis frees it */
-	set_state(r, IG_REDIS_DOWN, why);
-}
-
-/* A command's reply: counted, then handed on. */
-struct cmd {
-	struct ig_redis *r;
-	redisCallbackFn *fn;
-	void *privdata;
-};
-
-static void on_reply(redisAsyncContext *ac, void *reply, void *privdata)
-{
-	struct cmd *c = privdata;
-	struct ig_redis *r = c->r;
-	if (r->pending > 0)
-		r->pending--;
-	r->pending_since_ms = ig_now_ms();
-	if (c->fn)
-		c->fn(ac, reply, c->privdata);
-	free(c);
-}
-
-static int send_argv(struct ig_redis *r, redisCallbackFn *fn, void *privdata, int argc, const char **argv,
-		     const size_t *argvlen)
-{
-	struct cmd *c = malloc(sizeof(*c));
-	if (!c || !r->ac)
-		goto fail;
-	*c = (struct cmd){r, fn, privdata};
-	if (redisAsyncCommandArgv(r->ac, on_reply, c, argc, argv, argvlen) != REDIS_OK)
-		goto fail;
-	if (r->pending++ == 0)
+	if (r->qlen == r->qcap) {
+		size_t cap = r->qcap ? 2 * r->qcap : 8;
+		struct cmd *q = malloc(cap * sizeof(*q));
+		if (!q)
+			return -1;
+		for (size_t i = 0; i < r->qlen; i++)
+			q[i] = r->q[(r->qhead + i) % r->qcap];
+		free(r->q);
+		r->q = q;
+		r->qhead = 0;
+		r->qcap = cap;
+	}
+	r->q[(r->qhead + r->qlen) % r->qcap] = *c;
+	if (r->qlen++ == 0)
 		r->pending_since_ms = ig_now_ms();
 	return 0;
-fail:
-	free(c);
-	return -1;
 }
 
-/* The handshake: each reply must not be an error; PING's makes it up. */
-static void on_handshake(redisAsyncContext *ac IG_UNUSED, void *reply, void *privdata)
+/* A formatted command (len bytes, or -1: it could not be formatted) and
+ * what its reply goes to. Written at the loop's next turn (never from
+ * inside the caller: a failed write would call callbacks back into it).
+ * Returns 0 or -1. */
+static int send_formatted(struct ig_redis *r, const struct cmd *c, char *cmd, int len)
 {
-	struct ig_redis *r = privdata;
-	redisReply *rep = reply;
-	if (!rep || r->state != IG_REDIS_CONNECTING)
+	int rc = -1;
+	if (len < 0 || !cmd)
+		goto out;
+	if (q_push(r, c) < 0)
+		goto out;
+	if (out_append(r, cmd, (size_t)len) < 0) {
+		r->qlen--; /* taken back: its reply is not awaited */
+		goto out;
+	}
+	if (r->phase == PH_OPEN)
+		interest(r);
+	rc = 0;
+out:
+	redisFreeCommand(cmd);
+	return rc;
+}
+
+static int send_argv(struct ig_redis *r, enum cmd_kind kind, ig_redis_reply_fn *fn, void *privdata, int argc,
+		     const char **argv, const size_t *argvlen)
+{
+	char *cmd = NULL;
+	int len = redisFormatCommandArgv(&cmd, argc, argv, argvlen);
+	return send_formatted(r, &(struct cmd){fn, privdata, kind}, cmd, len);
+}
+
+/* ---- replies in ---- */
+
+/* The handshake: each reply must not be an error; PING's PONG makes the
+ * connection up. */
+static void handshake(struct ig_redis *r, enum cmd_kind kind, const redisReply *rep)
+{
+	char text[160], why[300];
+	if (r->state != IG_REDIS_CONNECTING)
 		return;
 	if (rep->type == REDIS_REPLY_ERROR) {
-		char why[300];
-		snprintf(why, sizeof(why), "handshake: %s", rep->str);
+		printable(text, sizeof(text), rep->str, rep->len, 150);
+		if (kind == CMD_AUTH)
+			snprintf(why, sizeof(why), "refused the password: %s", text);
+		else if (kind == CMD_SELECT)
+			snprintf(why, sizeof(why), "refused SELECT %ld: %s", r->db, text);
+		else
+			snprintf(why, sizeof(why), "refused PING: %s", text);
+		r->refused = true;
 		drop(r, why);
 		return;
 	}
-	if (rep->type == REDIS_REPLY_STATUS && strcmp(rep->str, "PONG") == 0)
+	if (kind != CMD_PING)
+		return;
+	if (rep->type == REDIS_REPLY_STATUS && rep->len == 4 && memcmp(rep->str, "PONG", 4) == 0) {
 		set_state(r, IG_REDIS_UP, "connected");
-}
-
-static void start_connect(struct ig_redis *r, uint64_t now)
-{
-	ig_log_debug("redis: connecting to %s:%d", r->addr, r->port);
-	redisAsyncContext *ac = redisAsyncConnect(r->addr, r->port);
-	if (!ac || ac->err) {
-		char why[256];
-		snprintf(why, sizeof(why), "connect: %s", ac ? ac->errstr : "out of memory");
-		if (ac)
-			redisAsyncFree(ac);
-		r->state = IG_REDIS_CONNECTING; /* so that the change is told */
-		set_state(r, IG_REDIS_DOWN, why);
 		return;
 	}
-	r->ac = ac;
-	/* The event source first: setting the connect callback already asks
-	 * for writability (hiredis's _EL_ADD_WRITE), on this fd. */
-	r->ev = (struct ig_event){ac->c.fd, on_event, r};
+	describe(rep, text, sizeof(text));
+	snprintf(why, sizeof(why), "handshake: PING answered with %s", text);
+	drop(r, why);
+}
+
+static const struct sub *find_sub(const struct ig_redis *r, const char *channel, size_t len)
+{
+	for (size_t i = 0; i < r->nsubs; i++)
+		if (r->subs[i].len == len && memcmp(r->subs[i].channel, channel, len) == 0)
+			return &r->subs[i];
+	return NULL;
+}
+
+/* A push on a subscriber's connection: ["subscribe", CHANNEL, N] or
+ * ["message", CHANNEL, PAYLOAD] on a channel subscribed, and nothing else
+ * (hiredis 0.14 asserts these shapes: what aborted the process). */
+static void push(struct ig_redis *r, const redisReply *rep)
+{
+	const char *but = "";
+	if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 3 && rep->element[0]->type == REDIS_REPLY_STRING &&
+	    rep->element[1]->type == REDIS_REPLY_STRING) {
+		const redisReply *k = rep->element[0], *ch = rep->element[1], *x = rep->element[2];
+		bool confirm = k->len == 9 && memcmp(k->str, "subscribe", 9) == 0 && x->type == REDIS_REPLY_INTEGER;
+		bool message = k->len == 7 && memcmp(k->str, "message", 7) == 0 && x->type == REDIS_REPLY_STRING;
+		if (confirm || message) {
+			const struct sub *s = find_sub(r, ch->str, ch->len);
+			if (s) {
+				if (s->fn)
+					s->fn(rep, s->privdata);
+				return;
+			}
+			but = ", on a channel not subscribed to";
+		}
+	}
+	char shape[200], detail[240];
+	describe(rep, shape, sizeof(shape));
+	snprintf(detail, sizeof(detail), "%s%s", shape, but);
+	bad(r, "pubsub_shape", detail);
+}
+
+/* One whole reply (ours now). */
+static void dispatch(struct ig_redis *r, redisReply *rep)
+{
+	if (r->qlen == 0) {
+		if (r->subscriber) {
+			push(r, rep);
+		} else {
+			char detail[200];
+			describe(rep, detail, sizeof(detail));
+			bad(r, "unsolicited", detail);
+			drop(r, "a reply no command asked for");
+		}
+		freeReplyObject(rep);
+		return;
+	}
+	struct cmd c = r->q[r->qhead];
+	r->qhead = (r->qhead + 1) % r->qcap;
+	r->qlen--;
+	r->pending_since_ms = ig_now_ms();
+	if (c.kind == CMD_CALL) {
+		r->kept = rep;
+		r->got = true;
+		return;
+	}
+	if (c.kind == CMD_USER) {
+		if (c.fn)
+			c.fn(rep, c.privdata);
+	} else {
+		handshake(r, c.kind, rep);
+	}
+	freeReplyObject(rep);
+}
+
+/* The limits, in front of hiredis's own object functions (the reader
+ * calls these as it parses; NULL makes it fail). */
+static bool refuse(struct ig_redis *r, const char *kind, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static bool refuse(struct ig_redis *r, const char *kind, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(r->refusal_detail, sizeof(r->refusal_detail), fmt, ap);
+	va_end(ap);
+	r->refusal = kind;
+	return true;
+}
+
+static bool charge(struct ig_redis *r, size_t n)
+{
+	r->reply_bytes += n;
+	return r->reply_bytes > IG_REDIS_MAX_REPLY &&
+	       refuse(r, "oversize", "a reply over %u bytes", (unsigned)IG_REDIS_MAX_REPLY);
+}
+
+static void *limit_string(const redisReadTask *t, char *s, size_t len)
+{
+	struct ig_redis *r = t->privdata;
+	return charge(r, len + OBJ_COST) ? NULL : r->hfns->createString(t, s, len);
+}
+
+static void *limit_array(const redisReadTask *t, int n)
+{
+	struct ig_redis *r = t->privdata;
+	if (n < 0) { /* hiredis 0.14 would keep it as (size_t)n elements */
+		refuse(r, "protocol", "an array of %d elements", n);
+		return NULL;
+	}
+	if (n > IG_REDIS_MAX_ELEMENTS) {
+		refuse(r, "oversize", "an array of %d elements (at most %d)", n, IG_REDIS_MAX_ELEMENTS);
+		return NULL;
+	}
+	return charge(r, (size_t)n * sizeof(void *) + OBJ_COST) ? NULL : r->hfns->createArray(t, n);
+}
+
+static void *limit_integer(const redisReadTask *t, long long v)
+{
+	struct ig_redis *r = t->privdata;
+	return charge(r, OBJ_COST) ? NULL : r->hfns->createInteger(t, v);
+}
+
+static void *limit_nil(const redisReadTask *t)
+{
+	struct ig_redis *r = t->privdata;
+	return charge(r, OBJ_COST) ? NULL : r->hfns->createNil(t);
+}
+
+/* Bytes read from Redis: parsed, and each whole reply dispatched.
+ * Returns 0, or -1 when the connection was dropped. */
+static int take_bytes(struct ig_redis *r, const char *buf, size_t n)
+{
+	redisReader *rd = r->reader;
+	uint64_t gen = r->gen;
+	char detail[200];
+	if (rd->len - rd->pos + n > IG_REDIS_MAX_REPLY) { /* a reply that never ends: "$2000000000" */
+		snprintf(detail, sizeof(detail), "more than %u bytes and no whole reply", (unsigned)IG_REDIS_MAX_REPLY);
+		bad(r, "oversize", detail);
+		drop(r, "a reply over the size limit");
+		return -1;
+	}
+	int rc = redisReaderFeed(rd, buf, n);
+	for (;;) {
+		void *reply = NULL;
+		if (rc == REDIS_OK)
+			rc = redisReaderGetReply(rd, &reply);
+		if (rc != REDIS_OK) {
+			const char *kind = r->refusal ? r->refusal : "protocol";
+			if (r->refusal)
+				snprintf(detail, sizeof(detail), "%s", r->refusal_detail);
+			else
+				printable(detail, sizeof(detail), rd->errstr, strlen(rd->errstr), 150);
+			bad(r, kind, detail);
+			if (r->gen == gen) {
+				char why[240];
+				snprintf(why, sizeof(why), "a bad reply (%s: %s)", kind, detail);
+				drop(r, why);
+			}
+			return -1;
+		}
+		if (!reply)
+			return 0;
+		r->reply_bytes = 0;
+		dispatch(r, reply);
+		if (r->gen != gen)
+			return -1;
+	}
+}
+
+/* ---- the socket ---- */
+
+/* Why OpenSSL failed (e: SSL_get_error's), in why. */
+static void tls_why(struct ig_redis *r, int e, const char *what, char *why, size_t size)
+{
+	long v = r->ssl ? SSL_get_verify_result(r->ssl) : X509_V_OK;
+	unsigned long le = ERR_peek_last_error();
+	if (v != X509_V_OK)
+		snprintf(why, size, "TLS: the server's certificate: %s", X509_verify_cert_error_string(v));
+	else if (le)
+		snprintf(why, size, "TLS: %s: %s", what, ERR_reason_error_string(le) ? ERR_reason_error_string(le) : "error");
+	else if (e == SSL_ERROR_ZERO_RETURN || (e == SSL_ERROR_SYSCALL && errno == 0))
+		snprintf(why, size, "TLS: %s: the connection closed", what);
+	else
+		snprintf(why, size, "TLS: %s: %s", what, strerror(errno));
+	ERR_clear_error();
+}
+
+static void read_some(struct ig_redis *r)
+{
+	char buf[READ_CHUNK];
+	uint64_t gen = r->gen;
+	for (int i = 0; i < READS_PER_EVENT || (r->ssl && SSL_pending(r->ssl) > 0); i++) {
+		ssize_t n;
+		if (r->ssl) {
+			ERR_clear_error();
+			int rc = SSL_read(r->ssl, buf, sizeof(buf));
+			if (rc <= 0) {
+				int e = SSL_get_error(r->ssl, rc);
+				if (e == SSL_ERROR_WANT_READ)
+					return;
+				if (e == SSL_ERROR_WANT_WRITE) {
+					r->read_wants_write = true;
+					return;
+				}
+				char why[300];
+				tls_why(r, e, "read", why, sizeof(why));
+				drop(r, e == SSL_ERROR_ZERO_RETURN ? "connection closed" : why);
+				return;
+			}
+			r->read_wants_write = false;
+			n = rc;
+		} else {
+			n = recv(r->fd, buf, sizeof(buf), 0);
+			if (n == 0) {
+				drop(r, "connection closed");
+				return;
+			}
+			if (n < 0) {
+				if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+					char why[160];
+					snprintf(why, sizeof(why), "read: %s", strerror(errno));
+					drop(r, why);
+				}
+				return;
+			}
+		}
+		r->write_wants_read = false;
+		if (take_bytes(r, buf, (size_t)n) < 0 || r->gen != gen)
+			return;
+	}
+}
+
+static void write_some(struct ig_redis *r)
+{
+	while (r->outoff < r->outlen) {
+		size_t len = r->outlen - r->outoff;
+		ssize_t n;
+		if (r->ssl) {
+			ERR_clear_error();
+			int rc = SSL_write(r->ssl, r->out + r->outoff, len > WRITE_CHUNK ? WRITE_CHUNK : (int)len);
+			if (rc <= 0) {
+				int e = SSL_get_error(r->ssl, rc);
+				if (e == SSL_ERROR_WANT_WRITE)
+					return;
+				if (e == SSL_ERROR_WANT_READ) {
+					r->write_wants_read = true;
+					return;
+				}
+				char why[300];
+				tls_why(r, e, "write", why, sizeof(why));
+				drop(r, why);
+				return;
+			}
+			n = rc;
+		} else {
+			n = send(r->fd, r->out + r->outoff, len, MSG_NOSIGNAL);
+			if (n < 0) {
+				if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+					char why[160];
+					snprintf(why, sizeof(why), "write: %s", strerror(errno));
+					drop(r, why);
+				}
+				return;
+			}
+		}
+		r->outoff += (size_t)n;
+	}
+	r->outoff = r->outlen = 0;
+	if (r->outcap > 4 * WRITE_CHUNK) { /* a burst's buffer is not kept */
+		free(r->out);
+		r->out = NULL;
+		r->outcap = 0;
+	}
+}
+
+/* The TLS handshake, a step. Returns 1 (done), 0 (waits) or -1 (dropped). */
+static int tls_step(struct ig_redis *r)
+{
+	ERR_clear_error();
+	int rc = SSL_connect(r->ssl);
+	if (rc == 1)
+		return 1;
+	int e = SSL_get_error(r->ssl, rc);
+	if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
+		want(r, e == SSL_ERROR_WANT_READ ? EPOLLIN : EPOLLOUT);
+		return 0;
+	}
+	char why[300];
+	tls_why(r, e, "handshake", why, sizeof(why));
+	drop(r, why);
+	return -1;
+}
+
+/* TCP is connected: TLS on it, checking the server's name. Returns 0 or
+ * -1 (dropped). */
+static int tls_start(struct ig_redis *r)
+{
+	const struct ig_redis_tls *t = r->tls;
+	if (!(r->ssl = SSL_new(t->ctx)) || SSL_set_fd(r->ssl, r->fd) != 1 ||
+	    (t->ip ? X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(r->ssl), t->name) != 1
+		   : SSL_set_tlsext_host_name(r->ssl, t->name) != 1 || SSL_set1_host(r->ssl, t->name) != 1)) {
+		char why[200];
+		snprintf(why, sizeof(why), "TLS: cannot set up (%s)", ssl_reason());
+		drop(r, why);
+		return -1;
+	}
+	SSL_set_connect_state(r->ssl);
+	r->phase = PH_TLS;
+	return 0;
+}
+
+static void on_event(struct ig_event *ev, uint32_t events)
+{
+	struct ig_redis *r = ev->data;
+	uint64_t gen = r->gen;
+	if (r->phase == PH_TCP) {
+		if (!(events & (EPOLLOUT | EPOLLERR | EPOLLHUP)))
+			return;
+		int err = 0;
+		socklen_t l = sizeof(err);
+		if (getsockopt(r->fd, SOL_SOCKET, SO_ERROR, &err, &l) < 0)
+			err = errno;
+		if (err) {
+			char why[160];
+			snprintf(why, sizeof(why), "connect: %s", strerror(err));
+			drop(r, why);
+			return;
+		}
+		if (!r->tls)
+			r->phase = PH_OPEN;
+		else if (tls_start(r) < 0)
+			return;
+	}
+	if (r->phase == PH_TLS) {
+		if (tls_step(r) <= 0)
+			return;
+		r->phase = PH_OPEN;
+		/* the handshake's commands wait to be written; read first what
+		 * may have come (an alert: no client certificate) */
+		events = EPOLLIN | EPOLLOUT;
+	}
+	if (r->phase != PH_OPEN)
+		return;
+	if ((events & (EPOLLIN | EPOLLERR | EPOLLHUP)) || (r->read_wants_write && (events & EPOLLOUT))) {
+		read_some(r);
+		if (r->gen != gen)
+			return;
+	}
+	if (r->outlen > r->outoff) {
+		write_some(r);
+		if (r->gen != gen)
+			return;
+	}
+	interest(r);
+}
+
+/* fd (connecting, or connected when phase is PH_OPEN) becomes the
+ * connection, the handshake's commands queued first. Returns 0, or -1
+ * (out of memory: fd closed, state down). */
+static int adopt(struct ig_redis *r, int fd, enum phase phase)
+{
+	r->fd = fd;
+	r->phase = phase;
+	r->ev = (struct ig_event){fd, on_event, r};
 	r->events = 0;
 	r->registered = false;
-	ac->ev.data = r;
-	ac->ev.addRead = add_read;
-	ac->ev.delRead = del_read;
-	ac->ev.addWrite = add_write;
-	ac->ev.delWrite = del_write;
-	ac->ev.cleanup = cleanup;
-	redisAsyncSetConnectCallback(ac, on_connect);
-	redisAsyncSetDisconnectCallback(ac, on_disconnect);
-	r->connect_at_ms = now;
+	r->refused = false;
 	r->state = IG_REDIS_CONNECTING;
-	/* The first command starts the connect (hiredis waits for writability). */
+	if (!(r->reader = redisReaderCreate())) {
+		drop(r, "out of memory");
+		return -1;
+	}
+	r->hfns = r->reader->fn;
+	r->fns = *r->hfns;
+	r->fns.createString = limit_string;
+	r->fns.createArray = limit_array;
+	r->fns.createInteger = limit_integer;
+	r->fns.createNil = limit_nil;
+	r->reader->fn = &r->fns;
+	r->reader->privdata = r; /* the reader hands it to each task */
+	r->reply_bytes = 0;
+	r->refusal = NULL;
+	int rc = 0;
 	if (r->password) {
 		const char *nl = strchr(r->password, '\n');
 		if (nl) {
-			size_t ulen = (size_t)(nl - r->password);
 			const char *argv[] = {"AUTH", r->password, nl + 1};
-			size_t lens[] = {4, ulen, strlen(nl + 1)};
-			send_argv(r, on_handshake, r, 3, argv, lens);
+			size_t lens[] = {4, (size_t)(nl - r->password), strlen(nl + 1)};
+			rc |= send_argv(r, CMD_AUTH, NULL, NULL, 3, argv, lens);
 		} else {
 			const char *argv[] = {"AUTH", r->password};
 			size_t lens[] = {4, strlen(r->password)};
-			send_argv(r, on_handshake, r, 2, argv, lens);
+			rc |= send_argv(r, CMD_AUTH, NULL, NULL, 2, argv, lens);
 		}
 	}
 	if (r->db) {
@@ -337,18 +936,66 @@ static void start_connect(struct ig_redis *r, uint64_t now)
 		snprintf(db, sizeof(db), "%ld", r->db);
 		const char *argv[] = {"SELECT", db};
 		size_t lens[] = {6, strlen(db)};
-		send_argv(r, on_handshake, r, 2, argv, lens);
+		rc |= send_argv(r, CMD_SELECT, NULL, NULL, 2, argv, lens);
 	}
 	const char *ping[] = {"PING"};
 	size_t plen[] = {4};
-	if (r->ac)
-		send_argv(r, on_handshake, r, 1, ping, plen);
+	rc |= send_argv(r, CMD_PING, NULL, NULL, 1, ping, plen);
+	if (rc) {
+		drop(r, "out of memory");
+		return -1;
+	}
+	if (phase == PH_OPEN)
+		interest(r);
+	else
+		want(r, EPOLLOUT); /* connect() is done when writable */
+	return 0;
+}
+
+static void start_connect(struct ig_redis *r, uint64_t now)
+{
+	struct sockaddr_storage ss = {0};
+	socklen_t sl;
+	struct sockaddr_in *v4 = (struct sockaddr_in *)&ss;
+	struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&ss;
+	char why[200];
+	ig_log_debug("redis: connecting to %s:%d%s", r->addr, r->port, r->tls ? " (TLS)" : "");
+	r->connect_at_ms = now;
+	if (inet_pton(AF_INET, r->addr, &v4->sin_addr) == 1) {
+		v4->sin_family = AF_INET;
+		v4->sin_port = htons((uint16_t)r->port);
+		sl = sizeof(*v4);
+	} else if (inet_pton(AF_INET6, r->addr, &v6->sin6_addr) == 1) {
+		v6->sin6_family = AF_INET6;
+		v6->sin6_port = htons((uint16_t)r->port);
+		sl = sizeof(*v6);
+	} else {
+		snprintf(why, sizeof(why), "connect: '%s' is not a numeric address", r->addr);
+		goto fail;
+	}
+	int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		snprintf(why, sizeof(why), "connect: %s", strerror(errno));
+		goto fail;
+	}
+	int one = 1;
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	if (connect(fd, (struct sockaddr *)&ss, sl) < 0 && errno != EINPROGRESS) {
+		snprintf(why, sizeof(why), "connect: %s", strerror(errno));
+		close(fd);
+		goto fail;
+	}
+	adopt(r, fd, PH_TCP);
+	return;
+fail:
+	r->state = IG_REDIS_CONNECTING; /* so that the change is told */
+	set_state(r, IG_REDIS_DOWN, why);
 }
 
 /* ---- the interface ---- */
 
-struct ig_redis *ig_redis_new(struct ig_rx *rx, const char *addr, const struct ig_redis_url *u, uint64_t timeout_ms,
-			      ig_redis_state_fn *on_state, void *arg)
+struct ig_redis *ig_redis_new(struct ig_rx *rx, const char *addr, const struct ig_redis_url *u,
+			      struct ig_redis_tls *tls, uint64_t timeout_ms, ig_redis_state_fn *on_state, void *arg)
 {
 	struct ig_redis *r = calloc(1, sizeof(*r));
 	if (!r || !(r->addr = strdup(addr)) || (u->password && !(r->password = strdup(u->password)))) {
@@ -360,12 +1007,20 @@ struct ig_redis *ig_redis_new(struct ig_rx *rx, const char *addr, const struct i
 	r->rx = rx;
 	r->port = u->port;
 	r->db = u->db;
+	r->tls = tls;
 	r->timeout_ms = timeout_ms;
 	r->on_state = on_state;
 	r->arg = arg;
+	r->fd = -1;
 	r->backoff_ms = BACKOFF_MIN_MS;
 	r->state = IG_REDIS_DOWN;
 	return r;
+}
+
+void ig_redis_set_bad_fn(struct ig_redis *r, ig_redis_bad_fn *fn, void *arg)
+{
+	r->on_bad = fn;
+	r->bad_arg = arg;
 }
 
 void ig_redis_free(struct ig_redis *r)
@@ -374,6 +1029,9 @@ void ig_redis_free(struct ig_redis *r)
 		return;
 	r->freeing = true;
 	drop(r, "closed");
+	if (r->kept)
+		freeReplyObject(r->kept);
+	free(r->out);
 	free(r->addr);
 	free(r->password);
 	free(r);
@@ -391,7 +1049,7 @@ void ig_redis_tick(struct ig_redis *r, uint64_t now)
 			drop(r, "connect: no answer in time");
 		break;
 	case IG_REDIS_UP:
-		if (!r->subscriber && r->pending > 0 && now - r->pending_since_ms > r->timeout_ms) {
+		if (!r->subscriber && r->qlen > 0 && now - r->pending_since_ms > r->timeout_ms) {
 			char why[96];
 			snprintf(why, sizeof(why), "no reply in %llu ms", (unsigned long long)r->timeout_ms);
 			drop(r, why);
@@ -412,44 +1070,129 @@ const char *ig_redis_state_name(enum ig_redis_state s)
 
 long ig_redis_pending(const struct ig_redis *r)
 {
-	return r->pending;
+	return (long)r->qlen;
 }
 
-int ig_redis_argv(struct ig_redis *r, redisCallbackFn *fn, void *privdata, int argc, const char **argv,
+/* Whether a command may be sent now. */
+static bool open_for_commands(const struct ig_redis *r)
+{
+	return r->state == IG_REDIS_UP && r->phase == PH_OPEN && !r->subscriber;
+}
+
+int ig_redis_argv(struct ig_redis *r, ig_redis_reply_fn *fn, void *privdata, int argc, const char **argv,
 		  const size_t *argvlen)
 {
-	if (r->state != IG_REDIS_UP)
+	if (!open_for_commands(r))
 		return -1;
-	return send_argv(r, fn, privdata, argc, argv, argvlen);
+	return send_argv(r, CMD_USER, fn, privdata, argc, argv, argvlen);
 }
 
-int ig_redis_command(struct ig_redis *r, redisCallbackFn *fn, void *privdata, const char *fmt, ...)
+int ig_redis_command(struct ig_redis *r, ig_redis_reply_fn *fn, void *privdata, const char *fmt, ...)
 {
-	if (r->state != IG_REDIS_UP || !r->ac)
+	if (!open_for_commands(r))
 		return -1;
-	struct cmd *c = malloc(sizeof(*c));
-	if (!c)
-		return -1;
-	*c = (struct cmd){r, fn, privdata};
+	char *cmd = NULL;
 	va_list ap;
 	va_start(ap, fmt);
-	int rc = redisvAsyncCommand(r->ac, on_reply, c, fmt, ap);
+	int len = redisvFormatCommand(&cmd, fmt, ap);
 	va_end(ap);
-	if (rc != REDIS_OK) {
-		free(c);
+	return send_formatted(r, &(struct cmd){fn, privdata, CMD_USER}, cmd, len);
+}
+
+int ig_redis_subscribe(struct ig_redis *r, const char *channel, ig_redis_reply_fn *fn, void *privdata)
+{
+	/* with replies awaited, a push could not be told from a reply */
+	if (r->state != IG_REDIS_UP || r->phase != PH_OPEN || r->qlen > 0)
+		return -1;
+	struct sub *v = realloc(r->subs, (r->nsubs + 1) * sizeof(*v));
+	if (!v)
+		return -1;
+	r->subs = v;
+	size_t len = strlen(channel);
+	char *copy = strdup(channel), *cmd = NULL;
+	const char *argv[] = {"SUBSCRIBE", channel};
+	size_t lens[] = {9, len};
+	int n = redisFormatCommandArgv(&cmd, 2, argv, lens);
+	if (!copy || n < 0 || out_append(r, cmd, (size_t)n) < 0) {
+		free(copy);
+		redisFreeCommand(cmd);
 		return -1;
 	}
-	if (r->pending++ == 0)
-		r->pending_since_ms = ig_now_ms();
+	redisFreeCommand(cmd);
+	r->subs[r->nsubs] = (struct sub){copy, len, fn, privdata};
+	r->nsubs++;
+	r->subscriber = true;
+	interest(r);
 	return 0;
 }
 
-int ig_redis_subscribe(struct ig_redis *r, const char *channel, redisCallbackFn *fn, void *privdata)
+/* ---- blocking ---- */
+
+/* Waits for r's socket (poll) until deadline, and handles what came. */
+static void pump(struct ig_redis *r, uint64_t deadline)
 {
-	if (r->state != IG_REDIS_UP || !r->ac)
-		return -1;
-	r->subscriber = true;
-	/* hiredis calls fn for the subscription and every message after it,
-	 * with this privdata: no wrapper of ours to free. */
-	return redisAsyncCommand(r->ac, fn, privdata, "SUBSCRIBE %s", channel) == REDIS_OK ? 0 : -1;
+	uint64_t now = ig_now_ms();
+	if (r->fd < 0 || now >= deadline)
+		return;
+	struct pollfd p = {.fd = r->fd};
+	if (r->events & EPOLLIN)
+		p.events |= POLLIN;
+	if (r->events & EPOLLOUT)
+		p.events |= POLLOUT;
+	if (poll(&p, 1, (int)(deadline - now)) <= 0)
+		return;
+	uint32_t ev = (p.revents & POLLIN ? EPOLLIN : 0) | (p.revents & POLLOUT ? EPOLLOUT : 0) |
+		      (p.revents & POLLERR ? EPOLLERR : 0) | (p.revents & POLLHUP ? EPOLLHUP : 0);
+	on_event(&r->ev, ev);
+}
+
+struct ig_redis *ig_redis_connect_blocking(const char *addr, const struct ig_redis_url *u, struct ig_redis_tls *tls,
+					   uint64_t timeout_ms, char **why, bool *refused)
+{
+	struct ig_redis *r = ig_redis_new(NULL, addr, u, tls, timeout_ms, NULL, NULL);
+	if (refused)
+		*refused = false;
+	if (!r) {
+		if (why)
+			*why = ig_strdupf("out of memory");
+		return NULL;
+	}
+	uint64_t deadline = ig_now_ms() + timeout_ms;
+	start_connect(r, ig_now_ms());
+	while (r->state == IG_REDIS_CONNECTING && ig_now_ms() < deadline)
+		pump(r, deadline);
+	if (r->state == IG_REDIS_UP)
+		return r;
+	if (r->state == IG_REDIS_CONNECTING) {
+		char w[96];
+		snprintf(w, sizeof(w), "no answer within %llu ms", (unsigned long long)timeout_ms);
+		drop(r, w);
+	}
+	if (why)
+		*why = ig_strdupf("%s", r->why);
+	if (refused)
+		*refused = r->refused;
+	ig_redis_free(r);
+	return NULL;
+}
+
+redisReply *ig_redis_call(struct ig_redis *r, int argc, const char **argv, const size_t *argvlen)
+{
+	if (r->rx || !open_for_commands(r))
+		return NULL;
+	r->kept = NULL;
+	r->got = false;
+	if (send_argv(r, CMD_CALL, NULL, NULL, argc, argv, argvlen) < 0)
+		return NULL;
+	uint64_t deadline = ig_now_ms() + r->timeout_ms;
+	while (!r->got && r->state == IG_REDIS_UP && ig_now_ms() < deadline)
+		pump(r, deadline);
+	if (r->got) {
+		redisReply *rep = r->kept;
+		r->kept = NULL;
+		r->got = false;
+		return rep;
+	}
+	drop(r, "no reply in time");
+	return NULL;
 }

@@ -197,6 +197,10 @@ int ig_reload(struct ig_gw *gw)
 	if (!ig_routes_equal(&nc.routes, &gw->cfg->routes))
 		ig_log_warn("reload: routes need a restart; keeping the %zu running", gw->cfg->routes.n_conf);
 	if (strcmp(nc.cluster_redis, gw->cfg->cluster_redis) != 0 || strcmp(nc.cluster_name, gw->cfg->cluster_name) != 0 ||
+	    strcmp(nc.cluster_redis_tls_ca, gw->cfg->cluster_redis_tls_ca) != 0 ||
+	    strcmp(nc.cluster_redis_tls_cert, gw->cfg->cluster_redis_tls_cert) != 0 ||
+	    strcmp(nc.cluster_redis_tls_key, gw->cfg->cluster_redis_tls_key) != 0 ||
+	    strcmp(nc.cluster_redis_tls_name, gw->cfg->cluster_redis_tls_name) != 0 ||
 	    nc.cluster_sync_ms != gw->cfg->cluster_sync_ms || nc.cluster_lease_s != gw->cfg->cluster_lease_s)
 		ig_log_warn("reload: the cluster section needs a restart; keeping the running one");
 	/* Backends: the file is the source of truth. */
@@ -249,6 +253,10 @@ int ig_reload(struct ig_gw *gw)
 	keep(&nc.data_dir, &gw->cfg->data_dir);
 	keep(&nc.cluster_redis, &gw->cfg->cluster_redis);
 	keep(&nc.cluster_name, &gw->cfg->cluster_name);
+	keep(&nc.cluster_redis_tls_ca, &gw->cfg->cluster_redis_tls_ca);
+	keep(&nc.cluster_redis_tls_cert, &gw->cfg->cluster_redis_tls_cert);
+	keep(&nc.cluster_redis_tls_key, &gw->cfg->cluster_redis_tls_key);
+	keep(&nc.cluster_redis_tls_name, &gw->cfg->cluster_redis_tls_name);
 	nc.cluster_sync_ms = gw->cfg->cluster_sync_ms;
 	nc.cluster_lease_s = gw->cfg->cluster_lease_s;
 	ig_routes_move(&nc.routes, &gw->cfg->routes); /* requests and metrics hold their indexes */

@@ -20,7 +20,7 @@ src=$(cd "$here/../.." && pwd)
 secs=${FUZZ_SECONDS:-30}
 build=${FUZZ_BUILD:-${TMPDIR:-/tmp}/infergate-fuzz}
 cc=${FUZZ_CC:-clang}
-all="config inspect load sse corpus_line resume"
+all="config inspect load sse corpus_line resume redis_wire"
 targets=${*:-$all}
 
 command -v "$cc" >/dev/null 2>&1 || { echo "FAIL: $cc not found (apt-get install -y clang)"; exit 1; }
@@ -34,7 +34,7 @@ cat > "$build/config.h" <<'H'
 #define VERSION "fuzz"
 H
 
-pkgs="libmicrohttpd gnutls libcurl jansson libcrypto hiredis"
+pkgs="libmicrohttpd gnutls libcurl jansson libssl libcrypto hiredis"
 cflags="-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
   -fno-omit-frame-pointer -D_GNU_SOURCE -I$build -I$src/include -I$src/src/bulk -I$src/src/gateway
   $(pkg-config --cflags $pkgs) ${FUZZ_EXTRA_CFLAGS:-}"

@@ -29,7 +29,8 @@ def healthy(gw, n):
 def a_bad_cluster_section_stops_the_gateway_at_start_naming_the_key():
     cases = [
         (["--cluster-redis", "http://127.0.0.1:6379"], "cluster.redis_url: 'http://127.0.0.1:6379' is not a redis:// URL"),
-        (["--cluster-redis", "rediss://127.0.0.1:6379"], "TLS (rediss://) is not supported"),
+        (["--cluster-redis", "redis://127.0.0.1:6379", "--cluster-redis-tls-ca-file", "/etc/hostname"],
+         "cluster.redis_tls_ca_file: given with a redis:// URL"),
         (["--cluster-redis", "redis://127.0.0.1:99999"], "cluster.redis_url: 'redis://127.0.0.1:99999': the port"),
         (["--cluster-redis", "redis://127.0.0.1/x"], "the database after '/' must be a number"),
         (["--cluster-redis", "redis://127.0.0.1", "--cluster-sync-ms", "0"], "--cluster-sync-ms: 0 is out of range"),

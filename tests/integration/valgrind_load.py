@@ -14,6 +14,13 @@ requests and streams, a stream held while SIGHUP replaces the certificate,
 refused handshakes (plain HTTP, garbage, a half ClientHello left), then
 SIGTERM.
 
+The third runs a clustered gateway against a hostile Redis over rediss://
+(fake_redis.py with TLS): bad pushes, a reply no command asked for, a
+protocol error, an array of 2 billion elements (each drops the connection,
+which comes back), a good message, requests throughout, then SIGTERM (the
+leave over a blocking TLS connection). Its report goes to
+IG_VALGRIND_LOG.redis.
+
 Passes when every good request is answered 200, the last stream ends with
 [DONE], and valgrind exits 0 (no memory error, no definitely lost block:
 --errors-for-leak-kinds=definite --error-exitcode=1). valgrind's own report
@@ -256,6 +263,72 @@ def https_gateway_under_valgrind_reload_refused_handshakes_sigterm():
     assert rc == 0, (rc, report[-3000:])
     assert ok == 42, ok
     assert b"data: [DONE]" in rest, rest[-300:]
+
+
+@test
+def clustered_gateway_under_valgrind_hostile_redis_over_tls_sigterm():
+    if not shutil.which("valgrind"):
+        raise AssertionError("valgrind is not installed (apt-get install -y valgrind)")
+    from fake_redis import FakeRedis, resp
+    log = (os.environ.get("IG_VALGRIND_LOG") or tempfile.mktemp(prefix="ig-valgrind-", suffix=".log")) + ".redis"
+    d = tempfile.mkdtemp(prefix="ig-valgrind-redis-")
+    make_certs(d)
+    fake = FakeRedis(certfile=f"{d}/one.pem", keyfile=f"{d}/one.key")
+    sim = start_sim("--tokens-per-second", "0", "--ttft-ms", "0")
+    gp = free_port()
+    vg = start(["valgrind", "--leak-check=full", "--show-leak-kinds=definite", "--errors-for-leak-kinds=definite",
+                "--error-exitcode=1", "--num-callers=30", f"--log-file={log}",
+                binary("infergate"), "--listen", f"127.0.0.1:{gp}", "--backend", sim.url,
+                "--health-interval-ms", "200", "--cluster-redis", fake.url, "--cluster-name", "vg",
+                "--cluster-sync-ms", "1000", "--cluster-redis-tls-ca-file", f"{d}/ca.pem"],
+               port=gp, timeout=120)
+
+    def get(path):
+        return request(gp, b"GET " + path + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+
+    def joined():
+        body = get(b"/health/backends").partition(b"\r\n\r\n")[2]
+        return b'"joined": true' in body or b'"joined":true' in body
+
+    def bad_total():
+        m = get(b"/metrics").decode(errors="replace")
+        return sum(float(ln.rsplit(" ", 1)[1]) for ln in m.splitlines()
+                   if ln.startswith("infergate_cluster_bad_messages_total{"))
+
+    def wait(pred, what, timeout=60):
+        deadline = time.monotonic() + timeout
+        while not pred():
+            assert time.monotonic() < deadline, what
+            time.sleep(0.2)
+
+    def chat():
+        return request(gp, post(b"/v1/chat/completions", {"model": "sim-model", "max_tokens": 4,
+                                                          "messages": [{"role": "user", "content": "hi"}]},
+                                key=b"")).startswith(b"HTTP/1.1 200")
+
+    wait(joined, "joined over TLS")
+    wait(lambda: len(fake.subscribed()) == 2, "subscribed")
+    ok = chat()
+    for push in (resp(["message", 5, "x"]), resp(["message"]), resp([1, "infergate:resp", "x"])):
+        fake.push(push)
+    wait(lambda: bad_total() == 3, "3 pushes counted")
+    n = 3
+    for instead, then in ((None, b"+OK\r\n"), (b"!x\r\n", None), (b"*2000000000\r\n", None)):
+        fake.script("EVAL", instead=instead, then=then)
+        n += 1
+        wait(lambda: bad_total() == n, f"{n} bad messages counted")
+        wait(joined, "joined again")
+        ok += chat()
+    fake.push(resp(["message", "infergate:resp", f"other 0 {sim.url} resp_1"]))
+    os.kill(vg.pid, signal.SIGTERM)
+    rc = vg.wait(120)
+    fake.close()
+    print(f"# {n} bad messages from a Redis over TLS, {ok} of 4 requests answered 200 under valgrind; exit {rc}")
+    with open(log) as f:
+        report = f.read()
+    assert "ERROR SUMMARY: 0 errors" in report, report[-3000:]
+    assert rc == 0, (rc, report[-3000:])
+    assert ok == 4, ok
 
 
 run()
