@@ -106,6 +106,12 @@ int ig_cluster_command(struct ig_gw *gw, redisCallbackFn *fn, void *privdata, in
  * Returns 0, or -1 (alone now, or too many queued: fn is not called). */
 int ig_cluster_ask(struct ig_gw *gw, redisCallbackFn *fn, void *privdata, int argc, const char **argv,
 		   const size_t *lens);
+/* A value from Redis that was refused (redismsg.h): counted in
+ * infergate_cluster_bad_messages_total{kind} and logged once per kind with
+ * detail (bytes outside printable ASCII shown as '?'); the caller drops the
+ * value. kind: a string literal (IG_BAD_* of redismsg.h, or the
+ * transport's). c may be NULL (logged only). Reactor 0, under the lock. */
+void ig_cluster_count_bad(struct ig_cluster *c, const char *kind, const char *detail);
 /* Its state is reported through metrics.h's sources: "cluster" in
  * /health/backends, infergate_cluster_* in /metrics. */
 
