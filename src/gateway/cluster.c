@@ -235,6 +235,13 @@ bool ig_cluster_configured(const struct ig_gw *gw)
 
 /* ---- state and logs ---- */
 
+/* The kinds of redismsg.h: their series at 0 from the start. */
+static void bad_init(struct ig_cluster *c)
+{
+	for (size_t i = 0; i < ig_redismsg_nkinds && c->nbad < BAD_KINDS_MAX - 1; i++)
+		c->bad[c->nbad++].kind = ig_redismsg_kinds[i];
+}
+
 void ig_cluster_count_bad(struct ig_cluster *c, const char *kind, const char *detail)
 {
 	struct bad_count *b = NULL;
@@ -1427,8 +1434,7 @@ int ig_cluster_start(struct ig_gw *gw)
 		return -1;
 	gw->cluster = c;
 	c->gw = gw;
-	for (size_t i = 0; i < ig_redismsg_nkinds && c->nbad < BAD_KINDS_MAX - 1; i++)
-		c->bad[c->nbad++].kind = ig_redismsg_kinds[i]; /* their series at 0 from the start */
+	bad_init(c);
 	ig_list_init(&c->outbox);
 	ig_list_init(&c->asks);
 	if (ig_redis_url_parse(cfg->cluster_redis, &c->url, &err) < 0) { /* checked by conf.c */

@@ -183,9 +183,11 @@ int ig_redismsg_state(const char *s, size_t n, struct ig_state *out, struct ig_r
 		char *line = out->text + at, *end = memchr(line, '\n', n - at);
 		size_t len = end ? (size_t)(end - line) : n - at;
 		struct ig_redismsg_field f[5];
-		int nf = ig_redismsg_fields(line, len, f, 5);
 		at += len + 1;
 		no++;
+		if (no > 1 && len && line[0] >= 'a' && line[0] <= 'z' && !strchr("gbmhk", line[0]) && (len == 1 || line[1] == ' '))
+			continue; /* a line a newer gateway writes: not read here */
+		int nf = ig_redismsg_fields(line, len, f, 5);
 		ig_redismsg_shown(shown, sizeof(shown), line, len);
 		if (nf < 1) {
 			ig_redismsg_fail(bad, IG_BAD_SYNC_STATE, "line %zu '%s' is not fields split by single spaces",
@@ -203,7 +205,7 @@ int ig_redismsg_state(const char *s, size_t n, struct ig_state *out, struct ig_r
 			continue;
 		}
 		char what = f[0].p[0];
-		if (f[0].n != 1 || what < 'a' || what > 'z' || what == 'g') {
+		if (f[0].n != 1 || !strchr("bmhk", what)) {
 			ig_redismsg_fail(bad, IG_BAD_SYNC_STATE, "line %zu '%s' of gateway '%s' is of no kind", no,
 					 shown, out->name);
 			goto fail;
@@ -228,8 +230,6 @@ int ig_redismsg_state(const char *s, size_t n, struct ig_state *out, struct ig_r
 					     no, shown, out->name, IG_REDISMSG_CLAIM_MAX, IG_REDISMSG_CLAIM_MAX);
 				goto fail;
 			}
-		} else {
-			continue; /* a line a newer gateway writes: not read here */
 		}
 		((char *)f[1].p)[f[1].n] = '\0'; /* a space, a line's end or the copy's end: the name ends */
 		l->name = f[1].p;
