@@ -81,6 +81,14 @@ def logged_once(gw, kinds):
     assert "\x1b" not in log and "\x00" not in log, "a control byte from Redis reached the log"
 
 
+def stops_cleanly(*gws):
+    """SIGTERM: exit 0, and nothing a sanitizer build reports (a leak at exit fails it)."""
+    for gw in gws:
+        rc = gw.stop()
+        log = gw.read_log()
+        assert rc == 0 and "Sanitizer" not in log and "runtime error" not in log, (rc, log[-3000:])
+
+
 def limited_keys(path, rpm):
     with open(path, "w") as f:
         json.dump({"keys": [{"name": "lim", "sha256": hashlib.sha256(b"k-lim").hexdigest(), "rpm": rpm}]}, f)
@@ -171,6 +179,7 @@ def key_sync_figures_that_are_not_numbers_lift_no_limit():
         assert http("GET", gw.url + "/health")[0] == 200
         # the kinds refused show in /health/backends too
         assert http_json("GET", gw.url + "/health/backends")[2]["cluster"]["bad_messages"]["key_sync"] >= 1
+    stops_cleanly(a, b)
 
 
 @test
@@ -231,6 +240,7 @@ def data_channel_messages_touch_nothing_outside_data_dir():
         assert st == 200
         assert gw.poll() is None
     r.close()
+    stops_cleanly(a, b)
 
 
 @test
@@ -284,6 +294,7 @@ def a_fake_member_with_garbage_for_a_state_leaves_each_gateway_alone_and_limited
         logged_once(gw, ["sync", "sync_state"])
         assert "cluster: serving alone (sync: a bad sync" in gw.read_log()
         assert gw.poll() is None
+    stops_cleanly(a, b)
 
 
 @test
@@ -317,6 +328,7 @@ def an_idempotency_keys_value_made_into_a_header_injection_is_not_answered():
     c = bad_counts(b)
     assert c["idempotency"] == 1 and sum(c.values()) == 1, c
     logged_once(b, ["idempotency"])
+    stops_cleanly(a, b)
 
 
 if __name__ == "__main__":
