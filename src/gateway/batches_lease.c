@@ -117,7 +117,19 @@ struct take_job {
 	uint64_t before;            /* the token the fence held */
 	struct ig_batch *disk;      /* batch.json as the last holder left it */
 	int err;
+	bool stale;                 /* fence no more than before: not taken */
 };
+
+/* After a token that was not above the fence's: Redis's counter is raised
+ * to the fence's (ARGV[1]) and the lease taken with it let go (batch
+ * ARGV[2], holder ARGV[3], token ARGV[4]), so that the next round takes the
+ * batch with a token above every one used before. */
+static const char raise_script[] =
+	"local c = tonumber(redis.call('GET', 'infergate:bfence') or '0') or 0\n"
+	"if c < tonumber(ARGV[1]) then redis.call('SET', 'infergate:bfence', ARGV[1]) end\n"
+	"local k = 'infergate:blease:' .. ARGV[2]\n"
+	"if redis.call('GET', k) == ARGV[3] .. ' ' .. ARGV[4] then redis.call('DEL', k) end\n"
+	"return 1\n";
 
 static void take_run(struct ig_bio_job *job)
 {
@@ -129,9 +141,15 @@ static void take_run(struct ig_bio_job *job)
 	free(p);
 	/* exclusive: a holder's append in progress ends first, and its next
 	 * one sees our token */
-	if (tj->fd < 0 || flock(tj->fd, LOCK_EX) < 0 || ig_batch_fence_read(tj->fd, &tj->before) < 0 ||
-	    pwrite(tj->fd, text, (size_t)n, 0) != n || ftruncate(tj->fd, n) < 0 || fsync(tj->fd) < 0) {
-		tj->err = errno ? errno : EIO;
+	bool ok = tj->fd >= 0 && flock(tj->fd, LOCK_EX) == 0 && ig_batch_fence_read(tj->fd, &tj->before) == 0;
+	/* Tokens only grow, so one not above the fence's may be a writer's
+	 * still (a holder paused past its lease has it): Redis's counter went
+	 * back (restarted without persistence, or written by someone). Not
+	 * taken: two writers with one token is what the fence is for. */
+	tj->stale = ok && tj->fence <= tj->before;
+	if (!ok || tj->stale || pwrite(tj->fd, text, (size_t)n, 0) != n || ftruncate(tj->fd, n) < 0 ||
+	    fsync(tj->fd) < 0) {
+		tj->err = tj->stale ? 0 : errno ? errno : EIO;
 		if (tj->fd >= 0)
 			close(tj->fd);
 		tj->fd = -1;
@@ -147,7 +165,22 @@ static void take_done(struct ig_bio_job *job)
 	struct ig_batch *b = ig_batch_find(tj->bs, tj->id);
 	if (b)
 		b->jobs--;
-	if (!b || !b->taking || b->fence != tj->fence || tj->err) {
+	if (tj->stale) {
+		char why[240], before[24], tok[24];
+		snprintf(why, sizeof(why), "batch %s: fencing token %" PRIu64 " is not above its fence's %" PRIu64
+			 " (Redis's counter went back); not taken, the counter raised for the next round", tj->id,
+			 tj->fence, tj->before);
+		ig_cluster_count_bad(tj->bs->gw->cluster, IG_BAD_BATCH_LEASE, why);
+		snprintf(before, sizeof(before), "%" PRIu64, tj->before);
+		snprintf(tok, sizeof(tok), "%" PRIu64, tj->fence);
+		const char *argv[] = {"EVAL", raise_script, "0", before, tj->id, ig_cluster_holder(tj->bs->gw), tok};
+		size_t lens[7];
+		for (int i = 0; i < 7; i++)
+			lens[i] = strlen(argv[i]);
+		ig_cluster_command(tj->bs->gw, NULL, NULL, 7, argv, lens);
+		tj->bs->lease_now = true;
+	}
+	if (!b || !b->taking || b->fence != tj->fence || tj->err || tj->stale) {
 		if (tj->err)
 			ig_log_error("batch %s: cannot write its fence: %s; not run here", tj->id, strerror(tj->err));
 		if (b && b->taking)

@@ -645,8 +645,8 @@ static void take_states(struct ig_cluster *c, const struct ig_sync *sts)
 		struct peer *p = &pv[n];
 		p->claim = claims + n * nb;
 		snprintf(p->name, sizeof(p->name), "%s", st->name);
-		for (size_t j = 0; j < st->nlines; j++) {
-			const struct ig_state_line *l = &st->lines[j];
+		struct ig_state_line line, *l = &line;
+		for (size_t at = 0; ig_redismsg_state_next(st, &at, l);) {
 			long v = (long)l->v[0];
 			struct ig_model *m;
 			if (l->what == 'k') {
@@ -655,7 +655,7 @@ static void take_states(struct ig_cluster *c, const struct ig_sync *sts)
 					continue;
 				kl = grown;
 				kl[nk] = (struct kline){.g = n, .wait = v, .weight = (long)l->v[1], .claim = (long)l->v[2]};
-				snprintf(kl[nk++].digest, sizeof(kl->digest), "%s", l->name);
+				snprintf(kl[nk++].digest, sizeof(kl->digest), "%.64s", l->name); /* a digest or "-" */
 			} else if (l->what == 'b') {
 				for (size_t i = 0; i < gw->fleet.n; i++)
 					if (strcmp(gw->fleet.v[i]->url, l->name) == 0)

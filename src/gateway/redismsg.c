@@ -147,108 +147,100 @@ const char *ig_redismsg_str(const redisReply *r)
 
 /* ---- the sync ---- */
 
-static bool field_is(const struct ig_redismsg_field *f, const char *s)
+/* One line of a state (not its first) into *l: 1 taken, 0 a kind not
+ * read here, -1 bad (why in bad, when not NULL). */
+static int state_line(const char *line, size_t len, size_t no, const char *gw, struct ig_state_line *l,
+		      struct ig_redismsg_bad *bad)
 {
-	return f->n == strlen(s) && memcmp(f->p, s, f->n) == 0;
-}
-
-void ig_redismsg_state_free(struct ig_state *st)
-{
-	free(st->text);
-	free(st->lines);
-	st->text = NULL;
-	st->lines = NULL;
-	st->nlines = 0;
+	char shown[48];
+	struct ig_redismsg_field f[5];
+	if (len && line[0] >= 'a' && line[0] <= 'z' && !strchr("gbmhk", line[0]) && (len == 1 || line[1] == ' '))
+		return 0; /* a line a newer gateway writes: not read here */
+	int nf = ig_redismsg_fields(line, len, f, 5);
+	char what = nf >= 1 && f[0].n == 1 ? f[0].p[0] : '\0';
+	if (bad)
+		ig_redismsg_shown(shown, sizeof(shown), line, len);
+	if (nf < 1 || !what || !strchr("bmhk", what)) {
+		if (bad)
+			ig_redismsg_fail(bad, IG_BAD_SYNC_STATE, "line %zu '%s' of gateway '%s' is %s", no, shown, gw,
+					 nf < 1 ? "not fields split by single spaces" : "of no kind");
+		return -1;
+	}
+	l->what = what;
+	if (what != 'k') {
+		if (nf != 3 || f[1].n > IG_REDISMSG_URL_MAX ||
+		    ig_redismsg_int(f[2].p, f[2].n, 1, IG_REDISMSG_CLAIM_MAX, &l->v[0]) < 0) {
+			if (bad)
+				ig_redismsg_fail(bad, IG_BAD_SYNC_STATE, "line %zu '%s' of gateway '%s' is not '%c NAME N' "
+					     "with N from 1 to %lld", no, shown, gw, what, IG_REDISMSG_CLAIM_MAX);
+			return -1;
+		}
+	} else if (nf != 5 || !((f[1].n == 1 && f[1].p[0] == '-') || ig_redismsg_digest_ok(f[1].p, f[1].n)) ||
+		   ig_redismsg_int(f[2].p, f[2].n, 0, IG_REDISMSG_CLAIM_MAX, &l->v[0]) < 0 ||
+		   ig_redismsg_int(f[3].p, f[3].n, 0, 1000, &l->v[1]) < 0 ||
+		   ig_redismsg_int(f[4].p, f[4].n, 0, IG_REDISMSG_CLAIM_MAX, &l->v[2]) < 0) {
+		if (bad)
+			ig_redismsg_fail(bad, IG_BAD_SYNC_STATE, "line %zu '%s' of gateway '%s' is not 'k DIGEST WAITING "
+				     "WEIGHT CLAIM' (a digest or '-', 0 to %lld, 0 to 1000, 0 to %lld)", no, shown, gw,
+				     IG_REDISMSG_CLAIM_MAX, IG_REDISMSG_CLAIM_MAX);
+		return -1;
+	}
+	memcpy(l->name, f[1].p, f[1].n);
+	l->name[f[1].n] = '\0';
+	return 1;
 }
 
 int ig_redismsg_state(const char *s, size_t n, struct ig_state *out, struct ig_redismsg_bad *bad)
 {
 	char shown[48];
-	size_t nl = 0, at = 0, no = 0;
+	struct ig_redismsg_field f[2];
+	struct ig_state_line l;
 	memset(out, 0, sizeof(*out));
 	if (n > IG_REDISMSG_STATE_MAX)
 		return ig_redismsg_fail(bad, IG_BAD_SYNC_STATE, "a state of %zu bytes (at most %u)", n,
 					IG_REDISMSG_STATE_MAX);
+	if (n == 0)
+		return ig_redismsg_fail(bad, IG_BAD_SYNC_STATE, "an empty state");
 	if (memchr(s, '\0', n))
 		return ig_redismsg_fail(bad, IG_BAD_SYNC_STATE, "a state with a NUL byte");
-	for (size_t i = 0; i < n; i++)
-		nl += s[i] == '\n';
-	if (!(out->text = malloc(n + 1)) || !(out->lines = calloc(nl + 1, sizeof(*out->lines)))) {
-		ig_redismsg_state_free(out);
-		return ig_redismsg_fail(bad, IG_BAD_SYNC_STATE, "out of memory for a state of %zu bytes", n);
+	const char *end = memchr(s, '\n', n);
+	size_t len = end ? (size_t)(end - s) : n;
+	if (ig_redismsg_fields(s, len, f, 2) != 2 || f[0].n != 1 || f[0].p[0] != 'g' ||
+	    !ig_redismsg_name_ok(f[1].p, f[1].n)) {
+		ig_redismsg_shown(shown, sizeof(shown), s, len);
+		return ig_redismsg_fail(bad, IG_BAD_SYNC_STATE, "the first line '%s' is not 'g NAME' with a gateway's name",
+					shown);
 	}
-	memcpy(out->text, s, n);
-	out->text[n] = '\0';
-	while (at < n) {
-		char *line = out->text + at, *end = memchr(line, '\n', n - at);
-		size_t len = end ? (size_t)(end - line) : n - at;
-		struct ig_redismsg_field f[5];
-		at += len + 1;
-		no++;
-		if (no > 1 && len && line[0] >= 'a' && line[0] <= 'z' && !strchr("gbmhk", line[0]) && (len == 1 || line[1] == ' '))
-			continue; /* a line a newer gateway writes: not read here */
-		int nf = ig_redismsg_fields(line, len, f, 5);
-		ig_redismsg_shown(shown, sizeof(shown), line, len);
-		if (nf < 1) {
-			ig_redismsg_fail(bad, IG_BAD_SYNC_STATE, "line %zu '%s' is not fields split by single spaces",
-					 no, shown);
-			goto fail;
-		}
-		if (no == 1) { /* "g NAME" */
-			if (nf != 2 || !field_is(&f[0], "g") || !ig_redismsg_name_ok(f[1].p, f[1].n)) {
-				ig_redismsg_fail(bad, IG_BAD_SYNC_STATE, "the first line '%s' is not 'g NAME' with a "
-					     "gateway's name", shown);
-				goto fail;
-			}
-			memcpy(out->name, f[1].p, f[1].n);
-			out->name[f[1].n] = '\0';
-			continue;
-		}
-		char what = f[0].p[0];
-		if (f[0].n != 1 || !strchr("bmhk", what)) {
-			ig_redismsg_fail(bad, IG_BAD_SYNC_STATE, "line %zu '%s' of gateway '%s' is of no kind", no,
-					 shown, out->name);
-			goto fail;
-		}
-		struct ig_state_line *l = &out->lines[out->nlines];
-		l->what = what;
-		if (what == 'b' || what == 'm' || what == 'h') {
-			if (nf != 3 || f[1].n > IG_REDISMSG_URL_MAX ||
-			    ig_redismsg_int(f[2].p, f[2].n, 1, IG_REDISMSG_CLAIM_MAX, &l->v[0]) < 0) {
-				ig_redismsg_fail(bad, IG_BAD_SYNC_STATE, "line %zu '%s' of gateway '%s' is not "
-					     "'%c NAME N' with N from 1 to %lld", no, shown, out->name, what,
-					     IG_REDISMSG_CLAIM_MAX);
-				goto fail;
-			}
-		} else if (what == 'k') {
-			if (nf != 5 || !(field_is(&f[1], "-") || ig_redismsg_digest_ok(f[1].p, f[1].n)) ||
-			    ig_redismsg_int(f[2].p, f[2].n, 0, IG_REDISMSG_CLAIM_MAX, &l->v[0]) < 0 ||
-			    ig_redismsg_int(f[3].p, f[3].n, 0, 1000, &l->v[1]) < 0 ||
-			    ig_redismsg_int(f[4].p, f[4].n, 0, IG_REDISMSG_CLAIM_MAX, &l->v[2]) < 0) {
-				ig_redismsg_fail(bad, IG_BAD_SYNC_STATE, "line %zu '%s' of gateway '%s' is not 'k DIGEST "
-					     "WAITING WEIGHT CLAIM' (a digest or '-', 0 to %lld, 0 to 1000, 0 to %lld)",
-					     no, shown, out->name, IG_REDISMSG_CLAIM_MAX, IG_REDISMSG_CLAIM_MAX);
-				goto fail;
-			}
-		}
-		((char *)f[1].p)[f[1].n] = '\0'; /* a space, a line's end or the copy's end: the name ends */
-		l->name = f[1].p;
-		out->nlines++;
-	}
-	if (no == 0) {
-		ig_redismsg_fail(bad, IG_BAD_SYNC_STATE, "an empty state");
-		goto fail;
+	memcpy(out->name, f[1].p, f[1].n);
+	out->name[f[1].n] = '\0';
+	out->text = end ? end + 1 : s + n;
+	out->len = end ? n - len - 1 : 0;
+	for (size_t at = 0, no = 2; at < out->len; no++) { /* every line checked now; read later */
+		const char *line = out->text + at, *e = memchr(line, '\n', out->len - at);
+		size_t ll = e ? (size_t)(e - line) : out->len - at;
+		int got = state_line(line, ll, no, out->name, &l, bad);
+		if (got < 0)
+			return -1;
+		out->nkeys += got == 1 && l.what == 'k';
+		at += ll + 1;
 	}
 	return 0;
-fail:
-	ig_redismsg_state_free(out);
-	return -1;
+}
+
+int ig_redismsg_state_next(const struct ig_state *st, size_t *at, struct ig_state_line *l)
+{
+	while (*at < st->len) {
+		const char *line = st->text + *at, *e = memchr(line, '\n', st->len - *at);
+		size_t ll = e ? (size_t)(e - line) : st->len - *at;
+		*at += ll + 1;
+		if (state_line(line, ll, 0, st->name, l, NULL) == 1)
+			return 1;
+	}
+	return 0;
 }
 
 void ig_redismsg_sync_free(struct ig_sync *s)
 {
-	for (size_t i = 0; i < s->nstates; i++)
-		ig_redismsg_state_free(&s->states[i]);
 	free(s->states);
 	free(s->members);
 	memset(s, 0, sizeof(*s));
@@ -270,6 +262,7 @@ int ig_redismsg_sync(const redisReply *r, const char *me, long long live_ms, str
 		     struct ig_redismsg_bad *bad)
 {
 	char shown[48];
+	size_t nkeys = 0;
 	memset(out, 0, sizeof(*out));
 	if (!r || r->type != REDIS_REPLY_ARRAY)
 		return ig_redismsg_fail(bad, IG_BAD_SYNC, "the reply is %s %s, not an array",
@@ -340,6 +333,10 @@ int ig_redismsg_sync(const redisReply *r, const char *me, long long live_ms, str
 		if (ig_redismsg_state(e->str, e->len, st, bad) < 0)
 			goto fail;
 		out->nstates++;
+		if ((nkeys += st->nkeys) > IG_REDISMSG_KEYS_MAX) {
+			ig_redismsg_fail(bad, IG_BAD_SYNC_STATE, "more than %d key lines in the states", IG_REDISMSG_KEYS_MAX);
+			goto fail;
+		}
 		if (strcmp(st->name, me) == 0 || !member_find(out, st->name)) {
 			ig_redismsg_fail(bad, IG_BAD_SYNC_STATE, "a state names gateway '%s': %s", st->name,
 					 strcmp(st->name, me) == 0 ? "this one" : "not a member");

@@ -86,6 +86,8 @@ const char *ig_redismsg_str(const redisReply *r);
 #define IG_REDISMSG_MEMBERS_MAX 1024          /* live gateways, at most */
 #define IG_REDISMSG_STATE_MAX (16u << 20)     /* bytes of one gateway's state */
 #define IG_REDISMSG_CLAIM_MAX 1000000000LL    /* slots or requests a line may state */
+#define IG_REDISMSG_KEYS_MAX 1000000          /* 'k' lines of all states together (each is kept
+					       * while the states are read: about 100 bytes) */
 #define IG_REDISMSG_URL_MAX 2047              /* a backend's URL, a model's name */
 
 /* One line of a gateway's state:
@@ -93,21 +95,22 @@ const char *ig_redismsg_str(const redisReply *r);
  *   'm' MODEL W             W >= 1 high and normal requests waiting for MODEL
  *   'h' MODEL N             the headroom it learned for MODEL (N >= 1)
  *   'k' DIGEST WAIT WEIGHT CLAIM   a key ("-": none) with requests waiting,
- *                           its weight (0 to 1000) and its requests there
- * name: URL, MODEL or DIGEST, NUL-terminated in the state's own copy. */
+ *                           its weight (0 to 1000) and its requests there */
 struct ig_state_line {
 	char what;
-	const char *name;
+	char name[IG_REDISMSG_URL_MAX + 1]; /* URL, MODEL or DIGEST */
 	long long v[3];
 };
 /* One gateway's state: its name (the first line, "g NAME"), then its
- * lines. A line of another lower-case letter is skipped (a newer
- * gateway's), anything else refuses the whole state. */
+ * lines, read where they are (the reply's string: nothing is copied, so a
+ * state costs no memory beyond the reply's). A line of another lower-case
+ * letter is skipped (a newer gateway's), anything else refuses the whole
+ * state. */
 struct ig_state {
 	char name[IG_REDISMSG_NAME_MAX + 1];
-	char *text;                  /* the lines' copy, split in place */
-	struct ig_state_line *lines;
-	size_t nlines;
+	const char *text;            /* its lines, after the first */
+	size_t len;
+	size_t nkeys;                /* of them 'k' lines */
 };
 struct ig_sync_member {
 	char name[IG_REDISMSG_NAME_MAX + 1];
@@ -126,14 +129,16 @@ struct ig_sync {
  * integer (below 2^53); 1 to IG_REDISMSG_MEMBERS_MAX members, each a valid
  * name once, this gateway among them, each scored within the live window
  * before now; no more states than other members, each a valid state not
- * named `me` nor as another. Returns 0 (*out filled: ig_redismsg_sync_free)
- * or -1 (bad; nothing to free). */
+ * named `me` nor as another, with IG_REDISMSG_KEYS_MAX 'k' lines in all. Returns 0 (*out filled, pointing into r:
+ * ig_redismsg_sync_free before r is freed) or -1 (bad; nothing to free). */
 int ig_redismsg_sync(const redisReply *r, const char *me, long long live_ms, struct ig_sync *out,
 		     struct ig_redismsg_bad *bad);
 void ig_redismsg_sync_free(struct ig_sync *s);
-/* One state's text s[0..n). Returns 0 (ig_redismsg_state_free) or -1. */
+/* One state's text s[0..n), checked whole. Returns 0 (out points into s)
+ * or -1. */
 int ig_redismsg_state(const char *s, size_t n, struct ig_state *out, struct ig_redismsg_bad *bad);
-void ig_redismsg_state_free(struct ig_state *st);
+/* A checked state's next line from *at (0 first): 1 (*l set), 0 at the end. */
+int ig_redismsg_state_next(const struct ig_state *st, size_t *at, struct ig_state_line *l);
 
 /* ---- the key sync (cluster.c's keys_script) ---- */
 

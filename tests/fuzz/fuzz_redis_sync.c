@@ -45,8 +45,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			const struct ig_state *st = &s.states[i];
 			if (strcmp(st->name, "gw-a") == 0 || !ig_redismsg_name_ok(st->name, strlen(st->name)))
 				abort();
-			for (size_t j = 0; j < st->nlines; j++) {
-				const struct ig_state_line *l = &st->lines[j];
+			struct ig_state_line line, *l = &line;
+			for (size_t at = 0; ig_redismsg_state_next(st, &at, l);) {
 				if (!l->name || !*l->name || strchr(l->name, ' ') || strchr(l->name, '\n'))
 					abort();
 				if (l->what == 'k') {

@@ -14,7 +14,7 @@ import socket
 import threading
 import time
 
-from harness import (Dir, chat_body, http, http_json, metric, start_clustered, start_redis, start_sim, test,
+from harness import (Dir, chat_body, http, http_json, start_clustered, start_redis, start_sim, test, upload,
                      wait_cluster, wait_until)
 
 
@@ -329,6 +329,62 @@ def an_idempotency_keys_value_made_into_a_header_injection_is_not_answered():
     assert c["idempotency"] == 1 and sum(c.values()) == 1, c
     logged_once(b, ["idempotency"])
     stops_cleanly(a, b)
+
+
+@test
+def a_fencing_counter_set_back_does_not_make_two_writers_of_a_batch():
+    """A batch's single writer rests on fencing tokens that only grow (Redis's infergate:bfence):
+    set back while its holder is paused past its lease, the gateway taking the batch over got the
+    holder's own token, and both wrote the batch's results (lines answered twice). A token not
+    above the one the batch's fence file holds is refused (counted, the counter raised), the
+    next round takes the batch with a token above it, and every line ends once."""
+    import signal
+    d = Dir()
+    redis = start_redis()
+    # slow enough that the batch runs for a while (test_cluster.py's batch tests alike)
+    sims = [start_sim("--model", "m", "--tokens-per-second", "0", "--ttft-ms", "150", "--output-tokens", "4",
+                      "--max-running", "16") for _ in range(2)]
+    a, b = (start_clustered(redis, name, sims, "--cluster-lease-s", "2", "--data-dir", d("data"))
+            for name in ("gw-a", "gw-b"))
+    n = 2000
+    with open(d("c.jsonl"), "w") as f:
+        for i in range(n):
+            f.write(json.dumps({"custom_id": f"r{i}", "method": "POST", "url": "/v1/chat/completions",
+                                "body": {"model": "m", "messages": [{"role": "user", "content": f"q{i}"}]}}) + "\n")
+    st, up = upload(a, open(d("c.jsonl"), "rb").read())
+    st, _, made = http_json("POST", a.url + "/v1/batches", {"input_file_id": up["id"], "completion_window": "24h",
+                                                            "endpoint": "/v1/chat/completions"})
+    assert st == 200, made
+    bid = made["id"]
+
+    def batch(gw):
+        return http_json("GET", f"{gw.url}/v1/batches/{bid}")[2]
+    wait_until(lambda: batch(a)["request_counts"]["completed"] >= 300, timeout=60, what="300 done")
+    fence_a = batch(a)["infergate"]["run_here"]["fencing_token"]
+    os.killpg(a.pid, signal.SIGSTOP)   # A holds its lines in flight, its lease lapses
+    try:
+        r = Resp(redis.port)
+        r.cmd("SET", "infergate:bfence", fence_a - 1)   # the next token taken is A's own
+        r.close()
+        wait_until(lambda: batch(b)["infergate"]["run_here"]["held"], timeout=20, what="B takes it over")
+        fence_b = batch(b)["infergate"]["run_here"]["fencing_token"]
+        wait_until(lambda: batch(b)["request_counts"]["completed"] >= 600, timeout=60, what="B goes on")
+    finally:
+        os.killpg(a.pid, signal.SIGCONT)
+    assert fence_b > fence_a, (fence_a, fence_b)
+    done = None
+
+    def finished():
+        nonlocal done
+        done = batch(b)
+        return done["status"] == "completed"
+    wait_until(finished, timeout=120, interval=0.2, what="completed")
+    st, _, raw = http("GET", f"{b.url}/v1/files/{done['output_file_id']}/content")
+    ids = [json.loads(x)["custom_id"] for x in raw.decode().splitlines()]
+    twice = sorted({i for i in ids if ids.count(i) > 1})
+    assert not twice and set(ids) == {f"r{i}" for i in range(n)}, (len(ids), twice[:10])   # every line once
+    assert bad_counts(b)["batch_lease"] == 1, bad_counts(b)
+    assert f"fencing token {fence_a} is not above its fence's {fence_a}" in b.read_log(), b.read_log()[-3000:]
 
 
 if __name__ == "__main__":

@@ -105,7 +105,10 @@ static void refused_sync(redisReply *r, const char *kind, const char *why)
 {
 	struct ig_sync s;
 	struct ig_redismsg_bad bad = {0};
-	ck_assert_int_eq(ig_redismsg_sync(r, "gw-a", 300, &s, &bad), -1);
+	int got = ig_redismsg_sync(r, "gw-a", 300, &s, &bad);
+	if (got == 0)
+		ig_redismsg_sync_free(&s);
+	ck_assert_msg(got == -1, "taken (meant to be refused for '%s')", why);
 	ck_assert_str_eq(bad.kind, kind);
 	ck_assert_msg(strstr(bad.why, why), "'%s' does not say '%s'", bad.why, why);
 	freeReplyObject(r);
@@ -188,18 +191,24 @@ START_TEST(a_sync_as_an_honest_gateway_writes_it)
 	ck_assert_str_eq(s.members[1].name, "gw-b");
 	ck_assert_int_eq((int)s.nstates, 1);
 	const struct ig_state *st = &s.states[0];
+	struct ig_state_line l[6];
+	size_t at = 0, nl = 0;
 	ck_assert_str_eq(st->name, "gw-b");
-	ck_assert_int_eq((int)st->nlines, 5);
-	ck_assert_int_eq(st->lines[0].what, 'b');
-	ck_assert_str_eq(st->lines[0].name, "http://10.0.0.1:8000");
-	ck_assert_int_eq(st->lines[0].v[0], 3);
-	ck_assert_str_eq(st->lines[1].name, "llama");
-	ck_assert_int_eq(st->lines[2].what, 'h');
-	ck_assert_str_eq(st->lines[3].name, HEX64);
-	ck_assert_int_eq(st->lines[3].v[0], 1);
-	ck_assert_int_eq(st->lines[3].v[1], 2);
-	ck_assert_int_eq(st->lines[3].v[2], 3);
-	ck_assert_str_eq(st->lines[4].name, "-");
+	ck_assert_int_eq((int)st->nkeys, 2);
+	while (nl < 6 && ig_redismsg_state_next(st, &at, &l[nl]))
+		nl++;
+	ck_assert_int_eq((int)nl, 5); /* the newer gateway's line skipped */
+	ck_assert_int_eq(l[0].what, 'b');
+	ck_assert_str_eq(l[0].name, "http://10.0.0.1:8000");
+	ck_assert_int_eq(l[0].v[0], 3);
+	ck_assert_str_eq(l[1].name, "llama");
+	ck_assert_int_eq(l[2].what, 'h');
+	ck_assert_str_eq(l[3].name, HEX64);
+	ck_assert_int_eq(l[3].v[0], 1);
+	ck_assert_int_eq(l[3].v[1], 2);
+	ck_assert_int_eq(l[3].v[2], 3);
+	ck_assert_str_eq(l[4].name, "-");
+	ck_assert_int_eq(ig_redismsg_state_next(st, &at, &l[5]), 0);
 	ig_redismsg_sync_free(&s);
 	freeReplyObject(r);
 
@@ -274,6 +283,16 @@ START_TEST(a_sync_written_by_anyone_else_is_refused_whole)
 	refused_sync(sync_with(1, "g gw-b\nk " HEX64 " -1 1 1\n"), IG_BAD_SYNC_STATE, "'k DIGEST");
 	refused_sync(sync_with(1, "g gw-b\nk " HEX64 " 1 1\n"), IG_BAD_SYNC_STATE, "'k DIGEST");
 	refused_sync(sync_with(1, "g gw-b\nB http://x 1\n"), IG_BAD_SYNC_STATE, "of no kind");
+	{ /* more key lines than all states may hold (each is kept while they are read) */
+		struct ig_buf big;
+		ig_buf_init(&big);
+		ig_buf_printf(&big, "g gw-b\n");
+		for (int i = 0; i <= IG_REDISMSG_KEYS_MAX; i++)
+			ig_buf_printf(&big, "k - 1 1 1\n");
+		ig_buf_append(&big, "", 1);
+		refused_sync(sync_with(1, ig_buf_head(&big)), IG_BAD_SYNC_STATE, "more than 1000000 key lines");
+		ig_buf_free(&big);
+	}
 	refused_sync(sync_with(1, "g gw-b\ng gw-c\n"), IG_BAD_SYNC_STATE, "of no kind");
 	/* a NUL inside a state */
 	struct ig_state st;
