@@ -906,7 +906,7 @@ static void on_sync(redisAsyncContext *ac IG_UNUSED, void *reply, void *privdata
 	c->nmembers = sy.nmembers;
 	for (size_t i = 0; i < sy.nmembers; i++) { /* by name already */
 		snprintf(m[i].name, sizeof(m[i].name), "%s", sy.members[i].name);
-		m[i].age_ms = (long)(sy.now - sy.members[i].score);
+		m[i].age_ms = sy.now > sy.members[i].score ? (long)(sy.now - sy.members[i].score) : 0;
 	}
 	if ((long)c->nmembers < c->live_last && c->hooks)
 		c->hooks->left(c->gw); /* the batches it ran may be free (a stop lets go at once) */

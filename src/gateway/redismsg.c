@@ -295,10 +295,13 @@ int ig_redismsg_sync(const redisReply *r, const char *me, long long live_ms, str
 					 shown, type_name(name));
 			goto fail;
 		}
-		if (!ss || ig_redismsg_int(ss, score->len, now - live_ms, now, &m->score) < 0) {
+		/* the script drops those older than the window; one ahead of now
+		 * is another's sync under a clock that has since stepped back */
+		if (!ss || ig_redismsg_int(ss, score->len, now - live_ms, now + IG_REDISMSG_CLOCK_SLACK_MS, &m->score) < 0) {
 			ig_redismsg_shown(shown, sizeof(shown), ss ? ss : "", ss ? score->len : 0);
 			ig_redismsg_fail(bad, IG_BAD_SYNC, "member '%s''s score '%s' (a %s) is not Redis's clock "
-					 "within the last %lld ms", ns, shown, type_name(score), live_ms);
+					 "within the last %lld ms (or %d ms ahead)", ns, shown, type_name(score), live_ms,
+					 IG_REDISMSG_CLOCK_SLACK_MS);
 			goto fail;
 		}
 		memcpy(m->name, ns, name->len + 1);

@@ -84,6 +84,7 @@ const char *ig_redismsg_str(const redisReply *r);
 /* ---- the sync (cluster.c's sync_script) ---- */
 
 #define IG_REDISMSG_MEMBERS_MAX 1024          /* live gateways, at most */
+#define IG_REDISMSG_CLOCK_SLACK_MS 60000      /* a member's score ahead of Redis's clock (stepped back) */
 #define IG_REDISMSG_STATE_MAX (16u << 20)     /* bytes of one gateway's state */
 #define IG_REDISMSG_CLAIM_MAX 1000000000LL    /* slots or requests a line may state */
 #define IG_REDISMSG_KEYS_MAX 1000000          /* 'k' lines of all states together (each is kept
@@ -128,7 +129,7 @@ struct ig_sync {
  * gateway `me` whose live window is live_ms: Redis's clock a positive
  * integer (below 2^53); 1 to IG_REDISMSG_MEMBERS_MAX members, each a valid
  * name once, this gateway among them, each scored within the live window
- * before now; no more states than other members, each a valid state not
+ * before now (or up to IG_REDISMSG_CLOCK_SLACK_MS after); no more states than other members, each a valid state not
  * named `me` nor as another, with IG_REDISMSG_KEYS_MAX 'k' lines in all. Returns 0 (*out filled, pointing into r:
  * ig_redismsg_sync_free before r is freed) or -1 (bad; nothing to free). */
 int ig_redismsg_sync(const redisReply *r, const char *me, long long live_ms, struct ig_sync *out,

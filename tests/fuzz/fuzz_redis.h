@@ -15,11 +15,12 @@
 
 #define FUZZ_REDIS_ELEMENTS_MAX 4096
 
-/* Whether every "*N" that starts a line declares at most the maximum. */
+/* Whether every "*N" anywhere (a reader that lost its framing may read
+ * one inside a string) declares at most the maximum. */
 static inline int fuzz_redis_sane(const uint8_t *d, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
-		if (d[i] != '*' || (i > 0 && d[i - 1] != '\n'))
+		if (d[i] != '*')
 			continue;
 		unsigned long long v = 0;
 		for (size_t j = i + 1; j < n && d[j] >= '0' && d[j] <= '9'; j++)
