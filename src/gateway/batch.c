@@ -189,9 +189,17 @@ static void get_str(json_t *o, const char *k, char *out, size_t n)
 	snprintf(out, n, "%s", v ? v : "");
 }
 
+bool ig_batch_id_valid(const char *id)
+{
+	size_t n = strlen(id);
+	return n == 30 && strncmp(id, "batch_", 6) == 0 && strspn(id + 6, "0123456789abcdef") == 24;
+}
+
 struct ig_batch *ig_batch_load(struct ig_batches *bs, const char *id)
 {
-	struct ig_batch *b = ig_batch_new(bs, id);
+	/* an id names a directory of data_dir: whoever asks (a client, another
+	 * gateway through Redis, a listing), nothing else is read or removed */
+	struct ig_batch *b = ig_batch_id_valid(id) ? ig_batch_new(bs, id) : NULL;
 	char *path = b ? ig_batch_path(b, "batch.json") : NULL;
 	json_t *o = path ? json_load_file(path, 0, NULL) : NULL;
 	free(path);

@@ -206,8 +206,31 @@ int ig_batch_fence_check_path(const char *dir, uint64_t fence);
 /* b is run here no more (its lease or its fence says another runs it):
  * nothing more is sent or written; the tick lets go of the rest. */
 void ig_batch_lose(struct ig_batch *b, const char *why);
-/* Whether id is a batch id ("batch_" and 24 hex digits: safe in a path). */
+/* Whether id is a batch id ("batch_" and 24 hex digits: safe in a path):
+ * the Batch API's check of a client's id, infergate:data's of another
+ * gateway's, and ig_batch_load's. */
 bool ig_batch_id_valid(const char *id);
+/* A message of infergate:data about a batch or a file (its envelope
+ * checked by cluster.c): KIND 'b' (batch.json changed), 'c' (cancel it),
+ * 'f' / 'd' (a file stored / deleted): REST "ID"; 'p' (progress): "ID
+ * COMPLETED FAILED IN_FLIGHT". Ids by ig_batch_id_valid and
+ * ig_files_id_valid, counts from 0 to IG_BATCH_LINES_MAX. Another kind: 0,
+ * nothing read (a newer gateway's). Returns 0, or -1 with *bad (redismsg.h). */
+#define IG_BATCH_LINES_MAX 1000000000000LL
+struct ig_redismsg_bad;
+struct ig_batch_msg {
+	char kind;
+	char id[40];
+	long completed, failed, inflight;  /* 'p' */
+};
+int ig_batch_lease_parse(char kind, const char *rest, size_t n, struct ig_batch_msg *m,
+			 struct ig_redismsg_bad *bad);
+/* The lease round's reply for n batches: n pairs of integers, the fencing
+ * token held for this gateway (0: none; below 2^53) and whether a cancel
+ * was asked (0 or 1). Returns 0 (tok[] and cancel[] set) or -1 with *bad. */
+struct redisReply;
+int ig_batch_lease_reply(const struct redisReply *r, size_t n, uint64_t *tok, bool *cancel,
+			 struct ig_redismsg_bad *bad);
 /* A batch this gateway does not know may have been made through another
  * one a moment ago: its batch.json is read (on the I/O thread) and done
  * (arg) called on this reactor once it is listed, or not. Returns 0, or -1

@@ -50,6 +50,7 @@
 #include "batch.h"
 #include "bio.h"
 #include "cluster.h"
+#include "redismsg.h"
 #include "files.h"
 #include "gateway.h"
 #include "infergate/log.h"
@@ -116,7 +117,19 @@ struct take_job {
 	uint64_t before;            /* the token the fence held */
 	struct ig_batch *disk;      /* batch.json as the last holder left it */
 	int err;
+	bool stale;                 /* fence no more than before: not taken */
 };
+
+/* After a token that was not above the fence's: Redis's counter is raised
+ * to the fence's (ARGV[1]) and the lease taken with it let go (batch
+ * ARGV[2], holder ARGV[3], token ARGV[4]), so that the next round takes the
+ * batch with a token above every one used before. */
+static const char raise_script[] =
+	"local c = tonumber(redis.call('GET', 'infergate:bfence') or '0') or 0\n"
+	"if c < tonumber(ARGV[1]) then redis.call('SET', 'infergate:bfence', ARGV[1]) end\n"
+	"local k = 'infergate:blease:' .. ARGV[2]\n"
+	"if redis.call('GET', k) == ARGV[3] .. ' ' .. ARGV[4] then redis.call('DEL', k) end\n"
+	"return 1\n";
 
 static void take_run(struct ig_bio_job *job)
 {
@@ -128,9 +141,15 @@ static void take_run(struct ig_bio_job *job)
 	free(p);
 	/* exclusive: a holder's append in progress ends first, and its next
 	 * one sees our token */
-	if (tj->fd < 0 || flock(tj->fd, LOCK_EX) < 0 || ig_batch_fence_read(tj->fd, &tj->before) < 0 ||
-	    pwrite(tj->fd, text, (size_t)n, 0) != n || ftruncate(tj->fd, n) < 0 || fsync(tj->fd) < 0) {
-		tj->err = errno ? errno : EIO;
+	bool ok = tj->fd >= 0 && flock(tj->fd, LOCK_EX) == 0 && ig_batch_fence_read(tj->fd, &tj->before) == 0;
+	/* Tokens only grow, so one not above the fence's may be a writer's
+	 * still (a holder paused past its lease has it): Redis's counter went
+	 * back (restarted without persistence, or written by someone). Not
+	 * taken: two writers with one token is what the fence is for. */
+	tj->stale = ok && tj->fence <= tj->before;
+	if (!ok || tj->stale || pwrite(tj->fd, text, (size_t)n, 0) != n || ftruncate(tj->fd, n) < 0 ||
+	    fsync(tj->fd) < 0) {
+		tj->err = tj->stale ? 0 : errno ? errno : EIO;
 		if (tj->fd >= 0)
 			close(tj->fd);
 		tj->fd = -1;
@@ -146,7 +165,22 @@ static void take_done(struct ig_bio_job *job)
 	struct ig_batch *b = ig_batch_find(tj->bs, tj->id);
 	if (b)
 		b->jobs--;
-	if (!b || !b->taking || b->fence != tj->fence || tj->err) {
+	if (tj->stale) {
+		char why[240], before[24], tok[24];
+		snprintf(why, sizeof(why), "batch %s: fencing token %" PRIu64 " is not above its fence's %" PRIu64
+			 " (Redis's counter went back); not taken, the counter raised for the next round", tj->id,
+			 tj->fence, tj->before);
+		ig_cluster_count_bad(tj->bs->gw->cluster, IG_BAD_BATCH_LEASE, why);
+		snprintf(before, sizeof(before), "%" PRIu64, tj->before);
+		snprintf(tok, sizeof(tok), "%" PRIu64, tj->fence);
+		const char *argv[] = {"EVAL", raise_script, "0", before, tj->id, ig_cluster_holder(tj->bs->gw), tok};
+		size_t lens[7];
+		for (int i = 0; i < 7; i++)
+			lens[i] = strlen(argv[i]);
+		ig_cluster_command(tj->bs->gw, NULL, NULL, 7, argv, lens);
+		tj->bs->lease_now = true;
+	}
+	if (!b || !b->taking || b->fence != tj->fence || tj->err || tj->stale) {
 		if (tj->err)
 			ig_log_error("batch %s: cannot write its fence: %s; not run here", tj->id, strerror(tj->err));
 		if (b && b->taking)
@@ -265,12 +299,6 @@ static void submit_reload(struct ig_batches *bs, const char *id)
 	submit_reload_cb(bs, id, NULL, NULL);
 }
 
-bool ig_batch_id_valid(const char *id)
-{
-	size_t n = strlen(id);
-	return n == 30 && strncmp(id, "batch_", 6) == 0 && strspn(id + 6, "0123456789abcdef") == 24;
-}
-
 int ig_batch_lookup(struct ig_batches *bs, const char *id, void (*done)(void *arg), void *arg)
 {
 	if (!bs->clustered || !ig_batch_id_valid(id))
@@ -305,13 +333,49 @@ void ig_batch_cancel_remote(struct ig_batch *b)
 	b->bs->lease_now = true; /* nobody runs it? then this gateway takes it and cancels it */
 }
 
+int ig_batch_lease_parse(char kind, const char *rest, size_t n, struct ig_batch_msg *m,
+			 struct ig_redismsg_bad *bad)
+{
+	struct ig_redismsg_field f[4];
+	const char *k = ig_redismsg_data_kind(kind);
+	char shown[48];
+	long long v[3] = {0, 0, 0};
+	int nf = ig_redismsg_fields(rest, n, f, 4);
+	memset(m, 0, sizeof(*m));
+	m->kind = kind;
+	if (!strchr("bpcfd", kind) || kind == '\0')
+		return 0; /* a kind a newer gateway sends: not read here */
+	ig_redismsg_shown(shown, sizeof(shown), rest, n);
+	if (nf != (kind == 'p' ? 4 : 1) || f[0].n >= sizeof(m->id))
+		return ig_redismsg_fail(bad, k, "'%s' is not '%s'", shown, kind == 'p' ? "ID COMPLETED FAILED IN_FLIGHT" : "ID");
+	memcpy(m->id, f[0].p, f[0].n);
+	m->id[f[0].n] = '\0';
+	/* the ids the APIs take from clients, and nothing else: an id is a
+	 * directory's or a file's name in data_dir */
+	if (kind == 'f' || kind == 'd' ? !ig_files_id_valid(m->id) : !ig_batch_id_valid(m->id))
+		return ig_redismsg_fail(bad, k, "'%s': not a %s id", shown, kind == 'f' || kind == 'd' ? "file" : "batch");
+	for (int i = 0; kind == 'p' && i < 3; i++)
+		if (ig_redismsg_int(f[1 + i].p, f[1 + i].n, 0, IG_BATCH_LINES_MAX, &v[i]) < 0)
+			return ig_redismsg_fail(bad, k, "'%s': count %d is not from 0 to %lld", shown, i + 1,
+						IG_BATCH_LINES_MAX);
+	m->completed = (long)v[0];
+	m->failed = (long)v[1];
+	m->inflight = (long)v[2];
+	return 0;
+}
+
 static void on_message(struct ig_gw *gw, char kind, const char *rest)
 {
 	struct ig_batches *bs = gw->batches;
-	char id[48];
-	long c = 0, f = 0, inflight = 0;
-	if (!bs || sscanf(rest, "%47s", id) != 1)
+	struct ig_redismsg_bad bad;
+	struct ig_batch_msg m;
+	if (!bs)
 		return;
+	if (ig_batch_lease_parse(kind, rest, strlen(rest), &m, &bad) < 0) {
+		ig_cluster_count_bad(gw->cluster, bad.kind, bad.why);
+		return;
+	}
+	const char *id = m.id;
 	if (kind == 'f' || kind == 'd') {
 		if (kind == 'f')
 			ig_files_learn(gw->files, gw->bio, id);
@@ -319,7 +383,7 @@ static void on_message(struct ig_gw *gw, char kind, const char *rest)
 			ig_files_forget(gw->files, id);
 		return;
 	}
-	struct ig_batch *b = ig_batch_find(bs, id);
+	struct ig_batch *b = *id ? ig_batch_find(bs, id) : NULL;
 	switch (kind) {
 	case 'b':
 		if (!b)
@@ -328,12 +392,19 @@ static void on_message(struct ig_gw *gw, char kind, const char *rest)
 			reload(bs, b);
 		break;
 	case 'p':
-		if (b && !b->ours && !b->taking && sscanf(rest, "%*s %ld %ld %ld", &c, &f, &inflight) == 3 &&
-		    !ig_batch_finished(b->status)) {
-			b->completed = c;
-			b->failed = f;
-			b->inflight = inflight;
+		if (!b || b->ours || b->taking || ig_batch_finished(b->status))
+			break;
+		/* no more than the batch holds, once its total is known here */
+		if (b->total > 0 && (m.completed + m.failed > b->total || m.inflight > b->total)) {
+			char why[200];
+			snprintf(why, sizeof(why), "batch %s: %ld completed, %ld failed and %ld in flight of %ld lines",
+				 id, m.completed, m.failed, m.inflight, b->total);
+			ig_cluster_count_bad(gw->cluster, IG_BAD_DATA_PROGRESS, why);
+			break;
 		}
+		b->completed = m.completed;
+		b->failed = m.failed;
+		b->inflight = m.inflight;
 		break;
 	case 'c':
 		if (b && b->ours)
@@ -369,19 +440,46 @@ struct round {
 	char *modes;
 };
 
+int ig_batch_lease_reply(const struct redisReply *r, size_t n, uint64_t *tok, bool *cancel,
+			 struct ig_redismsg_bad *bad)
+{
+	if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2 * n)
+		return ig_redismsg_fail(bad, IG_BAD_BATCH_LEASE, "the reply is not an array of %zu integers", 2 * n);
+	for (size_t i = 0; i < n; i++) {
+		const redisReply *t = r->element[2 * i], *cx = r->element[2 * i + 1];
+		/* a token is INCR's, and Lua's numbers are exact below 2^53 */
+		if (t->type != REDIS_REPLY_INTEGER || t->integer < 0 || t->integer >= (1LL << 53))
+			return ig_redismsg_fail(bad, IG_BAD_BATCH_LEASE, "batch %zu's fencing token is not an integer "
+						"from 0 to 2^53", i);
+		if (cx->type != REDIS_REPLY_INTEGER || (cx->integer != 0 && cx->integer != 1))
+			return ig_redismsg_fail(bad, IG_BAD_BATCH_LEASE, "batch %zu's cancel is not 0 or 1", i);
+		tok[i] = (uint64_t)t->integer;
+		cancel[i] = cx->integer == 1;
+	}
+	return 0;
+}
+
 static void on_round(const redisReply *reply, void *privdata)
 {
 	struct round *rd = privdata;
 	struct ig_batches *bs = rd->bs;
 	const redisReply *r = reply;
+	struct ig_redismsg_bad bad;
+	uint64_t *toks = rd->n ? calloc(rd->n, sizeof(*toks)) : NULL;
+	bool *cancels = rd->n ? calloc(rd->n, sizeof(*cancels)) : NULL;
 	bs->leasing = false;
-	if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 * rd->n) {
+	if (r && r->type == REDIS_REPLY_ERROR) {
+		char shown[200];
+		ig_redismsg_shown(shown, sizeof(shown), r->str ? r->str : "", r->str ? r->len : 0);
+		ig_log_error("cluster: the batches' lease round: %s", shown);
+	} else if (r && toks && cancels && ig_batch_lease_reply(r, rd->n, toks, cancels, &bad) < 0) {
+		ig_cluster_count_bad(bs->gw->cluster, bad.kind, bad.why); /* nothing taken, nothing lost: the next round */
+	} else if (r && toks && cancels) {
 		for (size_t i = 0; i < rd->n; i++) {
 			struct ig_batch *b = ig_batch_find(bs, rd->ids[i]);
-			const redisReply *t = r->element[2 * i], *cx = r->element[2 * i + 1];
-			if (!b || t->type != REDIS_REPLY_INTEGER || cx->type != REDIS_REPLY_INTEGER)
+			uint64_t tok = toks[i];
+			if (!b)
 				continue;
-			uint64_t tok = t->integer > 0 ? (uint64_t)t->integer : 0;
 			if (rd->modes[i] == 'r') {
 				if ((b->ours || b->taking) && tok != b->fence) {
 					char why[120];
@@ -391,12 +489,12 @@ static void on_round(const redisReply *reply, void *privdata)
 			} else if (tok && !b->ours && !b->taking && !b->releasing) {
 				take(bs, b, tok);
 			}
-			if (cx->integer && b->ours)
+			if (cancels[i] && b->ours)
 				cancel_here(b);
 		}
-	} else if (r && r->type == REDIS_REPLY_ERROR) {
-		ig_log_error("cluster: the batches' lease round: %s", r->str);
 	}
+	free(toks);
+	free(cancels);
 	free(rd->ids);
 	free(rd->modes);
 	free(rd);

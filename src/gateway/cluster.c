@@ -47,6 +47,7 @@
 #include "infergate/util.h"
 #include "metrics.h"
 #include "redis.h"
+#include "redismsg.h"
 #include "respstore.h"
 #include "rx.h"
 #include "scheduler.h"
@@ -54,6 +55,7 @@
 #define PREFIX "infergate:"
 #define OUTBOX_MAX 100000  /* responses waiting to be shared, at most */
 #define KEY_EPOCH_MS 500   /* the key sync's epoch, the same for every gateway */
+#define ACTIVE_MAX (1u << 20) /* keys active across the gateways a key sync may name */
 
 /* A Lua script: the sync. KEYS: the name's key, the members' set; ARGV:
  * this gateway's token, the live window (ms), its name, its state (lines
@@ -167,13 +169,14 @@ struct member {
 	long age_ms;
 };
 
-/* Messages from Redis dropped as bad, of one kind (ig_cluster_count_bad). */
-struct bad_kind {
-	char kind[32];
+/* Values from Redis refused, by kind (ig_cluster_count_bad): this file's
+ * kinds from the start (their series at 0), others as they come; the last
+ * slot counts any beyond. */
+#define BAD_KINDS_MAX 32
+struct bad_count {
+	const char *kind;   /* a string literal */
 	uint64_t n;
-	bool logged;
 };
-#define BAD_KINDS 24 /* kinds counted apart; more are counted as "other" */
 
 struct ig_cluster {
 	struct ig_gw *gw;
@@ -220,7 +223,7 @@ struct ig_cluster {
 	char **leases;               /* at the stop: "ID", "FENCE" of the batches it ran */
 	const struct ig_cluster_hooks *hooks; /* batches_lease.c's */
 	size_t nleases;
-	struct bad_kind bad[BAD_KINDS];  /* infergate_cluster_bad_messages_total */
+	struct bad_count bad[BAD_KINDS_MAX];
 	size_t nbad;
 };
 
@@ -233,8 +236,41 @@ bool ig_cluster_configured(const struct ig_gw *gw)
 
 /* ---- state and logs ---- */
 
+/* The kinds of redismsg.h and of the connection (redis.c): their series
+ * at 0 from the start. */
+static void bad_init(struct ig_cluster *c)
+{
+	static const char *const wire[] = {"protocol", "oversize", "unsolicited", "pubsub_shape"};
+	for (size_t i = 0; i < ig_redismsg_nkinds && c->nbad < BAD_KINDS_MAX - 1; i++)
+		c->bad[c->nbad++].kind = ig_redismsg_kinds[i];
+	for (size_t i = 0; i < sizeof(wire) / sizeof(wire[0]) && c->nbad < BAD_KINDS_MAX - 1; i++)
+		c->bad[c->nbad++].kind = wire[i];
+}
+
+void ig_cluster_count_bad(struct ig_cluster *c, const char *kind, const char *detail)
+{
+	struct bad_count *b = NULL;
+	char shown[240];
+	for (size_t i = 0; c && i < c->nbad && !b; i++)
+		if (strcmp(c->bad[i].kind, kind) == 0)
+			b = &c->bad[i];
+	if (c && !b && c->nbad < BAD_KINDS_MAX - 1) {
+		b = &c->bad[c->nbad++];
+		b->kind = kind;
+	} else if (c && !b) {
+		b = &c->bad[BAD_KINDS_MAX - 1];
+		b->kind = "other";
+		c->nbad = BAD_KINDS_MAX;
+	}
+	if (b && b->n++ > 0)
+		return; /* logged once per kind: a hostile Redis could fill the log */
+	ig_redismsg_shown(shown, sizeof(shown), detail ? detail : "", detail ? strlen(detail) : 0);
+	ig_log_warn("cluster: a bad %s from Redis, dropped: %s (logged once; each is counted in "
+		    "infergate_cluster_bad_messages_total{kind=\"%s\"})", kind, shown, b ? b->kind : kind);
+}
+
 static void split_evenly(struct ig_cluster *c, long live);
-static void take_states(struct ig_cluster *c, const redisReply *sts);
+static void take_states(struct ig_cluster *c, const struct ig_sync *sts);
 
 static void set_joined(struct ig_cluster *c, bool joined, const char *why)
 {
@@ -261,10 +297,10 @@ double ig_cluster_share(double mine, double others, long live)
 {
 	if (live < 1)
 		live = 1;
-	if (mine < 0)
-		mine = 0;
-	if (others < 0)
-		others = 0;
+	/* NaN too (every comparison with it is false): a figure that is none
+	 * is no demand, and huge ones are cut so that their sum stays finite */
+	mine = mine >= 0 ? (mine < 1e15 ? mine : 1e15) : 0;
+	others = others >= 0 ? (others < 1e15 ? others : 1e15) : 0;
 	double eps = (mine + others > 1.0 ? mine + others : 1.0) / (10.0 * (double)live);
 	return (mine + eps) / (mine + others + (double)live * eps);
 }
@@ -322,34 +358,6 @@ static void on_sub_state(void *arg, enum ig_redis_state s, const char *why IG_UN
 		c->subscribed = false;
 }
 
-/* The counter of kind, added when new; past BAD_KINDS - 1 kinds, new ones
- * are counted as "other" (the last slot is kept for it). */
-static struct bad_kind *bad_kind(struct ig_cluster *c, const char *kind)
-{
-	for (size_t i = 0; i < c->nbad; i++)
-		if (strcmp(c->bad[i].kind, kind) == 0)
-			return &c->bad[i];
-	if (c->nbad >= BAD_KINDS - 1 && strcmp(kind, "other") != 0)
-		return bad_kind(c, "other");
-	if (c->nbad == BAD_KINDS) /* "other" holds the last slot: not reached */
-		return &c->bad[BAD_KINDS - 1];
-	struct bad_kind *b = &c->bad[c->nbad++];
-	snprintf(b->kind, sizeof(b->kind), "%s", kind);
-	return b;
-}
-
-void ig_cluster_count_bad(struct ig_cluster *c, const char *kind, const char *detail)
-{
-	struct bad_kind *b = bad_kind(c, kind);
-	b->n++;
-	if (b->logged)
-		return;
-	b->logged = true;
-	ig_log_warn("cluster: dropped a bad message from Redis at %s (%s: %s); counted in "
-		    "infergate_cluster_bad_messages_total{kind=\"%s\"}, logged once per kind", c->shown, b->kind, detail,
-		    b->kind);
-}
-
 /* What the connections found bad (redis.c's kinds). */
 static void on_bad(void *arg, const char *kind, const char *detail)
 {
@@ -371,11 +379,6 @@ static void log_members(struct ig_cluster *c)
 		c->members_logged = strdup(ig_buf_head(&b));
 	}
 	ig_buf_free(&b);
-}
-
-static int by_name(const void *a, const void *b)
-{
-	return strcmp(((const struct member *)a)->name, ((const struct member *)b)->name);
 }
 
 /* One live gateway as take_states sees it: its name, what it claims on
@@ -625,15 +628,15 @@ static void split_key(struct ig_cluster *c, struct ig_key *k, const struct peer 
  * our backends (taken from the capacity the backend states, and from our
  * part of its free slots until the next sync), their high and normal
  * requests waiting for each model and the headroom each has learned for it
- * (headroom.h), and their keys' requests waiting and in flight. Zero
- * everywhere when alone (sts NULL). */
-static void take_states(struct ig_cluster *c, const redisReply *sts)
+ * (headroom.h), and their keys' requests waiting and in flight, as
+ * ig_redismsg_sync checked them. Zero everywhere when alone (sts NULL). */
+static void take_states(struct ig_cluster *c, const struct ig_sync *sts)
 {
 	struct ig_gw *gw = c->gw;
 	struct ig_clients *cl = &gw->clients;
 	size_t nb = gw->fleet.n ? gw->fleet.n : 1, n = 0, nk = 0, capk = 0, me = 0;
-	struct peer *pv = sts ? calloc(sts->elements + 1, sizeof(*pv)) : NULL;
-	long *claims = sts ? calloc((sts->elements + 1) * nb, sizeof(*claims)) : NULL;
+	struct peer *pv = sts ? calloc(sts->nstates + 1, sizeof(*pv)) : NULL;
+	long *claims = sts ? calloc((sts->nstates + 1) * nb, sizeof(*claims)) : NULL;
 	struct kline *kl = NULL;
 	size_t my_hn = 0; /* this gateway's high and normal requests waiting */
 	bool more = false;
@@ -646,48 +649,37 @@ static void take_states(struct ig_cluster *c, const redisReply *sts)
 		gw->sched.v[i]->others_waiting = 0;
 		gw->sched.v[i]->others_headroom = 0;
 	}
-	for (size_t k = 0; sts && k < sts->elements; k++) {
-		const redisReply *e = sts->element[k];
-		if (e->type != REDIS_REPLY_STRING)
-			continue;
+	/* each number within IG_REDISMSG_CLAIM_MAX, and no more states than
+	 * IG_REDISMSG_MEMBERS_MAX: the sums below stay far from LONG_MAX */
+	for (size_t k = 0; sts && k < sts->nstates; k++) {
+		const struct ig_state *st = &sts->states[k];
 		struct peer *p = &pv[n];
 		p->claim = claims + n * nb;
-		snprintf(p->name, sizeof(p->name), "?%zu", k);
-		char *text = strndup(e->str, e->len), *save = NULL;
-		for (char *line = text ? strtok_r(text, "\n", &save) : NULL; line; line = strtok_r(NULL, "\n", &save)) {
-			char what, name[2048];
-			long v;
-			if (line[0] == 'g' && sscanf(line, "g %79s", p->name) == 1)
-				continue;
-			if (line[0] == 'k') {
-				struct kline kv = {.g = n};
-				if (sscanf(line, "k %64s %ld %ld %ld", kv.digest, &kv.wait, &kv.weight, &kv.claim) != 4)
-					continue;
+		snprintf(p->name, sizeof(p->name), "%s", st->name);
+		struct ig_state_line line, *l = &line;
+		for (size_t at = 0; ig_redismsg_state_next(st, &at, l);) {
+			long v = (long)l->v[0];
+			struct ig_model *m;
+			if (l->what == 'k') {
 				struct kline *grown = ig_grow(kl, &capk, nk, sizeof(*kl), 64);
 				if (!grown)
 					continue;
 				kl = grown;
-				kl[nk++] = kv;
-				continue;
-			}
-			if (sscanf(line, "%c %2047s %ld", &what, name, &v) != 3 || v <= 0)
-				continue;
-			if (what == 'b') {
-				for (size_t j = 0; j < gw->fleet.n; j++)
-					if (strcmp(gw->fleet.v[j]->url, name) == 0)
-						p->claim[j] += v;
-			} else if (what == 'm') {
-				struct ig_model *m = ig_sched_find(&gw->sched, name);
-				if (m)
+				kl[nk] = (struct kline){.g = n, .wait = v, .weight = (long)l->v[1], .claim = (long)l->v[2]};
+				snprintf(kl[nk++].digest, sizeof(kl->digest), "%.64s", l->name); /* a digest or "-" */
+			} else if (l->what == 'b') {
+				for (size_t i = 0; i < gw->fleet.n; i++)
+					if (strcmp(gw->fleet.v[i]->url, l->name) == 0)
+						p->claim[i] += v;
+			} else if (l->what == 'm') {
+				if ((m = ig_sched_find(&gw->sched, l->name)))
 					m->others_waiting += v;
 				p->hn = true;
-			} else if (what == 'h') {
-				struct ig_model *m = ig_sched_find(&gw->sched, name);
-				if (m)
+			} else if (l->what == 'h') {
+				if ((m = ig_sched_find(&gw->sched, l->name)))
 					m->others_headroom += v;
 			}
 		}
-		free(text);
 		n++;
 	}
 	for (size_t i = 0; i < gw->sched.n; i++) {
@@ -880,20 +872,29 @@ static void on_sync(const redisReply *reply, void *privdata)
 {
 	struct ig_cluster *c = privdata;
 	const redisReply *r = reply;
+	struct ig_redismsg_bad bad;
+	struct ig_sync sy;
+	char why[300], shown[200];
 	c->syncing = false;
 	if (!r)
 		return; /* the connection dropped: on_cmd_state said so */
-	if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 || r->element[0]->type != REDIS_REPLY_INTEGER ||
-	    (r->element[0]->integer >= 0 && (r->elements != 3 || r->element[1]->type != REDIS_REPLY_ARRAY ||
-					      r->element[2]->type != REDIS_REPLY_ARRAY))) {
+	if (r->type == REDIS_REPLY_ERROR) { /* Redis refused the script (busy, out of memory, ...) */
 		c->syncs_failed++;
-		char why[300];
-		snprintf(why, sizeof(why), "sync: %s", r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+		ig_redismsg_shown(shown, sizeof(shown), r->str ? r->str : "", r->str ? r->len : 0);
+		snprintf(why, sizeof(why), "sync: %s", shown);
 		set_joined(c, false, why);
 		return;
 	}
-	long long now = r->element[0]->integer;
-	if (now < 0) {
+	if (ig_redismsg_sync(r, c->name, (long long)c->live_ms, &sy, &bad) < 0) {
+		/* none of it is read: alone (the last count of gateways' even
+		 * split) until a sync is whole again */
+		c->syncs_failed++;
+		ig_cluster_count_bad(c, bad.kind, bad.why);
+		snprintf(why, sizeof(why), "sync: a bad %s from Redis", bad.kind);
+		set_joined(c, false, why);
+		return;
+	}
+	if (sy.taken) {
 		c->syncs_failed++;
 		if (!c->conflict)
 			ig_log_error("cluster: the name '%s' is held by another live gateway (%s%s): this one serves "
@@ -907,26 +908,22 @@ static void on_sync(const redisReply *reply, void *privdata)
 	c->syncs_ok++;
 	c->last_ok_ms = ig_now_ms();
 	c->rtt_ms = (double)(ig_now_us() - c->sync_sent_us) / 1000.0;
-	const redisReply *ms = r->element[1];
-	size_t n = ms->elements / 2;
-	struct member *m = realloc(c->members, (n ? n : 1) * sizeof(*m));
-	if (!m)
+	struct member *m = realloc(c->members, sy.nmembers * sizeof(*m));
+	if (!m) {
+		ig_redismsg_sync_free(&sy);
 		return;
-	c->members = m;
-	c->nmembers = 0;
-	for (size_t i = 0; i < n; i++) {
-		const redisReply *name = ms->element[2 * i], *score = ms->element[2 * i + 1];
-		if (name->type != REDIS_REPLY_STRING || score->type != REDIS_REPLY_STRING)
-			continue;
-		struct member *e = &c->members[c->nmembers++];
-		snprintf(e->name, sizeof(e->name), "%.*s", (int)name->len, name->str);
-		e->age_ms = (long)(now - atoll(score->str));
 	}
-	qsort(c->members, c->nmembers, sizeof(*c->members), by_name);
+	c->members = m;
+	c->nmembers = sy.nmembers;
+	for (size_t i = 0; i < sy.nmembers; i++) { /* by name already */
+		snprintf(m[i].name, sizeof(m[i].name), "%s", sy.members[i].name);
+		m[i].age_ms = sy.now > sy.members[i].score ? (long)(sy.now - sy.members[i].score) : 0;
+	}
 	if ((long)c->nmembers < c->live_last && c->hooks)
 		c->hooks->left(c->gw); /* the batches it ran may be free (a stop lets go at once) */
-	c->redis_now_ms = now;
-	take_states(c, r->element[2]);
+	c->redis_now_ms = sy.now;
+	take_states(c, &sy);
+	ig_redismsg_sync_free(&sy);
 	if ((long)c->nmembers != c->live_last || !c->joined) {
 		c->live_last = (long)c->nmembers;
 		split_evenly(c, c->live_last); /* until the next key sync */
@@ -966,33 +963,56 @@ static void on_keys(const redisReply *reply, void *privdata)
 {
 	struct ig_cluster *c = privdata;
 	const redisReply *r = reply;
+	struct ig_redismsg_bad bad;
+	struct ig_key_figures f;
+	struct ig_clients *cl = &c->gw->clients;
 	c->keysyncing = false;
-	if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != c->nksent + 1 || !c->joined)
-		return;
-	c->key_syncs++;
+	if (!r || r->type == REDIS_REPLY_ERROR || !c->joined)
+		return; /* sent again within an epoch */
 	uint64_t now = ig_now_ms();
+	if (ig_redismsg_keys(r, c->nksent, &bad) < 0) {
+		/* nothing of it read: the even split, whose parts add up to the
+		 * limit at every gateway that sees the same count */
+		ig_cluster_count_bad(c, bad.kind, bad.why);
+		split_evenly(c, c->live_last);
+		return;
+	}
+	c->key_syncs++;
 	for (size_t i = 0; i < c->nksent; i++) {
-		struct ig_key *k = ig_clients_find(&c->gw->clients, c->ksent[i]);
-		double mr, mt, dr, dt, lr, lt;
-		if (!k || !limited(k) || r->element[i]->type != REDIS_REPLY_STRING ||
-		    sscanf(r->element[i]->str, "%lf %lf %lf %lf %lf %lf", &mr, &mt, &dr, &dt, &lr, &lt) != 6)
+		struct ig_key *k = ig_clients_find(cl, c->ksent[i]);
+		const redisReply *e = r->element[i];
+		if (!k || !limited(k))
 			continue;
-		ig_clients_share(k, ig_cluster_share(mr, dr - mr, c->live_last), ig_cluster_share(mt, dt - mt, c->live_last),
-				 now);
-		k->others_req = lr;
-		k->others_tok = lt;
+		if (ig_redismsg_key_figures(e->str, e->len, &f, &bad) < 0) {
+			ig_cluster_count_bad(c, bad.kind, bad.why);
+			share_evenly(k, c->live_last, now); /* as every gateway reading the same figures does */
+			continue;
+		}
+		ig_clients_share(k, ig_cluster_share(f.mreq, f.req - f.mreq, c->live_last),
+				 ig_cluster_share(f.mtok, f.tok - f.mtok, c->live_last), now);
+		/* the others' buckets hold no more than the key's whole limit */
+		k->others_req = f.lreq < (double)k->ent->rpm ? f.lreq : (double)k->ent->rpm;
+		k->others_tok = f.ltok < (double)k->ent->tpm ? f.ltok : (double)k->ent->tpm;
 		k->retry_floor_ms = retry_floor(k, c->live_last);
 	}
-	redisReply *act = r->element[c->nksent];
+	/* The keys active at some gateway: only this one's limited keys are
+	 * asked about (is_active), so only those are kept, however many Redis
+	 * names. */
+	const redisReply *act = r->element[c->nksent];
 	c->nactive = 0;
-	if (act->type == REDIS_REPLY_ARRAY) {
-		char (*v)[65] = realloc(c->active, (act->elements ? act->elements : 1) * sizeof(*v));
-		if (!v)
-			return;
-		c->active = v;
-		for (size_t i = 0; i < act->elements; i++)
-			if (act->element[i]->type == REDIS_REPLY_STRING && act->element[i]->len < 65)
-				snprintf(c->active[c->nactive++], 65, "%s", act->element[i]->str);
+	if (ig_redismsg_active(act, ACTIVE_MAX, &bad) < 0) {
+		ig_cluster_count_bad(c, bad.kind, bad.why);
+		return;
+	}
+	size_t want = act->elements < cl->nkeys ? act->elements : cl->nkeys;
+	char (*v)[65] = realloc(c->active, (want ? want : 1) * sizeof(*v));
+	if (!v)
+		return;
+	c->active = v;
+	for (size_t i = 0; i < act->elements && c->nactive < want; i++) {
+		struct ig_key *k = ig_clients_find(cl, act->element[i]->str);
+		if (k && limited(k))
+			memcpy(c->active[c->nactive++], act->element[i]->str, 65);
 	}
 }
 
@@ -1081,27 +1101,27 @@ out:
 static void on_message(const redisReply *reply, void *privdata)
 {
 	struct ig_cluster *c = privdata;
-	const redisReply *r = reply;
-	if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 3 || r->element[0]->type != REDIS_REPLY_STRING ||
-	    strcmp(r->element[0]->str, "message") != 0 || r->element[2]->type != REDIS_REPLY_STRING)
+	struct ig_redismsg_bad bad;
+	struct ig_resp_msg m;
+	const char *msg;
+	size_t len;
+	int got;
+	if (!reply)
+		return; /* the connection dropped */
+	if ((got = ig_redismsg_pubsub(reply, IG_BAD_RESP, &msg, &len, &bad)) < 0 ||
+	    (got == 1 && ig_redismsg_resp(msg, len, &m, &bad) < 0)) {
+		ig_cluster_count_bad(c, bad.kind, bad.why);
 		return;
-	/* "NAME OWNER URL ID" */
-	char name[80], url[2048];
-	unsigned long owner;
-	int used = 0;
-	const char *msg = r->element[2]->str;
-	if (sscanf(msg, "%79s %lu %2047s %n", name, &owner, url, &used) != 3 || used == 0 || !msg[used])
-		return;
-	if (strcmp(name, c->name) == 0)
-		return; /* ours */
+	}
+	if (got == 0 || strcmp(m.name, c->name) == 0)
+		return; /* the subscription's reply, or ours */
 	struct ig_gw *gw = c->gw;
-	const struct ig_backend *b = ig_backend_fleet_find_url(&gw->fleet, url);
+	const struct ig_backend *b = ig_backend_fleet_find_url(&gw->fleet, m.url);
 	if (!b)
 		return; /* a backend this gateway does not have */
 	if (!gw->responses && !(gw->responses = ig_respstore_new()))
 		return;
-	const char *id = msg + used;
-	ig_respstore_put(gw->responses, id, strlen(id), b->id, (uint32_t)owner, ig_now_ms());
+	ig_respstore_put(gw->responses, m.id, strlen(m.id), b->id, m.owner, ig_now_ms());
 	c->resp_learned++;
 }
 
@@ -1182,22 +1202,28 @@ void ig_cluster_publish(struct ig_gw *gw, const char *key, const char *value, ui
 		ig_rx_wake(ig_gw_home(gw));
 }
 
-/* A message of infergate:data: "KIND NAME REST" from another gateway. */
+/* A message of infergate:data: "KIND NAME REST" from another gateway;
+ * what REST says is the hook's to check (batches_lease.c). */
 static void on_data(const redisReply *reply, void *privdata)
 {
 	struct ig_cluster *c = privdata;
-	const redisReply *r = reply;
-	if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 3 || r->element[0]->type != REDIS_REPLY_STRING ||
-	    strcmp(r->element[0]->str, "message") != 0 || r->element[2]->type != REDIS_REPLY_STRING)
+	struct ig_redismsg_bad bad;
+	struct ig_data_msg m;
+	const char *msg;
+	size_t len;
+	int got;
+	if (!reply)
+		return; /* the connection dropped */
+	if ((got = ig_redismsg_pubsub(reply, IG_BAD_DATA, &msg, &len, &bad)) < 0 ||
+	    (got == 1 && ig_redismsg_data(msg, len, &m, &bad) < 0)) {
+		ig_cluster_count_bad(c, bad.kind, bad.why);
 		return;
-	char kind, name[80];
-	int used = 0;
-	const char *msg = r->element[2]->str;
-	if (sscanf(msg, "%c %79s %n", &kind, name, &used) != 2 || used == 0 || strcmp(name, c->name) == 0)
+	}
+	if (got == 0 || strcmp(m.name, c->name) == 0)
 		return;
 	c->data_learned++;
 	if (c->hooks)
-		c->hooks->message(c->gw, kind, msg + used);
+		c->hooks->message(c->gw, m.kind, m.rest); /* NUL-terminated: the payload's end */
 }
 
 void ig_cluster_lease_held(struct ig_gw *gw, const char *id, uint64_t fence)
@@ -1375,6 +1401,7 @@ int ig_cluster_start(struct ig_gw *gw)
 		return -1;
 	gw->cluster = c;
 	c->gw = gw;
+	bad_init(c);
 	ig_list_init(&c->outbox);
 	ig_list_init(&c->asks);
 	if (ig_redis_url_parse(cfg->cluster_redis, &c->url, &err) < 0) { /* checked by conf.c */
@@ -1383,10 +1410,6 @@ int ig_cluster_start(struct ig_gw *gw)
 		return -2;
 	}
 	c->shown = ig_redis_url_shown(&c->url);
-	/* the connection's kinds, at 0 from the start */
-	static const char *const kinds[] = {"protocol", "oversize", "unsolicited", "pubsub_shape"};
-	for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
-		bad_kind(c, kinds[i]);
 	c->name = strdup(cfg->cluster_name);
 	c->name_key = ig_strdupf(PREFIX "gw:%s", cfg->cluster_name);
 	c->sync_ms = (uint64_t)cfg->cluster_sync_ms;
@@ -1554,10 +1577,11 @@ static json_t *report_json(void *arg)
 	/* batches and files: messages sent to the others and taken from them */
 	json_object_set_new(o, "data_shared", json_integer((json_int_t)c->data_shared));
 	json_object_set_new(o, "data_learned", json_integer((json_int_t)c->data_learned));
-	/* what Redis sent that was dropped, by kind */
+	/* values from Redis refused, by kind (only those seen) */
 	json_t *bad = json_object();
 	for (size_t i = 0; i < c->nbad; i++)
-		json_object_set_new(bad, c->bad[i].kind, json_integer((json_int_t)c->bad[i].n));
+		if (c->bad[i].n)
+			json_object_set_new(bad, c->bad[i].kind, json_integer((json_int_t)c->bad[i].n));
 	json_object_set_new(o, "bad_messages", bad);
 	return o;
 }
@@ -1588,8 +1612,9 @@ static void report_prom(void *arg, struct ig_buf *o)
 			 "infergate_cluster_responses_total{direction=\"shared\"} %llu\n"
 			 "infergate_cluster_responses_total{direction=\"learned\"} %llu\n",
 		      (unsigned long long)c->resp_shared, (unsigned long long)c->resp_learned);
-	ig_buf_printf(o, "# HELP infergate_cluster_bad_messages_total Replies and messages from Redis dropped as "
-			 "malformed, by kind.\n# TYPE infergate_cluster_bad_messages_total counter\n");
+	ig_buf_printf(o, "# HELP infergate_cluster_bad_messages_total Replies and messages from Redis refused and "
+			 "dropped, by kind of value.\n"
+			 "# TYPE infergate_cluster_bad_messages_total counter\n");
 	for (size_t i = 0; i < c->nbad; i++)
 		ig_buf_printf(o, "infergate_cluster_bad_messages_total{kind=\"%s\"} %llu\n", c->bad[i].kind,
 			      (unsigned long long)c->bad[i].n);

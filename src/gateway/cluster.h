@@ -106,12 +106,13 @@ int ig_cluster_command(struct ig_gw *gw, ig_redis_reply_fn *fn, void *privdata, 
  * Returns 0, or -1 (alone now, or too many queued: fn is not called). */
 int ig_cluster_ask(struct ig_gw *gw, ig_redis_reply_fn *fn, void *privdata, int argc, const char **argv,
 		   const size_t *lens);
-/* Something from Redis dropped as malformed: counted under kind (at most
- * 31 characters, [a-z_]) in infergate_cluster_bad_messages_total{kind},
- * logged the first time with detail (short, printable: never a whole
- * message). redis.c's kinds come through its bad hook; cluster.c and the
- * modules above add their own. Reactor 0 (or at the start), under the
- * lock. */
+/* Something from Redis dropped as malformed: counted under kind (a string
+ * literal, at most 31 characters of [a-z_]: IG_BAD_* of redismsg.h, or
+ * redis.c's through its bad hook) in infergate_cluster_bad_messages_total,
+ * logged the first time of each kind with detail (short; bytes outside
+ * printable ASCII shown as '?'; never a whole message); the caller drops
+ * the value. c may be NULL (logged only). Reactor 0 (or at the start),
+ * under the lock. */
 void ig_cluster_count_bad(struct ig_cluster *c, const char *kind, const char *detail);
 /* Its state is reported through metrics.h's sources: "cluster" in
  * /health/backends, infergate_cluster_* in /metrics. */

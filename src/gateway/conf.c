@@ -27,6 +27,7 @@
 #include "infergate/util.h"
 #include "conf.h"
 #include "redis.h"
+#include "redismsg.h"
 #include "servertls.h"
 #include "policy_list.h"
 
@@ -1179,8 +1180,7 @@ static void check_cluster(struct ig_conf *cfg, struct ig_buf *errs)
 		free(cfg->cluster_name);
 		cfg->cluster_name = ig_strdupf("%s:%d", h, cfg->listen_port);
 	}
-	size_t n = strlen(cfg->cluster_name);
-	if (n > 64 || strspn(cfg->cluster_name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-") != n)
+	if (!ig_redismsg_name_ok(cfg->cluster_name, strlen(cfg->cluster_name))) /* as the others' names in Redis */
 		ig_flags_problem(errs, "cluster.name: '%s' must be 1 to 64 letters, digits, '.', '_', ':' or '-'",
 				 cfg->cluster_name);
 }

@@ -1087,6 +1087,11 @@ static bool id_valid(const char *id)
 	return strlen(id) == 29 && strncmp(id, "file-", 5) == 0 && strspn(id + 5, "0123456789abcdef") == 24;
 }
 
+bool ig_files_id_valid(const char *id)
+{
+	return id_valid(id);
+}
+
 static int learn(struct ig_files *fs, struct ig_bio *bio, const char *id, void (*cb)(void *), void *arg)
 {
 	struct learn_job *lj = fs && (!id || id_valid(id)) ? calloc(1, sizeof(*lj)) : NULL;

@@ -88,6 +88,9 @@ struct ig_call *ig_files_call(struct ig_gw *gw, struct MHD_Connection *conn, con
  * ig_files_forget. On a reactor, under the lock. */
 void ig_files_set_notify(struct ig_files *fs, void (*fn)(void *arg, char kind, const char *id), void *arg);
 void ig_files_learn(struct ig_files *fs, struct ig_bio *bio, const char *id);
+/* Whether id is a file id ("file-" and 24 hex digits: safe in a path), as
+ * the Files API checks a client's. */
+bool ig_files_id_valid(const char *id);
 void ig_files_forget(struct ig_files *fs, const char *id);
 /* Whether id is in the store, whoever owns it. */
 bool ig_files_known(const struct ig_files *fs, const char *id);

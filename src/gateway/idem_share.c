@@ -9,6 +9,7 @@
 #include "gateway.h"
 #include "idem.h"
 #include "idem_share.h"
+#include "redismsg.h"
 #include "infergate/log.h"
 #include "infergate/oaerror.h"
 #include "infergate/util.h"
@@ -94,51 +95,80 @@ static void conflict(struct ig_gw *gw, struct ig_idem_entry *e)
 	free(body);
 }
 
-static void gone(struct ig_gw *gw, struct ig_idem_entry *e, const char *why)
+int ig_idem_share_parse(const char *v, size_t n, size_t max_bytes, struct ig_idem_value *out,
+			struct ig_redismsg_bad *bad)
 {
-	char *body = ig_oaerror_json(why, "api_error", NULL, "idempotent_request_failed");
-	settle(gw, e, IG_IDEM_ALONE);
-	ig_idem_fail(&gw->idem, e, 502, body ? body : "{}", ig_now_ms());
-	free(body);
+	struct ig_redismsg_field f[4];
+	char shown[48];
+	long long status;
+	const char *nl = memchr(v, '\n', n);
+	size_t head = nl ? (size_t)(nl - v) : n;
+	memset(out, 0, sizeof(*out));
+	ig_redismsg_shown(shown, sizeof(shown), v, head);
+	if (head < 67 || (v[0] != 'R' && v[0] != 'D') || v[1] != ' ' || !ig_redismsg_digest_ok(v + 2, 64) || v[66] != ' ')
+		return ig_redismsg_fail(bad, IG_BAD_IDEM, "'%s' is not 'R DIGEST HOLDER' nor 'D DIGEST STATUS "
+					"CONTENT-TYPE' and the answer", shown);
+	out->kind = v[0];
+	memcpy(out->digest, v + 2, 64);
+	if (v[0] == 'R') { /* the holder: ig_cluster_holder's "NAME TOKEN" */
+		if (nl || ig_redismsg_fields(v + 67, n - 67, f, 2) != 2 || !ig_redismsg_name_ok(f[0].p, f[0].n) ||
+		    !ig_redismsg_hex_ok(f[1].p, f[1].n, 32))
+			return ig_redismsg_fail(bad, IG_BAD_IDEM, "'%s': the holder is not a gateway's name and token",
+						shown);
+		return 0;
+	}
+	/* "STATUS CONTENT-TYPE" (a Content-Type may hold spaces: the rest of
+	 * the line), then the answer */
+	const char *sp = memchr(v + 67, ' ', head - 67);
+	size_t ct = sp ? head - (size_t)(sp + 1 - v) : 0;
+	if (!nl || !sp || ig_redismsg_int(v + 67, (size_t)(sp - v) - 67, 100, 599, &status) < 0)
+		return ig_redismsg_fail(bad, IG_BAD_IDEM, "'%s': no status from 100 to 599 and a line's end", shown);
+	if (ct == 0 || ct >= sizeof(out->ctype) || sp[1] == ' ')
+		return ig_redismsg_fail(bad, IG_BAD_IDEM, "'%s': the Content-Type is not 1 to %zu bytes", shown,
+					sizeof(out->ctype) - 1);
+	for (size_t i = 0; i < ct; i++)
+		if (sp[1 + i] < 0x20 || sp[1 + i] > 0x7e) /* it becomes a header of the answer */
+			return ig_redismsg_fail(bad, IG_BAD_IDEM, "'%s': the Content-Type holds a control byte", shown);
+	out->nbody = n - head - 1;
+	if (out->nbody > max_bytes)
+		return ig_redismsg_fail(bad, IG_BAD_IDEM, "an answer of %zu bytes (at most %zu kept here)", out->nbody,
+					max_bytes);
+	out->status = (unsigned)status;
+	if (!(ct == 1 && sp[1] == '-')) /* '-': none */
+		memcpy(out->ctype, sp + 1, ct);
+	out->body = nl + 1;
+	return 0;
 }
 
-/* What Redis holds under e's key: "R DIGEST HOLDER" (running elsewhere) or
- * "D DIGEST STATUS CTYPE\nANSWER" (kept). */
+/* What Redis holds under e's key (ig_idem_share_parse's two forms). */
 static void take(struct ig_gw *gw, struct ig_idem_entry *e, const char *v, size_t n)
 {
-	char d[65], want[65];
-	hex(want, e->digest, 32);
-	if (n < 67 || (v[0] != 'R' && v[0] != 'D') || v[1] != ' ' || v[66] != ' ') {
-		ig_log_warn("Idempotency-Key: Redis holds something else under its key; the request runs here");
-		settle(gw, e, IG_IDEM_ALONE);
+	char want[65];
+	struct ig_idem_value iv;
+	struct ig_redismsg_bad bad;
+	if (ig_idem_share_parse(v, n, gw->idem.max_bytes < SHARE_MAX ? gw->idem.max_bytes : SHARE_MAX, &iv, &bad) < 0) {
+		ig_cluster_count_bad(gw->cluster, bad.kind, bad.why);
+		settle(gw, e, IG_IDEM_ALONE); /* none of it is used: the request runs here */
 		return;
 	}
-	memcpy(d, v + 2, 64);
-	d[64] = '\0';
-	if (strcmp(d, want) != 0) {
+	hex(want, e->digest, 32);
+	if (strcmp(iv.digest, want) != 0) {
 		conflict(gw, e);
 		return;
 	}
-	if (v[0] == 'R') {
+	if (iv.kind == 'R') {
 		settle(gw, e, IG_IDEM_THEIRS);
 		e->share_next_ms = ig_now_ms() + POLL_MS;
 		return;
 	}
-	const char *nl = memchr(v, '\n', n);
-	unsigned status = 0;
-	if (!nl || sscanf(v + 67, "%u", &status) != 1 || status < 100 || status > 599) {
-		gone(gw, e, "the answer kept for this Idempotency-Key by another gateway cannot be read; send it again");
-		return;
-	}
-	const char *ct = strchr(v + 67, ' ');
 	settle(gw, e, IG_IDEM_ALONE);
 	if (e->done)
 		return;
-	e->status = status;
+	e->status = iv.status;
 	free(e->content_type);
-	e->content_type = ct && ct + 1 < nl && ct[1] != '-' ? strndup(ct + 1, (size_t)(nl - ct - 1)) : NULL;
+	e->content_type = iv.ctype[0] ? strdup(iv.ctype) : NULL;
 	ig_buf_reset(&e->bytes);
-	ig_idem_append(e, nl + 1, n - (size_t)(nl + 1 - v));
+	ig_idem_append(e, iv.body, iv.nbody);
 	ig_idem_end(&gw->idem, e, false, ig_now_ms()); /* kept here too, the store's rules */
 }
 
@@ -148,8 +178,11 @@ static void on_claim(const redisReply *reply, void *privdata)
 	struct ig_idem_entry *e = p->e;
 	const redisReply *r = reply;
 	if (!r || r->type == REDIS_REPLY_ERROR) {
-		if (r) /* Redis before 7.0 has no SET ... GET */
-			ig_log_warn("Idempotency-Key: Redis refused the claim (%s); keys hold at this gateway only", r->str);
+		char why[200];
+		if (r) { /* Redis before 7.0 has no SET ... GET */
+			ig_redismsg_shown(why, sizeof(why), r->str ? r->str : "", r->str ? r->len : 0);
+			ig_log_warn("Idempotency-Key: Redis refused the claim (%s); keys hold at this gateway only", why);
+		}
 		settle(p->gw, e, IG_IDEM_ALONE);
 	} else if (r->type == REDIS_REPLY_NIL) {
 		settle(p->gw, e, IG_IDEM_OURS);
@@ -159,6 +192,9 @@ static void on_claim(const redisReply *reply, void *privdata)
 	} else if (r->type == REDIS_REPLY_STRING) {
 		take(p->gw, e, r->str, r->len);
 	} else {
+		char why[80];
+		snprintf(why, sizeof(why), "the claim's reply is of type %d, not a string or nil", r->type);
+		ig_cluster_count_bad(p->gw->cluster, IG_BAD_IDEM, why);
 		settle(p->gw, e, IG_IDEM_ALONE);
 	}
 	done(p);
@@ -181,8 +217,13 @@ static void on_poll(const redisReply *reply, void *privdata)
 		 * runs, as a retry would; alone if Redis is gone meanwhile. */
 		if (ig_idem_share_claim(p->gw, e) < 0)
 			settle(p->gw, e, IG_IDEM_ALONE);
-	} else if (r->type == REDIS_REPLY_STRING)
+	} else if (r->type == REDIS_REPLY_STRING) {
 		take(p->gw, e, r->str, r->len);
+	} else {
+		char why[80];
+		snprintf(why, sizeof(why), "a poll's reply is of type %d, not a string or nil", r->type);
+		ig_cluster_count_bad(p->gw->cluster, IG_BAD_IDEM, why); /* polled again */
+	}
 	done(p);
 }
 

@@ -21,10 +21,28 @@
 #ifndef IG_IDEM_SHARE_H
 #define IG_IDEM_SHARE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 struct ig_gw;
 struct ig_idem_entry;
+struct ig_redismsg_bad;
+
+/* What Redis holds under a key, checked (it is another gateway's only if
+ * it reads as one): 'R', the body's digest (64 hex) and the holder (a
+ * gateway's name and 32 hex); or 'D', the digest, a status from 100 to 599,
+ * a Content-Type of printable ASCII ('-': none) and an answer of at most
+ * max_bytes. Returns 0 (body points into v) or -1 with *bad (redismsg.h). */
+struct ig_idem_value {
+	char kind;              /* 'R' running at another gateway, 'D' kept */
+	char digest[65];
+	unsigned status;        /* 'D' */
+	char ctype[256];        /* 'D': "" for none */
+	const char *body;       /* 'D' */
+	size_t nbody;
+};
+int ig_idem_share_parse(const char *v, size_t n, size_t max_bytes, struct ig_idem_value *out,
+			struct ig_redismsg_bad *bad);
 
 /* A new entry (its runner's): asks Redis whether another gateway holds its
  * key (share IG_IDEM_ASKING until the reply; then OURS: it runs here;

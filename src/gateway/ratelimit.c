@@ -8,8 +8,12 @@
 
 #include "ratelimit.h"
 
-void ig_bucket_set(struct ig_bucket *b, double per_minute, uint64_t now_ms)
+int ig_bucket_set(struct ig_bucket *b, double per_minute, uint64_t now_ms)
 {
+	/* NaN is not <= 0 and infinity is no limit: neither may lift one (a
+	 * share computed from what Redis said, cluster.c) */
+	if (!isfinite(per_minute))
+		return -1;
 	double limit = per_minute > 0 ? per_minute : 0;
 	if (b->limit == 0 || limit == 0)
 		b->level = limit;
@@ -19,6 +23,7 @@ void ig_bucket_set(struct ig_bucket *b, double per_minute, uint64_t now_ms)
 	if (b->level > limit)
 		b->level = limit;
 	b->t_ms = now_ms;
+	return 0;
 }
 
 void ig_bucket_refill(struct ig_bucket *b, uint64_t now_ms)

@@ -22,8 +22,9 @@ struct ig_bucket {
 /* Sets the limit (at start, on reload, and when a gateway's share of a
  * fleet's limit changes: cluster.c; so it may be fractional): a new bucket
  * starts full; a changed limit keeps the level, cut to the new limit.
- * per_minute <= 0: no limit. */
-void ig_bucket_set(struct ig_bucket *b, double per_minute, uint64_t now_ms);
+ * per_minute <= 0: no limit. Returns 0, or -1 for a per_minute that is
+ * not finite (NaN, infinity): the bucket is left as it was. */
+int ig_bucket_set(struct ig_bucket *b, double per_minute, uint64_t now_ms);
 /* Brings the level up to date. */
 void ig_bucket_refill(struct ig_bucket *b, uint64_t now_ms);
 /* Milliseconds until the bucket holds n (0: it does now). */

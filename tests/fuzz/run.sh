@@ -20,7 +20,11 @@ src=$(cd "$here/../.." && pwd)
 secs=${FUZZ_SECONDS:-30}
 build=${FUZZ_BUILD:-${TMPDIR:-/tmp}/infergate-fuzz}
 cc=${FUZZ_CC:-clang}
-all="config inspect load sse corpus_line resume redis_wire"
+# redis_wire: the connection's own reading of Redis's bytes (redis.c);
+# the other redis_*: one per kind of value from Redis (the sync, a gateway's state in
+# it, the key sync, infergate:resp, each kind of infergate:data, the lease
+# round, an Idempotency-Key's value)
+all="config inspect load sse corpus_line resume redis_wire redis_sync redis_state redis_keys redis_resp redis_data_batch redis_data_progress redis_data_cancel redis_data_file_stored redis_data_file_deleted redis_lease redis_idem"
 targets=${*:-$all}
 
 command -v "$cc" >/dev/null 2>&1 || { echo "FAIL: $cc not found (apt-get install -y clang)"; exit 1; }

@@ -2,6 +2,7 @@
  * refill, both-or-neither charges, corrections, OpenAI's durations. */
 #include "config.h"
 #include <check.h>
+#include <math.h>
 
 #include "../check_main.h"
 #include "ratelimit.h"
@@ -27,6 +28,25 @@ START_TEST(a_bucket_refills_continuously_up_to_its_limit)
 	ck_assert_int_eq(ig_bucket_remaining(&b), 10);
 	ig_bucket_set(&b, 0, 1000000);
 	ck_assert(b.limit == 0);
+}
+END_TEST
+
+/* A limit computed from what Redis said (cluster.c's share) may be NaN or
+ * infinite: refused, the bucket as it was, its limit still in force. */
+START_TEST(a_limit_that_is_not_a_number_is_refused)
+{
+	struct ig_bucket b = {0};
+	const double odd[] = {NAN, -NAN, INFINITY, -INFINITY};
+	ck_assert_int_eq(ig_bucket_set(&b, 60, 1000), 0);
+	b.level = 2;
+	for (size_t i = 0; i < sizeof(odd) / sizeof(*odd); i++) {
+		ck_assert_int_eq(ig_bucket_set(&b, odd[i], 2000), -1);
+		ck_assert(b.limit == 60 && b.level == 2 && b.t_ms == 1000);
+	}
+	uint64_t retry = 0;
+	struct ig_bucket t = {0};
+	b.level = 0;
+	ck_assert_int_eq(ig_ratelimit_admit(&b, &t, 1, 0, 1000, &retry), IG_LIMIT_REQUESTS); /* still limited */
 }
 END_TEST
 
@@ -92,5 +112,5 @@ START_TEST(durations_are_written_as_openai_writes_them)
 }
 END_TEST
 
-IG_CHECK_MAIN("ratelimit", a_bucket_refills_continuously_up_to_its_limit, admission_charges_both_buckets_or_neither,
-	      durations_are_written_as_openai_writes_them)
+IG_CHECK_MAIN("ratelimit", a_bucket_refills_continuously_up_to_its_limit, a_limit_that_is_not_a_number_is_refused,
+	      admission_charges_both_buckets_or_neither, durations_are_written_as_openai_writes_them)
