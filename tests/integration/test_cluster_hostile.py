@@ -70,7 +70,8 @@ def bad_counts(gw):
 
 
 KINDS = ["sync", "sync_state", "key_sync", "resp_message", "data_message", "data_batch", "data_progress",
-         "data_cancel", "data_file", "batch_lease", "idempotency"]
+         "data_cancel", "data_file", "batch_lease", "idempotency",
+         "protocol", "oversize", "unsolicited", "pubsub_shape"]   # the last four: the connection's (redis.c)
 
 
 def logged_once(gw, kinds):

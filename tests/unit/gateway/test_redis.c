@@ -292,37 +292,6 @@ START_TEST(a_refused_password_is_said)
 }
 END_TEST
 
-/* Bad messages counted by kind (cluster.c): each kind its own counter, up
- * to BAD_KINDS - 1 of them; more are counted as "other". */
-START_TEST(bad_messages_are_counted_by_kind)
-{
-	struct ig_cluster *c = calloc(1, sizeof(*c));
-	c->shown = "redis://test:6379/0";
-	ig_cluster_count_bad(c, "protocol", "a bad type byte");
-	ig_cluster_count_bad(c, "protocol", "again");
-	ig_cluster_count_bad(c, "pubsub_shape", "array of 1");
-	ck_assert_int_eq(c->nbad, 2);
-	ck_assert_str_eq(c->bad[0].kind, "protocol");
-	ck_assert_int_eq(c->bad[0].n, 2);
-	ck_assert(c->bad[0].logged);
-	ck_assert_int_eq(c->bad[1].n, 1);
-	char kind[32];
-	for (int i = 0; i < 40; i++) {
-		snprintf(kind, sizeof(kind), "kind_%d", i);
-		ig_cluster_count_bad(c, kind, "x");
-	}
-	ck_assert_int_eq(c->nbad, BAD_KINDS);
-	ck_assert_str_eq(c->bad[BAD_KINDS - 2].kind, "kind_20"); /* 2 + 21 kinds: the last named */
-	ck_assert_str_eq(c->bad[BAD_KINDS - 1].kind, "other");
-	ck_assert_int_eq(c->bad[BAD_KINDS - 1].n, 40 - (BAD_KINDS - 3));
-	ig_cluster_count_bad(c, "other", "y");
-	ig_cluster_count_bad(c, "protocol", "z");
-	ck_assert_int_eq(c->bad[BAD_KINDS - 1].n, 40 - (BAD_KINDS - 3) + 1);
-	ck_assert_int_eq(c->bad[0].n, 3);
-	free(c);
-}
-END_TEST
-
 /* A gateway's share of a key's limit (cluster.c): even with no demand,
  * following demand otherwise, a small part kept by the idle; shares add up
  * to 1 over gateways that see the same figures. */
@@ -400,4 +369,4 @@ END_TEST
 
 IG_CHECK_MAIN("redis", redis_urls, hostile_replies_drop_the_connection_and_are_told,
 	      replies_over_the_limits_are_dropped_before_they_grow, a_subscriber_drops_bad_pushes_and_keeps_the_good,
-	      a_refused_password_is_said, bad_messages_are_counted_by_kind, limit_shares_follow_demand, slots_split_by_weight_and_never_beyond_the_total)
+	      a_refused_password_is_said, limit_shares_follow_demand, slots_split_by_weight_and_never_beyond_the_total)
