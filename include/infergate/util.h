@@ -3,6 +3,7 @@
 #ifndef IG_UTIL_H
 #define IG_UTIL_H
 
+#include <pthread.h>
 #include <stdint.h>
 #include <stddef.h>
 
@@ -78,6 +79,12 @@ uint64_t ig_hash64(const void *p, size_t n, uint64_t seed);
 /* The same hash carried on over n more bytes: ig_hash64(a + b, seed) is
  * ig_hash64_more(ig_hash64(a, seed), b). */
 uint64_t ig_hash64_more(uint64_t h, const void *p, size_t n);
+
+/* Starts a thread with every signal blocked: signals are the main loop's
+ * (the gateway's reactor 0 reads them from a signalfd; a thread started
+ * with SIGTERM open took it and the process died of it, exit 143, with
+ * tracing on). Returns 0, or pthread_create's error number. */
+int ig_thread_start(pthread_t *t, void *(*fn)(void *), void *arg);
 
 /* Writes a random id of `hexlen` hex characters (+ NUL) into out, from
  * ig_random_bytes: unpredictable, and telling nothing of other ids or of

@@ -173,21 +173,14 @@ struct ig_bio *ig_bio_start(struct ig_gw *gw)
 			goto fail;
 		}
 	}
-	/* Signals are reactor 0's (its signalfd): the thread blocks them all,
-	 * whenever it is started. */
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
 	for (int k = 0; k < IG_BIO_NQUEUES; k++) {
-		int rc = pthread_create(&bio->q[k].thread, NULL, bio_thread, &bio->q[k]);
+		int rc = ig_thread_start(&bio->q[k].thread, bio_thread, &bio->q[k]); /* signals blocked */
 		if (rc != 0) {
-			pthread_sigmask(SIG_SETMASK, &old, NULL);
 			ig_log_error("cannot start a background I/O thread: %s", strerror(rc));
 			goto fail;
 		}
 		bio->q[k].started = true;
 	}
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	return bio;
 fail:
 	ig_bio_free(bio);

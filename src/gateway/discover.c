@@ -198,7 +198,7 @@ int ig_discover_start(struct ig_gw *gw)
 	d->ev = (struct ig_event){d->efd, on_results, gw};
 	ig_event_add(ig_gw_home(gw), &d->ev, EPOLLIN);
 	gw->discovery = d;
-	if (pthread_create(&d->thread, NULL, resolver, d) != 0) {
+	if (ig_thread_start(&d->thread, resolver, d) != 0) {
 		ig_log_error("discover: cannot start the resolver thread");
 		ig_discover_stop(gw);
 		return -1;

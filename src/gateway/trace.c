@@ -553,7 +553,7 @@ struct ig_tracer *ig_tracer_start(const struct ig_conf *cfg, char **err)
 	tr->prefix = whole;
 	pthread_mutex_init(&tr->mu, NULL);
 	pthread_cond_init(&tr->cv, NULL);
-	if (pthread_create(&tr->thread, NULL, exporter, tr) != 0) {
+	if (ig_thread_start(&tr->thread, exporter, tr) != 0) {
 		*err = ig_strdupf("tracing: cannot start the exporter's thread");
 		pthread_mutex_destroy(&tr->mu);
 		pthread_cond_destroy(&tr->cv);

@@ -226,6 +226,10 @@ def a_collector_down_slow_or_failing_never_fails_a_request():
         want = "infergate_trace_spans_failed_total"
         wait_until(lambda: metric(http("GET", gw.url + "/metrics")[2].decode(), want) > 0, timeout=10,
                    what=f"{name}: failed spans counted")
+        # SIGTERM is the gateway's to handle, not the exporter thread's (up to
+        # 5f86654 that thread left it open: the process died of it, exit -15)
+        rc = gw.stop()
+        assert rc == 0, f"{name}: the traced gateway's exit status at SIGTERM: {rc}"
 
 
 @test
