@@ -811,9 +811,10 @@ static void on_client_event(struct ig_event *ev, uint32_t events)
 		hung_up(c);
 		return;
 	}
-	if ((events & EPOLLIN) && c->head == HEAD_ARMED) { /* the next request begins */
-		watch_for(c, 0);
-		head_wait(c, rx, true);
+	if (events & EPOLLIN) {
+		watch_for(c, 0); /* the one-shot watch again, for the hang-up alone */
+		if (c->head == HEAD_ARMED) /* the next request begins */
+			head_wait(c, rx, true);
 	}
 }
 
