@@ -14,10 +14,12 @@ against max_connections 300, /health asked every 50 ms from another thread
 (its worst time kept) and the gateway's CLOSE_WAIT sockets read from
 /proc/net/tcp every 100 ms (the longest any stayed kept)."""
 
+import http.client as httpclient  # (harness.http is the function)
 import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import threading
 import time
@@ -52,8 +54,9 @@ class Observer:
     every 100 ms (how long the longest-lived one stayed: from the first
     sample that saw it to the last)."""
 
-    def __init__(self, gw):
+    def __init__(self, gw, ctx=None):
         self.gw = gw
+        self.ctx = ctx                  # an ssl.SSLContext for an HTTPS gateway
         self.worst_health = 0.0
         self.health_n = 0
         self.health_failures = []
@@ -67,7 +70,7 @@ class Observer:
         while not self._stop.is_set():
             t = time.monotonic()
             try:
-                st = http("GET", self.gw.url + "/health", timeout=5)[0]
+                st = self._get_health()
                 if st != 200:
                     self.health_failures.append(st)
             except OSError as e:
@@ -75,6 +78,16 @@ class Observer:
             self.worst_health = max(self.worst_health, time.monotonic() - t)
             self.health_n += 1
             self._stop.wait(0.05)
+
+    def _get_health(self):
+        if not self.ctx:
+            return http("GET", self.gw.url + "/health", timeout=5)[0]
+        c = httpclient.HTTPSConnection("127.0.0.1", self.gw.port, timeout=5, context=self.ctx)
+        try:
+            c.request("GET", "/health")
+            return c.getresponse().status
+        finally:
+            c.close()
 
     def sample(self):
         now = time.monotonic()
@@ -130,15 +143,35 @@ def flood(port, n, seconds, payload, source="127.0.0.1"):
     return time.monotonic() - t0
 
 
+def metrics_from(gw, source):
+    """/metrics asked over a connection from another address (127.0.0.1's
+    places may be full)."""
+    s = socket.create_connection(("127.0.0.1", gw.port), source_address=(source, 0))
+    s.sendall(b"GET /metrics HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n\r\n")
+    data, _ = read_until_closed(s, 5)
+    return responses(data)[0][2].decode()
+
+
+def counter_from(gw, source, name):
+    return metric(metrics_from(gw, source), name)
+
+
+def held_connections(text):
+    """The client connections the reactors hold, all of them together."""
+    return sum(int(float(line.rsplit(" ", 1)[1])) for line in text.splitlines()
+               if line.startswith("infergate_reactor_connections{"))
+
+
+def settled(gw):
+    """Waits until the gateway holds no client connection but the one asking
+    (from 127.0.0.2): the test's earlier ones, closed by the client, are
+    closed by the gateway too, and count no more."""
+    wait_until(lambda: held_connections(metrics_from(gw, "127.0.0.2")) == 1, timeout=5, what="no connection held")
+
+
 def conns_held(gw):
-    text = http("GET", gw.url + "/metrics")[2]
-    n, i = 0, 0
-    while True:
-        try:
-            n += int(metric(text, f'infergate_reactor_connections{{reactor="{i}"}}'))
-        except KeyError:
-            return n - 1  # not the one asking
-        i += 1
+    """Client connections the gateway holds but the one asking."""
+    return held_connections(http("GET", gw.url + "/metrics")[2].decode()) - 1
 
 
 def counter(gw, name):
@@ -167,7 +200,7 @@ def ten_thousand_half_sent_connections_that_close_hold_nothing():
         took = flood(gw.port, 2000, 2.0, BODY_HEAD)
     print(f"# 2,000 bodies cut short in {took:.1f} s")
     obs.report("bodies cut short")
-    assert conns_held(gw) == 0
+    wait_until(lambda: conns_held(gw) == 0, timeout=2, what="no connection held")
     hangups = counter(gw, "infergate_client_hangups_total")
     assert hangups >= 12000 * 0.5, hangups  # most are seen by the watch (the rest by MHD's own read)
     st, _, body = http("POST", gw.url + "/v1/chat/completions", chat_body("still here", max_tokens=3))
@@ -249,6 +282,51 @@ def sigterm_with_closed_half_sent_connections_does_not_wait_out_the_grace():
     assert rc == 0, (rc, gw.read_log()[-2000:])
     assert took < 10, took
     assert "0 requests in flight" in gw.read_log(), gw.read_log()[-1500:]
+
+
+@test
+def over_https_the_same_path_holds():
+    """The HTTPS listener goes through the same watch: half ClientHellos and
+    half requests sent over a finished handshake, then closed, are let go
+    at once; a head that stalls after its handshake is closed at the
+    deadline (no 408: it would have to go through the TLS session)."""
+    d = Dir()
+    cert, key = d("cert.pem"), d("key.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                    "-keyout", key, "-out", cert, "-days", "2", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True, timeout=30)
+    sim = start_sim()
+    gw = start_gateway([sim], "--max-connections", "300", "--server-tls-cert", cert, "--server-tls-key", key,
+                       "--client-header-timeout-s", "2")
+    gw.url = gw.url.replace("http://", "https://")
+    ctx = ssl.create_default_context(cafile=cert)
+    with Observer(gw, ctx) as obs:
+        flood(gw.port, 300, 1.0, b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"r" * 40)
+        for i in range(300):
+            s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", gw.port), timeout=5),
+                                server_hostname="127.0.0.1")
+            s.sendall(HALF_LINE)
+            s.close()
+    obs.report("half hellos and half requests over TLS")
+    s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", gw.port)), server_hostname="127.0.0.1")
+    t = time.monotonic()
+    s.sendall(b"GET /health HTTP/1.1\r\nHost: gw\r\n")
+    s.settimeout(10)
+    try:
+        got = s.recv(65536)
+    except (ConnectionResetError, ssl.SSLError):
+        got = b""
+    took = time.monotonic() - t
+    assert got == b"", got
+    assert 1.9 < took < 10, took
+    assert counter_tls(gw, ctx, "infergate_client_header_timeouts_total") == 1
+
+
+def counter_tls(gw, ctx, name):
+    s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", gw.port)), server_hostname="127.0.0.1")
+    s.sendall(b"GET /metrics HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n\r\n")
+    data, _ = read_until_closed(s, 5)
+    return metric(responses(data)[0][2], name)
 
 
 def read_until_closed(s, limit=30.0):
@@ -359,10 +437,11 @@ def max_connections_per_ip_refuses_the_sixth_and_frees_a_place_on_close():
     sim = start_sim()
     gw = start_gateway([sim], "--max-connections-per-ip", "5", "--client-header-timeout-s", "60")
     wait_until(lambda: http_json("GET", gw.url + "/health")[2]["healthy_backends"] == 1, what="up")
+    settled(gw)
     five = [socket.create_connection(("127.0.0.1", gw.port)) for _ in range(5)]
     for s in five:
         s.sendall(b"GET /health HTTP/1.1\r\nHost: gw\r\n")  # half a head: held open
-    time.sleep(0.3)
+    wait_until(lambda: held_connections(metrics_from(gw, "127.0.0.2")) == 6, timeout=5, what="5 held")
     sixth = socket.create_connection(("127.0.0.1", gw.port))
     sixth.sendall(b"GET /health HTTP/1.1\r\nHost: gw\r\n\r\n")
     data, _ = read_until_closed(sixth, 5)
@@ -372,8 +451,8 @@ def max_connections_per_ip_refuses_the_sixth_and_frees_a_place_on_close():
     data, _ = read_until_closed(other, 5)
     assert responses(data)[0][0] == 200, data
     assert counter_from(gw, '127.0.0.2', 'infergate_per_ip_refused_total{stage="accept"}') == 1
-    five[0].close()
-    time.sleep(0.3)
+    five[0].close()  # its place freed at once
+    wait_until(lambda: held_connections(metrics_from(gw, "127.0.0.2")) == 5, timeout=1, what="one of 5 gone")
     again = socket.create_connection(("127.0.0.1", gw.port))
     again.sendall(b"GET /health HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n\r\n")
     data, _ = read_until_closed(again, 5)
@@ -382,13 +461,6 @@ def max_connections_per_ip_refuses_the_sixth_and_frees_a_place_on_close():
         s.close()
 
 
-def counter_from(gw, source, name):
-    """A counter read over a connection from another address (127.0.0.1's
-    places may be full)."""
-    s = socket.create_connection(("127.0.0.1", gw.port), source_address=(source, 0))
-    s.sendall(b"GET /metrics HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n\r\n")
-    data, _ = read_until_closed(s, 5)
-    return metric(responses(data)[0][2], name)
 
 
 class Collector(FakeBackend):
@@ -461,6 +533,7 @@ def x_forwarded_for_is_passed_on_and_believed_only_from_trusted_proxies():
     sim = start_sim("--tokens-per-second", "5", "--ttft-ms", "0", "--output-tokens", "200")
     gw = start_gateway([sim], "--max-connections-per-ip", "2")
     wait_until(lambda: http_json("GET", gw.url + "/health")[2]["healthy_backends"] == 1, what="up")
+    settled(gw)
     held = [raw_post(gw.port, chat_body("held", stream=True), [("X-Forwarded-For", f"198.51.100.{i}")])
             for i in range(2)]
     wait_until(lambda: sim_requests(sim) == 2, what="2 held")
