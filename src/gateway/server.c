@@ -12,7 +12,6 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <linux/tcp.h> /* struct tcp_info with tcpi_bytes_received (glibc's lacks it) */
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
