@@ -574,7 +574,6 @@ def x_forwarded_for_is_passed_on_and_believed_only_from_trusted_proxies():
     wait_until(lambda: len(col2.server_spans()) >= 4, what="the spans")
     spans = {(s["client.address"], s["network.peer.address"]) for s in col2.server_spans()}
     assert spans == {("203.0.113.7", "127.0.0.1"), ("198.51.100.9", "127.0.0.1")}, spans
-    assert gw.stop() == 0, gw.read_log()[-2000:]
 
 
 @test
