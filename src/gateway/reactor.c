@@ -132,6 +132,7 @@ int ig_reactor_new(struct ig_gw *gw)
 		ig_list_init(&rx->heads);
 		ig_list_init(&rx->kept);
 		ig_list_init(&rx->pokes);
+		ig_list_init(&rx->unwatched);
 		ig_list_init(&rx->posted);
 		ig_list_init(&rx->jobs);
 		ig_list_init(&rx->unpause);

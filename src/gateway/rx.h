@@ -89,6 +89,7 @@ struct ig_rx {
 	 * list oldest first: `heads` since their deadline started, `kept`
 	 * kept alive after an answer, the next request's first byte not seen. */
 	struct ig_list heads, kept;
+	struct ig_list unwatched;      /* connections not yet watched for a hang-up, oldest first */
 	struct ig_list pokes;          /* clients that hung up, their sockets to shut after MHD's run */
 	void *adding;                  /* the connection MHD_add_connection is taking (server.c) */
 	uint64_t next_idle_scan_ms;

@@ -58,7 +58,10 @@
  * client_timeout_s in CLOSE_WAIT, holding its place (320 of them held
  * max_connections 300 for 30 s). A suspended connection reads nothing at
  * all. So every client socket is in the reactor's own epoll set for
- * EPOLLRDHUP, once (EPOLLONESHOT). At the client's hang-up whatever holds
+ * EPOLLRDHUP, once (EPOLLONESHOT), from the first tick after its accept
+ * (WATCH_AFTER_MS: a connection that is done sooner, one request and a
+ * close, costs no system call for it; a hang-up that came before is
+ * reported as the socket is added). At the client's hang-up whatever holds
  * its request is told (ig_call's on_hangup: a queued or streaming request
  * aborts, resumed for MHD to close), and once MHD has run (and read what
  * came before the FIN) the socket is shut for reading: a no-op for the
@@ -85,6 +88,8 @@ struct client {
 	void *tls;                     /* servertls.c's record of its session */
 	struct ig_list head_link;      /* rx->heads or rx->kept */
 	struct ig_list poke_link;      /* rx->pokes: hung up, its socket to be shut for reading */
+	struct ig_list watch_link;     /* rx->unwatched, until its watch is set */
+	uint64_t started_ms;
 	uint64_t head_since_ms;
 	enum head_state head;
 	bool spoke;                    /* its head's wait began at its first byte (a kept-alive one) */
@@ -543,7 +548,10 @@ static bool head_in(struct ig_gw *gw, struct client *c, enum ig_door door, struc
 			ig_peer_believe(&cfg->trusted_proxies, &c->peer.sock, xff.data, &c->peer.client);
 		ig_buf_free(&xff);
 	}
-	ig_addr_text(&c->peer.client, c->peer.client_text, sizeof(c->peer.client_text));
+	if (ig_addr_equal(&c->peer.client, &c->peer.sock))
+		memcpy(c->peer.client_text, c->peer.sock_text, sizeof(c->peer.client_text));
+	else
+		ig_addr_text(&c->peer.client, c->peer.client_text, sizeof(c->peer.client_text));
 	if (door != IG_DOOR_PUBLIC || cfg->max_connections_per_ip <= 0 || c->counted || !c->peer.client.family)
 		return false;
 	long n = ig_peer_counts_add(&gw->per_ip, &c->peer.client, 1);
@@ -759,6 +767,10 @@ static void head_wait(struct client *c, struct ig_rx *rx, bool spoke)
  * byte too. Returns 0 or -1 (errno set). */
 static int watch_for(struct client *c, uint32_t events)
 {
+	if (!c->watched) {
+		errno = ENOENT;
+		return -1;
+	}
 	struct epoll_event e = {.events = events | EPOLLRDHUP | EPOLLONESHOT, .data.ptr = &c->ev};
 	return epoll_ctl(((struct ig_rx *)c->h->ev.data)->epfd, EPOLL_CTL_MOD, c->ev.fd, &e);
 }
@@ -847,8 +859,26 @@ static void head_late(struct client *c, long timeout_s)
 	ig_httpd_due(rx, c->h);
 }
 
+/* How long a new connection goes unwatched: at most a tick or two more
+ * before a hang-up is seen, and the client of one quick request and a
+ * close (wrk -H "Connection: close": the ADD and DEL were 5% of the
+ * gateway's CPU a request) is gone before. */
+#define WATCH_AFTER_MS 15
+
+static void watch(struct client *c, struct ig_rx *rx)
+{
+	ig_list_del(&c->watch_link);
+	if (ig_event_add(rx, &c->ev, EPOLLRDHUP | EPOLLONESHOT) == 0)
+		c->watched = true;
+	else
+		ig_log_warn("%s: epoll_ctl: %s (this client's hang-up is seen late)", __func__, strerror(errno));
+}
+
 void ig_server_tick(struct ig_rx *rx, uint64_t now_ms)
 {
+	struct client *c;
+	while ((c = IG_LIST_FIRST(&rx->unwatched, struct client, watch_link)) && now_ms - c->started_ms >= WATCH_AFTER_MS)
+		watch(c, rx);
 	long t = rx->gw->cfg->client_header_timeout_s;
 	if (!t) {
 		while (!ig_list_empty(&rx->heads))
@@ -863,7 +893,6 @@ void ig_server_tick(struct ig_rx *rx, uint64_t now_ms)
 	 * system call, and a head that starts within that second is timed
 	 * from the answer before it (a little stricter, never laxer). */
 	uint64_t arm = limit / 2 < 1000 ? limit / 2 : 1000;
-	struct client *c;
 	while ((c = IG_LIST_FIRST(&rx->kept, struct client, head_link)) && now_ms - c->head_since_ms >= arm) {
 		head_off(c);
 		if (watch_for(c, EPOLLIN) == 0)
@@ -882,6 +911,7 @@ static void client_free(struct ig_gw *gw, struct client *c)
 		ig_event_del(rx, &c->ev);
 	head_off(c);
 	ig_list_del(&c->poke_link);
+	ig_list_del(&c->watch_link);
 	if (c->counted)
 		ig_peer_counts_add(&gw->per_ip, &c->peer.sock, -1);
 	if (c->req_counted)
@@ -924,6 +954,7 @@ static void take_client(struct ig_rx *rx, struct ig_newfd *nf)
 	c->counted = nf->counted;
 	ig_list_init(&c->head_link);
 	ig_list_init(&c->poke_link);
+	ig_list_init(&c->watch_link);
 	if (gw->tls && nf->door != IG_DOOR_INTERNAL) {
 		int one = 1;
 		setsockopt(nf->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -1105,11 +1136,8 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
 			*socket_context = &c->peer;
 			if (tls)
 				ig_servertls_conn_started(gw->tls, conn, &c->tls);
-			if (ig_event_add(rx, &c->ev, EPOLLRDHUP | EPOLLONESHOT) == 0)
-				c->watched = true;
-			else
-				ig_log_warn("%s: epoll_ctl: %s (a hang-up of this client is seen late)", __func__,
-					    strerror(errno));
+			c->started_ms = ig_now_ms();
+			ig_list_append(&rx->unwatched, &c->watch_link); /* watched from the next tick */
 			if (gw->cfg->client_header_timeout_s)
 				head_wait(c, rx, false);
 		}
