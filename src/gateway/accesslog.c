@@ -3,6 +3,7 @@
 #include "config.h"
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include <microhttpd.h>
 
 #include "accesslog.h"
+#include "peer.h"
 #include "infergate/httpd.h"
 #include "infergate/log.h"
 #include "infergate/util.h"
@@ -81,7 +83,7 @@ void ig_accesslog_local(struct ig_accesslog *log, struct MHD_Connection *conn, c
 	char client[64], ts[40];
 	if (log->fd < 0)
 		return;
-	ig_httpd_client_addr(conn, client, sizeof(client));
+	snprintf(client, sizeof(client), "%s", ig_peer_client(conn)); /* the believed one (peer.h) */
 	ig_iso_time(ts, sizeof(ts));
 	ig_accesslog_write(log, json_pack("{s:s, s:s, s:s, s:s, s:I, s:I}", "time", ts, "client", client, "method",
 					  method, "path", url, "status", (json_int_t)status, "bytes_out",

@@ -437,7 +437,7 @@ struct ig_call *ig_batches_call(struct ig_gw *gw, struct MHD_Connection *conn, c
 	struct batch_call *bc = calloc(1, sizeof(*bc));
 	if (!bc)
 		return NULL;
-	bc->call = (struct ig_call){on_request, on_completed};
+	bc->call = (struct ig_call){on_request, on_completed, NULL};
 	bc->gw = gw;
 	bc->conn = conn;
 	bc->rx = ig_rx_self ? ig_rx_self : ig_gw_home(gw);

@@ -231,6 +231,7 @@ void ig_boot_free(struct ig_gw *gw)
 	gw->bio = NULL;
 	for (size_t i = 0; gw->rx && i < gw->nrx; i++)
 		ig_server_stop(&gw->rx[i]);
+	ig_peer_counts_free(&gw->per_ip); /* the connections that held counts are closed */
 	ig_discover_stop(gw);
 	ig_batches_free(gw->batches); /* its transfers leave the multi first */
 	gw->batches = NULL;

@@ -132,6 +132,50 @@ static void parse_routes_json(void *target, const struct ig_flag *f IG_UNUSED, j
 	ig_routes_parse_json(&((struct ig_conf *)target)->routes, v, where, errs);
 }
 
+/* trusted_proxies: a flag's value (or the file's string) is the list
+ * "ADDR[/BITS],..." as given; the file may give a JSON list of them. Read
+ * into cfg->trusted_proxies when the configuration is finished. */
+static int parse_trusted_flag(void *target, const struct ig_flag *f IG_UNUSED, const char *what IG_UNUSED,
+			      const char *v, char **err IG_UNUSED)
+{
+	struct ig_conf *cfg = target;
+	free(cfg->trusted_proxies_text);
+	if (!(cfg->trusted_proxies_text = strdup(v)))
+		abort();
+	return 0;
+}
+
+static void parse_trusted_json(void *target, const struct ig_flag *f, json_t *v, const char *where,
+			       struct ig_buf *errs)
+{
+	struct ig_buf b;
+	if (json_is_string(v)) {
+		parse_trusted_flag(target, f, NULL, json_string_value(v), NULL);
+		return;
+	}
+	if (!json_is_array(v)) {
+		ig_flags_problem(errs, "%s: key 'trusted_proxies' must be a list of addresses or networks "
+				 "([\"10.0.0.0/8\", \"fd00::/8\"])", where);
+		return;
+	}
+	ig_buf_init(&b);
+	size_t i;
+	json_t *e;
+	json_array_foreach(v, i, e) {
+		if (!json_is_string(e) || strchr(json_string_value(e), ',')) {
+			char *text = json_dumps(e, JSON_ENCODE_ANY | JSON_COMPACT);
+			ig_flags_problem(errs, "%s: trusted_proxies[%zu]: %s is not an address or network (a string: "
+					 "ADDR or ADDR/BITS)", where, i, text ? text : "?");
+			free(text);
+			continue;
+		}
+		ig_buf_printf(&b, "%s%s", i ? "," : "", json_string_value(e));
+	}
+	ig_buf_append(&b, "", 1);
+	parse_trusted_flag(target, f, NULL, b.data, NULL);
+	ig_buf_free(&b);
+}
+
 /* --config is read before the other flags (conf_from_args); here it only
  * takes its value. */
 static int parse_config_flag(void *target IG_UNUSED, const struct ig_flag *f IG_UNUSED, const char *what IG_UNUSED,
@@ -380,6 +424,22 @@ static const struct ig_flag keys[] = {
 	{.name = "--client-timeout-s", .key = "client_timeout_s", .type = IG_FLAG_LONG, .off = OFF(client_timeout_s),
 	 .min = 1, .max = 86400, .def = "60", .metavar = "N",
 	 .help = "a client connection idle this long (no byte while we wait for its request) is closed"},
+	{.name = "--client-header-timeout-s", .key = "client_header_timeout_s", .type = IG_FLAG_LONG,
+	 .off = OFF(client_header_timeout_s), .min = 0, .max = 86400, .def = "10", .metavar = "N",
+	 .help = "a request's headers must be whole within N seconds of a new connection's accept, or of the "
+		 "next request's first byte on a kept-alive one (nginx's client_header_timeout; slow senders that "
+		 "stay under client_timeout_s are cut too): a 408, or a close if nothing was sent (0 = no "
+		 "deadline)"},
+	{.name = "--max-connections-per-ip", .key = "max_connections_per_ip", .type = IG_FLAG_LONG,
+	 .off = OFF(max_connections_per_ip), .min = 0, .max = 1000000, .def = "0", .metavar = "N",
+	 .help = "client connections one address may hold at once (nginx's limit_conn); one more is answered 429 "
+		 "and closed at accept; through trusted_proxies, requests at once per client they name (0 = no cap)"},
+	{.name = "--trusted-proxies", .key = "trusted_proxies", .type = IG_FLAG_CUSTOM, .def = "",
+	 .metavar = "CIDR[,CIDR...]", .parse = parse_trusted_flag, .parse_json = parse_trusted_json,
+	 .help = "proxies (addresses or networks, IPv4 or IPv6) whose X-Forwarded-For is believed: from one of "
+		 "them, a request's client is the last address in it that is not one of them (nginx's "
+		 "set_real_ip_from, real_ip_recursive on), for the access log, max_connections_per_ip and the spans; "
+		 "in the file a list; empty = none"},
 	{.name = "--log-level", .key = "log_level", .type = IG_FLAG_CHOICE, .off = OFF(log_level), .def = "info",
 	 .metavar = "debug|info|warn|error", .bad = "%s: unknown level '%s' (debug, info, warn, error)",
 	 .help = "what to log"},
@@ -1298,6 +1358,11 @@ static void finish(struct ig_conf *cfg, const char *where_listen, struct ig_buf 
 	check_server_tls(cfg, errs);
 	check_data_dir(cfg, errs);
 	check_tracing(cfg, errs);
+	if (ig_cidrs_parse(&cfg->trusted_proxies, "trusted_proxies", cfg->trusted_proxies_text, &err) < 0) {
+		ig_flags_problem(errs, "%s", err);
+		free(err);
+		err = NULL;
+	}
 }
 
 static char *take_errors(struct ig_buf *errs)
@@ -1369,6 +1434,9 @@ void ig_conf_free(struct ig_conf *cfg)
 	aliases_clear(cfg);
 	fallbacks_clear(cfg);
 	ig_routes_clear(&cfg->routes);
+	ig_cidrs_free(&cfg->trusted_proxies);
+	free(cfg->trusted_proxies_text);
+	cfg->trusted_proxies_text = NULL;
 	free(cfg->keys);
 	cfg->keys = NULL;
 	cfg->n_keys = 0;
@@ -1418,6 +1486,13 @@ char *ig_conf_to_json(const struct ig_conf *cfg)
 			}
 		} else if (k->parse_json == parse_routes_json) {
 			v = ig_routes_to_json(&cfg->routes);
+		} else if (k->parse_json == parse_trusted_json) {
+			v = json_array();
+			for (size_t t = 0; t < cfg->trusted_proxies.n; t++) {
+				char a[INET6_ADDRSTRLEN];
+				ig_addr_text(&cfg->trusted_proxies.v[t].net, a, sizeof(a));
+				json_array_append_new(v, json_sprintf("%s/%d", a, cfg->trusted_proxies.v[t].bits));
+			}
 		} else if (k->parse_json == parse_aliases_json) {
 			v = json_object();
 			for (size_t a = 0; a < cfg->n_aliases; a++)

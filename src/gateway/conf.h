@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+#include "peer.h"
 #include "routes.h"
 
 #define IG_CONT_MAX 5 /* continue.max's ceiling */
@@ -115,6 +116,10 @@ struct ig_conf {
 	long max_connections;
 	long header_buffer_bytes;    /* each client connection's buffer (MHD's pool): headers beyond it are 431 */
 	long client_timeout_s;      /* idle client connections are closed after this */
+	long client_header_timeout_s; /* a request's head must be whole within this (0: no deadline) */
+	long max_connections_per_ip; /* open connections per client address (0: no cap) */
+	char *trusted_proxies_text; /* trusted_proxies as given, "ADDR[/BITS],..." */
+	struct ig_cidrs trusted_proxies; /* parsed: whose X-Forwarded-For is believed */
 	int log_level;              /* enum ig_log_level */
 	char *access_log;           /* path, "-" for stdout, "" for none */
 	char *api_keys_file;        /* the keys file (keyset.h); "" = open */

@@ -37,6 +37,11 @@ struct ig_call {
 	/* The connection is done with the request (MHD_OPTION_NOTIFY_COMPLETED);
 	 * frees what the call owns. NULL: nothing to do. */
 	void (*on_completed)(struct ig_call *call, enum MHD_RequestTerminationCode toe);
+	/* Its client closed its side while the call held the connection
+	 * (server.c watches every client's socket): abort what runs for it and
+	 * let MHD close the connection (a suspended one resumed). NULL: MHD
+	 * sees the end itself, once it reads again. */
+	void (*on_hangup)(struct ig_call *call);
 };
 
 /* Work handed to a reactor and run on its thread at the end of its turn

@@ -993,7 +993,7 @@ struct ig_call *ig_files_call(struct ig_gw *gw, struct MHD_Connection *conn, con
 	struct files_call *fc = calloc(1, sizeof(*fc));
 	if (!fc)
 		return NULL;
-	fc->call = (struct ig_call){on_request, on_completed};
+	fc->call = (struct ig_call){on_request, on_completed, NULL};
 	fc->gw = gw;
 	fc->conn = conn;
 	fc->rx = ig_rx_self ? ig_rx_self : ig_gw_home(gw);

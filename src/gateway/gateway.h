@@ -36,6 +36,7 @@
 #include "event.h"
 #include "infergate/list.h"
 #include "keyset.h"
+#include "peer.h"
 #include "scheduler.h"
 #include "upstream.h"
 
@@ -78,6 +79,10 @@ struct ig_stats {
 	uint64_t responses[6];      /* by status class 1xx..5xx, index status/100 */
 	uint64_t retries;
 	uint64_t client_aborts;
+	uint64_t client_hangups;    /* client connections seen closing their side (server.c's watch) */
+	uint64_t header_timeouts;   /* client connections cut for client_header_timeout_s */
+	uint64_t per_ip_refused[2]; /* max_connections_per_ip: connections refused at accept,
+				     * requests through a trusted proxy at their headers */
 	uint64_t queue_rejected;    /* 429 */
 	uint64_t queue_timeouts;    /* 503 after waiting */
 	uint64_t stream_errors;     /* 200 streams that carried an error event */
@@ -146,6 +151,7 @@ struct ig_gw {
 	struct ig_servertls *tls;      /* HTTPS for clients (servertls.h), NULL for plain HTTP */
 	bool accept_paused;            /* at conn_limit: the listening socket is not watched */
 	long conns, conn_limit;        /* client connections open or being handed over, and the most at once */
+	struct ig_peer_counts per_ip;  /* open connections by client address (max_connections_per_ip) */
 	size_t next_rx;                /* where the next accepted client's reactor search starts */
 	/* Deferred actions, run by a reactor at the end of its turn. */
 	bool drain_pending;            /* a slot or backend freed up: start queued requests */

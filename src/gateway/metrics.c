@@ -960,6 +960,20 @@ char *ig_metrics_text(struct ig_gw *gw)
 	for (size_t i = 0; i < gw->nrx; i++)
 		ig_buf_printf(&b, "infergate_reactor_connections_total{reactor=\"%zu\"} %lu\n", i,
 			      (unsigned long)gw->rx[i].accepted);
+	ig_buf_printf(&b, "# HELP infergate_client_hangups_total Client connections whose client closed its side "
+		      "before the gateway did (each closed then, whatever it was doing).\n"
+		      "# TYPE infergate_client_hangups_total counter\ninfergate_client_hangups_total %lu\n"
+		      "# HELP infergate_client_header_timeouts_total Client connections cut because their request's "
+		      "headers took longer than client_header_timeout_s.\n"
+		      "# TYPE infergate_client_header_timeouts_total counter\n"
+		      "infergate_client_header_timeouts_total %lu\n"
+		      "# HELP infergate_per_ip_refused_total Over max_connections_per_ip: connections refused at "
+		      "accept, requests through a trusted proxy refused at their headers.\n"
+		      "# TYPE infergate_per_ip_refused_total counter\n"
+		      "infergate_per_ip_refused_total{stage=\"accept\"} %lu\n"
+		      "infergate_per_ip_refused_total{stage=\"request\"} %lu\n",
+		      (unsigned long)s->client_hangups, (unsigned long)s->header_timeouts,
+		      (unsigned long)s->per_ip_refused[0], (unsigned long)s->per_ip_refused[1]);
 	if (gw->nrx > 1) {
 		/* read under the lock: the holder's current stretch is not in it yet */
 		ig_buf_printf(&b, "# HELP infergate_lock_acquisitions_total Times a reactor took the gateway's lock.\n"

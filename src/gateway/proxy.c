@@ -35,6 +35,7 @@
 #include "proxy.h"
 #include "ratelimit.h"
 #include "cluster.h"
+#include "peer.h"
 #include "respstore.h"
 #include "rx.h"
 
@@ -42,6 +43,7 @@ static enum MHD_Result on_request(struct ig_call *call, struct ig_gw *gw, struct
 				  const char *url, const char *method, const char *upload_data,
 				  size_t *upload_data_size, void **con_cls);
 static void on_completed(struct ig_call *call, enum MHD_RequestTerminationCode toe);
+static void on_hangup(struct ig_call *call);
 static void on_upstream_done(struct ig_xfer *x, CURLcode result);
 static int on_dispatched(struct ig_waiter *w, struct ig_backend *b);
 static void on_refused(struct ig_waiter *w, const struct ig_dispatch_error *e);
@@ -86,13 +88,11 @@ struct ig_req *ig_proxy_req_new(struct ig_gw *gw, struct MHD_Connection *conn, i
 	}
 	req->adm.method = method;
 	req->adm.route_idx = route_idx;
-	req->call = (struct ig_call){on_request, on_completed};
+	req->call = (struct ig_call){on_request, on_completed, on_hangup};
 	req->xfer.done = on_upstream_done;
 	ig_list_init(&req->xfer.unpause_link);
 	req->gw = gw;
 	req->conn = conn;
-	req->client_ev = (struct ig_event){-1, NULL, req};
-	ig_list_init(&req->watch_link);
 	ig_list_init(&req->idem_link);
 	req->t_start_us = ig_now_us();
 	ig_buf_init(&req->body);
@@ -103,7 +103,8 @@ struct ig_req *ig_proxy_req_new(struct ig_gw *gw, struct MHD_Connection *conn, i
 	ig_list_init(&req->wait.q.link);
 	req->wait.q.klass = IG_CLASS_NORMAL;
 	req->wait.ops = &waiter_ops;
-	ig_httpd_client_addr(conn, req->client, sizeof(req->client));
+	snprintf(req->client, sizeof(req->client), "%s", ig_peer_client(conn));
+	snprintf(req->peer, sizeof(req->peer), "%s", ig_peer_sock(conn));
 	req->rx = ig_rx_self; /* the reactor whose daemon holds conn */
 	req->rx->requests++;
 	ig_list_init(&req->post_link);
@@ -150,6 +151,12 @@ static void trace_finish(struct ig_req *req)
 		if (req->wait.backend)
 			ig_span_str(s, "server.address", req->wait.backend->url);
 		ig_span_str(s, "infergate.request_id", req->request_id);
+		/* the believed client (X-Forwarded-For from trusted_proxies) and
+		 * the socket's, as OpenTelemetry's HTTP server spans name them */
+		if (*req->client)
+			ig_span_str(s, "client.address", req->client);
+		if (*req->peer)
+			ig_span_str(s, "network.peer.address", req->peer);
 		ig_span_str(s, "infergate.class", ig_conf_class_name(req->wait.q.klass));
 		if (req->adm.key && req->adm.key->ent)
 			ig_span_str(s, "infergate.key", req->adm.key->ent->name);
@@ -168,7 +175,6 @@ static void req_free(struct ig_req *req)
 	struct ig_gw *gw = req->gw;
 	trace_finish(req);
 	ig_list_del(&req->link);
-	ig_list_del(&req->watch_link);
 	ig_list_del(&req->post_link);
 	gw->nreqs--;
 	ig_buf_free(&req->body);
@@ -212,54 +218,13 @@ static void req_free(struct ig_req *req)
 	free(req);
 }
 
-/* ---- client side: hang-up watch, suspend/resume ---- */
-
-/* The client's socket hung up while its connection was suspended. */
-static void on_client_hangup(struct ig_event *ev, uint32_t events IG_UNUSED)
-{
-	ig_proxy_req_client_gone(ev->data);
-}
-
-static void watch_client(struct ig_req *req)
-{
-	if (req->watching || req->relay.client_gone || req->detached)
-		return;
-	const union MHD_ConnectionInfo *ci =
-		MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-	if (!ci)
-		return;
-	/* Suspended connections do not notice a disconnect (MHD pitfall): watch
-	 * the socket for a hang-up ourselves. */
-	req->client_ev = (struct ig_event){ci->connect_fd, on_client_hangup, req};
-	if (ig_event_add(req->rx, &req->client_ev, EPOLLRDHUP) == 0)
-		req->watching = true;
-}
-
-static void unwatch_client(struct ig_req *req)
-{
-	if (req->watching) {
-		ig_event_del(req->rx, &req->client_ev);
-		req->watching = false;
-	}
-}
-
-/* The hang-up watch costs two epoll_ctl calls, so it is set only on
- * requests that stay suspended a while (ig_proxy_tick_rx): a quick answer
- * needs none, and a stream that keeps flowing sees its client leave at the
- * next write anyway. */
-#define WATCH_AFTER_MS 100
+/* ---- client side: suspend/resume ---- */
 
 static void suspend(struct ig_req *req)
 {
 	if (!req->suspended && !req->detached) {
 		MHD_suspend_connection(req->conn);
 		req->suspended = true;
-		req->suspended_at_ms = ig_now_ms();
-		/* scan_watch looks at these only, oldest first */
-		if (!req->watching && !req->relay.client_gone) {
-			ig_list_del(&req->watch_link);
-			ig_list_append(&req->rx->to_watch, &req->watch_link);
-		}
 	}
 }
 
@@ -551,13 +516,12 @@ static void hedge_start(struct ig_req *p, long after_ms)
 	h->xfer.done = on_upstream_done;
 	ig_list_init(&h->xfer.unpause_link);
 	h->gw = gw;
-	h->client_ev = (struct ig_event){-1, NULL, h};
-	ig_list_init(&h->watch_link);
 	ig_list_init(&h->idem_link);
 	ig_list_init(&h->post_link);
 	h->t_start_us = ig_now_us();
 	snprintf(h->request_id, sizeof(h->request_id), "%.60s-hedge", p->request_id);
 	snprintf(h->client, sizeof(h->client), "%s", p->client);
+	snprintf(h->peer, sizeof(h->peer), "%s", p->peer);
 	ig_buf_init(&h->body);
 	ig_buf_init(&h->orig_body);
 	ig_buf_append(&h->body, p->body.data ? p->body.data : "", p->body.len);
@@ -824,9 +788,9 @@ options:
 
 /* Its attempt, on its own reactor: configured and started. */
 /* Whether the client of a request that waited in the queue has hung up:
- * its hang-up may not have been read yet (the watch's event comes later
- * in the loop, or there is no watch on one suspended less than
- * WATCH_AFTER_MS). A batch cancelled here closes its requests to this
+ * its hang-up may not have been read yet (the watch's event, server.c's,
+ * comes later in the loop, or on a slot freed on another reactor before
+ * this one read it). A batch cancelled here closes its requests to this
  * gateway at once, and those queued behind the ones it aborted were sent
  * to a backend before their hang-ups were read. */
 static bool client_left(struct ig_req *req)
@@ -847,7 +811,6 @@ static void launch(struct ig_req *req)
 		if (!req->relay.client_gone)
 			req->gw->stats.client_aborts++;
 		req->relay.client_gone = true;
-		unwatch_client(req);
 		return;
 	}
 	configure_transfer(req, req->wait.backend);
@@ -936,12 +899,13 @@ static void relay_stored(struct ig_relay *r, json_t *response)
 struct collect {
 	struct ig_req *req;
 	const char *connection; /* the request's Connection header, or NULL */
+	struct ig_buf xff;      /* the client's X-Forwarded-For values, joined */
 };
 
 static enum MHD_Result collect_header(void *cls, enum MHD_ValueKind kind IG_UNUSED, const char *key,
 				      const char *value)
 {
-	const struct collect *c = cls;
+	struct collect *c = cls;
 	struct ig_req *req = c->req;
 	struct ig_gw *gw = req->gw;
 	if (!key || !value || ig_relay_hop_by_hop(key, strlen(key)))
@@ -959,9 +923,14 @@ static enum MHD_Result collect_header(void *cls, enum MHD_ValueKind kind IG_UNUS
 			p += n;
 		}
 	}
-	/* A batch's mark (IG_BATCH_HEADER) is the gateway's own. */
+	/* A batch's mark (IG_BATCH_HEADER) is the gateway's own; the chain
+	 * of X-Forwarded-For goes on as one header (upstream_headers). */
 	if (strcasecmp(key, IG_BATCH_HEADER) == 0)
 		return MHD_YES;
+	if (strcasecmp(key, "X-Forwarded-For") == 0) {
+		ig_buf_printf(&c->xff, "%s%s", c->xff.len ? ", " : "", value);
+		return MHD_YES;
+	}
 	/* Traced, the trace goes on from each attempt's span (configure_transfer). */
 	if (req->trace.on && (strcasecmp(key, "traceparent") == 0 || strcasecmp(key, "tracestate") == 0))
 		return MHD_YES;
@@ -997,11 +966,22 @@ static enum MHD_Result respond(struct ig_req *req);
 static void upstream_headers(struct ig_req *req)
 {
 	struct ig_gw *gw = req->gw;
-	struct collect c = {req, MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Connection")};
+	struct collect c = {req, MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Connection"), {0}};
+	ig_buf_init(&c.xff);
 	MHD_get_connection_values(req->conn, MHD_HEADER_KIND, collect_header, &c);
 	char *line = ig_strdupf("X-Request-Id: %s", req->request_id);
 	req->up_headers = curl_slist_append(req->up_headers, line);
 	free(line);
+	/* X-Forwarded-For: the client's chain (believed or not, it is passed
+	 * on) with the address that connected here added, as nginx's
+	 * $proxy_add_x_forwarded_for and HAProxy's option forwardfor do. */
+	if (c.xff.len || *req->peer) {
+		line = ig_strdupf("X-Forwarded-For: %.*s%s%s", (int)c.xff.len, c.xff.data ? c.xff.data : "",
+				  c.xff.len && *req->peer ? ", " : "", req->peer);
+		req->up_headers = curl_slist_append(req->up_headers, line);
+		free(line);
+	}
+	ig_buf_free(&c.xff);
 	if ((req->adm.method == IG_RT_POST || req->adm.method == IG_RT_PUT) &&
 	    !MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Content-Type"))
 		req->up_headers = curl_slist_append(req->up_headers, "Content-Type: application/json");
@@ -1311,7 +1291,6 @@ static enum MHD_Result respond_read(struct ig_req *req)
 		return MHD_YES;
 	}
 	if (e->done) {
-		unwatch_client(req);
 		len = e->bytes.len;
 		r = MHD_create_response_from_buffer(len, e->bytes.data, MHD_RESPMEM_MUST_COPY);
 		req->idem_off = len;
@@ -1386,7 +1365,6 @@ static enum MHD_Result respond(struct ig_req *req)
 	if (req->err_status || rl->upstream_done)
 		idem_finish(req);
 	if (req->err_status) {
-		unwatch_client(req);
 		r = MHD_create_response_from_buffer(strlen(req->err_body), req->err_body, MHD_RESPMEM_MUST_COPY);
 		MHD_add_response_header(r, "Content-Type", "application/json");
 		uint64_t retry_ms = req->adm.err.retry_after_ms;
@@ -1429,7 +1407,6 @@ static enum MHD_Result respond(struct ig_req *req)
 		return ret;
 	}
 	if (rl->upstream_done) {
-		unwatch_client(req);
 		/* The client gets OpenAI's error shape whatever the backend used
 		 * (SGLang answers flat, FastAPI {"detail"}), message kept. */
 		char *oa = rl->up_status >= 400 ? ig_oaerror_normalize((unsigned)rl->up_status,
@@ -1757,8 +1734,6 @@ static void detached_end(struct ig_req *req)
 static void detach(struct ig_req *req)
 {
 	struct ig_relay *rl = &req->relay;
-	unwatch_client(req);
-	ig_list_del(&req->watch_link);
 	req->suspended = false;
 	req->conn = NULL;
 	req->detached = true;
@@ -1796,7 +1771,6 @@ void ig_proxy_req_client_gone(struct ig_req *req)
 		return;
 	}
 	req->relay.client_gone = true;
-	unwatch_client(req);
 	bool queued = req->wait.queued;
 	if (stop_attempt(req)) {
 		gw->stats.client_aborts++;
@@ -1891,27 +1865,8 @@ static void scan_idle(struct ig_rx *rx, uint64_t now_ms)
 	}
 }
 
-/* Requests suspended WATCH_AFTER_MS get their hang-up watch. Only the
- * queue of those suspended unwatched is read, oldest first, not every
- * request: 10,000 held streams are watched once each. */
-static void scan_watch(struct ig_rx *rx, uint64_t now_ms)
-{
-	struct ig_req *req;
-	while ((req = IG_LIST_FIRST(&rx->to_watch, struct ig_req, watch_link))) {
-		if (req->suspended && !req->watching && now_ms - req->suspended_at_ms < WATCH_AFTER_MS)
-			break;
-		ig_list_del(&req->watch_link);
-		if (req->suspended && !req->watching)
-			watch_client(req);
-	}
-}
-
 void ig_proxy_tick_rx(struct ig_rx *rx, uint64_t now_ms)
 {
-	if (now_ms >= rx->next_watch_scan_ms) {
-		rx->next_watch_scan_ms = now_ms + WATCH_AFTER_MS / 2;
-		scan_watch(rx, now_ms);
-	}
 	if (now_ms >= rx->next_idle_scan_ms) {
 		rx->next_idle_scan_ms = now_ms + (rx->gw->cfg->hedge_after_ms ? 25 : 250);
 		scan_idle(rx, now_ms);
@@ -2002,6 +1957,8 @@ static enum MHD_Result on_request(struct ig_call *call, struct ig_gw *gw, struct
 	struct ig_req *req = IG_CONTAINER_OF(call, struct ig_req, call);
 	if (req->detached)
 		return MHD_NO; /* its client left: the connection closes */
+	if (req->relay.client_gone && !req->body_done)
+		return MHD_NO; /* it hung up while sending: what MHD still had is not run */
 	if (*upload_data_size) {
 		if (!req->too_large) {
 			if (req->body.len + *upload_data_size > (size_t)gw->cfg->max_body_bytes) {
@@ -2028,6 +1985,14 @@ static enum MHD_Result on_request(struct ig_call *call, struct ig_gw *gw, struct
 		return body_done(req);
 	}
 	return respond(req);
+}
+
+/* server.c's watch saw its client close its side: as any client that
+ * leaves (an HTTP/1.1 client half-closes only to go, and nginx takes it
+ * so too: proxy_ignore_client_abort off). */
+static void on_hangup(struct ig_call *call)
+{
+	ig_proxy_req_client_gone(IG_CONTAINER_OF(call, struct ig_req, call));
 }
 
 /* The connection is done with the request: count it, log it, free it. */

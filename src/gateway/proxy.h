@@ -36,7 +36,8 @@ struct ig_req {
 	struct ig_rx *rx;            /* its reactor: the one whose daemon holds conn */
 	struct MHD_Connection *conn;
 	char request_id[80];
-	char client[48];
+	char client[48];             /* the believed client's address (peer.h) */
+	char peer[48];               /* the socket's peer: the client, or a proxy */
 	uint64_t t_start_us;
 
 	/* 2. Its reactor's alone: only rx's thread reads or writes these,
@@ -45,11 +46,7 @@ struct ig_req {
 	struct ig_xfer xfer;         /* the current attempt's transfer */
 	struct ig_relay relay;       /* its bytes to the client (relay.h) */
 	struct ig_list link;         /* rx->reqs */
-	struct ig_list watch_link;   /* rx->to_watch: suspended, not yet watched for a hang-up */
-	struct ig_event client_ev;   /* hang-up watch on the client's socket */
 	bool suspended;              /* MHD connection suspended by us */
-	bool watching;               /* client fd in rx's epoll for hang-up */
-	uint64_t suspended_at_ms;
 	struct ig_buf body;          /* the client's body (the forwarded one, once admitted;
 				      * a continuation's, once continued) */
 	struct ig_buf orig_body;     /* a continued stream's forwarded body, which each
@@ -133,8 +130,8 @@ static inline unsigned ig_proxy_req_status(const struct ig_req *req)
 	return req->relay.stream_error ? req->relay.stream_error : req->status_sent;
 }
 
-/* On each reactor's housekeeping tick: idle timeouts and hang-up watches
- * of its requests. */
+/* On each reactor's housekeeping tick: idle timeouts and deadlines of its
+ * requests. */
 void ig_proxy_tick_rx(struct ig_rx *rx, uint64_t now_ms);
 /* Wakes the readers waiting for an Idempotency-Key entry (idem.h's hook,
  * set at start). Under the lock. */

@@ -3,7 +3,7 @@
  * each daemon's epoll fd added to the reactor's: server.c) and its own
  * libcurl multi handle (multi_socket_action, its timer as the loop's
  * timeout), plus a housekeeping tick and the event sources other modules
- * add (hang-up watches on suspended clients), each with its handler.
+ * add (every client socket's hang-up watch: server.c), each with its handler.
  * Reactor 0 also has the listening socket (it hands each new client to the
  * reactor with the fewest), the signals, discovery's eventfd, and the
  * control plane's work on its tick: health probes, queue deadlines, the
@@ -129,7 +129,10 @@ int ig_reactor_new(struct ig_gw *gw)
 		rx->ev_wake = (struct ig_event){-1, on_wake, rx};
 		rx->curl_deadline_us = UINT64_MAX;
 		ig_list_init(&rx->reqs);
-		ig_list_init(&rx->to_watch);
+		ig_list_init(&rx->heads);
+		ig_list_init(&rx->kept);
+		ig_list_init(&rx->pokes);
+		ig_list_init(&rx->unwatched);
 		ig_list_init(&rx->posted);
 		ig_list_init(&rx->jobs);
 		ig_list_init(&rx->unpause);
@@ -239,6 +242,7 @@ static void deferred(struct ig_rx *rx)
 		uint64_t now = ig_now_ms();
 		rx->tick_due = false;
 		ig_proxy_tick_rx(rx, now);
+		ig_server_tick(rx, now);
 		if (rx == ig_gw_home(gw)) {
 			ig_health_tick(gw, now);
 			if (gw->cluster)

@@ -49,6 +49,7 @@ struct ig_httpd {
 struct ig_newfd {
 	int fd;
 	enum ig_door door;
+	bool counted;                  /* in gw->per_ip (max_connections_per_ip), under its address */
 	socklen_t len;
 	struct sockaddr_storage addr;
 };
@@ -84,9 +85,14 @@ struct ig_rx {
 	bool httpd_due;                /* some httpd[].due is set */
 	bool httpd_trail;              /* some httpd[].trail is set */
 	struct ig_list reqs;           /* its live proxied requests (struct ig_req) */
-	struct ig_list to_watch;       /* requests suspended without a hang-up watch, oldest first */
+	/* Its client connections waiting for a request head (server.c), each
+	 * list oldest first: `heads` since their deadline started, `kept`
+	 * kept alive after an answer, the next request's first byte not seen. */
+	struct ig_list heads, kept;
+	struct ig_list unwatched;      /* connections not yet watched for a hang-up, oldest first */
+	struct ig_list pokes;          /* clients that hung up, their sockets to shut after MHD's run */
+	void *adding;                  /* the connection MHD_add_connection is taking (server.c) */
 	uint64_t next_idle_scan_ms;
-	uint64_t next_watch_scan_ms;
 	/* Handed over by other reactors (under the gateway's lock): */
 	struct ig_list posted;         /* requests to start or resume (proxy.c) */
 	struct ig_list jobs;           /* work posted to it (struct ig_rx_job), nobody waiting */

@@ -16,6 +16,10 @@ int ig_server_start(struct ig_gw *gw, unsigned conn_limit);
  * every turn, for its client timeouts and for any work libmicrohttpd keeps
  * without signalling it (ig_server_run), which then waits at most a tick. */
 void ig_server_wake_all(struct ig_rx *rx);
+/* The tick's: client connections whose request head is later than
+ * client_header_timeout_s are cut (a 408, or closed), and those kept alive
+ * a while watch for their next request's first byte. */
+void ig_server_tick(struct ig_rx *rx, uint64_t now_ms);
 /* Whether a daemon of rx has work now (the reactor must not sleep). */
 bool ig_server_busy(struct ig_rx *rx);
 /* MHD_run for each daemon of rx with work. */

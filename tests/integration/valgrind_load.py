@@ -134,7 +134,8 @@ def gateway_under_valgrind_load_disconnects_sigterm():
                 binary("infergate"), "--listen", f"127.0.0.1:{gp}", "--backend", paced.url,
                 "--data-dir", tempfile.mkdtemp(prefix="ig-valgrind-data-"),
                 "--backend", unpaced.url, "--health-interval-ms", "200", "--shutdown-grace-s", "5",
-                "--api-keys-file", keys_file()],
+                "--api-keys-file", keys_file(), "--max-connections-per-ip", "8", "--client-header-timeout-s", "2",
+                "--trusted-proxies", "127.0.0.2/32"],
                port=gp, timeout=120)
     time.sleep(1)   # both backends probed healthy (rise 2 at 200 ms)
     ok = 0
@@ -178,6 +179,32 @@ def gateway_under_valgrind_load_disconnects_sigterm():
                        close=False))
         time.sleep(0.05)
         s.close()
+    # Clients that close half-way through a request line or a body (let go at once: server.c's
+    # watch), the ninth connection of one address (max_connections_per_ip 8: a 429 at accept), a
+    # head too slow for client_header_timeout_s (a 408), and requests through a trusted proxy
+    # (127.0.0.2) naming their clients in X-Forwarded-For (counted per request under them).
+    for i in range(60):
+        s = socket.create_connection(("127.0.0.1", gp))
+        s.sendall(b"GET /v1/mod" if i % 2 else post(b"/v1/chat/completions", dict(msg, messages=[]))[:150])
+        s.close()
+    time.sleep(2)
+    held = [socket.create_connection(("127.0.0.1", gp)) for _ in range(8)]
+    for h in held:
+        h.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+    time.sleep(0.5)
+    over = request(gp, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    late = read_to_end(held[0])
+    for h in held[1:]:
+        h.close()
+    proxied = 0
+    for i in range(4):
+        p = socket.create_connection(("127.0.0.1", gp), 30, source_address=("127.0.0.2", 0))
+        raw = post(b"/v1/chat/completions", dict(msg, messages=[{"role": "user", "content": f"p{i}"}]))
+        line, _, rest = raw.partition(b"\r\n")
+        p.sendall(line + b"\r\nX-Forwarded-For: 203.0.113.%d, 127.0.0.2\r\n" % i + rest)
+        proxied += read_to_end(p).startswith(b"HTTP/1.1 200")
+    assert over.startswith(b"HTTP/1.1 429") and late.startswith(b"HTTP/1.1 408") and proxied == 4, \
+        (over[:100], late[:100], proxied)
     # One stream still running at SIGTERM: it is let finish.
     s = socket.create_connection(("127.0.0.1", gp))
     s.sendall(post(b"/v1/completions", {"model": "sim-model", "prompt": "last", "max_tokens": 100, "stream": True}))

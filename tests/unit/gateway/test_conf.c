@@ -100,4 +100,49 @@ START_TEST(config_backend_url_bytes)
 }
 END_TEST
 
-IG_CHECK_MAIN("conf", config_file_and_flag_override, config_names_every_problem, config_backend_url_bytes)
+/* trusted_proxies: a list in the file (or one string), a flag replacing
+ * it, each bad entry named; client_header_timeout_s and
+ * max_connections_per_ip with their defaults and bounds. */
+START_TEST(connection_keys)
+{
+	char *path = write_tmp("{\"backends\": [\"http://a:1\"], \"trusted_proxies\": [\"10.0.0.0/8\", \"::1\"], "
+			       "\"max_connections_per_ip\": 20}");
+	struct ig_conf cfg;
+	char *err = NULL;
+	ck_assert_int_eq(load_args(&cfg, &err, 2, "--config", path), 0);
+	ck_assert_uint_eq(cfg.trusted_proxies.n, 2);
+	ck_assert_int_eq(cfg.trusted_proxies.v[0].bits, 8);
+	ck_assert_int_eq(cfg.max_connections_per_ip, 20);
+	ck_assert_int_eq(cfg.client_header_timeout_s, 10);
+	char *js = ig_conf_to_json(&cfg);
+	ck_assert_ptr_nonnull(strstr(js, "\"trusted_proxies\": [\n    \"10.0.0.0/8\",\n    \"::1/128\"\n  ]"));
+	free(js);
+	ig_conf_free(&cfg);
+	ck_assert_int_eq(load_args(&cfg, &err, 6, "--config", path, "--trusted-proxies", "192.0.2.0/24",
+				   "--client-header-timeout-s", "0"), 0);
+	ck_assert_uint_eq(cfg.trusted_proxies.n, 1);
+	ck_assert_int_eq(cfg.client_header_timeout_s, 0);
+	ig_conf_free(&cfg);
+	unlink(path);
+	free(path);
+	path = write_tmp("{\"backends\": [\"http://a:1\"], \"trusted_proxies\": [\"10.0.0.0/8\", 7, \"a,b\"], "
+			 "\"max_connections_per_ip\": -1}");
+	ck_assert_int_eq(load_args(&cfg, &err, 2, "--config", path), -1);
+	ck_assert_ptr_nonnull(strstr(err, "trusted_proxies[1]: 7 is not an address or network"));
+	ck_assert_ptr_nonnull(strstr(err, "trusted_proxies[2]: \"a,b\" is not an address or network"));
+	ck_assert_ptr_nonnull(strstr(err, "max_connections_per_ip"));
+	free(err);
+	err = NULL;
+	ig_conf_free(&cfg);
+	unlink(path);
+	free(path);
+	ck_assert_int_eq(load_args(&cfg, &err, 4, "--backend", "http://a:1", "--trusted-proxies", "10.0.0.0/8, 10.0.0.0/40"),
+			 -1);
+	ck_assert_ptr_nonnull(strstr(err, "trusted_proxies: '10.0.0.0/40' is not an IP address or network"));
+	free(err);
+	ig_conf_free(&cfg);
+}
+END_TEST
+
+IG_CHECK_MAIN("conf", config_file_and_flag_override, config_names_every_problem, config_backend_url_bytes,
+	      connection_keys)
