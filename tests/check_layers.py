@@ -57,7 +57,7 @@ LAYERS = {
         "accesslog answer backend loadreport capacity ratelimit keyset respstore affinity clients cont idem headroom trace",
         "conf policy_list",                       # policy_list.h: the policies' table, which conf.c reads
         "routes servertls peer",                  # servertls: HTTPS for clients, peer: who a client is (trusted_proxies), which conf.c checks
-        "rx event bio redis redismsg",            # the reactors' shared parts, background I/O, Redis (its values checked)
+        "rx event bio redis redis_link redismsg", # the reactors' shared parts, background I/O, Redis (its link's settings; its values checked)
     ],
     "bulk": [
         "main",

@@ -18,6 +18,8 @@
  * Also a blocking connection for the start and the stop, when no loop
  * runs (ig_redis_connect_blocking, ig_redis_call): the same code, waited
  * on with poll.
+ * The URL and the TLS context are set up once, in redis_link.c; the
+ * connection (redis.c) takes them as they are.
  * Not here: what is kept in Redis (cluster.c). */
 #ifndef IG_REDIS_H
 #define IG_REDIS_H
@@ -26,6 +28,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "redis_link.h"
 
 struct ig_rx;
 
@@ -37,35 +41,6 @@ struct ig_rx;
  * waits for 2 GB, a "*2000000000" allocates 16 GB at once. */
 #define IG_REDIS_MAX_REPLY (16u << 20)
 #define IG_REDIS_MAX_ELEMENTS (1 << 20)
-
-/* redis[s]://[[USER]:PASSWORD@]HOST[:PORT][/DB] */
-struct ig_redis_url {
-	char *host;      /* as written */
-	int port;        /* 6379 by default */
-	long db;         /* 0 by default */
-	char *password;  /* NULL: none; "USER\nPASSWORD" with an ACL user */
-	bool tls;        /* rediss:// */
-};
-
-/* Parses url into *u. Returns 0, or -1 with *err (malloc'd) saying why. */
-int ig_redis_url_parse(const char *url, struct ig_redis_url *u, char **err);
-void ig_redis_url_free(struct ig_redis_url *u);
-/* The URL without its password, for logs and status (malloc'd). */
-char *ig_redis_url_shown(const struct ig_redis_url *u);
-
-/* TLS for rediss://: the server's certificate is verified against ca_file
- * (NULL or "": the system's store) and must name server_name (NULL or "":
- * the URL's host; a DNS name or an IP address); cert_file and key_file
- * (both or neither) are shown when Redis asks for a client certificate
- * (tls-auth-clients). */
-struct ig_redis_tls_files {
-	const char *ca_file, *cert_file, *key_file, *server_name;
-};
-struct ig_redis_tls;
-/* The TLS settings of connections to `host`, files read now. Returns
- * NULL with *err (malloc'd) naming the file and the problem. */
-struct ig_redis_tls *ig_redis_tls_new(const struct ig_redis_tls_files *f, const char *host, char **err);
-void ig_redis_tls_free(struct ig_redis_tls *t);
 
 enum ig_redis_state {
 	IG_REDIS_DOWN,       /* not connected; tried again after a backoff */
