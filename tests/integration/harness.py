@@ -771,6 +771,46 @@ RESPONSE = {"id": "resp_1", "object": "response", "created_at": 1, "status": "co
             "usage": {"input_tokens": 11, "output_tokens": 7, "total_tokens": 18}}
 
 
+class Collector(FakeBackend):
+    """An OTLP/HTTP receiver of spans: each POST /v1/traces kept in .bodies as (headers
+    lower-cased, the JSON body), answered with `status` after `delay` seconds; anything
+    else 404. spans() flattens the kept bodies' spans."""
+
+    def __init__(self, status=200, delay=0.0):
+        self.status, self.delay, self.bodies = status, delay, []
+        super().__init__(handler=Collector.take)
+
+    @staticmethod
+    def take(fb, req, sock):
+        if req["method"] == "POST" and req["path"] == "/v1/traces":
+            if fb.delay:
+                time.sleep(fb.delay)
+            with fb.lock:
+                fb.bodies.append((dict((k.lower(), v) for k, v in req["headers"]), json.loads(req["body"])))
+            FakeBackend.reply(sock, fb.status, {})
+            return True
+        FakeBackend.reply(sock, 404, {})
+        return True
+
+    def spans(self):
+        with self.lock:
+            return [s for _, b in self.bodies for rs in b["resourceSpans"] for ss in rs["scopeSpans"]
+                    for s in ss["spans"]]
+
+    def server_spans(self):
+        """The attributes of each server span (kind 2)."""
+        return [span_attrs(s) for s in self.spans() if s["kind"] == 2]
+
+
+def span_attrs(span):
+    """A span's attributes as a dict (intValue as an int)."""
+    out = {}
+    for a in span["attributes"]:
+        v = a["value"]
+        out[a["key"]] = int(v["intValue"]) if "intValue" in v else next(iter(v.values()))
+    return out
+
+
 def stateful_backend():
     """A scripted backend of OpenAI's Responses API (and embeddings) that
     stores its responses in its own memory, as SGLang and vLLM do: a

@@ -24,7 +24,7 @@ import subprocess
 import threading
 import time
 
-from harness import (FakeBackend, Dir, assert_openai_error, binary, chat_body, gateway_queue, http, http_json,
+from harness import (Collector, FakeBackend, Dir, assert_openai_error, binary, chat_body, gateway_queue, http, http_json,
                      metric, raw_post, responses, rss_kb, run, sanitized, sim_requests, start_gateway, start_sim,
                      test, wait_until)
 
@@ -464,28 +464,6 @@ def max_connections_per_ip_refuses_the_sixth_and_frees_a_place_on_close():
     assert gw.stop() == 0, gw.read_log()[-2000:]
 
 
-
-
-class Collector(FakeBackend):
-    """An OTLP/HTTP receiver of spans (as test_tracing.py's)."""
-
-    def __init__(self):
-        self.bodies = []
-        super().__init__(handler=Collector.take)
-
-    @staticmethod
-    def take(fb, req, sock):
-        with fb.lock:
-            fb.bodies.append(json.loads(req["body"] or b"{}"))
-        FakeBackend.reply(sock, 200, {})
-        return True
-
-    def server_spans(self):
-        with self.lock:
-            spans = [s for b in self.bodies for rs in b.get("resourceSpans", []) for ss in rs["scopeSpans"]
-                     for s in ss["spans"]]
-        return [{a["key"]: next(iter(a["value"].values())) for a in s["attributes"]} for s in spans
-                if s["kind"] == 2]
 
 
 def forwarded(fb):

@@ -9,8 +9,8 @@ and token counts) take an admin key or a key given "status": true, never a tenan
 import json
 import subprocess
 
-from harness import (FakeBackend, Dir, assert_openai_error, binary, chat_body, http, http_json, keys_file, rss_kb, run,
-                     sanitized, start_gateway, stateful_backend, test, upload, wait_until)
+from harness import (Collector, FakeBackend, Dir, assert_openai_error, binary, chat_body, http, http_json, keys_file,
+                     rss_kb, run, sanitized, span_attrs, start_gateway, stateful_backend, test, upload, wait_until)
 
 
 def tenant_keys(d, *names, status=()):
@@ -133,30 +133,6 @@ def another_keys_responses_files_batches_and_idempotent_answers_are_not_found():
     assert st == 200 and obj["id"] == batch["id"], obj
     st, h, again = http("POST", gw.url + "/v1/chat/completions", idem_body, headers={**alice, "Idempotency-Key": "k-1"})
     assert st == 200 and h.get("idempotent-replayed") == "true" and again == first, (st, h)
-
-
-class Collector(FakeBackend):
-    """An OTLP/HTTP receiver (as test_tracing.py's): the spans of POST /v1/traces kept."""
-
-    def __init__(self):
-        self.bodies = []
-        super().__init__(handler=Collector.take)
-
-    @staticmethod
-    def take(fb, req, sock):
-        if req["method"] == "POST" and req["path"] == "/v1/traces":
-            with fb.lock:
-                fb.bodies.append(json.loads(req["body"]))
-        FakeBackend.reply(sock, 200, {})
-        return True
-
-    def spans(self):
-        with self.lock:
-            return [s for b in self.bodies for rs in b["resourceSpans"] for ss in rs["scopeSpans"] for s in ss["spans"]]
-
-
-def span_attrs(span):
-    return {a["key"]: next(iter(a["value"].values())) for a in span["attributes"]}
 
 
 @test

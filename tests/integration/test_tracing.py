@@ -13,45 +13,11 @@ import subprocess
 import threading
 import time
 
-from harness import (SRCDIR, Dir, FakeBackend, binary, bulk, chat_body, ensure_otel, generate, http, http_json, lines,
-                     metric, run, start_gateway, start_sim, test, wait_until)
+from harness import (SRCDIR, Collector, Dir, FakeBackend, binary, bulk, chat_body, ensure_otel, generate, http,
+                     http_json, lines, metric, run, span_attrs, start_gateway, start_sim, test, wait_until)
 
 TP = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
-
-
-class Collector(FakeBackend):
-    """An OTLP/HTTP receiver: POST /v1/traces bodies kept (their spans flattened), answered
-    with `status` after `delay` seconds."""
-
-    def __init__(self, status=200, delay=0.0):
-        self.status, self.delay, self.bodies = status, delay, []
-        super().__init__(handler=Collector.take)
-
-    @staticmethod
-    def take(fb, req, sock):
-        if req["method"] == "POST" and req["path"] == "/v1/traces":
-            if fb.delay:
-                time.sleep(fb.delay)
-            with fb.lock:
-                fb.bodies.append((dict((k.lower(), v) for k, v in req["headers"]), json.loads(req["body"])))
-            FakeBackend.reply(sock, fb.status, {})
-            return True
-        FakeBackend.reply(sock, 404, {})
-        return True
-
-    def spans(self):
-        with self.lock:
-            return [s for _, b in self.bodies for rs in b["resourceSpans"] for ss in rs["scopeSpans"]
-                    for s in ss["spans"]]
-
-
-def attrs(span):
-    out = {}
-    for a in span["attributes"]:
-        v = a["value"]
-        out[a["key"]] = int(v["intValue"]) if "intValue" in v else next(iter(v.values()))
-    return out
 
 
 def traced(collector, *extra, **kw):
@@ -91,13 +57,13 @@ def a_clients_trace_goes_on_through_the_gateway_to_the_backend():
     assert server["spanId"] == span and server["parentSpanId"] == "00f067aa0ba902b7" and server["kind"] == 2
     assert queue["parentSpanId"] == span and attempt["parentSpanId"] == span and attempt["kind"] == 3
     assert server["traceState"] == "vendor=1"
-    a = attrs(server)
+    a = span_attrs(server)
     assert a["gen_ai.request.model"] == "sim-model" and a["gen_ai.operation.name"] == "chat", a
     assert a["gen_ai.usage.input_tokens"] == obj["usage"]["prompt_tokens"], (a, obj["usage"])
     assert a["gen_ai.usage.output_tokens"] == obj["usage"]["completion_tokens"] == 5, (a, obj["usage"])
     assert a["http.response.status_code"] == 200 and a["infergate.class"] == "normal", a
     assert a["server.address"] == sim.url and a["infergate.request_id"] == hdrs["x-request-id"], a
-    b = attrs(attempt)
+    b = span_attrs(attempt)
     assert b["server.address"] == sim.url and b["http.response.status_code"] == 200, b
     assert b["infergate.attempt.kind"] == "first" and b["gen_ai.request.model"] == "sim-model", b
     assert int(server["startTimeUnixNano"]) <= int(attempt["startTimeUnixNano"]) <= \
@@ -137,8 +103,8 @@ def the_official_client_instrumented_with_the_opentelemetry_sdk_sees_one_trace_i
     queue = next(s for s in spans if s["name"] == "queue")
     assert server["parentSpanId"] == http_span["spanId"], (server, http_span)
     assert attempt["parentSpanId"] == queue["parentSpanId"] == server["spanId"], spans
-    assert attrs(server)["gen_ai.usage.output_tokens"] == out["usage"]["completion_tokens"] == 5, (server, out)
-    assert attrs(attempt)["gen_ai.request.model"] == "sim-model", attempt
+    assert span_attrs(server)["gen_ai.usage.output_tokens"] == out["usage"]["completion_tokens"] == 5, (server, out)
+    assert span_attrs(attempt)["gen_ai.request.model"] == "sim-model", attempt
     assert sim_traceparents(sim)[-1] == f"00-{trace}-{attempt['spanId']}-01", sim_traceparents(sim)
 
 
@@ -183,11 +149,11 @@ def a_retry_is_an_attempt_span_of_its_own():
         chat(gw, {"traceparent": TP})
     wait_until(lambda: len([s for s in col.spans() if s["kind"] == 3]) >= 3, timeout=10, what="3 attempts")
     attempts = [s for s in col.spans() if s["kind"] == 3]
-    failed = [a for a in attempts if attrs(a)["server.address"] == bad.url]
+    failed = [a for a in attempts if span_attrs(a)["server.address"] == bad.url]
     assert len(failed) == 1 and failed[0]["status"]["code"] == 2, failed
-    assert attrs(failed[0])["http.response.status_code"] == 503, failed
-    retried = [a for a in attempts if attrs(a)["infergate.attempt.kind"] == "retry"]
-    assert len(retried) == 1 and attrs(retried[0])["server.address"] == sim.url, attempts
+    assert span_attrs(failed[0])["http.response.status_code"] == 503, failed
+    retried = [a for a in attempts if span_attrs(a)["infergate.attempt.kind"] == "retry"]
+    assert len(retried) == 1 and span_attrs(retried[0])["server.address"] == sim.url, attempts
     # both attempts of that request sent their own span id to their backend
     assert bad.posts()[-1]["headers"] and dict((k.lower(), v) for k, v in bad.posts()[-1]["headers"])[
         "traceparent"].split("-")[2] == failed[0]["spanId"]
@@ -277,7 +243,7 @@ def infergate_bulk_trace_writes_each_lines_trace_id_and_the_gateway_traces_it():
     assert all(len(t) == 32 and int(t, 16) for t in traces.values()), traces
     # each line's trace is the one the gateway recorded, with the line's request id on it
     wait_until(lambda: len([s for s in col.spans() if s["kind"] == 2]) >= 30, timeout=10, what="30 server spans")
-    servers = {s["traceId"]: attrs(s) for s in col.spans() if s["kind"] == 2}
+    servers = {s["traceId"]: span_attrs(s) for s in col.spans() if s["kind"] == 2}
     for x in out:
         assert servers[x["trace_id"]]["infergate.request_id"] == x["response"]["request_id"], (x, servers)
     assert {tp.split("-")[1] for tp in sim_traceparents(sim)} <= set(traces.values())
