@@ -30,6 +30,7 @@
 #include "infergate/log.h"
 #include "infergate/util.h"
 #include "redis.h"
+#include "redismsg.h"
 #include "rx.h"
 
 #define BACKOFF_MIN_MS 250
@@ -110,17 +111,14 @@ struct ig_redis {
 
 /* ---- what went wrong, said ---- */
 
-/* s (n bytes) as at most `max` printable characters. */
-static void printable(char *out, size_t size, const char *s, size_t n, size_t max)
+/* s (n bytes) as at most `max` printable characters (ig_redismsg_shown),
+ * '"' and '\\' too as '?': it is shown between quotes. */
+static void shown(char *out, size_t size, size_t max, const char *s, size_t n)
 {
-	size_t j = 0;
-	for (size_t i = 0; i < n && i < max && j + 1 < size; i++)
-		out[j++] = s[i] >= 0x20 && s[i] < 0x7f && s[i] != '"' && s[i] != '\\' ? s[i] : '?';
-	if (n > max && j + 3 < size) {
-		memcpy(out + j, "...", 3);
-		j += 3;
-	}
-	out[j < size ? j : size - 1] = '\0';
+	ig_redismsg_shown(out, size < max + 4 ? size : max + 4, s, n);
+	for (char *p = out; *p; p++)
+		if (*p == '"' || *p == '\\')
+			*p = '?';
 }
 
 static const char *type_name(int type)
@@ -144,7 +142,7 @@ static void describe(const redisReply *rep, char *out, size_t size)
 	if (rep->type != REDIS_REPLY_ARRAY) {
 		bool text = rep->type == REDIS_REPLY_STRING || rep->type == REDIS_REPLY_STATUS || rep->type == REDIS_REPLY_ERROR;
 		if (text)
-			printable(s, sizeof(s), rep->str, rep->len, 24);
+			shown(s, sizeof(s), 24, rep->str, rep->len);
 		snprintf(out, size, "%s%s%s%s", type_name(rep->type), text ? " \"" : "", text ? s : "", text ? "\"" : "");
 		return;
 	}
@@ -153,7 +151,7 @@ static void describe(const redisReply *rep, char *out, size_t size)
 		const redisReply *e = rep->element[i];
 		s[0] = '\0';
 		if (e->type == REDIS_REPLY_STRING && i == 0)
-			printable(s, sizeof(s), e->str, e->len, 16);
+			shown(s, sizeof(s), 16, e->str, e->len);
 		used += snprintf(out + used, size - (size_t)used, "%s%s%s%s%s", i ? ", " : ": ", type_name(e->type),
 				 *s ? " \"" : "", s, *s ? "\"" : "");
 	}
@@ -352,7 +350,7 @@ static void handshake(struct ig_redis *r, enum cmd_kind kind, const redisReply *
 	if (r->state != IG_REDIS_CONNECTING)
 		return;
 	if (rep->type == REDIS_REPLY_ERROR) {
-		printable(text, sizeof(text), rep->str, rep->len, 150);
+		shown(text, sizeof(text), 150, rep->str, rep->len);
 		if (kind == CMD_AUTH)
 			snprintf(why, sizeof(why), "refused the password: %s", text);
 		else if (kind == CMD_SELECT)
@@ -517,7 +515,7 @@ static int take_bytes(struct ig_redis *r, const char *buf, size_t n)
 			if (r->refusal)
 				snprintf(detail, sizeof(detail), "%s", r->refusal_detail);
 			else
-				printable(detail, sizeof(detail), rd->errstr, strlen(rd->errstr), 150);
+				shown(detail, sizeof(detail), 150, rd->errstr, strlen(rd->errstr));
 			bad(r, kind, detail);
 			if (r->gen == gen) {
 				char why[240];

@@ -48,7 +48,7 @@ int ig_redismsg_fail(struct ig_redismsg_bad *bad, const char *kind, const char *
 	__attribute__((format(printf, 3, 4)));
 /* s[0..n) for a message: what fits in out (cut with "..."), bytes outside
  * printable ASCII as '?' (what Redis holds may be meant for a terminal or
- * a log). */
+ * a log). Also the connection's (redis.c) for what it drops. */
 void ig_redismsg_shown(char *out, size_t outlen, const char *s, size_t n);
 
 /* Strict numbers: the whole of s[0..n), base 10, an optional '-', no
