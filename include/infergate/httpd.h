@@ -10,8 +10,6 @@
 
 /* MHD_OPTION_EXTERNAL_LOGGER: MHD's messages at debug level, one line each. */
 void ig_httpd_log(void *cls, const char *fmt, va_list ap);
-/* The client's address as text ("" when unknown). */
-void ig_httpd_client_addr(struct MHD_Connection *conn, char *out, size_t n);
 /* Queues an OpenAI-shaped error ({"error": {message, type, param, code}},
  * the type from the status), with X-Request-Id when request_id is not NULL,
  * Allow: GET, HEAD on a 405,

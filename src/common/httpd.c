@@ -1,8 +1,6 @@
 /* libmicrohttpd helpers shared by the gateway and the simulator
  * (include/infergate/httpd.h). */
 #include "config.h"
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,19 +19,6 @@ void ig_httpd_log(void *cls, const char *fmt, va_list ap)
 	while (n > 0 && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
 		msg[--n] = '\0';
 	ig_log_debug("mhd: %s", msg);
-}
-
-void ig_httpd_client_addr(struct MHD_Connection *conn, char *out, size_t n)
-{
-	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-	out[0] = '\0';
-	if (!ci || !ci->client_addr)
-		return;
-	const struct sockaddr *sa = ci->client_addr;
-	if (sa->sa_family == AF_INET)
-		inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, out, (socklen_t)n);
-	else if (sa->sa_family == AF_INET6)
-		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, out, (socklen_t)n);
 }
 
 enum MHD_Result ig_httpd_error(struct MHD_Connection *conn, unsigned status, const char *message,
