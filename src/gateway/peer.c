@@ -7,7 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
+#include "infergate/buf.h"
+#include "infergate/log.h"
 #include "infergate/util.h"
 #include "peer.h"
 
@@ -213,6 +216,14 @@ void ig_peer_believe(const struct ig_cidrs *trusted, const struct ig_addr *sock,
 		*out = a;
 		end = start;
 	}
+}
+
+enum MHD_Result ig_peer_collect_xff(void *cls, enum MHD_ValueKind kind IG_UNUSED, const char *key, const char *value)
+{
+	struct ig_buf *b = cls;
+	if (key && value && strcasecmp(key, "X-Forwarded-For") == 0)
+		ig_buf_printf(b, "%s%s", b->len ? ", " : "", value);
+	return MHD_YES;
 }
 
 const struct ig_peer *ig_peer_of(struct MHD_Connection *conn)

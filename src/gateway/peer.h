@@ -58,6 +58,11 @@ bool ig_cidrs_match(const struct ig_cidrs *c, const struct ig_addr *a);
  * trusted one before it is believed). */
 void ig_peer_believe(const struct ig_cidrs *trusted, const struct ig_addr *sock, const char *xff,
 		     struct ig_addr *out);
+/* X-Forwarded-For's values, for MHD_get_connection_values (cls: a
+ * struct ig_buf): each appended, joined with ", " in the order received:
+ * the chain ig_peer_believe reads and the gateway passes upstream. Other
+ * headers are passed over. */
+enum MHD_Result ig_peer_collect_xff(void *cls, enum MHD_ValueKind kind, const char *key, const char *value);
 
 /* What the gateway knows of one client connection beside libmicrohttpd:
  * its socket context (MHD_CONNECTION_INFO_SOCKET_CONTEXT) points here, so

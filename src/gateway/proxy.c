@@ -902,7 +902,7 @@ struct collect {
 	struct ig_buf xff;      /* the client's X-Forwarded-For values, joined */
 };
 
-static enum MHD_Result collect_header(void *cls, enum MHD_ValueKind kind IG_UNUSED, const char *key,
+static enum MHD_Result collect_header(void *cls, enum MHD_ValueKind kind, const char *key,
 				      const char *value)
 {
 	struct collect *c = cls;
@@ -927,10 +927,8 @@ static enum MHD_Result collect_header(void *cls, enum MHD_ValueKind kind IG_UNUS
 	 * of X-Forwarded-For goes on as one header (upstream_headers). */
 	if (strcasecmp(key, IG_BATCH_HEADER) == 0)
 		return MHD_YES;
-	if (strcasecmp(key, "X-Forwarded-For") == 0) {
-		ig_buf_printf(&c->xff, "%s%s", c->xff.len ? ", " : "", value);
-		return MHD_YES;
-	}
+	if (strcasecmp(key, "X-Forwarded-For") == 0)
+		return ig_peer_collect_xff(&c->xff, kind, key, value);
 	/* Traced, the trace goes on from each attempt's span (configure_transfer). */
 	if (req->trace.on && (strcasecmp(key, "traceparent") == 0 || strcasecmp(key, "tracestate") == 0))
 		return MHD_YES;

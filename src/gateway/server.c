@@ -573,18 +573,6 @@ static enum MHD_Result route(struct ig_call *call, struct ig_gw *gw, struct MHD_
 
 static void head_done(struct client *c);
 
-/* X-Forwarded-For's values, joined with commas in the order received. */
-static enum MHD_Result collect_xff(void *cls, enum MHD_ValueKind kind IG_UNUSED, const char *key, const char *value)
-{
-	struct ig_buf *b = cls;
-	if (value && strcasecmp(key, "X-Forwarded-For") == 0) {
-		if (b->len)
-			ig_buf_append(b, ",", 1);
-		ig_buf_append(b, value, strlen(value));
-	}
-	return MHD_YES;
-}
-
 /* A request's head is in: who sent it (the socket's peer, or the client a
  * trusted proxy names), and whether that address is over
  * max_connections_per_ip. A connection counted at accept is within it
@@ -600,7 +588,7 @@ static bool head_in(struct ig_gw *gw, struct client *c, enum ig_door door, struc
 	if (cfg->trusted_proxies.n && c->peer.sock.family && ig_cidrs_match(&cfg->trusted_proxies, &c->peer.sock)) {
 		struct ig_buf xff;
 		ig_buf_init(&xff);
-		MHD_get_connection_values(conn, MHD_HEADER_KIND, collect_xff, &xff);
+		MHD_get_connection_values(conn, MHD_HEADER_KIND, ig_peer_collect_xff, &xff);
 		if (xff.len && ig_buf_append(&xff, "", 1) == 0)
 			ig_peer_believe(&cfg->trusted_proxies, &c->peer.sock, xff.data, &c->peer.client);
 		ig_buf_free(&xff);
