@@ -310,8 +310,13 @@ def assert_openai_error(status, obj, want_status, want_type=None):
 def exchange(port, data, wait=2.0, until_close=False, count=1):
     """Sends raw bytes and reads the answer: until `count` whole responses
     arrived (or, with until_close, until the server closes), or until it is
-    silent for `wait` seconds. Returns (bytes received, closed by the server)."""
-    s = socket.create_connection(("127.0.0.1", port))
+    silent for `wait` seconds. port: a loopback port, or a Unix socket's path.
+    Returns (bytes received, closed by the server)."""
+    if isinstance(port, str):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(port)
+    else:
+        s = socket.create_connection(("127.0.0.1", port))
     s.settimeout(wait)
     out = b""
     closed = False

@@ -139,12 +139,10 @@ def requests_over_the_limit(gws, auth, seconds):
     return got[200], got[429], time.monotonic() - t0
 
 
-@test
-def key_sync_figures_that_are_not_numbers_lift_no_limit():
-    """Every gateway's demand for a key is summed by a script from a hash anyone can HSET: an
-    entry "nan ..." made the sums NaN, which sscanf read and the bucket took as no limit. Now each
-    figure must be a finite number in range (and the whole no less than this gateway's part): a
-    key whose figures are not goes to the even split, and its rpm holds across both."""
+
+def limited_pair():
+    """A Redis, a fast simulator and two gateways sharing it with one key of rpm 10, joined:
+    (redis, sim, auth headers, the key's digest, gateway a, gateway b)."""
     redis = start_redis()
     sim = start_sim("--tokens-per-second", "0", "--ttft-ms", "0", "--output-tokens", "4")
     keys_dir = Dir()
@@ -152,6 +150,16 @@ def key_sync_figures_that_are_not_numbers_lift_no_limit():
     a = start_clustered(redis, "gw-a", [sim], "--api-keys-file", keys_dir("keys.json"))
     b = start_clustered(redis, "gw-b", [sim], "--api-keys-file", keys_dir("keys.json"))
     wait_cluster((a, b), ["gw-a", "gw-b"])
+    a.keys_dir = keys_dir  # (a Dir is removed when nothing holds it)
+    return redis, sim, auth, digest, a, b
+
+@test
+def key_sync_figures_that_are_not_numbers_lift_no_limit():
+    """Every gateway's demand for a key is summed by a script from a hash anyone can HSET: an
+    entry "nan ..." made the sums NaN, which sscanf read and the bucket took as no limit. Now each
+    figure must be a finite number in range (and the whole no less than this gateway's part): a
+    key whose figures are not goes to the even split, and its rpm holds across both."""
+    redis, sim, auth, digest, a, b = limited_pair()
     assert bad_counts(a) == {k: 0 for k in KINDS}, bad_counts(a)   # an honest cluster: nothing refused
     # "nan" and "inf" (Lua's tonumber takes them), an overflow to infinity, another gateway's
     # negative demand (which would leave each gateway the whole limit), sums too large to be one
@@ -251,13 +259,7 @@ def a_fake_member_with_garbage_for_a_state_leaves_each_gateway_alone_and_limited
     2^63 slots; a member whose name is not one; a score from the future. The whole reply is then
     refused (nothing of it read) and each gateway serves alone on its even part of the limits,
     and joins again when the garbage is gone."""
-    redis = start_redis()
-    sim = start_sim("--tokens-per-second", "0", "--ttft-ms", "0", "--output-tokens", "4")
-    keys_dir = Dir()
-    auth, digest = limited_keys(keys_dir("keys.json"), 10)
-    a = start_clustered(redis, "gw-a", [sim], "--api-keys-file", keys_dir("keys.json"))
-    b = start_clustered(redis, "gw-b", [sim], "--api-keys-file", keys_dir("keys.json"))
-    wait_cluster((a, b), ["gw-a", "gw-b"])
+    redis, sim, auth, digest, a, b = limited_pair()
     states = [b"g gw-evil\nb " + sim.url.encode() + b" 9223372036854775807\n",
               b"g gw-a\n",
               b"g gw-evil\nk " + digest.encode() + b" -1 5000 99999999999\n",

@@ -345,6 +345,29 @@ def read_until_closed(s, limit=30.0):
     return data, time.monotonic()
 
 
+def trickle(s, piece, t0, limit=15):
+    """Sends `piece` every 0.5 s, reading what comes back, until the
+    gateway closes or resets the connection (or `limit` s from t0):
+    returns what it answered."""
+    s.settimeout(0.5)
+    data = b""
+    while time.monotonic() - t0 < limit:
+        try:
+            s.sendall(piece)
+        except OSError:
+            break
+        try:
+            d = s.recv(65536)
+            if not d:
+                break
+            data += d
+        except socket.timeout:
+            pass
+        except ConnectionResetError:
+            break
+    return data
+
+
 @test
 def a_request_head_sent_slowly_is_cut_at_the_header_deadline():
     """client_header_timeout_s 2 with client_timeout_s 30: a client that
@@ -360,22 +383,7 @@ def a_request_head_sent_slowly_is_cut_at_the_header_deadline():
     slow = socket.create_connection(("127.0.0.1", gw.port))
     mute = socket.create_connection(("127.0.0.1", gw.port))
     slow.sendall(b"GET /health HTTP/1.1\r\nHost: gw\r\nX-Slow: ")
-    slow.settimeout(0.5)
-    data = b""
-    while time.monotonic() - t0 < 15:
-        try:
-            slow.sendall(b"a")
-        except OSError:
-            break
-        try:
-            d = slow.recv(65536)
-            if not d:
-                break
-            data += d
-        except socket.timeout:
-            pass
-        except ConnectionResetError:
-            break
+    data = trickle(slow, b"a", t0)
     cut = time.monotonic() - t0
     print(f"# a head sent a byte every 0.5 s: cut after {cut:.1f} s")
     st, hdrs, body = responses(data)[0]
@@ -398,22 +406,7 @@ def a_request_head_sent_slowly_is_cut_at_the_header_deadline():
     time.sleep(1.5)  # idle again, then a slow head
     t1 = time.monotonic()
     k.sendall(b"GET /health HTTP/1.1\r\n")
-    k.settimeout(0.5)
-    data = b""
-    while time.monotonic() - t1 < 15:
-        try:
-            k.sendall(b"X-Slow: a\r\n")
-        except OSError:
-            break
-        try:
-            d = k.recv(65536)
-            if not d:
-                break
-            data += d
-        except socket.timeout:
-            pass
-        except ConnectionResetError:
-            break
+    data = trickle(k, b"X-Slow: a\r\n", t1)
     cut = time.monotonic() - t1
     print(f"# a kept-alive connection's slow second head: cut {cut:.1f} s after its first byte")
     assert responses(data) and responses(data)[0][0] == 408, data

@@ -13,10 +13,10 @@ find nothing now."""
 import hashlib
 import json
 import os
-import socket
 import tempfile
 
-from harness import (FakeBackend, assert_openai_error, chat_body, http, http_json, start_gateway, test, wait_until)
+from harness import (FakeBackend, assert_openai_error, chat_body, exchange, http, http_json, start_gateway, test,
+                     wait_until)
 
 MASK = (1 << 64) - 1
 GOLDEN = 0x9E3779B97F4A7C15
@@ -158,20 +158,11 @@ def ids_are_unpredictable_and_the_batch_header_does_nothing_on_the_public_port()
     # The gateway's own socket takes no guess either.
     sock_path = [os.path.join(gw.data_dir, n) for n in os.listdir(gw.data_dir) if n.endswith(".sock")]
     assert sock_path, os.listdir(gw.data_dir)
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(10)
-    s.connect(sock_path[0])
     body = json.dumps(chat_body("inside")).encode()
-    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-              b"X-Infergate-Batch: %s %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s"
-              % (ids[2].encode(), digest(KEY_A).encode(), len(body), body))
-    data = b""
-    while True:
-        d = s.recv(65536)
-        if not d:
-            break
-        data += d
-    s.close()
+    data, _ = exchange(sock_path[0], b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                       b"Content-Type: application/json\r\nX-Infergate-Batch: %s %s\r\nContent-Length: %d\r\n"
+                       b"Connection: close\r\n\r\n%s" % (ids[2].encode(), digest(KEY_A).encode(), len(body), body),
+                       wait=10, until_close=True)
     assert data.startswith(b"HTTP/1.1 401"), data[:200]
     assert len(fb.posts()) == before + 1
     # The gateway logged nobody as tenant A for the refused requests: A's
