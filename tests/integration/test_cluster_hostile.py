@@ -14,8 +14,8 @@ import socket
 import threading
 import time
 
-from harness import (Dir, chat_body, http, http_json, start_clustered, start_redis, start_sim, test, upload,
-                     wait_cluster, wait_until)
+from harness import (Dir, chat_body, http, http_json, rss_kb, sanitized, start_clustered, start_redis, start_sim, test,
+                     upload, wait_cluster, wait_until)
 
 
 class Resp:
@@ -161,6 +161,7 @@ def key_sync_figures_that_are_not_numbers_lift_no_limit():
     key whose figures are not goes to the even split, and its rpm holds across both."""
     redis, sim, auth, digest, a, b = limited_pair()
     assert bad_counts(a) == {k: 0 for k in KINDS}, bad_counts(a)   # an honest cluster: nothing refused
+    rss0 = [rss_kb(gw.pid) for gw in (a, b)]
     # "nan" and "inf" (Lua's tonumber takes them), an overflow to infinity, another gateway's
     # negative demand (which would leave each gateway the whole limit), sums too large to be one
     variants = [b"nan 0 0 0", b"inf 0 0 0", b"-1e309 0 0 0", b"1e400 1e400 0 0", b"-1000000 -1000000 0 0",
@@ -181,13 +182,16 @@ def key_sync_figures_that_are_not_numbers_lift_no_limit():
     print(f"# rpm 10 over two gateways, Redis's key sync poisoned ({len(variants)} ways) for {elapsed:.1f} s: "
           f"{ok} answered, {refused} x 429")
     assert refused > 0 and ok <= 10 + elapsed * 10 / 60 + 2, (ok, refused, elapsed)
-    for gw in (a, b):
+    for i, gw in enumerate((a, b)):
         c = bad_counts(gw)
         assert c["key_sync"] >= 1 and all(c[k] == 0 for k in KINDS if k != "key_sync"), c
         logged_once(gw, ["key_sync"])
         assert http("GET", gw.url + "/health")[0] == 200
         # the kinds refused show in /health/backends too
         assert http_json("GET", gw.url + "/health/backends")[2]["cluster"]["bad_messages"]["key_sync"] >= 1
+        rss1 = rss_kb(gw.pid)
+        print(f"# gateway {'ab'[i]}: RSS {rss0[i]} kB before the poisoning, {rss1} kB after")
+        assert sanitized(gw.pid) or rss1 < rss0[i] + 8192, (rss0[i], rss1)
     stops_cleanly(a, b)
 
 

@@ -15,8 +15,8 @@ import json
 import os
 import tempfile
 
-from harness import (FakeBackend, assert_openai_error, chat_body, exchange, http, http_json, start_gateway, test,
-                     wait_until)
+from harness import (FakeBackend, assert_openai_error, chat_body, exchange, http, http_json, rss_kb, sanitized,
+                     start_gateway, test, wait_until)
 
 MASK = (1 << 64) - 1
 GOLDEN = 0x9E3779B97F4A7C15
@@ -136,6 +136,7 @@ def ids_are_unpredictable_and_the_batch_header_does_nothing_on_the_public_port()
         for back in range(1, 400):
             s0 = (state - back * GOLDEN) & MASK
             guesses.add(hex_of(mix(s0)) + hex_of(mix((s0 + GOLDEN) & MASK)))
+    rss0 = rss_kb(gw.pid)
     # Any guess, with tenant A's digest as the owner, on the public port:
     # no Authorization, so 401, and nothing reaches the backend.
     before = len(fb.posts())
@@ -165,11 +166,17 @@ def ids_are_unpredictable_and_the_batch_header_does_nothing_on_the_public_port()
                        wait=10, until_close=True)
     assert data.startswith(b"HTTP/1.1 401"), data[:200]
     assert len(fb.posts()) == before + 1
+    # It serves on, its memory where it was before the guesses.
+    st, _, obj = batch_header_request(gw, "-", bearer=KEY_A)
+    assert st == 200, (st, obj)
+    rss1 = rss_kb(gw.pid)
+    print(f"# {len(candidates) + 3} requests with a guessed secret; gateway RSS {rss0} kB before, {rss1} kB after")
+    assert sanitized(gw.pid) or rss1 < rss0 + 8192, (rss0, rss1)
     # The gateway logged nobody as tenant A for the refused requests: A's
-    # lines in the access log are the 10,000 ids and the one A made itself.
+    # lines in the access log are the 10,000 ids and the two A made itself.
     with open(gw.access_log) as f:
         a_lines = [ln for ln in f if "tenant-a" in ln]
-    assert len(a_lines) == 10001, len(a_lines)
+    assert len(a_lines) == 10002, len(a_lines)
 
 
 if __name__ == "__main__":
