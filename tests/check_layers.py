@@ -79,7 +79,7 @@ LAYERS = {
         "parse metrics",                          # a generation request's body; /metrics, load reports
         "pooling stored",                         # embeddings & co answered at once; stored Responses
         "engine",
-        "wire",                                   # the bytes of answers
+        "wire schema",                            # the bytes of answers; a JSON answer's document
         "request kvcache text",
         "conf",
     ],

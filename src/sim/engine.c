@@ -61,6 +61,8 @@ void sim_engine_req_free(struct sim_req *r)
 	r->model_json = NULL;
 	free(r->prefill);
 	r->prefill = NULL;
+	free(r->doc);
+	r->doc = NULL;
 	free(r->chain);
 	r->chain = NULL;
 	r->nchain = 0;

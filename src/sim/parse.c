@@ -17,6 +17,7 @@
 #include "infergate/buf.h"
 #include "infergate/util.h"
 #include "parse.h"
+#include "schema.h"
 #include "stored.h"
 
 /* A request the servers' schema validation would refuse: 400, param null
@@ -241,6 +242,30 @@ static int responses_state(struct sim *s, struct sim_req *r, json_t *root, struc
 	return 0;
 }
 
+/* Structured outputs (schema.c): a request that asks for JSON gets a
+ * document of its schema's shape as its answer, of about `natural` tokens;
+ * *n its tokens. Its grammar starts at the answer's first token, after any
+ * prefill, as a grammar engine's does: a continued request gets a whole new
+ * document. Returns 0, or -1 (e filled) when its schema is not JSON. */
+static int json_answer(struct sim_req *r, json_t *root, long natural, long *n, struct sim_perr *e)
+{
+	json_t *schema, *owned;
+	char *err;
+	int so = sim_schema_of(root, &schema, &owned, &err);
+	if (so < 0)
+		return fail(e, err);
+	if (so == 0)
+		return 0;
+	struct ig_buf doc;
+	ig_buf_init(&doc);
+	*n = sim_schema_doc(schema, r->text_seed, natural > 0 ? natural : 1, &doc);
+	json_decref(owned);
+	r->doc = doc.data;
+	r->doc_len = doc.len;
+	r->text_skip = 0;
+	return 0;
+}
+
 int sim_parse_completion(struct sim *s, struct sim_req *r, const char *body, size_t len, struct sim_perr *e)
 {
 	json_error_t jerr;
@@ -389,12 +414,15 @@ int sim_parse_completion(struct sim *s, struct sim_req *r, const char *body, siz
 	if (max_completion_tokens > 0 && (limit == 0 || max_completion_tokens < limit))
 		limit = max_completion_tokens;
 	natural = natural > r->text_skip ? natural - r->text_skip : 0; /* what a prefill left of it */
+	if (r->kind != SIM_RESPONSES && json_answer(r, root, natural, &natural, e) < 0)
+		goto out;
 	r->n_tokens = natural;
 	if (limit > 0 && natural > limit) {
 		r->n_tokens = limit;
 		r->length_cut = true;
 	}
 	sim_text_start(&r->text, r->text_seed, r->text_skip);
+	sim_text_doc(&r->text, r->doc, r->doc_len);
 	ret = 0;
 out:
 	json_decref(root);

@@ -57,6 +57,9 @@ struct sim_req {
 					* continue_final_message's prefill (parse.c) */
 	char *prefill;                 /* that prefill (the final message), or NULL */
 	size_t prefill_len;
+	char *doc;                     /* a JSON answer's tokens (structured outputs,
+					* schema.h), or NULL: words */
+	size_t doc_len;
 	struct sim_text text;
 	long prompt_tokens;
 	long n_tokens;                 /* tokens this answer will have */

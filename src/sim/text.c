@@ -38,10 +38,30 @@ void sim_text_init(struct sim_text *t, uint64_t text_seed)
 	t->state = text_seed;
 	t->index = 0;
 	t->capitalize = true;
+	t->doc = NULL;
+	t->doc_len = t->doc_at = 0;
+}
+
+void sim_text_doc(struct sim_text *t, const char *doc, size_t len)
+{
+	t->doc = doc;
+	t->doc_len = doc ? len : 0;
+	t->doc_at = 0;
 }
 
 size_t sim_text_next(struct sim_text *t, char *out)
 {
+	if (t->doc) {
+		size_t n = 0;
+		if (t->doc_at < t->doc_len) {
+			n = strlen(t->doc + t->doc_at);
+			memcpy(out, t->doc + t->doc_at, n);
+			t->doc_at += n + 1;
+		}
+		out[n] = '\0';
+		t->index++;
+		return n;
+	}
 	uint64_t r = ig_rand_next(&t->state);
 	const char *w = words[r % NWORDS];
 	size_t n = 0;

@@ -13,6 +13,9 @@ struct sim_text {
 	uint64_t state;      /* splitmix64 */
 	unsigned long index; /* tokens produced so far */
 	bool capitalize;     /* next word starts a sentence */
+	const char *doc;     /* a fixed answer's tokens, each NUL-terminated
+			      * (schema.h), or NULL: words */
+	size_t doc_len, doc_at;
 };
 
 /* The seed of a prompt's answer: same prompt bytes and --seed, same text. */
@@ -31,6 +34,9 @@ size_t sim_text_split(const char *prompt, size_t n, uint64_t seed, long *nwords)
 /* Writes the next token (NUL-terminated, at most SIM_TOKEN_MAX bytes, JSON-safe
  * ASCII) into out; returns its length. */
 size_t sim_text_next(struct sim_text *t, char *out);
+/* t gives doc's tokens (len bytes of NUL-terminated tokens, schema.h)
+ * from the first instead of words; doc NULL: words. */
+void sim_text_doc(struct sim_text *t, const char *doc, size_t len);
 /* t at text_seed's text after its first `skip` words. */
 void sim_text_start(struct sim_text *t, uint64_t text_seed, long skip);
 /* The answer's natural length in tokens, 16..256, from the same seed. */

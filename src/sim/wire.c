@@ -22,6 +22,7 @@ void sim_wire_answer_text(struct ig_buf *o, const struct sim_req *r)
 	struct sim_text gen;
 	char tok[SIM_TOKEN_MAX + 1];
 	sim_text_start(&gen, r->text_seed, r->text_skip);
+	sim_text_doc(&gen, r->doc, r->doc_len);
 	for (long i = 0; i < r->n_tokens; i++)
 		ig_buf_append(o, tok, sim_text_next(&gen, tok));
 }
@@ -202,6 +203,7 @@ static void gen_whole(const struct sim_req *r, struct ig_buf *text, struct ig_bu
 	struct sim_text gen;
 	char tok[SIM_TOKEN_MAX + 1];
 	sim_text_start(&gen, r->text_seed, r->text_skip);
+	sim_text_doc(&gen, r->doc, r->doc_len);
 	for (long i = 0; i < r->n_tokens; i++) {
 		ig_buf_append(text, tok, sim_text_next(&gen, tok));
 		gen_token_id(ids, tok);

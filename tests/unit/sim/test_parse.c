@@ -6,11 +6,13 @@
  * with only its flags and its stored Responses. */
 #include "config.h"
 #include <check.h>
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "parse.h"
 #include "stored.h"
+#include "wire.h"
 #include "../check_main.h"
 
 static struct sim_conf conf;
@@ -230,6 +232,51 @@ START_TEST(a_response_out_of_the_ring_is_unknown)
 }
 END_TEST
 
+
+/* Structured outputs: the answer is the schema's JSON document (schema.c),
+ * whole within the answer's length, cut by max_tokens with "length". */
+START_TEST(a_json_answer_for_a_schema)
+{
+	struct sim_req r;
+	struct sim_perr e;
+	setup(SIM_FLAVOR_VLLM);
+	const char *rf = ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"p\",\"schema\":"
+			 "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"},\"n\":{\"type\":\"integer\"}},"
+			 "\"required\":[\"city\",\"n\"]}}}";
+	char body[512];
+	snprintf(body, sizeof(body), "{" CHAT_OK "%s}", rf);
+	ck_assert_int_eq(parse(SIM_CHAT, body, &r, &e), 0);
+	ck_assert_ptr_nonnull(r.doc);
+	ck_assert(!r.length_cut);
+	struct ig_buf o;
+	ig_buf_init(&o);
+	ig_buf_append(&o, "\"", 1);
+	sim_wire_answer_text(&o, &r);
+	ig_buf_append(&o, "\"", 1);
+	json_t *s = json_loadb(o.data, o.len, JSON_DECODE_ANY, NULL);
+	ck_assert(json_is_string(s));
+	json_t *v = json_loads(json_string_value(s), 0, NULL);
+	ck_assert_msg(json_is_object(v), "not a JSON object: %s", json_string_value(s));
+	ck_assert(json_is_string(json_object_get(v, "city")) && json_is_integer(json_object_get(v, "n")));
+	json_decref(v);
+	json_decref(s);
+	ig_buf_free(&o);
+	long whole = r.n_tokens;
+	sim_engine_req_free(&r);
+	/* max_tokens below the document's length: cut, "length" */
+	snprintf(body, sizeof(body), "{" CHAT_OK ",\"max_tokens\":3%s}", rf);
+	ck_assert_int_eq(parse(SIM_CHAT, body, &r, &e), 0);
+	ck_assert_int_lt(3, whole);
+	ck_assert_int_eq(r.n_tokens, 3);
+	ck_assert(r.length_cut);
+	sim_engine_req_free(&r);
+	/* SGLang's json_schema, a schema as text, that is not JSON */
+	refused(SIM_COMPLETION, "{\"prompt\":\"x\",\"json_schema\":\"{nope\"}", 400, SIM_T_VALIDATION, NULL,
+		"'json_schema' is not a valid JSON schema: *");
+	teardown();
+}
+END_TEST
+
 IG_CHECK_MAIN("sim parse", schema_errors_are_400_bad_request, serving_errors_carry_their_own_types,
 	      context_length_in_each_servers_words, an_accepted_request_is_filled_in,
-	      a_response_out_of_the_ring_is_unknown)
+	      a_response_out_of_the_ring_is_unknown, a_json_answer_for_a_schema)
