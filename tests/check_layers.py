@@ -55,6 +55,7 @@ LAYERS = {
         "policy lb_*",                            # one file per routing policy
         "upstream health",
         "accesslog answer backend loadreport capacity ratelimit keyset respstore affinity clients cont idem headroom trace",
+        "structured",                             # whether a request constrains its answer (cont.c asks)
         "conf policy_list",                       # policy_list.h: the policies' table, which conf.c reads
         "routes servertls peer",                  # servertls: HTTPS for clients, peer: who a client is (trusted_proxies), which conf.c checks
         "rx event bio redis redis_link redismsg", # the reactors' shared parts, background I/O, Redis (its link's settings; its values checked)
