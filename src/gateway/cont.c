@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cont.h"
+#include "structured.h"
 
 void ig_cont_init(struct ig_cont *c, int max)
 {
@@ -276,6 +277,16 @@ char *ig_cont_body(const struct ig_cont *c, const char *body, size_t len, const 
 	*why = NULL;
 	if (!json_is_object(o))
 		*why = "the request body is gone";
+	/* A constrained answer (structured.h) is never continued: the next
+	 * server would start its grammar again after the partial answer, and
+	 * the client would get two documents spliced. Hedging and retries
+	 * never splice two servers' bytes: a retry starts only before a
+	 * stream's first event went out (proxy.c end_attempt: !committed),
+	 * and a hedge's loser is dropped at its first byte (relay_first_byte);
+	 * continuation is the one strategy that joins two answers. */
+	else if (ig_structured_output(o))
+		*why = "the request constrains its answer (structured output): another server would start its grammar "
+		       "again";
 	else if (json_is_integer(n = json_object_get(o, "n")) && json_integer_value(n) > 1)
 		*why = "the request asked for several choices (n > 1)";
 	else if (json_is_array(msgs = json_object_get(o, "messages")) && json_array_size(msgs) > 0)

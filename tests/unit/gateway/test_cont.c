@@ -140,6 +140,13 @@ START_TEST(streams_that_cannot_be_continued_say_why)
 		 "{\"prompt\":[1,2,3]}", "token ids"},
 		{CHUNK("x"), "{\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "every token"},
 		{CHUNK("x"), "not json", "gone"},
+		/* structured outputs (structured.c): OpenAI's, vLLM's, SGLang's */
+		{CHUNK("{\\\"a\\\": "), "{\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{}}},"
+		 "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "structured output"},
+		{CHUNK("{"), "{\"guided_regex\":\"a+\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+		 "structured output"},
+		{"{\"id\":\"c\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"text\":\"x\"}]}",
+		 "{\"prompt\":\"p\",\"ebnf\":\"root ::= x\"}", "structured output"},
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		struct ig_cont c;
