@@ -58,6 +58,7 @@ LAYERS = {
         "structured",                             # whether a request constrains its answer (cont.c asks)
         "conf policy_list",                       # policy_list.h: the policies' table, which conf.c reads
         "routes servertls peer",                  # servertls: HTTPS for clients, peer: who a client is (trusted_proxies), which conf.c checks
+        "apicall",                                # an API call's connection and life (files, batches_api)
         "rx event bio redis redis_link redismsg", # the reactors' shared parts, background I/O, Redis (its link's settings; its values checked)
     ],
     "bulk": [

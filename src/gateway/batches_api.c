@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 
 #include "answer.h"
+#include "apicall.h"
 #include "batch.h"
 #include "batches.h"
 #include "bio.h"
@@ -34,26 +35,19 @@
 #include "rx.h"
 
 struct batch_call {
-	struct ig_call call;
-	struct ig_gw *gw;
-	struct MHD_Connection *conn;  /* NULL once MHD is done with it (gone) */
-	struct ig_rx *rx;             /* the reactor holding the connection */
-	char owner[65];
-	char method[8];
-	char url[200];
+	struct ig_api_call c;         /* suspended: waits for a create or a lookup */
 	struct ig_buf body;
 	bool too_big;
 	/* a create, while the I/O thread makes the batch's directory */
 	struct ig_batch *made;        /* listed once made (NULL: failed) */
-	bool creating, created;
-	bool gone;                    /* MHD completed the request: the job's done frees the call */
+	bool created;
 	int create_errno;
 	/* an id not known here, looked up in data_dir (made through another gateway) */
 	bool looked, looking;
 };
 
 /* Its answer, counted and logged as the gateway's own (answer.h). */
-#define TO(bc) (&(struct ig_answer_to){(bc)->gw, (bc)->conn, (bc)->method, (bc)->url})
+#define TO(bc) (&(struct ig_answer_to){(bc)->c.gw, (bc)->c.conn, (bc)->c.method, (bc)->c.url})
 
 static enum MHD_Result answer_json(struct batch_call *bc, unsigned status, json_t *j)
 {
@@ -125,7 +119,7 @@ static unsigned check_create(struct batch_call *bc, json_t *req, const struct ig
 	for (int i = 0; ep && i < IG_EP_COUNT; i++)
 		if (strcmp(ep, ig_corpus_endpoint_path((enum ig_endpoint)i)) == 0)
 			*epi = i;
-	*f = fid ? ig_files_find(bc->gw->files, fid, bc->owner) : NULL;
+	*f = fid ? ig_files_find(bc->c.gw->files, fid, bc->c.owner) : NULL;
 	*code = "invalid_value";
 	if (missing) {
 		*param = missing;
@@ -208,12 +202,9 @@ static void make_done(struct ig_bio_job *job)
 	bc->created = true;
 	free(mj->text);
 	free(mj);
-	if (bc->gone) {
+	/* suspended by make(): the handler is called again, to answer */
+	if (ig_api_call_job_done(&bc->c, true))
 		call_free(bc);
-	} else if (bc->creating) { /* suspended by make(): the handler is called again, to answer */
-		MHD_resume_connection(bc->conn);
-		ig_httpd_resumed(bc->rx, bc->conn);
-	}
 }
 
 /* The answer to a create, once the batch is made (or could not be). */
@@ -238,11 +229,11 @@ static enum MHD_Result make(struct batch_call *bc, struct ig_batch *b)
 	mj->job.queue = IG_BIO_BATCHES;
 	mj->job.run = make_run;
 	mj->job.done = make_done;
-	ig_bio_submit(bc->gw->bio, &mj->job);
+	ig_api_call_job(&bc->c);
+	ig_bio_submit(bc->c.gw->bio, &mj->job);
 	if (bc->created) /* no thread: done already */
 		return created(bc);
-	bc->creating = true;
-	MHD_suspend_connection(bc->conn);
+	ig_api_call_suspend(&bc->c);
 	return MHD_YES;
 }
 
@@ -250,7 +241,7 @@ static void looked_up(void *arg);
 
 static enum MHD_Result create(struct batch_call *bc)
 {
-	struct ig_gw *gw = bc->gw;
+	struct ig_gw *gw = bc->c.gw;
 	struct ig_batches *bs = gw->batches;
 	json_error_t je;
 	json_t *req = json_loadb(ig_buf_head(&bc->body), ig_buf_pending(&bc->body), 0, &je);
@@ -266,7 +257,8 @@ static enum MHD_Result create(struct batch_call *bc)
 		bc->looked = true;
 		bc->looking = true;
 		json_decref(req);
-		MHD_suspend_connection(bc->conn);
+		ig_api_call_job(&bc->c);
+		ig_api_call_suspend(&bc->c);
 		if (ig_files_lookup(gw->files, gw->bio, fid, looked_up, bc) < 0)
 			looked_up(bc);
 		return MHD_YES;
@@ -288,7 +280,7 @@ static enum MHD_Result create(struct batch_call *bc)
 		json_decref(req);
 		return answer_error(bc, 500, NULL, "server_error", "out of memory");
 	}
-	snprintf(b->owner, sizeof(b->owner), "%s", bc->owner);
+	snprintf(b->owner, sizeof(b->owner), "%s", bc->c.owner);
 	snprintf(b->input_file_id, sizeof(b->input_file_id), "%s", f->id);
 	snprintf(b->endpoint, sizeof(b->endpoint), "%s", ep);
 	b->ep = (enum ig_endpoint)epi;
@@ -302,9 +294,9 @@ static enum MHD_Result create(struct batch_call *bc)
 /* GET /v1/batches: newest first, OpenAI's after/limit (1..100, 20). */
 static enum MHD_Result list(struct batch_call *bc)
 {
-	struct ig_batches *bs = bc->gw->batches;
-	const char *after = MHD_lookup_connection_value(bc->conn, MHD_GET_ARGUMENT_KIND, "after");
-	const char *lim = MHD_lookup_connection_value(bc->conn, MHD_GET_ARGUMENT_KIND, "limit");
+	struct ig_batches *bs = bc->c.gw->batches;
+	const char *after = MHD_lookup_connection_value(bc->c.conn, MHD_GET_ARGUMENT_KIND, "after");
+	const char *lim = MHD_lookup_connection_value(bc->c.conn, MHD_GET_ARGUMENT_KIND, "limit");
 	long limit = 20;
 	char *err = NULL;
 	if (lim && ig_parse_long("limit", lim, 1, 100, &limit, &err) < 0) {
@@ -315,7 +307,7 @@ static enum MHD_Result list(struct batch_call *bc)
 	struct ig_files_pager pg = {.after = after, .limit = limit, .data = json_array()};
 	for (struct ig_list *l = bs->all.prev; l != &bs->all; l = l->prev) {
 		const struct ig_batch *b = IG_LIST_ELEM(l, struct ig_batch, link);
-		if (strcmp(b->owner, bc->owner) != 0)
+		if (strcmp(b->owner, bc->c.owner) != 0)
 			continue;
 		int take = ig_files_pager_take(&pg, b->id);
 		if (take < 0)
@@ -352,12 +344,8 @@ static void looked_up(void *arg)
 {
 	struct batch_call *bc = arg;
 	bc->looking = false;
-	if (bc->gone) {
+	if (ig_api_call_job_done(&bc->c, true))
 		call_free(bc);
-		return;
-	}
-	MHD_resume_connection(bc->conn);
-	ig_httpd_resumed(bc->rx, bc->conn);
 }
 
 static enum MHD_Result respond(struct batch_call *bc)
@@ -366,10 +354,10 @@ static enum MHD_Result respond(struct batch_call *bc)
 		return MHD_YES;
 	if (bc->too_big)
 		return answer_error(bc, 413, NULL, "request_too_large", "the request body is larger than %ld bytes",
-				    bc->gw->cfg->max_body_bytes);
-	const char *rest = bc->url + strlen("/v1/batches");
-	bool get = strcmp(bc->method, "GET") == 0 || strcmp(bc->method, "HEAD") == 0;
-	bool post = strcmp(bc->method, "POST") == 0;
+				    bc->c.gw->cfg->max_body_bytes);
+	const char *rest = bc->c.url + strlen("/v1/batches");
+	bool get = strcmp(bc->c.method, "GET") == 0 || strcmp(bc->c.method, "HEAD") == 0;
+	bool post = strcmp(bc->c.method, "POST") == 0;
 	if (!*rest) {
 		if (bc->created)
 			return created(bc);
@@ -387,15 +375,16 @@ static enum MHD_Result respond(struct batch_call *bc)
 		return answer_error(bc, 404, NULL, "not_found", "unknown path under /v1/batches");
 	if (slash ? !post : !get)
 		return wrong_method(bc, slash ? "POST" : "GET");
-	struct ig_batch *b = find(bc->gw->batches, id, bc->owner);
-	if (!b && !bc->looked && bc->gw->batches->clustered && ig_batch_id_valid(id) &&
-	    !ig_batch_find(bc->gw->batches, id)) {
+	struct ig_batch *b = find(bc->c.gw->batches, id, bc->c.owner);
+	if (!b && !bc->looked && bc->c.gw->batches->clustered && ig_batch_id_valid(id) &&
+	    !ig_batch_find(bc->c.gw->batches, id)) {
 		/* made through another gateway a moment ago? data_dir says (the answer
 		 * comes when the handler runs again, resumed by looked_up) */
 		bc->looked = true;
 		bc->looking = true;
-		MHD_suspend_connection(bc->conn);
-		if (ig_batch_lookup(bc->gw->batches, id, looked_up, bc) < 0)
+		ig_api_call_job(&bc->c);
+		ig_api_call_suspend(&bc->c);
+		if (ig_batch_lookup(bc->c.gw->batches, id, looked_up, bc) < 0)
 			looked_up(bc); /* out of memory: a 404 */
 		return MHD_YES;
 	}
@@ -410,9 +399,9 @@ static enum MHD_Result on_request(struct ig_call *call, struct ig_gw *gw IG_UNUS
 				  const char *url IG_UNUSED, const char *method IG_UNUSED, const char *upload_data,
 				  size_t *upload_data_size, void **con_cls IG_UNUSED)
 {
-	struct batch_call *bc = IG_CONTAINER_OF(call, struct batch_call, call);
+	struct batch_call *bc = IG_CONTAINER_OF(call, struct batch_call, c.call);
 	if (*upload_data_size) {
-		if (bc->body.len + *upload_data_size > (size_t)bc->gw->cfg->max_body_bytes)
+		if (bc->body.len + *upload_data_size > (size_t)bc->c.gw->cfg->max_body_bytes)
 			bc->too_big = true;
 		else if (ig_buf_append(&bc->body, upload_data, *upload_data_size) < 0)
 			bc->too_big = true;
@@ -424,10 +413,8 @@ static enum MHD_Result on_request(struct ig_call *call, struct ig_gw *gw IG_UNUS
 
 static void on_completed(struct ig_call *call, enum MHD_RequestTerminationCode toe IG_UNUSED)
 {
-	struct batch_call *bc = IG_CONTAINER_OF(call, struct batch_call, call);
-	bc->conn = NULL;
-	bc->gone = true;
-	if ((!bc->creating || bc->created) && !bc->looking) /* else make_done or looked_up frees it */
+	struct batch_call *bc = IG_CONTAINER_OF(call, struct batch_call, c.call);
+	if (ig_api_call_completed(&bc->c)) /* else make_done or looked_up frees it */
 		call_free(bc);
 }
 
@@ -437,14 +424,8 @@ struct ig_call *ig_batches_call(struct ig_gw *gw, struct MHD_Connection *conn, c
 	struct batch_call *bc = calloc(1, sizeof(*bc));
 	if (!bc)
 		return NULL;
-	bc->call = (struct ig_call){on_request, on_completed, NULL};
-	bc->gw = gw;
-	bc->conn = conn;
-	bc->rx = ig_rx_self ? ig_rx_self : ig_gw_home(gw);
+	ig_api_call_init(&bc->c, (struct ig_call){on_request, on_completed, NULL}, gw, conn, url, method, owner);
 	ig_buf_init(&bc->body);
-	snprintf(bc->owner, sizeof(bc->owner), "%s", owner);
-	snprintf(bc->method, sizeof(bc->method), "%s", method);
-	snprintf(bc->url, sizeof(bc->url), "%s", url);
-	return &bc->call;
+	return &bc->c.call;
 }
 

@@ -27,6 +27,7 @@
 #include "infergate/log.h"
 #include "infergate/util.h"
 #include "answer.h"
+#include "apicall.h"
 #include "bio.h"
 #include "files.h"
 #include "gateway.h"
@@ -310,13 +311,8 @@ json_t *ig_files_list_page(struct ig_files_pager *p)
 /* ---- the requests ---- */
 
 struct files_call {
-	struct ig_call call;          /* on_request, on_completed */
-	struct ig_gw *gw;
-	struct MHD_Connection *conn;  /* NULL once MHD is done with it (gone) */
-	struct ig_rx *rx;             /* the reactor holding the connection */
-	char owner[65];
-	char method[8];
-	char url[200];
+	struct ig_api_call c;         /* on_request, on_completed; suspended: waits for
+				       * the writer, a DELETE's unlinks or a lookup */
 	/* an upload, on the reactor (under gw->lock) */
 	struct MHD_PostProcessor *pp;
 	bool got_file;
@@ -328,12 +324,9 @@ struct files_call {
 	char *chunk;                  /* bytes read and not handed to the writer yet */
 	size_t chunk_len, chunk_cap;
 	size_t queued;                /* bytes handed to the writer, not written yet */
-	int jobs;                     /* its jobs on the I/O thread (the call lives until 0) */
-	bool suspended;               /* waits for the writer (MHD_suspend_connection) */
 	bool started;                 /* a job was handed over: the temporary file may exist */
 	bool finishing, finished;     /* the fsync and rename: handed over, done */
 	bool kept;                    /* the file is in the store */
-	bool gone;                    /* MHD completed the request: free when jobs is 0 */
 	int io_errno;                 /* the first error of the writer (0 none) */
 	struct ig_file f;             /* what finishing keeps */
 	/* the temporary file: touched only by the call's jobs, in their order */
@@ -406,7 +399,7 @@ static void upload_run(struct ig_bio_job *job)
 {
 	struct upload_job *uj = IG_CONTAINER_OF(job, struct upload_job, job);
 	struct files_call *fc = uj->fc;
-	struct ig_files *fs = fc->gw->files;
+	struct ig_files *fs = fc->c.gw->files;
 	switch (uj->op) {
 	case UP_WRITE:
 		if (fc->wfailed)
@@ -453,16 +446,15 @@ static void call_free(struct files_call *fc)
 /* Whether the upload should wait for its writer. */
 static bool too_much_queued(const struct files_call *fc)
 {
-	return fc->queued > UPLOAD_HIGH || (fc->queued > 0 && fc->gw->files->queued > FILES_HIGH);
+	return fc->queued > UPLOAD_HIGH || (fc->queued > 0 && fc->c.gw->files->queued > FILES_HIGH);
 }
 
 static void upload_done(struct ig_bio_job *job)
 {
 	struct upload_job *uj = IG_CONTAINER_OF(job, struct upload_job, job);
 	struct files_call *fc = uj->fc;
-	fc->jobs--;
 	fc->queued -= uj->len;
-	fc->gw->files->queued -= uj->len;
+	fc->c.gw->files->queued -= uj->len;
 	if (uj->err && !fc->io_errno) {
 		fc->io_errno = uj->err;
 		if (uj->op == UP_WRITE)
@@ -472,25 +464,17 @@ static void upload_done(struct ig_bio_job *job)
 	}
 	if (uj->op == UP_FINISH) {
 		fc->finished = true;
-		if (!uj->err && ig_files_add(fc->gw->files, &fc->f) == 0)
+		if (!uj->err && ig_files_add(fc->c.gw->files, &fc->f) == 0)
 			fc->kept = true;
 		else if (!uj->err && !fc->io_errno)
 			fc->io_errno = ENOMEM;
 	}
 	free(uj->data);
 	free(uj);
-	if (fc->gone) {
-		if (fc->jobs == 0)
-			call_free(fc);
-		return;
-	}
 	/* the handler is called again once resumed: with more body, or to
 	 * answer when finishing is done */
-	if (fc->suspended && (fc->finishing ? fc->finished : fc->io_errno || fc->queued <= UPLOAD_LOW)) {
-		fc->suspended = false;
-		MHD_resume_connection(fc->conn);
-		ig_httpd_resumed(fc->rx, fc->conn);
-	}
+	if (ig_api_call_job_done(&fc->c, fc->finishing ? fc->finished : fc->io_errno || fc->queued <= UPLOAD_LOW))
+		call_free(fc);
 }
 
 /* Hands a job to the I/O thread (data: malloc'd, taken). Returns 0, or -1
@@ -506,11 +490,11 @@ static int upload_submit(struct files_call *fc, enum upload_op op, char *data, s
 	uj->job.run = upload_run;
 	uj->job.done = upload_done;
 	uj->job.bytes = len;
-	fc->jobs++;
+	ig_api_call_job(&fc->c);
 	fc->queued += len;
-	fc->gw->files->queued += len;
+	fc->c.gw->files->queued += len;
 	fc->started = true;
-	ig_bio_submit(fc->gw->bio, &uj->job);
+	ig_bio_submit(fc->c.gw->bio, &uj->job);
 	return 0;
 }
 
@@ -545,7 +529,7 @@ static enum MHD_Result field(void *cls, enum MHD_ValueKind kind IG_UNUSED, const
 			     const char *data, uint64_t off, size_t size)
 {
 	struct files_call *fc = cls;
-	struct ig_files *fs = fc->gw->files;
+	struct ig_files *fs = fc->c.gw->files;
 	bool was_file = fc->in_file;
 	fc->in_file = strcmp(key, "file") == 0;
 	if (strcmp(key, "purpose") == 0) {
@@ -596,7 +580,7 @@ static enum MHD_Result field(void *cls, enum MHD_ValueKind kind IG_UNUSED, const
 	}
 	if (!fc->tmp || fc->io_errno)
 		return MHD_NO;
-	long max = fc->gw->cfg->files_max_bytes;
+	long max = fc->c.gw->cfg->files_max_bytes;
 	if (fc->bytes + (int64_t)size > max) {
 		char msg[160];
 		snprintf(msg, sizeof(msg), "the file is larger than %ld bytes (files.max_bytes)", max);
@@ -632,7 +616,7 @@ static enum MHD_Result field(void *cls, enum MHD_ValueKind kind IG_UNUSED, const
 }
 
 /* Its answer, counted and logged as the gateway's own (answer.h). */
-#define TO(fc) (&(struct ig_answer_to){(fc)->gw, (fc)->conn, (fc)->method, (fc)->url})
+#define TO(fc) (&(struct ig_answer_to){(fc)->c.gw, (fc)->c.conn, (fc)->c.method, (fc)->c.url})
 
 static enum MHD_Result answer(struct files_call *fc, unsigned status, struct MHD_Response *r, size_t len)
 {
@@ -679,8 +663,7 @@ static enum MHD_Result finish_upload(struct files_call *fc)
 		return answer_json(fc, 200, file_json(&fc->f));
 	}
 	if (fc->finishing) { /* not resumed by us: wait on */
-		MHD_suspend_connection(fc->conn);
-		fc->suspended = true;
+		ig_api_call_suspend(&fc->c);
 		return MHD_YES;
 	}
 	/* MHD_NO: the body ended inside a part, before the closing boundary
@@ -700,14 +683,13 @@ static enum MHD_Result finish_upload(struct files_call *fc)
 	if (!fc->err_status) {
 		fc->f = (struct ig_file){.bytes = fc->bytes, .created_at = ig_wall_s()};
 		ig_files_new_id(fc->f.id);
-		snprintf(fc->f.owner, sizeof(fc->f.owner), "%s", fc->owner);
+		snprintf(fc->f.owner, sizeof(fc->f.owner), "%s", fc->c.owner);
 		snprintf(fc->f.filename, sizeof(fc->f.filename), "%s", fc->filename);
 		snprintf(fc->f.purpose, sizeof(fc->f.purpose), "%s", fc->purpose);
 		if (upload_flush(fc) == 0 && upload_submit(fc, UP_FINISH, NULL, 0) == 0) {
 			fc->finishing = true;
 			if (!fc->finished) { /* no thread (bio NULL): already done */
-				MHD_suspend_connection(fc->conn);
-				fc->suspended = true;
+				ig_api_call_suspend(&fc->c);
 				return MHD_YES;
 			}
 			return finish_upload(fc);
@@ -721,11 +703,11 @@ static enum MHD_Result finish_upload(struct files_call *fc)
 /* GET /v1/files: OpenAI's list (purpose, limit 1..10000, after, order). */
 static enum MHD_Result list(struct files_call *fc)
 {
-	struct ig_files *fs = fc->gw->files;
-	const char *purpose = MHD_lookup_connection_value(fc->conn, MHD_GET_ARGUMENT_KIND, "purpose");
-	const char *after = MHD_lookup_connection_value(fc->conn, MHD_GET_ARGUMENT_KIND, "after");
-	const char *order = MHD_lookup_connection_value(fc->conn, MHD_GET_ARGUMENT_KIND, "order");
-	const char *lim = MHD_lookup_connection_value(fc->conn, MHD_GET_ARGUMENT_KIND, "limit");
+	struct ig_files *fs = fc->c.gw->files;
+	const char *purpose = MHD_lookup_connection_value(fc->c.conn, MHD_GET_ARGUMENT_KIND, "purpose");
+	const char *after = MHD_lookup_connection_value(fc->c.conn, MHD_GET_ARGUMENT_KIND, "after");
+	const char *order = MHD_lookup_connection_value(fc->c.conn, MHD_GET_ARGUMENT_KIND, "order");
+	const char *lim = MHD_lookup_connection_value(fc->c.conn, MHD_GET_ARGUMENT_KIND, "limit");
 	long limit = 10000;
 	char *err = NULL;
 	if (lim && ig_parse_long("limit", lim, 1, 10000, &limit, &err) < 0) {
@@ -739,7 +721,7 @@ static enum MHD_Result list(struct files_call *fc)
 	struct ig_files_pager pg = {.after = after, .limit = limit, .data = json_array()};
 	for (size_t k = 0; k < fs->n; k++) {
 		const struct ig_file *f = &fs->v[asc ? k : fs->n - 1 - k];
-		if (strcmp(f->owner, fc->owner) != 0 || (purpose && strcmp(f->purpose, purpose) != 0))
+		if (strcmp(f->owner, fc->c.owner) != 0 || (purpose && strcmp(f->purpose, purpose) != 0))
 			continue;
 		int take = ig_files_pager_take(&pg, f->id);
 		if (take < 0)
@@ -752,7 +734,7 @@ static enum MHD_Result list(struct files_call *fc)
 
 static enum MHD_Result content(struct files_call *fc, const struct ig_file *f)
 {
-	char *path = ig_files_path(fc->gw->files, f->id);
+	char *path = ig_files_path(fc->c.gw->files, f->id);
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	free(path);
 	if (fd < 0)
@@ -835,19 +817,10 @@ int ig_files_remove(struct ig_files *fs, struct ig_bio *bio, const char *id, voi
 static void delete_done(void *arg, int err)
 {
 	struct files_call *fc = arg;
-	fc->jobs--;
 	fc->deleted = true;
 	fc->delete_errno = err;
-	if (fc->gone) {
-		if (fc->jobs == 0)
-			call_free(fc);
-		return;
-	}
-	if (fc->suspended) {
-		fc->suspended = false;
-		MHD_resume_connection(fc->conn);
-		ig_httpd_resumed(fc->rx, fc->conn);
-	}
+	if (ig_api_call_job_done(&fc->c, true))
+		call_free(fc);
 }
 
 static enum MHD_Result deleted(struct files_call *fc)
@@ -867,16 +840,15 @@ static enum MHD_Result deleted(struct files_call *fc)
 static enum MHD_Result delete_file(struct files_call *fc, const struct ig_file *f)
 {
 	snprintf(fc->deleted_id, sizeof(fc->deleted_id), "%s", f->id);
-	fc->jobs++;
-	if (ig_files_remove(fc->gw->files, fc->gw->bio, fc->deleted_id, delete_done, fc) < 0) {
-		fc->jobs--;
+	ig_api_call_job(&fc->c);
+	if (ig_files_remove(fc->c.gw->files, fc->c.gw->bio, fc->deleted_id, delete_done, fc) < 0) {
+		fc->c.jobs--;
 		return answer_error(fc, 500, NULL, "storage_error", "the file cannot be removed from data_dir");
 	}
 	fc->deleting = true;
 	if (fc->deleted) /* no I/O thread (the unit tests): done already */
 		return deleted(fc);
-	MHD_suspend_connection(fc->conn);
-	fc->suspended = true;
+	ig_api_call_suspend(&fc->c);
 	return MHD_YES;
 }
 
@@ -898,10 +870,10 @@ static enum MHD_Result respond(struct files_call *fc)
 {
 	if (fc->deleting)
 		return fc->deleted ? deleted(fc) : MHD_YES;
-	const char *rest = fc->url + strlen("/v1/files");
-	bool get = strcmp(fc->method, "GET") == 0 || strcmp(fc->method, "HEAD") == 0;
+	const char *rest = fc->c.url + strlen("/v1/files");
+	bool get = strcmp(fc->c.method, "GET") == 0 || strcmp(fc->c.method, "HEAD") == 0;
 	if (!*rest) {
-		if (strcmp(fc->method, "POST") == 0)
+		if (strcmp(fc->c.method, "POST") == 0)
 			return finish_upload(fc);
 		if (get)
 			return list(fc);
@@ -913,19 +885,18 @@ static enum MHD_Result respond(struct files_call *fc)
 	snprintf(id, sizeof(id), "%.*s", (int)(n < sizeof(id) ? n : sizeof(id) - 1), rest + 1);
 	if (slash && strcmp(slash, "/content") != 0)
 		return answer_error(fc, 404, NULL, "not_found", "unknown path under /v1/files");
-	if (slash ? !get : !get && strcmp(fc->method, "DELETE") != 0)
+	if (slash ? !get : !get && strcmp(fc->c.method, "DELETE") != 0)
 		return answer_error_allow(fc, 405, NULL, "method_not_allowed",
 					  slash ? "this endpoint takes GET" : "this endpoint takes GET, DELETE",
 					  slash ? "GET" : "GET, DELETE");
-	const struct ig_file *f = ig_files_find(fc->gw->files, id, fc->owner);
-	if (!f && !fc->looked && fc->gw->files->notify && id_valid(id) && !ig_files_known(fc->gw->files, id)) {
+	const struct ig_file *f = ig_files_find(fc->c.gw->files, id, fc->c.owner);
+	if (!f && !fc->looked && fc->c.gw->files->notify && id_valid(id) && !ig_files_known(fc->c.gw->files, id)) {
 		/* stored through another gateway a moment ago? data_dir says (the
 		 * answer comes when the handler runs again, resumed by looked_up) */
 		fc->looked = true;
-		fc->jobs++;
-		fc->suspended = true;
-		MHD_suspend_connection(fc->conn);
-		if (learn(fc->gw->files, fc->gw->bio, id, looked_up, fc) < 0)
+		ig_api_call_job(&fc->c);
+		ig_api_call_suspend(&fc->c);
+		if (learn(fc->c.gw->files, fc->c.gw->bio, id, looked_up, fc) < 0)
 			looked_up(fc);
 		return MHD_YES;
 	}
@@ -942,9 +913,9 @@ static enum MHD_Result on_request(struct ig_call *call, struct ig_gw *gw IG_UNUS
 				  const char *url IG_UNUSED, const char *method IG_UNUSED, const char *upload_data,
 				  size_t *upload_data_size, void **con_cls IG_UNUSED)
 {
-	struct files_call *fc = IG_CONTAINER_OF(call, struct files_call, call);
+	struct files_call *fc = IG_CONTAINER_OF(call, struct files_call, c.call);
 	if (*upload_data_size) {
-		bool upload = strcmp(fc->method, "POST") == 0 && strcmp(fc->url, "/v1/files") == 0;
+		bool upload = strcmp(fc->c.method, "POST") == 0 && strcmp(fc->c.url, "/v1/files") == 0;
 		if (upload && !fc->err_status && !fc->pp &&
 		    !(fc->pp = MHD_create_post_processor(conn, 8 * 1024, field, fc)))
 			fail_body(fc, 400, NULL, "invalid_body",
@@ -966,8 +937,7 @@ static enum MHD_Result on_request(struct ig_call *call, struct ig_gw *gw IG_UNUS
 		 * the data unconsumed, which in external mode makes MHD call
 		 * again at once (a busy loop) and still buffers the socket. */
 		if (!fc->err_status && too_much_queued(fc)) {
-			MHD_suspend_connection(conn);
-			fc->suspended = true;
+			ig_api_call_suspend(&fc->c);
 		}
 		return MHD_YES;
 	}
@@ -976,14 +946,13 @@ static enum MHD_Result on_request(struct ig_call *call, struct ig_gw *gw IG_UNUS
 
 static void on_completed(struct ig_call *call, enum MHD_RequestTerminationCode toe IG_UNUSED)
 {
-	struct files_call *fc = IG_CONTAINER_OF(call, struct files_call, call);
+	struct files_call *fc = IG_CONTAINER_OF(call, struct files_call, c.call);
 	if (fc->pp)
 		MHD_destroy_post_processor(fc->pp);
 	fc->pp = NULL;
-	fc->conn = NULL;
-	fc->gone = true;
-	drop_upload(fc); /* an upload the client left mid-way */
-	if (fc->jobs == 0)
+	ig_api_call_completed(&fc->c);
+	drop_upload(fc); /* an upload the client left mid-way: its abort is a job */
+	if (fc->c.jobs == 0)
 		call_free(fc);
 }
 
@@ -993,15 +962,9 @@ struct ig_call *ig_files_call(struct ig_gw *gw, struct MHD_Connection *conn, con
 	struct files_call *fc = calloc(1, sizeof(*fc));
 	if (!fc)
 		return NULL;
-	fc->call = (struct ig_call){on_request, on_completed, NULL};
-	fc->gw = gw;
-	fc->conn = conn;
-	fc->rx = ig_rx_self ? ig_rx_self : ig_gw_home(gw);
+	ig_api_call_init(&fc->c, (struct ig_call){on_request, on_completed, NULL}, gw, conn, url, method, owner);
 	fc->fd = -1;
-	snprintf(fc->owner, sizeof(fc->owner), "%s", owner);
-	snprintf(fc->method, sizeof(fc->method), "%s", method);
-	snprintf(fc->url, sizeof(fc->url), "%s", url);
-	return &fc->call;
+	return &fc->c.call;
 }
 
 /* ---- across gateways ---- */
@@ -1125,13 +1088,6 @@ int ig_files_lookup(struct ig_files *fs, struct ig_bio *bio, const char *id, voi
 static void looked_up(void *arg)
 {
 	struct files_call *fc = arg;
-	fc->jobs--;
-	if (fc->gone) {
-		if (fc->jobs == 0)
-			call_free(fc);
-		return;
-	}
-	fc->suspended = false;
-	MHD_resume_connection(fc->conn);
-	ig_httpd_resumed(fc->rx, fc->conn);
+	if (ig_api_call_job_done(&fc->c, true))
+		call_free(fc);
 }

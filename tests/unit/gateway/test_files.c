@@ -194,9 +194,9 @@ END_TEST
 static struct files_call *upload_call(struct ig_gw *gw)
 {
 	struct files_call *fc = calloc(1, sizeof(*fc));
-	fc->gw = gw;
+	fc->c.gw = gw;
 	fc->fd = -1;
-	snprintf(fc->owner, sizeof(fc->owner), "alice");
+	snprintf(fc->c.owner, sizeof(fc->c.owner), "alice");
 	return fc;
 }
 
@@ -222,7 +222,7 @@ static void finish(struct files_call *fc)
 {
 	fc->f = (struct ig_file){.bytes = fc->bytes, .created_at = 5};
 	snprintf(fc->f.id, sizeof(fc->f.id), "file-up");
-	snprintf(fc->f.owner, sizeof(fc->f.owner), "%s", fc->owner);
+	snprintf(fc->f.owner, sizeof(fc->f.owner), "%s", fc->c.owner);
 	snprintf(fc->f.purpose, sizeof(fc->f.purpose), "batch");
 	snprintf(fc->f.filename, sizeof(fc->f.filename), "%s", fc->filename);
 	ck_assert_int_eq(upload_flush(fc), 0);
@@ -241,7 +241,7 @@ START_TEST(an_uploads_bytes_reach_the_store_through_the_writer)
 	feed(fc, "{\"prompt\":\"b\"}\n");
 	finish(fc);
 	ck_assert(fc->finished && fc->kept);
-	ck_assert_int_eq(fc->jobs, 0);
+	ck_assert_int_eq(fc->c.jobs, 0);
 	ck_assert_uint_eq(fs->queued, 0);
 	const struct ig_file *f = ig_files_find(fs, "file-up", "alice");
 	ck_assert_ptr_nonnull(f);
