@@ -39,7 +39,8 @@ LAYERS = {
         "main",
         "boot",                                   # the process's setup (boot.c) beside the loops
         "reactor",                                # the loops
-        "server admin reload discover notify",
+        "server",                                 # the client connections: accepting, daemons, the watch
+        "entry admin reload discover notify",     # entry: a request's head checked and routed
         "batches_api",                            # the Batch API's HTTP side
         "batches",                                # its store and its tick
         "batches_lease",                          # across gateways: leases, fences, announcements
