@@ -47,7 +47,8 @@ LAYERS = {
         "batches_check",                          # a batch's input, validated
         "batches_run",                            # its lines sent and answered
         "batch",                                  # one batch's record and its saving
-        "files",                                  # the Files API and its store
+        "files_api",                              # the Files API's HTTP side and uploads
+        "files",                                  # the Files API's store
         "proxy",                                  # the request's life
         "cluster idem_share",                     # what gateways share through Redis
         "relay admission dispatch",

@@ -76,6 +76,24 @@ json_t *ig_files_list_page(struct ig_files_pager *p);
 /* Files stored, and their bytes. */
 void ig_files_count(const struct ig_files *fs, uint64_t *n, uint64_t *bytes);
 
+/* For the HTTP side (files_api.c). The store's directory (fixed once open). */
+const char *ig_files_dir(const struct ig_files *fs);
+/* A File object's JSON (OpenAI's shape). */
+json_t *ig_files_json(const struct ig_file *f);
+/* Writes f's metadata next to its bytes (put in place by rename after an
+ * fsync) and syncs the directory. Returns 0, or -1 with errno. On the I/O
+ * thread (it reads only what ig_files_open fixed). */
+int ig_files_write_meta(const struct ig_files *fs, const struct ig_file *f);
+/* Uploads' bytes handed to the I/O thread and not written yet: delta added
+ * (negative: written); returns the sum. */
+size_t ig_files_queue(struct ig_files *fs, long delta);
+/* Whether the store is shared with other gateways (ig_files_set_notify). */
+bool ig_files_shared(const struct ig_files *fs);
+/* owner's files (of purpose, NULL: any), oldest first when asc, through
+ * the pager pg (its data array filled). */
+void ig_files_page(const struct ig_files *fs, const char *owner, const char *purpose, bool asc,
+		   struct ig_files_pager *pg);
+
 /* The call that answers a /v1/files request for owner (the key's hex
  * digest, "" without keys): its body (an upload) is read by the call.
  * NULL when out of memory. */
