@@ -111,54 +111,6 @@ struct ig_redis {
 
 /* ---- what went wrong, said ---- */
 
-/* s (n bytes) as at most `max` printable characters (ig_redismsg_shown),
- * '"' and '\\' too as '?': it is shown between quotes. */
-static void shown(char *out, size_t size, size_t max, const char *s, size_t n)
-{
-	ig_redismsg_shown(out, size < max + 4 ? size : max + 4, s, n);
-	for (char *p = out; *p; p++)
-		if (*p == '"' || *p == '\\')
-			*p = '?';
-}
-
-static const char *type_name(int type)
-{
-	switch (type) {
-	case REDIS_REPLY_STRING: return "bulk";
-	case REDIS_REPLY_ARRAY: return "array";
-	case REDIS_REPLY_INTEGER: return "integer";
-	case REDIS_REPLY_NIL: return "nil";
-	case REDIS_REPLY_STATUS: return "status";
-	case REDIS_REPLY_ERROR: return "error";
-	}
-	return "?";
-}
-
-/* A reply's shape, for a log line: "array of 3: bulk "message", integer,
- * bulk". */
-static void describe(const redisReply *rep, char *out, size_t size)
-{
-	char s[40];
-	if (rep->type != REDIS_REPLY_ARRAY) {
-		bool text = rep->type == REDIS_REPLY_STRING || rep->type == REDIS_REPLY_STATUS || rep->type == REDIS_REPLY_ERROR;
-		if (text)
-			shown(s, sizeof(s), 24, rep->str, rep->len);
-		snprintf(out, size, "%s%s%s%s", type_name(rep->type), text ? " \"" : "", text ? s : "", text ? "\"" : "");
-		return;
-	}
-	int used = snprintf(out, size, "array of %zu", rep->elements);
-	for (size_t i = 0; i < rep->elements && i < 4 && used > 0 && (size_t)used < size; i++) {
-		const redisReply *e = rep->element[i];
-		s[0] = '\0';
-		if (e->type == REDIS_REPLY_STRING && i == 0)
-			shown(s, sizeof(s), 16, e->str, e->len);
-		used += snprintf(out + used, size - (size_t)used, "%s%s%s%s%s", i ? ", " : ": ", type_name(e->type),
-				 *s ? " \"" : "", s, *s ? "\"" : "");
-	}
-	if (rep->elements > 4 && used > 0 && (size_t)used < size)
-		snprintf(out + used, size - (size_t)used, ", ...");
-}
-
 static void bad(struct ig_redis *r, const char *kind, const char *detail)
 {
 	ig_log_debug("redis %s:%d: dropped a bad message (%s: %s)", r->addr, r->port, kind, detail);
@@ -350,7 +302,7 @@ static void handshake(struct ig_redis *r, enum cmd_kind kind, const redisReply *
 	if (r->state != IG_REDIS_CONNECTING)
 		return;
 	if (rep->type == REDIS_REPLY_ERROR) {
-		shown(text, sizeof(text), 150, rep->str, rep->len);
+		ig_redismsg_quoted(text, sizeof(text), 150, rep->str, rep->len);
 		if (kind == CMD_AUTH)
 			snprintf(why, sizeof(why), "refused the password: %s", text);
 		else if (kind == CMD_SELECT)
@@ -367,7 +319,7 @@ static void handshake(struct ig_redis *r, enum cmd_kind kind, const redisReply *
 		set_state(r, IG_REDIS_UP, "connected");
 		return;
 	}
-	describe(rep, text, sizeof(text));
+	ig_redismsg_describe(rep, text, sizeof(text));
 	snprintf(why, sizeof(why), "handshake: PING answered with %s", text);
 	drop(r, why);
 }
@@ -402,7 +354,7 @@ static void push(struct ig_redis *r, const redisReply *rep)
 		}
 	}
 	char shape[200], detail[240];
-	describe(rep, shape, sizeof(shape));
+	ig_redismsg_describe(rep, shape, sizeof(shape));
 	snprintf(detail, sizeof(detail), "%s%s", shape, but);
 	bad(r, "pubsub_shape", detail);
 }
@@ -415,7 +367,7 @@ static void dispatch(struct ig_redis *r, redisReply *rep)
 			push(r, rep);
 		} else {
 			char detail[200];
-			describe(rep, detail, sizeof(detail));
+			ig_redismsg_describe(rep, detail, sizeof(detail));
 			bad(r, "unsolicited", detail);
 			drop(r, "a reply no command asked for");
 		}
@@ -515,7 +467,7 @@ static int take_bytes(struct ig_redis *r, const char *buf, size_t n)
 			if (r->refusal)
 				snprintf(detail, sizeof(detail), "%s", r->refusal_detail);
 			else
-				shown(detail, sizeof(detail), 150, rd->errstr, strlen(rd->errstr));
+				ig_redismsg_quoted(detail, sizeof(detail), 150, rd->errstr, strlen(rd->errstr));
 			bad(r, kind, detail);
 			if (r->gen == gen) {
 				char why[240];

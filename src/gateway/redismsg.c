@@ -500,3 +500,49 @@ const char *ig_redismsg_data_kind(char kind)
 	default: return IG_BAD_DATA;
 	}
 }
+
+/* ---- a reply described, for a log line (moved from redis.c) ---- */
+
+void ig_redismsg_quoted(char *out, size_t size, size_t max, const char *s, size_t n)
+{
+	ig_redismsg_shown(out, size < max + 4 ? size : max + 4, s, n);
+	for (char *p = out; *p; p++)
+		if (*p == '"' || *p == '\\')
+			*p = '?';
+}
+
+static const char *resp_type_name(int type)
+{
+	switch (type) {
+	case REDIS_REPLY_STRING: return "bulk";
+	case REDIS_REPLY_ARRAY: return "array";
+	case REDIS_REPLY_INTEGER: return "integer";
+	case REDIS_REPLY_NIL: return "nil";
+	case REDIS_REPLY_STATUS: return "status";
+	case REDIS_REPLY_ERROR: return "error";
+	}
+	return "?";
+}
+
+void ig_redismsg_describe(const redisReply *rep, char *out, size_t size)
+{
+	char s[40];
+	if (rep->type != REDIS_REPLY_ARRAY) {
+		bool text = rep->type == REDIS_REPLY_STRING || rep->type == REDIS_REPLY_STATUS || rep->type == REDIS_REPLY_ERROR;
+		if (text)
+			ig_redismsg_quoted(s, sizeof(s), 24, rep->str, rep->len);
+		snprintf(out, size, "%s%s%s%s", resp_type_name(rep->type), text ? " \"" : "", text ? s : "", text ? "\"" : "");
+		return;
+	}
+	int used = snprintf(out, size, "array of %zu", rep->elements);
+	for (size_t i = 0; i < rep->elements && i < 4 && used > 0 && (size_t)used < size; i++) {
+		const redisReply *e = rep->element[i];
+		s[0] = '\0';
+		if (e->type == REDIS_REPLY_STRING && i == 0)
+			ig_redismsg_quoted(s, sizeof(s), 16, e->str, e->len);
+		used += snprintf(out + used, size - (size_t)used, "%s%s%s%s%s", i ? ", " : ": ", resp_type_name(e->type),
+				 *s ? " \"" : "", s, *s ? "\"" : "");
+	}
+	if (rep->elements > 4 && used > 0 && (size_t)used < size)
+		snprintf(out + used, size - (size_t)used, ", ...");
+}

@@ -50,6 +50,13 @@ int ig_redismsg_fail(struct ig_redismsg_bad *bad, const char *kind, const char *
  * printable ASCII as '?' (what Redis holds may be meant for a terminal or
  * a log). Also the connection's (redis.c) for what it drops. */
 void ig_redismsg_shown(char *out, size_t outlen, const char *s, size_t n);
+/* s (n bytes) as at most `max` printable characters (ig_redismsg_shown),
+ * '"' and '\\' too as '?': it is shown between quotes. */
+void ig_redismsg_quoted(char *out, size_t size, size_t max, const char *s, size_t n);
+/* A reply's shape, for a log line: "array of 3: bulk "message", integer,
+ * bulk" (strings cut, their quotes and backslashes as '?'); the
+ * connection's (redis.c) for what it drops. */
+void ig_redismsg_describe(const redisReply *rep, char *out, size_t size);
 
 /* Strict numbers: the whole of s[0..n), base 10, an optional '-', no
  * space, no '+', no hex; within [min, max]. Returns 0 or -1. */

@@ -459,6 +459,29 @@ START_TEST(a_data_messages_envelope)
 }
 END_TEST
 
+
+/* What the connection logs of a reply it drops (moved from redis.c with
+ * ig_redismsg_describe): its shape, strings cut and their quotes masked. */
+START_TEST(a_reply_described_for_a_log_line)
+{
+	char out[200];
+	redisReply *r = reply_of(strdup("*5\r\n$7\r\nmessage\r\n:3\r\n$1\r\nx\r\n$-1\r\n+OK\r\n"));
+	ig_redismsg_describe(r, out, sizeof(out));
+	ck_assert_str_eq(out, "array of 5: bulk \"message\", integer, bulk, nil, ...");
+	freeReplyObject(r);
+	r = reply_of(strdup("-ERR \"no\" \\ way\r\n"));
+	ig_redismsg_describe(r, out, sizeof(out));
+	ck_assert_str_eq(out, "error \"ERR ?no? ? way\"");
+	freeReplyObject(r);
+	r = reply_of(strdup(":12\r\n"));
+	ig_redismsg_describe(r, out, sizeof(out));
+	ck_assert_str_eq(out, "integer");
+	freeReplyObject(r);
+	ig_redismsg_quoted(out, sizeof(out), 4, "abcdefghij", 10);
+	ck_assert_uint_le(strlen(out), 8);
+}
+END_TEST
+
 IG_CHECK_MAIN("redismsg", strict_numbers_and_names, a_sync_as_an_honest_gateway_writes_it,
 	      a_sync_written_by_anyone_else_is_refused_whole, a_keys_figures_are_six_finite_numbers_in_range,
-	      subscription_frames_and_resp_messages, a_data_messages_envelope)
+	      subscription_frames_and_resp_messages, a_data_messages_envelope, a_reply_described_for_a_log_line)
