@@ -66,6 +66,8 @@ LAYERS = {
     "bulk": [
         "main",
         "merge submit generate",
+        "submit_flags",                           # submit's flags and preflight (submit_state.h)
+        "submit_state",                           # submit's state, shared by submit.c and submit_flags.c
         "scheduler",
         "progress",
         "report",

@@ -21,6 +21,7 @@
 #include "../../../src/bulk/autoconc.c"
 #include "../../../src/bulk/merge.c"
 #include "../../../src/bulk/submit.c"
+#include "../../../src/bulk/submit_flags.c"
 #define main bulk_main
 #include "../../../src/bulk/main.c"
 #include "../check_main.h"
@@ -464,9 +465,9 @@ static int submit_flags_of(const char *line, char **err)
 		argv[argc++] = t;
 	argv[argc] = NULL;
 	*err = NULL;
-	sb_init(&s);
-	int rc = sb_flags(&s, argc, argv, err);
-	sb_free(&s);
+	ig_submit_init(&s);
+	int rc = ig_submit_flags(&s, argc, argv, err);
+	ig_submit_free(&s);
 	free(copy);
 	return rc;
 }
@@ -516,12 +517,12 @@ START_TEST(submit_flags_quoting_and_rate)
 
 	/* lines per second over the samples kept, the oldest dropped */
 	struct submit s;
-	sb_init(&s);
+	ig_submit_init(&s);
 	ck_assert(sb_rate(&s) < 0);
 	for (int i = 0; i < SB_RATE_SAMPLES + 8; i++)
 		sb_sample(&s, (uint64_t)i * 2000000u, i < SB_RATE_SAMPLES ? i * 10 : SB_RATE_SAMPLES * 10 + (i - SB_RATE_SAMPLES) * 40);
 	ck_assert(sb_rate(&s) > 5.0 && sb_rate(&s) < 20.0);
-	sb_free(&s);
+	ig_submit_free(&s);
 }
 END_TEST
 
