@@ -85,7 +85,7 @@ LAYERS = {
         "parse metrics",                          # a generation request's body; /metrics, load reports
         "pooling stored",                         # embeddings & co answered at once; stored Responses
         "engine",
-        "wire schema",                            # the bytes of answers; a JSON answer's document
+        "wire schema deadlines",                  # the bytes of answers; a JSON answer's document; the running by deadline
         "request kvcache text",
         "conf",
     ],

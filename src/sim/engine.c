@@ -20,6 +20,7 @@
 
 #include "infergate/log.h"
 #include "infergate/util.h"
+#include "deadlines.h"
 #include "engine.h"
 #include "wire.h"
 
@@ -117,9 +118,7 @@ int sim_engine_init(struct sim_engine *s, const struct sim_conf *conf)
 
 void sim_engine_free(struct sim_engine *s)
 {
-	free(s->heap);
-	s->heap = NULL;
-	s->heap_len = s->heap_cap = 0;
+	sim_deadlines_free(&s->heap);
 	for (long i = 0; s->ranks && i < s->nranks; i++) {
 		free(s->ranks[i].prios);
 		free(s->ranks[i].snap.prio);
@@ -154,78 +153,6 @@ bool sim_engine_should_fail(struct sim_engine *s)
 bool sim_engine_should_fail_stream(struct sim_engine *s)
 {
 	return s->conf->stream_fail_rate > 0 && draw(&s->stream_fail_rng, s->conf->stream_fail_rate);
-}
-
-/* ---- the deadline heap ---- */
-
-static void heap_set(struct sim_engine *s, size_t i, struct sim_req *r)
-{
-	s->heap[i] = r;
-	r->heap_idx = (long)i;
-}
-
-static void sift_up(struct sim_engine *s, size_t i)
-{
-	struct sim_req *r = s->heap[i];
-	while (i > 0) {
-		size_t p = (i - 1) / 2;
-		if (s->heap[p]->deadline_us <= r->deadline_us)
-			break;
-		heap_set(s, i, s->heap[p]);
-		i = p;
-	}
-	heap_set(s, i, r);
-}
-
-static void sift_down(struct sim_engine *s, size_t i)
-{
-	struct sim_req *r = s->heap[i];
-	for (;;) {
-		size_t c = 2 * i + 1;
-		if (c >= s->heap_len)
-			break;
-		if (c + 1 < s->heap_len && s->heap[c + 1]->deadline_us < s->heap[c]->deadline_us)
-			c++;
-		if (r->deadline_us <= s->heap[c]->deadline_us)
-			break;
-		heap_set(s, i, s->heap[c]);
-		i = c;
-	}
-	heap_set(s, i, r);
-}
-
-static void heap_push(struct sim_engine *s, struct sim_req *r)
-{
-	if (s->heap_len == s->heap_cap) {
-		size_t cap = s->heap_cap ? s->heap_cap * 2 : 256;
-		struct sim_req **h = realloc(s->heap, cap * sizeof(*h));
-		if (!h)
-			abort(); /* a few KB; nothing sensible to do without it */
-		s->heap = h;
-		s->heap_cap = cap;
-	}
-	heap_set(s, s->heap_len++, r);
-	sift_up(s, s->heap_len - 1);
-}
-
-static void heap_remove(struct sim_engine *s, struct sim_req *r)
-{
-	if (r->heap_idx < 0)
-		return;
-	size_t i = (size_t)r->heap_idx;
-	r->heap_idx = -1;
-	s->heap_len--;
-	if (i == s->heap_len)
-		return;
-	heap_set(s, i, s->heap[s->heap_len]);
-	sift_down(s, i);
-	sift_up(s, (size_t)s->heap[i]->heap_idx);
-}
-
-/* r's deadline moved later: restore the heap order. */
-static void heap_later(struct sim_engine *s, struct sim_req *r)
-{
-	sift_down(s, (size_t)r->heap_idx);
 }
 
 /* ---- a rank's wait queue, the deferred /health answers ---- */
@@ -435,7 +362,7 @@ static void start(struct sim_engine *s, struct sim_req *r, uint64_t now)
 	if (rk->running++ == 0 && sglang_refresh(s) && decode_log_us(s) > 0)
 		rk->next_log_us = now + decode_log_us(s); /* decode steps begin */
 	r->deadline_us = r->stream ? r->t_first_us : token_time(r, r->n_tokens - 1);
-	heap_push(s, r);
+	sim_deadlines_push(&s->heap, r);
 	ig_list_append(&rk->batch, &r->blink);
 }
 
@@ -493,7 +420,7 @@ static void preempt(struct sim_engine *s, struct sim_req *v, uint64_t now)
 		v->resumed_at = v->stream ? v->emitted : (now < v->t_first_us ? v->resumed_at : due_by(v, now));
 		if (v->resumed_at >= v->n_tokens)
 			v->resumed_at = v->n_tokens - 1; /* its last token is made after the prefill again */
-		heap_remove(s, v);
+		sim_deadlines_remove(&s->heap, v);
 		ig_list_del(&v->blink);
 	}
 	s->running--;
@@ -561,7 +488,7 @@ static void release(struct sim_engine *s, struct sim_req *r, uint64_t now)
 		rk->running--;
 		return;
 	}
-	heap_remove(s, r);
+	sim_deadlines_remove(&s->heap, r);
 	ig_list_del(&r->blink);
 	s->running--;
 	if (--rk->running == 0)
@@ -680,7 +607,7 @@ static void hold(struct sim_engine *s, struct sim_req *r)
 	r->held = true;
 	s->held++;
 	r->deadline_us = UINT64_MAX;
-	heap_later(s, r);
+	sim_deadlines_later(&s->heap, r);
 }
 
 int sim_engine_hold(struct sim_engine *s, long after, uint64_t now)
@@ -690,16 +617,15 @@ int sim_engine_hold(struct sim_engine *s, long after, uint64_t now)
 	s->hold_after = after < 0 ? -1 : after;
 	if (s->held == 0)
 		return 0;
-	for (size_t i = 0; i < s->heap_len; i++) {
-		struct sim_req *r = s->heap[i];
+	for (size_t i = 0; i < s->heap.len; i++) {
+		struct sim_req *r = s->heap.v[i];
 		if (r->held) {
 			r->held = false;
 			r->deadline_us = now;
 		}
 	}
 	s->held = 0;
-	for (size_t i = s->heap_len / 2; i-- > 0;) /* deadlines moved earlier: heapify */
-		sift_down(s, i);
+	sim_deadlines_reorder(&s->heap); /* deadlines moved earlier */
 	return 0;
 }
 
@@ -730,7 +656,7 @@ static void step(struct sim_engine *s, struct sim_req *r, uint64_t now)
 			r->deadline_us = token_time(r, r->emitted);
 			if (r->deadline_us <= now)
 				r->deadline_us = now + 1;
-			heap_later(s, r);
+			sim_deadlines_later(&s->heap, r);
 		}
 	}
 	wake(r);
@@ -933,8 +859,8 @@ static uint64_t next_refresh(const struct sim_engine *s, const struct sim_rank *
 
 void sim_engine_run(struct sim_engine *s, uint64_t now_us)
 {
-	while (s->heap_len > 0 && s->heap[0]->deadline_us <= now_us)
-		step(s, s->heap[0], now_us);
+	while (s->heap.len > 0 && s->heap.v[0]->deadline_us <= now_us)
+		step(s, s->heap.v[0], now_us);
 	/* Steps that ended by now, each at its own end (a late wake-up
 	 * catches up, a bounded number at a time). */
 	for (long i = 0; i < s->nranks; i++) {
@@ -964,7 +890,7 @@ void sim_engine_run(struct sim_engine *s, uint64_t now_us)
 
 int sim_engine_timeout_ms(struct sim_engine *s, uint64_t now_us)
 {
-	uint64_t d = s->heap_len > 0 ? s->heap[0]->deadline_us : 0;
+	uint64_t d = s->heap.len > 0 ? s->heap.v[0]->deadline_us : 0;
 
 	const struct sim_req *first = IG_LIST_FIRST(&s->delayed, struct sim_req, qlink);
 	if (first && (d == 0 || first->deadline_us < d))
@@ -1006,8 +932,8 @@ void sim_engine_rank_tokens(const struct sim_engine *s, const struct sim_rank *r
 		*used = sim_kv_used(&rk->kv);
 		*tokens_per_s = rk->running > 0 ? rk->gen_tps : 0;
 	}
-	for (size_t h = 0; h < s->heap_len; h++) {
-		const struct sim_req *r = s->heap[h];
+	for (size_t h = 0; h < s->heap.len; h++) {
+		const struct sim_req *r = s->heap.v[h];
 		if (r->rank != rk)
 			continue;
 		*used += r->prompt_tokens + tokens_so_far(r, now_us);

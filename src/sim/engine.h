@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "conf.h"
+#include "deadlines.h"
 #include "infergate/buf.h"
 #include "kvcache.h"
 #include "infergate/list.h"
@@ -88,8 +89,7 @@ struct sim_engine {
 	long nranks;
 	long rr_next;               /* the rank the next request goes to */
 	struct ig_list delayed;     /* DELAYED /health answers, oldest first */
-	struct sim_req **heap;      /* RUNNING requests by deadline_us */
-	size_t heap_len, heap_cap;
+	struct sim_deadlines heap;  /* RUNNING requests by deadline_us */
 	struct sim_stats st;
 	int64_t started;
 };
