@@ -31,8 +31,9 @@ long sim_text_prefix_words(uint64_t text_seed, const char *prefix, size_t n, lon
  * it holds; 0 when there is no such end. The answer's first word starts
  * with a capital, so only those bytes are tried. */
 size_t sim_text_split(const char *prompt, size_t n, uint64_t seed, long *nwords);
-/* Writes the next token (NUL-terminated, at most SIM_TOKEN_MAX bytes, JSON-safe
- * ASCII) into out; returns its length. */
+/* Writes the next token (NUL-terminated, at most SIM_TOKEN_MAX bytes, JSON-safe:
+ * a word in ASCII, or a document's token already escaped, schema.h) into
+ * out; returns its length (0 once a document is all given). */
 size_t sim_text_next(struct sim_text *t, char *out);
 /* t gives doc's tokens (len bytes of NUL-terminated tokens, schema.h)
  * from the first instead of words; doc NULL: words. */
