@@ -32,7 +32,6 @@ EXEMPT = {
                       "in tests/unit/gateway/test_policy.c",
     "common/buf.c": "tested with the other small helpers in tests/unit/common/test_common.c",
     "common/util.c": "tested with the other small helpers in tests/unit/common/test_common.c",
-    "common/oaerror.c": "tested with the other small helpers in tests/unit/common/test_common.c",
     "batchfile/*.c": "the batch files' library, tested through the bulk client that reads and writes them "
                      "in tests/unit/bulk/test_bulk.c",
     "bulk/*.c": "the bulk client's parts are tested together (each file of it is #included) "

@@ -1,4 +1,4 @@
-/* Unit tests for src/common: buffers, flag parsing, errors. */
+/* Unit tests for src/common: buffers, flag parsing, ids (errors: test_oaerror.c). */
 #include "config.h"
 #include <check.h>
 #include <jansson.h>
@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "infergate/buf.h"
-#include "infergate/oaerror.h"
 #include "infergate/util.h"
 #include "../check_main.h"
 
@@ -66,107 +65,6 @@ START_TEST(parse_hostport)
 }
 END_TEST
 
-START_TEST(oaerror_shape)
-{
-	char *s = ig_oaerror_json("bad \"x\" \xff", "invalid_request_error", "model", NULL);
-	json_error_t e;
-	json_t *j = json_loads(s, 0, &e);
-	ck_assert_ptr_nonnull(j);
-	json_t *err = json_object_get(j, "error");
-	ck_assert_str_eq(json_string_value(json_object_get(err, "type")), "invalid_request_error");
-	ck_assert_str_eq(json_string_value(json_object_get(err, "param")), "model");
-	ck_assert(json_is_null(json_object_get(err, "code")));
-	ck_assert_str_eq(json_string_value(json_object_get(err, "message")), "bad \"x\" ?");
-	json_decref(j);
-	free(s);
-}
-END_TEST
-
-/* The error a client gets for a server's error body: OpenAI's shape, with
- * the server's own message, type, param and code. */
-static json_t *normalized(unsigned status, const char *fixture_or_text, bool fixture)
-{
-	size_t len;
-	char *body = fixture ? ig_fixture(fixture_or_text, &len) : strdup(fixture_or_text);
-	if (!fixture)
-		len = strlen(body);
-	char *out = ig_oaerror_normalize(status, body, len);
-	free(body);
-	if (!out)
-		return NULL;
-	json_t *j = json_loads(out, 0, NULL);
-	free(out);
-	ck_assert_ptr_nonnull(j);
-	json_t *e = json_object_get(j, "error");
-	ck_assert(json_is_object(e));
-	ck_assert(json_is_string(json_object_get(e, "message")));
-	ck_assert(json_is_string(json_object_get(e, "type")));
-	ck_assert_ptr_nonnull(json_object_get(e, "param"));
-	ck_assert_ptr_nonnull(json_object_get(e, "code"));
-	json_t *copy = json_incref(e);
-	json_decref(j);
-	return copy;
-}
-
-START_TEST(oaerror_from_real_servers)
-{
-	json_t *e = normalized(400, "sglang-error-flat.json", true);
-	ck_assert_ptr_nonnull(strstr(json_string_value(json_object_get(e, "message")),
-				     "Requested token count exceeds the model's maximum context length of 4096"));
-	ck_assert_str_eq(json_string_value(json_object_get(e, "type")), "BadRequestError");
-	ck_assert_int_eq(json_integer_value(json_object_get(e, "code")), 400);
-	ck_assert(json_is_null(json_object_get(e, "param")));
-	json_decref(e);
-
-	e = normalized(400, "sglang-error-validation.json", true);
-	ck_assert_ptr_nonnull(strstr(json_string_value(json_object_get(e, "message")), "Field required"));
-	ck_assert_str_eq(json_string_value(json_object_get(e, "type")), "Bad Request");
-	json_decref(e);
-
-	e = normalized(422, "fastapi-detail.json", true);
-	ck_assert_str_eq(json_string_value(json_object_get(e, "message")),
-			 "body.messages: Field required; body.max_tokens: Input should be a valid integer");
-	ck_assert_str_eq(json_string_value(json_object_get(e, "type")), "invalid_request_error");
-	json_decref(e);
-
-	e = normalized(401, "sglang-error-auth.json", true);
-	ck_assert_str_eq(json_string_value(json_object_get(e, "message")), "Unauthorized");
-	ck_assert_str_eq(json_string_value(json_object_get(e, "type")), "authentication_error");
-	json_decref(e);
-
-	e = normalized(404, "{\"detail\":\"Not Found\"}", false);
-	ck_assert_str_eq(json_string_value(json_object_get(e, "message")), "Not Found");
-	json_decref(e);
-
-	e = normalized(502, "<html>Bad Gateway</html>\r\n", false); /* not JSON: the text is the message */
-	ck_assert_str_eq(json_string_value(json_object_get(e, "message")), "<html>Bad Gateway</html>");
-	ck_assert_str_eq(json_string_value(json_object_get(e, "type")), "server_error");
-	json_decref(e);
-
-	e = normalized(500, "", false);
-	ck_assert_str_eq(json_string_value(json_object_get(e, "message")), "HTTP 500 from the backend");
-	json_decref(e);
-
-	/* Already OpenAI's shape (vLLM's, OpenAI's, the gateway's): relayed as it is. */
-	ck_assert_ptr_null(normalized(404, "vllm-error-404.json", true));
-
-	/* What a stream's error event says, and its status. */
-	struct ig_oaerror r;
-	json_t *ev = json_loads("{\"error\": {\"object\": \"error\", \"message\": \"x\", \"type\": \"BadRequestError\", "
-				"\"param\": null, \"code\": 400}}", 0, NULL);
-	ck_assert_int_eq(ig_oaerror_read(ev, &r), 0);
-	ck_assert(r.nested);
-	ck_assert_uint_eq(ig_oaerror_status(&r), 400);
-	ig_oaerror_clear(&r);
-	json_decref(ev);
-	/* A completion is not an error. */
-	ev = json_loads("{\"id\": \"c\", \"choices\": [{\"message\": {\"content\": \"error\"}}]}", 0, NULL);
-	ck_assert_int_eq(ig_oaerror_read(ev, &r), -1);
-	ig_oaerror_clear(&r);
-	json_decref(ev);
-}
-END_TEST
-
 START_TEST(hash_and_rand)
 {
 	ck_assert_uint_eq(ig_hash64("abc", 3, 0), ig_hash64("abc", 3, 0));
@@ -222,5 +120,5 @@ START_TEST(buf_prom_label_escapes)
 }
 END_TEST
 
-IG_CHECK_MAIN("common", buf_append_consume, buf_prom_label_escapes, parse_long_bounds, parse_hostport, oaerror_shape,
-	      oaerror_from_real_servers, hash_and_rand, random_ids_and_secrets)
+IG_CHECK_MAIN("common", buf_append_consume, buf_prom_label_escapes, parse_long_bounds, parse_hostport, hash_and_rand,
+	      random_ids_and_secrets)
