@@ -52,7 +52,6 @@ UNTESTED = {
     "gateway/batch.c": "tests/integration/test_batches.py",
     "gateway/batches_api.c": "tests/integration/test_batches.py",
     "gateway/batches_check.c": "tests/integration/test_batches.py",
-    "gateway/batches_run.c": "tests/integration/test_batches.py",
     "gateway/boot.c": "every integration test starts the gateway",
     "gateway/notify.c": "tests/integration/test_systemd.py (sd_notify's READY=1 and STOPPING=1)",
     "gateway/reactor.c": "tests/integration/test_workers.py, test_stop.py",
