@@ -58,7 +58,6 @@ UNTESTED = {
     "gateway/redis_link.c": "tests/integration/test_cluster_redis.py",
     "gateway/reload.c": "tests/integration/test_operations.py, test_keys.py (SIGHUP)",
     "gateway/rx.c": "tests/integration/test_workers.py",
-    "gateway/servertls.c": "tests/integration/test_https.py",
     "common/blockhash.c": "tests/unit/gateway/test_affinity.c hashes prompts with it",
     "common/httpd.c": "every integration test reads its answers",
     "common/log.c": "tests/integration/test_operations.py reads the logs",
