@@ -55,7 +55,6 @@ UNTESTED = {
     "gateway/boot.c": "every integration test starts the gateway",
     "gateway/notify.c": "tests/integration/test_systemd.py (sd_notify's READY=1 and STOPPING=1)",
     "gateway/reactor.c": "tests/integration/test_workers.py, test_stop.py",
-    "gateway/redis_link.c": "tests/integration/test_cluster_redis.py",
     "gateway/reload.c": "tests/integration/test_operations.py, test_keys.py (SIGHUP)",
     "gateway/rx.c": "tests/integration/test_workers.py",
     "common/blockhash.c": "tests/unit/gateway/test_affinity.c hashes prompts with it",
