@@ -49,7 +49,6 @@ EXEMPT = {
 UNTESTED = {
     "gateway/admin.c": "tests/integration/test_operations.py drives the admin API",
     "gateway/answer.c": "every integration test reads the gateway's own answers",
-    "gateway/batch.c": "tests/integration/test_batches.py",
     "gateway/batches_api.c": "tests/integration/test_batches.py",
     "gateway/batches_check.c": "tests/integration/test_batches.py",
     "gateway/boot.c": "every integration test starts the gateway",
