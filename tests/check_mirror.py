@@ -54,7 +54,6 @@ UNTESTED = {
     "gateway/notify.c": "tests/integration/test_systemd.py (sd_notify's READY=1 and STOPPING=1)",
     "gateway/reactor.c": "tests/integration/test_workers.py, test_stop.py",
     "gateway/reload.c": "tests/integration/test_operations.py, test_keys.py (SIGHUP)",
-    "gateway/rx.c": "tests/integration/test_workers.py",
     "common/blockhash.c": "tests/unit/gateway/test_affinity.c hashes prompts with it",
     "common/httpd.c": "every integration test reads its answers",
     "common/log.c": "tests/integration/test_operations.py reads the logs",
