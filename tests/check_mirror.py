@@ -48,7 +48,6 @@ EXEMPT = {
 # take its line out (the check fails while the line stays).
 UNTESTED = {
     "gateway/admin.c": "tests/integration/test_operations.py drives the admin API",
-    "gateway/answer.c": "every integration test reads the gateway's own answers",
     "gateway/batches_api.c": "tests/integration/test_batches.py",
     "gateway/boot.c": "every integration test starts the gateway",
     "gateway/notify.c": "tests/integration/test_systemd.py (sd_notify's READY=1 and STOPPING=1)",
