@@ -53,7 +53,6 @@ UNTESTED = {
     "gateway/notify.c": "tests/integration/test_systemd.py (sd_notify's READY=1 and STOPPING=1)",
     "gateway/reactor.c": "tests/integration/test_workers.py, test_stop.py",
     "gateway/reload.c": "tests/integration/test_operations.py, test_keys.py (SIGHUP)",
-    "common/httpd.c": "every integration test reads its answers",
     "sim/conf.c": "every test starts the simulator with flags",
     "sim/reactor.c": "tests/integration/test_sim.py",
     "sim/server.c": "tests/integration/test_sim.py",
