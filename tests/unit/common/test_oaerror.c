@@ -153,7 +153,7 @@ START_TEST(long_messages_are_cut_on_a_character)
 {
 	char name[2000];
 	size_t n = 0;
-	while (n + 7 < sizeof(name)) { /* "modèle-": 8 bytes, 7 characters */
+	while (n + 8 < sizeof(name)) { /* "modèle-": 8 bytes, 7 characters */
 		memcpy(name + n, "mod\xc3\xa8le-", 8);
 		n += 8;
 	}

@@ -83,6 +83,7 @@ START_TEST(results_the_disk_refuses_wait_in_order_and_nothing_is_lost)
 	char *err = NULL, *errs = path_of("errors.jsonl");
 	ck_assert_int_eq(ig_journal_open(&b.out, "/dev/full", &err), 0); /* a disk with no room */
 	ck_assert_int_eq(ig_journal_open(&b.err, errs, &err), 0);
+	b.journals_open = true;
 
 	emit(&bs, &b, 0, strdup("{\"custom_id\":\"a\"}\n"), 18);
 	ck_assert_str_eq(b.paused, "cannot write the results to data_dir: No space left on device (paused; nothing is "
