@@ -50,7 +50,6 @@ UNTESTED = {
     "gateway/admin.c": "tests/integration/test_operations.py drives the admin API",
     "gateway/batches_api.c": "tests/integration/test_batches.py",
     "gateway/boot.c": "every integration test starts the gateway",
-    "gateway/notify.c": "tests/integration/test_systemd.py (sd_notify's READY=1 and STOPPING=1)",
     "gateway/reactor.c": "tests/integration/test_workers.py, test_stop.py",
     "gateway/reload.c": "tests/integration/test_operations.py, test_keys.py (SIGHUP)",
     "sim/conf.c": "every test starts the simulator with flags",
