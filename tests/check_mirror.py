@@ -51,7 +51,6 @@ UNTESTED = {
     "gateway/batches_api.c": "tests/integration/test_batches.py",
     "gateway/boot.c": "every integration test starts the gateway",
     "gateway/reactor.c": "tests/integration/test_workers.py, test_stop.py",
-    "gateway/reload.c": "tests/integration/test_operations.py, test_keys.py (SIGHUP)",
     "sim/conf.c": "every test starts the simulator with flags",
     "sim/reactor.c": "tests/integration/test_sim.py",
     "sim/server.c": "tests/integration/test_sim.py",
