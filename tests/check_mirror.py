@@ -49,7 +49,6 @@ EXEMPT = {
 UNTESTED = {
     "gateway/boot.c": "every integration test starts the gateway",
     "gateway/reactor.c": "tests/integration/test_workers.py, test_stop.py",
-    "sim/conf.c": "every test starts the simulator with flags",
     "sim/reactor.c": "tests/integration/test_sim.py",
     "sim/server.c": "tests/integration/test_sim.py",
 }
