@@ -30,8 +30,6 @@ EXEMPT = {
     "*/main.c": "a program's entry (flags, signals, the loop): run by the integration tests, which start each program",
     "gateway/lb_*.c": "one routing policy each behind struct ig_policy: tested together through policy.h "
                       "in tests/unit/gateway/test_policy.c",
-    "batchfile/*.c": "the batch files' library, tested through the bulk client that reads and writes them "
-                     "in tests/unit/bulk/test_bulk.c",
     "bulk/*.c": "the bulk client's parts are tested together (each file of it is #included) "
                 "in tests/unit/bulk/test_bulk.c",
     "sim/kvcache.c": "the simulator's prefix cache, tested through the engine that owns it in "

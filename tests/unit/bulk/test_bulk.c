@@ -1,7 +1,7 @@
-/* Unit tests for infergate-bulk: line parsing, the id sets, resume (torn
- * lines, hash collisions), SSE rebuilding, histograms, the generator and the
- * flags, the preflight's decisions, per-model counts. The .c files are
- * included so static functions can be tested. */
+/* Unit tests for infergate-bulk: SSE rebuilding, histograms, the generator
+ * and the flags, the preflight's decisions, per-model counts, the automatic
+ * concurrency (the batch files' library it uses: tests/unit/batchfile/). The
+ * .c files are included so static functions can be tested. */
 #include "config.h"
 #include <check.h>
 #include <fcntl.h>
@@ -26,121 +26,6 @@
 #include "../check_main.h"
 #undef main
 
-static const struct ig_corpus_defaults no_defaults = {NULL, -1, 0, 0, -1, 0, NULL};
-
-static int parse(const char *text, const struct ig_corpus_defaults *d, struct ig_corpus_line *l, char **err)
-{
-	*err = NULL;
-	return ig_corpus_parse(text, strlen(text), 7, d, l, err);
-}
-
-START_TEST(corpus_batch_and_shorthand)
-{
-	struct ig_corpus_line l;
-	char *err;
-	struct ig_corpus_defaults d = {"dm", 32, 0.5, 1, -1, 0, NULL};
-
-	ck_assert_int_eq(parse("{\"custom_id\":\"a\",\"method\":\"POST\",\"url\":\"/v1/chat/completions\","
-			       "\"body\":{\"model\":\"x\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":5}}",
-			       &d, &l, &err), 0);
-	ck_assert_str_eq(l.custom_id, "a");
-	ck_assert_int_eq(l.ep, IG_EP_CHAT);
-	ck_assert_str_eq(l.model, "x");           /* the line wins over --model */
-	ck_assert_int_eq(json_integer_value(json_object_get(l.body, "max_tokens")), 5);
-	ck_assert(json_real_value(json_object_get(l.body, "temperature")) == 0.5);
-	ig_corpus_line_clear(&l);
-
-	/* prompt shorthand: completions by default, custom_id from the line number */
-	ck_assert_int_eq(parse("{\"prompt\":\"p\"}", &d, &l, &err), 0);
-	ck_assert_str_eq(l.custom_id, "line-7");
-	ck_assert_int_eq(l.ep, IG_EP_COMPLETIONS);
-	ck_assert_str_eq(l.model, "dm");
-	ck_assert_int_eq(json_integer_value(json_object_get(l.body, "max_tokens")), 32);
-	ig_corpus_line_clear(&l);
-
-	/* --endpoint chat turns a prompt into one user message */
-	d.endpoint = IG_EP_CHAT;
-	ck_assert_int_eq(parse("{\"custom_id\":\"c\",\"prompt\":\"p\"}", &d, &l, &err), 0);
-	ck_assert_int_eq(l.ep, IG_EP_CHAT);
-	ck_assert_ptr_null(json_object_get(l.body, "prompt"));
-	ck_assert_ptr_null(json_object_get(l.body, "custom_id"));
-	json_t *m = json_array_get(json_object_get(l.body, "messages"), 0);
-	ck_assert_str_eq(json_string_value(json_object_get(m, "content")), "p");
-	ig_corpus_line_clear(&l);
-
-	/* --stream asks for the usage chunk too */
-	d.stream = 1;
-	ck_assert_int_eq(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", &d, &l, &err), 0);
-	ck_assert(l.stream);
-	ck_assert(json_is_true(json_object_get(json_object_get(l.body, "stream_options"), "include_usage")));
-	ig_corpus_line_clear(&l);
-
-	ck_assert_int_eq(parse("{\"custom_id\":\"e\",\"url\":\"/v1/embeddings\",\"body\":{\"input\":\"x\"}}", &d, &l, &err), 0);
-	ck_assert_int_eq(l.ep, IG_EP_EMBEDDINGS);
-	ck_assert_ptr_null(json_object_get(l.body, "stream"));
-	ig_corpus_line_clear(&l);
-}
-END_TEST
-
-START_TEST(corpus_errors_name_the_line)
-{
-	struct ig_corpus_line l;
-	char *err;
-	struct ig_corpus_defaults d = no_defaults;
-	static const char *bad[][2] = {
-		{"{not json", "line 7: not JSON"},
-		{"[1,2]", "not a JSON object"},
-		{"{\"prompt\":\"p\"}", "no model"},
-		{"{\"custom_id\":5,\"prompt\":\"p\",\"model\":\"m\"}", "custom_id"},
-		{"{\"custom_id\":\"\",\"prompt\":\"p\",\"model\":\"m\"}", "empty"},
-		{"{\"custom_id\":\"z\",\"url\":\"/v1/images\",\"body\":{}}", "'/v1/images'"},
-		{"{\"custom_id\":\"z\",\"method\":\"GET\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"p\"}}", "POST"},
-		{"{\"custom_id\":\"z\",\"url\":\"/v1/chat/completions\",\"body\":{\"model\":\"m\"}}", "messages"},
-		{"{\"model\":\"m\"}", "none of"},
-		{"{\"model\":\"m\",\"messages\":[]}", "non-empty"},
-		{"{\"model\":\"m\",\"prompt\":\"a\",\"prompt\":\"b\"}", "not JSON"},
-	};
-	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		ck_assert_int_eq(parse(bad[i][0], &d, &l, &err), -1);
-		ck_assert_msg(strstr(err, bad[i][1]) && strstr(err, "line 7"), "%s -> %s", bad[i][0], err);
-		ck_assert_ptr_null(l.body);
-		free(err);
-	}
-	/* the library names no flag: the message says what was wrong, a
-	 * program with flags names its own (model_hint) */
-	ck_assert_int_eq(parse("{\"prompt\":\"p\"}", &d, &l, &err), -1);
-	ck_assert_msg(strstr(err, "no model: set \"model\" in the line") && !strstr(err, "--"), "%s", err);
-	free(err);
-	d.model_hint = "--model";
-	ck_assert_int_eq(parse("{\"prompt\":\"p\"}", &d, &l, &err), -1);
-	ck_assert_ptr_nonnull(strstr(err, "give --model or set \"model\""));
-	free(err);
-	d.endpoint = IG_EP_COMPLETIONS;
-	ck_assert_int_eq(parse("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", &d, &l, &err), -1);
-	ck_assert_msg(strstr(err, "cannot go to the completions endpoint") && !strstr(err, "--"), "%s", err);
-	free(err);
-}
-END_TEST
-
-START_TEST(idset_grows_and_finds)
-{
-	struct ig_idset s;
-	ck_assert_int_eq(ig_idset_init(&s, 1), 0);
-	for (uint64_t i = 1; i <= 200000; i++)
-		ck_assert_int_eq(ig_idset_add(&s, i * 0x9E3779B97F4A7C15ull | 1, i, NULL), 1);
-	ck_assert_uint_eq(s.len, 200000);
-	uint64_t v;
-	ck_assert_int_eq(ig_idset_add(&s, 5 * 0x9E3779B97F4A7C15ull | 1, 99, &v), 0);
-	ck_assert_uint_eq(v, 5);
-	ck_assert_int_eq(ig_idset_get(&s, 77 * 0x9E3779B97F4A7C15ull | 1, &v), 1);
-	ck_assert_uint_eq(v, 77);
-	ck_assert_int_eq(ig_idset_get(&s, 2, NULL), 0);
-	ck_assert_uint_ne(ig_idset_hash("", 0), 0);
-	ck_assert_uint_ne(ig_idset_hash("ab", 2), ig_idset_hash("ba", 2));
-	ig_idset_free(&s);
-}
-END_TEST
-
 static char *tmp_path(const char *name)
 {
 	static char dir[64];
@@ -159,135 +44,9 @@ static void put_file(const char *path, const char *text)
 	fclose(f);
 }
 
-/* A line given back (the Batch API holds a line while the backends' model
- * lists are not known) comes again, with its number; then the next. */
-START_TEST(corpus_unread_gives_the_same_line_again)
-{
-	char *in = tmp_path("unread.jsonl");
-	struct ig_corpus_reader r;
-	char *err = NULL;
-	put_file(in, "one\n\ntwo\nthree\n");
-	ck_assert_int_eq(ig_corpus_open(&r, in, &err), 0);
-	ck_assert_int_eq(ig_corpus_next(&r), 1);
-	ck_assert_int_eq(ig_corpus_next(&r), 1);
-	ck_assert_str_eq(r.line, "two");
-	ck_assert_int_eq(r.lineno, 3);
-	for (int k = 0; k < 2; k++) { /* twice in a row: still that line, not the one before */
-		ck_assert_int_eq(ig_corpus_unread(&r), 0);
-		ck_assert_int_eq(ig_corpus_next(&r), 1);
-		ck_assert_str_eq(r.line, "two");
-		ck_assert_int_eq(r.lineno, 3);
-		ck_assert_int_eq(r.index, 1);
-		ck_assert_int_eq(r.offset, 5);
-	}
-	ck_assert_int_eq(ig_corpus_next(&r), 1);
-	ck_assert_str_eq(r.line, "three");
-	ck_assert_int_eq(r.offset, 9);
-	ck_assert_int_eq(ig_corpus_next(&r), 0);
-	ig_corpus_close(&r);
-	free(in);
-}
-END_TEST
 
-START_TEST(doneset_resume_and_torn_line)
-{
-	char *out = tmp_path("out.jsonl"), *errs = tmp_path("out.errors.jsonl");
-	char *e = NULL;
-	struct ig_doneset d;
 
-	put_file(out, "{\"custom_id\":\"a\",\"response\":{}}\n{\"custom_id\":\"b\"}\n{\"custom_id\":\"c\",\"resp");
-	put_file(errs, "{\"custom_id\":\"x\",\"error\":{}}\n{\"custom_id\":\"b\"}\n");
-	ig_journal_done_init(&d);
-	ck_assert_int_eq(ig_journal_done_load(&d, out, errs, &e), 0);
-	ck_assert_int_eq(ig_journal_done_find(&d, "a", 1), 1);
-	ck_assert_int_eq(ig_journal_done_find(&d, "b", 1), 1);
-	ck_assert_int_eq(ig_journal_done_find(&d, "x", 1), 2);
-	ck_assert_int_eq(ig_journal_done_find(&d, "c", 1), 0); /* torn: not done */
-	ck_assert_int_eq(ig_journal_done_find(&d, "zz", 2), 0);
-	ck_assert_int_eq(d.in_both, 1);
-	ck_assert_int_eq(d.count[0], 2);
-	ck_assert_int_eq(d.count[1], 1);
-	ck_assert_int_eq(ig_journal_done_cut_torn(&d, out, errs, &e), 0);
-	FILE *f = fopen(out, "r");
-	char buf[256];
-	size_t n = fread(buf, 1, sizeof(buf), f);
-	fclose(f);
-	ck_assert_uint_eq(n, strlen("{\"custom_id\":\"a\",\"response\":{}}\n{\"custom_id\":\"b\"}\n"));
 
-	/* A hash that is present but belongs to another id: the re-read of the
-	 * line at the stored offset tells them apart, so "q" is not done even if
-	 * its hash were in the set (a simulated 64-bit collision). */
-	uint64_t hq = ig_idset_hash("q", 1);
-	ck_assert_int_eq(ig_idset_add(&d.set, hq, (0ull << 1) | 0, NULL), 1); /* offset 0 holds "a" */
-	ck_assert_int_eq(ig_journal_done_find(&d, "q", 1), 0);
-	/* and an id that collided at load time lives in the exact list */
-	ck_assert_int_eq(add_done(&d, "q", 1, 0), 0);
-	ck_assert_uint_eq(d.n_extra, 1);
-	ck_assert_int_eq(ig_journal_done_find(&d, "q", 1), 2);
-	ig_journal_done_free(&d);
-
-	/* a bad line that is not the last one is an error naming the file */
-	put_file(errs, "garbage\n{\"custom_id\":\"x\"}\n");
-	ig_journal_done_init(&d);
-	ck_assert_int_eq(ig_journal_done_load(&d, out, errs, &e), -1);
-	ck_assert_ptr_nonnull(strstr(e, "line 1"));
-	free(e);
-	ig_journal_done_free(&d);
-	free(out);
-	free(errs);
-}
-END_TEST
-
-START_TEST(journal_lines_and_append)
-{
-	char *path = tmp_path("j.jsonl"), *e = NULL;
-	struct ig_journal j;
-	size_t len;
-	json_t *body = json_pack("{s:s}", "object", "chat.completion");
-
-	unlink(path);
-	ck_assert_int_eq(ig_journal_open(&j, path, &e), 0);
-	char *l1 = ig_journal_ok_line("id\"1", 200, "req-1", NULL, body, &len);
-	ck_assert_int_eq(ig_journal_append(&j, l1, len), 0);
-	ck_assert(l1[len - 1] == '\n');
-	json_t *o = json_loadb(l1, len, 0, NULL);
-	ck_assert_str_eq(json_string_value(json_object_get(o, "custom_id")), "id\"1");
-	ck_assert(json_is_null(json_object_get(o, "error")));
-	json_t *r = json_object_get(o, "response");
-	ck_assert_int_eq(json_integer_value(json_object_get(r, "status_code")), 200);
-	ck_assert_str_eq(json_string_value(json_object_get(r, "request_id")), "req-1");
-	ck_assert_ptr_nonnull(strstr(json_string_value(json_object_get(o, "id")), "batch_req_"));
-	json_decref(o);
-	ck_assert_ptr_null(strstr(l1, "trace_id")); /* only with --trace */
-	char *l2 = ig_journal_error_line("id2", 0, NULL, "4bf92f3577b34da6a3ce929d0e0e4736", NULL, "timeout",
-					 "no byte for 5 s", &len);
-	o = json_loadb(l2, len, 0, NULL);
-	ck_assert(json_is_null(json_object_get(o, "response")));
-	ck_assert_str_eq(json_string_value(json_object_get(o, "trace_id")), "4bf92f3577b34da6a3ce929d0e0e4736");
-	ck_assert_str_eq(json_string_value(json_object_get(json_object_get(o, "error"), "code")), "timeout");
-	json_decref(o);
-	ck_assert_int_eq(ig_journal_append(&j, l2, len), 0);
-	ig_journal_close(&j);
-	free(l1);
-	free(l2);
-	json_decref(body);
-	free(path);
-}
-END_TEST
-
-START_TEST(journal_full_disk_leaves_no_half_line)
-{
-	struct ig_journal j;
-	char *e = NULL;
-	if (access("/dev/full", W_OK) != 0)
-		return;
-	ck_assert_int_eq(ig_journal_open(&j, "/dev/full", &e), 0);
-	ck_assert_int_eq(ig_journal_append(&j, "{}\n", 3), -1);
-	ck_assert_int_eq(errno, ENOSPC);
-	ck_assert_int_eq(j.size, 0);
-	ig_journal_close(&j);
-}
-END_TEST
 
 static const char *chat_sse =
 	"data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":5,\"model\":\"m\","
@@ -785,10 +544,7 @@ START_TEST(auto_through_a_gateway_holds_its_slots_plus_headroom)
 }
 END_TEST
 
-IG_CHECK_MAIN("bulk", corpus_batch_and_shorthand, corpus_errors_name_the_line, idset_grows_and_finds,
-	      corpus_unread_gives_the_same_line_again, doneset_resume_and_torn_line, journal_lines_and_append,
-	      journal_full_disk_leaves_no_half_line,
-	      sse_rebuilds_chat_body_across_splits, sse_incomplete_or_error_stream, hist_quantiles,
+IG_CHECK_MAIN("bulk", sse_rebuilds_chat_body_across_splits, sse_incomplete_or_error_stream, hist_quantiles,
 	      generator_is_deterministic_and_parses, flags_validate, preflight_finds_duplicates_exactly,
 	      preflight_decides_on_the_model_list, models_are_counted_apart_only_when_there_are_several,
 	      summary_shows_models_only_when_several, auto_finds_the_knee_backs_off_and_climbs_again,
