@@ -14,6 +14,8 @@
 #include "infergate/log.h"
 #include "../check_main.h"
 
+static struct sim_conf *last; /* what parse filled */
+
 static int parse(struct sim_conf *c, char **err, ...)
 {
 	char *argv[32] = {"infergate-sim"};
@@ -24,13 +26,15 @@ static int parse(struct sim_conf *c, char **err, ...)
 		argv[argc++] = a;
 	va_end(ap);
 	*err = NULL;
+	last = c;
 	return sim_conf_from_args(c, argc, argv, err);
 }
 
-/* The message of a refused command line (the conf freed). */
+/* The message of a refused command line; the conf freed, as main does. */
 static char *refused(char *err)
 {
 	static char out[512];
+	sim_conf_free(last);
 	ck_assert_ptr_nonnull(err);
 	snprintf(out, sizeof(out), "%s", err);
 	free(err);
