@@ -32,7 +32,6 @@ EXEMPT = {
                       "in tests/unit/gateway/test_policy.c",
     "bulk/*.c": "the bulk client's parts are tested together (each file of it is #included) "
                 "in tests/unit/bulk/test_bulk.c",
-    "sim/pooling.c": "embeddings & co, linked and answered through the parser in tests/unit/sim/test_parse.c",
 }
 
 # Known gaps (issue 47, item 4): modules with no unit test yet, each with what
