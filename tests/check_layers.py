@@ -119,7 +119,7 @@ LIBS = {"common", "batchfile"}  # the libraries every program may call
 # records and jobs directly and want the same markers or setters.
 FIELD_WRITES = {
     ("gateway/admin", "gateway/backend"):
-        "ig_backend.max_inflight ig_backend.weight",
+        "ig_backend.admin ig_backend.max_inflight ig_backend.weight",
     ("gateway/admission", "common/buf"):
         "ig_buf.len",
     ("gateway/admission", "gateway/clients"):
@@ -169,7 +169,7 @@ FIELD_WRITES = {
     ("gateway/boot", "gateway/idem"):
         "ig_idem.wake",
     ("gateway/cluster", "gateway/backend"):
-        "ig_backend.claim_next ig_backend.claim_sent",
+        "ig_backend.claim_cap ig_backend.claim_next ig_backend.claim_sent ig_backend.others_inflight",
     ("gateway/cluster", "gateway/capacity"):
         "ig_slots.shared",
     ("gateway/cluster", "gateway/clients"):
@@ -179,9 +179,9 @@ FIELD_WRITES = {
     ("gateway/cluster", "gateway/scheduler"):
         "ig_model.ends_held ig_model.others_headroom ig_model.others_waiting",
     ("gateway/discover", "gateway/backend"):
-        "ig_backend.discover",
+        "ig_backend.admin ig_backend.discover",
     ("gateway/dispatch", "gateway/backend"):
-        "ig_fleet.on_gone ig_fleet.on_gone_arg",
+        "ig_backend.low_inflight ig_fleet.on_gone ig_fleet.on_gone_arg",
     ("gateway/dispatch", "gateway/clients"):
         "ig_key.inflight",
     ("gateway/dispatch", "gateway/policy"):
@@ -197,22 +197,32 @@ FIELD_WRITES = {
     ("gateway/files", "gateway/bio"):
         "ig_bio_job.bytes ig_bio_job.done ig_bio_job.queue ig_bio_job.run",
     ("gateway/health", "gateway/backend"):
-        "ig_backend.breaker_fails ig_backend.breaker_trips ig_backend.coming_up ig_backend.consec_fail "
-        "ig_backend.consec_ok ig_backend.last_probe_latency_ms ig_backend.last_probe_ms "
-        "ig_backend.last_probe_ok ig_backend.last_probe_status ig_backend.load_path ig_backend.models "
-        "ig_backend.models_any ig_backend.models_at_ms ig_backend.next_probe_ms ig_backend.probe "
-        "ig_backend.probing ig_backend.reported_load ig_backend.reported_waiting ig_backend.seen_up",
+        "ig_backend.breaker_fails ig_backend.breaker_opened ig_backend.breaker_trips "
+        "ig_backend.breaker_until_ms ig_backend.coming_up ig_backend.consec_fail ig_backend.consec_ok "
+        "ig_backend.external_load ig_backend.inflight_peak ig_backend.last_probe_latency_ms "
+        "ig_backend.last_probe_ms ig_backend.last_probe_ok ig_backend.last_probe_status ig_backend.load_path "
+        "ig_backend.models ig_backend.models_any ig_backend.models_at_ms ig_backend.next_probe_ms "
+        "ig_backend.prio_sched ig_backend.prio_threshold ig_backend.probe ig_backend.probes_slow "
+        "ig_backend.probing ig_backend.reported_load ig_backend.reported_waiting ig_backend.seen_up "
+        "ig_backend.state",
     ("gateway/health", "gateway/upstream"):
         "ig_xfer.done ig_xfer.easy",
     ("gateway/idem_share", "gateway/idem"):
         "ig_idem_entry.claim ig_idem_entry.conflict ig_idem_entry.content_type ig_idem_entry.refs "
         "ig_idem_entry.share ig_idem_entry.share_busy ig_idem_entry.share_next_ms ig_idem_entry.status",
+    ("gateway/lb_least_tokens", "gateway/backend"):
+        "ig_backend.out_tokens ig_backend.speed_milli",
     ("gateway/lb_least_tokens", "gateway/policy"):
         "ig_pick_req.charged",
+    ("gateway/policy", "gateway/backend"):
+        "ig_backend.inflight ig_backend.inflight_peak",
     ("gateway/proxy", "gateway/admission"):
         "ig_admission.method ig_admission.model ig_admission.prompt_estimate ig_admission.resp_id "
         "ig_admission.rl_req_left ig_admission.rl_req_reset_ms ig_admission.rl_shown ig_admission.rl_tok_left "
         "ig_admission.rl_tok_reset_ms ig_admission.route_idx ig_admission.stream ig_admission.usage_added",
+    ("gateway/proxy", "gateway/backend"):
+        "ig_backend.aborted ig_backend.completion_tokens ig_backend.failures ig_backend.prompt_tokens "
+        "ig_backend.rest_until_ms ig_backend.rests ig_backend.retried ig_backend.served",
     ("gateway/proxy", "gateway/clients"):
         "ig_key.completion_tokens ig_key.prompt_tokens ig_key.refs",
     ("gateway/proxy", "gateway/cont"):
@@ -239,8 +249,12 @@ FIELD_WRITES = {
         "ig_rx.woken",
     ("gateway/relay", "common/buf"):
         "ig_buf.len",
+    ("gateway/relay", "gateway/backend"):
+        "ig_backend.last_io_ms",
     ("gateway/relay", "gateway/cont"):
         "ig_cont.broken",
+    ("gateway/reload", "gateway/backend"):
+        "ig_backend.admin",
     ("gateway/reload", "gateway/conf"):
         "ig_conf.admin_listen_port ig_conf.cluster_lease_s ig_conf.cluster_sync_ms "
         "ig_conf.header_buffer_bytes ig_conf.listen_port ig_conf.max_connections ig_conf.server_tls_tickets "
@@ -416,13 +430,16 @@ def blank(text):
 # gateway.h's and sim.h's own fields (SHARED: the shared state's types) are
 # read by every module without a dependency; they may be written by any
 # module, unless the field carries a "written by:" marker, which then binds
-# as anywhere else. Not seen: a write through a pointer to the field (&x->f
-# handed to a function), a write through a macro's expansion.
+# as anywhere else. C11 atomics count as writes (atomic_store(&x->f, v),
+# atomic_fetch_add(&x->f, 1), atomic_exchange, compare_exchange, init).
+# Not seen: a write through a pointer to the field handed to another
+# function (&x->f), a write through a macro's expansion.
 WRITTEN_BY = re.compile(r"written by:\s*([\w*]+(?:[ \t]*,?[ \t]*[\w*]+)*)")
 DECL_OF = re.compile(r"\b(?:struct|union)\s+(\w+)[\s*]*(?:const\b[\s*]*)*([A-Za-z_]\w*)")
 CHAIN = re.compile(r"([A-Za-z_]\w*)((?:\s*\[[^\][]*\])*)((?:\s*(?:->|\.)\s*[A-Za-z_]\w*(?:\s*\[[^\][]*\])*)+)")
 LINK = re.compile(r"\s*(->|\.)\s*([A-Za-z_]\w*)((?:\s*\[[^\][]*\])*)")
 MEMBER = re.compile(r"(->|\.)\s*([A-Za-z_]\w*)")
+ATOMIC_WRITE = re.compile(r"\batomic_(?:store|fetch_\w+|exchange|compare_exchange_\w+|init)(?:_explicit)?\s*\(\s*&\s*\Z")
 ASSIGN = re.compile(r"\s*(?:\+\+|--|(?:[-+*/%&|^]|<<|>>)?=(?!=))")
 
 
@@ -591,10 +608,12 @@ def field_uses(srcdir):
             line = code.count("\n", 0, at) + 1
             where = "%s:%d" % (os.path.basename(f), line)
             before = code[max(0, at - 2):at]
-            wrote = ASSIGN.match(code, end) and not code.startswith("==", ASSIGN.match(code, end).end() - 1)
             wrote = bool(ASSIGN.match(code, end)) or before.endswith("++") or before.endswith("--")
             if sub and not fld.array:
                 wrote = False  # x->p[i] = ...: what p points to, not the field
+            if not sub and ATOMIC_WRITE.search(code, max(0, at - 64), at) and \
+                    re.match(r"\s*[,)]", code[end:end + 8]):
+                wrote = True  # atomic_store(&x->f, v), atomic_fetch_add(&x->f, 1), ...
             if wrote:
                 mine = node.split("/", 1)[1]
                 ok = fld.writers is not None and (
@@ -960,8 +979,8 @@ def main():
             print("not ok %d - the check missed or misread a planted call up: %r" % (n, res))
 
     # Fields. The cluster (above) writes the scheduler's ig_model.others_waiting
-    # through a pointer whose type it declares, and ends_held, whose header
-    # lets only dispatch write it; both have a field of a common name (n) that
+    # through a pointer whose type it declares, claim_cap with atomic_store,
+    # and ends_held, whose header lets only dispatch write it; both have a field of a common name (n) that
     # only the type tells apart. One write is refused, the other tolerated by
     # the list; the cluster's own n and the scheduler's marked field are fine.
     sched_h = ("struct ig_model {\n"
@@ -969,12 +988,14 @@ def main():
                "\tlong others_waiting;\n"
                "\tlong others_headroom; /* the others' room; written by: cluster */\n"
                "\tlong ends_held;       /* written by: dispatch */\n"
+               "\t_Atomic long claim_cap;\n"
                "};\n")
     cluster_c = ('#include "sched.h"\n#include "cluster.h"\n'
                  "struct view { size_t n; };\n"
                  "void cluster_take(struct ig_model *m, struct view *v)\n{\n"
                  "\tv->n = 2;\n\tm->others_headroom += 3;\n"
-                 "\tm->others_waiting = 4;\n\tm->ends_held++;\n\tif (m->n == v->n) return;\n}\n")
+                 "\tm->others_waiting = 4;\n\tatomic_store(&m->claim_cap, 1);\n\tm->ends_held++;\n"
+                 "\tif (m->n == v->n) return;\n}\n")
     tree = {"sched.h": sched_h, "sched.c": '#include "sched.h"\nint sched_run(void) { return 0; }\n',
             "cluster.h": "void cluster_take(struct ig_model *m, struct view *v);\n", "cluster.c": cluster_c}
     with tempfile.TemporaryDirectory() as tmp:
@@ -982,11 +1003,13 @@ def main():
         res, _ = check(tmp, {"x": ["cluster", "sched"]}, {}, {("x/cluster", "x/sched"): "ig_model.ends_held"})
         lines = res[0][2] if res else []
         want = ["x/cluster writes x/sched's field ig_model.others_waiting (cluster.c:8): write it through a "
+                "function of sched, or mark the field in its header \"written by: cluster\"",
+                "x/cluster writes x/sched's field ig_model.claim_cap (cluster.c:9): write it through a "
                 "function of sched, or mark the field in its header \"written by: cluster\""]
         n += 1
         if res and res[0][0] == "not ok" and lines == want:
-            print("ok %d - the check fails a planted write of the cluster into a scheduler's field, and only that"
-                  % n)
+            print("ok %d - the check fails planted writes of the cluster into a scheduler's fields (plain and "
+                  "atomic_store), and only those" % n)
         else:
             failed += 1
             print("not ok %d - the check missed or misread a planted write into another module's field: %r"
@@ -995,7 +1018,7 @@ def main():
     # is a call up; and the tolerated write, once gone, is a stale entry.
     with tempfile.TemporaryDirectory() as tmp:
         tree["cluster.c"] = cluster_c.replace("\tm->ends_held++;\n", "").replace(
-            "\tm->others_waiting = 4;\n", "")
+            "\tm->others_waiting = 4;\n", "").replace("\tatomic_store(&m->claim_cap, 1);\n", "")
         plant(tmp, tree)
         res, _ = check(tmp, {"x": ["sched", "cluster"]}, {}, {("x/cluster", "x/sched"): "ig_model.ends_held"})
         lines = res[0][2] if res else []
