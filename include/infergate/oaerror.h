@@ -6,6 +6,7 @@
 #define IG_OAERROR_H
 
 #include <jansson.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -15,6 +16,21 @@ char *ig_oaerror_json(const char *message, const char *type, const char *param, 
 
 /* The OpenAI error type that goes with an HTTP status. */
 const char *ig_oaerror_type_for_status(unsigned status);
+
+/* The one formatter of the errors a program decides (admission's, dispatch's,
+ * the proxy's, the Batch API's): the message printf'd, at most
+ * IG_OAERROR_MESSAGE_MAX bytes, cut before a UTF-8 character it would split
+ * (so a long message naming a non-ASCII model stays valid text), malloc'd;
+ * NULL when out of memory. */
+#define IG_OAERROR_MESSAGE_MAX 1023
+char *ig_oaerror_messagef(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+char *ig_oaerror_vmessagef(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
+/* The whole body, as ig_oaerror_json's, of such a message: type NULL is the
+ * type of `status`. A malloc'd JSON text. */
+char *ig_oaerror_jsonf(unsigned status, const char *type, const char *param, const char *code, const char *fmt,
+		       ...) __attribute__((format(printf, 5, 6)));
+char *ig_oaerror_vjsonf(unsigned status, const char *type, const char *param, const char *code, const char *fmt,
+			va_list ap) __attribute__((format(printf, 5, 0)));
 
 /* What a server's error says, read from any of the shapes real servers use:
  *   OpenAI, vLLM:  {"error": {"message", "type", "param", "code"}}

@@ -2,6 +2,8 @@
  * and servers' errors read from whatever shape they came in. */
 #include "config.h"
 #include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -52,6 +54,52 @@ const char *ig_oaerror_type_for_status(unsigned status)
 	case 429: return "rate_limit_error";
 	default:  return status >= 500 ? "server_error" : "invalid_request_error";
 	}
+}
+
+char *ig_oaerror_vmessagef(const char *fmt, va_list ap)
+{
+	char *s = NULL;
+	int n = vasprintf(&s, fmt, ap);
+	if (n < 0)
+		return NULL;
+	if (n > IG_OAERROR_MESSAGE_MAX) {
+		size_t cut = IG_OAERROR_MESSAGE_MAX;
+		/* s[cut] is the first byte left out: a continuation byte's
+		 * character began before it, and goes too */
+		while (cut > 0 && ((unsigned char)s[cut] & 0xC0) == 0x80)
+			cut--;
+		s[cut] = '\0';
+	}
+	return s;
+}
+
+char *ig_oaerror_messagef(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	char *s = ig_oaerror_vmessagef(fmt, ap);
+	va_end(ap);
+	return s;
+}
+
+char *ig_oaerror_vjsonf(unsigned status, const char *type, const char *param, const char *code, const char *fmt,
+			va_list ap)
+{
+	char *msg = ig_oaerror_vmessagef(fmt, ap);
+	if (!msg)
+		abort();
+	char *out = ig_oaerror_json(msg, type ? type : ig_oaerror_type_for_status(status), param, code);
+	free(msg);
+	return out;
+}
+
+char *ig_oaerror_jsonf(unsigned status, const char *type, const char *param, const char *code, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	char *out = ig_oaerror_vjsonf(status, type, param, code, fmt, ap);
+	va_end(ap);
+	return out;
 }
 
 /* FastAPI's validation detail: [{"loc": ["body", "x"], "msg": "..."}, ...]

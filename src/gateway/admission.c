@@ -14,6 +14,7 @@
 #include "gateway.h"
 #include "infergate/blockhash.h"
 #include "infergate/log.h"
+#include "infergate/oaerror.h"
 #include "infergate/util.h"
 #include "ratelimit.h"
 #include "respstore.h"
@@ -75,10 +76,8 @@ static void refuse(struct ig_admission *a, unsigned status, const char *type, co
 static void refuse(struct ig_admission *a, unsigned status, const char *type, const char *param, const char *code,
 		   const char *fmt, va_list ap)
 {
-	char msg[1024];
-	vsnprintf(msg, sizeof(msg), fmt, ap);
 	free(a->err.message);
-	a->err.message = strdup(msg);
+	a->err.message = ig_oaerror_vmessagef(fmt, ap); /* NULL: out of memory, which proxy.c answers */
 	a->err.status = status;
 	a->err.type = type;
 	a->err.param = param;

@@ -31,6 +31,7 @@
 #include "gateway.h"
 #include "infergate/httpd.h"
 #include "infergate/log.h"
+#include "infergate/oaerror.h"
 #include "infergate/util.h"
 #include "rx.h"
 
@@ -59,12 +60,13 @@ static enum MHD_Result answer_error(struct batch_call *bc, unsigned status, cons
 static enum MHD_Result answer_error(struct batch_call *bc, unsigned status, const char *param, const char *code,
 				    const char *fmt, ...)
 {
-	char msg[400];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
+	char *msg = ig_oaerror_vmessagef(fmt, ap);
 	va_end(ap);
-	return ig_answer_error(TO(bc), status, param, code, NULL, false, msg);
+	enum MHD_Result ret = ig_answer_error(TO(bc), status, param, code, NULL, false, msg ? msg : "out of memory");
+	free(msg);
+	return ret;
 }
 
 /* 405 with the methods the path takes. */

@@ -31,15 +31,15 @@ enum ig_bio_queue {
  * gets it back in run and done). */
 struct ig_bio_job {
 	struct ig_list link;                    /* in the queue, then in its home's done list */
-	enum ig_bio_queue queue;                /* its kind (0: IG_BIO_FILES) */
+	enum ig_bio_queue queue;                /* its kind (0: IG_BIO_FILES); written by: any (the submitter fills the job) */
 	struct ig_rx *home;                     /* set by ig_bio_submit: whose loop runs done */
 	/* On the I/O thread, without gw->lock: touches only what the job
 	 * owns (and what nobody changes while it is queued). */
-	void (*run)(struct ig_bio_job *job);
+	void (*run)(struct ig_bio_job *job);    /* written by: any (the submitter) */
 	/* On home's thread, under gw->lock, after run: applies the result and
 	 * frees the job (it may submit another). */
-	void (*done)(struct ig_bio_job *job);
-	size_t bytes;                           /* memory it holds (for ig_bio_queued) */
+	void (*done)(struct ig_bio_job *job);   /* written by: any (the submitter) */
+	size_t bytes;                           /* memory it holds (for ig_bio_queued); written by: any (the submitter) */
 };
 
 struct ig_bio;

@@ -14,6 +14,7 @@
 #include "dispatch.h"
 #include "gateway.h"
 #include "infergate/log.h"
+#include "infergate/oaerror.h"
 #include "infergate/util.h"
 #include "metrics.h"
 
@@ -103,13 +104,13 @@ static void refuse(struct ig_waiter *w, unsigned status, const char *type, const
 static void refuse(struct ig_waiter *w, unsigned status, const char *type, const char *param, const char *code,
 		   const char *fmt, ...)
 {
-	char msg[1024];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
+	char *msg = ig_oaerror_vmessagef(fmt, ap);
 	va_end(ap);
-	struct ig_dispatch_error e = {status, type, param, code, msg};
+	struct ig_dispatch_error e = {status, type, param, code, msg ? msg : "out of memory"};
 	w->ops->fail(w, &e);
+	free(msg);
 }
 
 /* The answer for a model no known backend serves: 404 when every

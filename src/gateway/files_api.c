@@ -498,7 +498,7 @@ static enum MHD_Result delete_file(struct files_call *fc, const struct ig_file *
 	snprintf(fc->deleted_id, sizeof(fc->deleted_id), "%s", f->id);
 	ig_api_call_job(&fc->c);
 	if (ig_files_remove(fc->c.gw->files, fc->c.gw->bio, fc->deleted_id, delete_done, fc) < 0) {
-		fc->c.jobs--;
+		(void)ig_api_call_job_done(&fc->c, false); /* the job that never started */
 		return answer_error(fc, 500, NULL, "storage_error", "the file cannot be removed from data_dir");
 	}
 	fc->deleting = true;

@@ -146,7 +146,7 @@ START_TEST(methods_and_allow)
 	ck_assert_str_eq(ig_routes_method_name(0), "?");
 
 	char buf[40];
-	struct ig_route r = {"/x", IG_RT_GET | IG_RT_DELETE, IG_USAGE_NONE};
+	struct ig_route r = {"/x", IG_RT_GET | IG_RT_DELETE, IG_USAGE_NONE, -1, -1};
 	ck_assert_str_eq(ig_routes_allow(&r, buf, sizeof(buf)), "GET, DELETE");
 	r.flags = IG_RT_POST | IG_RT_PUT | IG_RT_NO_STREAM;
 	ck_assert_str_eq(ig_routes_allow(&r, buf, sizeof(buf)), "POST, PUT");

@@ -411,40 +411,6 @@ static void chain_of(uint64_t *chain, size_t n, uint64_t salt, size_t shared)
 		chain[k] = k < shared ? 1000 + k : (salt << 20) + k; /* any distinct values do */
 }
 
-START_TEST(kv_cache_matches_refs_and_evicts_lru)
-{
-	struct sim_kv kv;
-	uint64_t a[8], b[8], c[8];
-	ck_assert_int_eq(sim_kv_init(&kv, 10 * IG_BLOCK_TOKENS), 0);
-	chain_of(a, 8, 1, 4);
-	chain_of(b, 8, 2, 4); /* shares its first 4 blocks with a */
-	chain_of(c, 8, 3, 0);
-	ck_assert_uint_eq(sim_kv_match(&kv, a, 8), 0);
-	/* a runs (8 blocks of own prompt, 0 reserve), ends: its 8 blocks cached */
-	ck_assert_int_eq(sim_kv_admit(&kv, a, 0, 8 * IG_BLOCK_TOKENS, 0), 0);
-	ck_assert_int_eq(sim_kv_used(&kv), 8 * IG_BLOCK_TOKENS);
-	sim_kv_release(&kv, a, 0, 8, 8 * IG_BLOCK_TOKENS);
-	ck_assert_uint_eq(kv.live, 8);
-	ck_assert_int_eq(kv.own, 0);
-	/* b finds the shared 4 blocks */
-	ck_assert_uint_eq(sim_kv_match(&kv, b, 8), 4);
-	/* b needs 4 blocks of its own + 1 reserve: 8 cached + 5 > 10, so the
-	 * least recent unreferenced blocks go: a's deepest, never the 4 b holds */
-	ck_assert_int_eq(sim_kv_admit(&kv, b, 4, 4 * IG_BLOCK_TOKENS, IG_BLOCK_TOKENS), 0);
-	ck_assert_uint_eq(kv.evicted, 3);
-	ck_assert_uint_eq(sim_kv_match(&kv, a, 8), 5); /* a's first 5 still there */
-	/* c cannot fit while b holds its blocks: nothing changes */
-	long used = sim_kv_used(&kv);
-	ck_assert_int_eq(sim_kv_admit(&kv, c, 0, 9 * IG_BLOCK_TOKENS, 0), -1);
-	ck_assert_int_eq(sim_kv_used(&kv), used);
-	ck_assert_uint_eq(sim_kv_match(&kv, b, 8), 4);
-	sim_kv_release(&kv, b, 4, 8, 4 * IG_BLOCK_TOKENS);
-	ck_assert_uint_eq(sim_kv_match(&kv, b, 8), 8);
-	ck_assert_int_le(sim_kv_used(&kv), kv.total);
-	sim_kv_free(&kv);
-}
-END_TEST
-
 static struct sim_conf conf_steps(void)
 {
 	struct sim_conf c = conf_default();
@@ -763,7 +729,7 @@ END_TEST
 IG_CHECK_MAIN("sim engine", slots_then_fifo, unpaced_answer_is_done_on_submit, stream_bytes,
 	      stream_fails_midway, max_tokens_cut_is_length, abort_frees_slot_for_next,
 	      ranks_round_robin, hang_fault_holds_no_slot, deferred_health_answer, priority_gauges,
-	      fail_draws_follow_the_seed, kv_cache_matches_refs_and_evicts_lru,
+	      fail_draws_follow_the_seed,
 	      a_step_serves_the_whole_batch_and_slows_with_it, mtp_gives_more_tokens_per_step,
 	      kv_budget_queues_and_the_cache_skips_prefill, a_cached_prompt_still_prefills_its_last_token,
 	      hold_stops_at_n_tokens_until_released, priorities_order_the_queue_and_preempt,

@@ -1,70 +1,14 @@
-/* Unit tests for src/common: buffers, flag parsing, errors. */
+/* Unit tests for src/common/oaerror.c: the error bodies the programs
+ * write, and the errors of real servers read in every shape they use. */
 #include "config.h"
 #include <check.h>
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "infergate/buf.h"
 #include "infergate/oaerror.h"
-#include "infergate/util.h"
 #include "../check_main.h"
-
-START_TEST(buf_append_consume)
-{
-	struct ig_buf b;
-	ig_buf_init(&b);
-	for (int i = 0; i < 1000; i++)
-		ck_assert_int_eq(ig_buf_printf(&b, "%04d", i), 0);
-	ck_assert_uint_eq(ig_buf_pending(&b), 4000);
-	ck_assert(memcmp(ig_buf_head(&b), "0000000100020003", 16) == 0);
-	ig_buf_consume(&b, 3996);
-	ck_assert(memcmp(ig_buf_head(&b), "0999", 4) == 0);
-	ig_buf_consume(&b, 10);
-	ck_assert_uint_eq(ig_buf_pending(&b), 0);
-	ck_assert_int_eq(ig_buf_append(&b, "xy", 2), 0);
-	ck_assert(memcmp(ig_buf_head(&b), "xy", 2) == 0);
-	ig_buf_free(&b);
-}
-END_TEST
-
-START_TEST(parse_long_bounds)
-{
-	long v;
-	char *err = NULL;
-	ck_assert_int_eq(ig_parse_long("--retries", "3", 0, 10, &v, &err), 0);
-	ck_assert_int_eq(v, 3);
-	ck_assert_int_eq(ig_parse_long("--retries", "11", 0, 10, &v, &err), -1);
-	ck_assert_ptr_nonnull(strstr(err, "--retries"));
-	ck_assert_ptr_nonnull(strstr(err, "11"));
-	free(err);
-	ck_assert_int_eq(ig_parse_long("--retries", "3x", 0, 10, &v, &err), -1);
-	ck_assert_ptr_nonnull(strstr(err, "'3x'"));
-	free(err);
-}
-END_TEST
-
-START_TEST(parse_hostport)
-{
-	char *host = NULL, *err = NULL;
-	int port;
-	ck_assert_int_eq(ig_parse_hostport("--listen", "127.0.0.1:8080", &host, &port, &err), 0);
-	ck_assert_str_eq(host, "127.0.0.1");
-	ck_assert_int_eq(port, 8080);
-	free(host);
-	ck_assert_int_eq(ig_parse_hostport("--listen", ":9", &host, &port, &err), 0);
-	ck_assert_str_eq(host, "0.0.0.0");
-	free(host);
-	ck_assert_int_eq(ig_parse_hostport("--listen", "[::1]:7", &host, &port, &err), 0);
-	ck_assert_str_eq(host, "::1");
-	free(host);
-	ck_assert_int_eq(ig_parse_hostport("--listen", "localhost", &host, &port, &err), -1);
-	free(err);
-	ck_assert_int_eq(ig_parse_hostport("--listen", "a:70000", &host, &port, &err), -1);
-	ck_assert_ptr_nonnull(strstr(err, "70000"));
-	free(err);
-}
-END_TEST
 
 START_TEST(oaerror_shape)
 {
@@ -167,60 +111,77 @@ START_TEST(oaerror_from_real_servers)
 }
 END_TEST
 
-START_TEST(hash_and_rand)
+/* The one formatter: what a client reads in the error body. */
+static json_t *error_of(char *text)
 {
-	ck_assert_uint_eq(ig_hash64("abc", 3, 0), ig_hash64("abc", 3, 0));
-	ck_assert_uint_ne(ig_hash64("abc", 3, 0), ig_hash64("abc", 3, 1));
-	for (int i = 0; i < 1000; i++)
-		ck_assert_uint_lt(ig_rand_below(7), 7);
-	char id[33];
-	ig_random_hex(id, 32);
-	ck_assert_uint_eq(strlen(id), 32);
+	json_t *j = json_loads(text, 0, NULL);
+	free(text);
+	ck_assert_ptr_nonnull(j);
+	json_t *e = json_incref(json_object_get(j, "error"));
+	json_decref(j);
+	ck_assert(json_is_object(e));
+	return e;
+}
+
+START_TEST(formatted_errors_take_the_status_type)
+{
+	json_t *e = error_of(ig_oaerror_jsonf(429, NULL, NULL, "queue_full", "the queue of '%s' is full (%d waiting)",
+					      "llama", 64));
+	ck_assert_str_eq(json_string_value(json_object_get(e, "message")), "the queue of 'llama' is full (64 waiting)");
+	ck_assert_str_eq(json_string_value(json_object_get(e, "type")), "rate_limit_error");
+	ck_assert_str_eq(json_string_value(json_object_get(e, "code")), "queue_full");
+	ck_assert(json_is_null(json_object_get(e, "param")));
+	json_decref(e);
+
+	e = error_of(ig_oaerror_jsonf(404, "invalid_request_error", "model", "model_not_found",
+				      "The model `%s` does not exist.", "gpt-\"x\""));
+	ck_assert_str_eq(json_string_value(json_object_get(e, "message")), "The model `gpt-\"x\"` does not exist.");
+	ck_assert_str_eq(json_string_value(json_object_get(e, "type")), "invalid_request_error");
+	ck_assert_str_eq(json_string_value(json_object_get(e, "param")), "model");
+	json_decref(e);
+
+	e = error_of(ig_oaerror_jsonf(503, NULL, NULL, NULL, "no healthy backend"));
+	ck_assert_str_eq(json_string_value(json_object_get(e, "type")), "server_error");
+	ck_assert(json_is_null(json_object_get(e, "code")));
+	json_decref(e);
 }
 END_TEST
 
-/* Ids and secrets: every length (odd ones and past the 128-digit chunk),
- * hex only, NUL-terminated, and not repeated; a page of ids is used up
- * and drawn again without a repeat. */
-START_TEST(random_ids_and_secrets)
+/* A message longer than the limit is cut there, never inside a character:
+ * a model named in French stays readable, not turned into '?'. */
+START_TEST(long_messages_are_cut_on_a_character)
 {
-	char a[301], b[301];
-	for (size_t n = 0; n <= 300; n += (n < 40 ? 1 : 37)) {
-		memset(a, 'x', sizeof(a));
-		ig_random_hex(a, n);
-		ck_assert_uint_eq(strlen(a), n);
-		ck_assert_uint_eq(strspn(a, "0123456789abcdef"), n);
-		ck_assert_int_eq(ig_secret_hex(b, n), 0);
-		ck_assert_uint_eq(strlen(b), n);
-		ck_assert_uint_eq(strspn(b, "0123456789abcdef"), n);
-		if (n >= 16)
-			ck_assert_str_ne(a, b);
+	char name[2000];
+	size_t n = 0;
+	while (n + 8 < sizeof(name)) { /* "modèle-": 8 bytes, 7 characters */
+		memcpy(name + n, "mod\xc3\xa8le-", 8);
+		n += 8;
 	}
-	char prev[33] = "", id[33];
-	for (int i = 0; i < 1000; i++) { /* 16,000 bytes: the page is drawn 15 times */
-		ig_random_hex(id, 32);
-		ck_assert_str_ne(id, prev);
-		memcpy(prev, id, sizeof(id));
+	name[n] = '\0';
+	for (int shift = 0; shift < 8; shift++) {
+		char *m = ig_oaerror_messagef("%.*sthe model '%s' is unknown", shift, "xxxxxxx", name);
+		ck_assert_ptr_nonnull(m);
+		size_t len = strlen(m);
+		ck_assert_uint_le(len, IG_OAERROR_MESSAGE_MAX);
+		ck_assert_uint_ge(len, IG_OAERROR_MESSAGE_MAX - 1); /* at most the split character's first byte */
+		json_t *valid = json_string(m); /* NULL when not UTF-8 */
+		ck_assert_ptr_nonnull(valid);
+		json_decref(valid);
+		free(m);
+
+		json_t *e = error_of(ig_oaerror_jsonf(404, NULL, "model", NULL, "%.*sthe model '%s' is unknown", shift,
+						      "xxxxxxx", name));
+		const char *msg = json_string_value(json_object_get(e, "message"));
+		ck_assert_ptr_nonnull(strstr(msg, "the model 'mod\xc3\xa8le-mod\xc3\xa8le-"));
+		ck_assert_ptr_null(strchr(msg, '?'));
+		json_decref(e);
 	}
-	unsigned char z[64] = {0};
-	ck_assert_int_eq(ig_secret_bytes(z, sizeof(z)), 0);
-	unsigned char zero[64] = {0};
-	ck_assert_int_ne(memcmp(z, zero, sizeof(z)), 0);
+	/* Short of the limit, the message is whole. */
+	char *m = ig_oaerror_messagef("%s", name + n - 8 * 10);
+	ck_assert_uint_eq(strlen(m), 80);
+	free(m);
 }
 END_TEST
 
-/* Label values of the Prometheus text format: \, " and newline escaped,
- * everything else as it is. */
-START_TEST(buf_prom_label_escapes)
-{
-	struct ig_buf b;
-	ig_buf_init(&b);
-	ck_assert_int_eq(ig_buf_prom_label(&b, "a\\b\"c\nd/é"), 0);
-	ig_buf_append(&b, "", 1);
-	ck_assert_str_eq(ig_buf_head(&b), "a\\\\b\\\"c\\nd/é");
-	ig_buf_free(&b);
-}
-END_TEST
-
-IG_CHECK_MAIN("common", buf_append_consume, buf_prom_label_escapes, parse_long_bounds, parse_hostport, oaerror_shape,
-	      oaerror_from_real_servers, hash_and_rand, random_ids_and_secrets)
+IG_CHECK_MAIN("oaerror", oaerror_shape, oaerror_from_real_servers, formatted_errors_take_the_status_type,
+	      long_messages_are_cut_on_a_character)

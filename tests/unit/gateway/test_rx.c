@@ -1,0 +1,152 @@
+/* Unit tests for what the reactors hand each other (src/gateway/rx.c and
+ * rx.h's lock): a posted job runs once for every post before it, in order,
+ * its reactor woken once through its eventfd (not when it is this thread's
+ * own); a job taken back does not run; the gateway's lock nested, let go
+ * around I/O and taken back, counted as /metrics shows it, and not taken
+ * with one reactor. */
+#include "config.h"
+#include <check.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "rx.h"
+#include "../check_main.h"
+
+static struct ig_rx *rx_new(void)
+{
+	static struct ig_rx rx;
+	memset(&rx, 0, sizeof(rx));
+	ig_list_init(&rx.jobs);
+	rx.ev_wake.fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	ck_assert_int_ge(rx.ev_wake.fd, 0);
+	return &rx;
+}
+
+/* What the reactor's eventfd holds (read, so emptied); 0 when nothing. */
+static uint64_t wakes(struct ig_rx *rx)
+{
+	uint64_t n = 0;
+	if (read(rx->ev_wake.fd, &n, sizeof(n)) < 0)
+		return 0;
+	rx->woken = false;
+	return n;
+}
+
+static char order[16];
+static int reposts;
+static struct ig_rx *the_rx;
+
+struct job {
+	struct ig_rx_job job;
+	char name;
+};
+
+static void run(struct ig_rx_job *j)
+{
+	struct job *me = IG_CONTAINER_OF(j, struct job, job);
+	size_t n = strlen(order);
+	order[n] = me->name;
+	order[n + 1] = '\0';
+	if (reposts > 0) { /* a post from its own run is a new one */
+		reposts--;
+		ig_rx_post(the_rx, j);
+	}
+}
+
+START_TEST(posted_jobs_run_once_in_order_and_wake_their_reactor)
+{
+	struct ig_rx *rx = the_rx = rx_new();
+	struct job a = {{run, {0}}, 'a'}, b = {{run, {0}}, 'b'}, c = {{run, {0}}, 'c'};
+	order[0] = '\0';
+	ig_rx_post(rx, &a.job);
+	ig_rx_post(rx, &b.job);
+	ig_rx_post(rx, &a.job); /* posted already: one run does both posts' work */
+	ig_rx_post(rx, &c.job);
+	ck_assert_uint_eq(wakes(rx), 1); /* one wake-up for all of them */
+	ig_rx_unpost(&c.job);             /* its object goes away: taken back */
+	ig_rx_unpost(&c.job);             /* and again: nothing */
+	ig_rx_run_jobs(rx);
+	ck_assert_str_eq(order, "ab");
+	ck_assert(ig_list_empty(&rx->jobs));
+
+	/* a job that posts itself again from its run runs again, after the others */
+	order[0] = '\0';
+	reposts = 1;
+	ig_rx_post(rx, &a.job);
+	ig_rx_post(rx, &b.job);
+	ig_rx_run_jobs(rx);
+	ck_assert_str_eq(order, "aba");
+	reposts = 0;
+
+	/* the reactor posting to itself is not woken: it runs them at the end of its turn */
+	wakes(rx);
+	ig_rx_self = rx;
+	ig_rx_post(rx, &b.job);
+	ck_assert_uint_eq(wakes(rx), 0);
+	ig_rx_self = NULL;
+	ig_rx_run_jobs(rx);
+	close(rx->ev_wake.fd);
+}
+END_TEST
+
+static struct ig_gw gw;
+static volatile int held;
+
+static void *holder(void *arg)
+{
+	(void)arg;
+	ig_gw_lock(&gw);
+	held = 1;
+	usleep(100000);
+	ig_gw_unlock(&gw);
+	return NULL;
+}
+
+START_TEST(the_lock_nests_is_let_go_around_io_and_is_counted)
+{
+	memset(&gw, 0, sizeof(gw));
+	pthread_mutex_init(&gw.lock, NULL);
+
+	/* one reactor: no lock at all */
+	ig_gw_lock(&gw);
+	ig_gw_unlock(&gw);
+	ck_assert_uint_eq(gw.lock_taken, 0);
+
+	gw.threaded = true;
+	ig_gw_lock(&gw);
+	ig_gw_lock(&gw); /* a callback under our own call: taken again without blocking */
+	ck_assert_int_eq(ig_lock_depth, 2);
+	ck_assert_uint_eq(gw.lock_taken, 1);
+	int depth = ig_gw_release(&gw); /* around epoll_wait, MHD_run: let go whole */
+	ck_assert_int_eq(depth, 2);
+	ck_assert_int_eq(ig_lock_depth, 0);
+	ck_assert_int_eq(pthread_mutex_trylock(&gw.lock), 0); /* really free */
+	pthread_mutex_unlock(&gw.lock);
+	ig_gw_reacquire(&gw, depth);
+	ck_assert_int_eq(ig_lock_depth, 2);
+	ck_assert_uint_eq(gw.lock_taken, 2);
+	ig_gw_unlock(&gw);
+	ig_gw_unlock(&gw);
+	ck_assert_int_eq(ig_lock_depth, 0);
+	ck_assert_uint_eq(gw.lock_contended, 0);
+
+	/* another reactor holds it: this one waits, and that is counted */
+	pthread_t t;
+	held = 0;
+	ck_assert_int_eq(pthread_create(&t, NULL, holder, NULL), 0);
+	while (!held)
+		usleep(1000);
+	ig_gw_lock(&gw);
+	ig_gw_unlock(&gw);
+	pthread_join(t, NULL);
+	ck_assert_uint_eq(gw.lock_taken, 4);
+	ck_assert_uint_eq(gw.lock_contended, 1);
+	ck_assert_uint_ge(gw.lock_held_ns, 100000000ull); /* the other's 100 ms held */
+	pthread_mutex_destroy(&gw.lock);
+}
+END_TEST
+
+IG_CHECK_MAIN("rx", posted_jobs_run_once_in_order_and_wake_their_reactor, the_lock_nests_is_let_go_around_io_and_is_counted)
