@@ -37,7 +37,7 @@ SHARED = {"gateway/gateway", "sim/sim"}  # a program's shared state's types: out
 LAYERS = {
     "gateway": [
         "main",
-        "boot",                                   # the process's setup (boot.c) beside the loops
+        "boot conf_parts",                        # the process's setup (boot.c) beside the loops; conf_parts: the modules' settings, listed
         "reactor",                                # the loops
         "server admin reload discover notify",
         "batches_api",                            # the Batch API's HTTP side
@@ -46,17 +46,18 @@ LAYERS = {
         "batches_check",                          # a batch's input, validated
         "batches_run",                            # its lines sent and answered
         "batch",                                  # one batch's record and its saving
-        "files",                                  # the Files API and its store
-        "proxy",                                  # the request's life
-        "cluster idem_share",                     # what gateways share through Redis
+        "files files_conf",                       # the Files API and its store
+        "proxy proxy_conf",                       # the request's life
+        "cluster cluster_conf idem_share",        # what gateways share through Redis
         "relay admission dispatch",
         "metrics",                                # reads the scheduler's, the router's and the tables' state
         "scheduler",                              # who runs next
         "policy lb_*",                            # one file per routing policy
         "upstream health",
-        "accesslog answer backend loadreport capacity ratelimit keyset respstore affinity clients cont idem headroom trace",
+        "accesslog answer backend loadreport capacity ratelimit keyset respstore affinity clients cont idem headroom trace cont_conf idem_conf trace_conf servertls",
+        "conf_fleet",                             # the backends', aliases' and keys' settings, which those above read
         "conf policy_list",                       # policy_list.h: the policies' table, which conf.c reads
-        "routes servertls peer",                  # servertls: HTTPS for clients, peer: who a client is (trusted_proxies), which conf.c checks
+        "routes peer",                            # peer: who a client is (trusted_proxies), which conf.c checks
         "rx event bio redis redis_link redismsg", # the reactors' shared parts, background I/O, Redis (its link's settings; its values checked)
     ],
     "bulk": [

@@ -51,6 +51,7 @@
 #include <unistd.h>
 
 #include "infergate/batchfile.h"
+#include "conf.h"
 #include "batch.h"
 #include "batches.h"
 #include "bio.h"
@@ -362,3 +363,16 @@ void ig_batches_tick(struct ig_batches *bs, uint64_t now_ms)
 		ig_batch_check_next(bs);
 }
 
+/* ---- Settings: this module's rows of the configuration table (conf.h),
+ * registered at boot by conf_parts.c ---- */
+static const struct ig_flag batches_rows[] = {
+	{.name = "--batch-max-inflight", .key = "batches.max_inflight", .type = IG_FLAG_LONG,
+	 .off = IG_CONF_OFF(batch_max_inflight), .min = 0, .max = 100000, .def = "0", .metavar = "N",
+	 .help = "requests of one batch (the Batch API) in flight at most; 0 = its share of the learned slots of "
+		 "its model's backends, split between the batches running"},
+	{.name = "--batch-retention-s", .key = "batches.retention_s", .type = IG_FLAG_LONG,
+	 .off = IG_CONF_OFF(batch_retention_s), .min = 0, .max = 315360000, .def = "2592000", .metavar = "S",
+	 .help = "a finished batch and its output and error files are removed S seconds after it ended (30 days, "
+		 "as OpenAI); 0 = kept for ever"},
+};
+const struct ig_conf_part ig_batches_conf = IG_CONF_PART(batches_rows);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "conf.h"
 #include "dispatch.h"
 #include "gateway.h"
 #include "infergate/log.h"
@@ -611,3 +612,16 @@ void ig_dispatch_expire(struct ig_gw *gw, uint64_t now_ms)
 	for (size_t i = 0; i < gw->sched.n && gw->sched.qlen; i++)
 		ig_sched_expire(&gw->sched, gw->sched.v[i], now_ms, expire_one, gw);
 }
+
+/* ---- Settings: this module's rows of the configuration table (conf.h),
+ * registered at boot by conf_parts.c ---- */
+static const struct ig_flag retry_budget_rows[] = {
+	{.name = "--retry-budget-percent", .key = "retry_budget.percent", .type = IG_FLAG_LONG,
+	 .off = IG_CONF_OFF(retry_budget_percent), .min = 0, .max = 1000, .def = "20", .metavar = "P",
+	 .help = "retries over the last 10 s: at most P% of the requests (plus the minimum below), so that a "
+		 "failing fleet is not hit by a storm of retries"},
+	{.name = "--retry-budget-min-per-s", .key = "retry_budget.min_per_s", .type = IG_FLAG_LONG,
+	 .off = IG_CONF_OFF(retry_budget_min_per_s), .min = 0, .max = 100000, .def = "10", .metavar = "N",
+	 .help = "retries a second always allowed, whatever the share"},
+};
+const struct ig_conf_part ig_dispatch_conf = IG_CONF_PART(retry_budget_rows);
