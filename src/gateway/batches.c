@@ -62,6 +62,7 @@
 #include "infergate/util.h"
 #include "metrics.h"
 #include "proxy.h"
+#include "rx.h"
 
 /* A batch with no job on the I/O thread (b->jobs 0). */
 /* A batch on no list, with no job (b->jobs 0): what every stage left. */
@@ -172,6 +173,12 @@ static void report_prom(void *arg, struct ig_buf *out)
 			ig_buf_printf(out, "infergate_batch_paused{batch=\"%s\"} %d\n", b->id, *b->paused ? 1 : 0);
 }
 
+/* Reactor 0's tick (rx.h: ig_rx_every). */
+static void batches_timer(struct ig_rx *rx IG_UNUSED, uint64_t now_ms, void *arg)
+{
+	ig_batches_tick(arg, now_ms);
+}
+
 struct ig_batches *ig_batches_open(struct ig_gw *gw, const char *dir, char **err)
 {
 	struct ig_batches *bs = calloc(1, sizeof(*bs));
@@ -224,6 +231,10 @@ struct ig_batches *ig_batches_open(struct ig_gw *gw, const char *dir, char **err
 			    "takes its lease", resumed);
 	else if (resumed)
 		ig_log_info("data_dir: %zu unfinished batch(es) go on where they stopped", resumed);
+	if (ig_rx_every(gw, IG_RX_HOME, IG_RX_TICK_MS, IG_RX_ORDER_BATCHES, batches_timer, bs) < 0) {
+		*err = strdup("out of memory");
+		goto fail;
+	}
 	return bs;
 fail:
 	free(v);

@@ -17,6 +17,7 @@
 #include "infergate/log.h"
 #include "infergate/util.h"
 #include "metrics.h"
+#include "rx.h"
 
 static struct ig_waiter *waiter_of(struct ig_sched_entry *e)
 {
@@ -41,6 +42,12 @@ static void policy_free(struct ig_sched *s)
 	s->policy_state = NULL;
 }
 
+/* Reactor 0's tick: the queues' timeouts (which drain the queue too). */
+static void expire_timer(struct ig_rx *rx, uint64_t now_ms, void *arg IG_UNUSED)
+{
+	ig_dispatch_expire(rx->gw, now_ms);
+}
+
 int ig_dispatch_init(struct ig_gw *gw, char **err)
 {
 	struct ig_sched *s = &gw->sched;
@@ -56,6 +63,10 @@ int ig_dispatch_init(struct ig_gw *gw, char **err)
 	gw->fleet.on_gone_arg = s;
 	gw->report_backend = ig_dispatch_report_backend;
 	gw->report_gateway = ig_dispatch_report;
+	if (ig_rx_every(gw, IG_RX_HOME, IG_RX_TICK_MS, IG_RX_ORDER_DISPATCH, expire_timer, NULL) < 0) {
+		*err = strdup("out of memory");
+		return -1;
+	}
 	return 0;
 }
 

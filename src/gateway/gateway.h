@@ -183,6 +183,8 @@ struct ig_gw {
 	struct ig_bio *bio;              /* their disk work's thread (bio.h), the same */
 	struct ig_tracer *tracer;        /* spans' exporter (trace.h), NULL without tracing */
 	struct ig_metrics_sources *reports; /* what modules registered to report (metrics.h) */
+	struct ig_rx_timer timers[IG_RX_MAX_TIMERS]; /* modules' periodic work (rx.h: ig_rx_every), by order */
+	size_t ntimers;
 	int argc;                      /* to re-read the configuration on SIGHUP */
 	char **argv;
 };

@@ -101,11 +101,26 @@ void ig_health_remove(struct ig_gw *gw, struct ig_backend *b)
 	gw->models_dirty = true;
 }
 
+/* Reactor 0's tick: the probes due, then (later in the turn) the removed
+ * backends that are drained leave. */
+static void health_timer(struct ig_rx *rx, uint64_t now_ms, void *arg IG_UNUSED)
+{
+	ig_health_tick(rx->gw, now_ms);
+}
+
+static void reap_timer(struct ig_rx *rx, uint64_t now_ms IG_UNUSED, void *arg IG_UNUSED)
+{
+	ig_health_reap(rx->gw);
+}
+
 int ig_health_init(struct ig_gw *gw)
 {
 	for (size_t i = 0; i < gw->fleet.n; i++)
 		if (ig_health_add(gw, gw->fleet.v[i]) < 0)
 			return -1;
+	if (ig_rx_every(gw, IG_RX_HOME, IG_RX_TICK_MS, IG_RX_ORDER_HEALTH, health_timer, NULL) < 0 ||
+	    ig_rx_every(gw, IG_RX_HOME, IG_RX_TICK_MS, IG_RX_ORDER_REAP, reap_timer, NULL) < 0)
+		return -1;
 	return 0;
 }
 

@@ -14,6 +14,7 @@
 #include "metrics.h"
 #include "servertls.h"
 #include "policy.h"
+#include "infergate/log.h"
 #include "rx.h"
 #include "trace.h"
 #include "infergate/util.h"
@@ -1098,4 +1099,15 @@ char *ig_metrics_text(struct ig_gw *gw)
 	char *out = strdup(ig_buf_head(&b));
 	ig_buf_free(&b);
 	return out;
+}
+
+/* Reactor 0's tick (rx.h: ig_rx_every). */
+static void sample_timer(struct ig_rx *rx, uint64_t now_ms IG_UNUSED, void *arg IG_UNUSED)
+{
+	ig_metrics_sample(rx->gw);
+}
+
+int ig_metrics_start(struct ig_gw *gw)
+{
+	return ig_rx_every(gw, IG_RX_HOME, IG_RX_TICK_MS, IG_RX_ORDER_METRICS, sample_timer, NULL);
 }

@@ -52,6 +52,8 @@ char *ig_metrics_backends_json(struct ig_gw *gw);
 /* Takes the second's sample of the headline figures for the status page,
  * once per wall-clock second (reactor 0's tick, under the lock). */
 void ig_metrics_sample(struct ig_gw *gw);
+/* Registers that sample as reactor 0's timer (boot.c). Returns 0 or -1. */
+int ig_metrics_start(struct ig_gw *gw);
 /* GET /status/history: {"interval_s": 1, "fields": [...], "samples":
  * [[t_ms, requests, completion_tokens, inflight, queued, healthy], ...]},
  * oldest first, the last 30 minutes. */

@@ -1283,9 +1283,24 @@ static void on_self_listen(struct ig_event *ev, uint32_t events IG_UNUSED)
 	accept_to(gw, gw->self_fd, IG_DOOR_INTERNAL);
 }
 
+/* Each reactor's tick: its connections' deadlines first, and after the
+ * other modules' work of the tick, its connections woken. */
+static void server_timer(struct ig_rx *rx, uint64_t now_ms, void *arg IG_UNUSED)
+{
+	ig_server_tick(rx, now_ms);
+}
+
+static void wake_timer(struct ig_rx *rx, uint64_t now_ms IG_UNUSED, void *arg IG_UNUSED)
+{
+	ig_server_wake_all(rx);
+}
+
 int ig_server_start(struct ig_gw *gw, unsigned conn_limit)
 {
 	route_messages(gw->cfg);
+	if (ig_rx_every(gw, IG_RX_EACH, IG_RX_TICK_MS, IG_RX_ORDER_SERVER, server_timer, NULL) < 0 ||
+	    ig_rx_every(gw, IG_RX_EACH, IG_RX_TICK_MS, IG_RX_ORDER_WAKE, wake_timer, NULL) < 0)
+		return -1;
 	gw->conn_limit = conn_limit;
 	for (size_t i = 0; i < gw->nrx; i++)
 		if (!start_httpd(&gw->rx[i], IG_DOOR_PUBLIC))
