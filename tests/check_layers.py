@@ -50,6 +50,7 @@ LAYERS = {
         "proxy proxy_conf",                       # the request's life
         "cluster cluster_conf idem_share",        # what gateways share through Redis
         "relay admission dispatch",
+        "metrics_json",                           # the JSON self-reports: /health, /health/backends, /v1/models
         "metrics",                                # reads the scheduler's, the router's and the tables' state
         "scheduler",                              # who runs next
         "policy lb_*",                            # one file per routing policy

@@ -42,6 +42,30 @@ static void policy_free(struct ig_sched *s)
 	s->policy_state = NULL;
 }
 
+/* Its families of /metrics (metrics.h): the retry budget's refusals, the
+ * queues. */
+static void denied_prom(void *arg, struct ig_buf *b)
+{
+	struct ig_gw *gw = IG_CONTAINER_OF(arg, struct ig_gw, dispatch_stats);
+	ig_buf_printf(b, "# HELP infergate_retries_denied_total Retries the retry budget refused.\n"
+		      "# TYPE infergate_retries_denied_total counter\ninfergate_retries_denied_total %lu\n",
+		      (unsigned long)gw->sched.retries_denied);
+}
+
+static void queue_prom(void *arg, struct ig_buf *b)
+{
+	const struct ig_dispatch_stats *st = arg;
+	struct ig_gw *gw = IG_CONTAINER_OF(arg, struct ig_gw, dispatch_stats);
+	ig_buf_printf(b, "# HELP infergate_queue_depth Requests waiting for a backend slot.\n"
+		      "# TYPE infergate_queue_depth gauge\ninfergate_queue_depth %zu\n", gw->sched.qlen);
+	ig_buf_printf(b, "# HELP infergate_queue_rejected_total Requests refused with 429 (queue full).\n"
+		      "# TYPE infergate_queue_rejected_total counter\ninfergate_queue_rejected_total %lu\n",
+		      (unsigned long)st->queue_rejected);
+	ig_buf_printf(b, "# HELP infergate_queue_timeouts_total Requests that waited too long (503).\n"
+		      "# TYPE infergate_queue_timeouts_total counter\ninfergate_queue_timeouts_total %lu\n",
+		      (unsigned long)st->queue_timeouts);
+}
+
 /* Reactor 0's tick: the queues' timeouts (which drain the queue too). */
 static void expire_timer(struct ig_rx *rx, uint64_t now_ms, void *arg IG_UNUSED)
 {
@@ -63,7 +87,13 @@ int ig_dispatch_init(struct ig_gw *gw, char **err)
 	gw->fleet.on_gone_arg = s;
 	gw->report_backend = ig_dispatch_report_backend;
 	gw->report_gateway = ig_dispatch_report;
-	if (ig_rx_every(gw, IG_RX_HOME, IG_RX_TICK_MS, IG_RX_ORDER_DISPATCH, expire_timer, NULL) < 0) {
+	if (ig_rx_every(gw, IG_RX_HOME, IG_RX_TICK_MS, IG_RX_ORDER_DISPATCH, expire_timer, NULL) < 0 ||
+	    ig_metrics_register_at(gw, &(struct ig_metrics_source){.name = "retry_budget", .prom = denied_prom,
+								    .arg = &gw->dispatch_stats},
+				   IG_METRICS_ORDER_RETRY_BUDGET) < 0 ||
+	    ig_metrics_register_at(gw, &(struct ig_metrics_source){.name = "queue", .prom = queue_prom,
+								    .arg = &gw->dispatch_stats},
+				   IG_METRICS_ORDER_QUEUE) < 0) {
 		*err = strdup("out of memory");
 		return -1;
 	}
@@ -89,6 +119,7 @@ int ig_dispatch_configure(struct ig_gw *gw)
 
 void ig_dispatch_free(struct ig_gw *gw)
 {
+	ig_metrics_unregister(gw, &gw->dispatch_stats);
 	policy_free(&gw->sched);
 	gw->sched.policy = NULL;
 	gw->fleet.on_gone = NULL;
@@ -211,7 +242,7 @@ static void dequeue(struct ig_gw *gw, struct ig_waiter *w)
 static enum ig_dispatch_result wait_or_refuse(struct ig_gw *gw, struct ig_waiter *w)
 {
 	if ((long)w->m->qlen >= gw->cfg->queue_size) {
-		gw->stats.queue_rejected++;
+		gw->dispatch_stats.queue_rejected++;
 		w->m->rejected++;
 		refuse(w, 429, NULL, NULL, "queue_full",
 		       "every backend of the model '%s' is at its in-flight limit and its queue is full (%ld "
@@ -609,7 +640,7 @@ static void expire_one(struct ig_sched_entry *e, void *arg)
 	struct ig_gw *gw = arg;
 	struct ig_waiter *w = waiter_of(e);
 	dequeue(gw, w);
-	gw->stats.queue_timeouts++;
+	gw->dispatch_stats.queue_timeouts++;
 	w->m->timeouts++;
 	refuse(w, 503, NULL, NULL, "queue_timeout", "waited %llu ms for a free backend (class %s); retry later",
 	       (unsigned long long)queue_timeout_ms(gw->cfg, w->q.klass), ig_conf_class_name(w->q.klass));

@@ -602,7 +602,7 @@ static bool head_in(struct ig_gw *gw, struct client *c, enum ig_door door, struc
 	long n = ig_peer_counts_add(&gw->per_ip, &c->peer.client, 1);
 	if (n > cfg->max_connections_per_ip) {
 		ig_peer_counts_add(&gw->per_ip, &c->peer.client, -1);
-		gw->stats.per_ip_refused[1]++;
+		gw->server_stats.per_ip_refused[1]++;
 		return true;
 	}
 	c->req_counted = n > 0;
@@ -847,7 +847,7 @@ static void hung_up(struct client *c)
 	struct ig_rx *rx = c->h->ev.data;
 	if (!c->hung_up) {
 		c->hung_up = true;
-		rx->gw->stats.client_hangups++;
+		rx->gw->server_stats.client_hangups++;
 		ig_list_append(&rx->pokes, &c->poke_link); /* ig_server_run shuts it after MHD's run */
 	}
 	head_off(c);
@@ -897,7 +897,7 @@ static void head_late(struct client *c, long timeout_s)
 		answer_raw(c->ev.fd, 408, "Request Timeout", msg, "request_timeout", "");
 		gw->stats.responses[4]++;
 	}
-	gw->stats.header_timeouts++;
+	gw->server_stats.header_timeouts++;
 	ig_log_debug("client %s: no whole request head in %ld s: closed", c->peer.sock_text, timeout_s);
 	c->hung_up = true; /* the watch's event for this shutdown changes nothing */
 	shutdown(c->ev.fd, SHUT_RDWR);
@@ -1081,7 +1081,7 @@ static bool refused_per_ip(struct ig_gw *gw, struct ig_newfd *nf)
 	}
 	if (n > 0)
 		ig_peer_counts_add(&gw->per_ip, &a, -1);
-	gw->stats.per_ip_refused[0]++;
+	gw->server_stats.per_ip_refused[0]++;
 	static uint64_t said_ms; /* once a second at most: a flood must not flood the log */
 	if (ig_now_ms() - said_ms >= 1000) {
 		char text[INET6_ADDRSTRLEN];
@@ -1295,9 +1295,33 @@ static void wake_timer(struct ig_rx *rx, uint64_t now_ms IG_UNUSED, void *arg IG
 	ig_server_wake_all(rx);
 }
 
+/* Its family of /metrics (metrics.h: IG_METRICS_ORDER_SERVER). */
+static void server_prom(void *arg, struct ig_buf *b)
+{
+	const struct ig_server_stats *st = arg;
+	ig_buf_printf(b, "# HELP infergate_client_hangups_total Client connections whose client closed its side "
+		      "before the gateway did (each closed then, whatever it was doing).\n"
+		      "# TYPE infergate_client_hangups_total counter\ninfergate_client_hangups_total %lu\n"
+		      "# HELP infergate_client_header_timeouts_total Client connections cut because their request's "
+		      "headers took longer than client_header_timeout_s.\n"
+		      "# TYPE infergate_client_header_timeouts_total counter\n"
+		      "infergate_client_header_timeouts_total %lu\n"
+		      "# HELP infergate_per_ip_refused_total Over max_connections_per_ip: connections refused at "
+		      "accept, requests through a trusted proxy refused at their headers.\n"
+		      "# TYPE infergate_per_ip_refused_total counter\n"
+		      "infergate_per_ip_refused_total{stage=\"accept\"} %lu\n"
+		      "infergate_per_ip_refused_total{stage=\"request\"} %lu\n",
+		      (unsigned long)st->client_hangups, (unsigned long)st->header_timeouts,
+		      (unsigned long)st->per_ip_refused[0], (unsigned long)st->per_ip_refused[1]);
+}
+
 int ig_server_start(struct ig_gw *gw, unsigned conn_limit)
 {
 	route_messages(gw->cfg);
+	if (ig_metrics_register_at(gw, &(struct ig_metrics_source){.name = "server", .prom = server_prom,
+								    .arg = &gw->server_stats},
+				   IG_METRICS_ORDER_SERVER) < 0)
+		return -1;
 	if (ig_rx_every(gw, IG_RX_EACH, IG_RX_TICK_MS, IG_RX_ORDER_SERVER, server_timer, NULL) < 0 ||
 	    ig_rx_every(gw, IG_RX_EACH, IG_RX_TICK_MS, IG_RX_ORDER_WAKE, wake_timer, NULL) < 0)
 		return -1;
