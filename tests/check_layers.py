@@ -2,7 +2,8 @@
 """Calls go down the layers of each program of src/, never up, never round.
 
 A module is a .c file with the header of the same name beside it (or, for
-src/common, in include/infergate/). Module A depends on module B when one of
+src/common, in include/infergate/); the files PARTS names are parts of a module
+(trace_conf.c: tracing's settings, a part of trace). Module A depends on module B when one of
 A's files #includes B's header or names a function or variable that B's .c
 defines (a call, or a callback taken by address), or a static inline function
 of B's header, or reads a field declared in a struct of B's header (x->f,
@@ -42,7 +43,7 @@ SHARED = {"gateway/gateway", "sim/sim"}  # a program's shared state's types: out
 LAYERS = {
     "gateway": [
         "main",
-        "boot",                                   # the process's setup (boot.c) beside the loops
+        "boot conf_parts",                        # the process's setup (boot.c) beside the loops; conf_parts: the modules' settings, listed
         "reactor",                                # the loops
         "server",                                 # the client connections: accepting, daemons, the watch
         "entry admin reload discover notify",     # entry: a request's head checked and routed
@@ -53,18 +54,18 @@ LAYERS = {
         "batches_run",                            # its lines sent and answered
         "batch",                                  # one batch's record and its saving
         "files_api",                              # the Files API's HTTP side and uploads
-        "files",                                  # the Files API's store
-        "proxy",                                  # the request's life
+        "files",                                  # the Files API's store (files_conf.c: its settings)
+        "proxy",                                  # the request's life (proxy_conf.c: its settings)
         "cluster idem_share",                     # what gateways share through Redis
         "relay admission dispatch",
         "metrics",                                # reads the scheduler's, the router's and the tables' state
         "scheduler",                              # who runs next
         "policy lb_*",                            # one file per routing policy
         "upstream health",
-        "accesslog answer backend loadreport capacity ratelimit keyset respstore affinity clients cont idem headroom trace",
+        "accesslog answer backend loadreport capacity ratelimit keyset respstore affinity clients cont idem headroom trace servertls",
         "structured",                             # whether a request constrains its answer (cont.c asks)
         "conf policy_list",                       # policy_list.h: the policies' table, which conf.c reads
-        "routes servertls peer",                  # servertls: HTTPS for clients, peer: who a client is (trusted_proxies), which conf.c checks
+        "routes peer",                            # peer: who a client is (trusted_proxies), which conf.c checks
         "apicall",                                # an API call's connection and life (files, batches_api)
         "rx event bio redis redis_link redismsg", # the reactors' shared parts, background I/O, Redis (its link's settings; its values checked)
     ],
@@ -700,6 +701,24 @@ def init_type(code, at):
     return m.group(1) if m else None
 
 
+# Files that are parts of a module rather than modules: a module's settings
+# (its rows of the flag table and their checks, split out so the module's own
+# file stays about its work), the JSON self-reports split from metrics.c, and
+# the backends' and keys' settings split from conf.c. A part has no header of
+# its own; it counts as its module for every check here and for the mirror
+# check (its test is its module's).
+PARTS = {
+    "gateway": {"cluster_conf": "cluster", "cont_conf": "cont", "files_conf": "files", "idem_conf": "idem",
+                "proxy_conf": "proxy", "trace_conf": "trace", "conf_fleet": "conf", "metrics_json": "metrics"},
+}
+
+
+def part_owner(prog, f):
+    """The module a file of src/PROG belongs to (PARTS)."""
+    stem = f[:-2]
+    return PARTS.get(prog, {}).get(stem, stem) if f.endswith(".c") else stem
+
+
 def modules(srcdir):
     """{program: {module: [files]}} for src/*/ and include/infergate/."""
     progs = {}
@@ -708,9 +727,11 @@ def modules(srcdir):
         if not os.path.isdir(d):
             continue
         mods = progs.setdefault(prog, {})
-        for f in sorted(os.listdir(d)):
-            if f.endswith((".c", ".h")):
-                mods.setdefault(f[:-2], []).append(os.path.join(d, f))
+        for sub, dirs, files in sorted(os.walk(d)):  # a program's folders (src/gateway/net, ...)
+            dirs.sort()
+            for f in sorted(files):
+                if f.endswith((".c", ".h")):
+                    mods.setdefault(part_owner(prog, f), []).append(os.path.join(sub, f))
     inc = os.path.join(srcdir, "include", "infergate")
     if os.path.isdir(inc):
         mods = progs.setdefault("common", {})
@@ -736,7 +757,8 @@ def graph(srcdir):
             defs.setdefault((node.split("/")[0], name), node)
         incs = []
         for inc in INCLUDE.findall(text):
-            for base in (os.path.dirname(f), os.path.join(srcdir, "include")):
+            prog_dir = os.path.join(srcdir, "src", node.split("/")[0])
+            for base in (os.path.dirname(f), prog_dir, os.path.join(srcdir, "include")):
                 p = os.path.realpath(os.path.join(base, inc))
                 if p in node_of_file:
                     incs.append((inc, node_of_file[p]))

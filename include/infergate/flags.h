@@ -66,8 +66,8 @@ struct ig_flags {
 	const char *prog;       /* "infergate-sim": --version prints "infergate-sim VERSION" */
 	const char *usage;      /* --help: printed before the table */
 	const char *epilog;     /* --help: printed after it; NULL: nothing */
-	const struct ig_flag *flags;
-	size_t n;
+	const struct ig_flag *flags; /* written by: any (the program fills its table) */
+	size_t n; /* written by: any (the program fills its table) */
 	/* printf formats of the problems argv can have: */
 	const char *unknown;    /* (flag): "unknown flag '%s' (see --help)" */
 	const char *missing;    /* (flag, metavar): "%s needs a value" */

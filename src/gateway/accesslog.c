@@ -10,6 +10,7 @@
 
 #include <microhttpd.h>
 
+#include "conf.h"
 #include "accesslog.h"
 #include "peer.h"
 #include "infergate/httpd.h"
@@ -89,3 +90,11 @@ void ig_accesslog_local(struct ig_accesslog *log, struct MHD_Connection *conn, c
 					  method, "path", url, "status", (json_int_t)status, "bytes_out",
 					  (json_int_t)bytes_out));
 }
+
+/* ---- Settings: this module's rows of the configuration table (conf.h),
+ * registered at boot by conf_parts.c ---- */
+static const struct ig_flag accesslog_rows[] = {
+	{.name = "--access-log", .key = "access_log", .type = IG_FLAG_STRING, .off = IG_CONF_OFF(access_log), .def = "",
+	 .metavar = "FILE", .help = "JSON line per request to this file ('-' = stdout; reopened on SIGUSR1)"},
+};
+const struct ig_conf_part ig_accesslog_conf = IG_CONF_PART(accesslog_rows);

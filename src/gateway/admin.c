@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "conf.h"
 #include "admin.h"
 #include "health.h"
 #include "infergate/httpd.h"
@@ -253,3 +254,15 @@ enum MHD_Result ig_admin_handle(struct ig_gw *gw, struct MHD_Connection *conn, c
 	}
 	return ig_httpd_error(conn, 404, "unknown action (drain, enable, models)", NULL, "not_found", NULL, false);
 }
+
+/* ---- Settings: this module's rows of the configuration table (conf.h),
+ * registered at boot by conf_parts.c ---- */
+static const struct ig_flag admin_rows[] = {
+	{.name = "--admin-keys-file", .key = "admin_keys_file", .type = IG_FLAG_STRING, .off = IG_CONF_OFF(admin_keys_file),
+	 .def = "", .metavar = "FILE", .help = "file of SHA-256 digests of admin keys; empty = admin API off"},
+	{.name = "--auth-status", .key = "auth_status", .type = IG_FLAG_LONG, .off = IG_CONF_OFF(auth_status), .min = 0,
+	 .max = 1, .def = "0", .metavar = "0|1",
+	 .help = "1 = /metrics, /status and /health/backends (every key's names and counts) need an admin key, "
+		 "or an API key given \"status\": true in the keys file; a tenant's own key gets a 403"},
+};
+const struct ig_conf_part ig_admin_conf = IG_CONF_PART(admin_rows);

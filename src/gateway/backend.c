@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "conf.h"
 #include "backend.h"
 #include "infergate/util.h"
 
@@ -270,3 +271,16 @@ const char *ig_backend_admin_name(int admin)
 	static const char *names[] = {"enabled", "draining", "removing"};
 	return names[admin];
 }
+
+/* ---- Settings: this module's rows of the configuration table (conf.h),
+ * registered at boot by conf_parts.c ---- */
+static const struct ig_flag breaker_rows[] = {
+	{.name = "--breaker-failures", .key = "breaker.failures", .type = IG_FLAG_LONG, .off = IG_CONF_OFF(breaker_failures),
+	 .min = 0, .max = 1000, .def = "5", .metavar = "N",
+	 .help = "N request failures in a row open a backend's circuit breaker: no request for breaker.open_ms, "
+		 "then one trial at a time (0 = no breaker)"},
+	{.name = "--breaker-open-ms", .key = "breaker.open_ms", .type = IG_FLAG_LONG, .off = IG_CONF_OFF(breaker_open_ms),
+	 .min = 100, .max = 3600000, .def = "5000", .metavar = "N",
+	 .help = "how long an open breaker takes no request; it doubles each time a trial fails, up to 8x"},
+};
+const struct ig_conf_part ig_breaker_conf = IG_CONF_PART(breaker_rows);

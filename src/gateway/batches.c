@@ -51,6 +51,7 @@
 #include <unistd.h>
 
 #include "infergate/batchfile.h"
+#include "conf.h"
 #include "batch.h"
 #include "batches.h"
 #include "bio.h"
@@ -61,6 +62,7 @@
 #include "infergate/util.h"
 #include "metrics.h"
 #include "proxy.h"
+#include "rx.h"
 
 /* A batch with no job on the I/O thread (b->jobs 0). */
 /* A batch on no list, with no job (b->jobs 0): what every stage left. */
@@ -171,6 +173,12 @@ static void report_prom(void *arg, struct ig_buf *out)
 			ig_buf_printf(out, "infergate_batch_paused{batch=\"%s\"} %d\n", b->id, *b->paused ? 1 : 0);
 }
 
+/* Reactor 0's tick (rx.h: ig_rx_every). */
+static void batches_timer(struct ig_rx *rx IG_UNUSED, uint64_t now_ms, void *arg)
+{
+	ig_batches_tick(arg, now_ms);
+}
+
 struct ig_batches *ig_batches_open(struct ig_gw *gw, const char *dir, char **err)
 {
 	struct ig_batches *bs = calloc(1, sizeof(*bs));
@@ -223,6 +231,10 @@ struct ig_batches *ig_batches_open(struct ig_gw *gw, const char *dir, char **err
 			    "takes its lease", resumed);
 	else if (resumed)
 		ig_log_info("data_dir: %zu unfinished batch(es) go on where they stopped", resumed);
+	if (ig_rx_every(gw, IG_RX_HOME, IG_RX_TICK_MS, IG_RX_ORDER_BATCHES, batches_timer, bs) < 0) {
+		*err = strdup("out of memory");
+		goto fail;
+	}
 	return bs;
 fail:
 	free(v);
@@ -362,3 +374,16 @@ void ig_batches_tick(struct ig_batches *bs, uint64_t now_ms)
 		ig_batch_check_next(bs);
 }
 
+/* ---- Settings: this module's rows of the configuration table (conf.h),
+ * registered at boot by conf_parts.c ---- */
+static const struct ig_flag batches_rows[] = {
+	{.name = "--batch-max-inflight", .key = "batches.max_inflight", .type = IG_FLAG_LONG,
+	 .off = IG_CONF_OFF(batch_max_inflight), .min = 0, .max = 100000, .def = "0", .metavar = "N",
+	 .help = "requests of one batch (the Batch API) in flight at most; 0 = its share of the learned slots of "
+		 "its model's backends, split between the batches running"},
+	{.name = "--batch-retention-s", .key = "batches.retention_s", .type = IG_FLAG_LONG,
+	 .off = IG_CONF_OFF(batch_retention_s), .min = 0, .max = 315360000, .def = "2592000", .metavar = "S",
+	 .help = "a finished batch and its output and error files are removed S seconds after it ended (30 days, "
+		 "as OpenAI); 0 = kept for ever"},
+};
+const struct ig_conf_part ig_batches_conf = IG_CONF_PART(batches_rows);

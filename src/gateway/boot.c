@@ -36,11 +36,27 @@
 #include "reload.h"
 #include "servertls.h"
 #include "idem.h"
+#include "idem_share.h"
 #include "proxy.h"
 #include "respstore.h"
 #include "rx.h"
 #include "server.h"
 #include "trace.h"
+
+/* The proxy's and the cluster's periodic work, registered here until their
+ * modules (another branch rewrites both) have an init that does it: each
+ * reactor's stalled transfers and deadlines (proxy.c), and on reactor 0
+ * every turn Redis's events and the outbox (cluster.c). */
+static void proxy_timer(struct ig_rx *rx, uint64_t now_ms, void *arg IG_UNUSED)
+{
+	ig_proxy_tick_rx(rx, now_ms);
+}
+
+static void cluster_timer(struct ig_rx *rx, uint64_t now_ms, void *arg IG_UNUSED)
+{
+	if (rx->gw->cluster)
+		ig_cluster_tick(rx->gw, now_ms); /* Redis's events came this turn, or the outbox filled */
+}
 
 /* Binds the listening socket ourselves, so a busy port is reported with
  * its cause. Returns the fd or -1 (logged). */
@@ -214,6 +230,12 @@ int ig_boot_init(struct ig_gw *gw, struct ig_conf *cfg)
 	if (ig_reactor_open(gw) < 0) /* the loops' epoll sets, curl multis, signals */
 		return -1;
 	if (ig_cluster_start(gw) < 0) /* on reactor 0's epoll set; checks its name first */
+		return -1;
+	if (gw->cluster && (ig_rx_every(gw, IG_RX_HOME, 0, IG_RX_ORDER_CLUSTER, cluster_timer, NULL) < 0 ||
+			    ig_idem_share_start(gw) < 0))
+		return -1;
+	if (ig_rx_every(gw, IG_RX_EACH, IG_RX_TICK_MS, IG_RX_ORDER_PROXY, proxy_timer, NULL) < 0 ||
+	    ig_metrics_start(gw) < 0)
 		return -1;
 
 	if (ig_server_start(gw, conn_limit) < 0)

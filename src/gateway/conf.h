@@ -1,12 +1,20 @@
 /* The gateway's configuration: one typed struct filled from a JSON file and
- * then from flags, through one table of keys (src/gateway/conf.c) that also
- * gives bounds, defaults and --help text. Validation is complete before
- * anything starts. */
+ * then from flags, through one table of keys that also gives bounds,
+ * defaults and --help text. The table is the concatenation of the modules'
+ * parts (each module declares its rows, and its check, in its own .c: as
+ * nginx's ngx_command_t or HAProxy's cfg_register_keywords); the program
+ * lists them once (conf_parts.c) and registers them before any ig_conf_*
+ * call. Validation is complete before anything starts. */
 #ifndef IG_CONF_H
 #define IG_CONF_H
 
+#include <jansson.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
+
+#include "infergate/buf.h"
+#include "infergate/flags.h"
 
 #include "peer.h"
 #include "routes.h"
@@ -91,11 +99,11 @@ struct ig_conf {
 	long headroom_max_percent;  /* learned headroom's cap, of a pool's slots (0: none learned) */
 	long headroom_overshoot;    /* high/normal over a preempting backend's slots (dispatch.c) */
 	/* tracing (trace.h); OTEL_* variables fill what the configuration leaves at its default */
-	char *trace_endpoint;       /* OTLP/HTTP traces URL; "" off */
-	char *trace_headers;        /* "k=v,k2=v2" */
-	char *trace_service;        /* service.name */
-	double trace_ratio;         /* of new (root) traces sampled */
-	long trace_delay_ms;        /* a batch at least this often */
+	char *trace_endpoint;       /* OTLP/HTTP traces URL; "" off; written by: trace */
+	char *trace_headers;        /* "k=v,k2=v2"; written by: trace */
+	char *trace_service;        /* service.name; written by: trace */
+	double trace_ratio;         /* of new (root) traces sampled; written by: trace */
+	long trace_delay_ms;        /* a batch at least this often; written by: trace */
 	long continue_max;          /* continuations of a broken stream (cont.h), <= IG_CONT_MAX */
 	long retry_budget_percent;  /* retries over the last 10 s: at most this share of */
 	long retry_budget_min_per_s; /* the requests, plus this many a second (dispatch.c) */
@@ -141,7 +149,7 @@ struct ig_conf {
 	long tls_verify;            /* 0: no certificate or host name check */
 	int load_from_backend;      /* load_source: 0 "gateway", 1 "backend" */
 	char *load_path;            /* polled for the backend's own queue */
-	int load_path_auto;         /* load_path == "auto" */
+	int load_path_auto;         /* load_path == "auto"; written by: loadreport */
 	long discover_interval_s;   /* how often discovered names are resolved again */
 	struct ig_model_alias *aliases; /* model_aliases */
 	size_t n_aliases;
@@ -159,13 +167,50 @@ struct ig_conf {
 	char *cluster_redis_tls_cert; /* rediss://: PEM client certificate (tls-auth-clients), with the key */
 	char *cluster_redis_tls_key;
 	char *cluster_redis_tls_name; /* rediss://: the name its certificate must carry; "" = the URL's host */
-	char *cluster_name;         /* cluster.name (the listen address by default) */
+	char *cluster_name;         /* cluster.name (the listen address by default); written by: cluster */
 	long cluster_sync_ms;       /* how often it syncs with Redis */
 	long cluster_lease_s;       /* a batch's lease: how long a silent holder keeps it */
 	bool backends_from_flags;   /* a --backend or --discover replaced the file's list */
 	bool aliases_from_flags;    /* a --model-alias replaced the file's map */
 	bool check_only;            /* --check-config */
 };
+
+/* A row's field: .off = IG_CONF_OFF(retries). */
+#define IG_CONF_OFF(f) offsetof(struct ig_conf, f)
+
+/* One module's rows of the table, consecutive in --help (a module whose rows
+ * stand apart in --help has two parts). */
+struct ig_conf_part {
+	const struct ig_flag *rows;
+	size_t n;
+	/* The value --check-config shows of one of its CUSTOM rows, or NULL
+	 * for the library's (ig_flags_value_json). NULL: the library's always. */
+	json_t *(*to_json)(const struct ig_flag *row, const struct ig_conf *cfg);
+	/* Frees what its CUSTOM rows hold (the library frees the STRING ones). */
+	void (*clear)(struct ig_conf *cfg);
+};
+#define IG_CONF_PART(rows_, ...) {.rows = rows_, .n = sizeof(rows_) / sizeof(rows_[0]), __VA_ARGS__}
+
+/* A module's check, run once the file and the flags are read: cross-field
+ * rules, files that must be readable, values derived from others. Each
+ * problem is a line in errs naming the key (ig_flags_problem). */
+typedef void (*ig_conf_check_fn)(struct ig_conf *cfg, struct ig_buf *errs);
+
+/* Installs the program's table: the parts' rows in this order (--help's, the
+ * reference's, --check-config's), and the checks, run in this order (their
+ * problems are printed in it). Called before any other ig_conf_* function;
+ * again replaces the table. Returns 0, or -1 when the rows are more than
+ * the table holds (a bug: said on stderr). */
+int ig_conf_register(const struct ig_conf_part *const *parts, size_t nparts, const ig_conf_check_fn *checks,
+		     size_t nchecks);
+/* The checks that span modules, for the program's list: trusted_proxies
+ * parsed. */
+void ig_conf_check_trusted(struct ig_conf *cfg, struct ig_buf *errs);
+/* TLS files can be read and go together: every problem named by its key
+ * (names: the CA file's, the client certificate's, its key's); "" = not
+ * given. For the backends' tls.* and cluster.redis_tls_*. */
+void ig_conf_check_tls_files(struct ig_buf *errs, const char *const names[3], const char *ca_file,
+			     const char *client_cert, const char *client_key);
 
 /* Builds the configuration from argv (which may name --config FILE).
  * Returns 0; 1 when the caller should exit 0 having printed something

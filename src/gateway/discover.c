@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "conf.h"
 #include "discover.h"
 #include "health.h"
 #include "infergate/log.h"
@@ -319,3 +320,12 @@ static void on_results(struct ig_event *ev, uint32_t events IG_UNUSED)
 	}
 	ig_health_reap(gw);
 }
+
+/* ---- Settings: this module's rows of the configuration table (conf.h),
+ * registered at boot by conf_parts.c ---- */
+static const struct ig_flag discover_rows[] = {
+	{.name = "--discover-interval-s", .key = "discover_interval_s", .type = IG_FLAG_LONG,
+	 .off = IG_CONF_OFF(discover_interval_s), .min = 1, .max = 86400, .def = "10", .metavar = "N",
+	 .help = "how often discovered names are resolved again"},
+};
+const struct ig_conf_part ig_discover_conf = IG_CONF_PART(discover_rows);

@@ -11,12 +11,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "conf.h"
 #include "dispatch.h"
 #include "gateway.h"
 #include "infergate/log.h"
 #include "infergate/oaerror.h"
 #include "infergate/util.h"
 #include "metrics.h"
+#include "rx.h"
 
 static struct ig_waiter *waiter_of(struct ig_sched_entry *e)
 {
@@ -41,6 +43,36 @@ static void policy_free(struct ig_sched *s)
 	s->policy_state = NULL;
 }
 
+/* Its families of /metrics (metrics.h): the retry budget's refusals, the
+ * queues. */
+static void denied_prom(void *arg, struct ig_buf *b)
+{
+	struct ig_gw *gw = IG_CONTAINER_OF(arg, struct ig_gw, dispatch_stats);
+	ig_buf_printf(b, "# HELP infergate_retries_denied_total Retries the retry budget refused.\n"
+		      "# TYPE infergate_retries_denied_total counter\ninfergate_retries_denied_total %lu\n",
+		      (unsigned long)gw->sched.retries_denied);
+}
+
+static void queue_prom(void *arg, struct ig_buf *b)
+{
+	const struct ig_dispatch_stats *st = arg;
+	struct ig_gw *gw = IG_CONTAINER_OF(arg, struct ig_gw, dispatch_stats);
+	ig_buf_printf(b, "# HELP infergate_queue_depth Requests waiting for a backend slot.\n"
+		      "# TYPE infergate_queue_depth gauge\ninfergate_queue_depth %zu\n", gw->sched.qlen);
+	ig_buf_printf(b, "# HELP infergate_queue_rejected_total Requests refused with 429 (queue full).\n"
+		      "# TYPE infergate_queue_rejected_total counter\ninfergate_queue_rejected_total %lu\n",
+		      (unsigned long)st->queue_rejected);
+	ig_buf_printf(b, "# HELP infergate_queue_timeouts_total Requests that waited too long (503).\n"
+		      "# TYPE infergate_queue_timeouts_total counter\ninfergate_queue_timeouts_total %lu\n",
+		      (unsigned long)st->queue_timeouts);
+}
+
+/* Reactor 0's tick: the queues' timeouts (which drain the queue too). */
+static void expire_timer(struct ig_rx *rx, uint64_t now_ms, void *arg IG_UNUSED)
+{
+	ig_dispatch_expire(rx->gw, now_ms);
+}
+
 int ig_dispatch_init(struct ig_gw *gw, char **err)
 {
 	struct ig_sched *s = &gw->sched;
@@ -56,6 +88,16 @@ int ig_dispatch_init(struct ig_gw *gw, char **err)
 	gw->fleet.on_gone_arg = s;
 	gw->report_backend = ig_dispatch_report_backend;
 	gw->report_gateway = ig_dispatch_report;
+	if (ig_rx_every(gw, IG_RX_HOME, IG_RX_TICK_MS, IG_RX_ORDER_DISPATCH, expire_timer, NULL) < 0 ||
+	    ig_metrics_register_at(gw, &(struct ig_metrics_source){.name = "retry_budget", .prom = denied_prom,
+								    .arg = &gw->dispatch_stats},
+				   IG_METRICS_ORDER_RETRY_BUDGET) < 0 ||
+	    ig_metrics_register_at(gw, &(struct ig_metrics_source){.name = "queue", .prom = queue_prom,
+								    .arg = &gw->dispatch_stats},
+				   IG_METRICS_ORDER_QUEUE) < 0) {
+		*err = strdup("out of memory");
+		return -1;
+	}
 	return 0;
 }
 
@@ -78,6 +120,7 @@ int ig_dispatch_configure(struct ig_gw *gw)
 
 void ig_dispatch_free(struct ig_gw *gw)
 {
+	ig_metrics_unregister(gw, &gw->dispatch_stats);
 	policy_free(&gw->sched);
 	gw->sched.policy = NULL;
 	gw->fleet.on_gone = NULL;
@@ -200,7 +243,7 @@ static void dequeue(struct ig_gw *gw, struct ig_waiter *w)
 static enum ig_dispatch_result wait_or_refuse(struct ig_gw *gw, struct ig_waiter *w)
 {
 	if ((long)w->m->qlen >= gw->cfg->queue_size) {
-		gw->stats.queue_rejected++;
+		gw->dispatch_stats.queue_rejected++;
 		w->m->rejected++;
 		refuse(w, 429, NULL, NULL, "queue_full",
 		       "every backend of the model '%s' is at its in-flight limit and its queue is full (%ld "
@@ -598,7 +641,7 @@ static void expire_one(struct ig_sched_entry *e, void *arg)
 	struct ig_gw *gw = arg;
 	struct ig_waiter *w = waiter_of(e);
 	dequeue(gw, w);
-	gw->stats.queue_timeouts++;
+	gw->dispatch_stats.queue_timeouts++;
 	w->m->timeouts++;
 	refuse(w, 503, NULL, NULL, "queue_timeout", "waited %llu ms for a free backend (class %s); retry later",
 	       (unsigned long long)queue_timeout_ms(gw->cfg, w->q.klass), ig_conf_class_name(w->q.klass));
@@ -612,3 +655,16 @@ void ig_dispatch_expire(struct ig_gw *gw, uint64_t now_ms)
 	for (size_t i = 0; i < gw->sched.n && gw->sched.qlen; i++)
 		ig_sched_expire(&gw->sched, gw->sched.v[i], now_ms, expire_one, gw);
 }
+
+/* ---- Settings: this module's rows of the configuration table (conf.h),
+ * registered at boot by conf_parts.c ---- */
+static const struct ig_flag retry_budget_rows[] = {
+	{.name = "--retry-budget-percent", .key = "retry_budget.percent", .type = IG_FLAG_LONG,
+	 .off = IG_CONF_OFF(retry_budget_percent), .min = 0, .max = 1000, .def = "20", .metavar = "P",
+	 .help = "retries over the last 10 s: at most P% of the requests (plus the minimum below), so that a "
+		 "failing fleet is not hit by a storm of retries"},
+	{.name = "--retry-budget-min-per-s", .key = "retry_budget.min_per_s", .type = IG_FLAG_LONG,
+	 .off = IG_CONF_OFF(retry_budget_min_per_s), .min = 0, .max = 100000, .def = "10", .metavar = "N",
+	 .help = "retries a second always allowed, whatever the share"},
+};
+const struct ig_conf_part ig_dispatch_conf = IG_CONF_PART(retry_budget_rows);

@@ -25,6 +25,13 @@
 struct ig_gw;
 struct ig_waiter;
 
+/* The queues' counters (dispatch.c writes them, its family of /metrics
+ * prints them): gw->dispatch_stats. */
+struct ig_dispatch_stats {
+	uint64_t queue_rejected;    /* 429 */
+	uint64_t queue_timeouts;    /* 503 after waiting */
+};
+
 /* An answer dispatch decided for a request it will not run, in OpenAI's
  * shape (oaerror.h). */
 struct ig_dispatch_error {

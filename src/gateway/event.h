@@ -54,4 +54,22 @@ struct ig_rx_job {
 	struct ig_list link;           /* on its reactor's `jobs` while posted */
 };
 
+/* Periodic work a module registers at boot (rx.h: ig_rx_every), as Redis's
+ * aeCreateTimeEvent: the reactors call it, the reactor knows it by no
+ * name. */
+struct ig_rx;
+typedef void (*ig_rx_timer_fn)(struct ig_rx *rx, uint64_t now_ms, void *arg);
+enum ig_rx_which {
+	IG_RX_HOME, /* reactor 0 only (the control plane's: health, queues, batches) */
+	IG_RX_EACH, /* every reactor, each on its own */
+};
+struct ig_rx_timer {
+	ig_rx_timer_fn fn;
+	void *arg;
+	enum ig_rx_which which;
+	unsigned period_ms;    /* 0: every loop turn; up to IG_RX_TICK_MS: every tick */
+	int order;             /* lower first within a turn (enum ig_rx_order) */
+};
+#define IG_RX_MAX_TIMERS 24
+
 #endif

@@ -32,60 +32,27 @@
 #include "clients.h"
 #include "conf.h"
 #include "cont.h"
+#include "dispatch.h"
 #include "idem.h"
 #include "event.h"
 #include "infergate/list.h"
 #include "keyset.h"
+#include "metrics.h"
 #include "peer.h"
 #include "scheduler.h"
+#include "server.h"
 #include "upstream.h"
 
-/* Latency histogram (Prometheus style: cumulative when printed). */
-#define IG_HIST_BUCKETS 16
-struct ig_metrics_hist {
-	uint64_t counts[IG_HIST_BUCKETS + 1]; /* last one: above every bound */
-	double sum;
-	uint64_t n;
-};
-
-/* Requests by route, status and backend: a short list (a few dozen
- * combinations in practice), searched linearly. */
-struct ig_reqcount {
-	int route;          /* index for ig_route_path */
-	unsigned status;
-	char *backend;      /* URL, or "" when no backend answered */
-	uint64_t n;
-};
-
-/* Per model, what people chart (the OpenTelemetry GenAI server metrics:
- * time to first token, time per output token, request duration; tokens
- * by kind), of its answered (2xx) requests. A short list, searched
- * linearly. */
-struct ig_model_stats {
-	char *model;
-	struct ig_metrics_hist ttft;      /* streams: request to first token */
-	struct ig_metrics_hist tpot;      /* (duration - ttft) / (output tokens - 1) */
-	struct ig_metrics_hist duration;  /* request to the end of the answer */
-	uint64_t prompt_tokens, completion_tokens;
-};
-
-/* Counters written where things happen, printed by metrics.c. */
-struct ig_stats {
-	struct ig_metrics_hist duration[IG_MAX_ROUTES];   /* whole request */
-	struct ig_metrics_hist ttfb[IG_MAX_ROUTES];       /* streams: first byte */
-	struct ig_metrics_hist queue_wait[IG_NCLASSES]; /* time waited, per class */
-	struct ig_reqcount *counts;
-	size_t ncounts;
+/* The request path's counters: written by proxy.c and what it calls
+ * (answer.c; server.c for the answers it makes itself: responses), printed
+ * by metrics.c. Still gw->stats, so that the request path's writes read as
+ * before; each other module's counters are its own (server.h:
+ * struct ig_server_stats, dispatch.h: struct ig_dispatch_stats, metrics.h:
+ * struct ig_metrics_stats). */
+struct ig_proxy_stats {
 	uint64_t responses[6];      /* by status class 1xx..5xx, index status/100 */
 	uint64_t retries;
 	uint64_t client_aborts;
-	uint64_t client_hangups;    /* client connections seen closing their side (server.c's watch) */
-	uint64_t header_timeouts;   /* client connections cut for client_header_timeout_s */
-	uint64_t per_ip_refused[2]; /* max_connections_per_ip: connections refused at accept,
-				     * requests through a trusted proxy at their headers */
-	uint64_t queue_rejected;    /* 429 */
-	uint64_t queue_timeouts;    /* 503 after waiting */
-	uint64_t stream_errors;     /* 200 streams that carried an error event */
 	uint64_t continued[IG_CONT_NREASONS]; /* broken streams continued elsewhere, by why */
 	uint64_t cont_prompt_tokens; /* prompt tokens those continuations sent again */
 	uint64_t hedges[4];         /* hedges sent, won (the hedge answered first), lost
@@ -96,19 +63,7 @@ struct ig_stats {
 				     * replayed (after), conflicts (another body: 422) */
 	uint64_t upstream_errors[IG_UPERR_OTHER + 1];
 	uint64_t prompt_tokens, completion_tokens;
-	struct ig_model_stats *models;
-	size_t nmodels;
-	/* The status page's history (metrics.c): the headline figures once a
-	 * second for the last IG_HISTORY_S seconds, a ring. */
-	struct ig_history_sample {
-		int64_t t_ms;           /* wall clock */
-		uint64_t requests, ctokens;
-		long inflight, queued, healthy;
-	} *history;
-	size_t history_n, history_at; /* samples held, the next one's slot */
 };
-
-#define IG_HISTORY_S 1800
 
 struct ig_rx;
 struct ig_discovery;
@@ -162,7 +117,10 @@ struct ig_gw {
 	size_t nreqs;                  /* live proxied requests, all reactors */
 	struct ig_sched sched;         /* per-model pools and wait queues, the policy */
 	struct ig_clients clients;     /* API keys' state: shares, limits, usage */
-	struct ig_stats stats;
+	struct ig_proxy_stats stats;     /* the request path's counters (above) */
+	struct ig_metrics_stats metrics; /* the finished requests' (metrics.h) */
+	struct ig_server_stats server_stats; /* the client connections' (server.h) */
+	struct ig_dispatch_stats dispatch_stats; /* the queues' (dispatch.h) */
 	uint64_t started_ms;
 	bool stopping;
 	bool failed;                   /* a reactor failed (epoll_wait, or its thread did not
@@ -183,6 +141,8 @@ struct ig_gw {
 	struct ig_bio *bio;              /* their disk work's thread (bio.h), the same */
 	struct ig_tracer *tracer;        /* spans' exporter (trace.h), NULL without tracing */
 	struct ig_metrics_sources *reports; /* what modules registered to report (metrics.h) */
+	struct ig_rx_timer timers[IG_RX_MAX_TIMERS]; /* modules' periodic work (rx.h: ig_rx_every), by order */
+	size_t ntimers;
 	int argc;                      /* to re-read the configuration on SIGHUP */
 	char **argv;
 };

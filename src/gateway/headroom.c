@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "conf.h"
 #include "headroom.h"
 
 #define BUSY_ALPHA 0.1 /* the EWMA's weight of a new busy time */
@@ -88,3 +89,22 @@ long ig_headroom_update(struct ig_headroom *h, uint64_t now_ms, long pool_slots,
 	h->slots = ig_headroom_rule(h->rate, h->busy_s, pool_slots, max_percent, &h->capped);
 	return h->slots;
 }
+
+/* ---- Settings: this module's rows of the configuration table (conf.h),
+ * registered at boot by conf_parts.c ---- */
+static const struct ig_flag headroom_rows[] = {
+	{.name = "--headroom-max-percent", .key = "headroom.max_percent", .type = IG_FLAG_LONG,
+	 .off = IG_CONF_OFF(headroom_max_percent), .min = 0, .max = 90, .def = "25", .metavar = "P",
+	 .help = "slots kept free of new low (bulk) work for high and normal requests are learned from their "
+		 "arrival rate and how long they hold a slot, up to P% of a model's slots (0 = none kept: priority "
+		 "alone; a backend's reserve_slots overrides it)"},
+};
+const struct ig_conf_part ig_headroom_conf = IG_CONF_PART(headroom_rows);
+static const struct ig_flag overshoot_rows[] = {
+	{.name = "--headroom-overshoot", .key = "headroom.overshoot", .type = IG_FLAG_LONG,
+	 .off = IG_CONF_OFF(headroom_overshoot), .min = 0, .max = 64, .def = "1", .metavar = "N",
+	 .help = "a high or normal request that finds no free slot may go up to N over the slots of a backend "
+		 "that preempts lower priorities (SGLang with --enable-priority-scheduling, learned from its "
+		 "/server_info), which then preempts a low one; those N count as headroom (0 = never)"},
+};
+const struct ig_conf_part ig_headroom_conf_overshoot = IG_CONF_PART(overshoot_rows);

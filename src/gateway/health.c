@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "conf.h"
 #include "health.h"
 #include "infergate/buf.h"
 #include "infergate/log.h"
@@ -100,11 +101,26 @@ void ig_health_remove(struct ig_gw *gw, struct ig_backend *b)
 	gw->models_dirty = true;
 }
 
+/* Reactor 0's tick: the probes due, then (later in the turn) the removed
+ * backends that are drained leave. */
+static void health_timer(struct ig_rx *rx, uint64_t now_ms, void *arg IG_UNUSED)
+{
+	ig_health_tick(rx->gw, now_ms);
+}
+
+static void reap_timer(struct ig_rx *rx, uint64_t now_ms IG_UNUSED, void *arg IG_UNUSED)
+{
+	ig_health_reap(rx->gw);
+}
+
 int ig_health_init(struct ig_gw *gw)
 {
 	for (size_t i = 0; i < gw->fleet.n; i++)
 		if (ig_health_add(gw, gw->fleet.v[i]) < 0)
 			return -1;
+	if (ig_rx_every(gw, IG_RX_HOME, IG_RX_TICK_MS, IG_RX_ORDER_HEALTH, health_timer, NULL) < 0 ||
+	    ig_rx_every(gw, IG_RX_HOME, IG_RX_TICK_MS, IG_RX_ORDER_REAP, reap_timer, NULL) < 0)
+		return -1;
 	return 0;
 }
 
@@ -542,4 +558,30 @@ void ig_health_reap(struct ig_gw *gw)
 		ig_health_remove(gw, b);
 		ig_backend_fleet_remove(&gw->fleet, b);
 	}
+}
+
+/* ---- Settings: this module's rows of the configuration table (conf.h),
+ * registered at boot by conf_parts.c ---- */
+static const struct ig_flag health_rows[] = {
+	{.name = "--health-path", .key = "health.path", .type = IG_FLAG_STRING, .off = IG_CONF_OFF(health_path),
+	 .def = "/health", .metavar = "PATH", .help = "path probed on each backend"},
+	{.name = "--health-interval-ms", .key = "health.interval_ms", .type = IG_FLAG_LONG,
+	 .off = IG_CONF_OFF(health_interval_ms), .min = 50, .max = 3600000, .def = "2000", .metavar = "N",
+	 .help = "time between probes of one backend"},
+	{.name = "--health-timeout-ms", .key = "health.timeout_ms", .type = IG_FLAG_LONG,
+	 .off = IG_CONF_OFF(health_timeout_ms), .min = 10, .max = 600000, .def = "5000", .metavar = "N",
+	 .help = "a probe slower than this fails, unless the backend is answering requests meanwhile "
+		 "(SGLang's /health runs a generation and takes over 1 s)"},
+	{.name = "--health-rise", .key = "health.rise", .type = IG_FLAG_LONG, .off = IG_CONF_OFF(health_rise), .min = 1,
+	 .max = 100, .def = "2", .metavar = "N", .help = "consecutive successes that bring a backend up"},
+	{.name = "--health-fall", .key = "health.fall", .type = IG_FLAG_LONG, .off = IG_CONF_OFF(health_fall), .min = 1,
+	 .max = 100, .def = "3", .metavar = "N", .help = "consecutive failures that take a backend down"},
+};
+const struct ig_conf_part ig_health_conf = IG_CONF_PART(health_rows);
+
+/* health.path: a path. */
+void ig_health_conf_check(struct ig_conf *cfg, struct ig_buf *errs)
+{
+	if (cfg->health_path[0] != '/')
+		ig_flags_problem(errs, "health.path: '%s' must start with '/'", cfg->health_path);
 }

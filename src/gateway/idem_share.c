@@ -13,6 +13,7 @@
 #include "infergate/log.h"
 #include "infergate/oaerror.h"
 #include "infergate/util.h"
+#include "rx.h"
 
 #define CLAIM_MS 120000  /* a running claim's life in Redis... */
 #define RENEW_MS 30000   /* ...renewed this often by its gateway */
@@ -294,4 +295,16 @@ void ig_idem_share_tick(struct ig_gw *gw, uint64_t now)
 			ig_cluster_ask(gw, NULL, NULL, 6, argv, lens);
 		}
 	}
+}
+
+/* Reactor 0's tick (rx.h: ig_rx_every). */
+static void share_timer(struct ig_rx *rx, uint64_t now_ms, void *arg IG_UNUSED)
+{
+	if (rx->gw->cluster)
+		ig_idem_share_tick(rx->gw, now_ms);
+}
+
+int ig_idem_share_start(struct ig_gw *gw)
+{
+	return ig_rx_every(gw, IG_RX_HOME, IG_RX_TICK_MS, IG_RX_ORDER_IDEM_SHARE, share_timer, NULL);
 }

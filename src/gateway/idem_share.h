@@ -59,5 +59,7 @@ void ig_idem_share_end(struct ig_gw *gw, struct ig_idem_entry *e);
 /* Polls the answers others run, renews the claims of those that run here.
  * Reactor 0's tick. */
 void ig_idem_share_tick(struct ig_gw *gw, uint64_t now_ms);
+/* Registers that tick (with a cluster: boot.c). Returns 0 or -1. */
+int ig_idem_share_start(struct ig_gw *gw);
 
 #endif

@@ -417,3 +417,14 @@ bool ig_keyset_model_allowed(const struct ig_keyent *k, const char *model, const
 			return true;
 	return false;
 }
+
+/* ---- Settings: this module's rows of the configuration table (conf.h),
+ * registered at boot by conf_parts.c ---- */
+static const struct ig_flag keyset_rows[] = {
+	{.name = "--api-keys-file", .key = "api_keys_file", .type = IG_FLAG_STRING, .off = IG_CONF_OFF(api_keys_file),
+	 .def = "", .metavar = "FILE",
+	 .help = "API keys: JSON {\"keys\": [{\"name\", \"sha256\", \"priority\", \"weight\", \"max_inflight\", "
+		 "\"rpm\", \"tpm\", \"models\", \"status\", \"disabled\"}]} or one SHA-256 hex digest per line "
+		 "(see --new-key, --hash-key); re-read on SIGHUP; empty = no keys needed"},
+};
+const struct ig_conf_part ig_keyset_conf = IG_CONF_PART(keyset_rows);

@@ -12,6 +12,7 @@
 #include "config.h"
 #include <stdlib.h>
 
+#include "conf.h"
 #include "affinity.h"
 #include "infergate/log.h"
 #include "policy.h"
@@ -131,3 +132,24 @@ const struct ig_policy ig_lb_cache_aware = {
 	.report = report,
 	.report_gateway = report_gateway,
 };
+
+/* ---- Settings: this module's rows of the configuration table (conf.h),
+ * registered at boot by conf_parts.c ---- */
+static const struct ig_flag cache_aware_rows[] = {
+	{.name = "--cache-threshold-percent", .key = "cache_aware.threshold_percent", .type = IG_FLAG_LONG,
+	 .off = IG_CONF_OFF(cache_threshold_percent), .min = 1, .max = 100, .def = "50", .metavar = "N",
+	 .help = "cache-aware: a request goes to the backend sent its longest prefix when that covers N% of its "
+		 "prompt's blocks (SGLang's gateway: cache_threshold 0.5), else to the least loaded"},
+	{.name = "--cache-balance-abs", .key = "cache_aware.balance_abs", .type = IG_FLAG_LONG,
+	 .off = IG_CONF_OFF(cache_balance_abs), .min = 0, .max = 1000000, .def = "32", .metavar = "N",
+	 .help = "cache-aware load guard: the preferred backend is passed over when it has more than N requests "
+		 "in flight beyond the least loaded..."},
+	{.name = "--cache-balance-rel", .key = "cache_aware.balance_rel", .type = IG_FLAG_DOUBLE,
+	 .off = IG_CONF_OFF(cache_balance_rel), .min = 1, .max = 1000, .def = "1.5", .metavar = "X",
+	 .help = "...and more than X times as many (SGLang's balance_abs_threshold / balance_rel_threshold)"},
+	{.name = "--cache-max-blocks", .key = "cache_aware.max_blocks", .type = IG_FLAG_LONG,
+	 .off = IG_CONF_OFF(cache_max_blocks), .min = 16, .max = 100000000, .def = "32768", .metavar = "N",
+	 .help = "cache-aware: prefix blocks (64 bytes of prompt each) remembered per backend, least recently "
+		 "used forgotten first; 32768 take at most about 0.9 MB per backend"},
+};
+const struct ig_conf_part ig_cache_aware_conf = IG_CONF_PART(cache_aware_rows);

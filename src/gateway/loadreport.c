@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "conf.h"
 #include "loadreport.h"
 
 /* A count a backend reported, made sane: the text is the backend's, so
@@ -150,4 +151,29 @@ void ig_loadreport_parse(const char *text, size_t len, long *running, long *wait
 	if (*running >= 0 && cap_all && capsum > 0)
 		*capacity = capsum;
 	json_decref(root);
+}
+
+/* ---- Settings: this module's rows of the configuration table (conf.h),
+ * registered at boot by conf_parts.c ---- */
+static const struct ig_flag loadreport_rows[] = {
+	{.name = "--load-source", .key = "load_source", .type = IG_FLAG_CHOICE, .off = IG_CONF_OFF(load_from_backend),
+	 .def = "backend", .metavar = "gateway|backend", .bad = "%s: unknown source '%s' (gateway, backend)",
+	 .help = "backend = requests in flight here plus the backend's own running + waiting, read every "
+		 "health interval; a backend is held to what it states it runs at once, or to what it ran when "
+		 "it queued, and until either is known to a cap that grows while it does not queue; the rest "
+		 "waits here; gateway = only requests in flight here (no limit but max_inflight)"},
+	{.name = "--load-path", .key = "load_path", .type = IG_FLAG_STRING, .off = IG_CONF_OFF(load_path), .def = "auto",
+	 .metavar = "PATH",
+	 .help = "with load_source backend: auto (/v1/loads, then /metrics, then /get_load, until one tells), "
+		 "/metrics (SGLang or vLLM gauges), /v1/loads or /get_load (SGLang JSON; /v1/loads also states "
+		 "the server's max_running_requests, the limit from its first report)"},
+};
+const struct ig_conf_part ig_loadreport_conf = IG_CONF_PART(loadreport_rows);
+
+/* load_path: auto or a path (load_path_auto derived). */
+void ig_loadreport_conf_check(struct ig_conf *cfg, struct ig_buf *errs)
+{
+	cfg->load_path_auto = strcmp(cfg->load_path, "auto") == 0;
+	if (cfg->load_path[0] != '/' && !cfg->load_path_auto)
+		ig_flags_problem(errs, "load_path: '%s' must be auto or a path starting with '/'", cfg->load_path);
 }

@@ -12,6 +12,7 @@
 #include "boot.h"
 #include "keyset.h"
 #include "conf.h"
+#include "conf_parts.h"
 #include "reactor.h"
 #include "reload.h"
 #include "infergate/log.h"
@@ -67,6 +68,8 @@ int main(int argc, char **argv)
 	int rc;
 
 	ig_log_set_ident("infergate");
+	if (ig_conf_parts_register() < 0)
+		return 2;
 	if (argc == 2 && strcmp(argv[1], "--hash-key") == 0)
 		return hash_key();
 	if (argc >= 2 && strcmp(argv[1], "--new-key") == 0) {

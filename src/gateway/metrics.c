@@ -1,9 +1,10 @@
-/* The gateway's self-reports: /health (for load balancers and curl -f),
- * /health/backends (per-backend and per-model detail), /v1/models (the
- * served models and their aliases) and /metrics (Prometheus text). Each builds a body from
- * counters; none changes state. */
+/* The gateway's counting of finished requests and its Prometheus text
+ * (/metrics), built from the counters; the JSON self-reports (/health,
+ * /health/backends, /v1/models, ...) are metrics_json.c. Nothing here
+ * changes state but the counters. */
 #include "config.h"
 #include <jansson.h>
+#include <limits.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,174 +15,45 @@
 #include "metrics.h"
 #include "servertls.h"
 #include "policy.h"
+#include "infergate/log.h"
 #include "rx.h"
 #include "trace.h"
 #include "infergate/util.h"
 
 /* The histograms' bucket bounds, in seconds (Prometheus's le). */
-static const double bounds[IG_HIST_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
+const double ig_metrics_bounds[IG_HIST_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
 						2.5, 5, 10, 30, 60, 120, 300, 600};
 
-static char *dump(json_t *j)
-{
-	char *s = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6));
-	json_decref(j);
-	return s;
-}
-
-char *ig_metrics_health_json(struct ig_gw *gw, unsigned *status)
-{
-	size_t k = ig_backend_fleet_healthy(&gw->fleet);
-	*status = k > 0 ? 200 : 503;
-	return dump(json_pack("{s:s, s:I, s:I}", "status", k > 0 ? "ok" : "unavailable",
-			      "healthy_backends", (json_int_t)k, "backends", (json_int_t)gw->fleet.n));
-}
-
-json_t *ig_metrics_backend_json(const struct ig_backend *b, uint64_t now)
-{
-	json_t *o = json_pack("{s:I, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
-			      "id", (json_int_t)b->id, "url", b->url,
-			      "state", ig_backend_state_name(atomic_load(&b->state)),
-			      "admin", ig_backend_admin_name(atomic_load(&b->admin)),
-			      "weight", (json_int_t)b->weight, "max_inflight", (json_int_t)b->max_inflight,
-			      "inflight", (json_int_t)atomic_load(&b->inflight),
-			      "served", (json_int_t)atomic_load(&b->served),
-			      "failures", (json_int_t)atomic_load(&b->failures),
-			      "retried", (json_int_t)atomic_load(&b->retried),
-			      "aborted", (json_int_t)atomic_load(&b->aborted),
-			      "prompt_tokens", (json_int_t)atomic_load(&b->prompt_tokens),
-			      "completion_tokens", (json_int_t)atomic_load(&b->completion_tokens));
-	json_t *probe = json_object();
-	if (b->last_probe_ms) {
-		json_object_set_new(probe, "ok", json_boolean(b->last_probe_ok));
-		json_object_set_new(probe, "status", json_integer(b->last_probe_status));
-		json_object_set_new(probe, "latency_ms", json_real(b->last_probe_latency_ms));
-		json_object_set_new(probe, "age_ms", json_integer((json_int_t)(now - b->last_probe_ms)));
-		if (!b->last_probe_ok)
-			json_object_set_new(probe, "error", json_string(b->last_probe_error));
-	}
-	json_object_set_new(probe, "slow", json_integer((json_int_t)atomic_load(&b->probes_slow)));
-	json_object_set_new(o, "last_probe", probe);
-	if (b->discover)
-		json_object_set_new(o, "discovered_from", json_string(b->discover));
-	if (atomic_load(&b->rests) > 0) /* 429/503 answers with Retry-After (proxy.c) */
-		json_object_set_new(o, "retry_after", json_pack("{s:I, s:I}", "answers", (json_int_t)atomic_load(&b->rests),
-							       "resting_ms", (json_int_t)(atomic_load(&b->rest_until_ms) > now
-											  ? atomic_load(&b->rest_until_ms) - now : 0)));
-	uint64_t until = atomic_load(&b->breaker_until_ms);
-	json_object_set_new(o, "breaker", json_pack("{s:s, s:i, s:I, s:I}", "state", ig_backend_breaker_state(b),
-						    "failures_in_a_row", b->breaker_fails, "opened",
-						    (json_int_t)atomic_load(&b->breaker_opened), "open_ms_left",
-						    (json_int_t)(until > now ? until - now : 0)));
-	if (atomic_load(&b->slots) > 0)
-		json_object_set_new(o, "learned_slots", json_integer(atomic_load(&b->slots)));
-	/* the limit in force and where it comes from (capacity.h) */
-	json_object_set_new(o, "limit", json_integer(ig_backend_limit(b)));
-	json_object_set_new(o, "limit_from", json_string(ig_backend_limit_from(b)));
-	if (b->learn.reported > 0)
-		json_object_set_new(o, "reported_slots", json_integer(b->learn.reported));
-	if (atomic_load(&b->others_inflight) > 0) /* other gateways' requests there (cluster.h) */
-		json_object_set_new(o, "others_inflight", json_integer(atomic_load(&b->others_inflight)));
-	if (atomic_load(&b->claim_cap) != 0) /* its part of the free slots until the next sync (cluster.c) */
-		json_object_set_new(o, "cluster_cap", json_integer(atomic_load(&b->claim_cap) > 0 ? atomic_load(&b->claim_cap) : 0));
-	/* how the class reaches it (proxy.c) and what it does with it (health.c) */
-	long step;
-	int field = ig_backend_priority_field(b, &step);
-	unsigned learned = (unsigned)atomic_load(&b->prio_sched);
-	json_object_set_new(o, "priority_scheduling",
-			    json_pack("{s:s, s:s, s:b, s:o, s:o}", "sent_as",
-				      field == 1 ? "larger first" : field == 2 ? "smaller first" : "not sent",
-				      "from", b->priority_field == 3 ? "priority_field none"
-				      : b->priority_field ? "priority_field" : learned ? "server_info" : "none",
-				      "preempts", ig_backend_preempts(b),
-				      "high_value", field ? json_integer(field == 1 ? step : -step) : json_null(),
-				      "preemption_threshold", learned & IG_PRIO_PREEMPTS
-				      ? json_integer(atomic_load(&b->prio_threshold)) : json_null()));
-	json_object_set_new(o, "models", ig_backend_model_names(b));
-	json_object_set_new(o, "models_from", json_string(b->models_conf ? "config" : b->models ? "backend"
-							  : b->models_any ? "any" : "unknown"));
-	if (b->reported_load >= 0) {
-		json_object_set_new(o, "reported_load", json_integer(b->reported_load));
-		json_object_set_new(o, "reported_waiting", json_integer(b->reported_waiting));
-		if (b->load_path)
-			json_object_set_new(o, "load_path", json_string(b->load_path));
-		json_object_set_new(o, "external_load", json_integer(atomic_load(&b->external_load)));
-		json_object_set_new(o, "stale_reports", json_integer((json_int_t)b->learn.stale));
-	}
-	return o;
-}
-
-
-struct ig_metrics_sources {
-	struct ig_metrics_source *v;
-	size_t n, cap;
-};
-
-int ig_metrics_register(struct ig_gw *gw, const struct ig_metrics_source *src)
+int ig_metrics_register_at(struct ig_gw *gw, const struct ig_metrics_source *src, int order)
 {
 	struct ig_metrics_sources *r = gw->reports;
 	if (!r && !(r = gw->reports = calloc(1, sizeof(*r))))
 		return -1;
-	struct ig_metrics_source *v = ig_grow(r->v, &r->cap, r->n, sizeof(*v), 4);
+	struct ig_metrics_entry *v = ig_grow(r->v, &r->cap, r->n, sizeof(*v), 4);
 	if (!v)
 		return -1;
 	r->v = v;
-	r->v[r->n++] = *src;
+	r->v[r->n++] = (struct ig_metrics_entry){*src, order};
 	return 0;
+}
+
+int ig_metrics_register(struct ig_gw *gw, const struct ig_metrics_source *src)
+{
+	return ig_metrics_register_at(gw, src, IG_METRICS_ORDER_LAST);
 }
 
 void ig_metrics_unregister(struct ig_gw *gw, const void *arg)
 {
 	struct ig_metrics_sources *r = gw->reports;
 	for (size_t i = 0; r && i < r->n;)
-		if (r->v[i].arg == arg)
+		if (r->v[i].src.arg == arg)
 			memmove(&r->v[i], &r->v[i + 1], (--r->n - i) * sizeof(*r->v));
 		else
 			i++;
 }
 
-/* The aliases that name m, as a JSON array. */
-static json_t *aliases_of(const struct ig_gw *gw, const char *model)
-{
-	json_t *a = json_array();
-	for (size_t i = 0; i < gw->cfg->n_aliases; i++)
-		if (strcmp(gw->cfg->aliases[i].model, model) == 0)
-			json_array_append_new(a, json_string(gw->cfg->aliases[i].alias));
-	return a;
-}
-
-/* Per model: its pool, queue and counters. */
-/* A model's learned headroom and why it is what it is. */
-static json_t *headroom_json(const struct ig_gw *gw, const struct ig_model *m)
-{
-	const struct ig_headroom *h = &m->headroom;
-	char why[256];
-	if (m->reserve_set)
-		snprintf(why, sizeof(why), "a backend of it has reserve_slots: that number holds, none is learned");
-	else if (gw->cfg->headroom_max_percent <= 0)
-		snprintf(why, sizeof(why), "headroom.max_percent is 0: priority alone");
-	else if (h->slots <= 0)
-		snprintf(why, sizeof(why), "no high or normal request in the last %d s: low work may take every slot",
-			 IG_HEADROOM_WINDOW_S);
-	else
-		snprintf(why, sizeof(why),
-			 "%.2f high and normal requests/s x %.2f s each holds a slot = %.2f slots in use, + its square "
-			 "root for the tail: %ld%s", h->rate, h->busy_s, h->in_use, h->slots,
-			 h->capped ? " (capped at headroom.max_percent of the pool)" : "");
-	if (!m->reserve_set && m->overshoot_slots > 0 && h->slots + m->others_headroom > 0) {
-		size_t at = strlen(why);
-		snprintf(why + at, sizeof(why) - at, "; %ld go over the slots of %ld backend(s) that preempt low work "
-			 "(headroom.overshoot): %ld kept", m->overshoot_slots, m->preempting, m->kept_slots);
-	}
-	return json_pack("{s:I, s:I, s:I, s:f, s:f, s:f, s:I, s:I, s:I, s:s}", "slots", (json_int_t)h->slots,
-			 "kept_slots", (json_int_t)m->kept_slots, "overshoot_slots", (json_int_t)m->overshoot_slots,
-			 "arrivals_per_s", h->rate, "busy_s", h->busy_s, "in_use", h->in_use,
-			 "others_slots", (json_int_t)m->others_headroom, "pool_slots", (json_int_t)m->pool_slots,
-			 "free_slots", (json_int_t)m->free_slots, "why", why);
-}
-
 /* A model's entry of the per-model series, or NULL before its first answer. */
-static struct ig_model_stats *model_stats(const struct ig_stats *s, const char *name)
+struct ig_model_stats *ig_metrics_model_stats(const struct ig_metrics_stats *s, const char *name)
 {
 	for (size_t i = 0; i < s->nmodels; i++)
 		if (strcmp(s->models[i].model, name) == 0)
@@ -189,94 +61,8 @@ static struct ig_model_stats *model_stats(const struct ig_stats *s, const char *
 	return NULL;
 }
 
-/* The upper bound of the bucket that holds a model's 95th percentile time
- * to first token (its histogram), -1 without one. */
-static double model_ttft_p95(const struct ig_gw *gw, const char *name)
-{
-	const struct ig_model_stats *m = model_stats(&gw->stats, name);
-	if (!m || m->ttft.n == 0)
-		return -1;
-	const struct ig_metrics_hist *h = &m->ttft;
-	uint64_t want = (h->n * 95 + 99) / 100, cum = 0;
-	for (int b = 0; b < IG_HIST_BUCKETS; b++)
-		if ((cum += h->counts[b]) >= want)
-			return bounds[b];
-	return bounds[IG_HIST_BUCKETS - 1];
-}
-
-static json_t *models_detail(struct ig_gw *gw)
-{
-	json_t *o = json_object();
-	for (size_t i = 0; i < gw->sched.n; i++) {
-		const struct ig_model *m = gw->sched.v[i];
-		json_t *urls = json_array();
-		for (size_t j = 0; j < m->nbackends; j++)
-			json_array_append_new(urls, json_string(m->backends[j]->url));
-		json_t *waiting = json_object();
-		for (int c = 0; c < IG_NCLASSES; c++)
-			json_object_set_new(waiting, ig_conf_class_name(c), json_integer((json_int_t)m->q[c].qlen));
-		json_object_set_new(o, m->name,
-				    json_pack("{s:o, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}", "backends", urls,
-					      "waiting", waiting,
-					      "backends_healthy", (json_int_t)ig_sched_healthy(m),
-					      "queue_depth", (json_int_t)m->qlen, "inflight", (json_int_t)m->inflight,
-					      "requests", (json_int_t)m->requests, "queued", (json_int_t)m->queued,
-					      "queue_rejected", (json_int_t)m->rejected,
-					      "queue_timeouts", (json_int_t)m->timeouts, "aliases", aliases_of(gw, m->name)));
-		json_object_set_new(json_object_get(o, m->name), "headroom", headroom_json(gw, m));
-		double p95 = model_ttft_p95(gw, m->name);
-		if (p95 >= 0) /* its streams' time to first token, the bucket's bound (metrics histograms) */
-			json_object_set_new(json_object_get(o, m->name), "ttft_p95_s", json_real(p95));
-		if (m->others_waiting > 0) /* high and normal ones other gateways hold (cluster.h) */
-			json_object_set_new(json_object_get(o, m->name), "others_waiting",
-					    json_integer((json_int_t)m->others_waiting));
-	}
-	return o;
-}
-
-/* What a model's pool takes at once, for a client that keeps it full
- * (infergate-bulk --concurrency auto): over its usable backends, the sum of
- * each one's capacity (max_inflight, else the slots it states or that were
- * learned) for classes high and normal ("slots") and for low ("slots_low":
- * less reserve_slots); "unknown" counts usable backends with neither,
- * "learning" those of them that are capped by a ramp until their load
- * reports tell (the others take whatever comes), "ramp" the sum of those
- * caps. */
-char *ig_metrics_capacity_json(struct ig_gw *gw)
-{
-	json_t *models = json_object();
-	for (size_t i = 0; i < gw->sched.n; i++) {
-		const struct ig_model *m = gw->sched.v[i];
-		long slots = 0, slots_low = 0, unknown = 0, learning = 0, ramp = 0, healthy = 0;
-		for (size_t j = 0; j < m->nbackends; j++) {
-			const struct ig_backend *b = m->backends[j];
-			if (!ig_backend_usable(b))
-				continue;
-			healthy++;
-			long all = ig_policy_limit(b, false), low = ig_policy_limit(b, true);
-			if (ig_backend_capacity(b) == 0) {
-				/* a ramp is no capacity: counted as unknown, and its
-				 * cap in "ramp" */
-				unknown++;
-				learning += atomic_load(&b->ramp) > 0;
-				ramp += atomic_load(&b->ramp);
-				continue;
-			}
-			slots += all > 0 ? all : 0;
-			slots_low += low > 0 ? low : 0;
-		}
-		json_object_set_new(models, m->name,
-				    json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}", "slots", (json_int_t)slots,
-					      "slots_low", (json_int_t)slots_low, "unknown", (json_int_t)unknown,
-					      "learning", (json_int_t)learning, "ramp", (json_int_t)ramp,
-					      "backends_healthy", (json_int_t)healthy, "inflight", (json_int_t)m->inflight,
-					      "queue_depth", (json_int_t)m->qlen, "aliases", aliases_of(gw, m->name)));
-	}
-	return dump(json_pack("{s:o}", "models", models));
-}
-
 /* Proxied requests received: the reactors' counts together. */
-static uint64_t requests_received(const struct ig_gw *gw)
+uint64_t ig_metrics_requests_received(const struct ig_gw *gw)
 {
 	uint64_t n = 0;
 	for (size_t i = 0; i < gw->nrx; i++)
@@ -284,205 +70,11 @@ static uint64_t requests_received(const struct ig_gw *gw)
 	return n;
 }
 
-static int64_t wall_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-void ig_metrics_sample(struct ig_gw *gw)
-{
-	struct ig_stats *s = &gw->stats;
-	int64_t now = wall_ms();
-	if (s->history_n && s->history[(s->history_at + IG_HISTORY_S - 1) % IG_HISTORY_S].t_ms / 1000 == now / 1000)
-		return; /* this second's is taken */
-	if (!s->history && !(s->history = calloc(IG_HISTORY_S, sizeof(*s->history))))
-		return;
-	s->history[s->history_at] = (struct ig_history_sample){now, requests_received(gw), s->completion_tokens,
-								(long)gw->nreqs, (long)gw->sched.qlen,
-								(long)ig_backend_fleet_healthy(&gw->fleet)};
-	s->history_at = (s->history_at + 1) % IG_HISTORY_S;
-	if (s->history_n < IG_HISTORY_S)
-		s->history_n++;
-}
-
-char *ig_metrics_history_json(struct ig_gw *gw)
-{
-	const struct ig_stats *s = &gw->stats;
-	json_t *samples = json_array();
-	for (size_t i = 0; i < s->history_n; i++) {
-		const struct ig_history_sample *h =
-			&s->history[(s->history_at + IG_HISTORY_S - s->history_n + i) % IG_HISTORY_S];
-		json_array_append_new(samples, json_pack("[I, I, I, I, I, I]", (json_int_t)h->t_ms, (json_int_t)h->requests,
-							 (json_int_t)h->ctokens, (json_int_t)h->inflight,
-							 (json_int_t)h->queued, (json_int_t)h->healthy));
-	}
-	return dump(json_pack("{s:i, s:i, s:[s, s, s, s, s, s], s:o}", "interval_s", 1, "window_s", IG_HISTORY_S,
-			      "fields", "t_ms", "requests", "completion_tokens", "inflight", "queued", "healthy_backends",
-			      "samples", samples));
-}
-
-static uint64_t key_tokens(const struct ig_key *k)
-{
-	return k->prompt_tokens + k->completion_tokens;
-}
-
-char *ig_metrics_backends_json(struct ig_gw *gw)
-{
-	json_t *arr = json_array();
-	uint64_t now = ig_now_ms();
-	for (size_t i = 0; i < gw->fleet.n; i++) {
-		json_t *o = ig_metrics_backend_json(gw->fleet.v[i], now);
-		if (gw->report_backend) /* the routing policy's view of it */
-			gw->report_backend(gw, gw->fleet.v[i], o);
-		json_array_append_new(arr, o);
-	}
-	json_t *g = json_pack("{s:s, s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
-			      "version", PACKAGE_VERSION,
-			      "uptime_s", (double)(now - gw->started_ms) / 1000.0,
-			      "requests", (json_int_t)requests_received(gw),
-			      "inflight", (json_int_t)gw->nreqs,
-			      "queue_depth", (json_int_t)gw->sched.qlen,
-			      "healthy_backends", (json_int_t)ig_backend_fleet_healthy(&gw->fleet),
-			      "backends", (json_int_t)gw->fleet.n,
-			      "prompt_tokens", (json_int_t)gw->stats.prompt_tokens,
-			      "completion_tokens", (json_int_t)gw->stats.completion_tokens);
-	uint64_t wreq, wretry;
-	ig_sched_budget_window(&gw->sched, ig_now_ms() / 1000, &wreq, &wretry);
-	json_object_set_new(g, "retry_budget", json_pack("{s:I, s:I, s:I}", "requests_10s", (json_int_t)wreq,
-							  "retries_10s", (json_int_t)wretry, "denied",
-							  (json_int_t)gw->sched.retries_denied));
-	json_t *classes = json_object();
-	for (int c = 0; c < IG_NCLASSES; c++)
-		json_object_set_new(classes, ig_conf_class_name(c),
-				    json_pack("{s:I, s:I, s:I}", "waiting", (json_int_t)ig_sched_waiting(&gw->sched, c), "inflight",
-					      (json_int_t)gw->sched.class_inflight[c], "dispatched_after_wait",
-					      (json_int_t)gw->stats.queue_wait[c].n));
-	if (gw->report_gateway)
-		gw->report_gateway(gw, g);
-	json_object_set_new(g, "scheduling", json_string(gw->cfg->scheduling ? "fifo" : "priority"));
-	json_object_set_new(g, "reactors", json_integer((json_int_t)gw->nrx));
-	json_object_set_new(g, "classes", classes);
-	json_t *keys = json_array();
-	/* the five keys that used the most tokens here (the status page) */
-	const struct ig_key *top[5] = {0};
-	for (size_t i = 0; i < gw->clients.nkeys; i++) {
-		const struct ig_key *k = gw->clients.keys[i];
-		uint64_t t = key_tokens(k);
-		if (!k->digest[0]) /* an open gateway's one client: no key to name */
-			continue;
-		for (size_t j = 0; t > 0 && j < 5; j++) {
-			if (top[j] && key_tokens(top[j]) >= t)
-				continue;
-			memmove(top + j + 1, top + j, (4 - j) * sizeof(*top));
-			top[j] = k;
-			break;
-		}
-	}
-	json_t *top_keys = json_array();
-	for (size_t j = 0; j < 5 && top[j]; j++) {
-		char shown[13];
-		snprintf(shown, sizeof(shown), "%.12s", top[j]->digest);
-		json_array_append_new(top_keys, json_pack("{s:s, s:o, s:I, s:I, s:I, s:o}", "key", shown, "name",
-							  top[j]->ent ? json_string(top[j]->ent->name) : json_null(),
-							  "tokens", (json_int_t)key_tokens(top[j]),
-							  "inflight", (json_int_t)top[j]->inflight,
-							  "waiting", (json_int_t)top[j]->waiting,
-							  "priority", top[j]->klass >= 0 ? json_string(ig_conf_class_name(top[j]->klass))
-							  : json_null()));
-	}
-	for (size_t i = 0; i < gw->clients.nkeys; i++) {
-		const struct ig_key *k = gw->clients.keys[i];
-		/* Only keys in use (here, or lately: their demand is shared
-		 * with a cluster): a keys file may name thousands (/admin/keys
-		 * lists them all). */
-		if (!k->refs && !k->completed && k->rate_req == 0 && k->rate_tok == 0 && k->others_req <= 0 &&
-		    k->others_tok <= 0)
-			continue;
-		/* The first 12 hex digits name a key well enough, and say little of it. */
-		char shown[13];
-		snprintf(shown, sizeof(shown), "%.12s", k->digest);
-		json_t *e = json_pack("{s:s, s:o, s:I, s:I, s:I, s:o, s:I}", "key", shown,
-				      "name", k->ent ? json_string(k->ent->name) : json_null(),
-				      "weight", (json_int_t)k->weight, "max_inflight", (json_int_t)k->max_inflight,
-				      "inflight", (json_int_t)k->inflight,
-				      "priority", k->klass >= 0 ? json_string(ig_conf_class_name(k->klass)) : json_null(),
-				      "dispatched_from_queue", (json_int_t)k->completed);
-		if (k->max_inflight > 0 && k->claim_cap != 0) /* its part of max_inflight until the next sync (cluster.c) */
-			json_object_set_new(e, "cluster_inflight_cap", json_integer(k->claim_cap > 0 ? k->claim_cap : 0));
-		if (k->waiting > 0)
-			json_object_set_new(e, "waiting", json_integer((json_int_t)k->waiting));
-		if (k->ent && (k->ent->rpm || k->ent->tpm)) /* this gateway's part of its limits (cluster.h) */
-			json_object_set_new(e, "limit_share", json_pack("{s:f, s:f}", "requests", k->share_req, "tokens",
-									 k->share_tok));
-		json_array_append_new(keys, e);
-	}
-	json_t *out = json_pack("{s:o, s:o, s:o, s:o, s:o}", "gateway", g, "backends", arr, "models", models_detail(gw),
-				"keys", keys, "top_keys", top_keys);
-	for (size_t i = 0; gw->reports && i < gw->reports->n; i++) {
-		const struct ig_metrics_source *src = &gw->reports->v[i];
-		if (src->json)
-			json_object_set_new(out, src->name, src->json(src->arg));
-	}
-	return dump(out);
-}
-
-/* The entry a backend's own /v1/models gave for `name` (the first backend
- * that lists it), or NULL. */
-static json_t *backend_entry(const struct ig_model *m)
-{
-	for (size_t i = 0; i < m->nbackends; i++) {
-		size_t j;
-		json_t *e;
-		json_array_foreach(m->backends[i]->models, j, e) {
-			const char *id = json_string_value(json_object_get(e, "id"));
-			if (id && strcmp(id, m->name) == 0)
-				return e;
-		}
-	}
-	return NULL;
-}
-
-/* OpenAI's list shape: the served models (a backend's own entry when it
- * gave one), then the aliases; each with an "infergate" object telling how
- * many backends serve it and how many of them are healthy. */
-char *ig_metrics_models_json(struct ig_gw *gw, const struct ig_keyent *key)
-{
-	json_t *data = json_array();
-	json_int_t created = (json_int_t)(time(NULL) - (time_t)((ig_now_ms() - gw->started_ms) / 1000));
-	for (size_t i = 0; i < gw->sched.n; i++) {
-		const struct ig_model *m = gw->sched.v[i];
-		if (!m->named)
-			continue; /* a name only backends taking any model would serve */
-		if (!ig_keyset_model_allowed(key, m->name, NULL))
-			continue;
-		json_t *own = backend_entry(m);
-		json_t *e = own ? json_deep_copy(own)
-				: json_pack("{s:s, s:s, s:I, s:s}", "id", m->name, "object", "model", "created", created,
-					    "owned_by", "infergate");
-		json_object_set_new(e, "infergate", json_pack("{s:I, s:I}", "backends", (json_int_t)m->nbackends,
-							      "backends_healthy", (json_int_t)ig_sched_healthy(m)));
-		json_array_append_new(data, e);
-	}
-	for (size_t i = 0; i < gw->cfg->n_aliases; i++) {
-		const struct ig_model_alias *a = &gw->cfg->aliases[i];
-		const struct ig_model *m = ig_sched_find(&gw->sched, a->model);
-		if (!ig_keyset_model_allowed(key, a->model, a->alias))
-			continue;
-		json_array_append_new(data, json_pack("{s:s, s:s, s:I, s:s, s:s, s:{s:s, s:I, s:I}}", "id", a->alias,
-						      "object", "model", "created", created, "owned_by", "infergate",
-						      "root", a->model, "infergate", "alias_of", a->model, "backends",
-						      (json_int_t)(m ? m->nbackends : 0), "backends_healthy",
-						      (json_int_t)(m ? ig_sched_healthy(m) : 0)));
-	}
-	return dump(json_pack("{s:s, s:o}", "object", "list", "data", data));
-}
 
 static void observe(struct ig_metrics_hist *h, double seconds)
 {
 	int i = 0;
-	while (i < IG_HIST_BUCKETS && seconds > bounds[i])
+	while (i < IG_HIST_BUCKETS && seconds > ig_metrics_bounds[i])
 		i++;
 	h->counts[i]++;
 	h->sum += seconds;
@@ -492,7 +84,7 @@ static void observe(struct ig_metrics_hist *h, double seconds)
 void ig_metrics_observe(struct ig_gw *gw, int route, unsigned status, bool stream_error, const char *backend,
 			uint64_t duration_us, int64_t ttfb_us)
 {
-	struct ig_stats *s = &gw->stats;
+	struct ig_metrics_stats *s = &gw->metrics;
 
 	if (route < 0 || (size_t)route >= gw->cfg->routes.n || !status)
 		return;
@@ -518,10 +110,10 @@ void ig_metrics_observe(struct ig_gw *gw, int route, unsigned status, bool strea
 void ig_metrics_observe_model(struct ig_gw *gw, const char *model, uint64_t duration_us, int64_t ttft_us,
 			      long prompt_tokens, long completion_tokens)
 {
-	struct ig_stats *s = &gw->stats;
+	struct ig_metrics_stats *s = &gw->metrics;
 	if (!model)
 		return;
-	struct ig_model_stats *m = model_stats(s, model);
+	struct ig_model_stats *m = ig_metrics_model_stats(s, model);
 	if (!m) {
 		if (s->nmodels >= 256) /* models are few: a name per request would be a leak */
 			return;
@@ -548,7 +140,7 @@ void ig_metrics_observe_model(struct ig_gw *gw, const char *model, uint64_t dura
 void ig_metrics_observe_wait(struct ig_gw *gw, int klass, uint64_t waited_ms)
 {
 	if (klass >= 0 && klass < IG_NCLASSES)
-		observe(&gw->stats.queue_wait[klass], (double)waited_ms / 1000.0);
+		observe(&gw->metrics.queue_wait[klass], (double)waited_ms / 1000.0);
 }
 
 void ig_metrics_free(struct ig_gw *gw)
@@ -557,18 +149,18 @@ void ig_metrics_free(struct ig_gw *gw)
 		free(gw->reports->v);
 	free(gw->reports);
 	gw->reports = NULL;
-	for (size_t i = 0; i < gw->stats.ncounts; i++)
-		free(gw->stats.counts[i].backend);
-	free(gw->stats.counts);
-	gw->stats.counts = NULL;
-	gw->stats.ncounts = 0;
-	free(gw->stats.history);
-	gw->stats.history = NULL;
-	for (size_t i = 0; i < gw->stats.nmodels; i++)
-		free(gw->stats.models[i].model);
-	free(gw->stats.models);
-	gw->stats.models = NULL;
-	gw->stats.nmodels = 0;
+	for (size_t i = 0; i < gw->metrics.ncounts; i++)
+		free(gw->metrics.counts[i].backend);
+	free(gw->metrics.counts);
+	gw->metrics.counts = NULL;
+	gw->metrics.ncounts = 0;
+	free(gw->metrics.history);
+	gw->metrics.history = NULL;
+	for (size_t i = 0; i < gw->metrics.nmodels; i++)
+		free(gw->metrics.models[i].model);
+	free(gw->metrics.models);
+	gw->metrics.models = NULL;
+	gw->metrics.nmodels = 0;
 }
 
 /* The series of one histogram with one label (key="value"), cumulative as
@@ -585,7 +177,7 @@ static void hist_series(struct ig_buf *b, const char *name, const char *key, con
 	const char *l = ig_buf_head(&lv);
 	for (int i = 0; i < IG_HIST_BUCKETS; i++) {
 		cum += h->counts[i];
-		ig_buf_printf(b, "%s_bucket{%s,le=\"%g\"} %lu\n", name, l, bounds[i], (unsigned long)cum);
+		ig_buf_printf(b, "%s_bucket{%s,le=\"%g\"} %lu\n", name, l, ig_metrics_bounds[i], (unsigned long)cum);
 	}
 	cum += h->counts[IG_HIST_BUCKETS];
 	ig_buf_printf(b, "%s_bucket{%s,le=\"+Inf\"} %lu\n", name, l, (unsigned long)cum);
@@ -725,7 +317,7 @@ static void per_model_genai(struct ig_buf *b, struct ig_gw *gw)
 							     "model (answered requests).",
 		 offsetof(struct ig_model_stats, duration)},
 	};
-	const struct ig_stats *s = &gw->stats;
+	const struct ig_metrics_stats *s = &gw->metrics;
 	for (size_t k = 0; k < sizeof(h) / sizeof(h[0]); k++) {
 		ig_buf_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", h[k].name, h[k].help, h[k].name);
 		for (size_t i = 0; i < s->nmodels; i++)
@@ -815,7 +407,7 @@ static void per_class(struct ig_buf *b, struct ig_gw *gw)
 	ig_buf_printf(b, "# HELP %s Time requests waited in a queue for a slot, per priority class.\n"
 		      "# TYPE %s histogram\n", name, name);
 	for (int c = 0; c < IG_NCLASSES; c++)
-		hist_series(b, name, "class", ig_conf_class_name(c), &gw->stats.queue_wait[c]);
+		hist_series(b, name, "class", ig_conf_class_name(c), &gw->metrics.queue_wait[c]);
 }
 
 /* A key's label: its name in the keys file (never the key, nor its digest). */
@@ -860,123 +452,56 @@ static void per_key(struct ig_buf *b, struct ig_gw *gw)
 	}
 }
 
-json_t *ig_metrics_keys_json(struct ig_gw *gw)
-{
-	json_t *arr = json_array();
-	uint64_t now = ig_now_ms();
-	for (size_t i = 0; i < gw->api_keys.n; i++) {
-		const struct ig_keyent *e = &gw->api_keys.v[i];
-		char hex[2 * IG_DIGEST_LEN + 1];
-		ig_keyset_hex(e->digest, hex);
-		struct ig_key *k = ig_clients_find(&gw->clients, hex); /* configured: present */
-		if (!k)
-			continue;
-		json_t *models = json_null(), *status = json_object();
-		if (e->models) {
-			models = json_array();
-			for (size_t j = 0; j < e->n_models; j++)
-				json_array_append_new(models, json_string(e->models[j]));
-		}
-		uint64_t requests = 0;
-		for (size_t j = 0; j < k->nstatus; j++) {
-			char code[16];
-			snprintf(code, sizeof(code), "%u", k->status[j].status);
-			json_object_set_new(status, code, json_integer((json_int_t)k->status[j].n));
-			requests += k->status[j].n;
-		}
-		json_t *limits = json_object();
-		struct ig_bucket *bk[2] = {&k->rpm, &k->tpm};
-		const char *names[2] = {"requests", "tokens"};
-		for (int j = 0; j < 2; j++) {
-			char reset[32];
-			if (bk[j]->limit <= 0)
-				continue;
-			ig_bucket_refill(bk[j], now);
-			ig_ratelimit_duration(reset, sizeof(reset), ig_bucket_reset_ms(bk[j]));
-			json_object_set_new(limits, names[j], json_pack("{s:I, s:I, s:s}", "limit", (json_int_t)bk[j]->limit,
-									"remaining", (json_int_t)ig_bucket_remaining(bk[j]),
-									"reset", reset));
-		}
-		json_t *usage = json_pack("{s:I, s:o, s:I, s:I, s:I, s:I, s:I}", "requests", (json_int_t)requests,
-					  "by_status", status, "prompt_tokens", (json_int_t)k->prompt_tokens,
-					  "completion_tokens", (json_int_t)k->completion_tokens,
-					  "rate_limited_requests", (json_int_t)k->limited_requests,
-					  "rate_limited_tokens", (json_int_t)k->limited_tokens, "inflight",
-					  (json_int_t)k->inflight);
-		json_array_append_new(arr, json_pack("{s:s, s:s%, s:b, s:o, s:I, s:I, s:o, s:o, s:o, s:o, s:o}",
-						     "name", e->name, "sha256_prefix", hex, (size_t)12,
-						     "disabled", e->disabled,
-						     "priority", e->priority >= 0 ? json_string(ig_conf_class_name(e->priority))
-										  : json_null(),
-						     "weight", (json_int_t)e->weight, "max_inflight", (json_int_t)e->max_inflight,
-						     "rpm", e->rpm ? json_integer(e->rpm) : json_null(),
-						     "tpm", e->tpm ? json_integer(e->tpm) : json_null(),
-						     "models", models, "limits", limits, "usage", usage));
-	}
-	return json_pack("{s:I, s:s, s:o}", "count", (json_int_t)json_array_size(arr), "file",
-			 gw->cfg->api_keys_file, "keys", arr);
-}
 
-char *ig_metrics_text(struct ig_gw *gw)
+/* The gateway: build, uptime, requests and answers, durations, connections per reactor. */
+static void gateway_head(struct ig_buf *b, struct ig_gw *gw)
 {
-	struct ig_buf b;
-	const struct ig_stats *s = &gw->stats;
-	static const char *uperr[] = {"none", "connect", "reset", "timeout", "status", "other"};
-
-	ig_buf_init(&b);
-	ig_buf_printf(&b, "# HELP infergate_build_info Build information.\n# TYPE infergate_build_info gauge\n"
+	const struct ig_proxy_stats *s = &gw->stats;
+	const struct ig_metrics_stats *m = &gw->metrics;
+	ig_buf_printf(b, "# HELP infergate_build_info Build information.\n# TYPE infergate_build_info gauge\n"
 		      "infergate_build_info{version=\"%s\"} 1\n", PACKAGE_VERSION);
-	ig_buf_printf(&b, "# HELP infergate_uptime_seconds Seconds since start.\n# TYPE infergate_uptime_seconds gauge\n"
+	ig_buf_printf(b, "# HELP infergate_uptime_seconds Seconds since start.\n# TYPE infergate_uptime_seconds gauge\n"
 		      "infergate_uptime_seconds %.3f\n", (double)(ig_now_ms() - gw->started_ms) / 1000.0);
-	ig_buf_printf(&b, "# HELP infergate_requests_received_total Proxied requests received.\n"
+	ig_buf_printf(b, "# HELP infergate_requests_received_total Proxied requests received.\n"
 		      "# TYPE infergate_requests_received_total counter\ninfergate_requests_received_total %lu\n",
-		      (unsigned long)requests_received(gw));
-	ig_buf_printf(&b, "# HELP infergate_requests_total Proxied requests answered, by route, status and backend "
+		      (unsigned long)ig_metrics_requests_received(gw));
+	ig_buf_printf(b, "# HELP infergate_requests_total Proxied requests answered, by route, status and backend "
 		      "(a 200 stream that carried an error event counts as the error's status).\n"
 		      "# TYPE infergate_requests_total counter\n");
-	for (size_t i = 0; i < s->ncounts; i++) {
-		ig_buf_printf(&b, "infergate_requests_total{route=\"");
-		ig_buf_prom_label(&b, ig_route_path(gw->cfg, s->counts[i].route));
-		ig_buf_printf(&b, "\",code=\"%u\",backend=\"", s->counts[i].status);
-		ig_buf_prom_label(&b, s->counts[i].backend);
-		ig_buf_printf(&b, "\"} %lu\n", (unsigned long)s->counts[i].n);
+	for (size_t i = 0; i < m->ncounts; i++) {
+		ig_buf_printf(b, "infergate_requests_total{route=\"");
+		ig_buf_prom_label(b, ig_route_path(gw->cfg, m->counts[i].route));
+		ig_buf_printf(b, "\",code=\"%u\",backend=\"", m->counts[i].status);
+		ig_buf_prom_label(b, m->counts[i].backend);
+		ig_buf_printf(b, "\"} %lu\n", (unsigned long)m->counts[i].n);
 	}
-	ig_buf_printf(&b, "# HELP infergate_responses_total Responses sent (all routes), by status class.\n"
+	ig_buf_printf(b, "# HELP infergate_responses_total Responses sent (all routes), by status class.\n"
 		      "# TYPE infergate_responses_total counter\n");
 	for (int c = 1; c <= 5; c++)
-		ig_buf_printf(&b, "infergate_responses_total{code=\"%dxx\"} %lu\n", c, (unsigned long)s->responses[c]);
-	print_hist(&b, gw->cfg, "infergate_request_duration_seconds", "Time from request to the end of the answer.",
-		   s->duration);
-	print_hist(&b, gw->cfg, "infergate_stream_first_byte_seconds", "Streams: time from request to the first byte relayed.",
-		   s->ttfb);
-	ig_buf_printf(&b, "# HELP infergate_inflight_requests Proxied requests being handled.\n"
+		ig_buf_printf(b, "infergate_responses_total{code=\"%dxx\"} %lu\n", c, (unsigned long)s->responses[c]);
+	print_hist(b, gw->cfg, "infergate_request_duration_seconds", "Time from request to the end of the answer.",
+		   m->duration);
+	print_hist(b, gw->cfg, "infergate_stream_first_byte_seconds", "Streams: time from request to the first byte relayed.",
+		   m->ttfb);
+	ig_buf_printf(b, "# HELP infergate_inflight_requests Proxied requests being handled.\n"
 		      "# TYPE infergate_inflight_requests gauge\ninfergate_inflight_requests %zu\n", gw->nreqs);
-	ig_buf_printf(&b, "# HELP infergate_reactor_connections Client connections each reactor (thread) holds.\n"
+	ig_buf_printf(b, "# HELP infergate_reactor_connections Client connections each reactor (thread) holds.\n"
 		      "# TYPE infergate_reactor_connections gauge\n");
 	for (size_t i = 0; i < gw->nrx; i++)
-		ig_buf_printf(&b, "infergate_reactor_connections{reactor=\"%zu\"} %ld\n", i, gw->rx[i].conns);
-	ig_buf_printf(&b, "# HELP infergate_reactor_connections_total Client connections each reactor was given.\n"
+		ig_buf_printf(b, "infergate_reactor_connections{reactor=\"%zu\"} %ld\n", i, gw->rx[i].conns);
+	ig_buf_printf(b, "# HELP infergate_reactor_connections_total Client connections each reactor was given.\n"
 		      "# TYPE infergate_reactor_connections_total counter\n");
 	for (size_t i = 0; i < gw->nrx; i++)
-		ig_buf_printf(&b, "infergate_reactor_connections_total{reactor=\"%zu\"} %lu\n", i,
+		ig_buf_printf(b, "infergate_reactor_connections_total{reactor=\"%zu\"} %lu\n", i,
 			      (unsigned long)gw->rx[i].accepted);
-	ig_buf_printf(&b, "# HELP infergate_client_hangups_total Client connections whose client closed its side "
-		      "before the gateway did (each closed then, whatever it was doing).\n"
-		      "# TYPE infergate_client_hangups_total counter\ninfergate_client_hangups_total %lu\n"
-		      "# HELP infergate_client_header_timeouts_total Client connections cut because their request's "
-		      "headers took longer than client_header_timeout_s.\n"
-		      "# TYPE infergate_client_header_timeouts_total counter\n"
-		      "infergate_client_header_timeouts_total %lu\n"
-		      "# HELP infergate_per_ip_refused_total Over max_connections_per_ip: connections refused at "
-		      "accept, requests through a trusted proxy refused at their headers.\n"
-		      "# TYPE infergate_per_ip_refused_total counter\n"
-		      "infergate_per_ip_refused_total{stage=\"accept\"} %lu\n"
-		      "infergate_per_ip_refused_total{stage=\"request\"} %lu\n",
-		      (unsigned long)s->client_hangups, (unsigned long)s->header_timeouts,
-		      (unsigned long)s->per_ip_refused[0], (unsigned long)s->per_ip_refused[1]);
+}
+
+/* The lock (with more than one reactor), requests per reactor. */
+static void lock_and_reactors(struct ig_buf *b, struct ig_gw *gw)
+{
 	if (gw->nrx > 1) {
 		/* read under the lock: the holder's current stretch is not in it yet */
-		ig_buf_printf(&b, "# HELP infergate_lock_acquisitions_total Times a reactor took the gateway's lock.\n"
+		ig_buf_printf(b, "# HELP infergate_lock_acquisitions_total Times a reactor took the gateway's lock.\n"
 			      "# TYPE infergate_lock_acquisitions_total counter\ninfergate_lock_acquisitions_total %lu\n"
 			      "# HELP infergate_lock_contended_total Of them, times another reactor held it.\n"
 			      "# TYPE infergate_lock_contended_total counter\ninfergate_lock_contended_total %lu\n"
@@ -984,100 +509,120 @@ char *ig_metrics_text(struct ig_gw *gw)
 			      "# TYPE infergate_lock_held_seconds_total counter\ninfergate_lock_held_seconds_total %.6f\n",
 			      (unsigned long)gw->lock_taken, (unsigned long)gw->lock_contended, (double)gw->lock_held_ns / 1e9);
 	}
-	ig_buf_printf(&b, "# HELP infergate_reactor_requests_total Proxied requests each reactor received.\n"
+	ig_buf_printf(b, "# HELP infergate_reactor_requests_total Proxied requests each reactor received.\n"
 		      "# TYPE infergate_reactor_requests_total counter\n");
 	for (size_t i = 0; i < gw->nrx; i++)
-		ig_buf_printf(&b, "infergate_reactor_requests_total{reactor=\"%zu\"} %lu\n", i,
+		ig_buf_printf(b, "infergate_reactor_requests_total{reactor=\"%zu\"} %lu\n", i,
 			      (unsigned long)gw->rx[i].requests);
-	ig_buf_printf(&b, "# HELP infergate_retries_total Requests moved to another backend.\n"
+}
+
+/* The request path's (gw->stats): retries, continuations, hedges, Idempotency-Keys. */
+static void proxy_families(struct ig_buf *b, struct ig_gw *gw)
+{
+	const struct ig_proxy_stats *s = &gw->stats;
+	ig_buf_printf(b, "# HELP infergate_retries_total Requests moved to another backend.\n"
 		      "# TYPE infergate_retries_total counter\ninfergate_retries_total %lu\n", (unsigned long)s->retries);
 	static const char *const cont_why[IG_CONT_NREASONS] = {"reset", "error_event", "stall"};
-	by_label(&b, "infergate_stream_continuations_total",
+	by_label(b, "infergate_stream_continuations_total",
 		 "Broken streams continued on another backend, by why they broke.", "reason", cont_why, s->continued,
 		 IG_CONT_NREASONS);
-	ig_buf_printf(&b, "# HELP infergate_stream_continuation_prompt_tokens_total Prompt tokens the continuations "
+	ig_buf_printf(b, "# HELP infergate_stream_continuation_prompt_tokens_total Prompt tokens the continuations "
 		      "sent again (the backend work a continuation costs).\n"
 		      "# TYPE infergate_stream_continuation_prompt_tokens_total counter\n"
 		      "infergate_stream_continuation_prompt_tokens_total %lu\n", (unsigned long)s->cont_prompt_tokens);
 	static const char *const hedge_what[4] = {"sent", "won", "lost", "not_sent"};
-	by_label(&b, "infergate_hedges_total",
+	by_label(b, "infergate_hedges_total",
 		 "Requests with no byte after hedge.after_ms sent to a second backend too, and how their races ended.",
 		 "outcome", hedge_what, s->hedges, 4);
-	ig_buf_printf(&b, "# HELP infergate_hedge_waste_seconds_total Backend time of the attempts that lost a race "
+	ig_buf_printf(b, "# HELP infergate_hedge_waste_seconds_total Backend time of the attempts that lost a race "
 		      "(dropped at the winner's first byte, or when they had one).\n"
 		      "# TYPE infergate_hedge_waste_seconds_total counter\ninfergate_hedge_waste_seconds_total %.3f\n",
 		      (double)s->hedge_waste_us / 1e6);
-	ig_buf_printf(&b, "# HELP infergate_hedge_waste_prompt_tokens_total The prompts the attempts that lost a race "
+	ig_buf_printf(b, "# HELP infergate_hedge_waste_prompt_tokens_total The prompts the attempts that lost a race "
 		      "were sent, in tokens (4 bytes of text a token): the prefill they may have cost.\n"
 		      "# TYPE infergate_hedge_waste_prompt_tokens_total counter\n"
 		      "infergate_hedge_waste_prompt_tokens_total %lu\n", (unsigned long)s->hedge_waste_prompt_tokens);
 	static const char *const idem_what[4] = {"ran", "joined", "replayed", "conflict"};
-	by_label(&b, "infergate_idempotency_requests_total", "Requests with an Idempotency-Key, by what became of them.",
+	by_label(b, "infergate_idempotency_requests_total", "Requests with an Idempotency-Key, by what became of them.",
 		 "outcome", idem_what, s->idem, 4);
-	ig_buf_printf(&b, "# HELP infergate_idempotency_stored_bytes Memory the Idempotency-Key answers take.\n"
+	ig_buf_printf(b, "# HELP infergate_idempotency_stored_bytes Memory the Idempotency-Key answers take.\n"
 		      "# TYPE infergate_idempotency_stored_bytes gauge\ninfergate_idempotency_stored_bytes %zu\n"
 		      "# HELP infergate_idempotency_keys Idempotency-Key answers kept or running.\n"
 		      "# TYPE infergate_idempotency_keys gauge\ninfergate_idempotency_keys %zu\n",
 		      gw->idem.bytes, gw->idem.n);
-	ig_buf_printf(&b, "# HELP infergate_retries_denied_total Retries the retry budget refused.\n"
-		      "# TYPE infergate_retries_denied_total counter\ninfergate_retries_denied_total %lu\n",
-		      (unsigned long)gw->sched.retries_denied);
-	ig_buf_printf(&b, "# HELP infergate_client_aborts_total Requests whose client left first.\n"
+}
+
+/* Clients that left first. */
+static void aborts(struct ig_buf *b, struct ig_gw *gw)
+{
+	const struct ig_proxy_stats *s = &gw->stats;
+	ig_buf_printf(b, "# HELP infergate_client_aborts_total Requests whose client left first.\n"
 		      "# TYPE infergate_client_aborts_total counter\ninfergate_client_aborts_total %lu\n",
 		      (unsigned long)s->client_aborts);
-	ig_buf_printf(&b, "# HELP infergate_queue_depth Requests waiting for a backend slot.\n"
-		      "# TYPE infergate_queue_depth gauge\ninfergate_queue_depth %zu\n", gw->sched.qlen);
-	ig_buf_printf(&b, "# HELP infergate_queue_rejected_total Requests refused with 429 (queue full).\n"
-		      "# TYPE infergate_queue_rejected_total counter\ninfergate_queue_rejected_total %lu\n",
-		      (unsigned long)s->queue_rejected);
-	ig_buf_printf(&b, "# HELP infergate_queue_timeouts_total Requests that waited too long (503).\n"
-		      "# TYPE infergate_queue_timeouts_total counter\ninfergate_queue_timeouts_total %lu\n",
-		      (unsigned long)s->queue_timeouts);
-	ig_buf_printf(&b, "# HELP infergate_stream_errors_total Streams answered 200 that carried an error event "
+}
+
+/* What the answers carried: error events, upstream failures, tokens. */
+static void answers(struct ig_buf *b, struct ig_gw *gw)
+{
+	const struct ig_proxy_stats *s = &gw->stats;
+	const struct ig_metrics_stats *m = &gw->metrics;
+	static const char *uperr[] = {"none", "connect", "reset", "timeout", "status", "other"};
+	ig_buf_printf(b, "# HELP infergate_stream_errors_total Streams answered 200 that carried an error event "
 		      "(the backend's, or the gateway's when a backend failed mid-stream).\n"
 		      "# TYPE infergate_stream_errors_total counter\ninfergate_stream_errors_total %lu\n",
-		      (unsigned long)s->stream_errors);
-	ig_buf_printf(&b, "# HELP infergate_upstream_errors_total Upstream failures by type.\n"
+		      (unsigned long)m->stream_errors);
+	ig_buf_printf(b, "# HELP infergate_upstream_errors_total Upstream failures by type.\n"
 		      "# TYPE infergate_upstream_errors_total counter\n");
 	for (int e = IG_UPERR_CONNECT; e <= IG_UPERR_OTHER; e++)
-		ig_buf_printf(&b, "infergate_upstream_errors_total{type=\"%s\"} %lu\n", uperr[e],
+		ig_buf_printf(b, "infergate_upstream_errors_total{type=\"%s\"} %lu\n", uperr[e],
 			      (unsigned long)s->upstream_errors[e]);
-	ig_buf_printf(&b, "# HELP infergate_tokens_total Tokens reported in responses' usage.\n"
+	ig_buf_printf(b, "# HELP infergate_tokens_total Tokens reported in responses' usage.\n"
 		      "# TYPE infergate_tokens_total counter\n"
 		      "infergate_tokens_total{kind=\"prompt\"} %lu\ninfergate_tokens_total{kind=\"completion\"} %lu\n",
 		      (unsigned long)s->prompt_tokens, (unsigned long)s->completion_tokens);
-	per_model(&b, gw);
-	per_model_ttfb(&b, gw);
-	per_model_headroom(&b, gw);
-	per_model_genai(&b, gw);
-	tracing(&b, gw);
-	server_tls(&b, gw);
-	per_class(&b, gw);
-	per_key(&b, gw);
-	per_backend(&b, gw, "infergate_backend_up", "gauge", "Backend health (1 up, 0 down).", get_up);
-	per_backend(&b, gw, "infergate_backend_enabled", "gauge", "1 unless drained or being removed.", get_enabled);
-	per_backend(&b, gw, "infergate_backend_inflight", "gauge", "Requests in flight per backend.", get_inflight);
-	per_backend(&b, gw, "infergate_backend_limit", "gauge",
+}
+
+/* Per model, tracing, HTTPS, per class, per key, per backend. */
+static void models_and_more(struct ig_buf *b, struct ig_gw *gw)
+{
+	per_model(b, gw);
+	per_model_ttfb(b, gw);
+	per_model_headroom(b, gw);
+	per_model_genai(b, gw);
+	tracing(b, gw);
+	server_tls(b, gw);
+	per_class(b, gw);
+	per_key(b, gw);
+	per_backend(b, gw, "infergate_backend_up", "gauge", "Backend health (1 up, 0 down).", get_up);
+	per_backend(b, gw, "infergate_backend_enabled", "gauge", "1 unless drained or being removed.", get_enabled);
+	per_backend(b, gw, "infergate_backend_inflight", "gauge", "Requests in flight per backend.", get_inflight);
+	per_backend(b, gw, "infergate_backend_limit", "gauge",
 		    "Requests allowed in flight per backend: max_inflight, or the slot count learned from the "
 		    "backend's own load report (0 = no limit).", get_limit);
-	per_backend(&b, gw, "infergate_backend_served_total", "counter", "Responses relayed per backend.", get_served);
-	per_backend(&b, gw, "infergate_backend_failures_total", "counter",
+	per_backend(b, gw, "infergate_backend_served_total", "counter", "Responses relayed per backend.", get_served);
+	per_backend(b, gw, "infergate_backend_failures_total", "counter",
 		    "Failed transfers per backend (connect, reset, timeout, 502/503/504).", get_failures);
-	per_backend(&b, gw, "infergate_backend_retried_total", "counter",
+	per_backend(b, gw, "infergate_backend_retried_total", "counter",
 		    "Requests moved from this backend to another.", get_retried);
-	per_backend(&b, gw, "infergate_backend_breaker_state", "gauge",
+	per_backend(b, gw, "infergate_backend_breaker_state", "gauge",
 		    "Its circuit breaker: 0 closed, 1 open (no request), 2 half-open (one trial at a time).", get_breaker);
-	per_backend(&b, gw, "infergate_backend_breaker_opened_total", "counter",
+	per_backend(b, gw, "infergate_backend_breaker_opened_total", "counter",
 		    "Times its circuit breaker opened (breaker.failures request failures in a row, or a failed trial).",
 		    get_breaker_opened);
-	per_backend(&b, gw, "infergate_backend_retry_after_total", "counter",
+	per_backend(b, gw, "infergate_backend_retry_after_total", "counter",
 		    "429 or 503 answers with Retry-After: the backend was sent nothing new for that long.", get_rests);
-	per_backend(&b, gw, "infergate_backend_aborted_total", "counter",
+	per_backend(b, gw, "infergate_backend_aborted_total", "counter",
 		    "Transfers cut because the client left.", get_aborted);
-	per_backend(&b, gw, "infergate_backend_prompt_tokens_total", "counter", "Prompt tokens per backend.", get_ptok);
-	per_backend(&b, gw, "infergate_backend_completion_tokens_total", "counter", "Completion tokens per backend.",
+	per_backend(b, gw, "infergate_backend_prompt_tokens_total", "counter", "Prompt tokens per backend.", get_ptok);
+	per_backend(b, gw, "infergate_backend_completion_tokens_total", "counter", "Completion tokens per backend.",
 		    get_ctok);
-	ig_buf_printf(&b, "# HELP infergate_backend_probes_total Health probes by result (slow: timed out while "
+}
+
+/* Health probes per backend (the backends' counters, which health.c
+ * writes). */
+static void probes(struct ig_buf *b, struct ig_gw *gw)
+{
+	ig_buf_printf(b, "# HELP infergate_backend_probes_total Health probes by result (slow: timed out while "
 		      "requests were answered, not counted as a failure).\n"
 		      "# TYPE infergate_backend_probes_total counter\n");
 	static const char *results[] = {"ok", "failed", "slow"};
@@ -1086,14 +631,60 @@ char *ig_metrics_text(struct ig_gw *gw)
 		unsigned long v[] = {atomic_load(&x->probes_ok), atomic_load(&x->probes_failed),
 				     atomic_load(&x->probes_slow)};
 		for (int k = 0; k < 3; k++) {
-			ig_buf_printf(&b, "infergate_backend_probes_total{backend=\"");
-			ig_buf_prom_label(&b, x->url);
-			ig_buf_printf(&b, "\",result=\"%s\"} %lu\n", results[k], v[k]);
+			ig_buf_printf(b, "infergate_backend_probes_total{backend=\"");
+			ig_buf_prom_label(b, x->url);
+			ig_buf_printf(b, "\",result=\"%s\"} %lu\n", results[k], v[k]);
 		}
 	}
-	for (size_t i = 0; gw->reports && i < gw->reports->n; i++)
-		if (gw->reports->v[i].prom)
-			gw->reports->v[i].prom(gw->reports->v[i].arg, &b);
+}
+
+/* The gateway's own families, in /metrics's order; the modules' (struct
+ * ig_metrics_source with an order) go between them by their order. */
+static const struct {
+	int order;
+	void (*prom)(struct ig_buf *b, struct ig_gw *gw);
+} own[] = {
+	{IG_METRICS_ORDER_GATEWAY, gateway_head},
+	{IG_METRICS_ORDER_LOCK, lock_and_reactors},
+	{IG_METRICS_ORDER_PROXY, proxy_families},
+	{IG_METRICS_ORDER_ABORTS, aborts},
+	{IG_METRICS_ORDER_ANSWERS, answers},
+	{IG_METRICS_ORDER_MODELS, models_and_more},
+	{IG_METRICS_ORDER_PROBES, probes},
+};
+
+char *ig_metrics_text(struct ig_gw *gw)
+{
+	struct ig_buf b;
+	const struct ig_metrics_sources *r = gw->reports;
+	size_t nr = r ? r->n : 0;
+	bool *done = nr ? calloc(nr, sizeof(*done)) : NULL;
+
+	ig_buf_init(&b);
+	/* the gateway's, and before each the modules' of a lower order (in
+	 * the order registered); then those of no order (0), as registered */
+	for (size_t k = 0; k <= sizeof(own) / sizeof(own[0]); k++) {
+		int upto = k < sizeof(own) / sizeof(own[0]) ? own[k].order : INT_MAX;
+		for (int more = 1; more;) {
+			size_t best = nr;
+			for (size_t i = 0; i < nr; i++)
+				if (!done[i] && r->v[i].order > 0 && r->v[i].order < upto &&
+				    (best == nr || r->v[i].order < r->v[best].order))
+					best = i;
+			more = best < nr;
+			if (more) {
+				done[best] = true;
+				if (r->v[best].src.prom)
+					r->v[best].src.prom(r->v[best].src.arg, &b);
+			}
+		}
+		if (k < sizeof(own) / sizeof(own[0]))
+			own[k].prom(&b, gw);
+	}
+	for (size_t i = 0; i < nr; i++)
+		if (!done[i] && r->v[i].src.prom)
+			r->v[i].src.prom(r->v[i].src.arg, &b);
+	free(done);
 	ig_buf_append(&b, "", 1);
 	char *out = strdup(ig_buf_head(&b));
 	ig_buf_free(&b);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "conf.h"
 #include "policy_list.h"
 #include "infergate/util.h"
 #include "policy.h"
@@ -160,3 +161,19 @@ void ig_policy_release(struct ig_backend *b)
 {
 	atomic_fetch_sub(&b->inflight, 1);
 }
+
+/* ---- Settings: this module's rows of the configuration table (conf.h),
+ * registered at boot by conf_parts.c ---- */
+/* --policy's words, from the policies' table. */
+#define LB_BAR(id, name, help) "|" name
+#define LB_SPACE(id, name, help) " " name
+#define LB_HELP(id, name, help) " " name " (" help ");"
+static const struct ig_flag policy_rows[] = {
+	/* The choices, the default (the first row) and the help come from the
+	 * policies' table (policy_list.h): a new policy needs no line here. */
+	{.name = "--policy", .key = "policy", .type = IG_FLAG_CHOICE, .off = IG_CONF_OFF(policy), .def = IG_LB_DEFAULT,
+	 .metavar = IG_LB_LIST(LB_BAR) + 1,
+	 .bad = "%s: unknown policy '%s' (one of:" IG_LB_LIST(LB_SPACE) ")",
+	 .help = "how a backend is chosen:" IG_LB_LIST(LB_HELP)},
+};
+const struct ig_conf_part ig_policy_conf = IG_CONF_PART(policy_rows);

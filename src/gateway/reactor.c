@@ -50,7 +50,6 @@
 #include "server.h"
 #include "upstream.h"
 
-#define TICK_MS 20
 
 static void on_signal(struct ig_event *ev, uint32_t events);
 
@@ -99,7 +98,7 @@ static size_t reactor_count(const struct ig_conf *cfg)
 /* A reactor's epoll set, timer, wake-up eventfd and curl multi handle. */
 static int rx_open(struct ig_rx *rx)
 {
-	struct itimerspec tick = {{0, TICK_MS * 1000000L}, {0, TICK_MS * 1000000L}};
+	struct itimerspec tick = {{0, IG_RX_TICK_MS * 1000000L}, {0, IG_RX_TICK_MS * 1000000L}};
 	rx->epfd = epoll_create1(EPOLL_CLOEXEC);
 	rx->ev_tick.fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
 	rx->ev_wake.fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -236,25 +235,12 @@ static void deferred(struct ig_rx *rx)
 	/* what other reactors handed over, and what a request deferred to the
 	 * end of its own reactor's turn (a detached one's end: proxy.c) */
 	ig_proxy_run_posted(rx);
-	if (rx == ig_gw_home(gw) && gw->cluster)
-		ig_cluster_tick(gw, ig_now_ms()); /* Redis's events came this turn, or the outbox filled */
-	if (rx->tick_due) {
-		uint64_t now = ig_now_ms();
-		rx->tick_due = false;
-		ig_proxy_tick_rx(rx, now);
-		ig_server_tick(rx, now);
-		if (rx == ig_gw_home(gw)) {
-			ig_health_tick(gw, now);
-			if (gw->cluster)
-				ig_idem_share_tick(gw, now);
-			ig_dispatch_expire(gw, now); /* drains the queue too */
-			ig_batches_tick(gw->batches, now);
-			ig_health_reap(gw);
-			ig_metrics_sample(gw); /* the status page's history */
-			gw->drain_pending = gw->models_dirty;
-		}
-		ig_server_wake_all(rx);
-	}
+	/* the modules' periodic work (rx.h: ig_rx_every) */
+	bool tick = rx->tick_due;
+	rx->tick_due = false;
+	ig_rx_run_timers(rx, ig_now_ms(), tick);
+	if (tick && rx == ig_gw_home(gw))
+		gw->drain_pending = gw->models_dirty;
 	if (gw->models_dirty) {
 		gw->models_dirty = false;
 		if (ig_sched_rebuild(&gw->sched, &gw->fleet) < 0)

@@ -48,3 +48,36 @@ void ig_rx_run_jobs(struct ig_rx *rx)
 		job->run(job);
 	}
 }
+
+int ig_rx_every(struct ig_gw *gw, enum ig_rx_which which, unsigned period_ms, int order, ig_rx_timer_fn fn,
+		void *arg)
+{
+	if (gw->ntimers == IG_RX_MAX_TIMERS) {
+		ig_log_error("%s: more than %d timers", __func__, IG_RX_MAX_TIMERS);
+		return -1;
+	}
+	/* kept sorted by order, registration order among equals */
+	size_t i = gw->ntimers;
+	while (i > 0 && gw->timers[i - 1].order > order) {
+		gw->timers[i] = gw->timers[i - 1];
+		i--;
+	}
+	gw->timers[i] = (struct ig_rx_timer){fn, arg, which, period_ms, order};
+	gw->ntimers++;
+	return 0;
+}
+
+void ig_rx_run_timers(struct ig_rx *rx, uint64_t now_ms, bool tick)
+{
+	struct ig_gw *gw = rx->gw;
+	bool home = rx == ig_gw_home(gw);
+	for (size_t i = 0; i < gw->ntimers; i++) {
+		const struct ig_rx_timer *t = &gw->timers[i];
+		if (t->which == IG_RX_HOME && !home)
+			continue;
+		if (t->period_ms > 0 && (!tick || (t->period_ms > IG_RX_TICK_MS && now_ms - rx->timer_last[i] < t->period_ms)))
+			continue;
+		rx->timer_last[i] = now_ms;
+		t->fn(rx, now_ms, t->arg);
+	}
+}

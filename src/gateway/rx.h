@@ -103,6 +103,7 @@ struct ig_rx {
 	uint64_t accepted;             /* client connections it was given, in total */
 	uint64_t requests;             /* proxied requests it received, in total (all
 					* reactors' together: the gateway's count) */
+	uint64_t timer_last[IG_RX_MAX_TIMERS]; /* when each of gw->timers last ran here */
 };
 
 /* The control plane's reactor: health probes, discovery, the Batch API's
@@ -215,5 +216,38 @@ void ig_rx_post(struct ig_rx *rx, struct ig_rx_job *job);
 void ig_rx_unpost(struct ig_rx_job *job);
 /* Reactor rx runs the jobs posted to it (its loop, under the lock). */
 void ig_rx_run_jobs(struct ig_rx *rx);
+
+/* The housekeeping tick of every reactor (a timerfd): the finest period
+ * of a timer but 0. */
+#define IG_RX_TICK_MS 20
+
+/* Where a module's timer runs among the others of a turn (lower first):
+ * the order the reactor's turn has always had, which the modules' effects
+ * rely on (the queues expire after the probes' verdicts, the connections
+ * are woken last). */
+enum ig_rx_order {
+	IG_RX_ORDER_CLUSTER = 10,     /* each turn: Redis's events, the outbox (cluster.c) */
+	IG_RX_ORDER_PROXY = 20,       /* stalled transfers, deadlines (proxy.c) */
+	IG_RX_ORDER_SERVER = 30,      /* client connections' deadlines (server.c) */
+	IG_RX_ORDER_HEALTH = 40,      /* probes (health.c) */
+	IG_RX_ORDER_IDEM_SHARE = 50,  /* shared Idempotency-Keys (idem_share.c) */
+	IG_RX_ORDER_DISPATCH = 60,    /* queue timeouts, then a drain (dispatch.c) */
+	IG_RX_ORDER_BATCHES = 70,     /* the Batch API (batches.c) */
+	IG_RX_ORDER_REAP = 80,        /* removed backends leave (health.c) */
+	IG_RX_ORDER_METRICS = 90,     /* the status page's history (metrics.c) */
+	IG_RX_ORDER_WAKE = 100,       /* connections woken, accept resumed (server.c) */
+};
+
+/* Registers periodic work: fn(rx, now, arg) on reactor 0 (IG_RX_HOME) or
+ * on each (IG_RX_EACH), every loop turn (period_ms 0), every tick
+ * (IG_RX_TICK_MS or less) or once period_ms have passed since it last ran
+ * there; with the gateway's lock held, after the work posted to the turn.
+ * At boot, before the reactors run (the modules' inits). Returns 0, or -1
+ * when IG_RX_MAX_TIMERS are registered (logged). */
+int ig_rx_every(struct ig_gw *gw, enum ig_rx_which which, unsigned period_ms, int order, ig_rx_timer_fn fn,
+		void *arg);
+/* Runs rx's due timers in their order: those of every turn, and the
+ * others when `tick` (the tick fired this turn). */
+void ig_rx_run_timers(struct ig_rx *rx, uint64_t now_ms, bool tick);
 
 #endif

@@ -10,6 +10,7 @@
 
 #include "infergate/log.h"
 #include "infergate/util.h"
+#include "conf.h"
 #include "scheduler.h"
 
 void ig_sched_init(struct ig_sched *s)
@@ -319,3 +320,30 @@ void ig_sched_budget_window(const struct ig_sched *s, uint64_t sec, uint64_t *re
 			*retries += s->budget_retry[i];
 		}
 }
+
+/* ---- Settings: this module's rows of the configuration table (conf.h),
+ * registered at boot by conf_parts.c ---- */
+static const struct ig_flag scheduler_rows[] = {
+	{.name = "--queue-size", .key = "queue_size", .type = IG_FLAG_LONG, .off = IG_CONF_OFF(queue_size), .min = 0,
+	 .max = 1000000, .def = "16384", .metavar = "N",
+	 .help = "requests that may wait when every backend is at its limit (then 429)"},
+	{.name = "--queue-timeout-ms", .key = "queue_timeout_ms", .type = IG_FLAG_LONG, .off = IG_CONF_OFF(queue_timeout_ms),
+	 .min = 1, .max = 3600000, .def = "60000", .metavar = "N",
+	 .help = "longest wait in the queue of a request of class normal (then 503 + Retry-After)"},
+	{.name = "--queue-timeout-high-ms", .key = "queue_timeout_high_ms", .type = IG_FLAG_LONG,
+	 .off = IG_CONF_OFF(queue_timeout_high_ms), .min = 1, .max = 3600000, .def = "60000", .metavar = "N",
+	 .help = "the same for class high"},
+	{.name = "--queue-timeout-low-ms", .key = "queue_timeout_low_ms", .type = IG_FLAG_LONG,
+	 .off = IG_CONF_OFF(queue_timeout_low_ms), .min = 1, .max = 86400000, .def = "600000", .metavar = "N",
+	 .help = "the same for class low (bulk runs: with learned slot counts this queue stands in for the "
+		 "backends' own, which have no timeout)"},
+	{.name = "--scheduling", .key = "scheduling", .type = IG_FLAG_CHOICE, .off = IG_CONF_OFF(scheduling),
+	 .def = "priority", .metavar = "priority|fifo", .bad = "%s: unknown scheduling '%s' (priority, fifo)",
+	 .help = "priority: classes high > normal > low (X-Infergate-Priority), fair shares between keys; "
+		 "fifo: one queue per model in arrival order"},
+	{.name = "--low-share-percent", .key = "low_share_percent", .type = IG_FLAG_LONG,
+	 .off = IG_CONF_OFF(low_share_percent), .min = 1, .max = 50, .def = "5", .metavar = "N",
+	 .help = "dispatches guaranteed to class low while higher classes wait (5: one in 20), so a bulk "
+		 "run is never starved"},
+};
+const struct ig_conf_part ig_scheduler_conf = IG_CONF_PART(scheduler_rows);

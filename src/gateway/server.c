@@ -143,7 +143,7 @@ static bool head_in(struct ig_gw *gw, struct client *c, enum ig_door door, struc
 	long n = ig_peer_counts_add(&gw->per_ip, &c->peer.client, 1);
 	if (n > cfg->max_connections_per_ip) {
 		ig_peer_counts_add(&gw->per_ip, &c->peer.client, -1);
-		gw->stats.per_ip_refused[1]++;
+		gw->server_stats.per_ip_refused[1]++;
 		return true;
 	}
 	c->req_counted = n > 0;
@@ -346,7 +346,7 @@ static void hung_up(struct client *c)
 	struct ig_rx *rx = c->h->ev.data;
 	if (!c->hung_up) {
 		c->hung_up = true;
-		rx->gw->stats.client_hangups++;
+		rx->gw->server_stats.client_hangups++;
 		ig_list_append(&rx->pokes, &c->poke_link); /* ig_server_run shuts it after MHD's run */
 	}
 	head_off(c);
@@ -396,7 +396,7 @@ static void head_late(struct client *c, long timeout_s)
 		answer_raw(c->ev.fd, 408, "Request Timeout", msg, "request_timeout", "");
 		gw->stats.responses[4]++;
 	}
-	gw->stats.header_timeouts++;
+	gw->server_stats.header_timeouts++;
 	ig_log_debug("client %s: no whole request head in %ld s: closed", c->peer.sock_text, timeout_s);
 	c->hung_up = true; /* the watch's event for this shutdown changes nothing */
 	shutdown(c->ev.fd, SHUT_RDWR);
@@ -580,7 +580,7 @@ static bool refused_per_ip(struct ig_gw *gw, struct ig_newfd *nf)
 	}
 	if (n > 0)
 		ig_peer_counts_add(&gw->per_ip, &a, -1);
-	gw->stats.per_ip_refused[0]++;
+	gw->server_stats.per_ip_refused[0]++;
 	static uint64_t said_ms; /* once a second at most: a flood must not flood the log */
 	if (ig_now_ms() - said_ms >= 1000) {
 		char text[INET6_ADDRSTRLEN];
@@ -782,9 +782,48 @@ static void on_self_listen(struct ig_event *ev, uint32_t events IG_UNUSED)
 	accept_to(gw, gw->self_fd, IG_DOOR_INTERNAL);
 }
 
+/* Each reactor's tick: its connections' deadlines first, and after the
+ * other modules' work of the tick, its connections woken. */
+static void server_timer(struct ig_rx *rx, uint64_t now_ms, void *arg IG_UNUSED)
+{
+	ig_server_tick(rx, now_ms);
+}
+
+static void wake_timer(struct ig_rx *rx, uint64_t now_ms IG_UNUSED, void *arg IG_UNUSED)
+{
+	ig_server_wake_all(rx);
+}
+
+/* Its family of /metrics (metrics.h: IG_METRICS_ORDER_SERVER). */
+static void server_prom(void *arg, struct ig_buf *b)
+{
+	const struct ig_server_stats *st = arg;
+	ig_buf_printf(b, "# HELP infergate_client_hangups_total Client connections whose client closed its side "
+		      "before the gateway did (each closed then, whatever it was doing).\n"
+		      "# TYPE infergate_client_hangups_total counter\ninfergate_client_hangups_total %lu\n"
+		      "# HELP infergate_client_header_timeouts_total Client connections cut because their request's "
+		      "headers took longer than client_header_timeout_s.\n"
+		      "# TYPE infergate_client_header_timeouts_total counter\n"
+		      "infergate_client_header_timeouts_total %lu\n"
+		      "# HELP infergate_per_ip_refused_total Over max_connections_per_ip: connections refused at "
+		      "accept, requests through a trusted proxy refused at their headers.\n"
+		      "# TYPE infergate_per_ip_refused_total counter\n"
+		      "infergate_per_ip_refused_total{stage=\"accept\"} %lu\n"
+		      "infergate_per_ip_refused_total{stage=\"request\"} %lu\n",
+		      (unsigned long)st->client_hangups, (unsigned long)st->header_timeouts,
+		      (unsigned long)st->per_ip_refused[0], (unsigned long)st->per_ip_refused[1]);
+}
+
 int ig_server_start(struct ig_gw *gw, unsigned conn_limit)
 {
 	ig_entry_start(gw->cfg, tell_hangup);
+	if (ig_metrics_register_at(gw, &(struct ig_metrics_source){.name = "server", .prom = server_prom,
+								    .arg = &gw->server_stats},
+				   IG_METRICS_ORDER_SERVER) < 0)
+		return -1;
+	if (ig_rx_every(gw, IG_RX_EACH, IG_RX_TICK_MS, IG_RX_ORDER_SERVER, server_timer, NULL) < 0 ||
+	    ig_rx_every(gw, IG_RX_EACH, IG_RX_TICK_MS, IG_RX_ORDER_WAKE, wake_timer, NULL) < 0)
+		return -1;
 	gw->conn_limit = conn_limit;
 	for (size_t i = 0; i < gw->nrx; i++)
 		if (!start_httpd(&gw->rx[i], IG_DOOR_PUBLIC))

@@ -3,6 +3,18 @@
 #ifndef IG_SERVER_H
 #define IG_SERVER_H
 
+#include <stdint.h>
+
+/* The client connections' counters (server.c writes them, its family of
+ * /metrics prints them). Before gateway.h, which embeds them in struct
+ * ig_gw (gw->server_stats). */
+struct ig_server_stats {
+	uint64_t client_hangups;    /* client connections seen closing their side (the watch) */
+	uint64_t header_timeouts;   /* client connections cut for client_header_timeout_s */
+	uint64_t per_ip_refused[2]; /* max_connections_per_ip: connections refused at accept,
+				     * requests through a trusted proxy at their headers */
+};
+
 #include "gateway.h"
 
 /* Starts the HTTP server: one libmicrohttpd daemon in each reactor now,

@@ -14,6 +14,7 @@
 
 #include "infergate/flags.h"
 #include "infergate/log.h"
+#include "conf.h"
 #include "servertls.h"
 
 /* One certificate (with its chain), its key and the client CAs: what a
@@ -401,4 +402,42 @@ void ig_servertls_stats(const struct ig_servertls *t, struct ig_servertls_stats 
 	out->not_after = t->cur->not_after;
 	snprintf(out->serial, sizeof(out->serial), "%s", t->cur->serial);
 	out->client_certs = t->cur->client_ca;
+}
+
+/* ---- Settings: this module's rows of the configuration table (conf.h),
+ * registered at boot by conf_parts.c ---- */
+static const struct ig_flag servertls_rows[] = {
+	{.name = "--server-tls-cert", .key = "server_tls.cert_file", .type = IG_FLAG_STRING, .off = IG_CONF_OFF(server_tls_cert),
+	 .def = "", .metavar = "FILE",
+	 .help = "HTTPS for clients: the PEM certificate (then its chain), with server_tls.key_file; re-read on SIGHUP"},
+	{.name = "--server-tls-key", .key = "server_tls.key_file", .type = IG_FLAG_STRING, .off = IG_CONF_OFF(server_tls_key),
+	 .def = "", .metavar = "FILE", .help = "HTTPS for clients: the PEM private key of server_tls.cert_file"},
+	{.name = "--server-tls-client-ca", .key = "server_tls.client_ca_file", .type = IG_FLAG_STRING,
+	 .off = IG_CONF_OFF(server_tls_client_ca), .def = "", .metavar = "FILE",
+	 .help = "HTTPS for clients: PEM CA certificates; a client must show a certificate one of them signed "
+		 "(mutual TLS), else its handshake fails"},
+	{.name = "--server-tls-priorities", .key = "server_tls.priorities", .type = IG_FLAG_STRING,
+	 .off = IG_CONF_OFF(server_tls_priorities), .def = IG_SERVERTLS_DEFAULT_PRIORITIES, .metavar = "STRING",
+	 .help = "HTTPS for clients: GnuTLS priority string (protocol versions, cipher suites); the default allows "
+		 "TLS 1.2 and 1.3 with GnuTLS's NORMAL suites"},
+	{.name = "--server-tls-session-tickets", .key = "server_tls.session_tickets", .type = IG_FLAG_LONG,
+	 .off = IG_CONF_OFF(server_tls_tickets), .min = 0, .max = 1, .def = "1", .metavar = "0|1",
+	 .help = "HTTPS for clients: 1 gives clients session tickets, so one that comes back resumes without a "
+		 "full handshake; 0: every connection a full handshake"},
+};
+const struct ig_conf_part ig_servertls_conf = IG_CONF_PART(servertls_rows);
+
+/* HTTPS for clients: the files read and checked as they will be served
+ * (servertls.c), every problem named by its key. */
+void ig_servertls_conf_check(struct ig_conf *cfg, struct ig_buf *errs)
+{
+	if (!*cfg->server_tls_cert && !*cfg->server_tls_key) {
+		if (*cfg->server_tls_client_ca)
+			ig_flags_problem(errs, "server_tls.client_ca_file: given without server_tls.cert_file and key_file "
+					 "(client certificates are asked for over HTTPS only)");
+		return;
+	}
+	struct ig_servertls_files f = {cfg->server_tls_cert, cfg->server_tls_key, cfg->server_tls_client_ca,
+				       cfg->server_tls_priorities, cfg->server_tls_tickets != 0};
+	ig_servertls_check(&f, errs);
 }

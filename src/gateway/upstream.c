@@ -23,6 +23,7 @@
 
 #include "infergate/log.h"
 #include "infergate/util.h"
+#include "conf.h"
 #include "rx.h"
 #include "upstream.h"
 
@@ -277,4 +278,36 @@ void ig_upstream_easy_put(struct ig_rx *rx, CURL *easy)
 	} else {
 		curl_easy_cleanup(easy);
 	}
+}
+
+/* ---- Settings: this module's rows of the configuration table (conf.h),
+ * registered at boot by conf_parts.c ---- */
+static const struct ig_flag timeout_rows[] = {
+	{.name = "--connect-timeout-ms", .key = "timeouts.connect_ms", .type = IG_FLAG_LONG, .off = IG_CONF_OFF(connect_ms),
+	 .min = 1, .max = 600000, .def = "2000", .metavar = "N", .help = "backend connect timeout"},
+	{.name = "--idle-timeout-s", .key = "timeouts.idle_s", .type = IG_FLAG_LONG, .off = IG_CONF_OFF(idle_s), .min = 1,
+	 .max = 86400, .def = "600", .metavar = "N", .help = "a backend silent this long is abandoned (504)"},
+};
+const struct ig_conf_part ig_upstream_conf_timeouts = IG_CONF_PART(timeout_rows);
+static const struct ig_flag upstream_rows[] = {
+	{.name = "--backend-api-key", .key = "backend_api_key", .type = IG_FLAG_STRING, .off = IG_CONF_OFF(backend_api_key),
+	 .def = "", .metavar = "KEY",
+	 .help = "bearer token sent to backends (the client's key is never forwarded when keys are on)"},
+	{.name = "--tls-ca-file", .key = "tls.ca_file", .type = IG_FLAG_STRING, .off = IG_CONF_OFF(tls_ca_file), .def = "",
+	 .metavar = "FILE", .help = "https backends: PEM CA certificates to verify them with (default: the system's)"},
+	{.name = "--tls-client-cert", .key = "tls.client_cert", .type = IG_FLAG_STRING, .off = IG_CONF_OFF(tls_client_cert),
+	 .def = "", .metavar = "FILE", .help = "https backends: PEM client certificate (mutual TLS), with tls.client_key"},
+	{.name = "--tls-client-key", .key = "tls.client_key", .type = IG_FLAG_STRING, .off = IG_CONF_OFF(tls_client_key),
+	 .def = "", .metavar = "FILE", .help = "https backends: the PEM private key of tls.client_cert"},
+	{.name = "--tls-verify", .key = "tls.verify", .type = IG_FLAG_LONG, .off = IG_CONF_OFF(tls_verify), .min = 0, .max = 1,
+	 .def = "1", .metavar = "0|1", .help = "https backends: 0 = accept any certificate and host name (tests only)"},
+};
+const struct ig_conf_part ig_upstream_conf = IG_CONF_PART(upstream_rows);
+
+/* The backends' TLS files, at start and on reload, before any backend is
+ * asked. */
+void ig_upstream_conf_check(struct ig_conf *cfg, struct ig_buf *errs)
+{
+	static const char *const names[3] = {"tls.ca_file", "tls.client_cert", "tls.client_key"};
+	ig_conf_check_tls_files(errs, names, cfg->tls_ca_file, cfg->tls_client_cert, cfg->tls_client_key);
 }

@@ -12,6 +12,14 @@
 #include <unistd.h>
 
 #include "conf.h"
+#include "conf_parts.h"
+
+/* The modules' rows and checks, as main.c registers them. */
+__attribute__((constructor)) static void register_table(void)
+{
+	if (ig_conf_parts_register() < 0)
+		abort();
+}
 
 static int memfd = -1;
 

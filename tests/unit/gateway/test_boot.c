@@ -21,7 +21,15 @@
 #include "gateway.h"
 #include "infergate/log.h"
 #include "infergate/util.h"
+#include "conf_parts.h"
 #include "../check_main.h"
+
+/* The modules' rows and checks, as main.c registers them. */
+__attribute__((constructor)) static void register_table(void)
+{
+	if (ig_conf_parts_register() < 0)
+		abort();
+}
 
 static char dir[64];
 static int saved_err = -1;

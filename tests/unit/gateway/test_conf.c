@@ -8,7 +8,15 @@
 #include <unistd.h>
 
 #include "conf.h"
+#include "conf_parts.h"
 #include "../check_main.h"
+
+/* The modules' rows and checks, as main.c registers them. */
+__attribute__((constructor)) static void register_table(void)
+{
+	if (ig_conf_parts_register() < 0)
+		abort();
+}
 
 static char *write_tmp(const char *text)
 {

@@ -9,6 +9,7 @@
 
 #include "dispatch.h"
 #include "gateway.h"
+#include "metrics.h"
 #include "rx.h"
 #include "../check_main.h"
 
@@ -75,6 +76,7 @@ static void two_init(struct two *t)
 static void two_free(struct two *t)
 {
 	ig_dispatch_free(&t->gw);
+	ig_metrics_free(&t->gw); /* what ig_dispatch_init registered */
 	ig_sched_free(&t->gw.sched);
 	ig_clients_free(&t->gw.clients);
 	ig_backend_fleet_free(&t->gw.fleet);
@@ -120,7 +122,7 @@ START_TEST(queue_is_fifo_and_bounded)
 	ck_assert_str_eq(r[2].code, "queue_full");
 	ck_assert_uint_eq(t.gw.sched.qlen, 2);
 	ck_assert_uint_eq(ma->qlen, 2);
-	ck_assert_uint_eq(t.gw.stats.queue_rejected, 1);
+	ck_assert_uint_eq(t.gw.dispatch_stats.queue_rejected, 1);
 	/* The slot frees: the oldest starts, with the slot counted. */
 	atomic_store(&t.a->inflight, 0);
 	ig_dispatch_drain(&t.gw);
@@ -275,7 +277,7 @@ START_TEST(waiters_past_their_deadline_get_503)
 	ck_assert_uint_eq(n.status, 503);
 	ck_assert_str_eq(n.code, "queue_timeout");
 	ck_assert_uint_eq(h.status, 0);
-	ck_assert_uint_eq(t.gw.stats.queue_timeouts, 1);
+	ck_assert_uint_eq(t.gw.dispatch_stats.queue_timeouts, 1);
 	ck_assert_uint_eq(t.gw.sched.qlen, 1);
 	ig_dispatch_cancel(&t.gw, &h.w);
 	rec_free(&t, &n);

@@ -119,7 +119,7 @@ START_TEST(histogram_buckets_are_cumulative_and_end_in_inf)
 	double last = 0;
 	for (int i = 0; i < IG_HIST_BUCKETS; i++) {
 		snprintf(prefix, sizeof(prefix), "infergate_request_duration_seconds_bucket{route=\"%s\",le=\"%g\"}", route,
-			 bounds[i]);
+			 ig_metrics_bounds[i]);
 		double v = sample(text, prefix);
 		ck_assert_msg(v >= last, "%s %g after %g", prefix, v, last);
 		last = v;
@@ -205,6 +205,51 @@ START_TEST(registered_sources_show_until_removed)
 }
 END_TEST
 
+static void src_prom_b(void *arg, struct ig_buf *out)
+{
+	ig_buf_printf(out, "# HELP infergate_test_other Another.\n# TYPE infergate_test_other gauge\n"
+			   "infergate_test_other %d\n", *(int *)arg);
+}
+
+/* A module's families go where their order puts them among the gateway's
+ * (and those of one order in the order registered); those of no order after
+ * all of them. */
+START_TEST(families_go_where_their_order_puts_them)
+{
+	struct fixture f;
+	setup(&f, NULL);
+	int n = 7, m = 8, last = 9;
+	ck_assert_int_eq(ig_metrics_register(&f.gw, &(struct ig_metrics_source){"last", NULL, src_prom, &last}), 0);
+	ck_assert_int_eq(ig_metrics_register_at(&f.gw, &(struct ig_metrics_source){"b", NULL, src_prom_b, &m},
+						IG_METRICS_ORDER_QUEUE), 0);
+	ck_assert_int_eq(ig_metrics_register_at(&f.gw, &(struct ig_metrics_source){"a", NULL, src_prom, &n},
+						IG_METRICS_ORDER_QUEUE), 0);
+	char *text = ig_metrics_text(&f.gw);
+	const char *aborts = strstr(text, "# HELP infergate_client_aborts_total");
+	const char *other = strstr(text, "# HELP infergate_test_other");
+	const char *thing = strstr(text, "# HELP infergate_test_thing");
+	const char *errors = strstr(text, "# HELP infergate_stream_errors_total");
+	const char *probes = strstr(text, "# HELP infergate_backend_probes_total");
+	ck_assert_ptr_nonnull(aborts);
+	ck_assert_ptr_nonnull(errors);
+	ck_assert_ptr_nonnull(probes);
+	/* QUEUE is between the clients' aborts and the answers' errors */
+	ck_assert(aborts < other && other < thing && thing < errors);
+	ck_assert_double_eq(sample(text, "\ninfergate_test_other"), 8);
+	ck_assert_double_eq(sample(text, "\ninfergate_test_thing"), 7);
+	/* the one of no order: after every family of the gateway's */
+	const char *second = strstr(thing + 1, "# HELP infergate_test_thing");
+	ck_assert_ptr_nonnull(second);
+	ck_assert(second > probes);
+	free(text);
+	ig_metrics_unregister(&f.gw, &m);
+	text = ig_metrics_text(&f.gw);
+	ck_assert_ptr_null(strstr(text, "infergate_test_other"));
+	free(text);
+	teardown(&f);
+}
+END_TEST
+
 IG_CHECK_MAIN("metrics", every_family_has_one_help_and_one_type_before_its_samples,
 	      histogram_buckets_are_cumulative_and_end_in_inf, label_values_are_escaped,
-	      registered_sources_show_until_removed)
+	      registered_sources_show_until_removed, families_go_where_their_order_puts_them)

@@ -26,7 +26,15 @@
 #include "infergate/log.h"
 #include "reactor.h"
 #include "rx.h"
+#include "conf_parts.h"
 #include "../check_main.h"
+
+/* The modules' rows and checks, as main.c registers them. */
+__attribute__((constructor)) static void register_table(void)
+{
+	if (ig_conf_parts_register() < 0)
+		abort();
+}
 
 static struct ig_conf cfg;
 static struct ig_gw gw;

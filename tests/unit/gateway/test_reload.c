@@ -19,7 +19,15 @@
 #include "keyset.h"
 #include "policy.h"
 #include "reload.h"
+#include "conf_parts.h"
 #include "../check_main.h"
+
+/* The modules' rows and checks, as main.c registers them. */
+__attribute__((constructor)) static void register_table(void)
+{
+	if (ig_conf_parts_register() < 0)
+		abort();
+}
 
 static char dir[64], conf_path[128], keys_path[128];
 static struct ig_conf cfg;

@@ -16,11 +16,19 @@
 
 #include "boot.h"
 #include "conf.h"
+#include "conf_parts.h"
 #include "infergate/oaerror.h"
 #include "../check_main.h"
 
 /* The status page entry.c answers (generated at build time). */
 extern const size_t ig_status_html_len;
+
+/* The modules' rows and checks, as main.c registers them. */
+__attribute__((constructor)) static void register_table(void)
+{
+	if (ig_conf_parts_register() < 0)
+		abort();
+}
 
 #define ADMIN_KEY "admin-secret"
 #define API_KEY "api-secret"
