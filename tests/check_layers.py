@@ -48,13 +48,14 @@ LAYERS = {
         "batch",                                  # one batch's record and its saving
         "files",                                  # the Files API and its store
         "proxy",                                  # the request's life
-        "cluster idem_share",                     # what gateways share through Redis
+        "cluster cluster_sync idem_share",        # what gateways share through Redis
+        "cluster_share",                          # the arithmetic of their shares (pure)
         "relay admission dispatch",
         "metrics",                                # reads the scheduler's, the router's and the tables' state
         "scheduler",                              # who runs next
         "policy lb_*",                            # one file per routing policy
         "upstream health",
-        "accesslog answer backend loadreport capacity ratelimit keyset respstore affinity clients cont idem headroom trace",
+        "accesslog answer backend loadreport capacity ratelimit keyset respstore affinity clients cont idem headroom trace cluster_view",
         "conf policy_list",                       # policy_list.h: the policies' table, which conf.c reads
         "routes servertls peer",                  # servertls: HTTPS for clients, peer: who a client is (trusted_proxies), which conf.c checks
         "rx event bio redis redis_link redismsg", # the reactors' shared parts, background I/O, Redis (its link's settings; its values checked)

@@ -41,6 +41,8 @@
 #include "backend.h"
 #include "clients.h"
 #include "cluster.h"
+#include "cluster_share.h"
+#include "cluster_view.h"
 #include "gateway.h"
 #include "infergate/list.h"
 #include "infergate/log.h"
@@ -225,6 +227,22 @@ struct ig_cluster {
 	size_t nleases;
 	struct bad_count bad[BAD_KINDS_MAX];
 	size_t nbad;
+	/* what the last state sent claimed (my_state), in force once the
+	 * sync's reply says who counted it (cluster_share.c's in_force) */
+	struct bclaim *bclaims;      /* by id */
+	size_t nbclaims;
+	struct kclaim *kclaims;      /* by digest */
+	size_t nkclaims;
+};
+
+/* What the last state claimed on a backend, and for a key. */
+struct bclaim {
+	int id;
+	long n;
+};
+struct kclaim {
+	char digest[65];
+	long n;
 };
 
 static const char data_channel[] = PREFIX "data";
@@ -269,7 +287,7 @@ void ig_cluster_count_bad(struct ig_cluster *c, const char *kind, const char *de
 		    "infergate_cluster_bad_messages_total{kind=\"%s\"})", kind, shown, b ? b->kind : kind);
 }
 
-static void split_evenly(struct ig_cluster *c, long live);
+static void split_evenly(struct ig_cluster *c);
 static void take_states(struct ig_cluster *c, const struct ig_sync *sts);
 
 static void set_joined(struct ig_cluster *c, bool joined, const char *why)
@@ -280,7 +298,7 @@ static void set_joined(struct ig_cluster *c, bool joined, const char *why)
 	c->joined = joined;
 	if (!joined) { /* each keeps its part of the limits, the last count seen; the
 			* others' requests are no longer seen */
-		split_evenly(c, c->live_last);
+		split_evenly(c);
 		take_states(c, NULL);
 	}
 	if (joined && c->was_joined && c->hooks)
@@ -293,51 +311,115 @@ static void set_joined(struct ig_cluster *c, bool joined, const char *why)
 		ig_log_warn("cluster: serving alone (%s); shared again when Redis at %s answers", why, c->shown);
 }
 
-double ig_cluster_share(double mine, double others, long live)
-{
-	if (live < 1)
-		live = 1;
-	/* NaN too (every comparison with it is false): a figure that is none
-	 * is no demand, and huge ones are cut so that their sum stays finite */
-	mine = mine >= 0 ? (mine < 1e15 ? mine : 1e15) : 0;
-	others = others >= 0 ? (others < 1e15 ? others : 1e15) : 0;
-	double eps = (mine + others > 1.0 ? mine + others : 1.0) / (10.0 * (double)live);
-	return (mine + eps) / (mine + others + (double)live * eps);
-}
-
 static bool limited(const struct ig_key *k)
 {
 	return k->ent && (k->ent->rpm || k->ent->tpm);
 }
 
-/* How long a refused request of k should wait when `live` gateways share
- * its rpm: its retry may reach any of them (a balancer in front), and each
- * refills a token in about 60 s x live / rpm. */
-static uint64_t retry_floor(const struct ig_key *k, long live)
+/* A key as the states name it (the anonymous one's digest is ""). */
+static const char *key_name(const struct ig_key *k)
 {
-	return live > 1 && k->ent->rpm > 0 ? (uint64_t)(60000 * live / k->ent->rpm) : 0;
+	return k->digest[0] ? k->digest : "-";
 }
 
-/* Key k at an even split between `live` gateways, with nothing known of
- * the others' buckets. */
-static void share_evenly(struct ig_key *k, long live, uint64_t now)
+static int kclaim_cmp(const void *a, const void *b)
 {
-	double s = 1.0 / (double)(live > 0 ? live : 1);
-	if (k->share_req != s || k->share_tok != s)
-		ig_clients_share(k, s, s, now);
-	k->others_req = k->others_tok = 0;
-	k->retry_floor_ms = retry_floor(k, live);
+	return strcmp(((const struct kclaim *)a)->digest, ((const struct kclaim *)b)->digest);
 }
 
-/* Every limited key at an even split between `live` gateways: alone (the
- * last count seen), or before the first key sync. */
-static void split_evenly(struct ig_cluster *c, long live)
+static long claimed_backend(const struct ig_cluster *c, int id)
 {
-	uint64_t now = ig_now_ms();
+	for (size_t i = 0; i < c->nbclaims; i++)
+		if (c->bclaims[i].id == id)
+			return c->bclaims[i].n;
+	return 0;
+}
+
+static long claimed_key(const struct ig_cluster *c, const char *digest)
+{
+	struct kclaim probe, *at;
+	snprintf(probe.digest, sizeof(probe.digest), "%s", digest);
+	at = c->nkclaims ? bsearch(&probe, c->kclaims, c->nkclaims, sizeof(probe), kclaim_cmp) : NULL;
+	return at ? at->n : 0;
+}
+
+/* The keys the view carries: those with rate limits or a max_inflight,
+ * and those with requests waiting (their weights weigh in the split). *n:
+ * how many; *kp (when not NULL): the keys themselves, in the same order.
+ * NULL when there are none or out of memory. */
+static struct ig_share_key *mine_keys(struct ig_cluster *c, size_t *n, struct ig_key ***kp)
+{
 	struct ig_clients *cl = &c->gw->clients;
-	for (size_t i = 0; i < cl->nkeys; i++)
-		if (limited(cl->keys[i]))
-			share_evenly(cl->keys[i], live, now);
+	struct ig_share_key *v = calloc(cl->nkeys + 1, sizeof(*v));
+	struct ig_key **p = kp ? calloc(cl->nkeys + 1, sizeof(*p)) : NULL;
+	*n = 0;
+	if (!v || (kp && !p)) {
+		free(v);
+		free(p);
+		return NULL;
+	}
+	for (size_t i = 0; i < cl->nkeys; i++) {
+		struct ig_key *k = cl->keys[i];
+		if (!limited(k) && k->max_inflight <= 0 && k->waiting == 0)
+			continue;
+		v[*n] = (struct ig_share_key){.digest = k->digest, .waiting = k->waiting, .inflight = k->inflight,
+					      .weight = k->weight, .max_inflight = k->max_inflight,
+					      .sent = claimed_key(c, k->digest), .completed = k->completed};
+		if (p)
+			p[*n] = k;
+		(*n)++;
+	}
+	if (kp)
+		*kp = p;
+	return v;
+}
+
+/* Puts v in force: the readers see it from their next look (cluster_view.h:
+ * they read under the lock, as this runs, and keep no pointer past it, so
+ * the view it replaces is freed here). */
+static void publish(struct ig_cluster *c, struct ig_cluster_view *v)
+{
+	struct ig_gw *gw = c->gw;
+	struct ig_cluster_view *old = gw->cluster_view;
+	ig_cluster_view_seal(v);
+	gw->cluster_view = v;
+	ig_cluster_view_free(old);
+	c->hurry = v->hurry;
+}
+
+/* A view like the one in force, its limited keys' entries made again from
+ * the key sync (fn, for each such key) or at an even split (fn NULL). */
+static void rekey(struct ig_cluster *c, void (*fn)(struct ig_cluster *c, struct ig_key *k,
+						    struct ig_cluster_view_key *e, void *arg), void *arg)
+{
+	struct ig_key **kp = NULL;
+	size_t n;
+	struct ig_share_key *keys = mine_keys(c, &n, &kp);
+	struct ig_cluster_view *v = keys ? ig_cluster_share_rekey(c->gw->cluster_view, keys, n) : NULL;
+	uint64_t now = ig_now_ms();
+	for (size_t i = 0; v && i < n; i++) {
+		struct ig_key *k = kp[i];
+		if (!limited(k))
+			continue;
+		if (fn) {
+			fn(c, k, &v->keys[i], arg);
+		} else {
+			double s = ig_cluster_share_key_even(&v->keys[i], k->ent->rpm, c->live_last);
+			if (k->share_req != s || k->share_tok != s)
+				ig_clients_share(k, s, s, now);
+		}
+	}
+	if (v)
+		publish(c, v);
+	free(keys);
+	free(kp);
+}
+
+/* Every limited key at an even split between the last count of live
+ * gateways: alone, or before the first key sync. */
+static void split_evenly(struct ig_cluster *c)
+{
+	rekey(c, NULL, NULL);
 }
 
 static void on_cmd_state(void *arg, enum ig_redis_state s, const char *why)
@@ -381,442 +463,53 @@ static void log_members(struct ig_cluster *c)
 	ig_buf_free(&b);
 }
 
-/* One live gateway as take_states sees it: its name, what it claims on
- * each of our backends, whether it holds high or normal requests waiting,
- * and its weight in the split of free slots (its keys' weights, each key's
- * shared between the gateways where it waits as its requests there). */
-struct peer {
-	char name[80];
-	size_t orig;   /* its index before the peers are sorted by name */
-	long *claim;   /* per backend of gw->fleet */
-	bool hn;
-	double w;
-};
-
-/* A key line of a state: "k DIGEST WAITING WEIGHT CLAIM". */
-struct kline {
-	char digest[65];
-	size_t g;      /* its gateway: an index in the peers */
-	long wait, weight, claim;
-};
-
-static int by_peer_name(const void *a, const void *b)
-{
-	return strcmp(((const struct peer *)a)->name, ((const struct peer *)b)->name);
-}
-
-static int by_digest(const void *a, const void *b)
-{
-	return strcmp(((const struct kline *)a)->digest, ((const struct kline *)b)->digest);
-}
-
-/* A key as the states name it (the anonymous one's digest is ""). */
-static const char *key_name(const struct ig_key *k)
-{
-	return k->digest[0] ? k->digest : "-";
-}
-
-static unsigned long long fnv(const char *s)
-{
-	return ig_hash64(s, strlen(s), 0); /* FNV-1a (util.h) */
-}
-
-/* Gateway me's part of `free` slots, split among the eligible gateways (by
- * name: the same order for all) in proportion to w, and the remainder one
- * slot each to the eligible in turn from `turn` (rotated each second of
- * Redis's clock and by backend or key, so that no free slot is claimed
- * twice: a rounded-up part each claimed one slot of a 2-slot server four
- * times). */
-static long part_of(long free, const double *w, const bool *elig, size_t n, size_t me, unsigned long long turn)
-{
-	if (free <= 0 || !elig[me])
-		return 0;
-	double sum = 0;
-	size_t ne = 0, pos = 0;
-	for (size_t i = 0; i < n; i++)
-		if (elig[i]) {
-			sum += w[i];
-			pos += i < me;
-			ne++;
-		}
-	if (sum <= 0)
-		return 0;
-	long given = 0, mine = 0;
-	for (size_t i = 0; i < n; i++)
-		if (elig[i]) {
-			long p = (long)((double)free * w[i] / sum);
-			given += p;
-			if (i == me)
-				mine = p;
-		}
-	long rem = free - given;
-	size_t off = (pos + ne - (size_t)(turn % ne)) % ne;
-	return mine + ((long)off < rem ? 1 : 0);
-}
-
-long ig_cluster_claim(long total, const long *claim, const double *w, size_t n, size_t me, unsigned long long turn)
-{
-	bool *elig = calloc(n, sizeof(*elig));
-	double sumw = 0;
-	long taken = 0;
-	size_t ne = 0;
-	if (!elig)
-		return claim[me] > 0 ? claim[me] : -1;
-	for (size_t i = 0; i < n; i++) {
-		sumw += w[i];
-		taken += claim[i];
-	}
-	for (size_t i = 0; i < n && sumw > 0; i++)
-		if (w[i] > 0 && (double)claim[i] < (double)total * w[i] / sumw) {
-			elig[i] = true;
-			ne++;
-		}
-	for (size_t i = 0; i < n && ne == 0; i++)
-		elig[i] = w[i] > 0;
-	/* with requests waiting (a weight), holding more than its fair part
-	 * while another gateway waits under its own, or while the claims
-	 * together are more than there is (as after Redis was away and each
-	 * ran alone: each would hold on to what it ran then and leave the
-	 * others nothing): no more than the fair part from now (what it holds
-	 * above goes as its requests end; the others see it held until then) */
-	double fair = sumw > 0 ? ceil((double)total * w[me] / sumw) : 0;
-	long cap = w[me] > 0 && (double)claim[me] > fair && (ne > (size_t)elig[me] || taken > total)
-			   ? (long)fair
-			   : claim[me] + part_of(total - taken, w, elig, n, me, turn);
-	free(elig);
-	return cap >= 1 ? cap : -1; /* nothing more until the next sync (0 would be no cap) */
-}
-
-/* The cap in force after a sync's reply: the one computed then (comp), but
- * no more than the claim the state sent with that sync made (sent): each
- * gateway whose sync ran after it counts that claim, and it counted the
- * claims of those whose sync ran before, so that together they never hold
- * more than there is (a cap put in force when sent, before the reply,
- * raced another's computed from the older claim: 12 running on 8 slots).
- * 0: no cap (alone, or a backend whose capacity is not stated). */
-static long in_force(long comp, long sent)
-{
-	if (comp <= 0)
-		return comp;
-	if (sent <= 0)
-		return -1;
-	return comp < sent ? comp : sent;
-}
-
-/* The weights of the split (struct peer's w): each key waiting somewhere
- * gives its weight to the gateways where it waits, in proportion to its
- * requests waiting there; when some gateway holds high or normal requests
- * waiting, only those that do get a part. None waiting anywhere: equal. */
-static void weigh(struct peer *pv, size_t n, const struct kline *kl, size_t nk)
-{
-	bool hn = false;
-	double sum = 0;
-	for (size_t g = 0; g < n; g++)
-		hn |= pv[g].hn;
-	for (size_t i = 0; i < nk;) {
-		size_t j = i;
-		long total = 0;
-		for (; j < nk && strcmp(kl[j].digest, kl[i].digest) == 0; j++)
-			total += kl[j].wait;
-		for (; total > 0 && i < j; i++)
-			pv[kl[i].g].w += (double)(kl[i].weight > 0 ? kl[i].weight : 1) * (double)kl[i].wait / (double)total;
-		i = j;
-	}
-	for (size_t g = 0; g < n; g++) {
-		if (hn && !pv[g].hn)
-			pv[g].w = 0;
-		sum += pv[g].w;
-	}
-	for (size_t g = 0; g < n && sum <= 0; g++)
-		pv[g].w = 1;
-}
-
-#define KEY_IDLE_MS 10000
-
-/* A gateway with nothing waiting lets go of its part for a burst once the
- * others have held requests waiting at every sync for 3 sync periods (and
- * none is free for them). */
-static uint64_t release_ms(const struct ig_cluster *c)
-{
-	return 3 * c->sync_ms;
-}
-
-/* A key's max_inflight across the gateways: split as a backend's slots
- * (ig_cluster_claim), all weights equal among the gateways where it waits, or
- * where it ran lately when it waits nowhere (each keeps a part for a
- * burst). A gateway where it has not run for KEY_IDLE_MS claims nothing:
- * its next request waits a sync or two for a part (so that the states
- * carry only the keys in use). Alone: its even part of the last count of
- * gateways seen. */
-static void split_key(struct ig_cluster *c, struct ig_key *k, const struct peer *pv, size_t n, size_t me,
-		      const struct kline *kl, size_t nk, bool *more)
-{
-	long old = k->claim_cap, cap = 0;
-	uint64_t now = ig_now_ms();
-	if (k->waiting > 0 || k->inflight > 0 || k->completed != k->seen_completed)
-		k->active_until_ms = now + KEY_IDLE_MS;
-	k->seen_completed = k->completed;
-	if (pv && n <= 1) { /* the only live gateway: all of it */
-		if (old != 0)
-			*more = true;
-		k->claim_cap = k->claim_next = 0;
-		return;
-	}
-	if (!pv) {
-		long live = c->live_last > 1 ? c->live_last : 1;
-		cap = live > 1 ? (k->max_inflight / live > 0 ? k->max_inflight / live : 1) : 0;
-		k->claim_cap = k->claim_next = cap;
-		if (cap == 0 || cap > old)
-			*more = true;
-		return;
-	}
-	if (now >= k->active_until_ms) {
-		k->claim_cap = k->claim_next = -1;
-		return;
-	}
-	long *claim = calloc(n, sizeof(*claim));
-	double *w = calloc(n, sizeof(*w));
-	bool *seen = calloc(n, sizeof(*seen));
-	if (!claim || !w || !seen) {
-		free(claim);
-		free(w);
-		free(seen);
-		return;
-	}
-	struct kline probe;
-	snprintf(probe.digest, sizeof(probe.digest), "%s", key_name(k));
-	const struct kline *at = nk ? bsearch(&probe, kl, nk, sizeof(*kl), by_digest) : NULL;
-	while (at && at > kl && strcmp(at[-1].digest, probe.digest) == 0)
-		at--;
-	bool waits = k->waiting > 0, others_wait = false;
-	for (; at && at < kl + nk && strcmp(at->digest, probe.digest) == 0; at++)
-		if (at->g != me) {
-			claim[at->g] += at->claim;
-			w[at->g] = at->wait > 0;
-			others_wait |= at->wait > 0;
-			seen[at->g] = true;
-		}
-	waits |= others_wait;
-	if (!others_wait)
-		k->others_wait_ms = 0;
-	else if (!k->others_wait_ms)
-		k->others_wait_ms = now;
-	/* what it holds: its requests there, and the part it claimed (as a
-	 * backend's: a slot its request just freed is its own to refill) */
-	claim[me] = k->claim_sent > k->inflight ? k->claim_sent : k->inflight;
-	w[me] = k->waiting > 0;
-	seen[me] = true;
-	for (size_t g = 0; g < n && !waits; g++)
-		w[g] = seen[g];
-	long others = 0;
-	for (size_t g = 0; g < n; g++)
-		others += g == me ? 0 : claim[g];
-	if (k->waiting == 0 && k->others_wait_ms && now - k->others_wait_ms >= release_ms(c) &&
-	    k->max_inflight - others - claim[me] <= 0)
-		claim[me] = k->inflight; /* another waits and none is free: its part for a burst goes */
-	cap = ig_cluster_claim(k->max_inflight, claim, w, n, me, (unsigned long long)(c->redis_now_ms / 1000) + fnv(k->digest));
-	free(claim);
-	free(w);
-	free(seen);
-	k->claim_next = cap;
-	k->claim_cap = in_force(cap, k->claim_sent);
-	if (k->claim_cap > old || (k->claim_cap < 0) != (old < 0))
-		*more = true;
-}
-
-/* The others' state (the sync's third part): what each may run on each of
- * our backends (taken from the capacity the backend states, and from our
- * part of its free slots until the next sync), their high and normal
- * requests waiting for each model and the headroom each has learned for it
- * (headroom.h), and their keys' requests waiting and in flight, as
- * ig_redismsg_sync checked them. Zero everywhere when alone (sts NULL). */
+/* The others' state (the sync's third part, as ig_redismsg_sync checked
+ * it) and this gateway's, made into the view of them (cluster_share.c);
+ * alone (sts NULL): the view of a gateway alone, that still leaves the
+ * others it saw last their part of what it shares with them. */
 static void take_states(struct ig_cluster *c, const struct ig_sync *sts)
 {
 	struct ig_gw *gw = c->gw;
-	struct ig_clients *cl = &gw->clients;
-	size_t nb = gw->fleet.n ? gw->fleet.n : 1, n = 0, nk = 0, capk = 0, me = 0;
-	struct peer *pv = sts ? calloc(sts->nstates + 1, sizeof(*pv)) : NULL;
-	long *claims = sts ? calloc((sts->nstates + 1) * nb, sizeof(*claims)) : NULL;
-	struct kline *kl = NULL;
-	size_t my_hn = 0; /* this gateway's high and normal requests waiting */
-	bool more = false;
-	if (sts && (!pv || !claims)) {
-		free(pv);
-		free(claims);
-		return;
-	}
-	for (size_t i = 0; i < gw->sched.n; i++) {
-		gw->sched.v[i]->others_waiting = 0;
-		gw->sched.v[i]->others_headroom = 0;
-	}
-	/* each number within IG_REDISMSG_CLAIM_MAX, and no more states than
-	 * IG_REDISMSG_MEMBERS_MAX: the sums below stay far from LONG_MAX */
-	for (size_t k = 0; sts && k < sts->nstates; k++) {
-		const struct ig_state *st = &sts->states[k];
-		struct peer *p = &pv[n];
-		p->claim = claims + n * nb;
-		snprintf(p->name, sizeof(p->name), "%s", st->name);
-		struct ig_state_line line, *l = &line;
-		for (size_t at = 0; ig_redismsg_state_next(st, &at, l);) {
-			long v = (long)l->v[0];
-			struct ig_model *m;
-			if (l->what == 'k') {
-				struct kline *grown = ig_grow(kl, &capk, nk, sizeof(*kl), 64);
-				if (!grown)
-					continue;
-				kl = grown;
-				kl[nk] = (struct kline){.g = n, .wait = v, .weight = (long)l->v[1], .claim = (long)l->v[2]};
-				snprintf(kl[nk++].digest, sizeof(kl->digest), "%.64s", l->name); /* a digest or "-" */
-			} else if (l->what == 'b') {
-				for (size_t i = 0; i < gw->fleet.n; i++)
-					if (strcmp(gw->fleet.v[i]->url, l->name) == 0)
-						p->claim[i] += v;
-			} else if (l->what == 'm') {
-				if ((m = ig_sched_find(&gw->sched, l->name)))
-					m->others_waiting += v;
-				p->hn = true;
-			} else if (l->what == 'h') {
-				if ((m = ig_sched_find(&gw->sched, l->name)))
-					m->others_headroom += v;
-			}
-		}
-		n++;
-	}
-	for (size_t i = 0; i < gw->sched.n; i++) {
-		my_hn += gw->sched.v[i]->q[IG_CLASS_HIGH].qlen + gw->sched.v[i]->q[IG_CLASS_NORMAL].qlen;
-		if (gw->sched.v[i]->others_waiting == 0)
-			gw->sched.v[i]->ends_held = 0; /* low's turn counts while others wait */
-	}
-	bool others_wait = false;
-	c->hurry = my_hn > 0;
-	for (size_t i = 0; i < nk; i++)
-		others_wait |= kl[i].wait > 0;
-	for (size_t g = 0; g < n; g++)
-		c->hurry |= pv[g].hn;
-	uint64_t now_ms = ig_now_ms();
-	if (!others_wait)
-		c->others_wait_ms = 0;
-	else if (!c->others_wait_ms)
-		c->others_wait_ms = now_ms;
-	uint64_t waited = c->others_wait_ms ? now_ms - c->others_wait_ms : 0;
-	if (pv) { /* this gateway among them, then all by name: the order every gateway sees */
-		struct peer *p = &pv[n];
-		p->claim = claims + n * nb;
-		snprintf(p->name, sizeof(p->name), "%s", c->name);
-		p->hn = my_hn > 0;
-		for (size_t i = 0; i < cl->nkeys; i++) {
-			struct ig_key *k = cl->keys[i];
-			if (k->waiting == 0)
-				continue;
-			struct kline *grown = ig_grow(kl, &capk, nk, sizeof(*kl), 64);
-			if (!grown)
-				break;
-			kl = grown;
-			kl[nk] = (struct kline){.g = n, .wait = (long)k->waiting, .weight = k->weight};
-			snprintf(kl[nk++].digest, sizeof(kl->digest), "%s", key_name(k));
-		}
-		n++;
-		/* the key lines name peers by index: renumbered after the sort */
-		for (size_t g = 0; g < n; g++)
-			pv[g].orig = g;
-		qsort(pv, n, sizeof(*pv), by_peer_name);
-		size_t *inv = malloc(n * sizeof(*inv));
-		for (size_t g = 0; inv && g < n; g++)
-			inv[pv[g].orig] = g;
-		for (size_t i = 0; inv && i < nk; i++)
-			kl[i].g = inv[kl[i].g];
-		for (size_t g = 0; g < n; g++)
-			if (strcmp(pv[g].name, c->name) == 0)
-				me = g;
-		free(inv);
-		if (nk)
-			qsort(kl, nk, sizeof(*kl), by_digest);
-		weigh(pv, n, kl, nk);
-	}
-	/* the weights are the same for every backend; the claims, one backend's at a time */
-	double *w = n ? malloc(n * sizeof(*w)) : NULL;
-	long *cv = n ? malloc(n * sizeof(*cv)) : NULL;
-	for (size_t g = 0; w && g < n; g++)
-		w[g] = pv[g].w;
+	struct ig_share_news news;
+	struct ig_share_backend *bv = calloc(gw->fleet.n + 1, sizeof(*bv));
+	struct ig_share_model *mv = calloc(gw->sched.n + 1, sizeof(*mv));
+	struct ig_share_mine me = {.name = c->name, .backends = bv, .nbackends = gw->fleet.n, .models = mv,
+				   .nmodels = gw->sched.n};
+	struct ig_share_key *kv = mine_keys(c, &me.nkeys, NULL);
+	me.keys = kv;
+	if (!bv || !mv || !kv)
+		goto out;
 	for (size_t i = 0; i < gw->fleet.n; i++) {
-		struct ig_backend *b = gw->fleet.v[i];
-		/* with others, its learned limit is a total too (capacity.h's shared);
-		 * with Redis away too, the others it last saw still send there (a
-		 * queue it sees then is theirs, not a smaller server) */
-		b->learn.shared = (sts != NULL || c->live_last > 1) && b->max_inflight == 0 && b->learn.reported > 0;
-		bool stated = sts != NULL && b->learn.shared;
-		long others = 0;
-		for (size_t g = 0; stated && g < n; g++)
-			if (g != me)
-				others += pv[g].claim[i];
-		if (others < atomic_load(&b->others_inflight))
-			more = true;
-		atomic_store(&b->others_inflight, others);
-		/* Until the next sync, the slots free now are split with the other
-		 * live gateways: each takes its part, so that together they do
-		 * not send the backend more than it runs (each would otherwise
-		 * see them all free, and a burst through two gateways at once
-		 * sends it twice its slots). Alone: no cap. */
-		long cap = 0;
-		if (stated && n > 1) {
-			long mine = atomic_load(&b->inflight);
-			/* With a weight in the split (requests waiting here, or none
-			 * waiting anywhere), the slots it told the others it holds
-			 * stay its own: a request of it that just ended leaves a slot
-			 * it refills, not one for all (ig_cluster_claim cuts it to its fair
-			 * part when another waits under its own). Without (it has
-			 * none waiting while others have; or only low work while
-			 * others hold high or normal: weigh), it keeps them while
-			 * some are free for the others, or while the others have
-			 * not waited 3 sync periods at every sync (else two gateways
-			 * taking turns with one request each made each wait a sync
-			 * for its part, for good: 200 ms a request), and then lets
-			 * go of all but its requests there; after 10 times as long
-			 * even with some free as it sees them (the others may know
-			 * the backend smaller, learned from a queue). Letting go of
-			 * only as many slots as they wait for was measured worse
-			 * (interactive p99 808 ms against 525, the bulk run no
-			 * faster). */
-			if (b->claim_sent > mine &&
-			    (pv[me].w > 0 || waited < release_ms(c) ||
-			     (b->learn.cur - others - b->claim_sent > 0 && waited < 10 * release_ms(c))))
-				mine = b->claim_sent;
-			pv[me].claim[i] = mine;
-			for (size_t g = 0; cv && g < n; g++)
-				cv[g] = pv[g].claim[i];
-			cap = w && cv ? ig_cluster_claim(b->learn.cur, cv, w, n, me,
-						 (unsigned long long)(c->redis_now_ms / 1000) + fnv(b->url))
-				      : -1;
-		}
-		long old = atomic_load(&b->claim_cap), now = in_force(cap, b->claim_sent);
-		/* Redis away: the others it last saw still send there; its even
-		 * part of what the backend states, as for the keys' limits */
-		if (!sts && c->live_last > 1 && b->learn.shared) {
-			long part = b->learn.cur / c->live_last;
-			now = cap = part > 0 ? part : 1;
-		}
-		b->claim_next = cap;
-		atomic_store(&b->claim_cap, now);
-		if (now > old || (now < 0) != (old < 0))
-			more = true;
+		const struct ig_backend *b = gw->fleet.v[i];
+		bv[i] = (struct ig_share_backend){.id = b->id, .url = b->url, .inflight = atomic_load(&b->inflight),
+						  .sent = claimed_backend(c, b->id), .cur = b->learn.cur,
+						  .stated = b->max_inflight == 0 && b->learn.reported > 0};
 	}
-	for (size_t i = 0; i < cl->nkeys; i++) {
-		struct ig_key *k = cl->keys[i];
-		if (k->max_inflight > 0)
-			split_key(c, k, pv, n, me, kl, nk, &more);
-		else
-			k->claim_cap = k->claim_next = 0;
+	for (size_t i = 0; i < gw->sched.n; i++) {
+		const struct ig_model *m = gw->sched.v[i];
+		mv[i] = (struct ig_share_model){.name = m->name, .qlen = m->qlen,
+						.hn_waiting = m->q[IG_CLASS_HIGH].qlen + m->q[IG_CLASS_NORMAL].qlen};
 	}
-	free(w);
-	free(cv);
-	free(kl);
-	free(claims);
-	free(pv);
-	if (more || sts == NULL)
+	struct ig_share_sync sy = {.joined = sts != NULL, .states = sts ? sts->states : NULL,
+				   .nstates = sts ? sts->nstates : 0, .live_last = c->live_last,
+				   .now_ms = ig_now_ms(), .redis_now_ms = c->redis_now_ms, .sync_ms = c->sync_ms,
+				   .prev = gw->cluster_view};
+	struct ig_cluster_view *v = ig_cluster_share_view(&sy, &me, &news);
+	if (!v)
+		goto out;
+	publish(c, v);
+	/* what capacity.c learns of a backend whose slots are a total shared
+	 * with the others (its module's setter: cluster.c writes none of it) */
+	for (size_t i = 0; i < gw->fleet.n; i++) {
+		const struct ig_cluster_view_backend *e = ig_cluster_view_backend(v, gw->fleet.v[i]->id);
+		ig_capacity_set_shared(&gw->fleet.v[i]->learn, e && e->shared);
+	}
+	if (news.drain)
 		gw->drain_pending = true; /* slots the others let go, or low work they no longer hold back */
-	for (size_t i = 0; !more && i < gw->sched.n; i++)
-		if (gw->sched.v[i]->others_waiting == 0 && gw->sched.v[i]->qlen)
-			gw->drain_pending = true;
+out:
+	free(bv);
+	free(mv);
+	free(kv);
 }
 
 /* This gateway's state for the others (see sync_script): its name, then
@@ -827,18 +520,28 @@ static char *my_state(struct ig_cluster *c)
 {
 	struct ig_gw *gw = c->gw;
 	struct ig_clients *cl = &gw->clients;
+	const struct ig_cluster_view *v = gw->cluster_view;
+	struct bclaim *bc = calloc(gw->fleet.n + 1, sizeof(*bc));
+	struct kclaim *kc = calloc(cl->nkeys + 1, sizeof(*kc));
+	size_t nkc = 0;
 	struct ig_buf b;
+	if (!bc || !kc) {
+		free(bc);
+		free(kc);
+		return NULL;
+	}
 	ig_buf_init(&b);
 	ig_buf_printf(&b, "g %s\n", c->name);
 	for (size_t i = 0; i < gw->fleet.n; i++) {
 		/* what it may run there until its next sync: its requests, or its
 		 * cap when higher (it refills the slots its own requests free:
 		 * they are not free for the others to claim) */
-		struct ig_backend *be = gw->fleet.v[i];
-		long n = atomic_load(&be->inflight), cap = be->claim_next;
+		const struct ig_backend *be = gw->fleet.v[i];
+		const struct ig_cluster_view_backend *e = ig_cluster_view_backend(v, be->id);
+		long n = atomic_load(&be->inflight), cap = e ? e->claim_next : 0;
 		if (cap > n)
 			n = cap;
-		be->claim_sent = n; /* in force once the reply says who counted it (in_force) */
+		bc[i] = (struct bclaim){be->id, n}; /* in force once the reply says who counted it */
 		if (n > 0)
 			ig_buf_printf(&b, "b %s %ld\n", gw->fleet.v[i]->url, n);
 	}
@@ -851,17 +554,27 @@ static char *my_state(struct ig_cluster *c)
 			ig_buf_printf(&b, "h %s %ld\n", m->name, m->headroom.slots);
 	}
 	for (size_t i = 0; i < cl->nkeys; i++) {
-		struct ig_key *k = cl->keys[i];
+		const struct ig_key *k = cl->keys[i];
 		long claim = k->inflight;
 		if (k->max_inflight > 0) {
-			if (k->claim_next > claim)
-				claim = k->claim_next;
-			k->claim_sent = claim;
+			const struct ig_cluster_view_key *e = ig_cluster_view_key(v, k->digest);
+			if (e && e->claim_next > claim)
+				claim = e->claim_next;
+			snprintf(kc[nkc].digest, sizeof(kc->digest), "%s", k->digest);
+			kc[nkc++].n = claim;
 		}
 		if (k->waiting > 0 || (k->max_inflight > 0 && claim > 0))
 			ig_buf_printf(&b, "k %s %zu %ld %ld\n", key_name(k), k->waiting, k->weight,
 				      claim);
 	}
+	if (nkc)
+		qsort(kc, nkc, sizeof(*kc), kclaim_cmp);
+	free(c->bclaims);
+	free(c->kclaims);
+	c->bclaims = bc;
+	c->nbclaims = gw->fleet.n;
+	c->kclaims = kc;
+	c->nkclaims = nkc;
 	ig_buf_append(&b, "", 1);
 	char *s = strdup(ig_buf_head(&b));
 	ig_buf_free(&b);
@@ -926,7 +639,7 @@ static void on_sync(const redisReply *reply, void *privdata)
 	ig_redismsg_sync_free(&sy);
 	if ((long)c->nmembers != c->live_last || !c->joined) {
 		c->live_last = (long)c->nmembers;
-		split_evenly(c, c->live_last); /* until the next key sync */
+		split_evenly(c); /* until the next key sync */
 	}
 	set_joined(c, true, "");
 	log_members(c);
@@ -959,12 +672,52 @@ static bool is_active(const struct ig_cluster *c, const char *digest)
 	return false;
 }
 
+/* The key sync's reply being read: its keys (c->ksent) by digest. */
+struct sent_key {
+	const char *digest;
+	size_t i;            /* its figures' place in the reply */
+};
+struct figures {
+	const redisReply *r;
+	struct sent_key *sent;
+	size_t n;
+	uint64_t now;
+};
+
+static int sent_cmp(const void *a, const void *b)
+{
+	return strcmp(((const struct sent_key *)a)->digest, ((const struct sent_key *)b)->digest);
+}
+
+/* Key k's figures in the reply (rekey's fn): its shares, and its entry of
+ * the view; a key the sync did not carry keeps what it had. */
+static void take_figures(struct ig_cluster *c, struct ig_key *k, struct ig_cluster_view_key *e, void *arg)
+{
+	struct figures *fg = arg;
+	struct sent_key probe = {k->digest, 0}, *at = fg->n ? bsearch(&probe, fg->sent, fg->n, sizeof(probe), sent_cmp) : NULL;
+	const redisReply *el = at ? fg->r->element[at->i] : NULL;
+	struct ig_redismsg_bad bad;
+	struct ig_key_figures f;
+	double req, tok;
+	if (!el)
+		return;
+	if (ig_redismsg_key_figures(el->str, el->len, &f, &bad) < 0) {
+		ig_cluster_count_bad(c, bad.kind, bad.why);
+		/* as every gateway reading the same figures does */
+		req = tok = ig_cluster_share_key_even(e, k->ent->rpm, c->live_last);
+		if (k->share_req == req && k->share_tok == tok)
+			return;
+	} else {
+		ig_cluster_share_key_figures(e, &f, k->ent->rpm, k->ent->tpm, c->live_last, &req, &tok);
+	}
+	ig_clients_share(k, req, tok, fg->now);
+}
+
 static void on_keys(const redisReply *reply, void *privdata)
 {
 	struct ig_cluster *c = privdata;
 	const redisReply *r = reply;
 	struct ig_redismsg_bad bad;
-	struct ig_key_figures f;
 	struct ig_clients *cl = &c->gw->clients;
 	c->keysyncing = false;
 	if (!r || r->type == REDIS_REPLY_ERROR || !c->joined)
@@ -974,27 +727,19 @@ static void on_keys(const redisReply *reply, void *privdata)
 		/* nothing of it read: the even split, whose parts add up to the
 		 * limit at every gateway that sees the same count */
 		ig_cluster_count_bad(c, bad.kind, bad.why);
-		split_evenly(c, c->live_last);
+		split_evenly(c);
 		return;
 	}
 	c->key_syncs++;
-	for (size_t i = 0; i < c->nksent; i++) {
-		struct ig_key *k = ig_clients_find(cl, c->ksent[i]);
-		const redisReply *e = r->element[i];
-		if (!k || !limited(k))
-			continue;
-		if (ig_redismsg_key_figures(e->str, e->len, &f, &bad) < 0) {
-			ig_cluster_count_bad(c, bad.kind, bad.why);
-			share_evenly(k, c->live_last, now); /* as every gateway reading the same figures does */
-			continue;
-		}
-		ig_clients_share(k, ig_cluster_share(f.mreq, f.req - f.mreq, c->live_last),
-				 ig_cluster_share(f.mtok, f.tok - f.mtok, c->live_last), now);
-		/* the others' buckets hold no more than the key's whole limit */
-		k->others_req = f.lreq < (double)k->ent->rpm ? f.lreq : (double)k->ent->rpm;
-		k->others_tok = f.ltok < (double)k->ent->tpm ? f.ltok : (double)k->ent->tpm;
-		k->retry_floor_ms = retry_floor(k, c->live_last);
-	}
+	struct figures fg = {.r = r, .sent = calloc(c->nksent + 1, sizeof(*fg.sent)), .n = c->nksent, .now = now};
+	if (!fg.sent)
+		return;
+	for (size_t i = 0; i < c->nksent; i++)
+		fg.sent[i] = (struct sent_key){c->ksent[i], i};
+	if (fg.n)
+		qsort(fg.sent, fg.n, sizeof(*fg.sent), sent_cmp);
+	rekey(c, take_figures, &fg);
+	free(fg.sent);
 	/* The keys active at some gateway: only this one's limited keys are
 	 * asked about (is_active), so only those are kept, however many Redis
 	 * names. */
@@ -1016,6 +761,23 @@ static void on_keys(const redisReply *reply, void *privdata)
 	}
 }
 
+/* A limited key idle here and at every other gateway (send_keys). */
+static bool idle(const struct ig_cluster *c, const struct ig_key *k)
+{
+	return k->rate_req == 0 && k->rate_tok == 0 && !is_active(c, k->digest);
+}
+
+/* rekey's fn: an idle key at an even split. */
+static void even_if_idle(struct ig_cluster *c, struct ig_key *k, struct ig_cluster_view_key *e, void *arg)
+{
+	uint64_t *now = arg;
+	if (!idle(c, k))
+		return;
+	double s = ig_cluster_share_key_even(e, k->ent->rpm, c->live_last);
+	if (k->share_req != s || k->share_tok != s)
+		ig_clients_share(k, s, s, *now);
+}
+
 /* Sends this gateway's demand for every limited key active here or at
  * another gateway (its rate since the last key sync, smoothed) and takes
  * back the others'; keys idle everywhere stay at an even split. */
@@ -1026,7 +788,7 @@ static void send_keys(struct ig_cluster *c, uint64_t now)
 	size_t n = 0, cap = 16;
 	const char **argv = malloc(cap * sizeof(*argv));
 	char **own = NULL; /* the numbers' strings */
-	size_t nown = 0;
+	size_t nown = 0, nidle = 0;
 	char win[32];
 	snprintf(win, sizeof(win), "%d", KEY_EPOCH_MS);
 	c->nksent = 0;
@@ -1050,8 +812,8 @@ static void send_keys(struct ig_cluster *c, uint64_t now)
 		if (k->rate_tok < 0.001)
 			k->rate_tok = 0;
 		k->dem_req = k->dem_tok = 0;
-		if (k->rate_req == 0 && k->rate_tok == 0 && !is_active(c, k->digest)) {
-			share_evenly(k, c->live_last, now); /* idle everywhere */
+		if (idle(c, k)) {
+			nidle++; /* an even split (below) */
 			continue;
 		}
 		if (n + 5 > cap) {
@@ -1094,6 +856,8 @@ out:
 		free(own[i]);
 	free(own);
 	free(argv);
+	if (nidle)
+		rekey(c, even_if_idle, &now);
 }
 
 /* ---- stored responses ---- */
@@ -1537,6 +1301,10 @@ void ig_cluster_stop(struct ig_gw *gw)
 		free(s->value);
 		free(s);
 	}
+	ig_cluster_view_free(gw->cluster_view); /* the loops are over: nobody reads it */
+	gw->cluster_view = NULL;
+	free(c->bclaims);
+	free(c->kclaims);
 	ig_redis_url_free(&c->url);
 	ig_redis_tls_free(c->tls);
 	free(c->shown);

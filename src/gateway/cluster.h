@@ -4,10 +4,11 @@
  * is live: nothing depends on the gateways' clocks agreeing); what they
  * share goes through Redis too:
  * - keys' rpm and tpm: each gateway takes a share in proportion to its
- *   demand (ig_cluster_share);
+ *   demand (cluster_share.h's ig_cluster_share);
  * - backends' slots and keys' max_inflight: each gateway states what it
  *   claims, and claims its part of what the others leave free, split by
- *   the weights of the keys waiting at each (ig_cluster_claim): no backend
+ *   the weights of the keys waiting at each (cluster_share.h's
+ *   ig_cluster_claim): no backend
  *   is sent more than it states by all of them together, a key's weight
  *   and cap hold across them, and a gateway holding only low work leaves
  *   the slots to another's high and normal requests;
@@ -20,6 +21,9 @@
  * Runs on reactor 0 (its Redis connections are on that reactor's epoll
  * set), under the gateway's lock; what other reactors hand it goes through
  * an outbox under the same lock.
+ * What it learns of the others is one view per sync (cluster_view.h),
+ * published whole in gw->cluster_view, that the scheduler and the rest
+ * read and do not write; the arithmetic behind it is cluster_share.c's.
  * Not here: the connection itself (redis.c). */
 #ifndef IG_CLUSTER_H
 #define IG_CLUSTER_H
@@ -50,25 +54,6 @@ void ig_cluster_tick(struct ig_gw *gw, uint64_t now_ms);
  * (respstore.h's). Any reactor, under the lock. */
 void ig_cluster_response_stored(struct ig_gw *gw, const char *id, size_t n, const struct ig_backend *b,
 				uint32_t owner);
-/* This gateway's share of a key's limit: its demand (per second) and the
- * other live gateways' together, `live` gateways in all (this one
- * included). Shares follow demand, and each live gateway keeps a small
- * one (a tenth of an even split, weighed in) so that its first requests
- * are not refused; with no demand anywhere, an even split. The shares of
- * gateways that see the same figures add up to 1. */
-double ig_cluster_share(double mine, double others, long live);
-/* The most this gateway (me, of n) may hold of `total` until its next
- * sync: claim[g] is what each holds (as its state says; this one's: its
- * requests there, or what it claimed before while it has weight), w[g] its
- * weight (0: it has nothing waiting while others have). What it holds, and
- * its part of the free rest, split in proportion to w among those under
- * their fair part (total x w / sum of w; all with a weight when none is),
- * the remainder one each in turn by index from `turn`; with requests
- * waiting here and more than its fair part while another waits under its
- * own (or the claims together above total), its fair part. -1: none more.
- * Gateways that compute from the same claims get caps that add up to no
- * more than total. */
-long ig_cluster_claim(long total, const long *claim, const double *w, size_t n, size_t me, unsigned long long turn);
 /* Tells the other gateways of a batch's or a file's change: PUBLISH "KIND
  * NAME REST" on infergate:data (REST from fmt), after SET key value PX
  * ttl_ms when key is not NULL. Any reactor, under the lock; sent by

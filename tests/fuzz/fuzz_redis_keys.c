@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cluster.h"
+#include "cluster_share.h"
 #include "fuzz_redis.h"
 #include "redismsg.h"
 
