@@ -330,6 +330,81 @@ START_TEST(a_keys_shares_of_its_limits)
 }
 END_TEST
 
+/* A gateway's share of a key's limit (moved from test_redis.c): even with no demand,
+ * following demand otherwise, a small part kept by the idle; shares add up
+ * to 1 over gateways that see the same figures. */
+START_TEST(limit_shares_follow_demand)
+{
+	ck_assert_double_eq_tol(ig_cluster_share(0, 0, 4), 0.25, 1e-9);
+	ck_assert_double_eq_tol(ig_cluster_share(0, 0, 1), 1.0, 1e-9);
+	ck_assert_double_eq_tol(ig_cluster_share(5, 15, 4), 0.25, 1e-9); /* spread evenly: a quarter */
+	double busy = ig_cluster_share(10, 0, 4), idle = ig_cluster_share(0, 10, 4);
+	ck_assert(busy > 0.93 && busy < 0.94);                          /* (10 + 0.25) / 11 */
+	ck_assert_double_eq_tol(busy + 3 * idle, 1.0, 1e-9);
+	double a = ig_cluster_share(3, 7, 2), b = ig_cluster_share(7, 3, 2);
+	ck_assert_double_eq_tol(a + b, 1.0, 1e-9);
+	ck_assert(a < b);
+	ck_assert_double_eq_tol(ig_cluster_share(-1, -1, 0), 1.0, 1e-9); /* nonsense in: alone */
+}
+END_TEST
+
+static long claim(long total, const long *held, const double *w, size_t n, size_t me, unsigned long long turn)
+{
+	return ig_cluster_claim(total, held, w, n, me, turn);
+}
+
+START_TEST(slots_split_by_weight_and_never_beyond_the_total)
+{
+	long none[3] = {0, 0, 0};
+	double even[3] = {1, 1, 1}, w13[2] = {1, 3};
+	/* nothing held, equal weights: 8 slots as 4 and 4; 7 as 3 and 4 in
+	 * some order, the odd one turning with `turn` */
+	ck_assert_int_eq(claim(8, none, even, 2, 0, 0), 4);
+	ck_assert_int_eq(claim(8, none, even, 2, 1, 0), 4);
+	for (unsigned long long t = 0; t < 4; t++) {
+		long a = claim(7, none, even, 2, 0, t), b = claim(7, none, even, 2, 1, t);
+		ck_assert_int_eq(a + b, 7);
+		ck_assert(a == 3 || a == 4);
+	}
+	/* weights 1 and 3 (a key of weight 1 waits at one, of 3 at the other) */
+	ck_assert_int_eq(claim(8, none, w13, 2, 0, 0), 2);
+	ck_assert_int_eq(claim(8, none, w13, 2, 1, 0), 6);
+	/* one holds all 8 while the other, of weight 3, waits: cut to its 2 */
+	long all[2] = {8, 0};
+	ck_assert_int_eq(claim(8, all, w13, 2, 0, 0), 2);
+	ck_assert_int_eq(claim(8, all, w13, 2, 1, 0), -1); /* none free yet */
+	/* both hold 8 of 8 (each ran alone while Redis was away): each cut to
+	 * its fair part, not both holding on for good */
+	long both[2] = {8, 8};
+	ck_assert_int_eq(claim(8, both, w13, 2, 0, 0), 2);
+	ck_assert_int_eq(claim(8, both, w13, 2, 1, 0), 6);
+	/* with nothing waiting (weight 0) while the other waits: it keeps what
+	 * it holds (take_states decides when it lets go) and gets no part */
+	long some[2] = {3, 1};
+	double idle[2] = {0, 1};
+	ck_assert_int_eq(claim(8, some, idle, 2, 0, 0), 3);
+	ck_assert_int_eq(claim(8, some, idle, 2, 1, 0), 5);
+	/* any claims and weights: together no more than the total */
+	srand(7);
+	for (int round = 0; round < 20000; round++) {
+		size_t n = 1 + (size_t)(rand() % 5);
+		long total = 1 + rand() % 40, held[5], left = total, sum = 0;
+		double w[5];
+		for (size_t g = 0; g < n; g++) {
+			held[g] = left > 0 ? rand() % (left + 1) : 0;
+			left -= held[g];
+			w[g] = rand() % 3 == 0 ? 0 : (double)(1 + rand() % 4);
+		}
+		unsigned long long turn = (unsigned long long)rand();
+		for (size_t g = 0; g < n; g++) {
+			long c = claim(total, held, w, n, g, turn);
+			sum += c > 0 ? c : 0;
+		}
+		ck_assert_msg(sum <= total, "round %d: %ld of %ld", round, sum, total);
+	}
+}
+END_TEST
+
 START_TEST(no_figure_that_is_not_a_number_lifts_a_share)
 {
 	const double odd[] = {NAN, -NAN, INFINITY, -INFINITY, 1e308, -1, 0};
@@ -348,4 +423,5 @@ END_TEST
 IG_CHECK_MAIN("cluster_share", two_gateways_split_a_backends_free_slots, three_gateways_waiting_for_a_model,
 	      a_gateway_gone_stale_leaves_its_slots, a_key_split_across_gateways, a_backend_only_one_gateway_sees,
 	      hostile_numbers_already_validated, a_keys_shares_of_its_limits,
-	      no_figure_that_is_not_a_number_lifts_a_share)
+	      no_figure_that_is_not_a_number_lifts_a_share, limit_shares_follow_demand,
+	      slots_split_by_weight_and_never_beyond_the_total)
