@@ -48,7 +48,9 @@ LAYERS = {
         "batch",                                  # one batch's record and its saving
         "files",                                  # the Files API and its store
         "proxy",                                  # the request's life
-        "cluster cluster_sync idem_share",        # what gateways share through Redis
+        "cluster idem_share",                     # what gateways share through Redis
+        "cluster_sync",                           # their Redis I/O: syncs, subscriptions, publishing
+        "cluster_state cluster_int",              # the view made from this gateway's tables; the cluster's struct
         "cluster_share",                          # the arithmetic of their shares (pure)
         "relay admission dispatch",
         "metrics",                                # reads the scheduler's, the router's and the tables' state

@@ -82,6 +82,11 @@ struct ig_key *ig_clients_get(struct ig_clients *c, const char *digest);
 /* Sets k's shares of its limits (1: all of them; cluster.c's), its
  * buckets following: a level above a smaller limit is cut to it. */
 void ig_clients_share(struct ig_key *k, double share_req, double share_tok, uint64_t now_ms);
+/* The demand k saw over the last dt_s seconds (dem_req, dem_tok: what
+ * admission counted) taken into its smoothed rates (rate_req, rate_tok:
+ * half the last, half this; below 0.001 per second, none), and counted
+ * from 0 again (cluster.c's key sync, which shares the rates). */
+void ig_clients_demand(struct ig_key *k, double dt_s);
 /* The key of a digest, or NULL. */
 struct ig_key *ig_clients_find(const struct ig_clients *c, const char *digest);
 /* A request takes / lets go of its key (an unconfigured one goes with its

@@ -32,6 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cluster_sync.h"
 #include "redis.h"
 
 struct ig_gw;
@@ -50,17 +51,6 @@ void ig_cluster_stop(struct ig_gw *gw);
 /* On reactor 0's tick and after its events: connects, syncs, flushes the
  * outbox. */
 void ig_cluster_tick(struct ig_gw *gw, uint64_t now_ms);
-/* Shares that backend b holds the stored response `id` (n bytes) of owner
- * (respstore.h's). Any reactor, under the lock. */
-void ig_cluster_response_stored(struct ig_gw *gw, const char *id, size_t n, const struct ig_backend *b,
-				uint32_t owner);
-/* Tells the other gateways of a batch's or a file's change: PUBLISH "KIND
- * NAME REST" on infergate:data (REST from fmt), after SET key value PX
- * ttl_ms when key is not NULL. Any reactor, under the lock; sent by
- * reactor 0 at its next turn, dropped while Redis is down (a gateway that
- * joins again reads data_dir again). */
-void ig_cluster_publish(struct ig_gw *gw, const char *key, const char *value, uint64_t ttl_ms, char kind,
-			const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 /* At the stop (after the loops): this gateway held batch id's lease with
  * this fencing token; ig_cluster_stop lets go of it, so that another
  * takes the batch over at once. */
@@ -91,14 +81,6 @@ int ig_cluster_command(struct ig_gw *gw, ig_redis_reply_fn *fn, void *privdata, 
  * Returns 0, or -1 (alone now, or too many queued: fn is not called). */
 int ig_cluster_ask(struct ig_gw *gw, ig_redis_reply_fn *fn, void *privdata, int argc, const char **argv,
 		   const size_t *lens);
-/* Something from Redis dropped as malformed: counted under kind (a string
- * literal, at most 31 characters of [a-z_]: IG_BAD_* of redismsg.h, or
- * redis.c's through its bad hook) in infergate_cluster_bad_messages_total,
- * logged the first time of each kind with detail (short; bytes outside
- * printable ASCII shown as '?'; never a whole message); the caller drops
- * the value. c may be NULL (logged only). Reactor 0 (or at the start),
- * under the lock. */
-void ig_cluster_count_bad(struct ig_cluster *c, const char *kind, const char *detail);
 /* Its state is reported through metrics.h's sources: "cluster" in
  * /health/backends, infergate_cluster_* in /metrics. */
 

@@ -1,22 +1,26 @@
 /* What the other gateways of a cluster hold, as this one last learned it:
- * one immutable view per sync (cluster_share.c computes it, cluster.c
- * publishes it in gw->cluster_view), read by the scheduler, the policies,
- * admission, dispatch and metrics through the functions below, written by
- * none of them. NULL (no cluster) reads as a gateway alone: nobody else on
- * any backend, no cap, nobody waiting.
+ * one immutable view per sync (cluster_share.c computes it,
+ * cluster_state.c publishes it in gw->cluster_view), read by the
+ * scheduler, the policies, admission, dispatch and metrics through the
+ * functions below, written by none of them. NULL (no cluster) reads as a
+ * gateway alone: nobody else on any backend, no cap, nobody waiting.
  *
- * Lifetime: cluster.c swaps gw->cluster_view whole, on reactor 0 and under
- * the gateway's lock, and frees the old view right then. That is safe
- * because every reader holds the lock while it reads and never keeps the
- * pointer past letting go of it: each reader takes gw->cluster_view afresh
- * (dispatch hands it down to a pick, a scheduler pass, an admission check,
- * and the callee drops it when it returns). So no reader can be inside the
- * old view when it is freed: no reference counts, no grace period. A
- * reader that ran without the lock would break this: it must take a copy
- * of the numbers it needs under the lock instead.
+ * Lifetime: cluster_state.c swaps gw->cluster_view whole, on reactor 0
+ * and under the gateway's lock, and frees the old view right then (its
+ * `publish`). That is safe because every reader holds the lock while it
+ * reads and never keeps the pointer past letting go of it: each reader
+ * takes gw->cluster_view afresh (dispatch hands it down to a pick, a
+ * scheduler pass, an admission check, and the callee drops it when it
+ * returns; struct ig_pick_req's `view` is set before each pick and read
+ * only in it). So no reader can be inside the old view when it is freed:
+ * no reference counts, no grace period. A reader that ran without the
+ * lock (the relay, a libcurl callback) would break this: it must take a
+ * copy of the numbers it needs under the lock instead.
  *
+ * A key sync makes a new view too (the old one's numbers, the keys' rate
+ * limits made again): views change whole, never in place.
  * Not here: how the numbers are computed (cluster_share.c), Redis
- * (cluster.c). */
+ * (cluster_sync.c). */
 #ifndef IG_CLUSTER_VIEW_H
 #define IG_CLUSTER_VIEW_H
 

@@ -95,6 +95,7 @@ enum ig_pick ig_policy_pick(const struct ig_policy *p, void *state, struct ig_ba
 	if (n > 256 && (!(cand = malloc(n * sizeof(*cand))) || !(t = malloc(n * sizeof(*t))))) {
 		if (cand != elig)
 			free(cand);
+		rq->view = NULL;
 		return IG_PICK_NONE;
 	}
 	uint64_t now = 0;
@@ -153,6 +154,7 @@ done:
 		free(cand);
 		free(t);
 	}
+	rq->view = NULL; /* the view may be freed once the lock is let go (cluster_view.h) */
 	return res;
 }
 

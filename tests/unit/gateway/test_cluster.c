@@ -45,7 +45,7 @@ START_TEST(a_refused_value_is_counted_by_kind_and_logged_once)
 	struct ig_cluster *c = calloc(1, sizeof(*c));
 	c->name = "gw-a";
 	c->shown = "redis://127.0.0.1:6379/0";
-	bad_init(c);
+	ig_cluster_sync_bad_init(c);
 	char *log = logged(three_bad_figures_and_a_transports_kind, c);
 	/* once per kind, naming the first value and the series */
 	ck_assert_ptr_nonnull(strstr(log, "cluster: a bad key_sync from Redis, dropped: figure 1 'nan'"));
