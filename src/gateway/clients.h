@@ -44,12 +44,13 @@ struct ig_key {
 	uint64_t completed;          /* requests that left the queue for a backend */
 	struct ig_bucket rpm, tpm;   /* its rate limits (limit 0: none); with a
 				      * cluster, this gateway's share of them */
-	/* With a cluster (cluster.c): this gateway's shares of the key's rpm
-	 * and tpm (1 alone), the demand it saw since the last key sync
-	 * (admissions tried: requests, tokens). */
+	/* With a cluster: this gateway's shares of the key's rpm and tpm (1
+	 * alone; set by ig_clients_share), the demand it saw since the last key
+	 * sync (admissions tried: requests, tokens; admission.c's) and that
+	 * demand per second, smoothed (ig_clients_demand). */
 	double share_req, share_tok;
 	double dem_req, dem_tok;
-	double rate_req, rate_tok;   /* that demand per second, smoothed */
+	double rate_req, rate_tok;
 	/* Usage, for /metrics and /admin/keys (keys in the file only). */
 	struct ig_statcount *status; /* requests by the status they ended with */
 	size_t nstatus, capstatus;
