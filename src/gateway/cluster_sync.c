@@ -14,15 +14,16 @@
 
 #include "backend.h"
 #include "clients.h"
+#include "cluster_int.h"
 #include "cluster_share.h"
 #include "cluster_state.h"
-#include "cluster_int.h"
 #include "cluster_sync.h"
 #include "cluster_view.h"
 #include "gateway.h"
 #include "infergate/buf.h"
 #include "infergate/log.h"
 #include "infergate/util.h"
+#include "ratelimit.h"
 #include "redis.h"
 #include "redismsg.h"
 #include "respstore.h"
@@ -445,12 +446,11 @@ void ig_cluster_sync_keys(struct ig_cluster *c, uint64_t now)
 		if (!o)
 			goto out;
 		own = o;
-		ig_bucket_refill(&k->rpm, now);
-		ig_bucket_refill(&k->tpm, now);
+		double lreq = ig_bucket_level(&k->rpm, now), ltok = ig_bucket_level(&k->tpm, now);
 		own[nown++] = ig_strdupf("%.3f", k->rate_req);
 		own[nown++] = ig_strdupf("%.3f", k->rate_tok);
-		own[nown++] = ig_strdupf("%.3f", k->rpm.level > 0 ? k->rpm.level : 0);
-		own[nown++] = ig_strdupf("%.3f", k->tpm.level > 0 ? k->tpm.level : 0);
+		own[nown++] = ig_strdupf("%.3f", lreq > 0 ? lreq : 0);
+		own[nown++] = ig_strdupf("%.3f", ltok > 0 ? ltok : 0);
 		if (c->nksent == c->capksent) {
 			char (*v)[65] = realloc(c->ksent, (c->capksent = c->capksent ? 2 * c->capksent : 16) * sizeof(*v));
 			if (!v)
