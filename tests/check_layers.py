@@ -57,12 +57,15 @@ LAYERS = {
         "files",                                  # the Files API's store (files_conf.c: its settings)
         "proxy",                                  # the request's life (proxy_conf.c: its settings)
         "cluster idem_share",                     # what gateways share through Redis
+        "cluster_sync",                           # their Redis I/O: syncs, subscriptions, publishing
+        "cluster_state cluster_int",              # the view made from this gateway's tables; the cluster's struct
+        "cluster_share",                          # the arithmetic of their shares (pure)
         "relay admission dispatch",
         "metrics",                                # reads the scheduler's, the router's and the tables' state
         "scheduler",                              # who runs next
         "policy lb_*",                            # one file per routing policy
         "upstream health",
-        "accesslog answer backend loadreport capacity ratelimit keyset respstore affinity clients cont idem headroom trace servertls",
+        "accesslog answer backend loadreport capacity ratelimit keyset respstore affinity clients cont idem headroom trace servertls cluster_view",
         "structured",                             # whether a request constrains its answer (cont.c asks)
         "conf policy_list",                       # policy_list.h: the policies' table, which conf.c reads
         "routes peer",                            # peer: who a client is (trusted_proxies), which conf.c checks
@@ -163,16 +166,6 @@ FIELD_WRITES = {
         "ig_accesslog.fd",
     ("gateway/boot", "gateway/idem"):
         "ig_idem.wake",
-    ("gateway/cluster", "gateway/backend"):
-        "ig_backend.claim_cap ig_backend.claim_next ig_backend.claim_sent ig_backend.others_inflight",
-    ("gateway/cluster", "gateway/capacity"):
-        "ig_slots.shared",
-    ("gateway/cluster", "gateway/clients"):
-        "ig_key.active_until_ms ig_key.claim_cap ig_key.claim_next ig_key.claim_sent ig_key.dem_req "
-        "ig_key.dem_tok ig_key.others_req ig_key.others_tok ig_key.others_wait_ms ig_key.rate_req "
-        "ig_key.rate_tok ig_key.retry_floor_ms ig_key.seen_completed",
-    ("gateway/cluster", "gateway/scheduler"):
-        "ig_model.ends_held ig_model.others_headroom ig_model.others_waiting",
     ("gateway/discover", "gateway/backend"):
         "ig_backend.admin ig_backend.discover",
     ("gateway/dispatch", "gateway/backend"):
@@ -181,9 +174,9 @@ FIELD_WRITES = {
         "ig_key.inflight",
     ("gateway/dispatch", "gateway/policy"):
         "ig_pick_outcome.duration_us ig_pick_req.low ig_pick_req.ntried ig_pick_req.overshoot "
-        "ig_pick_req.tried",
+        "ig_pick_req.tried ig_pick_req.view",
     ("gateway/dispatch", "gateway/scheduler"):
-        "ig_model.ends_held ig_model.inflight ig_model.kept_slots ig_model.overshoot_slots "
+        "ig_model.ends_held ig_model.ends_run ig_model.inflight ig_model.kept_slots ig_model.overshoot_slots "
         "ig_model.preempting ig_model.queued ig_model.rejected ig_model.requests ig_model.reserve_set "
         "ig_model.timeouts ig_sched.budget_req ig_sched.budget_retry ig_sched.budget_sec "
         "ig_sched.class_inflight ig_sched.dispatched ig_sched.hedge_n ig_sched.hedge_req ig_sched.hedge_sec "

@@ -30,6 +30,9 @@ EXEMPT = {
     "*/main.c": "a program's entry (flags, signals, the loop): run by the integration tests, which start each program",
     "gateway/lb_*.c": "one routing policy each behind struct ig_policy: tested together through policy.h "
                       "in tests/unit/gateway/test_policy.c",
+    "gateway/cluster_sync.c": "the cluster's Redis I/O (scripts, subscriptions, the outbox): its counts of refused "
+                              "values in tests/unit/gateway/test_cluster.c, the rest against a real Redis in "
+                              "tests/integration/test_cluster_redis.py and the fuzz targets fuzz_redis_*.c",
     "gateway/conf_parts.c": "the list of the modules' settings, in --help's order: registered and read whole by "
                             "tests/unit/gateway/test_conf.c (conf_parts.h), whose tables and --help it checks",
 }

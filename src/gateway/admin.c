@@ -45,9 +45,10 @@ static void reap(struct ig_rx_job *job)
 	ig_health_reap(IG_CONTAINER_OF(job, struct ig_gw, reap_job));
 }
 
-static enum MHD_Result backend_answer(struct MHD_Connection *conn, unsigned status, struct ig_backend *b)
+static enum MHD_Result backend_answer(const struct ig_gw *gw, struct MHD_Connection *conn, unsigned status,
+				       struct ig_backend *b)
 {
-	return send_json(conn, status, ig_metrics_backend_json(b, ig_now_ms()));
+	return send_json(conn, status, ig_metrics_backend_json(gw->cluster_view, b, ig_now_ms()));
 }
 
 /* A "models" value: a non-empty list of distinct model names, or null /
@@ -107,7 +108,7 @@ static enum MHD_Result set_models(struct ig_gw *gw, struct MHD_Connection *conn,
 	gw->models_dirty = true;
 	ig_log_info("admin: backend %s (id %d) serves %s", b->url, b->id,
 		    n ? "the models given" : "the models it lists (learned)");
-	return backend_answer(conn, 200, b);
+	return backend_answer(gw, conn, 200, b);
 }
 
 static enum MHD_Result add_backend(struct ig_gw *gw, struct MHD_Connection *conn, const char *body, size_t len)
@@ -164,7 +165,7 @@ static enum MHD_Result add_backend(struct ig_gw *gw, struct MHD_Connection *conn
 		atomic_store(&b->admin, IG_ADMIN_ENABLED);
 		ig_log_info("admin: backend %s (id %d) kept and enabled", url, b->id);
 		free(url);
-		return backend_answer(conn, 200, b);
+		return backend_answer(gw, conn, 200, b);
 	}
 	b = ig_backend_fleet_add(&gw->fleet, url, weight, maxin);
 	free(url);
@@ -174,7 +175,7 @@ static enum MHD_Result add_backend(struct ig_gw *gw, struct MHD_Connection *conn
 	if (rc < 0 || ig_health_add(gw, b) < 0)
 		return ig_httpd_error(conn, 500, "out of memory", NULL, "internal_error", NULL, false);
 	ig_log_info("admin: backend %s added (id %d), probing", b->url, b->id);
-	ret = backend_answer(conn, 201, b);
+	ret = backend_answer(gw, conn, 201, b);
 	return ret;
 }
 
@@ -219,14 +220,14 @@ enum MHD_Result ig_admin_handle(struct ig_gw *gw, struct MHD_Connection *conn, c
 	}
 	if (!*action) {
 		if (strcmp(method, "GET") == 0)
-			return backend_answer(conn, 200, b);
+			return backend_answer(gw, conn, 200, b);
 		if (strcmp(method, "DELETE") == 0) {
 			atomic_store(&b->admin, IG_ADMIN_REMOVING);
 			ig_log_info("admin: backend %s (id %d) draining for removal, %ld in flight", b->url, b->id,
 				    atomic_load(&b->inflight));
 			gw->reap_job.run = reap;
 			ig_rx_post(ig_gw_home(gw), &gw->reap_job);
-			return backend_answer(conn, 202, b);
+			return backend_answer(gw, conn, 202, b);
 		}
 		return ig_httpd_error(conn, 405, "GET or DELETE /admin/backends/{id}", NULL, "method_not_allowed", NULL, false);
 	}
@@ -244,13 +245,13 @@ enum MHD_Result ig_admin_handle(struct ig_gw *gw, struct MHD_Connection *conn, c
 			atomic_store(&b->admin, IG_ADMIN_DRAINING);
 		ig_log_info("admin: backend %s (id %d) draining, %ld in flight", b->url, b->id,
 			    atomic_load(&b->inflight));
-		return backend_answer(conn, 200, b);
+		return backend_answer(gw, conn, 200, b);
 	}
 	if (strcmp(action, "enable") == 0) {
 		atomic_store(&b->admin, IG_ADMIN_ENABLED);
 		ig_log_info("admin: backend %s (id %d) enabled", b->url, b->id);
 		gw->drain_pending = true;
-		return backend_answer(conn, 200, b);
+		return backend_answer(gw, conn, 200, b);
 	}
 	return ig_httpd_error(conn, 404, "unknown action (drain, enable, models)", NULL, "not_found", NULL, false);
 }

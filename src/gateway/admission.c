@@ -16,6 +16,7 @@
 #include "infergate/log.h"
 #include "infergate/oaerror.h"
 #include "infergate/util.h"
+#include "cluster_view.h"
 #include "ratelimit.h"
 #include "respstore.h"
 #include "routes.h"
@@ -609,15 +610,15 @@ int ig_admission_classify(struct ig_gw *gw, struct ig_admission *a, struct MHD_C
 }
 
 /* Takes its key's buckets' state for the x-ratelimit-* headers. */
-static void snapshot_limits(struct ig_admission *a, uint64_t now_ms)
+static void snapshot_limits(const struct ig_cluster_view *v, struct ig_admission *a, uint64_t now_ms)
 {
 	struct ig_key *k = a->key;
 	ig_bucket_refill(&k->rpm, now_ms);
 	ig_bucket_refill(&k->tpm, now_ms);
 	/* with a cluster, what the other gateways' shares held at their last
 	 * sync too: the fleet's remaining */
-	a->rl_req_left = ig_bucket_remaining(&k->rpm) + (long)k->others_req;
-	a->rl_tok_left = ig_bucket_remaining(&k->tpm) + (long)k->others_tok;
+	a->rl_req_left = ig_bucket_remaining(&k->rpm) + (long)ig_cluster_others_req(v, k);
+	a->rl_tok_left = ig_bucket_remaining(&k->tpm) + (long)ig_cluster_others_tok(v, k);
 	a->rl_req_reset_ms = ig_bucket_reset_ms(&k->rpm);
 	a->rl_tok_reset_ms = ig_bucket_reset_ms(&k->tpm);
 	a->rl_shown = true;
@@ -627,7 +628,7 @@ static void snapshot_limits(struct ig_admission *a, uint64_t now_ms)
  * rates (429 rate_limit_exceeded, typed "requests" or "tokens" as OpenAI
  * types them, with when to retry). Returns 0 admitted (its token charge
  * taken), or -1 with the error set. */
-int ig_admission_limits(struct ig_gw *gw IG_UNUSED, struct ig_admission *a)
+int ig_admission_limits(struct ig_gw *gw, struct ig_admission *a)
 {
 	struct ig_key *k = a->key;
 	const struct ig_keyent *e = k->ent;
@@ -647,13 +648,14 @@ int ig_admission_limits(struct ig_gw *gw IG_UNUSED, struct ig_admission *a)
 	k->dem_req += 1; /* what it asked for, admitted or not: its share follows it (cluster.c) */
 	k->dem_tok += (double)a->tok_estimate;
 	enum ig_limit l = ig_ratelimit_admit(&k->rpm, &k->tpm, a->tok_estimate, (double)e->tpm, now, &retry_ms);
-	snapshot_limits(a, now);
+	snapshot_limits(gw->cluster_view, a, now);
 	if (l == IG_LIMIT_NONE) {
 		a->tok_charge = a->tok_estimate;
 		return 0;
 	}
-	if (l == IG_LIMIT_REQUESTS && retry_ms < k->retry_floor_ms)
-		retry_ms = k->retry_floor_ms; /* several gateways: see clients.h */
+	uint64_t floor_ms = ig_cluster_retry_floor(gw->cluster_view, k);
+	if (l == IG_LIMIT_REQUESTS && retry_ms < floor_ms)
+		retry_ms = floor_ms; /* several gateways: see cluster_view.h */
 	ig_ratelimit_duration(wait, sizeof(wait), retry_ms);
 	if (l == IG_LIMIT_REQUESTS) {
 		k->limited_requests++;

@@ -85,17 +85,8 @@ struct ig_backend {
 				    * (learn.cur): the requests it runs at once,
 				    * 0 = not known; the limit when max_inflight
 				    * is not set */
-	atomic_long others_inflight; /* other gateways' requests on it (cluster.c;
-				    * 0 alone, or when its limit is a learned share
-				    * of it): taken from a capacity it states */
-	atomic_long claim_cap;     /* with other gateways live: the most this one
-				    * runs there until the next sync (its requests
-				    * and its part of the free slots); 0 = no such
-				    * cap, -1 = none more (cluster.c) */
-	long claim_next;           /* the cap computed at the last sync, in force
-				    * once the next one has told the others (a
-				    * smaller one at once); reactor 0's */
-	long claim_sent;           /* the claim the last state sent made (cluster.c) */
+	/* What other gateways run on it, and this one's part of it, are not
+	 * here: the cluster's view (cluster_view.h) says, by id. */
 	atomic_long ramp;          /* while slots is 0: the cap that grows until
 				    * they are known (learn.ramp), 0 = none */
 	struct ig_slots learn;     /* capacity.h; under the gateway's lock */

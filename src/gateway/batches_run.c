@@ -425,7 +425,7 @@ static long share_of(struct ig_batches *bs, const struct ig_batch *b)
 		long slots = 0, users = 0;
 		for (size_t j = 0; m && j < m->nbackends; j++) {
 			const struct ig_backend *be = m->backends[j];
-			long lim = ig_backend_usable(be) ? ig_policy_limit(be, true) : -1;
+			long lim = ig_backend_usable(be) ? ig_policy_limit(gw->cluster_view, be, true) : -1;
 			if (lim == 0) /* no limit: no load reports to learn one from */
 				lim = 64;
 			slots += lim > 0 ? lim : 0; /* -1: its slots are reserved for the other classes */

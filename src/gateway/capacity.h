@@ -52,6 +52,12 @@ struct ig_slots {
 			* ours together sent a moment apart, not a smaller capacity */
 };
 
+/* Whether several gateways share s (its `shared`; cluster.c, from its view). */
+static inline void ig_capacity_set_shared(struct ig_slots *s, bool shared)
+{
+	s->shared = shared;
+}
+
 /* The first cap of a backend whose capacity is not known: small enough not
  * to queue on any server, doubled by each calm report at it. */
 #define IG_SLOTS_RAMP_START 8

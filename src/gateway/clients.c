@@ -43,6 +43,18 @@ void ig_clients_share(struct ig_key *k, double share_req, double share_tok, uint
 	ig_bucket_set(&k->tpm, k->ent && k->ent->tpm ? (double)k->ent->tpm * share_tok : 0, now_ms);
 }
 
+void ig_clients_demand(struct ig_key *k, double dt_s)
+{
+	double rr = dt_s > 0 ? k->dem_req / dt_s : 0, rt = dt_s > 0 ? k->dem_tok / dt_s : 0;
+	k->rate_req = 0.5 * k->rate_req + 0.5 * rr;
+	k->rate_tok = 0.5 * k->rate_tok + 0.5 * rt;
+	if (k->rate_req < 0.001)
+		k->rate_req = 0;
+	if (k->rate_tok < 0.001)
+		k->rate_tok = 0;
+	k->dem_req = k->dem_tok = 0;
+}
+
 struct ig_key *ig_clients_find(const struct ig_clients *c, const char *digest)
 {
 	if (!c->ktabcap)

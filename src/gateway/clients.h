@@ -36,33 +36,21 @@ struct ig_key {
 	int klass;                   /* its default class, -1 none */
 	long inflight;               /* its requests on a backend now (dispatch.c's) */
 	size_t waiting;              /* its requests in the queues, every model (scheduler.c's) */
-	/* With a cluster and a max_inflight (cluster.c): this gateway's part of
-	 * it, as for a backend's slots: claim_cap in force (0: all of
-	 * max_inflight, -1: none more until the next sync), claim_next the
-	 * part computed at the last sync, in force once the others count it. */
-	long claim_cap, claim_next;
-	long claim_sent;             /* what the last state sent claimed */
-	uint64_t others_wait_ms;     /* since when another gateway has held it waiting at
-				      * every sync (0: none at the last one) */
-	uint64_t active_until_ms;    /* it ran here lately: it keeps a part */
-	uint64_t seen_completed;     /* `completed` at the last sync */
+	/* With a cluster, this gateway's part of max_inflight, what the other
+	 * gateways' buckets held and the retry floor are the cluster's view's
+	 * (cluster_view.h: ig_cluster_key_capped and the rest), by digest. */
 	size_t refs;                 /* requests that hold it */
 	bool configured;             /* named in the configuration: kept */
 	uint64_t completed;          /* requests that left the queue for a backend */
 	struct ig_bucket rpm, tpm;   /* its rate limits (limit 0: none); with a
 				      * cluster, this gateway's share of them */
-	/* With a cluster (cluster.c): this gateway's shares of the key's rpm
-	 * and tpm (1 alone), the demand it saw since the last key sync
-	 * (admissions tried: requests, tokens), and what the other gateways'
-	 * buckets held at their last sync (for x-ratelimit-remaining). */
+	/* With a cluster: this gateway's shares of the key's rpm and tpm (1
+	 * alone; set by ig_clients_share), the demand it saw since the last key
+	 * sync (admissions tried: requests, tokens; admission.c's) and that
+	 * demand per second, smoothed (ig_clients_demand). */
 	double share_req, share_tok;
 	double dem_req, dem_tok;
-	double rate_req, rate_tok;   /* that demand per second, smoothed */
-	double others_req, others_tok;
-	uint64_t retry_floor_ms;     /* a refused request is told to wait at least
-				      * this long: its retry may reach another
-				      * gateway, whose share refills a token in
-				      * about 60 s x gateways / rpm (0 alone) */
+	double rate_req, rate_tok;
 	/* Usage, for /metrics and /admin/keys (keys in the file only). */
 	struct ig_statcount *status; /* requests by the status they ended with */
 	size_t nstatus, capstatus;
@@ -72,13 +60,6 @@ struct ig_key {
 	struct ig_key *hnext;        /* hash chain (ig_clients's keys by digest) */
 	size_t at;                   /* its index in ig_clients.keys */
 };
-
-/* A key at its max_inflight: its requests wait for one of its own to end. */
-static inline bool ig_key_capped(const struct ig_key *k)
-{
-	long cap = k->claim_cap == 0 ? k->max_inflight : k->claim_cap < 0 ? 0 : k->claim_cap;
-	return k->max_inflight > 0 && k->inflight >= cap;
-}
 
 struct ig_clients {
 	struct ig_key **keys;        /* every key known now */
@@ -102,6 +83,11 @@ struct ig_key *ig_clients_get(struct ig_clients *c, const char *digest);
 /* Sets k's shares of its limits (1: all of them; cluster.c's), its
  * buckets following: a level above a smaller limit is cut to it. */
 void ig_clients_share(struct ig_key *k, double share_req, double share_tok, uint64_t now_ms);
+/* The demand k saw over the last dt_s seconds (dem_req, dem_tok: what
+ * admission counted) taken into its smoothed rates (rate_req, rate_tok:
+ * half the last, half this; below 0.001 per second, none), and counted
+ * from 0 again (cluster.c's key sync, which shares the rates). */
+void ig_clients_demand(struct ig_key *k, double dt_s);
 /* The key of a digest, or NULL. */
 struct ig_key *ig_clients_find(const struct ig_clients *c, const char *digest);
 /* A request takes / lets go of its key (an unconfigured one goes with its

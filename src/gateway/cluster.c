@@ -23,12 +23,17 @@
  * clocks are never compared). Two connections: one for commands, one
  * subscribed to the channels. Files and batches (their leases, fencing
  * counter and channel infergate:data) are batches_lease.c's, which this
- * file tells what the others announce through hooks (cluster.h). */
+ * file tells what the others announce through hooks (cluster.h).
+ *
+ * The cluster's modules: this file (the start, which may block; the tick;
+ * the stop; the asks of other modules; the reports), cluster_sync.c (the
+ * Redis I/O: the scripts and their replies, the subscriptions, the
+ * outbox), cluster_state.c (the view made from this gateway's tables and
+ * put in force), cluster_share.c (the arithmetic, pure) and
+ * cluster_view.c (the view's readers). */
 #include "config.h"
 #include <arpa/inet.h>
-#include <math.h>
 #include <netdb.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,9 +43,10 @@
 
 #include <openssl/rand.h>
 
-#include "backend.h"
-#include "clients.h"
 #include "cluster.h"
+#include "cluster_int.h"
+#include "cluster_state.h"
+#include "cluster_sync.h"
 #include "gateway.h"
 #include "infergate/list.h"
 #include "infergate/log.h"
@@ -48,88 +54,7 @@
 #include "metrics.h"
 #include "redis.h"
 #include "redismsg.h"
-#include "respstore.h"
 #include "rx.h"
-#include "scheduler.h"
-
-#define PREFIX "infergate:"
-#define OUTBOX_MAX 100000  /* responses waiting to be shared, at most */
-#define KEY_EPOCH_MS 500   /* the key sync's epoch, the same for every gateway */
-#define ACTIVE_MAX (1u << 20) /* keys active across the gateways a key sync may name */
-
-/* A Lua script: the sync. KEYS: the name's key, the members' set; ARGV:
- * this gateway's token, the live window (ms), its name, its state (lines
- * "g NAME"; "b URL N": what it may run on backend URL until its next sync
- * (its requests there, or its cap when higher); "m MODEL W": W high and
- * normal requests it holds waiting for MODEL; "k DIGEST W WEIGHT N": a
- * key's requests waiting here, its weight, and its requests here (or its
- * cap when higher, with a max_inflight); kept under infergate:st:NAME for
- * the live window). Returns {-1} when another
- * gateway holds the name, else {now, {name, score, ...}, {the other live
- * gateways' states}}. */
-static const char sync_script[] =
-	"local t = redis.call('TIME')\n"
-	"local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
-	"local cur = redis.call('GET', KEYS[1])\n"
-	"if cur and cur ~= ARGV[1] then return {-1} end\n"
-	"redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\n"
-	"redis.call('SET', 'infergate:st:' .. ARGV[3], ARGV[4], 'PX', ARGV[2])\n"
-	"redis.call('ZADD', KEYS[2], now, ARGV[3])\n"
-	"redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - tonumber(ARGV[2]))\n"
-	"redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[2]) * 10)\n"
-	"local m = redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')\n"
-	"local st = {}\n"
-	"for i = 1, #m, 2 do\n"
-	"  if m[i] ~= ARGV[3] then\n"
-	"    local s = redis.call('GET', 'infergate:st:' .. m[i])\n"
-	"    if s then st[#st+1] = s end\n"
-	"  end\n"
-	"end\n"
-	"return {now, m, st}\n";
-
-/* The key sync. Demand is written per epoch (KEY_EPOCH_MS of Redis's
- * clock) and every gateway computes its share from the epoch before the
- * last, which every gateway finished writing a whole epoch ago: all read
- * the same figures, so their shares add up to 1 (figures read as they
- * change would not: each would see its own demand new and the others'
- * old). ARGV: this gateway's name, the epoch (ms), then per key DIGEST REQ
- * TOK LREQ LTOK. Returns, per key, "MREQ MTOK REQ TOK LREQ LTOK": this
- * gateway's demand and every gateway's together in that epoch, and what
- * the others' buckets held; then the digests of the keys some gateway
- * asked for within 3 epochs (infergate:kactive): those are sent next time
- * by every gateway, active there or not. */
-static const char keys_script[] =
-	"local t = redis.call('TIME')\n"
-	"local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
-	"local len = tonumber(ARGV[2])\n"
-	"local ep = math.floor(now / len)\n"
-	"local out = {}\n"
-	"for i = 3, #ARGV, 5 do\n"
-	"  local k = 'infergate:kd:' .. ARGV[i]\n"
-	"  redis.call('HSET', k, ARGV[1] .. '@' .. ep, ARGV[i+1] .. ' ' .. ARGV[i+2] .. ' ' .. ARGV[i+3] .. ' ' .. ARGV[i+4])\n"
-	"  redis.call('PEXPIRE', k, 60000)\n"
-	"  local all = redis.call('HGETALL', k)\n"
-	"  local mr, mt, dr, dt, lr, lt = 0, 0, 0, 0, 0, 0\n"
-	"  for j = 1, #all, 2 do\n"
-	"    local at = string.find(all[j], '@', 1, true)\n"
-	"    local fe = at and tonumber(string.sub(all[j], at + 1)) or 0\n"
-	"    if fe < ep - 3 then redis.call('HDEL', k, all[j])\n"
-	"    elseif fe == ep - 2 then\n"
-	"      local v = {}\n"
-	"      for w in string.gmatch(all[j+1], '%S+') do v[#v+1] = tonumber(w) end\n"
-	"      if #v == 4 then\n"
-	"        dr = dr + v[1]; dt = dt + v[2]\n"
-	"        if string.sub(all[j], 1, at - 1) == ARGV[1] then mr = v[1]; mt = v[2] else lr = lr + v[3]; lt = lt + v[4] end\n"
-	"      end\n"
-	"    end\n"
-	"  end\n"
-	"  out[#out+1] = string.format('%.3f %.3f %.3f %.3f %.3f %.3f', mr, mt, dr, dt, lr, lt)\n"
-	"  if tonumber(ARGV[i+1]) > 0 or tonumber(ARGV[i+2]) > 0 then redis.call('ZADD', 'infergate:kactive', now, ARGV[i]) end\n"
-	"end\n"
-	"redis.call('ZREMRANGEBYSCORE', 'infergate:kactive', '-inf', now - 3 * len)\n"
-	"redis.call('PEXPIRE', 'infergate:kactive', 60000)\n"
-	"out[#out+1] = redis.call('ZRANGE', 'infergate:kactive', 0, -1)\n"
-	"return out\n";
 
 /* Leaving: the name and the membership go at once (only if still ours),
  * and the leases of the batches it ran (ARGV[3]...: "ID FENCE"), so that
@@ -143,1087 +68,9 @@ static const char leave_script[] =
 	"end\n"
 	"return 1\n";
 
-/* Something to tell the others: SET key value PX ttl (when key), then
- * PUBLISH msg on channel. */
-struct shared_resp {
-	struct ig_list link;
-	const char *channel;
-	char *msg;          /* infergate:resp: "NAME OWNER URL ID"; infergate:data: "KIND NAME ID ..." */
-	char *key, *value;  /* infergate:resp:ID, "OWNER URL" */
-	uint64_t ttl_ms;
-};
-
-/* A command another module asked for (ig_cluster_ask), sent at reactor
- * 0's next turn. */
-struct ask {
-	struct ig_list link;
-	int argc;
-	char **argv;
-	size_t *lens;
-	ig_redis_reply_fn *fn;
-	void *arg;
-};
-
-struct member {
-	char name[80];
-	long age_ms;
-};
-
-/* Values from Redis refused, by kind (ig_cluster_count_bad): this file's
- * kinds from the start (their series at 0), others as they come; the last
- * slot counts any beyond. */
-#define BAD_KINDS_MAX 32
-struct bad_count {
-	const char *kind;   /* a string literal */
-	uint64_t n;
-};
-
-struct ig_cluster {
-	struct ig_gw *gw;
-	struct ig_redis_url url;
-	struct ig_redis_tls *tls;    /* rediss://: its settings; NULL: plain */
-	char *shown;                 /* the URL without its password */
-	char addr[INET6_ADDRSTRLEN]; /* resolved at start */
-	char *name, *name_key;
-	char token[33];              /* this process's, random */
-	char *holder;                /* "NAME TOKEN": what a batch's lease holds */
-	bool was_joined;             /* joined once: a later join reads data_dir again */
-	uint64_t sync_ms, live_ms;
-	struct ig_redis *cmd, *sub;
-	bool syncing, subscribed, joined, conflict;
-	bool started;                /* the first state was logged */
-	uint64_t next_sync_ms, last_ok_ms;
-	uint64_t sync_sent_us;
-	double rtt_ms;
-	uint64_t syncs_ok, syncs_failed;
-	struct member *members;
-	size_t nmembers;
-	char *members_logged;        /* "a, b": logged when it changes */
-	struct ig_list outbox;
-	size_t nout;
-	struct ig_list asks;         /* ig_cluster_ask's, not sent yet */
-	size_t nasks;
-	/* shared limits */
-	bool keysyncing;
-	uint64_t next_keys_ms, keys_at_ms;
-	char (*ksent)[65];           /* the keys of the key sync in flight */
-	size_t nksent, capksent;
-	char (*active)[65];          /* keys active at some gateway (last key sync) */
-	size_t nactive;
-	long live_last;              /* gateways at the last sync */
-	uint64_t others_wait_ms;     /* since when another has held requests waiting at
-				      * every sync (0: none at the last one) */
-	bool hurry;                  /* some gateway holds high or normal requests waiting:
-				      * sync four times as often (slots they wait for
-				      * change hands a sync sooner) */
-	uint64_t key_syncs;
-	uint64_t resp_shared, resp_learned, resp_dropped;
-	uint64_t data_shared, data_learned;  /* batch and file messages */
-	long long redis_now_ms;      /* Redis's clock at the last sync */
-	char **leases;               /* at the stop: "ID", "FENCE" of the batches it ran */
-	const struct ig_cluster_hooks *hooks; /* batches_lease.c's */
-	size_t nleases;
-	struct bad_count bad[BAD_KINDS_MAX];
-	size_t nbad;
-};
-
-static const char data_channel[] = PREFIX "data";
-
 bool ig_cluster_configured(const struct ig_gw *gw)
 {
 	return gw->cfg->cluster_redis && *gw->cfg->cluster_redis;
-}
-
-/* ---- state and logs ---- */
-
-/* The kinds of redismsg.h and of the connection (redis.c): their series
- * at 0 from the start. */
-static void bad_init(struct ig_cluster *c)
-{
-	static const char *const wire[] = {"protocol", "oversize", "unsolicited", "pubsub_shape"};
-	for (size_t i = 0; i < ig_redismsg_nkinds && c->nbad < BAD_KINDS_MAX - 1; i++)
-		c->bad[c->nbad++].kind = ig_redismsg_kinds[i];
-	for (size_t i = 0; i < sizeof(wire) / sizeof(wire[0]) && c->nbad < BAD_KINDS_MAX - 1; i++)
-		c->bad[c->nbad++].kind = wire[i];
-}
-
-void ig_cluster_count_bad(struct ig_cluster *c, const char *kind, const char *detail)
-{
-	struct bad_count *b = NULL;
-	char shown[240];
-	for (size_t i = 0; c && i < c->nbad && !b; i++)
-		if (strcmp(c->bad[i].kind, kind) == 0)
-			b = &c->bad[i];
-	if (c && !b && c->nbad < BAD_KINDS_MAX - 1) {
-		b = &c->bad[c->nbad++];
-		b->kind = kind;
-	} else if (c && !b) {
-		b = &c->bad[BAD_KINDS_MAX - 1];
-		b->kind = "other";
-		c->nbad = BAD_KINDS_MAX;
-	}
-	if (b && b->n++ > 0)
-		return; /* logged once per kind: a hostile Redis could fill the log */
-	ig_redismsg_shown(shown, sizeof(shown), detail ? detail : "", detail ? strlen(detail) : 0);
-	ig_log_warn("cluster: a bad %s from Redis, dropped: %s (logged once; each is counted in "
-		    "infergate_cluster_bad_messages_total{kind=\"%s\"})", kind, shown, b ? b->kind : kind);
-}
-
-static void split_evenly(struct ig_cluster *c, long live);
-static void take_states(struct ig_cluster *c, const struct ig_sync *sts);
-
-static void set_joined(struct ig_cluster *c, bool joined, const char *why)
-{
-	if (joined == c->joined && c->started)
-		return;
-	c->started = true;
-	c->joined = joined;
-	if (!joined) { /* each keeps its part of the limits, the last count seen; the
-			* others' requests are no longer seen */
-		split_evenly(c, c->live_last);
-		take_states(c, NULL);
-	}
-	if (joined && c->was_joined && c->hooks)
-		c->hooks->joined(c->gw); /* what was published while away */
-	if (joined)
-		c->was_joined = true;
-	if (joined)
-		ig_log_info("cluster: joined as '%s' through %s", c->name, c->shown);
-	else
-		ig_log_warn("cluster: serving alone (%s); shared again when Redis at %s answers", why, c->shown);
-}
-
-double ig_cluster_share(double mine, double others, long live)
-{
-	if (live < 1)
-		live = 1;
-	/* NaN too (every comparison with it is false): a figure that is none
-	 * is no demand, and huge ones are cut so that their sum stays finite */
-	mine = mine >= 0 ? (mine < 1e15 ? mine : 1e15) : 0;
-	others = others >= 0 ? (others < 1e15 ? others : 1e15) : 0;
-	double eps = (mine + others > 1.0 ? mine + others : 1.0) / (10.0 * (double)live);
-	return (mine + eps) / (mine + others + (double)live * eps);
-}
-
-static bool limited(const struct ig_key *k)
-{
-	return k->ent && (k->ent->rpm || k->ent->tpm);
-}
-
-/* How long a refused request of k should wait when `live` gateways share
- * its rpm: its retry may reach any of them (a balancer in front), and each
- * refills a token in about 60 s x live / rpm. */
-static uint64_t retry_floor(const struct ig_key *k, long live)
-{
-	return live > 1 && k->ent->rpm > 0 ? (uint64_t)(60000 * live / k->ent->rpm) : 0;
-}
-
-/* Key k at an even split between `live` gateways, with nothing known of
- * the others' buckets. */
-static void share_evenly(struct ig_key *k, long live, uint64_t now)
-{
-	double s = 1.0 / (double)(live > 0 ? live : 1);
-	if (k->share_req != s || k->share_tok != s)
-		ig_clients_share(k, s, s, now);
-	k->others_req = k->others_tok = 0;
-	k->retry_floor_ms = retry_floor(k, live);
-}
-
-/* Every limited key at an even split between `live` gateways: alone (the
- * last count seen), or before the first key sync. */
-static void split_evenly(struct ig_cluster *c, long live)
-{
-	uint64_t now = ig_now_ms();
-	struct ig_clients *cl = &c->gw->clients;
-	for (size_t i = 0; i < cl->nkeys; i++)
-		if (limited(cl->keys[i]))
-			share_evenly(cl->keys[i], live, now);
-}
-
-static void on_cmd_state(void *arg, enum ig_redis_state s, const char *why)
-{
-	struct ig_cluster *c = arg;
-	if (s == IG_REDIS_DOWN) {
-		c->syncing = false;
-		char msg[300];
-		snprintf(msg, sizeof(msg), "Redis: %s", why);
-		set_joined(c, false, msg);
-	}
-}
-
-static void on_sub_state(void *arg, enum ig_redis_state s, const char *why IG_UNUSED)
-{
-	struct ig_cluster *c = arg;
-	if (s != IG_REDIS_UP)
-		c->subscribed = false;
-}
-
-/* What the connections found bad (redis.c's kinds). */
-static void on_bad(void *arg, const char *kind, const char *detail)
-{
-	ig_cluster_count_bad(arg, kind, detail);
-}
-
-/* ---- the sync ---- */
-
-static void log_members(struct ig_cluster *c)
-{
-	struct ig_buf b;
-	ig_buf_init(&b);
-	for (size_t i = 0; i < c->nmembers; i++)
-		ig_buf_printf(&b, "%s%s", i ? ", " : "", c->members[i].name);
-	ig_buf_append(&b, "", 1);
-	if (!c->members_logged || strcmp(c->members_logged, ig_buf_head(&b)) != 0) {
-		ig_log_info("cluster: %zu gateway(s) live: %s", c->nmembers, ig_buf_head(&b));
-		free(c->members_logged);
-		c->members_logged = strdup(ig_buf_head(&b));
-	}
-	ig_buf_free(&b);
-}
-
-/* One live gateway as take_states sees it: its name, what it claims on
- * each of our backends, whether it holds high or normal requests waiting,
- * and its weight in the split of free slots (its keys' weights, each key's
- * shared between the gateways where it waits as its requests there). */
-struct peer {
-	char name[80];
-	size_t orig;   /* its index before the peers are sorted by name */
-	long *claim;   /* per backend of gw->fleet */
-	bool hn;
-	double w;
-};
-
-/* A key line of a state: "k DIGEST WAITING WEIGHT CLAIM". */
-struct kline {
-	char digest[65];
-	size_t g;      /* its gateway: an index in the peers */
-	long wait, weight, claim;
-};
-
-static int by_peer_name(const void *a, const void *b)
-{
-	return strcmp(((const struct peer *)a)->name, ((const struct peer *)b)->name);
-}
-
-static int by_digest(const void *a, const void *b)
-{
-	return strcmp(((const struct kline *)a)->digest, ((const struct kline *)b)->digest);
-}
-
-/* A key as the states name it (the anonymous one's digest is ""). */
-static const char *key_name(const struct ig_key *k)
-{
-	return k->digest[0] ? k->digest : "-";
-}
-
-static unsigned long long fnv(const char *s)
-{
-	return ig_hash64(s, strlen(s), 0); /* FNV-1a (util.h) */
-}
-
-/* Gateway me's part of `free` slots, split among the eligible gateways (by
- * name: the same order for all) in proportion to w, and the remainder one
- * slot each to the eligible in turn from `turn` (rotated each second of
- * Redis's clock and by backend or key, so that no free slot is claimed
- * twice: a rounded-up part each claimed one slot of a 2-slot server four
- * times). */
-static long part_of(long free, const double *w, const bool *elig, size_t n, size_t me, unsigned long long turn)
-{
-	if (free <= 0 || !elig[me])
-		return 0;
-	double sum = 0;
-	size_t ne = 0, pos = 0;
-	for (size_t i = 0; i < n; i++)
-		if (elig[i]) {
-			sum += w[i];
-			pos += i < me;
-			ne++;
-		}
-	if (sum <= 0)
-		return 0;
-	long given = 0, mine = 0;
-	for (size_t i = 0; i < n; i++)
-		if (elig[i]) {
-			long p = (long)((double)free * w[i] / sum);
-			given += p;
-			if (i == me)
-				mine = p;
-		}
-	long rem = free - given;
-	size_t off = (pos + ne - (size_t)(turn % ne)) % ne;
-	return mine + ((long)off < rem ? 1 : 0);
-}
-
-long ig_cluster_claim(long total, const long *claim, const double *w, size_t n, size_t me, unsigned long long turn)
-{
-	bool *elig = calloc(n, sizeof(*elig));
-	double sumw = 0;
-	long taken = 0;
-	size_t ne = 0;
-	if (!elig)
-		return claim[me] > 0 ? claim[me] : -1;
-	for (size_t i = 0; i < n; i++) {
-		sumw += w[i];
-		taken += claim[i];
-	}
-	for (size_t i = 0; i < n && sumw > 0; i++)
-		if (w[i] > 0 && (double)claim[i] < (double)total * w[i] / sumw) {
-			elig[i] = true;
-			ne++;
-		}
-	for (size_t i = 0; i < n && ne == 0; i++)
-		elig[i] = w[i] > 0;
-	/* with requests waiting (a weight), holding more than its fair part
-	 * while another gateway waits under its own, or while the claims
-	 * together are more than there is (as after Redis was away and each
-	 * ran alone: each would hold on to what it ran then and leave the
-	 * others nothing): no more than the fair part from now (what it holds
-	 * above goes as its requests end; the others see it held until then) */
-	double fair = sumw > 0 ? ceil((double)total * w[me] / sumw) : 0;
-	long cap = w[me] > 0 && (double)claim[me] > fair && (ne > (size_t)elig[me] || taken > total)
-			   ? (long)fair
-			   : claim[me] + part_of(total - taken, w, elig, n, me, turn);
-	free(elig);
-	return cap >= 1 ? cap : -1; /* nothing more until the next sync (0 would be no cap) */
-}
-
-/* The cap in force after a sync's reply: the one computed then (comp), but
- * no more than the claim the state sent with that sync made (sent): each
- * gateway whose sync ran after it counts that claim, and it counted the
- * claims of those whose sync ran before, so that together they never hold
- * more than there is (a cap put in force when sent, before the reply,
- * raced another's computed from the older claim: 12 running on 8 slots).
- * 0: no cap (alone, or a backend whose capacity is not stated). */
-static long in_force(long comp, long sent)
-{
-	if (comp <= 0)
-		return comp;
-	if (sent <= 0)
-		return -1;
-	return comp < sent ? comp : sent;
-}
-
-/* The weights of the split (struct peer's w): each key waiting somewhere
- * gives its weight to the gateways where it waits, in proportion to its
- * requests waiting there; when some gateway holds high or normal requests
- * waiting, only those that do get a part. None waiting anywhere: equal. */
-static void weigh(struct peer *pv, size_t n, const struct kline *kl, size_t nk)
-{
-	bool hn = false;
-	double sum = 0;
-	for (size_t g = 0; g < n; g++)
-		hn |= pv[g].hn;
-	for (size_t i = 0; i < nk;) {
-		size_t j = i;
-		long total = 0;
-		for (; j < nk && strcmp(kl[j].digest, kl[i].digest) == 0; j++)
-			total += kl[j].wait;
-		for (; total > 0 && i < j; i++)
-			pv[kl[i].g].w += (double)(kl[i].weight > 0 ? kl[i].weight : 1) * (double)kl[i].wait / (double)total;
-		i = j;
-	}
-	for (size_t g = 0; g < n; g++) {
-		if (hn && !pv[g].hn)
-			pv[g].w = 0;
-		sum += pv[g].w;
-	}
-	for (size_t g = 0; g < n && sum <= 0; g++)
-		pv[g].w = 1;
-}
-
-#define KEY_IDLE_MS 10000
-
-/* A gateway with nothing waiting lets go of its part for a burst once the
- * others have held requests waiting at every sync for 3 sync periods (and
- * none is free for them). */
-static uint64_t release_ms(const struct ig_cluster *c)
-{
-	return 3 * c->sync_ms;
-}
-
-/* A key's max_inflight across the gateways: split as a backend's slots
- * (ig_cluster_claim), all weights equal among the gateways where it waits, or
- * where it ran lately when it waits nowhere (each keeps a part for a
- * burst). A gateway where it has not run for KEY_IDLE_MS claims nothing:
- * its next request waits a sync or two for a part (so that the states
- * carry only the keys in use). Alone: its even part of the last count of
- * gateways seen. */
-static void split_key(struct ig_cluster *c, struct ig_key *k, const struct peer *pv, size_t n, size_t me,
-		      const struct kline *kl, size_t nk, bool *more)
-{
-	long old = k->claim_cap, cap = 0;
-	uint64_t now = ig_now_ms();
-	if (k->waiting > 0 || k->inflight > 0 || k->completed != k->seen_completed)
-		k->active_until_ms = now + KEY_IDLE_MS;
-	k->seen_completed = k->completed;
-	if (pv && n <= 1) { /* the only live gateway: all of it */
-		if (old != 0)
-			*more = true;
-		k->claim_cap = k->claim_next = 0;
-		return;
-	}
-	if (!pv) {
-		long live = c->live_last > 1 ? c->live_last : 1;
-		cap = live > 1 ? (k->max_inflight / live > 0 ? k->max_inflight / live : 1) : 0;
-		k->claim_cap = k->claim_next = cap;
-		if (cap == 0 || cap > old)
-			*more = true;
-		return;
-	}
-	if (now >= k->active_until_ms) {
-		k->claim_cap = k->claim_next = -1;
-		return;
-	}
-	long *claim = calloc(n, sizeof(*claim));
-	double *w = calloc(n, sizeof(*w));
-	bool *seen = calloc(n, sizeof(*seen));
-	if (!claim || !w || !seen) {
-		free(claim);
-		free(w);
-		free(seen);
-		return;
-	}
-	struct kline probe;
-	snprintf(probe.digest, sizeof(probe.digest), "%s", key_name(k));
-	const struct kline *at = nk ? bsearch(&probe, kl, nk, sizeof(*kl), by_digest) : NULL;
-	while (at && at > kl && strcmp(at[-1].digest, probe.digest) == 0)
-		at--;
-	bool waits = k->waiting > 0, others_wait = false;
-	for (; at && at < kl + nk && strcmp(at->digest, probe.digest) == 0; at++)
-		if (at->g != me) {
-			claim[at->g] += at->claim;
-			w[at->g] = at->wait > 0;
-			others_wait |= at->wait > 0;
-			seen[at->g] = true;
-		}
-	waits |= others_wait;
-	if (!others_wait)
-		k->others_wait_ms = 0;
-	else if (!k->others_wait_ms)
-		k->others_wait_ms = now;
-	/* what it holds: its requests there, and the part it claimed (as a
-	 * backend's: a slot its request just freed is its own to refill) */
-	claim[me] = k->claim_sent > k->inflight ? k->claim_sent : k->inflight;
-	w[me] = k->waiting > 0;
-	seen[me] = true;
-	for (size_t g = 0; g < n && !waits; g++)
-		w[g] = seen[g];
-	long others = 0;
-	for (size_t g = 0; g < n; g++)
-		others += g == me ? 0 : claim[g];
-	if (k->waiting == 0 && k->others_wait_ms && now - k->others_wait_ms >= release_ms(c) &&
-	    k->max_inflight - others - claim[me] <= 0)
-		claim[me] = k->inflight; /* another waits and none is free: its part for a burst goes */
-	cap = ig_cluster_claim(k->max_inflight, claim, w, n, me, (unsigned long long)(c->redis_now_ms / 1000) + fnv(k->digest));
-	free(claim);
-	free(w);
-	free(seen);
-	k->claim_next = cap;
-	k->claim_cap = in_force(cap, k->claim_sent);
-	if (k->claim_cap > old || (k->claim_cap < 0) != (old < 0))
-		*more = true;
-}
-
-/* The others' state (the sync's third part): what each may run on each of
- * our backends (taken from the capacity the backend states, and from our
- * part of its free slots until the next sync), their high and normal
- * requests waiting for each model and the headroom each has learned for it
- * (headroom.h), and their keys' requests waiting and in flight, as
- * ig_redismsg_sync checked them. Zero everywhere when alone (sts NULL). */
-static void take_states(struct ig_cluster *c, const struct ig_sync *sts)
-{
-	struct ig_gw *gw = c->gw;
-	struct ig_clients *cl = &gw->clients;
-	size_t nb = gw->fleet.n ? gw->fleet.n : 1, n = 0, nk = 0, capk = 0, me = 0;
-	struct peer *pv = sts ? calloc(sts->nstates + 1, sizeof(*pv)) : NULL;
-	long *claims = sts ? calloc((sts->nstates + 1) * nb, sizeof(*claims)) : NULL;
-	struct kline *kl = NULL;
-	size_t my_hn = 0; /* this gateway's high and normal requests waiting */
-	bool more = false;
-	if (sts && (!pv || !claims)) {
-		free(pv);
-		free(claims);
-		return;
-	}
-	for (size_t i = 0; i < gw->sched.n; i++) {
-		gw->sched.v[i]->others_waiting = 0;
-		gw->sched.v[i]->others_headroom = 0;
-	}
-	/* each number within IG_REDISMSG_CLAIM_MAX, and no more states than
-	 * IG_REDISMSG_MEMBERS_MAX: the sums below stay far from LONG_MAX */
-	for (size_t k = 0; sts && k < sts->nstates; k++) {
-		const struct ig_state *st = &sts->states[k];
-		struct peer *p = &pv[n];
-		p->claim = claims + n * nb;
-		snprintf(p->name, sizeof(p->name), "%s", st->name);
-		struct ig_state_line line, *l = &line;
-		for (size_t at = 0; ig_redismsg_state_next(st, &at, l);) {
-			long v = (long)l->v[0];
-			struct ig_model *m;
-			if (l->what == 'k') {
-				struct kline *grown = ig_grow(kl, &capk, nk, sizeof(*kl), 64);
-				if (!grown)
-					continue;
-				kl = grown;
-				kl[nk] = (struct kline){.g = n, .wait = v, .weight = (long)l->v[1], .claim = (long)l->v[2]};
-				snprintf(kl[nk++].digest, sizeof(kl->digest), "%.64s", l->name); /* a digest or "-" */
-			} else if (l->what == 'b') {
-				for (size_t i = 0; i < gw->fleet.n; i++)
-					if (strcmp(gw->fleet.v[i]->url, l->name) == 0)
-						p->claim[i] += v;
-			} else if (l->what == 'm') {
-				if ((m = ig_sched_find(&gw->sched, l->name)))
-					m->others_waiting += v;
-				p->hn = true;
-			} else if (l->what == 'h') {
-				if ((m = ig_sched_find(&gw->sched, l->name)))
-					m->others_headroom += v;
-			}
-		}
-		n++;
-	}
-	for (size_t i = 0; i < gw->sched.n; i++) {
-		my_hn += gw->sched.v[i]->q[IG_CLASS_HIGH].qlen + gw->sched.v[i]->q[IG_CLASS_NORMAL].qlen;
-		if (gw->sched.v[i]->others_waiting == 0)
-			gw->sched.v[i]->ends_held = 0; /* low's turn counts while others wait */
-	}
-	bool others_wait = false;
-	c->hurry = my_hn > 0;
-	for (size_t i = 0; i < nk; i++)
-		others_wait |= kl[i].wait > 0;
-	for (size_t g = 0; g < n; g++)
-		c->hurry |= pv[g].hn;
-	uint64_t now_ms = ig_now_ms();
-	if (!others_wait)
-		c->others_wait_ms = 0;
-	else if (!c->others_wait_ms)
-		c->others_wait_ms = now_ms;
-	uint64_t waited = c->others_wait_ms ? now_ms - c->others_wait_ms : 0;
-	if (pv) { /* this gateway among them, then all by name: the order every gateway sees */
-		struct peer *p = &pv[n];
-		p->claim = claims + n * nb;
-		snprintf(p->name, sizeof(p->name), "%s", c->name);
-		p->hn = my_hn > 0;
-		for (size_t i = 0; i < cl->nkeys; i++) {
-			struct ig_key *k = cl->keys[i];
-			if (k->waiting == 0)
-				continue;
-			struct kline *grown = ig_grow(kl, &capk, nk, sizeof(*kl), 64);
-			if (!grown)
-				break;
-			kl = grown;
-			kl[nk] = (struct kline){.g = n, .wait = (long)k->waiting, .weight = k->weight};
-			snprintf(kl[nk++].digest, sizeof(kl->digest), "%s", key_name(k));
-		}
-		n++;
-		/* the key lines name peers by index: renumbered after the sort */
-		for (size_t g = 0; g < n; g++)
-			pv[g].orig = g;
-		qsort(pv, n, sizeof(*pv), by_peer_name);
-		size_t *inv = malloc(n * sizeof(*inv));
-		for (size_t g = 0; inv && g < n; g++)
-			inv[pv[g].orig] = g;
-		for (size_t i = 0; inv && i < nk; i++)
-			kl[i].g = inv[kl[i].g];
-		for (size_t g = 0; g < n; g++)
-			if (strcmp(pv[g].name, c->name) == 0)
-				me = g;
-		free(inv);
-		if (nk)
-			qsort(kl, nk, sizeof(*kl), by_digest);
-		weigh(pv, n, kl, nk);
-	}
-	/* the weights are the same for every backend; the claims, one backend's at a time */
-	double *w = n ? malloc(n * sizeof(*w)) : NULL;
-	long *cv = n ? malloc(n * sizeof(*cv)) : NULL;
-	for (size_t g = 0; w && g < n; g++)
-		w[g] = pv[g].w;
-	for (size_t i = 0; i < gw->fleet.n; i++) {
-		struct ig_backend *b = gw->fleet.v[i];
-		/* with others, its learned limit is a total too (capacity.h's shared);
-		 * with Redis away too, the others it last saw still send there (a
-		 * queue it sees then is theirs, not a smaller server) */
-		b->learn.shared = (sts != NULL || c->live_last > 1) && b->max_inflight == 0 && b->learn.reported > 0;
-		bool stated = sts != NULL && b->learn.shared;
-		long others = 0;
-		for (size_t g = 0; stated && g < n; g++)
-			if (g != me)
-				others += pv[g].claim[i];
-		if (others < atomic_load(&b->others_inflight))
-			more = true;
-		atomic_store(&b->others_inflight, others);
-		/* Until the next sync, the slots free now are split with the other
-		 * live gateways: each takes its part, so that together they do
-		 * not send the backend more than it runs (each would otherwise
-		 * see them all free, and a burst through two gateways at once
-		 * sends it twice its slots). Alone: no cap. */
-		long cap = 0;
-		if (stated && n > 1) {
-			long mine = atomic_load(&b->inflight);
-			/* With a weight in the split (requests waiting here, or none
-			 * waiting anywhere), the slots it told the others it holds
-			 * stay its own: a request of it that just ended leaves a slot
-			 * it refills, not one for all (ig_cluster_claim cuts it to its fair
-			 * part when another waits under its own). Without (it has
-			 * none waiting while others have; or only low work while
-			 * others hold high or normal: weigh), it keeps them while
-			 * some are free for the others, or while the others have
-			 * not waited 3 sync periods at every sync (else two gateways
-			 * taking turns with one request each made each wait a sync
-			 * for its part, for good: 200 ms a request), and then lets
-			 * go of all but its requests there; after 10 times as long
-			 * even with some free as it sees them (the others may know
-			 * the backend smaller, learned from a queue). Letting go of
-			 * only as many slots as they wait for was measured worse
-			 * (interactive p99 808 ms against 525, the bulk run no
-			 * faster). */
-			if (b->claim_sent > mine &&
-			    (pv[me].w > 0 || waited < release_ms(c) ||
-			     (b->learn.cur - others - b->claim_sent > 0 && waited < 10 * release_ms(c))))
-				mine = b->claim_sent;
-			pv[me].claim[i] = mine;
-			for (size_t g = 0; cv && g < n; g++)
-				cv[g] = pv[g].claim[i];
-			cap = w && cv ? ig_cluster_claim(b->learn.cur, cv, w, n, me,
-						 (unsigned long long)(c->redis_now_ms / 1000) + fnv(b->url))
-				      : -1;
-		}
-		long old = atomic_load(&b->claim_cap), now = in_force(cap, b->claim_sent);
-		/* Redis away: the others it last saw still send there; its even
-		 * part of what the backend states, as for the keys' limits */
-		if (!sts && c->live_last > 1 && b->learn.shared) {
-			long part = b->learn.cur / c->live_last;
-			now = cap = part > 0 ? part : 1;
-		}
-		b->claim_next = cap;
-		atomic_store(&b->claim_cap, now);
-		if (now > old || (now < 0) != (old < 0))
-			more = true;
-	}
-	for (size_t i = 0; i < cl->nkeys; i++) {
-		struct ig_key *k = cl->keys[i];
-		if (k->max_inflight > 0)
-			split_key(c, k, pv, n, me, kl, nk, &more);
-		else
-			k->claim_cap = k->claim_next = 0;
-	}
-	free(w);
-	free(cv);
-	free(kl);
-	free(claims);
-	free(pv);
-	if (more || sts == NULL)
-		gw->drain_pending = true; /* slots the others let go, or low work they no longer hold back */
-	for (size_t i = 0; !more && i < gw->sched.n; i++)
-		if (gw->sched.v[i]->others_waiting == 0 && gw->sched.v[i]->qlen)
-			gw->drain_pending = true;
-}
-
-/* This gateway's state for the others (see sync_script): its name, then
- * per backend what it may run there until its next sync, per model its
- * high and normal requests waiting, per key its requests waiting, weight
- * and in flight (or claimed, with a max_inflight). */
-static char *my_state(struct ig_cluster *c)
-{
-	struct ig_gw *gw = c->gw;
-	struct ig_clients *cl = &gw->clients;
-	struct ig_buf b;
-	ig_buf_init(&b);
-	ig_buf_printf(&b, "g %s\n", c->name);
-	for (size_t i = 0; i < gw->fleet.n; i++) {
-		/* what it may run there until its next sync: its requests, or its
-		 * cap when higher (it refills the slots its own requests free:
-		 * they are not free for the others to claim) */
-		struct ig_backend *be = gw->fleet.v[i];
-		long n = atomic_load(&be->inflight), cap = be->claim_next;
-		if (cap > n)
-			n = cap;
-		be->claim_sent = n; /* in force once the reply says who counted it (in_force) */
-		if (n > 0)
-			ig_buf_printf(&b, "b %s %ld\n", gw->fleet.v[i]->url, n);
-	}
-	for (size_t i = 0; i < gw->sched.n; i++) {
-		const struct ig_model *m = gw->sched.v[i];
-		size_t w = m->q[IG_CLASS_HIGH].qlen + m->q[IG_CLASS_NORMAL].qlen;
-		if (w > 0 && !strpbrk(m->name, " \n"))
-			ig_buf_printf(&b, "m %s %zu\n", m->name, w);
-		if (m->headroom.slots > 0 && !strpbrk(m->name, " \n")) /* its learned headroom (headroom.h) */
-			ig_buf_printf(&b, "h %s %ld\n", m->name, m->headroom.slots);
-	}
-	for (size_t i = 0; i < cl->nkeys; i++) {
-		struct ig_key *k = cl->keys[i];
-		long claim = k->inflight;
-		if (k->max_inflight > 0) {
-			if (k->claim_next > claim)
-				claim = k->claim_next;
-			k->claim_sent = claim;
-		}
-		if (k->waiting > 0 || (k->max_inflight > 0 && claim > 0))
-			ig_buf_printf(&b, "k %s %zu %ld %ld\n", key_name(k), k->waiting, k->weight,
-				      claim);
-	}
-	ig_buf_append(&b, "", 1);
-	char *s = strdup(ig_buf_head(&b));
-	ig_buf_free(&b);
-	return s;
-}
-
-static void on_sync(const redisReply *reply, void *privdata)
-{
-	struct ig_cluster *c = privdata;
-	const redisReply *r = reply;
-	struct ig_redismsg_bad bad;
-	struct ig_sync sy;
-	char why[300], shown[200];
-	c->syncing = false;
-	if (!r)
-		return; /* the connection dropped: on_cmd_state said so */
-	if (r->type == REDIS_REPLY_ERROR) { /* Redis refused the script (busy, out of memory, ...) */
-		c->syncs_failed++;
-		ig_redismsg_shown(shown, sizeof(shown), r->str ? r->str : "", r->str ? r->len : 0);
-		snprintf(why, sizeof(why), "sync: %s", shown);
-		set_joined(c, false, why);
-		return;
-	}
-	if (ig_redismsg_sync(r, c->name, (long long)c->live_ms, &sy, &bad) < 0) {
-		/* none of it is read: alone (the last count of gateways' even
-		 * split) until a sync is whole again */
-		c->syncs_failed++;
-		ig_cluster_count_bad(c, bad.kind, bad.why);
-		snprintf(why, sizeof(why), "sync: a bad %s from Redis", bad.kind);
-		set_joined(c, false, why);
-		return;
-	}
-	if (sy.taken) {
-		c->syncs_failed++;
-		if (!c->conflict)
-			ig_log_error("cluster: the name '%s' is held by another live gateway (%s%s): this one serves "
-				     "alone until it is free; give each gateway its own cluster.name", c->name, PREFIX "gw:",
-				     c->name);
-		c->conflict = true;
-		set_joined(c, false, "its name is taken");
-		return;
-	}
-	c->conflict = false;
-	c->syncs_ok++;
-	c->last_ok_ms = ig_now_ms();
-	c->rtt_ms = (double)(ig_now_us() - c->sync_sent_us) / 1000.0;
-	struct member *m = realloc(c->members, sy.nmembers * sizeof(*m));
-	if (!m) {
-		ig_redismsg_sync_free(&sy);
-		return;
-	}
-	c->members = m;
-	c->nmembers = sy.nmembers;
-	for (size_t i = 0; i < sy.nmembers; i++) { /* by name already */
-		snprintf(m[i].name, sizeof(m[i].name), "%s", sy.members[i].name);
-		m[i].age_ms = sy.now > sy.members[i].score ? (long)(sy.now - sy.members[i].score) : 0;
-	}
-	if ((long)c->nmembers < c->live_last && c->hooks)
-		c->hooks->left(c->gw); /* the batches it ran may be free (a stop lets go at once) */
-	c->redis_now_ms = sy.now;
-	take_states(c, &sy);
-	ig_redismsg_sync_free(&sy);
-	if ((long)c->nmembers != c->live_last || !c->joined) {
-		c->live_last = (long)c->nmembers;
-		split_evenly(c, c->live_last); /* until the next key sync */
-	}
-	set_joined(c, true, "");
-	log_members(c);
-}
-
-static void send_sync(struct ig_cluster *c, uint64_t now)
-{
-	char live[32];
-	snprintf(live, sizeof(live), "%llu", (unsigned long long)c->live_ms);
-	char *state = my_state(c);
-	const char *argv[] = {"EVAL", sync_script, "2", c->name_key, PREFIX "gws", c->token, live, c->name,
-			      state ? state : ""};
-	size_t lens[9];
-	for (int i = 0; i < 9; i++)
-		lens[i] = strlen(argv[i]);
-	c->sync_sent_us = ig_now_us();
-	if (ig_redis_argv(c->cmd, on_sync, c, 9, argv, lens) == 0)
-		c->syncing = true;
-	free(state);
-	c->next_sync_ms = now + (c->hurry && c->sync_ms >= 4 ? c->sync_ms / 4 : c->sync_ms);
-}
-
-/* ---- shared limits ---- */
-
-static bool is_active(const struct ig_cluster *c, const char *digest)
-{
-	for (size_t i = 0; i < c->nactive; i++)
-		if (strcmp(c->active[i], digest) == 0)
-			return true;
-	return false;
-}
-
-static void on_keys(const redisReply *reply, void *privdata)
-{
-	struct ig_cluster *c = privdata;
-	const redisReply *r = reply;
-	struct ig_redismsg_bad bad;
-	struct ig_key_figures f;
-	struct ig_clients *cl = &c->gw->clients;
-	c->keysyncing = false;
-	if (!r || r->type == REDIS_REPLY_ERROR || !c->joined)
-		return; /* sent again within an epoch */
-	uint64_t now = ig_now_ms();
-	if (ig_redismsg_keys(r, c->nksent, &bad) < 0) {
-		/* nothing of it read: the even split, whose parts add up to the
-		 * limit at every gateway that sees the same count */
-		ig_cluster_count_bad(c, bad.kind, bad.why);
-		split_evenly(c, c->live_last);
-		return;
-	}
-	c->key_syncs++;
-	for (size_t i = 0; i < c->nksent; i++) {
-		struct ig_key *k = ig_clients_find(cl, c->ksent[i]);
-		const redisReply *e = r->element[i];
-		if (!k || !limited(k))
-			continue;
-		if (ig_redismsg_key_figures(e->str, e->len, &f, &bad) < 0) {
-			ig_cluster_count_bad(c, bad.kind, bad.why);
-			share_evenly(k, c->live_last, now); /* as every gateway reading the same figures does */
-			continue;
-		}
-		ig_clients_share(k, ig_cluster_share(f.mreq, f.req - f.mreq, c->live_last),
-				 ig_cluster_share(f.mtok, f.tok - f.mtok, c->live_last), now);
-		/* the others' buckets hold no more than the key's whole limit */
-		k->others_req = f.lreq < (double)k->ent->rpm ? f.lreq : (double)k->ent->rpm;
-		k->others_tok = f.ltok < (double)k->ent->tpm ? f.ltok : (double)k->ent->tpm;
-		k->retry_floor_ms = retry_floor(k, c->live_last);
-	}
-	/* The keys active at some gateway: only this one's limited keys are
-	 * asked about (is_active), so only those are kept, however many Redis
-	 * names. */
-	const redisReply *act = r->element[c->nksent];
-	c->nactive = 0;
-	if (ig_redismsg_active(act, ACTIVE_MAX, &bad) < 0) {
-		ig_cluster_count_bad(c, bad.kind, bad.why);
-		return;
-	}
-	size_t want = act->elements < cl->nkeys ? act->elements : cl->nkeys;
-	char (*v)[65] = realloc(c->active, (want ? want : 1) * sizeof(*v));
-	if (!v)
-		return;
-	c->active = v;
-	for (size_t i = 0; i < act->elements && c->nactive < want; i++) {
-		struct ig_key *k = ig_clients_find(cl, act->element[i]->str);
-		if (k && limited(k))
-			memcpy(c->active[c->nactive++], act->element[i]->str, 65);
-	}
-}
-
-/* Sends this gateway's demand for every limited key active here or at
- * another gateway (its rate since the last key sync, smoothed) and takes
- * back the others'; keys idle everywhere stay at an even split. */
-static void send_keys(struct ig_cluster *c, uint64_t now)
-{
-	struct ig_clients *cl = &c->gw->clients;
-	double dt = c->keys_at_ms && now > c->keys_at_ms ? (double)(now - c->keys_at_ms) / 1000.0 : 0;
-	size_t n = 0, cap = 16;
-	const char **argv = malloc(cap * sizeof(*argv));
-	char **own = NULL; /* the numbers' strings */
-	size_t nown = 0;
-	char win[32];
-	snprintf(win, sizeof(win), "%d", KEY_EPOCH_MS);
-	c->nksent = 0;
-	c->keys_at_ms = now;
-	if (!argv)
-		return;
-	argv[n++] = "EVAL";
-	argv[n++] = keys_script;
-	argv[n++] = "0";
-	argv[n++] = c->name;
-	argv[n++] = win;
-	for (size_t i = 0; i < cl->nkeys; i++) {
-		struct ig_key *k = cl->keys[i];
-		if (!limited(k))
-			continue;
-		double rr = dt > 0 ? k->dem_req / dt : 0, rt = dt > 0 ? k->dem_tok / dt : 0;
-		k->rate_req = 0.5 * k->rate_req + 0.5 * rr;
-		k->rate_tok = 0.5 * k->rate_tok + 0.5 * rt;
-		if (k->rate_req < 0.001)
-			k->rate_req = 0;
-		if (k->rate_tok < 0.001)
-			k->rate_tok = 0;
-		k->dem_req = k->dem_tok = 0;
-		if (k->rate_req == 0 && k->rate_tok == 0 && !is_active(c, k->digest)) {
-			share_evenly(k, c->live_last, now); /* idle everywhere */
-			continue;
-		}
-		if (n + 5 > cap) {
-			const char **v = realloc(argv, (cap *= 2) * sizeof(*v));
-			if (!v)
-				goto out;
-			argv = v;
-		}
-		char **o = realloc(own, (nown + 4) * sizeof(*o));
-		if (!o)
-			goto out;
-		own = o;
-		ig_bucket_refill(&k->rpm, now);
-		ig_bucket_refill(&k->tpm, now);
-		own[nown++] = ig_strdupf("%.3f", k->rate_req);
-		own[nown++] = ig_strdupf("%.3f", k->rate_tok);
-		own[nown++] = ig_strdupf("%.3f", k->rpm.level > 0 ? k->rpm.level : 0);
-		own[nown++] = ig_strdupf("%.3f", k->tpm.level > 0 ? k->tpm.level : 0);
-		if (c->nksent == c->capksent) {
-			char (*v)[65] = realloc(c->ksent, (c->capksent = c->capksent ? 2 * c->capksent : 16) * sizeof(*v));
-			if (!v)
-				goto out;
-			c->ksent = v;
-		}
-		snprintf(c->ksent[c->nksent++], 65, "%s", k->digest);
-		argv[n++] = k->digest; /* not ksent's copy: ksent moves when it grows */
-		for (int j = 4; j > 0; j--)
-			argv[n++] = own[nown - (size_t)j];
-	}
-	if (c->nksent > 0 || c->nactive > 0) {
-		size_t *lens = malloc(n * sizeof(*lens));
-		for (size_t i = 0; lens && i < n; i++)
-			lens[i] = strlen(argv[i]);
-		if (lens && ig_redis_argv(c->cmd, on_keys, c, (int)n, argv, lens) == 0)
-			c->keysyncing = true;
-		free(lens);
-	}
-out:
-	for (size_t i = 0; i < nown; i++)
-		free(own[i]);
-	free(own);
-	free(argv);
-}
-
-/* ---- stored responses ---- */
-
-static void on_message(const redisReply *reply, void *privdata)
-{
-	struct ig_cluster *c = privdata;
-	struct ig_redismsg_bad bad;
-	struct ig_resp_msg m;
-	const char *msg;
-	size_t len;
-	int got;
-	if (!reply)
-		return; /* the connection dropped */
-	if ((got = ig_redismsg_pubsub(reply, IG_BAD_RESP, &msg, &len, &bad)) < 0 ||
-	    (got == 1 && ig_redismsg_resp(msg, len, &m, &bad) < 0)) {
-		ig_cluster_count_bad(c, bad.kind, bad.why);
-		return;
-	}
-	if (got == 0 || strcmp(m.name, c->name) == 0)
-		return; /* the subscription's reply, or ours */
-	struct ig_gw *gw = c->gw;
-	const struct ig_backend *b = ig_backend_fleet_find_url(&gw->fleet, m.url);
-	if (!b)
-		return; /* a backend this gateway does not have */
-	if (!gw->responses && !(gw->responses = ig_respstore_new()))
-		return;
-	ig_respstore_put(gw->responses, m.id, strlen(m.id), b->id, m.owner, ig_now_ms());
-	c->resp_learned++;
-}
-
-static void flush(struct ig_cluster *c)
-{
-	struct shared_resp *s, *tmp;
-	IG_LIST_FOREACH_SAFE(s, tmp, &c->outbox, struct shared_resp, link) {
-		if (ig_redis_state(c->cmd) != IG_REDIS_UP)
-			return;
-		char ttl[32];
-		snprintf(ttl, sizeof(ttl), "%llu", (unsigned long long)s->ttl_ms);
-		const char *set[] = {"SET", s->key, s->value, "PX", ttl};
-		size_t setl[] = {3, s->key ? strlen(s->key) : 0, s->value ? strlen(s->value) : 0, 2, strlen(ttl)};
-		const char *pub[] = {"PUBLISH", s->channel, s->msg};
-		size_t publ[] = {7, strlen(s->channel), strlen(s->msg)};
-		if ((s->key && ig_redis_argv(c->cmd, NULL, NULL, 5, set, setl) < 0) ||
-		    ig_redis_argv(c->cmd, NULL, NULL, 3, pub, publ) < 0)
-			return;
-		if (s->channel == data_channel)
-			c->data_shared++;
-		else
-			c->resp_shared++;
-		ig_list_del(&s->link);
-		c->nout--;
-		free(s->msg);
-		free(s->key);
-		free(s->value);
-		free(s);
-	}
-}
-
-void ig_cluster_response_stored(struct ig_gw *gw, const char *id, size_t n, const struct ig_backend *b,
-				uint32_t owner)
-{
-	struct ig_cluster *c = gw->cluster;
-	if (!c || n == 0 || n > 512 || memchr(id, ' ', n) || memchr(id, '\n', n))
-		return;
-	struct shared_resp *s = c->nout < OUTBOX_MAX ? calloc(1, sizeof(*s)) : NULL;
-	if (!s) {
-		c->resp_dropped++;
-		return;
-	}
-	s->channel = PREFIX "resp";
-	s->ttl_ms = IG_RESPSTORE_TTL_MS;
-	s->msg = ig_strdupf("%s %lu %s %.*s", c->name, (unsigned long)owner, b->url, (int)n, id);
-	s->key = ig_strdupf(PREFIX "resp:%.*s", (int)n, id);
-	s->value = ig_strdupf("%lu %s", (unsigned long)owner, b->url);
-	ig_list_append(&c->outbox, &s->link);
-	c->nout++;
-	if (gw->threaded)
-		ig_rx_wake(ig_gw_home(gw)); /* shared at its next turn, not its next tick */
-}
-
-void ig_cluster_publish(struct ig_gw *gw, const char *key, const char *value, uint64_t ttl_ms, char kind,
-			const char *fmt, ...)
-{
-	struct ig_cluster *c = gw->cluster;
-	if (!c)
-		return;
-	struct shared_resp *s = c->nout < OUTBOX_MAX ? calloc(1, sizeof(*s)) : NULL;
-	if (!s) {
-		c->resp_dropped++;
-		return;
-	}
-	char rest[600];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(rest, sizeof(rest), fmt, ap);
-	va_end(ap);
-	s->channel = data_channel;
-	s->msg = ig_strdupf("%c %s %s", kind, c->name, rest);
-	s->key = key ? strdup(key) : NULL;
-	s->value = value ? strdup(value) : NULL;
-	s->ttl_ms = ttl_ms;
-	ig_list_append(&c->outbox, &s->link);
-	c->nout++;
-	if (gw->threaded)
-		ig_rx_wake(ig_gw_home(gw));
-}
-
-/* A message of infergate:data: "KIND NAME REST" from another gateway;
- * what REST says is the hook's to check (batches_lease.c). */
-static void on_data(const redisReply *reply, void *privdata)
-{
-	struct ig_cluster *c = privdata;
-	struct ig_redismsg_bad bad;
-	struct ig_data_msg m;
-	const char *msg;
-	size_t len;
-	int got;
-	if (!reply)
-		return; /* the connection dropped */
-	if ((got = ig_redismsg_pubsub(reply, IG_BAD_DATA, &msg, &len, &bad)) < 0 ||
-	    (got == 1 && ig_redismsg_data(msg, len, &m, &bad) < 0)) {
-		ig_cluster_count_bad(c, bad.kind, bad.why);
-		return;
-	}
-	if (got == 0 || strcmp(m.name, c->name) == 0)
-		return;
-	c->data_learned++;
-	if (c->hooks)
-		c->hooks->message(c->gw, m.kind, m.rest); /* NUL-terminated: the payload's end */
 }
 
 void ig_cluster_lease_held(struct ig_gw *gw, const char *id, uint64_t fence)
@@ -1239,8 +86,11 @@ void ig_cluster_lease_held(struct ig_gw *gw, const char *id, uint64_t fence)
 
 void ig_cluster_hooks(struct ig_gw *gw, const struct ig_cluster_hooks *hooks)
 {
-	if (gw->cluster)
-		gw->cluster->hooks = hooks;
+	if (gw->cluster) {
+		gw->cluster->hook_message = hooks ? hooks->message : NULL;
+		gw->cluster->hook_joined = hooks ? hooks->joined : NULL;
+		gw->cluster->hook_left = hooks ? hooks->left : NULL;
+	}
 }
 
 bool ig_cluster_joined(const struct ig_gw *gw)
@@ -1347,19 +197,6 @@ static redisReply *ask(struct ig_redis *rc, int argc, const char **argv)
 	return ig_redis_call(rc, argc, argv, lens);
 }
 
-/* A blocking connection (at the start and the stop, when no loop runs):
- * connected, authenticated, its database selected, within timeout_ms.
- * NULL when not, with *why (malloc'd, when why is not NULL) and *refused:
- * Redis answered but refused the password or the database (a
- * configuration mistake). */
-static struct ig_redis *connect_blocking(struct ig_cluster *c, uint64_t timeout_ms, char **why, bool *refused)
-{
-	struct ig_redis *rc = ig_redis_connect_blocking(c->addr, &c->url, c->tls, timeout_ms, why, refused);
-	if (rc)
-		ig_redis_set_bad_fn(rc, on_bad, c);
-	return rc;
-}
-
 /* At start: is the name held by a live gateway? Its key is refreshed every
  * sync while it lives and expires 3 periods after it died: watched for up
  * to 4 periods, a key whose time to live goes up is alive. Returns 1
@@ -1401,7 +238,7 @@ int ig_cluster_start(struct ig_gw *gw)
 		return -1;
 	gw->cluster = c;
 	c->gw = gw;
-	bad_init(c);
+	ig_cluster_sync_bad_init(c);
 	ig_list_init(&c->outbox);
 	ig_list_init(&c->asks);
 	if (ig_redis_url_parse(cfg->cluster_redis, &c->url, &err) < 0) { /* checked by conf.c */
@@ -1414,6 +251,7 @@ int ig_cluster_start(struct ig_gw *gw)
 	c->name_key = ig_strdupf(PREFIX "gw:%s", cfg->cluster_name);
 	c->sync_ms = (uint64_t)cfg->cluster_sync_ms;
 	c->live_ms = 3 * c->sync_ms;
+	c->st = (struct ig_cluster_state){.gw = gw, .name = c->name, .sync_ms = c->sync_ms, .live_last = 0};
 	unsigned char rnd[16];
 	if (RAND_bytes(rnd, sizeof(rnd)) != 1)
 		return -1;
@@ -1436,7 +274,7 @@ int ig_cluster_start(struct ig_gw *gw)
 	/* Blocking, before the loops run: is Redis there, and the name free? */
 	char *why = NULL;
 	bool refused = false;
-	struct ig_redis *rc = connect_blocking(c, 1000, &why, &refused);
+	struct ig_redis *rc = ig_cluster_sync_blocking(c, 1000, &why, &refused);
 	if (!rc && refused) {
 		ig_log_error("cluster.redis_url: Redis at %s %s", c->shown, why);
 		free(why);
@@ -1455,13 +293,7 @@ int ig_cluster_start(struct ig_gw *gw)
 	free(why);
 	ig_redis_free(rc);
 	uint64_t timeout = c->live_ms > 500 ? c->live_ms : 500;
-	c->cmd = ig_redis_new(ig_gw_home(gw), c->addr, &c->url, c->tls, timeout, on_cmd_state, c);
-	c->sub = ig_redis_new(ig_gw_home(gw), c->addr, &c->url, c->tls, timeout, on_sub_state, c);
-	if (c->cmd)
-		ig_redis_set_bad_fn(c->cmd, on_bad, c);
-	if (c->sub)
-		ig_redis_set_bad_fn(c->sub, on_bad, c);
-	if (!c->cmd || !c->sub ||
+	if (ig_cluster_sync_connect(c, timeout) < 0 ||
 	    ig_metrics_register(gw, &(struct ig_metrics_source){"cluster", report_json, report_prom, c}) < 0)
 		return -1;
 	return 0;
@@ -1476,21 +308,18 @@ void ig_cluster_tick(struct ig_gw *gw, uint64_t now)
 	ig_redis_tick(c->sub, now);
 	if (!c->joined)
 		flush_asks(c, true);
-	if (!c->subscribed && ig_redis_state(c->sub) == IG_REDIS_UP &&
-	    ig_redis_subscribe(c->sub, PREFIX "resp", on_message, c) == 0 &&
-	    ig_redis_subscribe(c->sub, data_channel, on_data, c) == 0)
-		c->subscribed = true;
+	ig_cluster_sync_subscribe(c);
 	if (ig_redis_state(c->cmd) != IG_REDIS_UP)
 		return;
 	if (!c->syncing && now >= c->next_sync_ms)
-		send_sync(c, now);
+		ig_cluster_sync_send(c, now);
 	if (c->joined && !c->keysyncing && now >= c->next_keys_ms) {
 		c->next_keys_ms = now + KEY_EPOCH_MS / 2; /* each epoch written at least once */
-		send_keys(c, now);
+		ig_cluster_sync_keys(c, now);
 	}
 	if (c->joined && now - c->last_ok_ms > c->live_ms)
-		set_joined(c, false, "no sync answered for 3 periods");
-	flush(c);
+		ig_cluster_sync_joined(c, false, "no sync answered for 3 periods");
+	ig_cluster_sync_flush(c);
 	if (c->joined)
 		flush_asks(c, false);
 }
@@ -1508,7 +337,7 @@ void ig_cluster_stop(struct ig_gw *gw)
 	/* Leave at once (blocking: the loops are over), so that a restart
 	 * under the same name is not refused and the others see it go. */
 	if (c->joined) {
-		struct ig_redis *rc = connect_blocking(c, 300, NULL, NULL);
+		struct ig_redis *rc = ig_cluster_sync_blocking(c, 300, NULL, NULL);
 		const char **argv = calloc(8 + c->nleases, sizeof(*argv));
 		size_t *lens = calloc(8 + c->nleases, sizeof(*lens));
 		if (rc && argv && lens) {
@@ -1532,11 +361,12 @@ void ig_cluster_stop(struct ig_gw *gw)
 	free(c->leases);
 	struct shared_resp *s, *tmp;
 	IG_LIST_FOREACH_SAFE(s, tmp, &c->outbox, struct shared_resp, link) {
-		free(s->msg);
+		free(s->message);
 		free(s->key);
 		free(s->value);
 		free(s);
 	}
+	ig_cluster_state_free(&c->st);
 	ig_redis_url_free(&c->url);
 	ig_redis_tls_free(c->tls);
 	free(c->shown);

@@ -4,10 +4,11 @@
  * is live: nothing depends on the gateways' clocks agreeing); what they
  * share goes through Redis too:
  * - keys' rpm and tpm: each gateway takes a share in proportion to its
- *   demand (ig_cluster_share);
+ *   demand (cluster_share.h's ig_cluster_share);
  * - backends' slots and keys' max_inflight: each gateway states what it
  *   claims, and claims its part of what the others leave free, split by
- *   the weights of the keys waiting at each (ig_cluster_claim): no backend
+ *   the weights of the keys waiting at each (cluster_share.h's
+ *   ig_cluster_claim): no backend
  *   is sent more than it states by all of them together, a key's weight
  *   and cap hold across them, and a gateway holding only low work leaves
  *   the slots to another's high and normal requests;
@@ -20,6 +21,9 @@
  * Runs on reactor 0 (its Redis connections are on that reactor's epoll
  * set), under the gateway's lock; what other reactors hand it goes through
  * an outbox under the same lock.
+ * What it learns of the others is one view per sync (cluster_view.h),
+ * published whole in gw->cluster_view, that the scheduler and the rest
+ * read and do not write; the arithmetic behind it is cluster_share.c's.
  * Not here: the connection itself (redis.c). */
 #ifndef IG_CLUSTER_H
 #define IG_CLUSTER_H
@@ -28,6 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cluster_sync.h"
 #include "redis.h"
 
 struct ig_gw;
@@ -46,36 +51,6 @@ void ig_cluster_stop(struct ig_gw *gw);
 /* On reactor 0's tick and after its events: connects, syncs, flushes the
  * outbox. */
 void ig_cluster_tick(struct ig_gw *gw, uint64_t now_ms);
-/* Shares that backend b holds the stored response `id` (n bytes) of owner
- * (respstore.h's). Any reactor, under the lock. */
-void ig_cluster_response_stored(struct ig_gw *gw, const char *id, size_t n, const struct ig_backend *b,
-				uint32_t owner);
-/* This gateway's share of a key's limit: its demand (per second) and the
- * other live gateways' together, `live` gateways in all (this one
- * included). Shares follow demand, and each live gateway keeps a small
- * one (a tenth of an even split, weighed in) so that its first requests
- * are not refused; with no demand anywhere, an even split. The shares of
- * gateways that see the same figures add up to 1. */
-double ig_cluster_share(double mine, double others, long live);
-/* The most this gateway (me, of n) may hold of `total` until its next
- * sync: claim[g] is what each holds (as its state says; this one's: its
- * requests there, or what it claimed before while it has weight), w[g] its
- * weight (0: it has nothing waiting while others have). What it holds, and
- * its part of the free rest, split in proportion to w among those under
- * their fair part (total x w / sum of w; all with a weight when none is),
- * the remainder one each in turn by index from `turn`; with requests
- * waiting here and more than its fair part while another waits under its
- * own (or the claims together above total), its fair part. -1: none more.
- * Gateways that compute from the same claims get caps that add up to no
- * more than total. */
-long ig_cluster_claim(long total, const long *claim, const double *w, size_t n, size_t me, unsigned long long turn);
-/* Tells the other gateways of a batch's or a file's change: PUBLISH "KIND
- * NAME REST" on infergate:data (REST from fmt), after SET key value PX
- * ttl_ms when key is not NULL. Any reactor, under the lock; sent by
- * reactor 0 at its next turn, dropped while Redis is down (a gateway that
- * joins again reads data_dir again). */
-void ig_cluster_publish(struct ig_gw *gw, const char *key, const char *value, uint64_t ttl_ms, char kind,
-			const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 /* At the stop (after the loops): this gateway held batch id's lease with
  * this fencing token; ig_cluster_stop lets go of it, so that another
  * takes the batch over at once. */
@@ -106,14 +81,6 @@ int ig_cluster_command(struct ig_gw *gw, ig_redis_reply_fn *fn, void *privdata, 
  * Returns 0, or -1 (alone now, or too many queued: fn is not called). */
 int ig_cluster_ask(struct ig_gw *gw, ig_redis_reply_fn *fn, void *privdata, int argc, const char **argv,
 		   const size_t *lens);
-/* Something from Redis dropped as malformed: counted under kind (a string
- * literal, at most 31 characters of [a-z_]: IG_BAD_* of redismsg.h, or
- * redis.c's through its bad hook) in infergate_cluster_bad_messages_total,
- * logged the first time of each kind with detail (short; bytes outside
- * printable ASCII shown as '?'; never a whole message); the caller drops
- * the value. c may be NULL (logged only). Reactor 0 (or at the start),
- * under the lock. */
-void ig_cluster_count_bad(struct ig_cluster *c, const char *kind, const char *detail);
 /* Its state is reported through metrics.h's sources: "cluster" in
  * /health/backends, infergate_cluster_* in /metrics. */
 

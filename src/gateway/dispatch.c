@@ -259,6 +259,17 @@ static enum ig_dispatch_result wait_or_refuse(struct ig_gw *gw, struct ig_waiter
 
 /* ---- slots ---- */
 
+/* m's ends_held counts in the others' present run of waiting for it (a
+ * view of the cluster's): from 0 when a new run began, or none goes on. */
+static void ends_sync(struct ig_model *m, const struct ig_cluster_view *v)
+{
+	uint64_t run = ig_cluster_waiting_run(v, m->name);
+	if (run != m->ends_run) {
+		m->ends_held = 0;
+		m->ends_run = run;
+	}
+}
+
 /* w's attempt on b: b's slot was taken by the pick; the model's, the key's
  * and the class's counts follow, the policy is told, the request starts. */
 static enum ig_dispatch_result start(struct ig_gw *gw, struct ig_waiter *w, struct ig_backend *b)
@@ -275,7 +286,8 @@ static enum ig_dispatch_result start(struct ig_gw *gw, struct ig_waiter *w, stru
 	w->m->inflight++;
 	if (w->pick.low)
 		atomic_fetch_add(&b->low_inflight, 1);
-	if (w->pick.low && w->m->others_waiting > 0)
+	ends_sync(w->m, gw->cluster_view);
+	if (w->pick.low && ig_cluster_others_waiting(gw->cluster_view, w->m->name) > 0)
 		w->m->ends_held = 0; /* low's turn taken */
 	w->q.key->inflight++;
 	s->class_inflight[w->q.klass]++;
@@ -291,12 +303,13 @@ static enum ig_dispatch_result start(struct ig_gw *gw, struct ig_waiter *w, stru
  * go to the other gateways. Low's small share, across gateways as within
  * one. It waits too while the model's free slots are down to its learned
  * headroom (headroom_full). */
-static bool headroom_full(const struct ig_model *m);
-static bool low_held(const struct ig_sched *s, const struct ig_model *m)
+static bool headroom_full(const struct ig_cluster_view *v, const struct ig_model *m);
+static bool low_held(const struct ig_sched *s, struct ig_model *m, const struct ig_cluster_view *v)
 {
-	if (m->others_waiting > 0 && m->ends_held + 1 < s->low_every)
+	ends_sync(m, v);
+	if (ig_cluster_others_waiting(v, m->name) > 0 && m->ends_held + 1 < s->low_every)
 		return true;
-	return headroom_full(m);
+	return headroom_full(v, m);
 }
 
 void ig_dispatch_end(struct ig_gw *gw, struct ig_waiter *w, const struct ig_pick_outcome *o)
@@ -310,7 +323,8 @@ void ig_dispatch_end(struct ig_gw *gw, struct ig_waiter *w, const struct ig_pick
 	if (w->pick.low)
 		atomic_fetch_sub(&w->backend->low_inflight, 1);
 	w->m->inflight--;
-	if (w->m->others_waiting > 0 && w->m->ends_held < gw->sched.low_every)
+	ends_sync(w->m, gw->cluster_view);
+	if (ig_cluster_others_waiting(gw->cluster_view, w->m->name) > 0 && w->m->ends_held < gw->sched.low_every)
 		w->m->ends_held++;
 	w->q.key->inflight--;
 	s->class_inflight[w->q.klass]--;
@@ -353,7 +367,8 @@ static enum ig_dispatch_result place(struct ig_gw *gw, struct ig_waiter *w, bool
 	/* A key at its cap waits for one of its own requests to end; a low
 	 * request, while other gateways hold high or normal ones waiting for
 	 * the model (cluster.h), for them to be placed. */
-	if ((ig_key_capped(w->q.key) || (w->pick.low && low_held(s, m))) && m->nbackends > 0)
+	if ((ig_cluster_key_capped(gw->cluster_view, w->q.key) || (w->pick.low && low_held(s, m, gw->cluster_view))) &&
+	    m->nbackends > 0)
 		return wait_or_refuse(gw, w);
 	set_overshoot(gw, w);
 	if (w->pick.pinned) {
@@ -364,6 +379,7 @@ static enum ig_dispatch_result place(struct ig_gw *gw, struct ig_waiter *w, bool
 			return IG_DISPATCH_FAILED;
 		}
 	}
+	w->pick.view = gw->cluster_view;
 	switch (ig_policy_pick(s->policy, s->policy_state, m->backends, m->nbackends, &m->rotor, &w->pick, &b)) {
 	case IG_PICK_OK:
 		return start(gw, w, b);
@@ -394,7 +410,7 @@ static enum ig_dispatch_result place(struct ig_gw *gw, struct ig_waiter *w, bool
 
 /* Its usable backends' slots and, of them, those free now (-1: some
  * backend has no limit known, so the pool's free slots are not known). */
-static void pool_slots(const struct ig_model *m, long *slots, long *free)
+static void pool_slots(const struct ig_cluster_view *v, const struct ig_model *m, long *slots, long *free)
 {
 	*slots = 0;
 	*free = 0;
@@ -402,7 +418,7 @@ static void pool_slots(const struct ig_model *m, long *slots, long *free)
 		const struct ig_backend *b = m->backends[i];
 		if (!ig_backend_usable(b))
 			continue;
-		long limit = ig_policy_limit(b, false);
+		long limit = ig_policy_limit(v, b, false);
 		if (limit == 0) { /* no limit known: nothing to keep free from */
 			*slots = 0;
 			*free = -1;
@@ -421,21 +437,21 @@ static void pool_slots(const struct ig_model *m, long *slots, long *free)
  * gateways' (a cluster: interactive traffic through one, bulk through
  * another), unless a backend of it has reserve_slots (the operator's number
  * wins) or no limit is known. */
-static long headroom_kept(const struct ig_model *m)
+static long headroom_kept(const struct ig_cluster_view *v, const struct ig_model *m)
 {
 	/* the fleet's interactive traffic, less what goes over the slots of
 	 * backends that preempt a low request for it (policy.c) */
-	long keep = m->headroom.slots + m->others_headroom - m->overshoot_slots;
+	long keep = m->headroom.slots + ig_cluster_others_headroom(v, m->name) - m->overshoot_slots;
 	return keep > 0 ? keep : 0;
 }
 
-static bool headroom_full(const struct ig_model *m)
+static bool headroom_full(const struct ig_cluster_view *v, const struct ig_model *m)
 {
-	long keep = headroom_kept(m);
+	long keep = headroom_kept(v, m);
 	if (m->reserve_set || keep <= 0)
 		return false;
 	long slots, free;
-	pool_slots(m, &slots, &free);
+	pool_slots(v, m, &slots, &free);
 	return free >= 0 && slots > 0 && free <= keep;
 }
 
@@ -448,11 +464,11 @@ void ig_dispatch_headroom(struct ig_gw *gw, uint64_t now_ms)
 		for (size_t k = 0; k < m->nbackends; k++)
 			reserve = reserve || m->backends[k]->reserve_slots > 0;
 		m->reserve_set = reserve;
-		pool_slots(m, &m->pool_slots, &m->free_slots);
+		pool_slots(gw->cluster_view, m, &m->pool_slots, &m->free_slots);
 		m->preempting = 0;
 		for (size_t k = 0; k < m->nbackends; k++) {
 			const struct ig_backend *b = m->backends[k];
-			m->preempting += ig_backend_usable(b) && ig_policy_limit(b, false) > 0 && ig_backend_preempts(b);
+			m->preempting += ig_backend_usable(b) && ig_policy_limit(gw->cluster_view, b, false) > 0 && ig_backend_preempts(b);
 		}
 		long over_before = m->overshoot_slots;
 		m->overshoot_slots = m->preempting * gw->cfg->headroom_overshoot;
@@ -460,7 +476,7 @@ void ig_dispatch_headroom(struct ig_gw *gw, uint64_t now_ms)
 			gw->drain_pending = true;
 		long before = m->headroom.slots;
 		ig_headroom_update(&m->headroom, now_ms, m->pool_slots, reserve ? 0 : pct);
-		m->kept_slots = reserve ? 0 : headroom_kept(m);
+		m->kept_slots = reserve ? 0 : headroom_kept(gw->cluster_view, m);
 		if (m->headroom.slots < before)
 			gw->drain_pending = true; /* low work may take what was kept */
 	}
@@ -585,13 +601,14 @@ void ig_dispatch_drain(struct ig_gw *gw)
 			struct ig_waiter *w = NULL;
 			struct ig_backend *b = NULL;
 			enum ig_pick p = IG_PICK_NONE;
-			while ((e = m->qlen ? ig_sched_next(s, m) : NULL)) {
+			while ((e = m->qlen ? ig_sched_next(s, m, gw->cluster_view) : NULL)) {
 				w = waiter_of(e);
-				if (w->pick.low && low_held(s, m)) {
+				if (w->pick.low && low_held(s, m, gw->cluster_view)) {
 					p = IG_PICK_BUSY; /* others' high and normal first */
 					break;
 				}
 				set_overshoot(gw, w);
+				w->pick.view = gw->cluster_view;
 				p = ig_policy_pick(s->policy, s->policy_state, m->backends, m->nbackends, &m->rotor,
 						   &w->pick, &b);
 				if (p != IG_PICK_BUSY || !w->pick.pinned)

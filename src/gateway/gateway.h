@@ -69,6 +69,7 @@ struct ig_rx;
 struct ig_discovery;
 struct ig_respstore;
 struct ig_cluster;
+struct ig_cluster_view;
 struct ig_files;
 struct ig_batches;
 struct ig_bio;
@@ -132,6 +133,9 @@ struct ig_gw {
 	struct ig_respstore *responses;  /* which backend holds each stored Responses API answer */
 	struct ig_idem idem;             /* Idempotency-Key answers (idem.h) */
 	struct ig_cluster *cluster;      /* the gateways it acts as one with (cluster.h), NULL alone */
+	struct ig_cluster_view *cluster_view; /* what the others hold, as last learned: cluster.c
+					 * swaps it whole, under the lock; read under the lock
+					 * only (cluster_view.h), NULL without a cluster */
 	struct ig_files *files;          /* the Files API's store, NULL when data_dir is "" */
 	struct ig_batches *batches;      /* the Batch API's, the same */
 	/* What modules above metrics add to /health/backends (dispatch.c sets

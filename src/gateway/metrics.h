@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "cluster_view.h"
 #include "conf.h"
 #include "infergate/buf.h"
 #include "routes.h"
@@ -153,7 +154,7 @@ int ig_metrics_start(struct ig_gw *gw);
 char *ig_metrics_history_json(struct ig_gw *gw);
 /* GET /health/capacity: per model, the requests its pool takes at once. */
 char *ig_metrics_capacity_json(struct ig_gw *gw);
-json_t *ig_metrics_backend_json(const struct ig_backend *b, uint64_t now);
+json_t *ig_metrics_backend_json(const struct ig_cluster_view *v, const struct ig_backend *b, uint64_t now);
 /* /v1/models; key: only the models it may use (NULL: all). */
 char *ig_metrics_models_json(struct ig_gw *gw, const struct ig_keyent *key);
 /* /admin/keys: every key of the keys file with its settings, the state of

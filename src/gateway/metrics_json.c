@@ -37,7 +37,7 @@ char *ig_metrics_health_json(struct ig_gw *gw, unsigned *status)
 			      "healthy_backends", (json_int_t)k, "backends", (json_int_t)gw->fleet.n));
 }
 
-json_t *ig_metrics_backend_json(const struct ig_backend *b, uint64_t now)
+json_t *ig_metrics_backend_json(const struct ig_cluster_view *v, const struct ig_backend *b, uint64_t now)
 {
 	json_t *o = json_pack("{s:I, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
 			      "id", (json_int_t)b->id, "url", b->url,
@@ -80,10 +80,11 @@ json_t *ig_metrics_backend_json(const struct ig_backend *b, uint64_t now)
 	json_object_set_new(o, "limit_from", json_string(ig_backend_limit_from(b)));
 	if (b->learn.reported > 0)
 		json_object_set_new(o, "reported_slots", json_integer(b->learn.reported));
-	if (atomic_load(&b->others_inflight) > 0) /* other gateways' requests there (cluster.h) */
-		json_object_set_new(o, "others_inflight", json_integer(atomic_load(&b->others_inflight)));
-	if (atomic_load(&b->claim_cap) != 0) /* its part of the free slots until the next sync (cluster.c) */
-		json_object_set_new(o, "cluster_cap", json_integer(atomic_load(&b->claim_cap) > 0 ? atomic_load(&b->claim_cap) : 0));
+	long others = ig_cluster_others_inflight(v, b), cap = ig_cluster_claim_cap(v, b);
+	if (others > 0) /* other gateways' requests there (cluster_view.h) */
+		json_object_set_new(o, "others_inflight", json_integer(others));
+	if (cap != 0) /* its part of the free slots until the next sync (cluster_view.h) */
+		json_object_set_new(o, "cluster_cap", json_integer(cap > 0 ? cap : 0));
 	/* how the class reaches it (proxy.c) and what it does with it (health.c) */
 	long step;
 	int field = ig_backend_priority_field(b, &step);
@@ -139,7 +140,8 @@ static json_t *headroom_json(const struct ig_gw *gw, const struct ig_model *m)
 			 "%.2f high and normal requests/s x %.2f s each holds a slot = %.2f slots in use, + its square "
 			 "root for the tail: %ld%s", h->rate, h->busy_s, h->in_use, h->slots,
 			 h->capped ? " (capped at headroom.max_percent of the pool)" : "");
-	if (!m->reserve_set && m->overshoot_slots > 0 && h->slots + m->others_headroom > 0) {
+	long others = ig_cluster_others_headroom(gw->cluster_view, m->name);
+	if (!m->reserve_set && m->overshoot_slots > 0 && h->slots + others > 0) {
 		size_t at = strlen(why);
 		snprintf(why + at, sizeof(why) - at, "; %ld go over the slots of %ld backend(s) that preempt low work "
 			 "(headroom.overshoot): %ld kept", m->overshoot_slots, m->preempting, m->kept_slots);
@@ -147,7 +149,7 @@ static json_t *headroom_json(const struct ig_gw *gw, const struct ig_model *m)
 	return json_pack("{s:I, s:I, s:I, s:f, s:f, s:f, s:I, s:I, s:I, s:s}", "slots", (json_int_t)h->slots,
 			 "kept_slots", (json_int_t)m->kept_slots, "overshoot_slots", (json_int_t)m->overshoot_slots,
 			 "arrivals_per_s", h->rate, "busy_s", h->busy_s, "in_use", h->in_use,
-			 "others_slots", (json_int_t)m->others_headroom, "pool_slots", (json_int_t)m->pool_slots,
+			 "others_slots", (json_int_t)others, "pool_slots", (json_int_t)m->pool_slots,
 			 "free_slots", (json_int_t)m->free_slots, "why", why);
 }
 
@@ -189,9 +191,9 @@ static json_t *models_detail(struct ig_gw *gw)
 		double p95 = model_ttft_p95(gw, m->name);
 		if (p95 >= 0) /* its streams' time to first token, the bucket's bound (metrics histograms) */
 			json_object_set_new(json_object_get(o, m->name), "ttft_p95_s", json_real(p95));
-		if (m->others_waiting > 0) /* high and normal ones other gateways hold (cluster.h) */
-			json_object_set_new(json_object_get(o, m->name), "others_waiting",
-					    json_integer((json_int_t)m->others_waiting));
+		long others = ig_cluster_others_waiting(gw->cluster_view, m->name);
+		if (others > 0) /* high and normal ones other gateways hold (cluster_view.h) */
+			json_object_set_new(json_object_get(o, m->name), "others_waiting", json_integer((json_int_t)others));
 	}
 	return o;
 }
@@ -215,7 +217,7 @@ char *ig_metrics_capacity_json(struct ig_gw *gw)
 			if (!ig_backend_usable(b))
 				continue;
 			healthy++;
-			long all = ig_policy_limit(b, false), low = ig_policy_limit(b, true);
+			long all = ig_policy_limit(gw->cluster_view, b, false), low = ig_policy_limit(gw->cluster_view, b, true);
 			if (ig_backend_capacity(b) == 0) {
 				/* a ramp is no capacity: counted as unknown, and its
 				 * cap in "ramp" */
@@ -286,7 +288,7 @@ char *ig_metrics_backends_json(struct ig_gw *gw)
 	json_t *arr = json_array();
 	uint64_t now = ig_now_ms();
 	for (size_t i = 0; i < gw->fleet.n; i++) {
-		json_t *o = ig_metrics_backend_json(gw->fleet.v[i], now);
+		json_t *o = ig_metrics_backend_json(gw->cluster_view, gw->fleet.v[i], now);
 		if (gw->report_backend) /* the routing policy's view of it */
 			gw->report_backend(gw, gw->fleet.v[i], o);
 		json_array_append_new(arr, o);
@@ -350,8 +352,8 @@ char *ig_metrics_backends_json(struct ig_gw *gw)
 		/* Only keys in use (here, or lately: their demand is shared
 		 * with a cluster): a keys file may name thousands (/admin/keys
 		 * lists them all). */
-		if (!k->refs && !k->completed && k->rate_req == 0 && k->rate_tok == 0 && k->others_req <= 0 &&
-		    k->others_tok <= 0)
+		if (!k->refs && !k->completed && k->rate_req == 0 && k->rate_tok == 0 &&
+		    ig_cluster_others_req(gw->cluster_view, k) <= 0 && ig_cluster_others_tok(gw->cluster_view, k) <= 0)
 			continue;
 		/* The first 12 hex digits name a key well enough, and say little of it. */
 		char shown[13];
@@ -362,8 +364,9 @@ char *ig_metrics_backends_json(struct ig_gw *gw)
 				      "inflight", (json_int_t)k->inflight,
 				      "priority", k->klass >= 0 ? json_string(ig_conf_class_name(k->klass)) : json_null(),
 				      "dispatched_from_queue", (json_int_t)k->completed);
-		if (k->max_inflight > 0 && k->claim_cap != 0) /* its part of max_inflight until the next sync (cluster.c) */
-			json_object_set_new(e, "cluster_inflight_cap", json_integer(k->claim_cap > 0 ? k->claim_cap : 0));
+		long kcap = ig_cluster_key_cap(gw->cluster_view, k);
+		if (kcap != 0) /* its part of max_inflight until the next sync (cluster_view.h) */
+			json_object_set_new(e, "cluster_inflight_cap", json_integer(kcap > 0 ? kcap : 0));
 		if (k->waiting > 0)
 			json_object_set_new(e, "waiting", json_integer((json_int_t)k->waiting));
 		if (k->ent && (k->ent->rpm || k->ent->tpm)) /* this gateway's part of its limits (cluster.h) */

@@ -47,16 +47,16 @@ static bool tried_already(const struct ig_backend *b, const struct ig_pick_req *
 	return false;
 }
 
-long ig_policy_limit(const struct ig_backend *b, bool low)
+long ig_policy_limit(const struct ig_cluster_view *v, const struct ig_backend *b, bool low)
 {
 	long limit = ig_backend_limit(b);
-	long others = atomic_load(&b->others_inflight);
+	long others = ig_cluster_others_inflight(v, b);
 	if (limit > 0 && others > 0) { /* several gateways share what it states */
 		if (limit <= others)
 			return -1;
 		limit -= others;
 	}
-	long cap = atomic_load(&b->claim_cap);
+	long cap = ig_cluster_claim_cap(v, b);
 	if (limit > 0 && cap < 0) /* the free slots split with the others that wait: none left here */
 		return -1;
 	if (limit > 0 && cap > 0 && cap < limit)
@@ -96,6 +96,7 @@ enum ig_pick ig_policy_pick(const struct ig_policy *p, void *state, struct ig_ba
 	if (n > 256 && (!(cand = malloc(n * sizeof(*cand))) || !(t = malloc(n * sizeof(*t))))) {
 		if (cand != elig)
 			free(cand);
+		rq->view = NULL;
 		return IG_PICK_NONE;
 	}
 	uint64_t now = 0;
@@ -118,7 +119,7 @@ again:
 		/* Its breaker is half-open (health.c): one trial request at a time. */
 		if (atomic_load(&b->breaker_until_ms) && atomic_load(&b->inflight) > 0)
 			continue;
-		long limit = ig_policy_limit(b, rq->low);
+		long limit = ig_policy_limit(rq->view, b, rq->low);
 		if (over && (limit <= 0 || !ig_backend_preempts(b) ||
 			     atomic_load(&b->low_inflight) <= atomic_load(&b->inflight) - limit))
 			continue;
@@ -154,6 +155,7 @@ done:
 		free(cand);
 		free(t);
 	}
+	rq->view = NULL; /* the view may be freed once the lock is let go (cluster_view.h) */
 	return res;
 }
 

@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "cluster_view.h"
 #include "conf.h"
 
 enum ig_pick {
@@ -61,6 +62,8 @@ struct ig_pick_req {
 	uint64_t session;                /* NEEDS_SESSION: its session key's hash, 0 none */
 	long charged;                    /* a policy's count of this request on its
 					  * backend now (least-tokens: its work left) */
+	const struct ig_cluster_view *view; /* the other gateways' (cluster_view.h), set by
+					  * dispatch.c before each pick and read only in it */
 };
 
 /* The candidates a policy chooses among. */
@@ -119,9 +122,9 @@ enum ig_pick ig_policy_pick(const struct ig_policy *p, void *state, struct ig_ba
 /* Gives back the slot ig_policy_pick took. */
 void ig_policy_release(struct ig_backend *b);
 /* The in-flight limit that applies to a request: what the backend takes
- * less the other gateways' requests on it (several gateways), and for a
+ * less the other gateways' requests on it (v: several gateways), and for a
  * low one less its reserve_slots (0 = no limit, -1 = none now). */
-long ig_policy_limit(const struct ig_backend *b, bool low);
+long ig_policy_limit(const struct ig_cluster_view *v, const struct ig_backend *b, bool low);
 
 /* Load relative to weight, for the policies that compare it: requests in
  * flight from here plus what the backend reports from elsewhere. */

@@ -36,6 +36,17 @@ void ig_bucket_refill(struct ig_bucket *b, uint64_t now_ms)
 	b->t_ms = now_ms;
 }
 
+double ig_bucket_level(const struct ig_bucket *b, uint64_t now_ms)
+{
+	double level = b->level;
+	if (now_ms > b->t_ms) {
+		level += (double)(now_ms - b->t_ms) * b->limit / 60000.0;
+		if (level > b->limit)
+			level = b->limit;
+	}
+	return level;
+}
+
 uint64_t ig_bucket_wait_ms(const struct ig_bucket *b, double n)
 {
 	if (b->limit <= 0 || b->level >= n)

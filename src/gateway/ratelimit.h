@@ -27,6 +27,9 @@ struct ig_bucket {
 int ig_bucket_set(struct ig_bucket *b, double per_minute, uint64_t now_ms);
 /* Brings the level up to date. */
 void ig_bucket_refill(struct ig_bucket *b, uint64_t now_ms);
+/* What the bucket holds at now_ms (as ig_bucket_refill would bring it
+ * to), read without changing it. */
+double ig_bucket_level(const struct ig_bucket *b, uint64_t now_ms);
 /* Milliseconds until the bucket holds n (0: it does now). */
 uint64_t ig_bucket_wait_ms(const struct ig_bucket *b, double n);
 /* Milliseconds until the bucket is full again. */

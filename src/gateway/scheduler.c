@@ -83,11 +83,11 @@ void ig_sched_dequeue(struct ig_sched *s IG_UNUSED, struct ig_model *m, struct i
 
 /* The flow of class c to serve next: the smallest tag among keys under
  * their cap (the first such in the list on a tie), or NULL. */
-static struct ig_flow *next_flow(struct ig_class_queue *q)
+static struct ig_flow *next_flow(struct ig_class_queue *q, const struct ig_cluster_view *v)
 {
 	struct ig_flow *f, *best = NULL;
 	IG_LIST_FOREACH(f, &q->flows, struct ig_flow, link) {
-		if (ig_key_capped(f->key))
+		if (ig_cluster_key_capped(v, f->key))
 			continue;
 		if (!best || f->tag < best->tag)
 			best = f;
@@ -95,11 +95,11 @@ static struct ig_flow *next_flow(struct ig_class_queue *q)
 	return best;
 }
 
-struct ig_sched_entry *ig_sched_next(struct ig_sched *s, struct ig_model *m)
+struct ig_sched_entry *ig_sched_next(struct ig_sched *s, struct ig_model *m, const struct ig_cluster_view *v)
 {
-	struct ig_flow *hi = NULL, *low = next_flow(&m->q[IG_CLASS_LOW]);
+	struct ig_flow *hi = NULL, *low = next_flow(&m->q[IG_CLASS_LOW], v);
 	for (int c = IG_CLASS_HIGH; c < IG_CLASS_LOW && !hi; c++)
-		hi = next_flow(&m->q[c]);
+		hi = next_flow(&m->q[c], v);
 	struct ig_flow *f = hi;
 	/* low's guaranteed turn: one dispatch in low_every while it waits. */
 	if (low && (!hi || m->since_low + 1 >= s->low_every))

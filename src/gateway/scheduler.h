@@ -22,6 +22,7 @@
 
 #include "backend.h"
 #include "clients.h"
+#include "cluster_view.h"
 #include "headroom.h"
 #include "infergate/list.h"
 
@@ -67,12 +68,11 @@ struct ig_model {
 	size_t qlen;                 /* waiting, all classes */
 	unsigned since_low;          /* higher-class dispatches while low waited */
 	long inflight;               /* its requests on a backend now */
-	long others_waiting;         /* high and normal requests other gateways hold
-				      * waiting for it (cluster.c; 0 alone): this
-				      * gateway's low ones wait until they are placed,
-				      * but for low's turn (dispatch.c) */
 	unsigned ends_held;          /* its requests that ended here while others
 				      * waited, since low's last turn (dispatch.c) */
+	uint64_t ends_run;           /* the run of the others' waiting it counts in
+				      * (cluster_view.h's ig_cluster_waiting_run;
+				      * another run: counted from 0) */
 	size_t refs;                 /* requests that hold this entry */
 	uint64_t requests;           /* dispatched or queued, in total */
 	uint64_t queued;             /* of which waited in the queue */
@@ -94,8 +94,6 @@ struct ig_model {
 				      * lower priorities: taken over their slots, not kept */
 	long preempting;             /* those backends */
 	long kept_slots;             /* what low work was kept from at the last update */
-	long others_headroom;        /* what the other gateways learned for it (cluster.c; 0 alone):
-				      * their interactive traffic's slots, kept free here too */
 };
 
 struct ig_sched {
@@ -156,8 +154,9 @@ int ig_sched_requeue_front(struct ig_sched *s, struct ig_model *m, struct ig_sch
 /* Takes e out of its queue (it left, timed out or is dispatched). */
 void ig_sched_dequeue(struct ig_sched *s, struct ig_model *m, struct ig_sched_entry *e);
 /* The request that should run next in m (see the top of this file), or
- * NULL when none may (nothing waits, or every waiting key is at its cap). */
-struct ig_sched_entry *ig_sched_next(struct ig_sched *s, struct ig_model *m);
+ * NULL when none may (nothing waits, or every waiting key is at its cap:
+ * its part of it with other gateways, as v says). */
+struct ig_sched_entry *ig_sched_next(struct ig_sched *s, struct ig_model *m, const struct ig_cluster_view *v);
 /* e, returned by ig_sched_next, leaves for a backend: dequeued, and the
  * class's virtual time and low's turn are advanced. */
 void ig_sched_dispatch(struct ig_sched *s, struct ig_model *m, struct ig_sched_entry *e);

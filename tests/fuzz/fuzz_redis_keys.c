@@ -1,15 +1,16 @@
-/* libFuzzer target: the key sync's reply (cluster.c's keys_script) as RESP,
+/* libFuzzer target: the key sync's reply (cluster_sync.c's keys_script) as RESP,
  * for as many keys as its elements but the last: its shape
  * (ig_redismsg_keys), each key's figures (ig_redismsg_key_figures: six
  * finite numbers from 0 to 1e13, the whole no less than this gateway's
  * part) and the active keys (digests); and the share a key gets from
- * figures taken (ig_cluster_share), always within (0, 1]. */
+ * figures taken (cluster_share.h's ig_cluster_share), always within (0, 1]. */
 #include "config.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cluster.h"
+#include "cluster_share.h"
 #include "fuzz_redis.h"
 #include "redismsg.h"
 

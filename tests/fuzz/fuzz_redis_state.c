@@ -1,5 +1,5 @@
 /* libFuzzer target: one gateway's state as the sync's reply carries it
- * (cluster.c's my_state: "g NAME" and lines "b URL N", "m MODEL W",
+ * (cluster_state.c's ig_cluster_state_text: "g NAME" and lines "b URL N", "m MODEL W",
  * "h MODEL N", "k DIGEST WAITING WEIGHT CLAIM"), the raw bytes through
  * ig_redismsg_state and ig_redismsg_state_next: refused, or every line read within its rule (the same
  * parser the sync target reaches through RESP, fed directly here so that

@@ -1,4 +1,4 @@
-/* libFuzzer target: the sync's reply (cluster.c's sync_script) as RESP,
+/* libFuzzer target: the sync's reply (cluster_sync.c's sync_script) as RESP,
  * through ig_redismsg_sync for gateway "gw-a" with a 300 ms live window.
  * Refused, or taken with every value within its rule: 1 to 1024 members,
  * valid names once each and sorted, this gateway among them, scores in the

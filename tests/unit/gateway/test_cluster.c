@@ -3,8 +3,10 @@
  * infergate_cluster_bad_messages_total (every kind of redismsg.h at 0 from
  * the start, the transport's as they come, "other" past the table) and in
  * /health/backends, logged once per kind with what was refused shown
- * printable; and a key's share of its limits, which no figure that is not
- * a number lifts (ig_cluster_share). */
+ * printable. (A key's share of its limits, which no figure that is not a
+ * number lifts, is test_cluster_share.c's.) The counts live in cluster_sync.c,
+ * the cluster's Redis I/O, whose other work runs against a real Redis in
+ * tests/integration/test_cluster*.py. */
 #include "../../../src/gateway/cluster.c"
 
 #include <check.h>
@@ -45,7 +47,7 @@ START_TEST(a_refused_value_is_counted_by_kind_and_logged_once)
 	struct ig_cluster *c = calloc(1, sizeof(*c));
 	c->name = "gw-a";
 	c->shown = "redis://127.0.0.1:6379/0";
-	bad_init(c);
+	ig_cluster_sync_bad_init(c);
 	char *log = logged(three_bad_figures_and_a_transports_kind, c);
 	/* once per kind, naming the first value and the series */
 	ck_assert_ptr_nonnull(strstr(log, "cluster: a bad key_sync from Redis, dropped: figure 1 'nan'"));
@@ -100,19 +102,4 @@ START_TEST(a_refused_value_is_counted_by_kind_and_logged_once)
 }
 END_TEST
 
-START_TEST(no_figure_that_is_not_a_number_lifts_a_share)
-{
-	const double odd[] = {NAN, -NAN, INFINITY, -INFINITY, 1e308, -1, 0};
-	for (size_t i = 0; i < sizeof(odd) / sizeof(*odd); i++)
-		for (size_t j = 0; j < sizeof(odd) / sizeof(*odd); j++) {
-			double s = ig_cluster_share(odd[i], odd[j], 2), t = ig_cluster_share(odd[j], odd[i], 2);
-			ck_assert_msg(isfinite(s) && s > 0 && s <= 1, "share(%g, %g) = %g", odd[i], odd[j], s);
-			ck_assert_msg(s + t <= 1 + 1e-9, "share(%g, %g) + share(%g, %g) = %g", odd[i], odd[j], odd[j],
-				      odd[i], s + t);
-		}
-	/* NaN is no demand: the even split of two with none */
-	ck_assert_double_eq_tol(ig_cluster_share(NAN, NAN, 2), 0.5, 1e-9);
-}
-END_TEST
-
-IG_CHECK_MAIN("cluster", a_refused_value_is_counted_by_kind_and_logged_once, no_figure_that_is_not_a_number_lifts_a_share)
+IG_CHECK_MAIN("cluster", a_refused_value_is_counted_by_kind_and_logged_once)

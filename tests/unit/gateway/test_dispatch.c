@@ -144,7 +144,7 @@ START_TEST(queue_is_fifo_and_bounded)
 	ck_assert_int_eq(ig_dispatch_submit(&t.gw, &r[3].w), IG_DISPATCH_QUEUED);
 	ig_dispatch_cancel(&t.gw, &r[1].w);
 	ck_assert_uint_eq(t.gw.sched.qlen, 1);
-	ck_assert_ptr_eq(ig_sched_next(&t.gw.sched, ma), &r[3].w.q);
+	ck_assert_ptr_eq(ig_sched_next(&t.gw.sched, ma, t.gw.cluster_view), &r[3].w.q);
 	/* The backend goes away while it waits: 503, not a hang. */
 	atomic_store(&t.a->state, IG_BACKEND_DOWN);
 	ig_dispatch_drain(&t.gw);
@@ -286,6 +286,28 @@ START_TEST(waiters_past_their_deadline_get_503)
 }
 END_TEST
 
+/* A view of the cluster (cluster_view.h) as cluster.c publishes it: other
+ * gateways hold `waiting` high and normal requests for `model`, in a run
+ * of waiting that began at view `since`. */
+static struct ig_cluster_view *others_wait(const char *model, long waiting, uint64_t seq, uint64_t since)
+{
+	struct ig_cluster_view *v = calloc(1, sizeof(*v));
+	ck_assert_ptr_nonnull(v);
+	v->seq = seq;
+	v->models = calloc(1, sizeof(*v->models));
+	v->nmodels = 1;
+	v->models[0] = (struct ig_cluster_view_model){.name = strdup(model), .others_waiting = waiting,
+						      .waiting_since = waiting > 0 ? since : 0};
+	ig_cluster_view_seal(v);
+	return v;
+}
+
+static void publish(struct ig_gw *gw, struct ig_cluster_view *v)
+{
+	ig_cluster_view_free(gw->cluster_view);
+	gw->cluster_view = v;
+}
+
 /* While another gateway holds normal requests waiting for model-a (cluster.h),
  * this one's low request waits, though a slot is free, but for low's turn:
  * after low_every - 1 of this gateway's requests of the model ended, the
@@ -296,7 +318,7 @@ START_TEST(low_waits_for_other_gateways_but_for_its_turn)
 	two_init(&t);
 	t.gw.sched.low_every = 3;
 	struct ig_model *ma = ig_sched_find(&t.gw.sched, "model-a");
-	ma->others_waiting = 2;
+	publish(&t.gw, others_wait("model-a", 2, 1, 1));
 	atomic_store(&t.a->inflight, 0);
 	struct rec n1, n2, low, low2;
 	rec_init(&t, &n1, "model-a", "", IG_CLASS_NORMAL);
@@ -316,11 +338,35 @@ START_TEST(low_waits_for_other_gateways_but_for_its_turn)
 	ck_assert_ptr_eq(low.started, t.a);
 	ck_assert_uint_eq(ma->ends_held, 0);
 	ig_dispatch_end(&t.gw, &low.w, &ok);
+	ck_assert_uint_eq(ma->ends_held, 1);
 	/* none waiting elsewhere: low is not held */
-	ma->others_waiting = 0;
-	ma->ends_held = 0;
+	publish(&t.gw, others_wait("model-a", 0, 2, 0));
 	ck_assert_int_eq(ig_dispatch_submit(&t.gw, &low2.w), IG_DISPATCH_STARTED);
 	ig_dispatch_end(&t.gw, &low2.w, &ok);
+	ck_assert_uint_eq(ma->ends_held, 0);
+	/* they wait again (a new run): the ends counted before do not make
+	 * low's turn come sooner */
+	publish(&t.gw, others_wait("model-a", 2, 3, 3));
+	struct rec n3, n4, low3;
+	rec_init(&t, &n3, "model-a", "", IG_CLASS_NORMAL);
+	rec_init(&t, &n4, "model-a", "", IG_CLASS_NORMAL);
+	rec_init(&t, &low3, "model-a", "", IG_CLASS_LOW);
+	ck_assert_int_eq(ig_dispatch_submit(&t.gw, &n3.w), IG_DISPATCH_STARTED);
+	ck_assert_int_eq(ig_dispatch_submit(&t.gw, &low3.w), IG_DISPATCH_QUEUED);
+	ig_dispatch_end(&t.gw, &n3.w, &ok);
+	ig_dispatch_drain(&t.gw);
+	ck_assert_ptr_null(low3.started); /* 1 of 3 in this run */
+	publish(&t.gw, others_wait("model-a", 2, 4, 4)); /* a new run began at view 4 */
+	ck_assert_int_eq(ig_dispatch_submit(&t.gw, &n4.w), IG_DISPATCH_STARTED);
+	ig_dispatch_end(&t.gw, &n4.w, &ok);
+	ig_dispatch_drain(&t.gw);
+	ck_assert_uint_eq(ma->ends_held, 1);
+	ck_assert_ptr_null(low3.started); /* 1 of 3 again: the count restarted */
+	ig_dispatch_cancel(&t.gw, &low3.w);
+	rec_free(&t, &n3);
+	rec_free(&t, &n4);
+	rec_free(&t, &low3);
+	publish(&t.gw, NULL);
 	rec_free(&t, &n1);
 	rec_free(&t, &n2);
 	rec_free(&t, &low);

@@ -13,6 +13,9 @@ START_TEST(a_bucket_refills_continuously_up_to_its_limit)
 	ig_bucket_set(&b, 60, 1000);
 	ck_assert_int_eq(ig_bucket_remaining(&b), 60); /* starts full */
 	b.level = 0;
+	ck_assert_double_eq_tol(ig_bucket_level(&b, 1500), 0.5, 1e-9); /* read, not changed */
+	ck_assert_double_eq(b.level, 0);
+	ck_assert_double_eq_tol(ig_bucket_level(&b, 1000000), 60, 1e-9); /* never above the limit */
 	ig_bucket_refill(&b, 1500); /* 60 a minute: one a second */
 	ck_assert_int_eq(ig_bucket_remaining(&b), 0);
 	ck_assert_uint_eq(ig_bucket_wait_ms(&b, 1), 500);

@@ -2,11 +2,10 @@
  * cluster.redis_url accepts, what it refuses and why, and how it is shown
  * (no password); hostile bytes from "Redis" on one end of a socketpair:
  * the connection dropped or the push dropped, each told to the bad hook,
- * never an abort; and the cluster's share of a key's limits and of a
- * backend's slots or a key's max_inflight (src/gateway/cluster.c).
+ * never an abort. (The cluster's share of a key's limits and of a
+ * backend's slots or a key's max_inflight are test_cluster_share.c's.)
  * redis.c is included, to hand the connection a socketpair (adopt) and
- * drive it with poll (pump), as its blocking connections are driven;
- * cluster.c, to count bad messages in a cluster of its own. */
+ * drive it with poll (pump), as its blocking connections are driven. */
 #include "config.h"
 #include <check.h>
 #include <signal.h>
@@ -14,7 +13,6 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "cluster.c"
 #include "redis.c"
 #include "../check_main.h"
 
@@ -292,81 +290,6 @@ START_TEST(a_refused_password_is_said)
 }
 END_TEST
 
-/* A gateway's share of a key's limit (cluster.c): even with no demand,
- * following demand otherwise, a small part kept by the idle; shares add up
- * to 1 over gateways that see the same figures. */
-START_TEST(limit_shares_follow_demand)
-{
-	ck_assert_double_eq_tol(ig_cluster_share(0, 0, 4), 0.25, 1e-9);
-	ck_assert_double_eq_tol(ig_cluster_share(0, 0, 1), 1.0, 1e-9);
-	ck_assert_double_eq_tol(ig_cluster_share(5, 15, 4), 0.25, 1e-9); /* spread evenly: a quarter */
-	double busy = ig_cluster_share(10, 0, 4), idle = ig_cluster_share(0, 10, 4);
-	ck_assert(busy > 0.93 && busy < 0.94);                          /* (10 + 0.25) / 11 */
-	ck_assert_double_eq_tol(busy + 3 * idle, 1.0, 1e-9);
-	double a = ig_cluster_share(3, 7, 2), b = ig_cluster_share(7, 3, 2);
-	ck_assert_double_eq_tol(a + b, 1.0, 1e-9);
-	ck_assert(a < b);
-	ck_assert_double_eq_tol(ig_cluster_share(-1, -1, 0), 1.0, 1e-9); /* nonsense in: alone */
-}
-END_TEST
-
-static long claim(long total, const long *held, const double *w, size_t n, size_t me, unsigned long long turn)
-{
-	return ig_cluster_claim(total, held, w, n, me, turn);
-}
-
-START_TEST(slots_split_by_weight_and_never_beyond_the_total)
-{
-	long none[3] = {0, 0, 0};
-	double even[3] = {1, 1, 1}, w13[2] = {1, 3};
-	/* nothing held, equal weights: 8 slots as 4 and 4; 7 as 3 and 4 in
-	 * some order, the odd one turning with `turn` */
-	ck_assert_int_eq(claim(8, none, even, 2, 0, 0), 4);
-	ck_assert_int_eq(claim(8, none, even, 2, 1, 0), 4);
-	for (unsigned long long t = 0; t < 4; t++) {
-		long a = claim(7, none, even, 2, 0, t), b = claim(7, none, even, 2, 1, t);
-		ck_assert_int_eq(a + b, 7);
-		ck_assert(a == 3 || a == 4);
-	}
-	/* weights 1 and 3 (a key of weight 1 waits at one, of 3 at the other) */
-	ck_assert_int_eq(claim(8, none, w13, 2, 0, 0), 2);
-	ck_assert_int_eq(claim(8, none, w13, 2, 1, 0), 6);
-	/* one holds all 8 while the other, of weight 3, waits: cut to its 2 */
-	long all[2] = {8, 0};
-	ck_assert_int_eq(claim(8, all, w13, 2, 0, 0), 2);
-	ck_assert_int_eq(claim(8, all, w13, 2, 1, 0), -1); /* none free yet */
-	/* both hold 8 of 8 (each ran alone while Redis was away): each cut to
-	 * its fair part, not both holding on for good */
-	long both[2] = {8, 8};
-	ck_assert_int_eq(claim(8, both, w13, 2, 0, 0), 2);
-	ck_assert_int_eq(claim(8, both, w13, 2, 1, 0), 6);
-	/* with nothing waiting (weight 0) while the other waits: it keeps what
-	 * it holds (take_states decides when it lets go) and gets no part */
-	long some[2] = {3, 1};
-	double idle[2] = {0, 1};
-	ck_assert_int_eq(claim(8, some, idle, 2, 0, 0), 3);
-	ck_assert_int_eq(claim(8, some, idle, 2, 1, 0), 5);
-	/* any claims and weights: together no more than the total */
-	srand(7);
-	for (int round = 0; round < 20000; round++) {
-		size_t n = 1 + (size_t)(rand() % 5);
-		long total = 1 + rand() % 40, held[5], left = total, sum = 0;
-		double w[5];
-		for (size_t g = 0; g < n; g++) {
-			held[g] = left > 0 ? rand() % (left + 1) : 0;
-			left -= held[g];
-			w[g] = rand() % 3 == 0 ? 0 : (double)(1 + rand() % 4);
-		}
-		unsigned long long turn = (unsigned long long)rand();
-		for (size_t g = 0; g < n; g++) {
-			long c = claim(total, held, w, n, g, turn);
-			sum += c > 0 ? c : 0;
-		}
-		ck_assert_msg(sum <= total, "round %d: %ld of %ld", round, sum, total);
-	}
-}
-END_TEST
-
 IG_CHECK_MAIN("redis", redis_urls, hostile_replies_drop_the_connection_and_are_told,
 	      replies_over_the_limits_are_dropped_before_they_grow, a_subscriber_drops_bad_pushes_and_keeps_the_good,
-	      a_refused_password_is_said, limit_shares_follow_demand, slots_split_by_weight_and_never_beyond_the_total)
+	      a_refused_password_is_said)

@@ -44,7 +44,7 @@ static void put(struct fixture *f, struct ig_sched_entry *w, int klass, struct i
 /* Dispatches the next waiter and returns it. */
 static struct ig_sched_entry *take(struct fixture *f)
 {
-	struct ig_sched_entry *w = ig_sched_next(&f->s, f->m);
+	struct ig_sched_entry *w = ig_sched_next(&f->s, f->m, NULL);
 	if (w)
 		ig_sched_dispatch(&f->s, f->m, w);
 	return w;
@@ -144,7 +144,7 @@ START_TEST(a_capped_key_waits)
 	put(&f, &w1, IG_CLASS_HIGH, a);
 	put(&f, &w2, IG_CLASS_LOW, b);
 	ck_assert_ptr_eq(take(&f), &w2);
-	ck_assert_ptr_null(ig_sched_next(&f.s, f.m));
+	ck_assert_ptr_null(ig_sched_next(&f.s, f.m, NULL));
 	a->inflight = 0;
 	ck_assert_ptr_eq(take(&f), &w1);
 	teardown(&f);
