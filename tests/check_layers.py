@@ -47,7 +47,7 @@ LAYERS = {
         "batches_run",                            # its lines sent and answered
         "batch",                                  # one batch's record and its saving
         "files",                                  # the Files API and its store
-        "proxy",                                  # the request's life
+        "proxy exchange strategy try_* watch watch_* reply attempt", # the request path: an exchange, its attempts, strategies, observers
         "cluster idem_share",                     # what gateways share through Redis
         "relay admission dispatch",
         "metrics",                                # reads the scheduler's, the router's and the tables' state

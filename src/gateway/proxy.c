@@ -32,7 +32,8 @@
 #include "infergate/util.h"
 #include "keyset.h"
 #include "metrics.h"
-#include "proxy.h"
+#include "exchange.h"
+#include "strategy.h"
 #include "ratelimit.h"
 #include "cluster.h"
 #include "peer.h"
@@ -54,14 +55,9 @@ static void relay_event(struct ig_relay *r);
 static void relay_stored(struct ig_relay *r, json_t *response);
 static void relay_tee(struct ig_relay *r, const char *p, size_t n);
 static bool relay_first_byte(struct ig_relay *r);
-static void hedge_drop(struct ig_req *h);
-static void end_refused_stream(struct ig_req *req);
-static void count_answer(struct ig_req *req);
-static void req_log(struct ig_req *req, bool completed);
-static const char *gen_ai_operation(const struct ig_req *req);
 
 /* The path it goes to upstream: its own (a by-id route's), else its route's. */
-static const char *req_path(const struct ig_req *req)
+const char *ig_xch_req_path(const struct ig_req *req)
 {
 	return req->adm.up_path ? req->adm.up_path : ig_route_path(req->gw->cfg, req->adm.route_idx);
 }
@@ -75,41 +71,48 @@ static struct ig_req *of_relay(struct ig_relay *r)
 	return IG_CONTAINER_OF(r, struct ig_req, relay);
 }
 
-struct ig_req *ig_proxy_req_new(struct ig_gw *gw, struct MHD_Connection *conn, int route_idx, unsigned method,
-				const char *id, size_t idn)
+/* What every exchange (and a hedge) starts with: its lists, its
+ * transfer's and relay's and waiter's callbacks, its reactor (this one). */
+void ig_xch_init(struct ig_req *req, struct ig_gw *gw, int route_idx, unsigned method)
 {
-	struct ig_req *req = calloc(1, sizeof(*req));
-	if (!req)
-		return NULL;
 	ig_admission_init(&req->adm);
-	if (id && !(req->adm.resp_id = strndup(id, idn))) {
-		free(req);
-		return NULL;
-	}
 	req->adm.method = method;
 	req->adm.route_idx = route_idx;
-	req->call = (struct ig_call){on_request, on_completed, on_hangup};
 	req->xfer.done = on_upstream_done;
 	ig_list_init(&req->xfer.unpause_link);
 	req->gw = gw;
-	req->conn = conn;
 	ig_list_init(&req->idem_link);
+	ig_list_init(&req->post_link);
 	req->t_start_us = ig_now_us();
 	ig_buf_init(&req->body);
 	ig_buf_init(&req->orig_body);
 	ig_relay_init(&req->relay, &relay_ops);
-	req->relay.usage_where = ig_gw_route(gw->cfg, route_idx)->usage;
-	req->relay.responses = ig_gw_route(gw->cfg, route_idx)->flags & IG_RT_RESPONSES;
 	ig_list_init(&req->wait.q.link);
 	req->wait.q.klass = IG_CLASS_NORMAL;
 	req->wait.ops = &waiter_ops;
-	snprintf(req->client, sizeof(req->client), "%s", ig_peer_client(conn));
-	snprintf(req->peer, sizeof(req->peer), "%s", ig_peer_sock(conn));
-	req->rx = ig_rx_self; /* the reactor whose daemon holds conn */
-	req->rx->requests++;
-	ig_list_init(&req->post_link);
+	req->rx = ig_rx_self;
 	ig_list_append(&req->rx->reqs, &req->link);
 	gw->nreqs++;
+}
+
+struct ig_req *ig_proxy_req_new(struct ig_gw *gw, struct MHD_Connection *conn, int route_idx, unsigned method,
+				const char *id, size_t idn)
+{
+	struct ig_req *req = calloc(1, sizeof(*req));
+	char *rid = NULL;
+	if (!req || (id && !(rid = strndup(id, idn)))) {
+		free(req);
+		return NULL;
+	}
+	ig_xch_init(req, gw, route_idx, method); /* the reactor whose daemon holds conn */
+	req->adm.resp_id = rid;
+	req->call = (struct ig_call){on_request, on_completed, on_hangup};
+	req->conn = conn;
+	req->relay.usage_where = ig_gw_route(gw->cfg, route_idx)->usage;
+	req->relay.responses = ig_gw_route(gw->cfg, route_idx)->flags & IG_RT_RESPONSES;
+	snprintf(req->client, sizeof(req->client), "%s", ig_peer_client(conn));
+	snprintf(req->peer, sizeof(req->peer), "%s", ig_peer_sock(conn));
+	req->rx->requests++;
 	return req;
 }
 
@@ -132,7 +135,7 @@ static void trace_finish(struct ig_req *req)
 	}
 	json_t *s = NULL;
 	if (!req->is_hedge) {
-		const char *path = req_path(req);
+		const char *path = ig_xch_req_path(req);
 		const char *method = ig_routes_method_name(req->adm.method);
 		char name[300];
 		snprintf(name, sizeof(name), "%s %s", method, path ? path : "");
@@ -142,7 +145,7 @@ static void trace_finish(struct ig_req *req)
 		ig_span_str(s, "http.request.method", method);
 		ig_span_str(s, "url.path", path);
 		ig_span_int(s, "http.response.status_code", status);
-		ig_span_str(s, "gen_ai.operation.name", gen_ai_operation(req));
+		ig_span_str(s, "gen_ai.operation.name", ig_xch_gen_ai_operation(req));
 		ig_span_str(s, "gen_ai.request.model", req->adm.model);
 		if (rl->prompt_tokens >= 0)
 			ig_span_int(s, "gen_ai.usage.input_tokens", rl->prompt_tokens);
@@ -170,7 +173,7 @@ static void trace_finish(struct ig_req *req)
 	ig_trace_end(t, req->gw->tracer, s);
 }
 
-static void req_free(struct ig_req *req)
+void ig_xch_req_free(struct ig_req *req)
 {
 	struct ig_gw *gw = req->gw;
 	trace_finish(req);
@@ -187,7 +190,7 @@ static void req_free(struct ig_req *req)
 		h->hedge_of = NULL;
 		req->hedge = NULL;
 		if (req->hedge_winner != 2)
-			hedge_drop(h);
+			ig_hedge_drop(h);
 	}
 	if (req->idem) {
 		ig_list_del(&req->idem_link);
@@ -220,7 +223,7 @@ static void req_free(struct ig_req *req)
 
 /* ---- client side: suspend/resume ---- */
 
-static void suspend(struct ig_req *req)
+void ig_xch_suspend(struct ig_req *req)
 {
 	if (!req->suspended && !req->detached) {
 		MHD_suspend_connection(req->conn);
@@ -231,7 +234,7 @@ static void suspend(struct ig_req *req)
 /* Hands req to its own reactor, which does `ops` (IG_HAND_*) when it wakes
  * (ig_proxy_run_posted): another reactor's thread must not touch its
  * connection or its transfer. */
-static void hand_over(struct ig_req *req, unsigned ops)
+void ig_xch_hand_over(struct ig_req *req, unsigned ops)
 {
 	req->post_ops |= ops;
 	if (!ig_list_linked(&req->post_link))
@@ -242,17 +245,17 @@ static void hand_over(struct ig_req *req, unsigned ops)
 /* Lets MHD see the connection again; the reactor runs MHD for it before
  * it next waits (ig_httpd_resumed). Resuming one that is not suspended is
  * undefined in MHD, hence the flag. */
-static void resume(struct ig_req *req)
+void ig_xch_resume(struct ig_req *req)
 {
 	if (req->rx != ig_rx_self) {
-		hand_over(req, IG_HAND_RESUME);
+		ig_xch_hand_over(req, IG_HAND_RESUME);
 		return;
 	}
 	if (req->detached) {
 		/* no client to wake: once its answer is decided, it ends (later in
 		 * this turn: its callers may still hold it) */
 		if (req->err_status || req->relay.upstream_done)
-			hand_over(req, IG_HAND_DETACHED_END);
+			ig_xch_hand_over(req, IG_HAND_DETACHED_END);
 		return;
 	}
 	if (req->suspended) {
@@ -277,9 +280,7 @@ static void error_answer(struct ig_req *req, unsigned status, const char *type, 
 	req->err_body = ig_oaerror_json(msg, type, param, code);
 }
 
-static void set_error(struct ig_req *req, unsigned status, const char *code, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-static void set_error(struct ig_req *req, unsigned status, const char *code, const char *fmt, ...)
+void ig_xch_set_error(struct ig_req *req, unsigned status, const char *code, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -288,7 +289,7 @@ static void set_error(struct ig_req *req, unsigned status, const char *code, con
 }
 
 /* An error decided by admission or dispatch. */
-static void set_decided_error(struct ig_req *req, unsigned status, const char *type, const char *param,
+void ig_xch_set_decided_error(struct ig_req *req, unsigned status, const char *type, const char *param,
 			      const char *code, const char *message)
 {
 	free(req->err_body);
@@ -304,7 +305,7 @@ static void idem_wake(struct ig_idem_entry *e)
 	struct ig_req *r;
 	while ((r = IG_LIST_FIRST(&e->waiting, struct ig_req, idem_link))) {
 		ig_list_del(&r->idem_link);
-		resume(r);
+		ig_xch_resume(r);
 	}
 }
 
@@ -392,7 +393,7 @@ static int idem_begin(struct ig_req *req)
 	for (size_t i = 0; ok && i < n; i++)
 		ok = v[i] >= 0x20 && v[i] < 0x7f;
 	if (!ok) {
-		set_decided_error(req, 400, NULL, "Idempotency-Key", "invalid_idempotency_key",
+		ig_xch_set_decided_error(req, 400, NULL, "Idempotency-Key", "invalid_idempotency_key",
 				  "the Idempotency-Key header must be 1 to 255 printable ASCII characters");
 		return -1;
 	}
@@ -429,7 +430,7 @@ static int idem_begin(struct ig_req *req)
 	free(scope);
 	if (memcmp(e->digest, digest, sizeof(digest)) != 0) {
 		gw->stats.idem[3]++;
-		set_decided_error(req, 422, "invalid_request_error", "Idempotency-Key", "idempotency_key_conflict",
+		ig_xch_set_decided_error(req, 422, "invalid_request_error", "Idempotency-Key", "idempotency_key_conflict",
 				  IG_IDEM_CONFLICT_MESSAGE);
 		return -1;
 	}
@@ -448,7 +449,7 @@ static int idem_begin(struct ig_req *req)
  * on its reactor) cut, its slot given back and counted as aborted at its
  * backend; a place in the queue left. Returns whether a transfer was cut.
  * Not from a curl callback. */
-static bool stop_attempt(struct ig_req *req)
+bool ig_xch_stop_attempt(struct ig_req *req)
 {
 	bool cut = req->xfer.running || req->start_posted;
 	if (cut) {
@@ -460,173 +461,6 @@ static bool stop_attempt(struct ig_req *req)
 	if (req->wait.queued)
 		ig_dispatch_cancel(req->gw, &req->wait);
 	return cut;
-}
-
-/* An attempt that lost its race, stopped: its backend time and the prompt
- * it was sent (the prefill it may have cost) counted as hedge waste. Its
- * output is not known (a streamed loser had sent none). */
-static void hedge_waste(struct ig_req *req)
-{
-	long prompt = req->adm.prompt_estimate;
-	req->gw->stats.hedge_waste_us += ig_now_us() - req->wait.attempt_us;
-	req->gw->stats.hedge_waste_prompt_tokens += (uint64_t)(prompt > 0 ? prompt : 0);
-}
-
-/* A hedge that lost, was refused or is not needed: its attempt stopped,
- * freed. Not from a curl callback. */
-static void hedge_drop(struct ig_req *h)
-{
-	if (stop_attempt(h))
-		hedge_waste(h);
-	ig_list_del(&h->post_link);
-	if (h->hedge_of && h->hedge_of->hedge == h)
-		h->hedge_of->hedge = NULL;
-	h->hedge_of = NULL;
-	req_free(h);
-}
-
-/* p has had no byte for hedge.after_ms: the same request goes to another
- * backend with a free slot, within the budget. On p's reactor, under the
- * lock, outside curl's callbacks. */
-static void hedge_start(struct ig_req *p, long after_ms)
-{
-	struct ig_gw *gw = p->gw;
-	if (p->wait.m && p->wait.m->qlen > 0)
-		return; /* no free slot, and requests wait for the next: tried again when one frees */
-	if (!ig_dispatch_hedge_budget(gw)) {
-		p->hedged = true;
-		gw->stats.hedges[3] += !p->hedge_missed;
-		return;
-	}
-	struct ig_req *h = calloc(1, sizeof(*h));
-	/* its answer's bytes, for p should it win: an entry of its own, in no store */
-	struct ig_idem_entry *e = ig_idem_private();
-	if (!h || !e) {
-		free(h);
-		free(e);
-		return;
-	}
-	ig_admission_init(&h->adm);
-	h->adm.method = p->adm.method;
-	h->adm.route_idx = p->adm.route_idx;
-	h->adm.model = strdup(p->adm.model ? p->adm.model : "");
-	h->adm.stream = p->adm.stream;
-	h->adm.usage_added = p->adm.usage_added;
-	h->adm.prompt_estimate = p->adm.prompt_estimate;
-	h->xfer.done = on_upstream_done;
-	ig_list_init(&h->xfer.unpause_link);
-	h->gw = gw;
-	ig_list_init(&h->idem_link);
-	ig_list_init(&h->post_link);
-	h->t_start_us = ig_now_us();
-	snprintf(h->request_id, sizeof(h->request_id), "%.60s-hedge", p->request_id);
-	snprintf(h->client, sizeof(h->client), "%s", p->client);
-	snprintf(h->peer, sizeof(h->peer), "%s", p->peer);
-	ig_buf_init(&h->body);
-	ig_buf_init(&h->orig_body);
-	ig_buf_append(&h->body, p->body.data ? p->body.data : "", p->body.len);
-	for (struct curl_slist *l = p->up_headers; l; l = l->next)
-		if (l != p->tp_node) /* its own, per attempt */
-			h->up_headers = curl_slist_append(h->up_headers, l->data);
-	ig_trace_fork(&h->trace, &p->trace);
-	ig_relay_init(&h->relay, &relay_ops);
-	h->relay.usage_where = p->relay.usage_where;
-	h->relay.responses = p->relay.responses;
-	h->relay.stream = p->relay.stream;
-	h->relay.usage_added = p->relay.usage_added;
-	h->relay.tee = p->relay.stream;
-	h->relay.race = true;
-	h->detached = true;
-	ig_relay_detach(&h->relay);
-	h->relay.cont.max = p->relay.cont.max;
-	h->is_hedge = true;
-	h->idem = e;
-	h->idem_runner = true;
-	h->retries_done = (int)gw->cfg->retries; /* a hedge is not retried */
-	ig_list_init(&h->wait.q.link);
-	h->wait.q.klass = p->wait.q.klass;
-	h->wait.q.key = p->wait.q.key; /* its slot counts against the key's max_inflight */
-	h->wait.q.key->refs++;
-	h->wait.ops = &waiter_ops;
-	h->wait.m = p->wait.m;
-	ig_sched_hold(h->wait.m);
-	h->wait.model = h->adm.model;
-	memcpy(h->wait.pick.tried, p->wait.pick.tried, sizeof(h->wait.pick.tried)); /* not where p runs */
-	h->wait.pick.ntried = p->wait.pick.ntried;
-	h->wait.pick.tokens = p->wait.pick.tokens;
-	h->wait.pick.no_overshoot = true; /* a free slot or no hedge */
-	h->rx = p->rx;
-	ig_list_append(&h->rx->reqs, &h->link);
-	gw->nreqs++;
-	h->hedge_of = p;
-	p->hedge = h;
-	p->relay.race = true;
-	enum ig_dispatch_result r = ig_dispatch_retry(gw, &h->wait, false, "hedge");
-	if (r != IG_DISPATCH_STARTED || h->hedge_refused || !h->xfer.running) {
-		/* no backend with a free slot: no hedge now; tried again in a
-		 * while (at the end of a run, slots free up while stragglers
-		 * still run), counted once as not sent */
-		gw->stats.hedges[3] += !p->hedge_missed;
-		p->hedge_missed = true;
-		p->hedge_next_ms = ig_now_ms() + 100;
-		p->relay.race = false;
-		hedge_drop(h);
-		ig_dispatch_hedge_unspend(gw);
-		return;
-	}
-	if (p->hedge_missed)
-		gw->stats.hedges[3]--; /* it went after all */
-	p->hedged = true;
-	gw->stats.hedges[0]++;
-	ig_log_debug("request %s: no byte from %s after %ld ms: hedged on %s", p->request_id, p->wait.backend->url,
-		     after_ms, h->wait.backend->url);
-}
-
-/* The first byte of either of a race (the relay's hook, the lock let go):
- * the first wins; the other's transfer is dropped (hedge_lose). */
-static bool relay_first_byte(struct ig_relay *r)
-{
-	struct ig_req *req = of_relay(r);
-	struct ig_gw *gw = req->gw;
-	bool won = true;
-	ig_gw_lock(gw);
-	struct ig_req *p = req->hedge_of ? req->hedge_of : req, *h = req->hedge_of ? req : req->hedge;
-	if (p && h && !req->hedge_lost) {
-		if (p->hedge_winner == 0) {
-			p->hedge_winner = req == p ? 1 : 2;
-			struct ig_req *loser = req == p ? h : p;
-			loser->hedge_lost = true;
-			gw->stats.hedges[req == p ? 2 : 1]++;
-			hand_over(loser, IG_HAND_HEDGE_LOST);
-		} else {
-			won = (p->hedge_winner == 1) == (req == p);
-		}
-	}
-	if (req->hedge_lost)
-		won = false;
-	ig_gw_unlock(gw);
-	return won;
-}
-
-/* It lost its race (or its primary failed while it ran: the hedge won):
- * its transfer stopped; a hedge goes, a primary reads its hedge's answer.
- * On its reactor, outside curl's callbacks. */
-static void hedge_lose(struct ig_req *req)
-{
-	if (req->is_hedge) {
-		hedge_drop(req);
-		return;
-	}
-	if (stop_attempt(req))
-		hedge_waste(req);
-	struct ig_req *h = req->hedge;
-	if (!h || req->idem_reader)
-		return;
-	req->idem = h->idem;
-	req->idem->refs++;
-	req->idem_reader = true;
-	req->wait.backend = h->wait.backend; /* what answers it (headers, log) */
-	resume(req);
 }
 
 /* ---- dispatch's callbacks ---- */
@@ -643,14 +477,14 @@ static void on_refused(struct ig_waiter *w, const struct ig_dispatch_error *e)
 		free(req->cont_refused);
 		req->cont_refused = strdup(e->message);
 		if (req->rx != ig_rx_self)
-			hand_over(req, IG_HAND_END_STREAM);
+			ig_xch_hand_over(req, IG_HAND_END_STREAM);
 		else
-			end_refused_stream(req);
+			ig_xch_end_refused_stream(req);
 		return;
 	}
-	set_decided_error(req, e->status, e->type, e->param, e->code, e->message);
+	ig_xch_set_decided_error(req, e->status, e->type, e->param, e->code, e->message);
 	req->refused_code = e->code;
-	resume(req);
+	ig_xch_resume(req);
 }
 
 /* The transfer configure_transfer set up goes into the multi of req's reactor (on
@@ -660,7 +494,7 @@ static void add_transfer(struct ig_req *req)
 	CURLMcode mc = ig_upstream_start(req->rx, &req->xfer);
 	if (mc != CURLM_OK) {
 		ig_dispatch_end(req->gw, &req->wait, &(struct ig_pick_outcome){.ok = false, .completion_tokens = -1});
-		set_error(req, 500, "internal_error", "cannot start the upstream transfer: %s", curl_multi_strerror(mc));
+		ig_xch_set_error(req, 500, "internal_error", "cannot start the upstream transfer: %s", curl_multi_strerror(mc));
 	}
 }
 
@@ -693,9 +527,9 @@ static char *body_with_priority(const struct ig_req *req, int field, long step)
 
 /* What a request asks of a model, in the GenAI conventions' words
  * (gen_ai.operation.name), or NULL. */
-static const char *gen_ai_operation(const struct ig_req *req)
+const char *ig_xch_gen_ai_operation(const struct ig_req *req)
 {
-	const char *path = req_path(req);
+	const char *path = ig_xch_req_path(req);
 	return !path ? NULL : strstr(path, "chat/completions") ? "chat" : strstr(path, "/completions") ? "text_completion"
 	       : strstr(path, "/embeddings") ? "embeddings" : strstr(path, "/responses") ? "chat" : NULL;
 }
@@ -706,7 +540,7 @@ static const char *gen_ai_operation(const struct ig_req *req)
 static void trace_attempt(struct ig_req *req, struct ig_backend *b)
 {
 	struct ig_trace *t = &req->trace;
-	const char *op = gen_ai_operation(req);
+	const char *op = ig_xch_gen_ai_operation(req);
 	char name[200];
 	snprintf(name, sizeof(name), "%s %s", op ? op : "request", req->adm.model ? req->adm.model : "");
 	if (!req->t_first_attempt_us)
@@ -747,7 +581,7 @@ static void configure_transfer(struct ig_req *req, struct ig_backend *b)
 	else
 		req->xfer.easy = ig_upstream_easy_get(req->rx);
 	CURL *e = req->xfer.easy;
-	snprintf(url, sizeof(url), "%s%s", b->url, req_path(req));
+	snprintf(url, sizeof(url), "%s%s", b->url, ig_xch_req_path(req));
 	curl_easy_setopt(e, CURLOPT_URL, url);
 	if (req->adm.method == IG_RT_GET || req->adm.method == IG_RT_DELETE) {
 		curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
@@ -825,26 +659,29 @@ static int on_dispatched(struct ig_waiter *w, struct ig_backend *b IG_UNUSED)
 	struct ig_req *req = IG_CONTAINER_OF(w, struct ig_req, wait);
 	if (req->rx != ig_rx_self) {
 		req->start_posted = true;
-		hand_over(req, IG_HAND_START);
+		ig_xch_hand_over(req, IG_HAND_START);
 		return 0;
 	}
 	launch(req);
 	if (req->xfer.running)
 		return 0;
-	resume(req); /* it failed: the error is the answer */
+	ig_xch_resume(req); /* it failed: the error is the answer */
 	return -1;
 }
+
+/* The strategies asked at an attempt's end, in this order (strategy.h). */
+const struct ig_strategy *const ig_strategies[] = {&ig_try_hedge, NULL};
 
 /* ---- the relay's callbacks (its reactor, the lock let go) ---- */
 
 static void relay_wake(struct ig_relay *r)
 {
-	resume(of_relay(r));
+	ig_xch_resume(of_relay(r));
 }
 
 static void relay_idle(struct ig_relay *r)
 {
-	suspend(of_relay(r));
+	ig_xch_suspend(of_relay(r));
 }
 
 /* A stream's first event is going out: no retry can send the request body
@@ -868,6 +705,11 @@ static void relay_committed(struct ig_relay *r)
 	ig_buf_free(&req->body);
 	free(req->prio_body);
 	req->prio_body = NULL;
+}
+
+static bool relay_first_byte(struct ig_relay *r)
+{
+	return ig_hedge_first_byte(of_relay(r));
 }
 
 static void relay_event(struct ig_relay *r)
@@ -957,7 +799,6 @@ static void pick_request_id(struct ig_req *req)
 	ig_random_hex(req->request_id, 32);
 }
 
-static enum MHD_Result respond(struct ig_req *req);
 
 /* The upstream headers: the client's, less hop-by-hop ones and the
  * gateway's own, with its request id and the backend key. */
@@ -1000,9 +841,9 @@ static void upstream_headers(struct ig_req *req)
 static enum MHD_Result refused(struct ig_req *req)
 {
 	const struct ig_admission_error *e = &req->adm.err;
-	set_decided_error(req, e->status ? e->status : 500, e->type, e->param, e->code ? e->code : "internal_error",
+	ig_xch_set_decided_error(req, e->status ? e->status : 500, e->type, e->param, e->code ? e->code : "internal_error",
 			  e->status && e->message ? e->message : "out of memory");
-	return respond(req);
+	return ig_xch_respond(req);
 }
 
 /* model_fallbacks: a request refused because no backend of its model is up
@@ -1052,7 +893,6 @@ static bool fall_back(struct ig_req *req)
 	return false;
 }
 
-static enum MHD_Result admit(struct ig_req *req);
 
 /* The body is complete: admit, dispatch, and answer or suspend. */
 static enum MHD_Result body_done(struct ig_req *req)
@@ -1065,18 +905,18 @@ static enum MHD_Result body_done(struct ig_req *req)
 	ig_trace_begin(&req->trace, gw->tracer, MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "traceparent"),
 		       MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "tracestate"));
 	if (req->too_large) {
-		set_error(req, 413, "request_too_large", "the request body is larger than %ld bytes",
+		ig_xch_set_error(req, 413, "request_too_large", "the request body is larger than %ld bytes",
 			  gw->cfg->max_body_bytes);
-		return respond(req);
+		return ig_xch_respond(req);
 	}
 	req->bytes_in = req->body.len; /* as sent: the forwarded body may differ */
 	if (ig_admission_classify(gw, a, req->conn, w) < 0)
 		return refused(req);
 	/* refused, another's answer is its own, or the other gateways are
-	 * asked first (respond() waits for them: idem_asked) */
+	 * asked first (ig_xch_respond() waits for them: idem_asked) */
 	if (idem_begin(req) != 0)
-		return respond(req);
-	return admit(req);
+		return ig_xch_respond(req);
+	return ig_xch_admit(req);
 }
 
 /* Whether the other gateways hold its Idempotency-Key (idem_share.h):
@@ -1090,7 +930,7 @@ static int idem_asked(struct ig_req *req)
 		req->idem_followed |= e->share == IG_IDEM_THEIRS;
 		if (!ig_list_linked(&req->idem_link))
 			ig_list_append(&e->waiting, &req->idem_link);
-		suspend(req);
+		ig_xch_suspend(req);
 		return 2;
 	}
 	req->idem_asking = false;
@@ -1107,7 +947,7 @@ static int idem_asked(struct ig_req *req)
 }
 
 /* Admitted (body, limits), then dispatched: answered, or suspended. */
-static enum MHD_Result admit(struct ig_req *req)
+enum MHD_Result ig_xch_admit(struct ig_req *req)
 {
 	struct ig_gw *gw = req->gw;
 	struct ig_admission *a = &req->adm;
@@ -1133,8 +973,8 @@ static enum MHD_Result admit(struct ig_req *req)
 	if (a->stream && (rt->flags & IG_RT_OUTPUT) && (rt->flags & IG_RT_USAGE_OPTION) && !(rt->flags & IG_RT_RESPONSES))
 		req->relay.cont.max = (int)gw->cfg->continue_max;
 	if (!(w->m = ig_sched_get(&gw->sched, &gw->fleet, a->model))) {
-		set_error(req, 500, "internal_error", "out of memory");
-		return respond(req);
+		ig_xch_set_error(req, 500, "internal_error", "out of memory");
+		return ig_xch_respond(req);
 	}
 	ig_sched_hold(w->m);
 	w->model = a->model;
@@ -1149,8 +989,8 @@ static enum MHD_Result admit(struct ig_req *req)
 	upstream_headers(req);
 	req->t_submit_us = ig_now_us();
 	if (ig_dispatch_submit(gw, w) == IG_DISPATCH_FAILED && !fall_back(req))
-		return respond(req);
-	suspend(req);
+		return ig_xch_respond(req);
+	ig_xch_suspend(req);
 	return MHD_YES;
 }
 
@@ -1234,7 +1074,7 @@ static void add_relayed_headers(struct ig_req *req, struct MHD_Response *r, cons
  * backend is done, or done once queued), before its last bytes reach the
  * client, so that a client that has it and then reads /metrics (on any
  * reactor) finds it counted; else when the connection is done with it. */
-static void count_answer(struct ig_req *req)
+void ig_xch_count_answer(struct ig_req *req)
 {
 	if (req->counted || !req->status_sent)
 		return;
@@ -1285,7 +1125,7 @@ static enum MHD_Result respond_read(struct ig_req *req)
 	if (!e->status) {
 		if (!ig_list_linked(&req->idem_link))
 			ig_list_append(&e->waiting, &req->idem_link);
-		suspend(req);
+		ig_xch_suspend(req);
 		return MHD_YES;
 	}
 	if (e->done) {
@@ -1308,7 +1148,7 @@ static enum MHD_Result respond_read(struct ig_req *req)
 	add_common_headers(req, r);
 	enum MHD_Result ret = queue_answer(req, e->status, r, len);
 	if (e->done)
-		count_answer(req);
+		ig_xch_count_answer(req);
 	return ret;
 }
 
@@ -1332,19 +1172,19 @@ static ssize_t idem_read(void *cls, uint64_t pos IG_UNUSED, char *buf, size_t ma
 		req->relay.bytes_out += n;
 		ret = (ssize_t)n;
 	} else if (e->done) {
-		count_answer(req);
+		ig_xch_count_answer(req);
 		ret = MHD_CONTENT_READER_END_OF_STREAM;
 	} else { /* more to come: wait for the runner's tee */
 		if (!ig_list_linked(&req->idem_link))
 			ig_list_append(&e->waiting, &req->idem_link);
-		suspend(req);
+		ig_xch_suspend(req);
 	}
 	ig_gw_unlock(gw);
 	return ret;
 }
 
 /* Queues whatever is decided (called again after each resume). */
-static enum MHD_Result respond(struct ig_req *req)
+enum MHD_Result ig_xch_respond(struct ig_req *req)
 {
 	struct ig_relay *rl = &req->relay;
 	struct MHD_Response *r;
@@ -1356,7 +1196,7 @@ static enum MHD_Result respond(struct ig_req *req)
 		if (asked == 2)
 			return MHD_YES;
 		if (asked == 0)
-			return admit(req);
+			return ig_xch_admit(req);
 	}
 	if (req->idem_reader && !req->err_status)
 		return respond_read(req);
@@ -1379,7 +1219,7 @@ static enum MHD_Result respond(struct ig_req *req)
 		}
 		add_common_headers(req, r);
 		enum MHD_Result ret = queue_answer(req, req->err_status, r, strlen(req->err_body));
-		count_answer(req);
+		ig_xch_count_answer(req);
 		return ret;
 	}
 	if (rl->committed && ig_relay_streaming(rl)) {
@@ -1401,7 +1241,7 @@ static enum MHD_Result respond(struct ig_req *req)
 		add_common_headers(req, r);
 		enum MHD_Result ret = queue_answer(req, (unsigned)rl->up_status, r, 0);
 		if (rl->upstream_done)
-			count_answer(req);
+			ig_xch_count_answer(req);
 		return ret;
 	}
 	if (rl->upstream_done) {
@@ -1416,7 +1256,7 @@ static enum MHD_Result respond(struct ig_req *req)
 			MHD_add_response_header(r, "Content-Type", "application/json");
 			add_common_headers(req, r);
 			enum MHD_Result ret = queue_answer(req, (unsigned)rl->up_status, r, n);
-			count_answer(req);
+			ig_xch_count_answer(req);
 			return ret;
 		}
 		r = MHD_create_response_from_buffer(ig_buf_pending(&rl->resp), (void *)ig_buf_head(&rl->resp),
@@ -1424,11 +1264,11 @@ static enum MHD_Result respond(struct ig_req *req)
 		add_relayed_headers(req, r, NULL);
 		add_common_headers(req, r);
 		enum MHD_Result ret = queue_answer(req, (unsigned)rl->up_status, r, ig_buf_pending(&rl->resp));
-		count_answer(req);
+		ig_xch_count_answer(req);
 		return ret;
 	}
 	/* Resumed with nothing to say yet (a spurious wake-up): wait again. */
-	suspend(req);
+	ig_xch_suspend(req);
 	return MHD_YES;
 }
 
@@ -1457,7 +1297,7 @@ static enum ig_upstream_error classify(struct ig_req *req, CURLcode result)
 	}
 }
 
-static const char *uperr_name(enum ig_upstream_error e)
+const char *ig_xch_uperr_name(enum ig_upstream_error e)
 {
 	static const char *n[] = {"none", "connect", "reset", "timeout", "status", "other"};
 	return n[e];
@@ -1465,7 +1305,7 @@ static const char *uperr_name(enum ig_upstream_error e)
 
 /* A stream whose continuation was refused (no backend left, the queue, its
  * deadline) ends with an error event. On req's reactor. */
-static void end_refused_stream(struct ig_req *req)
+void ig_xch_end_refused_stream(struct ig_req *req)
 {
 	struct ig_relay *rl = &req->relay;
 	char msg[640];
@@ -1476,8 +1316,8 @@ static void end_refused_stream(struct ig_req *req)
 	ig_admission_settle(&req->adm, rl->prompt_tokens, rl->completion_tokens, false);
 	rl->upstream_done = true;
 	idem_finish(req);
-	count_answer(req);
-	resume(req);
+	ig_xch_count_answer(req);
+	ig_xch_resume(req);
 }
 
 /* A stream that broke after its first event goes on on another backend
@@ -1529,7 +1369,7 @@ static bool continue_stream(struct ig_req *req, enum ig_upstream_error e, const 
 
 /* One attempt ended (e says how): account for it, then retry, continue,
  * relay or answer. On req's reactor. */
-static void end_attempt(struct ig_req *req, enum ig_upstream_error e, const char *detail)
+void ig_xch_end_attempt(struct ig_req *req, enum ig_upstream_error e, const char *detail)
 {
 	struct ig_gw *gw = req->gw;
 	struct ig_relay *rl = &req->relay;
@@ -1542,7 +1382,7 @@ static void end_attempt(struct ig_req *req, enum ig_upstream_error e, const char
 	if (req->hedge_lost) { /* dropped at its first byte: hedge_lose (posted) does the rest */
 		ig_upstream_stop(&req->xfer);
 		ig_dispatch_end(gw, &req->wait, &(struct ig_pick_outcome){.ok = false, .completion_tokens = -1});
-		hedge_waste(req);
+		ig_hedge_waste(req);
 		return;
 	}
 	ig_upstream_stop(&req->xfer); /* when it ends early: idle timeout */
@@ -1565,7 +1405,7 @@ static void end_attempt(struct ig_req *req, enum ig_upstream_error e, const char
 			ig_relay_fail_stream(rl, "the request's deadline (X-Infergate-Timeout-Ms) passed; the response is "
 						 "incomplete");
 		else
-			set_error(req, 504, "deadline_exceeded",
+			ig_xch_set_error(req, 504, "deadline_exceeded",
 				  "the request's deadline (X-Infergate-Timeout-Ms: %ld) passed before %s answered",
 				  req->adm.timeout_ms, b->url);
 	} else if (e != IG_UPERR_NONE) {
@@ -1579,13 +1419,13 @@ static void end_attempt(struct ig_req *req, enum ig_upstream_error e, const char
 			ig_health_passive_fail(gw, b, e, detail);
 		}
 		req->ttft_cut = false;
-		if (!rl->committed && req->hedge && req->hedge_winner == 0) {
-			/* it failed while its hedge runs: the hedge's answer is its own */
-			req->hedge_winner = 2;
-			req->hedge_lost = true;
-			gw->stats.hedges[1]++;
-			hedge_lose(req);
-			return;
+		const struct ig_attempt_end ae = {e, detail, b};
+		for (const struct ig_strategy *const *s = ig_strategies; *s; s++) {
+			enum ig_try_verdict v = (*s)->on_attempt_end ? (*s)->on_attempt_end(req, &ae) : IG_TRY_PASS;
+			if (v == IG_TRY_AGAIN)
+				return;
+			if (v == IG_TRY_END)
+				goto ended;
 		}
 		if (rl->committed) {
 			if (continue_stream(req, e, detail))
@@ -1596,7 +1436,7 @@ static void end_attempt(struct ig_req *req, enum ig_upstream_error e, const char
 			ig_log_debug("request %s: not retried after %s from %s: the retry budget is spent", req->request_id,
 				     detail, b->url);
 			if (e != IG_UPERR_STATUS)
-				set_error(req, e == IG_UPERR_TIMEOUT ? 504 : 502,
+				ig_xch_set_error(req, e == IG_UPERR_TIMEOUT ? 504 : 502,
 					  e == IG_UPERR_TIMEOUT ? "backend_timeout" : "backend_error",
 					  "backend %s failed: %s (not retried: the retry budget is spent)", b->url, detail);
 		} else if (req->retries_done < gw->cfg->retries) {
@@ -1605,7 +1445,7 @@ static void end_attempt(struct ig_req *req, enum ig_upstream_error e, const char
 			atomic_fetch_add(&b->retried, 1);
 			ig_log_debug("request %s: retrying after %s from %s", req->request_id, detail, b->url);
 			if (ig_dispatch_retry(gw, &req->wait, e == IG_UPERR_TIMEOUT,
-					      e == IG_UPERR_TIMEOUT ? detail : uperr_name(e)) != IG_DISPATCH_FAILED)
+					      e == IG_UPERR_TIMEOUT ? detail : ig_xch_uperr_name(e)) != IG_DISPATCH_FAILED)
 				return;
 			/* Nowhere else to go: a backend's own 5xx answer says more
 			 * than ours. */
@@ -1614,7 +1454,7 @@ static void end_attempt(struct ig_req *req, enum ig_upstream_error e, const char
 				req->wait.backend = b;
 			}
 		} else if (e != IG_UPERR_STATUS) {
-			set_error(req, e == IG_UPERR_TIMEOUT ? 504 : 502,
+			ig_xch_set_error(req, e == IG_UPERR_TIMEOUT ? 504 : 502,
 				  e == IG_UPERR_TIMEOUT ? "backend_timeout" : "backend_error",
 				  "backend %s failed: %s", b->url, detail);
 		}
@@ -1646,13 +1486,14 @@ static void end_attempt(struct ig_req *req, enum ig_upstream_error e, const char
 				req->adm.key->completion_tokens += (uint64_t)rl->completion_tokens;
 		}
 	}
+ended:
 	ig_admission_settle(&req->adm, rl->prompt_tokens, rl->completion_tokens,
 			    e == IG_UPERR_NONE && rl->up_status / 100 == 2 && !rl->stream_error);
 	rl->upstream_done = true;
 	idem_finish(req);
 	if (rl->committed)
-		count_answer(req); /* a stream already queued: its end is decided */
-	resume(req);
+		ig_xch_count_answer(req); /* a stream already queued: its end is decided */
+	ig_xch_resume(req);
 }
 
 /* Seconds of a Retry-After value (delta-seconds or an HTTP-date), at most
@@ -1698,7 +1539,7 @@ static void on_upstream_done(struct ig_xfer *x, CURLcode result)
 		snprintf(detail, sizeof(detail), "HTTP %ld", req->relay.up_status);
 	else
 		snprintf(detail, sizeof(detail), "%s", curl_easy_strerror(result));
-	end_attempt(req, e, detail);
+	ig_xch_end_attempt(req, e, detail);
 }
 
 /* A detached runner's end: its answer told to its entry (what is not
@@ -1718,12 +1559,12 @@ static void detached_end(struct ig_req *req)
 			p->relay.completion_tokens = req->relay.completion_tokens;
 		}
 		ig_list_del(&req->post_link);
-		hedge_drop(req);
+		ig_hedge_drop(req);
 		return;
 	}
-	count_answer(req);
-	req_log(req, false);
-	req_free(req);
+	ig_xch_count_answer(req);
+	ig_xch_req_log(req, false);
+	ig_xch_req_free(req);
 }
 
 /* Its client left while it ran: with an Idempotency-Key it runs on, its
@@ -1749,7 +1590,7 @@ void ig_proxy_req_client_gone(struct ig_req *req)
 
 	if (req->detached) { /* the gateway stops */
 		ig_list_del(&req->post_link);
-		stop_attempt(req);
+		ig_xch_stop_attempt(req);
 		detached_end(req);
 		return;
 	}
@@ -1770,14 +1611,14 @@ void ig_proxy_req_client_gone(struct ig_req *req)
 	}
 	req->relay.client_gone = true;
 	bool queued = req->wait.queued;
-	if (stop_attempt(req)) {
+	if (ig_xch_stop_attempt(req)) {
 		gw->stats.client_aborts++;
 		ig_log_debug("request %s: client left, upstream transfer to %s aborted", req->request_id,
 			     req->wait.backend->url);
 	}
 	if (queued)
 		gw->stats.client_aborts++;
-	resume(req); /* MHD must see the connection to close it */
+	ig_xch_resume(req); /* MHD must see the connection to close it */
 }
 
 /* ---- housekeeping ---- */
@@ -1814,26 +1655,22 @@ static void scan_idle(struct ig_rx *rx, uint64_t now_ms)
 				ig_dispatch_cancel(gw, &req->wait);
 				free(req->cont_refused);
 				req->cont_refused = strdup("the request's deadline (X-Infergate-Timeout-Ms) passed");
-				end_refused_stream(req);
+				ig_xch_end_refused_stream(req);
 			} else if (req->wait.queued) {
 				ig_dispatch_cancel(gw, &req->wait);
-				set_error(req, 504, "deadline_exceeded",
+				ig_xch_set_error(req, 504, "deadline_exceeded",
 					  "the request's deadline (X-Infergate-Timeout-Ms: %ld) passed while it waited for "
 					  "a backend", req->adm.timeout_ms);
-				resume(req);
+				ig_xch_resume(req);
 			} else {
-				end_attempt(req, IG_UPERR_TIMEOUT, "the client's deadline passed");
+				ig_xch_end_attempt(req, IG_UPERR_TIMEOUT, "the client's deadline passed");
 			}
 			continue;
 		}
-		/* No byte after hedge.after_ms: a straggler, hedged (class high
-		 * and normal; not a follow-up pinned to its backend). */
-		long after = cfg->hedge_after_ms >= 0 ? cfg->hedge_after_ms : req->wait.m ? req->wait.m->ttfb_p95_ms : 0;
-		if (after > 0 && !req->hedged && !req->is_hedge && !req->idem && req->xfer.running &&
-		    !req->relay.first_seen && !req->relay.committed && (klass != IG_CLASS_LOW || cfg->hedge_low) &&
-		    !req->wait.pick.pinned && now_ms >= req->hedge_next_ms &&
-		    (ig_now_us() - req->wait.attempt_us) / 1000 >= (uint64_t)after)
-			hedge_start(req, after);
+		/* The strategies may start another attempt (a hedge). */
+		for (const struct ig_strategy *const *s = ig_strategies; *s; s++)
+			if ((*s)->on_tick)
+				(*s)->on_tick(req, now_ms);
 		/* A stream with no first event within timeouts.ttft_ms: a straggler
 		 * (a server's own queue, a stuck prefill): tried elsewhere. */
 		if (ttft_ms && req->xfer.running && req->adm.stream && !req->relay.committed &&
@@ -1841,7 +1678,7 @@ static void scan_idle(struct ig_rx *rx, uint64_t now_ms)
 			char detail[96];
 			snprintf(detail, sizeof(detail), "no first byte in %ld ms", ttft_ms);
 			req->ttft_cut = true;
-			end_attempt(req, IG_UPERR_TIMEOUT, detail);
+			ig_xch_end_attempt(req, IG_UPERR_TIMEOUT, detail);
 			continue;
 		}
 		/* A stream silent timeouts.token_gap_ms after its first event: a
@@ -1852,13 +1689,13 @@ static void scan_idle(struct ig_rx *rx, uint64_t now_ms)
 		if (gap_ms && req->xfer.running && req->relay.committed && !req->relay.paused && quiet >= (uint64_t)gap_ms) {
 			char detail[96];
 			snprintf(detail, sizeof(detail), "no event for %ld ms", gap_ms);
-			end_attempt(req, IG_UPERR_TIMEOUT, detail);
+			ig_xch_end_attempt(req, IG_UPERR_TIMEOUT, detail);
 			continue;
 		}
 		if (req->xfer.running && !req->relay.paused && quiet >= limit) {
 			char detail[96];
 			snprintf(detail, sizeof(detail), "no byte for %lds", gw->cfg->idle_s);
-			end_attempt(req, IG_UPERR_TIMEOUT, detail);
+			ig_xch_end_attempt(req, IG_UPERR_TIMEOUT, detail);
 		}
 	}
 }
@@ -1884,12 +1721,12 @@ void ig_proxy_run_posted(struct ig_rx *rx)
 		}
 		if (ops & IG_HAND_HEDGE_LOST) {
 			bool hedge = req->is_hedge;
-			hedge_lose(req);
+			ig_hedge_lose(req);
 			if (hedge)
 				continue; /* freed */
 		}
 		if (ops & IG_HAND_END_STREAM)
-			end_refused_stream(req);
+			ig_xch_end_refused_stream(req);
 		if ((ops & IG_HAND_START) && req->start_posted) {
 			req->start_posted = false;
 			launch(req);
@@ -1897,11 +1734,11 @@ void ig_proxy_run_posted(struct ig_rx *rx)
 				ops |= IG_HAND_RESUME; /* it failed: the error is the answer */
 		}
 		if (ops & IG_HAND_RESUME)
-			resume(req);
+			ig_xch_resume(req);
 	}
 }
 
-static void req_log(struct ig_req *req, bool completed)
+void ig_xch_req_log(struct ig_req *req, bool completed)
 {
 	struct ig_gw *gw = req->gw;
 	char ts[40];
@@ -1918,7 +1755,7 @@ static void req_log(struct ig_req *req, bool completed)
 			      "s:f, s:I, s:I, s:o, s:o, s:b}",
 			      "time", ts, "request_id", req->request_id, "client", req->client,
 			      "method", ig_routes_method_name(req->adm.method), "path",
-			      req_path(req),
+			      ig_xch_req_path(req),
 			      "status", (json_int_t)ig_proxy_req_status(req),
 			      "status_sent", (json_int_t)req->status_sent,
 			      "error", req->relay.stream_error_msg ? json_string(req->relay.stream_error_msg) : json_null(),
@@ -1982,7 +1819,7 @@ static enum MHD_Result on_request(struct ig_call *call, struct ig_gw *gw, struct
 		}
 		return body_done(req);
 	}
-	return respond(req);
+	return ig_xch_respond(req);
 }
 
 /* server.c's watch saw its client close its side: as any client that
@@ -2011,7 +1848,7 @@ static void on_completed(struct ig_call *call, enum MHD_RequestTerminationCode t
 		req->suspended = false;
 		ig_proxy_req_client_gone(req);
 	}
-	count_answer(req); /* one that never reached its end: a stream the client left */
-	req_log(req, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
-	req_free(req);
+	ig_xch_count_answer(req); /* one that never reached its end: a stream the client left */
+	ig_xch_req_log(req, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
+	ig_xch_req_free(req);
 }
