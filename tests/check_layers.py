@@ -47,7 +47,10 @@ LAYERS = {
         "batches_run",                            # its lines sent and answered
         "batch",                                  # one batch's record and its saving
         "files",                                  # the Files API and its store
-        "proxy exchange strategy try_* watch watch_* reply attempt", # the request path: an exchange, its attempts, strategies, observers
+        "proxy",                                  # the request's life: an exchange and its attempts
+        "try_* watch_*",                          # its strategies (strategy.h) and observers (watch.h): one file each
+        "strategy watch reply attempt",           # their interfaces; the answer's shared parts; one upstream try
+        "exchange",                               # the exchange (struct ig_req) and its primitives
         "cluster idem_share",                     # what gateways share through Redis
         "relay admission dispatch",
         "metrics",                                # reads the scheduler's, the router's and the tables' state

@@ -36,7 +36,7 @@ void ig_hedge_drop(struct ig_req *h)
 	if (h->hedge_of && h->hedge_of->hedge == h)
 		h->hedge_of->hedge = NULL;
 	h->hedge_of = NULL;
-	ig_xch_req_free(h);
+	h->hooks->free(h);
 }
 
 /* p has had no byte for hedge.after_ms: the same request goes to another
@@ -60,7 +60,7 @@ static void hedge_start(struct ig_req *p, long after_ms)
 		free(e);
 		return;
 	}
-	ig_xch_init(h, gw, p->adm.route_idx, p->adm.method); /* on p's reactor */
+	ig_xch_init(h, gw, p->adm.route_idx, p->adm.method, p->hooks); /* on p's reactor */
 	h->adm.model = strdup(p->adm.model ? p->adm.model : "");
 	h->adm.stream = p->adm.stream;
 	h->adm.usage_added = p->adm.usage_added;
