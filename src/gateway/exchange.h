@@ -24,6 +24,7 @@
 #include "upstream.h"
 
 struct ig_req;
+struct ig_watch;
 
 /* The request header that marks a batch's own request: "SECRET OWNER"
  * (batches.c sends it, server.c checks it). The gateway's own: a proxied
@@ -54,6 +55,13 @@ struct ig_xch_hooks {
 #define IG_HAND_REFUSED 4u /* dispatch refused it on another reactor: `refusal` */
 #define IG_HAND_DETACHED_END 8u /* a detached request's answer is decided: told, freed */
 #define IG_HAND_HEDGE_LOST 16u  /* the other of its race answered first (hedge_lose) */
+
+/* Dispatch's refusal as another reactor saw it (malloc'd with its message,
+ * which e.message points at), kept for the exchange's own. */
+struct ig_refusal {
+	struct ig_dispatch_error e;  /* type, param and code are literals */
+	char message[];
+};
 
 /* The exchange: one client's call (its connection, what admission
  * decided, its answer, its reactor) and its upstream attempt (backend,
@@ -101,19 +109,18 @@ struct ig_req {
 	struct ig_list post_link;    /* rx->posted: handed over by another reactor */
 	unsigned post_ops;           /* IG_HAND_*, while posted */
 	bool start_posted;           /* its attempt waits for its reactor to start it */
-	struct ig_dispatch_error refusal; /* dispatch's refusal decided on another reactor,
-				      * until its own runs it (IG_HAND_REFUSED) */
-	char *refusal_msg;           /* its message (malloc'd) */
+	struct ig_refusal *refusal;  /* dispatch's refusal decided on another reactor,
+				      * until its own runs it (IG_HAND_REFUSED), or NULL */
 	struct ig_list idem_link;    /* a reader waiting: its entry's `waiting`, which the
 				      * entry's wakers walk (idem_share.c's replies too) */
 
 	/* 3b. Under the gateway's lock, on its reactor alone (the strategies,
 	 * the observers, the tick, what was posted to it). A hedge shares its
 	 * primary's reactor, so the race's fields are read by one thread. */
-	bool deadline_hit;           /* the client's deadline passed (X-Infergate-Timeout-Ms) */
+	const struct ig_watch *answerer; /* the observer that answers it (watch.h's `answer`):
+				      * set by the one that takes it, else NULL */
 	const char *refused_code;    /* the code of dispatch's refusal (a literal) */
 	char *fallback;              /* the model it runs on instead of its own (model_fallbacks) */
-	bool ttft_cut;               /* its attempt ended for timeouts.ttft_ms (no health failure) */
 	char *cont_refused;          /* why its stream's continuation was refused */
 	/* Idempotency-Key (idem.h): the entry it runs (its answer goes there)
 	 * or reads (a duplicate: the runner's answer is its own). */
@@ -148,6 +155,8 @@ struct ig_req {
 	char *err_body;
 	unsigned status_sent;        /* what the client was answered */
 	bool counted;                /* in the metrics and its key's usage */
+	bool deadline_hit;           /* the client's deadline passed (X-Infergate-Timeout-Ms) */
+	bool ttft_cut;               /* its attempt ended for timeouts.ttft_ms (no health failure) */
 	/* Tracing (trace.h): its context and spans, when it went to the
 	 * scheduler, its first attempt's start, the traceparent line of
 	 * up_headers (rewritten per attempt). */

@@ -121,7 +121,7 @@ static void req_free(struct ig_req *req)
 	ig_buf_free(&req->body);
 	ig_buf_free(&req->orig_body);
 	free(req->cont_refused);
-	free(req->refusal_msg);
+	free(req->refusal);
 	if (req->hedge_of && req->hedge_of->hedge == req)
 		req->hedge_of->hedge = NULL;
 	if (req->hedge) { /* its hedge: on if it won (it runs for itself), else dropped */
@@ -187,10 +187,13 @@ static void on_refused(struct ig_waiter *w, const struct ig_dispatch_error *e)
 		refused_here(req, e);
 		return;
 	}
-	free(req->refusal_msg);
-	req->refusal_msg = strdup(e->message ? e->message : "");
-	req->refusal = *e; /* type, param and code are literals */
-	req->refusal.message = req->refusal_msg ? req->refusal_msg : "refused";
+	size_t n = strlen(e->message ? e->message : "") + 1;
+	free(req->refusal);
+	if ((req->refusal = malloc(sizeof(*req->refusal) + n))) {
+		req->refusal->e = *e;
+		memcpy(req->refusal->message, e->message ? e->message : "", n);
+		req->refusal->e.message = req->refusal->message;
+	}
 	ig_xch_hand_over(req, IG_HAND_REFUSED);
 }
 
@@ -355,9 +358,8 @@ static enum MHD_Result respond(struct ig_req *req)
 	if (rl->client_gone)
 		return MHD_NO;
 	enum MHD_Result theirs;
-	for (const struct ig_watch *const *o = ig_watches; *o; o++)
-		if ((*o)->answer && (*o)->answer(req, &theirs))
-			return theirs;
+	if (req->answerer && req->answerer->answer(req, &theirs))
+		return theirs;
 	if (req->err_status || rl->upstream_done)
 		decided(req);
 	if (req->err_status) {
@@ -690,8 +692,12 @@ void ig_proxy_run_posted(struct ig_rx *rx)
 			if (hedge)
 				continue; /* freed */
 		}
-		if (ops & IG_HAND_REFUSED)
-			refused_here(req, &req->refusal);
+		if (ops & IG_HAND_REFUSED) {
+			static const struct ig_dispatch_error oom = {503, NULL, NULL, "internal_error", "out of memory"};
+			refused_here(req, req->refusal ? &req->refusal->e : &oom);
+			free(req->refusal);
+			req->refusal = NULL;
+		}
 		if ((ops & IG_HAND_START) && req->start_posted) {
 			req->start_posted = false;
 			ig_attempt_launch(req);

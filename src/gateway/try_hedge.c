@@ -15,6 +15,7 @@
 #include "infergate/util.h"
 #include "rx.h"
 #include "strategy.h"
+#include "watch.h"
 
 /* An attempt that lost its race, stopped: its backend time and the prompt
  * it was sent (the prefill it may have cost) counted as hedge waste. Its
@@ -172,6 +173,7 @@ void ig_hedge_lose(struct ig_req *req)
 	req->idem = h->idem;
 	req->idem->refs++;
 	req->idem_reader = true;
+	req->answerer = &ig_watch_idem; /* the idempotency observer reads it out */
 	req->wait.backend = h->wait.backend; /* what answers it (headers, log) */
 	ig_xch_resume(req);
 }

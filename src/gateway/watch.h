@@ -13,6 +13,7 @@
 
 #include <stdbool.h>
 
+#include "exchange.h"
 #include "infergate/httpd.h"
 #include "upstream.h"
 
@@ -31,8 +32,9 @@ struct ig_watch {
 	void (*on_attempt_start)(struct ig_req *req, struct ig_backend *b);
 	/* An attempt ended (e: how; detail: why, or NULL). */
 	void (*on_attempt_end)(struct ig_req *req, enum ig_upstream_error e, const char *detail);
-	/* Whether it answers the exchange itself, *ret MHD's (respond asks
-	 * this first, after every resume). */
+	/* Whether it answers the exchange itself, *ret MHD's: asked first,
+	 * after every resume, of the observer that took the exchange (set
+	 * itself as req->answerer: a duplicate, its keys asked elsewhere). */
 	bool (*answer)(struct ig_req *req, enum MHD_Result *ret);
 	/* The answer is decided (or may be: a stream at its end): once it is,
 	 * each op is told once at least. */
@@ -53,7 +55,10 @@ extern const struct ig_watch ig_watch_idem;  /* watch_idem.c */
  * runner whose client left runs on for its entry. */
 void ig_watch_idem_tee(struct ig_req *req, const char *p, size_t n);
 void ig_watch_idem_committed(struct ig_req *req);
-bool ig_watch_idem_runs_on(const struct ig_req *req);
+static inline bool ig_watch_idem_runs_on(const struct ig_req *req)
+{
+	return req->idem_runner && !req->idem_ended;
+}
 /* Its client left while it ran: a runner runs on, its answer going to its
  * entry alone (conn NULL, freed at its end). */
 void ig_watch_idem_detach(struct ig_req *req);

@@ -66,11 +66,6 @@ void ig_watch_idem_committed(struct ig_req *req)
 	ig_gw_unlock(req->gw);
 }
 
-bool ig_watch_idem_runs_on(const struct ig_req *req)
-{
-	return req->idem_runner && !req->idem_ended;
-}
-
 /* A runner's answer is decided: its entry told (a whole answer's bytes, or
  * what a stream had not teed), kept or not. A refusal or failure of the
  * gateway's, a 5xx, a stream cut or ended by an error event are not kept:
@@ -161,6 +156,7 @@ static int idem_begin(struct ig_req *req)
 		req->idem_runner = true;
 		if (ig_idem_share_claim(gw, e) == 0) {
 			req->idem_asking = true;
+			req->answerer = &ig_watch_idem;
 			return 2;
 		}
 		gw->stats.idem[0]++;
@@ -176,6 +172,7 @@ static int idem_begin(struct ig_req *req)
 	e->refs++;
 	req->idem = e;
 	req->idem_reader = true;
+	req->answerer = &ig_watch_idem;
 	gw->stats.idem[e->done ? 2 : 1]++;
 	ig_log_debug("request %s: Idempotency-Key '%s' %s", req->request_id, v,
 		     e->done ? "was answered: the answer is replayed" : "runs: its answer is followed");
@@ -203,6 +200,7 @@ static int idem_asked(struct ig_req *req)
 	}
 	req->idem_runner = false;
 	req->idem_reader = true;
+	req->answerer = &ig_watch_idem;
 	req->gw->stats.idem[e->conflict ? 3 : req->idem_followed ? 1 : 2]++;
 	ig_log_debug("request %s: its Idempotency-Key is held through another gateway%s", req->request_id,
 		     e->conflict ? " with another body" : "");

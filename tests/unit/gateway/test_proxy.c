@@ -40,7 +40,7 @@ static void two_free(struct two_rx *t)
 	ig_relay_free(&t->req.relay);
 	free(t->req.err_body);
 	free(t->req.cont_refused);
-	free(t->req.refusal_msg);
+	free(t->req.refusal);
 	ig_buf_free(&t->req.body);
 	ig_rx_self = NULL;
 	free(t);

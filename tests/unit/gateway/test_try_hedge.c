@@ -173,6 +173,7 @@ START_TEST(a_failed_first_attempt_takes_its_hedges_answer)
 	ck_assert_int_eq(f->p.hedge_winner, 2);
 	ck_assert(f->p.idem_reader);
 	ck_assert_ptr_eq(f->p.idem, &f->e); /* it reads the hedge's answer */
+	ck_assert_ptr_eq(f->p.answerer, &ig_watch_idem); /* read out by the idempotency observer */
 	ck_assert_int_eq(f->e.refs, 2);
 	ck_assert_ptr_eq(f->p.wait.backend, &f->b2);
 	ck_assert_uint_eq(f->gw.stats.hedges[1], 1);
