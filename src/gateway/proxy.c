@@ -54,10 +54,20 @@ static void watch_attempt_start(struct ig_req *req, struct ig_backend *b);
 static const struct ig_xch_hooks hooks = {on_upstream_done, &relay_ops, &waiter_ops, req_free, decided, admit,
 					  watch_attempt_start};
 
-/* The observers told, in their order (watch.h); the strategies asked, in
- * theirs (strategy.h). */
-const struct ig_watch *const ig_watches[] = {&ig_watch_trace, &ig_watch_idem, NULL};
-const struct ig_strategy *const ig_strategies[] = {&ig_try_hedge, &ig_try_continue, &ig_try_retry, NULL};
+/* The observers, told in this order (watch.h). */
+const struct ig_watch *const ig_watches[] = {
+	&ig_watch_trace, /* spans; the traceparent sent upstream */
+	&ig_watch_idem,  /* Idempotency-Key: the answer kept, a duplicate's read */
+	NULL,
+};
+
+/* The strategies, asked in this order at an attempt's end (strategy.h). */
+const struct ig_strategy *const ig_strategies[] = {
+	&ig_try_hedge,    /* it failed while its hedge runs: the hedge's answer */
+	&ig_try_continue, /* a stream broken after its first byte goes on elsewhere */
+	&ig_try_retry,    /* before any byte: another backend, within the budget */
+	NULL,
+};
 
 /* Each observer with op told: WATCH(on_done, req). */
 #define WATCH(op, ...)                                                                  \
