@@ -55,7 +55,10 @@ LAYERS = {
         "batch",                                  # one batch's record and its saving
         "files_api",                              # the Files API's HTTP side and uploads
         "files",                                  # the Files API's store (files_conf.c: its settings)
-        "proxy",                                  # the request's life (proxy_conf.c: its settings)
+        "proxy",                                  # the request's life: an exchange and its attempts (proxy_conf.c: its settings)
+        "try_* watch_*",                          # its strategies (strategy.h) and observers (watch.h): one file each
+        "strategy watch reply attempt",           # their interfaces; the answer's shared parts; one upstream try
+        "exchange",                               # the exchange (struct ig_req) and its primitives
         "cluster idem_share",                     # what gateways share through Redis
         "cluster_sync",                           # their Redis I/O: syncs, subscriptions, publishing
         "cluster_state cluster_int",              # the view made from this gateway's tables; the cluster's struct
@@ -138,6 +141,17 @@ FIELD_WRITES = {
         "ig_pick_req.chain ig_pick_req.nchain ig_pick_req.pinned ig_pick_req.session ig_pick_req.tokens",
     ("gateway/admission", "gateway/scheduler"):
         "ig_sched_entry.key ig_sched_entry.klass",
+    ("gateway/attempt", "gateway/backend"):
+        "ig_backend.aborted ig_backend.completion_tokens ig_backend.failures ig_backend.prompt_tokens "
+        "ig_backend.served",
+    ("gateway/attempt", "gateway/clients"):
+        "ig_key.completion_tokens ig_key.prompt_tokens",
+    ("gateway/attempt", "gateway/exchange"):
+        "ig_req.last_err ig_req.prio_body ig_req.ttft_cut ig_req.up_headers",
+    ("gateway/attempt", "gateway/relay"):
+        "ig_relay.client_gone",
+    ("gateway/attempt", "gateway/upstream"):
+        "ig_xfer.easy",
     ("gateway/batches", "gateway/batch"):
         "ig_batch.expiring ig_batch.in_progress_at ig_batch.rd_open ig_batches.clustered ig_batches.dir "
         "ig_batches.gw ig_batches.nbatches ig_batches.next_sweep_ms",
@@ -156,10 +170,10 @@ FIELD_WRITES = {
         "ig_batches.next_lease_ms ig_batches.next_progress_ms ig_batches.takeovers",
     ("gateway/batches_run", "gateway/batch"):
         "ig_batch.completed ig_batch.done ig_batch.done_loaded ig_batch.err ig_batch.failed "
-        "ig_batch.finalizing_at ig_batch.have_held ig_batch.held ig_batch.in_progress_at ig_batch.inflight "
-        "ig_batch.input_done ig_batch.jobs ig_batch.journals_open ig_batch.next_flush_ms ig_batch.out "
-        "ig_batch.paused ig_batch.rd ig_batch.rd_open ig_batch.status ig_batches.lines_failed "
-        "ig_batches.lines_ok",
+        "ig_batch.finalizing_at ig_batch.have_held ig_batch.held ig_batch.in_progress_at "
+        "ig_batch.inflight ig_batch.input_done ig_batch.jobs ig_batch.journals_open "
+        "ig_batch.next_flush_ms ig_batch.out ig_batch.paused ig_batch.rd ig_batch.rd_open "
+        "ig_batch.status ig_batches.lines_failed ig_batches.lines_ok",
     ("gateway/batches_run", "gateway/upstream"):
         "ig_xfer.done ig_xfer.easy",
     ("gateway/boot", "gateway/accesslog"):
@@ -176,21 +190,31 @@ FIELD_WRITES = {
         "ig_pick_outcome.duration_us ig_pick_req.low ig_pick_req.ntried ig_pick_req.overshoot "
         "ig_pick_req.tried ig_pick_req.view",
     ("gateway/dispatch", "gateway/scheduler"):
-        "ig_model.ends_held ig_model.ends_run ig_model.inflight ig_model.kept_slots ig_model.overshoot_slots "
-        "ig_model.preempting ig_model.queued ig_model.rejected ig_model.requests ig_model.reserve_set "
-        "ig_model.timeouts ig_sched.budget_req ig_sched.budget_retry ig_sched.budget_sec "
-        "ig_sched.class_inflight ig_sched.dispatched ig_sched.hedge_n ig_sched.hedge_req ig_sched.hedge_sec "
-        "ig_sched.next ig_sched.policy ig_sched.policy_state ig_sched.qlen ig_sched.retries_denied "
-        "ig_sched_entry.deadline_ms",
+        "ig_model.ends_held ig_model.ends_run ig_model.inflight ig_model.kept_slots "
+        "ig_model.overshoot_slots ig_model.preempting ig_model.queued ig_model.rejected "
+        "ig_model.requests ig_model.reserve_set ig_model.timeouts ig_sched.budget_req "
+        "ig_sched.budget_retry ig_sched.budget_sec ig_sched.class_inflight ig_sched.dispatched "
+        "ig_sched.hedge_n ig_sched.hedge_req ig_sched.hedge_sec ig_sched.next ig_sched.policy "
+        "ig_sched.policy_state ig_sched.qlen ig_sched.retries_denied ig_sched_entry.deadline_ms",
+    ("gateway/exchange", "gateway/admission"):
+        "ig_admission.method ig_admission.route_idx",
+    ("gateway/exchange", "gateway/backend"):
+        "ig_backend.aborted",
+    ("gateway/exchange", "gateway/dispatch"):
+        "ig_waiter.ops",
+    ("gateway/exchange", "gateway/scheduler"):
+        "ig_sched_entry.klass",
+    ("gateway/exchange", "gateway/upstream"):
+        "ig_xfer.done",
     ("gateway/health", "gateway/backend"):
         "ig_backend.breaker_fails ig_backend.breaker_opened ig_backend.breaker_trips "
         "ig_backend.breaker_until_ms ig_backend.coming_up ig_backend.consec_fail ig_backend.consec_ok "
         "ig_backend.external_load ig_backend.inflight_peak ig_backend.last_probe_latency_ms "
-        "ig_backend.last_probe_ms ig_backend.last_probe_ok ig_backend.last_probe_status ig_backend.load_path "
-        "ig_backend.models ig_backend.models_any ig_backend.models_at_ms ig_backend.next_probe_ms "
-        "ig_backend.prio_sched ig_backend.prio_threshold ig_backend.probe ig_backend.probes_slow "
-        "ig_backend.probing ig_backend.reported_load ig_backend.reported_waiting ig_backend.seen_up "
-        "ig_backend.state",
+        "ig_backend.last_probe_ms ig_backend.last_probe_ok ig_backend.last_probe_status "
+        "ig_backend.load_path ig_backend.models ig_backend.models_any ig_backend.models_at_ms "
+        "ig_backend.next_probe_ms ig_backend.prio_sched ig_backend.prio_threshold ig_backend.probe "
+        "ig_backend.probes_slow ig_backend.probing ig_backend.reported_load ig_backend.reported_waiting "
+        "ig_backend.seen_up ig_backend.state",
     ("gateway/health", "gateway/upstream"):
         "ig_xfer.done ig_xfer.easy",
     ("gateway/idem_share", "gateway/idem"):
@@ -203,36 +227,29 @@ FIELD_WRITES = {
     ("gateway/policy", "gateway/backend"):
         "ig_backend.inflight ig_backend.inflight_peak",
     ("gateway/proxy", "gateway/admission"):
-        "ig_admission.method ig_admission.model ig_admission.prompt_estimate ig_admission.resp_id "
-        "ig_admission.rl_req_left ig_admission.rl_req_reset_ms ig_admission.rl_shown ig_admission.rl_tok_left "
-        "ig_admission.rl_tok_reset_ms ig_admission.route_idx ig_admission.stream ig_admission.usage_added",
+        "ig_admission.resp_id",
     ("gateway/proxy", "gateway/backend"):
-        "ig_backend.aborted ig_backend.completion_tokens ig_backend.failures ig_backend.prompt_tokens "
-        "ig_backend.rest_until_ms ig_backend.rests ig_backend.retried ig_backend.served",
-    ("gateway/proxy", "gateway/clients"):
-        "ig_key.completion_tokens ig_key.prompt_tokens ig_key.refs",
+        "ig_backend.rest_until_ms ig_backend.rests",
     ("gateway/proxy", "gateway/cont"):
         "ig_cont.max",
     ("gateway/proxy", "gateway/dispatch"):
-        "ig_waiter.alias ig_waiter.backend ig_waiter.m ig_waiter.model ig_waiter.ops ig_waiter.pin_id "
+        "ig_dispatch_error.message ig_waiter.alias ig_waiter.m ig_waiter.model ig_waiter.pin_id "
         "ig_waiter.pin_param",
-    ("gateway/proxy", "gateway/idem"):
-        "ig_idem_entry.content_type ig_idem_entry.refs ig_idem_entry.status",
-    ("gateway/proxy", "gateway/policy"):
-        "ig_pick_req.no_overshoot ig_pick_req.ntried ig_pick_req.tokens",
+    ("gateway/proxy", "gateway/exchange"):
+        "ig_refusal.e ig_req.body_done ig_req.bytes_in ig_req.call ig_req.conn ig_req.cont_refused "
+        "ig_req.deadline_hit ig_req.hedge ig_req.hedge_of ig_req.hedge_refused ig_req.parse_done "
+        "ig_req.parsed ig_req.post_ops ig_req.prio_body ig_req.refusal ig_req.refused_code "
+        "ig_req.start_posted ig_req.status_sent ig_req.suspended ig_req.t_submit_us ig_req.too_large "
+        "ig_req.ttft_cut",
     ("gateway/proxy", "gateway/relay"):
-        "ig_relay.bytes_out ig_relay.client_gone ig_relay.completion_tokens ig_relay.paused "
-        "ig_relay.prompt_tokens ig_relay.race ig_relay.responses ig_relay.store ig_relay.stream ig_relay.tee "
-        "ig_relay.upstream_done ig_relay.upstream_failed ig_relay.usage_added ig_relay.usage_where",
+        "ig_relay.client_gone ig_relay.completion_tokens ig_relay.prompt_tokens ig_relay.responses "
+        "ig_relay.store ig_relay.stream ig_relay.tee ig_relay.upstream_done ig_relay.upstream_failed "
+        "ig_relay.usage_added ig_relay.usage_where",
     ("gateway/proxy", "gateway/rx"):
         "ig_rx.next_idle_scan_ms ig_rx.requests",
-    ("gateway/proxy", "gateway/scheduler"):
-        "ig_sched_entry.key ig_sched_entry.klass",
-    ("gateway/proxy", "gateway/upstream"):
-        "ig_xfer.done ig_xfer.easy",
     ("gateway/reactor", "gateway/rx"):
-        "ig_rx.curl_deadline_us ig_rx.epfd ig_rx.ev_tick ig_rx.ev_wake ig_rx.gw ig_rx.started ig_rx.tick_due "
-        "ig_rx.woken",
+        "ig_rx.curl_deadline_us ig_rx.epfd ig_rx.ev_tick ig_rx.ev_wake ig_rx.gw ig_rx.started "
+        "ig_rx.tick_due ig_rx.woken",
     ("gateway/relay", "common/buf"):
         "ig_buf.len",
     ("gateway/relay", "gateway/backend"):
@@ -243,18 +260,72 @@ FIELD_WRITES = {
         "ig_backend.admin",
     ("gateway/reload", "gateway/conf"):
         "ig_conf.admin_listen_port ig_conf.cluster_lease_s ig_conf.cluster_sync_ms "
-        "ig_conf.header_buffer_bytes ig_conf.listen_port ig_conf.max_connections ig_conf.server_tls_tickets "
-        "ig_conf.workers",
+        "ig_conf.header_buffer_bytes ig_conf.listen_port ig_conf.max_connections "
+        "ig_conf.server_tls_tickets ig_conf.workers",
+    ("gateway/reply", "gateway/admission"):
+        "ig_admission.rl_req_left ig_admission.rl_req_reset_ms ig_admission.rl_shown "
+        "ig_admission.rl_tok_left ig_admission.rl_tok_reset_ms",
+    ("gateway/reply", "gateway/exchange"):
+        "ig_req.counted ig_req.status_sent ig_req.t_answer_us",
+    ("gateway/reply", "gateway/relay"):
+        "ig_relay.bytes_out",
     ("gateway/scheduler", "gateway/clients"):
         "ig_key.completed ig_key.waiting",
     ("gateway/server", "gateway/peer"):
         "ig_peer.client",
     ("gateway/server", "gateway/rx"):
-        "ig_httpd.conns ig_httpd.due ig_httpd.mhd ig_httpd.trail ig_newfd.counted ig_newfd.fd ig_newfd.len "
-        "ig_rx.accepted ig_rx.adding ig_rx.capnewfds ig_rx.closed ig_rx.conns ig_rx.httpd_due "
-        "ig_rx.httpd_trail ig_rx.newfds ig_rx.nhttpd ig_rx.nnewfds",
+        "ig_httpd.conns ig_httpd.due ig_httpd.mhd ig_httpd.trail ig_newfd.counted ig_newfd.fd "
+        "ig_newfd.len ig_rx.accepted ig_rx.adding ig_rx.capnewfds ig_rx.closed ig_rx.conns "
+        "ig_rx.httpd_due ig_rx.httpd_trail ig_rx.newfds ig_rx.nhttpd ig_rx.nnewfds",
+    ("gateway/try_continue", "gateway/backend"):
+        "ig_backend.retried",
+    ("gateway/try_continue", "gateway/exchange"):
+        "ig_req.orig_body",
+    ("gateway/try_continue", "gateway/relay"):
+        "ig_relay.upstream_done",
+    ("gateway/try_fallback", "gateway/dispatch"):
+        "ig_waiter.m ig_waiter.model",
+    ("gateway/try_fallback", "gateway/exchange"):
+        "ig_req.err_body ig_req.err_status ig_req.fallback ig_req.refused_code",
+    ("gateway/try_hedge", "gateway/admission"):
+        "ig_admission.model ig_admission.prompt_estimate ig_admission.stream ig_admission.usage_added",
+    ("gateway/try_hedge", "gateway/clients"):
+        "ig_key.refs",
+    ("gateway/try_hedge", "gateway/cont"):
+        "ig_cont.max",
+    ("gateway/try_hedge", "gateway/dispatch"):
+        "ig_waiter.backend ig_waiter.m ig_waiter.model",
+    ("gateway/try_hedge", "gateway/exchange"):
+        "ig_req.answerer ig_req.detached ig_req.hedge ig_req.hedge_lost ig_req.hedge_missed "
+        "ig_req.hedge_next_ms ig_req.hedge_of ig_req.hedge_winner ig_req.hedged ig_req.idem "
+        "ig_req.idem_reader ig_req.idem_runner ig_req.is_hedge ig_req.retries_done ig_req.up_headers",
+    ("gateway/try_hedge", "gateway/idem"):
+        "ig_idem_entry.refs",
+    ("gateway/try_hedge", "gateway/policy"):
+        "ig_pick_req.no_overshoot ig_pick_req.ntried ig_pick_req.tokens",
+    ("gateway/try_hedge", "gateway/relay"):
+        "ig_relay.race ig_relay.responses ig_relay.stream ig_relay.tee ig_relay.usage_added "
+        "ig_relay.usage_where",
+    ("gateway/try_hedge", "gateway/scheduler"):
+        "ig_sched_entry.key ig_sched_entry.klass",
+    ("gateway/try_retry", "gateway/backend"):
+        "ig_backend.retried",
+    ("gateway/try_retry", "gateway/dispatch"):
+        "ig_waiter.backend",
+    ("gateway/try_retry", "gateway/exchange"):
+        "ig_req.err_status ig_req.retries_done",
     ("gateway/upstream", "gateway/rx"):
-        "ig_rx.curl_deadline_us ig_rx.curl_fds ig_rx.easy_free ig_rx.multi ig_rx.ncurl_fds ig_rx.neasy_free",
+        "ig_rx.curl_deadline_us ig_rx.curl_fds ig_rx.easy_free ig_rx.multi ig_rx.ncurl_fds "
+        "ig_rx.neasy_free",
+    ("gateway/watch_idem", "gateway/exchange"):
+        "ig_req.answerer ig_req.conn ig_req.detached ig_req.idem ig_req.idem_asking ig_req.idem_ended "
+        "ig_req.idem_followed ig_req.idem_off ig_req.idem_reader ig_req.idem_runner ig_req.suspended",
+    ("gateway/watch_idem", "gateway/idem"):
+        "ig_idem_entry.content_type ig_idem_entry.refs ig_idem_entry.status",
+    ("gateway/watch_idem", "gateway/relay"):
+        "ig_relay.bytes_out ig_relay.paused",
+    ("gateway/watch_trace", "gateway/exchange"):
+        "ig_req.t_first_attempt_us ig_req.tp_node ig_req.up_headers",
     ("sim/engine", "sim/kvcache"):
         "sim_kv.own",
     ("sim/parse", "common/buf"):

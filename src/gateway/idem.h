@@ -11,7 +11,8 @@
  * "The Idempotency-Key HTTP Header Field".
  *
  * Threads: the store and its entries are under the gateway's lock.
- * Not here: which requests take part, the tee and the replies (proxy.c). */
+ * Not here: which requests take part, the tee and the replies
+ * (watch_idem.c, an observer of the exchange). */
 #ifndef IG_IDEM_H
 #define IG_IDEM_H
 
@@ -40,7 +41,7 @@ struct ig_idem_entry {
 	bool dropped;               /* out of the store, freed by its last reader */
 	int refs;                   /* requests that run or read it */
 	uint64_t done_ms;
-	struct ig_list waiting;     /* readers waiting for more bytes (proxy.c's) */
+	struct ig_list waiting;     /* readers waiting for more bytes (watch_idem.c) */
 	/* across gateways (idem_share.c's) */
 	unsigned char share;        /* enum ig_idem_share */
 	bool share_busy;            /* a command of its in flight */
@@ -68,7 +69,7 @@ struct ig_idem {
 	size_t max_bytes;
 	uint64_t ttl_ms;
 	struct ig_list shared;      /* entries asking, running or followed across gateways */
-	/* wakes an entry's waiting readers (proxy.c's, set at start) */
+	/* wakes an entry's waiting readers (watch_idem.c's, set at start) */
 	void (*wake)(struct ig_idem_entry *e);
 };
 

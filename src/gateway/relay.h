@@ -13,7 +13,8 @@
  * reader never calls into curl: an unpause is asked of the reactor
  * (ig_upstream_unpause), which does it outside MHD, so curl's write
  * callback never runs under MHD's mutex.
- * Not here: the request's life, retries, the answer's headers (proxy.c). */
+ * Not here: the request's life (proxy.c), retries and continuations
+ * (try_*.c), the answer's headers (reply.c). */
 #ifndef IG_RELAY_H
 #define IG_RELAY_H
 

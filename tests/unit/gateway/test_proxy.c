@@ -1,46 +1,101 @@
-/* Unit tests for the request object (src/gateway/proxy.c, included to
- * reach its static functions): the body a backend that schedules by
- * priority is sent. The rest of a request's life runs against real
- * processes (tests/integration); its parts have their own unit tests
- * (test_admission, test_dispatch, test_relay). */
+/* Unit tests for the exchange's life (src/gateway/proxy.c, included to
+ * reach its static functions): work another reactor decides for an
+ * exchange is posted to its own, which alone reads its relay and transfer
+ * (dispatch's refusal of a continuation queued by try_continue.c, drained
+ * or expired where a slot freed). Two fake reactors, no socket, no curl;
+ * the rest of an exchange's life runs against real processes
+ * (tests/integration). */
 #include "../../../src/gateway/proxy.c"
 
 #include <check.h>
 
 #include "../check_main.h"
 
-/* The body with "priority" first, the rest byte for byte; SGLang runs
- * larger values first, vLLM smaller; a client's own "priority", later in
- * the object, wins. */
-START_TEST(priority_goes_in_front_of_the_body)
+struct two_rx {
+	struct ig_conf cfg;
+	struct ig_gw gw;
+	struct ig_rx own, other;
+	struct ig_req req;
+};
+
+static struct two_rx *two_new(void)
 {
-	struct ig_req *req = calloc(1, sizeof(*req));
-	ig_buf_init(&req->body);
-	ig_buf_printf(&req->body, " {\"model\":\"m\", \"priority\": 3}");
-	req->wait.q.klass = IG_CLASS_HIGH;
-	char *s = body_with_priority(req, 1, 10);
-	ck_assert_str_eq(s, "{\"priority\":10,\"model\":\"m\", \"priority\": 3}");
-	free(s);
-	req->wait.q.klass = IG_CLASS_LOW;
-	s = body_with_priority(req, 2, 10);
-	ck_assert_str_eq(s, "{\"priority\":10,\"model\":\"m\", \"priority\": 3}");
-	free(s);
-	/* one more than a threshold the server told: 11 apart from normal */
-	s = body_with_priority(req, 1, 11);
-	ck_assert_str_eq(s, "{\"priority\":-11,\"model\":\"m\", \"priority\": 3}");
-	free(s);
-	req->wait.q.klass = IG_CLASS_NORMAL;
-	ig_buf_reset(&req->body);
-	ig_buf_printf(&req->body, "{}");
-	s = body_with_priority(req, 1, 10);
-	ck_assert_str_eq(s, "{\"priority\":0}");
-	free(s);
-	ig_buf_reset(&req->body);
-	ig_buf_printf(&req->body, "[1]");
-	ck_assert_ptr_null(body_with_priority(req, 1, 10));
-	ig_buf_free(&req->body);
-	free(req);
+	struct two_rx *t = calloc(1, sizeof(*t));
+	t->gw.cfg = &t->cfg;
+	struct ig_rx *r[] = {&t->own, &t->other};
+	for (int i = 0; i < 2; i++) {
+		r[i]->gw = &t->gw;
+		r[i]->ev_wake.fd = -1;
+		ig_list_init(&r[i]->posted);
+		ig_list_init(&r[i]->reqs);
+	}
+	ig_rx_self = &t->own;
+	ig_xch_init(&t->req, &t->gw, 0, IG_RT_POST, &hooks); /* made on its own reactor */
+	snprintf(t->req.request_id, sizeof(t->req.request_id), "r1");
+	return t;
+}
+
+static void two_free(struct two_rx *t)
+{
+	ig_relay_free(&t->req.relay);
+	free(t->req.err_body);
+	free(t->req.cont_refused);
+	free(t->req.refusal);
+	ig_buf_free(&t->req.body);
+	ig_rx_self = NULL;
+	free(t);
+}
+
+/* Refused on another reactor: nothing of the exchange decided there; its
+ * own reactor, when it runs what was posted, answers with the refusal. */
+START_TEST(a_refusal_on_another_reactor_is_answered_by_its_own)
+{
+	struct two_rx *t = two_new();
+	char msg[64];
+	snprintf(msg, sizeof(msg), "all backends of model 'm' are busy");
+	ig_rx_self = &t->other; /* a drain where a slot freed */
+	on_refused(&t->req.wait, &(struct ig_dispatch_error){503, NULL, NULL, "queue_timeout", msg});
+	memset(msg, 'x', sizeof(msg) - 1); /* dispatch's buffer is gone */
+	ck_assert_uint_eq(t->req.err_status, 0);
+	ck_assert_ptr_null(t->req.err_body);
+	ck_assert(t->req.post_ops & IG_HAND_REFUSED);
+	ck_assert_ptr_eq(IG_LIST_FIRST(&t->own.posted, struct ig_req, post_link), &t->req);
+	ck_assert(!ig_list_linked(&t->other.posted));
+
+	ig_rx_self = &t->own;
+	ig_proxy_run_posted(&t->own);
+	ck_assert_uint_eq(t->req.err_status, 503);
+	ck_assert_ptr_nonnull(strstr(t->req.err_body, "all backends of model 'm' are busy"));
+	ck_assert_str_eq(t->req.refused_code, "queue_timeout");
+	ck_assert(!ig_list_linked(&t->own.posted));
+	two_free(t);
 }
 END_TEST
 
-IG_CHECK_MAIN("proxy", priority_goes_in_front_of_the_body)
+/* A continuation (its stream under way) refused on another reactor: its
+ * own ends the stream with an error event naming why, never a second
+ * status line. */
+START_TEST(a_continuation_refused_elsewhere_ends_its_stream_on_its_own_reactor)
+{
+	struct two_rx *t = two_new();
+	t->req.relay.committed = true;
+	t->req.relay.stream = true;
+	ig_rx_self = &t->other; /* the queue's expiry where a slot freed */
+	on_refused(&t->req.wait, &(struct ig_dispatch_error){503, NULL, NULL, "queue_timeout", "no backend in time"});
+	ck_assert(!t->req.relay.upstream_done);
+	ck_assert_int_eq(t->req.relay.stream_error, 0);
+
+	ig_rx_self = &t->own;
+	ig_proxy_run_posted(&t->own);
+	ck_assert(t->req.relay.upstream_done);
+	ck_assert_int_eq(t->req.relay.stream_error, 502);
+	ck_assert_uint_eq(t->req.err_status, 0); /* the 200 already sent stands */
+	ck_assert_ptr_nonnull(strstr(t->req.relay.stream_error_msg, "no backend in time"));
+	const char *sent = ig_buf_head(&t->req.relay.resp);
+	ck_assert_ptr_nonnull(strstr(sent, "data: {\"error\""));
+	two_free(t);
+}
+END_TEST
+
+IG_CHECK_MAIN("proxy", a_refusal_on_another_reactor_is_answered_by_its_own,
+	      a_continuation_refused_elsewhere_ends_its_stream_on_its_own_reactor)
