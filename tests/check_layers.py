@@ -68,6 +68,7 @@ LAYERS = {
         "scheduler",                              # who runs next
         "policy lb_*",                            # one file per routing policy
         "upstream health",
+        "stats",                                  # what is counted, and the modules' reports registered
         "accesslog answer backend loadreport capacity ratelimit keyset respstore affinity clients cont idem headroom trace servertls cluster_view",
         "structured",                             # whether a request constrains its answer (cont.c asks)
         "conf policy_list",                       # policy_list.h: the policies' table, which conf.c reads

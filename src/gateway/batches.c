@@ -199,7 +199,7 @@ struct ig_batches *ig_batches_open(struct ig_gw *gw, const char *dir, char **err
 		goto fail;
 	}
 	snprintf(bs->mark, sizeof(bs->mark), "%s: %s", IG_BATCH_HEADER, bs->secret);
-	if (ig_metrics_register(gw, &(struct ig_metrics_source){"batches", report_json, report_prom, bs}) < 0) {
+	if (ig_stats_register(gw, &(struct ig_metrics_source){"batches", report_json, report_prom, bs}) < 0) {
 		*err = strdup("out of memory");
 		goto fail;
 	}
@@ -246,7 +246,7 @@ void ig_batches_free(struct ig_batches *bs)
 {
 	if (!bs)
 		return;
-	ig_metrics_unregister(bs->gw, bs);
+	ig_stats_unregister(bs->gw, bs);
 	struct ig_batch *b, *tmp;
 	IG_LIST_FOREACH_SAFE(b, tmp, &bs->all, struct ig_batch, link) {
 		if (bs->clustered && b->ours && !ig_batch_finished(b->status))

@@ -271,7 +271,7 @@ void ig_boot_free(struct ig_gw *gw)
 	gw->files = NULL;
 	gw->responses = NULL;
 	ig_backend_fleet_free(&gw->fleet);
-	ig_metrics_free(gw);
+	ig_stats_free(gw);
 	ig_keyset_free(&gw->api_keys);
 	ig_keyset_free(&gw->admin_keys);
 	ig_accesslog_close(&gw->alog);

@@ -294,7 +294,7 @@ int ig_cluster_start(struct ig_gw *gw)
 	ig_redis_free(rc);
 	uint64_t timeout = c->live_ms > 500 ? c->live_ms : 500;
 	if (ig_cluster_sync_connect(c, timeout) < 0 ||
-	    ig_metrics_register(gw, &(struct ig_metrics_source){"cluster", report_json, report_prom, c}) < 0)
+	    ig_stats_register(gw, &(struct ig_metrics_source){"cluster", report_json, report_prom, c}) < 0)
 		return -1;
 	return 0;
 }
@@ -330,7 +330,7 @@ void ig_cluster_stop(struct ig_gw *gw)
 	if (!c)
 		return;
 	gw->cluster = NULL;
-	ig_metrics_unregister(gw, c);
+	ig_stats_unregister(gw, c);
 	ig_redis_free(c->cmd);
 	ig_redis_free(c->sub);
 	flush_asks(c, true);

@@ -89,10 +89,10 @@ int ig_dispatch_init(struct ig_gw *gw, char **err)
 	gw->report_backend = ig_dispatch_report_backend;
 	gw->report_gateway = ig_dispatch_report;
 	if (ig_rx_every(gw, IG_RX_HOME, IG_RX_TICK_MS, IG_RX_ORDER_DISPATCH, expire_timer, NULL) < 0 ||
-	    ig_metrics_register_at(gw, &(struct ig_metrics_source){.name = "retry_budget", .prom = denied_prom,
+	    ig_stats_register_at(gw, &(struct ig_metrics_source){.name = "retry_budget", .prom = denied_prom,
 								    .arg = &gw->dispatch_stats},
 				   IG_METRICS_ORDER_RETRY_BUDGET) < 0 ||
-	    ig_metrics_register_at(gw, &(struct ig_metrics_source){.name = "queue", .prom = queue_prom,
+	    ig_stats_register_at(gw, &(struct ig_metrics_source){.name = "queue", .prom = queue_prom,
 								    .arg = &gw->dispatch_stats},
 				   IG_METRICS_ORDER_QUEUE) < 0) {
 		*err = strdup("out of memory");
@@ -120,7 +120,7 @@ int ig_dispatch_configure(struct ig_gw *gw)
 
 void ig_dispatch_free(struct ig_gw *gw)
 {
-	ig_metrics_unregister(gw, &gw->dispatch_stats);
+	ig_stats_unregister(gw, &gw->dispatch_stats);
 	policy_free(&gw->sched);
 	gw->sched.policy = NULL;
 	gw->fleet.on_gone = NULL;
@@ -236,7 +236,7 @@ static void dequeue(struct ig_gw *gw, struct ig_waiter *w)
 	w->queued = false;
 	gw->sched.qlen--;
 	w->waited_ms += waited;
-	ig_metrics_observe_wait(gw, w->q.klass, waited);
+	ig_stats_observe_wait(gw, w->q.klass, waited);
 }
 
 /* Queues w in its model's queue, or refuses it (429) when that is full. */

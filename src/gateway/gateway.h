@@ -37,7 +37,7 @@
 #include "event.h"
 #include "infergate/list.h"
 #include "keyset.h"
-#include "metrics.h"
+#include "stats.h"
 #include "peer.h"
 #include "scheduler.h"
 #include "server.h"

@@ -157,15 +157,15 @@ static json_t *headroom_json(const struct ig_gw *gw, const struct ig_model *m)
  * to first token (its histogram), -1 without one. */
 static double model_ttft_p95(const struct ig_gw *gw, const char *name)
 {
-	const struct ig_model_stats *m = ig_metrics_model_stats(&gw->metrics, name);
+	const struct ig_model_stats *m = ig_stats_model_stats(&gw->metrics, name);
 	if (!m || m->ttft.n == 0)
 		return -1;
 	const struct ig_metrics_hist *h = &m->ttft;
 	uint64_t want = (h->n * 95 + 99) / 100, cum = 0;
 	for (int b = 0; b < IG_HIST_BUCKETS; b++)
 		if ((cum += h->counts[b]) >= want)
-			return ig_metrics_bounds[b];
-	return ig_metrics_bounds[IG_HIST_BUCKETS - 1];
+			return ig_stats_bounds[b];
+	return ig_stats_bounds[IG_HIST_BUCKETS - 1];
 }
 
 static json_t *models_detail(struct ig_gw *gw)
@@ -254,7 +254,7 @@ void ig_metrics_sample(struct ig_gw *gw)
 		return; /* this second's is taken */
 	if (!s->history && !(s->history = calloc(IG_HISTORY_S, sizeof(*s->history))))
 		return;
-	s->history[s->history_at] = (struct ig_history_sample){now, ig_metrics_requests_received(gw), gw->stats.completion_tokens,
+	s->history[s->history_at] = (struct ig_history_sample){now, ig_stats_requests_received(gw), gw->stats.completion_tokens,
 								(long)gw->nreqs, (long)gw->sched.qlen,
 								(long)ig_backend_fleet_healthy(&gw->fleet)};
 	s->history_at = (s->history_at + 1) % IG_HISTORY_S;
@@ -296,7 +296,7 @@ char *ig_metrics_backends_json(struct ig_gw *gw)
 	json_t *g = json_pack("{s:s, s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
 			      "version", PACKAGE_VERSION,
 			      "uptime_s", (double)(now - gw->started_ms) / 1000.0,
-			      "requests", (json_int_t)ig_metrics_requests_received(gw),
+			      "requests", (json_int_t)ig_stats_requests_received(gw),
 			      "inflight", (json_int_t)gw->nreqs,
 			      "queue_depth", (json_int_t)gw->sched.qlen,
 			      "healthy_backends", (json_int_t)ig_backend_fleet_healthy(&gw->fleet),

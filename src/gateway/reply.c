@@ -104,10 +104,10 @@ void ig_xch_count_answer(struct ig_req *req)
 	uint64_t duration_us = ig_now_us() - req->t_start_us;
 	int64_t ttfb_us = req->adm.stream && req->relay.t_first_byte_us
 				  ? (int64_t)(req->relay.t_first_byte_us - req->t_start_us) : -1;
-	ig_metrics_observe(req->gw, req->adm.route_idx, status, req->relay.stream_error != 0,
+	ig_stats_observe(req->gw, req->adm.route_idx, status, req->relay.stream_error != 0,
 			   req->wait.backend ? req->wait.backend->url : "", duration_us, ttfb_us);
 	if (status / 100 == 2 && !req->relay.stream_error)
-		ig_metrics_observe_model(req->gw, req->adm.model, duration_us, ttfb_us, req->relay.prompt_tokens,
+		ig_stats_observe_model(req->gw, req->adm.model, duration_us, ttfb_us, req->relay.prompt_tokens,
 					 req->relay.completion_tokens);
 }
 

@@ -817,7 +817,7 @@ static void server_prom(void *arg, struct ig_buf *b)
 int ig_server_start(struct ig_gw *gw, unsigned conn_limit)
 {
 	ig_entry_start(gw->cfg, tell_hangup);
-	if (ig_metrics_register_at(gw, &(struct ig_metrics_source){.name = "server", .prom = server_prom,
+	if (ig_stats_register_at(gw, &(struct ig_metrics_source){.name = "server", .prom = server_prom,
 								    .arg = &gw->server_stats},
 				   IG_METRICS_ORDER_SERVER) < 0)
 		return -1;

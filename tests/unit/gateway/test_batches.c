@@ -76,7 +76,7 @@ static void teardown(struct fixture *f)
 {
 	ig_batches_free(f->bs);
 	ig_files_free(f->gw.files);
-	ig_metrics_free(&f->gw);
+	ig_stats_free(&f->gw);
 	ig_sched_free(&f->gw.sched);
 	ig_backend_fleet_free(&f->gw.fleet);
 	ig_routes_clear(&f->cfg.routes);

@@ -76,7 +76,7 @@ static void two_init(struct two *t)
 static void two_free(struct two *t)
 {
 	ig_dispatch_free(&t->gw);
-	ig_metrics_free(&t->gw); /* what ig_dispatch_init registered */
+	ig_stats_free(&t->gw); /* what ig_dispatch_init registered */
 	ig_sched_free(&t->gw.sched);
 	ig_clients_free(&t->gw.clients);
 	ig_backend_fleet_free(&t->gw.fleet);

@@ -39,7 +39,7 @@ static void setup(struct fixture *f, const char *model)
 
 static void teardown(struct fixture *f)
 {
-	ig_metrics_free(&f->gw);
+	ig_stats_free(&f->gw);
 	ig_sched_free(&f->gw.sched);
 	ig_backend_fleet_free(&f->gw.fleet);
 	ig_routes_clear(&f->cfg.routes);
@@ -63,7 +63,7 @@ START_TEST(every_family_has_one_help_and_one_type_before_its_samples)
 {
 	struct fixture f;
 	setup(&f, "m");
-	ig_metrics_observe(&f.gw, 0, 200, false, "http://127.0.0.1:9/a\"b", 3000, 1000);
+	ig_stats_observe(&f.gw, 0, 200, false, "http://127.0.0.1:9/a\"b", 3000, 1000);
 	char *text = ig_metrics_text(&f.gw);
 	json_t *help = json_object(), *type = json_object();
 	size_t samples = 0;
@@ -110,16 +110,16 @@ START_TEST(histogram_buckets_are_cumulative_and_end_in_inf)
 	struct fixture f;
 	setup(&f, NULL);
 	/* 3 ms, 200 ms, 10,000 s (past every bound) on the first route */
-	ig_metrics_observe(&f.gw, 0, 200, false, "", 3000, -1);
-	ig_metrics_observe(&f.gw, 0, 200, false, "", 200000, -1);
-	ig_metrics_observe(&f.gw, 0, 502, false, "", 10000000000ull, -1);
+	ig_stats_observe(&f.gw, 0, 200, false, "", 3000, -1);
+	ig_stats_observe(&f.gw, 0, 200, false, "", 200000, -1);
+	ig_stats_observe(&f.gw, 0, 502, false, "", 10000000000ull, -1);
 	char *text = ig_metrics_text(&f.gw);
 	const char *route = ig_route_path(&f.cfg, 0);
 	char prefix[256];
 	double last = 0;
 	for (int i = 0; i < IG_HIST_BUCKETS; i++) {
 		snprintf(prefix, sizeof(prefix), "infergate_request_duration_seconds_bucket{route=\"%s\",le=\"%g\"}", route,
-			 ig_metrics_bounds[i]);
+			 ig_stats_bounds[i]);
 		double v = sample(text, prefix);
 		ck_assert_msg(v >= last, "%s %g after %g", prefix, v, last);
 		last = v;
@@ -144,7 +144,7 @@ START_TEST(label_values_are_escaped)
 {
 	struct fixture f;
 	setup(&f, "we\"ird\\na\nme");
-	ig_metrics_observe(&f.gw, 0, 200, false, "http://127.0.0.1:9/a\"b", 1000, -1);
+	ig_stats_observe(&f.gw, 0, 200, false, "http://127.0.0.1:9/a\"b", 1000, -1);
 	char *text = ig_metrics_text(&f.gw);
 	/* a quote, a backslash and a newline in a model's name stay inside its label */
 	ck_assert_ptr_nonnull(strstr(text, "infergate_model_inflight{model=\"we\\\"ird\\\\na\\nme\"} 0\n"));
@@ -185,7 +185,7 @@ START_TEST(registered_sources_show_until_removed)
 	struct fixture f;
 	setup(&f, NULL);
 	int n = 42;
-	ck_assert_int_eq(ig_metrics_register(&f.gw, &(struct ig_metrics_source){"things", src_json, src_prom, &n}), 0);
+	ck_assert_int_eq(ig_stats_register(&f.gw, &(struct ig_metrics_source){"things", src_json, src_prom, &n}), 0);
 	char *text = ig_metrics_text(&f.gw);
 	ck_assert_double_eq(sample(text, "\ninfergate_test_thing"), 42);
 	free(text);
@@ -194,7 +194,7 @@ START_TEST(registered_sources_show_until_removed)
 	ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(j, "things"), "n")), 42);
 	json_decref(j);
 	free(js);
-	ig_metrics_unregister(&f.gw, &n);
+	ig_stats_unregister(&f.gw, &n);
 	text = ig_metrics_text(&f.gw);
 	ck_assert_ptr_null(strstr(text, "infergate_test_thing"));
 	free(text);
@@ -219,10 +219,10 @@ START_TEST(families_go_where_their_order_puts_them)
 	struct fixture f;
 	setup(&f, NULL);
 	int n = 7, m = 8, last = 9;
-	ck_assert_int_eq(ig_metrics_register(&f.gw, &(struct ig_metrics_source){"last", NULL, src_prom, &last}), 0);
-	ck_assert_int_eq(ig_metrics_register_at(&f.gw, &(struct ig_metrics_source){"b", NULL, src_prom_b, &m},
+	ck_assert_int_eq(ig_stats_register(&f.gw, &(struct ig_metrics_source){"last", NULL, src_prom, &last}), 0);
+	ck_assert_int_eq(ig_stats_register_at(&f.gw, &(struct ig_metrics_source){"b", NULL, src_prom_b, &m},
 						IG_METRICS_ORDER_QUEUE), 0);
-	ck_assert_int_eq(ig_metrics_register_at(&f.gw, &(struct ig_metrics_source){"a", NULL, src_prom, &n},
+	ck_assert_int_eq(ig_stats_register_at(&f.gw, &(struct ig_metrics_source){"a", NULL, src_prom, &n},
 						IG_METRICS_ORDER_QUEUE), 0);
 	char *text = ig_metrics_text(&f.gw);
 	const char *aborts = strstr(text, "# HELP infergate_client_aborts_total");
@@ -242,7 +242,7 @@ START_TEST(families_go_where_their_order_puts_them)
 	ck_assert_ptr_nonnull(second);
 	ck_assert(second > probes);
 	free(text);
-	ig_metrics_unregister(&f.gw, &m);
+	ig_stats_unregister(&f.gw, &m);
 	text = ig_metrics_text(&f.gw);
 	ck_assert_ptr_null(strstr(text, "infergate_test_other"));
 	free(text);
