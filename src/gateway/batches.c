@@ -60,7 +60,7 @@
 #include "gateway.h"
 #include "infergate/log.h"
 #include "infergate/util.h"
-#include "metrics.h"
+#include "stats.h"
 #include "proxy.h"
 #include "rx.h"
 

@@ -51,7 +51,7 @@
 #include "infergate/list.h"
 #include "infergate/log.h"
 #include "infergate/util.h"
-#include "metrics.h"
+#include "stats.h"
 #include "redis.h"
 #include "redismsg.h"
 #include "rx.h"

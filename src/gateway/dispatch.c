@@ -17,7 +17,7 @@
 #include "infergate/log.h"
 #include "infergate/oaerror.h"
 #include "infergate/util.h"
-#include "metrics.h"
+#include "stats.h"
 #include "rx.h"
 
 static struct ig_waiter *waiter_of(struct ig_sched_entry *e)

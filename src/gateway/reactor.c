@@ -37,7 +37,7 @@
 #include "bio.h"
 #include "cluster.h"
 #include "health.h"
-#include "metrics.h"
+#include "stats.h"
 #include "infergate/log.h"
 #include "infergate/util.h"
 #include "notify.h"

@@ -11,7 +11,7 @@
 #include "exchange.h"
 #include "infergate/httpd.h"
 #include "infergate/util.h"
-#include "metrics.h"
+#include "stats.h"
 #include "ratelimit.h"
 #include "rx.h"
 
