@@ -16,7 +16,7 @@ note() {
 
 {
 	printf '# infergate: flags and configuration keys\n\n'
-	note 'the table `keys[]` in src/gateway/conf.c'
+	note 'the table `keys[]` in src/gateway/conf/conf.c'
 	printf 'Every flag of `infergate` and every key of its `--config` file, as `infergate --help` prints\n'
 	printf 'them; a flag overrides the file. What the keys are for, and which to set first:\n'
 	printf '[configuring](../configuring.md).\n\n'

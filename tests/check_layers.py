@@ -18,6 +18,11 @@ A module writing a field another module declares fails too, unless the
 field's line in its owner's header says "written by: <module>" (or the write
 is one of today's, listed in FIELD_WRITES until its branch lands).
 
+A program whose files sit in folders (src/gateway/core, .../net) has folders
+as layers too: each folder's README.md says on a line "May call: ..." which
+folders its modules may depend on, and a dependency on any other folder fails,
+as do a folder without that line and May call lines that go round.
+
 Speaks TAP. Run by `make check`; by hand: python3 tests/check_layers.py [SRCDIR]
 (SRCDIR defaults to IG_SRCDIR or the tree this file is in). The last tests run
 the same checks over small trees with a circle, with a call up, with the
@@ -965,6 +970,7 @@ def check(srcdir, layers, known, allowed_writes=None):
         problems, seen = order(edges, layers, known, prog)
         wproblems, wstale, wseen = field_writes(writes, allowed_writes, prog)
         problems += wproblems
+        problems += check_folders(srcdir, edges, prog)
         stale = sorted(k for k in known if k[0].startswith(prog + "/") and k not in seen)
         nmods = len([n for n in edges if n.startswith(prog + "/")])
         lines = []
@@ -987,11 +993,78 @@ def check(srcdir, layers, known, allowed_writes=None):
             if wseen:
                 note.append("%d field(s) of other modules written, tolerated in FIELD_WRITES until their "
                             "branches land" % len(wseen))
-            out.append(("ok", "src/%s: %d modules in %d layers, calls and field accesses only down, no circle, "
-                        "no write to another module's field but those listed" % (prog, nmods, len(layers.get(prog, []))),
+            nfolders = len(folders(srcdir, prog))
+            out.append(("ok", "src/%s: %d modules in %d layers%s, calls and field accesses only down, no circle, "
+                        "no write to another module's field but those listed"
+                        % (prog, nmods, len(layers.get(prog, [])),
+                           " and %d folders" % nfolders if nfolders else ""),
                         note))
     return out, failed
 
+
+
+# ---- folders ----------------------------------------------------------------
+# A program whose files sit in folders (src/gateway/core, .../net) says in each
+# folder's README.md what lives there and, on a line of its own,
+#   May call: folder folder ...
+# the folders its modules may depend on (besides their own and the libraries).
+# Every dependency of a module on a module of another folder must be allowed
+# there, the folders' allowances must not form a circle, and every folder has
+# its README. So the folders are layers too, and the README is the rule.
+MAY_CALL = re.compile(r"^May call:\s*(.*)$", re.M)
+
+
+def folders(srcdir, prog):
+    """{folder: set(folders it may call)} of src/PROG's folders, or {} when the
+    program is flat; a folder without a README (or its May call line) maps to None."""
+    d = os.path.join(srcdir, "src", prog)
+    out = {}
+    for sub in sorted(os.listdir(d)):
+        p = os.path.join(d, sub)
+        if not os.path.isdir(p):
+            continue
+        readme = os.path.join(p, "README.md")
+        m = MAY_CALL.search(open(readme).read()) if os.path.isfile(readme) else None
+        out[sub] = None if not m else {w.strip("`,.") for w in m.group(1).split() if w.strip("`,.") not in ("", "nothing")}
+    return out
+
+
+def folder_of(srcdir, files):
+    """The folder of a module (from its files), or None at the program's top."""
+    for f in files:
+        rel = os.path.relpath(f, srcdir).split(os.sep)
+        if rel[0] == "src" and len(rel) > 3:
+            return rel[2]
+    return None
+
+
+def check_folders(srcdir, edges, prog):
+    """Problems (lists of lines) of src/PROG's folders."""
+    allowed = folders(srcdir, prog)
+    if not allowed:
+        return []
+    problems = []
+    for f, may in sorted(allowed.items()):
+        if may is None:
+            problems.append(["src/%s/%s has no README.md with a 'May call:' line" % (prog, f)])
+        else:
+            for g in sorted(may - set(allowed)):
+                problems.append(["src/%s/%s/README.md: 'May call' names %s, which is no folder" % (prog, f, g)])
+    mods = modules(srcdir).get(prog, {})
+    fol = {prog + "/" + m: folder_of(srcdir, files) for m, files in mods.items()}
+    for a in sorted(n for n in edges if n in fol):
+        fa = fol[a]
+        for b in sorted(edges[a]):
+            fb = fol.get(b)
+            if b not in fol or fb == fa or fb is None or fa is None or allowed.get(fa) is None:
+                continue
+            if fb not in allowed[fa]:
+                why = ", ".join(edges[a][b][:3]) + (", ..." if len(edges[a][b]) > 3 else "")
+                problems.append(["%s -> %s: folder %s may not call %s (its README.md)" % (a, b, fa, fb), "  " + why])
+    graph_f = {f: {g for g in (may or ()) if g in allowed} for f, may in allowed.items()}
+    for comp in circles(graph_f):
+        problems.append(["src/%s: the folders' May call lines go round: %s" % (prog, " <-> ".join(comp))])
+    return problems
 
 def plant(tmp, files):
     d = os.path.join(tmp, "src", "x")
@@ -1005,7 +1078,7 @@ def main():
     srcdir = sys.argv[1] if len(sys.argv) > 1 else os.environ.get(
         "IG_SRCDIR", os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     results, failed = check(srcdir, LAYERS, KNOWN, FIELD_WRITES)
-    print("1..%d" % (len(results) + 4))
+    print("1..%d" % (len(results) + 5))
     n = 0
     for status, what, lines in results:
         n += 1
@@ -1112,6 +1185,31 @@ def main():
         else:
             failed += 1
             print("not ok %d - the check missed a field read going up or a stale entry: %r" % (n, res))
+
+    # Folders: hi may call lo; lo's b.c calls hi's a.c (a call up the
+    # folders, though the module table allows it), and a folder with no
+    # README.md.
+    with tempfile.TemporaryDirectory() as tmp:
+        for sub, files in {"hi": {"a.h": "int a_f(void);\n", "a.c": '#include "a.h"\nint a_f(void) { return 1; }\n',
+                                  "README.md": "# hi\n\nMay call: lo\n"},
+                           "lo": {"b.h": "int b_g(void);\n",
+                                  "b.c": '#include "b.h"\nint a_f(void);\nint b_g(void) { return a_f(); }\n',
+                                  "README.md": "# lo\n\nMay call: nothing\n"},
+                           "bare": {"c.c": "int c_h(void) { return 0; }\n"}}.items():
+            d = os.path.join(tmp, "src", "x", sub)
+            os.makedirs(d)
+            for name, text in files.items():
+                with open(os.path.join(d, name), "w") as f:
+                    f.write(text)
+        got = check_folders(tmp, graph(tmp), "x")
+        want = [["src/x/bare has no README.md with a 'May call:' line"],
+                ["x/b -> x/a: folder lo may not call hi (its README.md)", "  b.c uses a_f()"]]
+        n += 1
+        if got == want:
+            print("ok %d - the check fails a planted call up the folders (lo -> hi) and a folder with no README" % n)
+        else:
+            failed += 1
+            print("not ok %d - the check missed or misread a planted call up the folders: %r" % (n, got))
     return 1 if failed else 0
 
 

@@ -28,24 +28,24 @@ import tempfile
 # names the module (includes its .c or .h, or links its .c).
 EXEMPT = {
     "*/main.c": "a program's entry (flags, signals, the loop): run by the integration tests, which start each program",
-    "gateway/lb_*.c": "one routing policy each behind struct ig_policy: tested together through policy.h "
-                      "in tests/unit/gateway/test_policy.c",
-    "gateway/cluster_sync.c": "the cluster's Redis I/O (scripts, subscriptions, the outbox): its counts of refused "
-                              "values in tests/unit/gateway/test_cluster.c, the rest against a real Redis in "
+    "gateway/sched/lb_*.c": "one routing policy each behind struct ig_policy: tested together through policy.h "
+                      "in tests/unit/gateway/sched/test_policy.c",
+    "gateway/cluster/cluster_sync.c": "the cluster's Redis I/O (scripts, subscriptions, the outbox): its counts of refused "
+                              "values in tests/unit/gateway/cluster/test_cluster.c, the rest against a real Redis in "
                               "tests/integration/test_cluster_redis.py and the fuzz targets fuzz_redis_*.c",
-    "gateway/conf_parts.c": "the list of the modules' settings, in --help's order: registered and read whole by "
-                            "tests/unit/gateway/test_conf.c (conf_parts.h), whose tables and --help it checks",
+    "gateway/core/conf_parts.c": "the list of the modules' settings, in --help's order: registered and read whole by "
+                            "tests/unit/gateway/conf/test_conf.c (conf_parts.h), whose tables and --help it checks",
 }
 
 # Known gaps (issue 47, item 4): modules with no unit test yet, each with what
 # covers it today. Shrink this list: write tests/unit/<prog>/test_<m>.c and
 # take its line out (the check fails while the line stays).
 UNTESTED = {
-    "gateway/exchange.c": "the exchange's primitives, moved from proxy.c: tests/integration/test_gateway.py, test_faults.py",
-    "gateway/reply.c": "what every answer shares, moved from proxy.c: tests/integration/test_gateway.py, test_models.py",
-    "gateway/try_fallback.c": "model_fallbacks, moved from proxy.c: tests/integration/test_models.py",
-    "gateway/watch_idem.c": "Idempotency-Key as an observer, moved from proxy.c: tests/integration/test_idempotency.py",
-    "gateway/watch_trace.c": "tracing as an observer, moved from proxy.c: tests/integration/test_tracing.py",
+    "gateway/path/exchange.c": "the exchange's primitives, moved from proxy.c: tests/integration/test_gateway.py, test_faults.py",
+    "gateway/path/reply.c": "what every answer shares, moved from proxy.c: tests/integration/test_gateway.py, test_models.py",
+    "gateway/path/try_fallback.c": "model_fallbacks, moved from proxy.c: tests/integration/test_models.py",
+    "gateway/path/watch_idem.c": "Idempotency-Key as an observer, moved from proxy.c: tests/integration/test_idempotency.py",
+    "gateway/path/watch_trace.c": "tracing as an observer, moved from proxy.c: tests/integration/test_tracing.py",
 }
 
 

@@ -103,7 +103,7 @@ tsan() {
 	reports=$dir/reports
 	if ! configure_in "$dir" CFLAGS="-O1 -g -fsanitize=thread -fno-omit-frame-pointer" LDFLAGS="-fsanitize=thread" ||
 	   ! make -C "$dir" -j"$jobs" infergate infergate-sim infergate-bulk tests/infergate-faults \
-		tests/unit/gateway/test_bio >"$dir/build.log" 2>&1; then
+		tests/unit/gateway/net/test_bio >"$dir/build.log" 2>&1; then
 		report 1 "ThreadSanitizer build" "$dir/build.log"
 		return
 	fi
@@ -120,7 +120,7 @@ tsan() {
 		grep -q '^not ok' "$dir/$t.tap" && rc=1
 	done
 	TSAN_OPTIONS="log_path=$reports/tsan" CK_TAP_LOG_FILE_NAME=- CK_VERBOSITY=silent \
-		"$dir/tests/unit/gateway/test_bio" >"$dir/test_bio.tap" 2>&1 || rc=1
+		"$dir/tests/unit/gateway/net/test_bio" >"$dir/test_bio.tap" 2>&1 || rc=1
 	races=$(cat "$reports"/tsan* 2>/dev/null | grep -c 'WARNING: ThreadSanitizer' || true)
 	[ "$races" = 0 ] || { rc=1; cat "$reports"/tsan* | head -80 | sed 's/^/# /'; }
 	[ $rc = 0 ] || grep -h '^not ok' "$dir"/test_*.tap | sed 's/^/# /'

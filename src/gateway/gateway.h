@@ -27,21 +27,21 @@
 
 #include <jansson.h>
 
-#include "accesslog.h"
-#include "backend.h"
-#include "clients.h"
-#include "conf.h"
-#include "cont.h"
-#include "dispatch.h"
-#include "idem.h"
-#include "event.h"
+#include "conf/conf.h"
+#include "conf/peer.h"
+#include "core/server.h"
+#include "fleet/backend.h"
 #include "infergate/list.h"
-#include "keyset.h"
-#include "stats.h"
-#include "peer.h"
-#include "scheduler.h"
-#include "server.h"
-#include "upstream.h"
+#include "keys/clients.h"
+#include "keys/keyset.h"
+#include "net/event.h"
+#include "net/upstream.h"
+#include "obs/accesslog.h"
+#include "obs/stats.h"
+#include "path/cont.h"
+#include "path/idem.h"
+#include "sched/dispatch.h"
+#include "sched/scheduler.h"
 
 /* The request path's counters: written by proxy.c and what it calls
  * (answer.c; server.c for the answers it makes itself: responses), printed

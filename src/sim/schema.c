@@ -13,7 +13,7 @@
  *   (python/sglang/srt/sampling/sampling_params.py).
  * A regex, a grammar, a choice list or a structural tag is not followed:
  * the answer is words as usual (a gateway treats them alike: it only needs
- * to know that the answer is constrained, src/gateway/structured.c).
+ * to know that the answer is constrained, src/gateway/path/structured.c).
  * The Responses API's text.format is not read either.
  *
  * The subset of JSON Schema followed: "type" (object, array, string,

@@ -11,8 +11,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "conf.h"
-#include "conf_parts.h"
+#include "conf/conf.h"
+#include "core/conf_parts.h"
 
 /* The modules' rows and checks, as main.c registers them. */
 __attribute__((constructor)) static void register_table(void)

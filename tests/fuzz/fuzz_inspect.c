@@ -9,7 +9,7 @@
  * member in front of the original bytes when it had no stream_options),
  * every other member unchanged, and any other body is forwarded byte for
  * byte; its token estimate for a key's tpm is at least 1. */
-#include "../../src/gateway/admission.c"
+#include "../../src/gateway/path/admission.c"
 
 #include <stdio.h>
 

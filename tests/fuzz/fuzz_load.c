@@ -10,8 +10,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "loadreport.h"
-#include "capacity.h"
+#include "fleet/capacity.h"
+#include "fleet/loadreport.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -9,10 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "batch.h"
-#include "files.h"
+#include "api/batch.h"
+#include "api/files.h"
 #include "fuzz_redis.h"
-#include "redismsg.h"
+#include "net/redismsg.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

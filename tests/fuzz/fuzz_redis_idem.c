@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "idem_share.h"
-#include "redismsg.h"
+#include "net/redismsg.h"
+#include "path/idem_share.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

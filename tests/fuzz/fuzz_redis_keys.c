@@ -9,10 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cluster.h"
-#include "cluster_share.h"
+#include "cluster/cluster.h"
+#include "cluster/cluster_share.h"
 #include "fuzz_redis.h"
-#include "redismsg.h"
+#include "net/redismsg.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "batch.h"
+#include "api/batch.h"
 #include "fuzz_redis.h"
-#include "redismsg.h"
+#include "net/redismsg.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

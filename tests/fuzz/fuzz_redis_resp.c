@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "fuzz_redis.h"
-#include "redismsg.h"
+#include "net/redismsg.h"
 
 static void check(const char *p, size_t n)
 {

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "redismsg.h"
+#include "net/redismsg.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

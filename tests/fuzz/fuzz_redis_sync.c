@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "fuzz_redis.h"
-#include "redismsg.h"
+#include "net/redismsg.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -1,5 +1,5 @@
 /* libFuzzer target: what the gateway's Redis connection does with the bytes
- * Redis sends (src/gateway/redis.c, included for take_bytes and adopt): the
+ * Redis sends (src/gateway/net/redis.c, included for take_bytes and adopt): the
  * parser behind its limits, the FIFO of replies, pushes on a subscriber's
  * connection. Byte 0 chooses the connection (bit 0: a subscriber's, to two
  * channels; bits 1-3: the commands awaiting replies on a command
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "redis.c"
+#include "net/redis.c"
 
 struct counts {
 	long replies, nulls, bad;

@@ -63,10 +63,10 @@ archive() { # name files...
 	ar cr "$build/lib$name.a" $objs
 }
 rm -f "$build"/lib*.build.log
-[ -f "$src/src/gateway/embed.sh" ] &&
-	sh "$src/src/gateway/embed.sh" "$src/src/gateway/status.html" ig_status_html >"$build/status_html.c"
+[ -f "$src/src/gateway/api/embed.sh" ] &&
+	sh "$src/src/gateway/api/embed.sh" "$src/src/gateway/api/status.html" ig_status_html >"$build/status_html.c"
 if ! archive common "$src"/src/common/*.c ||
-   ! archive gateway $(ls "$src"/src/gateway/*.c | grep -v '/main\.c$') "$build/status_html.c" ||
+   ! archive gateway $(find "$src"/src/gateway -name '*.c' | sort | grep -v '/main\.c$') "$build/status_html.c" ||
    ! archive batchfile "$src"/src/batchfile/*.c ||
    ! archive bulk $(ls "$src"/src/bulk/*.c | grep -v '/main\.c$'); then
 	cat "$build"/lib*.build.log

@@ -24,7 +24,7 @@ from harness import (BUILDDIR, SRCDIR, Dir, chat_body, http, http_json, keys_fil
 
 FAST = ("--tokens-per-second", "0", "--ttft-ms", "0")
 QUICK_HEALTH = ("--health-interval-ms", "100", "--health-timeout-ms", "500")
-PAGE = os.path.join(SRCDIR, "src", "gateway", "status.html")
+PAGE = os.path.join(SRCDIR, "src", "gateway", "api", "status.html")
 SCREENSHOT = os.path.join(BUILDDIR, "tests", "status-page.png")
 
 
@@ -155,7 +155,7 @@ def status_page_shows_backends_counters_and_chart():
     st_root, hdrs_root, page_root = http("GET", gw.url + "/")
     assert st_root == 200 and page_root == page, (st_root, page_root[:300])
     with open(PAGE, "rb") as f:
-        assert page == f.read(), "GET /status does not serve the current src/gateway/status.html " \
+        assert page == f.read(), "GET /status does not serve the current src/gateway/api/status.html " \
                                  "(is the embedded copy rebuilt when the file changes?)"
 
     def kept(t):   # the headroom kept over the models (/health/backends)
