@@ -43,7 +43,6 @@ EXEMPT = {
 UNTESTED = {
     "gateway/path/exchange.c": "the exchange's primitives, moved from proxy.c: tests/integration/test_gateway.py, test_faults.py",
     "gateway/path/reply.c": "what every answer shares, moved from proxy.c: tests/integration/test_gateway.py, test_models.py",
-    "gateway/path/watch_idem.c": "Idempotency-Key as an observer, moved from proxy.c: tests/integration/test_idempotency.py",
     "gateway/path/watch_trace.c": "tracing as an observer, moved from proxy.c: tests/integration/test_tracing.py",
 }
 
