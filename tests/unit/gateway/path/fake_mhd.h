@@ -14,6 +14,7 @@
 
 struct fake_conn {
 	const char *idem_key;     /* its Idempotency-Key header, or NULL */
+	const char *traceparent, *tracestate; /* its trace context headers, or NULL */
 	int suspends, resumes;    /* MHD_suspend_connection / MHD_resume_connection calls */
 	int queued;               /* answers queued */
 	unsigned status;          /* the last one's */
@@ -44,8 +45,14 @@ const union MHD_ConnectionInfo *MHD_get_connection_info(struct MHD_Connection *c
 const char *MHD_lookup_connection_value(struct MHD_Connection *connection, enum MHD_ValueKind kind, const char *key)
 {
 	struct fake_conn *fc = (struct fake_conn *)(void *)connection;
-	if (fc && kind == MHD_HEADER_KIND && strcasecmp(key, "Idempotency-Key") == 0)
+	if (!fc || kind != MHD_HEADER_KIND)
+		return NULL;
+	if (strcasecmp(key, "Idempotency-Key") == 0)
 		return fc->idem_key;
+	if (strcasecmp(key, "traceparent") == 0)
+		return fc->traceparent;
+	if (strcasecmp(key, "tracestate") == 0)
+		return fc->tracestate;
 	return NULL;
 }
 
