@@ -214,6 +214,33 @@ START_TEST(a_long_error_message_is_bounded)
 }
 END_TEST
 
+/* A long message naming non-ASCII text is cut before a character it
+ * would split: the client reads valid UTF-8, the whole of every character
+ * kept (the one formatter, oaerror.h's). */
+START_TEST(a_long_error_message_is_not_cut_inside_a_character)
+{
+	struct fake *f = fake_new();
+	struct ig_req *r = &f->req;
+	char big[2001]; /* 1000 times "é" (2 bytes each) */
+	for (int i = 0; i < 1000; i++)
+		memcpy(big + 2 * i, "\xc3\xa9", 2);
+	big[2000] = '\0';
+	ig_xch_set_error(r, 404, "model_not_found", "the model %s does not exist", big);
+	json_t *j = json_loads(r->err_body, 0, NULL);
+	ck_assert_ptr_nonnull(j);
+	const char *msg = json_string_value(json_object_get(json_object_get(j, "error"), "message"));
+	size_t n = strlen(msg);
+	ck_assert_uint_le(n, 1023);
+	ck_assert_uint_eq(n, 1022); /* "the model " (10 bytes) and 506 whole characters, not 1013 bytes */
+	ck_assert_int_eq(strncmp(msg, "the model ", 10), 0);
+	ck_assert_int_eq(memcmp(msg + n - 2, "\xc3\xa9", 2), 0);
+	ck_assert_str_eq(json_string_value(json_object_get(json_object_get(j, "error"), "type")), "not_found_error");
+	json_decref(j);
+	ig_list_del(&r->link);
+	fake_free(f);
+}
+END_TEST
+
 /* Nothing running and nothing queued: stopping its attempt cuts nothing. */
 START_TEST(stopping_with_no_attempt_cuts_nothing)
 {
@@ -229,4 +256,5 @@ END_TEST
 
 IG_CHECK_MAIN("exchange", an_exchange_belongs_to_the_reactor_it_was_made_on, suspend_and_resume_happen_once_each,
 	      another_reactor_hands_it_over, a_detached_exchange_is_ended_not_resumed, the_error_answer_is_openai_shaped,
-	      a_long_error_message_is_bounded, stopping_with_no_attempt_cuts_nothing)
+	      a_long_error_message_is_bounded, a_long_error_message_is_not_cut_inside_a_character,
+	      stopping_with_no_attempt_cuts_nothing)
