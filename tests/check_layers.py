@@ -74,7 +74,7 @@ LAYERS = {
         "policy lb_*",                            # one file per routing policy
         "upstream health",
         "stats",                                  # what is counted, and the modules' reports registered
-        "accesslog answer backend loadreport capacity ratelimit keyset respstore affinity clients cont idem headroom trace servertls cluster_view",
+        "path_stats accesslog answer backend loadreport capacity ratelimit keyset respstore affinity clients cont idem headroom trace servertls cluster_view",
         "structured",                             # whether a request constrains its answer (cont.c asks)
         "conf policy_list",                       # policy_list.h: the policies' table, which conf.c reads
         "routes peer",                            # peer: who a client is (trusted_proxies), which conf.c checks
@@ -779,7 +779,7 @@ def init_type(code, at):
 # check (its test is its module's).
 PARTS = {
     "gateway": {"cluster_conf": "cluster", "cont_conf": "cont", "files_conf": "files", "idem_conf": "idem",
-                "proxy_conf": "proxy", "trace_conf": "trace", "conf_fleet": "conf", "metrics_json": "metrics"},
+                "proxy_conf": "proxy", "proxy_metrics": "proxy", "trace_conf": "trace", "conf_fleet": "conf", "metrics_json": "metrics"},
 }
 
 

@@ -41,11 +41,6 @@ EXEMPT = {
 # covers it today. Shrink this list: write tests/unit/<prog>/test_<m>.c and
 # take its line out (the check fails while the line stays).
 UNTESTED = {
-    "gateway/path/exchange.c": "the exchange's primitives, moved from proxy.c: tests/integration/test_gateway.py, test_faults.py",
-    "gateway/path/reply.c": "what every answer shares, moved from proxy.c: tests/integration/test_gateway.py, test_models.py",
-    "gateway/path/try_fallback.c": "model_fallbacks, moved from proxy.c: tests/integration/test_models.py",
-    "gateway/path/watch_idem.c": "Idempotency-Key as an observer, moved from proxy.c: tests/integration/test_idempotency.py",
-    "gateway/path/watch_trace.c": "tracing as an observer, moved from proxy.c: tests/integration/test_tracing.py",
 }
 
 

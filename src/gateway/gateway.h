@@ -40,30 +40,9 @@
 #include "obs/stats.h"
 #include "path/cont.h"
 #include "path/idem.h"
+#include "path/path_stats.h"
 #include "sched/dispatch.h"
 #include "sched/scheduler.h"
-
-/* The request path's counters: written by proxy.c and what it calls
- * (answer.c; server.c for the answers it makes itself: responses), printed
- * by metrics.c. Still gw->stats, so that the request path's writes read as
- * before; each other module's counters are its own (server.h:
- * struct ig_server_stats, dispatch.h: struct ig_dispatch_stats, metrics.h:
- * struct ig_metrics_stats). */
-struct ig_proxy_stats {
-	uint64_t responses[6];      /* by status class 1xx..5xx, index status/100 */
-	uint64_t retries;
-	uint64_t client_aborts;
-	uint64_t continued[IG_CONT_NREASONS]; /* broken streams continued elsewhere, by why */
-	uint64_t cont_prompt_tokens; /* prompt tokens those continuations sent again */
-	uint64_t hedges[4];         /* hedges sent, won (the hedge answered first), lost
-				     * (the primary did), not sent (the budget, no free slot) */
-	uint64_t hedge_waste_us;    /* backend time of the attempts that lost a race */
-	uint64_t hedge_waste_prompt_tokens; /* the prompts they were sent (estimated) */
-	uint64_t idem[4];           /* Idempotency-Key requests: ran, joined (while it ran),
-				     * replayed (after), conflicts (another body: 422) */
-	uint64_t upstream_errors[IG_UPERR_OTHER + 1];
-	uint64_t prompt_tokens, completion_tokens;
-};
 
 struct ig_rx;
 struct ig_discovery;
@@ -118,7 +97,7 @@ struct ig_gw {
 	size_t nreqs;                  /* live proxied requests, all reactors */
 	struct ig_sched sched;         /* per-model pools and wait queues, the policy */
 	struct ig_clients clients;     /* API keys' state: shares, limits, usage */
-	struct ig_proxy_stats stats;     /* the request path's counters (above) */
+	struct ig_proxy_stats stats;     /* the request path's counters (path/path_stats.h) */
 	struct ig_metrics_stats metrics; /* the finished requests' (metrics.h) */
 	struct ig_server_stats server_stats; /* the client connections' (server.h) */
 	struct ig_dispatch_stats dispatch_stats; /* the queues' (dispatch.h) */

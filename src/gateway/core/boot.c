@@ -197,6 +197,10 @@ int ig_boot_init(struct ig_gw *gw, struct ig_conf *cfg)
 		free(err);
 		return -1;
 	}
+	if (ig_proxy_init(gw) < 0) {
+		ig_log_error("out of memory");
+		return -1;
+	}
 	if (ig_sched_rebuild(&gw->sched, &gw->fleet) < 0)
 		return -1;
 	if (*cfg->server_tls_cert) {

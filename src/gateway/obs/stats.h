@@ -78,7 +78,7 @@ enum ig_metrics_order {
 	IG_METRICS_ORDER_GATEWAY = 100,   /* build, uptime, requests, durations, reactors (metrics.c) */
 	IG_METRICS_ORDER_SERVER = 150,    /* client hang-ups, header timeouts, per-IP refusals (server.c) */
 	IG_METRICS_ORDER_LOCK = 200,      /* the lock, requests per reactor (metrics.c) */
-	IG_METRICS_ORDER_PROXY = 300,     /* retries, continuations, hedges, Idempotency-Keys (metrics.c, gw->stats) */
+	IG_METRICS_ORDER_PROXY = 300,     /* retries, continuations, hedges, Idempotency-Keys (path/proxy_metrics.c, gw->stats) */
 	IG_METRICS_ORDER_RETRY_BUDGET = 350, /* retries denied (dispatch.c) */
 	IG_METRICS_ORDER_ABORTS = 400,    /* clients that left first (metrics.c) */
 	IG_METRICS_ORDER_QUEUE = 450,     /* queue depth, 429s, timeouts (dispatch.c) */

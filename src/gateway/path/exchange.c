@@ -87,25 +87,19 @@ void ig_xch_resume(struct ig_req *req)
 	}
 }
 
-/* The error answer decided here, in OpenAI's shape. */
-static void error_answer(struct ig_req *req, unsigned status, const char *type, const char *param, const char *code,
-			 const char *fmt, va_list ap) __attribute__((format(printf, 6, 0)));
-static void error_answer(struct ig_req *req, unsigned status, const char *type, const char *param, const char *code,
-			 const char *fmt, va_list ap)
-{
-	char msg[1024];
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	free(req->err_body);
-	req->err_status = status;
-	req->err_body = ig_oaerror_json(msg, type, param, code);
-}
-
+/* The error answer decided here, in OpenAI's shape: its message printf'd
+ * by the one formatter of the errors the gateway decides (oaerror.h: at
+ * most IG_OAERROR_MESSAGE_MAX bytes, never cut inside a character), its
+ * type the status's. */
 void ig_xch_set_error(struct ig_req *req, unsigned status, const char *code, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	error_answer(req, status, ig_oaerror_type_for_status(status), NULL, code, fmt, ap);
+	char *body = ig_oaerror_vjsonf(status, NULL, NULL, code, fmt, ap);
 	va_end(ap);
+	free(req->err_body);
+	req->err_status = status;
+	req->err_body = body;
 }
 
 /* An error decided by admission or dispatch. */

@@ -30,5 +30,8 @@ struct ig_idem_entry;
 void ig_proxy_idem_wake(struct ig_idem_entry *e);
 /* Does what other reactors asked of rx's requests (IG_HAND_*). */
 void ig_proxy_run_posted(struct ig_rx *rx);
+/* The request path's part of the boot: its /metrics family registered
+ * (proxy_metrics.c). 0, or -1 out of memory. */
+int ig_proxy_init(struct ig_gw *gw);
 
 #endif

@@ -13,12 +13,11 @@
 #include "keys/keyset.h"
 #include "path/exchange.h"
 
-/* model_fallbacks: a request refused because no backend of its model is up
- * (503 no_healthy_backend) or its model's queue is full (429 queue_full)
- * runs on the model's next fallback that its key may use, its body naming
- * that model; X-Infergate-Fallback says so. Returns true when it was
- * placed there (started or queued); false leaves the last refusal. */
-bool ig_try_fallback(struct ig_req *req)
+typedef enum ig_dispatch_result (*fallback_submit_fn)(struct ig_gw *gw, struct ig_waiter *w);
+
+/* ig_try_fallback with dispatch's submit as a parameter (the unit test
+ * scripts dispatch's answers). */
+static bool fallback_with(struct ig_req *req, fallback_submit_fn submit)
 {
 	struct ig_gw *gw = req->gw;
 	struct ig_waiter *w = &req->wait;
@@ -54,8 +53,18 @@ bool ig_try_fallback(struct ig_req *req)
 		req->err_body = NULL;
 		req->err_status = 0;
 		req->refused_code = NULL;
-		if (ig_dispatch_submit(gw, w) != IG_DISPATCH_FAILED)
+		if (submit(gw, w) != IG_DISPATCH_FAILED)
 			return true;
 	}
 	return false;
+}
+
+/* model_fallbacks: a request refused because no backend of its model is up
+ * (503 no_healthy_backend) or its model's queue is full (429 queue_full)
+ * runs on the model's next fallback that its key may use, its body naming
+ * that model; X-Infergate-Fallback says so. Returns true when it was
+ * placed there (started or queued); false leaves the last refusal. */
+bool ig_try_fallback(struct ig_req *req)
+{
+	return fallback_with(req, ig_dispatch_submit);
 }

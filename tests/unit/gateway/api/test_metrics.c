@@ -9,6 +9,7 @@
 #include <check.h>
 
 #include "infergate/log.h"
+#include "path/proxy.h"
 
 #include "../../check_main.h"
 
@@ -26,6 +27,7 @@ static void setup(struct fixture *f, const char *model)
 	f->gw.rx = f->rx;
 	f->gw.nrx = 1;
 	ig_sched_init(&f->gw.sched);
+	ck_assert_int_eq(ig_proxy_init(&f->gw), 0); /* the request path's family, as boot registers it */
 	if (model) {
 		struct ig_backend *b = ig_backend_fleet_add(&f->gw.fleet, "http://127.0.0.1:9/a\"b", 1, 0);
 		ck_assert_ptr_nonnull(b);
@@ -250,6 +252,36 @@ START_TEST(families_go_where_their_order_puts_them)
 }
 END_TEST
 
+/* The request path's family (path/proxy_metrics.c, registered by
+ * ig_proxy_init as boot does) shows its counters where it always did:
+ * after the reactors' requests, before the clients that left. */
+START_TEST(the_request_paths_family_shows_its_counters_in_its_place)
+{
+	struct fixture f;
+	setup(&f, NULL);
+	f.gw.stats.retries = 3;
+	f.gw.stats.hedges[1] = 2;
+	f.gw.stats.idem[2] = 5;
+	f.gw.stats.continued[1] = 4;
+	char *text = ig_metrics_text(&f.gw);
+	ck_assert_double_eq(sample(text, "\ninfergate_retries_total"), 3);
+	ck_assert_ptr_nonnull(strstr(text, "\ninfergate_hedges_total{outcome=\"won\"} 2\n"));
+	ck_assert_ptr_nonnull(strstr(text, "\ninfergate_idempotency_requests_total{outcome=\"replayed\"} 5\n"));
+	ck_assert_ptr_nonnull(strstr(text, "\ninfergate_stream_continuations_total{reason=\"error_event\"} 4\n"));
+	const char *reactors = strstr(text, "# HELP infergate_reactor_requests_total");
+	const char *retries = strstr(text, "# HELP infergate_retries_total");
+	const char *aborts = strstr(text, "# HELP infergate_client_aborts_total");
+	ck_assert_ptr_nonnull(reactors);
+	ck_assert_ptr_nonnull(retries);
+	ck_assert_ptr_nonnull(aborts);
+	ck_assert(reactors < retries && retries < aborts);
+	ck_assert_ptr_null(strstr(retries + 1, "# HELP infergate_retries_total")); /* once */
+	free(text);
+	teardown(&f);
+}
+END_TEST
+
 IG_CHECK_MAIN("metrics", every_family_has_one_help_and_one_type_before_its_samples,
 	      histogram_buckets_are_cumulative_and_end_in_inf, label_values_are_escaped,
-	      registered_sources_show_until_removed, families_go_where_their_order_puts_them)
+	      registered_sources_show_until_removed, families_go_where_their_order_puts_them,
+	      the_request_paths_family_shows_its_counters_in_its_place)
