@@ -344,43 +344,6 @@ FIELD_WRITES = {
 }
 
 
-def strip(text):
-    """Comments, string and character literals and preprocessor lines out."""
-    out, i, n = [], 0, len(text)
-    while i < n:
-        c = text[i]
-        if text.startswith("/*", i):
-            j = text.find("*/", i + 2)
-            i = n if j < 0 else j + 2
-            out.append(" ")
-        elif text.startswith("//", i):
-            j = text.find("\n", i)
-            i = n if j < 0 else j
-        elif c in "\"'":
-            j = i + 1
-            while j < n and text[j] != c:
-                j += 2 if text[j] == "\\" else 1
-            out.append(c + c)
-            i = j + 1
-        elif c == "#" and (i == 0 or text[i - 1] == "\n"):
-            # a directive, with its continuation lines
-            j = i
-            while True:
-                k = text.find("\n", j)
-                if k < 0:
-                    j = n
-                    break
-                if text[k - 1] != "\\":
-                    j = k
-                    break
-                j = k + 1
-            i = j
-        else:
-            out.append(c)
-            i += 1
-    return "".join(out)
-
-
 def parse(code, header):
     """(defined, used): names defined at file scope (functions with a body,
     variables; in a .c file only those that are not static, in a header only
@@ -822,7 +785,7 @@ def graph(srcdir):
                 node_of_file[os.path.realpath(f)] = prog + "/" + mod
     for f, node in node_of_file.items():
         text = open(f, encoding="utf-8", errors="replace").read()
-        defined, uses[f] = parse(strip(text), f.endswith(".h"))
+        defined, uses[f] = parse(blank(text), f.endswith(".h"))
         for name in defined:
             defs.setdefault((node.split("/")[0], name), node)
         incs = []
