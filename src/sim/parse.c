@@ -303,6 +303,19 @@ int sim_parse_completion(struct sim *s, struct sim_req *r, const char *body, siz
 		r->include_usage = r->stream && json_is_true(iu);
 	}
 	long max_tokens, max_completion_tokens;
+	/* "ignore_eos": the answer runs to its limit, as benchmark clients ask
+	 * (vllm bench serve --ignore-eos, SGLang's bench_serving): a request of
+	 * the chat/completions protocol's extra sampling parameters in both
+	 * servers (sglang python/sglang/srt/entrypoints/openai/protocol.py,
+	 * vllm vllm/entrypoints/openai/protocol.py; /generate: in
+	 * sampling_params, sglang python/sglang/srt/sampling/sampling_params.py). */
+	json_t *ieos = json_object_get(root, "ignore_eos");
+	if (r->kind == SIM_GENERATE && json_is_object(json_object_get(root, "sampling_params")))
+		ieos = json_object_get(json_object_get(root, "sampling_params"), "ignore_eos");
+	if (ieos && !json_is_null(ieos) && !json_is_boolean(ieos)) {
+		fail(e, strdup("'ignore_eos' must be a boolean"));
+		goto out;
+	}
 	if (r->kind == SIM_GENERATE) {
 		/* GenerateReqInput (python/sglang/srt/managers/io_struct.py):
 		 * sampling_params.max_new_tokens, rid */
@@ -417,7 +430,9 @@ int sim_parse_completion(struct sim *s, struct sim_req *r, const char *body, siz
 	if (r->kind != SIM_RESPONSES && json_answer(r, root, natural, &natural, e) < 0)
 		goto out;
 	r->n_tokens = natural;
-	if (limit > 0 && natural > limit) {
+	if (limit > 0 && (natural > limit || (json_is_true(ieos) && !r->doc))) {
+		/* ignore_eos: no end of sequence before the limit, which then
+		 * ends it ("length") */
 		r->n_tokens = limit;
 		r->length_cut = true;
 	}
