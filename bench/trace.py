@@ -1,0 +1,302 @@
+#!/usr/bin/env python3
+"""Issue 48: infergate's policies and nginx judged on a production trace, replayed open loop.
+The Mooncake conversation trace (12,031 requests of one hour of Kimi's conversation service,
+with arrival times, input and output lengths and the 512-token prefix blocks they share;
+../shared/data/README.md) is replayed with `infergate-bulk replay` through eight
+`infergate-sim --profile h100-8b` (decode steps over the batch, a KV budget of 420,000
+tokens, a prefix cache; --time-scale so a run of simulated minutes takes less wall time)
+behind each target, fresh simulators for each (speed, target), all targets in one run:
+
+  least-loaded, cache-aware, least-tokens, session
+                      infergate with `--policy X`, its defaults otherwise (the trace has no
+                      session id, user or key: session falls back to least-loaded for
+                      every request)
+  nginx-round-robin   nginx, no balancing directive (its default)
+  nginx-least_conn    nginx least_conn (the reference: every TTFT is also a ratio to its own)
+
+Each request leaves at its trace time (minus the window's start), divided by --speed (arrivals
+that many times as dense) and by --time-scale (simulated time runs that much faster than the
+clock), whatever the answers do; every figure is in simulated time. Per (speed, target), from
+the replay's summary: TTFT mean/p90/p99 and TPOT p90 (ms), the cached share (cached / prompt
+tokens from the answers' usage), the window's reuse bound (the share of its prompt blocks seen
+before in the window: no router caches more, whatever a cache can hold) and the cached share
+against it, goodput (the share of requests within --slo-ttft-ms and --slo-tpot-ms), errors and
+late sends (a send the client could not make on time). Many late sends mean the client machine,
+not the fleet, set the pace and the figures are wrong: the script warns and says so in the
+results.
+
+Speeds (--speeds 4,6, the defaults): the trace's 3.4 requests/s carry about 41,000 prompt
+tokens/s; eight simulators prefill 60,000 tokens/s each, but at most 8,192 tokens a step beside
+the decodes, and a conversation's next turn is cached only where its last turn ran. At 1x every
+target is nearly idle and nothing tells the policies apart. At 4x nginx least_conn is busy but
+not drowning: its queues grow in the bursts and drain between them (TTFT p99 several times the
+mean, goodput still high). At 6x, the denser speed, a fleet that caches next to nothing is past
+what it prefills and queues build for good: only the prefixes a policy finds cached keep them
+short. (Speeds found with a short model of the simulators' steps and checked with replays of
+short windows: see the results.)
+
+The window (--start 1200 --duration 600, trace seconds): the wall clock, not the trace, is the
+limit on two cores that carry eight simulators, the gateway and the client. Each run takes
+duration / (speed x time-scale) of wall clock plus a drain; six targets at 4x and 6x of a
+600 s window take about 20 minutes at --time-scale 1.5. The hour's minutes 1200..1800 have
+its mean arrival rate (3.44/s against 3.40/s) and mean lengths (11,924 tokens in, 341 out,
+against 12,035 and 343); the first minutes are lighter and longer. A window's reuse bound
+(26% here) is below the whole hour's (36.6%): the earlier turns of conversations running at
+the window's start lie outside it. --time-scale 1.5 keeps the wall-clock rate at 6x near 31
+requests/s (prompts of about 48 KB), with the trace's bursts above it; much more and the
+client's sends run late on two cores.
+
+Usage: python3 bench/trace.py [--speeds 4,6] [--time-scale X] [--start S] [--duration S]
+       [--targets a,b,...] [--slo-ttft-ms N] [--slo-tpot-ms N] [--trace FILE] [--results DIR]
+Env: IG_BUILD (build dir, default ./build), IG_SKIP_DEPS=1 (no apt-get), IG_BENCH_TMP (where the
+per-request files and logs go).
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+import benchlib as B  # noqa: E402
+
+NSIMS = 8
+TARGETS = ["least-loaded", "cache-aware", "least-tokens", "session", "nginx-round-robin", "nginx-least_conn"]
+REFERENCE = "nginx-least_conn"
+TRACE = os.path.join(B.REPO, "..", "shared", "data", "mooncake-conversation-trace.jsonl")
+
+# nginx as bench/cache.py runs it, with room for the trace's prompts (up to about 500 KB) kept
+# in memory rather than spilled to temporary files, and the gateway's idle limit (600 s) rather
+# than nginx's 60 s for a backend that queues a request before its first token.
+NGINX_CONF = """daemon off;
+master_process on;
+worker_processes 2;
+pid @DIR@/nginx.pid;
+error_log @DIR@/nginx-error.log warn;
+events { worker_connections 8192; }
+http {
+    access_log off;
+    client_body_temp_path @DIR@/client_body;
+    proxy_temp_path @DIR@/proxy_temp;
+    client_max_body_size 32m;
+    client_body_buffer_size 1m;
+    upstream backends {
+@BALANCE@
+@SERVERS@
+        keepalive 256;
+    }
+    server {
+        listen 127.0.0.1:@PORT@ reuseport;
+        location / {
+            proxy_pass http://backends;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+            proxy_read_timeout 600s;
+        }
+    }
+}
+"""
+
+
+def start_nginx(procs, sims, balance):
+    """nginx in front of sims; balance: a directive ("least_conn") or "" (round-robin)."""
+    port = B.free_port()
+    d = procs.workdir
+    for sub in ("client_body", "proxy_temp"):
+        os.makedirs(os.path.join(d, sub), exist_ok=True)
+    conf = NGINX_CONF.replace("@DIR@", d).replace("@PORT@", str(port))
+    conf = conf.replace("@BALANCE@", f"        {balance};" if balance else "        # round-robin")
+    conf = conf.replace("@SERVERS@", "\n".join(f"        server {u[len('http://'):]};" for u in sims))
+    path = os.path.join(d, "nginx.conf")
+    with open(path, "w") as f:
+        f.write(conf)
+    nginx = "nginx" if B.shutil.which("nginx") else "/usr/sbin/nginx"
+    p = procs.start("nginx", [nginx, "-c", path, "-e", os.path.join(d, "nginx-error.log")])
+    url = f"http://127.0.0.1:{port}"
+    B.wait_http(url + "/health", proc=p)
+    return url
+
+
+def backend_spread(path):
+    """Of the per-request file: the busiest backend's share of the requests (1/8 is even), or
+    None when the answers name no backend (nginx)."""
+    counts = {}
+    with open(path) as f:
+        for line in f:
+            b = json.loads(line).get("backend")
+            if b:
+                counts[b] = counts.get(b, 0) + 1
+    return max(counts.values()) / sum(counts.values()) if counts else None
+
+
+def measure(target, speed, args, workdir):
+    name = f"{speed:g}x-{target}"
+    procs = B.Procs(os.path.join(workdir, name))
+    try:
+        sim_args = ["--profile", "h100-8b", "--time-scale", f"{args.time_scale:g}"] + args.sim_args.split()
+        sims, _ = B.start_sims(procs, NSIMS, sim_args)
+        if target.startswith("nginx-"):
+            url = start_nginx(procs, sims, "least_conn" if target == "nginx-least_conn" else "")
+        else:
+            url, _ = B.start_gateway(procs, sims, extra=["--policy", target] + args.gateway_args.split())
+        out = os.path.join(procs.workdir, "requests.jsonl")
+        summary = os.path.join(procs.workdir, "summary.json")
+        argv = [B.binary("infergate-bulk"), "replay", "--input", args.trace, "--output", out,
+                "--summary-json", summary, "--url", url, "--speed", f"{speed:g}",
+                "--time-scale", f"{args.time_scale:g}", "--slo-ttft-ms", str(args.slo_ttft_ms),
+                "--slo-tpot-ms", str(args.slo_tpot_ms), "--progress-interval-s", "60"]
+        if args.start:
+            argv += ["--start", f"{args.start:g}"]
+        if args.duration:
+            argv += ["--duration", f"{args.duration:g}"]
+        t0 = time.monotonic()
+        p = procs.start("replay", argv + args.replay_args.split())
+        rc = p.wait()
+        wall = time.monotonic() - t0
+        if rc not in (0, 1) or not os.path.exists(summary):
+            sys.exit(f"{name}: infergate-bulk replay exited {rc}; see {procs.workdir}/replay.log")
+        with open(summary) as f:
+            s = json.load(f)
+        fig = {"target": target, "speed": speed, "wall_s": wall, "summary": s,
+               "busiest_backend_share": backend_spread(out), "requests_file": out}
+        late_share = s["late"] / s["sent"] if s["sent"] else 0.0
+        B.log(f"{speed:g}x {target:17} TTFT mean {s['ttft_ms']['mean']:,.0f} p90 {s['ttft_ms']['p90']:,.0f} "
+              f"p99 {s['ttft_ms']['p99']:,.0f} ms  TPOT p90 {s['tpot_ms']['p90']:,.1f} ms  "
+              f"cached {s['cached_share']:.1%} (bound {s['reuse_bound']:.1%})  "
+              f"goodput {s['goodput']['share']:.1%}  errors {s['errors']}  late {s['late']} "
+              f"({late_share:.1%})  {wall:.0f} s wall")
+        if late_share > args.late_warn:
+            B.log(f"WARNING: {speed:g}x {target}: {s['late']} of {s['sent']} sends late (p99 "
+                  f"{s['late_ms']['p99']:,.0f} ms): the client machine set the pace, not the fleet")
+        return fig
+    finally:
+        procs.stop_all()
+
+
+def fmt(v, spec=",.0f"):
+    return "-" if v is None else format(v, spec)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--trace", default=TRACE,
+                    help="the Mooncake trace [../shared/data/mooncake-conversation-trace.jsonl next to the repo]")
+    ap.add_argument("--speeds", default="4,6",
+                    help="arrival speed-ups, one run of every target each [4,6: at 4 nginx least_conn is busy "
+                         "but not drowning, 6 is denser; at 1 every target is nearly idle]")
+    ap.add_argument("--time-scale", type=float, default=1.5,
+                    help="simulated time per wall second, the simulators' and the replay's [1.5: at 6x the "
+                         "window's 3.44 requests/s become 31/s of wall clock, about what the 2 cores carry "
+                         "with the fleet's work; the figures are simulated time either way]")
+    ap.add_argument("--start", type=float, default=1200,
+                    help="window start, trace seconds [1200: the hour's mean rate and lengths]")
+    ap.add_argument("--duration", type=float, default=600,
+                    help="window length, trace seconds; 0 = to the end [600: six targets at 4x and 6x in "
+                         "about 20 minutes of wall clock]")
+    ap.add_argument("--slo-ttft-ms", type=int, default=2000,
+                    help="goodput: time to first token at most this, simulated ms [2000: the replay's default]")
+    ap.add_argument("--slo-tpot-ms", type=int, default=100,
+                    help="goodput: time per output token at most this, simulated ms [100: the replay's default]")
+    ap.add_argument("--targets", default=",".join(TARGETS))
+    ap.add_argument("--late-warn", type=float, default=0.01,
+                    help="warn when more than this share of sends went out late [0.01]")
+    ap.add_argument("--gateway-args", default="", help="more flags for infergate (e.g. cache-aware's guard)")
+    ap.add_argument("--sim-args", default="", help="more flags for the simulators (e.g. --kv-tokens N)")
+    ap.add_argument("--replay-args", default="", help="more flags for infergate-bulk replay")
+    ap.add_argument("--results", default=B.RESULTS,
+                    help="where trace.md, trace.jsonl, trace.dat and trace.png go [bench/results]")
+    args = ap.parse_args()
+    speeds = [float(s) for s in args.speeds.split(",")]
+    targets = args.targets.split(",")
+    for t in targets:
+        if t not in TARGETS:
+            sys.exit(f"--targets: unknown target '{t}' (one of {', '.join(TARGETS)})")
+    if not os.path.exists(args.trace):
+        sys.exit(f"--trace: {args.trace} not found")
+    B.RESULTS = os.path.abspath(args.results)
+    if any(t.startswith("nginx-") for t in targets):
+        B.need(("nginx", "nginx-light"))
+    B.binary("infergate-bulk")
+    mach = B.machine()
+    workdir = os.path.join(B.TMP, f"trace-{os.getpid()}")
+
+    span = args.duration or 3537 - args.start
+    est = sum(span / (s * args.time_scale) for s in speeds) * len(targets)
+    B.log(f"{len(targets)} targets x speeds {args.speeds}, window {args.start:g}+{span:g} s at time scale "
+          f"{args.time_scale:g}: about {est / 60:.0f} minutes of replay plus the drains; files in {workdir}")
+    figs = [measure(t, s, args, workdir) for s in speeds for t in targets]
+
+    tables, late_runs = [], []
+    for s in speeds:
+        runs = [f for f in figs if f["speed"] == s]
+        ref = next((f["summary"]["ttft_ms"]["mean"] for f in runs if f["target"] == REFERENCE), None)
+        sm = runs[0]["summary"]
+        rows = []
+        for f in runs:
+            x = f["summary"]
+            bound = x.get("reuse_bound")
+            late = f"{x['late']}" + (f" (p99 {x['late_ms']['p99']:,.0f} ms)" if x["late"] else "")
+            if x["sent"] and x["late"] / x["sent"] > args.late_warn:
+                late_runs.append(f"{s:g}x {f['target']}")
+                late += " !"
+            spread = f["busiest_backend_share"]
+            rows.append([f["target"], fmt(x["ttft_ms"]["mean"]),
+                         f"{x['ttft_ms']['mean'] / ref:.2f}" if ref else "-",
+                         fmt(x["ttft_ms"]["p90"]), fmt(x["ttft_ms"]["p99"]), fmt(x["tpot_ms"]["p90"], ",.1f"),
+                         f"{x['cached_share']:.1%}", f"{bound:.1%}" if bound is not None else "-",
+                         f"{x['cached_share'] / bound:.2f}" if bound else "-",
+                         f"{x['goodput']['share']:.1%}", x["errors"], late,
+                         f"{spread:.1%}" if spread is not None else "-"])
+        head = (f"Speed {s:g}x: {sm['requests']} requests, {sm['requests_per_s']:.2f}/s of simulated time "
+                f"({sm['requests_per_s'] * args.time_scale:.1f}/s of wall clock).")
+        tables.append(head + "\n\n" + B.md_table(
+            ["target", "TTFT mean ms", f"vs {REFERENCE}", "TTFT p90 ms", "TTFT p99 ms", "TPOT p90 ms",
+             "cached share", "reuse bound", "cached / bound", "goodput", "errors", "late sends",
+             "busiest backend"], rows))
+    table = "\n\n".join(tables)
+
+    notes = (f"Eight `infergate-sim --profile h100-8b --time-scale {args.time_scale:g}"
+             f"{' ' + args.sim_args if args.sim_args else ''}` per run, fresh for each (speed, target); infergate "
+             f"with `--policy X`{' ' + args.gateway_args if args.gateway_args else ''} and its defaults otherwise "
+             f"(session: the trace has no session id, so it falls back to least-loaded); nginx 2 workers, "
+             f"keepalive 256, no balancing directive (round-robin) or least_conn. "
+             f"`infergate-bulk replay` of {os.path.basename(args.trace)}, window {args.start:g} s + {span:g} s, "
+             f"`--speed S --time-scale {args.time_scale:g}`: open loop, each request at its trace time / speed; "
+             f"every figure in simulated time (wall x {args.time_scale:g}). Goodput: TTFT <= {args.slo_ttft_ms} ms "
+             f"and TPOT <= {args.slo_tpot_ms} ms. Cached share: cached / prompt tokens (the answers' usage); "
+             f"reuse bound: the share of the window's prompt blocks seen before in the window (the ceiling of "
+             f"any cache). Busiest backend: its share of the requests (12.5% is even; nginx names none). "
+             f"Client, gateway and simulators on the same 2 cores.")
+    if late_runs:
+        notes += (f"\n\n**Late sends** (over {args.late_warn:.0%} of the sends, marked !) in: {', '.join(late_runs)}. "
+                  f"There the client machine, not the fleet, set the pace: those figures are wrong. "
+                  f"Rerun with a smaller --time-scale.")
+
+    if len(figs) == len(speeds) * len(targets):
+        dat = os.path.join(B.RESULTS, "trace.dat")
+        os.makedirs(B.RESULTS, exist_ok=True)
+        by = {(f["speed"], f["target"]): f["summary"] for f in figs}
+        with open(dat, "w") as f:
+            # one row per target; per speed: TTFT mean, TTFT p90, cached share (%)
+            f.write("target " + " ".join(f'"TTFT mean {s:g}x" "TTFT p90 {s:g}x" "cached {s:g}x"' for s in speeds) + "\n")
+            for t in targets:
+                f.write(t + " " + " ".join(f"{by[(s, t)]['ttft_ms']['mean']:.0f} {by[(s, t)]['ttft_ms']['p90']:.0f} "
+                                           f"{100 * by[(s, t)]['cached_share']:.1f}" for s in speeds) + "\n")
+        bound = by[(speeds[0], targets[0])].get("reuse_bound") or 0
+        B.gnuplot("trace.gp", DAT=dat, PNG=os.path.join(B.RESULTS, "trace.png"), NSPEEDS=len(speeds),
+                  NTARGETS=len(targets), BOUND=f"{100 * bound:.1f}",
+                  TITLE=f"Mooncake conversation trace ({args.start:g}+{span:g} s) through eight h100-8b "
+                        f"simulators, per target and speed")
+        notes += " Plot: results/trace.png."
+    B.record("trace", "Routing on the Mooncake conversation trace", B.command_line(), mach,
+             {"speeds": speeds, "time_scale": args.time_scale, "start": args.start, "duration": span,
+              "slo_ttft_ms": args.slo_ttft_ms, "slo_tpot_ms": args.slo_tpot_ms, "runs": figs}, table, notes)
+    if late_runs:
+        B.log(f"WARNING: late sends in {', '.join(late_runs)}: the client machine set the pace; "
+              f"those figures are wrong")
+
+
+if __name__ == "__main__":
+    main()
