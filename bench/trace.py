@@ -67,8 +67,9 @@ REFERENCE = "nginx-least_conn"
 TRACE = os.path.join(B.REPO, "..", "shared", "data", "mooncake-conversation-trace.jsonl")
 
 # nginx as bench/cache.py runs it, with room for the trace's prompts (up to about 500 KB) kept
-# in memory rather than spilled to temporary files, and the gateway's idle limit (600 s) rather
-# than nginx's 60 s for a backend that queues a request before its first token.
+# in memory rather than spilled to temporary files, the gateway's idle limit (600 s) rather
+# than nginx's 60 s for a backend that queues a request before its first token, and the
+# upstream's address in the header where the replay reads the gateway's backend.
 NGINX_CONF = """daemon off;
 master_process on;
 worker_processes 2;
@@ -94,6 +95,7 @@ http {
             proxy_set_header Connection "";
             proxy_buffering off;
             proxy_read_timeout 600s;
+            add_header X-Infergate-Backend $upstream_addr always;
         }
     }
 }
@@ -121,7 +123,7 @@ def start_nginx(procs, sims, balance):
 
 def backend_spread(path):
     """Of the per-request file: the busiest backend's share of the requests (1/8 is even), or
-    None when the answers name no backend (nginx)."""
+    None when the answers name no backend."""
     counts = {}
     with open(path) as f:
         for line in f:
@@ -267,13 +269,8 @@ def main():
              f"every figure in simulated time (wall x {args.time_scale:g}). Goodput: TTFT <= {args.slo_ttft_ms} ms "
              f"and TPOT <= {args.slo_tpot_ms} ms. Cached share: cached / prompt tokens (the answers' usage); "
              f"reuse bound: the share of the window's prompt blocks seen before in the window (the ceiling of "
-             f"any cache). Busiest backend: its share of the requests (12.5% is even; nginx names none). "
+             f"any cache). Busiest backend: its share of the requests (12.5% is even). "
              f"Client, gateway and simulators on the same 2 cores.")
-    if late_runs:
-        notes += (f"\n\n**Late sends** (over {args.late_warn:.0%} of the sends, marked !) in: {', '.join(late_runs)}. "
-                  f"There the client machine, not the fleet, set the pace: those figures are wrong. "
-                  f"Rerun with a smaller --time-scale.")
-
     if len(figs) == len(speeds) * len(targets):
         dat = os.path.join(B.RESULTS, "trace.dat")
         os.makedirs(B.RESULTS, exist_ok=True)
@@ -290,6 +287,11 @@ def main():
                   TITLE=f"Mooncake conversation trace ({args.start:g}+{span:g} s) through eight h100-8b "
                         f"simulators, per target and speed")
         notes += " Plot: results/trace.png."
+    if late_runs:
+        notes += (f"\n\n**Late sends** (over {args.late_warn:.0%} of the sends, marked !) in: {', '.join(late_runs)}. "
+                  f"There the client machine, not the fleet, set the pace: those figures are wrong. "
+                  f"Rerun with a smaller --time-scale.")
+
     B.record("trace", "Routing on the Mooncake conversation trace", B.command_line(), mach,
              {"speeds": speeds, "time_scale": args.time_scale, "start": args.start, "duration": span,
               "slo_ttft_ms": args.slo_ttft_ms, "slo_tpot_ms": args.slo_tpot_ms, "runs": figs}, table, notes)
