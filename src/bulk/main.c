@@ -27,6 +27,7 @@
 #include "infergate/log.h"
 #include "infergate/util.h"
 #include "bulk.h"
+#include "replay.h"
 
 /* ------------------------------------------------------------------ flags */
 
@@ -164,6 +165,8 @@ static const struct ig_flags spec = {
 		 "       infergate-bulk merge --input CORPUS [--output MERGED] SHARD_OUTPUT... (see merge --help)\n"
 		 "       infergate-bulk submit --input FILE --url URL --output FILE (the gateway's Batch API;\n"
 		 "                             see submit --help)\n"
+		 "       infergate-bulk replay --input TRACE --output FILE (a trace, open loop, each request at\n"
+		 "                             its time, measured; see replay --help)\n"
 		 "\nPushes every line of a JSONL corpus through an OpenAI-compatible server, exactly once,\n"
 		 "resumable. Everything is checked before the first request is sent.\n\nOptions:\n",
 	.epilog = "\nInput lines: {\"custom_id\", \"method\": \"POST\", \"url\": \"/v1/chat/completions\", \"body\": {...}}\n"
@@ -731,6 +734,8 @@ int main(int argc, char **argv)
 		return ig_merge_main(argc - 1, argv + 1);
 	if (argc > 1 && strcmp(argv[1], "submit") == 0)
 		return ig_submit_main(argc - 1, argv + 1);
+	if (argc > 1 && strcmp(argv[1], "replay") == 0)
+		return ig_replay_main(argc - 1, argv + 1);
 	rc = parse_flags(argc, argv, &o, &err);
 	if (rc != 0) {
 		if (rc < 0) {
