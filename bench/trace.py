@@ -18,9 +18,9 @@ Each request leaves at its trace time (minus the window's start), divided by --s
 that many times as dense) and by --time-scale (simulated time runs that much faster than the
 clock), whatever the answers do; every figure is in simulated time. Per (speed, target), from
 the replay's summary: TTFT mean/p90/p99 and TPOT p90 (ms), the cached share (cached / prompt
-tokens from the answers' usage), the window's reuse bound (the share of its prompt blocks seen
-before in the window: no router caches more, whatever a cache can hold) and the cached share
-against it, goodput (the share of requests within --slo-ttft-ms and --slo-tpot-ms), errors and
+tokens from the answers' usage), the window's reuse bound (the share of its prompt tokens in
+blocks seen before in the window: no router caches more, whatever a cache can hold) and the
+cached share against it, goodput (the share of requests within --slo-ttft-ms and --slo-tpot-ms), errors and
 late sends (the replay counts a send more than 5 ms of wall clock behind its time). A run where
 over 1% of the sends left more than --late-warn-ms (100 simulated ms) behind is flagged: the
 client machine, not the fleet, set the pace and its figures are wrong; the script warns and
@@ -44,7 +44,7 @@ duration / (speed x time-scale) of wall clock plus a drain; six targets at 5x an
 600 s window take about 18 minutes at --time-scale 1.5. The hour's minutes 1200..1800 have
 its mean arrival rate (3.44/s against 3.40/s) and mean lengths (11,924 tokens in, 341 out,
 against 12,035 and 343); the first minutes are lighter and longer. A window's reuse bound
-(26% here) is below the whole hour's (36.6%): the earlier turns of conversations running at
+(26.7% of prompt tokens here) is below the whole hour's (36.6% of blocks): the earlier turns of conversations running at
 the window's start lie outside it. --time-scale 1.5 keeps the wall-clock rate at 6x near 31
 requests/s (prompts of about 48 KB), with the trace's bursts above it; the 8x run above
 (40/s) still sent on time (late p99 11 ms), faster was not tried.
@@ -276,8 +276,8 @@ def main():
              f"`--speed S --time-scale {args.time_scale:g}`: open loop, each request at its trace time / speed; "
              f"every figure in simulated time (wall x {args.time_scale:g}). Goodput: TTFT <= {args.slo_ttft_ms} ms "
              f"and TPOT <= {args.slo_tpot_ms} ms. Cached share: cached / prompt tokens (the answers' usage); "
-             f"reuse bound: the share of the window's prompt blocks seen before in the window (the ceiling of "
-             f"any cache). Busiest backend: its share of the requests (12.5% is even). "
+             f"reuse bound: the share of the window's prompt tokens in blocks seen before in the window (the "
+             f"ceiling of any cache). Busiest backend: its share of the requests (12.5% is even). "
              f"Client, gateway and simulators on the same 2 cores.")
     if len(figs) == len(speeds) * len(targets):
         dat = os.path.join(B.RESULTS, "trace.dat")

@@ -16,7 +16,7 @@ set ylabel "TTFT, simulated ms"
 set yrange [0:*]
 plot for [i=1:@NSPEEDS@] for [j=0:1] "@DAT@" using 3*i-1+j:xtic(1)
 set ylabel "cached share of prompt tokens (%)"
-set yrange [0:100]
+set yrange [0:*]
 plot for [i=1:@NSPEEDS@] "@DAT@" using 3*i+1:xtic(1), \
      @BOUND@ with lines lw 2 dt 2 lc rgb "black" title "reuse bound"
 unset multiplot
