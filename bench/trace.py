@@ -20,11 +20,15 @@ clock), whatever the answers do; every figure is in simulated time. Per (speed, 
 the replay's summary: TTFT mean/p90/p99 and TPOT p90 (ms), the cached share (cached / prompt
 tokens from the answers' usage), the window's reuse bound (the share of its prompt tokens in
 blocks seen before in the window: no router caches more, whatever a cache can hold) and the
-cached share against it, goodput (the share of requests within --slo-ttft-ms and --slo-tpot-ms), errors and
-late sends (the replay counts a send more than 5 ms of wall clock behind its time). A run where
-over 1% of the sends left more than --late-warn-ms (100 simulated ms) behind is flagged: the
-client machine, not the fleet, set the pace and its figures are wrong; the script warns and
-says so in the results.
+cached share against it, goodput (the share of requests within --slo-ttft-ms and
+--slo-tpot-ms), errors and late sends. From the per-request file: the busiest backend's share
+of the requests and, of the requests whose prompt shares at least half its blocks with an
+earlier one's, the share sent to the backend that one ran on (the affinity a cache needs; 1/8
+by chance) and how much of the shared prefix was still cached there (what the simulator's KV
+budget kept). The replay counts a send late past 5 ms of wall clock behind its time; a run
+where over 1% of the sends left more than --late-warn-ms (100 simulated ms) behind is flagged:
+the client machine, not the fleet, set the pace and its figures are wrong; the script warns
+and says so in the results.
 
 Speeds (--speeds 5,6, the defaults): measured with nginx least_conn on this window at
 --time-scale 1.5 (2 cores, 2026-12-07), TTFT mean / p99 and goodput: 3x 336 / 1,784 ms, 98.6%
@@ -124,19 +128,45 @@ def start_nginx(procs, sims, balance):
     return url
 
 
-def backend_spread(path):
-    """Of the per-request file: the busiest backend's share of the requests (1/8 is even), or
-    None when the answers name no backend."""
-    counts = {}
+def backends(path, blocks):
+    """Of the per-request file (blocks: the trace's hash ids by line number): the busiest
+    backend's share of the requests (1/8 is even), and of the requests whose prompt shares at
+    least half its blocks with an earlier one's, the share sent to the backend that earlier one
+    ran on (the last to share that longest prefix; by chance 1/8) and the share of those shared
+    tokens found cached when sent there. (None, None, None) when the answers name no backend."""
     with open(path) as f:
-        for line in f:
-            b = json.loads(line).get("backend")
-            if b:
-                counts[b] = counts.get(b, 0) + 1
-    return max(counts.values()) / sum(counts.values()) if counts else None
+        reqs = sorted((json.loads(line) for line in f), key=lambda r: r["index"])
+    counts = {}
+    for r in reqs:
+        if r.get("backend"):
+            counts[r["backend"]] = counts.get(r["backend"], 0) + 1
+    if not counts:
+        return None, None, None
+    trie, last = {}, {}        # (node, block id) -> node; node -> the last request through it
+    shared = same = same_tokens = same_cached = 0
+    for r in reqs:
+        ids = blocks.get(r["line"], [])
+        node, depth, prev = 0, 0, None
+        while depth < len(ids) and (node, ids[depth]) in trie:
+            node = trie[(node, ids[depth])]
+            prev = last[node]
+            depth += 1
+        if prev is not None and depth * 2 >= len(ids):
+            shared += 1
+            if prev.get("backend") and prev["backend"] == r.get("backend"):
+                same += 1
+                same_tokens += min(depth * 512, r["prompt_tokens"] or 0)
+                same_cached += r["cached_tokens"] or 0
+        node = 0
+        for b in ids:
+            node = trie.setdefault((node, b), len(trie) + 1)
+            last[node] = r
+    follow = same / shared if shared else None
+    return (max(counts.values()) / sum(counts.values()), follow,
+            min(1.0, same_cached / same_tokens) if same_tokens else None)
 
 
-def measure(target, speed, args, workdir):
+def measure(target, speed, args, workdir, blocks):
     name = f"{speed:g}x-{target}"
     procs = B.Procs(os.path.join(workdir, name))
     try:
@@ -164,12 +194,14 @@ def measure(target, speed, args, workdir):
             sys.exit(f"{name}: infergate-bulk replay exited {rc}; see {procs.workdir}/replay.log")
         with open(summary) as f:
             s = json.load(f)
-        fig = {"target": target, "speed": speed, "wall_s": wall, "summary": s,
-               "busiest_backend_share": backend_spread(out), "requests_file": out}
+        busiest, follow, kept = backends(out, blocks)
+        fig = {"target": target, "speed": speed, "wall_s": wall, "summary": s, "busiest_backend_share": busiest,
+               "prefix_followed": follow, "prefix_kept": kept, "requests_file": out}
         B.log(f"{speed:g}x {target:17} TTFT mean {s['ttft_ms']['mean']:,.0f} p90 {s['ttft_ms']['p90']:,.0f} "
               f"p99 {s['ttft_ms']['p99']:,.0f} ms  TPOT p90 {s['tpot_ms']['p90']:,.1f} ms  "
               f"cached {s['cached_share']:.1%} (bound {s['reuse_bound']:.1%})  "
-              f"goodput {s['goodput']['share']:.1%}  errors {s['errors']}  late {s['late']} "
+              f"goodput {s['goodput']['share']:.1%}  " + (f"to its prefix's backend {follow:.0%} (cached there "
+              f"{fmt(kept, '.0%')})  " if follow is not None else "") + f"errors {s['errors']}  late {s['late']} "
               f"(p99 {s['late_ms']['p99']:,.0f} ms)  {wall:.0f} s wall")
         if s["late_ms"]["p99"] > args.late_warn_ms:
             B.log(f"WARNING: {speed:g}x {target}: {s['late']} of {s['sent']} sends late, p99 "
@@ -228,13 +260,18 @@ def main():
     mach = B.machine()
     workdir = os.path.join(B.TMP, f"trace-{os.getpid()}")
 
+    blocks, last_s = {}, 0
     with open(args.trace) as f:
-        last_s = max(json.loads(line)["timestamp"] for line in f if line.strip()) / 1000
+        for n, line in enumerate(f, 1):
+            if line.strip():
+                o = json.loads(line)
+                blocks[n] = o.get("hash_ids", [])
+                last_s = max(last_s, o["timestamp"] / 1000)
     span = min(args.duration or last_s - args.start, last_s - args.start)
     est = sum(span / (s * args.time_scale) for s in speeds) * len(targets)
     B.log(f"{len(targets)} targets x speeds {args.speeds}, window {args.start:g}+{span:g} s at time scale "
           f"{args.time_scale:g}: about {est / 60:.0f} minutes of replay plus the drains; files in {workdir}")
-    figs = [measure(t, s, args, workdir) for s in speeds for t in targets]
+    figs = [measure(t, s, args, workdir, blocks) for s in speeds for t in targets]
 
     tables, late_runs = [], []
     for s in speeds:
@@ -250,21 +287,22 @@ def main():
             if x["late_ms"]["p99"] > args.late_warn_ms:
                 late_runs.append(f"{s:g}x {f['target']}")
                 late += " !"
-            spread = f["busiest_backend_share"]
+            spread, follow = f["busiest_backend_share"], f["prefix_followed"]
             rows.append([f["target"], fmt(x["ttft_ms"]["mean"]),
                          f"{x['ttft_ms']['mean'] / ref:.2f}" if ref else "-",
                          fmt(x["ttft_ms"]["p90"]), fmt(x["ttft_ms"]["p99"]), fmt(x["tpot_ms"]["p90"], ",.1f"),
                          f"{x['cached_share']:.1%}", f"{bound:.1%}" if bound is not None else "-",
                          f"{x['cached_share'] / bound:.2f}" if bound else "-",
                          f"{x['goodput']['share']:.1%}", x["errors"], late,
-                         f"{spread:.1%}" if spread is not None else "-"])
+                         f"{spread:.1%}" if spread is not None else "-",
+                         f"{follow:.0%}" if follow is not None else "-"])
         rate = sm["requests"] * s / span
         head = (f"Speed {s:g}x: {sm['requests']} requests, {rate:.1f}/s of simulated time "
                 f"({rate * args.time_scale:.1f}/s of wall clock).")
         tables.append(head + "\n\n" + B.md_table(
             ["target", "TTFT mean ms", f"vs {REFERENCE}", "TTFT p90 ms", "TTFT p99 ms", "TPOT p90 ms",
              "cached share", "reuse bound", "cached / bound", "goodput", "errors", "late sends",
-             "busiest backend"], rows))
+             "busiest backend", "to its prefix's backend"], rows))
     table = "\n\n".join(tables)
 
     notes = (f"Eight `infergate-sim --profile h100-8b --time-scale {args.time_scale:g}"
@@ -277,7 +315,10 @@ def main():
              f"every figure in simulated time (wall x {args.time_scale:g}). Goodput: TTFT <= {args.slo_ttft_ms} ms "
              f"and TPOT <= {args.slo_tpot_ms} ms. Cached share: cached / prompt tokens (the answers' usage); "
              f"reuse bound: the share of the window's prompt tokens in blocks seen before in the window (the "
-             f"ceiling of any cache). Busiest backend: its share of the requests (12.5% is even). "
+             f"ceiling of any cache). Busiest backend: its share of the requests (12.5% is even). To its prefix's "
+             f"backend: of the requests whose prompt shares at least half its blocks with an earlier request's, "
+             f"the share sent where that one ran (12.5% by chance; the run's figures in trace.jsonl also say how "
+             f"much of that prefix was still cached there: prefix_kept). "
              f"Client, gateway and simulators on the same 2 cores.")
     if len(figs) == len(speeds) * len(targets):
         dat = os.path.join(B.RESULTS, "trace.dat")
