@@ -71,6 +71,7 @@ import benchlib as B  # noqa: E402
 NSIMS = 8
 TARGETS = ["least-loaded", "cache-aware", "least-tokens", "session", "nginx-round-robin", "nginx-least_conn"]
 REFERENCE = "nginx-least_conn"
+BLOCK_TOKENS = 512      # tokens per hash id: Mooncake's, the replay's --block-tokens default
 TRACE = os.path.join(B.REPO, "..", "shared", "data", "mooncake-conversation-trace.jsonl")
 
 # nginx as bench/cache.py runs it, with room for the trace's prompts (up to about 500 KB) kept
@@ -155,7 +156,7 @@ def backends(path, blocks):
             shared += 1
             if prev.get("backend") and prev["backend"] == r.get("backend"):
                 same += 1
-                same_tokens += min(depth * 512, r["prompt_tokens"] or 0)
+                same_tokens += min(depth * BLOCK_TOKENS, r["prompt_tokens"] or 0)
                 same_cached += r["cached_tokens"] or 0
         node = 0
         for b in ids:
@@ -326,7 +327,8 @@ def main():
         by = {(f["speed"], f["target"]): f["summary"] for f in figs}
         with open(dat, "w") as f:
             # one row per target; per speed: TTFT mean, TTFT p90, cached share (%)
-            f.write("target " + " ".join(f'"TTFT mean {s:g}x" "TTFT p90 {s:g}x" "cached {s:g}x"' for s in speeds) + "\n")
+            f.write("target " + " ".join(f'"TTFT mean {s:g}x" "TTFT p90 {s:g}x" "cached {s:g}x"'
+                                         for s in speeds) + "\n")
             for t in targets:
                 f.write(t + " " + " ".join(f"{by[(s, t)]['ttft_ms']['mean']:.0f} {by[(s, t)]['ttft_ms']['p90']:.0f} "
                                            f"{100 * by[(s, t)]['cached_share']:.1f}" for s in speeds) + "\n")
