@@ -25,14 +25,15 @@ note() {
 
 {
 	printf '# infergate-bulk: flags\n\n'
-	note 'the tables in src/bulk/main.c, submit.c, generate.c and merge.c'
+	note 'the tables in src/bulk/main.c, submit.c, generate.c, merge.c and replay.c'
 	printf 'The flags of `infergate-bulk` and of its commands, as their `--help` prints them. How to use\n'
 	printf 'them: [bulk runs](../bulk-runs.md).\n\n'
 	printf -- '- [infergate-bulk](#infergate-bulk)\n- [infergate-bulk submit](#infergate-bulk-submit)\n'
-	printf -- '- [infergate-bulk generate](#infergate-bulk-generate)\n- [infergate-bulk merge](#infergate-bulk-merge)\n\n'
+	printf -- '- [infergate-bulk generate](#infergate-bulk-generate)\n- [infergate-bulk merge](#infergate-bulk-merge)\n'
+	printf -- '- [infergate-bulk replay](#infergate-bulk-replay)\n\n'
 	printf '## infergate-bulk\n\n'
 	"$b/infergate-bulk" --help-markdown
-	for c in submit generate merge; do
+	for c in submit generate merge replay; do
 		printf '\n## infergate-bulk %s\n\n' "$c"
 		"$b/infergate-bulk" "$c" --help-markdown
 	done

@@ -83,9 +83,13 @@ LAYERS = {
     ],
     "bulk": [
         "main",
-        "merge submit generate",
+        "merge submit generate replay",
         "submit_flags",                           # submit's flags and preflight (submit_state.h)
         "submit_state",                           # submit's state, shared by submit.c and submit_flags.c
+        "replay_run",                             # replay's open loop
+        "replay_report",                          # what it measured
+        "replay_state",                           # replay's state, shared by its files
+        "trace",                                  # the trace it replays
         "scheduler",
         "progress",
         "report",
@@ -228,8 +232,6 @@ FIELD_WRITES = {
         "ig_idem_entry.share ig_idem_entry.share_busy ig_idem_entry.share_next_ms ig_idem_entry.status",
     ("gateway/lb_least_tokens", "gateway/backend"):
         "ig_backend.out_tokens ig_backend.speed_milli",
-    ("gateway/lb_least_tokens", "gateway/policy"):
-        "ig_pick_req.charged",
     ("gateway/policy", "gateway/backend"):
         "ig_backend.inflight ig_backend.inflight_peak",
     ("gateway/proxy", "gateway/admission"):

@@ -336,6 +336,9 @@ int ig_merge_main(int argc, char **argv);
 /* `infergate-bulk submit ...`: a corpus handed to a gateway's Batch API
  * (upload, create, follow, download); returns the exit code. */
 int ig_submit_main(int argc, char **argv);
+/* `infergate-bulk replay ...` (replay.c): a trace sent open loop, each
+ * request at its time, measured. Returns the exit code. */
+int ig_replay_main(int argc, char **argv);
 
 /* ------------------------------------------------------------- generate */
 

@@ -27,7 +27,6 @@
 #include "infergate/log.h"
 #include "infergate/util.h"
 #include "bulk.h"
-#include "replay.h"
 
 /* ------------------------------------------------------------------ flags */
 

@@ -1,5 +1,5 @@
 /* `infergate-bulk replay`: a production trace sent open loop, each request
- * at its time, measured (replay.h says what is where).
+ * at its time, measured (replay_state.h says what is shared).
  *
  * This file is the order of events, as main.c is for `run`: the flags, then
  * the preflight (the flags, the files, every line of the trace, the server
@@ -26,7 +26,9 @@
 #include "infergate/flags.h"
 #include "infergate/log.h"
 #include "infergate/util.h"
-#include "replay.h"
+#include "replay_report.h"
+#include "replay_run.h"
+#include "trace.h"
 
 static int check_nonempty(void *target IG_UNUSED, const struct ig_flag *f IG_UNUSED, const char *what,
 			  const char *v, char **err)

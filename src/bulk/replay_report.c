@@ -1,4 +1,4 @@
-/* What infergate-bulk replay measured (replay.h): the per-request line, the
+/* What infergate-bulk replay measured (replay_report.h): the per-request line, the
  * summary (percentiles of TTFT, time per output token and end-to-end,
  * goodput under the SLOs, late sends, the cached share against the trace's
  * reuse bound), the per-second CSV, its plot through gnuplot, and the live
@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "infergate/util.h"
-#include "replay.h"
+#include "replay_report.h"
 
 double ig_replay_tpot_ms(const struct ig_replay *r, const struct ig_replay_rec *x)
 {

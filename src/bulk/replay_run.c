@@ -1,4 +1,4 @@
-/* The open loop of infergate-bulk replay (replay.h): one thread, one curl
+/* The open loop of infergate-bulk replay (replay_run.h): one thread, one curl
  * multi handle; each request goes out when its time comes, whatever the
  * answers do (a slow server does not delay the next send, as it does in a
  * closed loop: the difference between a replay and a load test). A request
@@ -17,7 +17,8 @@
 
 #include "infergate/log.h"
 #include "infergate/util.h"
-#include "replay.h"
+#include "replay_report.h"
+#include "replay_run.h"
 
 #define MAX_ERROR_BODY (64u << 10) /* of a refusal: its message is enough */
 #define LATE_US 5000               /* the loop's resolution: later than this is late */

@@ -1,4 +1,4 @@
-/* The trace of infergate-bulk replay (replay.h): read and checked whole
+/* The trace of infergate-bulk replay (trace.h): read and checked whole
  * before anything is sent, the window kept, and the synthetic prompts of
  * Mooncake's hash ids.
  *
@@ -19,7 +19,7 @@
 #include "infergate/batchfile.h"
 #include "infergate/log.h"
 #include "infergate/util.h"
-#include "replay.h"
+#include "trace.h"
 
 #define MAX_PROBLEMS 20
 

@@ -185,6 +185,11 @@ def bulk_page_documents_every_flag_of_submit():
 
 
 @test
+def bulk_page_documents_every_flag_of_replay():
+    agree("infergate-bulk.1", ("COMMANDS", "replay"), "infergate-bulk", "replay")
+
+
+@test
 def sim_page_documents_every_flag_of_help():
     agree("infergate-sim.1", ("OPTIONS",), "infergate-sim")
 

@@ -71,9 +71,10 @@ def backends_json(gw):
 @test
 def cache_aware_keeps_a_conversation_on_its_backend_until_it_is_overloaded():
     sims = [start_sim("--profile", "h100-8b") for _ in range(3)]   # real time: a step is about 6 ms
-    # the guard set tighter than its default (32 beyond the least loaded), so 24 requests cross it
-    gw = start_gateway(sims, "--policy", "cache-aware", "--load-source", "gateway", "--health-interval-ms", "200",
-                       "--cache-balance-abs", "8")
+    # the mode of SGLang's router, its guard set tighter than its default (32 beyond the least
+    # loaded), so 24 requests cross it
+    gw = start_gateway(sims, "--policy", "cache-aware", "--cache-mode", "threshold", "--load-source", "gateway",
+                       "--health-interval-ms", "200", "--cache-balance-abs", "8")
     healthy(gw, 3)
     # Three conversations of six turns each, turns taken one after another.
     where = collections.defaultdict(list)
@@ -115,6 +116,46 @@ def cache_aware_keeps_a_conversation_on_its_backend_until_it_is_overloaded():
     victim.kill()
     wait_until(lambda: backends_json(gw)[victim_url]["state"] == "down", timeout=15, what="the backend down")
     assert backends_json(gw)[victim_url]["cache_blocks"] == 0
+
+
+@test
+def cache_aware_cost_sends_a_long_history_home_past_a_busier_count():
+    # the default mode: the least work waiting, in tokens (prefill weighted 16, KV held)
+    sims = [start_sim("--profile", "h100-8b") for _ in range(2)]   # real time: a step is about 6 ms
+    gw = start_gateway(sims, "--policy", "cache-aware", "--health-interval-ms", "200")
+    healthy(gw, 2)
+    # a conversation with a long history (about 4,000 tokens) goes where its first turn went
+    history = [{"role": "user", "content": " ".join(f"fact {i} about the river" for i in range(700))},
+               {"role": "assistant", "content": "noted"}]
+    home, _, _ = turn(gw, history, "question 1", max_tokens=4)
+    b, cached, _ = turn(gw, history, "question 2", max_tokens=4)
+    assert b == home and cached > 3000, (b, home, cached)
+    # a long answer of the same conversation runs on its home (one request in flight there,
+    # none on the other backend) ...
+    done = []
+
+    def long_answer():
+        msgs = [{"role": "system", "content": SYSTEM}] + history + [{"role": "user", "content": "question 3"}]
+        st, h, _ = http("POST", gw.url + "/v1/chat/completions",
+                        {"model": "sim-model", "messages": msgs, "max_tokens": 1500, "ignore_eos": True,
+                         "stream": True}, timeout=60)
+        assert st == 200, st
+        done.append(h["x-infergate-backend"])
+    th = threading.Thread(target=long_answer)
+    th.start()
+    wait_until(lambda: backends_json(gw)[home]["kv_tokens"] > 0 and backends_json(gw)[home]["prefill_tokens"] == 0,
+               what="the long answer prefilled and streaming")
+    assert sum(b["kv_tokens"] for b in backends_json(gw).values()) == backends_json(gw)[home]["kv_tokens"]
+    # ... and the next turn still goes home: 4,000 tokens to prefill elsewhere outweigh the KV
+    # of one request (least-loaded would send it to the idle backend)
+    b, cached, _ = turn(gw, history, "question 4", max_tokens=4)
+    assert b == home and cached > 3000, (b, home, cached)
+    assert th.is_alive() and not done     # the long answer was still streaming then
+    th.join()
+    assert done == [home]
+    # everything ended: nothing is counted as waiting anywhere
+    wait_until(lambda: all(b["kv_tokens"] == 0 and b["prefill_tokens"] == 0 for b in backends_json(gw).values()),
+               what="the counts back to 0")
 
 
 run()

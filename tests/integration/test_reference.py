@@ -54,7 +54,8 @@ def every_flag_of_help_is_in_the_reference():
     # the Markdown printer and --help walk the same table: the same flags
     import re
     for prog, argv in (("infergate", []), ("infergate-bulk", []), ("infergate-bulk", ["submit"]),
-                       ("infergate-bulk", ["generate"]), ("infergate-bulk", ["merge"]), ("infergate-sim", [])):
+                       ("infergate-bulk", ["generate"]), ("infergate-bulk", ["merge"]), ("infergate-bulk", ["replay"]),
+                       ("infergate-sim", [])):
         h = subprocess.run([binary(prog), *argv, "--help"], capture_output=True, text=True, timeout=10).stdout
         m = subprocess.run([binary(prog), *argv, "--help-markdown"], capture_output=True, text=True, timeout=10)
         assert m.returncode == 0, m

@@ -43,6 +43,13 @@ enum ig_class {
 	IG_NCLASSES,
 };
 
+/* cache_aware.mode: how the cache-aware policy weighs a prefix match
+ * against load (lb_cache_aware.c). */
+enum ig_cache_mode {
+	IG_CACHE_COST,      /* the least prefill and KV to wait behind (Dynamo's KV router cost) */
+	IG_CACHE_THRESHOLD, /* a match over threshold_percent wins unless imbalanced (SGLang's router) */
+};
+
 const char *ig_conf_class_name(int klass);
 /* The class named (case-sensitive "high", "normal", "low"), or -1. */
 int ig_conf_class_parse(const char *s);
@@ -135,6 +142,8 @@ struct ig_conf {
 	long cache_balance_abs;     /* ...unless its backend has this many more in flight */
 	double cache_balance_rel;   /* ...and this many times as many as the least loaded */
 	long cache_max_blocks;      /* prefix blocks remembered per backend */
+	int cache_mode;             /* cache-aware: IG_CACHE_COST or IG_CACHE_THRESHOLD */
+	double cache_prefill_weight; /* cost mode: a prompt token to prefill against a token of KV held */
 	long default_max_tokens;    /* the output a request without max_tokens is taken
 				     * to ask for (tpm charges, least-tokens) */
 	long stream_usage;          /* 1: ask streams for usage, hide it from clients

@@ -78,6 +78,13 @@ struct ig_backend {
 				    * (their estimates less what was relayed) */
 	atomic_long speed_milli;   /* output tokens/s per request x 1000, a moving
 				    * average over its answers; 0 = not measured */
+	atomic_long prefill_tokens; /* cache-aware: prompt tokens of its requests in
+				    * flight not yet prefilled (no event relayed yet),
+				    * less what its record says is cached there;
+				    * written by: lb_cache_aware */
+	atomic_long kv_tokens;     /* cache-aware: the KV its requests in flight hold
+				    * (prompt and output so far, in tokens);
+				    * written by: lb_cache_aware */
 	_Atomic uint64_t last_io_ms; /* last byte from it for one of our requests (any reactor) */
 	const char *load_path;     /* load_path auto: where it was read (a static
 				    * string); NULL before, or with a set path */

@@ -332,8 +332,9 @@ static void text_append(struct ig_buf *b, json_t *v)
 			text_append(b, x);
 }
 
-/* Blocks considered of one prompt (256 KiB of text). */
-#define MAX_CHAIN 4096
+/* Blocks considered of one prompt (1 MiB of text, about 260,000 tokens:
+ * cache-aware's cost counts the prompt's length from its chain). */
+#define MAX_CHAIN 16384
 
 /* cache-aware: the prompt as a chain of block hashes (blockhash.h): for
  * chat the messages in order, "role\ncontent\n" each (as infergate-sim

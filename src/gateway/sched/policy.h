@@ -61,7 +61,12 @@ struct ig_pick_req {
 	size_t nchain;
 	uint64_t session;                /* NEEDS_SESSION: its session key's hash, 0 none */
 	long charged;                    /* a policy's count of this request on its
-					  * backend now (least-tokens: its work left) */
+					  * backend now (least-tokens: its work left;
+					  * cache-aware: its KV); written by:
+					  * lb_least_tokens, lb_cache_aware */
+	long prefill_charged;            /* cache-aware: its uncached prompt tokens
+					  * counted on its backend until its first event;
+					  * written by: lb_cache_aware */
 	const struct ig_cluster_view *view; /* the other gateways' (cluster_view.h), set by
 					  * dispatch.c before each pick and read only in it */
 };

@@ -188,15 +188,15 @@ START_TEST(least_tokens_weighs_work_by_speed)
 }
 END_TEST
 
-/* cache-aware: the longest recorded prefix wins when it covers the
- * threshold and the load guard lets it; a tie on the match goes to the less
- * loaded; a weak match or a guarded one to the least loaded. */
+/* cache-aware, mode threshold: the longest recorded prefix wins when it
+ * covers the threshold and the load guard lets it; a tie on the match goes
+ * to the less loaded; a weak match or a guarded one to the least loaded. */
 START_TEST(cache_aware_follows_the_longest_prefix_within_the_guard)
 {
 	struct ig_fleet pool = make_pool(3);
 	const struct ig_policy *ca = P("cache-aware");
 	struct ig_conf cfg = {.cache_max_blocks = 1024, .cache_threshold_percent = 50, .cache_balance_abs = 4,
-			      .cache_balance_rel = 1.5};
+			      .cache_balance_rel = 1.5, .cache_mode = IG_CACHE_THRESHOLD};
 	struct ig_backend *b;
 	uint64_t chain[10] = {11, 12, 13, 14, 15, 16, 17, 18, 19, 20};
 	ck_assert_int_eq(ca->init(&state, &cfg), 0);
@@ -237,6 +237,69 @@ START_TEST(cache_aware_follows_the_longest_prefix_within_the_guard)
 	ca->report(state, pool.v[2], o);
 	ck_assert_int_eq(json_integer_value(json_object_get(o, "cache_blocks")), 0);
 	json_decref(o);
+	ca->free(state);
+	state = NULL;
+	free_pool(&pool);
+}
+END_TEST
+
+/* cache-aware, mode cost (the default): the backend where the least work
+ * waits, in tokens: the prompt less the prefix it was sent, the prefills
+ * routed there and not started (until their first event), the KV its
+ * requests hold, the first weighted by prefill_weight. */
+START_TEST(cache_aware_cost_weighs_the_prefix_against_the_work_waiting)
+{
+	struct ig_fleet pool = make_pool(3);
+	const struct ig_policy *ca = P("cache-aware");
+	struct ig_conf cfg = {.cache_max_blocks = 1024, .cache_mode = IG_CACHE_COST, .cache_prefill_weight = 1};
+	struct ig_backend *b;
+	uint64_t conv[10] = {11, 12, 13, 14, 15, 16, 17, 18, 19, 20}, other[20];
+	for (int i = 0; i < 20; i++)
+		other[i] = 100 + (uint64_t)i;
+	ck_assert_int_eq(ca->init(&state, &cfg), 0);
+	/* backend 1 was sent the conversation's first 8 blocks; it ended */
+	struct ig_pick_req old = {.chain = conv, .nchain = 8};
+	ca->started(state, pool.v[1], &old);
+	ck_assert_int_eq(atomic_load(&pool.v[1]->prefill_tokens), 8 * 16);
+	ck_assert_int_eq(atomic_load(&pool.v[1]->kv_tokens), 8 * 16);
+	ca->done(state, pool.v[1], &old, &(struct ig_pick_outcome){.ok = true});
+	ck_assert_int_eq(atomic_load(&pool.v[1]->prefill_tokens), 0);
+	ck_assert_int_eq(atomic_load(&pool.v[1]->kv_tokens), 0);
+	/* its next turn: 2 blocks to prefill there against 10 elsewhere */
+	struct ig_pick_req rq = {.chain = conv, .nchain = 10};
+	ck_assert_int_eq(pick(ca, &pool, &rq, &b), IG_PICK_OK);
+	ck_assert_int_eq(b->id, 1);
+	ig_policy_release(b);
+	/* a long prompt routed to backend 1 and not started: 320 tokens of
+	 * prefill and 320 of KV wait there; 352 + 320 against 160: backend 0 or 2 */
+	struct ig_pick_req big = {.chain = other, .nchain = 20};
+	ca->started(state, pool.v[1], &big);
+	ck_assert_int_eq(pick(ca, &pool, &rq, &b), IG_PICK_OK);
+	ck_assert_int_ne(b->id, 1);
+	ig_policy_release(b);
+	/* its first event: its prefill is done, its KV grows by a token; 32 +
+	 * 321 against 160 still sends the turn elsewhere, unless a prompt token
+	 * weighs 10 of KV: 641 against 1,600 */
+	ca->progress(pool.v[1], &big);
+	ck_assert_int_eq(atomic_load(&pool.v[1]->prefill_tokens), 0);
+	ck_assert_int_eq(atomic_load(&pool.v[1]->kv_tokens), 321);
+	ck_assert_int_eq(pick(ca, &pool, &rq, &b), IG_PICK_OK);
+	ck_assert_int_ne(b->id, 1);
+	ig_policy_release(b);
+	cfg.cache_prefill_weight = 10;
+	ck_assert_int_eq(ca->reconfigure(state, &cfg), 0);
+	ck_assert_int_eq(pick(ca, &pool, &rq, &b), IG_PICK_OK);
+	ck_assert_int_eq(b->id, 1);
+	ig_policy_release(b);
+	json_t *o = json_object();
+	ca->report(state, pool.v[1], o);
+	ck_assert_int_eq(json_integer_value(json_object_get(o, "kv_tokens")), 321);
+	ck_assert_int_eq(json_integer_value(json_object_get(o, "prefill_tokens")), 0);
+	json_decref(o);
+	/* it ends: its work leaves with it */
+	ca->done(state, pool.v[1], &big, &(struct ig_pick_outcome){.ok = true});
+	ck_assert_int_eq(atomic_load(&pool.v[1]->kv_tokens), 0);
+	ck_assert_int_eq(big.charged, 0);
 	ca->free(state);
 	state = NULL;
 	free_pool(&pool);
@@ -395,7 +458,8 @@ START_TEST(over_the_slots_of_a_backend_that_preempts)
 }
 END_TEST
 
-IG_CHECK_MAIN("policy", over_the_slots_of_a_backend_that_preempts, cache_aware_follows_the_longest_prefix_within_the_guard, least_tokens_weighs_work_by_speed,
+IG_CHECK_MAIN("policy", over_the_slots_of_a_backend_that_preempts, cache_aware_follows_the_longest_prefix_within_the_guard,
+	      cache_aware_cost_weighs_the_prefix_against_the_work_waiting, least_tokens_weighs_work_by_speed,
 	      least_tokens_counts_work_and_measures_speed, learned_slots_limit_like_max_inflight, session_sticks_to_a_backend_within_the_bound,
 	      least_loaded_rotates_ties, least_loaded_follows_load_and_weight,
 	      limits_give_busy_then_none, a_pinned_request_goes_to_its_backend_only, reserved_slots_are_not_for_low)
