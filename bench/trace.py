@@ -32,18 +32,19 @@ and says so in the results.
 
 Speeds (--speeds 5,6, the defaults): measured with nginx least_conn on this window at
 --time-scale 1.5 (2 cores, 2026-12-07), TTFT mean / p99 and goodput: 3x 336 / 1,784 ms, 98.6%
-(the first 300 s); 4x 363 / 1,818 ms, 98.0% (the same); 5x 446 / 2,364 ms, 96.8% in one run
-and 642 / 8,561 ms, 93.4% in another; 6x 4,730 / 25,088 ms, 41.1% and 4,505 / 19,145 ms,
-47.5%; 8x 6,352 / 19,881 ms, 38.1% (the first 300 s). Up to 4x least_conn is close to idle (a
-12,000-token prompt alone takes about 200 ms to prefill) and little tells the policies apart.
-5x is where least_conn is busy but not drowning: queues form in the bursts and drain between
-them (TTFT p99 five to thirteen times the mean, TPOT p90 38 ms against 18 at 3x). 6x, the
-denser one, is past the knee: with next to nothing cached (5% of prompt tokens), prefill takes
-about half of each simulator's time (a rough count) and the decodes, slowed by contexts of
-12,000 tokens, need more requests running than the KV budget holds, so queues grow for good;
-what a policy finds cached is what keeps it under. So close to the knee one run differs from
-the next by a third or more (least-loaded and session, the same policy here, 442 and 692 ms
-at 5x in one run): compare within a run, and rerun before concluding.
+(the first 300 s); 4x 363 / 1,818 ms, 98.0% (the same); 5x 446 / 2,364 ms, 96.8% in one run and
+642 / 8,561 ms, 93.4% in another; 5.5x 1,916 / 14,777 ms, 67.9%; 6x 4,730 / 25,088 ms, 41.1%
+and 4,505 / 19,145 ms, 47.5%; 8x 6,352 / 19,881 ms, 38.1% (the first 300 s). Up to 4x
+least_conn is close to idle (a 12,000-token prompt alone takes about 200 ms to prefill) and
+little tells the policies apart. 5x is where least_conn is busy but not drowning: queues form
+in the bursts and drain between them (TTFT p99 five to thirteen times the mean, TPOT p90 38 ms
+against 18 at 3x). 6x, the denser one, is past the knee: with next to nothing cached (5% of
+prompt tokens), prefill takes about half of each simulator's time (a rough count) and the
+decodes, slowed by contexts of 12,000 tokens, need more requests running than the KV budget
+holds, so queues grow for good; what a policy finds cached is what keeps it under. So close to
+the knee one run differs from the next by a third or more (least-loaded and session, the same
+policy here, 442 and 692 ms at 5x in one run): compare within a run, and rerun before
+concluding.
 
 The window (--start 1200 --duration 600, trace seconds): the wall clock, not the trace, is the
 limit on two cores that carry eight simulators, the gateway and the client. Each run takes
