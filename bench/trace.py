@@ -25,7 +25,11 @@ cached share against it, goodput (the share of requests within --slo-ttft-ms and
 of the requests and, of the requests whose prompt shares at least half its blocks with an
 earlier one's, the share sent to the backend that one ran on (the affinity a cache needs; 1/8
 by chance) and how much of the shared prefix was still cached there (what the simulator's KV
-budget kept). The replay counts a send late past 5 ms of wall clock behind its time; a run
+budget kept). And an oracle's cached share, estimated offline on the window (eight LRU caches
+of --kv-tokens in the trace's blocks, each request sent where its longest cached prefix is):
+the fair yardstick the reuse bound is the ceiling above (../shared/data/README.md). The
+cache-aware run at the first speed also draws the replay's own plot (results/trace-replay.png,
+shown in docs/bulk-runs.md). The replay counts a send late past 5 ms of wall clock behind its time; a run
 where over 1% of the sends left more than --late-warn-ms (100 simulated ms) behind is flagged:
 the client machine, not the fleet, set the pace and its figures are wrong; the script warns
 and says so in the results.
@@ -171,6 +175,44 @@ def backends(path, blocks):
             min(1.0, same_cached / same_tokens) if same_tokens else None)
 
 
+def lru_oracle(rows, nsims, kv_tokens, block=512):
+    """The cached share an oracle router would reach on the window (an estimate, offline): each
+    simulator's cache an LRU of `kv_tokens` tokens in the trace's blocks; each request goes to the
+    simulator holding its longest cached prefix of more than the first block (which every request
+    of this trace shares), else to the one given the fewest of the last 64 requests. Optimistic:
+    the requests running on a simulator hold KV of their own, which this leaves to the cache."""
+    import collections
+    caches = [collections.OrderedDict() for _ in range(nsims)]
+    used = [0] * nsims
+    recent = collections.deque(maxlen=64)
+    total = cached = 0
+    for t in rows:
+        ids, n, size = t["hash_ids"], len(t["hash_ids"]), t["input_length"]
+        best = []
+        for c in caches:
+            k = 0
+            while k < n and ids[k] in c:
+                k += 1
+            best.append(k)
+        m = max(best)
+        load = collections.Counter(recent)
+        cands = [b for b in range(nsims) if best[b] == m] if m > 1 else list(range(nsims))
+        b = min(cands, key=lambda x: load[x])
+        recent.append(b)
+        total += size
+        cached += min(best[b] * block, size)
+        c = caches[b]
+        for i, x in enumerate(ids):
+            if x in c:
+                c.move_to_end(x)
+            else:
+                c[x] = block if i < n - 1 else size - block * (n - 1)
+                used[b] += c[x]
+        while used[b] > kv_tokens:
+            used[b] -= c.popitem(last=False)[1]
+    return cached / total if total else 0.0
+
+
 def measure(target, speed, args, workdir, blocks):
     name = f"{speed:g}x-{target}"
     procs = B.Procs(os.path.join(workdir, name))
@@ -191,6 +233,9 @@ def measure(target, speed, args, workdir, blocks):
             argv += ["--start", f"{args.start:g}"]
         if args.duration:
             argv += ["--duration", f"{args.duration:g}"]
+        if target == "cache-aware" and speed == args.plot_speed:
+            # the picture a replay draws, for docs/bulk-runs.md
+            argv += ["--plot", os.path.join(B.RESULTS, "trace-replay.png")]
         t0 = time.monotonic()
         p = procs.start("replay", argv + args.replay_args.split())
         rc = p.wait()
@@ -214,6 +259,10 @@ def measure(target, speed, args, workdir, blocks):
         return fig
     finally:
         procs.stop_all()
+
+
+def bound_of(figs):
+    return figs[0]["summary"].get("reuse_bound") or 0
 
 
 def fmt(v, spec=",.0f"):
@@ -248,10 +297,13 @@ def main():
     ap.add_argument("--gateway-args", default="", help="more flags for infergate (e.g. cache-aware's guard)")
     ap.add_argument("--sim-args", default="", help="more flags for the simulators (e.g. --kv-tokens N)")
     ap.add_argument("--replay-args", default="", help="more flags for infergate-bulk replay")
+    ap.add_argument("--kv-tokens", type=int, default=420000,
+                    help="the simulators' KV budget, for the oracle's estimate [420000: h100-8b's]")
     ap.add_argument("--results", default=B.RESULTS,
                     help="where trace.md, trace.jsonl, trace.dat and trace.png go [bench/results]")
     args = ap.parse_args()
     speeds = [float(s) for s in args.speeds.split(",")]
+    args.plot_speed = speeds[0]
     targets = args.targets.split(",")
     for t in targets:
         if t not in TARGETS:
@@ -265,13 +317,18 @@ def main():
     mach = B.machine()
     workdir = os.path.join(B.TMP, f"trace-{os.getpid()}")
 
-    blocks, last_s = {}, 0
+    blocks, last_s, window = {}, 0, []
     with open(args.trace) as f:
         for n, line in enumerate(f, 1):
             if line.strip():
                 o = json.loads(line)
                 blocks[n] = o.get("hash_ids", [])
                 last_s = max(last_s, o["timestamp"] / 1000)
+                if args.start * 1000 <= o["timestamp"] and (not args.duration or
+                                                            o["timestamp"] < (args.start + args.duration) * 1000):
+                    window.append(o)
+    oracle = lru_oracle(window, NSIMS, args.kv_tokens, BLOCK_TOKENS)
+    B.log(f"the window's LRU oracle (an estimate, offline): {oracle:.1%} of prompt tokens cached")
     span = min(args.duration or last_s - args.start, last_s - args.start)
     est = sum(span / (s * args.time_scale) for s in speeds) * len(targets)
     B.log(f"{len(targets)} targets x speeds {args.speeds}, window {args.start:g}+{span:g} s at time scale "
@@ -298,6 +355,7 @@ def main():
                          fmt(x["ttft_ms"]["p90"]), fmt(x["ttft_ms"]["p99"]), fmt(x["tpot_ms"]["p90"], ",.1f"),
                          f"{x['cached_share']:.1%}", f"{bound:.1%}" if bound is not None else "-",
                          f"{x['cached_share'] / bound:.2f}" if bound else "-",
+                         f"{x['cached_share'] / oracle:.2f}" if oracle else "-",
                          f"{x['goodput']['share']:.1%}", x["errors"], late,
                          f"{spread:.1%}" if spread is not None else "-",
                          f"{follow:.0%}" if follow is not None else "-"])
@@ -306,7 +364,7 @@ def main():
                 f"({rate * args.time_scale:.1f}/s of wall clock).")
         tables.append(head + "\n\n" + B.md_table(
             ["target", "TTFT mean ms", f"vs {REFERENCE}", "TTFT p90 ms", "TTFT p99 ms", "TPOT p90 ms",
-             "cached share", "reuse bound", "cached / bound", "goodput", "errors", "late sends",
+             "cached share", "reuse bound", "cached / bound", "cached / oracle", "goodput", "errors", "late sends",
              "busiest backend", "to its prefix's backend"], rows))
     table = "\n\n".join(tables)
 
@@ -320,7 +378,12 @@ def main():
              f"every figure in simulated time (wall x {args.time_scale:g}). Goodput: TTFT <= {args.slo_ttft_ms} ms "
              f"and TPOT <= {args.slo_tpot_ms} ms. Cached share: cached / prompt tokens (the answers' usage); "
              f"reuse bound: the share of the window's prompt tokens in blocks seen before in the window (the "
-             f"ceiling of any cache). Busiest backend: its share of the requests (12.5% is even). To its prefix's "
+             f"ceiling of any cache, {bound_of(figs):.1%} here); oracle: the cached share an oracle router "
+             f"would reach on the window with {NSIMS} LRU caches of {args.kv_tokens:,} tokens in the trace's "
+             f"blocks, each request sent where its longest cached prefix (past the first block, which every "
+             f"request shares) is, else to the one given the fewest of the last 64 requests: {oracle:.1%}, an "
+             f"estimate computed offline and optimistic (the simulators' running requests hold KV of their "
+             f"own, left to the cache here). Busiest backend: its share of the requests (12.5% is even). To its prefix's "
              f"backend: of the requests whose prompt shares at least half its blocks with an earlier request's, "
              f"the share sent where that one ran (12.5% by chance; the run's figures in trace.jsonl also say how "
              f"much of that prefix was still cached there: prefix_kept). "
@@ -350,6 +413,7 @@ def main():
 
     B.record("trace", "Routing on the Mooncake conversation trace", B.command_line(), mach,
              {"speeds": speeds, "time_scale": args.time_scale, "start": args.start, "duration": span,
+              "lru_oracle": oracle,
               "slo_ttft_ms": args.slo_ttft_ms, "slo_tpot_ms": args.slo_tpot_ms, "runs": figs}, table, notes)
     if late_runs:
         B.log(f"WARNING: late sends in {', '.join(late_runs)}: the client machine set the pace; "

@@ -158,6 +158,9 @@ void ig_replay_print_summary(const struct ig_replay *r, const json_t *s, FILE *f
 	fprintf(f, "  time         %s%s (speed %gx); %.2f requests/s, %.0f output tokens/s\n", dur,
 		r->o->time_scale != 1 ? " simulated" : "", r->o->speed, num(s, "requests_per_s", NULL),
 		num(s, "output_tokens_per_s", NULL));
+	if (r->stopping)
+		fprintf(f, "  stopped      %s: %ld requests not sent, %ld in flight dropped (not in the output)\n",
+			r->fatal ? "by a write failure" : "by a signal", (long)r->t->n - r->sent, r->sent - r->ended);
 	fprintf(f, "  late sends   %.0f (p99 %.1f ms, max %.1f ms behind the schedule)\n", num(s, "late", NULL),
 		num(s, "late_ms", "p99"), num(s, "late_ms", "max"));
 	static const char *const m[] = {"ttft_ms", "tpot_ms", "e2e_ms"};

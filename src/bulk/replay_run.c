@@ -202,7 +202,9 @@ static void write_line(struct ig_replay *r, size_t i, const char *backend, const
 	json_decref(j);
 	if (!s)
 		abort();
-	if (!r->fatal && (fputs(s, r->out) == EOF || fputc('\n', r->out) == EOF)) {
+	/* a line out at once: the file can be followed, and a kill loses no
+	 * line that ended */
+	if (!r->fatal && (fputs(s, r->out) == EOF || fputc('\n', r->out) == EOF || fflush(r->out) == EOF)) {
 		r->fatal = ig_strdupf("--output %s: %s", r->out_path, strerror(errno));
 		r->stopping = 1;
 	}

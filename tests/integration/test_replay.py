@@ -7,9 +7,11 @@ give byte-identical prefixes. Bad input is refused before anything is sent."""
 
 import json
 import os
+import signal
+import subprocess
 
-from harness import (Dir, FakeBackend, bulk, http_json, lines, run, sim_requests, start_gateway, start_sims, test,
-                     wait_until)
+from harness import (Dir, FakeBackend, binary, bulk, http_json, lines, run, sim_requests, start_gateway, start_sim,
+                     start_sims, test, wait_until)
 
 
 def trace(path, rows):
@@ -144,6 +146,28 @@ def bad_input_is_refused_before_anything_is_sent():
     # a bad flag names itself
     rc, out, err = bulk("replay", "--input", d("t.jsonl"), "--output", d("x.jsonl"), "--speed", "fast")
     assert rc == 2 and "--speed" in err and "fast" in err, err
+
+
+@test
+def a_signal_stops_the_replay_with_whole_lines_and_exit_3():
+    sim = start_sim("--profile", "h100-8b", "--model", "m")     # real time: 1,000 tokens take seconds
+    d = Dir()
+    trace(d("t.jsonl"), [mc(0, 100, 4, [1])] + [mc(50 * k, 600, 1000, [1, 10 + k]) for k in range(1, 40)])
+    p = subprocess.Popen([binary("infergate-bulk"), "replay", "--input", d("t.jsonl"), "--output", d("r.jsonl"),
+                          "--url", sim.url], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: os.path.exists(d("r.jsonl")) and os.path.getsize(d("r.jsonl")) > 0 or p.poll() is not None,
+                   what="the first answer")
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 3, (p.returncode, err)
+    assert "stopped      by a signal" in out, out
+    got = lines(d("r.jsonl"))                  # every line whole and once
+    assert len(got) >= 1 and len({x["index"] for x in got}) == len(got)
+    assert len(got) < 40
 
 
 run()
