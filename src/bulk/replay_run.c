@@ -37,6 +37,7 @@ struct flight {
 	struct ig_buf resp;     /* a refusal's body */
 	struct ig_stream sse;
 	int checked, sse_mode;
+	bool completions;       /* sent to /v1/completions: its stream rebuilds a text_completion */
 	char backend[256];      /* X-Infergate-Backend */
 	char errbuf[CURL_ERROR_SIZE];
 	struct ig_replay *r;
@@ -221,8 +222,7 @@ static void ended(struct ig_replay *r, size_t i, struct flight *f, const char *e
 		r->end_us = x->end_us;
 	if (f && !error) {
 		const char *serr = NULL;
-		json_t *body = f->sse_mode ? ig_stream_body(&f->sse, r->t->kind == IG_TRACE_MOONCAKE && r->o->endpoint == 1
-								       ? IG_EP_COMPLETIONS : IG_EP_CHAT, &serr)
+		json_t *body = f->sse_mode ? ig_stream_body(&f->sse, f->completions ? IG_EP_COMPLETIONS : IG_EP_CHAT, &serr)
 					   : NULL;
 		json_t *usage = json_object_get(body, "usage");
 		json_t *cached = json_object_get(json_object_get(usage, "prompt_tokens_details"), "cached_tokens");
@@ -289,6 +289,7 @@ static int start_one(struct loop *L, size_t i, uint64_t now)
 	f->i = i;
 	f->r = r;
 	f->body = body;
+	f->completions = url == L->urls[1];
 	ig_buf_init(&f->resp);
 	ig_stream_init(&f->sse);
 	f->e = curl_easy_init();
