@@ -185,6 +185,17 @@ START_TEST(an_accepted_request_is_filled_in)
 	ck_assert_int_eq(r.n_tokens, 20);
 	ck_assert(!r.length_cut && !r.stream);
 	sim_engine_req_free(&r);
+	/* ignore_eos: the limit, not the natural 20, and "length"; in
+	 * /generate's sampling_params too; not a boolean: refused */
+	ck_assert_int_eq(parse(SIM_COMPLETION, "{\"prompt\":\"x\",\"max_tokens\":50,\"ignore_eos\":true}", &r, &e), 0);
+	ck_assert_int_eq(r.n_tokens, 50);
+	ck_assert(r.length_cut);
+	sim_engine_req_free(&r);
+	ck_assert_int_eq(parse(SIM_GENERATE, "{\"text\":\"x\",\"sampling_params\":{\"max_new_tokens\":40,"
+			       "\"ignore_eos\":true}}", &r, &e), 0);
+	ck_assert_int_eq(r.n_tokens, 40);
+	sim_engine_req_free(&r);
+	refused(SIM_CHAT, "{" CHAT_OK ",\"ignore_eos\":1}", 400, SIM_T_VALIDATION, NULL, "'ignore_eos' must be a boolean");
 	/* /generate: rid and max_new_tokens, input_ids read as /detokenize */
 	ck_assert_int_eq(parse(SIM_GENERATE, "{\"input_ids\":[1,2],\"rid\":\"abc\",\"sampling_params\":"
 			       "{\"max_new_tokens\":3}}", &r, &e), 0);
