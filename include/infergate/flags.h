@@ -107,6 +107,11 @@ void ig_flags_print_markdown(const struct ig_flags *spec, FILE *out);
 const struct ig_flag *ig_flags_find(const struct ig_flags *spec, const char *name);
 /* Frees the STRING fields and sets them to NULL. */
 void ig_flags_free(const struct ig_flags *spec, void *target);
+/* Two checks of a STRING flag's value, for an entry's .parse: not empty
+ * ("--model: empty value"), and a file readable now, so a bad path fails
+ * at start ("--cacert: 'x.pem': No such file or directory"). */
+int ig_flags_nonempty(void *target, const struct ig_flag *f, const char *what, const char *v, char **err);
+int ig_flags_readable(void *target, const struct ig_flag *f, const char *what, const char *v, char **err);
 /* Appends one problem (printf-style) as a line to errs: for a program's
  * own checks next to the library's. */
 void ig_flags_problem(struct ig_buf *errs, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

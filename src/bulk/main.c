@@ -30,26 +30,6 @@
 
 /* ------------------------------------------------------------------ flags */
 
-/* A file name, variable or model: not empty. */
-/* A file flag whose file must be readable now (fail fast). */
-static int check_readable(void *target IG_UNUSED, const struct ig_flag *f IG_UNUSED, const char *what,
-			  const char *v, char **err)
-{
-	if (access(v, R_OK) == 0)
-		return 0;
-	*err = ig_strdupf("%s: '%s': %s", what, v, strerror(errno));
-	return -1;
-}
-
-static int check_nonempty(void *target IG_UNUSED, const struct ig_flag *f IG_UNUSED, const char *what,
-			  const char *v, char **err)
-{
-	if (*v)
-		return 0;
-	*err = ig_strdupf("%s: empty value", what);
-	return -1;
-}
-
 static int parse_temperature(void *target, const struct ig_flag *f, const char *what, const char *v, char **err)
 {
 	struct bulk_opts *o = target;
@@ -95,18 +75,18 @@ static int parse_shard(void *target, const struct ig_flag *f IG_UNUSED, const ch
 
 #define O(field) offsetof(struct bulk_opts, field)
 #define FILE_FLAG(flag, field, text) \
-	{.name = flag, .type = IG_FLAG_STRING, .off = O(field), .metavar = "FILE", .parse = check_nonempty, .help = text}
+	{.name = flag, .type = IG_FLAG_STRING, .off = O(field), .metavar = "FILE", .parse = ig_flags_nonempty, .help = text}
 /* One table gives the parser, the defaults, the bounds and --help. */
 static const struct ig_flag flags[] = {
 	FILE_FLAG("--input", input, "JSONL corpus: OpenAI Batch lines or shorthand lines (required)"),
 	FILE_FLAG("--output", output, "results, one Batch output line per request (required)"),
 	FILE_FLAG("--errors", errors, "failed requests (default: OUTPUT with .errors.jsonl)"),
 	{.name = "--url", .type = IG_FLAG_STRING, .off = O(url), .def = "http://127.0.0.1:8080", .metavar = "URL",
-	 .parse = check_nonempty, .help = "OpenAI-compatible server or gateway; a trailing /v1 is fine"},
+	 .parse = ig_flags_nonempty, .help = "OpenAI-compatible server or gateway; a trailing /v1 is fine"},
 	{.name = "--api-key-env", .type = IG_FLAG_STRING, .off = O(api_key_env), .metavar = "VAR",
-	 .parse = check_nonempty, .help = "send Authorization: Bearer $VAR"},
-	IG_BULK_TLS_FLAGS(struct bulk_opts, check_readable),
-	{.name = "--model", .type = IG_FLAG_STRING, .off = O(model), .metavar = "NAME", .parse = check_nonempty,
+	 .parse = ig_flags_nonempty, .help = "send Authorization: Bearer $VAR"},
+	IG_BULK_TLS_FLAGS(struct bulk_opts, ig_flags_readable),
+	{.name = "--model", .type = IG_FLAG_STRING, .off = O(model), .metavar = "NAME", .parse = ig_flags_nonempty,
 	 .help = "model for lines that do not name one"},
 	{.name = "--max-tokens", .type = IG_FLAG_LONG, .off = O(max_tokens), .min = 1, .max = 10000000,
 	 .metavar = "N", .help = "max_tokens for lines that do not set it"},

@@ -19,7 +19,6 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -29,24 +28,6 @@
 #include "replay_report.h"
 #include "replay_run.h"
 #include "trace.h"
-
-static int check_nonempty(void *target IG_UNUSED, const struct ig_flag *f IG_UNUSED, const char *what,
-			  const char *v, char **err)
-{
-	if (*v)
-		return 0;
-	*err = ig_strdupf("%s: empty value", what);
-	return -1;
-}
-
-static int check_readable(void *target IG_UNUSED, const struct ig_flag *f IG_UNUSED, const char *what,
-			  const char *v, char **err)
-{
-	if (access(v, R_OK) == 0)
-		return 0;
-	*err = ig_strdupf("%s: '%s': %s", what, v, strerror(errno));
-	return -1;
-}
 
 /* A file gnuplot is given: no quote that would end its string. */
 static int check_plot(void *target IG_UNUSED, const struct ig_flag *f IG_UNUSED, const char *what, const char *v,
@@ -60,7 +41,7 @@ static int check_plot(void *target IG_UNUSED, const struct ig_flag *f IG_UNUSED,
 
 #define O(field) offsetof(struct replay_opts, field)
 #define FILE_FLAG(flag, field, text) \
-	{.name = flag, .type = IG_FLAG_STRING, .off = O(field), .metavar = "FILE", .parse = check_nonempty, .help = text}
+	{.name = flag, .type = IG_FLAG_STRING, .off = O(field), .metavar = "FILE", .parse = ig_flags_nonempty, .help = text}
 static const struct ig_flag flags[] = {
 	FILE_FLAG("--input", input, "the trace: Mooncake lines ({\"timestamp\" ms, \"input_length\", \"output_length\", "
 				    "\"hash_ids\"}) or OpenAI Batch lines with \"timestamp\" (required)"),
@@ -72,11 +53,11 @@ static const struct ig_flag flags[] = {
 	{.name = "--plot", .type = IG_FLAG_STRING, .off = O(plot), .metavar = "FILE.png", .parse = check_plot,
 	 .help = "draw the per-second figures with gnuplot"},
 	{.name = "--url", .type = IG_FLAG_STRING, .off = O(url), .def = "http://127.0.0.1:8080", .metavar = "URL",
-	 .parse = check_nonempty, .help = "OpenAI-compatible server or gateway; a trailing /v1 is fine"},
+	 .parse = ig_flags_nonempty, .help = "OpenAI-compatible server or gateway; a trailing /v1 is fine"},
 	{.name = "--api-key-env", .type = IG_FLAG_STRING, .off = O(api_key_env), .metavar = "VAR",
-	 .parse = check_nonempty, .help = "send Authorization: Bearer $VAR"},
-	IG_BULK_TLS_FLAGS(struct replay_opts, check_readable),
-	{.name = "--model", .type = IG_FLAG_STRING, .off = O(model), .metavar = "NAME", .parse = check_nonempty,
+	 .parse = ig_flags_nonempty, .help = "send Authorization: Bearer $VAR"},
+	IG_BULK_TLS_FLAGS(struct replay_opts, ig_flags_readable),
+	{.name = "--model", .type = IG_FLAG_STRING, .off = O(model), .metavar = "NAME", .parse = ig_flags_nonempty,
 	 .help = "the model of Mooncake lines and of Batch lines that name none (default: the one the server lists)"},
 	{.name = "--endpoint", .type = IG_FLAG_CHOICE, .off = O(endpoint), .def = "chat", .metavar = "chat|completions",
 	 .bad = "%s: '%s' is not chat or completions",
@@ -372,15 +353,6 @@ static void on_signal(int signo IG_UNUSED)
 	}
 }
 
-static void raise_fd_limit(long need)
-{
-	struct rlimit rl;
-	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < (rlim_t)need + 64) {
-		rl.rlim_cur = rl.rlim_max < (rlim_t)need + 64 ? rl.rlim_max : (rlim_t)need + 64;
-		setrlimit(RLIMIT_NOFILE, &rl);
-	}
-}
-
 static int run(struct replay_opts *o, struct ig_trace *t)
 {
 	struct ig_replay r;
@@ -412,7 +384,7 @@ static int run(struct replay_opts *o, struct ig_trace *t)
 	sigaction(SIGTERM, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
 	signal(SIGXFSZ, SIG_IGN);
-	raise_fd_limit(o->max_in_flight);
+	ig_raise_nofile(o->max_in_flight + 64);
 	char wall[32];
 	ig_report_duration(wall, sizeof(wall), (double)t->last_ms / 1000.0 / o->speed / o->time_scale);
 	ig_log_info("replaying %zu requests to %s over %s of wall clock (speed %gx%s)", t->n, o->url, wall, o->speed,

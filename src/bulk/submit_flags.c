@@ -23,24 +23,6 @@
 
 /* ------------------------------------------------------------------ flags */
 
-static int sb_check_readable(void *target IG_UNUSED, const struct ig_flag *f IG_UNUSED, const char *what,
-			     const char *v, char **err)
-{
-	if (access(v, R_OK) == 0)
-		return 0;
-	*err = ig_strdupf("%s: '%s': %s", what, v, strerror(errno));
-	return -1;
-}
-
-static int sb_check_nonempty(void *target IG_UNUSED, const struct ig_flag *f IG_UNUSED, const char *what,
-			     const char *v, char **err)
-{
-	if (*v)
-		return 0;
-	*err = ig_strdupf("%s: empty value", what);
-	return -1;
-}
-
 /* An id that goes into a URL path as it is: letters, digits, '_', '-', '.'. */
 int ig_submit_id_ok(const char *v)
 {
@@ -94,22 +76,22 @@ static int sb_parse_metadata(void *target, const struct ig_flag *f IG_UNUSED, co
 
 #define SB_OFF(field) offsetof(struct submit, field)
 static const struct ig_flag sb_flag_table[] = {
-	{.name = "--input", .type = IG_FLAG_STRING, .off = SB_OFF(input), .metavar = "FILE", .parse = sb_check_nonempty,
+	{.name = "--input", .type = IG_FLAG_STRING, .off = SB_OFF(input), .metavar = "FILE", .parse = ig_flags_nonempty,
 	 .help = "JSONL corpus of OpenAI Batch lines to upload (required unless --batch)"},
-	{.name = "--url", .type = IG_FLAG_STRING, .off = SB_OFF(url_flag), .metavar = "URL", .parse = sb_check_nonempty,
+	{.name = "--url", .type = IG_FLAG_STRING, .off = SB_OFF(url_flag), .metavar = "URL", .parse = ig_flags_nonempty,
 	 .help = "the gateway (or any server of the OpenAI Batch API); a trailing /v1 is fine (required)"},
-	{.name = "--output", .type = IG_FLAG_STRING, .off = SB_OFF(output), .metavar = "FILE", .parse = sb_check_nonempty,
+	{.name = "--output", .type = IG_FLAG_STRING, .off = SB_OFF(output), .metavar = "FILE", .parse = ig_flags_nonempty,
 	 .help = "the batch's output file, downloaded when it ends (required unless --no-wait)"},
 	{.name = "--errors", .type = IG_FLAG_STRING, .off = SB_OFF(errors_flag), .metavar = "FILE",
-	 .parse = sb_check_nonempty,
+	 .parse = ig_flags_nonempty,
 	 .help = "the batch's error file (default: OUTPUT with .errors.jsonl); written empty when no line failed"},
 	{.name = "--endpoint", .type = IG_FLAG_CHOICE, .off = SB_OFF(endpoint), .metavar = "chat|completions|embeddings",
 	 .bad = "%s: '%s' is not chat, completions or embeddings",
 	 .help = "the batch's endpoint (default: the \"url\" of the first request line)"},
 	{.name = "--api-key-env", .type = IG_FLAG_STRING, .off = SB_OFF(api_key_env), .metavar = "VAR",
-	 .parse = sb_check_nonempty,
+	 .parse = ig_flags_nonempty,
 	 .help = "send Authorization: Bearer $VAR (default: OPENAI_API_KEY, when it is set)"},
-	IG_BULK_TLS_FLAGS(struct submit, sb_check_readable),
+	IG_BULK_TLS_FLAGS(struct submit, ig_flags_readable),
 	{.name = "--metadata", .type = IG_FLAG_CUSTOM, .metavar = "KEY=VALUE", .parse = sb_parse_metadata,
 	 .help = "the batch's metadata; repeat it, at most 16 pairs"},
 	{.name = "--batch", .type = IG_FLAG_STRING, .off = SB_OFF(batch_flag), .metavar = "ID",

@@ -63,14 +63,10 @@ static int whole(json_t *obj, const char *key, long long min, long long *out, st
 
 static int push_id(struct ig_trace *t, int64_t id)
 {
-	if (t->n_ids == t->cap_ids) {
-		size_t c = t->cap_ids ? t->cap_ids * 2 : 4096;
-		int64_t *v = realloc(t->ids, c * sizeof(*v));
-		if (!v)
-			return -1;
-		t->ids = v;
-		t->cap_ids = c;
-	}
+	int64_t *v = ig_grow(t->ids, &t->cap_ids, t->n_ids, sizeof(*v), 4096);
+	if (!v)
+		return -1;
+	t->ids = v;
 	t->ids[t->n_ids++] = id;
 	return 0;
 }
@@ -117,14 +113,10 @@ static int mooncake_line(struct ig_trace *t, json_t *obj, struct ig_trace_req *r
 
 static int push_req(struct ig_trace *t, const struct ig_trace_req *r)
 {
-	if (t->n == t->cap) {
-		size_t c = t->cap ? t->cap * 2 : 1024;
-		struct ig_trace_req *v = realloc(t->v, c * sizeof(*v));
-		if (!v)
-			return -1;
-		t->v = v;
-		t->cap = c;
-	}
+	struct ig_trace_req *v = ig_grow(t->v, &t->cap, t->n, sizeof(*v), 1024);
+	if (!v)
+		return -1;
+	t->v = v;
 	t->v[t->n++] = *r;
 	return 0;
 }

@@ -3,11 +3,13 @@
  * ig_flag (include/infergate/flags.h). Numbers go through ig_parse_long and
  * ig_parse_double, so every program words a bad number the same way. */
 #include "config.h"
+#include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "infergate/flags.h"
 #include "infergate/log.h"
@@ -115,6 +117,24 @@ static int set_value(void *target, const struct ig_flag *f, const char *what, co
 		return f->parse(target, f, what, v, err);
 	}
 	return 0;
+}
+
+int ig_flags_nonempty(void *target IG_UNUSED, const struct ig_flag *f IG_UNUSED, const char *what, const char *v,
+		      char **err)
+{
+	if (*v)
+		return 0;
+	*err = ig_strdupf("%s: empty value", what);
+	return -1;
+}
+
+int ig_flags_readable(void *target IG_UNUSED, const struct ig_flag *f IG_UNUSED, const char *what, const char *v,
+		      char **err)
+{
+	if (access(v, R_OK) == 0)
+		return 0;
+	*err = ig_strdupf("%s: '%s': %s", what, v, strerror(errno));
+	return -1;
 }
 
 int ig_flags_defaults(const struct ig_flags *spec, void *target, char **err)

@@ -255,5 +255,20 @@ START_TEST(help_lists_every_flag)
 }
 END_TEST
 
+/* The two checks programs give their file and name flags. */
+START_TEST(nonempty_and_readable_name_the_flag)
+{
+	char *err = NULL;
+	ck_assert_int_eq(ig_flags_nonempty(NULL, NULL, "--model", "m", &err), 0);
+	ck_assert_int_eq(ig_flags_nonempty(NULL, NULL, "--model", "", &err), -1);
+	ck_assert_str_eq(err, "--model: empty value");
+	free(err);
+	ck_assert_int_eq(ig_flags_readable(NULL, NULL, "--cacert", "/proc/self/status", &err), 0);
+	ck_assert_int_eq(ig_flags_readable(NULL, NULL, "--cacert", "/nonexistent/ca.pem", &err), -1);
+	ck_assert_str_eq(err, "--cacert: '/nonexistent/ca.pem': No such file or directory");
+	free(err);
+}
+END_TEST
+
 IG_CHECK_MAIN("flags", defaults_and_every_type, problems_name_the_flag_and_value, first_problem_only_unless_all,
-	      json_through_the_same_table, help_lists_every_flag)
+	      json_through_the_same_table, help_lists_every_flag, nonempty_and_readable_name_the_flag)
