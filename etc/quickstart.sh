@@ -18,7 +18,8 @@ JOBS=$(nproc 2>/dev/null || echo 2)
 DEPS="build-essential autoconf automake libtool pkg-config libmicrohttpd-dev libgnutls28-dev libcurl4-openssl-dev
       libjansson-dev libssl-dev openssl check python3 python3-yaml curl prometheus chromium clang valgrind
       libsystemd-dev systemd dpkg-dev debhelper fakeroot lintian groff-base man-db
-      libhiredis-dev redis-server haproxy gnuplot-nox"
+      libhiredis-dev redis-server haproxy gnuplot-nox
+      libzmq3-dev libmsgpack-dev libpcre2-dev libunistring-dev"
 
 deps() {
 	[ "${IG_SKIP_DEPS:-0}" = 1 ] && return 0
