@@ -110,6 +110,8 @@ struct ig_gw {
 	struct ig_accesslog alog;
 	struct ig_discovery *discovery;  /* NULL without discover entries */
 	struct ig_respstore *responses;  /* which backend holds each stored Responses API answer */
+	struct ig_prompts *prompts;      /* the models' tokenizers (sched/prompt.h), NULL: none;
+					 * loaded at start, kept by a reload */
 	struct ig_idem idem;             /* Idempotency-Key answers (idem.h) */
 	struct ig_cluster *cluster;      /* the gateways it acts as one with (cluster.h), NULL alone */
 	struct ig_cluster_view *cluster_view; /* what the others hold, as last learned: cluster.c

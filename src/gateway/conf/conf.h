@@ -166,6 +166,10 @@ struct ig_conf {
 					   * its fallback}, in the order tried */
 	size_t n_fallbacks;
 	bool fallbacks_from_flags;  /* a --model-fallback replaced the file's map */
+	struct ig_model_conf *models; /* models[]: what the gateway knows of a model
+				       * itself (its tokenizer); written by: prompt */
+	size_t n_models;
+	bool models_from_flags;     /* a --tokenizer replaced the file's list */
 	struct ig_routes routes;    /* what is forwarded, and how (routes.h) */
 	char *data_dir;             /* files and batches; "" = the Files API off */
 	long files_max_bytes;       /* largest upload */
@@ -182,6 +186,14 @@ struct ig_conf {
 	bool backends_from_flags;   /* a --backend or --discover replaced the file's list */
 	bool aliases_from_flags;    /* a --model-alias replaced the file's map */
 	bool check_only;            /* --check-config */
+};
+
+/* models[]: a model's tokenizer.json and chat template (tokenizer_config.json;
+ * by default the one beside the tokenizer, when there is one). */
+struct ig_model_conf {
+	char *name;
+	char *tokenizer;            /* path */
+	char *chat_template;        /* path, NULL: none given */
 };
 
 /* A row's field: .off = IG_CONF_OFF(retries). */

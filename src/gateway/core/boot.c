@@ -38,6 +38,7 @@
 #include "net/rx.h"
 #include "net/servertls.h"
 #include "obs/trace.h"
+#include "sched/prompt.h"
 #include "path/idem.h"
 #include "path/idem_share.h"
 #include "path/proxy.h"
@@ -169,6 +170,17 @@ int ig_boot_init(struct ig_gw *gw, struct ig_conf *cfg)
 		free(err);
 		return -1;
 	}
+	if (cfg->n_models) {
+		struct ig_buf errs;
+		ig_buf_init(&errs);
+		if (!(gw->prompts = ig_prompts_load(cfg, &errs))) {
+			for (char *line = strtok(errs.data, "\n"); line; line = strtok(NULL, "\n"))
+				ig_log_error("%s", line);
+			ig_buf_free(&errs);
+			return -1;
+		}
+		ig_buf_free(&errs);
+	}
 	gw->started_ms = ig_now_ms();
 	long fds = raise_fd_limit(2 * cfg->max_connections + 64);
 	unsigned conn_limit = (unsigned)(cfg->max_connections < fds - 64 ? cfg->max_connections : fds - 64);
@@ -270,6 +282,8 @@ void ig_boot_free(struct ig_gw *gw)
 	ig_sched_free(&gw->sched);
 	ig_clients_free(&gw->clients);
 	ig_respstore_free(gw->responses);
+	ig_prompts_free(gw->prompts);
+	gw->prompts = NULL;
 	ig_idem_free(&gw->idem);
 	ig_files_free(gw->files);
 	gw->files = NULL;

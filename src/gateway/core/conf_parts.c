@@ -21,6 +21,7 @@ extern const struct ig_conf_part ig_conf_fleet_backends; /* conf_fleet.c */
 extern const struct ig_conf_part ig_discover_conf; /* discover.c */
 extern const struct ig_conf_part ig_policy_conf; /* policy.c */
 extern const struct ig_conf_part ig_cache_aware_conf; /* lb_cache_aware.c */
+extern const struct ig_conf_part ig_prompt_conf; /* prompt.c */
 extern const struct ig_conf_part ig_health_conf; /* health.c */
 extern const struct ig_conf_part ig_retry_conf; /* proxy_conf.c */
 extern const struct ig_conf_part ig_dispatch_conf; /* dispatch.c (the retry budget) */
@@ -58,6 +59,7 @@ void ig_upstream_conf_check(struct ig_conf *cfg, struct ig_buf *errs); /* upstre
 void ig_servertls_conf_check(struct ig_conf *cfg, struct ig_buf *errs); /* servertls.c: server_tls.* */
 void ig_files_conf_check(struct ig_conf *cfg, struct ig_buf *errs); /* files_conf.c: data_dir */
 void ig_trace_conf_check(struct ig_conf *cfg, struct ig_buf *errs); /* trace_conf.c: tracing.*, OTEL_* */
+void ig_prompt_conf_check(struct ig_conf *cfg, struct ig_buf *errs); /* prompt.c: models[] */
 
 static const struct ig_conf_part *const parts[] = {
 	&ig_conf_core_head,
@@ -66,6 +68,7 @@ static const struct ig_conf_part *const parts[] = {
 	&ig_discover_conf,
 	&ig_policy_conf,
 	&ig_cache_aware_conf,
+	&ig_prompt_conf,
 	&ig_health_conf,
 	&ig_retry_conf,
 	&ig_dispatch_conf,
@@ -101,6 +104,7 @@ static const ig_conf_check_fn checks[] = {
 	ig_cluster_conf_check,
 	ig_loadreport_conf_check,
 	ig_conf_fleet_check,
+	ig_prompt_conf_check,
 	ig_upstream_conf_check,
 	ig_servertls_conf_check,
 	ig_files_conf_check,

@@ -259,6 +259,16 @@ int ig_reload(struct ig_gw *gw)
 	keep(&nc.cluster_redis_tls_name, &gw->cfg->cluster_redis_tls_name);
 	nc.cluster_sync_ms = gw->cfg->cluster_sync_ms;
 	nc.cluster_lease_s = gw->cfg->cluster_lease_s;
+	/* The tokenizers loaded at start stay (loading one takes a fraction of
+	 * a second under the lock): models[] changes with a restart. */
+	{
+		struct ig_model_conf *m = nc.models;
+		size_t n = nc.n_models;
+		nc.models = gw->cfg->models;
+		nc.n_models = gw->cfg->n_models;
+		gw->cfg->models = m;
+		gw->cfg->n_models = n;
+	}
 	ig_routes_move(&nc.routes, &gw->cfg->routes); /* requests and metrics hold their indexes */
 	struct ig_conf old = *gw->cfg;
 	*gw->cfg = nc;

@@ -20,6 +20,7 @@
 #include "keys/respstore.h"
 #include "path/admission.h"
 #include "sched/cluster_view.h"
+#include "sched/prompt.h"
 
 static const struct ig_route *rt(const struct ig_gw *gw, const struct ig_admission *a)
 {
@@ -62,7 +63,8 @@ void ig_admission_free(struct ig_gw *gw, struct ig_admission *a, bool ok)
 	free(a->resp_id);
 	free(a->up_path);
 	free(a->err.message);
-	a->model = a->alias = a->prev_id = a->resp_id = a->up_path = a->err.message = NULL;
+	free(a->answer);
+	a->model = a->alias = a->prev_id = a->resp_id = a->up_path = a->err.message = a->answer = NULL;
 }
 
 uint32_t ig_admission_owner(const struct ig_gw *gw, const struct ig_admission *a)
@@ -299,9 +301,9 @@ static long prompt_estimate(json_t *root)
  * IG_ADMISSION_TOKENS_MAX, past any key's tpm (a request asking more is
  * "too large" for every limited key), and the backends' outstanding
  * tokens (least-tokens) add such estimates up. */
-static long token_estimate(const struct ig_gw *gw, struct ig_admission *a, json_t *root)
+static long token_estimate(const struct ig_gw *gw, struct ig_admission *a, json_t *root, long exact)
 {
-	long prompt = a->prompt_estimate = prompt_estimate(root);
+	long prompt = a->prompt_estimate = exact >= 0 ? exact : prompt_estimate(root);
 	if (!(rt(gw, a)->flags & IG_RT_OUTPUT))
 		return prompt > 0 ? prompt : 1;
 	long choices = 1, out, total;
@@ -336,11 +338,20 @@ static void text_append(struct ig_buf *b, json_t *v)
  * cache-aware's cost counts the prompt's length from its chain). */
 #define MAX_CHAIN 16384
 
-/* cache-aware: the prompt as a chain of block hashes (blockhash.h): for
- * chat the messages in order, "role\ncontent\n" each (as infergate-sim
- * builds its prompt), for completions the prompt. Returns 0 or -1. */
-static int prefix_chain(struct ig_waiter *w, json_t *root)
+/* cache-aware: the prompt as a chain of block hashes (blockhash.h): its
+ * token ids when the model's tokenizer gave them (prompt.h: the keys of
+ * the exact index); else its text: for chat the messages in order,
+ * "role\ncontent\n" each (as infergate-sim builds its prompt), for
+ * completions the prompt. Returns 0 or -1. */
+static int prefix_chain(struct ig_waiter *w, json_t *root, const uint32_t *ids, size_t nids)
 {
+	if (ids) {
+		size_t n = nids / IG_BLOCK_TOKENS < MAX_CHAIN ? nids / IG_BLOCK_TOKENS : MAX_CHAIN;
+		if (n && !(w->pick.chain = malloc(n * sizeof(*w->pick.chain))))
+			return -1;
+		w->pick.nchain = n ? ig_prompt_chain(ids, nids, w->pick.chain, n) : 0;
+		return 0;
+	}
 	struct ig_buf t;
 	json_t *msgs = json_object_get(root, "messages"), *m;
 	size_t i;
@@ -365,6 +376,20 @@ static int prefix_chain(struct ig_waiter *w, json_t *root)
 	}
 	ig_buf_free(&t);
 	return 0;
+}
+
+/* /tokenize for a model whose tokenizer the gateway holds, answered by
+ * the gateway in vLLM's shape (vllm/entrypoints/openai/protocol.py
+ * TokenizeResponse: count, tokens; max_model_len is the engine's to say). */
+static char *tokenize_answer(const uint32_t *ids, size_t n)
+{
+	json_t *tokens = json_array();
+	for (size_t i = 0; i < n; i++)
+		json_array_append_new(tokens, json_integer(ids[i]));
+	json_t *o = json_pack("{s:I, s:o}", "count", (json_int_t)n, "tokens", tokens);
+	char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+	json_decref(o);
+	return s;
 }
 
 /* Whether the gateway should ask for the stream's usage itself: a stream
@@ -448,8 +473,31 @@ int ig_admission_body(struct ig_gw *gw, struct ig_admission *a, struct MHD_Conne
 		mt = json_object_get(json_object_get(root, "sampling_params"), "max_new_tokens");
 	if (json_is_integer(mt))
 		a->max_tokens = (long)json_integer_value(mt);
-	if (a->key->tpm.limit > 0 || (needs & IG_POLICY_NEEDS_TOKENS) || gw->cfg->hedge_after_ms)
-		a->tok_estimate = token_estimate(gw, a, root); /* and the prompt's: a hedge's waste */
+	/* The prompt in the model's own tokens, when the gateway has its
+	 * tokenizer and someone asks: a template that refuses the messages is
+	 * the engine's to answer (it renders the same), so the text counts. */
+	uint32_t *ids = NULL;
+	size_t nids = 0;
+	long exact = -1;
+	bool counts = a->key->tpm.limit > 0 || (needs & IG_POLICY_NEEDS_TOKENS) || gw->cfg->hedge_after_ms;
+	bool tokenize = strcmp(rt(gw, a)->path, "/tokenize") == 0;
+	if ((counts || tokenize || (needs & IG_POLICY_NEEDS_PREFIX)) && ig_prompt_has_tokenizer(gw->prompts, a->model)) {
+		char terr[256] = "no prompt it knows";
+		int trc = ig_prompt_tokens(gw->prompts, a->model, root, &ids, &nids, terr, sizeof(terr));
+		if (trc > 0)
+			exact = (long)nids;
+		else
+			ig_log_debug("model %s: a prompt not tokenized (%s)", a->model, terr);
+		if (tokenize && trc < 0) { /* the template's refusal, as vLLM answers it */
+			set_param_error(a, 400, "messages", "invalid_request_error", "%s", terr);
+			json_decref(root);
+			return -1;
+		}
+		if (tokenize && trc > 0)
+			a->answer = tokenize_answer(ids, nids);
+	}
+	if (counts)
+		a->tok_estimate = token_estimate(gw, a, root, exact); /* and the prompt's: a hedge's waste */
 	w->pick.tokens = a->tok_estimate;
 	if (needs & IG_POLICY_NEEDS_SESSION)
 		w->pick.session = session_of(a, conn, root);
@@ -476,7 +524,9 @@ int ig_admission_body(struct ig_gw *gw, struct ig_admission *a, struct MHD_Conne
 		}
 		a->store = !json_is_false(json_object_get(root, "store")); /* stored unless told not to */
 	}
-	if ((needs & IG_POLICY_NEEDS_PREFIX) && prefix_chain(w, root) < 0) {
+	int crc = (needs & IG_POLICY_NEEDS_PREFIX) ? prefix_chain(w, root, ids, nids) : 0;
+	free(ids);
+	if (crc < 0) {
 		json_decref(root);
 		set_error(a, 500, "internal_error", "out of memory");
 		return -1;

@@ -102,6 +102,15 @@ void ig_xch_set_error(struct ig_req *req, unsigned status, const char *code, con
 	req->err_body = body;
 }
 
+/* The gateway's own answer, not an error: a JSON body (taken over) sent
+ * the way errors are (respond: err_status, err_body). */
+void ig_xch_set_answer(struct ig_req *req, unsigned status, char *body)
+{
+	free(req->err_body);
+	req->err_status = status;
+	req->err_body = body;
+}
+
 /* An error decided by admission or dispatch. */
 void ig_xch_set_decided_error(struct ig_req *req, unsigned status, const char *type, const char *param,
 			      const char *code, const char *message)

@@ -195,6 +195,8 @@ void ig_xch_hand_over(struct ig_req *req, unsigned ops);
 /* The error answer decided by the gateway, in OpenAI's shape. */
 void ig_xch_set_error(struct ig_req *req, unsigned status, const char *code, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
+/* The gateway's own answer (a JSON body, taken over), sent as errors are. */
+void ig_xch_set_answer(struct ig_req *req, unsigned status, char *body);
 /* An error decided by admission or dispatch (type NULL: the status's). */
 void ig_xch_set_decided_error(struct ig_req *req, unsigned status, const char *type, const char *param,
 			      const char *code, const char *message);

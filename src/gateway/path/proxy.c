@@ -325,6 +325,11 @@ static enum MHD_Result admit(struct ig_req *req)
 	}
 	if (ig_admission_limits(gw, a) < 0)
 		return refused(req);
+	if (a->answer) { /* the gateway's own (/tokenize with the model's tokenizer) */
+		ig_xch_set_answer(req, 200, a->answer);
+		a->answer = NULL;
+		return respond(req);
+	}
 	req->relay.stream = a->stream;
 	req->relay.usage_added = a->usage_added;
 	req->relay.store = a->store;

@@ -1,0 +1,339 @@
+/* A prompt as the engine will see it (prompt.h). */
+#include "config.h"
+#include <errno.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "infergate/blockhash.h"
+#include "infergate/chattmpl.h"
+#include "infergate/flags.h"
+#include "infergate/log.h"
+#include "infergate/tokenizer.h"
+#include "infergate/util.h"
+#include "sched/prompt.h"
+
+struct model_tok {
+	char *name;
+	struct ig_tokenizer *tok;
+	struct ig_chattmpl *tmpl;   /* NULL: none, chat requests are not tokenized */
+};
+
+struct ig_prompts {
+	struct model_tok *m;
+	size_t n;
+};
+
+static const struct model_tok *find(const struct ig_prompts *p, const char *model)
+{
+	for (size_t i = 0; p && model && i < p->n; i++)
+		if (strcmp(p->m[i].name, model) == 0)
+			return &p->m[i];
+	return NULL;
+}
+
+bool ig_prompt_has_tokenizer(const struct ig_prompts *p, const char *model)
+{
+	return find(p, model) != NULL;
+}
+
+/* The tokenizer_config.json beside a tokenizer.json, when it is there and
+ * carries a chat_template; else NULL. */
+static char *template_beside(const char *tokenizer)
+{
+	const char *slash = strrchr(tokenizer, '/');
+	char *path = ig_strdupf("%.*stokenizer_config.json", slash ? (int)(slash - tokenizer + 1) : 0, tokenizer);
+	json_t *c = path ? json_load_file(path, 0, NULL) : NULL;
+	bool has = c && json_object_get(c, "chat_template");
+	json_decref(c);
+	if (!has) {
+		free(path);
+		return NULL;
+	}
+	return path;
+}
+
+void ig_prompts_free(struct ig_prompts *p)
+{
+	if (!p)
+		return;
+	for (size_t i = 0; i < p->n; i++) {
+		free(p->m[i].name);
+		ig_tokenizer_free(p->m[i].tok);
+		ig_chattmpl_free(p->m[i].tmpl);
+	}
+	free(p->m);
+	free(p);
+}
+
+struct ig_prompts *ig_prompts_load(const struct ig_conf *cfg, struct ig_buf *errs)
+{
+	if (!cfg->n_models)
+		return NULL;
+	struct ig_prompts *p = calloc(1, sizeof(*p));
+	if (!p || !(p->m = calloc(cfg->n_models, sizeof(*p->m)))) {
+		free(p);
+		ig_flags_problem(errs, "models: out of memory");
+		return NULL;
+	}
+	size_t before = errs->len;
+	for (size_t i = 0; i < cfg->n_models; i++) {
+		const struct ig_model_conf *mc = &cfg->models[i];
+		struct model_tok *m = &p->m[p->n];
+		char err[512] = "";
+		if (!(m->tok = ig_tokenizer_load(mc->tokenizer, err, sizeof(err)))) {
+			ig_flags_problem(errs, "models[%zu].tokenizer: '%s': %s", i, mc->tokenizer, err);
+			continue;
+		}
+		char *tp = mc->chat_template ? strdup(mc->chat_template) : template_beside(mc->tokenizer);
+		if (tp && !(m->tmpl = ig_chattmpl_load(tp, err, sizeof(err))))
+			ig_flags_problem(errs, "models[%zu].chat_template: '%s': %s", i, tp, err);
+		free(tp);
+		m->name = strdup(mc->name);
+		p->n++;
+	}
+	if (errs->len != before) {
+		ig_prompts_free(p);
+		return NULL;
+	}
+	return p;
+}
+
+/* vLLM gives a text-only model a message's content parts as one string,
+ * the texts joined by newlines (vllm/entrypoints/chat_utils.py,
+ * _parse_chat_message_content_parts with the "string" content format). */
+static json_t *flat_messages(json_t *msgs)
+{
+	json_t *out = json_array(), *m;
+	size_t i;
+	json_array_foreach(msgs, i, m) {
+		json_t *c = json_object_get(m, "content");
+		if (!json_is_object(m) || !json_is_array(c)) {
+			json_array_append(out, m);
+			continue;
+		}
+		struct ig_buf t;
+		ig_buf_init(&t);
+		size_t j, k = 0;
+		json_t *part;
+		json_array_foreach(c, j, part) {
+			json_t *txt = json_object_get(part, "text");
+			if (!json_is_string(txt))
+				continue;
+			if (k++)
+				ig_buf_append(&t, "\n", 1);
+			ig_buf_append(&t, json_string_value(txt), json_string_length(txt));
+		}
+		json_t *copy = json_copy(m);
+		json_object_set_new(copy, "content", json_stringn(t.data ? t.data : "", t.len));
+		ig_buf_free(&t);
+		json_array_append_new(out, copy);
+	}
+	return out;
+}
+
+/* Token ids a client sent as the prompt itself. */
+static int given_ids(json_t *prompt, uint32_t **ids, size_t *n)
+{
+	size_t len = json_array_size(prompt), i;
+	json_t *x;
+	if (!(*ids = malloc((len ? len : 1) * sizeof(**ids))))
+		return -1;
+	json_array_foreach(prompt, i, x) {
+		json_int_t v = json_integer_value(x);
+		if (!json_is_integer(x) || v < 0 || v > UINT32_MAX) {
+			free(*ids);
+			*ids = NULL;
+			return 0;
+		}
+		(*ids)[i] = (uint32_t)v;
+	}
+	*n = len;
+	return 1;
+}
+
+int ig_prompt_tokens(const struct ig_prompts *p, const char *model, json_t *root, uint32_t **ids, size_t *n,
+		     char *err, size_t errlen)
+{
+	const struct model_tok *m = find(p, model);
+	*ids = NULL;
+	*n = 0;
+	if (!m)
+		return 0;
+	json_t *msgs = json_object_get(root, "messages");
+	if (json_is_array(msgs)) {
+		if (!m->tmpl)
+			return 0;
+		json_t *flat = flat_messages(msgs), *tools = json_object_get(root, "tools");
+		json_t *agp = json_object_get(root, "add_generation_prompt");
+		char *text = NULL;
+		size_t len = 0;
+		int rc = ig_chattmpl_render(m->tmpl, flat, json_is_array(tools) ? tools : NULL, !json_is_false(agp),
+					    &text, &len, err, errlen);
+		json_decref(flat);
+		if (rc < 0)
+			return -1;
+		rc = ig_tokenizer_encode(m->tok, text, len, true, ids, n);
+		free(text);
+		if (rc < 0) {
+			snprintf(err, errlen, "out of memory");
+			return -1;
+		}
+		return 1;
+	}
+	json_t *prompt = json_object_get(root, "prompt");
+	if (json_is_array(prompt) && json_is_integer(json_array_get(prompt, 0)))
+		return given_ids(prompt, ids, n);
+	if (json_is_array(prompt))
+		prompt = json_array_get(prompt, 0);
+	if (json_is_array(prompt) && json_is_integer(json_array_get(prompt, 0)))
+		return given_ids(prompt, ids, n);
+	if (!json_is_string(prompt))
+		return 0;
+	if (ig_tokenizer_encode(m->tok, json_string_value(prompt), json_string_length(prompt), true, ids, n) < 0) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	return 1;
+}
+
+size_t ig_prompt_chain(const uint32_t *ids, size_t n, uint64_t *out, size_t max)
+{
+	size_t nb = n / IG_BLOCK_TOKENS < max ? n / IG_BLOCK_TOKENS : max;
+	unsigned char block[IG_BLOCK_BYTES];
+	uint64_t h = 0;
+	for (size_t b = 0; b < nb; b++) {
+		for (size_t t = 0; t < IG_BLOCK_TOKENS; t++) {
+			uint32_t v = ids[b * IG_BLOCK_TOKENS + t];
+			for (size_t k = 0; k < 4; k++)
+				block[t * 4 + k] = (unsigned char)(v >> (8 * k));
+		}
+		out[b] = h = ig_block_hash(h, (const char *)block, sizeof(block));
+	}
+	return nb;
+}
+
+/* ---- Settings: models[] and --tokenizer (conf.h), registered at boot by
+ * conf_parts.c ---- */
+static void models_clear(struct ig_conf *cfg)
+{
+	for (size_t i = 0; i < cfg->n_models; i++) {
+		free(cfg->models[i].name);
+		free(cfg->models[i].tokenizer);
+		free(cfg->models[i].chat_template);
+	}
+	free(cfg->models);
+	cfg->models = NULL;
+	cfg->n_models = 0;
+}
+
+static struct ig_model_conf *model_add(struct ig_conf *cfg, const char *name)
+{
+	struct ig_model_conf *grown = realloc(cfg->models, (cfg->n_models + 1) * sizeof(*grown));
+	if (!grown)
+		abort();
+	cfg->models = grown;
+	grown[cfg->n_models] = (struct ig_model_conf){.name = strdup(name)};
+	return &grown[cfg->n_models++];
+}
+
+static int parse_tokenizer_flag(void *target, const struct ig_flag *f IG_UNUSED, const char *what, const char *v,
+				char **err)
+{
+	struct ig_conf *cfg = target;
+	if (!cfg->models_from_flags) {
+		models_clear(cfg);
+		cfg->models_from_flags = true;
+	}
+	const char *eq = strchr(v, '=');
+	if (!eq || eq == v || !eq[1]) {
+		*err = ig_strdupf("%s: '%s' is not MODEL=PATH", what, v);
+		return -1;
+	}
+	char *name = strndup(v, (size_t)(eq - v));
+	model_add(cfg, name)->tokenizer = strdup(eq + 1);
+	free(name);
+	return 0;
+}
+
+static void parse_models_json(void *target, const struct ig_flag *f IG_UNUSED, json_t *v, const char *where,
+			      struct ig_buf *errs)
+{
+	struct ig_conf *cfg = target;
+	size_t i;
+	json_t *o;
+	if (!json_is_array(v)) {
+		ig_flags_problem(errs, "%s: key 'models' must be a list of {\"name\", \"tokenizer\", \"chat_template\"}",
+				 where);
+		return;
+	}
+	models_clear(cfg);
+	json_array_foreach(v, i, o) {
+		const char *k;
+		json_t *x, *name = json_object_get(o, "name");
+		if (!json_is_object(o) || !json_is_string(name) || !json_string_length(name)) {
+			ig_flags_problem(errs, "%s: models[%zu] needs a \"name\" (the model's name, a string)", where, i);
+			continue;
+		}
+		struct ig_model_conf *mc = model_add(cfg, json_string_value(name));
+		json_object_foreach(o, k, x) {
+			char **dst = strcmp(k, "tokenizer") == 0 ? &mc->tokenizer
+				     : strcmp(k, "chat_template") == 0 ? &mc->chat_template
+									: NULL;
+			if (strcmp(k, "name") == 0)
+				continue;
+			if (!dst)
+				ig_flags_problem(errs, "%s: models[%zu]: unknown key '%s' (name, tokenizer, chat_template)",
+						 where, i, k);
+			else if (!json_is_string(x) || !json_string_length(x))
+				ig_flags_problem(errs, "%s: models[%zu].%s must be a file's path", where, i, k);
+			else
+				*dst = strdup(json_string_value(x));
+		}
+	}
+}
+
+void ig_prompt_conf_check(struct ig_conf *cfg, struct ig_buf *errs)
+{
+	for (size_t i = 0; i < cfg->n_models; i++) {
+		const struct ig_model_conf *mc = &cfg->models[i];
+		for (size_t j = 0; j < i; j++)
+			if (strcmp(cfg->models[j].name, mc->name) == 0)
+				ig_flags_problem(errs, "models[%zu]: model '%s' is given twice", i, mc->name);
+		if (!mc->tokenizer)
+			ig_flags_problem(errs, "models[%zu]: model '%s' has no \"tokenizer\" (a tokenizer.json)", i,
+					 mc->name);
+		else if (access(mc->tokenizer, R_OK) < 0)
+			ig_flags_problem(errs, "models[%zu].tokenizer: '%s': %s", i, mc->tokenizer, strerror(errno));
+		if (mc->chat_template && access(mc->chat_template, R_OK) < 0)
+			ig_flags_problem(errs, "models[%zu].chat_template: '%s': %s", i, mc->chat_template,
+					 strerror(errno));
+	}
+}
+
+static json_t *models_json(const struct ig_flag *k IG_UNUSED, const struct ig_conf *cfg)
+{
+	json_t *v = json_array();
+	for (size_t i = 0; i < cfg->n_models; i++) {
+		const struct ig_model_conf *mc = &cfg->models[i];
+		json_t *o = json_pack("{s:s}", "name", mc->name);
+		if (mc->tokenizer)
+			json_object_set_new(o, "tokenizer", json_string(mc->tokenizer));
+		if (mc->chat_template)
+			json_object_set_new(o, "chat_template", json_string(mc->chat_template));
+		json_array_append_new(v, o);
+	}
+	return v;
+}
+
+static const struct ig_flag prompt_rows[] = {
+	{.name = "--tokenizer", .key = "models", .type = IG_FLAG_CUSTOM, .metavar = "MODEL=PATH",
+	 .parse = parse_tokenizer_flag, .parse_json = parse_models_json,
+	 .help = "MODEL's tokenizer.json (Hugging Face's format; its chat template from the tokenizer_config.json "
+		 "beside it): the gateway counts and routes MODEL's prompts in its own tokens (the exact prefix "
+		 "index of kv_events, tpm, /tokenize); repeatable, replaces the file's list; in the file "
+		 "[{\"name\", \"tokenizer\", \"chat_template\"}]. Without one a model's prompt is counted at 4 bytes "
+		 "a token, as infergate-sim counts it"},
+};
+const struct ig_conf_part ig_prompt_conf = IG_CONF_PART(prompt_rows, .to_json = models_json, .clear = models_clear);
