@@ -77,7 +77,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib
 import benchlib as B  # noqa: E402
 
 NSIMS = 8
-TARGETS = ["least-loaded", "cache-aware", "least-tokens", "session", "nginx-round-robin", "nginx-least_conn"]
+TARGETS = ["least-loaded", "cache-aware", "cache-aware-events", "least-tokens", "session", "nginx-round-robin",
+           "nginx-least_conn"]
+EVENTS = "cache-aware-events"  # cache-aware on the simulators' own KV events (the exact index)
 REFERENCE = "nginx-least_conn"
 BLOCK_TOKENS = 512      # tokens per hash id: Mooncake's, the replay's --block-tokens default
 TRACE = os.path.join(B.REPO, "..", "shared", "data", "mooncake-conversation-trace.jsonl")
@@ -218,9 +220,25 @@ def measure(target, speed, args, workdir, blocks):
     procs = B.Procs(os.path.join(workdir, name))
     try:
         sim_args = ["--profile", "h100-8b", "--time-scale", f"{args.time_scale:g}"] + args.sim_args.split()
-        sims, _ = B.start_sims(procs, NSIMS, sim_args)
+        events = target == EVENTS
+        if events:
+            # each simulator publishes its prefix cache's stores and evictions (vLLM's format)
+            ports = [(B.free_port(), B.free_port()) for _ in range(NSIMS)]
+            sims, _ = B.start_sims(procs, NSIMS, [sim_args + ["--kv-events", f"tcp://127.0.0.1:{p}",
+                                                              "--kv-events-replay", f"tcp://127.0.0.1:{r}"]
+                                                  for p, r in ports])
+        else:
+            sims, _ = B.start_sims(procs, NSIMS, sim_args)
         if target.startswith("nginx-"):
             url = start_nginx(procs, sims, "least_conn" if target == "nginx-least_conn" else "")
+        elif events:
+            conf = os.path.join(procs.workdir, "gateway.json")
+            with open(conf, "w") as f:
+                json.dump({"backends": [{"url": u, "kv_events": f"tcp://127.0.0.1:{p}",
+                                         "kv_events_replay": f"tcp://127.0.0.1:{r}"}
+                                        for u, (p, r) in zip(sims, ports)]}, f)
+            url, _ = B.start_gateway(procs, sims, config=conf,
+                                     extra=["--policy", "cache-aware"] + args.gateway_args.split())
         else:
             url, _ = B.start_gateway(procs, sims, extra=["--policy", target] + args.gateway_args.split())
         out = os.path.join(procs.workdir, "requests.jsonl")
