@@ -355,6 +355,24 @@ START_TEST(many_holders_overflow_the_slot_and_come_back)
 }
 END_TEST
 
+START_TEST(thousands_of_sources)
+{
+	/* past the match's stack set (4096): 200 backends x 32 DP ranks */
+	size_t n = 6400;
+	struct ig_kvindex *ix = ig_kvindex_new(n, 100000);
+	uint32_t tok[64], *m = malloc(n * sizeof(*m));
+	uint64_t h[4] = {1, 2, 3, 4};
+	prompt(tok, 64, 0, 64);
+	for (size_t s = 0; s < n; s += 2)
+		put(ix, s, h, s % 4 ? 2 : 4, NULL, tok, 16);
+	ig_kvindex_match(ix, tok, 64, m);
+	for (size_t s = 0; s < n; s++)
+		ck_assert_uint_eq(m[s], s % 2 ? 0 : s % 4 ? 32 : 64);
+	free(m);
+	ig_kvindex_free(ix);
+}
+END_TEST
+
 START_TEST(hostile_events_are_ignored_and_counted)
 {
 	struct ig_kvindex *ix = ig_kvindex_new(NSRC, 1000);
@@ -570,5 +588,5 @@ IG_CHECK_MAIN("kvindex", a_chain_matches_to_the_token_on_its_source_only,
 	      a_removal_in_the_middle_cuts_the_match_there, orphans_are_dropped_and_counted,
 	      clear_forgets_one_source, a_new_block_size_clears_the_source, the_bound_drops_stores_and_memory_stays,
 	      engine_hashes_shared_by_sources_stay_apart, a_key_held_twice_by_a_source_stays_until_both_go,
-	      an_adapters_blocks_are_its_own, many_holders_overflow_the_slot_and_come_back,
+	      an_adapters_blocks_are_its_own, many_holders_overflow_the_slot_and_come_back, thousands_of_sources,
 	      hostile_events_are_ignored_and_counted, random_events_agree_with_a_model, a_writer_and_readers_at_once)
