@@ -215,6 +215,8 @@ static inline struct slot *slot_find(const struct ig_kvindex *ix, uint64_t k)
 	}
 }
 
+/* Rehashes the holders' table into ncap slots (the overflow arrays move
+ * with their slots). Returns 0, or -1 (out of memory, table unchanged). */
 static int table_resize(struct ig_kvindex *ix, size_t ncap)
 {
 	struct table *t = &ix->t;
