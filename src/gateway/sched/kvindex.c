@@ -582,8 +582,8 @@ void ig_kvindex_clear(struct ig_kvindex *ix, size_t src)
 
 /* The walk of one block size: alive holds the sources (sorted) that hold
  * every block so far; each block's holders (sorted too) cut it by a merge. */
-static void walk(struct ig_kvindex *ix, uint32_t bs, uint64_t seed, const uint32_t *tokens, size_t nb,
-		 uint32_t *matched, uint16_t *alive)
+static void walk(struct ig_kvindex *ix, uint32_t bs, uint64_t seed, const uint32_t *tokens, const uint64_t *given,
+		 size_t nb, uint32_t *matched, uint16_t *alive)
 {
 	uint64_t keys[AHEAD], parent = seed;
 	size_t na = 0, have = 0, at = 0, i;
@@ -591,7 +591,7 @@ static void walk(struct ig_kvindex *ix, uint32_t bs, uint64_t seed, const uint32
 		if (at == have) { /* the next keys, their slots fetched while we merge */
 			have = nb - i < AHEAD ? nb - i : AHEAD;
 			for (size_t j = 0; j < have; j++) {
-				keys[j] = parent = block_key(parent, tokens + (i + j) * bs, bs);
+				keys[j] = parent = given ? given[i + j] : block_key(parent, tokens + (i + j) * bs, bs);
 				__builtin_prefetch(&ix->t.s[home(ix, parent, ix->t.cap)]);
 			}
 			at = 0;
@@ -639,7 +639,7 @@ void ig_kvindex_match_lora(struct ig_kvindex *ix, int64_t lora_id, const uint32_
 	uint64_t seed = namespace_of(lora_id);
 	pthread_rwlock_rdlock(&ix->lock);
 	for (size_t i = 0; i < ix->nsizes && ix->t.used; i++)
-		walk(ix, ix->sizes[i].bs, seed, tokens, n / ix->sizes[i].bs, matched, alive);
+		walk(ix, ix->sizes[i].bs, seed, tokens, NULL, n / ix->sizes[i].bs, matched, alive);
 	pthread_rwlock_unlock(&ix->lock);
 	if (alive != stack)
 		free(alive);
@@ -648,6 +648,24 @@ void ig_kvindex_match_lora(struct ig_kvindex *ix, int64_t lora_id, const uint32_
 void ig_kvindex_match(struct ig_kvindex *ix, const uint32_t *tokens, size_t n, uint32_t *matched)
 {
 	ig_kvindex_match_lora(ix, -1, tokens, n, matched);
+}
+
+void ig_kvindex_match_chain(struct ig_kvindex *ix, const uint64_t *chain, size_t nb, uint32_t *matched)
+{
+	uint16_t stack[STACK_ALIVE], *alive = stack;
+	memset(matched, 0, ix->nsrc * sizeof(*matched));
+	if (!chain || !nb)
+		return;
+	if (nb > UINT32_MAX / IG_BLOCK_TOKENS)
+		nb = UINT32_MAX / IG_BLOCK_TOKENS;
+	if (ix->nsrc > STACK_ALIVE && !(alive = malloc(ix->nsrc * sizeof(*alive))))
+		return;
+	pthread_rwlock_rdlock(&ix->lock);
+	if (ix->t.used)
+		walk(ix, IG_BLOCK_TOKENS, 0, NULL, chain, nb, matched, alive);
+	pthread_rwlock_unlock(&ix->lock);
+	if (alive != stack)
+		free(alive);
 }
 
 static void add(struct ig_kvindex_stats *o, const struct counters *c)

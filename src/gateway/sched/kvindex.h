@@ -76,6 +76,11 @@ void ig_kvindex_match(struct ig_kvindex *ix, const uint32_t *tokens, size_t n, u
  * ig_kvindex_match). Allocates nothing unless nsrc is past 4096. */
 void ig_kvindex_match_lora(struct ig_kvindex *ix, int64_t lora_id, const uint32_t *tokens, size_t n,
 			   uint32_t *matched);
+/* The same for a prompt whose block keys the caller has already (the
+ * request's chain, prompt.h ig_prompt_chain: blocks of IG_BLOCK_TOKENS,
+ * the base model): only sources of that block size can match; the keys are
+ * not hashed again. matched[s] in tokens. */
+void ig_kvindex_match_chain(struct ig_kvindex *ix, const uint64_t *chain, size_t nb, uint32_t *matched);
 /* Source src's counters and blocks, or with IG_KVINDEX_ALL the whole
  * index's (bytes: all the index's memory). */
 void ig_kvindex_stats(struct ig_kvindex *ix, size_t src, struct ig_kvindex_stats *out);

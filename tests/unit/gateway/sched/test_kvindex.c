@@ -582,7 +582,44 @@ START_TEST(a_writer_and_readers_at_once)
 }
 END_TEST
 
+/* A request's own chain (prompt.h: keys of 16-token blocks, the bytes of
+ * its ids) finds what the ids find, on sources of 16-token blocks only. */
+START_TEST(a_requests_chain_matches_as_its_tokens_do)
+{
+	struct ig_kvindex *ix = ig_kvindex_new(NSRC, 1000);
+	uint32_t tok[100], other[64];
+	uint64_t h[5] = {11, 12, 13, 14, 15}, h4[16];
+	prompt(tok, 100, 0, 100);
+	put(ix, 2, h, 5, NULL, tok, 16);
+	for (uint64_t i = 0; i < 16; i++)
+		h4[i] = 100 + i;
+	put(ix, 6, h4, 16, NULL, tok, 4); /* the same tokens in blocks of 4: not this chain's */
+	unsigned char bytes[sizeof(tok)];
+	for (size_t i = 0; i < 100; i++)
+		for (size_t k = 0; k < 4; k++)
+			bytes[i * 4 + k] = (unsigned char)(tok[i] >> (8 * k));
+	uint64_t chain[6];
+	size_t nb = ig_block_chain((const char *)bytes, sizeof(bytes), chain, 6);
+	ck_assert_uint_eq(nb, 6);
+	uint32_t m[NSRC];
+	ig_kvindex_match_chain(ix, chain, nb, m);
+	for (size_t s = 0; s < NSRC; s++)
+		ck_assert_uint_eq(m[s], s == 2 ? 80 : 0);
+	ig_kvindex_match_chain(ix, chain, 3, m); /* a shorter prompt: its 3 blocks */
+	ck_assert_uint_eq(m[2], 48);
+	prompt(other, 64, 9, 32); /* two blocks shared, then its own */
+	for (size_t i = 0; i < 64; i++)
+		for (size_t k = 0; k < 4; k++)
+			bytes[i * 4 + k] = (unsigned char)(other[i] >> (8 * k));
+	nb = ig_block_chain((const char *)bytes, 64 * 4, chain, 6);
+	ig_kvindex_match_chain(ix, chain, nb, m);
+	ck_assert_uint_eq(m[2], 32);
+	ig_kvindex_free(ix);
+}
+END_TEST
+
 IG_CHECK_MAIN("kvindex", a_chain_matches_to_the_token_on_its_source_only,
+	      a_requests_chain_matches_as_its_tokens_do,
 	      infergate_sims_tokens_give_the_chain_of_its_text,
 	      a_prompt_diverging_mid_block_matches_the_whole_blocks_before,
 	      a_removal_in_the_middle_cuts_the_match_there, orphans_are_dropped_and_counted,
