@@ -17,7 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistr.h>
+#include <unistr.h> /* u8_check */
 #include <uninorm.h>
 
 #include "tokenizer_int.h"
@@ -178,21 +178,55 @@ static int text(struct enc *e, const uint8_t *p, size_t len)
 	return rc;
 }
 
-/* Text that is not UTF-8, as from_utf8_lossy reads it: U+FFFD for each
- * maximal bad subpart (libunistring's u8_mbtouc counts them so). */
+/* The length of the UTF-8 sequence at p (Unicode's table 3-7), or 0 with
+ * *bad the length of its maximal bad subpart: the longest start of a
+ * sequence that could still have been valid. */
+static size_t utf8_seq(const uint8_t *p, size_t n, size_t *bad)
+{
+	uint8_t c = p[0], lo = 0x80, hi = 0xbf;
+	size_t need;
+	if (c < 0x80)
+		return 1;
+	if (c >= 0xc2 && c <= 0xdf)
+		need = 1;
+	else if (c >= 0xe0 && c <= 0xef)
+		need = 2, lo = c == 0xe0 ? 0xa0 : 0x80, hi = c == 0xed ? 0x9f : 0xbf;
+	else if (c >= 0xf0 && c <= 0xf4)
+		need = 3, lo = c == 0xf0 ? 0x90 : 0x80, hi = c == 0xf4 ? 0x8f : 0xbf;
+	else {
+		*bad = 1;
+		return 0;
+	}
+	size_t i = 1;
+	for (; i <= need && i < n; i++) {
+		uint8_t min = i == 1 ? lo : 0x80, max = i == 1 ? hi : 0xbf;
+		if (p[i] < min || p[i] > max)
+			break;
+	}
+	if (i == need + 1)
+		return i;
+	*bad = i;
+	return 0;
+}
+
+/* Text that is not UTF-8, as Rust's String::from_utf8_lossy and Python's
+ * errors="replace" read it: one U+FFFD for each maximal bad subpart. */
 static uint8_t *lossy(const uint8_t *p, size_t len, size_t *n)
 {
 	uint8_t *o = malloc(len * 3 + 1), *w = o;
 	if (!o)
 		return NULL;
 	for (size_t i = 0; i < len;) {
-		ucs4_t c;
-		int k = u8_mbtouc(&c, p + i, len - i);
-		if (k <= 0)
-			k = 1;
-		int wrote = u8_uctomb(w, c, 4);
-		w += wrote > 0 ? wrote : 0;
-		i += (size_t)k;
+		size_t bad = 0, k = utf8_seq(p + i, len - i, &bad);
+		if (k) {
+			memcpy(w, p + i, k);
+			w += k;
+			i += k;
+		} else {
+			memcpy(w, "\xef\xbf\xbd", 3);
+			w += 3;
+			i += bad;
+		}
 	}
 	*n = (size_t)(w - o);
 	return o;
