@@ -313,7 +313,7 @@ int tok_bpe_add_merge(struct tok_bpe *b, uint32_t rank, const char *l, size_t ll
 			 li < 0 ? (int)ll : (int)rl, li < 0 ? l : r);
 		return -1;
 	}
-	char *both = malloc(ll + rl + 1);
+	char small[256], *both = ll + rl <= sizeof(small) ? small : malloc(ll + rl);
 	if (!both) {
 		snprintf(err, errlen, "out of memory");
 		return -1;
@@ -324,10 +324,12 @@ int tok_bpe_add_merge(struct tok_bpe *b, uint32_t rank, const char *l, size_t ll
 	if (id < 0) {
 		snprintf(err, errlen, "model: merge %u: its result '%.*s' is not in the vocab", rank + 1,
 			 (int)(ll + rl), both);
-		free(both);
+		if (both != small)
+			free(both);
 		return -1;
 	}
-	free(both);
+	if (both != small)
+		free(both);
 	uint64_t key = (uint64_t)li << 32 | (uint64_t)ri;
 	size_t j = mix(key) & b->merge_mask;
 	while (b->merges[j].key != UINT64_MAX && b->merges[j].key != key)

@@ -4,6 +4,7 @@
  * here with its name, so a model the gateway cannot count exactly fails at
  * boot rather than miscounting quietly. */
 #include "config.h"
+#include <errno.h>
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -435,7 +436,37 @@ int tok_load(struct ig_tokenizer *t, const char *path, char *err, size_t errlen)
 {
 	struct ld l = {t, err, errlen, false};
 	json_error_t je;
-	json_t *root = json_load_file(path, JSON_ALLOW_NUL, &je);
+	/* read whole, then parsed: json_load_file reads a byte at a time
+	 * (getc), a third of the load of an 11 MB file */
+	FILE *f = fopen(path, "rb");
+	if (!f) {
+		snprintf(err, errlen, "%s: %s", path, strerror(errno));
+		return -1;
+	}
+	size_t cap = 1 << 20, n = 0, got;
+	char *buf = malloc(cap);
+	while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
+		n += got;
+		if (n == cap) {
+			char *nb = cap > SIZE_MAX / 2 ? NULL : realloc(buf, cap * 2);
+			if (!nb) {
+				free(buf);
+				buf = NULL;
+				break;
+			}
+			buf = nb;
+			cap *= 2;
+		}
+	}
+	bool bad = ferror(f);
+	fclose(f);
+	if (!buf || bad) {
+		snprintf(err, errlen, "%s: %s", path, buf ? "read error" : "out of memory");
+		free(buf);
+		return -1;
+	}
+	json_t *root = json_loadb(buf, n, JSON_ALLOW_NUL, &je);
+	free(buf);
 	if (!root) {
 		snprintf(err, errlen, "%s: line %d: %s", path, je.line, je.text);
 		return -1;

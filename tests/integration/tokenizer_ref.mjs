@@ -3,6 +3,9 @@
 //
 //   node tokenizer_ref.mjs IMPL TOKENIZER.json INPUT.jsonl [--bench SECONDS]
 //
+// (--bench: encodes the lines over and over; prints tokens, seconds, the
+// process's CPU seconds over that loop, tokens/s and tokens per CPU second.)
+//
 // IMPL is "hf": Hugging Face's own tokenizers (the npm package `tokenizers`,
 // bindings over the Rust crate that transformers' fast tokenizers, and so
 // SGLang and vLLM, run), or "lenml": @lenml/tokenizers (transformers.js's
@@ -68,7 +71,7 @@ const lines = fs
 if (flag === "--bench") {
   const limit = Number(secs) * 1000;
   let tokens = 0, bytes = 0;
-  const t0 = performance.now();
+  const t0 = performance.now(), cpu0 = process.cpuUsage();
   do {
     for (const [text, special] of lines) {
       tokens += (await encode(text, special)).length;
@@ -76,7 +79,9 @@ if (flag === "--bench") {
     }
   } while (performance.now() - t0 < limit);
   const seconds = (performance.now() - t0) / 1000;
-  console.log(JSON.stringify({ tokens, bytes, seconds, tokens_per_s: Math.round(tokens / seconds) }));
+  const used = process.cpuUsage(cpu0), cpu_s = (used.user + used.system) / 1e6;
+  console.log(JSON.stringify({ tokens, bytes, seconds, cpu_s, tokens_per_s: Math.round(tokens / seconds),
+                               tokens_per_cpu_s: Math.round(tokens / cpu_s) }));
 } else {
   const out = [];
   for (const [text, special] of lines) out.push(JSON.stringify(Array.from(await encode(text, special))));
