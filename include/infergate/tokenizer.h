@@ -1,8 +1,10 @@
 /* The models' tokenizer: a Hugging Face tokenizer.json of the byte-level BPE
  * kind (Qwen3's, Llama-3's), encoding text to the token ids the reference
  * implementation (huggingface/tokenizers, Rust) gives, so the gateway can
- * count and hash prompts in the engines' own tokens (SGLang and vLLM
- * tokenize with transformers' fast tokenizers, i.e. that library).
+ * count and hash prompts in the engines' own tokens (SGLang's
+ * python/sglang/srt/hf_transformers_utils.py and vLLM's
+ * vllm/transformers_utils/tokenizer.py get_tokenizer load transformers'
+ * fast tokenizers, i.e. that library, from the same file).
  *
  * What a file may use, and anything else is refused at load with its name:
  *   normalizer      null, NFC, Sequence of those

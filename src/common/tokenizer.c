@@ -15,6 +15,7 @@
  * number of threads, each with its own regex match data. */
 #include "config.h"
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistr.h> /* u8_check */
@@ -213,7 +214,7 @@ static size_t utf8_seq(const uint8_t *p, size_t n, size_t *bad)
  * errors="replace" read it: one U+FFFD for each maximal bad subpart. */
 static uint8_t *lossy(const uint8_t *p, size_t len, size_t *n)
 {
-	uint8_t *o = malloc(len * 3 + 1), *w = o;
+	uint8_t *o = len < SIZE_MAX / 3 ? malloc(len * 3 + 1) : NULL, *w = o;
 	if (!o)
 		return NULL;
 	for (size_t i = 0; i < len;) {
