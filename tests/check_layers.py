@@ -113,7 +113,7 @@ LAYERS = {
     ],
     "common": [
         "batchfile",                              # include/infergate/batchfile.h: src/batchfile's interface
-        "flags httpd",
+        "flags httpd tokenizer",                  # tokenizer: the models' tokenizer.json (tokenizer_load.c, tokenizer_bpe.c: its parts)
         "oaerror sse log",
         "buf list blockhash util",
     ],
@@ -741,8 +741,11 @@ def init_type(code, at):
 # file stays about its work), the JSON self-reports split from metrics.c, and
 # the backends' and keys' settings split from conf.c. A part has no header of
 # its own; it counts as its module for every check here and for the mirror
-# check (its test is its module's).
+# check (its test is its module's). A module split into parts may have one
+# private header its parts share (the tokenizer's tokenizer_int.h): named
+# here too, it is part of the module, not a module of its own.
 PARTS = {
+    "common": {"tokenizer_load": "tokenizer", "tokenizer_bpe": "tokenizer", "tokenizer_int": "tokenizer"},
     "gateway": {"cluster_conf": "cluster", "cont_conf": "cont", "files_conf": "files", "idem_conf": "idem",
                 "proxy_conf": "proxy", "proxy_metrics": "proxy", "trace_conf": "trace", "conf_fleet": "conf", "metrics_json": "metrics"},
 }
@@ -751,7 +754,7 @@ PARTS = {
 def part_owner(prog, f):
     """The module a file of src/PROG belongs to (PARTS)."""
     stem = f[:-2]
-    return PARTS.get(prog, {}).get(stem, stem) if f.endswith(".c") else stem
+    return PARTS.get(prog, {}).get(stem, stem) if f.endswith(".c") or stem.endswith("_int") else stem
 
 
 def modules(srcdir):
