@@ -1,0 +1,38 @@
+/* A model's chat template, rendered in the gateway byte for byte as the
+ * engine's tokenizer renders it, so the gateway can tokenize a chat request
+ * the way the engine will (issue 49: routing on the engines' KV events needs
+ * the prompt's tokens). The reference is @huggingface/jinja 0.5.13, the
+ * renderer of transformers.js, called with the variables transformers'
+ * apply_chat_template passes (messages, tools, add_generation_prompt and the
+ * special tokens; vLLM's vllm/entrypoints/chat_utils.py
+ * apply_hf_chat_template and SGLang hand their requests to that same
+ * function). The Jinja subset is include/infergate/jinja.h's. */
+#ifndef IG_CHATTMPL_H
+#define IG_CHATTMPL_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+struct ig_chattmpl;
+
+/* From a tokenizer_config.json (its chat_template, a string, or the "default"
+ * entry of a list of {name, template} (and its "tool_use" entry, used when a
+ * request has tools, as transformers picks it); and its bos_token/eos_token,
+ * strings or {content: ...} objects). NULL with a clear reason in err: the
+ * file, or the template's unsupported construct with its line. */
+struct ig_chattmpl *ig_chattmpl_load(const char *tokenizer_config_path, char *err, size_t errlen);
+/* From a template's text; bos and eos may be NULL (the template sees them
+ * undefined). NULL with the reason in err. */
+struct ig_chattmpl *ig_chattmpl_new(const char *template_text, const char *bos, const char *eos, char *err,
+                                    size_t errlen);
+void ig_chattmpl_free(struct ig_chattmpl *t);
+/* Renders messages (a JSON array as the OpenAI chat request carries it), tools
+ * (JSON array or NULL), add_generation_prompt; the text into a malloc'd
+ * NUL-terminated *out (*len bytes). Returns 0, or -1 with the reason in err
+ * (a template's raise_exception message, a type error, a limit). Safe on one
+ * template from many threads at once. */
+int ig_chattmpl_render(const struct ig_chattmpl *t, const json_t *messages, const json_t *tools,
+                       bool add_generation_prompt, char **out, size_t *len, char *err, size_t errlen);
+
+#endif
