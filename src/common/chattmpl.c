@@ -70,7 +70,8 @@ struct ig_chattmpl *ig_chattmpl_load(const char *path, char *err, size_t errlen)
 {
 	json_error_t je;
 	struct ig_chattmpl *t = NULL;
-	json_t *cfg = json_load_file(path, 0, &je);
+	/* as reals: model_max_length may not fit 64 bits (Llama-3 has 1e30) */
+	json_t *cfg = json_load_file(path, JSON_DECODE_INT_AS_REAL, &je);
 	if (!cfg) {
 		snprintf(err, errlen, "%s: %s (line %d)", path, je.text, je.line);
 		return NULL;
