@@ -24,7 +24,7 @@
 #define IG_JINJA_MAX_VALUE_DEPTH 256      /* nesting of a request's JSON, and of tojson */
 #define IG_JINJA_MAX_OUTPUT (64u << 20)   /* bytes a render may write */
 #define IG_JINJA_MAX_ARENA (512u << 20)   /* bytes a render may allocate */
-#define IG_JINJA_MAX_ITERATIONS 10000000L /* loop iterations in one render, all loops together */
+#define IG_JINJA_MAX_ITERATIONS 1000000L  /* loop iterations in one render, all loops together */
 #define IG_JINJA_MAX_RANGE 1000000L       /* items of one range() */
 
 /* ---- arena ---------------------------------------------------------------- */
@@ -48,7 +48,8 @@ enum jn_kind {
 	JN_TEXT,       /* s: literal output */
 	JN_OUTPUT,     /* {{ a }} */
 	JN_IF,         /* a: test, body, alt (an elif is one JN_IF in alt) */
-	JN_FOR,        /* a: loop variable (JN_IDENT or JN_TUPLE), b: iterable, c: select test or NULL; body, alt (else) */
+	JN_FOR,        /* a: loop variable (JN_IDENT or JN_TUPLE), b: iterable, c: select test or NULL; body, alt (else);
+	                  flag: the loop names `loop` */
 	JN_SET,        /* a: target; b: value, or NULL and body (a {% set %}...{% endset %} block) */
 	JN_BREAK,
 	JN_CONTINUE,

@@ -1259,17 +1259,26 @@ static void for_stmt(struct jctx *c, const struct jnode *n, struct scope *outer,
 	bool none = true;
 	for (size_t i = 0; i < len; i++) {
 		count_iteration(c);
-		struct jval *loop = jv_object(c, JV_OBJECT, 9);
-		struct jval *vals[9] = {
-			jv_num(c, JV_INT, (double)i + 1), jv_num(c, JV_INT, (double)i), jv_num(c, JV_INT, (double)(len - i)),
-			jv_num(c, JV_INT, (double)(len - i - 1)), jv_bool(c, i == 0), jv_bool(c, i == len - 1),
-			jv_num(c, JV_INT, (double)len), i > 0 ? v[i - 1] : &c->undef, i + 1 < len ? v[i + 1] : &c->undef,
-		};
-		for (int k = 0; k < 9; k++)
-			jv_set(c, loop, LOOP_KEYS[k], strlen(LOOP_KEYS[k]), vals[k]);
-		jv_set(c, s->vars, "loop", 4, loop);
+		if (n->flag) {
+			struct jval *loop = jv_object(c, JV_OBJECT, 9);
+			struct jval *vals[9] = {
+				jv_num(c, JV_INT, (double)i + 1), jv_num(c, JV_INT, (double)i), jv_num(c, JV_INT, (double)(len - i)),
+				jv_num(c, JV_INT, (double)(len - i - 1)), jv_bool(c, i == 0), jv_bool(c, i == len - 1),
+				jv_num(c, JV_INT, (double)len), i > 0 ? v[i - 1] : &c->undef, i + 1 < len ? v[i + 1] : &c->undef,
+			};
+			for (int k = 0; k < 9; k++)
+				jv_set(c, loop, LOOP_KEYS[k], strlen(LOOP_KEYS[k]), vals[k]);
+			jv_set(c, s->vars, "loop", 4, loop);
+		}
 		bind(c, n->a, v[i], s);
+		size_t mark = out->n;
 		enum flow f = render(c, n->body, n->nbody, s, out);
+		if (f != FLOW_NEXT && out->p) {
+			/* runtime.ts: break and continue are exceptions, which drop
+			 * what the iteration had rendered so far */
+			out->n = mark;
+			out->p[mark] = '\0';
+		}
 		if (f == FLOW_CONTINUE)
 			continue;
 		if (f == FLOW_BREAK)

@@ -950,6 +950,26 @@ static void expect_end(struct parser *p, const char *name, int line)
 	expect(p, T_CLOSE_STMT, "'%}'");
 }
 
+/* Whether a subtree names `loop`: a for loop whose body does not is spared
+ * making the loop object each iteration. Iterative down `a`, where long
+ * chains (a + b + c ...) grow. */
+static bool uses_loop(const struct jnode *n)
+{
+	for (; n; n = n->a) {
+		if (n->kind == JN_IDENT && strcmp(n->s, "loop") == 0)
+			return true;
+		for (size_t i = 0; i < n->nbody; i++)
+			if (uses_loop(n->body[i]))
+				return true;
+		for (size_t i = 0; i < n->nalt; i++)
+			if (uses_loop(n->alt[i]))
+				return true;
+		if (uses_loop(n->b) || uses_loop(n->c))
+			return true;
+	}
+	return false;
+}
+
 static struct jnode *parse_stmt(struct parser *p)
 {
 	struct tok *open = expect(p, T_OPEN_STMT, "'{%'");
@@ -1010,6 +1030,7 @@ static struct jnode *parse_stmt(struct parser *p)
 		n->nbody = body.n;
 		n->alt = alt.v;
 		n->nalt = alt.n;
+		n->flag = uses_loop(n);
 		expect_end(p, "endfor", line);
 		p->depth--;
 	} else if (strcmp(t->v, "break") == 0 || strcmp(t->v, "continue") == 0) {
