@@ -115,7 +115,7 @@ LAYERS = {
         "batchfile",                              # include/infergate/batchfile.h: src/batchfile's interface
         "flags httpd",
         "oaerror sse log chattmpl",                # chattmpl: a model's chat template, over jinja
-        "jinja",                                  # the Jinja renderer (jinja_parse.c, jinja_value.c, jinja_eval.c)
+        "jinja",                                  # the Jinja renderer (jinja_parse.c, jinja_value.c, jinja_eval.c, jinja_builtin.c)
         "buf list blockhash util",
     ],
 }
@@ -746,7 +746,7 @@ def init_type(code, at):
 PARTS = {
     "gateway": {"cluster_conf": "cluster", "cont_conf": "cont", "files_conf": "files", "idem_conf": "idem",
                 "proxy_conf": "proxy", "proxy_metrics": "proxy", "trace_conf": "trace", "conf_fleet": "conf", "metrics_json": "metrics"},
-    "common": {"jinja_parse": "jinja", "jinja_value": "jinja", "jinja_eval": "jinja"},
+    "common": {"jinja_parse": "jinja", "jinja_value": "jinja", "jinja_eval": "jinja", "jinja_builtin": "jinja"},
 }
 
 

@@ -6,7 +6,20 @@
  * apply_chat_template passes (messages, tools, add_generation_prompt and the
  * special tokens; vLLM's vllm/entrypoints/chat_utils.py
  * apply_hf_chat_template and SGLang hand their requests to that same
- * function). The Jinja subset is include/infergate/jinja.h's. */
+ * function). The Jinja subset is include/infergate/jinja.h's.
+ *
+ * Two things this does not do, which matching an engine needs:
+ * - the engine's rewriting of the messages before its template sees them
+ *   (vLLM's vllm/entrypoints/chat_utils.py parse_chat_messages and
+ *   _postprocess_messages: a null content becomes "", text parts are
+ *   joined, tool calls' JSON-string arguments become objects): the caller
+ *   hands messages already rewritten;
+ * - Python's Jinja: the engines render with transformers' jinja2, which
+ *   differs from the JavaScript reference where a template strips with an
+ *   argument (Qwen3's lstrip('\n') strips only newlines there, all white
+ *   space here), prints floats in tojson (1.0 and 1e-07 there, 1 and 1e-7
+ *   here), orders keys (insertion order there; integer-like keys first
+ *   here) or trims (Python's and JavaScript's white space differ). */
 #ifndef IG_CHATTMPL_H
 #define IG_CHATTMPL_H
 

@@ -157,6 +157,8 @@ struct jctx {
 void jfail(struct jctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
 
 struct jval *jv_str(struct jctx *c, const char *p, size_t n);
+struct jval *jv_cstr(struct jctx *c, const char *s);
+struct jval *jv_func(struct jctx *c, enum jfunc fn, struct jval *self);
 struct jval *jv_num(struct jctx *c, enum jv_type type, double num);
 struct jval *jv_bool(struct jctx *c, bool b);
 struct jval *jv_array(struct jctx *c, size_t cap);
@@ -180,6 +182,12 @@ struct jbuf {
 };
 void jb_put(struct jctx *c, struct jbuf *b, const char *s, size_t n);
 void jb_puts(struct jctx *c, struct jbuf *b, const char *s);
+struct jval *jv_buf_str(struct jctx *c, struct jbuf *b); /* the buffer's text as a string value */
+
+static inline bool jv_is_num(const struct jval *v)
+{
+	return v->type == JV_INT || v->type == JV_FLOAT;
+}
 
 /* JavaScript's Number#toString of x. */
 void jv_fmt_number(char *out, size_t n, double x);
@@ -208,6 +216,31 @@ size_t jv_utf16_len(const char *p, size_t n);
  * p + n; 0 when there is none. */
 size_t jv_space_at(const char *p, size_t n);
 size_t jv_space_before(const char *p, size_t n);
+
+/* ---- the evaluator and its builtins (jinja_eval.c, jinja_builtin.c) ---- */
+
+struct jscope; /* a scope of variables: the globals, a for loop's */
+struct jargs {
+	struct jval **v;  /* positional (room for one more: the kwargs, when a function takes them last) */
+	size_t n;
+	struct jval *kw;  /* the keyword arguments (a kwargs JV_OBJECT), NULL when none */
+};
+struct jval *jv_eval(struct jctx *c, const struct jnode *n, struct jscope *s);
+struct jargs jv_eval_args(struct jctx *c, const struct jnode *call, struct jscope *s);
+/* Positional argument i, else keyword kw (either may be absent); NULL when neither. */
+struct jval *jv_arg(const struct jargs *a, size_t i, const char *kw);
+/* One more loop iteration; fails the render past IG_JINJA_MAX_ITERATIONS. */
+void jv_count_iteration(struct jctx *c);
+
+struct jval *jv_call(struct jctx *c, const struct jval *fn, const struct jargs *a);
+struct jval *jv_filter(struct jctx *c, const struct jnode *f, struct jscope *s);
+bool jv_test(struct jctx *c, const char *name, const struct jval *v);
+/* A string's, an array's or an object's builtin attribute (methods, length); undefined if none. */
+struct jval *jv_builtin(struct jctx *c, struct jval *obj, const struct jval *prop);
+/* An object's items (what 0), keys (1) or values (2), as an array. */
+struct jval *jv_items(struct jctx *c, const struct jval *o, int what);
+const char *jv_find(const char *h, size_t hn, const char *nd, size_t nn); /* memmem */
+size_t jv_cp_len(const char *p, size_t n); /* bytes of the UTF-8 character at p */
 
 /* ---- rendering ----------------------------------------------------------- */
 

@@ -135,6 +135,24 @@ struct jval *jv_num(struct jctx *c, enum jv_type type, double num)
 	return v;
 }
 
+struct jval *jv_cstr(struct jctx *c, const char *s)
+{
+	return jv_str(c, s, strlen(s));
+}
+
+struct jval *jv_buf_str(struct jctx *c, struct jbuf *b)
+{
+	return jv_str(c, b->p ? b->p : "", b->n);
+}
+
+struct jval *jv_func(struct jctx *c, enum jfunc fn, struct jval *self)
+{
+	struct jval *v = jv_num(c, JV_FUNC, 0);
+	v->u.fn.fn = fn;
+	v->u.fn.self = self;
+	return v;
+}
+
 struct jval *jv_bool(struct jctx *c, bool b)
 {
 	return b ? &c->t : &c->f;
