@@ -571,9 +571,7 @@ void jv_print(struct jctx *c, struct jbuf *b, const struct jval *v)
 	case JV_BOOL:
 		jb_puts(c, b, v->u.b ? "true" : "false");
 		return;
-	case JV_NULL:
-		jb_puts(c, b, "null");
-		return;
+	case JV_NULL: /* new NullValue() holds undefined, which String() prints so */
 	case JV_UNDEF:
 		jb_puts(c, b, "undefined");
 		return;

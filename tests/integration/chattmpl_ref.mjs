@@ -7,6 +7,7 @@
 // src/common/chattmpl.c passes too).
 //
 //   node chattmpl_ref.mjs TOKENIZER_CONFIG.json [--bench N] < requests.jsonl
+//   node chattmpl_ref.mjs --templates < templates.jsonl
 //
 // Input and output lines as tests/tools/igtmpl.c's: the prompt as a JSON
 // string, or {"error": "..."}; --bench N prints "renders/s R" on stderr.
@@ -16,6 +17,28 @@ import { readFileSync } from "node:fs";
 
 const require = createRequire(process.env.IG_NODE_MODULES + "/");
 const { Template } = require("@huggingface/jinja");
+
+if (process.argv[2] === "--templates") {
+	// one {"template", "vars"} a line, rendered with those variables alone
+	const out = [];
+	for (const l of readFileSync(0, "utf8").split("\n").filter((x) => x.length > 0)) {
+		const r = JSON.parse(l);
+		let t;
+		try {
+			t = new Template(r.template);
+		} catch (e) {
+			out.push(JSON.stringify({ parse_error: String(e && e.message) }));
+			continue;
+		}
+		try {
+			out.push(JSON.stringify(t.render(r.vars ?? {})));
+		} catch (e) {
+			out.push(JSON.stringify({ error: String(e && e.message) }));
+		}
+	}
+	process.stdout.write(out.join("\n") + "\n");
+	process.exit(0);
+}
 
 const cfg = JSON.parse(readFileSync(process.argv[2], "utf8"));
 const bench = process.argv[3] === "--bench" ? Number(process.argv[4]) : 0;

@@ -208,6 +208,80 @@ def compare(model):
           f"({c_rate / ref_rate:.1f}x)")
 
 
+# ------------------------------------------------------------------ random expressions
+
+ATOMS = ["1", "0", "-2", "2.5", "1.0", "'a'", "''", "' x '", "'1'", "true", "false", "none", "x", "s", "n", "f", "l",
+         "o", "e", "u", "[1, 'a']", "[]", "{'k': 1}", "{}", "ns", "ns.a", "o.k", "o['k']", "l[0]", "l[-1]", "s[1:]",
+         "l[::-1]", "s[::-1]", "o.missing", "u.v", "range(3)"]
+BINARY = ["+", "-", "*", "/", "//", "%", "~", "==", "!=", "<", ">", "<=", ">=", "in", "not in", "and", "or"]
+FILTERS = ["length", "trim", "tojson", "first", "last", "join", "upper", "lower", "string", "items", "list", "reverse",
+           "int", "float", "abs", "capitalize", "default('d')", "default('d', true)", "join(',')", "replace('a', 'b')",
+           "tojson(indent=2)", "selectattr('k')", "map(attribute='k')", "indent(2, true)"]
+TESTS = ["defined", "undefined", "none", "string", "number", "mapping", "iterable", "sequence", "integer", "boolean",
+         "true", "false", "odd", "even", "lower", "upper"]
+METHODS = ["strip()", "lstrip('x')", "rstrip()", "upper()", "lower()", "split()", "split('a')", "split(',', 1)",
+           "startswith('a')", "endswith(('x', 'd'))", "replace('a', 'zz')", "title()", "get('k')", "get('z', 0)",
+           "items()", "keys()", "values()", "length"]
+EXPR_VARS = {"x": "hello World", "s": "  a,b\n\u00a0", "n": 3, "f": 1.5, "l": [1, "two", 3.0, None, [4], {"k": 1}],
+             "o": {"k": "v", "2": 1, "1": [True]}, "e": "", "u": None}
+
+
+def expression(rng, d=0):
+    r = rng.random()
+    if d > 3 or r < 0.3:
+        return rng.choice(ATOMS)
+    if r < 0.55:
+        return f"({expression(rng, d + 1)} {rng.choice(BINARY)} {expression(rng, d + 1)})"
+    if r < 0.7:
+        return f"({expression(rng, d + 1)} | {rng.choice(FILTERS)})"
+    if r < 0.78:
+        return f"({expression(rng, d + 1)} is {rng.choice(['', 'not '])}{rng.choice(TESTS)})"
+    if r < 0.88:
+        return f"{rng.choice(['s', 'o', 'l', 'x', 'e'])}.{rng.choice(METHODS)}"
+    if r < 0.93:
+        return f"(not {expression(rng, d + 1)})"
+    return f"({expression(rng, d + 1)} if {expression(rng, d + 1)} else {expression(rng, d + 1)})"
+
+
+def random_template(rng):
+    r = rng.random()
+    if r < 0.6:
+        return "{% set ns = namespace(a=1) %}{{ " + expression(rng) + " }}"
+    if r < 0.9:
+        return ("{% set ns = namespace(a=1) %}{% for i in " + rng.choice(["l", "o", "[1, 2, 3]", "range(3)", "l|reverse"])
+                + " %}{{ loop.index0 }}:{{ " + expression(rng) + " }};{% set ns.a = ns.a + 1 %}"
+                + "{% if loop.last %}L{{ ns.a }}{% endif %}{% endfor %}")
+    return "{% if " + expression(rng) + " %}T{% elif " + expression(rng) + " %}E{% else %}F{% endif %}"
+
+
+@test
+def random_expressions_render_as_the_reference():
+    """Beyond the two templates: the operators, filters, tests and methods the
+    renderer has, on values of each type, give the reference's bytes, or an
+    error where it errs."""
+    mods = ensure_packages()
+    rng = random.Random(4903)
+    lines = [{"template": random_template(rng), "vars": EXPR_VARS} for _ in range(3000)]
+    data = "".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines).encode()
+    outs = []
+    for cmd, env in (([os.path.join(SRCDIR, "tests", "integration", "chattmpl_ref.mjs")], {"IG_NODE_MODULES": mods}),
+                     ([], {})):
+        args = ["node", *cmd, "--templates"] if cmd else [binary("tests/tools/igtmpl"), "--templates"]
+        p = subprocess.run(args, input=data, capture_output=True, timeout=300, env={**os.environ, **env})
+        assert p.returncode == 0, p.stderr.decode()[-2000:]
+        outs.append([json.loads(x) for x in p.stdout.decode().split("\n")[:-1]])
+    want, got = outs
+    assert len(want) == len(got) == len(lines)
+    rendered = 0
+    for line, w, g in zip(lines, want, got):
+        if isinstance(w, dict) and isinstance(g, dict):
+            continue
+        assert w == g, f"{line['template']}\n  reference: {w!r}\n  igtmpl:    {g!r}"
+        rendered += 1
+    assert rendered > len(lines) // 3, f"only {rendered} of {len(lines)} rendered: the comparison says little"
+    print(f"# {len(lines)} random templates: {rendered} rendered alike, {len(lines) - rendered} refused by both")
+
+
 @test
 def qwen3_renders_as_the_reference():
     compare("qwen3")

@@ -92,6 +92,7 @@ START_TEST(values_and_printing)
 	RENDERS("{{ [1, 'a', none] }} {{ {'k': [true]} }}", NULL, "[1, \"a\", null] {\"k\": [true]}");
 	RENDERS("{{ 7 // 2 }} {{ 7 % 3 }} {{ 1 / 4 }} {{ 2 ** 10 }} {{ -3 + 1 }}", NULL, "3 1 0.25 1024 -2");
 	RENDERS("{{ 'a' + 1 }} {{ 'a' ~ 1.5 ~ true }} {{ x ~ 'b' }} {{ [1, 2] ~ '' }}", NULL, "a1 a1.5true b 1,2");
+	RENDERS("{{ [none, 2.0, [3]] ~ '' }} {{ [none, 2.0, [3]] }}", NULL, "undefined,2.0,[3] [null, 2, [3]]");
 	FAILS("{{ none + 'a' }}", NULL, "null");
 	FAILS("{{ x + 'a' }}", NULL, "undefined");
 	FAILS("{{ 'a' in none }}", NULL, "null");
