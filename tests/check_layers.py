@@ -114,7 +114,8 @@ LAYERS = {
     "common": [
         "batchfile",                              # include/infergate/batchfile.h: src/batchfile's interface
         "flags httpd tokenizer",                  # tokenizer: the models' tokenizer.json (tokenizer_load.c, tokenizer_bpe.c: its parts)
-        "oaerror sse log",
+        "oaerror sse log chattmpl",                # chattmpl: a model's chat template, over jinja
+        "jinja",                                  # the Jinja renderer (jinja_parse.c, jinja_value.c, jinja_eval.c, jinja_builtin.c)
         "buf list blockhash util",
     ],
 }
@@ -748,6 +749,7 @@ PARTS = {
     "common": {"tokenizer_load": "tokenizer", "tokenizer_bpe": "tokenizer", "tokenizer_int": "tokenizer"},
     "gateway": {"cluster_conf": "cluster", "cont_conf": "cont", "files_conf": "files", "idem_conf": "idem",
                 "proxy_conf": "proxy", "proxy_metrics": "proxy", "trace_conf": "trace", "conf_fleet": "conf", "metrics_json": "metrics"},
+    "common": {"jinja_parse": "jinja", "jinja_value": "jinja", "jinja_eval": "jinja", "jinja_builtin": "jinja"},
 }
 
 

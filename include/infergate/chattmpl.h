@@ -1,4 +1,25 @@
-/* A model's chat template (src/common/chattmpl.c). */
+/* A model's chat template, rendered in the gateway byte for byte as the
+ * engine's tokenizer renders it, so the gateway can tokenize a chat request
+ * the way the engine will (issue 49: routing on the engines' KV events needs
+ * the prompt's tokens). The reference is @huggingface/jinja 0.5.13, the
+ * renderer of transformers.js, called with the variables transformers'
+ * apply_chat_template passes (messages, tools, add_generation_prompt and the
+ * special tokens; vLLM's vllm/entrypoints/chat_utils.py
+ * apply_hf_chat_template and SGLang hand their requests to that same
+ * function). The Jinja subset is include/infergate/jinja.h's.
+ *
+ * Two things this does not do, which matching an engine needs:
+ * - the engine's rewriting of the messages before its template sees them
+ *   (vLLM's vllm/entrypoints/chat_utils.py parse_chat_messages and
+ *   _postprocess_messages: a null content becomes "", text parts are
+ *   joined, tool calls' JSON-string arguments become objects): the caller
+ *   hands messages already rewritten;
+ * - Python's Jinja: the engines render with transformers' jinja2, which
+ *   differs from the JavaScript reference where a template strips with an
+ *   argument (Qwen3's lstrip('\n') strips only newlines there, all white
+ *   space here), prints floats in tojson (1.0 and 1e-07 there, 1 and 1e-7
+ *   here), orders keys (insertion order there; integer-like keys first
+ *   here) or trims (Python's and JavaScript's white space differ). */
 #ifndef IG_CHATTMPL_H
 #define IG_CHATTMPL_H
 
@@ -7,11 +28,24 @@
 #include <stddef.h>
 
 struct ig_chattmpl;
+
+/* From a tokenizer_config.json (its chat_template, a string, or the "default"
+ * entry of a list of {name, template} (and its "tool_use" entry, used when a
+ * request has tools, as transformers picks it); and its bos_token/eos_token,
+ * strings or {content: ...} objects). NULL with a clear reason in err: the
+ * file, or the template's unsupported construct with its line. */
 struct ig_chattmpl *ig_chattmpl_load(const char *tokenizer_config_path, char *err, size_t errlen);
+/* From a template's text; bos and eos may be NULL (the template sees them
+ * undefined). NULL with the reason in err. */
 struct ig_chattmpl *ig_chattmpl_new(const char *template_text, const char *bos, const char *eos, char *err,
-				    size_t errlen);
+                                    size_t errlen);
 void ig_chattmpl_free(struct ig_chattmpl *t);
+/* Renders messages (a JSON array as the OpenAI chat request carries it), tools
+ * (JSON array or NULL), add_generation_prompt; the text into a malloc'd
+ * NUL-terminated *out (*len bytes). Returns 0, or -1 with the reason in err
+ * (a template's raise_exception message, a type error, a limit). Safe on one
+ * template from many threads at once. */
 int ig_chattmpl_render(const struct ig_chattmpl *t, const json_t *messages, const json_t *tools,
-		       bool add_generation_prompt, char **out, size_t *len, char *err, size_t errlen);
+                       bool add_generation_prompt, char **out, size_t *len, char *err, size_t errlen);
 
 #endif

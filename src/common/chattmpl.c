@@ -1,0 +1,139 @@
+/* A model's chat template from its tokenizer_config.json, rendered with the
+ * variables a chat request gives it (include/infergate/chattmpl.h). What the
+ * template sees is what transformers.js's apply_chat_template passes
+ * (@lenml/tokenizers, src/tokenizers/tokenizers.js): messages,
+ * add_generation_prompt, tools (null when the request has none), documents
+ * (null), and each special token that is set. Not here: Jinja itself
+ * (jinja_parse.c, jinja_eval.c). */
+#include "config.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "infergate/chattmpl.h"
+#include "infergate/jinja.h"
+
+struct ig_chattmpl {
+	struct ig_jinja *tmpl;     /* the "default" template */
+	struct ig_jinja *tool_use; /* the "tool_use" one, or NULL */
+	json_t *bos, *eos;         /* JSON strings, or NULL: not set */
+};
+
+/* err + its prefix's length: a message written there follows the prefix. */
+static size_t prefix(char *err, size_t errlen, const char *what)
+{
+	int k = snprintf(err, errlen, "%s: ", what);
+	return k > 0 && (size_t)k < errlen ? (size_t)k : 0;
+}
+
+static struct ig_jinja *parse(const char *text, const char *which, char *err, size_t errlen)
+{
+	size_t k = prefix(err, errlen, which);
+	return ig_jinja_parse(text, strlen(text), err + k, errlen - k);
+}
+
+struct ig_chattmpl *ig_chattmpl_new(const char *template_text, const char *bos, const char *eos, char *err,
+                                    size_t errlen)
+{
+	struct ig_chattmpl *t = calloc(1, sizeof(*t));
+	if (!t) {
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	if (!(t->tmpl = parse(template_text, "chat template", err, errlen)))
+		goto fail;
+	/* transformers.js sets only the tokens that are truthy: "" is not passed */
+	if (bos && *bos)
+		t->bos = json_string(bos);
+	if (eos && *eos)
+		t->eos = json_string(eos);
+	if ((bos && *bos && !t->bos) || (eos && *eos && !t->eos)) {
+		snprintf(err, errlen, "bos_token or eos_token is not UTF-8");
+		goto fail;
+	}
+	return t;
+fail:
+	ig_chattmpl_free(t);
+	return NULL;
+}
+
+/* A special token: a string, or an AddedToken object's content. */
+static const char *token(const json_t *cfg, const char *key)
+{
+	const json_t *v = json_object_get(cfg, key);
+	if (json_is_object(v))
+		v = json_object_get(v, "content");
+	return json_string_value(v);
+}
+
+struct ig_chattmpl *ig_chattmpl_load(const char *path, char *err, size_t errlen)
+{
+	json_error_t je;
+	struct ig_chattmpl *t = NULL;
+	/* as reals: model_max_length may not fit 64 bits (Llama-3 has 1e30) */
+	json_t *cfg = json_load_file(path, JSON_DECODE_INT_AS_REAL, &je);
+	if (!cfg) {
+		snprintf(err, errlen, "%s: %s (line %d)", path, je.text, je.line);
+		return NULL;
+	}
+	const json_t *ct = json_object_get(cfg, "chat_template");
+	const char *text = json_string_value(ct), *tool_use = NULL;
+	if (json_is_array(ct)) {
+		size_t i;
+		const json_t *e;
+		json_array_foreach(ct, i, e) {
+			const char *name = json_string_value(json_object_get(e, "name"));
+			const char *tt = json_string_value(json_object_get(e, "template"));
+			if (!name || !tt) {
+				snprintf(err, errlen, "%s: chat_template[%zu] is not a {name, template} of strings", path, i);
+				goto done;
+			}
+			if (strcmp(name, "default") == 0)
+				text = tt;
+			else if (strcmp(name, "tool_use") == 0)
+				tool_use = tt;
+		}
+	}
+	if (!text) {
+		snprintf(err, errlen, "%s: no chat_template (a string, or a list with a \"default\" entry)", path);
+		goto done;
+	}
+	size_t k = prefix(err, errlen, path);
+	t = ig_chattmpl_new(text, token(cfg, "bos_token"), token(cfg, "eos_token"), err + k, errlen - k);
+	if (t && tool_use && !(t->tool_use = parse(tool_use, "tool_use template", err + k, errlen - k))) {
+		ig_chattmpl_free(t);
+		t = NULL;
+	}
+done:
+	json_decref(cfg);
+	return t;
+}
+
+void ig_chattmpl_free(struct ig_chattmpl *t)
+{
+	if (!t)
+		return;
+	ig_jinja_free(t->tmpl);
+	ig_jinja_free(t->tool_use);
+	json_decref(t->bos);
+	json_decref(t->eos);
+	free(t);
+}
+
+int ig_chattmpl_render(const struct ig_chattmpl *t, const json_t *messages, const json_t *tools,
+                       bool add_generation_prompt, char **out, size_t *len, char *err, size_t errlen)
+{
+	json_t *null = json_null(), *gen = json_boolean(add_generation_prompt);
+	const struct ig_jinja_var vars[] = {
+		{"messages", messages},
+		{"add_generation_prompt", gen},
+		{"tools", tools ? tools : null},
+		{"documents", null},
+		{"bos_token", t->bos},
+		{"eos_token", t->eos},
+	};
+	const struct ig_jinja *j = tools && t->tool_use ? t->tool_use : t->tmpl;
+	int rc = ig_jinja_render(j, vars, sizeof(vars) / sizeof(vars[0]), out, len, err, errlen);
+	json_decref(gen);
+	return rc;
+}
