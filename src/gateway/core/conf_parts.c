@@ -21,6 +21,7 @@ extern const struct ig_conf_part ig_conf_fleet_backends; /* conf_fleet.c */
 extern const struct ig_conf_part ig_discover_conf; /* discover.c */
 extern const struct ig_conf_part ig_policy_conf; /* policy.c */
 extern const struct ig_conf_part ig_cache_aware_conf; /* lb_cache_aware.c */
+extern const struct ig_conf_part ig_kvevents_conf; /* kvevents.c */
 extern const struct ig_conf_part ig_health_conf; /* health.c */
 extern const struct ig_conf_part ig_retry_conf; /* proxy_conf.c */
 extern const struct ig_conf_part ig_dispatch_conf; /* dispatch.c (the retry budget) */
@@ -66,6 +67,7 @@ static const struct ig_conf_part *const parts[] = {
 	&ig_discover_conf,
 	&ig_policy_conf,
 	&ig_cache_aware_conf,
+	&ig_kvevents_conf,
 	&ig_health_conf,
 	&ig_retry_conf,
 	&ig_dispatch_conf,
