@@ -114,6 +114,7 @@ LAYERS = {
     "common": [
         "batchfile",                              # include/infergate/batchfile.h: src/batchfile's interface
         "flags httpd",
+        "kvwire",                                 # the KV-event codec
         "oaerror sse log",
         "buf list blockhash util",
     ],
