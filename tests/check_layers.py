@@ -114,6 +114,8 @@ LAYERS = {
     "common": [
         "batchfile",                              # include/infergate/batchfile.h: src/batchfile's interface
         "flags httpd",
+        "kvpub",                                  # the KV-event publisher, over the codec
+        "kvwire",
         "oaerror sse log",
         "buf list blockhash util",
     ],
