@@ -192,8 +192,9 @@ def data_parallel_ranks_publish_on_consecutive_ports():
     k = kv(gw)
     assert k["ranks"] == 2 and k["endpoint"] == r0.ep and k["state"] == "waiting", k
     r0.batch(stored([101]))
-    wait_kv(gw, "rank 0's block", blocks=1)
-    assert kv(gw)["state"] == "waiting"  # rank 1 has said nothing yet
+    wait_kv(gw, "rank 0's block", blocks=1, batches=1)
+    k = kv(gw)
+    assert k["state"] == "waiting" and k["rank_states"] == ["flowing", "waiting"], k  # rank 1 said nothing yet
     r1.batch(stored([201], first_token=50))
     wait_kv(gw, "both ranks' blocks", blocks=2, batches=2, state="flowing")
 

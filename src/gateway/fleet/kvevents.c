@@ -422,14 +422,14 @@ static void apply(struct ig_kvevents *kv, struct src *s, uint64_t seq, const voi
 		return;
 	}
 	kv->sink.apply(kv->sink.arg, s->slot, &b);
+	s->last_batch_ms = now;
+	if (atomic_load(&s->state) != ST_LOST)
+		set_state(s, ST_FLOWING); /* before the counts: a report that sees them sees it */
 	count(s, C_BATCHES, 1);
 	count(s, C_EVENTS, b.nev);
 	if (replayed)
 		count(s, C_REPLAYED, 1);
 	ig_kv_batch_free(&b);
-	s->last_batch_ms = now;
-	if (atomic_load(&s->state) != ST_LOST)
-		set_state(s, ST_FLOWING);
 }
 
 static void ask(struct src *s, uint64_t from, bool join, uint64_t now)
@@ -726,6 +726,9 @@ static void *run(void *arg)
 				drain(kv, who[i], items[i].socket == who[i]->dealer, now);
 		tick(kv, now);
 	}
+	/* stopped (or failed): no backend is exact any more */
+	for (size_t i = 0; i < kv->nsnap; i++)
+		atomic_store(&kv->snap[i]->b->kv_exact, 0);
 	free(items);
 	free(who);
 	return NULL;
@@ -807,7 +810,7 @@ void ig_kvevents_report(struct ig_kvevents *kv, const struct ig_backend *b, json
 	if (!kv)
 		return;
 	pthread_mutex_lock(&kv->mu);
-	json_t *o = NULL;
+	json_t *o = NULL, *states = json_array();
 	uint64_t sum[NCOUNTERS] = {0}, blocks = 0;
 	int worst = ST_FLOWING;
 	/* the state a reader acts on first: lost, stale, waiting, flowing */
@@ -826,11 +829,17 @@ void ig_kvevents_report(struct ig_kvevents *kv, const struct ig_backend *b, json
 		int st = atomic_load(&s->state);
 		if (rank_of[st] > rank_of[worst])
 			worst = st;
+		json_array_append_new(states, json_string(state_names[st]));
 	}
 	pthread_mutex_unlock(&kv->mu);
-	if (!o)
+	if (!o) {
+		json_decref(states);
 		return;
+	}
 	json_object_set_new(o, "state", json_string(state_names[worst]));
+	if (json_array_size(states) > 1) /* each rank's, when there are several */
+		json_object_set_new(o, "rank_states", json_incref(states));
+	json_decref(states);
 	json_object_set_new(o, "blocks", json_integer((json_int_t)blocks));
 	for (int c = 0; c < NCOUNTERS; c++)
 		json_object_set_new(o, counter_names[c], json_integer((json_int_t)sum[c]));
