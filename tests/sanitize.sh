@@ -103,7 +103,7 @@ tsan() {
 	reports=$dir/reports
 	if ! configure_in "$dir" CFLAGS="-O1 -g -fsanitize=thread -fno-omit-frame-pointer" LDFLAGS="-fsanitize=thread" ||
 	   ! make -C "$dir" -j"$jobs" infergate infergate-sim infergate-bulk tests/infergate-faults \
-		tests/unit/gateway/net/test_bio >"$dir/build.log" 2>&1; then
+		tests/unit/gateway/net/test_bio tests/unit/gateway/sched/test_kvindex >"$dir/build.log" 2>&1; then
 		report 1 "ThreadSanitizer build" "$dir/build.log"
 		return
 	fi
@@ -121,10 +121,13 @@ tsan() {
 	done
 	TSAN_OPTIONS="log_path=$reports/tsan" CK_TAP_LOG_FILE_NAME=- CK_VERBOSITY=silent \
 		"$dir/tests/unit/gateway/net/test_bio" >"$dir/test_bio.tap" 2>&1 || rc=1
+	# the KV index: its events thread writing while reactors match
+	TSAN_OPTIONS="log_path=$reports/tsan" CK_TAP_LOG_FILE_NAME=- CK_VERBOSITY=silent \
+		"$dir/tests/unit/gateway/sched/test_kvindex" >"$dir/test_kvindex.tap" 2>&1 || rc=1
 	races=$(cat "$reports"/tsan* 2>/dev/null | grep -c 'WARNING: ThreadSanitizer' || true)
 	[ "$races" = 0 ] || { rc=1; cat "$reports"/tsan* | head -80 | sed 's/^/# /'; }
 	[ $rc = 0 ] || grep -h '^not ok' "$dir"/test_*.tap | sed 's/^/# /'
-	report $rc "the gateway's reactors and I/O threads under ThreadSanitizer: test_workers, test_priority, test_stop, test_files, test_batches, test_cluster, test_cluster_redis, test_idempotency, test_tracing, test_https, test_connections, test_bio ($races reports)"
+	report $rc "the gateway's reactors and I/O threads under ThreadSanitizer: test_workers, test_priority, test_stop, test_files, test_batches, test_cluster, test_cluster_redis, test_idempotency, test_tracing, test_https, test_connections, test_bio, test_kvindex ($races reports)"
 }
 
 for part in $parts; do
