@@ -72,7 +72,7 @@ LAYERS = {
         "metrics",                                # reads the scheduler's, the router's and the tables' state
         "scheduler",                              # who runs next
         "policy lb_*",                            # one file per routing policy
-        "upstream health",
+        "upstream health kvevents",               # kvevents: the engines' KV events, fed to the index through a sink
         "stats",                                  # what is counted, and the modules' reports registered
         "path_stats accesslog answer backend loadreport capacity ratelimit keyset respstore affinity kvindex clients cont idem headroom trace servertls cluster_view",
         "structured",                             # whether a request constrains its answer (cont.c asks)
@@ -114,6 +114,8 @@ LAYERS = {
     "common": [
         "batchfile",                              # include/infergate/batchfile.h: src/batchfile's interface
         "flags httpd tokenizer",                  # tokenizer: the models' tokenizer.json (tokenizer_load.c, tokenizer_bpe.c: its parts)
+        "kvpub",                                  # the KV-event publisher, over the codec
+        "kvwire",
         "oaerror sse log chattmpl",                # chattmpl: a model's chat template, over jinja
         "jinja",                                  # the Jinja renderer (jinja_parse.c, jinja_value.c, jinja_eval.c, jinja_builtin.c)
         "buf list blockhash util",

@@ -43,6 +43,13 @@ struct ig_kv_batch {
 	size_t nev;
 };
 
+/* What one batch may carry; past these it is refused whole (a hostile or
+ * broken publisher must not make the decoder allocate without bound). */
+#define IG_KV_MAX_EVENTS (1u << 20)      /* events in a batch */
+#define IG_KV_MAX_HASHES (1u << 20)      /* block hashes, all events together */
+#define IG_KV_MAX_TOKENS (1u << 22)      /* token ids, all events together */
+#define IG_KV_MAX_BLOCK_SIZE (1u << 16)  /* tokens in a block */
+
 /* Decodes one msgpack batch. Returns 0, or -1 with the reason in err
  * (nothing to free then). */
 int ig_kv_decode(enum ig_kv_flavor f, const void *buf, size_t len, struct ig_kv_batch *out, char *err,

@@ -24,7 +24,8 @@ cc=${FUZZ_CC:-clang}
 # the other redis_*: one per kind of value from Redis (the sync, a gateway's state in
 # it, the key sync, infergate:resp, each kind of infergate:data, the lease
 # round, an Idempotency-Key's value)
-all="config inspect load sse corpus_line resume redis_wire redis_sync redis_state redis_keys redis_resp redis_data_batch redis_data_progress redis_data_cancel redis_data_file_stored redis_data_file_deleted redis_lease redis_idem"
+# kvwire: the KV-event codec (kvwire.c), the batches an engine publishes
+all="config inspect load sse corpus_line resume redis_wire redis_sync redis_state redis_keys redis_resp redis_data_batch redis_data_progress redis_data_cancel redis_data_file_stored redis_data_file_deleted redis_lease redis_idem kvwire"
 targets=${*:-$all}
 
 command -v "$cc" >/dev/null 2>&1 || { echo "FAIL: $cc not found (apt-get install -y clang)"; exit 1; }
@@ -38,7 +39,7 @@ cat > "$build/config.h" <<'H'
 #define VERSION "fuzz"
 H
 
-pkgs="libmicrohttpd gnutls libcurl jansson libssl libcrypto hiredis"
+pkgs="libmicrohttpd gnutls libcurl jansson libssl libcrypto hiredis libzmq msgpack"
 cflags="-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
   -fno-omit-frame-pointer -D_GNU_SOURCE -I$build -I$src/include -I$src/src/bulk -I$src/src/gateway
   $(pkg-config --cflags $pkgs) ${FUZZ_EXTRA_CFLAGS:-}"

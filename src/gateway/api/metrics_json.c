@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "api/metrics.h"
+#include "fleet/kvevents.h"
 #include "infergate/buf.h"
 #include "infergate/log.h"
 #include "infergate/util.h"
@@ -291,6 +292,7 @@ char *ig_metrics_backends_json(struct ig_gw *gw)
 		json_t *o = ig_metrics_backend_json(gw->cluster_view, gw->fleet.v[i], now);
 		if (gw->report_backend) /* the routing policy's view of it */
 			gw->report_backend(gw, gw->fleet.v[i], o);
+		ig_kvevents_report(gw->fleet.kvevents, gw->fleet.v[i], o); /* its engines' KV events */
 		json_array_append_new(arr, o);
 	}
 	json_t *g = json_pack("{s:s, s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",

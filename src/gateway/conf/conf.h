@@ -33,6 +33,15 @@ struct ig_backend_conf {
 	int priority_field; /* 0 learned (health.c: the server's /server_info); 1 "sglang",
 			     * 2 "vllm": the class goes into the body's "priority" for a
 			     * backend that schedules by it; 3 "none": never */
+	/* Its engines' KV events (fleet/kvevents.c): the ZMQ PUB endpoint to
+	 * subscribe to and the replay ROUTER, "tcp://HOST:PORT" or
+	 * "ipc://PATH"; NULL: derived from kv_events.port (and replay_port)
+	 * with the URL's host, or none. */
+	char *kv_events;
+	char *kv_events_replay;
+	int kv_format;      /* 0 kv_events.format; 1 "vllm", 2 "sglang" */
+	long dp_ranks;      /* its data-parallel engines, rank r publishing on
+			     * port + r (vLLM's offset_endpoint_port); 0 = 1 */
 };
 
 /* Priority classes of requests (the scheduler serves them in this order). */
@@ -142,6 +151,14 @@ struct ig_conf {
 	long cache_balance_abs;     /* ...unless its backend has this many more in flight */
 	double cache_balance_rel;   /* ...and this many times as many as the least loaded */
 	long cache_max_blocks;      /* prefix blocks remembered per backend */
+	/* kv_events (fleet/kvevents.c): every backend without its own endpoint
+	 * subscribes to tcp://ITS_HOST:kv_port; 0 = none */
+	long kv_port;
+	long kv_replay_port;        /* the replay ROUTER's port, 0 = none */
+	int kv_format;              /* 0 "vllm", 1 "sglang" (enum ig_kv_flavor) */
+	long kv_stale_after_ms;     /* requests sent this long ago and no batch since: stale */
+	long kv_max_blocks;         /* the exact index's bound, (source, block) pairs (kept on a
+				     * reload: the index is made once); written by: reload */
 	int cache_mode;             /* cache-aware: IG_CACHE_COST or IG_CACHE_THRESHOLD */
 	double cache_prefill_weight; /* cost mode: a prompt token to prefill against a token of KV held */
 	long default_max_tokens;    /* the output a request without max_tokens is taken
@@ -253,6 +270,10 @@ void ig_conf_print_help(FILE *out);
 int ig_conf_backend_copy(struct ig_backend_conf *dst, const struct ig_backend_conf *src);
 /* Frees what a backend entry holds and empties it. */
 void ig_conf_backend_clear(struct ig_backend_conf *bc);
+/* Why a KV events endpoint is refused (not tcp://HOST:PORT nor
+ * ipc://PATH, a bad host, a port out of range, also for rank ranks - 1 at
+ * port + ranks - 1), or NULL. */
+const char *ig_conf_kv_endpoint_bad(const char *ep, long ranks);
 /* Why a model name is refused (empty, over 256 bytes, a control
  * character: names go to logs and metric labels), or NULL. */
 const char *ig_conf_bad_model_name(const char *m);

@@ -31,6 +31,8 @@ static void models_free(char **v, size_t n)
 void ig_conf_backend_clear(struct ig_backend_conf *bc)
 {
 	free(bc->url);
+	free(bc->kv_events);
+	free(bc->kv_events_replay);
 	models_free(bc->models, bc->n_models);
 	*bc = (struct ig_backend_conf){0};
 }
@@ -39,8 +41,11 @@ int ig_conf_backend_copy(struct ig_backend_conf *dst, const struct ig_backend_co
 {
 	*dst = *src;
 	dst->url = strdup(src->url);
+	dst->kv_events = src->kv_events ? strdup(src->kv_events) : NULL;
+	dst->kv_events_replay = src->kv_events_replay ? strdup(src->kv_events_replay) : NULL;
 	dst->models = src->n_models ? calloc(src->n_models, sizeof(*dst->models)) : NULL;
-	bool ok = dst->url && (!src->n_models || dst->models);
+	bool ok = dst->url && (!src->n_models || dst->models) && (!src->kv_events || dst->kv_events) &&
+		  (!src->kv_events_replay || dst->kv_events_replay);
 	for (size_t i = 0; ok && i < src->n_models; i++)
 		ok = (dst->models[i] = strdup(src->models[i])) != NULL;
 	if (!ok) {
@@ -145,6 +150,45 @@ done:
 	return out;
 }
 
+const char *ig_conf_kv_endpoint_bad(const char *ep, long ranks)
+{
+	if (strncmp(ep, "ipc://", 6) == 0) {
+		/* a path; rank r > 0 appends "_dpR" (vLLM's offset_endpoint_port) */
+		if (!ep[6])
+			return "ipc:// needs a path";
+		for (const char *c = ep + 6; *c; c++)
+			if ((unsigned char)*c < 0x20 || *c == 0x7f)
+				return "the path has a control character";
+		return NULL;
+	}
+	if (strncmp(ep, "tcp://", 6) != 0)
+		return "must be tcp://HOST:PORT or ipc://PATH";
+	const char *host = ep + 6, *colon = strrchr(host, ':');
+	if (!colon)
+		return "no port (tcp://HOST:PORT)";
+	size_t hl = (size_t)(colon - host);
+	if (hl == 0)
+		return "no host (tcp://HOST:PORT)";
+	if (host[0] == '[') {
+		/* an IPv6 address, bracketed */
+		if (hl < 3 || host[hl - 1] != ']' || strspn(host + 1, "0123456789abcdefABCDEF:.") != hl - 2)
+			return "the host must be a DNS name or an IP address ([v6] bracketed)";
+	} else if (strspn(host, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_") != hl ||
+		   host[0] == '-' || host[0] == '.') {
+		return "the host must be a DNS name or an IP address ([v6] bracketed)";
+	}
+	const char *port = colon + 1;
+	size_t pl = strlen(port);
+	if (pl == 0 || pl > 5 || strspn(port, "0123456789") != pl)
+		return "the port must be a number in 1..65535";
+	long p = strtol(port, NULL, 10);
+	if (p < 1 || p > 65535)
+		return "the port must be a number in 1..65535";
+	if (p + (ranks > 1 ? ranks - 1 : 0) > 65535)
+		return "the port of its last data-parallel rank (port + dp_ranks - 1) is over 65535";
+	return NULL;
+}
+
 const char *ig_conf_bad_model_name(const char *m)
 {
 	if (!*m)
@@ -205,6 +249,8 @@ static int add_backend(struct ig_conf *cfg, const char *where, const char *url, 
 	return 0;
 fail:
 	models_free(proto->models, proto->n_models);
+	free(proto->kv_events);
+	free(proto->kv_events_replay);
 	return -1;
 }
 
@@ -253,6 +299,34 @@ static void backend_or_problem(struct ig_conf *cfg, struct ig_buf *errs, const c
 		ig_flags_problem(errs, "%s", err);
 		free(err);
 	}
+}
+
+/* An entry's KV events settings: each endpoint well formed for its ranks;
+ * a replay endpoint only with an event one; a discovered name's addresses
+ * take theirs from kv_events.port (one endpoint cannot be every address's).
+ * Returns 1, or 0 with the problems in errs. */
+static int kv_entry_ok(const struct ig_backend_conf *bc, const char *ctx, struct ig_buf *errs)
+{
+	int ok = 1;
+	const char *ep[2] = {bc->kv_events, bc->kv_events_replay}, *names[2] = {"kv_events", "kv_events_replay"};
+	for (int i = 0; i < 2; i++) {
+		const char *why = ep[i] ? ig_conf_kv_endpoint_bad(ep[i], bc->dp_ranks) : NULL;
+		if (why) {
+			ig_flags_problem(errs, "%s.%s: '%s': %s", ctx, names[i], ep[i], why);
+			ok = 0;
+		}
+	}
+	if (bc->kv_events_replay && !bc->kv_events) {
+		ig_flags_problem(errs, "%s.kv_events_replay: '%s' without kv_events (the replay fills the gaps of a "
+			 "subscription)", ctx, bc->kv_events_replay);
+		ok = 0;
+	}
+	if (bc->discover && (bc->kv_events || bc->kv_events_replay)) {
+		ig_flags_problem(errs, "%s: a discover entry takes its addresses' KV events from kv_events.port, not "
+			 "kv_events or kv_events_replay", ctx);
+		ok = 0;
+	}
+	return ok;
 }
 
 static void parse_backends_json(void *target, const struct ig_flag *f IG_UNUSED, json_t *v, const char *where,
@@ -320,6 +394,40 @@ static void parse_backends_json(void *target, const struct ig_flag *f IG_UNUSED,
 				}
 				continue;
 			}
+			if (strcmp(bk, "kv_events") == 0 || strcmp(bk, "kv_events_replay") == 0) {
+				char **dst = bk[9] ? &proto.kv_events_replay : &proto.kv_events;
+				if (!json_is_string(bv)) {
+					ig_flags_problem(errs, "%s.%s: must be a string \"tcp://HOST:PORT\"", ctx, bk);
+					ok = 0;
+				} else {
+					free(*dst);
+					*dst = strdup(json_string_value(bv));
+				}
+				continue;
+			}
+			if (strcmp(bk, "kv_events_format") == 0) {
+				const char *fv = json_string_value(bv);
+				proto.kv_format = fv && strcmp(fv, "vllm") == 0 ? 1 : fv && strcmp(fv, "sglang") == 0 ? 2 : -1;
+				if (proto.kv_format < 0) {
+					char *txt = json_dumps(bv, JSON_ENCODE_ANY);
+					ig_flags_problem(errs, "%s.kv_events_format: %s is not \"vllm\" or \"sglang\"", ctx,
+							 txt ? txt : "?");
+					free(txt);
+					ok = 0;
+				}
+				continue;
+			}
+			if (strcmp(bk, "dp_ranks") == 0) {
+				if (!json_is_integer(bv) || json_integer_value(bv) < 1 || json_integer_value(bv) > 64) {
+					char *txt = json_dumps(bv, JSON_ENCODE_ANY);
+					ig_flags_problem(errs, "%s.dp_ranks: %s is not an integer in 1..64", ctx, txt ? txt : "?");
+					free(txt);
+					ok = 0;
+				} else {
+					proto.dp_ranks = (long)json_integer_value(bv);
+				}
+				continue;
+			}
 			if (strcmp(bk, "reserve_slots") == 0) {
 				if (!json_is_integer(bv) || json_integer_value(bv) < 0 || json_integer_value(bv) > 1000000) {
 					ig_flags_problem(errs, "%s.reserve_slots: must be an integer in 0..1000000", ctx);
@@ -345,7 +453,8 @@ static void parse_backends_json(void *target, const struct ig_flag *f IG_UNUSED,
 			}
 			ig_flags_problem(errs,
 					 "%s: unknown key '%s' (expected url or discover, weight, max_inflight, models, "
-					 "reserve_slots, priority_field)",
+					 "reserve_slots, priority_field, kv_events, kv_events_replay, kv_events_format, "
+					 "dp_ranks)",
 					 ctx, bk);
 			ok = 0;
 		}
@@ -354,10 +463,14 @@ static void parse_backends_json(void *target, const struct ig_flag *f IG_UNUSED,
 			ok = 0;
 		}
 		proto.discover = disc != NULL;
-		if (ok)
+		ok &= kv_entry_ok(&proto, ctx, errs);
+		if (ok) {
 			backend_or_problem(cfg, errs, ctx, json_string_value(url ? url : disc), &proto);
-		else
+		} else {
 			models_free(proto.models, proto.n_models);
+			free(proto.kv_events);
+			free(proto.kv_events_replay);
+		}
 	}
 }
 
@@ -602,6 +715,18 @@ void ig_conf_fleet_check(struct ig_conf *cfg, struct ig_buf *errs)
 	for (size_t i = 0; i < cfg->n_backends; i++)
 		if (cfg->backends[i].max_inflight < 0)
 			cfg->backends[i].max_inflight = cfg->max_inflight;
+	/* kv_events.port's endpoints: every rank's port in range */
+	if (cfg->kv_replay_port && !cfg->kv_port)
+		ig_flags_problem(errs, "kv_events.replay_port: %ld without kv_events.port (the replay fills the gaps of a "
+			 "subscription)", cfg->kv_replay_port);
+	for (size_t i = 0; cfg->kv_port && i < cfg->n_backends; i++) {
+		const struct ig_backend_conf *bc = &cfg->backends[i];
+		long last = (bc->dp_ranks > 1 ? bc->dp_ranks : 1) - 1;
+		long port = cfg->kv_replay_port > cfg->kv_port ? cfg->kv_replay_port : cfg->kv_port;
+		if (!bc->kv_events && port + last > 65535)
+			ig_flags_problem(errs, "backends[%zu].dp_ranks: %ld ranks from kv_events port %ld go past port 65535",
+					 i, last + 1, port);
+	}
 	for (size_t i = 0; i < cfg->n_aliases; i++) {
 		const struct ig_model_alias *a = &cfg->aliases[i];
 		if (ig_conf_alias_target(cfg, a->model))
@@ -626,6 +751,14 @@ static json_t *backends_json(const struct ig_conf *cfg)
 			json_object_set_new(o, "reserve_slots", json_integer(bc->reserve_slots));
 		if (bc->priority_field)
 			json_object_set_new(o, "priority_field", json_string(priority_fields[bc->priority_field]));
+		if (bc->kv_events)
+			json_object_set_new(o, "kv_events", json_string(bc->kv_events));
+		if (bc->kv_events_replay)
+			json_object_set_new(o, "kv_events_replay", json_string(bc->kv_events_replay));
+		if (bc->kv_format)
+			json_object_set_new(o, "kv_events_format", json_string(bc->kv_format == 2 ? "sglang" : "vllm"));
+		if (bc->dp_ranks > 1)
+			json_object_set_new(o, "dp_ranks", json_integer(bc->dp_ranks));
 		if (bc->n_models) {
 			json_t *ms = json_array();
 			for (size_t m = 0; m < bc->n_models; m++)
@@ -690,7 +823,9 @@ static const struct ig_flag backend_rows[] = {
 	 .parse = parse_backend_flag, .parse_json = parse_backends_json,
 	 .help = "backend base URL, URL#MODEL,MODEL... to name the models it serves (else they are learned "
 		 "from its /v1/models); repeatable, replaces the file's list; in the file a list of URL strings "
-		 "or {\"url\", \"weight\", \"max_inflight\", \"models\": [...]}"},
+		 "or {\"url\", \"weight\", \"max_inflight\", \"models\": [...], \"kv_events\": \"tcp://HOST:PORT\", "
+		 "\"kv_events_replay\", \"kv_events_format\", \"dp_ranks\"} (kv_events: the engine's KV event "
+		 "publisher, see --kv-events-port)"},
 	{.name = "--model-alias", .key = "model_aliases", .type = IG_FLAG_CUSTOM, .metavar = "ALIAS=MODEL",
 	 .parse = parse_alias_flag, .parse_json = parse_aliases_json,
 	 .help = "a client's model name that is served as MODEL (the forwarded body names MODEL); repeatable, "

@@ -31,6 +31,7 @@
 #include "core/server.h"
 #include "fleet/discover.h"
 #include "fleet/health.h"
+#include "fleet/kvevents.h"
 #include "infergate/log.h"
 #include "infergate/util.h"
 #include "keys/respstore.h"
@@ -43,6 +44,7 @@
 #include "path/idem_share.h"
 #include "path/proxy.h"
 #include "sched/dispatch.h"
+#include "sched/kvindex.h"
 
 /* The proxy's and the cluster's periodic work, registered here until their
  * modules (another branch rewrites both) have an init that does it: each
@@ -57,6 +59,75 @@ static void cluster_timer(struct ig_rx *rx, uint64_t now_ms, void *arg IG_UNUSED
 {
 	if (rx->gw->cluster)
 		ig_cluster_tick(rx->gw, now_ms); /* Redis's events came this turn, or the outbox filled */
+}
+
+/* The engines' KV events feed the exact prefix index: the events thread
+ * (fleet, below the scheduler) is handed the index's calls, as a lower
+ * layer is handed a callback. Blocks of an offload tier are not the GPU's
+ * cache that a request is routed to. */
+static void kv_apply(void *arg, size_t src, const struct ig_kv_batch *b)
+{
+	for (size_t i = 0; i < b->nev; i++)
+		if (b->ev[i].gpu || b->ev[i].kind == IG_KV_CLEARED)
+			ig_kvindex_apply(arg, src, &b->ev[i]);
+}
+
+static void kv_clear(void *arg, size_t src)
+{
+	ig_kvindex_clear(arg, src);
+}
+
+static uint64_t kv_blocks(void *arg, size_t src)
+{
+	struct ig_kvindex_stats st;
+	ig_kvindex_stats(arg, src, &st);
+	return st.blocks;
+}
+
+/* Reactor 0, every second: backends added or gone (a reload, discovery,
+ * the admin API) are subscribed or let go. */
+static void kv_timer(struct ig_rx *rx, uint64_t now_ms IG_UNUSED, void *arg IG_UNUSED)
+{
+	ig_kvevents_sync(rx->gw->fleet.kvevents, &rx->gw->fleet, rx->gw->cfg);
+}
+
+/* Starts the subscriptions when the configuration asks for any. Returns 0
+ * or -1 (logged). */
+static int kv_start(struct ig_gw *gw)
+{
+	struct ig_fleet *f = &gw->fleet;
+	char *err = NULL;
+	if (!ig_kvevents_wanted(gw->cfg))
+		return 0;
+	f->kv_nsrc = ig_kvevents_sources(gw->cfg);
+	if (!(f->kvindex = ig_kvindex_new(f->kv_nsrc, (size_t)gw->cfg->kv_max_blocks))) {
+		ig_log_error("kv_events: out of memory for the prefix index");
+		return -1;
+	}
+	struct ig_kvevents_sink sink = {kv_apply, kv_clear, kv_blocks, f->kvindex};
+	if (!(f->kvevents = ig_kvevents_start(f->kv_nsrc, &sink, &err))) {
+		ig_log_error("%s", err);
+		free(err);
+		return -1;
+	}
+	ig_kvevents_sync(f->kvevents, f, gw->cfg);
+	if (ig_rx_every(gw, IG_RX_HOME, 1000, IG_RX_ORDER_REAP, kv_timer, NULL) < 0 ||
+	    ig_stats_register_at(gw, &(struct ig_metrics_source){.name = "kv_events", .prom = ig_kvevents_prom,
+								 .arg = f->kvevents}, IG_METRICS_ORDER_PROBES) < 0)
+		return -1;
+	return 0;
+}
+
+static void kv_stop(struct ig_gw *gw)
+{
+	struct ig_fleet *f = &gw->fleet;
+	if (f->kvevents)
+		ig_stats_unregister(gw, f->kvevents);
+	ig_kvevents_stop(f->kvevents); /* its thread feeds the index and reads the backends */
+	f->kvevents = NULL;
+	if (f->kvindex)
+		ig_kvindex_free(f->kvindex);
+	f->kvindex = NULL;
 }
 
 /* Binds the listening socket ourselves, so a busy port is reported with
@@ -257,7 +328,7 @@ int ig_boot_init(struct ig_gw *gw, struct ig_conf *cfg)
 	if (ig_server_start(gw, conn_limit) < 0)
 		return -1;
 
-	if (ig_health_init(gw) < 0 || ig_discover_start(gw) < 0)
+	if (ig_health_init(gw) < 0 || ig_discover_start(gw) < 0 || kv_start(gw) < 0)
 		return -1;
 	return 0;
 }
@@ -285,6 +356,7 @@ void ig_boot_free(struct ig_gw *gw)
 	ig_prompts_free(gw->prompts);
 	gw->prompts = NULL;
 	ig_idem_free(&gw->idem);
+	kv_stop(gw);
 	ig_files_free(gw->files);
 	gw->files = NULL;
 	gw->responses = NULL;

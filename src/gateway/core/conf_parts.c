@@ -22,6 +22,7 @@ extern const struct ig_conf_part ig_discover_conf; /* discover.c */
 extern const struct ig_conf_part ig_policy_conf; /* policy.c */
 extern const struct ig_conf_part ig_cache_aware_conf; /* lb_cache_aware.c */
 extern const struct ig_conf_part ig_prompt_conf; /* prompt.c */
+extern const struct ig_conf_part ig_kvevents_conf; /* kvevents.c */
 extern const struct ig_conf_part ig_health_conf; /* health.c */
 extern const struct ig_conf_part ig_retry_conf; /* proxy_conf.c */
 extern const struct ig_conf_part ig_dispatch_conf; /* dispatch.c (the retry budget) */
@@ -69,6 +70,7 @@ static const struct ig_conf_part *const parts[] = {
 	&ig_policy_conf,
 	&ig_cache_aware_conf,
 	&ig_prompt_conf,
+	&ig_kvevents_conf,
 	&ig_health_conf,
 	&ig_retry_conf,
 	&ig_dispatch_conf,

@@ -13,6 +13,7 @@
 #include "core/reload.h"
 #include "fleet/discover.h"
 #include "fleet/health.h"
+#include "fleet/kvevents.h"
 #include "infergate/log.h"
 #include "infergate/util.h"
 #include "net/servertls.h"
@@ -192,6 +193,12 @@ int ig_reload(struct ig_gw *gw)
 			    gw->cfg->listen);
 	if (strcmp(nc.admin_listen, gw->cfg->admin_listen) != 0)
 		ig_log_warn("reload: admin_listen needs a restart; keeping '%s'", gw->cfg->admin_listen);
+	if (!gw->fleet.kvevents && ig_kvevents_wanted(&nc))
+		ig_log_warn("reload: subscribing to KV events (kv_events) when none was at start needs a restart");
+	if (gw->fleet.kvevents && nc.kv_max_blocks != gw->cfg->kv_max_blocks) {
+		ig_log_warn("reload: kv_events.max_blocks needs a restart; keeping %ld", gw->cfg->kv_max_blocks);
+		nc.kv_max_blocks = gw->cfg->kv_max_blocks;
+	}
 	if (strcmp(nc.data_dir, gw->cfg->data_dir) != 0)
 		ig_log_warn("reload: data_dir needs a restart; keeping '%s'", gw->cfg->data_dir);
 	if (!ig_routes_equal(&nc.routes, &gw->cfg->routes))

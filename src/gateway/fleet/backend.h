@@ -27,6 +27,8 @@ enum ig_backend_admin {
 };
 
 struct ig_probe;
+struct ig_kvindex;
+struct ig_kvevents;
 
 /* prio_sched: the server orders its queue by the request's "priority"... */
 #define IG_PRIO_LARGER_FIRST 1u  /* larger values first (SGLang's default) */
@@ -86,6 +88,17 @@ struct ig_backend {
 				    * (prompt and output so far, in tokens);
 				    * written by: lb_cache_aware */
 	_Atomic uint64_t last_io_ms; /* last byte from it for one of our requests (any reactor) */
+	_Atomic uint64_t last_sent_ms; /* when a request was last given to it (monotonic ms;
+					* kvevents.c: events are due after it); written by: policy */
+	/* Its engines' KV events (kvevents.c): its sources in the exact index
+	 * (fleet.kvindex) are kv_src - 1 .. kv_src + kv_ranks - 2, one per
+	 * data-parallel rank; kv_src 0: not subscribed. kv_exact 1: every
+	 * rank's events flow (not waiting for the first, stale, nor after a
+	 * gap that could not be filled), so the index says what it holds;
+	 * else a policy goes by what it sent it. Read without the lock. */
+	atomic_int kv_exact;       /* written by: kvevents */
+	atomic_int kv_src;         /* written by: kvevents */
+	atomic_int kv_ranks;       /* written by: kvevents */
 	const char *load_path;     /* load_path auto: where it was read (a static
 				    * string); NULL before, or with a set path */
 	atomic_long slots;         /* reported or learned from load reports
@@ -137,6 +150,14 @@ struct ig_fleet {
 	struct ig_backend **gone; /* removed backends: requests may still hold
 				   * their address in `tried`, so they live on */
 	size_t ngone;
+	/* The exact prefix index fed by the engines' KV events (sched/kvindex.h,
+	 * fleet/kvevents.c), NULL without kv_events: its sources are the
+	 * backends' kv_src ranges, kv_nsrc of them in all (the size of
+	 * ig_kvindex_match's array). Made at boot, freed at shutdown after the
+	 * reactors; its own lock, so read without the gateway's. */
+	struct ig_kvindex *kvindex;         /* written by: boot */
+	size_t kv_nsrc;                     /* written by: boot */
+	struct ig_kvevents *kvevents;       /* the subscriber (kvevents.h); written by: boot */
 };
 
 enum ig_serves {

@@ -83,6 +83,8 @@ static void take_slot(struct ig_backend *b)
 	atomic_store(&b->inflight, now);
 	if (now > atomic_load(&b->inflight_peak))
 		atomic_store(&b->inflight_peak, now);
+	/* its engine's KV events are due after this (kvevents.c: stale) */
+	atomic_store(&b->last_sent_ms, ig_now_ms());
 }
 
 enum ig_pick ig_policy_pick(const struct ig_policy *p, void *state, struct ig_backend *const *v, size_t n,
