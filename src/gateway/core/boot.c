@@ -45,6 +45,7 @@
 #include "path/proxy.h"
 #include "sched/dispatch.h"
 #include "sched/kvindex.h"
+#include "sched/policy.h"
 
 /* The proxy's and the cluster's periodic work, registered here until their
  * modules (another branch rewrites both) have an init that does it: each
@@ -104,6 +105,7 @@ static int kv_start(struct ig_gw *gw)
 		ig_log_error("kv_events: out of memory for the prefix index");
 		return -1;
 	}
+	ig_cache_aware_use_index(f->kvindex, f->kv_nsrc); /* before any pick */
 	struct ig_kvevents_sink sink = {kv_apply, kv_clear, kv_blocks, f->kvindex};
 	if (!(f->kvevents = ig_kvevents_start(f->kv_nsrc, &sink, &err))) {
 		ig_log_error("%s", err);
@@ -125,6 +127,7 @@ static void kv_stop(struct ig_gw *gw)
 		ig_stats_unregister(gw, f->kvevents);
 	ig_kvevents_stop(f->kvevents); /* its thread feeds the index and reads the backends */
 	f->kvevents = NULL;
+	ig_cache_aware_use_index(NULL, 0); /* the reactors have stopped */
 	if (f->kvindex)
 		ig_kvindex_free(f->kvindex);
 	f->kvindex = NULL;

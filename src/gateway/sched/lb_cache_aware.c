@@ -30,7 +30,15 @@
  *   smallest record.
  *
  * What each backend was sent lives in an ig_affinity (affinity.h),
- * forgotten when the backend goes down. */
+ * forgotten when the backend goes down. What it holds, when its engine
+ * publishes its KV events (fleet/kvevents.c), is in the exact index
+ * (kvindex.h): for a backend whose events flow (backend.h kv_exact) a
+ * match is the engine's own word, the prefix it holds now, whoever sent
+ * it and whatever it evicted; for the others, the record of what was
+ * sent. The index is keyed by the same chain of 16-token blocks the
+ * request carries (prompt.h), so a match reads it without hashing again.
+ * A backend with data-parallel ranks counts its best rank's match: the
+ * engine chooses the rank itself. */
 #include "config.h"
 #include <stdlib.h>
 
@@ -39,6 +47,7 @@
 #include "infergate/log.h"
 #include "infergate/util.h"
 #include "sched/affinity.h"
+#include "sched/kvindex.h"
 #include "sched/policy.h"
 
 /* Tokens in a block of the chain: 64 bytes of text at about 4 bytes a
@@ -101,6 +110,51 @@ static int reconfigure(void *state, const struct ig_conf *cfg)
 	return 0;
 }
 
+/* The exact index and its sources (fleet.kvindex), NULL without
+ * kv_events; set once at boot, before any pick. */
+static struct ig_kvindex *kv_index;
+static size_t kv_nsrc;
+
+void ig_cache_aware_use_index(struct ig_kvindex *ix, size_t nsrc)
+{
+	kv_index = ix;
+	kv_nsrc = nsrc;
+}
+
+static bool exact_for(const struct ig_backend *b)
+{
+	return kv_index && atomic_load(&b->kv_src) > 0 && atomic_load(&b->kv_exact);
+}
+
+/* Every source's match of the request's chain, in tokens (malloc'd), when
+ * one of the candidates' events flow; else NULL. */
+static uint32_t *exact_matches(struct ig_backend *const *v, size_t n, const struct ig_pick_req *rq)
+{
+	size_t i = 0;
+	while (i < n && !exact_for(v[i]))
+		i++;
+	uint32_t *m = i < n && rq->nchain ? malloc(kv_nsrc * sizeof(*m)) : NULL;
+	if (m)
+		ig_kvindex_match_chain(kv_index, rq->chain, rq->nchain, m);
+	return m;
+}
+
+/* Blocks of the request's chain that b holds: its engine's word while its
+ * events flow (its best rank), else what was sent there. */
+static size_t held(const struct cache_aware *c, const struct ig_backend *b, const struct ig_pick_req *rq,
+		   const uint32_t *exact)
+{
+	if (exact && exact_for(b)) {
+		size_t src = (size_t)atomic_load(&b->kv_src) - 1, ranks = (size_t)atomic_load(&b->kv_ranks);
+		uint32_t best = 0;
+		for (size_t r = 0; r < ranks && src + r < kv_nsrc; r++)
+			if (exact[src + r] > best)
+				best = exact[src + r];
+		return best / IG_BLOCK_TOKENS;
+	}
+	return ig_affinity_match(c->sent, b->id, rq->chain, rq->nchain);
+}
+
 /* The work a request waits behind on b, in tokens, weighted. */
 static double cost(const struct cache_aware *c, const struct ig_backend *b, size_t uncached_blocks)
 {
@@ -112,8 +166,9 @@ static size_t pick_cost(const struct cache_aware *c, const struct ig_pick_set *s
 {
 	size_t best = 0;
 	double bc = 0;
+	uint32_t *exact = exact_matches(set->cand, set->k, rq);
 	for (size_t i = 0; i < set->k; i++) {
-		size_t m = ig_affinity_match(c->sent, set->cand[i]->id, rq->chain, rq->nchain);
+		size_t m = held(c, set->cand[i], rq, exact);
 		double x = cost(c, set->cand[i], rq->nchain - m);
 		/* equal costs (an idle fleet): the rotated order's first, so
 		 * idle backends share the work */
@@ -122,6 +177,7 @@ static size_t pick_cost(const struct cache_aware *c, const struct ig_pick_set *s
 			best = i;
 		}
 	}
+	free(exact);
 	return best;
 }
 
@@ -136,13 +192,15 @@ static size_t pick(void *state, const struct ig_pick_set *set, const struct ig_p
 	/* Among those with the longest match, the least loaded: a prefix
 	 * every backend holds (a shared system prompt) is no reason to prefer
 	 * one of them. */
+	uint32_t *exact = exact_matches(set->cand, k, rq);
 	for (size_t i = 0; i < k; i++) {
-		size_t m = ig_affinity_match(c->sent, set->cand[i]->id, rq->chain, rq->nchain);
+		size_t m = held(c, set->cand[i], rq, exact);
 		if (m > bm || (m == bm && m > 0 && best < k && ig_policy_less_loaded(set->cand[i], set->cand[best]))) {
 			bm = m;
 			best = i;
 		}
 	}
+	free(exact);
 	if (best == k || (long)(bm * 100) < c->threshold_percent * (long)rq->nchain)
 		return fallback;
 	long lb = ig_policy_load(set->cand[best]), lmin = ig_policy_load(set->cand[fallback]);
@@ -159,7 +217,9 @@ static void started(void *state, struct ig_backend *b, struct ig_pick_req *rq)
 	struct cache_aware *c = state;
 	if (!rq->nchain)
 		return;
-	size_t m = ig_affinity_match(c->sent, b->id, rq->chain, rq->nchain);
+	uint32_t *exact = exact_matches(&b, 1, rq);
+	size_t m = held(c, b, rq, exact);
+	free(exact);
 	rq->prefill_charged = (long)((rq->nchain - m) * BLOCK_TOKENS);
 	rq->charged = (long)(rq->nchain * BLOCK_TOKENS);
 	atomic_fetch_add(&b->prefill_tokens, rq->prefill_charged);

@@ -146,5 +146,10 @@ static inline bool ig_policy_less_loaded(const struct ig_backend *a, const struc
 /* The least loaded of set->cand (the first among equals: the candidates
  * are in rotated order, so equals take turns). */
 size_t ig_policy_least_loaded(const struct ig_pick_set *set);
+/* cache-aware reads the exact prefix index (kvindex.h, nsrc sources)
+ * for the backends whose KV events flow; boot gives it once, before any
+ * pick (NULL: none). */
+struct ig_kvindex;
+void ig_cache_aware_use_index(struct ig_kvindex *ix, size_t nsrc);
 
 #endif
