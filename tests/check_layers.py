@@ -107,7 +107,7 @@ LAYERS = {
         "parse metrics",                          # a generation request's body; /metrics, load reports
         "pooling stored",                         # embeddings & co answered at once; stored Responses
         "engine",
-        "wire schema deadlines",                  # the bytes of answers; a JSON answer's document; the running by deadline
+        "wire schema deadlines kvevents",         # the bytes of answers; a JSON answer's document; the running by deadline; KV events out
         "request kvcache text",
         "conf",
     ],

@@ -18,29 +18,31 @@ enum ig_kv_flavor { IG_KV_VLLM, IG_KV_SGLANG };
 
 enum ig_kv_kind { IG_KV_STORED, IG_KV_REMOVED, IG_KV_CLEARED };
 
+/* An event and a batch are values: whoever makes one fills its fields (the
+ * decoder, the simulator's cache), hence "written by: any". */
 struct ig_kv_event {
-	enum ig_kv_kind kind;
+	enum ig_kv_kind kind;       /* written by: any */
 	/* STORED and REMOVED: the engine's block hashes, in order; an engine
 	 * hash given as bytes (vLLM's sha256 block hashes) is folded to 64
 	 * bits, the same way every time. */
-	uint64_t *hashes;
-	size_t nhashes;
+	uint64_t *hashes;           /* written by: any */
+	size_t nhashes;             /* written by: any */
 	/* STORED: the block before the first, when there is one. */
-	bool has_parent;
-	uint64_t parent;
+	bool has_parent;            /* written by: any */
+	uint64_t parent;            /* written by: any */
 	/* STORED: the token ids of the blocks, nhashes x block_size of them. */
-	uint32_t *tokens;
-	size_t ntokens;
-	uint32_t block_size;
-	int64_t lora_id;            /* -1: none */
-	bool gpu;                   /* medium GPU, or not given (an offload tier's blocks are not the GPU's) */
+	uint32_t *tokens;           /* written by: any */
+	size_t ntokens;             /* written by: any */
+	uint32_t block_size;        /* written by: any */
+	int64_t lora_id;            /* -1: none; written by: any */
+	bool gpu;                   /* medium GPU, or not given (an offload tier's blocks are not the GPU's); written by: any */
 };
 
 struct ig_kv_batch {
-	double ts;
-	int32_t dp_rank;            /* -1: not given */
-	struct ig_kv_event *ev;
-	size_t nev;
+	double ts;                  /* written by: any */
+	int32_t dp_rank;            /* -1: not given; written by: any */
+	struct ig_kv_event *ev;     /* written by: any */
+	size_t nev;                 /* written by: any */
 };
 
 /* What one batch may carry; past these it is refused whole (a hostile or

@@ -10,6 +10,7 @@
 #include "config.h"
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -417,7 +418,15 @@ struct ig_kvpub *ig_kvpub_new(const struct ig_kvpub_opts *o, char *err, size_t e
 		if (bind_one(p, p->replay, o->replay_endpoint, o->dp_rank, 1, err, errlen) < 0)
 			goto fail;
 	}
-	if (pthread_create(&p->thread, NULL, run, p) != 0) {
+	/* The thread takes no signal: the program's own (infergate-sim's
+	 * signalfd, blocked in its main thread after this) must not land here
+	 * and kill it. It inherits the mask in force at its creation. */
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	int prc = pthread_create(&p->thread, NULL, run, p);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (prc != 0) {
 		snprintf(err, errlen, "cannot start the publisher thread");
 		goto fail;
 	}

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "infergate/flags.h"
+#include "infergate/kvpub.h"
 #include "infergate/log.h"
 #include "infergate/util.h"
 #include "conf.h"
@@ -154,6 +155,15 @@ static const struct ig_flag flags[] = {
 	{.name = "--context-length", .type = IG_FLAG_LONG, .off = OFF(context_length), .min = 0, .max = 100000000,
 	 .def = "0", .metavar = "N",
 	 .help = "reject prompts + max_tokens that do not fit N tokens with the server's 400; 0 = no check"},
+	{.name = "--kv-events", .type = IG_FLAG_STRING, .off = OFF(kv_events), .metavar = "ENDPOINT",
+	 .help = "step profiles: publish the prefix cache's changes as vLLM and SGLang publish their KV events "
+		 "(ZMQ PUB, msgpack), bound on ENDPOINT, e.g. tcp://*:5557 (a port * takes a free one, logged); "
+		 "rank N on the port plus N. Blocks of 16 tokens, a token 4 bytes of prompt text (docs/simulator.md)"},
+	{.name = "--kv-events-replay", .type = IG_FLAG_STRING, .off = OFF(kv_events_replay), .metavar = "ENDPOINT",
+	 .help = "with --kv-events: a ZMQ ROUTER endpoint answering replay requests from the last 10000 batches"},
+	{.name = "--kv-events-format", .type = IG_FLAG_CHOICE, .off = OFF(kv_events_format), .def = "vllm",
+	 .metavar = "vllm|sglang",
+	 .help = "with --kv-events: vLLM's batches, or SGLang's (one BlockStored per block, signed hashes)"},
 	{.name = "--stream-fail-rate", .type = IG_FLAG_DOUBLE, .off = OFF(stream_fail_rate), .min = 0, .max = 1,
 	 .def = "0", .metavar = "P",
 	 .help = "fraction of streams that end with an error event after half their tokens (HTTP 200 already sent)"},
@@ -170,7 +180,7 @@ static const struct ig_flags spec = {
 		  "POST /v1/rerank, POST /v1/score, POST /classify, POST /tokenize, POST /detokenize,\n"
 		  "GET /health, GET /v1/models, GET /metrics; sglang only: POST /generate,\n"
 		  "GET /health_generate, GET /v1/loads, GET /get_load, GET /get_model_info, GET /server_info (and\n"
-		  "  /get_server_info); vllm only:\n"
+		  "  /get_server_info), GET|POST /flush_cache; vllm only:\n"
 		  "POST /pooling, /rerank, /v2/rerank, /score. Test control (never needs the key):\n"
 		  "GET /sim/state, GET|POST /sim/fault ({\"mode\": \"ok\"|\"error\"|\"hang\"|\"slow\"|\"down\", \"max_running\": N};\n"
 		  "with \"probes\": N the mode lasts N /health answers, then the one before comes back),\n"
@@ -268,6 +278,26 @@ int sim_conf_from_args(struct sim_conf *c, int argc, char **argv, char **err)
 	if (c->flavor == SIM_FLAVOR_VLLM && c->priority_scheduling) {
 		*err = ig_strdupf("--enable-priority-scheduling: needs --flavor sglang (vLLM prints no per-priority series)");
 		return -1;
+	}
+	if ((c->kv_events_replay || c->kv_events_format != SIM_KV_FORMAT_VLLM) && !c->kv_events) {
+		*err = ig_strdupf("%s: needs --kv-events", c->kv_events_replay ? "--kv-events-replay" : "--kv-events-format");
+		return -1;
+	}
+	if (c->kv_events && c->profile == SIM_PROFILE_CLASSIC) {
+		*err = ig_strdupf("--kv-events: the classic profile has no prefix cache; choose --profile h100-8b or "
+				  "b200-27b-mtp");
+		return -1;
+	}
+	/* The endpoints of every rank are checked now (binding comes at start). */
+	const char *eps[] = {c->kv_events, c->kv_events_replay};
+	for (int i = 0; i < 2; i++) {
+		char ep[256];
+		if (eps[i] && ((strncmp(eps[i], "tcp://", 6) != 0 && strncmp(eps[i], "inproc://", 9) != 0) ||
+			       ig_kvpub_offset_endpoint(eps[i], (int)c->dp_ranks - 1, ep, sizeof(ep)) < 0)) {
+			*err = ig_strdupf("%s: '%s' is not tcp://HOST:PORT or inproc://NAME%s", i ? "--kv-events-replay" : "--kv-events",
+					  eps[i], c->dp_ranks > 1 ? " with a port for each --dp-ranks" : "");
+			return -1;
+		}
 	}
 	if (!c->priority_scheduling && (c->low_first || c->no_preemption)) {
 		*err = ig_strdupf("%s: needs --enable-priority-scheduling",

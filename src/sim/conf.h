@@ -19,6 +19,12 @@ enum sim_refresh {
 	SIM_REFRESH_SGLANG, /* only when SGLang's scheduler would log its stats */
 };
 
+/* The wire format of --kv-events (--kv-events-format, "vllm|sglang"). */
+enum sim_kv_format {
+	SIM_KV_FORMAT_VLLM,   /* vLLM's array_like batches, a store of n blocks one event */
+	SIM_KV_FORMAT_SGLANG, /* SGLang's: one BlockStored per block (page) */
+};
+
 /* The engine model (--profile): classic paces each request on its own;
  * the others run decode steps over the whole batch (engine.c). */
 enum sim_profile {
@@ -67,6 +73,9 @@ struct sim_conf {
 	int profile;              /* enum sim_profile */
 	struct sim_steps steps;   /* its knobs (not used by classic) */
 	double time_scale;        /* simulated time runs this many times faster */
+	char *kv_events;          /* the KV events' PUB endpoint; NULL: none published */
+	char *kv_events_replay;   /* their replay (ROUTER) endpoint; NULL: none */
+	int kv_events_format;     /* enum sim_kv_format */
 };
 
 /* Whether the engine runs decode steps (any profile but classic). */

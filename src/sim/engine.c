@@ -22,6 +22,7 @@
 #include "infergate/util.h"
 #include "deadlines.h"
 #include "engine.h"
+#include "kvevents.h"
 #include "wire.h"
 
 static const char *const fault_names[] = {"ok", "error", "hang", "slow", "down"};
@@ -67,6 +68,8 @@ void sim_engine_req_free(struct sim_req *r)
 	free(r->chain);
 	r->chain = NULL;
 	r->nchain = 0;
+	free(r->tokens);
+	r->tokens = NULL;
 }
 
 /* Tells r's owner there is something new to send. */
@@ -112,6 +115,8 @@ int sim_engine_init(struct sim_engine *s, const struct sim_conf *conf)
 			ig_log_error("%s: out of memory", __func__);
 			return -1;
 		}
+		if (conf->kv_events && !(s->ranks[i].kvpub = sim_kvevents_open(conf, &s->ranks[i].kv, (int)i)))
+			return -1;
 	}
 	return 0;
 }
@@ -122,6 +127,7 @@ void sim_engine_free(struct sim_engine *s)
 	for (long i = 0; s->ranks && i < s->nranks; i++) {
 		free(s->ranks[i].prios);
 		free(s->ranks[i].snap.prio);
+		sim_kvevents_close(s->ranks[i].kvpub);
 		sim_kv_free(&s->ranks[i].kv);
 	}
 	free(s->ranks);
@@ -412,7 +418,7 @@ static void preempt(struct sim_engine *s, struct sim_req *v, uint64_t now)
 	ig_log_debug("%s: %s (priority %ld) preempted after %ld tokens", __func__, v->id, v->priority, v->emitted);
 	if (sim_conf_steps(s->conf)) {
 		ig_list_del(&v->blink);
-		sim_kv_release(&rk->kv, v->chain, v->nmatched, v->nmatched, v->own);
+		sim_kv_release(&rk->kv, v->chain, v->tokens, v->nmatched, v->nmatched, v->own);
 		v->own = 0;
 		v->prefill_now = v->prefill_left = 0;
 		v->resumed_at = v->emitted;
@@ -471,6 +477,14 @@ static void admit(struct sim_engine *s, struct sim_rank *rk, uint64_t now)
 static void step_admit(struct sim_engine *s, struct sim_rank *rk, uint64_t now);
 static void step_begin(struct sim_engine *s, struct sim_rank *rk, uint64_t now);
 
+/* --kv-events: what rk's cache did since the last call goes out as one
+ * batch, at the end of each step and of each call that changed it. */
+static void kv_publish(struct sim_engine *s, struct sim_rank *rk)
+{
+	if (rk->kvpub)
+		sim_kvevents_publish(s->conf, rk->kvpub, &rk->kv, rk->idx);
+}
+
 /* r no longer holds its slot. With a step profile it leaves the batch and
  * gives back its KV (its prompt's blocks join the cache when it was
  * served); the caller admits others at the end of the step. */
@@ -481,8 +495,8 @@ static void release(struct sim_engine *s, struct sim_req *r, uint64_t now)
 	if (sim_conf_steps(s->conf)) {
 		ig_list_del(&r->blink);
 		ig_list_init(&r->blink);
-		sim_kv_release(&rk->kv, r->chain, r->nmatched, r->state == SIM_REQ_DONE ? r->nchain : r->nmatched,
-			       r->own);
+		sim_kv_release(&rk->kv, r->chain, r->tokens, r->nmatched,
+			       r->state == SIM_REQ_DONE ? r->nchain : r->nmatched, r->own);
 		r->own = 0;
 		s->running--;
 		rk->running--;
@@ -516,6 +530,13 @@ static void chain_answer(struct sim_req *r)
 		ig_buf_append(&t, "\n", 1);
 	size_t more = t.len / IG_BLOCK_BYTES;
 	uint64_t *v = more ? realloc(r->chain, (r->nchain + more) * sizeof(*v)) : NULL;
+	if (v && r->tokens) { /* --kv-events: the answer's token ids too */
+		uint32_t *tk = realloc(r->tokens, (r->nchain + more) * IG_BLOCK_TOKENS * sizeof(*tk));
+		if (!tk)
+			abort();
+		r->tokens = tk;
+		sim_kv_text_tokens(t.data, more, tk + r->nchain * IG_BLOCK_TOKENS);
+	}
 	if (v) {
 		r->chain = v;
 		uint64_t h = r->nchain ? r->chain[r->nchain - 1] : 0;
@@ -807,6 +828,7 @@ static void step_end(struct sim_engine *s, struct sim_rank *rk, uint64_t now)
 	rk->gen_tps = rk->step_sim_us > 0 ? (double)rk->step_tokens * 1e6 / rk->step_sim_us : 0;
 	step_admit(s, rk, now);
 	step_begin(s, rk, now);
+	kv_publish(s, rk);
 }
 
 void sim_engine_submit(struct sim_engine *s, struct sim_req *r)
@@ -834,6 +856,7 @@ void sim_engine_submit(struct sim_engine *s, struct sim_req *r)
 		step_admit(s, r->rank, now);
 		if (r->rank->step_end_us == 0)
 			step_begin(s, r->rank, now);
+		kv_publish(s, r->rank);
 		return;
 	}
 	admit(s, r->rank, now);
@@ -945,6 +968,18 @@ void sim_engine_rank_tokens(const struct sim_engine *s, const struct sim_rank *r
 		*pending += r->prompt_tokens;
 }
 
+int sim_engine_flush_cache(struct sim_engine *s)
+{
+	if (s->running > 0 || s->waiting > 0)
+		return -1;
+	for (long i = 0; sim_conf_steps(s->conf) && i < s->nranks; i++) {
+		size_t n = sim_kv_flush(&s->ranks[i].kv);
+		ig_log_info("rank %ld: prefix cache flushed, %zu blocks", i, n);
+		kv_publish(s, &s->ranks[i]);
+	}
+	return 0;
+}
+
 void sim_engine_abort(struct sim_engine *s, struct sim_req *r)
 {
 	switch (r->state) {
@@ -962,6 +997,7 @@ void sim_engine_abort(struct sim_engine *s, struct sim_req *r)
 			step_admit(s, r->rank, ig_now_us());
 			if (r->rank->step_end_us == 0)
 				step_begin(s, r->rank, ig_now_us());
+			kv_publish(s, r->rank);
 		}
 		break;
 	case SIM_REQ_HUNG:

@@ -27,6 +27,8 @@ enum sim_fault {
 	SIM_FAULT_DOWN,  /* /health and completions answer 503 */
 };
 
+struct ig_kvpub;
+
 struct sim_stats {
 	uint64_t received;          /* completion requests received (any outcome) */
 	uint64_t served;            /* generations finished */
@@ -72,6 +74,7 @@ struct sim_rank {
 	double step_sim_us;         /* its length in simulated time */
 	long step_tokens;           /* output tokens its decode produces */
 	struct sim_kv kv;
+	struct ig_kvpub *kvpub;     /* --kv-events: its publisher; NULL: none */
 	double gen_tps;             /* output tokens/s of the last step (simulated time) */
 	uint64_t cached_tokens;     /* prompt tokens found cached, of served requests */
 };
@@ -121,6 +124,10 @@ bool sim_engine_should_fail_stream(struct sim_engine *e);
  * meanwhile go out together), so they stop again at a new `after`. Returns
  * 0, or -1 with a step profile (its decode steps are not held). */
 int sim_engine_hold(struct sim_engine *e, long after, uint64_t now_us);
+/* SGLang's /flush_cache: every rank's prefix cache emptied (an
+ * AllBlocksCleared each with --kv-events). Returns 0, or -1 while
+ * requests run or wait (SGLang refuses then too). */
+int sim_engine_flush_cache(struct sim_engine *e);
 /* Holds a /health answer for --health-delay-ms; it is woken DONE. */
 void sim_engine_defer(struct sim_engine *e, struct sim_req *r);
 /* The gauges /metrics shows for a rank: its last logged snapshot, or the

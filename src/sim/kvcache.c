@@ -1,6 +1,7 @@
 /* The simulator's KV memory and prefix cache (kvcache.h): blocks in one
  * array, found by hash through a chained table of indexes, the
- * unreferenced ones in an LRU list; no allocation per block. */
+ * unreferenced ones in an LRU list; no allocation per block (the event
+ * log, when on, allocates per event). */
 #include "config.h"
 #include <stdlib.h>
 #include <string.h>
@@ -24,9 +25,96 @@ int sim_kv_init(struct sim_kv *kv, long total)
 
 void sim_kv_free(struct sim_kv *kv)
 {
+	if (kv->log) {
+		struct ig_kv_batch b = {.ev = kv->log->ev, .nev = kv->log->nev};
+		ig_kv_batch_free(&b);
+		free(kv->log);
+	}
 	free(kv->b);
 	free(kv->tab);
 	memset(kv, 0, sizeof(*kv));
+}
+
+/* ---- the event log (--kv-events) ---------------------------------------- */
+
+int sim_kv_log_start(struct sim_kv *kv)
+{
+	if (!kv->log)
+		kv->log = calloc(1, sizeof(*kv->log));
+	return kv->log ? 0 : -1;
+}
+
+size_t sim_kv_log_take(struct sim_kv *kv, struct ig_kv_event **ev)
+{
+	*ev = NULL;
+	if (!kv->log || kv->log->nev == 0)
+		return 0;
+	size_t n = kv->log->nev;
+	*ev = kv->log->ev;
+	memset(kv->log, 0, sizeof(*kv->log));
+	return n;
+}
+
+void sim_kv_text_tokens(const char *text, size_t nblocks, uint32_t *out)
+{
+	const unsigned char *p = (const unsigned char *)text;
+	for (size_t i = 0; i < nblocks * IG_BLOCK_TOKENS; i++, p += 4)
+		out[i] = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static void *xmalloc(size_t n)
+{
+	void *p = malloc(n ? n : 1);
+	if (!p)
+		abort(); /* a simulator out of memory: nothing sensible to go on with */
+	return p;
+}
+
+static struct ig_kv_event *log_add(struct sim_kv_log *l, enum ig_kv_kind kind)
+{
+	if (l->nev == l->cap) {
+		l->cap = l->cap ? 2 * l->cap : 16;
+		l->ev = realloc(l->ev, l->cap * sizeof(*l->ev));
+		if (!l->ev)
+			abort();
+	}
+	struct ig_kv_event *e = &l->ev[l->nev++];
+	*e = (struct ig_kv_event){.kind = kind, .lora_id = -1, .gpu = true};
+	return e;
+}
+
+/* Blocks first..first+n-1 of a chain joined the cache: one BlockStored,
+ * its parent the block before (cached: referenced or just stored). */
+static void log_stored(struct sim_kv *kv, const uint64_t *chain, const uint32_t *tokens, size_t first, size_t n)
+{
+	if (!tokens || n == 0)
+		return;
+	struct ig_kv_event *e = log_add(kv->log, IG_KV_STORED);
+	e->hashes = xmalloc(n * sizeof(*e->hashes));
+	memcpy(e->hashes, chain + first, n * sizeof(*e->hashes));
+	e->nhashes = n;
+	e->has_parent = first > 0;
+	e->parent = first > 0 ? chain[first - 1] : 0;
+	e->ntokens = n * IG_BLOCK_TOKENS;
+	e->tokens = xmalloc(e->ntokens * sizeof(*e->tokens));
+	memcpy(e->tokens, tokens + first * IG_BLOCK_TOKENS, e->ntokens * sizeof(*e->tokens));
+	e->block_size = IG_BLOCK_TOKENS;
+}
+
+/* An eviction: joins the BlockRemoved just before, if the last event is
+ * one (evictions for one admission come as one event, as vLLM's do). */
+static void log_removed(struct sim_kv *kv, uint64_t h)
+{
+	struct sim_kv_log *l = kv->log;
+	struct ig_kv_event *e = l->nev && l->ev[l->nev - 1].kind == IG_KV_REMOVED ? &l->ev[l->nev - 1]
+										   : log_add(l, IG_KV_REMOVED);
+	size_t n = e->nhashes;
+	if ((n & (n - 1)) == 0) { /* grown at every power of two */
+		e->hashes = realloc(e->hashes, (n ? 2 * n : 1) * sizeof(*e->hashes));
+		if (!e->hashes)
+			abort();
+	}
+	e->hashes[e->nhashes++] = h;
 }
 
 static int32_t find(const struct sim_kv *kv, uint64_t h)
@@ -65,13 +153,9 @@ static void lru_append(struct sim_kv *kv, int32_t i)
 	kv->unref++;
 }
 
-/* Drops the least recently used unreferenced block. Returns 0, or -1 when
- * every block is referenced. */
-static int evict_one(struct sim_kv *kv)
+/* Takes unreferenced block i out of the cache. */
+static void drop(struct sim_kv *kv, int32_t i)
 {
-	int32_t i = kv->lru_head;
-	if (i < 0)
-		return -1;
 	lru_unlink(kv, i);
 	int32_t *pp = &kv->tab[kv->b[i].hash & (kv->tabcap - 1)];
 	while (*pp != i)
@@ -80,8 +164,32 @@ static int evict_one(struct sim_kv *kv)
 	kv->b[i].next = kv->free_head; /* the free list reuses `next` */
 	kv->free_head = i;
 	kv->live--;
+}
+
+/* Drops the least recently used unreferenced block. Returns 0, or -1 when
+ * every block is referenced. */
+static int evict_one(struct sim_kv *kv)
+{
+	int32_t i = kv->lru_head;
+	if (i < 0)
+		return -1;
+	if (kv->log)
+		log_removed(kv, kv->b[i].hash);
+	drop(kv, i);
 	kv->evicted++;
 	return 0;
+}
+
+size_t sim_kv_flush(struct sim_kv *kv)
+{
+	size_t n = 0;
+	while (kv->lru_head >= 0) {
+		drop(kv, kv->lru_head);
+		n++;
+	}
+	if (kv->log)
+		log_add(kv->log, IG_KV_CLEARED);
+	return n;
 }
 
 /* Room for `tokens` more. Returns 0 or -1. */
@@ -115,15 +223,16 @@ int sim_kv_admit(struct sim_kv *kv, const uint64_t *chain, size_t m, long own, l
 	/* Decided before evicting anything: a refusal changes nothing. */
 	if (sim_kv_used(kv) - (long)kv->unref * IG_BLOCK_TOKENS + own + reserve > kv->total ||
 	    make_room(kv, own + reserve) < 0) {
-		sim_kv_release(kv, chain, m, m, 0);
+		sim_kv_release(kv, chain, NULL, m, m, 0);
 		return -1;
 	}
 	kv->own += own;
 	return 0;
 }
 
-/* A new cached block (unreferenced, most recent). Returns 0 or -1. */
-static int insert(struct sim_kv *kv, uint64_t h)
+/* A new cached block (unreferenced, most recent). Returns its index, or
+ * -1 (out of memory). */
+static int32_t insert(struct sim_kv *kv, uint64_t h)
 {
 	int32_t i;
 	if (kv->free_head >= 0) {
@@ -145,32 +254,41 @@ static int insert(struct sim_kv *kv, uint64_t h)
 	kv->tab[h & (kv->tabcap - 1)] = i;
 	kv->live++;
 	lru_append(kv, i);
-	return 0;
+	return i;
 }
 
 /* The order blocks become recent in decides what goes first: a chain's
  * deepest block must be the least recent, its first block the most, so
  * that eviction eats prefixes from their ends (SGLang's radix cache evicts
  * leaves only) and never leaves a deep block whose prefix is gone, which
- * no prompt could match. So the new blocks go in deepest first, then the
- * referenced ones, shallowest last. */
-void sim_kv_release(struct sim_kv *kv, const uint64_t *chain, size_t m, size_t n, long own)
+ * no prompt could match. So the blocks go in shallowest first, each held
+ * (referenced) until all are in, so that making room for one never evicts
+ * another of the chain, and a block that finds no room ends the chain
+ * there; then all are let go deepest first, shallowest last. Going in in
+ * chain order also lets the BlockStored events name parents already
+ * stored, as the engines' do. */
+void sim_kv_release(struct sim_kv *kv, const uint64_t *chain, const uint32_t *tokens, size_t m, size_t n,
+		    long own)
 {
 	kv->own -= own;
-	for (size_t k = n; k-- > m;) {
+	size_t k = m, run = m; /* run: the first of the blocks stored since the last cached one */
+	for (; k < n; k++) {
 		int32_t i = find(kv, chain[k]);
-		if (i >= 0) {
-			if (kv->b[i].refs == 0) { /* cached meanwhile by another: touched */
-				lru_unlink(kv, i);
-				lru_append(kv, i);
-			}
+		if (i >= 0) { /* cached meanwhile by another: touched */
+			if (kv->log && k > run)
+				log_stored(kv, chain, tokens, run, k - run);
+			run = k + 1;
+			ref(kv, i);
 			continue;
 		}
-		if (make_room(kv, IG_BLOCK_TOKENS) < 0 || insert(kv, chain[k]) < 0)
+		if (make_room(kv, IG_BLOCK_TOKENS) < 0 || (i = insert(kv, chain[k])) < 0)
 			break;
+		ref(kv, i);
 	}
-	for (size_t k = m; k-- > 0;) {
-		int32_t i = find(kv, chain[k]);
+	if (kv->log && k > run)
+		log_stored(kv, chain, tokens, run, k - run);
+	for (size_t j = k; j-- > 0;) {
+		int32_t i = find(kv, chain[j]);
 		if (i >= 0 && --kv->b[i].refs == 0)
 			lru_append(kv, i);
 	}

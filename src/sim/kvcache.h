@@ -9,7 +9,10 @@
  * with lock_ref 0 by last access) and vLLM's prefix caching
  * (vllm/v1/core/block_pool.py: a free queue of blocks with ref_cnt 0, least
  * recently used first) both work this way.
- * Not here: when requests run (engine.c). */
+ * With --kv-events it also records what changed, as the engines report it
+ * (BlockStored, BlockRemoved, AllBlocksCleared: include/infergate/kvwire.h),
+ * for the engine to publish once per step; without, nothing is recorded.
+ * Not here: when requests run (engine.c), the sockets (common/kvpub.c). */
 #ifndef IG_SIM_KVCACHE_H
 #define IG_SIM_KVCACHE_H
 
@@ -17,6 +20,13 @@
 #include <stdint.h>
 
 #include "infergate/blockhash.h"
+#include "infergate/kvwire.h"
+
+/* The changes recorded since the engine last took them, oldest first. */
+struct sim_kv_log {
+	struct ig_kv_event *ev;
+	size_t nev, cap;
+};
 
 struct sim_kv_block {
 	uint64_t hash;
@@ -37,6 +47,7 @@ struct sim_kv {
 	int32_t lru_head, lru_tail;  /* unreferenced blocks, least recent first */
 	size_t unref;                /* how many (evictable) */
 	uint64_t evicted;            /* blocks evicted so far */
+	struct sim_kv_log *log;      /* NULL: changes not recorded (no --kv-events) */
 };
 
 /* Returns 0 or -1 (out of memory). total: the budget in tokens. */
@@ -56,7 +67,27 @@ size_t sim_kv_match(const struct sim_kv *kv, const uint64_t *chain, size_t n);
 int sim_kv_admit(struct sim_kv *kv, const uint64_t *chain, size_t m, long own, long reserve);
 /* A request that ends: lets go of its m referenced blocks and its own
  * tokens, and caches the rest of its chain (blocks m..n), as far as room
- * allows. */
-void sim_kv_release(struct sim_kv *kv, const uint64_t *chain, size_t m, size_t n, long own);
+ * allows. tokens: the chain's token ids, IG_BLOCK_TOKENS a block, for the
+ * BlockStored events (NULL when changes are not recorded). */
+void sim_kv_release(struct sim_kv *kv, const uint64_t *chain, const uint32_t *tokens, size_t m, size_t n,
+		    long own);
+/* Drops every unreferenced block (SGLang's /flush_cache, vLLM's
+ * reset_prefix_cache: both only when nothing runs); one AllBlocksCleared.
+ * Returns how many blocks were dropped. */
+size_t sim_kv_flush(struct sim_kv *kv);
+
+/* Starts recording changes. Returns 0 or -1 (out of memory). */
+int sim_kv_log_start(struct sim_kv *kv);
+/* The changes recorded since the last call, oldest first, into *ev
+ * (malloc'd with each event's arrays; NULL when none): returns how many.
+ * The caller frees them (ig_kv_batch_free on a batch holding them). */
+size_t sim_kv_log_take(struct sim_kv *kv, struct ig_kv_event **ev);
+/* The simulator's own token ids of nblocks whole blocks of text: each 4
+ * bytes read as a little-endian integer, 16 a block, so that the gateway's
+ * key of a block (ig_block_hash over its token ids as 4-byte little-endian
+ * integers, src/gateway/sched/kvindex.h) is ig_block_chain's over the text.
+ * A request's token ids may come from elsewhere (a real tokenizer): the
+ * cache only carries what it is given. */
+void sim_kv_text_tokens(const char *text, size_t nblocks, uint32_t *out);
 
 #endif

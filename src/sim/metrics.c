@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "infergate/buf.h"
+#include "infergate/kvpub.h"
 #include "infergate/log.h"
 #include "infergate/util.h"
 #include "metrics.h"
@@ -190,10 +191,16 @@ char *sim_metrics_server_info(struct sim *s)
 char *sim_metrics_state(struct sim *s)
 {
 	json_t *ranks = json_array();
-	for (long i = 0; i < s->eng.nranks; i++)
-		json_array_append_new(ranks, json_pack("{s:I, s:I}",
-						       "num_running_reqs", (json_int_t)s->eng.ranks[i].running,
-						       "num_waiting_reqs", (json_int_t)s->eng.ranks[i].waiting));
+	for (long i = 0; i < s->eng.nranks; i++) {
+		json_t *r = json_pack("{s:I, s:I}", "num_running_reqs", (json_int_t)s->eng.ranks[i].running,
+				      "num_waiting_reqs", (json_int_t)s->eng.ranks[i].waiting);
+		/* --kv-events: subscriptions heard, so that a test publishes
+		 * only once its subscriber is there (PUB/SUB's slow joiner) */
+		if (s->eng.ranks[i].kvpub)
+			json_object_set_new(r, "kv_event_subscribers",
+					    json_integer(ig_kvpub_subscribers(s->eng.ranks[i].kvpub)));
+		json_array_append_new(ranks, r);
+	}
 	json_t *tps = json_array(); /* the last 16 traceparents received, oldest first */
 	size_t n = s->ntraceparents < 16 ? s->ntraceparents : 16;
 	for (size_t i = s->ntraceparents - n; i < s->ntraceparents; i++)

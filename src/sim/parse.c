@@ -416,6 +416,12 @@ int sim_parse_completion(struct sim *s, struct sim_req *r, const char *body, siz
 				abort();
 			r->nchain = ig_block_chain(p.data, p.len, r->chain, p.len / IG_BLOCK_BYTES);
 		}
+		if (s->conf->kv_events) { /* the token ids the KV events carry */
+			r->tokens = malloc((r->nchain ? r->nchain : 1) * IG_BLOCK_TOKENS * sizeof(*r->tokens));
+			if (!r->tokens)
+				abort();
+			sim_kv_text_tokens(p.data, r->nchain, r->tokens);
+		}
 		r->ntail = p.len % IG_BLOCK_BYTES;
 		if (r->ntail)
 			memcpy(r->tail, p.data + p.len - r->ntail, r->ntail);

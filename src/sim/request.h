@@ -91,6 +91,10 @@ struct sim_req {
 	 * prompt's block chain (malloc'd; sim_engine_req_free frees it). */
 	uint64_t *chain;
 	size_t nchain;
+	uint32_t *tokens;              /* --kv-events: the chain's token ids, IG_BLOCK_TOKENS a
+					* block, for the BlockStored events (malloc'd; NULL
+					* without). parse.c takes the text's 4-byte groups
+					* (sim_kv_text_tokens); a tokenizer could put its own. */
 	char tail[IG_BLOCK_BYTES];     /* the prompt's bytes past its last whole block */
 	size_t ntail;
 	size_t nmatched;               /* leading blocks found cached at admission */

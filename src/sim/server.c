@@ -37,6 +37,7 @@ enum route {
 	R_STATE,       /* GET /sim/state: the simulator's live counts */
 	R_FAULT,       /* GET or POST /sim/fault */
 	R_HOLD,        /* GET or POST /sim/hold */
+	R_FLUSH,       /* GET or POST /flush_cache (SGLang) */
 	R_TOKENIZE,    /* POST /tokenize */
 	R_DETOKENIZE,  /* POST /detokenize */
 	R_RESPONSES,   /* POST /v1/responses (OpenAI's Responses API) */
@@ -73,6 +74,7 @@ static const struct {
 	{"/sim/state", R_STATE, true, false, "GET, HEAD", SGLANG | VLLM},
 	{"/sim/fault", R_FAULT, true, true, "GET, HEAD, POST", SGLANG | VLLM},
 	{"/sim/hold", R_HOLD, true, true, "GET, HEAD, POST", SGLANG | VLLM},
+	{"/flush_cache", R_FLUSH, true, true, "GET, HEAD, POST", SGLANG},
 	{"/tokenize", R_TOKENIZE, false, true, "POST", SGLANG | VLLM},
 	{"/detokenize", R_DETOKENIZE, false, true, "POST", SGLANG | VLLM},
 	{"/v1/responses", R_RESPONSES, false, true, "POST", SGLANG | VLLM},
@@ -298,6 +300,19 @@ static char *hold_json(const struct sim *s)
 			      (json_int_t)s->eng.held));
 }
 
+/* SGLang's /flush_cache (python/sglang/srt/entrypoints/http_server.py):
+ * the radix cache emptied when nothing runs or waits, else 400; plain text
+ * either way. With --kv-events each rank publishes an AllBlocksCleared. */
+static enum MHD_Result answer_flush(struct sim *s, struct MHD_Connection *conn)
+{
+	if (sim_engine_flush_cache(&s->eng) < 0)
+		return respond(conn, 400, strdup("Flush cache failed.\n"), "text/plain; charset=utf-8", NULL);
+	return respond(conn, 200,
+		       strdup("Cache flushed.\nPlease check backend logs for more details. (When there are running or "
+			      "waiting requests, the operation will not be performed.)\n"),
+		       "text/plain; charset=utf-8", NULL);
+}
+
 static enum MHD_Result answer_get(struct sim *s, struct MHD_Connection *conn, enum route route)
 {
 	switch (route) {
@@ -330,6 +345,8 @@ static enum MHD_Result answer_get(struct sim *s, struct MHD_Connection *conn, en
 		return respond_json(conn, 200, fault_json(s));
 	case R_HOLD:
 		return respond_json(conn, 200, hold_json(s));
+	case R_FLUSH:
+		return answer_flush(s, conn);
 	default:
 		return MHD_NO;
 	}
@@ -754,6 +771,10 @@ static enum MHD_Result start_request(struct sim *s, struct sim_call *c)
 		r->state = SIM_REQ_DONE;
 		return respond_error(s, c->conn, 413, NULL, NULL, "request body larger than %u bytes", SIM_MAX_BODY);
 	}
+	if (r->kind == SIM_FAULT_SET && c->route == R_FLUSH) {
+		r->state = SIM_REQ_DONE;
+		return answer_flush(s, c->conn);
+	}
 	if (r->kind == SIM_FAULT_SET)
 		return c->route == R_HOLD ? set_hold(s, c) : set_fault(s, c);
 	if (r->kind == SIM_UTILITY)
@@ -849,7 +870,7 @@ enum MHD_Result sim_server_handler(void *cls, struct MHD_Connection *conn, const
 					   : rt == R_COMPLETIONS ? SIM_COMPLETION
 					   : rt == R_RESPONSES ? SIM_RESPONSES
 					   : rt == R_GENERATE ? SIM_GENERATE
-					   : rt == R_FAULT || rt == R_HOLD ? SIM_FAULT_SET : SIM_UTILITY;
+					   : rt == R_FAULT || rt == R_HOLD || rt == R_FLUSH ? SIM_FAULT_SET : SIM_UTILITY;
 			if (kind == SIM_CHAT || kind == SIM_COMPLETION || kind == SIM_RESPONSES || kind == SIM_GENERATE) {
 				s->eng.st.received++;
 				const char *tp = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "traceparent");
