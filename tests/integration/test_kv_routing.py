@@ -12,13 +12,13 @@ from harness import (free_port, http, http_json, run, start_gateway, start_sim, 
 
 
 def start_publishing_sims(n, *extra):
-    """n simulators publishing KV events (vLLM's format) with a replay socket; .kv, .kv_replay:
-    their endpoints."""
+    """n simulators with a prefix cache (the h100-8b profile) publishing KV events (vLLM's
+    format) with a replay socket; .kv, .kv_replay: their endpoints."""
     sims = []
     for _ in range(n):
         pub, rep = free_port(), free_port()
-        s = start_sim("--kv-events", f"tcp://127.0.0.1:{pub}", "--kv-events-replay", f"tcp://127.0.0.1:{rep}",
-                      *extra)
+        s = start_sim("--profile", "h100-8b", "--kv-events", f"tcp://127.0.0.1:{pub}",
+                      "--kv-events-replay", f"tcp://127.0.0.1:{rep}", *extra)
         s.kv, s.kv_replay = f"tcp://127.0.0.1:{pub}", f"tcp://127.0.0.1:{rep}"
         sims.append(s)
     return sims

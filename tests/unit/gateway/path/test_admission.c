@@ -35,9 +35,9 @@ START_TEST(token_estimate_counts_prompt_and_output)
 	a.route_idx = 0; /* chat */
 	json_t *root = json_pack("{s:[{s:s, s:s}], s:i}", "messages", "role", "user", "content", "0123456789", "n", 2);
 	/* (4 + 10 + 2) bytes = 4 tokens; no max_tokens: 2 x 100 */
-	ck_assert_int_eq(token_estimate(&gw, &a, root), 4 + 200);
+	ck_assert_int_eq(token_estimate(&gw, &a, root, -1), 4 + 200);
 	a.max_tokens = 10;
-	ck_assert_int_eq(token_estimate(&gw, &a, root), 4 + 20);
+	ck_assert_int_eq(token_estimate(&gw, &a, root, -1), 4 + 20);
 	json_decref(root);
 	ig_routes_clear(&cfg.routes);
 }
@@ -102,11 +102,11 @@ START_TEST(a_clients_counts_are_bounded_and_the_estimate_saturates)
 				  NULL);
 	ck_assert_int_eq(check_fields(&gw, &a, root), 0);
 	a.max_tokens = 2147483647;
-	ck_assert_int_eq(token_estimate(&gw, &a, root), IG_ADMISSION_TOKENS_MAX);
+	ck_assert_int_eq(token_estimate(&gw, &a, root, -1), IG_ADMISSION_TOKENS_MAX);
 	json_decref(root);
 	root = json_loads("{\"model\":\"m\",\"prompt\":\"abcd\",\"n\":2,\"best_of\":5}", 0, NULL);
 	a.max_tokens = 10;
-	ck_assert_int_eq(token_estimate(&gw, &a, root), 1 + 5 * 10); /* best_of sequences are made */
+	ck_assert_int_eq(token_estimate(&gw, &a, root, -1), 1 + 5 * 10); /* best_of sequences are made */
 	json_decref(root);
 	/* a backend's usage past any range: its charge is given back, not overflowed */
 	struct ig_key k = {0};
