@@ -47,5 +47,14 @@ void ig_chattmpl_free(struct ig_chattmpl *t);
  * template from many threads at once. */
 int ig_chattmpl_render(const struct ig_chattmpl *t, const json_t *messages, const json_t *tools,
                        bool add_generation_prompt, char **out, size_t *len, char *err, size_t errlen);
+/* The same, with a request's chat_template_kwargs (a JSON object or NULL):
+ * each key a variable of the template, over the special tokens (Qwen3's
+ * enable_thinking; vLLM passes them on to apply_chat_template, and
+ * transformers.js spreads them last). -1 when one would replace messages,
+ * tools, documents or add_generation_prompt (Python's apply_chat_template
+ * refuses a second value for them too). */
+int ig_chattmpl_render_kw(const struct ig_chattmpl *t, const json_t *messages, const json_t *tools,
+                          bool add_generation_prompt, const json_t *template_kwargs, char **out, size_t *len,
+                          char *err, size_t errlen);
 
 #endif

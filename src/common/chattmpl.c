@@ -120,20 +120,51 @@ void ig_chattmpl_free(struct ig_chattmpl *t)
 	free(t);
 }
 
+int ig_chattmpl_render_kw(const struct ig_chattmpl *t, const json_t *messages, const json_t *tools,
+                          bool add_generation_prompt, const json_t *template_kwargs, char **out, size_t *len,
+                          char *err, size_t errlen)
+{
+	static const char *const fixed[] = {"messages", "add_generation_prompt", "tools", "documents"};
+	*out = NULL;
+	*len = 0;
+	if (template_kwargs && !json_is_object(template_kwargs)) {
+		snprintf(err, errlen, "chat_template_kwargs is not an object");
+		return -1;
+	}
+	size_t nkw = json_object_size(template_kwargs), n = 0;
+	struct ig_jinja_var *vars = calloc(6 + nkw, sizeof(*vars));
+	if (!vars) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	json_t *null = json_null(), *gen = json_boolean(add_generation_prompt);
+	vars[n++] = (struct ig_jinja_var){"messages", messages};
+	vars[n++] = (struct ig_jinja_var){"add_generation_prompt", gen};
+	vars[n++] = (struct ig_jinja_var){"tools", tools ? tools : null};
+	vars[n++] = (struct ig_jinja_var){"documents", null};
+	vars[n++] = (struct ig_jinja_var){"bos_token", t->bos};
+	vars[n++] = (struct ig_jinja_var){"eos_token", t->eos};
+	const char *k;
+	json_t *v;
+	int rc = -1;
+	json_object_foreach((json_t *)template_kwargs, k, v) {
+		for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
+			if (strcmp(k, fixed[i]) == 0) {
+				snprintf(err, errlen, "chat_template_kwargs may not set %s", k);
+				goto done;
+			}
+		vars[n++] = (struct ig_jinja_var){k, v};
+	}
+	const struct ig_jinja *j = tools && t->tool_use ? t->tool_use : t->tmpl;
+	rc = ig_jinja_render(j, vars, n, out, len, err, errlen);
+done:
+	json_decref(gen);
+	free(vars);
+	return rc;
+}
+
 int ig_chattmpl_render(const struct ig_chattmpl *t, const json_t *messages, const json_t *tools,
                        bool add_generation_prompt, char **out, size_t *len, char *err, size_t errlen)
 {
-	json_t *null = json_null(), *gen = json_boolean(add_generation_prompt);
-	const struct ig_jinja_var vars[] = {
-		{"messages", messages},
-		{"add_generation_prompt", gen},
-		{"tools", tools ? tools : null},
-		{"documents", null},
-		{"bos_token", t->bos},
-		{"eos_token", t->eos},
-	};
-	const struct ig_jinja *j = tools && t->tool_use ? t->tool_use : t->tmpl;
-	int rc = ig_jinja_render(j, vars, sizeof(vars) / sizeof(vars[0]), out, len, err, errlen);
-	json_decref(gen);
-	return rc;
+	return ig_chattmpl_render_kw(t, messages, tools, add_generation_prompt, NULL, out, len, err, errlen);
 }

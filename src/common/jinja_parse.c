@@ -218,7 +218,6 @@ static void lex_string(struct parser *p, const struct pre *s, size_t *i, char qu
 		if (*i >= s->n)
 			perr(p, line, "unexpected end of input in a string");
 		char e = s->p[(*i)++];
-		const char *map = strchr("n\nt\tr\rb\bf\fv\v''\"\"\\\\", e);
 		if (e == 'x' || e == 'u') {
 			size_t hl = e == 'x' ? 2 : 4;
 			unsigned cp = 0;
@@ -233,18 +232,18 @@ static void lex_string(struct parser *p, const struct pre *s, size_t *i, char qu
 				perr(p, line, "a \\u escape of a surrogate is not supported");
 			*i += hl;
 			put_utf8(o, &n, cp);
-		} else if (e != 0 && map && ((map - "n\nt\tr\rb\bf\fv\v''\"\"\\\\") % 2) == 0) {
-			o[n++] = map[1];
 		} else {
-			perr(p, line, "unexpected escaped character: %c", e);
+			static const char from[] = "ntrbfv'\"\\", to[] = "\n\t\r\b\f\v'\"\\";
+			const char *at = e ? strchr(from, e) : NULL;
+			if (!at)
+				perr(p, line, "unexpected escaped character: %c", e);
+			o[n++] = to[at - from];
 		}
 	}
-	struct tok *last = NULL;
-	push_tok(p, T_STR, "", 0, line);
-	last = &p->t[p->nt - 1];
 	o[n] = '\0';
-	last->v = o;
-	last->n = n;
+	push_tok(p, T_STR, "", 0, line);
+	p->t[p->nt - 1].v = o; /* the value as resolved, NULs included */
+	p->t[p->nt - 1].n = n;
 }
 
 /* consumeWhile: the input ending while the predicate still holds is an error there too. */

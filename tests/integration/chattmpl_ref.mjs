@@ -9,7 +9,9 @@
 //   node chattmpl_ref.mjs TOKENIZER_CONFIG.json [--bench N] < requests.jsonl
 //   node chattmpl_ref.mjs --templates < templates.jsonl
 //
-// Input and output lines as tests/tools/igtmpl.c's: the prompt as a JSON
+// A request's chat_template_kwargs are spread last, as transformers.js's
+// apply_chat_template spreads its extra options. Input and output lines as
+// tests/tools/igtmpl.c's: the prompt as a JSON
 // string, or {"error": "..."}; --bench N prints "renders/s R" on stderr.
 // IG_NODE_MODULES names the node_modules directory holding @huggingface/jinja.
 import { createRequire } from "node:module";
@@ -62,6 +64,7 @@ function render(req) {
 		tools,
 		documents: null,
 		...specials,
+		...(req.chat_template_kwargs ?? {}),
 	});
 }
 

@@ -151,6 +151,8 @@ def conversation(rng, i):
     elif r < 0.07:
         msgs.append({"role": "developer", "content": text(rng)})
     req = {"messages": msgs, "add_generation_prompt": rng.random() < 0.6}
+    if rng.random() < 0.15:  # Qwen3's switch, as a request's chat_template_kwargs carries it to vLLM
+        req["chat_template_kwargs"] = {"enable_thinking": rng.choice([False, True, 0, "no"])}
     if tools is not None:
         req["tools"] = tools
     return req

@@ -5,7 +5,8 @@
  *   igtmpl TOKENIZER_CONFIG.json [--bench N] < requests.jsonl
  *   igtmpl --templates < templates.jsonl
  *
- * Each input line is {"messages": [...], "tools": [...]?, "add_generation_prompt": bool};
+ * Each input line is {"messages": [...], "tools": [...]?, "add_generation_prompt": bool,
+ * "chat_template_kwargs": {...}?};
  * each output line is the rendered prompt as a JSON string, or
  * {"error": "..."} when the template refuses the request. --bench N renders
  * every line N times more and prints "renders/s R" on stderr. With
@@ -113,9 +114,9 @@ int main(int argc, char **argv)
 		char *out;
 		size_t len;
 		json_t *res;
-		if (ig_chattmpl_render(t, json_object_get(r, "messages"), json_object_get(r, "tools"),
-		                       json_is_true(json_object_get(r, "add_generation_prompt")), &out, &len, err,
-		                       sizeof(err)) == 0) {
+		if (ig_chattmpl_render_kw(t, json_object_get(r, "messages"), json_object_get(r, "tools"),
+		                          json_is_true(json_object_get(r, "add_generation_prompt")),
+		                          json_object_get(r, "chat_template_kwargs"), &out, &len, err, sizeof(err)) == 0) {
 			res = json_stringn(out, len);
 			free(out);
 		} else {
@@ -130,9 +131,10 @@ int main(int argc, char **argv)
 			json_array_foreach(reqs, i, r) {
 				char *out;
 				size_t len;
-				if (ig_chattmpl_render(t, json_object_get(r, "messages"), json_object_get(r, "tools"),
-				                       json_is_true(json_object_get(r, "add_generation_prompt")), &out, &len, err,
-				                       sizeof(err)) == 0)
+				if (ig_chattmpl_render_kw(t, json_object_get(r, "messages"), json_object_get(r, "tools"),
+				                          json_is_true(json_object_get(r, "add_generation_prompt")),
+				                          json_object_get(r, "chat_template_kwargs"), &out, &len, err,
+				                          sizeof(err)) == 0)
 					free(out);
 				count++;
 			}

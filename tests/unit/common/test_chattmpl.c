@@ -123,6 +123,41 @@ START_TEST(raise_exception_reaches_the_caller)
 }
 END_TEST
 
+START_TEST(chat_template_kwargs_are_variables)
+{
+	char err[512], *out = NULL;
+	size_t len;
+	struct ig_chattmpl *t = ig_chattmpl_new(
+		"{% if add_generation_prompt %}<a>{% if enable_thinking is defined and enable_thinking is false %}"
+		"<think></think>{% endif %}{% endif %}{{ eos_token }}",
+		NULL, "</s>", err, sizeof(err));
+	ck_assert_msg(t != NULL, "%s", err);
+	json_t *msgs = json_array(), *off = json_pack("{sb}", "enable_thinking", 0), *on = json_pack("{sb}", "enable_thinking", 1);
+	ck_assert_int_eq(ig_chattmpl_render_kw(t, msgs, NULL, true, off, &out, &len, err, sizeof(err)), 0);
+	ck_assert_str_eq(out, "<a><think></think></s>");
+	free(out);
+	ck_assert_int_eq(ig_chattmpl_render_kw(t, msgs, NULL, true, on, &out, &len, err, sizeof(err)), 0);
+	ck_assert_str_eq(out, "<a></s>");
+	free(out);
+	/* over a special token, as transformers.js spreads them last */
+	json_t *eos = json_pack("{ss}", "eos_token", "<eos>");
+	ck_assert_int_eq(ig_chattmpl_render_kw(t, msgs, NULL, false, eos, &out, &len, err, sizeof(err)), 0);
+	ck_assert_str_eq(out, "<eos>");
+	free(out);
+	/* never over what the request itself gives the template */
+	json_t *bad = json_pack("{s[]}", "messages");
+	ck_assert_int_eq(ig_chattmpl_render_kw(t, msgs, NULL, false, bad, &out, &len, err, sizeof(err)), -1);
+	ck_assert(out == NULL);
+	ck_assert_str_eq(err, "chat_template_kwargs may not set messages");
+	json_decref(bad);
+	json_decref(eos);
+	json_decref(on);
+	json_decref(off);
+	json_decref(msgs);
+	ig_chattmpl_free(t);
+}
+END_TEST
+
 START_TEST(refusals_say_why)
 {
 	char err[512];
@@ -153,4 +188,4 @@ START_TEST(refusals_say_why)
 END_TEST
 
 IG_CHECK_MAIN("chattmpl", loads_a_config_and_renders_a_chat, the_default_entry_and_tool_use_with_tools,
-              raise_exception_reaches_the_caller, refusals_say_why)
+              raise_exception_reaches_the_caller, chat_template_kwargs_are_variables, refusals_say_why)
