@@ -100,17 +100,43 @@ struct ig_prompts *ig_prompts_load(const struct ig_conf *cfg, struct ig_buf *err
 	return p;
 }
 
-/* vLLM gives a text-only model a message's content parts as one string,
- * the texts joined by newlines (vllm/entrypoints/chat_utils.py,
- * _parse_chat_message_content_parts with the "string" content format). */
+/* A tool call's arguments as a template expects them: vLLM parses the
+ * JSON string a client sends into an object before rendering
+ * (vllm/entrypoints/chat_utils.py _postprocess_messages), so a template's
+ * `arguments | tojson` prints it as an object. */
+static void parse_arguments(json_t *m)
+{
+	size_t i;
+	json_t *tc;
+	json_array_foreach(json_object_get(m, "tool_calls"), i, tc) {
+		json_t *fn = json_object_get(tc, "function"), *args = json_object_get(fn, "arguments");
+		json_t *parsed = json_is_string(args) ? json_loads(json_string_value(args), 0, NULL) : NULL;
+		if (json_is_object(parsed))
+			json_object_set(fn, "arguments", parsed);
+		json_decref(parsed);
+	}
+}
+
+/* The messages as vLLM hands them to the template: a message's content
+ * parts as one string, the texts joined by newlines (vllm/entrypoints/
+ * chat_utils.py, _parse_chat_message_content_parts with the "string"
+ * content format), a null content as "", tool calls' arguments parsed. */
 static json_t *flat_messages(json_t *msgs)
 {
 	json_t *out = json_array(), *m;
 	size_t i;
 	json_array_foreach(msgs, i, m) {
 		json_t *c = json_object_get(m, "content");
-		if (!json_is_object(m) || !json_is_array(c)) {
+		if (!json_is_object(m)) {
 			json_array_append(out, m);
+			continue;
+		}
+		if (!json_is_array(c)) {
+			json_t *copy = json_deep_copy(m);
+			if (!c || json_is_null(c))
+				json_object_set_new(copy, "content", json_string(""));
+			parse_arguments(copy);
+			json_array_append_new(out, copy);
 			continue;
 		}
 		struct ig_buf t;
@@ -125,8 +151,9 @@ static json_t *flat_messages(json_t *msgs)
 				ig_buf_append(&t, "\n", 1);
 			ig_buf_append(&t, json_string_value(txt), json_string_length(txt));
 		}
-		json_t *copy = json_copy(m);
+		json_t *copy = json_deep_copy(m);
 		json_object_set_new(copy, "content", json_stringn(t.data ? t.data : "", t.len));
+		parse_arguments(copy);
 		ig_buf_free(&t);
 		json_array_append_new(out, copy);
 	}
@@ -169,8 +196,9 @@ int ig_prompt_tokens(const struct ig_prompts *p, const char *model, json_t *root
 		json_t *agp = json_object_get(root, "add_generation_prompt");
 		char *text = NULL;
 		size_t len = 0;
-		int rc = ig_chattmpl_render(m->tmpl, flat, json_is_array(tools) ? tools : NULL, !json_is_false(agp),
-					    &text, &len, err, errlen);
+		json_t *kw = json_object_get(root, "chat_template_kwargs"); /* Qwen3's enable_thinking */
+		int rc = ig_chattmpl_render_kw(m->tmpl, flat, json_is_array(tools) ? tools : NULL, !json_is_false(agp),
+					       json_is_object(kw) ? kw : NULL, &text, &len, err, errlen);
 		json_decref(flat);
 		if (rc < 0)
 			return -1;

@@ -116,6 +116,14 @@ START_TEST(a_chat_rendered_by_the_template_then_tokenized)
 	ck_assert_uint_eq(n, 11);
 	free(ids);
 	json_decref(body);
+	/* a null content is "" to the template, as vLLM gives it */
+	body = json_loads("{\"model\": \"m\", \"messages\": [{\"role\": \"assistant\", \"content\": null}]}", 0, NULL);
+	ck_assert_int_eq(ig_prompt_tokens(p, "m", body, &ids, &n, err, sizeof(err)), 1);
+	ck_assert_uint_eq(n, 13 + 11); /* <|im_start|>assistant\n<|im_end|>\n, then the generation prompt */
+	ck_assert_uint_eq(ids[10], '\n');
+	ck_assert_uint_eq(ids[11], 257);
+	free(ids);
+	json_decref(body);
 	ig_prompts_free(p);
 	cfg_clear(&cfg);
 }
