@@ -107,6 +107,18 @@ def test_an_eviction_is_seen():
 
 
 @test
+def test_nine_backends_subscribed():
+    """The events thread's poll set holds every source (it once had room for 16 sockets and no
+    more, so the ninth backend with its replay socket wrote past it): nine simulators, the last
+    one's blocks reach the index."""
+    sims = start_publishing_sims(9)
+    gw = gateway_on_events(sims)
+    complete(sims[8].url, prompt("ninth"))
+    wait_until(lambda: kv_blocks(gw, sims[8]) >= 100, what="the ninth simulator's blocks in the index")
+    assert all(b["kv_events"]["malformed"] == 0 for b in backends(gw))
+
+
+@test
 def test_without_events_the_guess_is_kept():
     """The same flush with the approximate index alone: the next turn goes back where the first
     was sent and finds nothing cached: what the events fix."""

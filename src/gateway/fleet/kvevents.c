@@ -240,12 +240,27 @@ static size_t find_slots(const struct ig_kvevents *kv, size_t n)
 	return kv->nsrc;
 }
 
+/* An array with room for `need` items (ig_grow makes room for one more;
+ * here a backend brings all its ranks at once, a poll set is rebuilt whole). */
+static bool room(void *vp, size_t *cap, size_t need, size_t size)
+{
+	void **v = vp;
+	if (need <= *cap)
+		return true;
+	void *nv = realloc(*v, need * size);
+	if (!nv)
+		return false; /* the old array stays, and its capacity */
+	*v = nv;
+	*cap = need;
+	return true;
+}
+
 /* Subscribes b's ranks. Returns 0, or -1 (no slots or memory: logged once). */
 static int add_sources(struct ig_kvevents *kv, struct ig_backend *b, const char *ep, const char *replay, int ranks,
 		       enum ig_kv_flavor fl)
 {
 	size_t at = find_slots(kv, (size_t)ranks);
-	if (at == kv->nsrc || !(kv->v = ig_grow(kv->v, &kv->cap, kv->n + (size_t)ranks, sizeof(*kv->v), 16))) {
+	if (at == kv->nsrc || !room(&kv->v, &kv->cap, kv->n + (size_t)ranks, sizeof(*kv->v))) {
 		if (!kv->full_logged)
 			ig_log_warn("kv_events: no room for backend %s's %d sources (%zu held): it is routed without "
 				    "its events", b->url, ranks, kv->nsrc);
@@ -675,7 +690,7 @@ static int refresh(struct ig_kvevents *kv)
 		kv->v[k++] = s;
 	}
 	kv->n = k;
-	if (!(kv->snap = ig_grow(kv->snap, &kv->capsnap, kv->n, sizeof(*kv->snap), 16)))
+	if (!room(&kv->snap, &kv->capsnap, kv->n, sizeof(*kv->snap)))
 		return -1;
 	if (kv->n)
 		memcpy(kv->snap, kv->v, kv->n * sizeof(*kv->v));
@@ -694,8 +709,8 @@ static void *run(void *arg)
 		int rc = refresh(kv);
 		pthread_mutex_unlock(&kv->mu);
 		size_t n = 1;
-		if (rc < 0 || !(items = ig_grow(items, &capi, 1 + 2 * kv->nsnap, sizeof(*items), 16)) ||
-		    !(who = ig_grow(who, &capw, 1 + 2 * kv->nsnap, sizeof(*who), 16))) {
+		if (rc < 0 || !room(&items, &capi, 1 + 2 * kv->nsnap, sizeof(*items)) ||
+		    !room(&who, &capw, 1 + 2 * kv->nsnap, sizeof(*who))) {
 			ig_log_error("kv_events: out of memory: the events thread stops");
 			break;
 		}
