@@ -113,7 +113,7 @@ LAYERS = {
     ],
     "common": [
         "batchfile",                              # include/infergate/batchfile.h: src/batchfile's interface
-        "flags httpd tokenizer",                  # tokenizer: the models' tokenizer.json (tokenizer_load.c, tokenizer_bpe.c: its parts)
+        "flags httpd tokenizer",                  # tokenizer: the models' tokenizer.json (tokenizer_load.c, _bpe.c, _map.c: its parts)
         "kvpub",                                  # the KV-event publisher, over the codec
         "kvwire",
         "oaerror sse log chattmpl",                # chattmpl: a model's chat template, over jinja
@@ -748,7 +748,8 @@ def init_type(code, at):
 # private header its parts share (the tokenizer's tokenizer_int.h): named
 # here too, it is part of the module, not a module of its own.
 PARTS = {
-    "common": {"tokenizer_load": "tokenizer", "tokenizer_bpe": "tokenizer", "tokenizer_int": "tokenizer"},
+    "common": {"tokenizer_load": "tokenizer", "tokenizer_bpe": "tokenizer", "tokenizer_map": "tokenizer",
+               "tokenizer_int": "tokenizer"},
     "gateway": {"cluster_conf": "cluster", "cont_conf": "cont", "files_conf": "files", "idem_conf": "idem",
                 "proxy_conf": "proxy", "proxy_metrics": "proxy", "trace_conf": "trace", "conf_fleet": "conf", "metrics_json": "metrics"},
     "common": {"jinja_parse": "jinja", "jinja_value": "jinja", "jinja_eval": "jinja", "jinja_builtin": "jinja"},

@@ -1,7 +1,8 @@
 /* The tokenizer's parts (include/infergate/tokenizer.h), shared by its
  * files and by nothing else: tokenizer_load.c reads the JSON into this,
- * tokenizer_bpe.c is the model (vocab, merges, the merge loop, a cache of
- * words), tokenizer.c the pipeline that HF's TokenizerImpl::encode runs
+ * tokenizer_map.c its tables of strings and GPT-2's byte alphabet,
+ * tokenizer_bpe.c the model (merges, the merge loop, a cache of words),
+ * tokenizer.c the pipeline that HF's TokenizerImpl::encode runs
  * (tokenizers/src/tokenizer/mod.rs): added tokens, normalizer,
  * pre-tokenizer, model, post-processor. */
 #ifndef IG_TOKENIZER_INT_H

@@ -171,7 +171,7 @@ static int add_split(struct ld *l, const char *pattern, size_t len, bool literal
 	PCRE2_SIZE eo;
 	/* UCP: \p{L}, \p{N} and the (?i:) of the patterns in Unicode's sense,
 	 * as Oniguruma reads them for HF. */
-	uint32_t opts = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
+	uint32_t opts = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP); /* LITERAL refuses UCP */
 	pcre2_code *re = pcre2_compile((PCRE2_SPTR)(spelled ? spelled : pattern), slen, opts, &ec, &eo, NULL);
 	free(spelled);
 	if (!re) {

@@ -20,12 +20,22 @@ tree (pinned below), run by tests/integration/tokenizer_ref.mjs:
     match igtok wherever it agrees with Hugging Face's; where the two
     references disagree (JavaScript's regex and case folding are not
     Oniguruma's), the count and the first such string are printed as TAP
-    comments, and the Rust crate is the one followed."""
+    comments, and the Rust crate is the one followed.
+A third run takes Llama-3's file with a BOS added by TemplateProcessing (as
+Meta's own file has it) and GPT-2's regex (ByteLevel use_regex) in place of
+its Split, the paths the two real files do not take.
+
+Not covered, and known to differ: letters and digits that Unicode 15 and 16
+added (Kaktovik numerals U+1D2C0.., Kirat Rai, CJK extension I...). HF's
+Oniguruma knows them, PCRE2 10.42 (Debian 12) knows Unicode 14 only, so
+around them the pre-tokens differ; the strings here keep to older
+characters."""
 
 import fcntl
 import json
 import os
 import random
+import shutil
 import subprocess
 import tempfile
 
@@ -244,9 +254,19 @@ def compare(name, cases, mine, theirs, what):
                 f"igtok {a[max(0, i - 3):i + 5]} vs {what} {b[max(0, i - 3):i + 5]} (lengths {len(a)}, {len(b)})")
 
 
-def check_model(name):
+def check_model(name, variant=None):
+    """igtok against both references on every string; variant(json) makes
+    another tokenizer of the model's file (written to a temp file)."""
     mods = ensure_refs()
     tokfile = model_file(mods, name)
+    if variant:
+        with open(tokfile, encoding="utf-8") as f:
+            doc = variant(json.load(f))
+        d = tempfile.mkdtemp(prefix="ig-tok-")
+        tokfile = os.path.join(d, "tokenizer.json")
+        with open(tokfile, "w", encoding="utf-8") as f:
+            json.dump(doc, f, ensure_ascii=False)
+        name += " (variant)"
     cases = strings()
     assert len(cases) >= COUNT, len(cases)
     with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
@@ -260,13 +280,22 @@ def check_model(name):
         lenml = run_ref(mods, "lenml", tokfile, path)
     finally:
         os.unlink(path)
+        if variant:
+            shutil.rmtree(os.path.dirname(tokfile), ignore_errors=True)
     # Where the two references agree, igtok must agree too; where they do
     # not, HF's Rust crate is the one followed (said, not failed).
     split = [(c, m, l) for c, m, h, l in zip(cases, mine, hf, lenml) if h != l]
     agree = [(c, m, l) for c, m, h, l in zip(cases, mine, hf, lenml) if h == l]
     compare(name, [c for c, _, _ in agree], [m for _, m, _ in agree], [l for _, _, l in agree], "@lenml/tokenizers")
+    # Why they disagree: JavaScript's \s takes U+FEFF and not U+0085 (Unicode's
+    # White_Space, Oniguruma's, the other way round); with special false,
+    # lenml still takes a piece that is exactly a special token's text for
+    # that token (its _encode_text), which tokenizer_ref.mjs cannot undo.
+    js_space = sum("\ufeff" in c[0] or "\x85" in c[0] for c, _, _ in split)
+    not_special = sum(not c[1] for c, _, _ in split if "\ufeff" not in c[0] and "\x85" not in c[0])
     print(f"# {name}: {len(cases)} strings, {sum(len(m) for m in mine)} ids identical to HF tokenizers; "
-          f"@lenml/tokenizers differs from both on {len(split)}")
+          f"@lenml/tokenizers differs from both on {len(split)}: {js_space} with U+FEFF or U+0085, "
+          f"{not_special} more with special false, {len(split) - js_space - not_special} else")
     for (text, special), m, l in split[:3]:
         i = first_difference(m, l)
         print(f"#   e.g. {show(text)} (special={special}) at id {i}: HF/igtok {m[i:i + 4]}, lenml {l[i:i + 4]}")
@@ -280,6 +309,31 @@ def qwen3_ids_match_the_references():
 @test
 def llama3_ids_match_the_references():
     check_model("llama3")
+
+
+def bos_and_gpt2_regex(doc):
+    """Llama-3's file in the shape of Meta's own (a BOS from TemplateProcessing),
+    and GPT-2's split (ByteLevel's use_regex) in place of its Split: the two
+    paths the real files above do not take."""
+    doc["pre_tokenizer"] = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+    doc["post_processor"] = {
+        "type": "Sequence", "processors": [
+            {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True},
+            {"type": "TemplateProcessing",
+             "single": [{"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}},
+                        {"Sequence": {"id": "A", "type_id": 0}}],
+             "pair": [{"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}},
+                      {"Sequence": {"id": "A", "type_id": 0}},
+                      {"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 1}},
+                      {"Sequence": {"id": "B", "type_id": 1}}],
+             "special_tokens": {"<|begin_of_text|>": {"id": "<|begin_of_text|>", "ids": [128000],
+                                                      "tokens": ["<|begin_of_text|>"]}}}]}
+    return doc
+
+
+@test
+def a_bos_template_and_gpt2s_regex_match_the_references():
+    check_model("llama3", bos_and_gpt2_regex)
 
 
 if __name__ == "__main__":

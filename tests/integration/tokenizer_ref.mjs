@@ -14,9 +14,9 @@
 // (addSpecialTokens true, its default; igtok does the same).
 //
 // special false (a special added token is text, Rust's
-// encode_special_tokens): neither package takes that setting, so the
+// encode_special_tokens): neither package takes that setting, so HF's
 // tokenizer is built a second time with its special added tokens renamed to
-// strings no text here holds. Not left out: HF numbers the added tokens anew
+// strings no text here holds (and lenml's splitter without them, below). Not left out: HF numbers the added tokens anew
 // at load (serialization.rs only warns when a file's id differs), so the
 // others would move. For these files that is the same as the setting: no
 // non-special added token overlaps a special one.
@@ -52,7 +52,12 @@ function lenml() {
   const { TokenizerLoader } = require("@lenml/tokenizers");
   // No chat template needed: encode only.
   const cfg = { ...config, chat_template: undefined };
-  const both = [plain, json].map((j) => TokenizerLoader.fromPreTrained({ tokenizerJSON: j, tokenizerConfig: cfg }));
+  const both = [json, json].map((j) => TokenizerLoader.fromPreTrained({ tokenizerJSON: j, tokenizerConfig: cfg }));
+  // Its post-processor finds a template's tokens by name, so the special
+  // tokens keep theirs here: only the splitter of the text (its class,
+  // transformers.js's DictionarySplitter) is made again without them.
+  const splitter = both[0].added_tokens_splitter;
+  both[0].added_tokens_splitter = new splitter.constructor(json.added_tokens.filter((t) => !t.special).map((t) => t.content));
   return async (text, special) => both[+special].encode(text, { add_special_tokens: true });
 }
 
