@@ -99,6 +99,8 @@ def stored_removed_and_cleared_blocks_are_counted():
     pub.batch({"type": "AllBlocksCleared"})
     k = wait_kv(gw, "all cleared", blocks=0, batches=3)
     assert k["gaps"] == 0 and k["malformed"] == 0 and k["restarts"] == 0, k
+    ix = http_json("GET", gw.url + "/health/backends")[2]["gateway"]["kv_index"]
+    assert ix["blocks"] == 0 and ix["orphans"] == 0 and ix["sources"] >= 1, ix
     status, _, body = http("GET", gw.url + "/metrics")
     assert status == 200
     assert 'infergate_kv_events_total{backend="%s",rank="0",kind="batches"} 3' % fb.url in body.decode(), body
