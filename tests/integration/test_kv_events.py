@@ -99,6 +99,8 @@ def stored_removed_and_cleared_blocks_are_counted():
     pub.batch({"type": "AllBlocksCleared"})
     k = wait_kv(gw, "all cleared", blocks=0, batches=3)
     assert k["gaps"] == 0 and k["malformed"] == 0 and k["restarts"] == 0, k
+    ix = http_json("GET", gw.url + "/health/backends")[2]["gateway"]["kv_index"]
+    assert ix["blocks"] == 0 and ix["orphans"] == 0 and ix["sources"] >= 1, ix
     status, _, body = http("GET", gw.url + "/metrics")
     assert status == 200
     assert 'infergate_kv_events_total{backend="%s",rank="0",kind="batches"} 3' % fb.url in body.decode(), body
@@ -140,7 +142,7 @@ def malformed_messages_are_counted_and_the_gateway_goes_on():
     for raw in ("c1", "93", "ff" * 40):
         pub.cmd({"raw": raw})
     wait_kv(gw, "three malformed", malformed=3)
-    assert http("GET", gw.url + "/health")[0] == 200
+    assert gw.poll() is None and http("GET", gw.url + "/health/backends")[0] == 200  # still serving
     pub.batch(stored([52], parent=51, first_token=16))
     k = wait_kv(gw, "the next batch", blocks=2, batches=2)
     assert k["gaps"] == 0 and k["state"] == "flowing", k  # their sequence numbers were taken

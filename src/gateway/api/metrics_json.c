@@ -21,6 +21,7 @@
 #include "net/servertls.h"
 #include "obs/trace.h"
 #include "sched/affinity.h"
+#include "sched/kvindex.h"
 #include "sched/policy.h"
 
 static char *dump(json_t *j)
@@ -318,6 +319,15 @@ char *ig_metrics_backends_json(struct ig_gw *gw)
 					      (json_int_t)gw->metrics.queue_wait[c].n));
 	if (gw->report_gateway)
 		gw->report_gateway(gw, g);
+	if (gw->fleet.kvindex) { /* the exact prefix index, all its sources (kvindex.h) */
+		struct ig_kvindex_stats st;
+		ig_kvindex_stats(gw->fleet.kvindex, IG_KVINDEX_ALL, &st);
+		json_object_set_new(g, "kv_index", json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "blocks",
+							     (json_int_t)st.blocks, "bytes", (json_int_t)st.bytes,
+							     "sources", (json_int_t)gw->fleet.kv_nsrc, "orphans",
+							     (json_int_t)st.orphans, "full", (json_int_t)st.full, "bad",
+							     (json_int_t)st.bad, "other_medium", (json_int_t)st.other_medium));
+	}
 	json_object_set_new(g, "scheduling", json_string(gw->cfg->scheduling ? "fifo" : "priority"));
 	json_object_set_new(g, "reactors", json_integer((json_int_t)gw->nrx));
 	json_object_set_new(g, "classes", classes);

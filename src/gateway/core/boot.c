@@ -64,13 +64,11 @@ static void cluster_timer(struct ig_rx *rx, uint64_t now_ms, void *arg IG_UNUSED
 
 /* The engines' KV events feed the exact prefix index: the events thread
  * (fleet, below the scheduler) is handed the index's calls, as a lower
- * layer is handed a callback. Blocks of an offload tier are not the GPU's
- * cache that a request is routed to. */
+ * layer is handed a callback. (The index leaves out an offload tier's
+ * blocks, which are not the GPU's cache a request is routed to.) */
 static void kv_apply(void *arg, size_t src, const struct ig_kv_batch *b)
 {
-	for (size_t i = 0; i < b->nev; i++)
-		if (b->ev[i].gpu || b->ev[i].kind == IG_KV_CLEARED)
-			ig_kvindex_apply(arg, src, &b->ev[i]);
+	ig_kvindex_apply_batch(arg, src, b);
 }
 
 static void kv_clear(void *arg, size_t src)

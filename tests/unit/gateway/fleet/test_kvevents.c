@@ -66,6 +66,7 @@ struct pub {
 	} buf[64];
 	size_t nbuf;
 	bool serve; /* answer replays */
+	bool topic; /* ... with the topic before seq, as newer vLLMs do */
 };
 
 static void bind_any(void *z, char *ep, size_t n)
@@ -129,12 +130,16 @@ static void pub_serve(struct pub *p)
 			ig_kv_seq_write(seq, p->buf[i].seq);
 			zmq_send(p->router, zmq_msg_data(&fr[0]), zmq_msg_size(&fr[0]), ZMQ_SNDMORE);
 			zmq_send(p->router, "", 0, ZMQ_SNDMORE);
+			if (p->topic)
+				zmq_send(p->router, "kv", 2, ZMQ_SNDMORE);
 			zmq_send(p->router, seq, 8, ZMQ_SNDMORE);
 			zmq_send(p->router, p->buf[i].data, p->buf[i].len, 0);
 		}
 		ig_kv_seq_write(seq, UINT64_MAX);
 		zmq_send(p->router, zmq_msg_data(&fr[0]), zmq_msg_size(&fr[0]), ZMQ_SNDMORE);
 		zmq_send(p->router, "", 0, ZMQ_SNDMORE);
+		if (p->topic)
+			zmq_send(p->router, "", 0, ZMQ_SNDMORE);
 		zmq_send(p->router, seq, 8, ZMQ_SNDMORE);
 		zmq_send(p->router, "", 0, 0);
 		for (int i = 0; i < 3; i++)
@@ -388,6 +393,26 @@ START_TEST(a_replay_without_answer_is_given_up)
 }
 END_TEST
 
+/* vLLM's later replay framing: [empty, topic, seq, batch], the end
+ * [empty, "", -1, ""] (vllm/distributed/kv_events.py). */
+START_TEST(a_replay_with_the_topic_frame_fills_the_gap_too)
+{
+	struct gw g;
+	gw_start(&g, true);
+	g.pub.topic = true;
+	pub_batch(&g.pub, 0, false);
+	wait_num(&g, "batches", 1);
+	pub_batch(&g.pub, 1, true);
+	pub_batch(&g.pub, 2, true);
+	pub_batch(&g.pub, 3, false);
+	wait_num(&g, "batches", 4);
+	ck_assert_int_eq(num(&g, "gaps_filled"), 1);
+	ck_assert_int_eq(num(&g, "malformed"), 0);
+	assert_applied((double[]){0, 1, 2, 3}, 4);
+	gw_stop(&g);
+}
+END_TEST
+
 START_TEST(a_sequence_from_0_again_is_a_restart)
 {
 	struct gw g;
@@ -519,5 +544,5 @@ END_TEST
 
 IG_CHECK_MAIN("kvevents", batches_in_order_then_a_gap_filled_by_the_replay, a_late_join_asks_the_replay_from_0,
 	      a_gap_without_replay_is_lost_then_flowing_again, a_replay_without_answer_is_given_up,
-	      a_sequence_from_0_again_is_a_restart, malformed_messages_are_dropped_and_counted,
+	      a_replay_with_the_topic_frame_fills_the_gap_too, a_sequence_from_0_again_is_a_restart, malformed_messages_are_dropped_and_counted,
 	      requests_without_events_make_it_stale, a_backend_gone_is_cleared, endpoints_of_ranks_and_their_checks)
