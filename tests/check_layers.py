@@ -752,7 +752,9 @@ PARTS = {
                "tokenizer_int": "tokenizer"},
     "gateway": {"cluster_conf": "cluster", "cont_conf": "cont", "files_conf": "files", "idem_conf": "idem",
                 "proxy_conf": "proxy", "proxy_metrics": "proxy", "trace_conf": "trace", "conf_fleet": "conf", "metrics_json": "metrics"},
-    "common": {"jinja_parse": "jinja", "jinja_value": "jinja", "jinja_eval": "jinja", "jinja_builtin": "jinja"},
+    "common": {"jinja_parse": "jinja", "jinja_value": "jinja", "jinja_eval": "jinja", "jinja_builtin": "jinja",
+               "tokenizer_load": "tokenizer", "tokenizer_bpe": "tokenizer", "tokenizer_map": "tokenizer",
+               "tokenizer_int": "tokenizer"},
 }
 
 
