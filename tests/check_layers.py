@@ -74,7 +74,7 @@ LAYERS = {
         "policy lb_*",                            # one file per routing policy
         "upstream health kvevents",               # kvevents: the engines' KV events, fed to the index through a sink
         "stats",                                  # what is counted, and the modules' reports registered
-        "path_stats accesslog answer backend loadreport capacity ratelimit keyset respstore affinity kvindex clients cont idem headroom trace servertls cluster_view",
+        "path_stats accesslog answer backend loadreport capacity ratelimit keyset respstore affinity kvindex prompt clients cont idem headroom trace servertls cluster_view",
         "structured",                             # whether a request constrains its answer (cont.c asks)
         "conf policy_list",                       # policy_list.h: the policies' table, which conf.c reads
         "routes peer",                            # peer: who a client is (trusted_proxies), which conf.c checks

@@ -184,9 +184,10 @@ struct ig_conf {
 	size_t n_fallbacks;
 	bool fallbacks_from_flags;  /* a --model-fallback replaced the file's map */
 	struct ig_model_conf *models; /* models[]: what the gateway knows of a model
-				       * itself (its tokenizer); written by: prompt */
-	size_t n_models;
-	bool models_from_flags;     /* a --tokenizer replaced the file's list */
+				       * itself (its tokenizer); written by: prompt, reload
+				       * (kept across a reload) */
+	size_t n_models;            /* written by: prompt, reload */
+	bool models_from_flags;     /* a --tokenizer replaced the file's list; written by: prompt */
 	struct ig_routes routes;    /* what is forwarded, and how (routes.h) */
 	char *data_dir;             /* files and batches; "" = the Files API off */
 	long files_max_bytes;       /* largest upload */
@@ -208,9 +209,9 @@ struct ig_conf {
 /* models[]: a model's tokenizer.json and chat template (tokenizer_config.json;
  * by default the one beside the tokenizer, when there is one). */
 struct ig_model_conf {
-	char *name;
-	char *tokenizer;            /* path */
-	char *chat_template;        /* path, NULL: none given */
+	char *name;                 /* written by: prompt */
+	char *tokenizer;            /* path; written by: prompt */
+	char *chat_template;        /* path, NULL: none given; written by: prompt */
 };
 
 /* A row's field: .off = IG_CONF_OFF(retries). */

@@ -68,7 +68,8 @@ struct ig_admission {
 	long rl_req_left, rl_tok_left;
 	uint64_t rl_req_reset_ms, rl_tok_reset_ms;
 	struct ig_admission_error err;
-	char *answer;                /* the gateway's own answer (a 200 JSON body: /tokenize), NULL none */
+	char *answer;                /* the gateway's own answer (a 200 JSON body: /tokenize), NULL
+				      * none; taken over by: proxy; written by: proxy */
 };
 
 void ig_admission_init(struct ig_admission *a);
