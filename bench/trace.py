@@ -265,6 +265,23 @@ def measure(target, speed, args, workdir, blocks):
         busiest, follow, kept = backends(out, blocks)
         fig = {"target": target, "speed": speed, "wall_s": wall, "summary": s, "busiest_backend_share": busiest,
                "prefix_followed": follow, "prefix_kept": kept, "requests_file": out}
+        if events:
+            # the gateway's own count: at each request's start, the longest prefix any engine held
+            # (its index: the simulators' caches as their events told, an oracle's pick) and the one
+            # the chosen backend held, and how the events went
+            st, body = B.http(url + "/health/backends", timeout=10)
+            h = json.loads(body or b"{}") if st == 200 else {}
+            ex = (h.get("gateway") or {}).get("cache_aware_exact") or {}
+            fig["exact"] = ex
+            fig["kv_events"] = [b.get("kv_events") for b in h.get("backends", [])]
+            if ex.get("prompt_tokens"):
+                B.log(f"{speed:g}x {target}: at each start the engines held {ex['best_tokens'] / ex['prompt_tokens']:.1%} "
+                      f"of the prompt tokens at best (the oracle), the chosen one "
+                      f"{ex['chosen_tokens'] / ex['prompt_tokens']:.1%}; events "
+                      f"{sum(k['events'] for k in fig['kv_events'] if k)} in "
+                      f"{sum(k['batches'] for k in fig['kv_events'] if k)} batches, gaps "
+                      f"{sum(k['gaps'] for k in fig['kv_events'] if k)}, malformed "
+                      f"{sum(k['malformed'] for k in fig['kv_events'] if k)}")
         B.log(f"{speed:g}x {target:17} TTFT mean {s['ttft_ms']['mean']:,.0f} p90 {s['ttft_ms']['p90']:,.0f} "
               f"p99 {s['ttft_ms']['p99']:,.0f} ms  TPOT p90 {s['tpot_ms']['p90']:,.1f} ms  "
               f"cached {s['cached_share']:.1%} (bound {s['reuse_bound']:.1%})  "

@@ -22,4 +22,15 @@ uint64_t ig_block_hash(uint64_t parent, const char *block, size_t n);
  * text into out; returns how many. A partial last block is not hashed. */
 size_t ig_block_chain(const char *text, size_t len, uint64_t *out, size_t max);
 
+/* The chain of token ids (a tokenizer's) in blocks of IG_BLOCK_TOKENS, each
+ * block hashed as its ids' 4-byte little-endian bytes: the key the
+ * gateway's exact prefix index gives a block (src/gateway/sched/kvindex.h)
+ * and the simulator's prefix cache with a tokenizer. Of text cut into ids
+ * of 4 bytes each, the same chain as ig_block_chain's. Returns how many,
+ * at most max. */
+size_t ig_block_chain_ids(const uint32_t *ids, size_t n, uint64_t *out, size_t max);
+/* One more block of IG_BLOCK_TOKENS ids after the prefix whose hash is
+ * parent (0 for the first), as ig_block_chain_ids hashes it. */
+uint64_t ig_block_hash_ids(uint64_t parent, const uint32_t *ids);
+
 #endif

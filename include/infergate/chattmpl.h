@@ -57,4 +57,14 @@ int ig_chattmpl_render_kw(const struct ig_chattmpl *t, const json_t *messages, c
                           bool add_generation_prompt, const json_t *template_kwargs, char **out, size_t *len,
                           char *err, size_t errlen);
 
+/* A chat request's prompt as vLLM renders it (vllm/entrypoints/chat_utils.py
+ * parse_chat_messages, _postprocess_messages, apply_hf_chat_template): its
+ * messages with content parts joined by newlines (the "string" content
+ * format), a null content as "", tool calls' arguments parsed from their
+ * JSON strings; its tools, add_generation_prompt (true unless false) and
+ * chat_template_kwargs. The gateway (prompt.c) and infergate-sim render
+ * with it. Returns 0, or -1 with the reason in err. */
+int ig_chattmpl_render_request(const struct ig_chattmpl *t, const json_t *req, char **out, size_t *len, char *err,
+			       size_t errlen);
+
 #endif

@@ -41,3 +41,21 @@ size_t ig_block_chain(const char *text, size_t len, uint64_t *out, size_t max)
 		out[i] = h = ig_block_hash(h, text + i * IG_BLOCK_BYTES, IG_BLOCK_BYTES);
 	return n;
 }
+
+uint64_t ig_block_hash_ids(uint64_t parent, const uint32_t *ids)
+{
+	unsigned char block[IG_BLOCK_BYTES];
+	for (size_t t = 0; t < IG_BLOCK_TOKENS; t++)
+		for (size_t k = 0; k < 4; k++)
+			block[t * 4 + k] = (unsigned char)(ids[t] >> (8 * k));
+	return ig_block_hash(parent, (const char *)block, sizeof(block));
+}
+
+size_t ig_block_chain_ids(const uint32_t *ids, size_t n, uint64_t *out, size_t max)
+{
+	size_t nb = n / IG_BLOCK_TOKENS < max ? n / IG_BLOCK_TOKENS : max;
+	uint64_t h = 0;
+	for (size_t b = 0; b < nb; b++)
+		out[b] = h = ig_block_hash_ids(h, ids + b * IG_BLOCK_TOKENS);
+	return nb;
+}

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "infergate/buf.h"
 #include "infergate/chattmpl.h"
 #include "infergate/jinja.h"
 
@@ -167,4 +168,81 @@ int ig_chattmpl_render(const struct ig_chattmpl *t, const json_t *messages, cons
                        bool add_generation_prompt, char **out, size_t *len, char *err, size_t errlen)
 {
 	return ig_chattmpl_render_kw(t, messages, tools, add_generation_prompt, NULL, out, len, err, errlen);
+}
+
+/* A tool call's arguments as a template expects them: vLLM parses the
+ * JSON string a client sends into an object before rendering
+ * (vllm/entrypoints/chat_utils.py _postprocess_messages), so a template's
+ * `arguments | tojson` prints it as an object. */
+static void parse_arguments(json_t *m)
+{
+	size_t i;
+	json_t *tc;
+	json_array_foreach(json_object_get(m, "tool_calls"), i, tc) {
+		json_t *fn = json_object_get(tc, "function"), *args = json_object_get(fn, "arguments");
+		json_t *parsed = json_is_string(args) ? json_loads(json_string_value(args), 0, NULL) : NULL;
+		if (json_is_object(parsed))
+			json_object_set(fn, "arguments", parsed);
+		json_decref(parsed);
+	}
+}
+
+/* The messages as vLLM hands them to the template: a message's content
+ * parts as one string, the texts joined by newlines (vllm/entrypoints/
+ * chat_utils.py, _parse_chat_message_content_parts with the "string"
+ * content format), a null content as "", tool calls' arguments parsed. */
+static json_t *flat_messages(json_t *msgs)
+{
+	json_t *out = json_array(), *m;
+	size_t i;
+	json_array_foreach(msgs, i, m) {
+		json_t *c = json_object_get(m, "content");
+		if (!json_is_object(m)) {
+			json_array_append(out, m);
+			continue;
+		}
+		if (!json_is_array(c)) {
+			json_t *copy = json_deep_copy(m);
+			if (!c || json_is_null(c))
+				json_object_set_new(copy, "content", json_string(""));
+			parse_arguments(copy);
+			json_array_append_new(out, copy);
+			continue;
+		}
+		struct ig_buf t;
+		ig_buf_init(&t);
+		size_t j, k = 0;
+		json_t *part;
+		json_array_foreach(c, j, part) {
+			json_t *txt = json_object_get(part, "text");
+			if (!json_is_string(txt))
+				continue;
+			if (k++)
+				ig_buf_append(&t, "\n", 1);
+			ig_buf_append(&t, json_string_value(txt), json_string_length(txt));
+		}
+		json_t *copy = json_deep_copy(m);
+		json_object_set_new(copy, "content", json_stringn(t.data ? t.data : "", t.len));
+		parse_arguments(copy);
+		ig_buf_free(&t);
+		json_array_append_new(out, copy);
+	}
+	return out;
+}
+
+int ig_chattmpl_render_request(const struct ig_chattmpl *t, const json_t *req, char **out, size_t *len, char *err,
+			       size_t errlen)
+{
+	json_t *msgs = json_object_get(req, "messages"), *tools = json_object_get(req, "tools");
+	json_t *agp = json_object_get(req, "add_generation_prompt");
+	json_t *kw = json_object_get(req, "chat_template_kwargs"); /* Qwen3's enable_thinking */
+	if (!json_is_array(msgs)) {
+		snprintf(err, errlen, "'messages' must be a list");
+		return -1;
+	}
+	json_t *flat = flat_messages(msgs);
+	int rc = ig_chattmpl_render_kw(t, flat, json_is_array(tools) ? tools : NULL, !json_is_false(agp),
+				       json_is_object(kw) ? kw : NULL, out, len, err, errlen);
+	json_decref(flat);
+	return rc;
 }

@@ -10,9 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "infergate/chattmpl.h"
 #include "infergate/flags.h"
 #include "infergate/kvpub.h"
 #include "infergate/log.h"
+#include "infergate/tokenizer.h"
 #include "infergate/util.h"
 #include "conf.h"
 
@@ -161,6 +163,10 @@ static const struct ig_flag flags[] = {
 		 "rank N on the port plus N. Blocks of 16 tokens, a token 4 bytes of prompt text (docs/simulator.md)"},
 	{.name = "--kv-events-replay", .type = IG_FLAG_STRING, .off = OFF(kv_events_replay), .metavar = "ENDPOINT",
 	 .help = "with --kv-events: a ZMQ ROUTER endpoint answering replay requests from the last 10000 batches"},
+	{.name = "--tokenizer", .type = IG_FLAG_STRING, .off = OFF(tokenizer), .metavar = "PATH",
+	 .help = "a model's tokenizer.json (Hugging Face's format): prompts are counted and cached in its token ids, "
+		 "which the KV events carry, and chat messages rendered by the chat template of the "
+		 "tokenizer_config.json beside it, as a real engine does; without it a token is 4 bytes of text"},
 	{.name = "--kv-events-format", .type = IG_FLAG_CHOICE, .off = OFF(kv_events_format), .def = "vllm",
 	 .metavar = "vllm|sglang",
 	 .help = "with --kv-events: vLLM's batches, or SGLang's (one BlockStored per block, signed hashes)"},
@@ -202,6 +208,30 @@ static const struct sim_steps profiles[] = {
 				  .prefill_tps = 40000, .chunk = 8192, .kv_tokens = 236000, .output_reserve = 128},
 };
 static const long profile_max_running[] = {256, 512, 256};
+
+/* --tokenizer: the tokenizer, and the chat template beside it when its
+ * tokenizer_config.json has one (as the gateway finds it: prompt.c).
+ * Returns 0, or -1 with *err naming the flag and the file. */
+static int load_tokenizer(struct sim_conf *c, char **err)
+{
+	char why[512] = "";
+	if (!(c->tok = ig_tokenizer_load(c->tokenizer, why, sizeof(why)))) {
+		*err = ig_strdupf("--tokenizer: '%s': %s", c->tokenizer, why);
+		return -1;
+	}
+	const char *slash = strrchr(c->tokenizer, '/');
+	char *cfg = ig_strdupf("%.*stokenizer_config.json", slash ? (int)(slash - c->tokenizer + 1) : 0, c->tokenizer);
+	json_t *j = json_load_file(cfg, 0, NULL);
+	if (json_object_get(j, "chat_template") && !(c->tmpl = ig_chattmpl_load(cfg, why, sizeof(why)))) {
+		*err = ig_strdupf("--tokenizer: '%s': %s", cfg, why);
+		json_decref(j);
+		free(cfg);
+		return -1;
+	}
+	json_decref(j);
+	free(cfg);
+	return 0;
+}
 
 /* Fills the knobs not given from the profile; a step knob with classic is
  * a mistake (it would do nothing). Returns 0 or -1 with *err. */
@@ -299,6 +329,8 @@ int sim_conf_from_args(struct sim_conf *c, int argc, char **argv, char **err)
 			return -1;
 		}
 	}
+	if (c->tokenizer && load_tokenizer(c, err) < 0)
+		return -1;
 	if (!c->priority_scheduling && (c->low_first || c->no_preemption)) {
 		*err = ig_strdupf("%s: needs --enable-priority-scheduling",
 				  c->low_first ? "--schedule-low-priority-values-first" : "--disable-priority-preemption");
@@ -309,6 +341,8 @@ int sim_conf_from_args(struct sim_conf *c, int argc, char **argv, char **err)
 
 void sim_conf_free(struct sim_conf *c)
 {
+	ig_tokenizer_free(c->tok);
+	ig_chattmpl_free(c->tmpl);
 	ig_flags_free(&spec, c);
 	free(c->listen);
 	free(c->listen_host);

@@ -76,7 +76,13 @@ struct sim_conf {
 	char *kv_events;          /* the KV events' PUB endpoint; NULL: none published */
 	char *kv_events_replay;   /* their replay (ROUTER) endpoint; NULL: none */
 	int kv_events_format;     /* enum sim_kv_format */
+	char *tokenizer;          /* --tokenizer: a tokenizer.json's path; NULL: 4 bytes a token */
+	struct ig_tokenizer *tok; /* it, loaded by sim_conf_from_args; NULL: none */
+	struct ig_chattmpl *tmpl; /* the chat template beside it (tokenizer_config.json), NULL: none */
 };
+
+struct ig_tokenizer;
+struct ig_chattmpl;
 
 /* Whether the engine runs decode steps (any profile but classic). */
 static inline bool sim_conf_steps(const struct sim_conf *c)

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "infergate/log.h"
+#include "infergate/tokenizer.h"
 #include "infergate/util.h"
 #include "deadlines.h"
 #include "engine.h"
@@ -517,10 +518,31 @@ static void release(struct sim_engine *s, struct sim_req *r, uint64_t now)
  * sends back: for chat "assistant\n" + the answer + "\n" after the
  * prompt's messages (the prompt's own layout, parse.c prompt_text), for
  * completions the answer right after the prompt. */
-static void chain_answer(struct sim_req *r)
+static void chain_answer(const struct sim_conf *conf, struct sim_req *r)
 {
 	struct ig_buf t;
 	ig_buf_init(&t);
+	if (r->ntokens) { /* --tokenizer: the answer's ids after the prompt's, as the engine caches them */
+		uint32_t *ans = NULL;
+		size_t na = 0;
+		sim_wire_answer_text(&t, r);
+		if (ig_tokenizer_encode(conf->tok, t.data ? t.data : "", t.len, false, &ans, &na) < 0)
+			abort();
+		ig_buf_free(&t);
+		size_t total = r->ntokens + na, more = total / IG_BLOCK_TOKENS - r->nchain;
+		uint32_t *tk = realloc(r->tokens, (total ? total : 1) * sizeof(*tk));
+		uint64_t *v = realloc(r->chain, (r->nchain + more + 1) * sizeof(*v));
+		if (!tk || !v)
+			abort();
+		memcpy(tk + r->ntokens, ans, na * sizeof(*tk));
+		free(ans);
+		r->tokens = tk;
+		r->ntokens = total;
+		r->chain = v;
+		for (size_t k = 0; k < more; k++, r->nchain++)
+			v[r->nchain] = ig_block_hash_ids(r->nchain ? v[r->nchain - 1] : 0, tk + r->nchain * IG_BLOCK_TOKENS);
+		return;
+	}
 	ig_buf_append(&t, r->tail, r->ntail);
 	bool chat = r->kind == SIM_CHAT || r->kind == SIM_RESPONSES;
 	if (chat)
@@ -552,7 +574,7 @@ static void finish(struct sim_engine *s, struct sim_req *r, uint64_t now, bool f
 	struct sim_rank *rk = r->rank;
 
 	if (!failed && r->cache_report)
-		chain_answer(r);
+		chain_answer(s->conf, r);
 	r->state = SIM_REQ_DONE;
 	if (failed) {
 		s->st.stream_failed++;

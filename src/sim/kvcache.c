@@ -87,7 +87,7 @@ static struct ig_kv_event *log_add(struct sim_kv_log *l, enum ig_kv_kind kind)
  * its parent the block before (cached: referenced or just stored). */
 static void log_stored(struct sim_kv *kv, const uint64_t *chain, const uint32_t *tokens, size_t first, size_t n)
 {
-	if (!tokens || n == 0)
+	if (!tokens || n == 0 || !kv->log) /* ids without events: --tokenizer alone */
 		return;
 	struct ig_kv_event *e = log_add(kv->log, IG_KV_STORED);
 	e->hashes = xmalloc(n * sizeof(*e->hashes));

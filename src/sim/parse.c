@@ -15,6 +15,8 @@
 
 #include "infergate/blockhash.h"
 #include "infergate/buf.h"
+#include "infergate/chattmpl.h"
+#include "infergate/tokenizer.h"
 #include "infergate/util.h"
 #include "parse.h"
 #include "schema.h"
@@ -406,8 +408,37 @@ int sim_parse_completion(struct sim *s, struct sim_req *r, const char *body, siz
 	/* A prefill that is the answer's start is prompt, its words tokens
 	 * as they were generated (a server's tokenizer reads its own output
 	 * back into about the same tokens). */
-	r->prompt_tokens = sim_text_prompt_tokens(p.len) + r->text_skip;
-	if (sim_conf_steps(s->conf)) {
+	/* --tokenizer: the prompt in the model's own ids, a chat's messages
+	 * rendered by its template first, as the engine renders them */
+	uint32_t *ids = NULL;
+	size_t nids = 0;
+	if (s->conf->tok) {
+		if (r->kind == SIM_CHAT && s->conf->tmpl && !r->prefill) {
+			char *text = NULL, why[512];
+			size_t tlen = 0;
+			if (ig_chattmpl_render_request(s->conf->tmpl, root, &text, &tlen, why, sizeof(why)) < 0) {
+				refuse(e, 400, SIM_T_BAD_REQUEST, "messages", strdup(why));
+				goto out;
+			}
+			p.len = 0;
+			ig_buf_append(&p, text, tlen);
+			free(text);
+		}
+		if (ig_tokenizer_encode(s->conf->tok, p.data ? p.data : "", p.len, true, &ids, &nids) < 0)
+			abort();
+	}
+	r->prompt_tokens = (ids ? (long)nids : sim_text_prompt_tokens(p.len)) + r->text_skip;
+	if (sim_conf_steps(s->conf) && ids) {
+		/* the chain of the ids' blocks (blockhash.h), all ids kept: the
+		 * answer's join them (engine.c chain_answer) */
+		r->nchain = nids / IG_BLOCK_TOKENS;
+		if (r->nchain && !(r->chain = malloc(r->nchain * sizeof(*r->chain))))
+			abort();
+		ig_block_chain_ids(ids, nids, r->chain, r->nchain);
+		r->tokens = ids;
+		r->ntokens = nids;
+		ids = NULL;
+	} else if (sim_conf_steps(s->conf)) {
 		/* The prompt as blocks for the prefix cache (kvcache.h), and
 		 * what is left of it, which the answer's text continues. */
 		if (p.len >= IG_BLOCK_BYTES) {
@@ -426,6 +457,7 @@ int sim_parse_completion(struct sim *s, struct sim_req *r, const char *body, siz
 		if (r->ntail)
 			memcpy(r->tail, p.data + p.len - r->ntail, r->ntail);
 	}
+	free(ids);
 	if (check_context(s, r->prompt_tokens, max_completion_tokens > 0 ? max_completion_tokens : max_tokens, e) < 0)
 		goto out;
 	long natural = s->conf->output_tokens > 0 ? s->conf->output_tokens : sim_text_natural_tokens(r->text_seed);

@@ -94,7 +94,10 @@ struct sim_req {
 	uint32_t *tokens;              /* --kv-events: the chain's token ids, IG_BLOCK_TOKENS a
 					* block, for the BlockStored events (malloc'd; NULL
 					* without). parse.c takes the text's 4-byte groups
-					* (sim_kv_text_tokens); a tokenizer could put its own. */
+					* (sim_kv_text_tokens), or with --tokenizer the
+					* prompt's ids, all ntokens of them. */
+	size_t ntokens;                /* --tokenizer: the ids in tokens (past the chain's
+					* blocks: its partial last block); 0 without */
 	char tail[IG_BLOCK_BYTES];     /* the prompt's bytes past its last whole block */
 	size_t ntail;
 	size_t nmatched;               /* leading blocks found cached at admission */

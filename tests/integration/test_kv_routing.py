@@ -118,6 +118,37 @@ def test_nine_backends_subscribed():
     assert all(b["kv_events"]["malformed"] == 0 for b in backends(gw))
 
 
+TOK = os.path.join(os.environ.get("IG_SRCDIR", os.path.join(os.path.dirname(__file__), "..", "..")),
+                   "tests", "fixtures", "prompt", "tokenizer.json")
+
+
+@test
+def test_a_real_tokenizer_on_both_sides():
+    """Token ids of a model's own tokenizer on both sides (tests/fixtures/prompt: a byte-level
+    tokenizer, a byte a token, and a ChatML-like template): the simulators tokenize and render
+    chats as an engine does and publish those ids, the gateway renders and tokenizes the same
+    way; a conversation's history cached on one simulator by a direct client is found for its
+    next turn through the gateway, in chat form."""
+    sims = start_publishing_sims(3, "--tokenizer", TOK)
+    gw = gateway_on_events(sims, "--tokenizer", f"sim-model={TOK}")
+    home = sims[2]
+    history = [{"role": "user", "content": prompt("epsilon", 3000)}]
+    st, _, body = http("POST", home.url + "/v1/chat/completions", {"model": "sim-model", "messages": history,
+                                                                   "max_tokens": 4})
+    assert st == 200, (st, body[:300])
+    first = json.loads(body)
+    # a byte a token: <|im_start|>user\n TEXT <|im_end|>\n <|im_start|>assistant\n
+    assert first["usage"]["prompt_tokens"] == 1 + 5 + 3000 + 1 + 1 + 1 + 10, first["usage"]
+    wait_until(lambda: kv_blocks(gw, home) >= 3000 // 16, what="the history's blocks in the index")
+    turn = history + [first["choices"][0]["message"], {"role": "user", "content": "and then?"}]
+    st, h, body = http("POST", gw.url + "/v1/chat/completions", {"model": "sim-model", "messages": turn,
+                                                                 "max_tokens": 4})
+    assert st == 200, (st, body[:300])
+    assert h["x-infergate-backend"] == home.url, (h["x-infergate-backend"], home.url)
+    cached = json.loads(body)["usage"]["prompt_tokens_details"]["cached_tokens"]
+    assert cached >= 3000, cached
+
+
 @test
 def test_without_events_the_guess_is_kept():
     """The same flush with the approximate index alone: the next turn goes back where the first

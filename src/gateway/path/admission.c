@@ -339,8 +339,8 @@ static void text_append(struct ig_buf *b, json_t *v)
 #define MAX_CHAIN 16384
 
 /* cache-aware: the prompt as a chain of block hashes (blockhash.h): its
- * token ids when the model's tokenizer gave them (prompt.h: the keys of
- * the exact index); else its text: for chat the messages in order,
+ * token ids when the model's tokenizer gave them (blockhash.h
+ * ig_block_chain_ids: the keys of the exact index); else its text: for chat the messages in order,
  * "role\ncontent\n" each (as infergate-sim builds its prompt), for
  * completions the prompt. Returns 0 or -1. */
 static int prefix_chain(struct ig_waiter *w, json_t *root, const uint32_t *ids, size_t nids)
@@ -349,7 +349,7 @@ static int prefix_chain(struct ig_waiter *w, json_t *root, const uint32_t *ids, 
 		size_t n = nids / IG_BLOCK_TOKENS < MAX_CHAIN ? nids / IG_BLOCK_TOKENS : MAX_CHAIN;
 		if (n && !(w->pick.chain = malloc(n * sizeof(*w->pick.chain))))
 			return -1;
-		w->pick.nchain = n ? ig_prompt_chain(ids, nids, w->pick.chain, n) : 0;
+		w->pick.nchain = n ? ig_block_chain_ids(ids, nids, w->pick.chain, n) : 0;
 		return 0;
 	}
 	struct ig_buf t;

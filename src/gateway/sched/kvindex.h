@@ -77,7 +77,7 @@ void ig_kvindex_match(struct ig_kvindex *ix, const uint32_t *tokens, size_t n, u
 void ig_kvindex_match_lora(struct ig_kvindex *ix, int64_t lora_id, const uint32_t *tokens, size_t n,
 			   uint32_t *matched);
 /* The same for a prompt whose block keys the caller has already (the
- * request's chain, prompt.h ig_prompt_chain: blocks of IG_BLOCK_TOKENS,
+ * request's chain, blockhash.h ig_block_chain_ids: blocks of IG_BLOCK_TOKENS,
  * the base model): only sources of that block size can match; the keys are
  * not hashed again. matched[s] in tokens. */
 void ig_kvindex_match_chain(struct ig_kvindex *ix, const uint64_t *chain, size_t nb, uint32_t *matched);

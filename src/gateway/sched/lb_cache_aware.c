@@ -36,7 +36,8 @@
  * match is the engine's own word, the prefix it holds now, whoever sent
  * it and whatever it evicted; for the others, the record of what was
  * sent. The index is keyed by the same chain of 16-token blocks the
- * request carries (prompt.h), so a match reads it without hashing again.
+ * request carries (blockhash.h ig_block_chain_ids), so a match reads it
+ * without hashing again.
  * A backend with data-parallel ranks counts its best rank's match: the
  * engine chooses the rank itself. */
 #include "config.h"
@@ -61,6 +62,11 @@ struct cache_aware {
 	double prefill_weight;
 	long threshold_percent, balance_abs;
 	double balance_rel;
+	/* With the exact index, per request started: its prompt in whole
+	 * blocks, the longest prefix any backend's engine held at the pick
+	 * (an oracle's pick, the engines' own caches read then) and the one
+	 * the chosen backend held, in tokens. What bench/trace.py compares. */
+	_Atomic uint64_t ex_prompt, ex_best, ex_chosen;
 };
 
 static void take_settings(struct cache_aware *c, const struct ig_conf *cfg)
@@ -219,6 +225,14 @@ static void started(void *state, struct ig_backend *b, struct ig_pick_req *rq)
 		return;
 	uint32_t *exact = exact_matches(&b, 1, rq);
 	size_t m = held(c, b, rq, exact);
+	if (exact && exact_for(b)) {
+		uint32_t best = 0;
+		for (size_t s = 0; s < kv_nsrc; s++)
+			best = exact[s] > best ? exact[s] : best;
+		atomic_fetch_add(&c->ex_prompt, rq->nchain * BLOCK_TOKENS);
+		atomic_fetch_add(&c->ex_best, best);
+		atomic_fetch_add(&c->ex_chosen, m * BLOCK_TOKENS);
+	}
 	free(exact);
 	rq->prefill_charged = (long)((rq->nchain - m) * BLOCK_TOKENS);
 	rq->charged = (long)(rq->nchain * BLOCK_TOKENS);
@@ -268,6 +282,11 @@ static void report_gateway(const void *state, json_t *o)
 {
 	const struct cache_aware *c = state;
 	json_object_set_new(o, "cache_aware_bytes", json_integer((json_int_t)ig_affinity_bytes(c->sent)));
+	if (kv_index)
+		json_object_set_new(o, "cache_aware_exact",
+				    json_pack("{s:I, s:I, s:I}", "prompt_tokens", (json_int_t)atomic_load(&c->ex_prompt),
+					      "best_tokens", (json_int_t)atomic_load(&c->ex_best), "chosen_tokens",
+					      (json_int_t)atomic_load(&c->ex_chosen)));
 }
 
 const struct ig_policy ig_lb_cache_aware = {

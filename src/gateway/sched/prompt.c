@@ -100,66 +100,6 @@ struct ig_prompts *ig_prompts_load(const struct ig_conf *cfg, struct ig_buf *err
 	return p;
 }
 
-/* A tool call's arguments as a template expects them: vLLM parses the
- * JSON string a client sends into an object before rendering
- * (vllm/entrypoints/chat_utils.py _postprocess_messages), so a template's
- * `arguments | tojson` prints it as an object. */
-static void parse_arguments(json_t *m)
-{
-	size_t i;
-	json_t *tc;
-	json_array_foreach(json_object_get(m, "tool_calls"), i, tc) {
-		json_t *fn = json_object_get(tc, "function"), *args = json_object_get(fn, "arguments");
-		json_t *parsed = json_is_string(args) ? json_loads(json_string_value(args), 0, NULL) : NULL;
-		if (json_is_object(parsed))
-			json_object_set(fn, "arguments", parsed);
-		json_decref(parsed);
-	}
-}
-
-/* The messages as vLLM hands them to the template: a message's content
- * parts as one string, the texts joined by newlines (vllm/entrypoints/
- * chat_utils.py, _parse_chat_message_content_parts with the "string"
- * content format), a null content as "", tool calls' arguments parsed. */
-static json_t *flat_messages(json_t *msgs)
-{
-	json_t *out = json_array(), *m;
-	size_t i;
-	json_array_foreach(msgs, i, m) {
-		json_t *c = json_object_get(m, "content");
-		if (!json_is_object(m)) {
-			json_array_append(out, m);
-			continue;
-		}
-		if (!json_is_array(c)) {
-			json_t *copy = json_deep_copy(m);
-			if (!c || json_is_null(c))
-				json_object_set_new(copy, "content", json_string(""));
-			parse_arguments(copy);
-			json_array_append_new(out, copy);
-			continue;
-		}
-		struct ig_buf t;
-		ig_buf_init(&t);
-		size_t j, k = 0;
-		json_t *part;
-		json_array_foreach(c, j, part) {
-			json_t *txt = json_object_get(part, "text");
-			if (!json_is_string(txt))
-				continue;
-			if (k++)
-				ig_buf_append(&t, "\n", 1);
-			ig_buf_append(&t, json_string_value(txt), json_string_length(txt));
-		}
-		json_t *copy = json_deep_copy(m);
-		json_object_set_new(copy, "content", json_stringn(t.data ? t.data : "", t.len));
-		parse_arguments(copy);
-		ig_buf_free(&t);
-		json_array_append_new(out, copy);
-	}
-	return out;
-}
-
 /* Token ids a client sent as the prompt itself. */
 static int given_ids(json_t *prompt, uint32_t **ids, size_t *n)
 {
@@ -192,17 +132,11 @@ int ig_prompt_tokens(const struct ig_prompts *p, const char *model, json_t *root
 	if (json_is_array(msgs)) {
 		if (!m->tmpl)
 			return 0;
-		json_t *flat = flat_messages(msgs), *tools = json_object_get(root, "tools");
-		json_t *agp = json_object_get(root, "add_generation_prompt");
 		char *text = NULL;
 		size_t len = 0;
-		json_t *kw = json_object_get(root, "chat_template_kwargs"); /* Qwen3's enable_thinking */
-		int rc = ig_chattmpl_render_kw(m->tmpl, flat, json_is_array(tools) ? tools : NULL, !json_is_false(agp),
-					       json_is_object(kw) ? kw : NULL, &text, &len, err, errlen);
-		json_decref(flat);
-		if (rc < 0)
+		if (ig_chattmpl_render_request(m->tmpl, root, &text, &len, err, errlen) < 0)
 			return -1;
-		rc = ig_tokenizer_encode(m->tok, text, len, true, ids, n);
+		int rc = ig_tokenizer_encode(m->tok, text, len, true, ids, n);
 		free(text);
 		if (rc < 0) {
 			snprintf(err, errlen, "out of memory");
@@ -224,22 +158,6 @@ int ig_prompt_tokens(const struct ig_prompts *p, const char *model, json_t *root
 		return -1;
 	}
 	return 1;
-}
-
-size_t ig_prompt_chain(const uint32_t *ids, size_t n, uint64_t *out, size_t max)
-{
-	size_t nb = n / IG_BLOCK_TOKENS < max ? n / IG_BLOCK_TOKENS : max;
-	unsigned char block[IG_BLOCK_BYTES];
-	uint64_t h = 0;
-	for (size_t b = 0; b < nb; b++) {
-		for (size_t t = 0; t < IG_BLOCK_TOKENS; t++) {
-			uint32_t v = ids[b * IG_BLOCK_TOKENS + t];
-			for (size_t k = 0; k < 4; k++)
-				block[t * 4 + k] = (unsigned char)(v >> (8 * k));
-		}
-		out[b] = h = ig_block_hash(h, (const char *)block, sizeof(block));
-	}
-	return nb;
 }
 
 /* ---- Settings: models[] and --tokenizer (conf.h), registered at boot by

@@ -39,10 +39,6 @@ int ig_prompt_tokens(const struct ig_prompts *p, const char *model, json_t *root
 		     char *err, size_t errlen);
 /* Whether the model has a tokenizer. */
 bool ig_prompt_has_tokenizer(const struct ig_prompts *p, const char *model);
-/* The chain of block keys (blockhash.h) of token ids: blocks of 16 ids as
- * 4-byte little-endian integers, the key kvindex.h gives a block. Returns
- * how many, at most max. */
-size_t ig_prompt_chain(const uint32_t *ids, size_t n, uint64_t *out, size_t max);
 
 /* The table rows: models[] and --tokenizer MODEL=PATH (registered by
  * conf_parts.c), and the check that each tokenizer path is readable. */

@@ -70,5 +70,23 @@ START_TEST(hashes_are_never_zero_and_see_every_byte)
 }
 END_TEST
 
+START_TEST(the_chain_of_ids_is_the_chain_of_their_bytes)
+{
+	uint32_t ids[40];
+	unsigned char bytes[sizeof(ids)];
+	for (size_t i = 0; i < 40; i++) {
+		ids[i] = (uint32_t)(i * 2654435761u);
+		for (size_t k = 0; k < 4; k++)
+			bytes[i * 4 + k] = (unsigned char)(ids[i] >> (8 * k));
+	}
+	uint64_t a[4], b[4];
+	ck_assert_uint_eq(ig_block_chain_ids(ids, 40, a, 4), 2); /* two whole blocks of 16 */
+	ck_assert_uint_eq(ig_block_chain((const char *)bytes, sizeof(bytes), b, 4), 2);
+	ck_assert(a[0] == b[0] && a[1] == b[1]);
+	ck_assert_uint_eq(ig_block_chain_ids(ids, 40, a, 1), 1);
+	ck_assert_uint_eq(ig_block_chain_ids(ids, 15, a, 4), 0);
+}
+END_TEST
+
 IG_CHECK_MAIN("blockhash", a_shared_prefix_shares_its_hashes, only_whole_blocks_up_to_max,
-	      hashes_are_never_zero_and_see_every_byte)
+	      hashes_are_never_zero_and_see_every_byte, the_chain_of_ids_is_the_chain_of_their_bytes)

@@ -2,8 +2,7 @@
  * models[] and --tokenizer read and checked, a completion's prompt and a
  * chat's rendered messages tokenized (tests/fixtures/prompt: a byte-level
  * tokenizer without merges, so a byte is its own id, two special tokens,
- * a ChatML-like template), token ids given as the prompt kept, and the
- * block chain of ids equal to the chain of their little-endian bytes. */
+ * a ChatML-like template), token ids given as the prompt kept. */
 #include "config.h"
 #include <check.h>
 #include <jansson.h>
@@ -129,24 +128,6 @@ START_TEST(a_chat_rendered_by_the_template_then_tokenized)
 }
 END_TEST
 
-START_TEST(the_chain_of_ids_is_the_chain_of_their_bytes)
-{
-	uint32_t ids[40];
-	unsigned char bytes[sizeof(ids)];
-	for (size_t i = 0; i < 40; i++) {
-		ids[i] = (uint32_t)(i * 2654435761u);
-		for (size_t k = 0; k < 4; k++)
-			bytes[i * 4 + k] = (unsigned char)(ids[i] >> (8 * k));
-	}
-	uint64_t a[4], b[4];
-	ck_assert_uint_eq(ig_prompt_chain(ids, 40, a, 4), 2); /* two whole blocks of 16 */
-	ck_assert_uint_eq(ig_block_chain((const char *)bytes, sizeof(bytes), b, 4), 2);
-	ck_assert(a[0] == b[0] && a[1] == b[1]);
-	ck_assert_uint_eq(ig_prompt_chain(ids, 40, a, 1), 1);
-	ck_assert_uint_eq(ig_prompt_chain(ids, 15, a, 4), 0);
-}
-END_TEST
-
 START_TEST(bad_files_are_named)
 {
 	struct ig_conf cfg = cfg_of("m", fix("tokenizer_config.json"), NULL); /* not a tokenizer */
@@ -168,4 +149,4 @@ START_TEST(bad_files_are_named)
 END_TEST
 
 IG_CHECK_MAIN("prompt", a_completion_prompt_in_the_models_tokens, a_chat_rendered_by_the_template_then_tokenized,
-	      the_chain_of_ids_is_the_chain_of_their_bytes, bad_files_are_named)
+	      bad_files_are_named)
