@@ -11,6 +11,13 @@ behind each target, fresh simulators for each (speed, target), all targets in on
                       infergate with `--policy X`, its defaults otherwise (the trace has no
                       session id, user or key: session falls back to least-loaded for
                       every request)
+  cache-aware-events  cache-aware on the engines' own KV events (issue 49): each simulator
+                      publishes its prefix cache's stores and evictions (`--kv-events`, vLLM's
+                      format, with a replay socket), the gateway subscribes (`backends[].
+                      kv_events`) and weighs the prefix each engine holds (the exact index);
+                      the gateway's own count says, at each request's start, the longest
+                      prefix any engine held (the oracle: the simulators' caches read at each
+                      pick) and the one the chosen backend held
   nginx-round-robin   nginx, no balancing directive (its default)
   nginx-least_conn    nginx least_conn (the reference: every TTFT is also a ratio to its own)
 
