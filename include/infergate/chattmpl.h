@@ -67,4 +67,10 @@ int ig_chattmpl_render_kw(const struct ig_chattmpl *t, const json_t *messages, c
 int ig_chattmpl_render_request(const struct ig_chattmpl *t, const json_t *req, char **out, size_t *len, char *err,
 			       size_t errlen);
 
+/* The tokenizer_config.json beside a tokenizer.json (the same folder, as
+ * Hugging Face ships a model), malloc'd, when it is there and carries a
+ * chat_template; else NULL. Where the gateway (models[].tokenizer) and
+ * infergate-sim (--tokenizer) find a model's template. */
+char *ig_chattmpl_beside(const char *tokenizer_path);
+
 #endif

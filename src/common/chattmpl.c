@@ -13,6 +13,7 @@
 #include "infergate/buf.h"
 #include "infergate/chattmpl.h"
 #include "infergate/jinja.h"
+#include "infergate/util.h"
 
 struct ig_chattmpl {
 	struct ig_jinja *tmpl;     /* the "default" template */
@@ -245,4 +246,19 @@ int ig_chattmpl_render_request(const struct ig_chattmpl *t, const json_t *req, c
 				       json_is_object(kw) ? kw : NULL, out, len, err, errlen);
 	json_decref(flat);
 	return rc;
+}
+
+char *ig_chattmpl_beside(const char *tokenizer_path)
+{
+	const char *slash = strrchr(tokenizer_path, '/');
+	char *path = ig_strdupf("%.*stokenizer_config.json", slash ? (int)(slash - tokenizer_path + 1) : 0,
+				tokenizer_path);
+	json_t *c = path ? json_load_file(path, 0, NULL) : NULL;
+	bool has = c && json_object_get(c, "chat_template");
+	json_decref(c);
+	if (!has) {
+		free(path);
+		return NULL;
+	}
+	return path;
 }

@@ -219,16 +219,12 @@ static int load_tokenizer(struct sim_conf *c, char **err)
 		*err = ig_strdupf("--tokenizer: '%s': %s", c->tokenizer, why);
 		return -1;
 	}
-	const char *slash = strrchr(c->tokenizer, '/');
-	char *cfg = ig_strdupf("%.*stokenizer_config.json", slash ? (int)(slash - c->tokenizer + 1) : 0, c->tokenizer);
-	json_t *j = json_load_file(cfg, 0, NULL);
-	if (json_object_get(j, "chat_template") && !(c->tmpl = ig_chattmpl_load(cfg, why, sizeof(why)))) {
+	char *cfg = ig_chattmpl_beside(c->tokenizer);
+	if (cfg && !(c->tmpl = ig_chattmpl_load(cfg, why, sizeof(why)))) {
 		*err = ig_strdupf("--tokenizer: '%s': %s", cfg, why);
-		json_decref(j);
 		free(cfg);
 		return -1;
 	}
-	json_decref(j);
 	free(cfg);
 	return 0;
 }

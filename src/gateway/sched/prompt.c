@@ -38,22 +38,6 @@ bool ig_prompt_has_tokenizer(const struct ig_prompts *p, const char *model)
 	return find(p, model) != NULL;
 }
 
-/* The tokenizer_config.json beside a tokenizer.json, when it is there and
- * carries a chat_template; else NULL. */
-static char *template_beside(const char *tokenizer)
-{
-	const char *slash = strrchr(tokenizer, '/');
-	char *path = ig_strdupf("%.*stokenizer_config.json", slash ? (int)(slash - tokenizer + 1) : 0, tokenizer);
-	json_t *c = path ? json_load_file(path, 0, NULL) : NULL;
-	bool has = c && json_object_get(c, "chat_template");
-	json_decref(c);
-	if (!has) {
-		free(path);
-		return NULL;
-	}
-	return path;
-}
-
 void ig_prompts_free(struct ig_prompts *p)
 {
 	if (!p)
@@ -86,7 +70,7 @@ struct ig_prompts *ig_prompts_load(const struct ig_conf *cfg, struct ig_buf *err
 			ig_flags_problem(errs, "models[%zu].tokenizer: '%s': %s", i, mc->tokenizer, err);
 			continue;
 		}
-		char *tp = mc->chat_template ? strdup(mc->chat_template) : template_beside(mc->tokenizer);
+		char *tp = mc->chat_template ? strdup(mc->chat_template) : ig_chattmpl_beside(mc->tokenizer);
 		if (tp && !(m->tmpl = ig_chattmpl_load(tp, err, sizeof(err))))
 			ig_flags_problem(errs, "models[%zu].chat_template: '%s': %s", i, tp, err);
 		free(tp);
