@@ -24,10 +24,11 @@ def start_publishing_sims(n, *extra):
     return sims
 
 
-def gateway_on_events(sims, *extra, events=True):
+def gateway_on_events(sims, *extra, events=True, fmt="vllm"):
     """A cache-aware gateway in front of sims, subscribed to their events (events=False: the
-    approximate index alone)."""
-    cfg = {"backends": [{"url": s.url, **({"kv_events": s.kv, "kv_events_replay": s.kv_replay} if events else {})}
+    approximate index alone) in format fmt."""
+    cfg = {"backends": [{"url": s.url, **({"kv_events": s.kv, "kv_events_replay": s.kv_replay,
+                                           "kv_events_format": fmt} if events else {})}
                         for s in sims]}
     d = tempfile.mkdtemp(prefix="ig-kvr-")
     path = os.path.join(d, "gw.json")
@@ -81,6 +82,21 @@ def test_a_prefix_cached_elsewhere_is_found():
         served, cached = complete(gw.url, p + " and the next question")
         assert served == home.url, (tag, served, home.url)
         assert cached >= 1600, (tag, cached)
+
+
+@test
+def test_sglangs_format_too():
+    """The same with the simulators publishing as SGLang does (a BlockStored per page, hashes
+    as signed 64-bit integers: python/sglang/srt/disaggregation/kv_events.py)."""
+    sims = start_publishing_sims(3, "--kv-events-format", "sglang")
+    gw = gateway_on_events(sims, fmt="sglang")
+    home = sims[1]
+    p = prompt("zeta")
+    complete(home.url, p)
+    wait_until(lambda: kv_blocks(gw, home) >= 100, what="the 100 blocks in the index")
+    served, cached = complete(gw.url, p + " and the next question")
+    assert served == home.url, (served, home.url)
+    assert cached >= 1600, cached
 
 
 @test
