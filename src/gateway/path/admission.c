@@ -339,9 +339,9 @@ static void text_append(struct ig_buf *b, json_t *v)
 #define MAX_CHAIN 16384
 
 /* cache-aware: the prompt as a chain of block hashes (blockhash.h): its
- * token ids when the model's tokenizer gave them (blockhash.h
- * ig_block_chain_ids: the keys of the exact index); else its text: for chat the messages in order,
- * "role\ncontent\n" each (as infergate-sim builds its prompt), for
+ * token ids when the model's tokenizer gave them (ig_block_chain_ids: the
+ * keys of the exact index); else its text: for chat the messages in
+ * order, "role\ncontent\n" each (as infergate-sim builds its prompt), for
  * completions the prompt. Returns 0 or -1. */
 static int prefix_chain(struct ig_waiter *w, json_t *root, const uint32_t *ids, size_t nids)
 {
@@ -496,6 +496,11 @@ int ig_admission_body(struct ig_gw *gw, struct ig_admission *a, struct MHD_Conne
 		if (tokenize && trc > 0)
 			a->answer = tokenize_answer(ids, nids);
 	}
+	/* the chain of its ids now, and the ids let go: a refusal below
+	 * returns without them */
+	int crc = ids && (needs & IG_POLICY_NEEDS_PREFIX) ? prefix_chain(w, root, ids, nids) : 0;
+	bool chained = ids != NULL;
+	free(ids);
 	if (counts)
 		a->tok_estimate = token_estimate(gw, a, root, exact); /* and the prompt's: a hedge's waste */
 	w->pick.tokens = a->tok_estimate;
@@ -524,8 +529,8 @@ int ig_admission_body(struct ig_gw *gw, struct ig_admission *a, struct MHD_Conne
 		}
 		a->store = !json_is_false(json_object_get(root, "store")); /* stored unless told not to */
 	}
-	int crc = (needs & IG_POLICY_NEEDS_PREFIX) ? prefix_chain(w, root, ids, nids) : 0;
-	free(ids);
+	if (!chained && (needs & IG_POLICY_NEEDS_PREFIX))
+		crc = prefix_chain(w, root, NULL, 0);
 	if (crc < 0) {
 		json_decref(root);
 		set_error(a, 500, "internal_error", "out of memory");
