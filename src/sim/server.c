@@ -16,6 +16,7 @@
 
 #include "infergate/log.h"
 #include "infergate/oaerror.h"
+#include "infergate/tokenizer.h"
 #include "infergate/util.h"
 #include "metrics.h"
 #include "parse.h"
@@ -646,7 +647,7 @@ static enum MHD_Result set_hold(struct sim *s, struct sim_call *c)
 }
 
 /* POST /tokenize and /detokenize, answered at once with the tokenizer of
- * text.c. Shapes: SGLang's TokenizeRequest {"prompt": str | [str]} ->
+ * text.c (/tokenize: --tokenizer's when given; /detokenize stays text.c's). Shapes: SGLang's TokenizeRequest {"prompt": str | [str]} ->
  * {"tokens", "count", "max_model_len"} (lists for a list) and
  * DetokenizeRequest {"tokens": [int] | [[int]]} -> {"text"}
  * (sgl-project/sglang python/sglang/srt/entrypoints/openai/protocol.py);
@@ -706,7 +707,18 @@ static enum MHD_Result tokenize(struct sim *s, struct sim_call *c)
 			free(text);
 		} else {
 			json_t *ids = json_array();
-			sim_text_tokenize(json_string_value(x), json_string_length(x), ids);
+			uint32_t *tk = NULL;
+			size_t ntk = 0;
+			if (s->conf->tok) { /* --tokenizer: the model's own ids, as the prompt is counted */
+				if (ig_tokenizer_encode(s->conf->tok, json_string_value(x), json_string_length(x), true, &tk,
+							&ntk) < 0)
+					abort();
+				for (size_t k = 0; k < ntk; k++)
+					json_array_append_new(ids, json_integer(tk[k]));
+				free(tk);
+			} else {
+				sim_text_tokenize(json_string_value(x), json_string_length(x), ids);
+			}
 			json_array_append_new(counts, json_integer((json_int_t)json_array_size(ids)));
 			json_array_append_new(outs, ids);
 		}

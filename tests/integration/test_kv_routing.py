@@ -148,6 +148,8 @@ def test_a_real_tokenizer_on_both_sides():
     sims = start_publishing_sims(3, "--tokenizer", TOK)
     gw = gateway_on_events(sims, "--tokenizer", f"sim-model={TOK}")
     home = sims[2]
+    st, _, obj = http_json("POST", home.url + "/tokenize", {"prompt": "hi<|im_end|>"})
+    assert st == 200 and obj["tokens"] == [104, 105, 257], (st, obj)  # the simulator's ids are the model's
     history = [{"role": "user", "content": prompt("epsilon", 3000)}]
     st, _, body = http("POST", home.url + "/v1/chat/completions", {"model": "sim-model", "messages": history,
                                                                    "max_tokens": 4})
