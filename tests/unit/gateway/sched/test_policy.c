@@ -9,6 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "infergate/blockhash.h"
+#include "sched/kvindex.h"
 #include "sched/policy.h"
 #include "../../check_main.h"
 
@@ -306,6 +308,70 @@ START_TEST(cache_aware_cost_weighs_the_prefix_against_the_work_waiting)
 }
 END_TEST
 
+/* cache-aware on the engines' events: for a backend whose events flow
+ * (kv_exact), the prefix its engine holds by the exact index, not the
+ * record of what was sent; a backend whose events stopped goes back to the
+ * record. Its best rank counts. */
+START_TEST(cache_aware_believes_the_engines_while_their_events_flow)
+{
+	struct ig_fleet pool = make_pool(3);
+	const struct ig_policy *ca = P("cache-aware");
+	struct ig_conf cfg = {.cache_max_blocks = 1024, .cache_mode = IG_CACHE_COST, .cache_prefill_weight = 16};
+	struct ig_backend *b;
+	/* a prompt of 10 blocks of 16 token ids, its chain as admission makes it */
+	uint32_t ids[160];
+	for (size_t i = 0; i < 160; i++)
+		ids[i] = (uint32_t)(7 * i + 3);
+	uint64_t chain[10], engine[10];
+	ck_assert_uint_eq(ig_block_chain_ids(ids, 160, chain, 10), 10);
+	struct ig_kvindex *ix = ig_kvindex_new(6, 1000);
+	ig_cache_aware_use_index(ix, 6);
+	for (int i = 0; i < 3; i++) { /* two ranks each: sources 2i and 2i+1 */
+		atomic_store(&pool.v[i]->kv_src, 2 * i + 1);
+		atomic_store(&pool.v[i]->kv_ranks, 2);
+		atomic_store(&pool.v[i]->kv_exact, 1);
+	}
+	ck_assert_int_eq(ca->init(&state, &cfg), 0);
+	/* the gateway sent the first 8 blocks to backend 0 */
+	struct ig_pick_req old = {.chain = chain, .nchain = 8};
+	ca->started(state, pool.v[0], &old);
+	ca->done(state, pool.v[0], &old, &(struct ig_pick_outcome){.ok = true});
+	/* but backend 2's second rank holds 9 of them (a client that went to
+	 * it straight), backend 0's engine nothing (evicted) */
+	for (size_t i = 0; i < 10; i++)
+		engine[i] = 1000 + i;
+	struct ig_kv_event ev = {.kind = IG_KV_STORED, .hashes = engine, .nhashes = 9, .tokens = ids,
+				 .ntokens = 9 * 16, .block_size = 16, .lora_id = -1, .gpu = true};
+	ig_kvindex_apply(ix, 5, &ev);
+	struct ig_pick_req rq = {.chain = chain, .nchain = 10};
+	ck_assert_int_eq(pick(ca, &pool, &rq, &b), IG_PICK_OK);
+	ck_assert_int_eq(b->id, 2);
+	ca->started(state, b, &rq);
+	ck_assert_int_eq(rq.prefill_charged, 16); /* one block to prefill there */
+	ca->done(state, b, &rq, &(struct ig_pick_outcome){.ok = true});
+	ig_policy_release(b);
+	json_t *o = json_object();
+	ca->report_gateway(state, o);
+	json_t *ex = json_object_get(o, "cache_aware_exact");
+	/* both requests started counted: 128 + 160 tokens; the engines held 144 of the second */
+	ck_assert_int_eq(json_integer_value(json_object_get(ex, "prompt_tokens")), 128 + 160);
+	ck_assert_int_eq(json_integer_value(json_object_get(ex, "best_tokens")), 144);
+	ck_assert_int_eq(json_integer_value(json_object_get(ex, "chosen_tokens")), 144);
+	json_decref(o);
+	/* the events of all three stop: the record again, backend 0 */
+	for (int i = 0; i < 3; i++)
+		atomic_store(&pool.v[i]->kv_exact, 0);
+	ck_assert_int_eq(pick(ca, &pool, &rq, &b), IG_PICK_OK);
+	ck_assert_int_eq(b->id, 0);
+	ig_policy_release(b);
+	ig_cache_aware_use_index(NULL, 0);
+	ig_kvindex_free(ix);
+	ca->free(state);
+	state = NULL;
+	free_pool(&pool);
+}
+END_TEST
+
 /* least-tokens' bookkeeping: a request's work is counted on its backend
  * when it starts, less one per event relayed, the rest when it ends; its
  * speed is measured from its answer. */
@@ -459,6 +525,7 @@ START_TEST(over_the_slots_of_a_backend_that_preempts)
 END_TEST
 
 IG_CHECK_MAIN("policy", over_the_slots_of_a_backend_that_preempts, cache_aware_follows_the_longest_prefix_within_the_guard,
+	      cache_aware_believes_the_engines_while_their_events_flow,
 	      cache_aware_cost_weighs_the_prefix_against_the_work_waiting, least_tokens_weighs_work_by_speed,
 	      least_tokens_counts_work_and_measures_speed, learned_slots_limit_like_max_inflight, session_sticks_to_a_backend_within_the_bound,
 	      least_loaded_rotates_ties, least_loaded_follows_load_and_weight,
