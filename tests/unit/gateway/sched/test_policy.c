@@ -346,8 +346,20 @@ START_TEST(cache_aware_believes_the_engines_while_their_events_flow)
 	struct ig_pick_req rq = {.chain = chain, .nchain = 10};
 	ck_assert_int_eq(pick(ca, &pool, &rq, &b), IG_PICK_OK);
 	ck_assert_int_eq(b->id, 2);
+	ig_policy_release(b);
+	/* the events of all three stop: the record again, backend 0 */
+	for (int i = 0; i < 3; i++)
+		atomic_store(&pool.v[i]->kv_exact, 0);
+	ck_assert_int_eq(pick(ca, &pool, &rq, &b), IG_PICK_OK);
+	ck_assert_int_eq(b->id, 0);
+	ig_policy_release(b);
+	/* they flow again: backend 2, one block to prefill there */
+	for (int i = 0; i < 3; i++)
+		atomic_store(&pool.v[i]->kv_exact, 1);
+	ck_assert_int_eq(pick(ca, &pool, &rq, &b), IG_PICK_OK);
+	ck_assert_int_eq(b->id, 2);
 	ca->started(state, b, &rq);
-	ck_assert_int_eq(rq.prefill_charged, 16); /* one block to prefill there */
+	ck_assert_int_eq(rq.prefill_charged, 16);
 	ca->done(state, b, &rq, &(struct ig_pick_outcome){.ok = true});
 	ig_policy_release(b);
 	json_t *o = json_object();
@@ -358,12 +370,6 @@ START_TEST(cache_aware_believes_the_engines_while_their_events_flow)
 	ck_assert_int_eq(json_integer_value(json_object_get(ex, "best_tokens")), 144);
 	ck_assert_int_eq(json_integer_value(json_object_get(ex, "chosen_tokens")), 144);
 	json_decref(o);
-	/* the events of all three stop: the record again, backend 0 */
-	for (int i = 0; i < 3; i++)
-		atomic_store(&pool.v[i]->kv_exact, 0);
-	ck_assert_int_eq(pick(ca, &pool, &rq, &b), IG_PICK_OK);
-	ck_assert_int_eq(b->id, 0);
-	ig_policy_release(b);
 	ig_cache_aware_use_index(NULL, 0);
 	ig_kvindex_free(ix);
 	ca->free(state);
