@@ -39,11 +39,11 @@ cat > "$build/config.h" <<'H'
 #define VERSION "fuzz"
 H
 
-pkgs="libmicrohttpd gnutls libcurl jansson libssl libcrypto hiredis libzmq msgpack"
+pkgs="libmicrohttpd gnutls libcurl jansson libssl libcrypto hiredis libzmq msgpack libpcre2-8"
 cflags="-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
   -fno-omit-frame-pointer -D_GNU_SOURCE -I$build -I$src/include -I$src/src/bulk -I$src/src/gateway
   $(pkg-config --cflags $pkgs) ${FUZZ_EXTRA_CFLAGS:-}"
-libs="$(pkg-config --libs $pkgs) -lm -pthread"
+libs="$(pkg-config --libs $pkgs) -lunistring -lm -pthread"
 # The tree's code, built once with the fuzzing flags into one archive per
 # program (as `make` builds libigcommon.a and libiggateway.a): each target
 # links only the objects it needs. A target that includes a .c (to reach its
