@@ -71,6 +71,7 @@ void sim_engine_req_free(struct sim_req *r)
 	r->nchain = 0;
 	free(r->tokens);
 	r->tokens = NULL;
+	r->ntokens = 0;
 }
 
 /* Tells r's owner there is something new to send. */
@@ -517,7 +518,10 @@ static void release(struct sim_engine *s, struct sim_req *r, uint64_t now)
  * cache_finished_req). The text is the one the next turn of a conversation
  * sends back: for chat "assistant\n" + the answer + "\n" after the
  * prompt's messages (the prompt's own layout, parse.c prompt_text), for
- * completions the answer right after the prompt. */
+ * completions the answer right after the prompt. With --tokenizer, the
+ * answer's ids after the prompt's, as an engine caches the ids it
+ * generated (a next turn's template may tokenize that history otherwise,
+ * as it does on a real engine). */
 static void chain_answer(const struct sim_conf *conf, struct sim_req *r)
 {
 	struct ig_buf t;
