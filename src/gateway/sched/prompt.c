@@ -6,7 +6,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "infergate/blockhash.h"
 #include "infergate/chattmpl.h"
 #include "infergate/flags.h"
 #include "infergate/log.h"
