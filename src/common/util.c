@@ -63,6 +63,8 @@ void *ig_grow(void *v, size_t *cap, size_t n, size_t size, size_t first)
 	if (n < *cap)
 		return v;
 	size_t want = *cap ? *cap * 2 : first;
+	while (want <= n) /* room for index n, however far past the end */
+		want *= 2;
 	void *nv = realloc(v, want * size);
 	if (nv)
 		*cap = want;

@@ -307,6 +307,18 @@ def assert_openai_error(status, obj, want_status, want_type=None):
         assert e["type"] == want_type, obj
 
 
+def read_until(s, marker, timeout=10):
+    """Reads a socket until marker has come (a response's head and its first event may come in
+    separate reads); returns all it read."""
+    s.settimeout(timeout)
+    got = b""
+    while marker not in got:
+        d = s.recv(65536)
+        assert d, got
+        got += d
+    return got
+
+
 def exchange(port, data, wait=2.0, until_close=False, count=1):
     """Sends raw bytes and reads the answer: until `count` whole responses
     arrived (or, with until_close, until the server closes), or until it is

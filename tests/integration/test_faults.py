@@ -18,7 +18,7 @@ import threading
 import time
 
 from harness import (Dir, FakeBackend, Skip, assert_openai_error, binary, chat_body, http, http_json,
-                     metric, parallel, run, sse_events, start, start_gateway, start_sim, start_sims,
+                     metric, parallel, read_until, run, sse_events, start, start_gateway, start_sim, start_sims,
                      test, wait_until)
 
 
@@ -61,12 +61,7 @@ def raw_stream(gw, body, headers=b""):
     data = json.dumps(body).encode()
     s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n%s"
               b"Content-Length: %d\r\n\r\n%s" % (headers, len(data), data))
-    s.settimeout(10)
-    got = b""
-    while b"data: " not in got:
-        d = s.recv(65536)
-        assert d, got
-        got += d
+    got = read_until(s, b"data: ")
     head, _, rest = got.partition(b"\r\n\r\n")
     return s, head, rest
 

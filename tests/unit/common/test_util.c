@@ -89,4 +89,24 @@ START_TEST(random_ids_and_secrets)
 }
 END_TEST
 
-IG_CHECK_MAIN("util", parse_long_bounds, parse_hostport, hash_and_rand, random_ids_and_secrets)
+/* ig_grow makes room for index n, also past one doubling (a poll set
+ * rebuilt whole: kvevents.c's nine backends once wrote past 16). */
+START_TEST(grow_covers_the_index_asked)
+{
+	size_t cap = 0;
+	int *v = ig_grow(NULL, &cap, 16, sizeof(*v), 16);
+	ck_assert_ptr_nonnull(v);
+	ck_assert_uint_gt(cap, 16);
+	v[16] = 1;
+	v = ig_grow(v, &cap, 100, sizeof(*v), 16);
+	ck_assert_uint_gt(cap, 100);
+	v[100] = 2;
+	size_t had = cap;
+	ck_assert_ptr_eq(ig_grow(v, &cap, 3, sizeof(*v), 16), v); /* room already: unchanged */
+	ck_assert_uint_eq(cap, had);
+	free(v);
+}
+END_TEST
+
+IG_CHECK_MAIN("util", parse_long_bounds, parse_hostport, hash_and_rand, random_ids_and_secrets,
+	      grow_covers_the_index_asked)
