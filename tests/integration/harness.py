@@ -620,6 +620,13 @@ def lines(path):
         return [json.loads(line) for line in f]
 
 
+def written_lines(path):
+    """The JSON lines another process has finished writing to path: a line still being
+    written (no newline yet) is left for the next reading."""
+    with open(path) as f:
+        return [json.loads(x) for x in f if x.endswith("\n") and x.strip()]
+
+
 def ids(path):
     return [o["custom_id"] for o in lines(path)]
 

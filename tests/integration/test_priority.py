@@ -13,7 +13,7 @@ import tempfile
 import threading
 import time
 
-from harness import (Dir, FakeBackend, assert_openai_error, binary, chat_body, http, http_json, raw_post, run,
+from harness import (written_lines, Dir, FakeBackend, assert_openai_error, binary, chat_body, http, http_json, raw_post, run,
                      sim_requests, start_gateway, start_sim, test, wait_until)
 
 
@@ -33,9 +33,8 @@ def total_waiting(gw):
 def log_lines(path, n):
     """The first n access-log lines of proxied requests, waiting for them."""
     def lines():
-        with open(path) as f:
-            # Proxied requests only (the gateway's own endpoints are logged too).
-            return [o for o in (json.loads(x) for x in f if x.strip()) if "request_id" in o]
+        # Proxied requests only (the gateway's own endpoints are logged too).
+        return [o for o in written_lines(path) if "request_id" in o]
     wait_until(lambda: len(lines()) >= n, timeout=60, what=f"{n} access log lines")
     return lines()[:n]
 
@@ -86,8 +85,7 @@ class Slot:
         self.release()
 
         def sent():
-            with open(self.log) as f:
-                return [o for o in (json.loads(x) for x in f if x.strip()) if o.get("dispatch") is not None]
+            return [o for o in written_lines(self.log) if o.get("dispatch") is not None]
         wait_until(lambda: len(sent()) >= n + 1, timeout=60, what=f"{n + 1} requests sent and logged")
         lines = sorted(sent(), key=lambda x: x["dispatch"])[:n + 1]
         assert lines[0]["request_id"] == "blocker", lines[0]

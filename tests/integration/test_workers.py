@@ -15,7 +15,7 @@ import tempfile
 import threading
 import time
 
-from harness import (chat_body, http, http_json, metric, raw_post, run, sse_events, start_gateway, start_sim, test,
+from harness import (written_lines, chat_body, http, http_json, metric, raw_post, run, sse_events, start_gateway, start_sim, test,
                      wait_until)
 
 
@@ -155,8 +155,7 @@ def one_queue_in_one_order_whichever_reactor_holds_the_request():
         check_answer(False, 200, a.split(b"\r\n\r\n", 1)[1], 40 if b"X-Request-Id: first" in a else 2)
 
     def sent():
-        with open(log) as f:
-            return [o for o in (json.loads(x) for x in f if x.strip()) if o.get("dispatch") is not None]
+        return [o for o in written_lines(log) if o.get("dispatch") is not None]
     wait_until(lambda: len(sent()) == 13, timeout=10, what="13 requests logged")
     order = [x["request_id"] for x in sorted(sent(), key=lambda x: x["dispatch"])]
     assert order == ["first"] + ids, order
