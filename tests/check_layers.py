@@ -208,7 +208,7 @@ FIELD_WRITES = {
         "ig_model.requests ig_model.reserve_set ig_model.timeouts ig_sched.budget_req "
         "ig_sched.budget_retry ig_sched.budget_sec ig_sched.class_inflight ig_sched.dispatched "
         "ig_sched.hedge_n ig_sched.hedge_req ig_sched.hedge_sec ig_sched.next ig_sched.policy "
-        "ig_sched.policy_state ig_sched.qlen ig_sched.retries_denied ig_sched_entry.deadline_ms",
+        "ig_sched.qlen ig_sched.retries_denied ig_sched_entry.deadline_ms",
     ("gateway/exchange", "gateway/admission"):
         "ig_admission.method ig_admission.route_idx",
     ("gateway/exchange", "gateway/backend"):
@@ -247,7 +247,7 @@ FIELD_WRITES = {
         "ig_dispatch_error.message ig_waiter.alias ig_waiter.m ig_waiter.model ig_waiter.pin_id "
         "ig_waiter.pin_param",
     ("gateway/proxy", "gateway/exchange"):
-        "ig_refusal.e ig_req.body_done ig_req.bytes_in ig_req.call ig_req.conn ig_req.cont_refused "
+        "ig_req.pd_leg ig_req.pd_waiting ig_refusal.e ig_req.body_done ig_req.bytes_in ig_req.call ig_req.conn ig_req.cont_refused "
         "ig_req.deadline_hit ig_req.hedge ig_req.hedge_of ig_req.hedge_refused ig_req.parse_done "
         "ig_req.parsed ig_req.post_ops ig_req.prio_body ig_req.refusal ig_req.refused_code "
         "ig_req.start_posted ig_req.status_sent ig_req.suspended ig_req.t_submit_us ig_req.too_large "
@@ -318,6 +318,22 @@ FIELD_WRITES = {
         "ig_relay.race ig_relay.responses ig_relay.stream ig_relay.tee ig_relay.usage_added "
         "ig_relay.usage_where",
     ("gateway/try_hedge", "gateway/scheduler"):
+        "ig_sched_entry.key ig_sched_entry.klass",
+    ("gateway/try_pd", "gateway/admission"):
+        "ig_admission.model ig_admission.prompt_estimate ig_admission.stream ig_admission.usage_added",
+    ("gateway/try_pd", "gateway/backend"):
+        "ig_backend.failures",
+    ("gateway/try_pd", "gateway/clients"):
+        "ig_key.refs",
+    ("gateway/try_pd", "gateway/dispatch"):
+        "ig_waiter.m ig_waiter.model",
+    ("gateway/try_pd", "gateway/exchange"):
+        "ig_req.detached ig_req.is_pd_leg ig_req.pd_failed ig_req.pd_handed ig_req.pd_leg ig_req.pd_nfailed ig_req.pd_of ig_req.pd_pairs ig_req.pd_prefill ig_req.pd_start_ms ig_req.pd_waiting ig_req.retries_done ig_req.up_headers",
+    ("gateway/try_pd", "gateway/policy"):
+        "ig_pick_req.chain ig_pick_req.low ig_pick_req.nchain ig_pick_req.ntried ig_pick_req.tokens",
+    ("gateway/try_pd", "gateway/relay"):
+        "ig_relay.stream ig_relay.usage_added ig_relay.usage_where",
+    ("gateway/try_pd", "gateway/scheduler"):
         "ig_sched_entry.key ig_sched_entry.klass",
     ("gateway/try_retry", "gateway/backend"):
         "ig_backend.retried",
@@ -750,7 +766,7 @@ def init_type(code, at):
 PARTS = {
     "common": {"tokenizer_load": "tokenizer", "tokenizer_bpe": "tokenizer", "tokenizer_map": "tokenizer",
                "tokenizer_int": "tokenizer"},
-    "gateway": {"cluster_conf": "cluster", "cont_conf": "cont", "files_conf": "files", "idem_conf": "idem",
+    "gateway": {"cluster_conf": "cluster", "cont_conf": "cont", "pd_conf": "try_pd", "files_conf": "files", "idem_conf": "idem",
                 "proxy_conf": "proxy", "proxy_metrics": "proxy", "trace_conf": "trace", "conf_fleet": "conf", "metrics_json": "metrics"},
     "common": {"jinja_parse": "jinja", "jinja_value": "jinja", "jinja_eval": "jinja", "jinja_builtin": "jinja",
                "tokenizer_load": "tokenizer", "tokenizer_bpe": "tokenizer", "tokenizer_map": "tokenizer",

@@ -42,7 +42,29 @@ struct ig_backend_conf {
 	int kv_format;      /* 0 kv_events.format; 1 "vllm", 2 "sglang" */
 	long dp_ranks;      /* its data-parallel engines, rank r publishing on
 			     * port + r (vLLM's offset_endpoint_port); 0 = 1 */
+	/* Prefill/decode disaggregation (path/try_pd.c): what it does of a
+	 * request, which engine it is (the pair's protocol), and an SGLang
+	 * prefill server's bootstrap port (its --disaggregation-bootstrap-port). */
+	int role;           /* enum ig_pd_role */
+	int engine;         /* enum ig_pd_engine */
+	long bootstrap_port; /* 0: SGLang's default, 8998 */
 };
+
+/* backends[].role: an ordinary server (both), or one half of a pair. */
+enum ig_pd_role {
+	IG_ROLE_BOTH,       /* prefills and decodes its requests itself */
+	IG_ROLE_PREFILL,    /* computes a prompt's KV and hands it over */
+	IG_ROLE_DECODE,     /* decodes from a KV handed over by a prefill server */
+};
+
+/* backends[].engine: whose disaggregation protocol the server speaks. */
+enum ig_pd_engine {
+	IG_ENGINE_UNSET,
+	IG_ENGINE_SGLANG,   /* both at once, bootstrap_host/port/room in the body */
+	IG_ENGINE_VLLM,     /* prefill first, its kv_transfer_params to the decode */
+};
+
+#define IG_PD_SGLANG_BOOTSTRAP_PORT 8998 /* SGLang's --disaggregation-bootstrap-port default */
 
 /* Priority classes of requests (the scheduler serves them in this order). */
 enum ig_class {
@@ -156,6 +178,14 @@ struct ig_conf {
 	long kv_port;
 	long kv_replay_port;        /* the replay ROUTER's port, 0 = none */
 	int kv_format;              /* 0 "vllm", 1 "sglang" (enum ig_kv_flavor) */
+	/* prefill/decode pairs (path/try_pd.c): each half's policy (rows of
+	 * policy_list.h), the prompt below which a server that can prefill
+	 * alone takes the request, how long a pair's hand-over may take */
+	int pd_prefill_policy;
+	int pd_decode_policy;
+	long pd_min_prompt_tokens;
+	long pd_transfer_timeout_ms;
+	bool pd_pairs;              /* some backend is a prefill server; written by: conf_fleet */
 	long kv_stale_after_ms;     /* requests sent this long ago and no batch since: stale */
 	long kv_max_blocks;         /* the exact index's bound, (source, block) pairs (kept on a
 				     * reload: the index is made once); written by: reload */

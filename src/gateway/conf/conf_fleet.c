@@ -88,6 +88,73 @@ static void fallbacks_clear(struct ig_conf *cfg)
 }
 
 static int parse_backend_flag(void *target, const struct ig_flag *f, const char *what, const char *v, char **err);
+/* An entry's disaggregation settings: half of a pair says whose protocol
+ * it speaks (the gateway cannot tell an SGLang decode server from a vLLM
+ * one before it sends it a pair); a bootstrap port is an SGLang prefill
+ * server's. Returns 1, or 0 with the problems in errs. */
+static int pd_entry_ok(const struct ig_backend_conf *bc, const char *ctx, struct ig_buf *errs)
+{
+	if (bc->role != IG_ROLE_BOTH && bc->engine == IG_ENGINE_UNSET) {
+		ig_flags_problem(errs, "%s.role: \"%s\" needs %s.engine: \"sglang\" or \"vllm\" (whose disaggregation "
+			 "protocol the pair speaks)", ctx, bc->role == IG_ROLE_PREFILL ? "prefill" : "decode", ctx);
+		return 0;
+	}
+	if (bc->bootstrap_port && (bc->role != IG_ROLE_PREFILL || bc->engine != IG_ENGINE_SGLANG)) {
+		ig_flags_problem(errs, "%s.bootstrap_port: %ld is for an SGLang prefill server (role \"prefill\", engine "
+			 "\"sglang\")", ctx, bc->bootstrap_port);
+		return 0;
+	}
+	return 1;
+}
+
+/* Whether two entries may serve one model (those of a pair must both name it
+ * when they name models; an entry that names none serves any). */
+static bool share_a_model(const struct ig_backend_conf *a, const struct ig_backend_conf *b)
+{
+	if (!a->n_models || !b->n_models)
+		return true;
+	for (size_t i = 0; i < a->n_models; i++)
+		for (size_t j = 0; j < b->n_models; j++)
+			if (strcmp(a->models[i], b->models[j]) == 0)
+				return true;
+	return false;
+}
+
+/* The pairs' rules across the list: each prefill server has a decode server
+ * of the same engine that may serve a model with it, and the reverse; two
+ * halves of different engines never share a model (a pair could not be
+ * made of them). */
+static void pd_fleet_check(const struct ig_conf *cfg, struct ig_buf *errs)
+{
+	for (size_t i = 0; i < cfg->n_backends; i++) {
+		const struct ig_backend_conf *a = &cfg->backends[i];
+		if (a->role == IG_ROLE_BOTH)
+			continue;
+		int want = a->role == IG_ROLE_PREFILL ? IG_ROLE_DECODE : IG_ROLE_PREFILL;
+		bool found = false;
+		for (size_t j = 0; j < cfg->n_backends; j++) {
+			const struct ig_backend_conf *b = &cfg->backends[j];
+			if (b->role == IG_ROLE_BOTH || j == i || !share_a_model(a, b))
+				continue;
+			if (b->engine != a->engine) {
+				if (j > i)
+					ig_flags_problem(errs, "backends[%zu] (%s, engine %s) and backends[%zu] (%s, engine %s) serve "
+						 "a model together: the halves of a pair speak one engine's protocol", i,
+						 a->role == IG_ROLE_PREFILL ? "prefill" : "decode",
+						 a->engine == IG_ENGINE_SGLANG ? "sglang" : "vllm", j,
+						 b->role == IG_ROLE_PREFILL ? "prefill" : "decode",
+						 b->engine == IG_ENGINE_SGLANG ? "sglang" : "vllm");
+				continue;
+			}
+			found |= b->role == want;
+		}
+		if (!found)
+			ig_flags_problem(errs, "backends[%zu] (%s): role \"%s\" with no %s server of engine %s for its models "
+				 "(a pair needs both halves)", i, a->url, a->role == IG_ROLE_PREFILL ? "prefill" : "decode",
+				 want == IG_ROLE_PREFILL ? "prefill" : "decode", a->engine == IG_ENGINE_SGLANG ? "sglang" : "vllm");
+	}
+}
+
 static void parse_backends_json(void *target, const struct ig_flag *f, json_t *v, const char *where,
 				struct ig_buf *errs);
 static int parse_alias_flag(void *target, const struct ig_flag *f, const char *what, const char *v, char **err);
@@ -428,6 +495,40 @@ static void parse_backends_json(void *target, const struct ig_flag *f IG_UNUSED,
 				}
 				continue;
 			}
+			if (strcmp(bk, "role") == 0 || strcmp(bk, "engine") == 0) {
+				static const char *const roles[] = {"both", "prefill", "decode"};
+				static const char *const engines[] = {"", "sglang", "vllm"};
+				const char *const *words = bk[0] == 'r' ? roles : engines;
+				const char *sv = json_string_value(bv);
+				int got = -1;
+				for (int w = bk[0] == 'r' ? 0 : 1; w < 3 && sv; w++)
+					if (strcmp(sv, words[w]) == 0)
+						got = w;
+				if (got < 0) {
+					char *txt = json_dumps(bv, JSON_ENCODE_ANY);
+					ig_flags_problem(errs, "%s.%s: %s is not %s", ctx, bk, txt ? txt : "?",
+							 bk[0] == 'r' ? "\"both\", \"prefill\" or \"decode\""
+								      : "\"sglang\" or \"vllm\"");
+					free(txt);
+					ok = 0;
+				} else if (bk[0] == 'r') {
+					proto.role = got;
+				} else {
+					proto.engine = got;
+				}
+				continue;
+			}
+			if (strcmp(bk, "bootstrap_port") == 0) {
+				if (!json_is_integer(bv) || json_integer_value(bv) < 1 || json_integer_value(bv) > 65535) {
+					char *txt = json_dumps(bv, JSON_ENCODE_ANY);
+					ig_flags_problem(errs, "%s.bootstrap_port: %s is not a port in 1..65535", ctx, txt ? txt : "?");
+					free(txt);
+					ok = 0;
+				} else {
+					proto.bootstrap_port = (long)json_integer_value(bv);
+				}
+				continue;
+			}
 			if (strcmp(bk, "reserve_slots") == 0) {
 				if (!json_is_integer(bv) || json_integer_value(bv) < 0 || json_integer_value(bv) > 1000000) {
 					ig_flags_problem(errs, "%s.reserve_slots: must be an integer in 0..1000000", ctx);
@@ -454,7 +555,7 @@ static void parse_backends_json(void *target, const struct ig_flag *f IG_UNUSED,
 			ig_flags_problem(errs,
 					 "%s: unknown key '%s' (expected url or discover, weight, max_inflight, models, "
 					 "reserve_slots, priority_field, kv_events, kv_events_replay, kv_events_format, "
-					 "dp_ranks)",
+					 "dp_ranks, role, engine, bootstrap_port)",
 					 ctx, bk);
 			ok = 0;
 		}
@@ -464,6 +565,7 @@ static void parse_backends_json(void *target, const struct ig_flag *f IG_UNUSED,
 		}
 		proto.discover = disc != NULL;
 		ok &= kv_entry_ok(&proto, ctx, errs);
+		ok &= pd_entry_ok(&proto, ctx, errs);
 		if (ok) {
 			backend_or_problem(cfg, errs, ctx, json_string_value(url ? url : disc), &proto);
 		} else {
@@ -727,6 +829,10 @@ void ig_conf_fleet_check(struct ig_conf *cfg, struct ig_buf *errs)
 			ig_flags_problem(errs, "backends[%zu].dp_ranks: %ld ranks from kv_events port %ld go past port 65535",
 					 i, last + 1, port);
 	}
+	pd_fleet_check(cfg, errs);
+	cfg->pd_pairs = false;
+	for (size_t i = 0; i < cfg->n_backends; i++)
+		cfg->pd_pairs |= cfg->backends[i].role == IG_ROLE_PREFILL;
 	for (size_t i = 0; i < cfg->n_aliases; i++) {
 		const struct ig_model_alias *a = &cfg->aliases[i];
 		if (ig_conf_alias_target(cfg, a->model))
@@ -759,6 +865,12 @@ static json_t *backends_json(const struct ig_conf *cfg)
 			json_object_set_new(o, "kv_events_format", json_string(bc->kv_format == 2 ? "sglang" : "vllm"));
 		if (bc->dp_ranks > 1)
 			json_object_set_new(o, "dp_ranks", json_integer(bc->dp_ranks));
+		if (bc->role)
+			json_object_set_new(o, "role", json_string(bc->role == IG_ROLE_PREFILL ? "prefill" : "decode"));
+		if (bc->engine)
+			json_object_set_new(o, "engine", json_string(bc->engine == IG_ENGINE_SGLANG ? "sglang" : "vllm"));
+		if (bc->bootstrap_port)
+			json_object_set_new(o, "bootstrap_port", json_integer(bc->bootstrap_port));
 		if (bc->n_models) {
 			json_t *ms = json_array();
 			for (size_t m = 0; m < bc->n_models; m++)
@@ -824,8 +936,9 @@ static const struct ig_flag backend_rows[] = {
 	 .help = "backend base URL, URL#MODEL,MODEL... to name the models it serves (else they are learned "
 		 "from its /v1/models); repeatable, replaces the file's list; in the file a list of URL strings "
 		 "or {\"url\", \"weight\", \"max_inflight\", \"models\": [...], \"kv_events\": \"tcp://HOST:PORT\", "
-		 "\"kv_events_replay\", \"kv_events_format\", \"dp_ranks\"} (kv_events: the engine's KV event "
-		 "publisher, see --kv-events-port)"},
+		 "\"kv_events_replay\", \"kv_events_format\", \"dp_ranks\", \"role\": \"both\"|\"prefill\"|\"decode\", "
+		 "\"engine\": \"sglang\"|\"vllm\", \"bootstrap_port\"} (kv_events: the engine's KV event "
+		 "publisher, see --kv-events-port; role: half of a prefill/decode pair, see --pd-decode-policy)"},
 	{.name = "--model-alias", .key = "model_aliases", .type = IG_FLAG_CUSTOM, .metavar = "ALIAS=MODEL",
 	 .parse = parse_alias_flag, .parse_json = parse_aliases_json,
 	 .help = "a client's model name that is served as MODEL (the forwarded body names MODEL); repeatable, "

@@ -79,7 +79,11 @@ int ig_backend_configure(struct ig_backend *b, const struct ig_backend_conf *bc)
 	b->max_inflight = bc->max_inflight;
 	b->reserve_slots = bc->reserve_slots;
 	b->priority_field = bc->priority_field;
-	bool same = b->n_models_conf == bc->n_models;
+	bool role_changed = b->role != bc->role;
+	b->role = bc->role;
+	b->engine = bc->engine;
+	b->bootstrap_port = bc->bootstrap_port ? bc->bootstrap_port : IG_PD_SGLANG_BOOTSTRAP_PORT;
+	bool same = b->n_models_conf == bc->n_models && !role_changed;
 	for (size_t i = 0; same && i < bc->n_models; i++)
 		same = strcmp(b->models_conf[i], bc->models[i]) == 0;
 	if (same)

@@ -43,6 +43,9 @@ struct ig_backend {
 	long weight;
 	long max_inflight;      /* 0 = unlimited */
 	long reserve_slots;     /* of its limit, slots class low may not take */
+	int role;               /* enum ig_pd_role (conf.h): half of a prefill/decode pair, or both */
+	int engine;             /* enum ig_pd_engine: the pair's protocol */
+	long bootstrap_port;    /* an SGLang prefill server's bootstrap port */
 	int priority_field;     /* struct ig_backend_conf's (0: as learned, below) */
 	/* What its /server_info says of its scheduling (health.c; SGLang's
 	 * ServerArgs): IG_PRIO_* bits, 0 none known; read without the lock. */
@@ -173,8 +176,9 @@ enum ig_serves ig_backend_serves(const struct ig_backend *b, const char *model);
 /* Sets the configured models (copied; n == 0: learn them). Returns 0 or -1. */
 int ig_backend_set_models(struct ig_backend *b, char *const *models, size_t n);
 /* Takes a configuration entry's settings: weight, max_inflight,
- * reserve_slots, priority_field and the models (set only when they differ).
- * Returns 1 when the models changed, 0 when not, -1 when out of memory
+ * reserve_slots, priority_field, its pair role, engine and bootstrap port,
+ * and the models (set only when they differ).
+ * Returns 1 when the models or the role changed, 0 when not, -1 when out of memory
  * (the models kept). */
 int ig_backend_configure(struct ig_backend *b, const struct ig_backend_conf *bc);
 /* The model names b serves now (configured, else learned), each once, in

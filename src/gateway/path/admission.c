@@ -439,6 +439,9 @@ int ig_admission_body(struct ig_gw *gw, struct ig_admission *a, struct MHD_Conne
 {
 	json_t *root = parsed;
 	unsigned needs = gw->sched.policy ? gw->sched.policy->needs : 0;
+	for (int i = 0; i < 2; i++) /* a pair's halves' policies (pd.*) */
+		if (gw->sched.pd_policy[i] && gw->cfg->pd_pairs)
+			needs |= gw->sched.pd_policy[i]->needs;
 
 	if (!root) {
 		set_error(a, 400, "invalid_json",
@@ -479,7 +482,8 @@ int ig_admission_body(struct ig_gw *gw, struct ig_admission *a, struct MHD_Conne
 	uint32_t *ids = NULL;
 	size_t nids = 0;
 	long exact = -1;
-	bool counts = a->key->tpm.limit > 0 || (needs & IG_POLICY_NEEDS_TOKENS) || gw->cfg->hedge_after_ms;
+	bool pd_short = gw->cfg->pd_pairs && gw->cfg->pd_min_prompt_tokens > 0;
+	bool counts = a->key->tpm.limit > 0 || (needs & IG_POLICY_NEEDS_TOKENS) || gw->cfg->hedge_after_ms || pd_short;
 	bool tokenize = strcmp(rt(gw, a)->path, "/tokenize") == 0;
 	if ((counts || tokenize || (needs & IG_POLICY_NEEDS_PREFIX)) && ig_prompt_has_tokenizer(gw->prompts, a->model)) {
 		char terr[256] = "no prompt it knows";
@@ -504,6 +508,8 @@ int ig_admission_body(struct ig_gw *gw, struct ig_admission *a, struct MHD_Conne
 	if (counts)
 		a->tok_estimate = token_estimate(gw, a, root, exact); /* and the prompt's: a hedge's waste */
 	w->pick.tokens = a->tok_estimate;
+	if (pd_short && a->prompt_estimate >= 0 && a->prompt_estimate < gw->cfg->pd_min_prompt_tokens)
+		w->pick.role = IG_PICK_ALONE; /* a short prompt: a server that prefills it alone (try_pd.c) */
 	if (needs & IG_POLICY_NEEDS_SESSION)
 		w->pick.session = session_of(a, conn, root);
 	if (rt(gw, a)->flags & IG_RT_RESPONSES) {

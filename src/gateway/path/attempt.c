@@ -237,6 +237,8 @@ void ig_attempt_launch(struct ig_req *req)
 		req->relay.client_gone = true;
 		return;
 	}
+	if (req->hooks->attempt_pair(req)) /* a pair's decode waiting for its prefill, or refused */
+		return;
 	configure_transfer(req, req->wait.backend);
 	add_transfer(req);
 }
@@ -328,6 +330,8 @@ void ig_attempt_answered(struct ig_req *req, struct ig_backend *b)
 	}
 	atomic_fetch_add(&b->served, 1);
 	ig_health_passive_ok(gw, b);
+	if (req->is_pd_leg)
+		return; /* a prefill half: the request's tokens are its decode's */
 	if (req->wait.m && !rl->cont.count && rl->up_status / 100 == 2) { /* its time to first byte */
 		uint64_t first = rl->t_first_byte_us ? rl->t_first_byte_us : ig_now_us();
 		ig_sched_ttfb(req->wait.m, first > req->wait.attempt_us ? (first - req->wait.attempt_us) / 1000 : 0);

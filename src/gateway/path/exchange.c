@@ -126,9 +126,10 @@ void ig_xch_set_decided_error(struct ig_req *req, unsigned status, const char *t
  * Not from a curl callback. */
 bool ig_xch_stop_attempt(struct ig_req *req)
 {
-	bool cut = req->xfer.running || req->start_posted;
+	bool cut = req->xfer.running || req->start_posted || req->pd_waiting;
 	if (cut) {
 		req->start_posted = false; /* its reactor will not start it */
+		req->pd_waiting = false;   /* a pair's decode that waited for its prefill */
 		ig_upstream_stop(&req->xfer);
 		ig_dispatch_end(req->gw, &req->wait, &(struct ig_pick_outcome){.ok = false, .completion_tokens = -1});
 		atomic_fetch_add(&req->wait.backend->aborted, 1);

@@ -47,6 +47,13 @@ struct ig_xch_hooks {
 	enum MHD_Result (*admit)(struct ig_req *req);
 	/* An attempt on b is configured, about to start: its observers told. */
 	void (*attempt_start)(struct ig_req *req, struct ig_backend *b);
+	/* Its running attempt ended by the gateway (e, detail: why), as a
+	 * transfer's end is: accounted, the strategies asked. Not from a curl
+	 * callback. */
+	void (*attempt_cut)(struct ig_req *req, enum ig_upstream_error e, const char *detail);
+	/* Its attempt is about to start: a decode server's gets its pair
+	 * (try_pd.c's ig_pd_launch; true: req's own transfer does not start now). */
+	bool (*attempt_pair)(struct ig_req *req);
 };
 
 /* What another reactor asks of a request's own (ig_proxy_run_posted). */
@@ -149,6 +156,21 @@ struct ig_req {
 	uint64_t hedge_next_ms;      /* when it may be tried again */
 	bool hedge_refused;          /* a hedge that dispatch would not place */
 	bool is_hedge;               /* it is a hedge (not counted as a request) */
+	/* Prefill/decode pairs (try_pd.c): an attempt on a decode server has a
+	 * prefill half, a detached exchange of its own (pd_leg; its pd_of is
+	 * the exchange, while both live). SGLang's halves run at once; vLLM's
+	 * decode attempt waits (pd_waiting, its slot held) for the prefill's
+	 * answer and starts with its kv_transfer_params (pd_handed). */
+	struct ig_req *pd_leg;
+	struct ig_req *pd_of;
+	bool is_pd_leg;              /* it is a prefill half (not counted as a request) */
+	bool pd_waiting;
+	bool pd_handed;
+	int pd_pairs;                /* pairs made for it (bounded: the retries) */
+	uint64_t pd_start_ms;        /* the current pair's start */
+	struct ig_backend *pd_prefill; /* the current (or last) pair's prefill server */
+	struct ig_backend *pd_failed[IG_MAX_TRIES]; /* prefill servers that failed it */
+	int pd_nfailed;
 	int retries_done;
 	enum ig_upstream_error last_err;
 	unsigned err_status;         /* error answer decided by the gateway */
@@ -232,6 +254,22 @@ void ig_attempt_answered(struct ig_req *req, struct ig_backend *b);
 /* A stored Responses API answer (its object): which backend has it, in
  * the store and the cluster's (the lock taken, nested). */
 void ig_attempt_stored(struct ig_req *req, json_t *response);
+
+/* ---- prefill/decode pairs (try_pd.c) ---- */
+
+/* Its attempt is about to start on req->wait.backend: on a decode server
+ * (not a short prompt's), its prefill half is made and sent, and the body
+ * given what the engine's protocol needs. Returns false when req's own
+ * transfer starts now (SGLang: with the bootstrap fields; any other
+ * server), true when it does not: vLLM's decode waits for the prefill
+ * (pd_waiting), or no prefill server could take it (its error set, its
+ * slot given back). */
+bool ig_pd_launch(struct ig_req *req);
+/* A prefill half's end (detached_end): its answer handed to the decode
+ * (vLLM), or the pair made again with another prefill server; freed. */
+void ig_pd_leg_end(struct ig_req *leg);
+/* Its prefill half, if any, stopped and freed (the exchange's end). */
+void ig_pd_drop_leg(struct ig_req *req);
 
 /* ---- model fallbacks (try_fallback.c) ---- */
 

@@ -26,6 +26,11 @@ struct ig_proxy_stats {
 				     * (the primary did), not sent (the budget, no free slot) */
 	uint64_t hedge_waste_us;    /* backend time of the attempts that lost a race */
 	uint64_t hedge_waste_prompt_tokens; /* the prompts they were sent (estimated) */
+	/* prefill/decode pairs (try_pd.c): pairs made (a prefill half sent),
+	 * prefill halves that failed (the pair made again), hand-overs past
+	 * pd.transfer_timeout_ms, short prompts run alone (pd.min_prompt_tokens),
+	 * vLLM prefill answers with no kv_transfer_params (decoded alone) */
+	uint64_t pd[5];
 	uint64_t idem[4];           /* Idempotency-Key requests: ran, joined (while it ran),
 				     * replayed (after), conflicts (another body: 422) */
 	uint64_t upstream_errors[IG_PATH_NUPERR];

@@ -52,7 +52,7 @@ static const struct ig_relay_ops relay_ops = {relay_wake,  relay_idle,   relay_c
 					      relay_stored, relay_tee, relay_first_byte};
 static void watch_attempt_start(struct ig_req *req, struct ig_backend *b);
 static const struct ig_xch_hooks hooks = {on_upstream_done, &relay_ops, &waiter_ops, req_free, decided, admit,
-					  watch_attempt_start};
+					  watch_attempt_start, end_attempt, ig_pd_launch};
 
 /* The observers, told in this order (watch.h). */
 const struct ig_watch *const ig_watches[] = {
@@ -63,6 +63,7 @@ const struct ig_watch *const ig_watches[] = {
 
 /* The strategies, asked in this order at an attempt's end (strategy.h). */
 const struct ig_strategy *const ig_strategies[] = {
+	&ig_try_pd,       /* a prefill half's end is the pair's (try_pd.c) */
 	&ig_try_hedge,    /* it failed while its hedge runs: the hedge's answer */
 	&ig_try_continue, /* a stream broken after its first byte goes on elsewhere */
 	&ig_try_retry,    /* before any byte: another backend, within the budget */
@@ -134,6 +135,9 @@ static void req_free(struct ig_req *req)
 	free(req->refusal);
 	if (req->hedge_of && req->hedge_of->hedge == req)
 		req->hedge_of->hedge = NULL;
+	if (req->pd_of && req->pd_of->pd_leg == req)
+		req->pd_of->pd_leg = NULL;
+	ig_pd_drop_leg(req);
 	if (req->hedge) { /* its hedge: on if it won (it runs for itself), else dropped */
 		struct ig_req *h = req->hedge;
 		h->hedge_of = NULL;
@@ -174,6 +178,10 @@ static void refused_here(struct ig_req *req, const struct ig_dispatch_error *e)
 {
 	if (req->hedge_of && !req->xfer.running && !req->relay.first_seen) {
 		req->hedge_refused = true; /* hedge_start drops it */
+		return;
+	}
+	if (req->is_pd_leg && !req->xfer.running) {
+		req->hedge_refused = true; /* a prefill half not placed: try_pd.c drops it */
 		return;
 	}
 	if (req->relay.committed) { /* a continuation: its stream is under way */
@@ -219,7 +227,7 @@ static int on_dispatched(struct ig_waiter *w, struct ig_backend *b IG_UNUSED)
 		return 0;
 	}
 	ig_attempt_launch(req);
-	if (req->xfer.running)
+	if (req->xfer.running || req->pd_waiting)
 		return 0;
 	ig_xch_resume(req); /* it failed: the error is the answer */
 	return -1;
@@ -551,6 +559,11 @@ static void detached_end(struct ig_req *req)
 	}
 	decided(req);
 	req->status_sent = req->err_status ? req->err_status : (unsigned)req->relay.up_status;
+	if (req->is_pd_leg) { /* a prefill half: the pair's (try_pd.c), not a request */
+		ig_list_del(&req->post_link);
+		ig_pd_leg_end(req);
+		return;
+	}
 	if (req->is_hedge) { /* its primary counts the request; the tokens are its */
 		struct ig_req *p = req->hedge_of;
 		if (p && p->hedge_winner == 2) {
@@ -629,7 +642,7 @@ static void scan_idle(struct ig_rx *rx, uint64_t now_ms)
 		long gap_ms = by_class(klass, rt->token_gap_ms >= 0 ? rt->token_gap_ms : cfg->token_gap_ms,
 				       cfg->token_gap_high_ms, cfg->token_gap_low_ms);
 		if (req->adm.deadline_ms && now_ms >= req->adm.deadline_ms && !req->deadline_hit &&
-		    (req->wait.queued || req->xfer.running)) {
+		    (req->wait.queued || req->xfer.running || req->pd_waiting)) {
 			/* The client's deadline: a 504 (or, streaming, the stream's
 			 * end with an error event), and the upstream aborted. */
 			req->deadline_hit = true;
@@ -645,7 +658,9 @@ static void scan_idle(struct ig_rx *rx, uint64_t now_ms)
 					  "a backend", req->adm.timeout_ms);
 				ig_xch_resume(req);
 			} else {
+				ig_pd_drop_leg(req); /* a pair's prefill half goes with it */
 				end_attempt(req, IG_UPERR_TIMEOUT, "the client's deadline passed");
+				req->pd_waiting = false;
 			}
 			continue;
 		}
@@ -716,7 +731,7 @@ void ig_proxy_run_posted(struct ig_rx *rx)
 		if ((ops & IG_HAND_START) && req->start_posted) {
 			req->start_posted = false;
 			ig_attempt_launch(req);
-			if (!req->xfer.running)
+			if (!req->xfer.running && !req->pd_waiting)
 				ops |= IG_HAND_RESUME; /* it failed: the error is the answer */
 		}
 		if (ops & IG_HAND_RESUME)

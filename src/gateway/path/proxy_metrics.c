@@ -50,6 +50,11 @@ static void proxy_prom(void *arg, struct ig_buf *b)
 		      "were sent, in tokens (4 bytes of text a token): the prefill they may have cost.\n"
 		      "# TYPE infergate_hedge_waste_prompt_tokens_total counter\n"
 		      "infergate_hedge_waste_prompt_tokens_total %lu\n", (unsigned long)s->hedge_waste_prompt_tokens);
+	static const char *const pd_what[5] = {"paired", "prefill_failed", "transfer_timeout", "alone", "no_params"};
+	by_label(b, "infergate_pd_requests_total",
+		 "Prefill/decode pairs: requests sent to a prefill and a decode server, prefill halves that failed "
+		 "(the pair made again), hand-overs past pd.transfer_timeout_ms, short prompts run alone, vLLM "
+		 "prefill answers without kv_transfer_params.", "outcome", pd_what, s->pd, 5);
 	static const char *const idem_what[4] = {"ran", "joined", "replayed", "conflict"};
 	by_label(b, "infergate_idempotency_requests_total", "Requests with an Idempotency-Key, by what became of them.",
 		 "outcome", idem_what, s->idem, 4);

@@ -69,6 +69,8 @@ void ig_xch_add_common_headers(struct ig_req *req, struct MHD_Response *r)
 	add_limit_headers(req, r);
 	if (req->wait.backend && !req->err_status)
 		MHD_add_response_header(r, "X-Infergate-Backend", req->wait.backend->url);
+	if (req->pd_prefill && !req->err_status) /* the pair's other half (try_pd.c) */
+		MHD_add_response_header(r, "X-Infergate-Prefill-Backend", req->pd_prefill->url);
 	if (req->wait.was_queued) {
 		char ms[24];
 		snprintf(ms, sizeof(ms), "%llu", (unsigned long long)req->wait.waited_ms);
@@ -172,5 +174,7 @@ void ig_xch_req_log(struct ig_req *req, bool completed)
 			      "completion_tokens",
 			      req->relay.completion_tokens >= 0 ? json_integer(req->relay.completion_tokens) : json_null(),
 			      "completed", completed);
+	if (req->pd_prefill) /* a pair's prefill server (try_pd.c) */
+		json_object_set_new(e, "prefill_backend", json_string(req->pd_prefill->url));
 	ig_accesslog_write(&gw->alog, e);
 }

@@ -48,6 +48,7 @@ struct ig_strategy {
 /* The strategies, in the order they are asked; NULL-terminated (proxy.c). */
 extern const struct ig_strategy *const ig_strategies[];
 
+extern const struct ig_strategy ig_try_pd;       /* try_pd.c */
 extern const struct ig_strategy ig_try_hedge;    /* try_hedge.c */
 extern const struct ig_strategy ig_try_continue; /* try_continue.c */
 extern const struct ig_strategy ig_try_retry;    /* try_retry.c */

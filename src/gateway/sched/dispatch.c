@@ -34,13 +34,68 @@ static void backend_gone(void *arg, const struct ig_backend *b)
 	struct ig_sched *s = arg;
 	if (s->policy && s->policy->gone)
 		s->policy->gone(s->policy_state, b);
+	for (int i = 0; i < 2; i++)
+		if (s->pd_policy[i] && s->pd_policy[i]->gone)
+			s->pd_policy[i]->gone(s->pd_state[i], b);
+}
+
+static void one_free(const struct ig_policy **p, void **state)
+{
+	if (*p && (*p)->free)
+		(*p)->free(*state);
+	*state = NULL;
 }
 
 static void policy_free(struct ig_sched *s)
 {
-	if (s->policy && s->policy->free)
-		s->policy->free(s->policy_state);
-	s->policy_state = NULL;
+	one_free(&s->policy, &s->policy_state);
+	for (int i = 0; i < 2; i++) {
+		one_free(&s->pd_policy[i], &s->pd_state[i]);
+		s->pd_policy[i] = NULL;
+	}
+}
+
+/* Policy `index` (policy_list.h) in *p with its state: kept (reconfigured)
+ * when it is the one there, else made anew and the old one freed (requests
+ * running keep the old one's pointer and are ended without its state:
+ * ig_dispatch_end). Returns 0 or -1. */
+static int one_set(const struct ig_policy **p, void **state, int index, const struct ig_conf *cfg)
+{
+	const struct ig_policy *np = ig_policy_get(index);
+	void *ns = NULL;
+	if (np == *p)
+		return np->reconfigure ? np->reconfigure(*state, cfg) : 0;
+	if (np->init && np->init(&ns, cfg) < 0)
+		return -1;
+	one_free(p, state);
+	*p = np;
+	*state = ns;
+	return 0;
+}
+
+/* The policy that picks for w, and its state: a pair's half's own in a
+ * pool with pairs, else the gateway's. */
+static const struct ig_policy *policy_for(struct ig_sched *s, const struct ig_waiter *w, void **state)
+{
+	int i = w->pick.role == IG_PICK_PREFILL ? 0 : w->m && w->m->pairs ? 1 : -1;
+	if (i < 0 || !s->pd_policy[i]) {
+		*state = s->policy_state;
+		return s->policy;
+	}
+	*state = s->pd_state[i];
+	return s->pd_policy[i];
+}
+
+/* The state of policy p, if it is still one of the gateway's (a reload
+ * may have replaced it while a request ran), else NULL. */
+static void *state_of(const struct ig_sched *s, const struct ig_policy *p)
+{
+	if (p == s->policy)
+		return s->policy_state;
+	for (int i = 0; i < 2; i++)
+		if (p == s->pd_policy[i])
+			return s->pd_state[i];
+	return NULL;
 }
 
 /* Its families of /metrics (metrics.h): the retry budget's refusals, the
@@ -76,14 +131,12 @@ static void expire_timer(struct ig_rx *rx, uint64_t now_ms, void *arg IG_UNUSED)
 int ig_dispatch_init(struct ig_gw *gw, char **err)
 {
 	struct ig_sched *s = &gw->sched;
-	const struct ig_policy *p = ig_policy_get(gw->cfg->policy);
-	void *state = NULL;
-	if (p->init && p->init(&state, gw->cfg) < 0) {
-		*err = ig_strdupf("policy %s: out of memory", p->name);
+	if (one_set(&s->policy, &s->policy_state, gw->cfg->policy, gw->cfg) < 0 ||
+	    one_set(&s->pd_policy[0], &s->pd_state[0], gw->cfg->pd_prefill_policy, gw->cfg) < 0 ||
+	    one_set(&s->pd_policy[1], &s->pd_state[1], gw->cfg->pd_decode_policy, gw->cfg) < 0) {
+		*err = strdup("routing policies: out of memory");
 		return -1;
 	}
-	s->policy = p;
-	s->policy_state = state;
 	gw->fleet.on_gone = backend_gone;
 	gw->fleet.on_gone_arg = s;
 	gw->report_backend = ig_dispatch_report_backend;
@@ -104,17 +157,10 @@ int ig_dispatch_init(struct ig_gw *gw, char **err)
 int ig_dispatch_configure(struct ig_gw *gw)
 {
 	struct ig_sched *s = &gw->sched;
-	const struct ig_policy *p = ig_policy_get(gw->cfg->policy);
-	void *state = NULL;
-	if (p == s->policy)
-		return p->reconfigure ? p->reconfigure(s->policy_state, gw->cfg) : 0;
-	if (p->init && p->init(&state, gw->cfg) < 0)
+	if (one_set(&s->policy, &s->policy_state, gw->cfg->policy, gw->cfg) < 0 ||
+	    one_set(&s->pd_policy[0], &s->pd_state[0], gw->cfg->pd_prefill_policy, gw->cfg) < 0 ||
+	    one_set(&s->pd_policy[1], &s->pd_state[1], gw->cfg->pd_decode_policy, gw->cfg) < 0)
 		return -1;
-	/* Requests running keep the old policy's pointer (struct ig_waiter),
-	 * and are ended without its state (ig_dispatch_end). */
-	policy_free(s);
-	s->policy = p;
-	s->policy_state = state;
 	return 0;
 }
 
@@ -275,6 +321,7 @@ static void ends_sync(struct ig_model *m, const struct ig_cluster_view *v)
 static enum ig_dispatch_result start(struct ig_gw *gw, struct ig_waiter *w, struct ig_backend *b)
 {
 	struct ig_sched *s = &gw->sched;
+	void *state;
 	if (w->pick.ntried == 0)
 		w->dispatch_seq = ++s->dispatched;
 	if (w->pick.ntried < IG_MAX_TRIES)
@@ -282,17 +329,19 @@ static enum ig_dispatch_result start(struct ig_gw *gw, struct ig_waiter *w, stru
 	w->backend = b;
 	w->running = true;
 	w->attempt_us = ig_now_us();
-	w->policy = s->policy;
+	w->policy = policy_for(s, w, &state);
 	w->m->inflight++;
 	if (w->pick.low)
 		atomic_fetch_add(&b->low_inflight, 1);
 	ends_sync(w->m, gw->cluster_view);
 	if (w->pick.low && ig_cluster_others_waiting(gw->cluster_view, w->m->name) > 0)
 		w->m->ends_held = 0; /* low's turn taken */
-	w->q.key->inflight++;
-	s->class_inflight[w->q.klass]++;
-	if (s->policy->started)
-		s->policy->started(s->policy_state, b, &w->pick);
+	if (w->pick.role != IG_PICK_PREFILL) { /* a pair is one request of its key and class */
+		w->q.key->inflight++;
+		s->class_inflight[w->q.klass]++;
+	}
+	if (w->policy->started)
+		w->policy->started(state, b, &w->pick);
 	return w->ops->start(w, b) == 0 ? IG_DISPATCH_STARTED : IG_DISPATCH_FAILED;
 }
 
@@ -326,8 +375,10 @@ void ig_dispatch_end(struct ig_gw *gw, struct ig_waiter *w, const struct ig_pick
 	ends_sync(w->m, gw->cluster_view);
 	if (ig_cluster_others_waiting(gw->cluster_view, w->m->name) > 0 && w->m->ends_held < gw->sched.low_every)
 		w->m->ends_held++;
-	w->q.key->inflight--;
-	s->class_inflight[w->q.klass]--;
+	if (w->pick.role != IG_PICK_PREFILL) {
+		w->q.key->inflight--;
+		s->class_inflight[w->q.klass]--;
+	}
 	struct ig_pick_outcome out = *o;
 	out.duration_us = ig_now_us() - w->attempt_us;
 	if (w->q.klass != IG_CLASS_LOW)
@@ -335,7 +386,7 @@ void ig_dispatch_end(struct ig_gw *gw, struct ig_waiter *w, const struct ig_pick
 	if (w->policy && w->policy->done)
 		/* A reload may have changed the policy while it ran: the old
 		 * one's state is gone, it undoes its counts without it. */
-		w->policy->done(w->policy == s->policy ? s->policy_state : NULL, w->backend, &w->pick, &out);
+		w->policy->done(state_of(s, w->policy), w->backend, &w->pick, &out);
 	gw->drain_pending = true;
 }
 
@@ -380,7 +431,16 @@ static enum ig_dispatch_result place(struct ig_gw *gw, struct ig_waiter *w, bool
 		}
 	}
 	w->pick.view = gw->cluster_view;
-	switch (ig_policy_pick(s->policy, s->policy_state, m->backends, m->nbackends, &m->rotor, &w->pick, &b)) {
+	void *state;
+	const struct ig_policy *p = policy_for(s, w, &state);
+	enum ig_pick got = ig_policy_pick(p, state, m->backends, m->nbackends, &m->rotor, &w->pick, &b);
+	if (got != IG_PICK_OK && w->pick.role == IG_PICK_ALONE) {
+		/* no server that prefills alone is free: a pair after all */
+		w->pick.role = IG_PICK_SERVE;
+		w->pick.view = gw->cluster_view;
+		got = ig_policy_pick(p, state, m->backends, m->nbackends, &m->rotor, &w->pick, &b);
+	}
+	switch (got) {
 	case IG_PICK_OK:
 		return start(gw, w, b);
 	case IG_PICK_BUSY:
@@ -609,8 +669,11 @@ void ig_dispatch_drain(struct ig_gw *gw)
 				}
 				set_overshoot(gw, w);
 				w->pick.view = gw->cluster_view;
-				p = ig_policy_pick(s->policy, s->policy_state, m->backends, m->nbackends, &m->rotor,
-						   &w->pick, &b);
+				void *state;
+				const struct ig_policy *pol = policy_for(s, w, &state);
+				if (w->pick.role == IG_PICK_ALONE) /* it waited: whichever half frees first */
+					w->pick.role = IG_PICK_SERVE;
+				p = ig_policy_pick(pol, state, m->backends, m->nbackends, &m->rotor, &w->pick, &b);
 				if (p != IG_PICK_BUSY || !w->pick.pinned)
 					break;
 				/* Pinned to a backend that is full: the requests behind it

@@ -47,6 +47,19 @@ static bool tried_already(const struct ig_backend *b, const struct ig_pick_req *
 	return false;
 }
 
+/* Whether b may take a pick of role `role` (enum ig_pick_role). */
+static bool role_fits(const struct ig_backend *b, int role)
+{
+	switch (role) {
+	case IG_PICK_PREFILL:
+		return b->role == IG_ROLE_PREFILL;
+	case IG_PICK_ALONE:
+		return b->role == IG_ROLE_BOTH || (b->role == IG_ROLE_DECODE && b->engine == IG_ENGINE_VLLM);
+	default:
+		return b->role != IG_ROLE_PREFILL;
+	}
+}
+
 long ig_policy_limit(const struct ig_cluster_view *v, const struct ig_backend *b, bool low)
 {
 	long limit = ig_backend_limit(b);
@@ -108,11 +121,17 @@ enum ig_pick ig_policy_pick(const struct ig_policy *p, void *state, struct ig_ba
 	 * there for each one over (the server runs it at once and puts a low
 	 * request back in its queue; with none, it would only wait there). */
 	long over = 0;
+	bool any = false; /* a prefill half past every limit (IG_PICK_PREFILL) */
 again:
 	for (size_t i = 0; i < n; i++) {
 		struct ig_backend *b = v[i];
-		if (!ig_backend_usable(b) || tried_already(b, rq) || (rq->pinned && b->id + 1 != rq->pinned))
+		if (!ig_backend_usable(b) || tried_already(b, rq) || (rq->pinned && b->id + 1 != rq->pinned) ||
+		    !role_fits(b, rq->role))
 			continue;
+		if (any) {
+			cand[k++] = b;
+			continue;
+		}
 		healthy++;
 		/* It asked for time (Retry-After): up, but nothing new until then;
 		 * a request with nowhere else to go waits for it. */
@@ -132,6 +151,11 @@ again:
 	if (k == 0 && healthy && !over && rq->overshoot > 0 && !rq->low) {
 		over = rq->overshoot;
 		healthy = 0;
+		goto again;
+	}
+	if (k == 0 && healthy && rq->role == IG_PICK_PREFILL && !any) {
+		any = true;
+		over = 0;
 		goto again;
 	}
 	if (k == 0) {

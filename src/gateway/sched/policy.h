@@ -39,9 +39,22 @@ enum ig_pick {
 
 #define IG_MAX_TRIES 26 /* retries <= 20, continuations <= 5 (IG_CONT_MAX), plus the first attempt */
 
+/* Which servers a pick is among, by their role in prefill/decode pairs
+ * (backends[].role; path/try_pd.c makes the pairs). */
+enum ig_pick_role {
+	IG_PICK_SERVE,   /* any but a prefill server: a decode server's request
+			  * gets a prefill half (the pair), the others run alone */
+	IG_PICK_PREFILL, /* a pair's prefill half: prefill servers; when all are at
+			  * their limit, the least loaded all the same (its
+			  * engine queues it; the pair holds a decode slot already) */
+	IG_PICK_ALONE,   /* a short prompt: a server that can prefill it alone (role
+			  * both, or a vLLM decode server) */
+};
+
 /* What a policy is told of one request, for its whole life (embedded in
  * the request's struct ig_waiter). */
 struct ig_pick_req {
+	int role;                        /* enum ig_pick_role of its next pick; written by: admission, dispatch, try_pd */
 	bool low;                        /* class low (a bulk run): may not take a
 					  * backend's last reserve_slots slots */
 	long overshoot;                  /* when no backend has a free slot, it may go this

@@ -173,6 +173,7 @@ static int pool_of(struct ig_model *m, const struct ig_fleet *fleet)
 	if (fleet->n && !v)
 		return -1;
 	m->named = false;
+	m->pairs = false;
 	for (size_t i = 0; i < fleet->n; i++) {
 		struct ig_backend *b = fleet->v[i];
 		bool names = ig_backend_names_model(b, m->name);
@@ -180,6 +181,7 @@ static int pool_of(struct ig_model *m, const struct ig_fleet *fleet)
 			continue;
 		v[k++] = b;
 		m->named = m->named || names;
+		m->pairs = m->pairs || b->role == IG_ROLE_PREFILL;
 	}
 	free(m->backends);
 	m->backends = v;

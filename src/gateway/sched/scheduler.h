@@ -63,6 +63,8 @@ struct ig_model {
 	struct ig_backend **backends; /* those that serve it, up or not */
 	size_t nbackends;
 	bool named;                  /* one of them names it (not only takes any model) */
+	bool pairs;                  /* some of them are prefill servers: its requests
+				      * go to pairs (path/try_pd.c) */
 	unsigned rotor;              /* the policies' rotating start among them */
 	struct ig_class_queue q[IG_NCLASSES];
 	size_t qlen;                 /* waiting, all classes */
@@ -110,6 +112,10 @@ struct ig_sched {
 	/* dispatch.c's: the routing policy and its state, and the counts */
 	const struct ig_policy *policy;
 	void *policy_state;
+	/* a pair's halves' own (pd.prefill_policy, pd.decode_policy): [0]
+	 * prefill, [1] decode and a short prompt's server in a pool with pairs */
+	const struct ig_policy *pd_policy[2]; /* written by: dispatch */
+	void *pd_state[2];                    /* written by: dispatch */
 	size_t qlen;                 /* requests waiting, all models */
 	uint64_t dispatched;         /* requests sent to a backend (first attempts) */
 	/* the retry budget: requests and retries per second of the last
