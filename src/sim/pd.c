@@ -443,6 +443,8 @@ int sim_pd_init(struct sim *s)
 	}
 	pd->mhd = MHD_start_daemon(flags, 0, NULL, NULL, listener, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
 				   MHD_OPTION_NOTIFY_COMPLETED, listener_done, s, MHD_OPTION_CONNECTION_TIMEOUT, 600u,
+				   /* a decode's every request asks once: as many as the main port takes */
+				   MHD_OPTION_CONNECTION_LIMIT, 16000u, MHD_OPTION_LISTEN_BACKLOG_SIZE, 4096u,
 				   MHD_OPTION_EXTERNAL_LOGGER, ig_httpd_log, NULL, MHD_OPTION_END);
 	if (!pd->mhd) {
 		ig_log_error("cannot listen on %s port %ld for %s", c->listen_host, port,

@@ -186,6 +186,22 @@ def sglang_decode_server_refuses_a_body_without_a_room():
     assert s == 400, (s, obj)
 
 
+@test
+def sglang_batch_of_one_takes_its_lists():
+    # sgl-router sends lists for a prompt list (pd_router.rs inject_bootstrap_into_value),
+    # one item for a list of one prompt
+    prefill, decode, together = sglang_trio("--tokens-per-second", "0")
+    port, room = bootstrap_port(prefill), random.getrandbits(63)
+    body = {"prompt": ["one prompt in a list"], "bootstrap_host": ["127.0.0.1"], "bootstrap_port": [port],
+            "bootstrap_room": [room]}
+    d = in_thread(post, decode, "/v1/completions", body)
+    assert post(prefill, "/v1/completions", body)[0] == 200
+    ds, ddata = d.join()
+    cs, cdata = post(together, "/v1/completions", {"prompt": ["one prompt in a list"]})
+    assert ds == cs == 200, (ds, ddata)
+    assert json.loads(ddata)["choices"][0]["text"] == json.loads(cdata)["choices"][0]["text"]
+
+
 def vllm_pair(*extra):
     a = start_sim("--flavor", "vllm", "--kv-transfer-config", KV, "--nixl-side-channel-port", "0", "--seed", "5",
                   "--tokens-per-second", "0", *extra)
