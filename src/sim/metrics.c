@@ -216,13 +216,14 @@ char *sim_metrics_state(struct sim *s)
 			      "flavor", flavor_names[s->conf->flavor],
 			      "ranks", ranks, "traceparents", tps);
 	if (s->pd) /* prefill/decode disaggregation: the hand-overs (pd.c) */
-		json_object_set_new(st, "pd", json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "transfers_sent",
+		json_object_set_new(st, "pd", json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "transfers_sent",
 							(json_int_t)s->pd_st.sent, "transfers_received",
 							(json_int_t)s->pd_st.received, "transfers_failed",
 							(json_int_t)s->pd_st.failed, "bytes_sent",
 							(json_int_t)s->pd_st.bytes_sent, "bytes_received",
 							(json_int_t)s->pd_st.bytes_received, "rooms_held",
-							(json_int_t)s->pd_st.held));
+							(json_int_t)s->pd_st.held, "decodes_asking",
+							(json_int_t)s->pd_st.asking));
 	return dump(st);
 }
 

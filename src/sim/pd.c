@@ -70,6 +70,7 @@ struct sim_pd_fetch {
 	char key[64];
 	char rid[40];
 	uint64_t started_us, deadline_us, next_us;
+	unsigned attempts;                 /* connections tried: each takes the next address */
 	struct ig_buf io;                  /* the request going out, then the answer coming in */
 	size_t sent;
 	uint64_t bytes;
@@ -78,7 +79,10 @@ struct sim_pd_fetch {
 /* A listener request waiting for a room (a long poll). */
 struct waiter {
 	struct ig_list link;               /* pd->waiters */
+	struct sim *s;
 	struct MHD_Connection *conn;
+	struct sim_event ev;               /* its socket, watched for hang-up while it waits */
+	bool watching;
 	char key[64];
 	uint64_t deadline_us;
 	unsigned status;                   /* 0 while it waits */
@@ -360,6 +364,15 @@ static enum MHD_Result reply(struct MHD_Connection *conn, unsigned status, char 
 	return ret;
 }
 
+/* The decode's connection hung up while it waited: it is answered (into
+ * nothing) and goes. */
+static void waiter_gone(struct sim_event *ev, uint32_t events IG_UNUSED)
+{
+	struct waiter *w = ev->data;
+	if (w->status == 0)
+		waiter_answer(w->s, w, 404, strdup("{\"error\":\"gone\"}"));
+}
+
 static enum MHD_Result listener(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
 				const char *version IG_UNUSED, const char *upload_data IG_UNUSED,
 				size_t *upload_data_size, void **con_cls)
@@ -395,11 +408,20 @@ static enum MHD_Result listener(void *cls, struct MHD_Connection *conn, const ch
 	if (!(w = calloc(1, sizeof(*w))))
 		return MHD_NO;
 	snprintf(w->key, sizeof(w->key), "%s", key);
+	w->s = s;
 	w->conn = conn;
 	w->deadline_us = now + (uint64_t)(wait_ms > 3600000 ? 3600000 : wait_ms) * 1000u;
 	ig_list_append(&s->pd->waiters, &w->link);
+	s->pd_st.asking++;
 	*con_cls = w;
 	MHD_suspend_connection(conn);
+	/* MHD does not see a suspended client leave: a decode that gave up
+	 * must not be handed the KV its successor should get */
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	if (ci) {
+		w->ev = (struct sim_event){.fd = ci->connect_fd, .handler = waiter_gone, .data = w};
+		w->watching = sim_event_add(s, &w->ev, EPOLLRDHUP | EPOLLET) == 0;
+	}
 	return MHD_YES;
 }
 
@@ -410,6 +432,9 @@ static void listener_done(void *cls IG_UNUSED, struct MHD_Connection *conn IG_UN
 	if (!w)
 		return;
 	*con_cls = NULL;
+	if (w->watching)
+		sim_event_del(w->s, &w->ev);
+	w->s->pd_st.asking--;
 	ig_list_del(&w->link);
 	free(w->body);
 	free(w);
@@ -533,8 +558,15 @@ static void fetch_start(struct sim *s, struct sim_pd_fetch *f, uint64_t now)
 	 * tests are addresses or localhost */
 	if (getaddrinfo(f->host, ps, &hints, &res) != 0 || !res)
 		return;
-	int fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd < 0 || (connect(fd, res->ai_addr, res->ai_addrlen) < 0 && errno != EINPROGRESS)) {
+	/* each attempt takes the next address (localhost: ::1, then 127.0.0.1) */
+	unsigned n = 0;
+	for (struct addrinfo *a = res; a; a = a->ai_next)
+		n++;
+	struct addrinfo *ai = res;
+	for (unsigned k = f->attempts++ % n; k > 0; k--)
+		ai = ai->ai_next;
+	int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0 || (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0 && errno != EINPROGRESS)) {
 		if (fd >= 0)
 			close(fd);
 		freeaddrinfo(res);
@@ -594,10 +626,9 @@ static void fetch_io(struct sim_event *ev, uint32_t events)
 		socklen_t l = sizeof(err);
 		if ((events & (EPOLLERR | EPOLLHUP)) || getsockopt(ev->fd, SOL_SOCKET, SO_ERROR, &err, &l) < 0 || err) {
 			fetch_close(s, f);
-			f->st = FETCH_RETRY;
-			f->next_us = now + RETRY_US;
-			if (s->conf->flavor == SIM_FLAVOR_VLLM)
-				fetch_failed(s, f, "cannot connect to the side channel");
+			f->st = FETCH_RETRY; /* vLLM: at once, to its next address or its failure */
+			f->next_us = s->conf->flavor == SIM_FLAVOR_VLLM ? now : now + RETRY_US;
+			s->need_mhd_run = true; /* the loop turns at once */
 			return;
 		}
 		while (f->sent < f->io.len) {
@@ -830,7 +861,13 @@ void sim_pd_run(struct sim *s, uint64_t now)
 		} else if (f->deadline_us <= now) {
 			fetch_failed(s, f, "timed out");
 		} else if (f->st == FETCH_RETRY && f->next_us <= now) {
-			fetch_start(s, f, now);
+			/* vLLM reads blocks that exist or never will: no asking again,
+			 * only a second address of the name (localhost's ::1, then
+			 * 127.0.0.1); a name that does not resolve fails at once */
+			if (s->conf->flavor == SIM_FLAVOR_VLLM && f->attempts != 1)
+				fetch_failed(s, f, "cannot reach the side channel");
+			else
+				fetch_start(s, f, now);
 		}
 	}
 	if (pd->mhd)

@@ -48,6 +48,7 @@ struct sim_pd_stats {
 	uint64_t failed;            /* hand-overs that failed or timed out, either side */
 	uint64_t bytes_sent, bytes_received;
 	long held;                  /* rooms whose KV waits for its decode now */
+	long asking;                /* decodes waiting at the listener for a room not ready */
 };
 
 struct sim {

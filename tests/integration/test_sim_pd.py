@@ -15,7 +15,7 @@ import random
 import re
 import threading
 
-from harness import http, http_json, run, sse_events, start_sim, test, wait_until
+from harness import http, http_json, raw_post, run, sse_events, start_sim, test, wait_until
 
 KV = '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
 
@@ -140,12 +140,29 @@ def sglang_decode_may_ask_before_the_prefill_has_the_request():
     prefill, decode, _ = sglang_trio("--tokens-per-second", "0")
     body = sglang_body(prefill, {"prompt": "the decode comes first"})
     d = in_thread(post, decode, "/v1/completions", body)
-    wait_until(lambda: http_json("GET", decode.url + "/sim/state")[2]["requests_received"] == 1)
+    wait_until(lambda: pd_state(prefill)["decodes_asking"] == 1, what="the decode asking the prefill")
     ps, _ = post(prefill, "/v1/completions", body)
     ds, ddata = d.join()
     assert ps == ds == 200, (ps, ds, ddata)
     assert json.loads(ddata)["usage"]["completion_tokens"] > 1
     assert pd_state(prefill)["transfers_sent"] == 1 and pd_state(decode)["transfers_received"] == 1
+
+
+@test
+def sglang_decode_that_gave_up_does_not_take_the_kv():
+    # its client left while it waited at the prefill's listener: the next
+    # decode of the room gets the KV
+    prefill, decode, _ = sglang_trio("--tokens-per-second", "0")
+    body = sglang_body(prefill, {"messages": [{"role": "user", "content": "left early"}]})
+    s = raw_post(decode.port, body)
+    wait_until(lambda: pd_state(prefill)["decodes_asking"] == 1, what="the first decode asking")
+    s.close()
+    wait_until(lambda: pd_state(prefill)["decodes_asking"] == 0, what="the first decode gone")
+    d = in_thread(post, decode, "/v1/chat/completions", body)
+    ps, _ = post(prefill, "/v1/chat/completions", body)
+    ds, ddata = d.join()
+    assert ps == ds == 200, (ps, ds, ddata)
+    assert pd_state(decode)["transfers_received"] == 1 and pd_state(prefill)["transfers_sent"] == 1
 
 
 @test
