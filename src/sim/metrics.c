@@ -369,9 +369,10 @@ static void vllm_metrics(struct ig_buf *o, struct sim *s)
 }
 
 /* The KV hand-overs. The engines' own failure counters: SGLang's
+ * sglang:num_bootstrap_failed_reqs_total (a prefill no decode took) and
  * sglang:num_transfer_failed_reqs_total (python/sglang/srt/observability/
  * metrics_collector.py), vLLM's vllm:nixl_num_failed_transfers and
- * vllm:nixl_num_kv_expired_reqs (NixlPromMetrics in
+ * vllm:nixl_num_kv_expired_reqs (blocks freed unread; NixlPromMetrics in
  * vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py, counters
  * printed with _total); the counts of hand-overs and bytes are the
  * simulator's own names (the engines have histograms, not these). */
@@ -381,10 +382,14 @@ static void pd_metrics(struct ig_buf *o, struct sim *s)
 	const struct sim_pd_stats *p = &s->pd_st;
 	if (s->conf->flavor == SIM_FLAVOR_VLLM) {
 		metric(o, "vllm:nixl_num_failed_transfers_total", "counter", "Number of failed NIXL KV Cache transfers.", m,
-		       p->failed);
+		       p->failed - p->expired);
+		metric(o, "vllm:nixl_num_kv_expired_reqs_total", "counter",
+		       "Number of requests whose KV blocks expired before a decode read them.", m, p->expired);
 	} else {
+		metric(o, "sglang:num_bootstrap_failed_reqs_total", "counter", "The number of bootstrap failed requests.", m,
+		       p->bootstrap_failed);
 		metric(o, "sglang:num_transfer_failed_reqs_total", "counter", "The number of transfer failed requests.", m,
-		       p->failed);
+		       p->failed - p->bootstrap_failed);
 	}
 	metric(o, "infergate_sim_kv_transfers_sent_total", "counter", "KV hand-overs completed as the prefill side.", m,
 	       p->sent);

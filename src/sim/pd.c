@@ -327,6 +327,7 @@ static void room_due(struct sim *s, struct sim_pd_room *rm, uint64_t now)
 	if (!r) { /* vLLM: no decode read the blocks in time; they are freed */
 		ig_log_info("pd: blocks of %s freed after %g s unread", rm->key, s->conf->nixl_abort_s);
 		s->pd_st.failed++;
+		s->pd_st.expired++;
 		room_free(s, rm);
 		return;
 	}
@@ -338,6 +339,7 @@ static void room_due(struct sim *s, struct sim_pd_room *rm, uint64_t now)
 			       "KVPoll.Bootstrapping", rm->rid, rm->key, rm->key, rm->key,
 			       (double)s->conf->pd_timeout_ms / 1000.0);
 	ig_log_warn("pd: %s", msg);
+	s->pd_st.bootstrap_failed++;
 	fail_answer(s, r, msg);
 	free(msg);
 	(void)now;

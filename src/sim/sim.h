@@ -46,6 +46,8 @@ struct sim_pd;
 struct sim_pd_stats {
 	uint64_t sent, received;    /* KV hand-overs completed, as prefill / as decode */
 	uint64_t failed;            /* hand-overs that failed or timed out, either side */
+	uint64_t bootstrap_failed;  /* of which SGLang prefills no decode took in time */
+	uint64_t expired;           /* of which vLLM prefills' blocks no decode read in time */
 	uint64_t bytes_sent, bytes_received;
 	long held;                  /* rooms whose KV waits for its decode now */
 	long asking;                /* decodes waiting at the listener for a room not ready */

@@ -181,6 +181,8 @@ def sglang_transfer_that_never_comes_is_a_500_on_both_sides():
         assert obj["message"].startswith(side) and f"bootstrap_room={room}" in obj["message"], obj
     assert pd_state(prefill)["transfers_failed"] == 1 and pd_state(decode)["transfers_failed"] == 1
     assert pd_state(prefill)["rooms_held"] == 0
+    assert 'sglang:num_bootstrap_failed_reqs_total{model_name="sim-model"} 1' in http("GET", prefill.url + "/metrics")[2].decode()
+    assert 'sglang:num_transfer_failed_reqs_total{model_name="sim-model"} 1' in http("GET", decode.url + "/metrics")[2].decode()
     # streamed: 200, then the error event and [DONE]
     body = sglang_body(prefill, {"prompt": "lost too", "stream": True})
     s, data = post(decode, "/v1/completions", body)
@@ -276,6 +278,19 @@ def vllm_blocks_never_readable_fail_the_decode_or_recompute():
                       '{"kv_connector":"NixlConnector","kv_role":"kv_both","kv_load_failure_policy":"recompute"}')
     s, _, obj = http_json("POST", again.url + "/v1/chat/completions", dict(base, kv_transfer_params=k))
     assert s == 200 and obj["usage"]["completion_tokens"] > 1, (s, obj)
+
+
+@test
+def vllm_blocks_no_decode_read_are_freed_after_the_abort_timeout():
+    prefill, decode = vllm_pair("--nixl-abort-request-timeout-s", "0.3")
+    base = {"prompt": "nobody reads these blocks"}
+    k = http_json("POST", prefill.url + "/v1/completions", vllm_prefill_body(base))[2]["kv_transfer_params"]
+    assert pd_state(prefill)["rooms_held"] == 1
+    wait_until(lambda: pd_state(prefill)["rooms_held"] == 0, what="the blocks freed")
+    m = http("GET", prefill.url + "/metrics")[2].decode()
+    assert 'vllm:nixl_num_kv_expired_reqs_total{model_name="sim-model"} 1' in m
+    s, _, obj = http_json("POST", decode.url + "/v1/completions", dict(base, kv_transfer_params=k))
+    assert s == 500 and obj["error"]["type"] == "InternalServerError", (s, obj)
 
 
 @test
