@@ -285,7 +285,6 @@ def vllm_blocks_no_decode_read_are_freed_after_the_abort_timeout():
     prefill, decode = vllm_pair("--nixl-abort-request-timeout-s", "0.3")
     base = {"prompt": "nobody reads these blocks"}
     k = http_json("POST", prefill.url + "/v1/completions", vllm_prefill_body(base))[2]["kv_transfer_params"]
-    assert pd_state(prefill)["rooms_held"] == 1
     wait_until(lambda: pd_state(prefill)["rooms_held"] == 0, what="the blocks freed")
     m = http("GET", prefill.url + "/metrics")[2].decode()
     assert 'vllm:nixl_num_kv_expired_reqs_total{model_name="sim-model"} 1' in m
