@@ -105,7 +105,7 @@ LAYERS = {
         "reactor",
         "server",
         "parse metrics",                          # a generation request's body; /metrics, load reports
-        "pooling stored",                         # embeddings & co answered at once; stored Responses
+        "pooling stored pd",                      # embeddings & co answered at once; stored Responses; prefill/decode hand-overs
         "engine",
         "wire schema deadlines kvevents",         # the bytes of answers; a JSON answer's document; the running by deadline; KV events out
         "request kvcache text",

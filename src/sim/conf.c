@@ -173,6 +173,37 @@ static const struct ig_flag flags[] = {
 	{.name = "--stream-fail-rate", .type = IG_FLAG_DOUBLE, .off = OFF(stream_fail_rate), .min = 0, .max = 1,
 	 .def = "0", .metavar = "P",
 	 .help = "fraction of streams that end with an error event after half their tokens (HTTP 200 already sent)"},
+	{.name = "--disaggregation-mode", .type = IG_FLAG_CHOICE, .off = OFF(pd_mode), .def = "null",
+	 .metavar = "null|prefill|decode",
+	 .help = "SGLang's prefill/decode disaggregation: prefill computes prompts and hands their KV over "
+		 "(bootstrap_host/_port/_room in the body), decode takes it and decodes (sglang)"},
+	{.name = "--disaggregation-bootstrap-port", .type = IG_FLAG_LONG, .off = OFF(bootstrap_port), .min = 0,
+	 .max = 65535, .def = "8998", .metavar = "N",
+	 .help = "prefill: the bootstrap listener's port, on the --listen host (0: any free port, logged at start)"},
+	{.name = "--disaggregation-transfer-timeout-ms", .type = IG_FLAG_LONG, .off = OFF(pd_timeout_ms), .min = 1,
+	 .max = 86400000, .def = "300000", .metavar = "N",
+	 .help = "a KV hand-over not done in N ms fails: the decode answers 500, an SGLang prefill too "
+		 "(SGLang's bootstrap and waiting timeouts, 300 s; simulated time)"},
+	{.name = "--disaggregation-fail-transfer", .type = IG_FLAG_SWITCH, .off = OFF(pd_fail),
+	 .help = "fault: a prefill computes but never hands its KV over (its decode times out or fails)"},
+	{.name = "--kv-transfer-config", .type = IG_FLAG_STRING, .off = OFF(kv_transfer_config), .metavar = "JSON",
+	 .help = "vLLM's, e.g. '{\"kv_connector\":\"NixlConnector\",\"kv_role\":\"kv_both\"}': each request "
+		 "is a prefill (kv_transfer_params.do_remote_decode) or a decode (do_remote_prefill) or whole (vllm)"},
+	{.name = "--nixl-side-channel-port", .type = IG_FLAG_LONG, .off = OFF(nixl_port), .min = 0, .max = 65535,
+	 .def = "5600", .metavar = "N",
+	 .help = "with --kv-transfer-config: the side channel decodes read blocks from (VLLM_NIXL_SIDE_CHANNEL_PORT; "
+		 "0: any free port, logged at start)"},
+	{.name = "--nixl-abort-request-timeout-s", .type = IG_FLAG_DOUBLE, .off = OFF(nixl_abort_s), .min = 0.001,
+	 .max = 86400, .def = "480", .metavar = "X",
+	 .help = "with --kv-transfer-config: a prefill's blocks no decode read are freed after X s "
+		 "(VLLM_NIXL_ABORT_REQUEST_TIMEOUT; simulated time)"},
+	{.name = "--kv-bytes-per-token", .type = IG_FLAG_LONG, .off = OFF(kv_bytes_per_token), .min = 1,
+	 .max = 100000000, .def = "131072", .metavar = "N",
+	 .help = "KV bytes a prompt token moves in a hand-over (an 8B Llama: 32 layers x 8 KV heads x 128 x K,V x "
+		 "2 bytes)"},
+	{.name = "--transfer-gbps", .type = IG_FLAG_DOUBLE, .off = OFF(transfer_gbps), .min = 0.001, .max = 100000,
+	 .def = "25", .metavar = "X",
+	 .help = "KV hand-over bandwidth, GB/s (25: a 200 Gb/s RDMA link; simulated time)"},
 };
 
 static const struct ig_flags spec = {
@@ -269,6 +300,89 @@ static int apply_profile(struct sim_conf *c, char **err)
 	return 0;
 }
 
+/* --kv-transfer-config, checked as vLLM's KVTransferConfig checks the
+ * fields used here (vllm/config/kv_transfer.py: kv_role one of its three
+ * roles, required with kv_connector; kv_load_failure_policy "recompute" or
+ * "fail", default "fail"; unknown fields refused). Only NixlConnector is
+ * modelled. Returns 0 or -1 with *err. */
+static int check_kv_transfer_config(struct sim_conf *c, char **err)
+{
+	static const char *const known[] = {"kv_connector", "engine_id", "kv_buffer_device", "kv_buffer_size",
+					    "kv_role", "kv_rank", "kv_parallel_size", "kv_ip", "kv_port",
+					    "kv_connector_extra_config", "kv_connector_module_path",
+					    "enable_permute_local_kv", "kv_load_failure_policy"};
+	json_t *j = json_loads(c->kv_transfer_config, 0, NULL), *v;
+	const char *key, *why = NULL;
+	if (!json_is_object(j)) {
+		*err = ig_strdupf("--kv-transfer-config: '%s' is not a JSON object", c->kv_transfer_config);
+		json_decref(j);
+		return -1;
+	}
+	json_object_foreach(j, key, v) {
+		size_t i = 0;
+		while (i < sizeof(known) / sizeof(known[0]) && strcmp(key, known[i]) != 0)
+			i++;
+		if (i == sizeof(known) / sizeof(known[0])) {
+			*err = ig_strdupf("--kv-transfer-config: unknown field '%s'", key);
+			json_decref(j);
+			return -1;
+		}
+	}
+	const char *conn = json_string_value(json_object_get(j, "kv_connector"));
+	const char *role = json_string_value(json_object_get(j, "kv_role"));
+	json_t *pol = json_object_get(j, "kv_load_failure_policy"), *eid = json_object_get(j, "engine_id");
+	if (!conn || strcmp(conn, "NixlConnector") != 0)
+		why = "kv_connector must be \"NixlConnector\" (the one infergate-sim models)";
+	else if (!role)
+		why = "Please specify kv_role when kv_connector is set, supported roles are kv_producer, kv_consumer, "
+		      "kv_both";
+	else if (strcmp(role, "kv_producer") != 0 && strcmp(role, "kv_consumer") != 0 && strcmp(role, "kv_both") != 0)
+		why = "kv_role must be one of kv_producer, kv_consumer, kv_both";
+	else if (pol && !json_is_null(pol) && (!json_is_string(pol) || (strcmp(json_string_value(pol), "fail") != 0 &&
+								       strcmp(json_string_value(pol), "recompute") != 0)))
+		why = "kv_load_failure_policy must be \"recompute\" or \"fail\"";
+	else if (eid && !json_is_null(eid) && (!json_is_string(eid) || json_string_length(eid) == 0 ||
+					       json_string_length(eid) > 128))
+		why = "engine_id must be a string of 1..128 bytes";
+	if (why) {
+		*err = ig_strdupf("--kv-transfer-config: %s", why);
+		json_decref(j);
+		return -1;
+	}
+	c->kv_recompute = json_is_string(pol) && strcmp(json_string_value(pol), "recompute") == 0;
+	if (json_is_string(eid)) {
+		c->engine_id = strdup(json_string_value(eid));
+	} else { /* KVTransferConfig.__post_init__: str(uuid.uuid4()) */
+		char h[33];
+		ig_random_hex(h, 32);
+		c->engine_id = ig_strdupf("%.8s-%.4s-4%.3s-a%.3s-%.12s", h, h + 8, h + 12, h + 15, h + 18);
+	}
+	json_decref(j);
+	return 0;
+}
+
+/* The disaggregation flags of one flavor need that flavor; the fault needs
+ * a side that hands KV over. Returns 0 or -1 with *err. */
+static int check_pd(struct sim_conf *c, char **err)
+{
+	if (c->flavor == SIM_FLAVOR_VLLM && c->pd_mode != SIM_PD_MODE_NULL) {
+		*err = ig_strdupf("--disaggregation-mode: needs --flavor sglang (vLLM: --kv-transfer-config)");
+		return -1;
+	}
+	if (c->flavor == SIM_FLAVOR_SGLANG && c->kv_transfer_config) {
+		*err = ig_strdupf("--kv-transfer-config: needs --flavor vllm (SGLang: --disaggregation-mode)");
+		return -1;
+	}
+	if (c->kv_transfer_config && check_kv_transfer_config(c, err) < 0)
+		return -1;
+	if (c->pd_fail && c->pd_mode != SIM_PD_MODE_PREFILL && !c->kv_transfer_config) {
+		*err = ig_strdupf("--disaggregation-fail-transfer: needs --disaggregation-mode prefill or "
+				  "--kv-transfer-config");
+		return -1;
+	}
+	return 0;
+}
+
 void sim_conf_print_help(FILE *out)
 {
 	ig_flags_print_help(&spec, out);
@@ -327,6 +441,8 @@ int sim_conf_from_args(struct sim_conf *c, int argc, char **argv, char **err)
 	}
 	if (c->tokenizer && load_tokenizer(c, err) < 0)
 		return -1;
+	if (check_pd(c, err) < 0)
+		return -1;
 	if (!c->priority_scheduling && (c->low_first || c->no_preemption)) {
 		*err = ig_strdupf("%s: needs --enable-priority-scheduling",
 				  c->low_first ? "--schedule-low-priority-values-first" : "--disable-priority-preemption");
@@ -342,5 +458,6 @@ void sim_conf_free(struct sim_conf *c)
 	ig_flags_free(&spec, c);
 	free(c->listen);
 	free(c->listen_host);
+	free(c->engine_id);
 	memset(c, 0, sizeof(*c));
 }

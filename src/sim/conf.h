@@ -45,6 +45,13 @@ struct sim_steps {
 	long output_reserve;      /* KV kept free per admitted request for its output */
 };
 
+/* --disaggregation-mode (SGLang's, "null|prefill|decode"). */
+enum sim_pd_mode {
+	SIM_PD_MODE_NULL,    /* co-located: prefill and decode here */
+	SIM_PD_MODE_PREFILL, /* computes prompts, hands their KV to a decode server */
+	SIM_PD_MODE_DECODE,  /* decodes from KV a prefill server computed */
+};
+
 struct sim_conf {
 	char *listen;             /* "HOST:PORT" as given */
 	char *listen_host;
@@ -79,6 +86,18 @@ struct sim_conf {
 	char *tokenizer;          /* --tokenizer: a tokenizer.json's path; NULL: 4 bytes a token */
 	struct ig_tokenizer *tok; /* it, loaded by sim_conf_from_args; NULL: none */
 	struct ig_chattmpl *tmpl; /* the chat template beside it (tokenizer_config.json), NULL: none */
+	/* prefill/decode disaggregation (pd.c) */
+	int pd_mode;              /* enum sim_pd_mode (sglang) */
+	long bootstrap_port;      /* --disaggregation-bootstrap-port (sglang prefill) */
+	long pd_timeout_ms;       /* --disaggregation-transfer-timeout-ms */
+	bool pd_fail;             /* --disaggregation-fail-transfer: compute, never hand over */
+	char *kv_transfer_config; /* --kv-transfer-config JSON (vllm); NULL: none */
+	bool kv_recompute;        /* its kv_load_failure_policy is "recompute" (default "fail") */
+	char *engine_id;          /* its engine_id, or a uuid4 made at start */
+	long nixl_port;           /* --nixl-side-channel-port */
+	double nixl_abort_s;      /* --nixl-abort-request-timeout-s */
+	long kv_bytes_per_token;  /* --kv-bytes-per-token */
+	double transfer_gbps;     /* --transfer-gbps, GB/s */
 };
 
 struct ig_tokenizer;

@@ -356,7 +356,8 @@ static void start(struct sim_engine *s, struct sim_req *r, uint64_t now)
 {
 	struct sim_rank *rk = r->rank;
 	double tps = s->conf->tokens_per_second;
-	uint64_t ttft_us = (uint64_t)s->conf->ttft_ms * 1000u;
+	/* a decode whose KV came from a prefill server (pd.c) has no TTFT to wait */
+	uint64_t ttft_us = r->kv_ready ? 0 : (uint64_t)s->conf->ttft_ms * 1000u;
 
 	/* The mode at admission decides the pace for the whole request. */
 	if (s->fault == SIM_FAULT_SLOW) {
@@ -433,6 +434,7 @@ static void preempt(struct sim_engine *s, struct sim_req *v, uint64_t now)
 	}
 	s->running--;
 	rk->running--;
+	v->kv_ready = false; /* its KV is freed: readmitted, it prefills */
 	v->preempted++;
 	s->st.preempted++;
 	v->state = SIM_REQ_QUEUED;
@@ -761,7 +763,9 @@ static void step_admit(struct sim_engine *s, struct sim_rank *rk, uint64_t now)
 		r->cached_tokens = cached;
 		r->cache_report = true;
 		r->own = own;
-		r->prefill_left = own;
+		/* KV transferred from a prefill server (pd.c): nothing to compute,
+		 * its first token comes from the next decode step */
+		r->prefill_left = r->kv_ready ? 0 : own;
 		r->prefill_now = 0;
 		r->acc = 0;
 		r->state = SIM_REQ_RUNNING;

@@ -205,7 +205,7 @@ char *sim_metrics_state(struct sim *s)
 	size_t n = s->ntraceparents < 16 ? s->ntraceparents : 16;
 	for (size_t i = s->ntraceparents - n; i < s->ntraceparents; i++)
 		json_array_append_new(tps, json_string(s->traceparents[i % 16]));
-	return dump(json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:s, s:o, s:o}",
+	json_t *st = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:s, s:o, s:o}",
 			      "requests_received", (json_int_t)s->eng.st.received,
 			      "requests_preempted", (json_int_t)s->eng.st.preempted,
 			      "num_running_reqs", (json_int_t)s->eng.running,
@@ -214,7 +214,17 @@ char *sim_metrics_state(struct sim *s)
 			      "max_running_requests", (json_int_t)s->conf->max_running,
 			      "fault", sim_engine_fault_name(s->eng.fault),
 			      "flavor", flavor_names[s->conf->flavor],
-			      "ranks", ranks, "traceparents", tps));
+			      "ranks", ranks, "traceparents", tps);
+	if (s->pd) /* prefill/decode disaggregation: the hand-overs (pd.c) */
+		json_object_set_new(st, "pd", json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "transfers_sent",
+							(json_int_t)s->pd_st.sent, "transfers_received",
+							(json_int_t)s->pd_st.received, "transfers_failed",
+							(json_int_t)s->pd_st.failed, "bytes_sent",
+							(json_int_t)s->pd_st.bytes_sent, "bytes_received",
+							(json_int_t)s->pd_st.bytes_received, "rooms_held",
+							(json_int_t)s->pd_st.held, "decodes_asking",
+							(json_int_t)s->pd_st.asking));
+	return dump(st);
 }
 
 static void metric(struct ig_buf *o, const char *name, const char *type, const char *help,
@@ -358,6 +368,43 @@ static void vllm_metrics(struct ig_buf *o, struct sim *s)
 	}
 }
 
+/* The KV hand-overs. The engines' own failure counters: SGLang's
+ * sglang:num_bootstrap_failed_reqs_total (a prefill no decode took) and
+ * sglang:num_transfer_failed_reqs_total (python/sglang/srt/observability/
+ * metrics_collector.py), vLLM's vllm:nixl_num_failed_transfers and
+ * vllm:nixl_num_kv_expired_reqs (blocks freed unread; NixlPromMetrics in
+ * vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py, counters
+ * printed with _total); the counts of hand-overs and bytes are the
+ * simulator's own names (the engines have histograms, not these). */
+static void pd_metrics(struct ig_buf *o, struct sim *s)
+{
+	const char *m = s->conf->model;
+	const struct sim_pd_stats *p = &s->pd_st;
+	if (s->conf->flavor == SIM_FLAVOR_VLLM) {
+		metric(o, "vllm:nixl_num_failed_transfers_total", "counter", "Number of failed NIXL KV Cache transfers.", m,
+		       p->failed - p->expired);
+		metric(o, "vllm:nixl_num_kv_expired_reqs_total", "counter",
+		       "Number of requests whose KV blocks expired before a decode read them.", m, p->expired);
+	} else {
+		metric(o, "sglang:num_bootstrap_failed_reqs_total", "counter", "The number of bootstrap failed requests.", m,
+		       p->bootstrap_failed);
+		metric(o, "sglang:num_transfer_failed_reqs_total", "counter", "The number of transfer failed requests.", m,
+		       p->failed - p->bootstrap_failed);
+	}
+	metric(o, "infergate_sim_kv_transfers_sent_total", "counter", "KV hand-overs completed as the prefill side.", m,
+	       p->sent);
+	metric(o, "infergate_sim_kv_transfers_received_total", "counter", "KV hand-overs completed as the decode side.",
+	       m, p->received);
+	metric(o, "infergate_sim_kv_transfers_failed_total", "counter",
+	       "KV hand-overs that failed or timed out, either side.", m, p->failed);
+	metric(o, "infergate_sim_kv_transfer_bytes_sent_total", "counter", "KV bytes handed over as the prefill side.", m,
+	       p->bytes_sent);
+	metric(o, "infergate_sim_kv_transfer_bytes_received_total", "counter", "KV bytes received as the decode side.", m,
+	       p->bytes_received);
+	metric(o, "infergate_sim_kv_rooms_held", "gauge", "Prompts whose KV waits for its decode.", m,
+	       (uint64_t)(p->held > 0 ? p->held : 0));
+}
+
 char *sim_metrics_text(struct sim *s)
 {
 	struct ig_buf o;
@@ -375,6 +422,8 @@ char *sim_metrics_text(struct sim *s)
 	metric(&o, "infergate_sim_requests_invalid_total", "counter", "Requests answered 4xx.", m, s->eng.st.invalid);
 	metric(&o, "infergate_sim_requests_stream_failed_total", "counter",
 	       "Streams ended by an error event midway (--stream-fail-rate).", m, s->eng.st.stream_failed);
+	if (s->pd) /* prefill/decode disaggregation (pd.c) */
+		pd_metrics(&o, s);
 	metric(&o, "infergate_sim_num_hung_reqs", "gauge", "Completions held without an answer in mode hang.", m, (uint64_t)s->eng.hung);
 	metric(&o, "infergate_sim_max_running_reqs", "gauge", "Batch slots (--max-running).", m, (uint64_t)s->conf->max_running);
 	ig_buf_printf(&o, "# HELP infergate_sim_fault_mode The fault mode in force (1) and the others (0).\n"

@@ -16,6 +16,7 @@
 #include "infergate/httpd.h"
 #include "infergate/log.h"
 #include "infergate/util.h"
+#include "pd.h"
 #include "reactor.h"
 #include "server.h"
 
@@ -84,6 +85,8 @@ int sim_reactor_init(struct sim *s)
 		ig_log_error("%s: epoll_ctl: %s", __func__, strerror(errno));
 		return -1;
 	}
+	if (sim_pd_init(s) < 0)
+		return -1;
 	di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
 	char engine[256];
 	if (sim_conf_steps(c))
@@ -112,6 +115,9 @@ static void wait_and_dispatch(struct sim *s)
 	int et = sim_engine_timeout_ms(&s->eng, now);
 	if (et >= 0 && (timeout < 0 || et < timeout))
 		timeout = et;
+	int pt = sim_pd_timeout_ms(s, now);
+	if (pt >= 0 && (timeout < 0 || pt < timeout))
+		timeout = pt;
 	if (s->need_mhd_run)
 		timeout = 0;
 	int n = epoll_wait(s->epfd, evs, sizeof(evs) / sizeof(evs[0]), timeout);
@@ -127,6 +133,7 @@ static void wait_and_dispatch(struct sim *s)
 	sim_engine_run(&s->eng, ig_now_us());
 	s->need_mhd_run = false;
 	MHD_run(s->mhd);
+	sim_pd_run(s, ig_now_us());
 }
 
 int sim_reactor_run(struct sim *s)
@@ -145,6 +152,7 @@ int sim_reactor_run(struct sim *s)
 
 void sim_reactor_free(struct sim *s)
 {
+	sim_pd_free(s);
 	if (s->mhd)
 		MHD_stop_daemon(s->mhd);
 	s->mhd = NULL;

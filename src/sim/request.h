@@ -31,11 +31,14 @@ enum sim_state {
 	SIM_REQ_RUNNING, /* holds a slot: TTFT wait or decoding */
 	SIM_REQ_HUNG,    /* hang fault: accepted, never answered, no slot */
 	SIM_REQ_DELAYED, /* a /health answer waiting for --health-delay-ms */
+	SIM_REQ_FETCHING, /* PD decode: waiting for its KV from the prefill (pd.c), no slot */
 	SIM_REQ_DONE,    /* generation finished; bytes may still be going out */
 	SIM_REQ_ABORTED, /* the client left before the end */
 };
 
 struct sim_rank;
+struct sim_pd_room;
+struct sim_pd_fetch;
 
 /* One generation as the engine sees it. The HTTP side embeds it in its own
  * per-connection object and fills the fields above `rank` before
@@ -68,6 +71,12 @@ struct sim_req {
 	long fail_at;                  /* the stream fails after this many tokens; -1 never */
 	bool held;                     /* stopped by POST /sim/hold until released */
 	uint64_t t_recv_us;            /* when it came (/generate's e2e_latency) */
+	/* Prefill/decode disaggregation (pd.c): */
+	struct sim_pd_room *pd_room;   /* a prefill's room until it answers; NULL: none */
+	struct sim_pd_fetch *pd_fetch; /* a decode's fetch of its KV; NULL: none */
+	bool pd_hold;                  /* the finished answer waits for the KV hand-over */
+	bool kv_ready;                 /* its prompt's KV came from a prefill: no prefill compute */
+	unsigned status;               /* the answer's HTTP status; 0: 200 */
 	/* Called by the engine when `out` got bytes or the state became DONE
 	 * (from sim_engine_submit, sim_engine_run); NULL: nobody to tell. */
 	void (*wake)(struct sim_req *r);

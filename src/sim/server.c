@@ -20,6 +20,7 @@
 #include "infergate/util.h"
 #include "metrics.h"
 #include "parse.h"
+#include "pd.h"
 #include "pooling.h"
 #include "server.h"
 #include "stored.h"
@@ -449,6 +450,7 @@ static void client_hangup(struct sim_event *ev, uint32_t events IG_UNUSED)
 	if (c->client_gone)
 		return;
 	c->client_gone = true;
+	sim_pd_abort(c->sim, &c->req);
 	sim_engine_abort(&c->sim->eng, &c->req);
 	/* Let MHD see the end now: the reader or handler answers with an error
 	 * and MHD closes the connection. */
@@ -529,6 +531,10 @@ static ssize_t stream_reader(void *cls, uint64_t pos IG_UNUSED, char *buf, size_
 
 	if (c->client_gone || c->sim->stopping)
 		return MHD_CONTENT_READER_END_WITH_ERROR;
+	if (r->pd_hold) { /* an SGLang prefill answers after its KV hand-over (pd.c) */
+		suspend(c);
+		return 0;
+	}
 	size_t n = ig_buf_pending(&r->out);
 	if (n > 0) {
 		if (n > max)
@@ -553,7 +559,7 @@ static enum MHD_Result respond_final(struct sim_call *c)
 		return MHD_NO;
 	char *body = r->out.data;
 	ig_buf_init(&r->out);
-	return respond_json(c->conn, 200, body);
+	return respond_json(c->conn, r->status ? r->status : 200, body);
 }
 
 /* POST /sim/fault {"mode"?, "probes"?, "max_running"?}: the fault mode,
@@ -809,13 +815,21 @@ static enum MHD_Result start_request(struct sim *s, struct sim_call *c)
 		free(e.msg);
 		return ret;
 	}
-	ig_buf_free(&c->body);
 	if (sim_engine_should_fail(&s->eng)) {
 		r->state = SIM_REQ_DONE;
 		s->eng.st.failed++;
 		/* serving_base.py handle_request's catch-all: "Internal server error: ..." */
 		return respond_error(s, c->conn, 500, NULL, NULL, "Internal server error: simulated server failure (%s)",
 				     s->eng.fault == SIM_FAULT_ERROR ? "fault mode error" : "--fail-rate");
+	}
+	/* prefill/decode disaggregation: a prefill or decode side of a request (pd.c) */
+	int pd = sim_pd_begin(s, r, c->body.data, c->body.len, &e);
+	ig_buf_free(&c->body);
+	if (pd < 0) {
+		r->state = SIM_REQ_DONE;
+		enum MHD_Result ret = respond_error(s, c->conn, e.status, e.type, e.param, "%s", e.msg);
+		free(e.msg);
+		return ret;
 	}
 	if (r->stream && sim_engine_should_fail_stream(&s->eng))
 		r->fail_at = r->n_tokens / 2; /* about half the answer, then the error */
@@ -830,7 +844,8 @@ static enum MHD_Result start_request(struct sim *s, struct sim_call *c)
 	if (r->kind == SIM_RESPONSES && r->store) /* the id is known from now on */
 		sim_stored_put(s, r);
 
-	sim_engine_submit(&s->eng, r);
+	if (pd != SIM_PD_DECODE) /* a decode is submitted once its KV is here */
+		sim_engine_submit(&s->eng, r);
 	if (r->state == SIM_REQ_HUNG) {
 		suspend(c);
 		return MHD_YES;
@@ -846,7 +861,7 @@ static enum MHD_Result start_request(struct sim *s, struct sim_call *c)
 		MHD_destroy_response(resp);
 		return ret;
 	}
-	if (r->state == SIM_REQ_DONE)
+	if (r->state == SIM_REQ_DONE && !r->pd_hold)
 		return respond_final(c);
 	suspend(c);
 	return MHD_YES;
@@ -927,7 +942,7 @@ enum MHD_Result sim_server_handler(void *cls, struct MHD_Connection *conn, const
 		return MHD_NO;
 	if (r->kind == SIM_HEALTH && r->state == SIM_REQ_DONE)
 		return answer_health(s, conn);
-	if (r->state == SIM_REQ_DONE && !r->stream)
+	if (r->state == SIM_REQ_DONE && !r->stream && !r->pd_hold)
 		return respond_final(c);
 	suspend(c);
 	return MHD_YES;
@@ -941,6 +956,7 @@ void sim_server_completed(void *cls IG_UNUSED, struct MHD_Connection *conn IG_UN
 		return;
 	*con_cls = NULL;
 	/* MHD noticed the disconnect itself (the connection was not suspended). */
+	sim_pd_abort(c->sim, &c->req);
 	sim_engine_abort(&c->sim->eng, &c->req);
 	call_free(c);
 }

@@ -40,6 +40,18 @@ struct sim_event {
 };
 
 struct sim_stored;
+struct sim_pd;
+
+/* Prefill/decode disaggregation's counts (pd.c writes, metrics.c reads). */
+struct sim_pd_stats {
+	uint64_t sent, received;    /* KV hand-overs completed, as prefill / as decode */
+	uint64_t failed;            /* hand-overs that failed or timed out, either side */
+	uint64_t bootstrap_failed;  /* of which SGLang prefills no decode took in time */
+	uint64_t expired;           /* of which vLLM prefills' blocks no decode read in time */
+	uint64_t bytes_sent, bytes_received;
+	long held;                  /* rooms whose KV waits for its decode now */
+	long asking;                /* decodes waiting at the listener for a room not ready */
+};
 
 struct sim {
 	struct sim_conf *conf;
@@ -62,6 +74,8 @@ struct sim {
 	 * tests read them from /sim/state. */
 	char traceparents[16][64];
 	size_t ntraceparents;       /* seen so far */
+	struct sim_pd *pd;          /* pd.c: the listener, rooms and fetches; NULL: no PD role */
+	struct sim_pd_stats pd_st;
 };
 
 static inline int sim_event_add(struct sim *s, struct sim_event *ev, uint32_t events)

@@ -3,7 +3,8 @@
  * given; the flags that would silently do nothing refused (a step knob or
  * --time-scale with the classic profile, SGLang-only switches with
  * --flavor vllm, priority switches without priority scheduling); bad
- * values named by their flag. */
+ * values named by their flag; the disaggregation flags and vLLM's
+ * --kv-transfer-config checked as vLLM checks it. */
 #include "config.h"
 #include <check.h>
 #include <stdarg.h>
@@ -137,5 +138,56 @@ START_TEST(bad_values_are_named_by_their_flag)
 }
 END_TEST
 
+/* Prefill/decode disaggregation: SGLang's and vLLM's defaults, the
+ * kv-transfer-config read as vLLM's KVTransferConfig reads it, each
+ * flavor's flags refused with the other. */
+START_TEST(disaggregation_flags_and_the_kv_transfer_config)
+{
+	struct sim_conf c;
+	char *err;
+	ck_assert_int_eq(parse(&c, &err, NULL), 0);
+	ck_assert_int_eq(c.pd_mode, SIM_PD_MODE_NULL);
+	ck_assert_int_eq(c.bootstrap_port, 8998);
+	ck_assert_int_eq(c.pd_timeout_ms, 300000);
+	ck_assert_int_eq(c.nixl_port, 5600);
+	ck_assert(c.nixl_abort_s == 480);
+	ck_assert_int_eq(c.kv_bytes_per_token, 131072);
+	ck_assert(c.transfer_gbps == 25);
+	ck_assert_ptr_null(c.engine_id);
+	sim_conf_free(&c);
+
+	ck_assert_int_eq(parse(&c, &err, "--flavor", "vllm", "--kv-transfer-config",
+			       "{\"kv_connector\":\"NixlConnector\",\"kv_role\":\"kv_both\"}", NULL), 0);
+	ck_assert(!c.kv_recompute); /* kv_load_failure_policy "fail" by default */
+	ck_assert_uint_eq(strlen(c.engine_id), 36); /* a uuid4 */
+	ck_assert_int_eq(c.engine_id[14], '4');
+	sim_conf_free(&c);
+	ck_assert_int_eq(parse(&c, &err, "--flavor", "vllm", "--kv-transfer-config",
+			       "{\"kv_connector\":\"NixlConnector\",\"kv_role\":\"kv_producer\",\"engine_id\":\"p0\","
+			       "\"kv_load_failure_policy\":\"recompute\"}", NULL), 0);
+	ck_assert(c.kv_recompute);
+	ck_assert_str_eq(c.engine_id, "p0");
+	sim_conf_free(&c);
+
+	ck_assert_int_eq(parse(&c, &err, "--flavor", "vllm", "--kv-transfer-config",
+			       "{\"kv_connector\":\"NixlConnector\",\"kv_role\":\"both\"}", NULL), -1);
+	ck_assert_str_eq(refused(err), "--kv-transfer-config: kv_role must be one of kv_producer, kv_consumer, kv_both");
+	ck_assert_int_eq(parse(&c, &err, "--flavor", "vllm", "--kv-transfer-config",
+			       "{\"kv_connector\":\"LMCacheConnectorV1\",\"kv_role\":\"kv_both\"}", NULL), -1);
+	ck_assert_ptr_nonnull(strstr(refused(err), "NixlConnector"));
+	ck_assert_int_eq(parse(&c, &err, "--flavor", "vllm", "--kv-transfer-config", "[1]", NULL), -1);
+	ck_assert_str_eq(refused(err), "--kv-transfer-config: '[1]' is not a JSON object");
+	ck_assert_int_eq(parse(&c, &err, "--disaggregation-mode", "decode", "--disaggregation-fail-transfer", NULL), -1);
+	ck_assert_ptr_nonnull(strstr(refused(err), "--disaggregation-fail-transfer: needs"));
+	ck_assert_int_eq(parse(&c, &err, "--disaggregation-mode", "prefill", "--disaggregation-fail-transfer",
+			       "--disaggregation-bootstrap-port", "0", NULL), 0);
+	ck_assert_int_eq(c.pd_mode, SIM_PD_MODE_PREFILL);
+	ck_assert(c.pd_fail);
+	ck_assert_int_eq(c.bootstrap_port, 0);
+	sim_conf_free(&c);
+}
+END_TEST
+
 IG_CHECK_MAIN("sim_conf", a_bare_start_is_a_classic_sglang_on_30000, a_profile_fills_the_knobs_not_given,
-	      flags_that_would_do_nothing_are_refused, bad_values_are_named_by_their_flag)
+	      flags_that_would_do_nothing_are_refused, bad_values_are_named_by_their_flag,
+	      disaggregation_flags_and_the_kv_transfer_config)

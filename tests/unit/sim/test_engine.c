@@ -468,6 +468,40 @@ START_TEST(a_step_serves_the_whole_batch_and_slows_with_it)
 }
 END_TEST
 
+/* A decode whose KV a prefill server sent (pd.c: kv_ready) computes no
+ * prefill: a step beside it is the decode step alone, however long its
+ * prompt, and its first token comes from that step; the classic profile
+ * gives it no TTFT. */
+START_TEST(transferred_kv_skips_the_prefill)
+{
+	struct sim_conf c = conf_steps();
+	c.steps.prefill_tps = 1000; /* a 5,000-token prompt would take 5 s */
+	struct sim_engine e;
+	struct sim_req r;
+	engine_init(&e, &c);
+	uint64_t now = ig_now_us();
+	req_setup(&r, true, 3, 5000);
+	r.kv_ready = true;
+	sim_engine_submit(&e, &r);
+	ck_assert_uint_le(e.ranks[0].step_end_us - now, 10000 + 1000 + 100); /* step_ms + one request */
+	ck_assert_int_eq(run_steps(&e, &now), 3);
+	ck_assert_int_eq(r.state, SIM_REQ_DONE);
+	ck_assert_int_eq(count(&r.out, "\"delta\":{\"content\""), 3);
+	sim_engine_req_free(&r);
+	sim_engine_free(&e);
+
+	struct sim_conf k = conf_default();
+	k.tokens_per_second = 0;
+	engine_init(&e, &k);
+	req_setup(&r, false, 4, 10);
+	r.kv_ready = true;
+	sim_engine_submit(&e, &r); /* unpaced and no TTFT: done at once */
+	ck_assert_int_eq(r.state, SIM_REQ_DONE);
+	sim_engine_req_free(&r);
+	sim_engine_free(&e);
+}
+END_TEST
+
 START_TEST(mtp_gives_more_tokens_per_step)
 {
 	struct sim_conf c = conf_steps();
@@ -730,7 +764,8 @@ IG_CHECK_MAIN("sim engine", slots_then_fifo, unpaced_answer_is_done_on_submit, s
 	      stream_fails_midway, max_tokens_cut_is_length, abort_frees_slot_for_next,
 	      ranks_round_robin, hang_fault_holds_no_slot, deferred_health_answer, priority_gauges,
 	      fail_draws_follow_the_seed,
-	      a_step_serves_the_whole_batch_and_slows_with_it, mtp_gives_more_tokens_per_step,
+	      a_step_serves_the_whole_batch_and_slows_with_it, transferred_kv_skips_the_prefill,
+	      mtp_gives_more_tokens_per_step,
 	      kv_budget_queues_and_the_cache_skips_prefill, a_cached_prompt_still_prefills_its_last_token,
 	      hold_stops_at_n_tokens_until_released, priorities_order_the_queue_and_preempt,
 	      a_preempted_request_prefills_again_in_steps)
