@@ -121,7 +121,8 @@ def pd_count(gw, outcome):
 
 @test
 def sglang_pairs_send_both_halves_the_bootstrap_fields_and_answer_from_the_decode():
-    pre, dec = server("P"), server("decoded by the decode server")
+    rooms = Rooms()
+    pre, dec = server("P", rooms=rooms), server("decoded by the decode server", rooms=rooms)
     gw = pair_gateway([pre], [dec], "sglang")
     body = chat_body("a long prompt " * 20, max_tokens=30, temperature=0)
     st, hdrs, ans = http("POST", gw.url + "/v1/chat/completions", body)
@@ -151,7 +152,8 @@ def sglang_pairs_send_both_halves_the_bootstrap_fields_and_answer_from_the_decod
 
 @test
 def sglang_batches_get_a_room_per_request():
-    pre, dec = server("P"), server("D")
+    rooms = Rooms()
+    pre, dec = server("P", rooms=rooms), server("D", rooms=rooms)
     gw = pair_gateway([pre], [dec], "sglang")
     st, _, ans = http("POST", gw.url + "/v1/chat/completions", chat_body("x " * 50, n=3))
     assert st == 200, ans
@@ -228,8 +230,7 @@ def a_failed_prefill_makes_the_pair_again_with_another_prefill_server():
 @test
 def a_hand_over_that_never_completes_is_cut_and_counted_for_both():
     pre, dec = server("P", hang=True), server("D", hang=True)
-    gw = pair_gateway([pre], [dec], "sglang", "--pd-transfer-timeout-ms", "600", "--retries", "0",
-                      "--log-level", "debug")
+    gw = pair_gateway([pre], [dec], "sglang", "--pd-transfer-timeout-ms", "600", "--retries", "0")
     st, _, ans = http("POST", gw.url + "/v1/chat/completions", chat_body("long " * 40))
     assert st == 504, (st, ans)
     err = json.loads(ans)["error"]
@@ -268,6 +269,24 @@ def short_prompts_go_to_a_server_that_prefills_alone():
     assert st == 200 and hdrs["x-infergate-prefill-backend"] == pre.url, hdrs
     assert pd_count(gw, "alone") == 1 and pd_count(gw, "paired") == 1
     assert "bootstrap_room" not in posted(colo)[0]
+
+
+@test
+def a_prompt_whose_prefix_the_vllm_decode_holds_skips_the_prefill():
+    params = {"do_remote_prefill": True, "remote_block_ids": [1], "remote_engine_id": "e", "remote_host": "h",
+              "remote_port": 1}
+    pre, dec = server("P", kv_params=params), server("D")
+    gw = pair_gateway([pre], [dec], "vllm", "--pd-decode-policy", "cache-aware", "--pd-min-prompt-tokens", "64")
+    history = "an agent's long conversation so far, turn after turn. " * 40
+    st, hdrs, _ = http("POST", gw.url + "/v1/chat/completions", chat_body(history))
+    assert st == 200 and hdrs["x-infergate-prefill-backend"] == pre.url, hdrs
+    # the next turn resends it all: the decode server was sent the prefix, what is left is short
+    st, hdrs, _ = http("POST", gw.url + "/v1/chat/completions", chat_body(history + "And one more question?"))
+    assert st == 200 and "x-infergate-prefill-backend" not in hdrs, hdrs
+    assert pd_count(gw, "paired") == 1 and pd_count(gw, "alone") == 1
+    assert len(pre.posts()) == 1 and "kv_transfer_params" not in posted(dec)[1]
+    be = {b["url"]: b for b in http_json("GET", gw.url + "/health/backends")[2]["backends"]}
+    assert be[pre.url]["pairs"] == 1 and be[dec.url]["pairs"] == 1, be
 
 
 @test

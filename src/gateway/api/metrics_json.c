@@ -56,8 +56,10 @@ json_t *ig_metrics_backend_json(const struct ig_cluster_view *v, const struct ig
 	/* its half of prefill/decode pairs (backends[].role, path/try_pd.c) */
 	static const char *const roles[] = {"both", "prefill", "decode"};
 	json_object_set_new(o, "role", json_string(roles[b->role >= 0 && b->role < 3 ? b->role : 0]));
-	if (b->role != IG_ROLE_BOTH)
+	if (b->role != IG_ROLE_BOTH) {
 		json_object_set_new(o, "engine", json_string(b->engine == IG_ENGINE_SGLANG ? "sglang" : "vllm"));
+		json_object_set_new(o, "pairs", json_integer((json_int_t)atomic_load(&b->pd_pairs)));
+	}
 	if (b->role == IG_ROLE_PREFILL && b->engine == IG_ENGINE_SGLANG)
 		json_object_set_new(o, "bootstrap_port", json_integer(b->bootstrap_port));
 	json_t *probe = json_object();

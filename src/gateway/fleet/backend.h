@@ -71,6 +71,7 @@ struct ig_backend {
 	int breaker_trips;      /* times opened in a row */
 	atomic_ulong breaker_opened; /* times opened, ever */
 	atomic_ulong aborted;   /* upstream transfers cut because the client left */
+	atomic_ulong pd_pairs;  /* prefill/decode pairs it was a half of; written by: try_pd */
 	atomic_ulong prompt_tokens;     /* from "usage" in responses */
 	atomic_ulong completion_tokens;
 	atomic_ulong probes_ok, probes_failed;

@@ -266,10 +266,25 @@ static bool pair_start(struct ig_req *req)
 		return true;
 	}
 	gw->stats.pd[0]++;
+	atomic_fetch_add(&d->pd_pairs, 1);
+	atomic_fetch_add(&h->wait.backend->pd_pairs, 1);
 	req->pd_prefill = h->wait.backend;
 	ig_log_debug("request %s: paired: prefill %s, decode %s (%s)", req->request_id, h->wait.backend->url, d->url,
 		     vllm ? "vllm" : "sglang");
 	return vllm;
+}
+
+/* Whether decode server d, which prefills alone (vLLM's kv_both), already
+ * holds so much of the prompt that what is left is under
+ * pd.min_prompt_tokens (as llm-d's decode sidecar skips the prefill): the
+ * cache-aware decode policy's count of the prompt not cached there, made at
+ * the pick (lb_cache_aware.c: prefill_charged). */
+static bool holds_enough(const struct ig_req *req, const struct ig_backend *d)
+{
+	const struct ig_pick_req *rq = &req->wait.pick;
+	long min = req->gw->cfg->pd_min_prompt_tokens;
+	return min > 0 && d->engine == IG_ENGINE_VLLM && rq->nchain > 0 && req->wait.policy &&
+	       strcmp(req->wait.policy->name, "cache-aware") == 0 && rq->prefill_charged < min;
 }
 
 bool ig_pd_launch(struct ig_req *req)
@@ -290,6 +305,10 @@ bool ig_pd_launch(struct ig_req *req)
 	}
 	if (d->role != IG_ROLE_DECODE)
 		return false;
+	if (holds_enough(req, d)) {
+		req->gw->stats.pd[3]++;
+		return false;
+	}
 	return pair_start(req);
 }
 
