@@ -32,7 +32,9 @@ static const struct ig_flag pd_rows[] = {
 	{.name = "--pd-min-prompt-tokens", .key = "pd.min_prompt_tokens", .type = IG_FLAG_LONG,
 	 .off = IG_CONF_OFF(pd_min_prompt_tokens), .min = 0, .max = 100000000, .def = "0", .metavar = "N",
 	 .help = "a prompt shorter than N tokens skips the pair: it goes to a server that prefills it alone "
-		 "(role both, or a vLLM decode server) when one has a free slot (0: every request is paired)"},
+		 "(role both, or a vLLM decode server) when one has a free slot; with pd.decode_policy cache-aware, "
+		 "so does a prompt of which the chosen vLLM decode server lacks fewer than N tokens (0: every "
+		 "request is paired)"},
 	{.name = "--pd-transfer-timeout-ms", .key = "pd.transfer_timeout_ms", .type = IG_FLAG_LONG,
 	 .off = IG_CONF_OFF(pd_transfer_timeout_ms), .min = 100, .max = 3600000, .def = "60000", .metavar = "N",
 	 .help = "a pair whose decode server has sent nothing and whose prefill server has not answered N ms "
