@@ -104,6 +104,7 @@ LAYERS = {
         "main",
         "reactor",
         "server",
+        "anthropic",                              # /v1/messages around the chat path
         "parse metrics",                          # a generation request's body; /metrics, load reports
         "pooling stored",                         # embeddings & co answered at once; stored Responses
         "engine",
@@ -113,7 +114,7 @@ LAYERS = {
     ],
     "common": [
         "batchfile",                              # include/infergate/batchfile.h: src/batchfile's interface
-        "flags httpd tokenizer",                  # tokenizer: the models' tokenizer.json (tokenizer_load.c, _bpe.c, _map.c: its parts)
+        "flags httpd tokenizer anthropic",        # anthropic: the Messages API over chat (oaerror for backends' errors)                  # tokenizer: the models' tokenizer.json (tokenizer_load.c, _bpe.c, _map.c: its parts)
         "kvpub",                                  # the KV-event publisher, over the codec
         "kvwire",
         "oaerror sse log chattmpl",                # chattmpl: a model's chat template, over jinja
