@@ -353,8 +353,8 @@ static int blocks(json_t *content, const char *role, const char *path, json_t *o
 		json_object_set(msg, "content", json_object_get(json_array_get(parts, 0), "text"));
 	else if (n > 0)
 		json_object_set(msg, "content", parts);
-	else
-		json_object_set_new(msg, "content", user ? json_string("") : json_null());
+	else /* null beside tool calls, as OpenAI's assistant messages have it */
+		json_object_set_new(msg, "content", json_array_size(calls) ? json_null() : json_string(""));
 	if (json_array_size(calls))
 		json_object_set(msg, "tool_calls", calls);
 	/* a user turn of tool results alone is those tool messages */

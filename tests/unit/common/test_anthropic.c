@@ -90,6 +90,14 @@ START_TEST(request_stream_and_ignored)
 			  "\"messages\":[{\"role\":\"system\",\"content\":\"a\\nb\"},{\"role\":\"user\",\"content\":\"q\"},"
 			  "{\"role\":\"assistant\",\"content\":\"r\"},{\"role\":\"user\",\"content\":\"more\"}]}");
 	json_decref(chat);
+	/* an assistant turn of thinking alone stays a turn, empty */
+	chat = to_chat("{\"model\":\"m\",\"max_tokens\":8,\"messages\":[{\"role\":\"user\",\"content\":\"q\"},"
+		       "{\"role\":\"assistant\",\"content\":[{\"type\":\"thinking\",\"thinking\":\"t\",\"signature\":\"s\"}]},"
+		       "{\"role\":\"user\",\"content\":\"again\"}]}",
+		       IG_ANTH_MESSAGES, &err);
+	assert_json(json_object_get(chat, "messages"), "[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\","
+						       "\"content\":\"\"},{\"role\":\"user\",\"content\":\"again\"}]");
+	json_decref(chat);
 }
 END_TEST
 
