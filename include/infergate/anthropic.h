@@ -90,6 +90,10 @@ struct ig_anth_stream;
  * NULL when out of memory. */
 struct ig_anth_stream *ig_anth_stream_new(const char *model, json_t *stop_sequences);
 void ig_anth_stream_free(struct ig_anth_stream *st);
+/* The prompt's tokens when the caller knows them (a gateway that counted
+ * them): message_start carries them when the first chunk has no usage, as
+ * only vLLM's with continuous_usage_stats has. Call before the first feed. */
+void ig_anth_stream_input_tokens(struct ig_anth_stream *st, long n);
 /* One parsed chunk (the JSON of a `data:` line). Returns 0, or -1 with
  * *err malloc'd when the chunk is not a chat chunk (the caller then sends
  * an error event with ig_anth_stream_fail, or ends). Chunks after the

@@ -801,6 +801,7 @@ struct ig_anth_stream {
 	char *finish;       /* the finish_reason, when one came */
 	char *matched;      /* the stop string matched, when the backend said */
 	json_t *usage;      /* the last usage object seen */
+	long input_hint;    /* the prompt's tokens as the caller counted them, or -1 */
 	bool tool_used;
 };
 
@@ -816,7 +817,13 @@ struct ig_anth_stream *ig_anth_stream_new(const char *model, json_t *stop_sequen
 		return NULL;
 	}
 	st->stops = json_incref(stop_sequences);
+	st->input_hint = -1;
 	return st;
+}
+
+void ig_anth_stream_input_tokens(struct ig_anth_stream *st, long n)
+{
+	st->input_hint = n;
 }
 
 void ig_anth_stream_free(struct ig_anth_stream *st)
@@ -850,9 +857,9 @@ static void start(struct ig_anth_stream *st, json_t *events)
 	st->started = true;
 	if (!st->id)
 		st->id = message_id(NULL);
-	json_t *u = json_pack("{s:I, s:i}", "input_tokens",
-			      (json_int_t)json_integer_value(json_object_get(st->usage, "prompt_tokens")),
-			      "output_tokens", 0);
+	json_t *pt = json_object_get(st->usage, "prompt_tokens");
+	json_int_t in = json_is_integer(pt) ? json_integer_value(pt) : st->input_hint > 0 ? st->input_hint : 0;
+	json_t *u = json_pack("{s:I, s:i}", "input_tokens", in, "output_tokens", 0);
 	emit(events, "message_start",
 	     json_pack("{s:s, s:{s:s, s:s, s:s, s:s, s:[], s:n, s:n, s:o}}", "type", "message_start", "message", "id",
 		       st->id, "type", "message", "role", "assistant", "model", st->model, "content", "stop_reason",

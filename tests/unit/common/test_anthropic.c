@@ -681,6 +681,19 @@ START_TEST(stream_ends)
 	assert_names(ev, "error");
 	json_decref(ev);
 
+	/* the caller's count of the prompt, when the first chunk has no usage */
+	struct ig_anth_stream *hinted = ig_anth_stream_new("m", NULL);
+	ig_anth_stream_input_tokens(hinted, 42);
+	ev = json_array();
+	ig_anth_stream_done(hinted, ev);
+	ck_assert_int_eq(json_integer_value(json_object_get(
+				 json_object_get(json_object_get(json_object_get(json_array_get(ev, 0), "data"), "message"),
+						 "usage"),
+				 "input_tokens")),
+			 42);
+	json_decref(ev);
+	ig_anth_stream_free(hinted);
+
 	/* done twice, fail after done: nothing more */
 	struct ig_anth_stream *st = ig_anth_stream_new(NULL, NULL);
 	ev = json_array();
