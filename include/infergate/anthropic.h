@@ -19,9 +19,10 @@
  *             with a base64 or url source -> image_url; assistant tool_use
  *             -> tool_calls with JSON-string arguments; user tool_result ->
  *             a "tool" message with tool_call_id, before the rest of that
- *             user turn, its images in a user message after it),
+ *             user turn; its images open the user message of the rest),
  *             stop_sequences -> stop, temperature, top_p, top_k, tools
- *             (input_schema -> function.parameters), tool_choice (auto, any
+ *             (input_schema -> function.parameters, strict -> function.strict;
+ *             type absent or "custom"), tool_choice (auto, any
  *             -> required, tool -> {type function, name}, none;
  *             disable_parallel_tool_use -> parallel_tool_calls false),
  *             stream (-> stream_options.include_usage), metadata.user_id ->
@@ -33,13 +34,18 @@
  *             its chat template says), thinking and redacted_thinking blocks
  *             of earlier assistant turns (dropped, as vLLM drops redacted
  *             ones), is_error of a tool_result, and anthropic_version in the
- *             body (Bedrock's and Vertex's clients put it there).
+ *             body (Bedrock's and Vertex's clients put it there), and a
+ *             top-level cache_control.
  *   refused   any other field, each with a message naming its path in
  *             Anthropic's own style ("messages.0.content.1.source.type:
  *             ..."): server tools (web search, bash...), document, search
  *             result and container upload blocks, file image sources,
- *             container, mcp_servers, context_management, output_config;
- *             and every value of the wrong type.
+ *             container, mcp_servers, context_management, output_config,
+ *             output_format, inference_geo; in count_tokens, the generation
+ *             fields (max_tokens, stream, stop_sequences, sampling), as
+ *             Anthropic's count_tokens refuses them; a role other than user
+ *             and assistant; and every value of the wrong type or range
+ *             (temperature and top_p in 0..1, max_tokens >= 1, top_k >= 0).
  *   response  text -> a text block, tool_calls -> tool_use blocks (input
  *             parsed; arguments that are not a JSON object are an error),
  *             finish_reason stop -> end_turn, or stop_sequence with the
