@@ -105,6 +105,10 @@ void ig_anth_stream_input_tokens(struct ig_anth_stream *st, long n);
  * an error event with ig_anth_stream_fail, or ends). Chunks after the
  * end are ignored. */
 int ig_anth_stream_feed(struct ig_anth_stream *st, json_t *chunk, json_t *events, char **err);
+/* One `data:` payload of the backend's stream as ig_sse_feed hands it
+ * over: "[DONE]" ends the stream (ig_anth_stream_done); a payload that is
+ * not JSON, or not a chat chunk, ends it with an api_error event. */
+void ig_anth_stream_data(struct ig_anth_stream *st, const char *data, size_t len, json_t *events);
 /* The end: [DONE], or the backend's stream ended. Closes the open block
  * and appends message_delta and message_stop (message_start first when no
  * chunk came). Nothing after an error event. */

@@ -1052,6 +1052,25 @@ void ig_anth_stream_fail(struct ig_anth_stream *st, unsigned status, const char 
 	st->ended = true;
 }
 
+void ig_anth_stream_data(struct ig_anth_stream *st, const char *data, size_t len, json_t *events)
+{
+	if (len == 6 && memcmp(data, "[DONE]", 6) == 0) {
+		ig_anth_stream_done(st, events);
+		return;
+	}
+	json_error_t jerr;
+	json_t *c = json_loadb(data ? data : "", len, 0, &jerr);
+	char *err = NULL;
+	if (!c)
+		err = ig_strdupf("the backend's stream has a chunk that is not JSON: %s", jerr.text);
+	else
+		ig_anth_stream_feed(st, c, events, &err);
+	if (err)
+		ig_anth_stream_fail(st, 502, err, events);
+	free(err);
+	json_decref(c);
+}
+
 int ig_anth_sse_append(struct ig_buf *out, json_t *events)
 {
 	size_t i;

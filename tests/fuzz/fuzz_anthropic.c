@@ -2,7 +2,8 @@
  * anthropic.c), which reads clients' bodies and backends' answers. The
  * first byte picks what the rest is: 0 a Messages request, 1 a
  * count_tokens request, 2 a chat completion, 3 a chat stream (one chunk a
- * line, "[DONE]" the end), 4 a backend's error body. Invariants: a request
+ * line as ig_anth_stream_data takes them, "[DONE]" the end), 4 a
+ * backend's error body. Invariants: a request
  * gives a chat request or a message, never both or neither, and a chat
  * request has a model and messages; a stream's events start with
  * message_start (or are one error), blocks open and close in pairs with
@@ -98,19 +99,7 @@ static void stream(const uint8_t *p, size_t n)
 	for (size_t off = 0; off < n;) {
 		const uint8_t *nl = memchr(p + off, '\n', n - off);
 		size_t len = nl ? (size_t)(nl - (p + off)) : n - off;
-		if (len == 6 && memcmp(p + off, "[DONE]", 6) == 0) {
-			ig_anth_stream_done(st, events);
-		} else {
-			json_t *c = json_loadb((const char *)p + off, len, JSON_DECODE_ANY, NULL);
-			char *err = NULL;
-			if (ig_anth_stream_feed(st, c, events, &err) < 0) {
-				if (!err)
-					abort();
-				ig_anth_stream_fail(st, 502, err, events);
-			}
-			free(err);
-			json_decref(c);
-		}
+		ig_anth_stream_data(st, (const char *)p + off, len, events);
 		off += len + 1;
 	}
 	ig_anth_stream_done(st, events);

@@ -822,7 +822,40 @@ START_TEST(errors)
 }
 END_TEST
 
+/* The payloads of `data:` lines as ig_sse hands them over, [DONE] and
+ * garbage included. */
+START_TEST(stream_data_lines)
+{
+	static const char *const lines[] = {
+		"{\"id\":\"chatcmpl-1\",\"model\":\"q\",\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}",
+		"{\"id\":\"chatcmpl-1\",\"model\":\"q\",\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}]}",
+		"[DONE]",
+	};
+	struct ig_anth_stream *st = ig_anth_stream_new("q", NULL);
+	json_t *ev = json_array();
+	for (size_t i = 0; i < 3; i++)
+		ig_anth_stream_data(st, lines[i], strlen(lines[i]), ev);
+	assert_names(ev, "message_start content_block_start content_block_delta content_block_stop message_delta "
+			 "message_stop");
+	json_decref(ev);
+	ig_anth_stream_free(st);
+
+	st = ig_anth_stream_new("q", NULL);
+	ev = json_array();
+	ig_anth_stream_data(st, lines[0], strlen(lines[0]), ev);
+	ig_anth_stream_data(st, "{not json", 9, ev);
+	ig_anth_stream_data(st, "[DONE]", 6, ev);
+	assert_names(ev, "message_start content_block_start content_block_delta error");
+	json_t *e = json_object_get(json_object_get(json_array_get(ev, 3), "data"), "error");
+	ck_assert_str_eq(json_string_value(json_object_get(e, "type")), "api_error");
+	ck_assert(strncmp(json_string_value(json_object_get(e, "message")), "the backend's stream has a chunk that is not JSON",
+			  49) == 0);
+	json_decref(ev);
+	ig_anth_stream_free(st);
+}
+END_TEST
+
 IG_CHECK_MAIN("anthropic", request_simple, request_stream_and_ignored, request_images, request_tools,
 	      request_count_tokens, request_refusals, request_hostile, response_text, response_stop_sequence,
 	      response_tool_calls, response_refused, stream_text, stream_tools, stream_stop_and_length, stream_ends,
-	      stream_hostile, errors)
+	      stream_hostile, stream_data_lines, errors)
