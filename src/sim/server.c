@@ -2,7 +2,8 @@
  * shape of the server imitated (--flavor), the answers of the read-only
  * endpoints and of the stored Responses, fault switching, and turning the
  * engine's output into MHD responses (a content reader for streams, one
- * buffer otherwise). Not here: reading a generation request (parse.c), the
+ * buffer otherwise). Not here: reading a generation request (parse.c) and
+ * translating Anthropic's Messages API to and from chat (anthropic.c), the
  * bodies of /metrics and the load reports (metrics.c), scheduling
  * (engine.c), the answers' bytes (wire.c). */
 #include "config.h"
