@@ -1,4 +1,4 @@
-/* Unit tests for src/common/anthropic.c: Anthropic Messages requests into
+/* Unit tests for src/common/anthropic.c and its part anthropic_reply.c: Anthropic Messages requests into
  * chat requests (every block kind, every refusal naming its field, hostile
  * bodies of every wrong type), chat completions back into Messages, the
  * stream translator's event order, and the error bodies. */
