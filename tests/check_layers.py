@@ -104,6 +104,7 @@ LAYERS = {
         "main",
         "reactor",
         "server",
+        "anthropic",                              # /v1/messages around the chat path
         "parse metrics",                          # a generation request's body; /metrics, load reports
         "pooling stored pd",                      # embeddings & co answered at once; stored Responses; prefill/decode hand-overs
         "engine",
@@ -113,7 +114,8 @@ LAYERS = {
     ],
     "common": [
         "batchfile",                              # include/infergate/batchfile.h: src/batchfile's interface
-        "flags httpd tokenizer",                  # tokenizer: the models' tokenizer.json (tokenizer_load.c, _bpe.c, _map.c: its parts)
+        "flags httpd tokenizer anthropic",        # tokenizer: the models' tokenizer.json (tokenizer_load.c, _bpe.c, _map.c: its parts);
+                                                  # anthropic: the Messages API over chat (anthropic_reply.c: its answers)
         "kvpub",                                  # the KV-event publisher, over the codec
         "kvwire",
         "oaerror sse log chattmpl",                # chattmpl: a model's chat template, over jinja
@@ -769,7 +771,7 @@ PARTS = {
     "gateway": {"cluster_conf": "cluster", "cont_conf": "cont", "pd_conf": "try_pd", "files_conf": "files", "idem_conf": "idem",
                 "proxy_conf": "proxy", "proxy_metrics": "proxy", "trace_conf": "trace", "conf_fleet": "conf", "metrics_json": "metrics"},
     "common": {"jinja_parse": "jinja", "jinja_value": "jinja", "jinja_eval": "jinja", "jinja_builtin": "jinja",
-               "tokenizer_load": "tokenizer", "tokenizer_bpe": "tokenizer", "tokenizer_map": "tokenizer",
+               "anthropic_reply": "anthropic", "tokenizer_load": "tokenizer", "tokenizer_bpe": "tokenizer", "tokenizer_map": "tokenizer",
                "tokenizer_int": "tokenizer"},
 }
 

@@ -2,7 +2,8 @@
  * shape of the server imitated (--flavor), the answers of the read-only
  * endpoints and of the stored Responses, fault switching, and turning the
  * engine's output into MHD responses (a content reader for streams, one
- * buffer otherwise). Not here: reading a generation request (parse.c), the
+ * buffer otherwise). Not here: reading a generation request (parse.c) and
+ * translating Anthropic's Messages API to and from chat (anthropic.c), the
  * bodies of /metrics and the load reports (metrics.c), scheduling
  * (engine.c), the answers' bytes (wire.c). */
 #include "config.h"
@@ -18,6 +19,7 @@
 #include "infergate/oaerror.h"
 #include "infergate/tokenizer.h"
 #include "infergate/util.h"
+#include "anthropic.h"
 #include "metrics.h"
 #include "parse.h"
 #include "pd.h"
@@ -50,6 +52,8 @@ enum route {
 	R_SCORE,       /* POST /v1/score (and vLLM's /score) */
 	R_POOLING,     /* POST /pooling (vLLM) */
 	R_CLASSIFY,    /* POST /classify */
+	R_MESSAGES,    /* POST /v1/messages (Anthropic's Messages API: anthropic.c) */
+	R_COUNT_TOKENS, /* POST /v1/messages/count_tokens */
 };
 
 #define SGLANG (1u << SIM_FLAVOR_SGLANG)
@@ -89,6 +93,8 @@ static const struct {
 	{"/score", R_SCORE, false, true, "POST", VLLM},
 	{"/pooling", R_POOLING, false, true, "POST", VLLM},
 	{"/classify", R_CLASSIFY, false, true, "POST, PUT", SGLANG | VLLM},
+	{"/v1/messages", R_MESSAGES, false, true, "POST", SGLANG | VLLM},
+	{"/v1/messages/count_tokens", R_COUNT_TOKENS, false, true, "POST", SGLANG | VLLM},
 };
 
 /* ---- responses ---- */
@@ -372,6 +378,7 @@ struct sim_call {
 	bool too_large;                /* body over SIM_MAX_BODY: 413 */
 	struct ig_buf body;            /* request body */
 	enum route route;
+	struct sim_anth *anth;         /* /v1/messages: its translation (anthropic.c) */
 };
 
 static void wake(struct sim_req *r);
@@ -402,6 +409,7 @@ static void call_free(struct sim_call *c)
 	ig_list_del(&c->link);
 	c->sim->ncalls--;
 	ig_buf_free(&c->body);
+	sim_anth_free(c->anth);
 	sim_engine_req_free(&c->req);
 	free(c);
 }
@@ -535,12 +543,13 @@ static ssize_t stream_reader(void *cls, uint64_t pos IG_UNUSED, char *buf, size_
 		suspend(c);
 		return 0;
 	}
-	size_t n = ig_buf_pending(&r->out);
+	struct ig_buf *out = c->anth ? sim_anth_stream(c->anth, r) : &r->out;
+	size_t n = ig_buf_pending(out);
 	if (n > 0) {
 		if (n > max)
 			n = max;
-		memcpy(buf, ig_buf_head(&r->out), n);
-		ig_buf_consume(&r->out, n);
+		memcpy(buf, ig_buf_head(out), n);
+		ig_buf_consume(out, n);
 		return (ssize_t)n;
 	}
 	if (r->state == SIM_REQ_DONE)
@@ -555,6 +564,11 @@ static enum MHD_Result respond_final(struct sim_call *c)
 {
 	struct sim_req *r = &c->req;
 
+	if (c->anth) {
+		struct sim_anth_answer a;
+		sim_anth_final(c->sim, c->anth, r, &a);
+		return respond(c->conn, a.status, a.body, a.ctype, NULL);
+	}
 	if (r->out.off != 0 || ig_buf_append(&r->out, "", 1) < 0)
 		return MHD_NO;
 	char *body = r->out.data;
@@ -774,6 +788,31 @@ static enum MHD_Result pool(struct sim *s, struct sim_call *c)
 	return ret;
 }
 
+/* POST /v1/messages/count_tokens (anthropic.c), at once. */
+static enum MHD_Result count_tokens(struct sim *s, struct sim_call *c)
+{
+	struct sim_anth_answer a;
+	c->req.state = SIM_REQ_DONE;
+	sim_anth_count_tokens(s, c->body.data, c->body.len, &a);
+	if (a.status >= 400 && a.status < 500)
+		s->eng.st.invalid++;
+	return respond(c->conn, a.status, a.body, a.ctype, NULL);
+}
+
+/* A refusal of the generation path; on /v1/messages as the server's
+ * Anthropic handler answers it (anthropic.c). */
+static enum MHD_Result respond_gen_error(struct sim *s, struct sim_call *c, unsigned status, const char *type,
+					 const char *param, const char *msg)
+{
+	if (!c->anth)
+		return respond_error(s, c->conn, status, type, param, "%s", msg);
+	struct sim_anth_answer a;
+	if (status >= 400 && status < 500)
+		s->eng.st.invalid++;
+	sim_anth_error(s, c->anth, status, type ? type : type_for_status(status), msg, &a);
+	return respond(c->conn, a.status, a.body, a.ctype, NULL);
+}
+
 /* The body is complete: validate, then answer, stream, queue or hang. */
 static enum MHD_Result start_request(struct sim *s, struct sim_call *c)
 {
@@ -796,12 +835,23 @@ static enum MHD_Result start_request(struct sim *s, struct sim_call *c)
 	if (r->kind == SIM_FAULT_SET)
 		return c->route == R_HOLD ? set_hold(s, c) : set_fault(s, c);
 	if (r->kind == SIM_UTILITY)
-		return c->route == R_TOKENIZE || c->route == R_DETOKENIZE ? tokenize(s, c) : pool(s, c);
+		return c->route == R_TOKENIZE || c->route == R_DETOKENIZE ? tokenize(s, c)
+		       : c->route == R_COUNT_TOKENS			 ? count_tokens(s, c)
+									 : pool(s, c);
+	if (c->route == R_MESSAGES) { /* into the chat request the rest reads */
+		struct sim_anth_answer a;
+		if (!(c->anth = sim_anth_begin(s, &c->body, &a))) {
+			r->state = SIM_REQ_DONE;
+			s->eng.st.invalid++;
+			return respond(c->conn, a.status, a.body, a.ctype, NULL);
+		}
+	}
 	if (s->stopping || s->eng.fault == SIM_FAULT_DOWN) {
 		r->state = SIM_REQ_DONE;
 		s->eng.st.rejected++;
-		return respond_error(s, c->conn, 503, NULL, NULL, "infergate-sim is %s",
-				     s->stopping ? "shutting down" : "down (fault mode down)");
+		return respond_gen_error(s, c, 503, NULL, NULL,
+					 s->stopping ? "infergate-sim is shutting down"
+						     : "infergate-sim is down (fault mode down)");
 	}
 	if (sim_parse_completion(s, r, c->body.data, c->body.len, &e) < 0) {
 		r->state = SIM_REQ_DONE;
@@ -810,7 +860,7 @@ static enum MHD_Result start_request(struct sim *s, struct sim_call *c)
 			s->eng.st.invalid++;
 			ret = respond_json(c->conn, e.status, dump(json_pack("{s:{s:s}}", "error", "message", ascii(e.msg))));
 		} else {
-			ret = respond_error(s, c->conn, e.status, e.type, e.param, "%s", e.msg);
+			ret = respond_gen_error(s, c, e.status, e.type, e.param, e.msg);
 		}
 		free(e.msg);
 		return ret;
@@ -819,8 +869,10 @@ static enum MHD_Result start_request(struct sim *s, struct sim_call *c)
 		r->state = SIM_REQ_DONE;
 		s->eng.st.failed++;
 		/* serving_base.py handle_request's catch-all: "Internal server error: ..." */
-		return respond_error(s, c->conn, 500, NULL, NULL, "Internal server error: simulated server failure (%s)",
-				     s->eng.fault == SIM_FAULT_ERROR ? "fault mode error" : "--fail-rate");
+		return respond_gen_error(s, c, 500, NULL, NULL,
+					 s->eng.fault == SIM_FAULT_ERROR
+						 ? "Internal server error: simulated server failure (fault mode error)"
+						 : "Internal server error: simulated server failure (--fail-rate)");
 	}
 	/* prefill/decode disaggregation: a prefill or decode side of a request (pd.c) */
 	int pd = sim_pd_begin(s, r, c->body.data, c->body.len, &e);
@@ -893,7 +945,7 @@ enum MHD_Result sim_server_handler(void *cls, struct MHD_Connection *conn, const
 		bool post = strcmp(method, "POST") == 0 || (strcmp(method, "PUT") == 0 && strstr(routes[i].allow, "PUT"));
 		if (routes[i].post && post) {
 			enum route rt = routes[i].route;
-			enum sim_kind kind = rt == R_CHAT ? SIM_CHAT
+			enum sim_kind kind = rt == R_CHAT || rt == R_MESSAGES ? SIM_CHAT
 					   : rt == R_COMPLETIONS ? SIM_COMPLETION
 					   : rt == R_RESPONSES ? SIM_RESPONSES
 					   : rt == R_GENERATE ? SIM_GENERATE

@@ -7,6 +7,7 @@
  *   reactor.c  the loop: MHD in external epoll mode, the engine's deadlines,
  *              signals and the hang-up watches of suspended clients
  *   server.c   the HTTP side: routes, answers, stream req->out through MHD
+ *   anthropic.c  /v1/messages: its body into a chat request, the answer back
  *   parse.c    a generation request's body into a struct sim_req
  *   metrics.c  the bodies of /metrics, /v1/loads, /get_load, /sim/state
  *   pooling.c  embeddings, rerank, score, classify (answered at once)

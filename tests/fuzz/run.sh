@@ -25,7 +25,8 @@ cc=${FUZZ_CC:-clang}
 # it, the key sync, infergate:resp, each kind of infergate:data, the lease
 # round, an Idempotency-Key's value)
 # kvwire: the KV-event codec (kvwire.c), the batches an engine publishes
-all="config inspect load sse corpus_line resume redis_wire redis_sync redis_state redis_keys redis_resp redis_data_batch redis_data_progress redis_data_cancel redis_data_file_stored redis_data_file_deleted redis_lease redis_idem kvwire"
+# anthropic: the Anthropic Messages translation (anthropic.c): clients' bodies, backends' answers and streams
+all="config inspect load sse corpus_line resume anthropic redis_wire redis_sync redis_state redis_keys redis_resp redis_data_batch redis_data_progress redis_data_cancel redis_data_file_stored redis_data_file_deleted redis_lease redis_idem kvwire"
 targets=${*:-$all}
 
 command -v "$cc" >/dev/null 2>&1 || { echo "FAIL: $cc not found (apt-get install -y clang)"; exit 1; }
