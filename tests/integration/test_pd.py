@@ -228,6 +228,19 @@ def a_failed_prefill_makes_the_pair_again_with_another_prefill_server():
 
 
 @test
+def a_request_the_vllm_prefill_refuses_is_answered_that_not_paired_again():
+    pre, dec = server("X", status=400), server("D")
+    gw = pair_gateway([pre], [dec], "vllm")
+    st, _, ans = http("POST", gw.url + "/v1/chat/completions", chat_body("too long " * 30))
+    assert st == 400, (st, ans)
+    assert json.loads(ans)["error"]["message"] == "prefill failed", ans  # the server's own message
+    assert dec.posts() == [] and len(pre.posts()) == 1
+    assert pd_count(gw, "prefill_failed") == 0
+    be = {b["url"]: b for b in http_json("GET", gw.url + "/health/backends")[2]["backends"]}
+    assert be[dec.url]["inflight"] == 0 and be[pre.url]["failures"] == 0, be
+
+
+@test
 def a_hand_over_that_never_completes_is_cut_and_counted_for_both():
     pre, dec = server("P", hang=True), server("D", hang=True)
     gw = pair_gateway([pre], [dec], "sglang", "--pd-transfer-timeout-ms", "600", "--retries", "0")

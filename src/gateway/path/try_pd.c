@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "fleet/health.h"
+#include "infergate/oaerror.h"
 #include "infergate/log.h"
 #include "infergate/util.h"
 #include "net/rx.h"
@@ -353,6 +354,23 @@ void ig_pd_leg_end(struct ig_req *h)
 	}
 	p->pd_leg = NULL;
 	h->pd_of = NULL;
+	long st = h->relay.up_status;
+	if (!h->err_status && st >= 400 && st < 500 && st != 408 && st != 429) {
+		/* the request's own fault (a prompt too long, a bad field), not the
+		 * prefill server's: vLLM's decode, not started, is answered it;
+		 * SGLang's, sent the same body, answers its own */
+		if (p->pd_waiting && p->wait.running) {
+			const char *body = ig_buf_head(&h->relay.resp);
+			size_t len = ig_buf_pending(&h->relay.resp);
+			char *oa = ig_oaerror_normalize((unsigned)st, body, len); /* NULL: in OpenAI's shape already */
+			pair_refused(p, (unsigned)st, "invalid_request_error", "the prefill server refused the request");
+			if (oa || (oa = strndup(body ? body : "", len)))
+				ig_xch_set_answer(p, (unsigned)st, oa);
+			ig_xch_resume(p);
+		}
+		h->hooks->free(h);
+		return;
+	}
 	if (!ok && !p->relay.first_seen && !p->relay.committed && (p->xfer.running || p->pd_waiting)) {
 		/* the prefill failed before the hand-over: the pair again, another prefill server */
 		gw->stats.pd[1]++;

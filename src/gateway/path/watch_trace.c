@@ -21,7 +21,7 @@ static void trace_finish(struct ig_req *req)
 		ig_trace_end(t, NULL, NULL);
 		return;
 	}
-	if (req->t_submit_us && !req->is_hedge) {
+	if (req->t_submit_us && !req->is_hedge && !req->is_pd_leg) {
 		json_t *q = ig_trace_child(t, "queue", IG_SPAN_INTERNAL, req->t_submit_us,
 					   req->t_first_attempt_us ? req->t_first_attempt_us : ig_now_us());
 		ig_span_str(q, "infergate.class", ig_conf_class_name(req->wait.q.klass));
@@ -29,7 +29,7 @@ static void trace_finish(struct ig_req *req)
 		ig_span_bool(q, "infergate.queued", req->wait.was_queued);
 	}
 	json_t *s = NULL;
-	if (!req->is_hedge) {
+	if (!req->is_hedge && !req->is_pd_leg) { /* a hedge's or a prefill half's spans are its exchange's children */
 		const char *path = ig_xch_req_path(req);
 		const char *method = ig_routes_method_name(req->adm.method);
 		char name[300];
@@ -95,7 +95,8 @@ static void trace_attempt(struct ig_req *req, struct ig_backend *b)
 		ig_span_str(s, "gen_ai.request.model", req->adm.model);
 		ig_span_str(s, "server.address", b->url);
 		ig_span_int(s, "infergate.attempt", req->wait.pick.ntried);
-		ig_span_str(s, "infergate.attempt.kind", req->is_hedge ? "hedge" : req->relay.cont.count ? "continuation"
+		ig_span_str(s, "infergate.attempt.kind", req->is_hedge ? "hedge" : req->is_pd_leg ? "prefill"
+			    : req->relay.cont.count ? "continuation"
 			    : req->wait.pick.ntried > 1 ? "retry" : "first");
 		ig_span_bool(s, "infergate.over_slots", req->wait.pick.over);
 	}
