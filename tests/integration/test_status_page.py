@@ -19,7 +19,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from harness import (BUILDDIR, SRCDIR, Dir, chat_body, http, http_json, keys_file, run, start, start_gateway,
+from harness import (BUILDDIR, SRCDIR, Dir, chat_body, free_port, http, http_json, keys_file, run, start, start_gateway,
                      start_sim, start_sims, test, upload, wait_until)
 
 FAST = ("--tokens-per-second", "0", "--ttft-ms", "0")
@@ -417,6 +417,28 @@ def status_page_shows_the_batches():
     assert dom.attr("batches-panel", "hidden") is None, dom.by_id["batches-panel"]
     got = {bid: (a["data-status"], int(a["data-done"])) for bid, a in dom.batches.items()}
     assert got == {bid: (st, 20 if st == "completed" else 0) for bid, st in want.items()}, got
+
+
+@test
+def status_page_shows_the_halves_of_prefill_decode_pairs():
+    chromium_path()
+    port = free_port()
+    pre = start_sim(*FAST, "--disaggregation-mode", "prefill", "--disaggregation-bootstrap-port", str(port))
+    dec = start_sim(*FAST, "--disaggregation-mode", "decode")
+    cfg = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
+    json.dump({"backends": [{"url": pre.url, "role": "prefill", "engine": "sglang", "bootstrap_port": port},
+                            {"url": dec.url, "role": "decode", "engine": "sglang"}]}, cfg)
+    cfg.close()
+    gw = start_gateway([], *QUICK_HEALTH, config=cfg.name)
+    wait_until(lambda: http_json("GET", gw.url + "/health")[2]["healthy_backends"] == 2, what="2 healthy backends")
+    for i in range(3):
+        st, _, _ = http("POST", gw.url + "/v1/chat/completions", chat_body(f"pair {i} " * 20, max_tokens=4))
+        assert st == 200
+    dom = Dom(chromium(gw.url + "/status", "--dump-dom"))
+    assert dom.rows[pre.url]["attrs"]["data-role"] == "prefill", dom.rows[pre.url]
+    assert dom.rows[dec.url]["attrs"]["data-role"] == "decode", dom.rows[dec.url]
+    assert dom.rows[pre.url]["cells"]["url"] == f"{pre.url} (prefill, 3 pairs)", dom.rows[pre.url]["cells"]
+    assert dom.rows[dec.url]["cells"]["url"] == f"{dec.url} (decode, 3 pairs)", dom.rows[dec.url]["cells"]
 
 
 @test
