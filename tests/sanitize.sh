@@ -94,8 +94,10 @@ valgrind_run() {
 	echo "# valgrind over HTTPS: ${tls_errs:-no summary}"
 	redis_errs=$(grep -o 'ERROR SUMMARY: [0-9,]* errors' "$log.redis" 2>/dev/null | tail -1)
 	echo "# valgrind with a hostile Redis over TLS: ${redis_errs:-no summary}"
+	pd_errs=$(grep -o 'ERROR SUMMARY: [0-9,]* errors' "$log.pd" 2>/dev/null | tail -1)
+	echo "# valgrind with prefill/decode pairs: ${pd_errs:-no summary}"
 	[ $rc = 0 ] || sed 's/^/# /' "$dir/valgrind_load.tap" | tail -40
-	report $rc "infergate under valgrind memcheck: load, client disconnects, SIGTERM (${errs:-?}), over HTTPS with a certificate reload (${tls_errs:-?}), and with a hostile Redis over TLS (${redis_errs:-?})" "$log"
+	report $rc "infergate under valgrind memcheck: load, client disconnects, SIGTERM (${errs:-?}), over HTTPS with a certificate reload (${tls_errs:-?}), with a hostile Redis over TLS (${redis_errs:-?}), and with prefill/decode pairs (${pd_errs:-?})" "$log"
 }
 
 tsan() {

@@ -19,7 +19,9 @@ The third runs a clustered gateway against a hostile Redis over rediss://
 protocol error, an array of 2 billion elements (each drops the connection,
 which comes back), a good message, requests throughout, then SIGTERM (the
 leave over a blocking TLS connection). Its report goes to
-IG_VALGRIND_LOG.redis.
+IG_VALGRIND_LOG.redis. A fourth, prefill/decode pairs in both engines'
+protocols with a prefill server killed and a pair in flight at SIGTERM,
+to IG_VALGRIND_LOG.pd.
 
 Passes when every good request is answered 200, the last stream ends with
 [DONE], and valgrind exits 0 (no memory error, no definitely lost block:
@@ -357,5 +359,64 @@ def clustered_gateway_under_valgrind_hostile_redis_over_tls_sigterm():
     assert rc == 0, (rc, report[-3000:])
     assert ok == 4, ok
 
+
+
+@test
+def pd_pairs_under_valgrind_both_engines_a_prefill_killed_sigterm():
+    """Prefill/decode pairs (try_pd.c): SGLang's halves at once, vLLM's prefill first, a
+    prefill server killed (the pair made again with the other), a hand-over past its deadline,
+    SIGTERM with a pair in flight."""
+    if not shutil.which("valgrind"):
+        raise AssertionError("valgrind is not installed (apt-get install -y valgrind)")
+    log = (os.environ.get("IG_VALGRIND_LOG") or tempfile.mktemp(prefix="ig-valgrind-", suffix=".log")) + ".pd"
+    kv = '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
+    fast = ("--tokens-per-second", "400", "--ttft-ms", "0")
+    sp = [free_port(), free_port()]
+    s_pre = [start_sim(*fast, "--disaggregation-mode", "prefill", "--disaggregation-bootstrap-port", str(p),
+                       "--model", "sg") for p in sp]
+    s_dec = start_sim(*fast, "--disaggregation-mode", "decode", "--model", "sg")
+    v_pre = start_sim(*fast, "--flavor", "vllm", "--kv-transfer-config", kv, "--nixl-side-channel-port",
+                      str(free_port()), "--model", "vl")
+    v_dec = start_sim(*fast, "--flavor", "vllm", "--kv-transfer-config", kv, "--nixl-side-channel-port",
+                      str(free_port()), "--model", "vl")
+    cfg = tempfile.NamedTemporaryFile("w", prefix="ig-valgrind-pd-", suffix=".json", delete=False)
+    sg, vl = {"engine": "sglang", "models": ["sg"]}, {"engine": "vllm", "models": ["vl"]}
+    json.dump({"backends": [dict(sg, url=s_pre[0].url, role="prefill", bootstrap_port=sp[0]),
+                            dict(sg, url=s_pre[1].url, role="prefill", bootstrap_port=sp[1]),
+                            dict(sg, url=s_dec.url, role="decode"),
+                            dict(vl, url=v_pre.url, role="prefill"), dict(vl, url=v_dec.url, role="decode")],
+               "pd": {"prefill_policy": "round-robin", "transfer_timeout_ms": 3000}}, cfg)
+    cfg.close()
+    gp = free_port()
+    vg = start(["valgrind", "--leak-check=full", "--show-leak-kinds=definite", "--errors-for-leak-kinds=definite",
+                "--error-exitcode=1", "--num-callers=30", f"--log-file={log}",
+                binary("infergate"), "--listen", f"127.0.0.1:{gp}", "--config", cfg.name,
+                "--health-interval-ms", "200", "--shutdown-grace-s", "5"],
+               port=gp, timeout=120)
+    time.sleep(1.5)  # every backend probed healthy and its models read
+    ok = 0
+    for i in range(30):
+        model = "sg" if i % 2 else "vl"
+        stream = i % 3 == 0
+        body = {"model": model, "max_tokens": 8, "stream": stream, "messages": [{"role": "user", "content": f"pd {i} " * 20}]}
+        if i == 12:
+            s_pre[0].send_signal(signal.SIGKILL)  # the SGLang pairs go on with the other prefill server
+        r = request(gp, post(b"/v1/chat/completions", body))
+        ok += r.startswith(b"HTTP/1.1 200") and (not stream or b"[DONE]" in r)
+    # a pair in flight at SIGTERM
+    s = socket.create_connection(("127.0.0.1", gp))
+    s.sendall(post(b"/v1/chat/completions", {"model": "sg", "max_tokens": 60, "stream": True,
+                                             "messages": [{"role": "user", "content": "last pair " * 10}]}))
+    time.sleep(0.3)
+    os.kill(vg.pid, signal.SIGTERM)
+    rest = read_to_end(s)
+    rc = vg.wait(120)
+    print(f"# {ok} of 30 paired requests answered 200 under valgrind; last pair finished: {b'[DONE]' in rest}; exit {rc}")
+    with open(log) as f:
+        report = f.read()
+    assert "ERROR SUMMARY: 0 errors" in report, report[-3000:]
+    assert rc == 0, (rc, report[-3000:])
+    assert ok >= 29, ok  # the request that met the killed prefill server may be one
+    assert b"data: [DONE]" in rest, rest[-300:]
 
 run()
