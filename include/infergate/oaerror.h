@@ -57,6 +57,11 @@ unsigned ig_oaerror_status(const struct ig_oaerror *e);
  * it lacks is null, its type the one for `status`. */
 char *ig_oaerror_to_json(const struct ig_oaerror *e, unsigned status);
 
+/* A JSON string even of bytes that are not UTF-8 (a client's path, a
+ * backend's body): those bytes, and control characters, become '?', so an
+ * error body can always be built. */
+json_t *ig_oaerror_string(const char *s);
+
 /* An error answer of a server with the given status, in OpenAI's shape:
  * NULL when body already is (relay it as it is), else a malloc'd JSON text
  * that keeps the server's message, type, param and code (a body that is not

@@ -411,7 +411,6 @@ void ig_anth_stream_done(struct ig_anth_stream *st, json_t *events)
 	st->ended = true;
 }
 
-static json_t *utf8_string(const char *s);
 
 void ig_anth_stream_fail(struct ig_anth_stream *st, unsigned status, const char *message, json_t *events)
 {
@@ -419,7 +418,7 @@ void ig_anth_stream_fail(struct ig_anth_stream *st, unsigned status, const char 
 		return;
 	emit(events, "error",
 	     json_pack("{s:s, s:{s:s, s:o}}", "type", "error", "error", "type", ig_anth_error_type(status), "message",
-		       utf8_string(message ? message : "")));
+		       ig_oaerror_string(message ? message : "")));
 	st->ended = true;
 }
 
@@ -480,30 +479,11 @@ const char *ig_anth_error_type(unsigned status)
 	}
 }
 
-/* A JSON string even of bytes that are not UTF-8 (a backend's body): those
- * become '?'. */
-static json_t *utf8_string(const char *s)
-{
-	json_t *j = json_string(s);
-	if (j)
-		return j;
-	char *copy = strdup(s);
-	if (!copy)
-		abort();
-	for (char *p = copy; *p; p++)
-		if ((unsigned char)*p >= 0x80)
-			*p = '?';
-	j = json_string(copy);
-	free(copy);
-	if (!j)
-		abort();
-	return j;
-}
 
 char *ig_anth_error_json(unsigned status, const char *type, const char *message)
 {
 	json_t *j = json_pack("{s:s, s:{s:s, s:o}}", "type", "error", "error", "type",
-			      type ? type : ig_anth_error_type(status), "message", utf8_string(message ? message : ""));
+			      type ? type : ig_anth_error_type(status), "message", ig_oaerror_string(message ? message : ""));
 	char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
 	json_decref(j);
 	if (!s)

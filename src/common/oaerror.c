@@ -11,9 +11,7 @@
 #include "infergate/oaerror.h"
 #include "infergate/util.h"
 
-/* A JSON string even for bytes that are not UTF-8 (a client's path, say):
- * those bytes become '?', so an error body can always be built. */
-static json_t *safe_string(const char *s)
+json_t *ig_oaerror_string(const char *s)
 {
 	json_t *j = json_string(s);
 	if (j)
@@ -32,10 +30,10 @@ static json_t *safe_string(const char *s)
 char *ig_oaerror_json(const char *message, const char *type, const char *param, const char *code)
 {
 	json_t *err = json_pack("{s:{s:o, s:s, s:o, s:o}}", "error",
-				"message", safe_string(message ? message : ""),
+				"message", ig_oaerror_string(message ? message : ""),
 				"type", type ? type : "server_error",
-				"param", param ? safe_string(param) : json_null(),
-				"code", code ? safe_string(code) : json_null());
+				"param", param ? ig_oaerror_string(param) : json_null(),
+				"code", code ? ig_oaerror_string(code) : json_null());
 	if (!err)
 		abort();
 	char *s = json_dumps(err, JSON_COMPACT);
@@ -133,7 +131,7 @@ static json_t *detail_message(json_t *detail)
 	if (b.len && ig_buf_append(&b, "", 1) == 0) {
 		if (b.len > DETAIL_MESSAGE_MAX)
 			b.data[DETAIL_MESSAGE_MAX] = '\0';
-		m = safe_string(ig_buf_head(&b));
+		m = ig_oaerror_string(ig_buf_head(&b));
 	}
 	ig_buf_free(&b);
 	return m;
@@ -230,7 +228,7 @@ char *ig_oaerror_normalize(unsigned status, const char *body, size_t len)
 		for (char *p = text; *p; p++) /* one line, whatever it held */
 			if (*p == '\n' || *p == '\r' || *p == '\t')
 				*p = ' ';
-		e.message = safe_string(text);
+		e.message = ig_oaerror_string(text);
 		free(text);
 	}
 	out = ig_oaerror_to_json(&e, status);
