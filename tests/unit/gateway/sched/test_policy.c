@@ -530,7 +530,45 @@ START_TEST(over_the_slots_of_a_backend_that_preempts)
 }
 END_TEST
 
-IG_CHECK_MAIN("policy", over_the_slots_of_a_backend_that_preempts, cache_aware_follows_the_longest_prefix_within_the_guard,
+/* Prefill/decode pairs' roles (path/try_pd.c): a request's own pick never
+ * lands on a prefill server; a pair's prefill half only on one, and past
+ * every limit rather than waiting; a short prompt's on a server that
+ * prefills alone (role both, a vLLM decode server), or nothing. */
+START_TEST(a_pick_goes_to_the_servers_of_its_role)
+{
+	struct ig_fleet pool = make_pool(4);
+	struct ig_backend *b;
+	pool.v[0]->role = IG_ROLE_PREFILL;
+	pool.v[1]->role = IG_ROLE_DECODE;
+	pool.v[1]->engine = IG_ENGINE_SGLANG;
+	pool.v[2]->role = IG_ROLE_DECODE;
+	pool.v[2]->engine = IG_ENGINE_VLLM;
+	for (int i = 0; i < 40; i++) { /* the others rotate; the prefill server never comes */
+		ck_assert_int_eq(pick(P("round-robin"), &pool, &(struct ig_pick_req){0}, &b), IG_PICK_OK);
+		ck_assert_ptr_ne(b, pool.v[0]);
+		atomic_fetch_sub(&b->inflight, 1);
+	}
+	ck_assert_int_eq(pick(P("least-loaded"), &pool, &(struct ig_pick_req){.role = IG_PICK_PREFILL}, &b), IG_PICK_OK);
+	ck_assert_ptr_eq(b, pool.v[0]);
+	/* at its limit: taken all the same (the pair holds its decode slot) */
+	pool.v[0]->max_inflight = 1;
+	ck_assert_int_eq(pick(P("least-loaded"), &pool, &(struct ig_pick_req){.role = IG_PICK_PREFILL}, &b), IG_PICK_OK);
+	ck_assert_ptr_eq(b, pool.v[0]);
+	ck_assert_int_eq(atomic_load(&pool.v[0]->inflight), 2);
+	/* a short prompt: the co-located server or the vLLM decode server, never SGLang's decode */
+	for (int i = 0; i < 20; i++) {
+		ck_assert_int_eq(pick(P("round-robin"), &pool, &(struct ig_pick_req){.role = IG_PICK_ALONE}, &b), IG_PICK_OK);
+		ck_assert(b == pool.v[2] || b == pool.v[3]);
+		atomic_fetch_sub(&b->inflight, 1);
+	}
+	/* no prefill server up: a prefill half has nowhere to go */
+	atomic_store(&pool.v[0]->state, IG_BACKEND_DOWN);
+	ck_assert_int_eq(pick(P("least-loaded"), &pool, &(struct ig_pick_req){.role = IG_PICK_PREFILL}, &b), IG_PICK_NONE);
+	free_pool(&pool);
+}
+END_TEST
+
+IG_CHECK_MAIN("policy", a_pick_goes_to_the_servers_of_its_role, over_the_slots_of_a_backend_that_preempts, cache_aware_follows_the_longest_prefix_within_the_guard,
 	      cache_aware_believes_the_engines_while_their_events_flow,
 	      cache_aware_cost_weighs_the_prefix_against_the_work_waiting, least_tokens_weighs_work_by_speed,
 	      least_tokens_counts_work_and_measures_speed, learned_slots_limit_like_max_inflight, session_sticks_to_a_backend_within_the_bound,
