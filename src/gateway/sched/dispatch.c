@@ -86,14 +86,15 @@ static const struct ig_policy *policy_for(struct ig_sched *s, const struct ig_wa
 	return s->pd_policy[i];
 }
 
-/* The state of policy p, if it is still one of the gateway's (a reload
- * may have replaced it while a request ran), else NULL. */
-static void *state_of(const struct ig_sched *s, const struct ig_policy *p)
+/* The state w's attempt started under, if it is still one of the
+ * gateway's (a reload may have replaced it while the request ran), else
+ * NULL. */
+static void *state_of(const struct ig_sched *s, const struct ig_waiter *w)
 {
-	if (p == s->policy)
+	if (w->policy == s->policy && w->policy_state == s->policy_state)
 		return s->policy_state;
 	for (int i = 0; i < 2; i++)
-		if (p == s->pd_policy[i])
+		if (w->policy == s->pd_policy[i] && w->policy_state == s->pd_state[i])
 			return s->pd_state[i];
 	return NULL;
 }
@@ -330,7 +331,9 @@ static enum ig_dispatch_result start(struct ig_gw *gw, struct ig_waiter *w, stru
 	w->running = true;
 	w->attempt_us = ig_now_us();
 	w->policy = policy_for(s, w, &state);
-	w->m->inflight++;
+	w->policy_state = state;
+	if (w->pick.role != IG_PICK_PREFILL) /* a pair is one request of its model */
+		w->m->inflight++;
 	if (w->pick.low)
 		atomic_fetch_add(&b->low_inflight, 1);
 	ends_sync(w->m, gw->cluster_view);
@@ -371,7 +374,8 @@ void ig_dispatch_end(struct ig_gw *gw, struct ig_waiter *w, const struct ig_pick
 	ig_policy_release(w->backend);
 	if (w->pick.low)
 		atomic_fetch_sub(&w->backend->low_inflight, 1);
-	w->m->inflight--;
+	if (w->pick.role != IG_PICK_PREFILL)
+		w->m->inflight--;
 	ends_sync(w->m, gw->cluster_view);
 	if (ig_cluster_others_waiting(gw->cluster_view, w->m->name) > 0 && w->m->ends_held < gw->sched.low_every)
 		w->m->ends_held++;
@@ -386,7 +390,7 @@ void ig_dispatch_end(struct ig_gw *gw, struct ig_waiter *w, const struct ig_pick
 	if (w->policy && w->policy->done)
 		/* A reload may have changed the policy while it ran: the old
 		 * one's state is gone, it undoes its counts without it. */
-		w->policy->done(state_of(s, w->policy), w->backend, &w->pick, &out);
+		w->policy->done(state_of(s, w), w->backend, &w->pick, &out);
 	gw->drain_pending = true;
 }
 

@@ -66,6 +66,8 @@ struct ig_waiter {
 	struct ig_pick_req pick;
 	/* dispatch's */
 	const struct ig_policy *policy;   /* the policy its attempt started under */
+	void *policy_state;               /* and that policy's state (two halves' policies
+					   * may be two of one kind) */
 	struct ig_backend *backend;       /* the current (or last) attempt's */
 	bool running;                     /* holds a slot on backend */
 	bool queued;                      /* in its model's queue */
