@@ -150,12 +150,13 @@ static char *dump(json_t *j)
 }
 
 /* Messages may quote the client's bytes (a model name, a JSON parse
- * error): anything outside printable ASCII becomes '?', so the body can
- * always be built. Returns msg, changed in place. */
+ * error): anything outside printable ASCII but a newline (SGLang's LoRA
+ * message has one) becomes '?', so the body can always be built. Returns
+ * msg, changed in place. */
 static char *ascii(char *msg)
 {
 	for (unsigned char *p = (unsigned char *)msg; *p; p++)
-		if (*p < 0x20 || *p > 0x7e)
+		if ((*p < 0x20 && *p != '\n') || *p > 0x7e)
 			*p = '?';
 	return msg;
 }
