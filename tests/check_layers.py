@@ -111,6 +111,7 @@ LAYERS = {
         "wire schema deadlines kvevents",         # the bytes of answers; a JSON answer's document; the running by deadline; KV events out
         "request kvcache text",
         "conf",
+        "lora",                                   # LoRA adapters' bookkeeping; conf splits their flags with it
     ],
     "common": [
         "batchfile",                              # include/infergate/batchfile.h: src/batchfile's interface

@@ -17,6 +17,7 @@
 #include "infergate/tokenizer.h"
 #include "infergate/util.h"
 #include "conf.h"
+#include "lora.h"
 
 /* --listen: HOST:PORT, resolved now so a bad host fails before anything
  * starts. */
@@ -70,6 +71,59 @@ static int check_name(void *target IG_UNUSED, const struct ig_flag *f IG_UNUSED,
 			return -1;
 		}
 	}
+	return 0;
+}
+
+/* --dp-rank-slowdown RANK=FACTOR, repeatable: kept as given until the end,
+ * where --dp-ranks is known (resolve_slowdown). */
+static int parse_slowdown(void *target, const struct ig_flag *f IG_UNUSED, const char *what, const char *v,
+			  char **err)
+{
+	struct sim_conf *c = target;
+	if (!strchr(v, '=') || strchr(v, ';')) {
+		*err = ig_strdupf("%s: '%s' is not RANK=FACTOR", what, v);
+		return -1;
+	}
+	char *all = c->slowdown_arg ? ig_strdupf("%s;%s", c->slowdown_arg, v) : strdup(v);
+	if (!all)
+		return -1;
+	free(c->slowdown_arg);
+	c->slowdown_arg = all;
+	return 0;
+}
+
+/* --lora-modules / --lora-paths NAME=PATH, one per value (sim_lora_expand_argv
+ * turned argparse's "flag A B C" into one flag per value). A name ends up
+ * in JSON and a metric label: a valid name, and no comma (the metric joins
+ * names with commas). */
+static int parse_lora(void *target, const struct ig_flag *f, const char *what, const char *v, char **err)
+{
+	struct sim_conf *c = target;
+	char *name, *path;
+	if (sim_lora_split(v, &name, &path) < 0) {
+		*err = ig_strdupf("%s: '%s' is not NAME=PATH", what, v);
+		return -1;
+	}
+	if (check_name(target, f, what, name, err) < 0 ||
+	    (strchr(name, ',') && (*err = ig_strdupf("%s: '%s': an adapter's name has no comma", what, name)))) {
+		free(name);
+		free(path);
+		return -1;
+	}
+	char **n = realloc(c->lora_names, (c->nloras + 1) * sizeof(*n));
+	if (n)
+		c->lora_names = n;
+	char **p = realloc(c->lora_paths, (c->nloras + 1) * sizeof(*p));
+	if (p)
+		c->lora_paths = p;
+	if (!n || !p) {
+		free(name);
+		free(path);
+		return -1;
+	}
+	c->lora_from_modules = strcmp(f->name, "--lora-modules") == 0;
+	c->lora_names[c->nloras] = name;
+	c->lora_paths[c->nloras++] = path;
 	return 0;
 }
 
@@ -204,6 +258,37 @@ static const struct ig_flag flags[] = {
 	{.name = "--transfer-gbps", .type = IG_FLAG_DOUBLE, .off = OFF(transfer_gbps), .min = 0.001, .max = 100000,
 	 .def = "25", .metavar = "X",
 	 .help = "KV hand-over bandwidth, GB/s (25: a 200 Gb/s RDMA link; simulated time)"},
+	{.name = "--dp-rank-slowdown", .type = IG_FLAG_CUSTOM, .off = OFF(slowdown_arg), .metavar = "RANK=FACTOR",
+	 .parse = parse_slowdown,
+	 .help = "rank RANK runs FACTOR times slower (0.01..1000): its TTFT and token intervals, or its decode "
+		 "steps; repeatable"},
+	{.name = "--enable-lora", .type = IG_FLAG_SWITCH, .off = OFF(enable_lora),
+	 .help = "serve LoRA adapters (--lora-modules / --lora-paths, and loaded at run time)"},
+	{.name = "--max-loras", .type = IG_FLAG_LONG, .off = OFF(vllm_max_loras), .min = 1, .max = 1024,
+	 .metavar = "N",
+	 .help = "vllm: distinct adapters in a batch (and GPU slots); a request for another waits (default 1)"},
+	{.name = "--max-cpu-loras", .type = IG_FLAG_LONG, .off = OFF(vllm_max_cpu_loras), .min = 1, .max = 100000,
+	 .metavar = "N",
+	 .help = "vllm: adapters in the CPU cache, at least --max-loras; checked, not modelled (an adapter out "
+		 "of it costs what one out of the GPU slots does)"},
+	{.name = "--lora-modules", .type = IG_FLAG_CUSTOM, .off = OFF(lora_names), .metavar = "NAME=PATH",
+	 .parse = parse_lora, .help = "vllm: adapters served from the start; several values may follow the flag"},
+	{.name = "--lora-paths", .type = IG_FLAG_CUSTOM, .off = OFF(lora_paths), .metavar = "NAME=PATH",
+	 .parse = parse_lora,
+	 .help = "sglang: adapters served from the start (a bare PATH is its own name); several values may follow "
+		 "the flag; implies --enable-lora"},
+	{.name = "--max-loras-per-batch", .type = IG_FLAG_LONG, .off = OFF(sglang_max_per_batch), .min = 1,
+	 .max = 1024, .metavar = "N",
+	 .help = "sglang: distinct adapters in a batch, the base model counted (default 8)"},
+	{.name = "--max-loaded-loras", .type = IG_FLAG_LONG, .off = OFF(sglang_max_loaded), .min = 1, .max = 100000,
+	 .metavar = "N", .help = "sglang: adapters loaded at once; a load beyond is refused (default: no limit)"},
+	{.name = "--allow-runtime-lora-updating", .type = IG_FLAG_SWITCH, .off = OFF(lora_runtime),
+	 .help = "vllm: POST /v1/load_lora_adapter and /v1/unload_lora_adapter allowed (vLLM's "
+		 "VLLM_ALLOW_RUNTIME_LORA_UPDATING=1); sglang always has /load_lora_adapter"},
+	{.name = "--lora-load-ms", .type = IG_FLAG_LONG, .off = OFF(lora_load_ms), .min = 0, .max = 600000,
+	 .def = "0", .metavar = "N",
+	 .help = "an adapter's load into a rank's GPU slot, ms of simulated time, paid by the request that needs "
+		 "it"},
 };
 
 static const struct ig_flags spec = {
@@ -217,8 +302,10 @@ static const struct ig_flags spec = {
 		  "POST /v1/rerank, POST /v1/score, POST /classify, POST /tokenize, POST /detokenize,\n"
 		  "GET /health, GET /v1/models, GET /metrics; sglang only: POST /generate,\n"
 		  "GET /health_generate, GET /v1/loads, GET /get_load, GET /get_model_info, GET /server_info (and\n"
-		  "  /get_server_info), GET|POST /flush_cache; vllm only:\n"
-		  "POST /pooling, /rerank, /v2/rerank, /score. Test control (never needs the key):\n"
+		  "  /get_server_info), GET|POST /flush_cache, POST /load_lora_adapter, /unload_lora_adapter;\n"
+		  "vllm only: POST /pooling, /rerank, /v2/rerank, /score, and with\n"
+		  "--allow-runtime-lora-updating POST /v1/load_lora_adapter, /v1/unload_lora_adapter.\n"
+		  "Test control (never needs the key):\n"
 		  "GET /sim/state, GET|POST /sim/fault ({\"mode\": \"ok\"|\"error\"|\"hang\"|\"slow\"|\"down\", \"max_running\": N};\n"
 		  "with \"probes\": N the mode lasts N /health answers, then the one before comes back),\n"
 		  "GET|POST /sim/hold ({\"after_tokens\": N}: every generation stops after N tokens,\n"
@@ -383,6 +470,85 @@ static int check_pd(struct sim_conf *c, char **err)
 	return 0;
 }
 
+/* --dp-rank-slowdown's values, now that --dp-ranks is known. */
+static int resolve_slowdown(struct sim_conf *c, char **err)
+{
+	if (!c->slowdown_arg)
+		return 0;
+	c->rank_slowdown = malloc((size_t)c->dp_ranks * sizeof(*c->rank_slowdown));
+	if (!c->rank_slowdown)
+		return -1;
+	for (long i = 0; i < c->dp_ranks; i++)
+		c->rank_slowdown[i] = 1;
+	char *save = NULL;
+	for (char *v = strtok_r(c->slowdown_arg, ";", &save); v; v = strtok_r(NULL, ";", &save)) {
+		char *end, *eq = strchr(v, '=');
+		long rank = strtol(v, &end, 10);
+		double f = strtod(eq + 1, &end);
+		if (eq == v || rank < 0 || rank >= c->dp_ranks || *end || !(f >= 0.01 && f <= 1000)) {
+			*err = ig_strdupf("--dp-rank-slowdown: '%s' is not RANK=FACTOR with RANK 0..%ld and FACTOR 0.01..1000",
+					  v, c->dp_ranks - 1);
+			return -1;
+		}
+		c->rank_slowdown[rank] = f;
+	}
+	return 0;
+}
+
+/* The LoRA flags of one flavor need it, and need --enable-lora; the
+ * limits take the flavor's defaults (vLLM's LoRAConfig: max_loras 1,
+ * max_cpu_loras = max_loras, vllm/config/lora.py; SGLang's ServerArgs:
+ * max_loras_per_batch 8, max_loaded_loras None, python/sglang/srt/server_args.py). */
+static int check_lora(struct sim_conf *c, char **err)
+{
+	bool vllm = c->flavor == SIM_FLAVOR_VLLM;
+	const char *other = NULL;
+	if (vllm && (c->sglang_max_per_batch >= 0 || c->sglang_max_loaded >= 0))
+		other = c->sglang_max_per_batch >= 0 ? "--max-loras-per-batch" : "--max-loaded-loras";
+	else if (!vllm && (c->vllm_max_loras >= 0 || c->vllm_max_cpu_loras >= 0 || c->lora_runtime))
+		other = c->vllm_max_loras >= 0 ? "--max-loras" : c->vllm_max_cpu_loras >= 0 ? "--max-cpu-loras"
+										: "--allow-runtime-lora-updating";
+	if (other) {
+		*err = ig_strdupf("%s: needs --flavor %s", other, vllm ? "sglang" : "vllm");
+		return -1;
+	}
+	if (c->nloras && c->lora_from_modules != vllm) {
+		*err = ig_strdupf("%s: needs --flavor %s", vllm ? "--lora-paths" : "--lora-modules", vllm ? "sglang" : "vllm");
+		return -1;
+	}
+	if (!vllm && c->nloras)
+		c->enable_lora = true; /* SGLang's ServerArgs turns it on for --lora-paths */
+	if (!c->enable_lora && (c->nloras || c->vllm_max_loras >= 0 || c->vllm_max_cpu_loras >= 0 ||
+				c->sglang_max_per_batch >= 0 || c->sglang_max_loaded >= 0 || c->lora_runtime)) {
+		*err = ig_strdupf("%s: needs --enable-lora", c->nloras ? "--lora-modules" : "a LoRA limit");
+		return -1;
+	}
+	c->max_loras = vllm ? (c->vllm_max_loras >= 0 ? c->vllm_max_loras : 1)
+			    : (c->sglang_max_per_batch >= 0 ? c->sglang_max_per_batch : 8);
+	/* vLLM's CPU cache evicts (an adapter evicted is read from its path
+	 * again); it never refuses one: max_cpu_loras limits no registration,
+	 * and it is checked as LoRAConfig checks it (vllm/config/lora.py). */
+	if (vllm && c->vllm_max_cpu_loras >= 0 && c->vllm_max_cpu_loras < c->max_loras) {
+		*err = ig_strdupf("--max-cpu-loras: max_cpu_loras (%ld) must be >= max_loras (%ld)", c->vllm_max_cpu_loras,
+				  c->max_loras);
+		return -1;
+	}
+	c->max_loaded_loras = vllm || c->sglang_max_loaded < 0 ? 0 : c->sglang_max_loaded;
+	if (c->max_loaded_loras > 0 && (long)c->nloras > c->max_loaded_loras) {
+		*err = ig_strdupf("%s: %zu adapters, more than %s %ld", vllm ? "--lora-modules" : "--lora-paths", c->nloras,
+				  vllm ? "--max-cpu-loras" : "--max-loaded-loras", c->max_loaded_loras);
+		return -1;
+	}
+	for (size_t i = 0; i < c->nloras; i++)
+		for (size_t j = 0; j < i; j++)
+			if (strcmp(c->lora_names[i], c->lora_names[j]) == 0) {
+				*err = ig_strdupf("%s: the adapter name '%s' is given twice",
+						  vllm ? "--lora-modules" : "--lora-paths", c->lora_names[i]);
+				return -1;
+			}
+	return 0;
+}
+
 void sim_conf_print_help(FILE *out)
 {
 	ig_flags_print_help(&spec, out);
@@ -399,7 +565,13 @@ int sim_conf_from_args(struct sim_conf *c, int argc, char **argv, char **err)
 	/* Knobs without a default take the profile's unless given. */
 	c->max_running = -1;
 	c->steps = (struct sim_steps){-1, -1, -1, -1, -1, -1, -1, -1};
-	int rc = ig_flags_parse(&spec, c, argc, argv, NULL, &errs);
+	c->vllm_max_loras = c->vllm_max_cpu_loras = c->sglang_max_per_batch = c->sglang_max_loaded = -1;
+	int xargc;
+	char **xargv = sim_lora_expand_argv(argc, argv, &xargc);
+	if (!xargv)
+		return -1;
+	int rc = ig_flags_parse(&spec, c, xargc, xargv, NULL, &errs);
+	free(xargv);
 	if (rc < 0) {
 		*err = ig_flags_errors(&errs);
 		return -1;
@@ -448,6 +620,8 @@ int sim_conf_from_args(struct sim_conf *c, int argc, char **argv, char **err)
 				  c->low_first ? "--schedule-low-priority-values-first" : "--disable-priority-preemption");
 		return -1;
 	}
+	if (resolve_slowdown(c, err) < 0 || check_lora(c, err) < 0)
+		return -1;
 	return 0;
 }
 
@@ -459,5 +633,13 @@ void sim_conf_free(struct sim_conf *c)
 	free(c->listen);
 	free(c->listen_host);
 	free(c->engine_id);
+	free(c->slowdown_arg);
+	free(c->rank_slowdown);
+	for (size_t i = 0; i < c->nloras; i++) {
+		free(c->lora_names[i]);
+		free(c->lora_paths[i]);
+	}
+	free(c->lora_names);
+	free(c->lora_paths);
 	memset(c, 0, sizeof(*c));
 }

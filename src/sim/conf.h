@@ -98,6 +98,22 @@ struct sim_conf {
 	double nixl_abort_s;      /* --nixl-abort-request-timeout-s */
 	long kv_bytes_per_token;  /* --kv-bytes-per-token */
 	double transfer_gbps;     /* --transfer-gbps, GB/s */
+	/* requested data-parallel ranks */
+	double *rank_slowdown;    /* --dp-rank-slowdown: a factor per rank (dp_ranks of
+				   * them, 1: normal); NULL: none given */
+	char *slowdown_arg;       /* the flag's values as given, ';'-joined, until resolved */
+	/* LoRA adapters (lora.c) */
+	bool enable_lora;         /* --enable-lora (sglang: also implied by --lora-paths) */
+	long max_loras;           /* distinct adapters in a batch: vllm --max-loras, sglang
+				   * --max-loras-per-batch */
+	long max_loaded_loras;    /* adapters known at once: vllm --max-cpu-loras, sglang
+				   * --max-loaded-loras; 0: no limit */
+	char **lora_names, **lora_paths; /* --lora-modules / --lora-paths, in order */
+	size_t nloras;
+	bool lora_from_modules;   /* they came from --lora-modules (else --lora-paths) */
+	bool lora_runtime;        /* --allow-runtime-lora-updating (vllm's env var) */
+	long lora_load_ms;        /* --lora-load-ms: an adapter's load into a GPU slot */
+	long vllm_max_loras, vllm_max_cpu_loras, sglang_max_per_batch, sglang_max_loaded; /* as given; -1 not */
 };
 
 struct ig_tokenizer;

@@ -48,6 +48,7 @@ void sim_engine_req_init(struct sim_req *r, enum sim_kind kind)
 	r->state = SIM_REQ_READING;
 	r->fail_at = -1;
 	r->heap_idx = -1;
+	r->lora = -1;
 	ig_list_init(&r->qlink);
 	ig_list_init(&r->blink);
 	ig_buf_init(&r->out);
@@ -119,6 +120,19 @@ int sim_engine_init(struct sim_engine *s, const struct sim_conf *conf)
 		}
 		if (conf->kv_events && !(s->ranks[i].kvpub = sim_kvevents_open(conf, &s->ranks[i].kv, (int)i)))
 			return -1;
+		s->ranks[i].slowdown = conf->rank_slowdown ? conf->rank_slowdown[i] : 1;
+	}
+	s->lora = conf->enable_lora;
+	if (s->lora && sim_loras_init(&s->loras, s->nranks, conf->max_loras, conf->flavor == SIM_FLAVOR_SGLANG,
+				      conf->max_loaded_loras) < 0) {
+		ig_log_error("%s: out of memory", __func__);
+		return -1;
+	}
+	for (size_t i = 0; s->lora && i < conf->nloras; i++) {
+		if (sim_loras_add(&s->loras, conf->lora_names[i], conf->lora_paths[i], NULL) != SIM_LORA_ADDED) {
+			ig_log_error("%s: out of memory", __func__);
+			return -1;
+		}
 	}
 	return 0;
 }
@@ -126,6 +140,8 @@ int sim_engine_init(struct sim_engine *s, const struct sim_conf *conf)
 void sim_engine_free(struct sim_engine *s)
 {
 	sim_deadlines_free(&s->heap);
+	if (s->lora)
+		sim_loras_free(&s->loras);
 	for (long i = 0; s->ranks && i < s->nranks; i++) {
 		free(s->ranks[i].prios);
 		free(s->ranks[i].snap.prio);
@@ -364,6 +380,12 @@ static void start(struct sim_engine *s, struct sim_req *r, uint64_t now)
 		ttft_us *= 10;
 		tps = tps > 0 ? tps / 10 : 10;
 	}
+	ttft_us = (uint64_t)((double)ttft_us * rk->slowdown);
+	tps /= rk->slowdown;
+	if (s->lora && sim_loras_activate(&s->loras, rk->idx, r->lora)) {
+		s->lora_loads++;
+		ttft_us += (uint64_t)s->conf->lora_load_ms * 1000u; /* its adapter is loaded first */
+	}
 	r->tps = tps;
 	r->t_first_us = now + ttft_us;
 	r->state = SIM_REQ_RUNNING;
@@ -434,6 +456,8 @@ static void preempt(struct sim_engine *s, struct sim_req *v, uint64_t now)
 	}
 	s->running--;
 	rk->running--;
+	if (s->lora)
+		sim_loras_deactivate(&s->loras, rk->idx, v->lora);
 	v->kv_ready = false; /* its KV is freed: readmitted, it prefills */
 	v->preempted++;
 	s->st.preempted++;
@@ -454,6 +478,20 @@ static bool slot_for(struct sim_engine *s, struct sim_rank *rk, struct sim_req *
 	return true;
 }
 
+/* The first request of rk's queue that may join its batch: the head,
+ * unless LoRA adapters hold it back (vLLM and SGLang skip a request whose
+ * adapter would be one too many in the batch, and it keeps its place in the
+ * queue: lora.c). NULL: none. */
+static struct sim_req *next_admissible(const struct sim_engine *s, struct sim_rank *rk)
+{
+	struct sim_req *r;
+	IG_LIST_FOREACH(r, &rk->queue, struct sim_req, qlink) {
+		if (!s->lora || sim_loras_fits(&s->loras, rk->idx, r->lora))
+			return r;
+	}
+	return NULL;
+}
+
 /* Fills the rank's free slots from the head of its queue: one prefill
  * batch. SGLang logs each prefill batch with the running batch as it was
  * before the new requests join and the queue after they left it (after
@@ -465,8 +503,8 @@ static void admit(struct sim_engine *s, struct sim_rank *rk, uint64_t now)
 
 	if (log)
 		snap_take(rk, SNAP_RUNNING);
-	while (!ig_list_empty(&rk->queue)) {
-		struct sim_req *r = IG_LIST_FIRST(&rk->queue, struct sim_req, qlink);
+	struct sim_req *r;
+	while ((r = next_admissible(s, rk))) {
 		if (!slot_for(s, rk, r, now))
 			break;
 		queue_unlink(s, r);
@@ -496,6 +534,8 @@ static void release(struct sim_engine *s, struct sim_req *r, uint64_t now)
 {
 	struct sim_rank *rk = r->rank;
 
+	if (s->lora)
+		sim_loras_deactivate(&s->loras, rk->idx, r->lora);
 	if (sim_conf_steps(s->conf)) {
 		ig_list_del(&r->blink);
 		ig_list_init(&r->blink);
@@ -586,6 +626,7 @@ static void finish(struct sim_engine *s, struct sim_req *r, uint64_t now, bool f
 		s->st.stream_failed++;
 	} else {
 		s->st.served++;
+		rk->served++;
 		s->st.prompt_tokens += (uint64_t)r->prompt_tokens;
 		rk->prompt_tokens += (uint64_t)r->prompt_tokens;
 		rk->cached_tokens += (uint64_t)r->cached_tokens;
@@ -732,8 +773,8 @@ static uint64_t wall_us(const struct sim_engine *s, double sim_us)
 static void step_admit(struct sim_engine *s, struct sim_rank *rk, uint64_t now)
 {
 	const struct sim_steps *k = &s->conf->steps;
-	while (!ig_list_empty(&rk->queue)) {
-		struct sim_req *r = IG_LIST_FIRST(&rk->queue, struct sim_req, qlink);
+	struct sim_req *r;
+	while ((r = next_admissible(s, rk))) {
 		if (!slot_for(s, rk, r, now))
 			break;
 		size_t m = sim_kv_match(&rk->kv, r->chain, r->nchain);
@@ -772,6 +813,10 @@ static void step_admit(struct sim_engine *s, struct sim_rank *rk, uint64_t now)
 		s->running++;
 		rk->running++;
 		ig_list_append(&rk->batch, &r->blink);
+		if (s->lora && sim_loras_activate(&s->loras, rk->idx, r->lora)) {
+			s->lora_loads++;
+			rk->lora_stall_us += (double)s->conf->lora_load_ms * 1000.0; /* the next step loads it first */
+		}
 	}
 }
 
@@ -799,6 +844,8 @@ static void step_begin(struct sim_engine *s, struct sim_rank *rk, uint64_t now)
 		    (double)prefill * 1e6 / k->prefill_tps;
 	if (s->fault == SIM_FAULT_SLOW)
 		us *= 10;
+	us = us * rk->slowdown + rk->lora_stall_us;
+	rk->lora_stall_us = 0;
 	rk->step_sim_us = us;
 	rk->step_tokens = 0;
 	rk->step_end_us = now + wall_us(s, us);
@@ -876,8 +923,16 @@ void sim_engine_submit(struct sim_engine *s, struct sim_req *r)
 	 * PD disaggregation (after sgl-project/sglang
 	 * python/sglang/srt/managers/data_parallel_controller.py
 	 * round_robin_scheduler, python/sglang/srt/server_args.py). */
-	r->rank = &s->ranks[s->rr_next];
-	s->rr_next = (s->rr_next + 1) % s->nranks;
+	/* A rank the client named (the HTTP side checked it is one): SGLang's
+	 * controller sends it there before any balancing
+	 * (maybe_external_dp_rank_routing), vLLM's client to that engine
+	 * (vllm/v1/engine/core_client.py get_core_engine_for_request). */
+	if (r->dp_rank_set && r->dp_rank >= 0 && r->dp_rank < s->nranks) {
+		r->rank = &s->ranks[r->dp_rank];
+	} else {
+		r->rank = &s->ranks[s->rr_next];
+		s->rr_next = (s->rr_next + 1) % s->nranks;
+	}
 	if (s->conf->priority_scheduling)
 		note_priority(r->rank, r->priority);
 	r->state = SIM_REQ_QUEUED;

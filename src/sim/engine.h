@@ -16,6 +16,7 @@
 #include "infergate/buf.h"
 #include "kvcache.h"
 #include "infergate/list.h"
+#include "lora.h"
 #include "request.h"
 #include "text.h"
 
@@ -76,6 +77,9 @@ struct sim_rank {
 	struct sim_kv kv;
 	struct ig_kvpub *kvpub;     /* --kv-events: its publisher; NULL: none */
 	double gen_tps;             /* output tokens/s of the last step (simulated time) */
+	double slowdown;            /* --dp-rank-slowdown: its times stretched by this (1: none) */
+	double lora_stall_us;       /* step profiles: adapter loads the next step waits for */
+	uint64_t served;            /* requests it finished (/sim/state's per-rank counts) */
 	uint64_t cached_tokens;     /* prompt tokens found cached, of served requests */
 };
 
@@ -95,6 +99,9 @@ struct sim_engine {
 	struct sim_deadlines heap;  /* RUNNING requests by deadline_us */
 	struct sim_stats st;
 	int64_t started;
+	struct sim_loras loras;     /* --enable-lora: the adapters (lora.c) */
+	bool lora;                  /* --enable-lora */
+	uint64_t lora_loads;        /* adapter loads into a GPU slot */
 };
 
 /* Returns 0, or -1 when out of memory (logged). */

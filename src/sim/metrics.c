@@ -192,8 +192,19 @@ char *sim_metrics_state(struct sim *s)
 {
 	json_t *ranks = json_array();
 	for (long i = 0; i < s->eng.nranks; i++) {
-		json_t *r = json_pack("{s:I, s:I}", "num_running_reqs", (json_int_t)s->eng.ranks[i].running,
-				      "num_waiting_reqs", (json_int_t)s->eng.ranks[i].waiting);
+		json_t *r = json_pack("{s:I, s:I, s:I, s:f}", "num_running_reqs", (json_int_t)s->eng.ranks[i].running,
+				      "num_waiting_reqs", (json_int_t)s->eng.ranks[i].waiting, "requests_served",
+				      (json_int_t)s->eng.ranks[i].served, "slowdown", s->eng.ranks[i].slowdown);
+		/* --enable-lora: the adapters running there, by name */
+		json_t *lr = json_object();
+		for (size_t k = 0; s->eng.lora && k < s->eng.loras.n; k++)
+			if (s->eng.loras.a[k].running[i] > 0)
+				json_object_set_new(lr, s->eng.loras.a[k].name,
+						    json_integer((json_int_t)s->eng.loras.a[k].running[i]));
+		if (s->eng.lora)
+			json_object_set_new(r, "lora_running", lr);
+		else
+			json_decref(lr);
 		/* --kv-events: subscriptions heard, so that a test publishes
 		 * only once its subscriber is there (PUB/SUB's slow joiner) */
 		if (s->eng.ranks[i].kvpub)
@@ -215,6 +226,8 @@ char *sim_metrics_state(struct sim *s)
 			      "fault", sim_engine_fault_name(s->eng.fault),
 			      "flavor", flavor_names[s->conf->flavor],
 			      "ranks", ranks, "traceparents", tps);
+	if (s->eng.lora)
+		json_object_set_new(st, "lora_loads", json_integer((json_int_t)s->eng.lora_loads));
 	if (s->pd) /* prefill/decode disaggregation: the hand-overs (pd.c) */
 		json_object_set_new(st, "pd", json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "transfers_sent",
 							(json_int_t)s->pd_st.sent, "transfers_received",
@@ -366,6 +379,19 @@ static void vllm_metrics(struct ig_buf *o, struct sim *s)
 		vllm_sample(o, s, "vllm:request_success_total", i, "finished_reason=\"stop\",",
 			    s->eng.ranks[i].finished_stop);
 	}
+	if (s->eng.lora) { /* the waiting requests per adapter, over the ranks */
+		long *waiting = calloc(s->eng.loras.n + 1, sizeof(*waiting));
+		if (!waiting)
+			return;
+		for (long i = 0; i < s->eng.nranks; i++) {
+			const struct sim_req *r;
+			IG_LIST_FOREACH(r, &s->eng.ranks[i].queue, const struct sim_req, qlink)
+				if (r->lora >= 0)
+					waiting[r->lora]++;
+		}
+		sim_loras_metric(&s->eng.loras, waiting, wall_now(), o);
+		free(waiting);
+	}
 }
 
 /* The KV hand-overs. The engines' own failure counters: SGLang's
@@ -424,6 +450,9 @@ char *sim_metrics_text(struct sim *s)
 	       "Streams ended by an error event midway (--stream-fail-rate).", m, s->eng.st.stream_failed);
 	if (s->pd) /* prefill/decode disaggregation (pd.c) */
 		pd_metrics(&o, s);
+	if (s->eng.lora) /* neither engine counts these (SGLang prints no LoRA metric) */
+		metric(&o, "infergate_sim_lora_loads_total", "counter", "LoRA adapters loaded into a rank's GPU slot.", m,
+		       s->eng.lora_loads);
 	metric(&o, "infergate_sim_num_hung_reqs", "gauge", "Completions held without an answer in mode hang.", m, (uint64_t)s->eng.hung);
 	metric(&o, "infergate_sim_max_running_reqs", "gauge", "Batch slots (--max-running).", m, (uint64_t)s->conf->max_running);
 	ig_buf_printf(&o, "# HELP infergate_sim_fault_mode The fault mode in force (1) and the others (0).\n"

@@ -268,6 +268,62 @@ static int json_answer(struct sim_req *r, json_t *root, long natural, long *n, s
 	return 0;
 }
 
+/* SGLang: the rank a request asks for, "routed_dp_rank" (its current name
+ * in GenerateReqInput and the OpenAI protocol, python/sglang/srt/managers/
+ * io_struct.py, what sgl-model-gateway sends) or "data_parallel_rank" (the
+ * name before, read by python/sglang/srt/managers/data_parallel_controller.py
+ * maybe_external_dp_rank_routing). vLLM takes it from a header (server.c). */
+static int dp_rank_field(struct sim_req *r, json_t *root, struct sim_perr *e)
+{
+	static const char *const keys[] = {"routed_dp_rank", "data_parallel_rank"};
+	for (size_t i = 0; i < 2; i++) {
+		json_t *v = json_object_get(root, keys[i]);
+		if (!v || json_is_null(v))
+			continue;
+		if (!json_is_integer(v))
+			return fail(e, ig_strdupf("'%s' must be an integer", keys[i]));
+		json_int_t k = json_integer_value(v);
+		r->dp_rank = k < -1000000 ? -1000000 : k > 1000000 ? 1000000 : (long)k;
+		r->dp_rank_set = true;
+		return 0;
+	}
+	return 0;
+}
+
+/* SGLang's adapter: "lora_path" (the adapter's name, in chat, completions
+ * and /generate), else a model "BASE:ADAPTER" (after sgl-project/sglang
+ * python/sglang/srt/entrypoints/openai/serving_base.py, which takes the
+ * part after the last ':'). One not loaded is a ValueError, 400
+ * (python/sglang/srt/lora/lora_registry.py acquire). */
+static int sglang_lora(struct sim *s, struct sim_req *r, json_t *root, json_t *model, struct sim_perr *e)
+{
+	json_t *lp = json_object_get(root, "lora_path");
+	const char *want = NULL;
+	if (!s->eng.lora)
+		return 0;
+	if (lp && !json_is_null(lp) && !json_is_string(lp))
+		return fail(e, strdup("'lora_path' must be a string (infergate-sim takes one request at a time)"));
+	if (json_is_string(lp))
+		want = json_string_value(lp);
+	else if (json_is_string(model) && strrchr(json_string_value(model), ':'))
+		want = strrchr(json_string_value(model), ':') + 1;
+	if (!want)
+		return 0;
+	if ((r->lora = sim_loras_find(&s->eng.loras, want)) >= 0)
+		return 0;
+	struct ig_buf k;
+	ig_buf_init(&k);
+	for (size_t i = 0; i < s->eng.loras.n; i++)
+		if (!s->eng.loras.a[i].gone)
+			ig_buf_printf(&k, "%s'%s'", k.len ? ", " : "", s->eng.loras.a[i].name);
+	ig_buf_append(&k, "", 1);
+	refuse(e, 400, SIM_T_BAD_REQUEST, NULL,
+	       ig_strdupf("The following requested LoRA adapters are not loaded: %s\nLoaded adapters: dict_keys([%s]).", want,
+			  k.data));
+	ig_buf_free(&k);
+	return -1;
+}
+
 int sim_parse_completion(struct sim *s, struct sim_req *r, const char *body, size_t len, struct sim_perr *e)
 {
 	json_error_t jerr;
@@ -373,9 +429,24 @@ int sim_parse_completion(struct sim *s, struct sim_req *r, const char *body, siz
 	 * names (vllm-project/vllm vllm/entrypoints/openai/engine/serving.py
 	 * _check_model: a missing or empty name is the served model). */
 	if (s->conf->flavor == SIM_FLAVOR_VLLM && json_is_string(model) && json_string_length(model) > 0 &&
-	    strcmp(json_string_value(model), s->conf->model) != 0) {
+	    strcmp(json_string_value(model), s->conf->model) != 0 &&
+	    (!s->eng.lora || (r->lora = sim_loras_find(&s->eng.loras, json_string_value(model))) < 0)) {
 		refuse(e, 404, "NotFoundError", "model",
 		       ig_strdupf("The model `%s` does not exist.", json_string_value(model)));
+		goto out;
+	}
+	if (s->conf->flavor == SIM_FLAVOR_SGLANG && (sglang_lora(s, r, root, model, e) < 0 || dp_rank_field(r, root, e) < 0))
+		goto out;
+	/* vLLM's processor checks the rank the header asked for
+	 * (vllm/v1/engine/input_processor.py process_inputs); SGLang's
+	 * controller would index its workers with it (the simulator refuses
+	 * with a message of its own). */
+	if (r->dp_rank_set && (r->dp_rank < 0 || r->dp_rank >= s->conf->dp_ranks)) {
+		refuse(e, 400, SIM_T_BAD_REQUEST, NULL,
+		       s->conf->flavor == SIM_FLAVOR_VLLM
+			       ? ig_strdupf("data_parallel_rank %ld is out of range [0, %ld).", r->dp_rank, s->conf->dp_ranks)
+			       : ig_strdupf("routed_dp_rank %ld is out of range [0, %ld) (infergate-sim)", r->dp_rank,
+					    s->conf->dp_ranks));
 		goto out;
 	}
 

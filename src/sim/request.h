@@ -77,6 +77,9 @@ struct sim_req {
 	bool pd_hold;                  /* the finished answer waits for the KV hand-over */
 	bool kv_ready;                 /* its prompt's KV came from a prefill: no prefill compute */
 	unsigned status;               /* the answer's HTTP status; 0: 200 */
+	long dp_rank;                  /* the rank the client asked for (dp_rank_set) */
+	bool dp_rank_set;              /* ... else round-robin */
+	int lora;                      /* its LoRA adapter (engine's sim_loras index); -1: the base model */
 	/* Called by the engine when `out` got bytes or the state became DONE
 	 * (from sim_engine_submit, sim_engine_run); NULL: nobody to tell. */
 	void (*wake)(struct sim_req *r);

@@ -54,6 +54,8 @@ enum route {
 	R_CLASSIFY,    /* POST /classify */
 	R_MESSAGES,    /* POST /v1/messages (Anthropic's Messages API: anthropic.c) */
 	R_COUNT_TOKENS, /* POST /v1/messages/count_tokens */
+	R_LORA_LOAD,   /* POST /v1/load_lora_adapter (vLLM), /load_lora_adapter (SGLang): lora.c */
+	R_LORA_UNLOAD, /* POST /v1/unload_lora_adapter, /unload_lora_adapter */
 };
 
 #define SGLANG (1u << SIM_FLAVOR_SGLANG)
@@ -95,6 +97,10 @@ static const struct {
 	{"/classify", R_CLASSIFY, false, true, "POST, PUT", SGLANG | VLLM},
 	{"/v1/messages", R_MESSAGES, false, true, "POST", SGLANG | VLLM},
 	{"/v1/messages/count_tokens", R_COUNT_TOKENS, false, true, "POST", SGLANG | VLLM},
+	{"/v1/load_lora_adapter", R_LORA_LOAD, false, true, "POST", VLLM},
+	{"/v1/unload_lora_adapter", R_LORA_UNLOAD, false, true, "POST", VLLM},
+	{"/load_lora_adapter", R_LORA_LOAD, false, true, "POST", SGLANG},
+	{"/unload_lora_adapter", R_LORA_UNLOAD, false, true, "POST", SGLANG},
 };
 
 /* ---- responses ---- */
@@ -144,12 +150,13 @@ static char *dump(json_t *j)
 }
 
 /* Messages may quote the client's bytes (a model name, a JSON parse
- * error): anything outside printable ASCII becomes '?', so the body can
- * always be built. Returns msg, changed in place. */
+ * error): anything outside printable ASCII but a newline (SGLang's LoRA
+ * message has one) becomes '?', so the body can always be built. Returns
+ * msg, changed in place. */
 static char *ascii(char *msg)
 {
 	for (unsigned char *p = (unsigned char *)msg; *p; p++)
-		if (*p < 0x20 || *p > 0x7e)
+		if ((*p < 0x20 && *p != '\n') || *p > 0x7e)
 			*p = '?';
 	return msg;
 }
@@ -265,11 +272,35 @@ static bool key_given(const struct sim *s, struct MHD_Connection *conn)
 static char *models_json(struct sim *s)
 {
 	long len = s->conf->context_length > 0 ? s->conf->context_length : 32768;
-	return dump(json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:s, s:n, s:I}]}",
+	json_t *j = json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:s, s:n, s:I}]}",
 			      "object", "list", "data",
 			      "id", s->conf->model, "object", "model", "created", (json_int_t)s->eng.started,
 			      "owned_by", "infergate-sim", "root", s->conf->model, "parent",
-			      "max_model_len", (json_int_t)len));
+			      "max_model_len", (json_int_t)len);
+	/* The adapters after the base model, each with its path as root and the
+	 * base as parent (vllm/entrypoints/openai/serving_models.py
+	 * show_available_models; SGLang's http_server.py available_models). */
+	for (size_t i = 0; s->eng.lora && i < s->eng.loras.n; i++) {
+		const struct sim_lora *a = &s->eng.loras.a[i];
+		if (!a->gone)
+			json_array_append_new(json_object_get(j, "data"),
+					      json_pack("{s:s, s:s, s:I, s:s, s:s, s:s, s:n}", "id", a->name, "object",
+							"model", "created", (json_int_t)s->eng.started, "owned_by",
+							"infergate-sim", "root", a->path, "parent", s->conf->model,
+							"max_model_len"));
+	}
+	return dump(j);
+}
+
+/* The rank that served a generation, for tests and benchmarks (the real
+ * servers say nothing of it): X-Sim-DP-Rank. */
+static void rank_header(struct MHD_Response *resp, const struct sim_req *r)
+{
+	char v[24];
+	if (!r->rank)
+		return;
+	snprintf(v, sizeof(v), "%d", r->rank->idx);
+	MHD_add_response_header(resp, "X-Sim-DP-Rank", v);
 }
 
 /* /health and /health_generate answer with no body in both servers: 200,
@@ -573,7 +604,16 @@ static enum MHD_Result respond_final(struct sim_call *c)
 		return MHD_NO;
 	char *body = r->out.data;
 	ig_buf_init(&r->out);
-	return respond_json(c->conn, r->status ? r->status : 200, body);
+	struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+	if (!resp) {
+		free(body);
+		return MHD_NO;
+	}
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+	rank_header(resp, r);
+	enum MHD_Result ret = MHD_queue_response(c->conn, r->status ? r->status : 200, resp);
+	MHD_destroy_response(resp);
+	return ret;
 }
 
 /* POST /sim/fault {"mode"?, "probes"?, "max_running"?}: the fault mode,
@@ -813,6 +853,43 @@ static enum MHD_Result respond_gen_error(struct sim *s, struct sim_call *c, unsi
 	return respond(c->conn, a.status, a.body, a.ctype, NULL);
 }
 
+/* vLLM's rank header, read as _get_data_parallel_rank reads it
+ * (vllm/entrypoints/openai/engine/serving.py: int() of
+ * "X-data-parallel-rank", anything else ignored); SGLang's comes in the
+ * body (parse.c). */
+static void dp_rank_header(struct sim *s, struct sim_call *c)
+{
+	const char *v = MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND, "X-data-parallel-rank");
+	char *end;
+	if (s->conf->flavor != SIM_FLAVOR_VLLM || !v)
+		return;
+	long k = strtol(v, &end, 10);
+	while (*end == ' ' || *end == '\t')
+		end++;
+	if (end == v || *end)
+		return;
+	c->req.dp_rank = k;
+	c->req.dp_rank_set = true;
+}
+
+/* The LoRA adapters' load and unload (lora.c); vLLM has them only with
+ * VLLM_ALLOW_RUNTIME_LORA_UPDATING (here --allow-runtime-lora-updating):
+ * else 404, the route is not there (vllm/entrypoints/openai/api_server.py). */
+static enum MHD_Result lora_update(struct sim *s, struct sim_call *c)
+{
+	bool vllm = s->conf->flavor == SIM_FLAVOR_VLLM;
+	struct sim_lora_answer a;
+	c->req.state = SIM_REQ_DONE;
+	if (vllm && !s->conf->lora_runtime)
+		return respond_detail(s, c->conn, 404, "Not Found", NULL);
+	sim_lora_update(&s->eng.loras, s->eng.lora, vllm, c->route == R_LORA_LOAD, c->body.data, c->body.len, &a);
+	if (a.body)
+		return respond(c->conn, a.status, a.body, a.ctype, NULL);
+	enum MHD_Result ret = respond_error(s, c->conn, a.status, a.type, NULL, "%s", a.msg);
+	free(a.msg);
+	return ret;
+}
+
 /* The body is complete: validate, then answer, stream, queue or hang. */
 static enum MHD_Result start_request(struct sim *s, struct sim_call *c)
 {
@@ -834,6 +911,8 @@ static enum MHD_Result start_request(struct sim *s, struct sim_call *c)
 	}
 	if (r->kind == SIM_FAULT_SET)
 		return c->route == R_HOLD ? set_hold(s, c) : set_fault(s, c);
+	if (r->kind == SIM_UTILITY && (c->route == R_LORA_LOAD || c->route == R_LORA_UNLOAD))
+		return lora_update(s, c);
 	if (r->kind == SIM_UTILITY)
 		return c->route == R_TOKENIZE || c->route == R_DETOKENIZE ? tokenize(s, c)
 		       : c->route == R_COUNT_TOKENS			 ? count_tokens(s, c)
@@ -853,6 +932,7 @@ static enum MHD_Result start_request(struct sim *s, struct sim_call *c)
 					 s->stopping ? "infergate-sim is shutting down"
 						     : "infergate-sim is down (fault mode down)");
 	}
+	dp_rank_header(s, c);
 	if (sim_parse_completion(s, r, c->body.data, c->body.len, &e) < 0) {
 		r->state = SIM_REQ_DONE;
 		enum MHD_Result ret;
@@ -909,6 +989,7 @@ static enum MHD_Result start_request(struct sim *s, struct sim_call *c)
 			return MHD_NO;
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+		rank_header(resp, r);
 		enum MHD_Result ret = MHD_queue_response(c->conn, 200, resp);
 		MHD_destroy_response(resp);
 		return ret;

@@ -983,8 +983,8 @@ def load_endpoints_have_sglang_shapes():
         assert st == {"requests_received": 3, "requests_preempted": 0, "num_running_reqs": 2, "num_waiting_reqs": 1, "num_hung_reqs": 0,
                       "max_running_requests": 1,
                       "fault": "ok", "flavor": "sglang", "traceparents": [],
-                      "ranks": [{"num_running_reqs": 1, "num_waiting_reqs": 1},
-                                {"num_running_reqs": 1, "num_waiting_reqs": 0}]}, st
+                      "ranks": [{"num_running_reqs": 1, "num_waiting_reqs": 1, "requests_served": 0, "slowdown": 1},
+                                {"num_running_reqs": 1, "num_waiting_reqs": 0, "requests_served": 0, "slowdown": 1}]}, st
     finally:
         for s in socks:
             s.close()

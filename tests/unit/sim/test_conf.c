@@ -188,6 +188,33 @@ START_TEST(disaggregation_flags_and_the_kv_transfer_config)
 }
 END_TEST
 
+START_TEST(lora_and_rank_flags)
+{
+	struct sim_conf c;
+	char *err = NULL;
+	/* vLLM: --lora-modules takes several values, limits default to vLLM's */
+	ck_assert_int_eq(parse(&c, &err, "--flavor", "vllm", "--enable-lora", "--lora-modules", "a=/a", "b=/b",
+			       "--dp-ranks", "3", "--dp-rank-slowdown", "2=4.5", "--dp-rank-slowdown", "0=2", NULL), 0);
+	ck_assert_uint_eq(c.nloras, 2);
+	ck_assert_str_eq(c.lora_names[1], "b");
+	ck_assert_str_eq(c.lora_paths[1], "/b");
+	ck_assert_int_eq(c.max_loras, 1);
+	ck_assert_int_eq(c.max_loaded_loras, 0);
+	ck_assert(c.rank_slowdown[0] == 2 && c.rank_slowdown[1] == 1 && c.rank_slowdown[2] == 4.5);
+	sim_conf_free(&c);
+	/* SGLang: --lora-paths turns LoRA on; its defaults */
+	ck_assert_int_eq(parse(&c, &err, "--lora-paths", "x=/x", "--max-loaded-loras", "3", NULL), 0);
+	ck_assert(c.enable_lora);
+	ck_assert_int_eq(c.max_loras, 8);
+	ck_assert_int_eq(c.max_loaded_loras, 3);
+	sim_conf_free(&c);
+	ck_assert_int_eq(parse(&c, &err, "--dp-rank-slowdown", "1=2", NULL), -1);
+	ck_assert_ptr_nonnull(strstr(err, "RANK 0..0"));
+	free(err);
+	sim_conf_free(&c);
+}
+END_TEST
+
 IG_CHECK_MAIN("sim_conf", a_bare_start_is_a_classic_sglang_on_30000, a_profile_fills_the_knobs_not_given,
 	      flags_that_would_do_nothing_are_refused, bad_values_are_named_by_their_flag,
-	      disaggregation_flags_and_the_kv_transfer_config)
+	      disaggregation_flags_and_the_kv_transfer_config, lora_and_rank_flags)

@@ -760,6 +760,124 @@ START_TEST(a_preempted_request_prefills_again_in_steps)
 }
 END_TEST
 
+/* A rank the client named takes the request; the others keep their turns. */
+START_TEST(requested_rank_and_slowdown)
+{
+	struct sim_conf c = conf_default();
+	double slow[] = {1, 4};
+	c.dp_ranks = 2;
+	c.rank_slowdown = slow;
+	struct sim_engine e;
+	struct sim_req r[3];
+
+	engine_init(&e, &c);
+	for (int i = 0; i < 3; i++) {
+		req_setup(&r[i], true, 10, 10);
+		r[i].dp_rank = 1;
+		r[i].dp_rank_set = i < 2; /* the third asks for none: rank 0's turn */
+		sim_engine_submit(&e, &r[i]);
+	}
+	ck_assert_int_eq(r[0].rank->idx, 1);
+	ck_assert_int_eq(r[1].rank->idx, 1);
+	ck_assert_int_eq(r[2].rank->idx, 0);
+	/* rank 1 is 4 times slower: its TTFT 200 ms, its pace 25 tokens/s */
+	ck_assert(r[0].tps == 25 && r[2].tps == 100);
+	ck_assert(r[0].t_first_us > r[2].t_first_us + 140000);
+	for (int i = 0; i < 3; i++) {
+		sim_engine_abort(&e, &r[i]);
+		sim_engine_req_free(&r[i]);
+	}
+	sim_engine_free(&e);
+}
+END_TEST
+
+/* --max-loras 1: a request for another adapter waits, the base-model
+ * request behind it runs; it starts when the running adapter's request
+ * ends, after the adapter's load time. */
+START_TEST(lora_adapter_waits_for_a_slot)
+{
+	struct sim_conf c = conf_default();
+	char *names[] = {"a", "b"}, *paths[] = {"/a", "/b"};
+	c.max_running = 8;
+	c.flavor = SIM_FLAVOR_VLLM;
+	c.enable_lora = true;
+	c.max_loras = 1;
+	c.lora_names = names;
+	c.lora_paths = paths;
+	c.nloras = 2;
+	c.lora_load_ms = 1000;
+	struct sim_engine e;
+	struct sim_req r[3];
+
+	engine_init(&e, &c);
+	for (int i = 0; i < 3; i++) {
+		req_setup(&r[i], true, 5, 10);
+		r[i].lora = i == 2 ? -1 : i; /* a, b, the base model */
+		sim_engine_submit(&e, &r[i]);
+	}
+	ck_assert_int_eq(r[0].state, SIM_REQ_RUNNING);
+	ck_assert_int_eq(r[1].state, SIM_REQ_QUEUED);
+	ck_assert_int_eq(r[2].state, SIM_REQ_RUNNING);
+	ck_assert_uint_eq(e.lora_loads, 1);
+	ck_assert(r[0].t_first_us >= r[2].t_first_us + 900000); /* a waited for its load */
+	sim_engine_run(&e, r[0].t_first_us + 10000000);          /* everything due */
+	ck_assert_int_eq(r[0].state, SIM_REQ_DONE);
+	ck_assert_int_ne(r[1].state, SIM_REQ_QUEUED);
+	ck_assert_uint_eq(e.lora_loads, 2);
+	ck_assert_int_eq(e.loras.a[0].running[0], 0);
+	for (int i = 0; i < 3; i++) {
+		sim_engine_abort(&e, &r[i]);
+		sim_engine_req_free(&r[i]);
+	}
+	ck_assert_int_eq(e.loras.a[1].running[0], 0);
+	sim_engine_free(&e);
+}
+END_TEST
+
+/* Step profiles: a slowed rank's steps take FACTOR times as long; an
+ * adapter load lengthens the step after the admission by --lora-load-ms;
+ * the request for the other adapter joins the batch once the first left. */
+START_TEST(steps_slowdown_and_lora_loads)
+{
+	struct sim_conf c = conf_steps();
+	char *names[] = {"a", "b"}, *paths[] = {"/a", "/b"};
+	double slow[] = {3};
+	c.rank_slowdown = slow;
+	c.flavor = SIM_FLAVOR_VLLM;
+	c.enable_lora = true;
+	c.max_loras = 1;
+	c.lora_names = names;
+	c.lora_paths = paths;
+	c.nloras = 2;
+	c.lora_load_ms = 50;
+	struct sim_engine e;
+	struct sim_req r[2];
+	engine_init(&e, &c);
+	uint64_t now;
+	for (int i = 0; i < 2; i++) {
+		req_setup(&r[i], true, 3, 7);
+		r[i].lora = i;
+		sim_engine_submit(&e, &r[i]);
+	}
+	ck_assert_int_eq(r[0].state, SIM_REQ_RUNNING);
+	ck_assert_int_eq(r[1].state, SIM_REQ_QUEUED);
+	/* one request prefilling: (10 ms + 7 us) x 3, then a's load, 50 ms */
+	ck_assert(e.ranks[0].step_sim_us == 10007 * 3 + 50000);
+	while (r[0].state != SIM_REQ_DONE) {
+		now = e.ranks[0].step_end_us;
+		sim_engine_run(&e, now);
+	}
+	ck_assert_int_eq(r[1].state, SIM_REQ_RUNNING); /* admitted as a left */
+	ck_assert_uint_eq(e.lora_loads, 2);
+	ck_assert(e.ranks[0].step_sim_us == 10007 * 3 + 50000); /* b's load, the same shape */
+	run_steps(&e, &now);
+	ck_assert_int_eq(r[1].state, SIM_REQ_DONE);
+	for (int i = 0; i < 2; i++)
+		sim_engine_req_free(&r[i]);
+	sim_engine_free(&e);
+}
+END_TEST
+
 IG_CHECK_MAIN("sim engine", slots_then_fifo, unpaced_answer_is_done_on_submit, stream_bytes,
 	      stream_fails_midway, max_tokens_cut_is_length, abort_frees_slot_for_next,
 	      ranks_round_robin, hang_fault_holds_no_slot, deferred_health_answer, priority_gauges,
@@ -768,4 +886,5 @@ IG_CHECK_MAIN("sim engine", slots_then_fifo, unpaced_answer_is_done_on_submit, s
 	      mtp_gives_more_tokens_per_step,
 	      kv_budget_queues_and_the_cache_skips_prefill, a_cached_prompt_still_prefills_its_last_token,
 	      hold_stops_at_n_tokens_until_released, priorities_order_the_queue_and_preempt,
-	      a_preempted_request_prefills_again_in_steps)
+	      a_preempted_request_prefills_again_in_steps, requested_rank_and_slowdown,
+	      lora_adapter_waits_for_a_slot, steps_slowdown_and_lora_loads)

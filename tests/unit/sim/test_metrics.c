@@ -173,8 +173,9 @@ START_TEST(loads_select_ranks_and_state_counts)
 	b = sim_metrics_state(&sim);
 	ck_assert_str_eq(b, "{\"requests_received\":0,\"requests_preempted\":0,\"num_running_reqs\":2,\"num_waiting_reqs\":1,"
 			    "\"num_hung_reqs\":0,\"max_running_requests\":1,\"fault\":\"ok\",\"flavor\":\"sglang\","
-			    "\"ranks\":[{\"num_running_reqs\":1,\"num_waiting_reqs\":1},"
-			    "{\"num_running_reqs\":1,\"num_waiting_reqs\":0}],\"traceparents\":[]}");
+			    "\"ranks\":[{\"num_running_reqs\":1,\"num_waiting_reqs\":1,\"requests_served\":0,"
+			    "\"slowdown\":1.0},{\"num_running_reqs\":1,\"num_waiting_reqs\":0,\"requests_served\":0,"
+			    "\"slowdown\":1.0}],\"traceparents\":[]}");
 	free(b);
 	/* /get_load: num_reqs counts running and waiting */
 	b = sim_metrics_get_load(&sim);
