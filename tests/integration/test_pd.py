@@ -273,6 +273,21 @@ def with_no_prefill_server_up_an_sglang_decode_is_a_503_and_a_vllm_decode_prefil
 
 
 @test
+def with_no_decode_server_up_the_answer_says_so():
+    pre, dec = server("P"), server("D")
+    gw = pair_gateway([pre], [dec], "sglang")
+    dec.stop()
+    wait_until(lambda: http_json("GET", gw.url + "/health")[2].get("healthy_backends") == 1, timeout=20,
+               what="the decode server down")
+    st, _, ans = http("POST", gw.url + "/v1/chat/completions", chat_body("p " * 30))
+    assert st == 503, (st, ans)
+    msg = json.loads(ans)["error"]["message"]
+    assert msg == "no decode server of the model 'sim-model' is up (1 decode or co-located server(s), 0 up; " \
+                  "1 prefill server(s))", msg
+    assert pre.posts() == []  # a prefill server is never given a request of its own
+
+
+@test
 def short_prompts_go_to_a_server_that_prefills_alone():
     pre, dec, colo = server("P"), server("paired"), server("alone")
     gw = pair_gateway([pre], [dec], "sglang", "--pd-min-prompt-tokens", "100", both=[colo])

@@ -458,8 +458,16 @@ static enum ig_dispatch_result place(struct ig_gw *gw, struct ig_waiter *w, bool
 			return wait_or_refuse(gw, w);
 		not_served(gw, w);
 	} else if (w->pick.ntried == 0) {
-		refuse(w, 503, NULL, NULL, "no_healthy_backend",
-		       "no healthy backend serves the model '%s' (%zu of them, 0 up)", w->model, m->nbackends);
+		size_t prefill = 0; /* a pool with pairs: its prefill servers take no request of their own */
+		for (size_t i = 0; m->pairs && i < m->nbackends; i++)
+			prefill += m->backends[i]->role == IG_ROLE_PREFILL;
+		if (prefill)
+			refuse(w, 503, NULL, NULL, "no_healthy_backend",
+			       "no decode server of the model '%s' is up (%zu decode or co-located server(s), 0 up; "
+			       "%zu prefill server(s))", w->model, m->nbackends - prefill, prefill);
+		else
+			refuse(w, 503, NULL, NULL, "no_healthy_backend",
+			       "no healthy backend serves the model '%s' (%zu of them, 0 up)", w->model, m->nbackends);
 	} else if (timeout) {
 		refuse(w, 504, NULL, NULL, "backend_timeout", "backend %s timed out after %d attempt(s): %s",
 		       w->backend->url, w->pick.ntried, what);
