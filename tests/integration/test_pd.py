@@ -255,6 +255,22 @@ def a_hand_over_that_never_completes_is_cut_and_counted_for_both():
 
 
 @test
+def a_retry_that_finds_every_prefill_server_failed_is_a_502_not_a_crash():
+    # bench/pd.py found it: the pair cut at its deadline, the request retried on the other
+    # decode server, and no prefill server left that had not failed it
+    pre, decs = server("P", hang=True), [server("D", hang=True), server("D", hang=True)]
+    gw = pair_gateway([pre], decs, "sglang", "--pd-transfer-timeout-ms", "600", "--retries", "1")
+    st, _, ans = http("POST", gw.url + "/v1/chat/completions", chat_body("long " * 40))
+    assert st == 502, (st, ans)
+    err = json.loads(ans)["error"]
+    assert err["code"] == "prefill_failed" and "every prefill server of the model 'sim-model' failed" in err["message"], err
+    assert pd_count(gw, "transfer_timeout") == 1 and pd_count(gw, "paired") == 1
+    assert http("GET", gw.url + "/health")[0] == 200  # and the gateway lives on
+    be = {b["url"]: b for b in http_json("GET", gw.url + "/health/backends")[2]["backends"]}
+    assert all(be[d.url]["inflight"] == 0 for d in decs) and be[pre.url]["inflight"] == 0, be
+
+
+@test
 def with_no_prefill_server_up_an_sglang_decode_is_a_503_and_a_vllm_decode_prefills_alone():
     for engine, want in (("sglang", 503), ("vllm", 200)):
         pre, dec = server("P"), server("D")

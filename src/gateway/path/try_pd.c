@@ -261,6 +261,13 @@ static bool pair_start(struct ig_req *req)
 			ig_log_debug("request %s: no prefill server free for %s: decoded alone", req->request_id, d->url);
 			return false;
 		}
+		if (req->pd_nfailed) {
+			snprintf(msg, sizeof(msg), "every prefill server of the model '%s' failed the request's prefill (%d "
+				 "failures, the last on %s)", req->adm.model ? req->adm.model : "", req->pd_nfailed,
+				 req->pd_failed[req->pd_nfailed - 1]->url);
+			pair_refused(req, 502, "prefill_failed", msg);
+			return true;
+		}
 		snprintf(msg, sizeof(msg), "no prefill server is up for the model '%s' (its decode server %s cannot "
 			 "prefill alone)", req->adm.model ? req->adm.model : "", d->url);
 		pair_refused(req, 503, "no_healthy_backend", msg);

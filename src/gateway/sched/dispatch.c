@@ -323,7 +323,7 @@ static enum ig_dispatch_result start(struct ig_gw *gw, struct ig_waiter *w, stru
 {
 	struct ig_sched *s = &gw->sched;
 	void *state;
-	if (w->pick.ntried == 0)
+	if (w->pick.ntried == 0 && w->pick.role != IG_PICK_PREFILL) /* a pair is one request sent */
 		w->dispatch_seq = ++s->dispatched;
 	if (w->pick.ntried < IG_MAX_TRIES)
 		w->pick.tried[w->pick.ntried++] = b;
@@ -452,7 +452,13 @@ static enum ig_dispatch_result place(struct ig_gw *gw, struct ig_waiter *w, bool
 	case IG_PICK_NONE:
 		break;
 	}
-	if (w->pick.ntried == 0 && m->nbackends == 0) {
+	if (w->pick.role == IG_PICK_PREFILL) {
+		/* a pair's prefill half: its tried ones are those that failed the
+		 * request (path/try_pd.c), its waiter never ran before */
+		refuse(w, 503, NULL, NULL, "no_healthy_backend",
+		       "no prefill server of the model '%s' is up that has not failed the request (%d failed it)",
+		       w->model, w->pick.ntried);
+	} else if (w->pick.ntried == 0 && m->nbackends == 0) {
 		/* Some backend's list is not learned yet: it may serve it. */
 		if (s->unknown_up > 0)
 			return wait_or_refuse(gw, w);
@@ -470,10 +476,10 @@ static enum ig_dispatch_result place(struct ig_gw *gw, struct ig_waiter *w, bool
 			       "no healthy backend serves the model '%s' (%zu of them, 0 up)", w->model, m->nbackends);
 	} else if (timeout) {
 		refuse(w, 504, NULL, NULL, "backend_timeout", "backend %s timed out after %d attempt(s): %s",
-		       w->backend->url, w->pick.ntried, what);
+		       w->backend ? w->backend->url : "?", w->pick.ntried, what);
 	} else {
 		refuse(w, 502, NULL, NULL, "backend_error", "backend failed after %d attempt(s), last %s: %s error",
-		       w->pick.ntried, w->backend->url, what);
+		       w->pick.ntried, w->backend ? w->backend->url : "?", what);
 	}
 	return IG_DISPATCH_FAILED;
 }
