@@ -116,6 +116,25 @@ class Sampler(threading.Thread):
         return out
 
 
+def server_cached(urls):
+    """The share of their prompt tokens the servers found in their prefix caches, from SGLang's
+    /metrics (sglang:cache_hit_rate, cumulative per rank, times sglang:prompt_tokens_total); None
+    for vLLM's, which the simulator gives no such count. A decode server counts its own cache
+    only: the KV it is handed is not a hit."""
+    cached = prompt = 0.0
+    for u in urls:
+        st, body = B.http(u + "/metrics", timeout=5)
+        rate, tokens = {}, {}
+        for line in body.decode().splitlines() if st == 200 else []:
+            for name, into in (("sglang:cache_hit_rate", rate), ("sglang:prompt_tokens_total", tokens)):
+                if line.startswith(name + "{"):
+                    into[line[len(name):].rsplit(" ", 1)[0]] = float(line.rsplit(" ", 1)[1])
+        for labels, n in tokens.items():
+            cached += rate.get(labels, 0.0) * n
+            prompt += n
+    return cached / prompt if prompt else None
+
+
 def measure(target, speed, args, workdir, blocks):
     npre, ndec, engine, policy = parse_target(target)
     procs = B.Procs(os.path.join(workdir, f"{speed:g}x-{target}"))
@@ -147,6 +166,7 @@ def measure(target, speed, args, workdir, blocks):
         sampler.join()
         fig["queues"] = sampler.figures()
         fig["pd_requests"] = B.metrics(url, "infergate_pd_requests_total")
+        fig["server_cached"] = {r: server_cached([u for u, x in roles.items() if x == r]) for r in set(roles.values())}
         fig["servers"] = {"prefill": npre, "decode" if npre else "colocated": ndec, "engine": engine,
                           "policy": policy}
         s, q = fig["summary"], fig["queues"]
@@ -154,7 +174,8 @@ def measure(target, speed, args, workdir, blocks):
               f"{s['ttft_ms']['p99']:,.0f} ms  TPOT p50 {s['tpot_ms']['p50']:,.1f} p90 {s['tpot_ms']['p90']:,.1f} "
               f"p99 {s['tpot_ms']['p99']:,.1f} ms  goodput {s['goodput']['share']:.1%}  errors {s['errors']}  "
               + "  ".join(f"{r} in flight mean {T.fmt(v['in_flight_mean'], '.1f')} max {T.fmt(v['in_flight_max'])}"
-                          for r, v in q.items()) + f"  pairs {outcomes(fig['pd_requests'])}"
+                          for r, v in q.items()) + f"  pairs {outcomes(fig['pd_requests'])}  cached at the "
+              + " ".join(f"{r} servers {T.fmt(v, '.1%')}" for r, v in fig["server_cached"].items())
               + f"  {fig['wall_s']:.0f} s wall")
         return fig
     finally:
@@ -189,6 +210,8 @@ def table(runs, demand, speed, span, args):
         npre = sv["prefill"]
         load = demand / ((npre or sv.get("colocated", 0)) * PREFILL_TPS)
         pre_q = q.get("prefill") or q.get("colocated") or {}
+        sc = f.get("server_cached") or {}
+        pre_c = sc.get("prefill", sc.get("colocated"))
         dec_q = q.get("decode") or q.get("colocated") or {}
         late = f"{x['late']}" + (" !" if x["late_ms"]["p99"] > args.late_warn_ms else "")
         rows.append([f["target"], *(T.fmt(x["ttft_ms"][p]) for p in ("p50", "p90", "p99")),
@@ -199,7 +222,7 @@ def table(runs, demand, speed, span, args):
                      ratio(x["tpot_ms"]["p99"], ref and ref["tpot_ms"]["p99"]),
                      f"{x['goodput']['share']:.1%}", ratio(x["goodput"]["share"], ref and ref["goodput"]["share"]),
                      f"{f['goodput_tight']:.1%}", ratio(f["goodput_tight"], ref and ref_tight),
-                     x["errors"], late, f"{load:.2f}",
+                     f"{x['cached_share']:.1%}", T.fmt(pre_c, ".1%"), x["errors"], late, f"{load:.2f}",
                      f"{T.fmt(pre_q.get('in_flight_mean'), '.1f')} / {T.fmt(pre_q.get('in_flight_max'))}",
                      f"{T.fmt(dec_q.get('in_flight_mean'), '.1f')} / {T.fmt(dec_q.get('in_flight_max'))}"])
     sm = runs[0]["summary"]
@@ -209,7 +232,7 @@ def table(runs, demand, speed, span, args):
     return head + "\n\n" + B.md_table(
         ["target", "TTFT p50 ms", "p90", "p99", f"p50 vs {REFERENCE}", "p99 vs", "TPOT p50 ms", "p90", "p99",
          f"p50 vs {REFERENCE}", "p99 vs", "goodput", "vs", f"goodput, TPOT <= {args.slo_tpot_tight_ms} ms", "vs",
-         "errors", "late", "prefill load",
+         "cached (answers)", "cached at the prefill (co-located) servers", "errors", "late", "prefill load",
          "in flight per prefill (co-located) server, mean / max", "per decode (co-located) server"], rows)
 
 
@@ -269,7 +292,10 @@ def main():
              f"token after the first. Goodput: TTFT <= {args.slo_ttft_ms} ms and TPOT <= {args.slo_tpot_ms} ms; "
              f"the second: TTFT <= {args.slo_ttft_ms} ms and TPOT <= {args.slo_tpot_tight_ms} ms, from the "
              f"per-request files. "
-             f"Prefill load: the window's prompt tokens/s at that speed over {PREFILL_TPS:,} x the prefill servers "
+             f"Cached (answers): cached / prompt tokens in the answers' "
+             f"usage, for a pair the decode server's own prefix match; cached at the prefill servers: what they "
+             f"found in their prefix caches (SGLang's sglang:cache_hit_rate x sglang:prompt_tokens_total; - for "
+             f"vLLM's flavor). Prefill load: the window's prompt tokens/s at that speed over {PREFILL_TPS:,} x the prefill servers "
              f"(co-located: all of them), caching ignored. In flight: requests waiting or running per server, "
              f"sampled each second of wall clock (a prefill server's queue counts as running: it admits up to 512). Late: sends behind their time (! when over 1% were more than "
              f"{args.late_warn_ms:g} ms late: the client set the pace). Client, gateway and simulators on the "
