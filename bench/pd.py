@@ -18,9 +18,11 @@ replays it (its functions: the window, the replay, the options):
 Per (speed, target), from the replay's summary (simulated time): TTFT and TPOT p50/p90/p99,
 goodput at --slo-ttft-ms and --slo-tpot-ms (trace.py's defaults, 2000 and 100 ms) and at a
 tighter TPOT (--slo-tpot-tight-ms 20, where decodes slowed by prefills miss), errors,
-late sends; from the gateway's /metrics the pairs by outcome (infergate_pd_requests_total);
-from the simulators' /sim/state, sampled every second of wall clock, the requests waiting per
-server of each role (mean and the most at once), which says where the queue was.
+late sends, the answers' cached share (a pair's: the decode server's own prefix match) and the
+prefill servers' (SGLang's /metrics); from the gateway's /metrics the pairs by outcome
+(infergate_pd_requests_total); from the simulators' /sim/state, sampled every second of wall
+clock, the requests in flight per server of each role (mean and the most at once), which says
+where the queue was.
 
 What the simulator models (docs/simulator.md, src/sim/conf.c, src/sim/pd.c), and so what to
 expect: an h100-8b server prefills 60,000 tokens/s (chunks of 8,192 in its steps) and a decode
