@@ -286,7 +286,8 @@ def main():
     text = "\n\n".join(table([f for f in figs if f["speed"] == s], demand * s, s, span, args) for s in speeds)
     notes = (f"Eight `infergate-sim --profile h100-8b --time-scale {args.time_scale:g}"
              f"{' ' + args.sim_args if args.sim_args else ''}` per run (the PD ones with their role's flags), fresh "
-             f"for each (speed, target); infergate with its defaults{' and ' + args.gateway_args if args.gateway_args else ''} "
+             f"for each (speed, target); infergate with its defaults"
+             f"{' and `' + args.gateway_args + '`, which win over them' if args.gateway_args else ''} "
              f"(co-located: `--policy` as named, cache-aware when not; pairs: `--pd-prefill-policy cache-aware "
              f"--pd-decode-policy least-loaded`, `--pd-transfer-timeout-ms 60000`). `infergate-bulk replay` of "
              f"{os.path.basename(args.trace)}, window {args.start:g} s + {span:g} s, `--speed S --time-scale "
