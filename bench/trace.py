@@ -222,6 +222,39 @@ def lru_oracle(rows, nsims, kv_tokens, block=512):
     return cached / total if total else 0.0
 
 
+def replay(procs, url, target, speed, args, blocks, plot=None):
+    """`infergate-bulk replay` of the window through url, open loop at `speed`; its summary and
+    wall time, and backends()' figures from its per-request file (plot: the replay's picture
+    there too). Exits when the replay fails; warns when the client set the pace."""
+    name = f"{speed:g}x-{target}"
+    out = os.path.join(procs.workdir, "requests.jsonl")
+    summary = os.path.join(procs.workdir, "summary.json")
+    argv = [B.binary("infergate-bulk"), "replay", "--input", args.trace, "--output", out,
+            "--summary-json", summary, "--url", url, "--speed", f"{speed:g}",
+            "--time-scale", f"{args.time_scale:g}", "--slo-ttft-ms", str(args.slo_ttft_ms),
+            "--slo-tpot-ms", str(args.slo_tpot_ms), "--progress-interval-s", "60"]
+    if args.start:
+        argv += ["--start", f"{args.start:g}"]
+    if args.duration:
+        argv += ["--duration", f"{args.duration:g}"]
+    if plot:
+        argv += ["--plot", plot]
+    t0 = time.monotonic()
+    p = procs.start("replay", argv + args.replay_args.split())
+    rc = p.wait()
+    wall = time.monotonic() - t0
+    if rc not in (0, 1) or not os.path.exists(summary):
+        sys.exit(f"{name}: infergate-bulk replay exited {rc}; see {procs.workdir}/replay.log")
+    with open(summary) as f:
+        s = json.load(f)
+    if s["late_ms"]["p99"] > args.late_warn_ms:
+        B.log(f"WARNING: {speed:g}x {target}: {s['late']} of {s['sent']} sends late, p99 "
+              f"{s['late_ms']['p99']:,.0f} ms: the client machine set the pace, not the fleet")
+    busiest, follow, kept = backends(out, blocks)
+    return {"target": target, "speed": speed, "wall_s": wall, "summary": s, "busiest_backend_share": busiest,
+            "prefix_followed": follow, "prefix_kept": kept, "requests_file": out}
+
+
 def measure(target, speed, args, workdir, blocks):
     name = f"{speed:g}x-{target}"
     procs = B.Procs(os.path.join(workdir, name))
@@ -248,30 +281,10 @@ def measure(target, speed, args, workdir, blocks):
                                      extra=["--policy", "cache-aware"] + args.gateway_args.split())
         else:
             url, _ = B.start_gateway(procs, sims, extra=["--policy", target] + args.gateway_args.split())
-        out = os.path.join(procs.workdir, "requests.jsonl")
-        summary = os.path.join(procs.workdir, "summary.json")
-        argv = [B.binary("infergate-bulk"), "replay", "--input", args.trace, "--output", out,
-                "--summary-json", summary, "--url", url, "--speed", f"{speed:g}",
-                "--time-scale", f"{args.time_scale:g}", "--slo-ttft-ms", str(args.slo_ttft_ms),
-                "--slo-tpot-ms", str(args.slo_tpot_ms), "--progress-interval-s", "60"]
-        if args.start:
-            argv += ["--start", f"{args.start:g}"]
-        if args.duration:
-            argv += ["--duration", f"{args.duration:g}"]
-        if target == "cache-aware" and speed == args.plot_speed:
-            # the picture a replay draws, for docs/bulk-runs.md
-            argv += ["--plot", os.path.join(B.RESULTS, "trace-replay.png")]
-        t0 = time.monotonic()
-        p = procs.start("replay", argv + args.replay_args.split())
-        rc = p.wait()
-        wall = time.monotonic() - t0
-        if rc not in (0, 1) or not os.path.exists(summary):
-            sys.exit(f"{name}: infergate-bulk replay exited {rc}; see {procs.workdir}/replay.log")
-        with open(summary) as f:
-            s = json.load(f)
-        busiest, follow, kept = backends(out, blocks)
-        fig = {"target": target, "speed": speed, "wall_s": wall, "summary": s, "busiest_backend_share": busiest,
-               "prefix_followed": follow, "prefix_kept": kept, "requests_file": out}
+        plot = os.path.join(B.RESULTS, "trace-replay.png") if target == "cache-aware" and speed == args.plot_speed \
+            else None  # the picture a replay draws, for docs/bulk-runs.md
+        fig = replay(procs, url, target, speed, args, blocks, plot)
+        s, wall, follow, kept = fig["summary"], fig["wall_s"], fig["prefix_followed"], fig["prefix_kept"]
         if events:
             # the gateway's own count: at each request's start, the longest prefix any engine held
             # (its index: the simulators' caches as their events told, an oracle's pick) and the one
@@ -295,9 +308,6 @@ def measure(target, speed, args, workdir, blocks):
               f"goodput {s['goodput']['share']:.1%}  " + (f"to its prefix's backend {follow:.0%} (cached there "
               f"{fmt(kept, '.0%')})  " if follow is not None else "") + f"errors {s['errors']}  late {s['late']} "
               f"(p99 {s['late_ms']['p99']:,.0f} ms)  {wall:.0f} s wall")
-        if s["late_ms"]["p99"] > args.late_warn_ms:
-            B.log(f"WARNING: {speed:g}x {target}: {s['late']} of {s['sent']} sends late, p99 "
-                  f"{s['late_ms']['p99']:,.0f} ms: the client machine set the pace, not the fleet")
         return fig
     finally:
         procs.stop_all()
@@ -311,13 +321,10 @@ def fmt(v, spec=",.0f"):
     return "-" if v is None else format(v, spec)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def replay_options(ap):
+    """The options of the window, its replay, the simulators and the gateway (also bench/pd.py's)."""
     ap.add_argument("--trace", default=TRACE,
                     help="the Mooncake trace [../shared/data/mooncake-conversation-trace.jsonl next to the repo]")
-    ap.add_argument("--speeds", default="5,6",
-                    help="arrival speed-ups, one run of every target each [5,6: at 5 nginx least_conn is busy "
-                         "but not drowning, at 6 it is past the knee; at 1-4 every target is nearly idle]")
     ap.add_argument("--time-scale", type=float, default=1.5,
                     help="simulated time per wall second, the simulators' and the replay's [1.5: at 6x the "
                          "window's 3.44 requests/s become 31/s of wall clock, about what the 2 cores carry "
@@ -331,7 +338,6 @@ def main():
                     help="goodput: time to first token at most this, simulated ms [2000: the replay's default]")
     ap.add_argument("--slo-tpot-ms", type=int, default=100,
                     help="goodput: time per output token at most this, simulated ms [100: the replay's default]")
-    ap.add_argument("--targets", default=",".join(TARGETS))
     ap.add_argument("--late-warn-ms", type=float, default=100,
                     help="flag a run whose sends' lateness has a p99 above this, simulated ms: over 1%% of its "
                          "requests left that far behind their time, so the client machine set the pace [100: a "
@@ -339,6 +345,31 @@ def main():
     ap.add_argument("--gateway-args", default="", help="more flags for infergate (e.g. cache-aware's guard)")
     ap.add_argument("--sim-args", default="", help="more flags for the simulators (e.g. --kv-tokens N)")
     ap.add_argument("--replay-args", default="", help="more flags for infergate-bulk replay")
+
+
+def read_window(args):
+    """The trace's hash ids by line number (for backends()), the window's rows and its length in
+    trace seconds (--duration, or less where the trace ends)."""
+    blocks, last_s, window = {}, 0, []
+    with open(args.trace) as f:
+        for n, line in enumerate(f, 1):
+            if line.strip():
+                o = json.loads(line)
+                blocks[n] = o.get("hash_ids", [])
+                last_s = max(last_s, o["timestamp"] / 1000)
+                if args.start * 1000 <= o["timestamp"] and (not args.duration or
+                                                            o["timestamp"] < (args.start + args.duration) * 1000):
+                    window.append(o)
+    return blocks, window, min(args.duration or last_s - args.start, last_s - args.start)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--speeds", default="5,6",
+                    help="arrival speed-ups, one run of every target each [5,6: at 5 nginx least_conn is busy "
+                         "but not drowning, at 6 it is past the knee; at 1-4 every target is nearly idle]")
+    replay_options(ap)
+    ap.add_argument("--targets", default=",".join(TARGETS))
     ap.add_argument("--kv-tokens", type=int, default=420000,
                     help="the simulators' KV budget, for the oracle's estimate [420000: h100-8b's]")
     ap.add_argument("--results", default=B.RESULTS,
@@ -359,19 +390,9 @@ def main():
     mach = B.machine()
     workdir = os.path.join(B.TMP, f"trace-{os.getpid()}")
 
-    blocks, last_s, window = {}, 0, []
-    with open(args.trace) as f:
-        for n, line in enumerate(f, 1):
-            if line.strip():
-                o = json.loads(line)
-                blocks[n] = o.get("hash_ids", [])
-                last_s = max(last_s, o["timestamp"] / 1000)
-                if args.start * 1000 <= o["timestamp"] and (not args.duration or
-                                                            o["timestamp"] < (args.start + args.duration) * 1000):
-                    window.append(o)
+    blocks, window, span = read_window(args)
     oracle = lru_oracle(window, NSIMS, args.kv_tokens, BLOCK_TOKENS)
     B.log(f"the window's LRU oracle (an estimate, offline): {oracle:.1%} of prompt tokens cached")
-    span = min(args.duration or last_s - args.start, last_s - args.start)
     est = sum(span / (s * args.time_scale) for s in speeds) * len(targets)
     B.log(f"{len(targets)} targets x speeds {args.speeds}, window {args.start:g}+{span:g} s at time scale "
           f"{args.time_scale:g}: about {est / 60:.0f} minutes of replay plus the drains; files in {workdir}")

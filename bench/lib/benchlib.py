@@ -286,7 +286,9 @@ def record(name, title, command, mach, figures, table_md, notes=""):
 
 
 def command_line():
-    return " ".join([os.path.relpath(sys.argv[0], REPO)] + sys.argv[1:]) if sys.argv else "?"
+    """The command as a shell would take it again (an argument with spaces quoted)."""
+    import shlex
+    return " ".join([os.path.relpath(sys.argv[0], REPO)] + [shlex.quote(a) for a in sys.argv[1:]]) if sys.argv else "?"
 
 
 def metrics(url, prefixes):
