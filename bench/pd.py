@@ -247,6 +247,11 @@ def main():
     # a run of seven targets at two speeds in about 15 minutes; at 4x and time scale 2, 27 requests/s
     # of wall clock (pairs: two requests each through the gateway) were sent on time
     ap.set_defaults(duration=300, time_scale=2.0)
+    for a in ap._actions:  # the help says this script's defaults, not trace.py's
+        if a.dest == "duration":
+            a.help = "window length, trace seconds; 0 = to the end [300: seven targets at two speeds in about 16 minutes]"
+        elif a.dest == "time_scale":
+            a.help = "simulated time per wall second, the simulators' and the replay's [2]"
     ap.add_argument("--targets", default=",".join(TARGETS),
                     help="colocated-N[-POLICY] and pd-NpMd[-vllm], the first named colocated-8 the reference "
                          f"[{','.join(TARGETS)}]")
