@@ -166,7 +166,7 @@ struct ig_req {
 	bool is_pd_leg;              /* it is a prefill half (not counted as a request) */
 	bool pd_waiting;
 	bool pd_handed;
-	int pd_pairs;                /* pairs made for it (bounded: the retries) */
+	int pd_pairs;                /* pairs made for it */
 	uint64_t pd_start_ms;        /* the current pair's start */
 	struct ig_backend *pd_prefill; /* the current (or last) pair's prefill server */
 	struct ig_backend *pd_failed[IG_MAX_TRIES]; /* prefill servers that failed it */

@@ -36,7 +36,7 @@
 #include "path/exchange.h"
 #include "path/strategy.h"
 
-#define PD_MAX_PAIRS 4 /* pairs made for one attempt's decode slot, at most */
+#define PD_MAX_FAILED 4 /* prefill halves that may fail one request before it is answered 502 */
 
 /* ---- the halves' bodies ---- */
 
@@ -238,9 +238,9 @@ static bool pair_start(struct ig_req *req)
 	struct ig_backend *d = req->wait.backend;
 	bool vllm = d->engine == IG_ENGINE_VLLM;
 	char msg[512];
-	if (req->pd_pairs >= PD_MAX_PAIRS) {
-		snprintf(msg, sizeof(msg), "no prefill server completed the request's prefill (%d pairs tried; last "
-			 "prefill server %s)", req->pd_pairs, req->pd_prefill ? req->pd_prefill->url : "none");
+	if (req->pd_nfailed >= PD_MAX_FAILED) {
+		snprintf(msg, sizeof(msg), "no prefill server completed the request's prefill (%d failed it; the last "
+			 "%s)", req->pd_nfailed, req->pd_failed[req->pd_nfailed - 1]->url);
 		pair_refused(req, 502, "prefill_failed", msg);
 		return true;
 	}
