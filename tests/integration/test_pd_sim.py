@@ -11,6 +11,7 @@ import http.client as httpc
 import json
 import signal
 import tempfile
+import threading
 
 from harness import free_port, http, http_json, metric, run, sse_events, start_gateway, start_sim, test, wait_until
 
@@ -139,6 +140,37 @@ def a_decode_server_killed_mid_stream_is_continued_on_another_paired_again():
         assert metric(m, 'infergate_pd_requests_total{outcome="paired"}') == 2, engine  # the continuation's pair
         for s in (gw, pre, colo, *decs):
             s.stop()
+
+
+@test
+def a_prefill_server_killed_before_the_hand_over_is_replaced_by_another():
+    # a slow prefill (TTFT 3 s of computing): the first prefill server dies in it; the pair is
+    # made again with the other, the decode request cut and sent again with the new room
+    slow = ("--ttft-ms", "3000")
+    pres = [prefill_sim("sglang", *slow), prefill_sim("sglang", *slow)]
+    dec, colo = decode_sim("sglang"), colocated_sim("sglang")
+    gw = gateway(pres, [dec], "sglang", "--pd-prefill-policy", "round-robin")
+    body = {"model": "sim-model", "messages": [{"role": "user", "content": "prefill then die " * 20}],
+            "max_tokens": 12}
+    out = {}
+
+    def ask():
+        out["r"] = http("POST", gw.url + "/v1/chat/completions", body, timeout=60)
+    t = threading.Thread(target=ask)
+    t.start()
+    first = wait_until(lambda: next((p for p in pres if http_json("GET", p.url + "/sim/state")[2]["requests_received"]),
+                                    None), timeout=10, what="the first prefill server computing")
+    first.send_signal(signal.SIGKILL)
+    t.join(60)
+    st, hdrs, ans = out["r"]
+    other = next(p for p in pres if p is not first)
+    assert st == 200 and hdrs["x-infergate-prefill-backend"] == other.url, (st, hdrs, ans)
+    want = json.loads(http("POST", colo.url + "/v1/chat/completions", body)[2])
+    assert json.loads(ans)["choices"] == want["choices"], ans
+    m = http("GET", gw.url + "/metrics")[2]
+    assert metric(m, 'infergate_pd_requests_total{outcome="prefill_failed"}') == 1
+    assert metric(m, 'infergate_pd_requests_total{outcome="paired"}') == 2
+    assert pd_state(other)["transfers_sent"] == 1 and pd_state(dec)["transfers_received"] == 1
 
 
 @test
