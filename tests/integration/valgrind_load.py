@@ -393,7 +393,12 @@ def pd_pairs_under_valgrind_both_engines_a_prefill_killed_sigterm():
                 binary("infergate"), "--listen", f"127.0.0.1:{gp}", "--config", cfg.name,
                 "--health-interval-ms", "200", "--shutdown-grace-s", "5"],
                port=gp, timeout=120)
-    time.sleep(1.5)  # every backend probed healthy and its models read
+    deadline = time.monotonic() + 60  # every backend probed healthy and its models read (valgrind's pace)
+    while time.monotonic() < deadline:
+        h = request(gp, b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        if b'"healthy_backends":5' in h.replace(b" ", b""):
+            break
+        time.sleep(0.2)
     ok = 0
     for i in range(30):
         model = "sg" if i % 2 else "vl"
