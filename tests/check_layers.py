@@ -213,13 +213,13 @@ FIELD_WRITES = {
         "ig_sched.hedge_n ig_sched.hedge_req ig_sched.hedge_sec ig_sched.next ig_sched.policy "
         "ig_sched.qlen ig_sched.retries_denied ig_sched_entry.deadline_ms",
     ("gateway/exchange", "gateway/admission"):
-        "ig_admission.method ig_admission.route_idx",
+        "ig_admission.method ig_admission.model ig_admission.prompt_estimate ig_admission.route_idx ig_admission.stream ig_admission.usage_added",
     ("gateway/exchange", "gateway/backend"):
         "ig_backend.aborted",
     ("gateway/exchange", "gateway/dispatch"):
-        "ig_waiter.ops",
+        "ig_waiter.m ig_waiter.model ig_waiter.ops",
     ("gateway/exchange", "gateway/scheduler"):
-        "ig_sched_entry.klass",
+        "ig_sched_entry.key ig_sched_entry.klass",
     ("gateway/exchange", "gateway/upstream"):
         "ig_xfer.done",
     ("gateway/health", "gateway/backend"):
@@ -301,43 +301,34 @@ FIELD_WRITES = {
         "ig_waiter.m ig_waiter.model",
     ("gateway/try_fallback", "gateway/exchange"):
         "ig_req.err_body ig_req.err_status ig_req.fallback ig_req.refused_code",
-    ("gateway/try_hedge", "gateway/admission"):
-        "ig_admission.model ig_admission.prompt_estimate ig_admission.stream ig_admission.usage_added",
-    ("gateway/try_hedge", "gateway/clients"):
-        "ig_key.refs",
     ("gateway/try_hedge", "gateway/cont"):
         "ig_cont.max",
     ("gateway/try_hedge", "gateway/dispatch"):
-        "ig_waiter.backend ig_waiter.m ig_waiter.model",
+        "ig_waiter.backend",
     ("gateway/try_hedge", "gateway/exchange"):
-        "ig_req.answerer ig_req.detached ig_req.hedge ig_req.hedge_lost ig_req.hedge_missed "
-        "ig_req.hedge_next_ms ig_req.hedge_of ig_req.hedge_winner ig_req.hedged ig_req.idem "
-        "ig_req.idem_reader ig_req.idem_runner ig_req.is_hedge ig_req.retries_done ig_req.up_headers",
+        "ig_req.answerer ig_req.hedge ig_req.hedge_lost ig_req.hedge_missed ig_req.hedge_next_ms ig_req.hedge_of ig_req.hedge_winner ig_req.hedged ig_req.idem ig_req.idem_reader ig_req.idem_runner ig_req.is_hedge",
     ("gateway/try_hedge", "gateway/idem"):
         "ig_idem_entry.refs",
     ("gateway/try_hedge", "gateway/policy"):
-        "ig_pick_req.no_overshoot ig_pick_req.ntried ig_pick_req.tokens",
+        "ig_pick_req.no_overshoot ig_pick_req.ntried",
     ("gateway/try_hedge", "gateway/relay"):
-        "ig_relay.race ig_relay.responses ig_relay.stream ig_relay.tee ig_relay.usage_added "
-        "ig_relay.usage_where",
-    ("gateway/try_hedge", "gateway/scheduler"):
-        "ig_sched_entry.key ig_sched_entry.klass",
+        "ig_relay.race ig_relay.responses ig_relay.tee",
     ("gateway/try_pd", "gateway/admission"):
-        "ig_admission.model ig_admission.prompt_estimate ig_admission.stream ig_admission.usage_added",
+        "ig_admission.stream",
     ("gateway/try_pd", "gateway/backend"):
         "ig_backend.failures",
-    ("gateway/try_pd", "gateway/clients"):
-        "ig_key.refs",
-    ("gateway/try_pd", "gateway/dispatch"):
-        "ig_waiter.m ig_waiter.model",
     ("gateway/try_pd", "gateway/exchange"):
-        "ig_req.detached ig_req.is_pd_leg ig_req.pd_failed ig_req.pd_handed ig_req.pd_leg ig_req.pd_nfailed ig_req.pd_of ig_req.pd_pairs ig_req.pd_prefill ig_req.pd_start_ms ig_req.pd_waiting ig_req.retries_done ig_req.up_headers",
+        "ig_req.is_pd_leg ig_req.pd_failed ig_req.pd_handed ig_req.pd_leg ig_req.pd_nfailed ig_req.pd_of ig_req.pd_pairs ig_req.pd_prefill ig_req.pd_start_ms ig_req.pd_waiting",
     ("gateway/try_pd", "gateway/policy"):
-        "ig_pick_req.chain ig_pick_req.low ig_pick_req.nchain ig_pick_req.ntried ig_pick_req.tokens",
+        "ig_pick_req.chain ig_pick_req.low ig_pick_req.nchain ig_pick_req.ntried",
     ("gateway/try_pd", "gateway/relay"):
+        "ig_relay.stream",
+    ("gateway/exchange", "gateway/clients"):
+        "ig_key.refs",
+    ("gateway/exchange", "gateway/policy"):
+        "ig_pick_req.tokens",
+    ("gateway/exchange", "gateway/relay"):
         "ig_relay.stream ig_relay.usage_added ig_relay.usage_where",
-    ("gateway/try_pd", "gateway/scheduler"):
-        "ig_sched_entry.key ig_sched_entry.klass",
     ("gateway/try_retry", "gateway/backend"):
         "ig_backend.retried",
     ("gateway/try_retry", "gateway/dispatch"):

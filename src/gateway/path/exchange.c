@@ -120,6 +120,35 @@ void ig_xch_set_decided_error(struct ig_req *req, unsigned status, const char *t
 	req->err_body = ig_oaerror_json(message, type ? type : ig_oaerror_type_for_status(status), param, code);
 }
 
+void ig_xch_fork(struct ig_req *h, struct ig_req *p, const char *suffix)
+{
+	ig_xch_init(h, p->gw, p->adm.route_idx, p->adm.method, p->hooks); /* on p's reactor */
+	h->adm.model = strdup(p->adm.model ? p->adm.model : "");
+	h->adm.stream = p->adm.stream;
+	h->adm.usage_added = p->adm.usage_added;
+	h->adm.prompt_estimate = p->adm.prompt_estimate;
+	snprintf(h->request_id, sizeof(h->request_id), "%.60s%s", p->request_id, suffix);
+	snprintf(h->client, sizeof(h->client), "%s", p->client);
+	snprintf(h->peer, sizeof(h->peer), "%s", p->peer);
+	for (struct curl_slist *l = p->up_headers; l; l = l->next)
+		if (l != p->tp_node) /* its own, per attempt */
+			h->up_headers = curl_slist_append(h->up_headers, l->data);
+	ig_trace_fork(&h->trace, &p->trace);
+	h->relay.usage_where = p->relay.usage_where;
+	h->relay.stream = p->relay.stream;
+	h->relay.usage_added = p->relay.usage_added;
+	h->detached = true;
+	ig_relay_detach(&h->relay);
+	h->retries_done = (int)p->gw->cfg->retries;
+	h->wait.q.klass = p->wait.q.klass;
+	h->wait.q.key = p->wait.q.key; /* its slot counts against the key's max_inflight */
+	h->wait.q.key->refs++;
+	h->wait.m = p->wait.m;
+	ig_sched_hold(h->wait.m);
+	h->wait.model = h->adm.model;
+	h->wait.pick.tokens = p->wait.pick.tokens;
+}
+
 /* Its attempt stopped where it is: a transfer running (or about to start
  * on its reactor) cut, its slot given back and counted as aborted at its
  * backend; a place in the queue left. Returns whether a transfer was cut.

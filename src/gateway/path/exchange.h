@@ -204,6 +204,13 @@ static inline unsigned ig_proxy_req_status(const struct ig_req *req)
 void ig_xch_init(struct ig_req *req, struct ig_gw *gw, int route_idx, unsigned method,
 		 const struct ig_xch_hooks *hooks);
 
+/* h made a detached companion of exchange p on p's reactor (a hedge, a
+ * prefill half): p's model, stream, usage and prompt estimate, its id with
+ * `suffix`, its client, its upstream headers but the per-attempt
+ * traceparent, a fork of its trace, its class, key and model pool (held);
+ * not retried (its maker decides what follows its end). Not dispatched,
+ * no body. */
+void ig_xch_fork(struct ig_req *h, struct ig_req *p, const char *suffix);
 /* The path it goes to upstream: its own (a by-id route's), else its route's. */
 const char *ig_xch_req_path(const struct ig_req *req);
 /* Its MHD connection suspended (not a detached one). */

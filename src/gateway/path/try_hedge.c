@@ -61,41 +61,17 @@ static void hedge_start(struct ig_req *p, long after_ms)
 		free(e);
 		return;
 	}
-	ig_xch_init(h, gw, p->adm.route_idx, p->adm.method, p->hooks); /* on p's reactor */
-	h->adm.model = strdup(p->adm.model ? p->adm.model : "");
-	h->adm.stream = p->adm.stream;
-	h->adm.usage_added = p->adm.usage_added;
-	h->adm.prompt_estimate = p->adm.prompt_estimate;
-	snprintf(h->request_id, sizeof(h->request_id), "%.60s-hedge", p->request_id);
-	snprintf(h->client, sizeof(h->client), "%s", p->client);
-	snprintf(h->peer, sizeof(h->peer), "%s", p->peer);
+	ig_xch_fork(h, p, "-hedge"); /* not retried, detached */
 	ig_buf_append(&h->body, p->body.data ? p->body.data : "", p->body.len);
-	for (struct curl_slist *l = p->up_headers; l; l = l->next)
-		if (l != p->tp_node) /* its own, per attempt */
-			h->up_headers = curl_slist_append(h->up_headers, l->data);
-	ig_trace_fork(&h->trace, &p->trace);
-	h->relay.usage_where = p->relay.usage_where;
 	h->relay.responses = p->relay.responses;
-	h->relay.stream = p->relay.stream;
-	h->relay.usage_added = p->relay.usage_added;
 	h->relay.tee = p->relay.stream;
 	h->relay.race = true;
-	h->detached = true;
-	ig_relay_detach(&h->relay);
 	h->relay.cont.max = p->relay.cont.max;
 	h->is_hedge = true;
 	h->idem = e;
 	h->idem_runner = true;
-	h->retries_done = (int)gw->cfg->retries; /* a hedge is not retried */
-	h->wait.q.klass = p->wait.q.klass;
-	h->wait.q.key = p->wait.q.key; /* its slot counts against the key's max_inflight */
-	h->wait.q.key->refs++;
-	h->wait.m = p->wait.m;
-	ig_sched_hold(h->wait.m);
-	h->wait.model = h->adm.model;
 	memcpy(h->wait.pick.tried, p->wait.pick.tried, sizeof(h->wait.pick.tried)); /* not where p runs */
 	h->wait.pick.ntried = p->wait.pick.ntried;
-	h->wait.pick.tokens = p->wait.pick.tokens;
 	h->wait.pick.no_overshoot = true; /* a free slot or no hedge */
 	h->hedge_of = p;
 	p->hedge = h;

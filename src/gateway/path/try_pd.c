@@ -164,38 +164,14 @@ static void leg_body(struct ig_req *leg)
  * yet; its pick is among prefill servers that have not failed p. */
 static struct ig_req *leg_new(struct ig_req *p, bool streamed)
 {
-	struct ig_gw *gw = p->gw;
 	struct ig_req *h = calloc(1, sizeof(*h));
 	if (!h)
 		return NULL;
-	ig_xch_init(h, gw, p->adm.route_idx, p->adm.method, p->hooks);
-	h->adm.model = strdup(p->adm.model ? p->adm.model : "");
-	h->adm.stream = streamed;
-	h->adm.usage_added = p->adm.usage_added;
-	h->adm.prompt_estimate = p->adm.prompt_estimate;
-	snprintf(h->request_id, sizeof(h->request_id), "%.60s-prefill", p->request_id);
-	snprintf(h->client, sizeof(h->client), "%s", p->client);
-	snprintf(h->peer, sizeof(h->peer), "%s", p->peer);
-	for (struct curl_slist *l = p->up_headers; l; l = l->next)
-		if (l != p->tp_node)
-			h->up_headers = curl_slist_append(h->up_headers, l->data);
-	ig_trace_fork(&h->trace, &p->trace);
-	h->relay.usage_where = p->relay.usage_where;
-	h->relay.stream = streamed;
-	h->relay.usage_added = p->relay.usage_added;
-	h->detached = true;
-	ig_relay_detach(&h->relay);
+	ig_xch_fork(h, p, "-prefill"); /* try_pd makes the pair again, not try_retry */
+	h->adm.stream = h->relay.stream = streamed;
 	h->is_pd_leg = true;
-	h->retries_done = (int)gw->cfg->retries; /* try_pd makes the pair again, not try_retry */
-	h->wait.q.klass = p->wait.q.klass;
-	h->wait.q.key = p->wait.q.key;
-	h->wait.q.key->refs++;
-	h->wait.m = p->wait.m;
-	ig_sched_hold(h->wait.m);
-	h->wait.model = h->adm.model;
 	h->wait.pick.role = IG_PICK_PREFILL;
 	h->wait.pick.low = p->wait.pick.low;
-	h->wait.pick.tokens = p->wait.pick.tokens;
 	memcpy(h->wait.pick.tried, p->pd_failed, sizeof(h->wait.pick.tried));
 	h->wait.pick.ntried = p->pd_nfailed;
 	if (p->wait.pick.chain && p->wait.pick.nchain &&
