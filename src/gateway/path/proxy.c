@@ -176,12 +176,8 @@ static void req_free(struct ig_req *req)
  * ends its stream; else it is the answer. */
 static void refused_here(struct ig_req *req, const struct ig_dispatch_error *e)
 {
-	if (req->hedge_of && !req->xfer.running && !req->relay.first_seen) {
-		req->hedge_refused = true; /* hedge_start drops it */
-		return;
-	}
-	if (req->is_pd_leg && !req->xfer.running) {
-		req->hedge_refused = true; /* a prefill half not placed: try_pd.c drops it */
+	if ((req->hedge_of || req->is_pd_leg) && !req->xfer.running && !req->relay.first_seen) {
+		req->hedge_refused = true; /* a companion not placed: its maker (hedge_start, try_pd.c) drops it */
 		return;
 	}
 	if (req->relay.committed) { /* a continuation: its stream is under way */
