@@ -154,7 +154,7 @@ struct ig_req {
 				      * (once at most) */
 	bool hedge_missed;           /* a hedge found no free slot (tried again later) */
 	uint64_t hedge_next_ms;      /* when it may be tried again */
-	bool hedge_refused;          /* a hedge that dispatch would not place */
+	bool hedge_refused;          /* a hedge or a prefill half that dispatch would not place */
 	bool is_hedge;               /* it is a hedge (not counted as a request) */
 	/* Prefill/decode pairs (try_pd.c): an attempt on a decode server has a
 	 * prefill half, a detached exchange of its own (pd_leg; its pd_of is
