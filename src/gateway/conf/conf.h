@@ -40,8 +40,10 @@ struct ig_backend_conf {
 	char *kv_events;
 	char *kv_events_replay;
 	int kv_format;      /* 0 kv_events.format; 1 "vllm", 2 "sglang" */
-	long dp_ranks;      /* its data-parallel engines, rank r publishing on
-			     * port + r (vLLM's offset_endpoint_port); 0 = 1 */
+	long dp_ranks;      /* its data-parallel ranks, each a backend entry of its
+			     * own (backend.h), rank r publishing KV events on
+			     * port + r (vLLM's offset_endpoint_port); 0 = 1;
+			     * written by: reload (the running count kept) */
 	/* Prefill/decode disaggregation (path/try_pd.c): what it does of a
 	 * request, which engine it is (the pair's protocol), and an SGLang
 	 * prefill server's bootstrap port (its --disaggregation-bootstrap-port). */

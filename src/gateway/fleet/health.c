@@ -573,8 +573,12 @@ void ig_health_passive_fail(struct ig_gw *gw, struct ig_backend *b, enum ig_upst
 	b->consec_ok = 0;
 	b->consec_fail++;
 	breaker_fail(gw, b, why);
-	/* A refused connection is not a fluke: eject at once. */
-	if (e == IG_UPERR_CONNECT || b->consec_fail >= gw->cfg->health_fall)
+	/* A refused connection is not a fluke: eject at once, and every rank
+	 * of the server with it (they share its port). */
+	if (e == IG_UPERR_CONNECT)
+		for (int r = 0; r < b->server->nranks; r++)
+			set_state(gw, ig_backend_rank(b->server, r), IG_BACKEND_DOWN, why);
+	else if (b->consec_fail >= gw->cfg->health_fall)
 		set_state(gw, b, IG_BACKEND_DOWN, why);
 }
 
