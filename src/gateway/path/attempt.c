@@ -60,8 +60,10 @@ static enum MHD_Result collect_header(void *cls, enum MHD_ValueKind kind, const 
 	/* Traced, the trace goes on from each attempt's span (configure_transfer). */
 	if (req->trace.on && (strcasecmp(key, "traceparent") == 0 || strcasecmp(key, "tracestate") == 0))
 		return MHD_YES;
-	/* The gateway's own key stays here; a backend key replaces it. */
-	if (strcasecmp(key, "Authorization") == 0 && (gw->api_keys.enabled || *gw->cfg->backend_api_key))
+	/* The gateway's own key stays here (in either header a client may
+	 * send it: entry.c); a backend key replaces it. */
+	if ((strcasecmp(key, "Authorization") == 0 || strcasecmp(key, "x-api-key") == 0) &&
+	    (gw->api_keys.enabled || *gw->cfg->backend_api_key))
 		return MHD_YES;
 	char *line = ig_strdupf("%s: %s", key, value);
 	req->up_headers = curl_slist_append(req->up_headers, line);
