@@ -166,6 +166,42 @@ def usage_is_charged_from_input_and_output_tokens_streamed_or_not():
 
 
 @test
+def a_backend_killed_mid_stream_ends_it_with_anthropics_error_event():
+    """The stream had begun (message_start and some text relayed) when its server was killed:
+    the client's stream ends with `event: error` and Anthropic's error object, not OpenAI's
+    data-only error, and the events before it are whole."""
+    import http.client
+    import signal
+    sim = start_sim("--flavor", "sglang", "--tokens-per-second", "40", "--ttft-ms", "0", "--output-tokens", "400")
+    gw, (key,) = gateway([sim], [("agent", {})], "--continue-max", "0")
+    c = http.client.HTTPConnection("127.0.0.1", int(gw.url.rsplit(":", 1)[1]), timeout=30)
+    c.request("POST", "/v1/messages", json.dumps({**BODY, "max_tokens": 400, "stream": True}),
+              {**key, "Content-Type": "application/json"})
+    resp = c.getresponse()
+    assert resp.status == 200
+    got = b""
+    while got.count(b"event: content_block_delta") < 3:
+        chunk = resp.read1(4096)
+        assert chunk, got
+        got += chunk
+    sim.stop(signal.SIGKILL)
+    while True:  # to the end, which the gateway makes abrupt (the stream failed) after the event
+        try:
+            chunk = resp.read1(4096)
+        except http.client.IncompleteRead as e:
+            got += e.partial
+            break
+        if not chunk:
+            break
+        got += chunk
+    evs = events(got)
+    assert evs[0][0] == "message_start" and evs[-1][0] == "error", [e[0] for e in evs]
+    err = evs[-1][1]
+    assert err["type"] == "error" and err["error"]["type"] == "api_error" and err["error"]["message"], err
+    assert all(e[0] != "message_stop" for e in evs), [e[0] for e in evs]
+
+
+@test
 def the_official_sdk_through_the_gateway():
     """@anthropic-ai/sdk with a key of ours: a message, a stream whose finalMessage() is the
     direct one's, count_tokens, and the server's own 400 as the SDK's error."""

@@ -117,6 +117,7 @@ struct ig_req *ig_proxy_req_new(struct ig_gw *gw, struct MHD_Connection *conn, i
 	req->conn = conn;
 	req->relay.usage_where = ig_gw_route(gw->cfg, route_idx)->usage;
 	req->relay.responses = ig_gw_route(gw->cfg, route_idx)->flags & IG_RT_RESPONSES;
+	req->relay.anthropic = ig_gw_route(gw->cfg, route_idx)->flags & IG_RT_ANTHROPIC;
 	snprintf(req->client, sizeof(req->client), "%s", ig_peer_client(conn));
 	snprintf(req->peer, sizeof(req->peer), "%s", ig_peer_sock(conn));
 	req->rx->requests++;
