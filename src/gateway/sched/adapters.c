@@ -330,8 +330,9 @@ static void unlink_job(struct ig_adapters *as, struct job *j)
 
 /* What the answer says: 1 done (or already so), 0 refused, -1 the route
  * is not there (vLLM's 404 {"detail": "Not Found"}: try SGLang's). */
-static int outcome(const struct job *j, CURLcode result, long status)
+static int outcome(struct job *j, CURLcode result, long status)
 {
+	ig_buf_printf(&j->body, "%s", ""); /* a NUL after the text, not counted in it */
 	const char *body = ig_buf_head(&j->body);
 	if (result != CURLE_OK)
 		return 0;
@@ -353,15 +354,12 @@ static int outcome(const struct job *j, CURLcode result, long status)
 	return 0;
 }
 
-/* j ended (on reactor 0, the lock held): the slot learns, a load follows
- * an unload, the requests waiting are looked at again. */
-static void job_done(struct ig_xfer *x, CURLcode result)
+/* j ended with `status` (on reactor 0, the lock held): the slot learns, a
+ * load follows an unload, the requests waiting are looked at again. */
+static void job_end(struct job *j, CURLcode result, long status)
 {
-	struct job *j = IG_CONTAINER_OF(x, struct job, xfer);
 	struct ig_adapters *as = j->as;
 	struct ig_gw *gw = as->gw;
-	long status = 0;
-	curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &status);
 	int r = outcome(j, result, status);
 	const struct ig_backend *b = ig_backend_fleet_find_id(&gw->fleet, j->backend);
 	struct adapter *a = &as->v[j->a];
@@ -417,6 +415,14 @@ static void job_done(struct ig_xfer *x, CURLcode result)
 	gw->drain_pending = true;
 }
 
+static void job_done(struct ig_xfer *x, CURLcode result)
+{
+	struct job *j = IG_CONTAINER_OF(x, struct job, xfer);
+	long status = 0;
+	curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &status);
+	job_end(j, result, status);
+}
+
 /* Reactor 0's tick: the jobs asked for since start. */
 static void jobs_timer(struct ig_rx *rx IG_UNUSED, uint64_t now_ms IG_UNUSED, void *arg)
 {
@@ -429,7 +435,7 @@ static void jobs_timer(struct ig_rx *rx IG_UNUSED, uint64_t now_ms IG_UNUSED, vo
 			continue;
 		/* not started (the server left, or no memory): as a failure */
 		j->started_us = ig_now_us();
-		job_done(&j->xfer, CURLE_FAILED_INIT);
+		job_end(j, CURLE_FAILED_INIT, 0);
 	}
 }
 
