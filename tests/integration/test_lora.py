@@ -135,6 +135,21 @@ def the_least_recently_used_adapter_makes_room():
 
 
 @test
+def max_loras_learned_from_vllm_metrics():
+    """No backends[].max_loras: the gateway reads vLLM's max_lora (its
+    vllm:lora_requests_info gauge) and keeps that many adapters there: x and
+    y fit in 2, z makes x (the least recently used) go."""
+    d = Dir()
+    b = start_sim(*LORA, "--max-loras", "2")
+    gw = gateway(d, [b], 0)
+    wait_until(lambda: lora_of(gw, b) is not None and lora_of(gw, b)["max_loras"] == 2, what="max_loras learned")
+    assert lora_of(gw, b)["max_loras_from"] == "learned"
+    for name in ("x", "y", "z"):
+        assert ask(gw, name)[0] == 200
+    assert listed(b) == ["y", "z"] and lora_metric(gw, "unloads", b.url, "x") == 1
+
+
+@test
 def unknown_adapter_is_a_404_and_a_key_may_be_refused_one():
     """An adapter neither configured nor listed: OpenAI's 404 model_not_found
     (for a key that may use any model). A key whose models name sql but not x: x is a 403 model_not_allowed, and

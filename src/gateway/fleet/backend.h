@@ -45,7 +45,7 @@ struct ig_backend {
 	long reserve_slots;     /* of its limit, slots class low may not take */
 	long max_loras;         /* LoRA adapters the gateway keeps loaded there, 0:
 				 * max_loras_learned (sched/adapters.c) */
-	atomic_long max_loras_learned; /* its vLLM /metrics' max_lora, 0 none (health.c) */
+	atomic_long max_loras_learned; /* its vLLM /metrics' max_lora, 0 none; written by: health */
 	int role;               /* enum ig_pd_role (conf.h): half of a prefill/decode pair, or both */
 	int engine;             /* enum ig_pd_engine: the pair's protocol */
 	long bootstrap_port;    /* an SGLang prefill server's bootstrap port */

@@ -410,6 +410,14 @@ static void probe_done(struct ig_xfer *x, CURLcode result)
 		if (result == CURLE_OK && status == 200)
 			ig_loadreport_parse(ig_buf_head(&p->body), ig_buf_pending(&p->body), &running, &waiting,
 					    &capacity);
+		/* vLLM's LoRA limit, a label of its lora_requests_info gauge
+		 * (vllm/v1/metrics/loggers.py): what sched/adapters.c keeps there */
+		static const char tag[] = "lora_requests_info{max_lora=\"";
+		const char *ml = result == CURLE_OK && status == 200
+					 ? memmem(ig_buf_head(&p->body), ig_buf_pending(&p->body), tag, sizeof(tag) - 1)
+					 : NULL;
+		if (ml)
+			atomic_store(&b->max_loras_learned, strtol(ml + sizeof(tag) - 1, NULL, 10));
 		if (gw->cfg->load_path_auto) {
 			if (running >= 0) {
 				b->load_path = auto_load_paths[p->load_path];

@@ -556,7 +556,7 @@ void ig_adapters_ended(struct ig_gw *gw, const char *model, const struct ig_back
 void ig_adapters_report_backend(const struct ig_gw *gw, const struct ig_backend *b, json_t *entry)
 {
 	struct ig_adapters *as = gw->adapters;
-	if (!as || !as->n)
+	if (!as || (!as->n && ig_adapters_max(b) <= 0))
 		return;
 	json_t *res = json_array(), *loading = json_array();
 	for (size_t i = 0; i < as->n; i++) {

@@ -45,8 +45,9 @@ bool ig_adapters_pick(struct ig_gw *gw, const char *model, const struct ig_polic
 /* A request of model started on b / ended there (its use and the LRU). */
 void ig_adapters_started(struct ig_gw *gw, const char *model, const struct ig_backend *b);
 void ig_adapters_ended(struct ig_gw *gw, const char *model, const struct ig_backend *b);
-/* /health/backends: b's "lora" {max_loras, max_loras_from, resident,
- * loading} when it holds or may hold adapters. */
+/* /health/backends: b's "lora" {max_loras, max_loras_from ("config",
+ * "learned", "none"), resident, loading} once an adapter is known or b has
+ * a limit. */
 void ig_adapters_report_backend(const struct ig_gw *gw, const struct ig_backend *b, json_t *entry);
 /* The limit of adapters the gateway keeps on b: backends[].max_loras, else
  * what its metrics said (vLLM's max_lora), else 0 (none loaded by it). */
