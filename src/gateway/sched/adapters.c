@@ -29,6 +29,7 @@
 #include "net/upstream.h"
 #include "obs/stats.h"
 #include "sched/adapters.h"
+#include "sched/scheduler.h"
 
 /* A load that failed: that server is not asked for that adapter again
  * before this (its waiting requests would ask at once, and again). */
@@ -204,8 +205,10 @@ static long held(struct ig_adapters *as, const struct ig_backend *b)
 	return n;
 }
 
-/* b's least recently used adapter with no request of ours there, to make
- * room; NULL: none. */
+/* b's least recently used adapter with no request of ours there nor any
+ * waiting in its queue (one just loaded for its waiting requests would go
+ * before they ran, and come back: a swap each way), to make room; NULL:
+ * none. */
 static struct adapter *victim(struct ig_adapters *as, const struct ig_backend *b)
 {
 	struct adapter *lru = NULL;
@@ -213,7 +216,8 @@ static struct adapter *victim(struct ig_adapters *as, const struct ig_backend *b
 	for (size_t i = 0; i < as->n; i++) {
 		struct adapter *a = &as->v[i];
 		struct slot *s = slot_of(a, b, false);
-		if (a->loading || !resident(as->gw->cfg, a, b) || (s && s->inflight > 0))
+		const struct ig_model *m = ig_sched_find(&as->gw->sched, a->name);
+		if (a->loading || !resident(as->gw->cfg, a, b) || (s && s->inflight > 0) || (m && m->qlen > 0))
 			continue;
 		uint64_t used = s ? s->used_ms : 0;
 		if (!lru || used < lru_ms) {
@@ -384,8 +388,8 @@ static void job_end(struct job *j, CURLcode result, long status)
 			s->resident = !j->unload;
 		if (j->unload)
 			*(r > 0 ? &s->unloads_ok : &s->unloads_failed) += 1;
-		else if (r > 0)
-			s->loads_ok++, s->load_s += secs;
+		else if (r > 0) /* as if just used: not the next one out before its requests ran */
+			s->loads_ok++, s->load_s += secs, s->used_ms = now;
 		else
 			s->loads_failed++, s->failed_until_ms = now + FAILED_PAUSE_MS;
 	}
