@@ -135,6 +135,32 @@ def the_least_recently_used_adapter_makes_room():
 
 
 @test
+def sglang_is_sent_the_adapter_as_lora_path():
+    """SGLang reads "model" as its base model: an adapter's request goes to it
+    with "lora_path" (its /server_info says it is SGLang), and the server runs
+    the adapter (its GPU load counted, the answer's text the adapter's); an
+    adapter it lacks is loaded through SGLang's /load_lora_adapter, within
+    the max_loras_per_batch its /server_info states."""
+    d = Dir()
+    a = start_sim("--flavor", "sglang", "--lora-paths", "sql=/m/sql", "--max-loras-per-batch", "2",
+                  "--tokens-per-second", "0", "--ttft-ms", "0")
+    gw = gateway(d, [a], 0)
+    wait_until(lambda: (lora_of(gw, a) or {}).get("max_loras") == 2, what="max_loras_per_batch learned")
+    wait_until(lambda: "sql" in [m["id"] for m in http_json("GET", gw.url + "/v1/models")[2]["data"]],
+               what="sql listed")
+    status, served, obj = ask(gw, "sql")
+    assert status == 200 and served == a.url, (status, obj)
+    assert http_json("GET", a.url + "/sim/state")[2]["lora_loads"] == 1
+    status, served, obj = ask(gw, "x")
+    assert status == 200 and served == a.url, (status, obj)
+    assert listed(a) == ["sql", "x"] and lora_metric(gw, "loads", a.url, "x") == 1
+    assert http_json("GET", a.url + "/sim/state")[2]["lora_loads"] == 2
+    # full at 2: y takes the place of sql, the least recently used
+    assert ask(gw, "y")[0] == 200 and listed(a) == ["x", "y"], listed(a)
+    assert lora_metric(gw, "unloads", a.url, "sql") == 1
+
+
+@test
 def max_loras_learned_from_vllm_metrics():
     """No backends[].max_loras: the gateway reads vLLM's max_lora (its
     vllm:lora_requests_info gauge) and keeps that many adapters there: x and

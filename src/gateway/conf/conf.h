@@ -50,7 +50,8 @@ struct ig_backend_conf {
 	long bootstrap_port; /* 0: SGLang's default, 8998 */
 	long max_loras;     /* LoRA adapters the gateway keeps loaded there at
 			     * once (sched/adapters.c); 0: learned (vLLM's
-			     * max_lora), else none loaded by the gateway */
+			     * max_lora, SGLang's max_loras_per_batch), else
+			     * none loaded by the gateway */
 };
 
 /* backends[].role: an ordinary server (both), or one half of a pair. */

@@ -364,6 +364,15 @@ static void take_info(struct ig_backend *b, CURLcode result, long status, struct
 		return;
 	json_t *root = status == 200 ? json_loadb(body->data ? body->data : "", body->len, 0, NULL) : NULL;
 	json_t *on = json_object_get(root, "enable_priority_scheduling");
+	/* SGLang's ServerArgs: an adapter's request names it in "lora_path"
+	 * (sched/adapters.c); vLLM's /server_info (dev mode) has no model_path */
+	atomic_store(&b->lora_by_path, json_is_string(json_object_get(root, "model_path")));
+	/* and its adapters' GPU pool (max_loras_per_batch buffers,
+	 * python/sglang/srt/lora/mem_pool.py): what sched/adapters.c keeps there */
+	json_t *per_batch = json_object_get(root, "max_loras_per_batch");
+	if (json_is_true(json_object_get(root, "enable_lora")) && json_is_integer(per_batch) &&
+	    json_integer_value(per_batch) > 0 && json_integer_value(per_batch) <= 1000000)
+		atomic_store(&b->max_loras_learned, (long)json_integer_value(per_batch));
 	unsigned sched = 0;
 	long threshold = -1;
 	if (json_is_true(on)) {

@@ -537,7 +537,7 @@ bool ig_adapters_pick(struct ig_gw *gw, const char *model, const struct ig_polic
 	return true;
 }
 
-void ig_adapters_started(struct ig_gw *gw, const char *model, const struct ig_backend *b)
+bool ig_adapters_started(struct ig_gw *gw, const char *model, const struct ig_backend *b)
 {
 	struct adapter *a = gw->adapters ? find(gw->adapters, model, false) : NULL;
 	struct slot *s = a ? slot_of(a, b, true) : NULL;
@@ -545,6 +545,7 @@ void ig_adapters_started(struct ig_gw *gw, const char *model, const struct ig_ba
 		s->inflight++;
 		s->used_ms = ig_now_ms();
 	}
+	return a && (atomic_load(&b->lora_by_path) || is_sglang(gw->adapters, b->id));
 }
 
 void ig_adapters_ended(struct ig_gw *gw, const char *model, const struct ig_backend *b)

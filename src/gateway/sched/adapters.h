@@ -42,15 +42,20 @@ void ig_adapters_free(struct ig_gw *gw);
  * touching nothing, when model is no adapter. */
 bool ig_adapters_pick(struct ig_gw *gw, const char *model, const struct ig_policy *p, void *state, unsigned *rotor,
 		      struct ig_pick_req *rq, struct ig_backend **out, enum ig_pick *got);
-/* A request of model started on b / ended there (its use and the LRU). */
-void ig_adapters_started(struct ig_gw *gw, const char *model, const struct ig_backend *b);
+/* A request of model started on b / ended there (its use and the LRU).
+ * started returns whether b takes the adapter as "lora_path" (SGLang, which
+ * reads "model" as its base model unless it is "BASE:ADAPTER":
+ * sgl-project/sglang python/sglang/srt/entrypoints/openai/serving_base.py)
+ * rather than as "model" (vLLM). */
+bool ig_adapters_started(struct ig_gw *gw, const char *model, const struct ig_backend *b);
 void ig_adapters_ended(struct ig_gw *gw, const char *model, const struct ig_backend *b);
 /* /health/backends: b's "lora" {max_loras, max_loras_from ("config",
  * "learned", "none"), resident, loading} once an adapter is known or b has
  * a limit. */
 void ig_adapters_report_backend(const struct ig_gw *gw, const struct ig_backend *b, json_t *entry);
 /* The limit of adapters the gateway keeps on b: backends[].max_loras, else
- * what its metrics said (vLLM's max_lora), else 0 (none loaded by it). */
+ * what it said (vLLM's max_lora, SGLang's max_loras_per_batch), else 0
+ * (none loaded by it). */
 long ig_adapters_max(const struct ig_backend *b);
 
 #endif

@@ -347,7 +347,7 @@ static enum ig_dispatch_result start(struct ig_gw *gw, struct ig_waiter *w, stru
 	}
 	if (w->policy->started)
 		w->policy->started(state, b, &w->pick);
-	ig_adapters_started(gw, w->model, b);
+	w->lora_path = ig_adapters_started(gw, w->model, b);
 	return w->ops->start(w, b) == 0 ? IG_DISPATCH_STARTED : IG_DISPATCH_FAILED;
 }
 
