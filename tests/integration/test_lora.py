@@ -197,6 +197,13 @@ def unknown_adapter_is_a_404_and_a_key_may_be_refused_one():
     assert obj["error"]["code"] == "model_not_allowed", obj
     assert listed(a) == ["sql"] and lora_metric(gw, "loads", a.url, "x") is None
     assert ask(gw, "sql", hdrs[0])[0] == 200
+    # a configured adapter no server holds, on servers with no LoRA limit known
+    # (no max_loras, none stated): the same 404, at once
+    plain = start_sim("--flavor", "vllm", "--tokens-per-second", "0", "--ttft-ms", "0")
+    gw = gateway(d, [plain], 0)
+    status, _, obj = ask(gw, "x")
+    assert_openai_error(status, obj, 404, "invalid_request_error")
+    assert obj["error"]["code"] == "model_not_found", obj
 
 
 @test

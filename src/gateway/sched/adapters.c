@@ -505,16 +505,16 @@ bool ig_adapters_pick(struct ig_gw *gw, const char *model, const struct ig_polic
 	struct ig_backend *target = NULL;
 	struct adapter *target_out = NULL;
 	long best = 0;
-	size_t up = 0;
+	size_t loadable = 0; /* up, of its base model, with a limit known */
 	uint64_t now = ig_now_ms();
 	for (size_t i = 0; i < fleet->n; i++) {
 		struct ig_backend *b = fleet->v[i];
 		if (!ig_backend_usable(b) || b->role == IG_ROLE_PREFILL || tried(rq, b) ||
 		    (rq->pinned && b->id + 1 != rq->pinned) || ig_backend_serves(b, a->base) != IG_SERVES_YES)
 			continue;
-		up++;
 		struct slot *s = slot_of(a, b, false);
 		long max = ig_adapters_max(b);
+		loadable += a->path && max > 0;
 		if (!a->path || max <= 0 || resident(gw->cfg, a, b) || (s && (s->busy || s->failed_until_ms > now)))
 			continue;
 		bool full = held(as, b) >= max;
@@ -532,8 +532,9 @@ bool ig_adapters_pick(struct ig_gw *gw, const char *model, const struct ig_polic
 	}
 	if (target && begin_load(as, a, target, target_out) == 0)
 		*got = IG_PICK_BUSY;
-	else if (*got == IG_PICK_NONE && up > 0)
+	else if (*got == IG_PICK_NONE && loadable > 0)
 		*got = IG_PICK_BUSY; /* room may come: an adapter there goes idle */
+	/* else NONE: no server up holds it, and none may be given it */
 	return true;
 }
 
