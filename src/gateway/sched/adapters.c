@@ -45,7 +45,8 @@ struct slot {
 	uint64_t changed_ms;     /* when ours changed it, 0 never: a /v1/models list
 				  * read before is stale */
 	bool busy;               /* a load or an unload of ours under way */
-	uint64_t used_ms;        /* its last request sent there (the LRU) */
+	uint64_t used_us;        /* its last request sent there (the LRU; microseconds: two
+				  * uses a millisecond apart are ordered) */
 	long inflight;           /* its requests of ours there now */
 	uint64_t failed_until_ms; /* FAILED_PAUSE_MS after a failed load */
 	uint64_t loads_ok, loads_failed, unloads_ok, unloads_failed;
@@ -212,17 +213,17 @@ static long held(struct ig_adapters *as, const struct ig_backend *b)
 static struct adapter *victim(struct ig_adapters *as, const struct ig_backend *b)
 {
 	struct adapter *lru = NULL;
-	uint64_t lru_ms = 0;
+	uint64_t lru_us = 0;
 	for (size_t i = 0; i < as->n; i++) {
 		struct adapter *a = &as->v[i];
 		struct slot *s = slot_of(a, b, false);
 		const struct ig_model *m = ig_sched_find(&as->gw->sched, a->name);
 		if (a->loading || !resident(as->gw->cfg, a, b) || (s && s->inflight > 0) || (m && m->qlen > 0))
 			continue;
-		uint64_t used = s ? s->used_ms : 0;
-		if (!lru || used < lru_ms) {
+		uint64_t used = s ? s->used_us : 0;
+		if (!lru || used < lru_us) {
 			lru = a;
-			lru_ms = used;
+			lru_us = used;
 		}
 	}
 	return lru;
@@ -389,7 +390,7 @@ static void job_end(struct job *j, CURLcode result, long status)
 		if (j->unload)
 			*(r > 0 ? &s->unloads_ok : &s->unloads_failed) += 1;
 		else if (r > 0) /* as if just used: not the next one out before its requests ran */
-			s->loads_ok++, s->load_s += secs, s->used_ms = now;
+			s->loads_ok++, s->load_s += secs, s->used_us = ig_now_us();
 		else
 			s->loads_failed++, s->failed_until_ms = now + FAILED_PAUSE_MS;
 	}
@@ -544,7 +545,7 @@ bool ig_adapters_started(struct ig_gw *gw, const char *model, const struct ig_ba
 	struct slot *s = a ? slot_of(a, b, true) : NULL;
 	if (s) {
 		s->inflight++;
-		s->used_ms = ig_now_ms();
+		s->used_us = ig_now_us();
 	}
 	return a && (atomic_load(&b->lora_by_path) || is_sglang(gw->adapters, b->id));
 }

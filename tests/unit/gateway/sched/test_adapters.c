@@ -179,7 +179,7 @@ START_TEST(the_least_recently_used_idle_adapter_makes_room)
 		struct slot *s = slot_of(find(as, names[i], true), f.b1, true);
 		s->resident = true;
 		s->changed_ms = 1;
-		s->used_ms = (uint64_t)i * 10;
+		s->used_us = (uint64_t)i * 10;
 	}
 	ck_assert_int_eq(held(as, f.b1), 2);
 	ck_assert_str_eq(victim(as, f.b1)->name, "a2");
