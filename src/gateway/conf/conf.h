@@ -50,6 +50,10 @@ struct ig_backend_conf {
 	int role;           /* enum ig_pd_role */
 	int engine;         /* enum ig_pd_engine */
 	long bootstrap_port; /* 0: SGLang's default, 8998 */
+	long max_loras;     /* LoRA adapters the gateway keeps loaded there at
+			     * once (sched/adapters.c); 0: learned (vLLM's
+			     * max_lora, SGLang's max_loras_per_batch), else
+			     * none loaded by the gateway */
 };
 
 /* backends[].role: an ordinary server (both), or one half of a pair. */
@@ -244,6 +248,12 @@ struct ig_model_conf {
 	char *name;                 /* written by: prompt */
 	char *tokenizer;            /* path; written by: prompt */
 	char *chat_template;        /* path, NULL: none given; written by: prompt */
+	/* models[].adapters: the LoRA adapters of this base model, by name,
+	 * with the path a server loads each from (sched/adapters.c); an
+	 * adapter's name is a model name for clients, keys and limits. */
+	char **adapter_names;       /* written by: prompt */
+	char **adapter_paths;       /* written by: prompt */
+	size_t n_adapters;          /* written by: prompt */
 };
 
 /* A row's field: .off = IG_CONF_OFF(retries). */
