@@ -433,8 +433,12 @@ static void probe_done(struct ig_xfer *x, CURLcode result)
 		const char *ml = result == CURLE_OK && status == 200
 					 ? memmem(ig_buf_head(&p->body), ig_buf_pending(&p->body), tag, sizeof(tag) - 1)
 					 : NULL;
-		if (ml)
-			atomic_store(&b->max_loras_learned, strtol(ml + sizeof(tag) - 1, NULL, 10));
+		long max_lora = 0; /* the backend's text: digits up to the buffer's end, bounded */
+		for (const char *d = ml ? ml + sizeof(tag) - 1 : NULL, *end = ig_buf_head(&p->body) + ig_buf_pending(&p->body);
+		     d && d < end && *d >= '0' && *d <= '9' && max_lora <= 1000000; d++)
+			max_lora = max_lora * 10 + (*d - '0');
+		for (int r = 0; ml && max_lora <= 1000000 && r < b->nranks; r++) /* each rank's engine has as many */
+			atomic_store(&ig_backend_rank(b, r)->max_loras_learned, max_lora);
 		if (gw->cfg->load_path_auto) {
 			if (running >= 0) {
 				b->load_path = auto_load_paths[p->load_path];

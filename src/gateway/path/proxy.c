@@ -387,10 +387,8 @@ static enum MHD_Result respond(struct ig_req *req)
 		if (req->err_status >= 400 && (ig_gw_route(req->gw->cfg, req->adm.route_idx)->flags & IG_RT_ANTHROPIC)) {
 			/* Anthropic's clients read its shape (anthropic.h) */
 			char *a = ig_anth_error_from_backend(req->err_status, req->err_body, strlen(req->err_body));
-			if (a) {
-				free(req->err_body);
-				req->err_body = a;
-			}
+			if (a)
+				ig_xch_set_answer(req, req->err_status, a);
 		}
 		r = MHD_create_response_from_buffer(strlen(req->err_body), req->err_body, MHD_RESPMEM_MUST_COPY);
 		MHD_add_response_header(r, "Content-Type", "application/json");
