@@ -118,7 +118,7 @@ tsan() {
 	# clients' hang-ups told to requests queued or running on another reactor;
 	# a server's ranks probed once for all, LoRA loads on reactor 0
 	for t in test_workers test_priority test_stop test_files test_batches test_cluster test_cluster_redis test_idempotency test_tracing test_https test_connections test_pd_sim test_dp_ranks test_lora; do
-		TSAN_OPTIONS="log_path=$reports/tsan" IG_TEST_WORKERS=2 IG_BUILDDIR=$dir IG_SRCDIR=$src \
+		TSAN_OPTIONS="log_path=$reports/tsan suppressions=$here/tsan.supp" IG_TEST_WORKERS=2 IG_BUILDDIR=$dir IG_SRCDIR=$src \
 			PYTHONPATH=$here/integration python3 "$here/integration/$t.py" >"$dir/$t.tap" 2>&1 || rc=1
 		grep -q '^not ok' "$dir/$t.tap" && rc=1
 	done

@@ -162,12 +162,21 @@ def a_prefix_cached_on_one_rank_is_found_on_that_rank():
     the same for another prefix on rank 0."""
     sim = kv_sim()
     gw = ranks_gateway(sim, 2, "--policy", "cache-aware", kv_events=sim.kv)
-    wait_until(lambda: all(e["kv_events"]["state"] in ("waiting", "flowing") for e in entries(gw)),
-               what="both ranks subscribed")
+    # A SUB socket misses what its PUB sent before it joined: each rank is sent short
+    # prompts of its own until its events are seen to flow (slow joiners, sanitizer builds).
+    for rank in (0, 1):
+        n = [0]
+
+        def flowing():
+            n[0] += 1
+            complete(sim.url, f"warm-up {rank} {n[0]} " * 40, headers={"X-Data-Parallel-Rank": str(rank)})
+            return entries(gw)[rank]["kv_events"]["batches"] > 0
+        wait_until(flowing, timeout=60, interval=0.2, what=f"rank {rank}'s events flowing")
     for tag, rank in (("alpha", 1), ("beta", 0)):
         p = prompt(tag)
+        before = entries(gw)[rank]["kv_events"]["blocks"]
         complete(sim.url, p, headers={"X-Data-Parallel-Rank": str(rank)})
-        wait_until(lambda: entries(gw)[rank]["kv_events"]["blocks"] >= 100,
+        wait_until(lambda: entries(gw)[rank]["kv_events"]["blocks"] >= before + 100, timeout=30,
                    what=f"rank {rank}'s blocks of {tag} in the index")
         h, obj = complete(gw.url, p + " and the next question")
         assert h["x-infergate-dp-rank"] == str(rank) == h["x-sim-dp-rank"], (tag, h)
