@@ -23,19 +23,29 @@ enum MHD_Result ig_answer(const struct ig_answer_to *to, unsigned status, struct
 	return ret;
 }
 
-enum MHD_Result ig_answer_json(const struct ig_answer_to *to, unsigned status, json_t *j)
+/* A response of a JSON text (malloc'd, taken over; NULL: none, out of
+ * memory), *len its bytes. */
+static struct MHD_Response *json_response(char *body, size_t *len)
 {
-	char *body = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
-	json_decref(j);
 	if (!body)
-		return MHD_NO;
-	size_t len = strlen(body);
-	struct MHD_Response *r = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+		return NULL;
+	*len = strlen(body);
+	struct MHD_Response *r = MHD_create_response_from_buffer(*len, body, MHD_RESPMEM_MUST_FREE);
 	if (!r) {
 		free(body);
-		return MHD_NO;
+		return NULL;
 	}
 	MHD_add_response_header(r, "Content-Type", "application/json");
+	return r;
+}
+
+enum MHD_Result ig_answer_json(const struct ig_answer_to *to, unsigned status, json_t *j)
+{
+	size_t len;
+	struct MHD_Response *r = json_response(json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER), &len);
+	json_decref(j);
+	if (!r)
+		return MHD_NO;
 	MHD_add_response_header(r, "Cache-Control", "no-store");
 	return ig_answer(to, status, r, len);
 }
@@ -55,16 +65,10 @@ bool ig_answer_anthropic(const struct ig_gw *gw, const char *url)
 static enum MHD_Result anthropic_error(const struct ig_answer_to *to, unsigned status, const char *allow, bool close,
 				       const char *message)
 {
-	char *body = ig_anth_error_json(status, NULL, message);
-	if (!body)
+	size_t len;
+	struct MHD_Response *r = json_response(ig_anth_error_json(status, NULL, message), &len);
+	if (!r)
 		return MHD_NO;
-	size_t len = strlen(body);
-	struct MHD_Response *r = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
-	if (!r) {
-		free(body);
-		return MHD_NO;
-	}
-	MHD_add_response_header(r, "Content-Type", "application/json");
 	if (allow)
 		MHD_add_response_header(r, "Allow", allow);
 	if (close)
