@@ -272,10 +272,13 @@ static int json_answer(struct sim_req *r, json_t *root, long natural, long *n, s
  * in GenerateReqInput and the OpenAI protocol, python/sglang/srt/managers/
  * io_struct.py, what sgl-model-gateway sends) or "data_parallel_rank" (the
  * name before, read by python/sglang/srt/managers/data_parallel_controller.py
- * maybe_external_dp_rank_routing). vLLM takes it from a header (server.c). */
+ * maybe_external_dp_rank_routing), unless the header X-Data-Parallel-Rank
+ * named one (server.c). vLLM takes it from the header only. */
 static int dp_rank_field(struct sim_req *r, json_t *root, struct sim_perr *e)
 {
 	static const char *const keys[] = {"routed_dp_rank", "data_parallel_rank"};
+	if (r->dp_rank_set) /* the header's, which comes first (server.c) */
+		return 0;
 	for (size_t i = 0; i < 2; i++) {
 		json_t *v = json_object_get(root, keys[i]);
 		if (!v || json_is_null(v))

@@ -853,15 +853,17 @@ static enum MHD_Result respond_gen_error(struct sim *s, struct sim_call *c, unsi
 	return respond(c->conn, a.status, a.body, a.ctype, NULL);
 }
 
-/* vLLM's rank header, read as _get_data_parallel_rank reads it
+/* The rank header, read as vLLM's _get_data_parallel_rank reads it
  * (vllm/entrypoints/openai/engine/serving.py: int() of
- * "X-data-parallel-rank", anything else ignored); SGLang's comes in the
- * body (parse.c). */
-static void dp_rank_header(struct sim *s, struct sim_call *c)
+ * "X-data-parallel-rank", anything else ignored). SGLang reads the same
+ * header before the body's routed_dp_rank (parse.c), the header winning
+ * (python/sglang/srt/entrypoints/openai/serving_base.py
+ * extract_routed_dp_rank_from_header). */
+static void dp_rank_header(struct sim *s IG_UNUSED, struct sim_call *c)
 {
 	const char *v = MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND, "X-data-parallel-rank");
 	char *end;
-	if (s->conf->flavor != SIM_FLAVOR_VLLM || !v)
+	if (!v)
 		return;
 	long k = strtol(v, &end, 10);
 	while (*end == ' ' || *end == '\t')

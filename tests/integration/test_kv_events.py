@@ -75,13 +75,14 @@ def gateway_with(pub, backend=None, **top):
     return gw, fb
 
 
-def kv(gw):
-    return http_json("GET", gw.url + "/health/backends")[2]["backends"][0]["kv_events"]
+def kv(gw, entry=0):
+    return http_json("GET", gw.url + "/health/backends")[2]["backends"][entry]["kv_events"]
 
 
-def wait_kv(gw, what, **want):
-    """Waits until the backend's kv_events has every key at its value."""
-    return wait_until(lambda: (lambda k: k if all(k.get(n) == v for n, v in want.items()) else None)(kv(gw)),
+def wait_kv(gw, what, entry=0, **want):
+    """Waits until the backend's (entry: its place in /health/backends, a
+    data-parallel rank's own) kv_events has every key at its value."""
+    return wait_until(lambda: (lambda k: k if all(k.get(n) == v for n, v in want.items()) else None)(kv(gw, entry)),
                       timeout=10, what=what)
 
 
@@ -191,14 +192,18 @@ def data_parallel_ranks_publish_on_consecutive_ports():
     gw = start_gateway([], config=write_config(cfg))
     for r in (r0, r1):
         assert r.cmd({"wait_subscriber_ms": 10000}).startswith("subscribers")
+    # each rank is a backend entry of its own (routed to by rank), with its own source
+    ranks = http_json("GET", gw.url + "/health/backends")[2]["backends"]
+    assert [(b["url"], b.get("dp_rank")) for b in ranks] == [(fb.url, 0), (fb.url, 1)], ranks
     k = kv(gw)
     assert k["ranks"] == 2 and k["endpoint"] == r0.ep and k["state"] == "waiting", k
     r0.batch(stored([101]))
-    wait_kv(gw, "rank 0's block", blocks=1, batches=1)
-    k = kv(gw)
-    assert k["state"] == "waiting" and k["rank_states"] == ["flowing", "waiting"], k  # rank 1 said nothing yet
+    wait_kv(gw, "rank 0's block", blocks=1, batches=1, state="flowing")
+    k = kv(gw, 1)
+    assert k["state"] == "waiting" and k["batches"] == 0, k  # rank 1 said nothing yet
     r1.batch(stored([201], first_token=50))
-    wait_kv(gw, "both ranks' blocks", blocks=2, batches=2, state="flowing")
+    wait_kv(gw, "rank 1's block", entry=1, blocks=1, batches=1, state="flowing")
+    wait_kv(gw, "rank 0 unchanged", blocks=1, batches=1, state="flowing")
 
 
 @test

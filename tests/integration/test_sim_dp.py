@@ -58,7 +58,8 @@ def vllm_rank_out_of_range_is_a_400():
 @test
 def sglang_body_field_picks_the_rank():
     """routed_dp_rank (and the older data_parallel_rank) in chat, completions
-    and /generate; SGLang ignores vLLM's header."""
+    and /generate; the header X-Data-Parallel-Rank too, winning over the body
+    (serving_base.py extract_routed_dp_rank_from_header)."""
     sim = start_sim("--flavor", "sglang", "--dp-ranks", "2", *UNPACED)
     status, hdrs, _ = http("POST", sim.url + COMP, {"prompt": "a", "max_tokens": 3, "routed_dp_rank": 1})
     assert status == 200 and hdrs["x-sim-dp-rank"] == "1"
@@ -68,15 +69,17 @@ def sglang_body_field_picks_the_rank():
     status, hdrs, _ = http("POST", sim.url + "/generate",
                            {"text": "c", "sampling_params": {"max_new_tokens": 3}, "routed_dp_rank": 1})
     assert status == 200 and hdrs["x-sim-dp-rank"] == "1"
-    status, hdrs, _ = http("POST", sim.url + COMP, {"prompt": "d", "max_tokens": 3},
-                           headers={"X-data-parallel-rank": "1"})
-    assert status == 200 and hdrs["x-sim-dp-rank"] == "0"   # round-robin: the header is not SGLang's
-    assert served(sim) == [1, 3]
+    status, hdrs, _ = http("POST", sim.url + COMP, {"prompt": "d", "max_tokens": 3, "routed_dp_rank": 0},
+                           headers={"X-Data-Parallel-Rank": "1"})
+    assert status == 200 and hdrs["x-sim-dp-rank"] == "1"   # the header wins
+    status, hdrs, _ = http("POST", sim.url + COMP, {"prompt": "d", "max_tokens": 3})
+    assert status == 200 and hdrs["x-sim-dp-rank"] == "0"   # neither: round-robin from rank 0
+    assert served(sim) == [1, 4]
     status, _, obj = http_json("POST", sim.url + COMP, {"prompt": "e", "max_tokens": 3, "routed_dp_rank": 2})
     assert status == 400 and obj["message"].startswith("routed_dp_rank 2 is out of range [0, 2)"), obj
     status, _, obj = http_json("POST", sim.url + COMP, {"prompt": "e", "max_tokens": 3, "routed_dp_rank": "1"})
     assert status == 400 and "routed_dp_rank" in obj["message"], obj
-    assert served(sim) == [1, 3]
+    assert served(sim) == [1, 4]
 
 
 @test

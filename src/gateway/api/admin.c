@@ -98,7 +98,10 @@ static enum MHD_Result set_models(struct ig_gw *gw, struct MHD_Connection *conn,
 				       "invalid_body", NULL, false);
 	}
 	long n = models_from_json(json_object_get(root, "models"), &names, msg, sizeof(msg));
-	if (n < 0 || ig_backend_set_models(b, (char *const *)names, (size_t)n) < 0) {
+	int rc = n < 0 ? -1 : 0;
+	for (int r = 0; rc == 0 && r < b->server->nranks; r++) /* a server's ranks serve the same */
+		rc = ig_backend_set_models(ig_backend_rank(b->server, r), (char *const *)names, (size_t)n);
+	if (rc < 0) {
 		json_decref(root);
 		free(names);
 		return ig_httpd_error(conn, 400, n < 0 ? msg : "out of memory", "models", "invalid_value", NULL, false);
@@ -158,11 +161,12 @@ static enum MHD_Result add_backend(struct ig_gw *gw, struct MHD_Connection *conn
 	if (b) { /* being removed: keep it instead */
 		b->weight = weight;
 		b->max_inflight = maxin;
-		ig_backend_set_models(b, (char *const *)names, (size_t)nm);
+		for (int r = 0; r < b->nranks; r++)
+			ig_backend_set_models(ig_backend_rank(b, r), (char *const *)names, (size_t)nm);
 		free(names);
 		json_decref(root);
 		gw->models_dirty = true;
-		atomic_store(&b->admin, IG_ADMIN_ENABLED);
+		ig_backend_server_admin(b, IG_ADMIN_ENABLED);
 		ig_log_info("admin: backend %s (id %d) kept and enabled", url, b->id);
 		free(url);
 		return backend_answer(gw, conn, 200, b);
@@ -222,7 +226,8 @@ enum MHD_Result ig_admin_handle(struct ig_gw *gw, struct MHD_Connection *conn, c
 		if (strcmp(method, "GET") == 0)
 			return backend_answer(gw, conn, 200, b);
 		if (strcmp(method, "DELETE") == 0) {
-			atomic_store(&b->admin, IG_ADMIN_REMOVING);
+			/* a rank's server leaves whole: its rank 0 probes for all */
+			ig_backend_server_admin(b->server, IG_ADMIN_REMOVING);
 			ig_log_info("admin: backend %s (id %d) draining for removal, %ld in flight", b->url, b->id,
 				    atomic_load(&b->inflight));
 			gw->reap_job.run = reap;

@@ -58,7 +58,7 @@ static void per_backend(struct ig_buf *b, struct ig_gw *gw, const char *name, co
 	ig_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 	for (size_t i = 0; i < gw->fleet.n; i++) {
 		ig_buf_printf(b, "%s{backend=\"", name);
-		ig_buf_prom_label(b, gw->fleet.v[i]->url);
+		ig_buf_prom_label(b, gw->fleet.v[i]->key);
 		ig_buf_printf(b, "\"} %lu\n", get(gw->fleet.v[i]));
 	}
 }
@@ -444,7 +444,7 @@ static void probes(struct ig_buf *b, struct ig_gw *gw)
 				     atomic_load(&x->probes_slow)};
 		for (int k = 0; k < 3; k++) {
 			ig_buf_printf(b, "infergate_backend_probes_total{backend=\"");
-			ig_buf_prom_label(b, x->url);
+			ig_buf_prom_label(b, x->key);
 			ig_buf_printf(b, "\",result=\"%s\"} %lu\n", results[k], v[k]);
 		}
 	}

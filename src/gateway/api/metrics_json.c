@@ -53,6 +53,9 @@ json_t *ig_metrics_backend_json(const struct ig_cluster_view *v, const struct ig
 			      "aborted", (json_int_t)atomic_load(&b->aborted),
 			      "prompt_tokens", (json_int_t)atomic_load(&b->prompt_tokens),
 			      "completion_tokens", (json_int_t)atomic_load(&b->completion_tokens));
+	if (b->dp_rank >= 0) /* a data-parallel rank of the server rank 0's entry is (backend.h) */
+		json_object_update_new(o, json_pack("{s:i, s:I, s:s}", "dp_rank", b->dp_rank, "server_id",
+						    (json_int_t)b->server->id, "key", b->key));
 	/* its half of prefill/decode pairs (backends[].role, path/try_pd.c) */
 	static const char *const roles[] = {"both", "prefill", "decode"};
 	json_object_set_new(o, "role", json_string(roles[b->role >= 0 && b->role < 3 ? b->role : 0]));
@@ -186,7 +189,7 @@ static json_t *models_detail(struct ig_gw *gw)
 		const struct ig_model *m = gw->sched.v[i];
 		json_t *urls = json_array();
 		for (size_t j = 0; j < m->nbackends; j++)
-			json_array_append_new(urls, json_string(m->backends[j]->url));
+			json_array_append_new(urls, json_string(m->backends[j]->key));
 		json_t *waiting = json_object();
 		for (int c = 0; c < IG_NCLASSES; c++)
 			json_object_set_new(waiting, ig_conf_class_name(c), json_integer((json_int_t)m->q[c].qlen));

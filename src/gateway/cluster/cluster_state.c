@@ -158,7 +158,7 @@ void ig_cluster_state_take(struct ig_cluster_state *c, const struct ig_sync *sts
 		goto out;
 	for (size_t i = 0; i < gw->fleet.n; i++) {
 		const struct ig_backend *b = gw->fleet.v[i];
-		bv[i] = (struct ig_share_backend){.id = b->id, .url = b->url, .inflight = atomic_load(&b->inflight),
+		bv[i] = (struct ig_share_backend){.id = b->id, .url = b->key, .inflight = atomic_load(&b->inflight),
 						  .sent = claimed_backend(c, b->id), .cur = b->learn.cur,
 						  .stated = b->max_inflight == 0 && b->learn.reported > 0};
 	}
@@ -220,7 +220,7 @@ char *ig_cluster_state_text(struct ig_cluster_state *c)
 			n = cap;
 		bc[i] = (struct bclaim){be->id, n}; /* in force once the reply says who counted it */
 		if (n > 0)
-			ig_buf_printf(&b, "b %s %ld\n", gw->fleet.v[i]->url, n);
+			ig_buf_printf(&b, "b %s %ld\n", gw->fleet.v[i]->key, n);
 	}
 	for (size_t i = 0; i < gw->sched.n; i++) {
 		const struct ig_model *m = gw->sched.v[i];

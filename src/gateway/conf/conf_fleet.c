@@ -130,6 +130,10 @@ static void pd_fleet_check(const struct ig_conf *cfg, struct ig_buf *errs)
 		const struct ig_backend_conf *a = &cfg->backends[i];
 		if (a->role == IG_ROLE_BOTH)
 			continue;
+		if (a->dp_ranks > 1) /* which prefill rank a decode rank pairs with is not modelled */
+			ig_flags_problem(errs, "backends[%zu].dp_ranks: %ld with role \"%s\": a pair's half with "
+				 "data-parallel ranks is not supported (give it dp_ranks 1, its engine balances its ranks)",
+				 i, a->dp_ranks, a->role == IG_ROLE_PREFILL ? "prefill" : "decode");
 		int want = a->role == IG_ROLE_PREFILL ? IG_ROLE_DECODE : IG_ROLE_PREFILL;
 		bool found = false;
 		for (size_t j = 0; j < cfg->n_backends; j++) {
@@ -938,7 +942,9 @@ static const struct ig_flag backend_rows[] = {
 		 "or {\"url\", \"weight\", \"max_inflight\", \"models\": [...], \"kv_events\": \"tcp://HOST:PORT\", "
 		 "\"kv_events_replay\", \"kv_events_format\", \"dp_ranks\", \"role\": \"both\"|\"prefill\"|\"decode\", "
 		 "\"engine\": \"sglang\"|\"vllm\", \"bootstrap_port\"} (kv_events: the engine's KV event "
-		 "publisher, see --kv-events-port; role: half of a prefill/decode pair, see --pd-decode-policy)"},
+		 "publisher, see --kv-events-port; dp_ranks: its data-parallel ranks, each routed to as a backend "
+		 "of its own, the request naming its rank in X-Data-Parallel-Rank, max_inflight and reserve_slots "
+		 "split over them; role: half of a prefill/decode pair, see --pd-decode-policy)"},
 	{.name = "--model-alias", .key = "model_aliases", .type = IG_FLAG_CUSTOM, .metavar = "ALIAS=MODEL",
 	 .parse = parse_alias_flag, .parse_json = parse_aliases_json,
 	 .help = "a client's model name that is served as MODEL (the forwarded body names MODEL); repeatable, "

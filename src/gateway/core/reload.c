@@ -216,21 +216,29 @@ int ig_reload(struct ig_gw *gw)
 		if (bc->discover)
 			continue;
 		struct ig_backend *b = ig_backend_fleet_find_url(&gw->fleet, bc->url);
+		if (b && b->nranks != (bc->dp_ranks > 1 ? bc->dp_ranks : 1)) {
+			ig_log_warn("reload: backend %s: dp_ranks needs a restart; keeping %d", b->url, b->nranks);
+			bc->dp_ranks = b->nranks; /* what kv_events reads of the entry */
+		}
 		if (b) {
-			int changed = ig_backend_configure(b, bc);
+			int changed = ig_backend_server_configure(b, bc);
 			if (changed > 0)
 				ig_log_info("reload: backend %s now serves %s", b->url,
 					    bc->n_models ? "the models configured" : "the models it lists (learned)");
 			if (changed != 0)
 				gw->models_dirty = true;
-			if (atomic_load(&b->admin) == IG_ADMIN_REMOVING)
-				atomic_store(&b->admin, IG_ADMIN_ENABLED);
+			for (int r = 0; r < b->nranks; r++)
+				if (atomic_load(&ig_backend_rank(b, r)->admin) == IG_ADMIN_REMOVING)
+					atomic_store(&ig_backend_rank(b, r)->admin, IG_ADMIN_ENABLED);
 			continue;
 		}
-		b = ig_backend_fleet_add(&gw->fleet, bc->url, bc->weight, bc->max_inflight);
-		if (b && ig_backend_configure(b, bc) >= 0 && ig_health_add(gw, b) == 0) {
+		b = ig_backend_fleet_add_server(&gw->fleet, bc->url, bc);
+		int ok = b != NULL;
+		for (int r = 0; ok && r < b->nranks; r++)
+			ok = ig_health_add(gw, ig_backend_rank(b, r)) == 0;
+		if (ok) {
 			added++;
-			ig_log_info("reload: backend %s added (id %d)", b->url, b->id);
+			ig_log_info("reload: backend %s added (id %d%s)", b->url, b->id, b->nranks > 1 ? ", with its ranks" : "");
 		}
 	}
 	for (size_t i = 0; i < gw->fleet.n; i++) {

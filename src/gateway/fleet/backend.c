@@ -15,11 +15,16 @@ struct ig_backend *ig_backend_fleet_add(struct ig_fleet *fleet, const char *url,
 		return NULL;
 	fleet->v = v;
 	struct ig_backend *b = calloc(1, sizeof(*b));
-	if (!b || !(b->url = strdup(url))) {
+	if (!b || !(b->url = strdup(url)) || !(b->key = strdup(url))) {
+		if (b)
+			free(b->url);
 		free(b);
 		return NULL;
 	}
 	b->id = fleet->next_id++;
+	b->dp_rank = -1;
+	b->server = b;
+	b->nranks = 1;
 	b->weight = weight;
 	b->max_inflight = max_inflight;
 	atomic_init(&b->state, IG_BACKEND_DOWN);
@@ -30,16 +35,77 @@ struct ig_backend *ig_backend_fleet_add(struct ig_fleet *fleet, const char *url,
 	return b;
 }
 
+static void backend_free(struct ig_backend *b);
+
+/* The server's part of a limit for each of its n ranks: rounded up, so
+ * that a rank of a server limited to fewer requests than it has ranks
+ * still takes one (0: none). */
+static long rank_share(long v, int n)
+{
+	return v > 0 ? (v + n - 1) / n : v;
+}
+
+struct ig_backend *ig_backend_fleet_add_server(struct ig_fleet *fleet, const char *url,
+					       const struct ig_backend_conf *bc)
+{
+	int n = bc->dp_ranks > 1 ? (int)bc->dp_ranks : 1;
+	size_t at = fleet->n;
+	struct ig_backend *head = ig_backend_fleet_add(fleet, url, bc->weight, rank_share(bc->max_inflight, n));
+	if (!head || (n > 1 && !(head->ranks = calloc((size_t)n, sizeof(*head->ranks)))))
+		goto undo;
+	for (int r = 0; r < n; r++) {
+		struct ig_backend *b = r ? ig_backend_fleet_add(fleet, url, bc->weight, rank_share(bc->max_inflight, n))
+					 : head;
+		if (!b)
+			goto undo;
+		if (n > 1) {
+			char *key = ig_strdupf("%s#dp%d", url, r);
+			if (!key)
+				goto undo;
+			free(b->key);
+			b->key = key;
+			b->dp_rank = r;
+			b->server = head;
+			head->ranks[r] = b;
+		}
+	}
+	head->nranks = n;
+	if (ig_backend_server_configure(head, bc) < 0)
+		goto undo;
+	return head;
+undo:
+	while (fleet->n > at)
+		backend_free(fleet->v[--fleet->n]);
+	return NULL;
+}
+
+int ig_backend_server_configure(struct ig_backend *server, const struct ig_backend_conf *bc)
+{
+	int changed = 0;
+	for (int r = 0; r < server->nranks; r++) {
+		struct ig_backend *b = ig_backend_rank(server, r);
+		int c = ig_backend_configure(b, bc);
+		if (c < 0)
+			return -1;
+		b->max_inflight = rank_share(bc->max_inflight, server->nranks);
+		b->reserve_slots = rank_share(bc->reserve_slots, server->nranks);
+		changed |= c;
+	}
+	return changed;
+}
+
+void ig_backend_server_admin(struct ig_backend *server, int admin)
+{
+	for (int r = 0; r < server->nranks; r++)
+		atomic_store(&ig_backend_rank(server, r)->admin, admin);
+}
+
 int ig_backend_fleet_init(struct ig_fleet *fleet, const struct ig_conf *cfg)
 {
 	memset(fleet, 0, sizeof(*fleet));
 	for (size_t i = 0; i < cfg->n_backends; i++) {
 		const struct ig_backend_conf *bc = &cfg->backends[i];
-		struct ig_backend *b;
-		if (bc->discover)
-			continue;
-		if (!(b = ig_backend_fleet_add(fleet, bc->url, bc->weight, bc->max_inflight)) ||
-		    ig_backend_configure(b, bc) < 0)
+		if (!bc->discover && !ig_backend_fleet_add_server(fleet, bc->url, bc))
 			return -1;
 	}
 	return 0;
@@ -161,6 +227,8 @@ static void backend_free(struct ig_backend *b)
 	models_conf_free(b);
 	json_decref(b->models);
 	free(b->discover);
+	free(b->ranks);
+	free(b->key);
 	free(b->url);
 	free(b);
 }
@@ -179,7 +247,15 @@ void ig_backend_fleet_free(struct ig_fleet *fleet)
 struct ig_backend *ig_backend_fleet_find_url(const struct ig_fleet *fleet, const char *url)
 {
 	for (size_t i = 0; i < fleet->n; i++)
-		if (strcmp(fleet->v[i]->url, url) == 0)
+		if (fleet->v[i]->server == fleet->v[i] && strcmp(fleet->v[i]->url, url) == 0)
+			return fleet->v[i];
+	return NULL;
+}
+
+struct ig_backend *ig_backend_fleet_find_key(const struct ig_fleet *fleet, const char *key)
+{
+	for (size_t i = 0; i < fleet->n; i++)
+		if (strcmp(fleet->v[i]->key, key) == 0)
 			return fleet->v[i];
 	return NULL;
 }

@@ -40,6 +40,18 @@ struct ig_kvevents;
 struct ig_backend {
 	int id;                 /* stable for the process, never reused */
 	char *url;              /* normalised base URL, no trailing slash */
+	/* A server with data-parallel ranks (backends[].dp_ranks > 1) is one
+	 * entry per rank, each with its own slots (from its rank's load
+	 * report), load and queue; the request names its rank (attempt.c).
+	 * Rank 0's entry is the server's: it alone is probed, and what the
+	 * probe learns is given to every rank (health.c). */
+	int dp_rank;            /* its rank, -1: a server without ranks */
+	struct ig_backend *server; /* rank 0's entry (itself for rank 0 and for a
+				    * server without ranks) */
+	struct ig_backend **ranks; /* rank 0's: the nranks entries, by rank; NULL without */
+	int nranks;             /* rank 0's: 1 for a server without ranks */
+	char *key;              /* url, or url#dpR for rank R: its name in /metrics and
+				 * in what the cluster shares */
 	long weight;
 	long max_inflight;      /* 0 = unlimited */
 	long reserve_slots;     /* of its limit, slots class low may not take */
@@ -186,6 +198,23 @@ int ig_backend_configure(struct ig_backend *b, const struct ig_backend_conf *bc)
  * its order, as a JSON array of strings (new reference). */
 json_t *ig_backend_model_names(const struct ig_backend *b);
 
+/* Rank r of the server whose rank 0 (or only) entry is `server`. */
+static inline struct ig_backend *ig_backend_rank(const struct ig_backend *server, int r)
+{
+	return server->ranks ? server->ranks[r] : (struct ig_backend *)server;
+}
+/* Adds a server from its configuration entry (url already normalised): one
+ * entry, or one per rank with dp_ranks > 1, configured. Returns rank 0's
+ * (or the only) entry, or NULL when out of memory (nothing added). */
+struct ig_backend *ig_backend_fleet_add_server(struct ig_fleet *fleet, const char *url,
+					       const struct ig_backend_conf *bc);
+/* Configures every rank of `server` (ig_backend_configure); max_inflight
+ * and reserve_slots are the server's, split evenly over its ranks. Returns
+ * as ig_backend_configure, 1 when any changed. */
+int ig_backend_server_configure(struct ig_backend *server, const struct ig_backend_conf *bc);
+/* Sets the admin state of every rank of `server`. */
+void ig_backend_server_admin(struct ig_backend *server, int admin);
+
 /* Creates the table from the configuration. Returns 0 or -1. */
 int ig_backend_fleet_init(struct ig_fleet *fleet, const struct ig_conf *cfg);
 void ig_backend_fleet_free(struct ig_fleet *fleet);
@@ -199,7 +228,10 @@ static inline void ig_backend_fleet_gone(const struct ig_fleet *fleet, const str
 	if (fleet->on_gone)
 		fleet->on_gone(fleet->on_gone_arg, b);
 }
+/* The server at url: its only entry, or its rank 0's. */
 struct ig_backend *ig_backend_fleet_find_url(const struct ig_fleet *fleet, const char *url);
+/* The entry whose key (url, or url#dpR) is `key`. */
+struct ig_backend *ig_backend_fleet_find_key(const struct ig_fleet *fleet, const char *key);
 struct ig_backend *ig_backend_fleet_find_id(const struct ig_fleet *fleet, int id);
 /* Backends that can take requests: up and enabled. */
 size_t ig_backend_fleet_healthy(const struct ig_fleet *fleet);

@@ -269,18 +269,20 @@ static void apply(struct ig_gw *gw, struct entry *e, struct result *r)
 		struct ig_backend *b = ig_backend_fleet_find_url(&gw->fleet, r->urls[i]);
 		if (b) {
 			if (b->discover && atomic_load(&b->admin) == IG_ADMIN_REMOVING) {
-				atomic_store(&b->admin, IG_ADMIN_ENABLED);
+				ig_backend_server_admin(b, IG_ADMIN_ENABLED);
 				ig_log_info("discover: %s is back in %s", b->url, e->bc.url);
 			}
 			continue;
 		}
-		b = ig_backend_fleet_add(&gw->fleet, r->urls[i], e->bc.weight, e->bc.max_inflight);
-		if (!b)
+		b = ig_backend_fleet_add_server(&gw->fleet, r->urls[i], &e->bc);
+		if (!b) {
+			ig_log_error("discover: %s: out of memory; not added", r->urls[i]);
 			continue;
-		if (ig_backend_configure(b, &e->bc) < 0)
-			ig_log_error("discover: %s: out of memory; its models will be learned", b->url);
-		b->discover = strdup(e->bc.url);
-		ig_health_add(gw, b);
+		}
+		for (int k = 0; k < b->nranks; k++) {
+			ig_backend_rank(b, k)->discover = strdup(e->bc.url);
+			ig_health_add(gw, ig_backend_rank(b, k));
+		}
 		ig_log_info("discover: backend %s added from %s (id %d), probing", b->url, e->bc.url, b->id);
 	}
 	for (size_t i = 0; i < gw->fleet.n; i++) {

@@ -71,6 +71,12 @@ static void probe_done(struct ig_xfer *x, CURLcode result);
 
 int ig_health_add(struct ig_gw *gw, struct ig_backend *b)
 {
+	if (b->server != b) { /* a rank: its server's rank 0 probes for it */
+		ig_capacity_reset(&b->learn, gw->cfg->load_from_backend);
+		ig_backend_publish_slots(b);
+		gw->models_dirty = true;
+		return 0;
+	}
 	struct ig_probe *p = calloc(1, sizeof(*p));
 	if (!p)
 		return -1;
@@ -89,8 +95,10 @@ int ig_health_add(struct ig_gw *gw, struct ig_backend *b)
 void ig_health_remove(struct ig_gw *gw, struct ig_backend *b)
 {
 	struct ig_probe *p = b->probe;
-	if (!p)
+	if (!p) { /* a rank its server probed for */
+		gw->models_dirty = true;
 		return;
+	}
 	ig_upstream_stop(&p->xfer);
 	if (p->xfer.easy)
 		curl_easy_cleanup(p->xfer.easy);
@@ -197,11 +205,11 @@ static void set_state(struct ig_gw *gw, struct ig_backend *b, int state, const c
 	gw->models_dirty = true; /* unknown lists count as up or down (scheduler.h) */
 	if (state == IG_BACKEND_UP) {
 		b->seen_up = 1;
-		ig_log_info("backend %s is up (%s); %zu of %zu healthy", b->url, why, ig_backend_fleet_healthy(&gw->fleet),
+		ig_log_info("backend %s is up (%s); %zu of %zu healthy", b->key, why, ig_backend_fleet_healthy(&gw->fleet),
 			    gw->fleet.n);
 		gw->drain_pending = true;
 	} else {
-		ig_log_warn("backend %s is down (%s); %zu of %zu healthy", b->url, why, ig_backend_fleet_healthy(&gw->fleet),
+		ig_log_warn("backend %s is down (%s); %zu of %zu healthy", b->key, why, ig_backend_fleet_healthy(&gw->fleet),
 			    gw->fleet.n);
 		/* It may come back restarted with another capacity: learn anew;
 		 * and with an empty cache: cache-aware forgets what it sent. */
@@ -238,7 +246,7 @@ static void probe_result(struct ig_gw *gw, struct ig_backend *b, bool ok, const 
 		b->coming_up = false;
 		if (b->consec_fail >= gw->cfg->health_fall)
 			set_state(gw, b, IG_BACKEND_DOWN, why);
-		else if (!b->seen_up && b->consec_fail == 1)
+		else if (!b->seen_up && b->consec_fail == 1 && b->dp_rank <= 0)
 			ig_log_warn("backend %s not reachable yet (%s)", b->url, why);
 	}
 }
@@ -271,7 +279,7 @@ static void store_models(struct ig_gw *gw, struct ig_backend *b, CURLcode result
 	json_t *root = status == 200 ? json_loadb(body->data ? body->data : "", body->len, 0, NULL) : NULL;
 	json_t *data = json_object_get(root, "data");
 	if (!json_is_array(data)) {
-		if (!b->models_any && !b->models_conf)
+		if (!b->models_any && !b->models_conf && b->dp_rank <= 0)
 			ig_log_warn("backend %s: GET /v1/models answered HTTP %ld without a list of models; it is sent "
 				    "requests for any model (name its models in the configuration: URL#MODEL)",
 				    b->url, status);
@@ -283,7 +291,7 @@ static void store_models(struct ig_gw *gw, struct ig_backend *b, CURLcode result
 	}
 	char *before = b->models ? model_ids(b->models) : NULL, *after = model_ids(data);
 	if (!before || strcmp(before, after) != 0 || b->models_any) {
-		if (!b->models_conf)
+		if (!b->models_conf && b->dp_rank <= 0)
 			ig_log_info("backend %s serves: %s", b->url, *after ? after : "(no model)");
 		gw->models_dirty = true;
 	}
@@ -337,14 +345,14 @@ static void take_load(struct ig_gw *gw, struct ig_backend *b, long running, long
 	ig_backend_publish_slots(b);
 	if (b->learn.reported != reported && learned == b->learn.reported)
 		ig_log_info("backend %s states it runs %ld requests at once (max_running_requests): at most %ld in "
-			    "flight from here", b->url, b->learn.reported, learned);
+			    "flight from here", b->key, b->learn.reported, learned);
 	else if (learned < cur || (cur == 0 && learned > 0))
 		ig_log_info("backend %s queues: it runs %ld requests at once (%ld waiting); "
-			    "at most %ld in flight from here", b->url, running, waiting, learned);
+			    "at most %ld in flight from here", b->key, running, waiting, learned);
 	else if (learned > cur)
-		ig_log_debug("backend %s: no queue at %ld in flight, now up to %ld", b->url, peak, learned);
+		ig_log_debug("backend %s: no queue at %ld in flight, now up to %ld", b->key, peak, learned);
 	else
-		ig_log_debug("backend %s: no queue at %ld in flight, its capacity not known yet: up to %ld", b->url,
+		ig_log_debug("backend %s: no queue at %ld in flight, its capacity not known yet: up to %ld", b->key,
 			     peak, b->learn.ramp);
 	if (learned > cur || b->learn.ramp > ramp)
 		gw->drain_pending = true;
@@ -377,7 +385,7 @@ static void take_info(struct ig_backend *b, CURLcode result, long status, struct
 	json_decref(root);
 	unsigned before = (unsigned)atomic_exchange(&b->prio_sched, (int)sched);
 	long tbefore = atomic_exchange(&b->prio_threshold, threshold);
-	if (before == sched && (tbefore == threshold || !sched))
+	if ((before == sched && (tbefore == threshold || !sched)) || b->dp_rank > 0)
 		return;
 	long step;
 	int field = ig_backend_priority_field(b, &step);
@@ -434,23 +442,32 @@ static void probe_done(struct ig_xfer *x, CURLcode result)
 				    gw->cfg->load_path_auto ? "/v1/loads, /metrics, /get_load" : gw->cfg->load_path);
 		if (running >= 0 || none)
 			p->no_reports = none;
-		if (none && b->learn.ramp > 0) {
-			ig_capacity_no_reports(&b->learn);
-			ig_backend_publish_slots(b);
-			gw->drain_pending = true;
+		for (int r = 0; r < b->nranks; r++) {
+			struct ig_backend *rb = ig_backend_rank(b, r);
+			if (none && rb->learn.ramp > 0) {
+				ig_capacity_no_reports(&rb->learn);
+				ig_backend_publish_slots(rb);
+				gw->drain_pending = true;
+			}
+			/* a rank's own part of the server's report */
+			long rr = running, rw = waiting, rc = capacity;
+			if (b->nranks > 1 && running >= 0)
+				ig_loadreport_parse_rank(ig_buf_head(&p->body), ig_buf_pending(&p->body), r, &rr, &rw, &rc);
+			take_load(gw, rb, rr, rw, rc);
 		}
-		take_load(gw, b, running, waiting, capacity);
 	} else if (p->what == PROBE_INFO) {
 		if (result == CURLE_OK && status == 404 && p->info_path + 1 < sizeof(info_paths) / sizeof(info_paths[0])) {
 			p->info_path++; /* an older SGLang */
 			start_probe(gw, p, PROBE_INFO);
 			return;
 		}
-		take_info(b, result, status, &p->body);
+		for (int r = 0; r < b->nranks; r++)
+			take_info(ig_backend_rank(b, r), result, status, &p->body);
 		start_probe(gw, p, PROBE_MODELS);
 		return;
 	} else if (p->what == PROBE_MODELS) {
-		models_read(gw, b, result, status, &p->body, now);
+		for (int r = 0; r < b->nranks; r++)
+			models_read(gw, ig_backend_rank(b, r), result, status, &p->body, now);
 		if (gw->cfg->load_from_backend) {
 			start_probe(gw, p, PROBE_LOAD);
 			return;
@@ -464,6 +481,9 @@ static void probe_done(struct ig_xfer *x, CURLcode result)
 		 * neither way; the requests themselves feed the passive checks. */
 		bool slow = result == CURLE_OPERATION_TIMEDOUT && atomic_load(&b->state) == IG_BACKEND_UP &&
 			    b->last_io_ms >= p->started_us / 1000;
+		for (int r = 1; r < b->nranks; r++) /* any rank's answers */
+			slow |= result == CURLE_OPERATION_TIMEDOUT && atomic_load(&b->state) == IG_BACKEND_UP &&
+				ig_backend_rank(b, r)->last_io_ms >= p->started_us / 1000;
 		if (b->last_probe_ms == 0)
 			gw->models_dirty = true; /* no longer "not probed yet" (scheduler.h) */
 		b->last_probe_ms = now;
@@ -478,13 +498,24 @@ static void probe_done(struct ig_xfer *x, CURLcode result)
 		else
 			snprintf(why, sizeof(why), "probe: HTTP %ld in %.1f ms", status, b->last_probe_latency_ms);
 		snprintf(b->last_probe_error, sizeof(b->last_probe_error), "%s", ok ? "" : why);
-		if (slow) {
-			atomic_fetch_add(&b->probes_slow, 1);
-			ok = true; /* for what follows: the load report is still wanted */
-		} else {
-			atomic_fetch_add(ok ? &b->probes_ok : &b->probes_failed, 1);
-			probe_result(gw, b, ok, why);
+		for (int r = 0; r < b->nranks; r++) { /* the server's probe is each rank's */
+			struct ig_backend *rb = ig_backend_rank(b, r);
+			if (rb != b) {
+				rb->last_probe_ms = b->last_probe_ms;
+				rb->last_probe_ok = b->last_probe_ok;
+				rb->last_probe_status = b->last_probe_status;
+				rb->last_probe_latency_ms = b->last_probe_latency_ms;
+				memcpy(rb->last_probe_error, b->last_probe_error, sizeof(rb->last_probe_error));
+			}
+			if (slow) {
+				atomic_fetch_add(&rb->probes_slow, 1);
+			} else {
+				atomic_fetch_add(ok ? &rb->probes_ok : &rb->probes_failed, 1);
+				probe_result(gw, rb, ok, why);
+			}
 		}
+		if (slow)
+			ok = true; /* for what follows: the load report is still wanted */
 		if (ok && (b->coming_up || (atomic_load(&b->state) == IG_BACKEND_UP &&
 					    ((!b->models && !b->models_any) || now - b->models_at_ms >= MODELS_REFRESH_MS)))) {
 			/* its settings first, with the list (a restart may change
@@ -497,8 +528,8 @@ static void probe_done(struct ig_xfer *x, CURLcode result)
 			start_probe(gw, p, PROBE_LOAD);
 			return;
 		}
-		if (!ok)
-			atomic_store(&b->external_load, 0);
+		for (int r = 0; !ok && r < b->nranks; r++)
+			atomic_store(&ig_backend_rank(b, r)->external_load, 0);
 	}
 	b->probing = 0;
 	b->next_probe_ms = now + (uint64_t)gw->cfg->health_interval_ms;
@@ -511,7 +542,7 @@ void ig_health_passive_ok(struct ig_gw *gw IG_UNUSED, struct ig_backend *b)
 	if (atomic_load(&b->breaker_until_ms)) {
 		atomic_store(&b->breaker_until_ms, 0);
 		b->breaker_trips = 0;
-		ig_log_info("backend %s: circuit breaker closed (a trial request succeeded)", b->url);
+		ig_log_info("backend %s: circuit breaker closed (a trial request succeeded)", b->key);
 	}
 }
 
@@ -531,7 +562,7 @@ static void breaker_fail(struct ig_gw *gw, struct ig_backend *b, const char *why
 	atomic_fetch_add(&b->breaker_opened, 1);
 	atomic_store(&b->breaker_until_ms, now + ms);
 	ig_log_warn("backend %s: circuit breaker open for %llu ms (%s after %d request failures in a row; last: %s)",
-		    b->url, (unsigned long long)ms, until ? "a trial request failed" : "opened", b->breaker_fails, why);
+		    b->key, (unsigned long long)ms, until ? "a trial request failed" : "opened", b->breaker_fails, why);
 }
 
 void ig_health_passive_fail(struct ig_gw *gw, struct ig_backend *b, enum ig_upstream_error e,
@@ -553,7 +584,7 @@ void ig_health_reap(struct ig_gw *gw)
 		struct ig_backend *b = gw->fleet.v[i];
 		if (atomic_load(&b->admin) != IG_ADMIN_REMOVING || atomic_load(&b->inflight) > 0)
 			continue;
-		ig_log_info("backend %s (id %d) removed", b->url, b->id);
+		ig_log_info("backend %s (id %d) removed", b->key, b->id);
 		ig_backend_fleet_gone(&gw->fleet, b);
 		ig_health_remove(gw, b);
 		ig_backend_fleet_remove(&gw->fleet, b);

@@ -272,8 +272,11 @@ static int add_sources(struct ig_kvevents *kv, struct ig_backend *b, const char 
 		struct src *s = calloc(1, sizeof(*s));
 		if (!s)
 			abort();
-		s->backend_id = b->id;
-		s->b = b;
+		/* A server whose ranks are entries of their own (backend.h):
+		 * each rank's events are its entry's; else the entry's, all. */
+		struct ig_backend *rb = b->nranks == ranks && r < b->nranks ? ig_backend_rank(b, r) : b;
+		s->backend_id = rb->id;
+		s->b = rb;
 		s->rank = r;
 		s->nranks = ranks;
 		s->slot = at + (size_t)r;
@@ -289,9 +292,17 @@ static int add_sources(struct ig_kvevents *kv, struct ig_backend *b, const char 
 		kv->used[s->slot] = 1;
 		kv->v[kv->n++] = s;
 	}
-	atomic_store(&b->kv_exact, 0);
-	atomic_store(&b->kv_ranks, ranks);
-	atomic_store(&b->kv_src, (int)at + 1);
+	if (b->nranks > 1 && b->nranks == ranks) {
+		for (int r = 0; r < ranks; r++) {
+			atomic_store(&ig_backend_rank(b, r)->kv_exact, 0);
+			atomic_store(&ig_backend_rank(b, r)->kv_ranks, 1);
+			atomic_store(&ig_backend_rank(b, r)->kv_src, (int)at + r + 1);
+		}
+	} else {
+		atomic_store(&b->kv_exact, 0);
+		atomic_store(&b->kv_ranks, ranks);
+		atomic_store(&b->kv_src, (int)at + 1);
+	}
 	ig_log_info("kv_events: backend %s: subscribing to %s%s%s (%s, %d rank%s)", b->url, ep, replay ? ", replay " : "",
 		    replay ? replay : "", fl == IG_KV_SGLANG ? "sglang" : "vllm", ranks, ranks > 1 ? "s" : "");
 	return 0;
@@ -324,9 +335,9 @@ void ig_kvevents_sync(struct ig_kvevents *kv, const struct ig_fleet *fleet, cons
 			spec_of(cfg, b, &ep, &replay, &ranks, &fl);
 		if (!b || !same(ep, s->ep0) || !same(replay, s->replay_ep0) || ranks != s->nranks || fl != s->flavor) {
 			s->dropped = changed = true;
+			atomic_store(&s->b->kv_src, 0); /* its entry's (a rank's own, or the server's) */
+			atomic_store(&s->b->kv_exact, 0);
 			if (s->rank == 0) {
-				atomic_store(&s->b->kv_src, 0);
-				atomic_store(&s->b->kv_exact, 0);
 				ig_log_info("kv_events: backend %s: %s", s->url,
 					    b ? "its events' settings changed: subscribing again" : "gone: unsubscribed");
 			}
@@ -338,6 +349,8 @@ void ig_kvevents_sync(struct ig_kvevents *kv, const struct ig_fleet *fleet, cons
 	for (size_t i = 0; i < fleet->n; i++) {
 		struct ig_backend *b = fleet->v[i];
 		bool has = false;
+		if (b->server != b)
+			continue; /* a rank: subscribed with its server's rank 0 */
 		for (size_t j = 0; j < kv->n && !has; j++)
 			has = kv->v[j]->backend_id == b->id && !kv->v[j]->dropped;
 		if (has)

@@ -22,8 +22,10 @@ static long sane_count(double v)
 
 /* Reads one label set `{name="value",...}` at p (up to end); returns the
  * position after the closing brace, or NULL when it is malformed. Sets
- * *per_priority when a `priority` label has a non-empty value. */
-static const char *prom_labels(const char *p, const char *end, bool *per_priority)
+ * *per_priority when a `priority` label has a non-empty value, and *rank to
+ * the value of a data-parallel rank's label (SGLang's dp_rank, vLLM's
+ * engine: one engine core per rank) when it is a number, else leaves it. */
+static const char *prom_labels(const char *p, const char *end, bool *per_priority, long *rank)
 {
 	p++; /* '{' */
 	for (;;) {
@@ -47,6 +49,14 @@ static const char *prom_labels(const char *p, const char *end, bool *per_priorit
 			return NULL;
 		if (nlen == 8 && memcmp(name, "priority", 8) == 0 && p > value)
 			*per_priority = true;
+		if ((nlen == 7 && memcmp(name, "dp_rank", 7) == 0) || (nlen == 6 && memcmp(name, "engine", 6) == 0)) {
+			long k = 0;
+			const char *d = value;
+			while (d < p && *d >= '0' && *d <= '9' && k < 1000000)
+				k = k * 10 + (*d++ - '0');
+			if (d == p && p > value)
+				*rank = k;
+		}
 		p++;
 	}
 }
@@ -59,7 +69,7 @@ static const char *prom_labels(const char *p, const char *end, bool *per_priorit
  * _log_gauge_queue_count): those are skipped, or they would count twice. A
  * sample may end with a timestamp, which the text format allows: only the
  * value is read. */
-static long prom_sum(const char *text, size_t len, const char *name)
+static long prom_sum(const char *text, size_t len, const char *name, long want_rank)
 {
 	size_t nl = strlen(name);
 	const char *p = text, *end = text + len;
@@ -72,8 +82,9 @@ static long prom_sum(const char *text, size_t len, const char *name)
 		    (p[nl] == '{' || p[nl] == ' ' || p[nl] == '\t')) {
 			const char *q = p + nl;
 			bool per_priority = false;
+			long rank = 0; /* a server without ranks prints no such label */
 			if (*q == '{')
-				q = prom_labels(q, eol, &per_priority);
+				q = prom_labels(q, eol, &per_priority, &rank);
 			while (q && q < eol && (*q == ' ' || *q == '\t'))
 				q++;
 			char num[64];
@@ -83,7 +94,7 @@ static long prom_sum(const char *text, size_t len, const char *name)
 			num[k] = '\0';
 			char *num_end;
 			double v = strtod(num, &num_end);
-			if (q && k > 0 && *num_end == '\0' && !per_priority) {
+			if (q && k > 0 && *num_end == '\0' && !per_priority && (want_rank < 0 || rank == want_rank)) {
 				sum = (sum < 0 ? 0 : sum) + sane_count(v);
 				if (sum > IG_LOADREPORT_MAX)
 					sum = IG_LOADREPORT_MAX;
@@ -96,6 +107,12 @@ static long prom_sum(const char *text, size_t len, const char *name)
 
 void ig_loadreport_parse(const char *text, size_t len, long *running, long *waiting, long *capacity)
 {
+	ig_loadreport_parse_rank(text, len, -1, running, waiting, capacity);
+}
+
+void ig_loadreport_parse_rank(const char *text, size_t len, long rank, long *running, long *waiting,
+			      long *capacity)
+{
 	static const char *const gauges[][2] = {
 		{"sglang:num_running_reqs", "sglang:num_queue_reqs"},
 		{"vllm:num_requests_running", "vllm:num_requests_waiting"},
@@ -103,8 +120,8 @@ void ig_loadreport_parse(const char *text, size_t len, long *running, long *wait
 
 	*capacity = -1;
 	for (size_t g = 0; g < sizeof(gauges) / sizeof(gauges[0]); g++) {
-		*running = prom_sum(text, len, gauges[g][0]);
-		*waiting = prom_sum(text, len, gauges[g][1]);
+		*running = prom_sum(text, len, gauges[g][0], rank);
+		*waiting = prom_sum(text, len, gauges[g][1], rank);
 		if (*running >= 0 || *waiting >= 0) {
 			*running = *running < 0 ? 0 : *running;
 			*waiting = *waiting < 0 ? 0 : *waiting;
@@ -126,6 +143,10 @@ void ig_loadreport_parse(const char *text, size_t len, long *running, long *wait
 		root = tmp;
 	}
 	json_array_foreach(root, i, item) { /* one object per data-parallel rank */
+		/* its "dp_rank" (/v1/loads, /get_load), else its place in the list */
+		json_t *dr = json_object_get(item, "dp_rank");
+		if (rank >= 0 && (json_is_integer(dr) ? json_integer_value(dr) != rank : (long)i != rank))
+			continue;
 		json_t *r = json_object_get(item, "num_running_reqs"), *w = json_object_get(item, "num_waiting_reqs");
 		json_t *all = json_object_get(item, "num_reqs"); /* older /get_load: running + waiting */
 		if (!json_is_integer(r) && !json_is_integer(w))

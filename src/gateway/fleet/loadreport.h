@@ -23,5 +23,11 @@
  * which has scheduler_config.max_num_seqs, is served only with
  * VLLM_SERVER_DEV_MODE (vllm/entrypoints/openai/api_server.py). */
 void ig_loadreport_parse(const char *text, size_t len, long *running, long *waiting, long *capacity);
+/* The same for one data-parallel rank of the server (rank < 0: all, as
+ * above): the Prometheus samples whose dp_rank (SGLang) or engine (vLLM)
+ * label is `rank` (a sample without either is rank 0's), the JSON objects
+ * whose "dp_rank" is `rank` (one without it: its place in the list). */
+void ig_loadreport_parse_rank(const char *text, size_t len, long rank, long *running, long *waiting,
+			      long *capacity);
 
 #endif

@@ -149,6 +149,41 @@ static char *body_with_priority(const struct ig_req *req, int field, long step)
 	return ig_strdupf("{\"priority\":%ld%s%.*s", v, q < end && *q == '}' ? "" : ",", (int)(end - (p + 1)), p + 1);
 }
 
+/* The line of up_headers naming the rank of an attempt on a server's
+ * data-parallel rank (backend.h dp_rank), which the engine then runs it on
+ * instead of balancing it itself: vLLM reads X-data-parallel-rank
+ * (vllm/entrypoints/openai/engine/serving.py _get_data_parallel_rank),
+ * SGLang X-Data-Parallel-Rank before the body's routed_dp_rank
+ * (python/sglang/srt/entrypoints/openai/serving_base.py
+ * extract_routed_dp_rank_from_header); names are not case-sensitive. On a
+ * server without ranks after one with, the line has no value, which curl
+ * does not send. Rewritten per attempt, as the traceparent is. */
+static void rank_header(struct ig_req *req, const struct ig_backend *b)
+{
+	char line[48];
+	if (b->dp_rank >= 0)
+		snprintf(line, sizeof(line), "X-Data-Parallel-Rank: %d", b->dp_rank);
+	else if (req->rank_node)
+		snprintf(line, sizeof(line), "X-Data-Parallel-Rank:");
+	else
+		return;
+	char *dup = strdup(line);
+	if (!dup)
+		return;
+	if (req->rank_node) {
+		free(req->rank_node->data);
+		req->rank_node->data = dup;
+		return;
+	}
+	struct curl_slist *l = curl_slist_append(req->up_headers, dup);
+	free(dup);
+	if (!l)
+		return;
+	req->up_headers = l;
+	for (req->rank_node = l; req->rank_node->next;)
+		req->rank_node = req->rank_node->next;
+}
+
 /* The easy handle of req's attempt on b, configured (on req's reactor:
  * a handle is configured only by its own). */
 static void configure_transfer(struct ig_req *req, struct ig_backend *b)
@@ -184,6 +219,7 @@ static void configure_transfer(struct ig_req *req, struct ig_backend *b)
 		curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->body.len);
 	}
 options:
+	rank_header(req, b);
 	req->hooks->attempt_start(req, b); /* its observers: a traced one names its span */
 	curl_easy_setopt(e, CURLOPT_HTTPHEADER, req->up_headers);
 	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
@@ -362,7 +398,7 @@ void ig_attempt_stored(struct ig_req *req, json_t *response)
 	ig_gw_lock(gw);
 	uint32_t owner = ig_admission_owner(gw, &req->adm);
 	if (gw->responses || (gw->responses = ig_respstore_new()))
-		ig_respstore_put(gw->responses, json_string_value(id), json_string_length(id), req->wait.backend->id,
+		ig_respstore_put(gw->responses, json_string_value(id), json_string_length(id), req->wait.backend->server->id,
 				 owner, ig_now_ms());
 	ig_cluster_response_stored(gw, json_string_value(id), json_string_length(id), req->wait.backend, owner);
 	ig_gw_unlock(gw);

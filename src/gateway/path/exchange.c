@@ -131,7 +131,7 @@ void ig_xch_fork(struct ig_req *h, struct ig_req *p, const char *suffix)
 	snprintf(h->client, sizeof(h->client), "%s", p->client);
 	snprintf(h->peer, sizeof(h->peer), "%s", p->peer);
 	for (struct curl_slist *l = p->up_headers; l; l = l->next)
-		if (l != p->tp_node) /* its own, per attempt */
+		if (l != p->tp_node && l != p->rank_node) /* its own, per attempt */
 			h->up_headers = curl_slist_append(h->up_headers, l->data);
 	ig_trace_fork(&h->trace, &p->trace);
 	h->relay.usage_where = p->relay.usage_where;

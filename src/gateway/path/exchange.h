@@ -104,6 +104,7 @@ struct ig_req {
 	bool body_done;              /* the body was read whole: admitted and dispatched */
 	char *prio_body;             /* the body with "priority" for this attempt's backend, or NULL */
 	struct curl_slist *up_headers; /* headers sent upstream */
+	struct curl_slist *rank_node; /* its line naming the attempt's data-parallel rank (attempt.c) */
 	uint64_t bytes_in;
 	uint64_t t_answer_us;        /* response handed to MHD */
 

@@ -69,6 +69,11 @@ void ig_xch_add_common_headers(struct ig_req *req, struct MHD_Response *r)
 	add_limit_headers(req, r);
 	if (req->wait.backend && !req->err_status)
 		MHD_add_response_header(r, "X-Infergate-Backend", req->wait.backend->url);
+	if (req->wait.backend && !req->err_status && req->wait.backend->dp_rank >= 0) {
+		char rank[16]; /* the server's data-parallel rank it ran on (backend.h) */
+		snprintf(rank, sizeof(rank), "%d", req->wait.backend->dp_rank);
+		MHD_add_response_header(r, "X-Infergate-DP-Rank", rank);
+	}
 	if (req->pd_prefill && !req->err_status) /* the pair's other half (try_pd.c) */
 		MHD_add_response_header(r, "X-Infergate-Prefill-Backend", req->pd_prefill->url);
 	if (req->wait.was_queued) {
@@ -176,5 +181,7 @@ void ig_xch_req_log(struct ig_req *req, bool completed)
 			      "completed", completed);
 	if (req->pd_prefill) /* a pair's prefill server (try_pd.c) */
 		json_object_set_new(e, "prefill_backend", json_string(req->pd_prefill->url));
+	if (req->wait.backend && req->wait.backend->dp_rank >= 0) /* its server's rank */
+		json_object_set_new(e, "dp_rank", json_integer(req->wait.backend->dp_rank));
 	ig_accesslog_write(&gw->alog, e);
 }

@@ -67,7 +67,7 @@ static size_t pick(void *state IG_UNUSED, const struct ig_pick_set *set, const s
 		size_t top = SIZE_MAX;
 		uint64_t ts = 0;
 		for (size_t i = 0; i < set->k; i++) {
-			uint64_t s = score(rq->session, set->cand[i]->url);
+			uint64_t s = score(rq->session, set->cand[i]->key);
 			if ((round == 0 || after(s, i, last_s, last_i)) && (top == SIZE_MAX || after(ts, top, s, i))) {
 				top = i;
 				ts = s;

@@ -125,7 +125,7 @@ enum ig_pick ig_policy_pick(const struct ig_policy *p, void *state, struct ig_ba
 again:
 	for (size_t i = 0; i < n; i++) {
 		struct ig_backend *b = v[i];
-		if (!ig_backend_usable(b) || tried_already(b, rq) || (rq->pinned && b->id + 1 != rq->pinned) ||
+		if (!ig_backend_usable(b) || tried_already(b, rq) || (rq->pinned && b->server->id + 1 != rq->pinned) ||
 		    !role_fits(b, rq->role))
 			continue;
 		if (any) {

@@ -4,6 +4,7 @@
 #include "config.h"
 #include <check.h>
 #include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -83,6 +84,53 @@ START_TEST(the_fleet_is_built_from_the_configuration)
 	ck_assert_int_eq(ig_backend_configure(f.v[1], &changed), 1);
 	ck_assert_int_eq(f.v[1]->weight, 5);
 	ck_assert_int_eq(ig_backend_serves(f.v[1], "qwen"), IG_SERVES_NO);
+	ig_backend_fleet_free(&f);
+}
+END_TEST
+
+START_TEST(a_servers_data_parallel_ranks_are_entries_of_their_own)
+{
+	char *models[] = {"qwen"};
+	struct ig_backend_conf bcs[2] = {
+		{.url = "http://a:1", .weight = 2, .max_inflight = 10, .reserve_slots = 3, .dp_ranks = 3,
+		 .models = models, .n_models = 1},
+		{.url = "http://b:1", .weight = 1},
+	};
+	struct ig_conf cfg;
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.backends = bcs;
+	cfg.n_backends = 2;
+	struct ig_fleet f;
+	ck_assert_int_eq(ig_backend_fleet_init(&f, &cfg), 0);
+	ck_assert_uint_eq(f.n, 4);
+	struct ig_backend *head = f.v[0];
+	ck_assert_int_eq(head->nranks, 3);
+	for (int r = 0; r < 3; r++) {
+		struct ig_backend *b = f.v[r];
+		char key[32];
+		snprintf(key, sizeof(key), "http://a:1#dp%d", r);
+		ck_assert_ptr_eq(ig_backend_rank(head, r), b);
+		ck_assert_ptr_eq(b->server, head);
+		ck_assert_int_eq(b->dp_rank, r);
+		ck_assert_str_eq(b->url, "http://a:1");
+		ck_assert_str_eq(b->key, key);
+		ck_assert_ptr_eq(ig_backend_fleet_find_key(&f, key), b);
+		/* the server's limits split over its ranks, rounded up */
+		ck_assert_int_eq(b->max_inflight, 4);
+		ck_assert_int_eq(b->reserve_slots, 1);
+		ck_assert_int_eq(b->weight, 2);
+		ck_assert_int_eq(ig_backend_serves(b, "qwen"), IG_SERVES_YES);
+	}
+	/* the URL names the server: its rank 0 */
+	ck_assert_ptr_eq(ig_backend_fleet_find_url(&f, "http://a:1"), head);
+	/* a server without ranks is one entry, its own server */
+	struct ig_backend *b = f.v[3];
+	ck_assert(b->dp_rank == -1 && b->server == b && b->nranks == 1 && ig_backend_rank(b, 0) == b);
+	ck_assert_str_eq(b->key, "http://b:1");
+	ig_backend_server_admin(head, IG_ADMIN_DRAINING);
+	for (int r = 0; r < 3; r++)
+		ck_assert_int_eq(atomic_load(&f.v[r]->admin), IG_ADMIN_DRAINING);
+	ck_assert_int_eq(atomic_load(&b->admin), IG_ADMIN_ENABLED);
 	ig_backend_fleet_free(&f);
 }
 END_TEST
@@ -198,5 +246,5 @@ START_TEST(the_priority_field_follows_the_server)
 END_TEST
 
 IG_CHECK_MAIN("backend", ids_are_never_reused_and_a_removed_backend_lives_on, the_fleet_is_built_from_the_configuration,
-	      what_a_backend_serves, its_limit_and_where_it_comes_from, only_up_enabled_and_closed_backends_take_requests,
+	      a_servers_data_parallel_ranks_are_entries_of_their_own, what_a_backend_serves, its_limit_and_where_it_comes_from, only_up_enabled_and_closed_backends_take_requests,
 	      the_priority_field_follows_the_server)

@@ -211,6 +211,9 @@ static void gw_start(struct gw *g, bool replay)
 	g->b = calloc(1, sizeof(*g->b));
 	g->b->id = 7;
 	g->b->url = "http://127.0.0.1:1";
+	g->b->dp_rank = -1; /* a server without ranks, as ig_backend_fleet_add makes it */
+	g->b->server = g->b;
+	g->b->nranks = 1;
 	g->bc = (struct ig_backend_conf){.url = "http://127.0.0.1:1", .kv_events = g->pub.ep,
 					 .kv_events_replay = replay ? g->pub.rep : NULL};
 	g->cfg.backends = &g->bc;

@@ -71,4 +71,49 @@ START_TEST(load_reports_as_real_servers_print_them)
 }
 END_TEST
 
-IG_CHECK_MAIN("loadreport", load_reports_as_real_servers_print_them)
+/* One data-parallel rank's part of the same reports (a rank routed to as a
+ * backend of its own): the series of its dp_rank (SGLang) or engine (vLLM)
+ * label, the JSON object of its dp_rank. */
+static void rank_load_of(const char *fixture, long rank, long want_running, long want_waiting, long want_capacity)
+{
+	size_t len;
+	char *text = ig_fixture(fixture, &len);
+	long running = -2, waiting = -2, capacity = -2;
+	ig_loadreport_parse_rank(text, len, rank, &running, &waiting, &capacity);
+	ck_assert_msg(running == want_running && waiting == want_waiting && capacity == want_capacity,
+		      "%s rank %ld: %ld running, %ld waiting, capacity %ld; want %ld, %ld, %ld", fixture, rank, running,
+		      waiting, capacity, want_running, want_waiting, want_capacity);
+	free(text);
+}
+
+START_TEST(a_ranks_part_of_the_report)
+{
+	rank_load_of("sglang-metrics-dp2.prom", 0, 7, 3, -1);
+	rank_load_of("sglang-metrics-dp2.prom", 1, 5, 2, -1);
+	rank_load_of("sglang-metrics-dp2.prom", 2, -1, -1, -1);   /* no such rank */
+	rank_load_of("vllm-metrics-engines.prom", 1, 5, 2, -1);   /* engine="1" */
+	rank_load_of("sglang-metrics-priority.prom", 1, 2, 1, -1); /* priority="" only */
+	rank_load_of("sglang-v1-loads.json", 0, 7, 3, 48);
+	rank_load_of("sglang-v1-loads.json", 1, 5, 2, 48);
+	rank_load_of("sglang-get-load.json", 1, 5, 2, -1);
+	rank_load_of("sglang-metrics-dp2.prom", -1, 12, 5, -1);   /* -1: the whole server */
+
+	long r = -2, w = -2, c = -2;
+	/* a server without ranks prints no rank label: it is rank 0 */
+	const char *plain = "vllm:num_requests_running{model_name=\"m\"} 4\nvllm:num_requests_waiting 1\n";
+	ig_loadreport_parse_rank(plain, strlen(plain), 0, &r, &w, &c);
+	ck_assert(r == 4 && w == 1);
+	ig_loadreport_parse_rank(plain, strlen(plain), 1, &r, &w, &c);
+	ck_assert(r == -1 && w == -1);
+	/* a rank label that is not a number counts as none (rank 0 is the one without) */
+	const char *odd = "sglang:num_running_reqs{dp_rank=\"x1\"} 4\nsglang:num_running_reqs{dp_rank=\"1\"} 2\n";
+	ig_loadreport_parse_rank(odd, strlen(odd), 1, &r, &w, &c);
+	ck_assert_int_eq(r, 2);
+	/* JSON objects without dp_rank: their place in the list */
+	const char *list = "[{\"num_reqs\": 3, \"num_waiting_reqs\": 1}, {\"num_reqs\": 9, \"num_waiting_reqs\": 4}]";
+	ig_loadreport_parse_rank(list, strlen(list), 1, &r, &w, &c);
+	ck_assert(r == 5 && w == 4);
+}
+END_TEST
+
+IG_CHECK_MAIN("loadreport", load_reports_as_real_servers_print_them, a_ranks_part_of_the_report)

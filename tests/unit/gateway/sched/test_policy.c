@@ -25,6 +25,10 @@ static struct ig_fleet make_pool(int n)
 		char url[64];
 		snprintf(url, sizeof(url), "http://10.0.0.%d:8000", i + 1);
 		b->url = strdup(url);
+		b->key = b->url; /* a server without ranks, as ig_backend_fleet_add makes it */
+		b->dp_rank = -1;
+		b->server = b;
+		b->nranks = 1;
 		atomic_init(&b->state, IG_BACKEND_UP);
 		pool.v[pool.n++] = b;
 	}
