@@ -13,8 +13,9 @@ in one run:
                          no rank
   gateway-ranks          the backend with "dp_ranks": 4: each rank a sub-backend with its own
                          slots, load and queue; the gateway picks the rank (default policy,
-                         least-loaded) and names it in X-Data-Parallel-Rank (and "routed_dp_rank"
-                         in the body for "engine": "sglang")
+                         least-loaded) and names it in the X-Data-Parallel-Rank header, which
+                         both servers read before balancing (SGLang before the body's
+                         routed_dp_rank)
   gateway-ranks-POLICY   the same with `--policy POLICY`
   ...-vllm               the same in vLLM's flavor (`--flavor vllm`, "engine": "vllm"); its ratios
                          are to server-rr-vllm
@@ -100,8 +101,7 @@ def measure(target, args, corpus, workdir):
                                           "--tokens-per-second", str(TPS), "--output-tokens", str(TOKENS)])
         conf = os.path.join(procs.workdir, "gateway.json")
         with open(conf, "w") as f:
-            # the same entry in both but for dp_ranks; engine names the server, so that the rank goes
-            # where that server reads it (SGLang: the body's routed_dp_rank; vLLM: the header)
+            # the same entry in both but for dp_ranks (engine: which server it is, as a user would say)
             json.dump({"backends": [dict({"url": sims[0], "engine": flavor},
                                          **({"dp_ranks": RANKS} if by_rank else {}))]}, f)
         gw = start_gateway(procs, conf, ["--policy", policy] if policy else [])
