@@ -206,7 +206,12 @@ def main():
              f"{sum_bound:.1f}. Served by rank: the simulator's /sim/state ranks[].requests_served. The gateway's "
              f"backends: how many /health/backends lists for the server (1: it does not route by rank). vs: the "
              f"ratio to the same flavor's server-rr in this run. Client, gateway and simulator on the same "
-             f"2 cores.")
+             f"2 cores." + "".join(
+                 f" {f['target']} against {reference(f['target'])}: {f['rps'] / r['rps']:.2f}x the requests/s "
+                 f"({100 * f['rps'] / sum_bound:.0f}% of the ranks' sum), {f['ttft_ms']['p99'] / r['ttft_ms']['p99']:.2f}x "
+                 f"the TTFT p99."
+                 for f in figs for r in [refs.get(reference(f["target"]))]
+                 if r and f is not r and r["rps"] and r["ttft_ms"]["p99"]))
     B.record("dp", "Data-parallel ranks: routed by the gateway against the server's round-robin, one rank slowed",
              B.command_line(), mach, {"ranks": RANKS, "slow_rank": SLOW_RANK, "slowdown": args.slowdown,
                                       "max_running": args.max_running, "ttft_ms": TTFT_MS, "tokens_per_s": TPS,
