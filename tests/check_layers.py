@@ -68,7 +68,7 @@ LAYERS = {
         "cluster_sync",                           # their Redis I/O: syncs, subscriptions, publishing
         "cluster_state cluster_int",              # the view made from this gateway's tables; the cluster's struct
         "cluster_share",                          # the arithmetic of their shares (pure)
-        "relay admission dispatch",
+        "relay admission dispatch adapters",      # adapters: LoRA adapters where they are, loaded where needed
         "metrics",                                # reads the scheduler's, the router's and the tables' state
         "scheduler",                              # who runs next
         "policy lb_*",                            # one file per routing policy

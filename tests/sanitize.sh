@@ -115,8 +115,9 @@ tsan() {
 	# the reactors, their stop, and the I/O threads (bio.c) handing
 	# completions to them: the Files and Batch APIs' tests, bio's unit test;
 	# Idempotency-Key's readers, runners and Redis replies across reactors;
-	# clients' hang-ups told to requests queued or running on another reactor
-	for t in test_workers test_priority test_stop test_files test_batches test_cluster test_cluster_redis test_idempotency test_tracing test_https test_connections test_pd_sim; do
+	# clients' hang-ups told to requests queued or running on another reactor;
+	# a server's ranks probed once for all, LoRA loads on reactor 0
+	for t in test_workers test_priority test_stop test_files test_batches test_cluster test_cluster_redis test_idempotency test_tracing test_https test_connections test_pd_sim test_dp_ranks test_lora; do
 		TSAN_OPTIONS="log_path=$reports/tsan" IG_TEST_WORKERS=2 IG_BUILDDIR=$dir IG_SRCDIR=$src \
 			PYTHONPATH=$here/integration python3 "$here/integration/$t.py" >"$dir/$t.tap" 2>&1 || rc=1
 		grep -q '^not ok' "$dir/$t.tap" && rc=1
@@ -129,7 +130,7 @@ tsan() {
 	races=$(cat "$reports"/tsan* 2>/dev/null | grep -c 'WARNING: ThreadSanitizer' || true)
 	[ "$races" = 0 ] || { rc=1; cat "$reports"/tsan* | head -80 | sed 's/^/# /'; }
 	[ $rc = 0 ] || grep -h '^not ok' "$dir"/test_*.tap | sed 's/^/# /'
-	report $rc "the gateway's reactors and I/O threads under ThreadSanitizer: test_workers, test_priority, test_stop, test_files, test_batches, test_cluster, test_cluster_redis, test_idempotency, test_tracing, test_https, test_connections, test_pd_sim, test_bio, test_kvindex ($races reports)"
+	report $rc "the gateway's reactors and I/O threads under ThreadSanitizer: test_workers, test_priority, test_stop, test_files, test_batches, test_cluster, test_cluster_redis, test_idempotency, test_tracing, test_https, test_connections, test_pd_sim, test_dp_ranks, test_lora, test_bio, test_kvindex ($races reports)"
 }
 
 for part in $parts; do

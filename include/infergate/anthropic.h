@@ -19,7 +19,9 @@
  *             with a base64 or url source -> image_url; assistant tool_use
  *             -> tool_calls with JSON-string arguments; user tool_result ->
  *             a "tool" message with tool_call_id, before the rest of that
- *             user turn; its images open the user message of the rest),
+ *             user turn; its images open the user message of the rest;
+ *             a "system" turn amid them, text only, -> a system message in
+ *             its place, as Claude Code sends one),
  *             stop_sequences -> stop, temperature, top_p, top_k, tools
  *             (input_schema -> function.parameters, strict -> function.strict;
  *             type absent or "custom"), tool_choice (auto, any
@@ -34,17 +36,26 @@
  *             its chat template says), thinking and redacted_thinking blocks
  *             of earlier assistant turns (dropped, as vLLM drops redacted
  *             ones), is_error of a tool_result, and anthropic_version in the
- *             body (Bedrock's and Vertex's clients put it there), and a
- *             top-level cache_control.
+ *             body (Bedrock's and Vertex's clients put it there), a
+ *             top-level cache_control; context_management with its
+ *             clear_thinking_20251015 edit (done: thinking blocks are
+ *             dropped) and clear_tool_uses_20250919 (a saving of context:
+ *             the backend sees every tool result), output_config.effort (as
+ *             thinking), and a tool's defer_loading (the tool goes in whole).
+ *             Claude Code sends thinking adaptive, clear_thinking, effort
+ *             and defer_loading.
  *   refused   any other field, each with a message naming its path in
  *             Anthropic's own style ("messages.0.content.1.source.type:
  *             ..."): server tools (web search, bash...), document, search
  *             result and container upload blocks, file image sources,
- *             container, mcp_servers, context_management, output_config,
- *             output_format, inference_geo; in count_tokens, the generation
+ *             container, mcp_servers, other context_management edits,
+ *             output_config.format, output_format, inference_geo; a system
+ *             turn's other blocks (tool_addition) and members (clear_at,
+ *             output_config), which Claude Code answers by resending
+ *             without system turns; in count_tokens, the generation
  *             fields (max_tokens, stream, stop_sequences, sampling), as
- *             Anthropic's count_tokens refuses them; a role other than user
- *             and assistant; and every value of the wrong type or range
+ *             Anthropic's count_tokens refuses them; a role other than user,
+ *             assistant and system; and every value of the wrong type or range
  *             (temperature and top_p in 0..1, max_tokens >= 1, top_k >= 0).
  *   response  text -> a text block, tool_calls -> tool_use blocks (input
  *             parsed; arguments that are not a JSON object are an error),

@@ -369,63 +369,24 @@ out:
 	return ret;
 }
 
-static int messages(json_t *req, json_t *out, char **err)
+/* A system text, a string or text blocks joined with "\n" (SGLang
+ * serving.py; vLLM joins them with nothing, which glues sentences
+ * together), as one chat system message appended to out. */
+static int system_text(json_t *sys, const char *path, json_t *out, char **err)
 {
-	static const char *const keys[] = {"role", "content", NULL};
-	json_t *msgs = json_object_get(req, "messages"), *m;
-	size_t i;
-
-	if (!msgs)
-		return fail(err, "messages", "Field required");
-	if (!json_is_array(msgs))
-		return fail(err, "messages", "Input should be a valid list");
-	if (json_array_size(msgs) == 0)
-		return fail(err, "messages", "List should have at least 1 item after validation, not 0");
-	json_array_foreach(msgs, i, m) {
-		char p[PATH_MAX_LEN], q[PATH_MAX_LEN];
-		joini(p, "messages", i);
-		if (!json_is_object(m))
-			return fail(err, p, "Input should be a valid dictionary or object");
-		json_t *role, *content = json_object_get(m, "content");
-		if (check_keys(m, p, keys, NULL, NULL, err) < 0 || need_string(m, "role", p, &role, err) < 0)
-			return -1;
-		const char *r = json_string_value(role);
-		if (strcmp(r, "user") != 0 && strcmp(r, "assistant") != 0) {
-			join(q, p, "role");
-			return fail(err, q, "Input should be 'user' or 'assistant'");
-		}
-		join(q, p, "content");
-		if (json_is_string(content))
-			json_array_append_new(out, json_pack("{s:s, s:O}", "role", r, "content", content));
-		else if (json_is_array(content)) {
-			if (blocks(content, r, q, out, err) < 0)
-				return -1;
-		} else
-			return fail(err, q, content ? "Input should be a valid string or a valid list" : "Field required");
-	}
-	return 0;
-}
-
-/* "system": a string, or text blocks joined with "\n" (SGLang serving.py;
- * vLLM joins them with nothing, which glues sentences together). */
-static int system_prompt(json_t *req, json_t *out, char **err)
-{
-	json_t *sys = json_object_get(req, "system");
-	if (!sys || json_is_null(sys))
-		return 0;
 	if (json_is_string(sys)) {
 		json_array_append_new(out, json_pack("{s:s, s:O}", "role", "system", "content", sys));
 		return 0;
 	}
 	if (!json_is_array(sys))
-		return fail(err, "system", "Input should be a valid string or a valid list");
+		return fail(err, path, sys ? "Input should be a valid string or a valid list" : "Field required");
 	struct ig_buf text;
 	ig_buf_init(&text);
 	size_t i;
 	json_t *b;
 	json_array_foreach(sys, i, b) {
 		char p[PATH_MAX_LEN];
-		joini(p, "system", i);
+		joini(p, path, i);
 		const char *t = block_type(b, p, err);
 		json_t *s;
 		if (t && strcmp(t, "text") != 0) {
@@ -449,8 +410,75 @@ static int system_prompt(json_t *req, json_t *out, char **err)
 	return 0;
 }
 
+/* The top-level "system", first of the chat messages. */
+static int system_prompt(json_t *req, json_t *out, char **err)
+{
+	json_t *sys = json_object_get(req, "system");
+	if (!sys || json_is_null(sys))
+		return 0;
+	return system_text(sys, "system", out, err);
+}
+
+static int messages(json_t *req, json_t *out, char **err)
+{
+	static const char *const keys[] = {"role", "content", NULL};
+	static const char *const turn_refused[] = {"clear_at", "output_config", NULL};
+	json_t *msgs = json_object_get(req, "messages"), *m;
+	size_t i;
+
+	if (!msgs)
+		return fail(err, "messages", "Field required");
+	if (!json_is_array(msgs))
+		return fail(err, "messages", "Input should be a valid list");
+	if (json_array_size(msgs) == 0)
+		return fail(err, "messages", "List should have at least 1 item after validation, not 0");
+	json_array_foreach(msgs, i, m) {
+		char p[PATH_MAX_LEN], q[PATH_MAX_LEN];
+		joini(p, "messages", i);
+		if (!json_is_object(m))
+			return fail(err, p, "Input should be a valid dictionary or object");
+		json_t *role, *content = json_object_get(m, "content");
+		if (check_keys(m, p, keys, NULL, turn_refused, err) < 0 || need_string(m, "role", p, &role, err) < 0)
+			return -1;
+		const char *r = json_string_value(role);
+		join(q, p, "content");
+		if (strcmp(r, "system") == 0) {
+			/* A system turn amid the conversation (Claude Code sends one
+			 * after the first user turn, beta mid-conversation-system-2026-04-07):
+			 * a chat system message in its place, which chat templates
+			 * render where it stands or refuse by themselves. Its text
+			 * only: its other blocks (tool_addition) and members
+			 * (clear_at, output_config) ask the server to change the
+			 * tools or the context, which a chat backend cannot, and
+			 * Claude Code answers their refusal by resending without
+			 * system turns. */
+			if (system_text(content, q, out, err) < 0)
+				return -1;
+			continue;
+		}
+		if (strcmp(r, "user") != 0 && strcmp(r, "assistant") != 0) {
+			join(q, p, "role");
+			return fail(err, q, "Input should be 'user', 'assistant' or 'system'");
+		}
+		if (json_is_string(content))
+			json_array_append_new(out, json_pack("{s:s, s:O}", "role", r, "content", content));
+		else if (json_is_array(content)) {
+			if (blocks(content, r, q, out, err) < 0)
+				return -1;
+		} else
+			return fail(err, q, content ? "Input should be a valid string or a valid list" : "Field required");
+	}
+	return 0;
+}
+
 /* "tools": custom tools as functions. A tool with another type is one of
- * Anthropic's server tools (web search, bash, the text editor...). */
+ * Anthropic's server tools (web search, bash, the text editor...).
+ * defer_loading (tool search: the tool's definition stays out of the
+ * prompt until a search finds it) is a saving of context the backend
+ * cannot make: the function goes in whole, which costs prompt tokens and
+ * changes no answer's shape. */
+static const char *const TOOL_IGNORED[] = {"cache_control", "defer_loading", NULL};
+
 static int tools(json_t *req, json_t *chat, char **err)
 {
 	static const char *const keys[] = {"name", "description", "input_schema", "type", "strict", NULL};
@@ -478,9 +506,14 @@ static int tools(json_t *req, json_t *chat, char **err)
 			free(m);
 			return -1;
 		}
-		if (check_keys(t, p, keys, CACHE_ONLY, NULL, err) < 0 || need_string(t, "name", p, &name, err) < 0 ||
+		if (check_keys(t, p, keys, TOOL_IGNORED, NULL, err) < 0 || need_string(t, "name", p, &name, err) < 0 ||
 		    opt_string(t, "description", p, &desc, err) < 0)
 			return -1;
+		json_t *defer = json_object_get(t, "defer_loading");
+		if (defer && !json_is_null(defer) && !json_is_boolean(defer)) {
+			join(q, p, "defer_loading");
+			return fail(err, q, "Input should be a valid boolean");
+		}
 		join(q, p, "input_schema");
 		if (!json_is_object(schema))
 			return fail(err, q, schema ? "Input should be a valid dictionary" : "Field required");
@@ -606,6 +639,64 @@ static int sampling(json_t *req, json_t *chat, char **err)
 	return 0;
 }
 
+/* "context_management": edits the server makes to the context before
+ * the model sees it. clear_thinking_20251015 is done already (earlier
+ * turns' thinking blocks are dropped, keep or not); clear_tool_uses_20250919
+ * would clear old tool results to save context, which a chat backend
+ * cannot do: it sees them all, a longer prompt and the same conversation.
+ * Any other edit is refused, as Anthropic's API refuses an unknown tag. */
+static int context_management(json_t *req, char **err)
+{
+	static const char *const keys[] = {"edits", NULL};
+	json_t *cm = json_object_get(req, "context_management"), *edits, *e;
+	size_t i;
+	if (!cm || json_is_null(cm))
+		return 0;
+	if (!json_is_object(cm))
+		return fail(err, "context_management", "Input should be a valid dictionary or object");
+	if (check_keys(cm, "context_management", keys, NULL, NULL, err) < 0)
+		return -1;
+	edits = json_object_get(cm, "edits");
+	if (!edits || json_is_null(edits))
+		return 0;
+	if (!json_is_array(edits))
+		return fail(err, "context_management.edits", "Input should be a valid list");
+	json_array_foreach(edits, i, e) {
+		char p[PATH_MAX_LEN], q[PATH_MAX_LEN];
+		joini(p, "context_management.edits", i);
+		const char *t = block_type(e, p, err);
+		if (!t)
+			return -1;
+		if (strcmp(t, "clear_thinking_20251015") != 0 && strcmp(t, "clear_tool_uses_20250919") != 0) {
+			join(q, p, "type");
+			char *m = ig_strdupf("Input tag '%s' found using 'type' does not match any of the expected "
+					     "tags: 'clear_thinking_20251015', 'clear_tool_uses_20250919'", t);
+			fail(err, q, m);
+			free(m);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* "output_config": effort (how hard the model thinks; ignored as thinking
+ * is: the backend reasons as its chat template says) and format
+ * (structured output, not translated: refused). */
+static int output_config(json_t *req, char **err)
+{
+	static const char *const keys[] = {"effort", NULL};
+	static const char *const refused[] = {"format", NULL};
+	json_t *oc = json_object_get(req, "output_config"), *effort;
+	if (!oc || json_is_null(oc))
+		return 0;
+	if (!json_is_object(oc))
+		return fail(err, "output_config", "Input should be a valid dictionary or object");
+	return check_keys(oc, "output_config", keys, NULL, refused, err) < 0 ||
+			       opt_string(oc, "effort", "output_config", &effort, err) < 0
+		       ? -1
+		       : 0;
+}
+
 json_t *ig_anth_to_chat(json_t *req, enum ig_anth_kind kind, char **err)
 {
 	static const char *const msg_keys[] = {"model", "max_tokens", "messages", "system", "metadata",
@@ -613,10 +704,10 @@ json_t *ig_anth_to_chat(json_t *req, enum ig_anth_kind kind, char **err)
 					       "tools", "tool_choice", NULL};
 	static const char *const count_keys[] = {"model", "messages", "system", "tools", "tool_choice", NULL};
 	static const char *const msg_ignored[] = {"service_tier", "thinking", "anthropic_version", "cache_control",
-						  NULL};
-	static const char *const count_ignored[] = {"thinking", "anthropic_version", "cache_control", NULL};
-	static const char *const refused[] = {"container", "mcp_servers", "context_management", "output_config",
-					      "output_format", "inference_geo", NULL};
+						  "context_management", "output_config", NULL};
+	static const char *const count_ignored[] = {"thinking", "anthropic_version", "cache_control",
+						    "context_management", "output_config", NULL};
+	static const char *const refused[] = {"container", "mcp_servers", "output_format", "inference_geo", NULL};
 	bool count = kind == IG_ANTH_COUNT_TOKENS;
 	json_t *model, *chat = NULL, *msgs;
 
@@ -635,7 +726,8 @@ json_t *ig_anth_to_chat(json_t *req, enum ig_anth_kind kind, char **err)
 	}
 	chat = json_pack("{s:O, s:[]}", "model", model, "messages");
 	msgs = json_object_get(chat, "messages");
-	if ((!count && sampling(req, chat, err) < 0) || tools(req, chat, err) < 0 || tool_choice(req, chat, err) < 0 ||
+	if ((!count && sampling(req, chat, err) < 0) || context_management(req, err) < 0 || output_config(req, err) < 0 ||
+	    tools(req, chat, err) < 0 || tool_choice(req, chat, err) < 0 ||
 	    system_prompt(req, msgs, err) < 0 || messages(req, msgs, err) < 0) {
 		json_decref(chat);
 		return NULL;

@@ -52,6 +52,7 @@ struct ig_cluster_view;
 struct ig_files;
 struct ig_batches;
 struct ig_bio;
+struct ig_adapters;
 struct ig_metrics_sources;
 struct ig_servertls;
 
@@ -110,6 +111,7 @@ struct ig_gw {
 	struct ig_accesslog alog;
 	struct ig_discovery *discovery;  /* NULL without discover entries */
 	struct ig_respstore *responses;  /* which backend holds each stored Responses API answer */
+	struct ig_adapters *adapters;    /* LoRA adapters: where each is, loads (sched/adapters.h) */
 	struct ig_prompts *prompts;      /* the models' tokenizers (sched/prompt.h), NULL: none;
 					 * loaded at start, kept by a reload */
 	struct ig_idem idem;             /* Idempotency-Key answers (idem.h) */

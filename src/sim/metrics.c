@@ -182,6 +182,12 @@ char *sim_metrics_server_info(struct sim *s)
 			      "version", PACKAGE_VERSION);
 	if (c->context_length > 0)
 		json_object_set_new(o, "context_length", json_integer((json_int_t)c->context_length));
+	if (c->flavor == SIM_FLAVOR_SGLANG) { /* its LoRA settings, with ServerArgs' names */
+		json_object_set_new(o, "enable_lora", json_boolean(c->enable_lora));
+		json_object_set_new(o, "max_loras_per_batch", json_integer((json_int_t)c->max_loras));
+		json_object_set_new(o, "max_loaded_loras",
+				    c->max_loaded_loras > 0 ? json_integer((json_int_t)c->max_loaded_loras) : json_null());
+	}
 	if (sim_conf_steps(c))
 		json_object_set_new(o, "max_total_num_tokens", json_integer((json_int_t)c->steps.kv_tokens));
 	return dump(o);

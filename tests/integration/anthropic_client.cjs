@@ -1,12 +1,12 @@
 // The official Anthropic Node client (npm @anthropic-ai/sdk), unmodified, pointed at a server's
 // Messages API. Usage: node anthropic_client.cjs BASE_URL MODEL -> one JSON line: a message, a
 // streamed message (its events' types in order, the text the SDK assembled, its final message),
-// a token count, and what the SDK makes of an error answer.
+// a token count, and what the SDK makes of an error answer. The key: $ANTHROPIC_API_KEY, else "unused".
 const Anthropic = require('@anthropic-ai/sdk');
 
 async function main() {
   const [base, model] = process.argv.slice(2);
-  const client = new Anthropic({ baseURL: base, apiKey: 'unused', maxRetries: 0 });
+  const client = new Anthropic({ baseURL: base, apiKey: process.env.ANTHROPIC_API_KEY || 'unused', maxRetries: 0 });
   const out = {};
   const params = { model, max_tokens: 12, system: 'You are terse.',
                    messages: [{ role: 'user', content: 'Tell me about the sea.' }] };

@@ -464,7 +464,8 @@ def the_route_table_is_the_configurations():
     printed = json.loads(out.stdout)["routes"]
     assert [r["path"] for r in printed] == ["/v1/chat/completions", "/tokenize", "/encode"], printed
     assert printed[2] == {"path": "/encode", "methods": ["POST", "PUT"], "model": "optional", "stream": False,
-                          "usage": "meta_info", "stream_options": False, "output": False, "responses": False}
+                          "usage": "meta_info", "stream_options": False, "output": False, "responses": False,
+                          "anthropic": False}
     assert printed[1]["model"] == "optional" and printed[0]["stream_options"] is True, printed
     with open(d("again.json"), "w") as f:
         json.dump({"routes": printed, "backends": [fb.url]}, f)

@@ -442,6 +442,30 @@ def status_page_shows_the_halves_of_prefill_decode_pairs():
 
 
 @test
+def status_page_shows_a_servers_data_parallel_ranks_as_rows():
+    """backends[].dp_ranks: a row per rank, keyed URL#dpR, its cell naming the rank
+    and its own count of requests served."""
+    chromium_path()
+    sim = start_sim(*FAST, "--flavor", "vllm", "--dp-ranks", "2")
+    cfg = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
+    json.dump({"backends": [{"url": sim.url, "dp_ranks": 2}]}, cfg)
+    cfg.close()
+    gw = start_gateway([], *QUICK_HEALTH, config=cfg.name)
+    wait_until(lambda: http_json("GET", gw.url + "/health")[2]["healthy_backends"] == 2, what="2 ranks up")
+    served = [0, 0]
+    for i in range(5):
+        st, h, _ = http("POST", gw.url + "/v1/chat/completions", chat_body(f"rank row {i}", max_tokens=2))
+        assert st == 200
+        served[int(h["x-infergate-dp-rank"])] += 1
+    dom = Dom(chromium(gw.url + "/status", "--dump-dom"))
+    for r in (0, 1):
+        row = dom.rows[f"{sim.url}#dp{r}"]
+        assert row["attrs"]["data-dp-rank"] == str(r), row
+        assert row["cells"]["url"] == f"{sim.url} (DP rank {r})", row["cells"]
+        assert row["attrs"]["data-served"] == str(served[r]), (row, served)
+
+
+@test
 def status_page_is_small_and_self_contained():
     with open(PAGE, "rb") as f:
         page = f.read()

@@ -40,14 +40,20 @@ struct ig_backend_conf {
 	char *kv_events;
 	char *kv_events_replay;
 	int kv_format;      /* 0 kv_events.format; 1 "vllm", 2 "sglang" */
-	long dp_ranks;      /* its data-parallel engines, rank r publishing on
-			     * port + r (vLLM's offset_endpoint_port); 0 = 1 */
+	long dp_ranks;      /* its data-parallel ranks, each a backend entry of its
+			     * own (backend.h), rank r publishing KV events on
+			     * port + r (vLLM's offset_endpoint_port); 0 = 1;
+			     * written by: reload (the running count kept) */
 	/* Prefill/decode disaggregation (path/try_pd.c): what it does of a
 	 * request, which engine it is (the pair's protocol), and an SGLang
 	 * prefill server's bootstrap port (its --disaggregation-bootstrap-port). */
 	int role;           /* enum ig_pd_role */
 	int engine;         /* enum ig_pd_engine */
 	long bootstrap_port; /* 0: SGLang's default, 8998 */
+	long max_loras;     /* LoRA adapters the gateway keeps loaded there at
+			     * once (sched/adapters.c); 0: learned (vLLM's
+			     * max_lora, SGLang's max_loras_per_batch), else
+			     * none loaded by the gateway */
 };
 
 /* backends[].role: an ordinary server (both), or one half of a pair. */
@@ -242,6 +248,12 @@ struct ig_model_conf {
 	char *name;                 /* written by: prompt */
 	char *tokenizer;            /* path; written by: prompt */
 	char *chat_template;        /* path, NULL: none given; written by: prompt */
+	/* models[].adapters: the LoRA adapters of this base model, by name,
+	 * with the path a server loads each from (sched/adapters.c); an
+	 * adapter's name is a model name for clients, keys and limits. */
+	char **adapter_names;       /* written by: prompt */
+	char **adapter_paths;       /* written by: prompt */
+	size_t n_adapters;          /* written by: prompt */
 };
 
 /* A row's field: .off = IG_CONF_OFF(retries). */

@@ -533,12 +533,12 @@ static void parse_backends_json(void *target, const struct ig_flag *f IG_UNUSED,
 				}
 				continue;
 			}
-			if (strcmp(bk, "reserve_slots") == 0) {
+			if (strcmp(bk, "reserve_slots") == 0 || strcmp(bk, "max_loras") == 0) {
 				if (!json_is_integer(bv) || json_integer_value(bv) < 0 || json_integer_value(bv) > 1000000) {
-					ig_flags_problem(errs, "%s.reserve_slots: must be an integer in 0..1000000", ctx);
+					ig_flags_problem(errs, "%s.%s: must be an integer in 0..1000000", ctx, bk);
 					ok = 0;
 				} else {
-					proto.reserve_slots = (long)json_integer_value(bv);
+					*(bk[0] == 'r' ? &proto.reserve_slots : &proto.max_loras) = (long)json_integer_value(bv);
 				}
 				continue;
 			}
@@ -559,7 +559,7 @@ static void parse_backends_json(void *target, const struct ig_flag *f IG_UNUSED,
 			ig_flags_problem(errs,
 					 "%s: unknown key '%s' (expected url or discover, weight, max_inflight, models, "
 					 "reserve_slots, priority_field, kv_events, kv_events_replay, kv_events_format, "
-					 "dp_ranks, role, engine, bootstrap_port)",
+					 "dp_ranks, role, engine, bootstrap_port, max_loras)",
 					 ctx, bk);
 			ok = 0;
 		}
@@ -859,6 +859,8 @@ static json_t *backends_json(const struct ig_conf *cfg)
 				      (json_int_t)bc->weight, "max_inflight", (json_int_t)bc->max_inflight);
 		if (bc->reserve_slots)
 			json_object_set_new(o, "reserve_slots", json_integer(bc->reserve_slots));
+		if (bc->max_loras)
+			json_object_set_new(o, "max_loras", json_integer(bc->max_loras));
 		if (bc->priority_field)
 			json_object_set_new(o, "priority_field", json_string(priority_fields[bc->priority_field]));
 		if (bc->kv_events)

@@ -31,6 +31,12 @@ static const struct builtin {
 	{"/generate", IG_RT_POST | IG_RT_PUT | IG_RT_MODEL_OPTIONAL | IG_RT_OUTPUT, IG_USAGE_META_INFO},
 	{"/pooling", IG_RT_POST | IG_RT_MODEL_OPTIONAL | IG_RT_NO_STREAM, IG_USAGE_USAGE},
 	{"/classify", IG_RT_POST | IG_RT_PUT | IG_RT_MODEL_OPTIONAL | IG_RT_NO_STREAM, IG_USAGE_USAGE},
+	/* Anthropic's Messages API, which SGLang and vLLM serve
+	 * (python/sglang/srt/entrypoints/anthropic/, vllm/entrypoints/anthropic/):
+	 * usage as input_tokens and output_tokens, count_tokens' answer
+	 * {"input_tokens"} is not a generation's. */
+	{"/v1/messages", IG_RT_POST | IG_RT_OUTPUT | IG_RT_ANTHROPIC, IG_USAGE_USAGE},
+	{"/v1/messages/count_tokens", IG_RT_POST | IG_RT_NO_STREAM | IG_RT_ANTHROPIC, IG_USAGE_NONE},
 };
 #define NBUILTIN (sizeof(builtins) / sizeof(builtins[0]))
 
@@ -164,7 +170,7 @@ static void ms_member(json_t *o, const char *key, long *ms, const char *ctx, str
 static int parse_entry(json_t *o, const char *ctx, unsigned *flags, int *usage, long ms[2], struct ig_buf *errs)
 {
 	static const char *const known[] = {"path", "methods", "model", "stream", "usage", "stream_options",
-					    "output", "responses", "ttft_timeout_ms", "token_gap_timeout_ms"};
+					    "output", "responses", "anthropic", "ttft_timeout_ms", "token_gap_timeout_ms"};
 	size_t problems = ig_buf_pending(errs);
 	const char *k;
 	json_t *v;
@@ -174,7 +180,7 @@ static int parse_entry(json_t *o, const char *ctx, unsigned *flags, int *usage, 
 			i++;
 		if (i == sizeof(known) / sizeof(known[0]))
 			ig_flags_problem(errs, "%s: unknown key '%s' (path, methods, model, stream, usage, stream_options, "
-					 "output, responses, ttft_timeout_ms, token_gap_timeout_ms)", ctx, k);
+					 "output, responses, anthropic, ttft_timeout_ms, token_gap_timeout_ms)", ctx, k);
 	}
 	*flags = 0;
 	v = json_object_get(o, "methods");
@@ -209,6 +215,7 @@ static int parse_entry(json_t *o, const char *ctx, unsigned *flags, int *usage, 
 	flag_member(o, "stream_options", 1, false, &opt, ctx, errs);
 	flag_member(o, "output", IG_RT_OUTPUT, false, flags, ctx, errs);
 	flag_member(o, "responses", IG_RT_RESPONSES, false, flags, ctx, errs);
+	flag_member(o, "anthropic", IG_RT_ANTHROPIC, false, flags, ctx, errs);
 	*usage = IG_USAGE_USAGE;
 	v = json_object_get(o, "usage");
 	if (v) {
@@ -231,6 +238,9 @@ static int parse_entry(json_t *o, const char *ctx, unsigned *flags, int *usage, 
 	ms_member(o, "token_gap_timeout_ms", &ms[1], ctx, errs);
 	if ((*flags & IG_RT_RESPONSES) && *usage != IG_USAGE_USAGE)
 		ig_flags_problem(errs, "%s.responses: the Responses API's usage is in \"usage\"", ctx);
+	if ((*flags & IG_RT_ANTHROPIC) && ((*flags & (IG_RT_RESPONSES | IG_RT_USAGE_OPTION)) || *usage == IG_USAGE_META_INFO))
+		ig_flags_problem(errs, "%s.anthropic: Anthropic's Messages API has its usage in \"usage\" (or none), no "
+				 "stream_options, and is not the Responses API", ctx);
 	return ig_buf_pending(errs) == problems ? 0 : -1;
 }
 
@@ -313,11 +323,12 @@ json_t *ig_routes_to_json(const struct ig_routes *t)
 		for (size_t k = 0; k < 4; k++)
 			if (r->flags & ((unsigned)IG_RT_POST << k))
 				json_array_append_new(methods, json_string(method_names[k]));
-		json_t *o = json_pack("{s:s, s:o, s:s, s:b, s:s, s:b, s:b, s:b}", "path", r->path, "methods", methods,
+		json_t *o = json_pack("{s:s, s:o, s:s, s:b, s:s, s:b, s:b, s:b, s:b}", "path", r->path, "methods", methods,
 				      "model", r->flags & IG_RT_MODEL_OPTIONAL ? "optional" : "required", "stream",
 				      !(r->flags & IG_RT_NO_STREAM), "usage", usage_names[r->usage], "stream_options",
 				      (r->flags & IG_RT_USAGE_OPTION) != 0, "output", (r->flags & IG_RT_OUTPUT) != 0,
-				      "responses", (r->flags & IG_RT_RESPONSES) != 0);
+				      "responses", (r->flags & IG_RT_RESPONSES) != 0, "anthropic",
+				      (r->flags & IG_RT_ANTHROPIC) != 0);
 		if (o && r->ttft_ms >= 0)
 			json_object_set_new(o, "ttft_timeout_ms", json_integer(r->ttft_ms));
 		if (o && r->token_gap_ms >= 0)

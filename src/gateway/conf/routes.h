@@ -21,6 +21,8 @@ enum ig_route_flag {
 	IG_RT_NO_STREAM = 1u << 4,      /* "stream": true is refused (400) */
 	IG_RT_BY_ID = 1u << 5,          /* PATH/{id}...: a stored response's route, sent to
 					 * the backend that holds it (derived, not configured) */
+	IG_RT_ANTHROPIC = 1u << 6,      /* Anthropic's Messages API: the gateway's own errors
+					 * in its shape, its usage names, x-api-key */
 	IG_RT_POST = 1u << 8,           /* the methods it takes */
 	IG_RT_PUT = 1u << 9,
 	IG_RT_GET = 1u << 10,
@@ -72,7 +74,7 @@ static inline const char *ig_routes_path(const struct ig_routes *t, int i)
 void ig_routes_default(struct ig_routes *t);
 /* "routes" in the configuration: a list of paths of built-in routes or
  * objects {"path", "methods", "model", "stream", "usage", "stream_options",
- * "output", "responses", "ttft_timeout_ms", "token_gap_timeout_ms"}. Replaces the table; every problem named. */
+ * "output", "responses", "anthropic", "ttft_timeout_ms", "token_gap_timeout_ms"}. Replaces the table; every problem named. */
 void ig_routes_parse_json(struct ig_routes *t, json_t *v, const char *where, struct ig_buf *errs);
 /* Adds the routes of the stored responses of each "responses" route
  * (PATH/{id}, PATH/{id}/cancel, PATH/{id}/input_items). */

@@ -43,6 +43,7 @@
 #include "path/idem.h"
 #include "path/idem_share.h"
 #include "path/proxy.h"
+#include "sched/adapters.h"
 #include "sched/dispatch.h"
 #include "sched/kvindex.h"
 #include "sched/policy.h"
@@ -281,6 +282,10 @@ int ig_boot_init(struct ig_gw *gw, struct ig_conf *cfg)
 		free(err);
 		return -1;
 	}
+	if (ig_adapters_init(gw) < 0) {
+		ig_log_error("adapters: out of memory");
+		return -1;
+	}
 	if (ig_proxy_init(gw) < 0) {
 		ig_log_error("out of memory");
 		return -1;
@@ -346,6 +351,7 @@ void ig_boot_free(struct ig_gw *gw)
 	ig_batches_free(gw->batches); /* its transfers leave the multi first */
 	gw->batches = NULL;
 	ig_health_free(gw);
+	ig_adapters_free(gw); /* its transfers leave the multi, as the probes' */
 	ig_cluster_stop(gw);
 	ig_reactor_close(gw);
 	ig_tracer_stop(gw->tracer); /* after the requests: their last spans go */

@@ -62,8 +62,8 @@ static struct deferred wrong_method[IG_MAX_ROUTES];
 static const struct deferred get_only = {{answer_deferred, NULL, NULL}, 405, "this endpoint only answers GET",
 					 "method_not_allowed", "GET, HEAD"};
 static const struct deferred stopping = DEFERRED(503, "the gateway is shutting down", "shutting_down");
-static const struct deferred no_key = DEFERRED(401, "missing or invalid API key (send Authorization: Bearer KEY)",
-	"invalid_api_key");
+static const struct deferred no_key = DEFERRED(401, "missing or invalid API key (send Authorization: Bearer KEY, "
+	"or x-api-key: KEY)", "invalid_api_key");
 static const struct deferred disabled_key = DEFERRED(401, "this API key is disabled", "api_key_disabled");
 static const struct deferred no_status_right = DEFERRED(403, "this API key may not read the status endpoints "
 	"(auth_status): they take an admin key, or a key given \"status\": true in the keys file",
@@ -476,7 +476,8 @@ static enum MHD_Result route(struct ig_call *call, struct ig_gw *gw, struct MHD_
 	    ig_batches_internal(gw->batches, MHD_lookup_connection_value(conn, MHD_HEADER_KIND, IG_BATCH_HEADER), owner))
 		has_bearer = *owner && ig_keyset_unhex(owner, d) == 0;
 	else
-		has_bearer = ig_keyset_digest(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization"), d) == 0;
+		has_bearer = ig_keyset_client_digest(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization"),
+						     MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "x-api-key"), d) == 0;
 	if (gw->api_keys.enabled) {
 		const struct ig_keyent *e = has_bearer ? ig_keyset_find(&gw->api_keys, d) : NULL;
 		if (!e)

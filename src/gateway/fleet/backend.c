@@ -144,6 +144,7 @@ int ig_backend_configure(struct ig_backend *b, const struct ig_backend_conf *bc)
 	b->weight = bc->weight;
 	b->max_inflight = bc->max_inflight;
 	b->reserve_slots = bc->reserve_slots;
+	b->max_loras = bc->max_loras;
 	b->priority_field = bc->priority_field;
 	bool role_changed = b->role != bc->role;
 	b->role = bc->role;

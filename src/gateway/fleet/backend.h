@@ -55,6 +55,12 @@ struct ig_backend {
 	long weight;
 	long max_inflight;      /* 0 = unlimited */
 	long reserve_slots;     /* of its limit, slots class low may not take */
+	long max_loras;         /* LoRA adapters the gateway keeps loaded there, 0:
+				 * max_loras_learned (sched/adapters.c) */
+	/* vLLM's /metrics max_lora, or SGLang's /server_info max_loras_per_batch; 0 none */
+	atomic_long max_loras_learned; /* written by: health */
+	atomic_int lora_by_path; /* an adapter is named to it by "lora_path" (SGLang: its
+				  * /server_info is SGLang's ServerArgs); written by: health */
 	int role;               /* enum ig_pd_role (conf.h): half of a prefill/decode pair, or both */
 	int engine;             /* enum ig_pd_engine: the pair's protocol */
 	long bootstrap_port;    /* an SGLang prefill server's bootstrap port */

@@ -280,8 +280,9 @@ static void apply(struct ig_gw *gw, struct entry *e, struct result *r)
 			continue;
 		}
 		for (int k = 0; k < b->nranks; k++) {
-			ig_backend_rank(b, k)->discover = strdup(e->bc.url);
-			ig_health_add(gw, ig_backend_rank(b, k));
+			struct ig_backend *rb = ig_backend_rank(b, k);
+			rb->discover = strdup(e->bc.url);
+			ig_health_add(gw, rb);
 		}
 		ig_log_info("discover: backend %s added from %s (id %d), probing", b->url, e->bc.url, b->id);
 	}

@@ -372,6 +372,15 @@ static void take_info(struct ig_backend *b, CURLcode result, long status, struct
 		return;
 	json_t *root = status == 200 ? json_loadb(body->data ? body->data : "", body->len, 0, NULL) : NULL;
 	json_t *on = json_object_get(root, "enable_priority_scheduling");
+	/* SGLang's ServerArgs: an adapter's request names it in "lora_path"
+	 * (sched/adapters.c); vLLM's /server_info (dev mode) has no model_path */
+	atomic_store(&b->lora_by_path, json_is_string(json_object_get(root, "model_path")));
+	/* and its adapters' GPU pool (max_loras_per_batch buffers,
+	 * python/sglang/srt/lora/mem_pool.py): what sched/adapters.c keeps there */
+	json_t *per_batch = json_object_get(root, "max_loras_per_batch");
+	if (json_is_true(json_object_get(root, "enable_lora")) && json_is_integer(per_batch) &&
+	    json_integer_value(per_batch) > 0 && json_integer_value(per_batch) <= 1000000)
+		atomic_store(&b->max_loras_learned, (long)json_integer_value(per_batch));
 	unsigned sched = 0;
 	long threshold = -1;
 	if (json_is_true(on)) {
@@ -418,6 +427,18 @@ static void probe_done(struct ig_xfer *x, CURLcode result)
 		if (result == CURLE_OK && status == 200)
 			ig_loadreport_parse(ig_buf_head(&p->body), ig_buf_pending(&p->body), &running, &waiting,
 					    &capacity);
+		/* vLLM's LoRA limit, a label of its lora_requests_info gauge
+		 * (vllm/v1/metrics/loggers.py): what sched/adapters.c keeps there */
+		static const char tag[] = "lora_requests_info{max_lora=\"";
+		const char *ml = result == CURLE_OK && status == 200
+					 ? memmem(ig_buf_head(&p->body), ig_buf_pending(&p->body), tag, sizeof(tag) - 1)
+					 : NULL;
+		long max_lora = 0; /* the backend's text: digits up to the buffer's end, bounded */
+		for (const char *d = ml ? ml + sizeof(tag) - 1 : NULL, *end = ig_buf_head(&p->body) + ig_buf_pending(&p->body);
+		     d && d < end && *d >= '0' && *d <= '9' && max_lora <= 1000000; d++)
+			max_lora = max_lora * 10 + (*d - '0');
+		for (int r = 0; ml && max_lora <= 1000000 && r < b->nranks; r++) /* each rank's engine has as many */
+			atomic_store(&ig_backend_rank(b, r)->max_loras_learned, max_lora);
 		if (gw->cfg->load_path_auto) {
 			if (running >= 0) {
 				b->load_path = auto_load_paths[p->load_path];
@@ -573,8 +594,12 @@ void ig_health_passive_fail(struct ig_gw *gw, struct ig_backend *b, enum ig_upst
 	b->consec_ok = 0;
 	b->consec_fail++;
 	breaker_fail(gw, b, why);
-	/* A refused connection is not a fluke: eject at once. */
-	if (e == IG_UPERR_CONNECT || b->consec_fail >= gw->cfg->health_fall)
+	/* A refused connection is not a fluke: eject at once, and every rank
+	 * of the server with it (they share its port). */
+	if (e == IG_UPERR_CONNECT)
+		for (int r = 0; r < b->server->nranks; r++)
+			set_state(gw, ig_backend_rank(b->server, r), IG_BACKEND_DOWN, why);
+	else if (b->consec_fail >= gw->cfg->health_fall)
 		set_state(gw, b, IG_BACKEND_DOWN, why);
 }
 

@@ -376,6 +376,16 @@ int ig_keyset_digest(const char *authorization, unsigned char out[IG_DIGEST_LEN]
 	return 0;
 }
 
+int ig_keyset_client_digest(const char *authorization, const char *x_api_key, unsigned char out[IG_DIGEST_LEN])
+{
+	if (ig_keyset_digest(authorization, out) == 0)
+		return 0;
+	if (!x_api_key || !*x_api_key)
+		return -1;
+	sha256(x_api_key, strlen(x_api_key), out);
+	return 0;
+}
+
 const struct ig_keyent *ig_keyset_check(const struct ig_keyset *ks, const char *authorization)
 {
 	unsigned char d[IG_DIGEST_LEN];

@@ -55,6 +55,11 @@ void ig_keyset_free(struct ig_keyset *ks);
 /* The SHA-256 of the key in an Authorization value ("Bearer KEY").
  * Returns 0, or -1 when there is no bearer key. */
 int ig_keyset_digest(const char *authorization, unsigned char out[IG_DIGEST_LEN]);
+/* The SHA-256 of a client's key: the bearer key of `authorization`, else
+ * the whole of `x_api_key` (Anthropic's header, which its SDKs and Claude
+ * Code send: @anthropic-ai/sdk client.ts apiKeyAuth). Either may be NULL.
+ * Returns 0, or -1 when neither holds a key. */
+int ig_keyset_client_digest(const char *authorization, const char *x_api_key, unsigned char out[IG_DIGEST_LEN]);
 /* The entry whose digest is d, or NULL. */
 const struct ig_keyent *ig_keyset_find(const struct ig_keyset *ks, const unsigned char d[IG_DIGEST_LEN]);
 /* The entry of an Authorization value's key, or NULL (disabled ones too). */

@@ -230,6 +230,7 @@ enum ig_rx_order {
 	IG_RX_ORDER_PROXY = 20,       /* stalled transfers, deadlines (proxy.c) */
 	IG_RX_ORDER_SERVER = 30,      /* client connections' deadlines (server.c) */
 	IG_RX_ORDER_HEALTH = 40,      /* probes (health.c) */
+	IG_RX_ORDER_ADAPTERS = 45,    /* LoRA adapters' loads and unloads started (sched/adapters.c) */
 	IG_RX_ORDER_IDEM_SHARE = 50,  /* shared Idempotency-Keys (idem_share.c) */
 	IG_RX_ORDER_DISPATCH = 60,    /* queue timeouts, then a drain (dispatch.c) */
 	IG_RX_ORDER_BATCHES = 70,     /* the Batch API (batches.c) */

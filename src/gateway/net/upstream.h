@@ -32,10 +32,10 @@ enum ig_upstream_error {
 #define IG_EV_CURL_BIT (1ull << 63)
 
 struct ig_xfer {
-	CURL *easy;
+	CURL *easy;     /* written by: adapters (the others listed in check_layers.py) */
 	/* The transfer ended: called once, after the handle left the multi
 	 * (curl_easy_getinfo still works). */
-	void (*done)(struct ig_xfer *x, CURLcode result);
+	void (*done)(struct ig_xfer *x, CURLcode result); /* written by: adapters (and check_layers.py's list) */
 	bool running;   /* in the multi */
 	struct ig_rx *rx; /* whose multi: set by ig_upstream_start */
 	struct ig_list unpause_link; /* rx->unpause: a paused transfer to go on */

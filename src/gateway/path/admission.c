@@ -141,7 +141,8 @@ static int splice_usage_option(struct ig_buf *body)
 }
 
 /* session: the key its requests share a backend by: X-Session-Id, else the
- * body's "user", else the API key; hashed (FNV-1a, then mixed). 0 none. */
+ * body's "user" (Anthropic's: metadata.user_id, where Claude Code puts its
+ * session's id), else the API key; hashed (FNV-1a, then mixed). 0 none. */
 static uint64_t session_of(const struct ig_admission *a, struct MHD_Connection *conn, json_t *root)
 {
 	const char *id = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Session-Id");
@@ -150,6 +151,8 @@ static uint64_t session_of(const struct ig_admission *a, struct MHD_Connection *
 		id = json_string_value(json_object_get(root, "user"));
 		tag = 'u';
 	}
+	if (!id || !*id)
+		id = json_string_value(json_object_get(json_object_get(root, "metadata"), "user_id"));
 	if (!id || !*id) {
 		id = a->key_id;
 		tag = 'k';
@@ -270,16 +273,29 @@ static size_t text_bytes(json_t *v)
 		return json_string_length(v);
 	if (json_is_integer(v))
 		return 4;
-	if (json_is_object(v))
-		return text_bytes(json_object_get(v, "text"));
+	if (json_is_object(v)) /* a text part, or a block holding blocks (Anthropic's tool_result) */
+		return text_bytes(json_object_get(v, "text")) + text_bytes(json_object_get(v, "content"));
 	json_array_foreach(v, i, x)
 		n += text_bytes(x);
 	return n;
 }
 
+/* Bytes of a value's compact JSON (tools' definitions, which a chat
+ * template renders into the prompt); 0 for none. */
+static size_t json_bytes(json_t *v)
+{
+	if (!v)
+		return 0;
+	char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+	size_t n = s ? strlen(s) : 0;
+	free(s);
+	return n;
+}
+
 /* A request's prompt in tokens: its text at 4 bytes a token (a chat
  * message's role and two separators counted with its text, as
- * infergate-sim counts it). */
+ * infergate-sim counts it; Anthropic's top-level system, and the tools
+ * either API defines). */
 static long prompt_estimate(json_t *root)
 {
 	json_t *msgs = json_object_get(root, "messages"), *m;
@@ -287,6 +303,7 @@ static long prompt_estimate(json_t *root)
 	if (json_is_array(msgs)) {
 		json_array_foreach(msgs, i, m)
 			bytes += text_bytes(json_object_get(m, "role")) + text_bytes(json_object_get(m, "content")) + 2;
+		bytes += text_bytes(json_object_get(root, "system")) + json_bytes(json_object_get(root, "tools"));
 	} else {
 		bytes = text_bytes(json_object_get(root, "prompt")) + text_bytes(json_object_get(root, "input")) +
 			text_bytes(json_object_get(root, "text"));

@@ -24,9 +24,14 @@ struct ig_answer_to {
 enum MHD_Result ig_answer(const struct ig_answer_to *to, unsigned status, struct MHD_Response *r, size_t len);
 /* j as compact JSON, its members in order, not to be cached; j released. */
 enum MHD_Result ig_answer_json(const struct ig_answer_to *to, unsigned status, json_t *j);
-/* An OpenAI-shaped error; allow: a 405's methods (NULL: none); close: the
+/* An OpenAI-shaped error (Anthropic's on its Messages API's routes:
+ * ig_answer_anthropic); allow: a 405's methods (NULL: none); close: the
  * connection is closed after it. */
 enum MHD_Result ig_answer_error(const struct ig_answer_to *to, unsigned status, const char *param, const char *code,
 				const char *allow, bool close, const char *message);
+
+/* Whether url is a route of Anthropic's Messages API (IG_RT_ANTHROPIC),
+ * whose clients read the gateway's errors in Anthropic's shape. */
+bool ig_answer_anthropic(const struct ig_gw *gw, const char *url);
 
 #endif

@@ -60,8 +60,10 @@ static enum MHD_Result collect_header(void *cls, enum MHD_ValueKind kind, const 
 	/* Traced, the trace goes on from each attempt's span (configure_transfer). */
 	if (req->trace.on && (strcasecmp(key, "traceparent") == 0 || strcasecmp(key, "tracestate") == 0))
 		return MHD_YES;
-	/* The gateway's own key stays here; a backend key replaces it. */
-	if (strcasecmp(key, "Authorization") == 0 && (gw->api_keys.enabled || *gw->cfg->backend_api_key))
+	/* The gateway's own key stays here (in either header a client may
+	 * send it: entry.c); a backend key replaces it. */
+	if ((strcasecmp(key, "Authorization") == 0 || strcasecmp(key, "x-api-key") == 0) &&
+	    (gw->api_keys.enabled || *gw->cfg->backend_api_key))
 		return MHD_YES;
 	char *line = ig_strdupf("%s: %s", key, value);
 	req->up_headers = curl_slist_append(req->up_headers, line);
@@ -133,20 +135,37 @@ void ig_attempt_headers(struct ig_req *req)
  * first), `step` one more than the server's preemption threshold when it
  * told it, so that SGLang preempts a low request for a normal one
  * (priority_diff > threshold: schedule_policy.py preempt_to_schedule).
+ * An adapter's request to SGLang gets its name as "lora_path" the same way
+ * (sched/adapters.h; a "lora_path" the client sent wins).
  * malloc'd, or NULL to send the body as it is. */
-static char *body_with_priority(const struct ig_req *req, int field, long step)
+static char *body_with_fields(const struct ig_req *req, int field, long step)
 {
 	const char *p = req->body.data, *end = p + req->body.len;
 	while (p < end && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n'))
 		p++;
-	if (p >= end || *p != '{')
+	if (p >= end || *p != '{' || (!field && !req->wait.lora_path))
 		return NULL;
 	const char *q = p + 1;
 	while (q < end && (*q == ' ' || *q == '\t' || *q == '\r' || *q == '\n'))
 		q++;
 	long k = req->wait.q.klass;
 	long v = (k == IG_CLASS_HIGH ? step : k == IG_CLASS_LOW ? -step : 0) * (field == 1 ? 1 : -1);
-	return ig_strdupf("{\"priority\":%ld%s%.*s", v, q < end && *q == '}' ? "" : ",", (int)(end - (p + 1)), p + 1);
+	char prio[40] = "", *lora = NULL;
+	if (field)
+		snprintf(prio, sizeof(prio), "\"priority\":%ld", v);
+	if (req->wait.lora_path) {
+		json_t *name = json_string(req->wait.model);
+		char *quoted = name ? json_dumps(name, JSON_ENCODE_ANY) : NULL;
+		json_decref(name);
+		if (!quoted)
+			return NULL;
+		lora = ig_strdupf("%s\"lora_path\":%s", field ? "," : "", quoted);
+		free(quoted);
+	}
+	char *out = ig_strdupf("{%s%s%s%.*s", prio, lora ? lora : "", q < end && *q == '}' ? "" : ",",
+			       (int)(end - (p + 1)), p + 1);
+	free(lora);
+	return out;
 }
 
 /* The line of up_headers naming the rank of an attempt on a server's
@@ -210,7 +229,7 @@ static void configure_transfer(struct ig_req *req, struct ig_backend *b)
 	free(req->prio_body);
 	long step;
 	int field = ig_backend_priority_field(b, &step);
-	req->prio_body = field ? body_with_priority(req, field, step) : NULL;
+	req->prio_body = body_with_fields(req, field, step);
 	if (req->prio_body) {
 		curl_easy_setopt(e, CURLOPT_POSTFIELDS, req->prio_body);
 		curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(req->prio_body));

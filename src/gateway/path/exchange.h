@@ -102,9 +102,9 @@ struct ig_req {
 	bool parse_done;
 	bool too_large;
 	bool body_done;              /* the body was read whole: admitted and dispatched */
-	char *prio_body;             /* the body with "priority" for this attempt's backend, or NULL */
+	char *prio_body;             /* the body with "priority" (and an adapter's "lora_path") for this attempt's backend, or NULL */
 	struct curl_slist *up_headers; /* headers sent upstream */
-	struct curl_slist *rank_node; /* its line naming the attempt's data-parallel rank (attempt.c) */
+	struct curl_slist *rank_node; /* its line naming the attempt's data-parallel rank; written by: attempt */
 	uint64_t bytes_in;
 	uint64_t t_answer_us;        /* response handed to MHD */
 

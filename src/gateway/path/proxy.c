@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "conf/peer.h"
+#include "infergate/anthropic.h"
 #include "infergate/httpd.h"
 #include "infergate/log.h"
 #include "infergate/oaerror.h"
@@ -116,6 +117,7 @@ struct ig_req *ig_proxy_req_new(struct ig_gw *gw, struct MHD_Connection *conn, i
 	req->conn = conn;
 	req->relay.usage_where = ig_gw_route(gw->cfg, route_idx)->usage;
 	req->relay.responses = ig_gw_route(gw->cfg, route_idx)->flags & IG_RT_RESPONSES;
+	req->relay.anthropic = ig_gw_route(gw->cfg, route_idx)->flags & IG_RT_ANTHROPIC;
 	snprintf(req->client, sizeof(req->client), "%s", ig_peer_client(conn));
 	snprintf(req->peer, sizeof(req->peer), "%s", ig_peer_sock(conn));
 	req->rx->requests++;
@@ -382,6 +384,12 @@ static enum MHD_Result respond(struct ig_req *req)
 	if (req->err_status || rl->upstream_done)
 		decided(req);
 	if (req->err_status) {
+		if (req->err_status >= 400 && (ig_gw_route(req->gw->cfg, req->adm.route_idx)->flags & IG_RT_ANTHROPIC)) {
+			/* Anthropic's clients read its shape (anthropic.h) */
+			char *a = ig_anth_error_from_backend(req->err_status, req->err_body, strlen(req->err_body));
+			if (a)
+				ig_xch_set_answer(req, req->err_status, a);
+		}
 		r = MHD_create_response_from_buffer(strlen(req->err_body), req->err_body, MHD_RESPMEM_MUST_COPY);
 		MHD_add_response_header(r, "Content-Type", "application/json");
 		uint64_t retry_ms = req->adm.err.retry_after_ms;

@@ -10,6 +10,7 @@
 #include <strings.h>
 
 #include "conf/routes.h"
+#include "infergate/anthropic.h"
 #include "infergate/log.h"
 #include "infergate/oaerror.h"
 #include "infergate/util.h"
@@ -219,7 +220,7 @@ static char *stream_error(struct ig_relay *r, const char *payload, size_t len)
 		free(r->stream_error_msg);
 		r->stream_error_msg = strdup(json_string_value(e.message));
 		/* a Responses API error event keeps its own shape */
-		if (!e.nested && !r->responses)
+		if (!e.nested && !r->responses && !r->anthropic)
 			rewritten = ig_oaerror_to_json(&e, r->stream_error);
 	}
 	ig_oaerror_clear(&e);
@@ -573,13 +574,15 @@ ssize_t ig_relay_read(void *cls, uint64_t pos IG_UNUSED, char *buf, size_t max)
 
 void ig_relay_fail_stream(struct ig_relay *r, const char *why)
 {
-	bool responses = r->responses;
+	bool named = r->responses || r->anthropic; /* events with a name line */
 	char *err;
-	if (responses) { /* the Responses API's error event */
+	if (r->responses) { /* the Responses API's error event */
 		json_t *e = json_pack("{s:s, s:s, s:s, s:n, s:I}", "type", "error", "code", "backend_error", "message",
 				      why, "param", "sequence_number", (json_int_t)r->sse_events);
 		err = json_dumps(e, JSON_COMPACT | JSON_PRESERVE_ORDER);
 		json_decref(e);
+	} else if (r->anthropic) { /* Anthropic's: event: error, {"type": "error", "error": {...}} */
+		err = ig_anth_error_json(502, "api_error", why);
 	} else {
 		err = ig_oaerror_json(why, "server_error", NULL, "backend_error");
 	}
@@ -588,7 +591,7 @@ void ig_relay_fail_stream(struct ig_relay *r, const char *why)
 	r->stream_error_msg = strdup(why);
 	/* Drop the torn event the backend left: only whole events go out. */
 	r->resp.len = r->resp.off + r->ready;
-	ig_buf_printf(&r->resp, "%sdata: %s\n\n", responses ? "event: error\n" : "", err ? err : "{}");
+	ig_buf_printf(&r->resp, "%sdata: %s\n\n", named ? "event: error\n" : "", err ? err : "{}");
 	r->ready = ig_buf_pending(&r->resp);
 	free(err);
 	r->upstream_failed = true;

@@ -60,6 +60,8 @@ struct ig_relay {
 	/* Set by the request before its first attempt. */
 	int usage_where;             /* IG_USAGE_* of its route (routes.h) */
 	bool responses;              /* a Responses API route (its own error events) */
+	bool anthropic;              /* an Anthropic Messages route (its error event);
+				      * written by: proxy, try_hedge */
 	bool stream;                 /* the client asked for "stream": true */
 	bool usage_added;            /* stream_options.include_usage was added for the
 				      * gateway's count: the usage event (and "usage":

@@ -64,6 +64,7 @@ static void hedge_start(struct ig_req *p, long after_ms)
 	ig_xch_fork(h, p, "-hedge"); /* not retried, detached */
 	ig_buf_append(&h->body, p->body.data ? p->body.data : "", p->body.len);
 	h->relay.responses = p->relay.responses;
+	h->relay.anthropic = p->relay.anthropic;
 	h->relay.tee = p->relay.stream;
 	h->relay.race = true;
 	h->relay.cont.max = p->relay.cont.max;

@@ -18,6 +18,7 @@
 #include "infergate/util.h"
 #include "net/rx.h"
 #include "obs/stats.h"
+#include "sched/adapters.h"
 #include "sched/dispatch.h"
 
 static struct ig_waiter *waiter_of(struct ig_sched_entry *e)
@@ -178,6 +179,7 @@ void ig_dispatch_report_backend(const struct ig_gw *gw, const struct ig_backend 
 	const struct ig_sched *s = &gw->sched;
 	if (s->policy && s->policy->report)
 		s->policy->report(s->policy_state, b, entry);
+	ig_adapters_report_backend(gw, b, entry);
 }
 
 void ig_dispatch_report(const struct ig_gw *gw, json_t *obj)
@@ -345,6 +347,7 @@ static enum ig_dispatch_result start(struct ig_gw *gw, struct ig_waiter *w, stru
 	}
 	if (w->policy->started)
 		w->policy->started(state, b, &w->pick);
+	w->lora_path = ig_adapters_started(gw, w->model, b);
 	return w->ops->start(w, b) == 0 ? IG_DISPATCH_STARTED : IG_DISPATCH_FAILED;
 }
 
@@ -372,6 +375,7 @@ void ig_dispatch_end(struct ig_gw *gw, struct ig_waiter *w, const struct ig_pick
 	w->running = false;
 	ig_backend_finished(w->backend, o->ok);
 	ig_policy_release(w->backend);
+	ig_adapters_ended(gw, w->model, w->backend);
 	if (w->pick.low)
 		atomic_fetch_sub(&w->backend->low_inflight, 1);
 	if (w->pick.role != IG_PICK_PREFILL)
@@ -410,6 +414,17 @@ static void set_overshoot(const struct ig_gw *gw, struct ig_waiter *w)
 	w->pick.overshoot = w->pick.low || w->pick.no_overshoot ? 0 : gw->cfg->headroom_overshoot;
 }
 
+/* The policy's pick among w's model's backends, or, for an adapter, among
+ * the servers that hold it (adapters.h: it may start a load and wait). */
+static enum ig_pick pick(struct ig_gw *gw, struct ig_waiter *w, const struct ig_policy *p, void *state,
+			 struct ig_backend **b)
+{
+	enum ig_pick got;
+	if (ig_adapters_pick(gw, w->model, p, state, &w->m->rotor, &w->pick, b, &got))
+		return got;
+	return ig_policy_pick(p, state, w->m->backends, w->m->nbackends, &w->m->rotor, &w->pick, b);
+}
+
 /* Finds a backend among those that serve w's model and starts w there,
  * queues it, or refuses it. `timeout`, `what`: how its last attempt failed
  * (retries). */
@@ -437,12 +452,12 @@ static enum ig_dispatch_result place(struct ig_gw *gw, struct ig_waiter *w, bool
 	w->pick.view = gw->cluster_view;
 	void *state;
 	const struct ig_policy *p = policy_for(s, w, &state);
-	enum ig_pick got = ig_policy_pick(p, state, m->backends, m->nbackends, &m->rotor, &w->pick, &b);
+	enum ig_pick got = pick(gw, w, p, state, &b);
 	if (got != IG_PICK_OK && w->pick.role == IG_PICK_ALONE) {
 		/* no server that prefills alone is free: a pair after all */
 		w->pick.role = IG_PICK_SERVE;
 		w->pick.view = gw->cluster_view;
-		got = ig_policy_pick(p, state, m->backends, m->nbackends, &m->rotor, &w->pick, &b);
+		got = pick(gw, w, p, state, &b);
 	}
 	switch (got) {
 	case IG_PICK_OK:
@@ -691,7 +706,7 @@ void ig_dispatch_drain(struct ig_gw *gw)
 				const struct ig_policy *pol = policy_for(s, w, &state);
 				if (w->pick.role == IG_PICK_ALONE) /* it waited: whichever half frees first */
 					w->pick.role = IG_PICK_SERVE;
-				p = ig_policy_pick(pol, state, m->backends, m->nbackends, &m->rotor, &w->pick, &b);
+				p = pick(gw, w, pol, state, &b);
 				if (p != IG_PICK_BUSY || !w->pick.pinned)
 					break;
 				/* Pinned to a backend that is full: the requests behind it

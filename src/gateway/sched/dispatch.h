@@ -76,6 +76,8 @@ struct ig_waiter {
 	uint64_t waited_ms;               /* time spent waiting, in total */
 	uint64_t dispatch_seq;            /* its first attempt was the gateway's n-th sent, 0 none */
 	uint64_t attempt_us;              /* the current attempt's start */
+	bool lora_path;                   /* its model is an adapter its backend takes as
+					   * "lora_path" (SGLang: adapters.h) */
 };
 
 enum ig_dispatch_result {

@@ -65,6 +65,8 @@ struct ig_prompts *ig_prompts_load(const struct ig_conf *cfg, struct ig_buf *err
 		const struct ig_model_conf *mc = &cfg->models[i];
 		struct model_tok *m = &p->m[p->n];
 		char err[512] = "";
+		if (!mc->tokenizer) /* an entry for its adapters only */
+			continue;
 		if (!(m->tok = ig_tokenizer_load(mc->tokenizer, err, sizeof(err)))) {
 			ig_flags_problem(errs, "models[%zu].tokenizer: '%s': %s", i, mc->tokenizer, err);
 			continue;
@@ -151,6 +153,12 @@ static void models_clear(struct ig_conf *cfg)
 		free(cfg->models[i].name);
 		free(cfg->models[i].tokenizer);
 		free(cfg->models[i].chat_template);
+		for (size_t j = 0; j < cfg->models[i].n_adapters; j++) {
+			free(cfg->models[i].adapter_names[j]);
+			free(cfg->models[i].adapter_paths[j]);
+		}
+		free(cfg->models[i].adapter_names);
+		free(cfg->models[i].adapter_paths);
 	}
 	free(cfg->models);
 	cfg->models = NULL;
@@ -186,6 +194,38 @@ static int parse_tokenizer_flag(void *target, const struct ig_flag *f IG_UNUSED,
 	return 0;
 }
 
+/* models[].adapters: {"NAME": "PATH", ...}, the LoRA adapters a server of
+ * this model may be asked to load (sched/adapters.c). */
+static void parse_adapters(struct ig_model_conf *mc, json_t *v, const char *where, size_t i, struct ig_buf *errs)
+{
+	const char *name;
+	json_t *path;
+	if (!json_is_object(v)) {
+		ig_flags_problem(errs, "%s: models[%zu].adapters must be an object {\"NAME\": \"PATH\", ...}", where, i);
+		return;
+	}
+	size_t n = json_object_size(v);
+	mc->adapter_names = calloc(n ? n : 1, sizeof(char *));
+	mc->adapter_paths = calloc(n ? n : 1, sizeof(char *));
+	if (!mc->adapter_names || !mc->adapter_paths)
+		abort();
+	json_object_foreach(v, name, path) {
+		/* vLLM's metric joins the names with commas: none in a name */
+		if (!*name || strchr(name, ',')) {
+			ig_flags_problem(errs, "%s: models[%zu].adapters: '%s' is not an adapter's name (not empty, no comma)",
+					 where, i, name);
+			continue;
+		}
+		if (!json_is_string(path) || !json_string_length(path)) {
+			ig_flags_problem(errs, "%s: models[%zu].adapters.%s must be the adapter's path (a string)", where, i,
+					 name);
+			continue;
+		}
+		mc->adapter_names[mc->n_adapters] = strdup(name);
+		mc->adapter_paths[mc->n_adapters++] = strdup(json_string_value(path));
+	}
+}
+
 static void parse_models_json(void *target, const struct ig_flag *f IG_UNUSED, json_t *v, const char *where,
 			      struct ig_buf *errs)
 {
@@ -193,8 +233,8 @@ static void parse_models_json(void *target, const struct ig_flag *f IG_UNUSED, j
 	size_t i;
 	json_t *o;
 	if (!json_is_array(v)) {
-		ig_flags_problem(errs, "%s: key 'models' must be a list of {\"name\", \"tokenizer\", \"chat_template\"}",
-				 where);
+		ig_flags_problem(errs, "%s: key 'models' must be a list of {\"name\", \"tokenizer\", \"chat_template\", "
+				 "\"adapters\"}", where);
 		return;
 	}
 	models_clear(cfg);
@@ -212,9 +252,11 @@ static void parse_models_json(void *target, const struct ig_flag *f IG_UNUSED, j
 									: NULL;
 			if (strcmp(k, "name") == 0)
 				continue;
-			if (!dst)
-				ig_flags_problem(errs, "%s: models[%zu]: unknown key '%s' (name, tokenizer, chat_template)",
-						 where, i, k);
+			if (strcmp(k, "adapters") == 0)
+				parse_adapters(mc, x, where, i, errs);
+			else if (!dst)
+				ig_flags_problem(errs, "%s: models[%zu]: unknown key '%s' (name, tokenizer, chat_template, "
+						 "adapters)", where, i, k);
 			else if (!json_is_string(x) || !json_string_length(x))
 				ig_flags_problem(errs, "%s: models[%zu].%s must be a file's path", where, i, k);
 			else
@@ -230,10 +272,20 @@ void ig_prompt_conf_check(struct ig_conf *cfg, struct ig_buf *errs)
 		for (size_t j = 0; j < i; j++)
 			if (strcmp(cfg->models[j].name, mc->name) == 0)
 				ig_flags_problem(errs, "models[%zu]: model '%s' is given twice", i, mc->name);
-		if (!mc->tokenizer)
-			ig_flags_problem(errs, "models[%zu]: model '%s' has no \"tokenizer\" (a tokenizer.json)", i,
-					 mc->name);
-		else if (access(mc->tokenizer, R_OK) < 0)
+		for (size_t a = 0; a < mc->n_adapters; a++)
+			for (size_t j = 0; j <= i; j++) {
+				const struct ig_model_conf *o = &cfg->models[j];
+				bool twice = strcmp(o->name, mc->adapter_names[a]) == 0;
+				for (size_t b = 0; !twice && b < (j == i ? a : o->n_adapters); b++)
+					twice = strcmp(o->adapter_names[b], mc->adapter_names[a]) == 0;
+				if (twice)
+					ig_flags_problem(errs, "models[%zu].adapters: '%s' is given twice (an adapter's name "
+							 "is a model name)", i, mc->adapter_names[a]);
+			}
+		if (!mc->tokenizer && !mc->n_adapters)
+			ig_flags_problem(errs, "models[%zu]: model '%s' has no \"tokenizer\" (a tokenizer.json) nor "
+					 "\"adapters\"", i, mc->name);
+		if (mc->tokenizer && access(mc->tokenizer, R_OK) < 0)
 			ig_flags_problem(errs, "models[%zu].tokenizer: '%s': %s", i, mc->tokenizer, strerror(errno));
 		if (mc->chat_template && access(mc->chat_template, R_OK) < 0)
 			ig_flags_problem(errs, "models[%zu].chat_template: '%s': %s", i, mc->chat_template,
@@ -251,6 +303,12 @@ static json_t *models_json(const struct ig_flag *k IG_UNUSED, const struct ig_co
 			json_object_set_new(o, "tokenizer", json_string(mc->tokenizer));
 		if (mc->chat_template)
 			json_object_set_new(o, "chat_template", json_string(mc->chat_template));
+		if (mc->n_adapters) {
+			json_t *ad = json_object();
+			for (size_t j = 0; j < mc->n_adapters; j++)
+				json_object_set_new(ad, mc->adapter_names[j], json_string(mc->adapter_paths[j]));
+			json_object_set_new(o, "adapters", ad);
+		}
 		json_array_append_new(v, o);
 	}
 	return v;
@@ -262,7 +320,8 @@ static const struct ig_flag prompt_rows[] = {
 	 .help = "MODEL's tokenizer.json (Hugging Face's format; its chat template from the tokenizer_config.json "
 		 "beside it): the gateway counts and routes MODEL's prompts in its own tokens (the exact prefix "
 		 "index of kv_events, tpm, /tokenize); repeatable, replaces the file's list; in the file "
-		 "[{\"name\", \"tokenizer\", \"chat_template\"}]. Without one a model's prompt is counted at 4 bytes "
+		 "[{\"name\", \"tokenizer\", \"chat_template\", \"adapters\": {\"NAME\": \"PATH\"}}] (adapters: "
+		 "the model's LoRA adapters, loaded where needed, docs/routing.md). Without one a model's prompt is counted at 4 bytes "
 		 "a token, as infergate-sim counts it"},
 };
 const struct ig_conf_part ig_prompt_conf = IG_CONF_PART(prompt_rows, .to_json = models_json, .clear = models_clear);

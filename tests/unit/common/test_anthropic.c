@@ -186,6 +186,96 @@ START_TEST(request_tools)
 }
 END_TEST
 
+/* What Claude Code (2.1.337, `claude -p`) sends besides the basics, each
+ * accepted: thinking adaptive, context_management's edits, output_config's
+ * effort and a tool's defer_loading are dropped; a role "system" turn amid
+ * the conversation becomes a chat system message where it stands. */
+START_TEST(request_claude_code)
+{
+	char *err = NULL;
+	json_t *chat = to_chat(
+		"{\"model\":\"m\",\"max_tokens\":32000,\"stream\":true,"
+		"\"thinking\":{\"type\":\"adaptive\",\"display\":\"omitted\"},"
+		"\"context_management\":{\"edits\":[{\"type\":\"clear_thinking_20251015\",\"keep\":\"all\"},"
+		"{\"type\":\"clear_tool_uses_20250919\",\"trigger\":{\"type\":\"input_tokens\",\"value\":100000}}]},"
+		"\"output_config\":{\"effort\":\"high\"},"
+		"\"metadata\":{\"user_id\":\"{\\\"device_id\\\":\\\"d\\\",\\\"account_uuid\\\":\\\"\\\","
+		"\\\"session_id\\\":\\\"s1\\\"}\"},"
+		"\"system\":[{\"type\":\"text\",\"text\":\"header\"},"
+		"{\"type\":\"text\",\"text\":\"agent\",\"cache_control\":{\"type\":\"ephemeral\"}}],"
+		"\"tools\":[{\"name\":\"Read\",\"description\":\"r\",\"input_schema\":{\"type\":\"object\"}},"
+		"{\"name\":\"Later\",\"input_schema\":{\"type\":\"object\"},\"defer_loading\":true}],"
+		"\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"reminder\"},"
+		"{\"type\":\"text\",\"text\":\"say hello\"}]},"
+		"{\"role\":\"system\",\"content\":[{\"type\":\"text\",\"text\":\"# Environment\","
+		"\"cache_control\":{\"type\":\"ephemeral\"}},{\"type\":\"text\",\"text\":\"linux\"}]},"
+		"{\"role\":\"assistant\",\"content\":\"hello\"},{\"role\":\"system\",\"content\":\"plain\"},"
+		"{\"role\":\"user\",\"content\":\"again\"}]}",
+		IG_ANTH_MESSAGES, &err);
+	assert_json(chat, "{\"model\":\"m\",\"max_tokens\":32000,\"stream\":true,"
+			  "\"stream_options\":{\"include_usage\":true},"
+			  "\"user\":\"{\\\"device_id\\\":\\\"d\\\",\\\"account_uuid\\\":\\\"\\\",\\\"session_id\\\":\\\"s1\\\"}\","
+			  "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"Read\",\"description\":\"r\","
+			  "\"parameters\":{\"type\":\"object\"}}},{\"type\":\"function\",\"function\":{\"name\":\"Later\","
+			  "\"parameters\":{\"type\":\"object\"}}}],"
+			  "\"messages\":[{\"role\":\"system\",\"content\":\"header\\nagent\"},"
+			  "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"reminder\"},"
+			  "{\"type\":\"text\",\"text\":\"say hello\"}]},"
+			  "{\"role\":\"system\",\"content\":\"# Environment\\nlinux\"},"
+			  "{\"role\":\"assistant\",\"content\":\"hello\"},{\"role\":\"system\",\"content\":\"plain\"},"
+			  "{\"role\":\"user\",\"content\":\"again\"}]}");
+	json_decref(chat);
+	/* count_tokens takes context_management and output_config too */
+	chat = to_chat("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+		       "\"context_management\":{\"edits\":[{\"type\":\"clear_thinking_20251015\"}]},"
+		       "\"output_config\":{\"effort\":\"low\"}}",
+		       IG_ANTH_COUNT_TOKENS, &err);
+	assert_json(chat, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}");
+	json_decref(chat);
+	/* what a chat backend cannot do stays refused, each naming its field:
+	 * Claude Code resends without system turns when one is refused */
+	const char *M = "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]";
+	struct {
+		const char *body, *prefix;
+	} cases[] = {
+		{"\"context_management\":[]", "context_management: Input should be a valid dictionary"},
+		{"\"context_management\":{\"edits\":{}}", "context_management.edits: Input should be a valid list"},
+		{"\"context_management\":{\"edits\":[{\"type\":\"compact\"}]}",
+		 "context_management.edits.0.type: Input tag 'compact' found"},
+		{"\"context_management\":{\"edits\":[7]}", "context_management.edits.0: Input should be a valid dictionary"},
+		{"\"context_management\":{\"edits\":[],\"x\":1}", "context_management.x: Extra inputs are not permitted"},
+		{"\"output_config\":\"high\"", "output_config: Input should be a valid dictionary"},
+		{"\"output_config\":{\"effort\":3}", "output_config.effort: Input should be a valid string"},
+		{"\"output_config\":{\"format\":{\"type\":\"json_schema\",\"schema\":{}}}",
+		 "output_config.format: not supported by this server"},
+		{"\"tools\":[{\"name\":\"f\",\"input_schema\":{},\"defer_loading\":\"yes\"}]",
+		 "tools.0.defer_loading: Input should be a valid boolean"},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char body[512];
+		snprintf(body, sizeof(body), "{\"model\":\"m\",\"max_tokens\":1,%s,%s}", M, cases[i].body);
+		assert_refused(body, IG_ANTH_MESSAGES, cases[i].prefix);
+	}
+	const char *turns[][2] = {
+		{"{\"role\":\"system\",\"content\":[{\"type\":\"tool_addition\",\"tool\":{}}]}",
+		 "messages.1.content.0.type: Input should be 'text'"},
+		{"{\"role\":\"system\",\"content\":\"x\",\"clear_at\":\"next_user_message\"}",
+		 "messages.1.clear_at: not supported by this server"},
+		{"{\"role\":\"system\",\"content\":[],\"output_config\":{\"effort\":\"low\"}}",
+		 "messages.1.output_config: not supported by this server"},
+		{"{\"role\":\"system\",\"content\":5}", "messages.1.content: Input should be a valid string or a valid list"},
+		{"{\"role\":\"system\"}", "messages.1.content: Field required"},
+		{"{\"role\":\"tool\",\"content\":\"x\"}", "messages.1.role: Input should be 'user', 'assistant' or 'system'"},
+	};
+	for (size_t i = 0; i < sizeof(turns) / sizeof(turns[0]); i++) {
+		char body[512];
+		snprintf(body, sizeof(body), "{\"model\":\"m\",\"max_tokens\":1,\"messages\":[{\"role\":\"user\","
+			 "\"content\":\"x\"},%s]}", turns[i][0]);
+		assert_refused(body, IG_ANTH_MESSAGES, turns[i][1]);
+	}
+}
+END_TEST
+
 START_TEST(request_count_tokens)
 {
 	char *err = NULL;
@@ -220,8 +310,8 @@ START_TEST(request_refusals)
 		{"{\"model\":\"m\",\"max_tokens\":1,\"messages\":{}}", "messages: Input should be a valid list"},
 		{"{\"model\":\"m\",\"max_tokens\":1,\"messages\":[]}", "messages: List should have at least 1 item"},
 		{"{\"model\":\"m\",\"max_tokens\":1,\"messages\":[7]}", "messages.0: Input should be a valid dictionary"},
-		{"{\"model\":\"m\",\"max_tokens\":1,\"messages\":[{\"role\":\"system\",\"content\":\"x\"}]}",
-		 "messages.0.role: Input should be 'user' or 'assistant'"},
+		{"{\"model\":\"m\",\"max_tokens\":1,\"messages\":[{\"role\":\"developer\",\"content\":\"x\"}]}",
+		 "messages.0.role: Input should be 'user', 'assistant' or 'system'"},
 		{"{\"model\":\"m\",\"max_tokens\":1,\"messages\":[{\"content\":\"x\"}]}", "messages.0.role: Field required"},
 		{"{\"model\":\"m\",\"max_tokens\":1,\"messages\":[{\"role\":\"user\"}]}", "messages.0.content: Field required"},
 		{"{\"model\":\"m\",\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":5}]}",
@@ -856,6 +946,6 @@ START_TEST(stream_data_lines)
 END_TEST
 
 IG_CHECK_MAIN("anthropic", request_simple, request_stream_and_ignored, request_images, request_tools,
-	      request_count_tokens, request_refusals, request_hostile, response_text, response_stop_sequence,
-	      response_tool_calls, response_refused, stream_text, stream_tools, stream_stop_and_length, stream_ends,
-	      stream_hostile, stream_data_lines, errors)
+	      request_claude_code, request_count_tokens, request_refusals, request_hostile, response_text,
+	      response_stop_sequence, response_tool_calls, response_refused, stream_text, stream_tools,
+	      stream_stop_and_length, stream_ends, stream_hostile, stream_data_lines, errors)

@@ -74,6 +74,13 @@ START_TEST(the_built_in_table_and_its_derived_routes)
 	/* embeddings do not stream; SGLang's /generate reports meta_info and
 	 * takes PUT too */
 	ck_assert(ig_routes_at(&t, match(&t, "/v1/embeddings", id, sizeof(id)))->flags & IG_RT_NO_STREAM);
+	/* Anthropic's Messages API: its usage names, count_tokens not a generation */
+	r = ig_routes_at(&t, match(&t, "/v1/messages", id, sizeof(id)));
+	ck_assert((r->flags & (IG_RT_ANTHROPIC | IG_RT_OUTPUT)) == (IG_RT_ANTHROPIC | IG_RT_OUTPUT));
+	ck_assert(!(r->flags & (IG_RT_USAGE_OPTION | IG_RT_NO_STREAM)));
+	r = ig_routes_at(&t, match(&t, "/v1/messages/count_tokens", id, sizeof(id)));
+	ck_assert((r->flags & (IG_RT_ANTHROPIC | IG_RT_NO_STREAM)) == (IG_RT_ANTHROPIC | IG_RT_NO_STREAM));
+	ck_assert_int_eq(r->usage, IG_USAGE_NONE);
 	r = ig_routes_at(&t, match(&t, "/generate", id, sizeof(id)));
 	ck_assert_int_eq(r->usage, IG_USAGE_META_INFO);
 	ck_assert((r->flags & (IG_RT_POST | IG_RT_PUT)) == (IG_RT_POST | IG_RT_PUT));
@@ -206,7 +213,8 @@ START_TEST(bad_routes_are_named_every_one)
 	char *e = parse(&t, "[\"/v1/chat/completions\", \"/v1/nope\", \"/v1/chat/completions\", \"/metrics\", "
 			    "\"v1/x\", \"/a//b\", \"/a b\", {\"path\": \"/x\", \"methods\": [\"GET\"], \"colour\": 1}, "
 			    "{\"path\": \"/y\", \"stream\": false, \"stream_options\": true}, "
-			    "{\"path\": \"/z\", \"responses\": true, \"usage\": \"meta_info\"}, 7]");
+			    "{\"path\": \"/z\", \"responses\": true, \"usage\": \"meta_info\"}, 7, "
+			    "{\"path\": \"/w\", \"anthropic\": true, \"stream_options\": true}]");
 	const char *want[] = {
 		"cfg.json: routes[1]: '/v1/nope' is not a built-in route",
 		"cfg.json: routes[2]: '/v1/chat/completions' is listed twice",
@@ -219,6 +227,8 @@ START_TEST(bad_routes_are_named_every_one)
 		"cfg.json: routes[8].stream_options: true needs \"stream\": true",
 		"cfg.json: routes[9].responses: the Responses API's usage is in \"usage\"",
 		"cfg.json: routes[10] must be a path (a built-in route) or an object with a string \"path\"",
+		"cfg.json: routes[11].anthropic: Anthropic's Messages API has its usage in \"usage\" (or none), no "
+		"stream_options",
 	};
 	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
 		ck_assert_msg(strstr(e, want[i]) != NULL, "missing '%s' in:\n%s", want[i], e);

@@ -150,5 +150,22 @@ START_TEST(ten_thousand_keys_are_found_by_digest)
 }
 END_TEST
 
+/* A client's key in Authorization: Bearer, else in Anthropic's x-api-key:
+ * the same digest for the same key either way; the bearer key wins. */
+START_TEST(a_key_in_x_api_key_is_the_same_key)
+{
+	unsigned char a[IG_DIGEST_LEN], b[IG_DIGEST_LEN], c[IG_DIGEST_LEN];
+	ck_assert_int_eq(ig_keyset_client_digest("Bearer sk-one", NULL, a), 0);
+	ck_assert_int_eq(ig_keyset_client_digest(NULL, "sk-one", b), 0);
+	ck_assert_mem_eq(a, b, IG_DIGEST_LEN);
+	ck_assert_int_eq(ig_keyset_client_digest("Bearer sk-one", "sk-two", c), 0);
+	ck_assert_mem_eq(a, c, IG_DIGEST_LEN);
+	ck_assert_int_eq(ig_keyset_client_digest("Basic xyz", "sk-one", c), 0); /* no bearer: the header */
+	ck_assert_mem_eq(a, c, IG_DIGEST_LEN);
+	ck_assert_int_eq(ig_keyset_client_digest(NULL, NULL, c), -1);
+	ck_assert_int_eq(ig_keyset_client_digest("Bearer ", "", c), -1);
+}
+END_TEST
+
 IG_CHECK_MAIN("keyset", line_format_keys_have_no_settings, json_entries_carry_settings, every_problem_is_listed,
-	      ten_thousand_keys_are_found_by_digest)
+	      ten_thousand_keys_are_found_by_digest, a_key_in_x_api_key_is_the_same_key)

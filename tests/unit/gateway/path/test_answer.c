@@ -23,6 +23,7 @@
 #include "../../check_main.h"
 
 static struct ig_gw gw;
+static struct ig_conf cfg; /* the built-in routes: /v1/messages is Anthropic's */
 static struct MHD_Daemon *mhd;
 static int port;
 static char dir[64], logpath[128];
@@ -48,6 +49,9 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
 		return ig_answer_error(&to, 401, NULL, "invalid_api_key", NULL, true, "Incorrect API key provided.");
 	if (strcmp(url, "/bad") == 0)
 		return ig_answer_error(&to, 400, "purpose", NULL, NULL, false, "purpose must be \"batch\"");
+	if (strcmp(url, "/v1/messages") == 0) /* an Anthropic route's error */
+		return ig_answer_error(&to, strcmp(method, "GET") == 0 ? 405 : 429, NULL, "rate_limit_exceeded",
+				       strcmp(method, "GET") == 0 ? "POST" : NULL, false, "slow down");
 	static char text[] = "plain words";
 	struct MHD_Response *r = MHD_create_response_from_buffer(sizeof(text) - 1, text, MHD_RESPMEM_PERSISTENT);
 	return ig_answer(&to, 204, r, 0);
@@ -56,6 +60,9 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
 static void setup(void)
 {
 	memset(&gw, 0, sizeof(gw));
+	ig_routes_clear(&cfg.routes);
+	ig_routes_default(&cfg.routes);
+	gw.cfg = &cfg;
 	snprintf(dir, sizeof(dir), "/tmp/ig-test-answer-XXXXXX");
 	ck_assert_ptr_nonnull(mkdtemp(dir));
 	snprintf(logpath, sizeof(logpath), "%s/access.log", dir);
@@ -167,6 +174,33 @@ START_TEST(what_the_client_receives)
 }
 END_TEST
 
+START_TEST(an_anthropic_routes_errors_are_in_its_shape)
+{
+	setup();
+	struct reply r = ask("POST", "/v1/messages");
+	ck_assert_uint_eq(r.status, 429);
+	json_t *j = json_loads(r.body, 0, NULL);
+	ck_assert_str_eq(json_string_value(json_object_get(j, "type")), "error");
+	json_t *e = json_object_get(j, "error");
+	ck_assert_str_eq(json_string_value(json_object_get(e, "type")), "rate_limit_error");
+	ck_assert_str_eq(json_string_value(json_object_get(e, "message")), "slow down");
+	ck_assert_uint_eq(json_object_size(e), 2); /* no OpenAI param or code */
+	ck_assert(has(&r, "retry-after: 1"));
+	json_decref(j);
+	r = ask("GET", "/v1/messages");
+	ck_assert_uint_eq(r.status, 405);
+	ck_assert(has(&r, "Allow: POST"));
+	j = json_loads(r.body, 0, NULL);
+	ck_assert_str_eq(json_string_value(json_object_get(json_object_get(j, "error"), "type")),
+			 "invalid_request_error");
+	json_decref(j);
+	ck_assert(ig_answer_anthropic(&gw, "/v1/messages/count_tokens"));
+	ck_assert(!ig_answer_anthropic(&gw, "/v1/chat/completions"));
+	ck_assert(!ig_answer_anthropic(&gw, "/nowhere"));
+	teardown();
+}
+END_TEST
+
 START_TEST(each_answer_is_counted_and_logged)
 {
 	setup();
@@ -205,4 +239,4 @@ START_TEST(each_answer_is_counted_and_logged)
 }
 END_TEST
 
-IG_CHECK_MAIN("answer", what_the_client_receives, each_answer_is_counted_and_logged)
+IG_CHECK_MAIN("answer", what_the_client_receives, an_anthropic_routes_errors_are_in_its_shape, each_answer_is_counted_and_logged)
