@@ -146,6 +146,13 @@ def measure(target, args, corpus, workdir):
         procs.stop_all()
 
 
+def backends_cell(gbs):
+    """"4: 8 8 8 8 (reported)": the backends the gateway made of the server and the requests in
+    flight each was allowed at the end, with where that limit came from."""
+    froms = sorted({str(b.get("limit_from")) for b in gbs})
+    return f"{len(gbs)}: " + " ".join(str(b.get("limit")) for b in gbs) + f" ({', '.join(froms)})"
+
+
 def ratio(x, ref):
     return f"{x / ref:.2f}" if ref else "-"
 
@@ -189,11 +196,11 @@ def main():
                      f"{f['output_tps']:,.0f}", ratio(f["output_tps"], r and r["output_tps"]),
                      f"{f['ttft_ms']['p50']:,.0f}", ratio(f["ttft_ms"]["p50"], r and r["ttft_ms"]["p50"]),
                      f"{f['ttft_ms']['p99']:,.0f}", ratio(f["ttft_ms"]["p99"], r and r["ttft_ms"]["p99"]),
-                     " / ".join(str(n) for n in f["served_per_rank"]), len(f["gateway_backends"])])
+                     " / ".join(str(n) for n in f["served_per_rank"]), backends_cell(f["gateway_backends"])])
     table = B.md_table(["target", "flavor", "gateway policy over ranks", "requests ok", "errors / retries",
                         "wall s", "req/s", "vs server-rr", "output tok/s", "vs", "TTFT p50 ms", "vs",
                         "TTFT p99 ms", "vs", f"served by rank 0..{RANKS - 1} (rank {SLOW_RANK} slowed)",
-                        "gateway's backends"], rows)
+                        "gateway's backends: their limits at the end"], rows)
     notes = (f"One `infergate-sim --dp-ranks {RANKS} --dp-rank-slowdown {SLOW_RANK}={args.slowdown:g} --max-running "
              f"{args.max_running} --ttft-ms {TTFT_MS} --tokens-per-second {TPS} --output-tokens {TOKENS}` "
              f"(`--flavor` as named) and one gateway per target, fresh; the backend entry "
@@ -204,7 +211,9 @@ def main():
              f"{fast:.1f} requests/s with its slots full, rank {SLOW_RANK} {slow:.1f}: dealt in turn, the server "
              f"is bound at {rr_bound:.1f} requests/s ({RANKS} x the slow rank); the four ranks' sum is "
              f"{sum_bound:.1f}. Served by rank: the simulator's /sim/state ranks[].requests_served. The gateway's "
-             f"backends: how many /health/backends lists for the server (1: it does not route by rank). vs: the "
+             f"backends: how many /health/backends lists for the server (1: it does not route by rank) and each "
+             f"one's limit at the end of the run (limit, limit_from: reported by the server's load report, learned "
+             f"by the gateway from its queue, ramp while it learns). vs: the "
              f"ratio to the same flavor's server-rr in this run. Client, gateway and simulator on the same "
              f"2 cores." + "".join(
                  f" {f['target']} against {reference(f['target'])}: {f['rps'] / r['rps']:.2f}x the requests/s "
