@@ -5,10 +5,10 @@
 #   sh bench/run-all.sh            everything
 #   sh bench/run-all.sh proxy      only the named parts (proxy streaming concurrency
 #                                  rehearsal routing priority fairness cache
-#                                  concurrency-auto fleet batch trace)
+#                                  concurrency-auto fleet batch trace dp)
 set -eu
 BENCH=$(cd "$(dirname "$0")" && pwd)
-parts=${*:-proxy streaming concurrency rehearsal routing priority fairness cache concurrency-auto fleet batch trace}
+parts=${*:-proxy streaming concurrency rehearsal routing priority fairness cache concurrency-auto fleet batch trace dp}
 command -v python3 >/dev/null || { echo "python3 is needed" >&2; exit 2; }
 echo "== $(date -Is) $(nproc) cores, $(uptime)"
 for p in $parts; do
