@@ -74,7 +74,8 @@ static inline const char *ig_routes_path(const struct ig_routes *t, int i)
 void ig_routes_default(struct ig_routes *t);
 /* "routes" in the configuration: a list of paths of built-in routes or
  * objects {"path", "methods", "model", "stream", "usage", "stream_options",
- * "output", "responses", "anthropic", "ttft_timeout_ms", "token_gap_timeout_ms"}. Replaces the table; every problem named. */
+ * "output", "responses", "anthropic", "ttft_timeout_ms",
+ * "token_gap_timeout_ms"}. Replaces the table; every problem named. */
 void ig_routes_parse_json(struct ig_routes *t, json_t *v, const char *where, struct ig_buf *errs);
 /* Adds the routes of the stored responses of each "responses" route
  * (PATH/{id}, PATH/{id}/cancel, PATH/{id}/input_items). */
