@@ -62,7 +62,8 @@ LAYERS = {
         "files",                                  # the Files API's store (files_conf.c: its settings)
         "proxy",                                  # the request's life: an exchange and its attempts (proxy_conf.c: its settings)
         "try_* watch_*",                          # its strategies (strategy.h) and observers (watch.h): one file each
-        "strategy watch reply attempt",           # their interfaces; the answer's shared parts; one upstream try
+        "strategy watch reply attempt xlate",     # their interfaces; the answer's shared parts; one upstream try;
+                                                  # Anthropic's Messages over a chat backend
         "exchange",                               # the exchange (struct ig_req) and its primitives
         "cluster idem_share",                     # what gateways share through Redis
         "cluster_sync",                           # their Redis I/O: syncs, subscriptions, publishing

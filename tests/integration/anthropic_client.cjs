@@ -22,7 +22,9 @@ async function main() {
   const fin = await stream.finalMessage();
   out.stream = { types, text, final: fin };
 
-  out.count = await client.messages.countTokens({ model, system: params.system, messages: params.messages });
+  // ANTHROPIC_SKIP_COUNT: a gateway translating for chat-only servers, which count no tokens
+  out.count = process.env.ANTHROPIC_SKIP_COUNT ? null
+    : await client.messages.countTokens({ model, system: params.system, messages: params.messages });
 
   try {
     await client.messages.create({ model, max_tokens: 0, messages: params.messages });

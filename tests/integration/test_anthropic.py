@@ -223,5 +223,91 @@ def the_official_sdk_through_the_gateway():
     assert g["error"]["status"] == 400 and g["error"]["isAPIError"], g["error"]
 
 
+def chat_only_backend(sim):
+    """A scripted server in front of sim that serves no /v1/messages (the 404 FastAPI gives a
+    route it lacks) and relays everything else to it: a chat-only server."""
+    import http.client as hc
+
+    def handler(fb, req, sock):
+        if req["path"].split("?")[0].startswith("/v1/messages"):
+            FakeBackend.reply(sock, 404, {"detail": "Not Found"})
+            return True
+        u = sim.url.rsplit(":", 1)
+        c = hc.HTTPConnection("127.0.0.1", int(u[1]), timeout=30)
+        hdrs = {k: v for k, v in req["headers"] if k.lower() in ("content-type", "x-request-id")}
+        c.request(req["method"], req["path"], body=req["body"] or None, headers=hdrs)
+        r = c.getresponse()
+        data = r.read()
+        head = f"HTTP/1.1 {r.status} X\r\nContent-Type: {r.getheader('Content-Type')}\r\n" \
+               f"Content-Length: {len(data)}\r\n\r\n"
+        sock.sendall(head.encode() + data)
+        return True
+    return FakeBackend(handler)
+
+
+@test
+def translated_for_a_backend_without_the_route():
+    """anthropic.translate: a server that answers /v1/messages 404 gets the request as a chat
+    completion, and the client gets the Message (and the stream) the simulator's own
+    /v1/messages gives for it, usage included; the access log says translated. Without the
+    setting the server's 404 comes back in Anthropic's shape."""
+    sim = start_sim("--flavor", "vllm", "--output-tokens", "14", *FAST)
+    fake = chat_only_backend(sim)
+    log = os.path.join(tempfile.mkdtemp(prefix="ig-anth-"), "access.log")
+    gw, (key,) = gateway([fake], [("agent", {})], "--anthropic-translate", log=log)
+    want = http_json("POST", sim.url + "/v1/messages", BODY)[2]
+    st, _, got = http_json("POST", gw.url + "/v1/messages", BODY, headers=key)
+    assert st == 200, (st, got)
+    assert got["type"] == "message" and got["content"] == want["content"], (got, want)
+    assert got["stop_reason"] == want["stop_reason"] and got["usage"]["output_tokens"] == \
+        want["usage"]["output_tokens"], (got, want)
+    st, _, data = http("POST", gw.url + "/v1/messages", {**BODY, "stream": True}, headers=key)
+    direct = events(http("POST", sim.url + "/v1/messages", {**BODY, "stream": True})[2])
+    evs = events(data)
+    assert st == 200 and [e[0] for e in evs] == [e[0] for e in direct], ([e[0] for e in evs], [e[0] for e in direct])
+    text = "".join(e[1]["delta"].get("text", "") for e in evs if e[0] == "content_block_delta")
+    assert text == want["content"][0]["text"], (text, want)
+    paths = [r["path"] for r in fake.requests if r["method"] == "POST"]
+    assert paths == ["/v1/chat/completions", "/v1/chat/completions"], paths
+    lines = wait_until(lambda: (lambda v: v if len(v) >= 2 else None)(
+        [x for x in written_lines(log) if x["path"] == "/v1/messages"]), what="two access log lines")
+    assert all(x.get("translated") is True and x["status"] == 200 for x in lines), lines
+    assert lines[0]["completion_tokens"] == want["usage"]["output_tokens"], (lines, want)
+    # a refused field: Anthropic's 400, nothing sent
+    st, h, obj = http_json("POST", gw.url + "/v1/messages",
+                           {**BODY, "messages": [{"role": "user", "content": [{"type": "document", "source": {}}]}]},
+                           headers=key)
+    anthropic_error(st, h, obj, 400, "invalid_request_error")
+    assert "messages.0.content.0" in obj["error"]["message"], obj
+    gw.stop()
+    gw, (key,) = gateway([fake], [("agent", {})])
+    st, h, obj = http_json("POST", gw.url + "/v1/messages", BODY, headers=key)
+    anthropic_error(st, h, obj, 404, "not_found_error")
+
+
+@test
+def the_official_sdk_through_the_translation():
+    """@anthropic-ai/sdk against the gateway translating for a chat-only server: the same
+    message, stream, final message and error as the simulator's own Messages API gives
+    (count_tokens is not translated: the script skips it)."""
+    node_path = ensure_sdk()
+    sim = start_sim("--flavor", "sglang", "--output-tokens", "40", *FAST)
+    fake = chat_only_backend(sim)
+    gw, (key,) = gateway([fake], [("sdk", {})], "--anthropic-translate")
+    runs = {}
+    for name, base, api_key in (("direct", sim.url, "unused"), ("translated", gw.url, key["x-api-key"])):
+        p = subprocess.run(["node", os.path.join(SRCDIR, "tests", "integration", "anthropic_client.cjs"), base,
+                            "sim-model"], capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "NODE_PATH": node_path, "ANTHROPIC_API_KEY": api_key,
+                                "ANTHROPIC_SKIP_COUNT": "1"})
+        assert p.returncode == 0, (name, p.stderr[-2000:])
+        runs[name] = json.loads(p.stdout)
+    d, g = runs["direct"], runs["translated"]
+    assert g["message"]["content"] == d["message"]["content"], (g["message"], d["message"])
+    assert g["stream"]["types"] == d["stream"]["types"] and g["stream"]["text"] == d["stream"]["text"], g["stream"]
+    assert g["stream"]["final"]["content"] == d["stream"]["final"]["content"], g["stream"]
+    assert g["error"]["status"] == d["error"]["status"] == 400 and g["error"]["isAPIError"], (g["error"], d["error"])
+
+
 if __name__ == "__main__":
     run()

@@ -140,6 +140,7 @@ struct ig_conf {
 	long hedge_after_ms;        /* a request with no byte after this is hedged (0: never) */
 	long hedge_budget_percent;  /* hedges per minute, of the requests */
 	bool hedge_low;             /* class low is hedged too */
+	bool anthropic_translate;   /* Anthropic's Messages sent as chat completions (path/xlate.c) */
 	long headroom_max_percent;  /* learned headroom's cap, of a pool's slots (0: none learned) */
 	long headroom_overshoot;    /* high/normal over a preempting backend's slots (dispatch.c) */
 	/* tracing (trace.h); OTEL_* variables fill what the configuration leaves at its default */

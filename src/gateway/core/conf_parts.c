@@ -43,6 +43,7 @@ extern const struct ig_conf_part ig_trace_conf; /* trace_conf.c */
 extern const struct ig_conf_part ig_headroom_conf_overshoot; /* headroom.c */
 extern const struct ig_conf_part ig_hedge_conf_low; /* proxy_conf.c */
 extern const struct ig_conf_part ig_cont_conf; /* cont_conf.c */
+extern const struct ig_conf_part ig_xlate_conf; /* path/xlate.c */
 extern const struct ig_conf_part ig_pd_conf; /* pd_conf.c */
 extern const struct ig_conf_part ig_conf_core_server; /* conf.c */
 extern const struct ig_conf_part ig_accesslog_conf; /* accesslog.c */
@@ -92,6 +93,7 @@ static const struct ig_conf_part *const parts[] = {
 	&ig_headroom_conf_overshoot,
 	&ig_hedge_conf_low,
 	&ig_cont_conf,
+	&ig_xlate_conf,
 	&ig_pd_conf,
 	&ig_conf_core_server,
 	&ig_accesslog_conf,

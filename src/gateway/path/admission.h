@@ -55,7 +55,9 @@ struct ig_admission {
 	long max_tokens;             /* -1 not given */
 	char *prev_id;               /* previous_response_id, or NULL */
 	bool store;                  /* the answer is stored by its backend */
-	char *up_path;               /* a BY_ID route: the path (and query) to send */
+	char *up_path;               /* a BY_ID route: the path (and query) to send, a
+				      * translated request's (xlate.h), a fork's copy;
+				      * written by: admission, xlate, exchange */
 	long timeout_ms;             /* X-Infergate-Timeout-Ms, 0 none */
 	uint64_t deadline_ms;        /* when that passes (monotonic), 0 none */
 	struct ig_key *key;          /* the client's key (held): limits, usage */

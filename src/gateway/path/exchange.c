@@ -127,6 +127,8 @@ void ig_xch_fork(struct ig_req *h, struct ig_req *p, const char *suffix)
 	h->adm.stream = p->adm.stream;
 	h->adm.usage_added = p->adm.usage_added;
 	h->adm.prompt_estimate = p->adm.prompt_estimate;
+	if (p->adm.up_path && !(h->adm.up_path = strdup(p->adm.up_path))) /* a translated body's (xlate.h) */
+		abort();
 	snprintf(h->request_id, sizeof(h->request_id), "%.60s%s", p->request_id, suffix);
 	snprintf(h->client, sizeof(h->client), "%s", p->client);
 	snprintf(h->peer, sizeof(h->peer), "%s", p->peer);

@@ -25,6 +25,7 @@
 #include "path/proxy.h"
 #include "path/strategy.h"
 #include "path/watch.h"
+#include "path/xlate.h"
 
 static enum MHD_Result on_request(struct ig_call *call, struct ig_gw *gw, struct MHD_Connection *conn,
 				  const char *url, const char *method, const char *upload_data,
@@ -337,6 +338,8 @@ static enum MHD_Result admit(struct ig_req *req)
 		return respond(req);
 	}
 	req->relay.stream = a->stream;
+	if (ig_xlate_wanted(req) && ig_xlate_request(req) < 0) /* Anthropic's to a chat backend */
+		return respond(req);
 	req->relay.usage_added = a->usage_added;
 	req->relay.store = a->store;
 	req->relay.tee = req->idem_runner && a->stream;
@@ -370,6 +373,21 @@ static enum MHD_Result admit(struct ig_req *req)
 /* A duplicate's answer: the runner's, as it was relayed (whole when it
  * ended, else followed: idem_read), with Idempotent-Replayed. It waits
  * for the runner's status. */
+/* A backend's error on an Anthropic route in Anthropic's shape: as it came
+ * when it is already ({"type": "error", "error": {"type", "message"}}:
+ * SGLang's and vLLM's Anthropic handlers), else made so (a FastAPI
+ * {"detail"} 404 of a server without the route, an OpenAI-shaped error).
+ * NULL: relay it as it is. */
+static char *anthropic_answer(unsigned status, const char *body, size_t len)
+{
+	json_t *o = json_loadb(body ? body : "", len, 0, NULL), *e = json_object_get(o, "error");
+	bool theirs = json_is_string(json_object_get(o, "type")) &&
+		      strcmp(json_string_value(json_object_get(o, "type")), "error") == 0 &&
+		      json_is_string(json_object_get(e, "type")) && json_is_string(json_object_get(e, "message"));
+	json_decref(o);
+	return theirs ? NULL : ig_anth_error_from_backend(status, body, len);
+}
+
 /* Queues whatever is decided (called again after each resume). */
 static enum MHD_Result respond(struct ig_req *req)
 {
@@ -433,9 +451,16 @@ static enum MHD_Result respond(struct ig_req *req)
 	}
 	if (rl->upstream_done) {
 		/* The client gets OpenAI's error shape whatever the backend used
-		 * (SGLang answers flat, FastAPI {"detail"}), message kept. */
-		char *oa = rl->up_status >= 400 ? ig_oaerror_normalize((unsigned)rl->up_status,
-			ig_buf_head(&rl->resp), ig_buf_pending(&rl->resp)) : NULL;
+		 * (SGLang answers flat, FastAPI {"detail"}), message kept; on
+		 * Anthropic's routes Anthropic's (answer_anthropic); a translated
+		 * request's answer is a Message (xlate.h). */
+		char *oa = rl->xlate ? ig_xlate_answer(rl, (unsigned)rl->up_status, ig_buf_head(&rl->resp),
+						       ig_buf_pending(&rl->resp))
+			   : rl->up_status < 400 ? NULL
+			   : rl->anthropic ? anthropic_answer((unsigned)rl->up_status, ig_buf_head(&rl->resp),
+							      ig_buf_pending(&rl->resp))
+			   : ig_oaerror_normalize((unsigned)rl->up_status, ig_buf_head(&rl->resp),
+						  ig_buf_pending(&rl->resp));
 		if (oa) {
 			size_t n = strlen(oa);
 			r = MHD_create_response_from_buffer(n, oa, MHD_RESPMEM_MUST_FREE);

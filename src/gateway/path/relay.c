@@ -46,6 +46,12 @@ void ig_relay_free(struct ig_relay *r)
 	free(r->stream_error_msg);
 	r->stream_error_msg = NULL;
 	ig_cont_free(&r->cont);
+	ig_anth_stream_free(r->xlate_stream);
+	r->xlate_stream = NULL;
+	free(r->xlate_model);
+	r->xlate_model = NULL;
+	json_decref(r->xlate_stop);
+	r->xlate_stop = NULL;
 }
 
 void ig_relay_attempt(struct ig_relay *r, struct ig_xfer *x, struct ig_backend *b)
@@ -67,6 +73,13 @@ void ig_relay_attempt(struct ig_relay *r, struct ig_xfer *x, struct ig_backend *
 	r->stream_error = 0;
 	free(r->stream_error_msg);
 	r->stream_error_msg = NULL;
+	if (r->xlate && r->stream && !r->committed) { /* translated from the attempt's first chunk */
+		ig_anth_stream_free(r->xlate_stream);
+		if (!(r->xlate_stream = ig_anth_stream_new(r->xlate_model, r->xlate_stop)))
+			abort();
+		if (r->xlate_input >= 0)
+			ig_anth_stream_input_tokens(r->xlate_stream, r->xlate_input);
+	}
 	r->last_io_ms = ig_now_ms();
 	curl_easy_setopt(x->easy, CURLOPT_HEADERFUNCTION, on_header);
 	curl_easy_setopt(x->easy, CURLOPT_HEADERDATA, r);
@@ -332,6 +345,37 @@ static char *continuation_event(struct scan *sc, const char **d, size_t *dn, siz
 	return w;
 }
 
+/* A chat stream's data line in its place as Anthropic's events (xlate.h):
+ * the chunk's usage read first, then the line replaced by the events it
+ * makes ("event: NAME\ndata: JSON" blocks; the last one's blank line is
+ * the line's own), or taken out with its blank line when it makes none.
+ * The translator ends the stream at [DONE] (message_delta, message_stop)
+ * and turns an error chunk into Anthropic's error event. */
+static void translated_event(struct scan *sc, const char *d, size_t dn, size_t line_len, size_t rest)
+{
+	struct ig_relay *r = sc->r;
+	struct ig_buf ev;
+	ig_buf_init(&ev);
+	usage_from_json(r, d, dn);
+	if (memmem(d, dn, "\"error\"", 7)) /* the status and message it ends with, for the log */
+		free(stream_error(r, d, dn));
+	json_t *events = json_array();
+	if (!events)
+		abort();
+	ig_anth_stream_data(r->xlate_stream, d, dn, events);
+	if (json_array_size(events) > 0)
+		r->ops->event(r);
+	if (ig_anth_sse_append(&ev, events) < 0)
+		abort();
+	json_decref(events);
+	if (ev.len < 2) {
+		changed_at(sc, drop_event(r, line_len, rest));
+	} else if (buf_replace_back(&r->resp, rest + 1, line_len, ev.data, ev.len - 2) == 0) {
+		changed_at(sc, ig_buf_pending(&r->resp) - rest - 1 - (ev.len - 2));
+	}
+	ig_buf_free(&ev);
+}
+
 static void on_sse_data(void *arg, const char *d, size_t dn, size_t line_len, size_t rest)
 {
 	struct scan *sc = arg;
@@ -339,6 +383,10 @@ static void on_sse_data(void *arg, const char *d, size_t dn, size_t line_len, si
 	r->sse_events++;
 	if (!d || r->cont.broken)
 		return; /* longer than IG_SSE_MAX_LINE: relayed, not read; or dropped below */
+	if (r->xlate_stream) {
+		translated_event(sc, d, dn, line_len, rest);
+		return;
+	}
 	bool dropped = false;
 	char *w = r->cont.max > 0 ? continuation_event(sc, &d, &dn, &line_len, rest, &dropped) : NULL;
 	if (dropped)

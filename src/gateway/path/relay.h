@@ -30,6 +30,7 @@
 #include "path/cont.h"
 
 struct ig_relay;
+struct ig_anth_stream;
 
 /* What the relay asks of its request. */
 struct ig_relay_ops {
@@ -62,6 +63,16 @@ struct ig_relay {
 	bool responses;              /* a Responses API route (its own error events) */
 	bool anthropic;              /* an Anthropic Messages route (its error event);
 				      * written by: proxy, try_hedge */
+	/* Anthropic's Messages translated to a chat backend (xlate.h): what
+	 * the answer's translation needs (the model the client named, its
+	 * stop_sequences, the prompt's tokens as counted at admission, -1 not
+	 * known); written by: xlate. A stream's translator, made anew for each
+	 * attempt until the first event went out (relay.c). */
+	bool xlate;                  /* written by: xlate */
+	char *xlate_model;           /* written by: xlate */
+	json_t *xlate_stop;          /* written by: xlate */
+	long xlate_input;            /* written by: xlate */
+	struct ig_anth_stream *xlate_stream;
 	bool stream;                 /* the client asked for "stream": true */
 	bool usage_added;            /* stream_options.include_usage was added for the
 				      * gateway's count: the usage event (and "usage":

@@ -156,7 +156,7 @@ void ig_xch_req_log(struct ig_req *req, bool completed)
 			      "s:f, s:I, s:I, s:o, s:o, s:b}",
 			      "time", ts, "request_id", req->request_id, "client", req->client,
 			      "method", ig_routes_method_name(req->adm.method), "path",
-			      ig_xch_req_path(req),
+			      req->relay.xlate ? ig_route_path(gw->cfg, req->adm.route_idx) : ig_xch_req_path(req),
 			      "status", (json_int_t)ig_proxy_req_status(req),
 			      "status_sent", (json_int_t)req->status_sent,
 			      "error", req->relay.stream_error_msg ? json_string(req->relay.stream_error_msg) : json_null(),
@@ -183,5 +183,7 @@ void ig_xch_req_log(struct ig_req *req, bool completed)
 		json_object_set_new(e, "prefill_backend", json_string(req->pd_prefill->url));
 	if (req->wait.backend && req->wait.backend->dp_rank >= 0) /* its server's rank */
 		json_object_set_new(e, "dp_rank", json_integer(req->wait.backend->dp_rank));
+	if (req->relay.xlate) /* Anthropic's Messages sent as a chat completion (xlate.h) */
+		json_object_set_new(e, "translated", json_true());
 	ig_accesslog_write(&gw->alog, e);
 }

@@ -158,11 +158,12 @@ void ig_hedge_lose(struct ig_req *req)
 /* Whether exchange req is a straggler to hedge now: it has had no byte
  * for `after` ms (hedge.after_ms, else its model's p95 time to first byte)
  * on its first backend; it is not a hedge, not hedged yet, no runner of an
- * Idempotency-Key, not pinned to its backend, of class high or normal (low
+ * Idempotency-Key, not translated (xlate.h: a hedge is made of the body
+ * and path as they came), not pinned to its backend, of class high or normal (low
  * too with hedge.low), and its last try found a slot (hedge_next_ms). */
 static bool hedge_due(const struct ig_req *req, long after, bool low_too, uint64_t now_ms, uint64_t now_us)
 {
-	return after > 0 && !req->hedged && !req->is_hedge && !req->idem && req->xfer.running &&
+	return after > 0 && !req->hedged && !req->is_hedge && !req->idem && !req->relay.xlate && req->xfer.running &&
 	       !req->relay.first_seen && !req->relay.committed && (req->wait.q.klass != IG_CLASS_LOW || low_too) &&
 	       !req->wait.pick.pinned && now_ms >= req->hedge_next_ms &&
 	       (now_us - req->wait.attempt_us) / 1000 >= (uint64_t)after;
