@@ -30,10 +30,16 @@ def start_faulty(sim, workers, fault_rx, *extra):
     epoll_wait set to fail once the returned trigger file exists."""
     d = tempfile.mkdtemp(prefix="ig-stop-")
     trigger = os.path.join(d, "fail-now")
-    port = free_port()
-    gw = start([binary("tests/infergate-faults"), "--listen", f"127.0.0.1:{port}", "--backend", sim.url,
-                "--workers", str(workers), "--shutdown-grace-s", "30", *extra],
-               port=port, env={"IG_TEST_FAULT_EPOLL": f"{fault_rx} {trigger}"})
+    for attempt in range(3):  # a free port may be taken before it binds, as start_gateway retries
+        port = free_port()
+        try:
+            gw = start([binary("tests/infergate-faults"), "--listen", f"127.0.0.1:{port}", "--backend", sim.url,
+                        "--workers", str(workers), "--shutdown-grace-s", "30", *extra],
+                       port=port, env={"IG_TEST_FAULT_EPOLL": f"{fault_rx} {trigger}"})
+            break
+        except RuntimeError:
+            if attempt == 2:
+                raise
     wait_until(lambda: http_json("GET", gw.url + "/health")[2]["healthy_backends"] == 1, timeout=10, what="up")
     return gw, trigger, d
 
