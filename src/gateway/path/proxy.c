@@ -452,7 +452,7 @@ static enum MHD_Result respond(struct ig_req *req)
 	if (rl->upstream_done) {
 		/* The client gets OpenAI's error shape whatever the backend used
 		 * (SGLang answers flat, FastAPI {"detail"}), message kept; on
-		 * Anthropic's routes Anthropic's (answer_anthropic); a translated
+		 * Anthropic's routes Anthropic's (anthropic_answer); a translated
 		 * request's answer is a Message (xlate.h). */
 		char *oa = rl->xlate ? ig_xlate_answer(rl, (unsigned)rl->up_status, ig_buf_head(&rl->resp),
 						       ig_buf_pending(&rl->resp))
