@@ -174,13 +174,9 @@ static void start_probe(struct ig_gw *gw, struct ig_probe *p, enum probe_what wh
 	 * /metrics (python/sglang/srt/utils/auth.py): /v1/models and the load
 	 * paths need the key like any request. */
 	curl_slist_free_all(p->headers);
-	p->headers = NULL;
-	if (*cfg->backend_api_key) {
-		char *line = ig_strdupf("Authorization: Bearer %s", cfg->backend_api_key);
-		p->headers = curl_slist_append(NULL, line);
-		free(line);
+	p->headers = ig_upstream_backend_key(NULL, cfg);
+	if (p->headers)
 		curl_easy_setopt(p->xfer.easy, CURLOPT_HTTPHEADER, p->headers);
-	}
 	p->started_us = ig_now_us();
 	if (ig_upstream_start(ig_gw_home(gw), &p->xfer) == CURLM_OK)
 		p->b->probing = 1;

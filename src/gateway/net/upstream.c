@@ -144,6 +144,16 @@ static void tls_options(const struct ig_conf *cfg, CURL *e)
 	}
 }
 
+struct curl_slist *ig_upstream_backend_key(struct curl_slist *headers, const struct ig_conf *cfg)
+{
+	if (!*cfg->backend_api_key)
+		return headers;
+	char *line = ig_strdupf("Authorization: Bearer %s", cfg->backend_api_key);
+	struct curl_slist *l = curl_slist_append(headers, line);
+	free(line);
+	return l;
+}
+
 CURLMcode ig_upstream_start(struct ig_rx *rx, struct ig_xfer *x)
 {
 	tls_options(rx->gw->cfg, x->easy);

@@ -58,6 +58,13 @@ void ig_upstream_check_done(struct ig_rx *rx);
 CURL *ig_upstream_easy_get(struct ig_rx *rx);
 void ig_upstream_easy_put(struct ig_rx *rx, CURL *easy);
 
+/* headers with the backend's key appended when backend_api_key is set
+ * ("Authorization: Bearer KEY", what SGLang's and vLLM's --api-key ask of
+ * every route but the health ones); returns the list (curl_slist_append's
+ * rules: NULL out of memory). */
+struct ig_conf;
+struct curl_slist *ig_upstream_backend_key(struct curl_slist *headers, const struct ig_conf *cfg);
+
 /* Starts x->easy (its options set by the caller) in rx's multi, on rx's
  * thread; x->done is called when it ends, on the same. Returns CURLM_OK or
  * curl's error. */

@@ -117,11 +117,7 @@ void ig_attempt_headers(struct ig_req *req)
 		req->up_headers = curl_slist_append(req->up_headers, line);
 		free(line);
 	}
-	if (*gw->cfg->backend_api_key) {
-		line = ig_strdupf("Authorization: Bearer %s", gw->cfg->backend_api_key);
-		req->up_headers = curl_slist_append(req->up_headers, line);
-		free(line);
-	}
+	req->up_headers = ig_upstream_backend_key(req->up_headers, gw->cfg);
 }
 
 /* The body with "priority" first among its members, for a backend that

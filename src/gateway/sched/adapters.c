@@ -303,12 +303,7 @@ static int job_start(struct job *j)
 		return -1;
 	ig_buf_reset(&j->body);
 	curl_slist_free_all(j->headers);
-	j->headers = curl_slist_append(NULL, "Content-Type: application/json");
-	if (*cfg->backend_api_key) {
-		char *line = ig_strdupf("Authorization: Bearer %s", cfg->backend_api_key);
-		j->headers = curl_slist_append(j->headers, line);
-		free(line);
-	}
+	j->headers = ig_upstream_backend_key(curl_slist_append(NULL, "Content-Type: application/json"), cfg);
 	CURL *e = j->xfer.easy;
 	curl_easy_setopt(e, CURLOPT_URL, url);
 	curl_easy_setopt(e, CURLOPT_POSTFIELDS, j->payload);
