@@ -496,11 +496,10 @@ static void probe_done(struct ig_xfer *x, CURLcode result)
 		 * and, when busy, waits for any output (http_server.py
 		 * health_generate), which a long prefill can delay. It counts
 		 * neither way; the requests themselves feed the passive checks. */
-		bool slow = result == CURLE_OPERATION_TIMEDOUT && atomic_load(&b->state) == IG_BACKEND_UP &&
-			    b->last_io_ms >= p->started_us / 1000;
-		for (int r = 1; r < b->nranks; r++) /* any rank's answers */
-			slow |= result == CURLE_OPERATION_TIMEDOUT && atomic_load(&b->state) == IG_BACKEND_UP &&
-				ig_backend_rank(b, r)->last_io_ms >= p->started_us / 1000;
+		bool slow = false;
+		for (int r = 0; r < b->nranks; r++) /* any rank's answers */
+			slow |= ig_backend_rank(b, r)->last_io_ms >= p->started_us / 1000;
+		slow &= result == CURLE_OPERATION_TIMEDOUT && atomic_load(&b->state) == IG_BACKEND_UP;
 		if (b->last_probe_ms == 0)
 			gw->models_dirty = true; /* no longer "not probed yet" (scheduler.h) */
 		b->last_probe_ms = now;
