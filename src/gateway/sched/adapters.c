@@ -506,7 +506,7 @@ bool ig_adapters_pick(struct ig_gw *gw, const char *model, const struct ig_polic
 	for (size_t i = 0; i < fleet->n; i++) {
 		struct ig_backend *b = fleet->v[i];
 		if (!ig_backend_usable(b) || b->role == IG_ROLE_PREFILL || tried(rq, b) ||
-		    (rq->pinned && b->id + 1 != rq->pinned) || ig_backend_serves(b, a->base) != IG_SERVES_YES)
+		    (rq->pinned && b->server->id + 1 != rq->pinned) || ig_backend_serves(b, a->base) != IG_SERVES_YES)
 			continue;
 		struct slot *s = slot_of(a, b, false);
 		long max = ig_adapters_max(b);
